@@ -1,0 +1,7 @@
+// Package embedetcd starts the single-member etcd server that a controller
+// runs in its data directory when no external cluster is given, and that the
+// tests run in a temporary directory.
+//
+// It owns the server's configuration and the bridge from etcd's zap logger
+// into hclog. It does not read or write keys: that is package state's job.
+package embedetcd

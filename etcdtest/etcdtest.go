@@ -1,0 +1,110 @@
+package etcdtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lifelinehq/lifeline/embedetcd"
+)
+
+// The one server of this test binary, started by Main.
+var (
+	mu     sync.Mutex
+	server *embedetcd.Server
+	client *clientv3.Client
+	nextNS atomic.Int64
+)
+
+// Main starts the package's etcd server, runs the tests and stops the
+// server. Call it from TestMain:
+//
+//	func TestMain(m *testing.M) { etcdtest.Main(m) }
+func Main(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "lifeline-etcd-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "etcdtest:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	s, err := embedetcd.Start(embedetcd.Config{
+		Dir:                 dir,
+		TickMs:              10,
+		NoFsync:             true,
+		CompactionRetention: "0",
+		Logger:              hclog.New(&hclog.LoggerOptions{Name: "etcd", Level: hclog.Error, Output: os.Stderr}),
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "etcdtest:", err)
+		return 1
+	}
+	defer s.Close()
+	c, err := s.Client()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "etcdtest:", err)
+		return 1
+	}
+	defer c.Close()
+	mu.Lock()
+	server, client = s, c
+	mu.Unlock()
+	return m.Run()
+}
+
+// Client returns the package server's shared client. Tests must confine
+// themselves to their own Namespace.
+func Client(tb testing.TB) *clientv3.Client {
+	tb.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	if client == nil {
+		tb.Fatal("etcdtest: no server; call etcdtest.Main from TestMain")
+	}
+	return client
+}
+
+// Server returns the package's embedded server.
+func Server(tb testing.TB) *embedetcd.Server {
+	tb.Helper()
+	Client(tb)
+	return server
+}
+
+// Namespace returns a key prefix that no other test uses, such as
+// "/t/TestRuleM2_destroy/7/".
+func Namespace(tb testing.TB) string {
+	name := strings.ReplaceAll(tb.Name(), "/", "_")
+	return fmt.Sprintf("/t/%s/%d/", name, nextNS.Add(1))
+}
+
+// Context returns a context that ends with the test or after a minute.
+func Context(tb testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	tb.Cleanup(cancel)
+	return ctx
+}
+
+// TempDir returns a short temporary directory, for unix sockets whose paths
+// must stay under 108 bytes (testing.T.TempDir paths can be long).
+func TempDir(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "ll-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Clean(dir)
+}

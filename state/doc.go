@@ -1,0 +1,21 @@
+// Package state owns Lifeline's model in etcd: the keyspace, the values
+// stored under it, and the life rules of machines, services, units and
+// relations (DESIGN.md §3–§4).
+//
+// Every rule is checked inside the etcd transaction that makes the change:
+// an operation reads what the rule depends on, decides, and commits a
+// transaction whose comparisons assert exactly what it read and relied on
+// (a key's mod revision, a prefix being empty, a witness key still
+// existing). When a comparison fails it reads again and decides again, a
+// bounded number of times. No transaction grows with the size of the model:
+// work on many entities goes through cleanup items, which the Cleaner works
+// off in small batches.
+//
+// The package also keeps the invariant checkers (CheckInvariants over a
+// snapshot, LifeChecker over a watch stream) that tests use to show the rules
+// hold.
+//
+// Nothing else in Lifeline writes to etcd. This package does not know about
+// gRPC, credentials, charms on disk or agents; callers authorize before they
+// call.
+package state

@@ -1,0 +1,275 @@
+package state
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// machinesPerTxn bounds AddMachines' batches: two writes a machine.
+const machinesPerTxn = 30
+
+// AddMachines adds n alive machines and returns them. Machines are added in
+// batches, each in one transaction; on an error the machines already added
+// are returned with it.
+func (s *State) AddMachines(ctx context.Context, n int) ([]*pb.Machine, error) {
+	if n < 1 {
+		return nil, invalidf("cannot add %d machines: want at least 1", n)
+	}
+	var added []*pb.Machine
+	for len(added) < n {
+		batch := min(n-len(added), machinesPerTxn)
+		var ms []*pb.Machine
+		err := s.apply(ctx, "add machines", func(ctx context.Context) (*change, error) {
+			r, err := s.read(ctx, get(seqMachine))
+			if err != nil {
+				return nil, err
+			}
+			next, seqRev, err := seqValue(r.one(0))
+			if err != nil {
+				return nil, err
+			}
+			c := &change{}
+			c.ifMod(seqMachine, seqRev)
+			ms = ms[:0]
+			for i := 0; i < batch; i++ {
+				m := &pb.Machine{Id: strconv.FormatInt(next+int64(i), 10), Life: pb.Life_LIFE_ALIVE}
+				c.put(MachineKey(m.Id), m)
+				ms = append(ms, m)
+			}
+			c.putRaw(seqMachine, strconv.FormatInt(next+int64(batch), 10))
+			return c, nil
+		})
+		if err != nil {
+			return added, err
+		}
+		added = append(added, ms...)
+	}
+	return added, nil
+}
+
+// seqValue decodes a sequence key: the next id and the key's mod revision.
+func seqValue(kv *mvccpb.KeyValue) (int64, int64, error) {
+	if kv == nil {
+		return 0, 0, nil
+	}
+	n, err := strconv.ParseInt(string(kv.Value), 10, 64)
+	if err != nil {
+		return 0, 0, invalidf("corrupt sequence %s: %v", kv.Key, err)
+	}
+	return n, kv.ModRevision, nil
+}
+
+func (s *State) machine(ctx context.Context, id string) (*record[*pb.Machine], error) {
+	if err := checkMachineID(id); err != nil {
+		return nil, err
+	}
+	r, err := s.read(ctx, get(MachineKey(id)))
+	if err != nil {
+		return nil, err
+	}
+	return machineFrom(r.one(0), id)
+}
+
+func machineFrom(kv *mvccpb.KeyValue, id string) (*record[*pb.Machine], error) {
+	m, err := decode[pb.Machine](kv)
+	if err != nil {
+		return nil, err
+	}
+	if m == nil {
+		return nil, notFoundf("machine %s not found", id)
+	}
+	return m, nil
+}
+
+// Machine returns machine id.
+func (s *State) Machine(ctx context.Context, id string) (*pb.Machine, error) {
+	m, err := s.machine(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return m.v, nil
+}
+
+// Machines returns every machine.
+func (s *State) Machines(ctx context.Context) ([]*pb.Machine, error) {
+	return listDecoded[pb.Machine](ctx, s, machinesPrefix)
+}
+
+// MachineUnits returns the principal units assigned to machine id.
+func (s *State) MachineUnits(ctx context.Context, id string) ([]string, error) {
+	if err := checkMachineID(id); err != nil {
+		return nil, err
+	}
+	kvs, err := s.listAll(ctx, machineUnitsPrefix(id), true)
+	if err != nil {
+		return nil, err
+	}
+	return keySuffixes(kvs, machineUnitsPrefix(id)), nil
+}
+
+func keySuffixes(kvs []*mvccpb.KeyValue, prefix string) []string {
+	out := make([]string, len(kvs))
+	for i, kv := range kvs {
+		out[i] = strings.TrimPrefix(string(kv.Key), prefix)
+	}
+	return out
+}
+
+// DestroyOptions modify a destroy.
+type DestroyOptions struct {
+	// Force has the cleaner do the agents' work once MaxWait has passed,
+	// for agents that are gone or stuck.
+	Force bool
+	// MaxWait is how long the agents get before the cleaner forces.
+	MaxWait time.Duration
+}
+
+// DestroyMachine sets machine id dying. Without Force it is refused while
+// any unit assigned to the machine is alive (M2). With Force the machine
+// becomes dying whatever its units, and a cleanup item has the cleaner set
+// its units dying and, after MaxWait, force them out and set the machine
+// dead. Destroying a machine that is already dying or dead does nothing
+// (but may shorten a forced wait).
+func (s *State) DestroyMachine(ctx context.Context, id string, opts DestroyOptions) error {
+	return s.apply(ctx, "destroy machine "+id, func(ctx context.Context) (*change, error) {
+		if err := checkMachineID(id); err != nil {
+			return nil, err
+		}
+		r, err := s.read(ctx, get(MachineKey(id)), getKeys(machineAlivePrefix(id), 4), get(cleanupKey(cleanupForceMachine, id)))
+		if err != nil {
+			return nil, err
+		}
+		m, err := machineFrom(r.one(0), id)
+		if err != nil {
+			return nil, err
+		}
+		c := &change{}
+		if opts.Force {
+			if m.v.Life == pb.Life_LIFE_DEAD {
+				return nil, errNothingToDo
+			}
+			if !s.forceItem(c, r.one(2), pb.CleanupKind_CLEANUP_KIND_FORCE_MACHINE, id, opts.MaxWait) && m.v.Forced {
+				return nil, errNothingToDo
+			}
+			if m.v.Life == pb.Life_LIFE_ALIVE || !m.v.Forced {
+				next := cloneMachine(m.v)
+				next.Life = pb.Life_LIFE_DYING
+				next.Forced = true
+				c.ifMod(m.key, m.mod)
+				c.put(m.key, next)
+			}
+			return c, nil
+		}
+		if m.v.Life != pb.Life_LIFE_ALIVE {
+			return nil, errNothingToDo
+		}
+		if alive := r.all(1); len(alive) > 0 {
+			return nil, refused("M2", "machine %s has %s assigned", id, unitList(keySuffixes(alive, machineAlivePrefix(id)), r.more(1)))
+		}
+		next := cloneMachine(m.v)
+		next.Life = pb.Life_LIFE_DYING
+		c.ifMod(m.key, m.mod)
+		c.ifEmpty(machineAlivePrefix(id))
+		c.put(m.key, next)
+		return c, nil
+	})
+}
+
+// EnsureMachineDead sets dying machine id dead, once no unit is assigned to
+// it (M3). Its machine agent calls it; so does the cleaner for a forced
+// machine.
+func (s *State) EnsureMachineDead(ctx context.Context, id string) error {
+	return s.apply(ctx, "set machine "+id+" dead", func(ctx context.Context) (*change, error) {
+		if err := checkMachineID(id); err != nil {
+			return nil, err
+		}
+		r, err := s.read(ctx, get(MachineKey(id)), getKeys(machineUnitsPrefix(id), 4))
+		if err != nil {
+			return nil, err
+		}
+		m, err := machineFrom(r.one(0), id)
+		if err != nil {
+			return nil, err
+		}
+		switch m.v.Life {
+		case pb.Life_LIFE_DEAD:
+			return nil, errNothingToDo
+		case pb.Life_LIFE_ALIVE:
+			return nil, refused("M3", "machine %s is alive: destroy it before it can be dead", id)
+		}
+		if units := r.all(1); len(units) > 0 {
+			return nil, refused("M3", "machine %s still has %s assigned", id, unitList(keySuffixes(units, machineUnitsPrefix(id)), r.more(1)))
+		}
+		next := cloneMachine(m.v)
+		next.Life = pb.Life_LIFE_DEAD
+		c := &change{}
+		c.ifMod(m.key, m.mod)
+		c.ifEmpty(machineUnitsPrefix(id))
+		c.put(m.key, next)
+		return c, nil
+	})
+}
+
+// RemoveMachine removes dead machine id from the model, once the
+// provisioner has released its instance (M4).
+func (s *State) RemoveMachine(ctx context.Context, id string) error {
+	return s.apply(ctx, "remove machine "+id, func(ctx context.Context) (*change, error) {
+		m, err := s.machine(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if m.v.Life != pb.Life_LIFE_DEAD {
+			return nil, refused("M4", "machine %s is %s: only a dead machine can be removed", id, lifeName(m.v.Life))
+		}
+		c := &change{}
+		c.ifMod(m.key, m.mod)
+		c.del(m.key)
+		for _, k := range machineStatusKinds {
+			c.del(StatusKey(k, id))
+		}
+		return c, nil
+	})
+}
+
+// SetMachineInstance records the instance the provisioner started for alive
+// machine id, and its address.
+func (s *State) SetMachineInstance(ctx context.Context, id, instance, address string) error {
+	return s.apply(ctx, "set instance of machine "+id, func(ctx context.Context) (*change, error) {
+		m, err := s.machine(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if m.v.InstanceId == instance && m.v.Address == address {
+			return nil, errNothingToDo
+		}
+		if m.v.Life != pb.Life_LIFE_ALIVE {
+			return nil, refused("M1", "machine %s is %s: no instance is started for it", id, lifeName(m.v.Life))
+		}
+		next := cloneMachine(m.v)
+		next.InstanceId, next.Address = instance, address
+		c := &change{}
+		c.ifMod(m.key, m.mod)
+		c.put(m.key, next)
+		return c, nil
+	})
+}
+
+func cloneMachine(m *pb.Machine) *pb.Machine { return protoClone(m) }
+
+// unitList names units for a refusal: "unit kv/0", "units kv/0, kv/1 and more".
+func unitList(units []string, more bool) string {
+	switch {
+	case len(units) == 1 && !more:
+		return "unit " + units[0]
+	case more:
+		return "units " + strings.Join(units, ", ") + " and more"
+	default:
+		return "units " + strings.Join(units[:len(units)-1], ", ") + " and " + units[len(units)-1]
+	}
+}

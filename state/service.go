@@ -1,0 +1,358 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// maxEndpoints bounds a charm's endpoints, and so the size of the
+// transaction that adds a service with its peer relations.
+const maxEndpoints = 32
+
+// maxPeers bounds the peer relations created with a service.
+const maxPeers = 8
+
+// AddServiceArgs describe a new service.
+type AddServiceArgs struct {
+	Name        string
+	Charm       *pb.CharmRef
+	Subordinate bool
+	Endpoints   []*pb.Endpoint
+	// Config holds the service's settings, already checked against the
+	// charm's config.yaml by the caller.
+	Config map[string]*pb.ConfigValue
+}
+
+func (a AddServiceArgs) validate() error {
+	if err := checkServiceName(a.Name); err != nil {
+		return err
+	}
+	if a.Charm == nil || a.Charm.Name == "" {
+		return invalidf("service %s needs a charm", a.Name)
+	}
+	if len(a.Endpoints) > maxEndpoints {
+		return invalidf("service %s has %d endpoints: at most %d", a.Name, len(a.Endpoints), maxEndpoints)
+	}
+	seen := map[string]bool{}
+	peers, container := 0, false
+	for _, ep := range a.Endpoints {
+		if ep == nil || !ValidEndpointName(ep.Name) {
+			return invalidf("service %s: invalid endpoint name %q", a.Name, ep.GetName())
+		}
+		if seen[ep.Name] {
+			return invalidf("service %s: endpoint %q declared twice", a.Name, ep.Name)
+		}
+		seen[ep.Name] = true
+		if !ValidEndpointName(ep.Interface) {
+			return invalidf("service %s: endpoint %s has invalid interface %q", a.Name, ep.Name, ep.Interface)
+		}
+		switch ep.Role {
+		case pb.Role_ROLE_PROVIDER, pb.Role_ROLE_REQUIRER:
+		case pb.Role_ROLE_PEER:
+			peers++
+		default:
+			return invalidf("service %s: endpoint %s has no role", a.Name, ep.Name)
+		}
+		switch ep.Scope {
+		case pb.Scope_SCOPE_GLOBAL:
+		case pb.Scope_SCOPE_CONTAINER:
+			container = true
+		default:
+			return invalidf("service %s: endpoint %s has no scope", a.Name, ep.Name)
+		}
+		if ep.Limit < 0 {
+			return invalidf("service %s: endpoint %s has a negative limit", a.Name, ep.Name)
+		}
+	}
+	if peers > maxPeers {
+		return invalidf("service %s has %d peer endpoints: at most %d", a.Name, peers, maxPeers)
+	}
+	if a.Subordinate && !container {
+		return invalidf("subordinate service %s needs a container-scoped endpoint", a.Name)
+	}
+	return nil
+}
+
+// AddService adds an alive service, with a peer relation for each of its
+// peer endpoints.
+func (s *State) AddService(ctx context.Context, args AddServiceArgs) (*pb.Service, error) {
+	if err := args.validate(); err != nil {
+		return nil, err
+	}
+	svc := &pb.Service{
+		Name:        args.Name,
+		Life:        pb.Life_LIFE_ALIVE,
+		Charm:       args.Charm,
+		Subordinate: args.Subordinate,
+		Endpoints:   args.Endpoints,
+	}
+	err := s.apply(ctx, "add service "+args.Name, func(ctx context.Context) (*change, error) {
+		r, err := s.read(ctx, get(ServiceKey(args.Name)), get(seqRelation))
+		if err != nil {
+			return nil, err
+		}
+		if r.one(0) != nil {
+			return nil, existsf("service %s already exists", args.Name)
+		}
+		next, seqRev, err := seqValue(r.one(1))
+		if err != nil {
+			return nil, err
+		}
+		c := &change{}
+		c.ifAbsent(ServiceKey(args.Name))
+		c.put(ServiceKey(args.Name), svc)
+		c.put(ServiceConfigKey(args.Name), &pb.ServiceConfig{Values: args.Config})
+		peers := 0
+		for _, ep := range args.Endpoints {
+			if ep.Role != pb.Role_ROLE_PEER {
+				continue
+			}
+			rel := newRelation(next+int64(peers), []*pb.RelationEndpoint{{Service: args.Name, Endpoint: ep}})
+			peers++
+			c.ifAbsent(relkeyKey(rel.Key))
+			c.put(RelationKey(rel.Id), rel)
+			c.putRaw(relkeyKey(rel.Key), strconv.FormatInt(rel.Id, 10))
+			c.putRaw(serviceRelationRef(args.Name, rel.Id), ep.Name)
+		}
+		if peers > 0 {
+			c.ifMod(seqRelation, seqRev)
+			c.putRaw(seqRelation, strconv.FormatInt(next+int64(peers), 10))
+		}
+		return c, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return svc, nil
+}
+
+func (s *State) service(ctx context.Context, name string) (*record[*pb.Service], error) {
+	if err := checkServiceName(name); err != nil {
+		return nil, err
+	}
+	r, err := s.read(ctx, get(ServiceKey(name)))
+	if err != nil {
+		return nil, err
+	}
+	return serviceFrom(r.one(0), name)
+}
+
+func serviceFrom(kv *mvccpb.KeyValue, name string) (*record[*pb.Service], error) {
+	svc, err := decode[pb.Service](kv)
+	if err != nil {
+		return nil, err
+	}
+	if svc == nil {
+		return nil, notFoundf("service %s not found", name)
+	}
+	return svc, nil
+}
+
+// Service returns the named service.
+func (s *State) Service(ctx context.Context, name string) (*pb.Service, error) {
+	svc, err := s.service(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return svc.v, nil
+}
+
+// Services returns every service.
+func (s *State) Services(ctx context.Context) ([]*pb.Service, error) {
+	return listDecoded[pb.Service](ctx, s, servicesPrefix)
+}
+
+// ServiceConfig returns the named service's configuration.
+func (s *State) ServiceConfig(ctx context.Context, name string) (*pb.ServiceConfig, error) {
+	if err := checkServiceName(name); err != nil {
+		return nil, err
+	}
+	r, err := s.read(ctx, get(ServiceConfigKey(name)))
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := decode[pb.ServiceConfig](r.one(0))
+	if err != nil {
+		return nil, err
+	}
+	if cfg == nil {
+		return nil, notFoundf("service %s not found", name)
+	}
+	return cfg.v, nil
+}
+
+// UpdateServiceConfig sets and unsets the named service's configuration
+// values. The caller has checked them against the charm.
+func (s *State) UpdateServiceConfig(ctx context.Context, name string, set map[string]*pb.ConfigValue, unset []string) error {
+	return s.apply(ctx, "configure service "+name, func(ctx context.Context) (*change, error) {
+		if err := checkServiceName(name); err != nil {
+			return nil, err
+		}
+		r, err := s.read(ctx, get(ServiceKey(name)), get(ServiceConfigKey(name)))
+		if err != nil {
+			return nil, err
+		}
+		if _, err := serviceFrom(r.one(0), name); err != nil {
+			return nil, err
+		}
+		cfg, err := decode[pb.ServiceConfig](r.one(1))
+		if err != nil {
+			return nil, err
+		}
+		next := &pb.ServiceConfig{Values: map[string]*pb.ConfigValue{}}
+		var mod int64
+		if cfg != nil {
+			mod = cfg.mod
+			for k, v := range cfg.v.Values {
+				next.Values[k] = v
+			}
+		}
+		for k, v := range set {
+			next.Values[k] = v
+		}
+		for _, k := range unset {
+			delete(next.Values, k)
+		}
+		c := &change{}
+		c.ifExists(ServiceKey(name))
+		c.ifMod(ServiceConfigKey(name), mod)
+		c.put(ServiceConfigKey(name), next)
+		return c, nil
+	})
+}
+
+// DestroyService removes the named service at once when it has no units and
+// no relations; otherwise it sets it dying and writes a cleanup item with
+// which the cleaner sets its units and relations dying (S2). Destroying a
+// dying service does nothing.
+func (s *State) DestroyService(ctx context.Context, name string) error {
+	return s.apply(ctx, "destroy service "+name, func(ctx context.Context) (*change, error) {
+		if err := checkServiceName(name); err != nil {
+			return nil, err
+		}
+		r, err := s.read(ctx, get(ServiceKey(name)), getKeys(ServiceUnitsPrefix(name), 1), getKeys(serviceRelationsPrefix(name), 1))
+		if err != nil {
+			return nil, err
+		}
+		svc, err := serviceFrom(r.one(0), name)
+		if err != nil {
+			return nil, err
+		}
+		if svc.v.Life != pb.Life_LIFE_ALIVE {
+			return nil, errNothingToDo
+		}
+		c := &change{}
+		c.ifMod(svc.key, svc.mod)
+		unit, rel := r.one(1), r.one(2)
+		if unit == nil && rel == nil {
+			c.ifEmpty(ServiceUnitsPrefix(name))
+			c.ifEmpty(serviceRelationsPrefix(name))
+			removeServiceOps(c, name)
+			return c, nil
+		}
+		// Something keeps the service: assert it still does, or whoever
+		// removes it might not know to remove the service too (S3).
+		if unit != nil {
+			c.ifSame(string(unit.Key), unit.CreateRevision)
+		} else {
+			c.ifSame(string(rel.Key), rel.CreateRevision)
+		}
+		next := protoClone(svc.v)
+		next.Life = pb.Life_LIFE_DYING
+		c.put(svc.key, next)
+		c.put(cleanupKey(cleanupServiceDying, name), &pb.Cleanup{Kind: pb.CleanupKind_CLEANUP_KIND_SERVICE_DYING, Target: name})
+		return c, nil
+	})
+}
+
+// removeServiceOps removes a service and its records.
+func removeServiceOps(c *change, name string) {
+	c.del(ServiceKey(name))
+	c.del(ServiceConfigKey(name))
+	c.del(StatusKey(StatusService, name))
+	c.del(cleanupKey(cleanupServiceDying, name))
+}
+
+// serviceView is what S3 needs to know about a service: the service, and a
+// few of its units and relation references.
+type serviceView struct {
+	name  string
+	svc   *record[*pb.Service]
+	units []*mvccpb.KeyValue
+	rels  []*mvccpb.KeyValue
+}
+
+// serviceViewGets are the gets for readServiceView, three of them.
+func serviceViewGets(name string) []clientv3.Op {
+	return []clientv3.Op{get(ServiceKey(name)), getKeys(ServiceUnitsPrefix(name), 2), getKeys(serviceRelationsPrefix(name), 2)}
+}
+
+// serviceViewAt decodes the three ranges from i on, as serviceViewGets asked.
+func serviceViewAt(r *reads, i int, name string) (*serviceView, error) {
+	svc, err := serviceFrom(r.one(i), name)
+	if err != nil {
+		return nil, err
+	}
+	return &serviceView{name: name, svc: svc, units: r.all(i + 1), rels: r.all(i + 2)}, nil
+}
+
+// settle is S3 at the moment a change removes unitKey or relRef (either may
+// be ""): when the service is dying and nothing else holds it, the change
+// removes the service too. Either way the change asserts what the decision
+// rests on, so that of two concurrent removals exactly one removes the
+// service.
+func (v *serviceView) settle(c *change, unitKey, relRef string) {
+	c.ifMod(v.svc.key, v.svc.mod)
+	if v.svc.v.Life == pb.Life_LIFE_ALIVE {
+		return
+	}
+	if w := witness(v.units, unitKey); w != nil {
+		c.ifSame(string(w.Key), w.CreateRevision)
+		return
+	}
+	if w := witness(v.rels, relRef); w != nil {
+		c.ifSame(string(w.Key), w.CreateRevision)
+		return
+	}
+	assertOnly(c, ServiceUnitsPrefix(v.name), unitKey)
+	assertOnly(c, serviceRelationsPrefix(v.name), relRef)
+	removeServiceOps(c, v.name)
+}
+
+// witness returns a key among kvs other than except.
+func witness(kvs []*mvccpb.KeyValue, except string) *mvccpb.KeyValue {
+	for _, kv := range kvs {
+		if string(kv.Key) != except {
+			return kv
+		}
+	}
+	return nil
+}
+
+// assertOnly asserts that the prefix holds key alone, or nothing when key is "".
+func assertOnly(c *change, prefix, key string) {
+	if key == "" {
+		c.ifEmpty(prefix)
+	} else {
+		c.ifOnly(prefix, key)
+	}
+}
+
+// relationKeyOf names a relation by its endpoints, sorted: "app:db kv:server".
+func relationKeyOf(eps []*pb.RelationEndpoint) string {
+	names := make([]string, len(eps))
+	for i, ep := range eps {
+		names[i] = ep.Service + ":" + ep.Endpoint.Name
+	}
+	sort.Strings(names)
+	if len(names) == 1 {
+		return names[0]
+	}
+	return fmt.Sprintf("%s %s", names[0], names[1])
+}

@@ -1,0 +1,359 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/namespace"
+	"google.golang.org/protobuf/proto"
+)
+
+// MaxTxnOps is the most operations (comparisons plus writes) any transaction
+// of this package holds, whatever the size of the model. etcd refuses more
+// than 128 by default.
+const MaxTxnOps = 64
+
+// Config configures a State.
+type Config struct {
+	// Namespace prefixes every key, such as "/lifeline/"; empty for none.
+	Namespace string
+	// MaxAttempts bounds how often an operation re-reads and retries after
+	// its transaction's comparisons fail; 64 when zero.
+	MaxAttempts int
+	// Clock tells the time for status records and forced-removal deadlines;
+	// time.Now when nil.
+	Clock func() time.Time
+	// Logger is for the cleaner; silent when nil.
+	Logger hclog.Logger
+}
+
+// Validate reports a configuration New cannot use.
+func (c Config) Validate() error {
+	if c.MaxAttempts < 0 {
+		return fmt.Errorf("state: MaxAttempts %d is negative", c.MaxAttempts)
+	}
+	return nil
+}
+
+// State reads and changes the model stored in etcd.
+type State struct {
+	kv      clientv3.KV
+	watcher clientv3.Watcher
+	cfg     Config
+	stats   stats
+}
+
+// New returns a State over the client's cluster, confined to cfg.Namespace.
+// The caller keeps ownership of the client.
+func New(c *clientv3.Client, cfg Config) (*State, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = 64
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	s := &State{kv: c.KV, watcher: c.Watcher, cfg: cfg}
+	if cfg.Namespace != "" {
+		s.kv = namespace.NewKV(c.KV, cfg.Namespace)
+		s.watcher = namespace.NewWatcher(c.Watcher, cfg.Namespace)
+	}
+	return s, nil
+}
+
+func (s *State) now() time.Time { return s.cfg.Clock() }
+
+// Stats counts the transactions the State committed.
+type Stats struct {
+	// Txns is the number of write transactions committed.
+	Txns int64
+	// Conflicts is the number of write transactions whose comparisons
+	// failed, each followed by a fresh read and a retry.
+	Conflicts int64
+	// Aborted is the number of operations that ran out of retries.
+	Aborted int64
+	// Reads is the number of read round trips.
+	Reads int64
+	// MaxOps is the largest number of operations in one write transaction.
+	MaxOps int64
+}
+
+type stats struct {
+	txns, conflicts, aborted, reads, maxOps atomic.Int64
+}
+
+// Stats returns the counts so far.
+func (s *State) Stats() Stats {
+	return Stats{
+		Txns:      s.stats.txns.Load(),
+		Conflicts: s.stats.conflicts.Load(),
+		Aborted:   s.stats.aborted.Load(),
+		Reads:     s.stats.reads.Load(),
+		MaxOps:    s.stats.maxOps.Load(),
+	}
+}
+
+// change is what one attempt decided: the comparisons that must still hold
+// for the decision to be right, and the writes that carry it out.
+type change struct {
+	cmps []clientv3.Cmp
+	ops  []clientv3.Op
+}
+
+// ifMod asserts that key is unchanged since it was read at modRev; a zero
+// modRev asserts that key is absent.
+func (c *change) ifMod(key string, modRev int64) {
+	if modRev == 0 {
+		c.ifAbsent(key)
+		return
+	}
+	c.cmps = append(c.cmps, clientv3.Compare(clientv3.ModRevision(key), "=", modRev))
+}
+
+// ifAbsent asserts that key does not exist.
+func (c *change) ifAbsent(key string) {
+	c.cmps = append(c.cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
+}
+
+// ifSame asserts that key still exists as the incarnation created at
+// createRev, whatever has been written to it since. It keeps a witness:
+// "this prefix is not empty" stays true while the witness exists.
+func (c *change) ifSame(key string, createRev int64) {
+	c.cmps = append(c.cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", createRev))
+}
+
+// ifExists asserts that key exists.
+func (c *change) ifExists(key string) {
+	c.cmps = append(c.cmps, clientv3.Compare(clientv3.CreateRevision(key), ">", 0))
+}
+
+// ifEmpty asserts that no key has the prefix.
+func (c *change) ifEmpty(prefix string) {
+	c.cmps = append(c.cmps, clientv3.Compare(clientv3.CreateRevision(prefix), "=", 0).WithPrefix())
+}
+
+// ifOnly asserts that key is the only key with the prefix.
+func (c *change) ifOnly(prefix, key string) {
+	c.cmps = append(c.cmps,
+		clientv3.Compare(clientv3.CreateRevision(prefix), "=", 0).WithRange(key),
+		clientv3.Compare(clientv3.CreateRevision(key+"\x00"), "=", 0).WithRange(prefixEnd(prefix)),
+	)
+}
+
+// ifNoNewer asserts that no key with the prefix was created or changed after
+// revision rev: the set read at rev has not grown.
+func (c *change) ifNoNewer(prefix string, rev int64) {
+	c.cmps = append(c.cmps, clientv3.Compare(clientv3.ModRevision(prefix), "<", rev+1).WithPrefix())
+}
+
+func (c *change) put(key string, m proto.Message) {
+	c.ops = append(c.ops, clientv3.OpPut(key, string(mustMarshal(m))))
+}
+
+func (c *change) putRaw(key, value string) {
+	c.ops = append(c.ops, clientv3.OpPut(key, value))
+}
+
+func (c *change) del(key string) {
+	c.ops = append(c.ops, clientv3.OpDelete(key))
+}
+
+func (c *change) delPrefix(prefix string) {
+	c.ops = append(c.ops, clientv3.OpDelete(prefix, clientv3.WithPrefix()))
+}
+
+func (c *change) size() int { return len(c.cmps) + len(c.ops) }
+
+func (c *change) empty() bool { return len(c.ops) == 0 }
+
+func mustMarshal(m proto.Message) []byte {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		panic(fmt.Sprintf("state: marshal %T: %v", m, err))
+	}
+	return b
+}
+
+// errNothingToDo ends an operation that finds its work already done.
+var errNothingToDo = errors.New("nothing to do")
+
+// apply runs attempt, which reads what it needs and returns the change it
+// decided on, and commits that change. When the change's comparisons fail,
+// something it relied on moved: apply calls attempt again, a bounded number
+// of times. attempt may return errNothingToDo to end with success.
+func (s *State) apply(ctx context.Context, what string, attempt func(ctx context.Context) (*change, error)) error {
+	for i := 0; i < s.cfg.MaxAttempts; i++ {
+		c, err := attempt(ctx)
+		if errors.Is(err, errNothingToDo) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		ok, err := s.commit(ctx, c)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if ok {
+			return nil
+		}
+		s.stats.conflicts.Add(1)
+		if i >= 4 {
+			// Many writers want the same keys; spread them out a little.
+			d := time.Duration(rand.Int64N(int64(time.Millisecond) << min(i-4, 5)))
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(d):
+			}
+		}
+	}
+	s.stats.aborted.Add(1)
+	return fmt.Errorf("%s: %w", what, ErrAborted)
+}
+
+// commit commits c, reporting whether its comparisons held.
+func (s *State) commit(ctx context.Context, c *change) (bool, error) {
+	if c.empty() {
+		return true, nil
+	}
+	n := int64(c.size())
+	if n > MaxTxnOps {
+		// A programming error: every operation bounds its batches.
+		panic(fmt.Sprintf("state: transaction of %d operations exceeds %d", n, MaxTxnOps))
+	}
+	for {
+		cur := s.stats.maxOps.Load()
+		if n <= cur || s.stats.maxOps.CompareAndSwap(cur, n) {
+			break
+		}
+	}
+	resp, err := s.kv.Txn(ctx).If(c.cmps...).Then(c.ops...).Commit()
+	if err != nil {
+		return false, err
+	}
+	if resp.Succeeded {
+		s.stats.txns.Add(1)
+	}
+	return resp.Succeeded, nil
+}
+
+// reads is the answer to one read round trip: one range per request.
+type reads struct {
+	rev    int64
+	ranges []*etcdserverpb.RangeResponse
+}
+
+// read performs the gets in one linearizable round trip at one revision.
+func (s *State) read(ctx context.Context, gets ...clientv3.Op) (*reads, error) {
+	s.stats.reads.Add(1)
+	resp, err := s.kv.Txn(ctx).Then(gets...).Commit()
+	if err != nil {
+		return nil, err
+	}
+	r := &reads{rev: resp.Header.Revision, ranges: make([]*etcdserverpb.RangeResponse, len(resp.Responses))}
+	for i, op := range resp.Responses {
+		r.ranges[i] = op.GetResponseRange()
+	}
+	return r, nil
+}
+
+// one returns the single key of range i, or nil.
+func (r *reads) one(i int) *mvccpb.KeyValue {
+	if kvs := r.ranges[i].Kvs; len(kvs) > 0 {
+		return kvs[0]
+	}
+	return nil
+}
+
+// all returns the keys of range i.
+func (r *reads) all(i int) []*mvccpb.KeyValue { return r.ranges[i].Kvs }
+
+// more reports whether range i was cut short by its limit.
+func (r *reads) more(i int) bool { return r.ranges[i].More }
+
+func get(key string) clientv3.Op { return clientv3.OpGet(key) }
+
+// getPrefix gets up to limit keys with the prefix (all when limit is 0).
+func getPrefix(prefix string, limit int64) clientv3.Op {
+	return clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithLimit(limit))
+}
+
+// getKeys gets up to limit keys with the prefix, without their values.
+func getKeys(prefix string, limit int64) clientv3.Op {
+	return clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithLimit(limit), clientv3.WithKeysOnly())
+}
+
+// record is a decoded value with the revisions of the key that held it.
+type record[T proto.Message] struct {
+	key    string
+	v      T
+	mod    int64
+	create int64
+}
+
+// decode decodes kv into a new T; a nil kv gives a nil record.
+func decode[T any, P interface {
+	*T
+	proto.Message
+}](kv *mvccpb.KeyValue) (*record[P], error) {
+	if kv == nil {
+		return nil, nil
+	}
+	var m P = new(T)
+	if err := proto.Unmarshal(kv.Value, m); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", kv.Key, err)
+	}
+	return &record[P]{key: string(kv.Key), v: m, mod: kv.ModRevision, create: kv.CreateRevision}, nil
+}
+
+// listAll returns every key with the prefix, paging so that no single
+// response grows with the model. All pages are read at one revision.
+func (s *State) listAll(ctx context.Context, prefix string, keysOnly bool) ([]*mvccpb.KeyValue, error) {
+	return s.listRev(ctx, prefix, keysOnly, 0)
+}
+
+// listRev is listAll at revision rev (the current one when zero).
+func (s *State) listRev(ctx context.Context, prefix string, keysOnly bool, rev int64) ([]*mvccpb.KeyValue, error) {
+	const page = 1000
+	var out []*mvccpb.KeyValue
+	start, end := prefix, prefixEnd(prefix)
+	if start == "" {
+		start = "\x00"
+	}
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(page)}
+		if keysOnly {
+			opts = append(opts, clientv3.WithKeysOnly())
+		}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		s.stats.reads.Add(1)
+		resp, err := s.kv.Get(ctx, start, opts...)
+		if err != nil {
+			return nil, err
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		out = append(out, resp.Kvs...)
+		if !resp.More || len(resp.Kvs) == 0 {
+			return out, nil
+		}
+		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}

@@ -1,0 +1,151 @@
+package state
+
+import (
+	"context"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// EventType says whether an event wrote or deleted its key.
+type EventType int
+
+// The event types.
+const (
+	EventPut EventType = iota + 1
+	EventDelete
+)
+
+// Event is one change of one key.
+type Event struct {
+	Type  EventType
+	Key   string
+	Value []byte
+	// CreateRevision tells incarnations of a key apart; zero on deletes.
+	CreateRevision int64
+	ModRevision    int64
+}
+
+// WatchBatch is what a watch delivers: the events of one or more whole
+// revisions, in order.
+type WatchBatch struct {
+	// Revision is the revision the watcher has seen everything up to:
+	// resuming from Revision+1 neither misses nor repeats an event.
+	Revision int64
+	// Reset says Events list every key under the prefix at Revision, as
+	// puts: forget what you knew. It comes first when a watch starts from
+	// nothing and whenever etcd compacted the revision it had to resume from.
+	Reset bool
+	// Events are the changes; empty for a progress report that only
+	// advances Revision.
+	Events []Event
+}
+
+// Watch streams the changes under prefix (a single key is a prefix of
+// itself) after revision after, or, when after is zero, a Reset listing
+// then the changes. It survives leader changes and lost connections by
+// resuming from the last revision it delivered, and compaction by
+// re-listing. The channel closes when ctx ends.
+func (s *State) Watch(ctx context.Context, prefix string, after int64) <-chan WatchBatch {
+	out := make(chan WatchBatch)
+	go s.watch(ctx, prefix, after, out)
+	return out
+}
+
+func (s *State) watch(ctx context.Context, prefix string, rev int64, out chan<- WatchBatch) {
+	defer close(out)
+	send := func(b WatchBatch) bool {
+		select {
+		case out <- b:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
+	relist := rev == 0
+	for ctx.Err() == nil {
+		if relist {
+			kvs, at, err := s.listAt(ctx, prefix)
+			if err != nil {
+				if !sleepCtx(ctx, bo.NextBackOff()) {
+					return
+				}
+				continue
+			}
+			evs := make([]Event, len(kvs))
+			for i, kv := range kvs {
+				evs[i] = Event{Type: EventPut, Key: string(kv.Key), Value: kv.Value, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision}
+			}
+			if !send(WatchBatch{Revision: at, Reset: true, Events: evs}) {
+				return
+			}
+			rev, relist = at, false
+		}
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		wch := s.watcher.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
+		for resp := range wch {
+			if resp.CompactRevision != 0 {
+				relist = true
+				break
+			}
+			if resp.Err() != nil {
+				break
+			}
+			if resp.IsProgressNotify() {
+				if resp.Header.Revision > rev {
+					rev = resp.Header.Revision
+					if !send(WatchBatch{Revision: rev}) {
+						cancel()
+						return
+					}
+				}
+				continue
+			}
+			if len(resp.Events) == 0 {
+				continue
+			}
+			bo.Reset()
+			evs := make([]Event, len(resp.Events))
+			for i, e := range resp.Events {
+				evs[i] = Event{Key: string(e.Kv.Key), Value: e.Kv.Value, CreateRevision: e.Kv.CreateRevision, ModRevision: e.Kv.ModRevision, Type: EventPut}
+				if e.Type == clientv3.EventTypeDelete {
+					evs[i].Type = EventDelete
+				}
+			}
+			rev = evs[len(evs)-1].ModRevision
+			if !send(WatchBatch{Revision: rev, Events: evs}) {
+				cancel()
+				return
+			}
+		}
+		cancel()
+		if !relist && !sleepCtx(ctx, bo.NextBackOff()) {
+			return
+		}
+	}
+}
+
+// listAt lists every key under prefix at one revision, which it returns.
+func (s *State) listAt(ctx context.Context, prefix string) ([]*mvccpb.KeyValue, int64, error) {
+	// Pin the revision first, so that all pages read the same one.
+	r, err := s.read(ctx, getKeys(prefix, 1))
+	if err != nil {
+		return nil, 0, err
+	}
+	kvs, err := s.listRev(ctx, prefix, false, r.rev)
+	return kvs, r.rev, err
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
