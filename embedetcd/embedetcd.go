@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -59,6 +60,7 @@ func (c Config) socketPath() string {
 type Server struct {
 	etcd     *embed.Etcd
 	endpoint string
+	closing  *atomic.Bool
 }
 
 // Start starts the member and waits until it serves clients.
@@ -102,7 +104,8 @@ func Start(cfg Config) (*Server, error) {
 	if ec.AutoCompactionRetention == "" {
 		ec.AutoCompactionRetention = "1h"
 	}
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(newZapCore(cfg.Logger)))
+	closing := new(atomic.Bool)
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(newZapCore(cfg.Logger, closing)))
 	ec.LogLevel = "warn"
 
 	e, err := embed.StartEtcd(ec)
@@ -122,7 +125,7 @@ func Start(cfg Config) (*Server, error) {
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd not ready after %s", timeout)
 	}
-	return &Server{etcd: e, endpoint: "unix://" + sock}, nil
+	return &Server{etcd: e, endpoint: "unix://" + sock, closing: closing}, nil
 }
 
 // Endpoint is the URL clients use to reach the member.
@@ -140,6 +143,7 @@ func (s *Server) Client() (*clientv3.Client, error) {
 // Close stops the member: it stops serving clients, then stops raft and
 // closes the backend, in etcd's documented order.
 func (s *Server) Close() {
+	s.closing.Store(true)
 	s.etcd.Close()
 }
 

@@ -1,6 +1,8 @@
 package embedetcd
 
 import (
+	"sync/atomic"
+
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/zap/zapcore"
 )
@@ -10,11 +12,19 @@ import (
 type zapCore struct {
 	logger hclog.Logger
 	fields []zapcore.Field
+	// closing is set when the server is being closed: etcd then logs its
+	// listeners' expected failures as errors, which only alarm a reader.
+	closing *atomic.Bool
 }
 
-func newZapCore(l hclog.Logger) zapcore.Core { return &zapCore{logger: l} }
+func newZapCore(l hclog.Logger, closing *atomic.Bool) zapcore.Core {
+	return &zapCore{logger: l, closing: closing}
+}
 
 func (c *zapCore) Enabled(l zapcore.Level) bool {
+	if c.closing.Load() {
+		return false
+	}
 	switch {
 	case l >= zapcore.ErrorLevel:
 		return c.logger.IsError()
@@ -26,7 +36,7 @@ func (c *zapCore) Enabled(l zapcore.Level) bool {
 }
 
 func (c *zapCore) With(fields []zapcore.Field) zapcore.Core {
-	return &zapCore{logger: c.logger, fields: append(append([]zapcore.Field(nil), c.fields...), fields...)}
+	return &zapCore{logger: c.logger, closing: c.closing, fields: append(append([]zapcore.Field(nil), c.fields...), fields...)}
 }
 
 func (c *zapCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {

@@ -8,7 +8,6 @@ import (
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // EndpointSpec names one side of a relation to add: a service, and the
@@ -308,20 +307,11 @@ func (s *State) destroyRelation(ctx context.Context, id int64, peerToo bool) err
 // removeRelationOps removes relation rel, whose scope is empty, and settles
 // its services (S3): a dying service it was the last thing holding goes too.
 func (s *State) removeRelationOps(ctx context.Context, c *change, rel *pb.Relation) error {
-	var gets []clientv3.Op
-	services := relationServices(rel)
-	for _, svc := range services {
-		gets = append(gets, serviceViewGets(svc)...)
-	}
-	r, err := s.read(ctx, gets...)
-	if err != nil {
-		return err
-	}
 	c.del(RelationKey(rel.Id))
 	c.del(relkeyKey(rel.Key))
 	c.delPrefix(SettingsPrefix(rel.Id))
-	for i, svc := range services {
-		v, err := serviceViewAt(r, 3*i, svc)
+	for _, svc := range relationServices(rel) {
+		v, _, err := s.readServiceView(ctx, svc, "")
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"strconv"
 
@@ -279,8 +280,8 @@ func removeServiceOps(c *change, name string) {
 	c.del(cleanupKey(cleanupServiceDying, name))
 }
 
-// serviceView is what S3 needs to know about a service: the service, and a
-// few of its units and relation references.
+// serviceView is what S3 needs to know about a service: the service, some
+// of its units, and a few of its relation references.
 type serviceView struct {
 	name  string
 	svc   *record[*pb.Service]
@@ -288,18 +289,53 @@ type serviceView struct {
 	rels  []*mvccpb.KeyValue
 }
 
-// serviceViewGets are the gets for readServiceView, three of them.
-func serviceViewGets(name string) []clientv3.Op {
-	return []clientv3.Op{get(ServiceKey(name)), getKeys(ServiceUnitsPrefix(name), 2), getKeys(serviceRelationsPrefix(name), 2)}
-}
+// witnessProbes are the unit numbers, relative to a unit being removed,
+// whose keys readServiceView tries as witnesses that the service has other
+// units. Point reads of neighbours cost little and spread the witnesses of
+// concurrent removals; a range read of the service's units costs as much as
+// the service has units, because etcd counts the whole range whatever the
+// limit.
+var witnessProbes = []int64{1, -1, 2, -2, 3, -3, 5, -5}
 
-// serviceViewAt decodes the three ranges from i on, as serviceViewGets asked.
-func serviceViewAt(r *reads, i int, name string) (*serviceView, error) {
+// readServiceView reads, in one round trip with the extra gets (whose
+// answers it returns), what S3 needs to decide on the named service when
+// unit (possibly "") is removed. Only when the service is dying and no
+// neighbour of unit exists does it read the service's units by range, in a
+// second round trip.
+func (s *State) readServiceView(ctx context.Context, name, unit string, extra ...clientv3.Op) (*serviceView, *reads, error) {
+	gets := append(extra, get(ServiceKey(name)), getKeys(serviceRelationsPrefix(name), 2))
+	n := int64(-1)
+	if unit != "" {
+		n, _ = strconv.ParseInt(lastSegment(unit), 10, 64)
+		for _, d := range witnessProbes {
+			if n+d >= 0 {
+				gets = append(gets, clientv3.OpGet(UnitKey(unitName(name, n+d)), clientv3.WithKeysOnly()))
+			}
+		}
+	}
+	r, err := s.read(ctx, gets...)
+	if err != nil {
+		return nil, nil, err
+	}
+	i := len(extra)
 	svc, err := serviceFrom(r.one(i), name)
 	if err != nil {
-		return nil, err
+		return nil, r, err
 	}
-	return &serviceView{name: name, svc: svc, units: r.all(i + 1), rels: r.all(i + 2)}, nil
+	v := &serviceView{name: name, svc: svc, rels: r.all(i + 1)}
+	for j := i + 2; j < len(r.ranges); j++ {
+		if kv := r.one(j); kv != nil {
+			v.units = append(v.units, kv)
+		}
+	}
+	if svc.v.Life != pb.Life_LIFE_ALIVE && len(v.units) == 0 {
+		more, err := s.read(ctx, getKeys(ServiceUnitsPrefix(name), 2))
+		if err != nil {
+			return nil, r, err
+		}
+		v.units = more.all(0)
+	}
+	return v, r, nil
 }
 
 // settle is S3 at the moment a change removes unitKey or relRef (either may
@@ -325,14 +361,19 @@ func (v *serviceView) settle(c *change, unitKey, relRef string) {
 	removeServiceOps(c, v.name)
 }
 
-// witness returns a key among kvs other than except.
+// witness returns a key among kvs other than except, at random so that
+// concurrent removals spread their witnesses.
 func witness(kvs []*mvccpb.KeyValue, except string) *mvccpb.KeyValue {
+	var found []*mvccpb.KeyValue
 	for _, kv := range kvs {
 		if string(kv.Key) != except {
-			return kv
+			found = append(found, kv)
 		}
 	}
-	return nil
+	if len(found) == 0 {
+		return nil
+	}
+	return found[rand.IntN(len(found))]
 }
 
 // assertOnly asserts that the prefix holds key alone, or nothing when key is "".

@@ -213,6 +213,8 @@ func (s *State) AddSubordinate(ctx context.Context, principal, subService string
 			return nil, refused("U1", "unit %s is %s: subordinates are added only to an alive principal", principal, lifeName(p.v.Life))
 		case svc.v.Life != pb.Life_LIFE_ALIVE:
 			return nil, refused("S1", "service %s is %s: units are added only to an alive service", subService, lifeName(svc.v.Life))
+		case p.v.MachineId == "":
+			return nil, refused("U1", "unit %s is not assigned to a machine: a subordinate goes beside an assigned principal", principal)
 		}
 		n, seqRev, err := seqValue(r.one(2))
 		if err != nil {
@@ -335,12 +337,8 @@ func (s *State) DestroyUnit(ctx context.Context, name string, opts DestroyOption
 		if err := checkUnitName(name); err != nil {
 			return nil, err
 		}
-		svcName := UnitService(name)
-		gets := append([]clientv3.Op{
-			get(UnitKey(name)), getKeys(subordinatesPrefix(name), 1), getKeys(unitScopesPrefix(name), 1),
-			get(cleanupKey(cleanupForceUnit, name)),
-		}, serviceViewGets(svcName)...)
-		r, err := s.read(ctx, gets...)
+		r, err := s.read(ctx, get(UnitKey(name)), getKeys(subordinatesPrefix(name), 1), getKeys(unitScopesPrefix(name), 1),
+			get(cleanupKey(cleanupForceUnit, name)))
 		if err != nil {
 			return nil, err
 		}
@@ -351,7 +349,7 @@ func (s *State) DestroyUnit(ctx context.Context, name string, opts DestroyOption
 		c := &change{}
 		if u.v.Life == pb.Life_LIFE_ALIVE && u.v.MachineId == "" && u.v.Principal == "" && r.one(1) == nil && r.one(2) == nil {
 			// Nothing runs this unit: nobody else would ever remove it.
-			v, err := serviceViewAt(r, 4, svcName)
+			v, _, err := s.readServiceView(ctx, UnitService(name), name)
 			if err != nil {
 				return nil, err
 			}
@@ -412,9 +410,6 @@ func (s *State) EnsureUnitDead(ctx context.Context, name string) error {
 		if u.v.Life == pb.Life_LIFE_DEAD {
 			return nil, errNothingToDo
 		}
-		if subs := r.all(1); len(subs) > 0 {
-			return nil, refused("U3", "unit %s still has subordinate %s", name, joinMore(keySuffixes(subs, subordinatesPrefix(name)), r.more(1)))
-		}
 		if scopes := r.all(2); len(scopes) > 0 {
 			ids, err := relationIDs(scopes)
 			if err != nil {
@@ -425,6 +420,9 @@ func (s *State) EnsureUnitDead(ctx context.Context, name string) error {
 				names[i] = strconv.FormatInt(id, 10)
 			}
 			return nil, refused("U3", "unit %s is still in the scope of relation %s", name, joinMore(names, r.more(2)))
+		}
+		if subs := r.all(1); len(subs) > 0 {
+			return nil, refused("U3", "unit %s still has subordinate %s", name, joinMore(keySuffixes(subs, subordinatesPrefix(name)), r.more(1)))
 		}
 		next := protoClone(u.v)
 		next.Life = pb.Life_LIFE_DEAD
@@ -449,21 +447,22 @@ func (s *State) RemoveUnit(ctx context.Context, name string) error {
 		if err := checkUnitName(name); err != nil {
 			return nil, err
 		}
-		svcName := UnitService(name)
-		r, err := s.read(ctx, append([]clientv3.Op{get(UnitKey(name))}, serviceViewGets(svcName)...)...)
+		v, r, err := s.readServiceView(ctx, UnitService(name), name, get(UnitKey(name)))
+		if r == nil {
+			return nil, err
+		}
+		u, uerr := unitFrom(r.one(0), name)
+		if uerr != nil {
+			return nil, uerr
+		}
 		if err != nil {
 			return nil, err
 		}
-		u, err := unitFrom(r.one(0), name)
 		if err != nil {
 			return nil, err
 		}
 		if u.v.Life != pb.Life_LIFE_DEAD {
 			return nil, refused("U5", "unit %s is %s: only a dead unit can be removed", name, lifeName(u.v.Life))
-		}
-		v, err := serviceViewAt(r, 1, svcName)
-		if err != nil {
-			return nil, err
 		}
 		c := &change{}
 		c.ifMod(u.key, u.mod)

@@ -1,0 +1,219 @@
+package state_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/state"
+)
+
+// The race tests run operators' and agents' conflicting changes at the same
+// time, many rounds each, with a monitor checking the invariants at every
+// committed revision. CI runs them with -race -count=20.
+
+const raceRounds = 10
+
+// parallel runs the functions at once and returns their errors.
+func parallel(fs ...func() error) []error {
+	errs := make([]error, len(fs))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, f := range fs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[i] = f()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return errs
+}
+
+// allowed fails the test for an error that is not one of the kinds the
+// race may legitimately produce.
+func allowed(t *testing.T, err error, kinds ...error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	for _, k := range kinds {
+		if errors.Is(err, k) {
+			return
+		}
+	}
+	t.Errorf("unexpected error: %v", err)
+}
+
+// (a) Assigning units to machine M while M is destroyed: never a dying
+// machine with an alive unit assigned.
+func TestRaceAssignWhileDestroyingMachine(t *testing.T) {
+	st, ctx := newState(t)
+	mon := startMonitor(t, st)
+	addService(t, ctx, st, "app", appEndpoints)
+	for round := 0; round < raceRounds; round++ {
+		ms, err := st.AddMachines(ctx, 1)
+		must(t, "AddMachines", err)
+		m := ms[0].Id
+		us := addUnits(t, ctx, st, "app", 3, state.Placement{Unassigned: true})
+		fs := []func() error{func() error { return st.DestroyMachine(ctx, m, state.DestroyOptions{}) }}
+		for _, u := range us {
+			fs = append(fs, func() error { return st.AssignUnit(ctx, u.Name, m) })
+		}
+		fs = append(fs, func() error { _, err := st.AddUnits(ctx, "app", 2, state.Placement{Machine: m}); return err })
+		errs := parallel(fs...)
+		for _, err := range errs {
+			allowed(t, err, state.ErrRefused)
+		}
+		mach, err := st.Machine(ctx, m)
+		must(t, "Machine", err)
+		assigned, err := st.MachineUnits(ctx, m)
+		must(t, "MachineUnits", err)
+		if mach.Life == pb.Life_LIFE_DYING {
+			if errs[0] != nil {
+				t.Errorf("round %d: machine dying though DestroyMachine said %v", round, errs[0])
+			}
+			for _, u := range assigned {
+				if got := life(t, ctx, st, "unit", u); got == "alive" {
+					t.Errorf("round %d: dying machine %s has alive unit %s", round, m, u)
+				}
+			}
+		} else if errs[0] == nil || len(assigned) == 0 {
+			t.Errorf("round %d: machine %s alive with %v assigned, DestroyMachine = %v", round, m, assigned, errs[0])
+		}
+	}
+	mon.stop(t)
+	t.Logf("%+v", st.Stats())
+}
+
+// (b) Units entering a relation's scope while the relation is destroyed:
+// the relation is removed exactly when its last unit leaves, never while
+// one is in scope.
+func TestRaceEnterScopeWhileDestroyingRelation(t *testing.T) {
+	st, ctx := newState(t)
+	mon := startMonitor(t, st)
+	addService(t, ctx, st, "app", appEndpoints)
+	addService(t, ctx, st, "kv", kvEndpoints)
+	units := append(addUnits(t, ctx, st, "app", 3, state.Placement{}), addUnits(t, ctx, st, "kv", 3, state.Placement{})...)
+	for round := 0; round < raceRounds; round++ {
+		rel := relate(t, ctx, st, "app", "kv")
+		fs := []func() error{func() error { return st.DestroyRelation(ctx, rel.Id) }}
+		for _, u := range units {
+			fs = append(fs, func() error {
+				if err := st.EnterScope(ctx, rel.Id, u.Name, nil); err != nil {
+					return err
+				}
+				return st.LeaveScope(ctx, rel.Id, u.Name)
+			})
+		}
+		for _, err := range parallel(fs...) {
+			allowed(t, err, state.ErrRefused, state.ErrNotFound)
+		}
+		// Every unit is out; the relation was destroyed: it must be gone.
+		if _, err := st.Relation(ctx, rel.Id); !errors.Is(err, state.ErrNotFound) {
+			t.Errorf("round %d: relation %d = %v after destroy and every unit leaving, want removed", round, rel.Id, err)
+		}
+		if n := mon.deleted(state.RelationKey(rel.Id)); n > 1 {
+			t.Errorf("round %d: relation %d deleted %d times", round, rel.Id, n)
+		}
+	}
+	mon.stop(t)
+	t.Logf("%+v", st.Stats())
+}
+
+// (c) Adding units while the service is destroyed: no unit outlives its
+// service.
+func TestRaceAddUnitsWhileDestroyingService(t *testing.T) {
+	st, ctx := newState(t)
+	mon := startMonitor(t, st)
+	for round := 0; round < raceRounds; round++ {
+		svc := fmt.Sprintf("app%c", 'a'+round)
+		addService(t, ctx, st, svc, appEndpoints)
+		fs := []func() error{func() error { return st.DestroyService(ctx, svc) }}
+		for i := 0; i < 4; i++ {
+			fs = append(fs, func() error {
+				_, err := st.AddUnits(ctx, svc, 1+i%2, state.Placement{Unassigned: i%2 == 0})
+				return err
+			})
+		}
+		for _, err := range parallel(fs...) {
+			allowed(t, err, state.ErrRefused, state.ErrNotFound)
+		}
+		// Play the agents: every unit that made it in goes away, and the
+		// service with the last of them.
+		units, err := st.Units(ctx, svc)
+		must(t, "Units", err)
+		for _, u := range units {
+			if err := st.DestroyUnit(ctx, u.Name, state.DestroyOptions{}); err != nil {
+				allowed(t, err, state.ErrNotFound)
+				continue
+			}
+			if err := st.EnsureUnitDead(ctx, u.Name); err != nil {
+				allowed(t, err, state.ErrNotFound)
+				continue
+			}
+			allowed(t, st.RemoveUnit(ctx, u.Name), state.ErrNotFound)
+		}
+		if got := life(t, ctx, st, "service", svc); got != "removed" {
+			t.Errorf("round %d: %s is %s after its units went, want removed", round, svc, got)
+		}
+	}
+	mon.stop(t)
+	t.Logf("%+v", st.Stats())
+}
+
+// (d) The last unit leaving the last relation of a dying service, while the
+// service's own last unit goes: the service is removed exactly once.
+func TestRaceLastHoldOfDyingService(t *testing.T) {
+	st, ctx := newState(t)
+	mon := startMonitor(t, st)
+	addService(t, ctx, st, "kv", kvEndpoints)
+	kvs := addUnits(t, ctx, st, "kv", 3, state.Placement{})
+	for round := 0; round < raceRounds; round++ {
+		svc := fmt.Sprintf("app%c", 'a'+round)
+		addService(t, ctx, st, svc, appEndpoints)
+		apps := addUnits(t, ctx, st, svc, 2, state.Placement{})
+		rel := relate(t, ctx, st, svc, "kv")
+		for _, u := range kvs {
+			must(t, "EnterScope", st.EnterScope(ctx, rel.Id, u.Name, nil))
+		}
+		must(t, "EnterScope", st.EnterScope(ctx, rel.Id, apps[0].Name, nil))
+		must(t, "DestroyService", st.DestroyService(ctx, svc))
+		if _, err := state.NewCleaner(st, 0).Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var fs []func() error
+		for _, u := range kvs {
+			fs = append(fs, func() error { return st.LeaveScope(ctx, rel.Id, u.Name) })
+		}
+		for i, u := range apps {
+			fs = append(fs, func() error {
+				if i == 0 {
+					if err := st.LeaveScope(ctx, rel.Id, u.Name); err != nil {
+						return err
+					}
+				}
+				if err := st.EnsureUnitDead(ctx, u.Name); err != nil {
+					return err
+				}
+				return st.RemoveUnit(ctx, u.Name)
+			})
+		}
+		for _, err := range parallel(fs...) {
+			allowed(t, err)
+		}
+		if got := life(t, ctx, st, "service", svc); got != "removed" {
+			t.Errorf("round %d: %s is %s, want removed", round, svc, got)
+		}
+	}
+	mon.stop(t)
+	for round := 0; round < raceRounds; round++ {
+		if n := mon.deleted(state.ServiceKey(fmt.Sprintf("app%c", 'a'+round))); n != 1 {
+			t.Errorf("service app%c deleted %d times, want exactly once", 'a'+round, n)
+		}
+	}
+}

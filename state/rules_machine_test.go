@@ -1,0 +1,200 @@
+package state_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/lifelinehq/lifeline/state"
+)
+
+func TestRuleM1_PrincipalsOnlyOnAliveMachines(t *testing.T) {
+	tests := []struct {
+		name    string
+		machine string // "dying", "dead", "missing"
+		assign  bool   // AssignUnit rather than AddUnits
+		want    error
+		msg     string
+	}{
+		{"add units to a dying machine", "dying", false, state.ErrRefused, "machine 0 is dying: units can be assigned only to an alive machine"},
+		{"assign to a dying machine", "dying", true, state.ErrRefused, "machine 0 is dying"},
+		{"assign to a dead machine", "dead", true, state.ErrRefused, "machine 0 is dead"},
+		{"add units to a missing machine", "missing", false, state.ErrNotFound, "machine 7 not found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, ctx := newState(t)
+			addService(t, ctx, st, "kv", kvEndpoints)
+			id := "7"
+			if tt.machine != "missing" {
+				ms, err := st.AddMachines(ctx, 1)
+				must(t, "AddMachines", err)
+				id = ms[0].Id
+				must(t, "DestroyMachine", st.DestroyMachine(ctx, id, state.DestroyOptions{}))
+				if tt.machine == "dead" {
+					must(t, "EnsureMachineDead", st.EnsureMachineDead(ctx, id))
+				}
+			}
+			var err error
+			if tt.assign {
+				us := addUnits(t, ctx, st, "kv", 1, state.Placement{Unassigned: true})
+				err = st.AssignUnit(ctx, us[0].Name, id)
+			} else {
+				_, err = st.AddUnits(ctx, "kv", 2, state.Placement{Machine: id})
+			}
+			rule := "M1"
+			if tt.want != state.ErrRefused {
+				rule = ""
+			}
+			wantErr(t, "assign", err, tt.want, rule, tt.msg)
+			if tt.machine != "missing" {
+				if units, _ := st.MachineUnits(ctx, id); len(units) != 0 {
+					t.Errorf("MachineUnits(%s) = %v after a refusal, want none", id, units)
+				}
+			}
+		})
+	}
+	t.Run("an alive machine takes units", func(t *testing.T) {
+		st, ctx := newState(t)
+		addService(t, ctx, st, "kv", kvEndpoints)
+		ms, err := st.AddMachines(ctx, 1)
+		must(t, "AddMachines", err)
+		addUnits(t, ctx, st, "kv", 2, state.Placement{Machine: ms[0].Id})
+		us := addUnits(t, ctx, st, "kv", 1, state.Placement{Unassigned: true})
+		must(t, "AssignUnit", st.AssignUnit(ctx, us[0].Name, ms[0].Id))
+		units, err := st.MachineUnits(ctx, ms[0].Id)
+		must(t, "MachineUnits", err)
+		if len(units) != 3 {
+			t.Errorf("MachineUnits = %v, want 3 units", units)
+		}
+	})
+}
+
+func TestRuleM2_DestroyMachineRefusedWhileAUnitIsAlive(t *testing.T) {
+	tests := []struct {
+		name      string
+		units     int
+		destroyed int // how many units are destroyed first
+		want      error
+		msg       string
+	}{
+		{"one alive unit", 1, 0, state.ErrRefused, "machine 0 has unit kv/0 assigned"},
+		{"two alive units", 2, 0, state.ErrRefused, "machine 0 has units kv/0 and kv/1 assigned"},
+		{"one of two destroyed", 2, 1, state.ErrRefused, "machine 0 has unit kv/1 assigned"},
+		{"all units dying", 2, 2, nil, ""},
+		{"no units", 0, 0, nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, ctx := newState(t)
+			addService(t, ctx, st, "kv", kvEndpoints)
+			ms, err := st.AddMachines(ctx, 1)
+			must(t, "AddMachines", err)
+			id := ms[0].Id
+			if tt.units > 0 {
+				addUnits(t, ctx, st, "kv", tt.units, state.Placement{Machine: id})
+			}
+			for i := 0; i < tt.destroyed; i++ {
+				must(t, "DestroyUnit", st.DestroyUnit(ctx, "kv/"+string(rune('0'+i)), state.DestroyOptions{}))
+			}
+			err = st.DestroyMachine(ctx, id, state.DestroyOptions{})
+			if tt.want == nil {
+				must(t, "DestroyMachine", err)
+				if got := life(t, ctx, st, "machine", id); got != "dying" {
+					t.Errorf("machine %s is %s, want dying", id, got)
+				}
+				return
+			}
+			wantErr(t, "DestroyMachine", err, tt.want, "M2", tt.msg)
+			if got := life(t, ctx, st, "machine", id); got != "alive" {
+				t.Errorf("machine %s is %s after a refusal, want alive", id, got)
+			}
+		})
+	}
+}
+
+func TestRuleM3_DyingMachineDeadOnlyWhenEmpty(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, ctx context.Context, st *state.State, id string)
+		want  error
+		msg   string
+		life  string
+	}{
+		{"alive machine", func(*testing.T, context.Context, *state.State, string) {}, state.ErrRefused, "machine 0 is alive", "alive"},
+		{"dying with a dying unit", func(t *testing.T, ctx context.Context, st *state.State, id string) {
+			addUnits(t, ctx, st, "kv", 1, state.Placement{Machine: id})
+			must(t, "DestroyUnit", st.DestroyUnit(ctx, "kv/0", state.DestroyOptions{}))
+			must(t, "DestroyMachine", st.DestroyMachine(ctx, id, state.DestroyOptions{}))
+		}, state.ErrRefused, "machine 0 still has unit kv/0 assigned", "dying"},
+		{"dying with a dead unit", func(t *testing.T, ctx context.Context, st *state.State, id string) {
+			addUnits(t, ctx, st, "kv", 1, state.Placement{Machine: id})
+			must(t, "DestroyUnit", st.DestroyUnit(ctx, "kv/0", state.DestroyOptions{}))
+			must(t, "EnsureUnitDead", st.EnsureUnitDead(ctx, "kv/0"))
+			must(t, "DestroyMachine", st.DestroyMachine(ctx, id, state.DestroyOptions{}))
+		}, state.ErrRefused, "machine 0 still has unit kv/0 assigned", "dying"},
+		{"dying and empty", func(t *testing.T, ctx context.Context, st *state.State, id string) {
+			addUnits(t, ctx, st, "kv", 1, state.Placement{Machine: id})
+			must(t, "DestroyUnit", st.DestroyUnit(ctx, "kv/0", state.DestroyOptions{}))
+			must(t, "DestroyMachine", st.DestroyMachine(ctx, id, state.DestroyOptions{}))
+			must(t, "EnsureUnitDead", st.EnsureUnitDead(ctx, "kv/0"))
+			must(t, "RemoveUnit", st.RemoveUnit(ctx, "kv/0"))
+		}, nil, "", "dead"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, ctx := newState(t)
+			addService(t, ctx, st, "kv", kvEndpoints)
+			ms, err := st.AddMachines(ctx, 1)
+			must(t, "AddMachines", err)
+			tt.setup(t, ctx, st, ms[0].Id)
+			err = st.EnsureMachineDead(ctx, ms[0].Id)
+			if tt.want == nil {
+				must(t, "EnsureMachineDead", err)
+			} else {
+				wantErr(t, "EnsureMachineDead", err, tt.want, "M3", tt.msg)
+			}
+			if got := life(t, ctx, st, "machine", ms[0].Id); got != tt.life {
+				t.Errorf("machine is %s, want %s", got, tt.life)
+			}
+			// Setting a dead machine dead again changes nothing.
+			if tt.life == "dead" {
+				must(t, "EnsureMachineDead again", st.EnsureMachineDead(ctx, ms[0].Id))
+			}
+		})
+	}
+}
+
+func TestRuleM4_OnlyDeadMachinesAreRemoved(t *testing.T) {
+	for _, tt := range []struct {
+		life string
+		want error
+		msg  string
+	}{
+		{"alive", state.ErrRefused, "machine 0 is alive: only a dead machine can be removed"},
+		{"dying", state.ErrRefused, "machine 0 is dying: only a dead machine can be removed"},
+		{"dead", nil, ""},
+	} {
+		t.Run(tt.life, func(t *testing.T) {
+			st, ctx := newState(t)
+			ms, err := st.AddMachines(ctx, 1)
+			must(t, "AddMachines", err)
+			id := ms[0].Id
+			if tt.life != "alive" {
+				must(t, "DestroyMachine", st.DestroyMachine(ctx, id, state.DestroyOptions{}))
+			}
+			if tt.life == "dead" {
+				must(t, "EnsureMachineDead", st.EnsureMachineDead(ctx, id))
+			}
+			err = st.RemoveMachine(ctx, id)
+			if tt.want == nil {
+				must(t, "RemoveMachine", err)
+				if got := life(t, ctx, st, "machine", id); got != "removed" {
+					t.Errorf("machine is %s, want removed", got)
+				}
+				wantErr(t, "RemoveMachine again", st.RemoveMachine(ctx, id), state.ErrNotFound, "", "machine 0 not found")
+				return
+			}
+			wantErr(t, "RemoveMachine", err, tt.want, "M4", tt.msg)
+		})
+	}
+}
