@@ -1,0 +1,153 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lifelinehq/lifeline/etcdtest"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+var errCrash = errors.New("crashed")
+
+// crashingKV lets a budget of write transactions through, then fails every
+// one: the process "crashed" between two steps.
+type crashingKV struct {
+	clientv3.KV
+	budget *atomic.Int64
+}
+
+func (k crashingKV) Txn(ctx context.Context) clientv3.Txn {
+	return &crashingTxn{Txn: k.KV.Txn(ctx), budget: k.budget}
+}
+
+type crashingTxn struct {
+	clientv3.Txn
+	budget *atomic.Int64
+	writes bool
+}
+
+func (t *crashingTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
+func (t *crashingTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.Txn = t.Txn.Else(ops...)
+	return t
+}
+
+func (t *crashingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	for _, op := range ops {
+		t.writes = t.writes || !op.IsGet()
+	}
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *crashingTxn) Commit() (*clientv3.TxnResponse, error) {
+	if t.writes && t.budget.Add(-1) < 0 {
+		return nil, errCrash
+	}
+	return t.Txn.Commit()
+}
+
+// TestCleanerSurvivesACrashBetweenAnyTwoSteps lets each cleaner make one
+// write and then crash, and starts a new one, until the work is done:
+// every step must leave the model consistent, and the work must finish.
+func TestCleanerSurvivesACrashBetweenAnyTwoSteps(t *testing.T) {
+	ns := etcdtest.Namespace(t)
+	ctx := etcdtest.Context(t)
+	base, err := New(etcdtest.Client(t), Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps := map[string][]*pb.Endpoint{
+		"app":    {{Name: "db", Interface: "kv", Role: pb.Role_ROLE_REQUIRER, Scope: pb.Scope_SCOPE_GLOBAL}, {Name: "info", Interface: "info", Role: pb.Role_ROLE_PROVIDER, Scope: pb.Scope_SCOPE_GLOBAL}},
+		"kv":     {{Name: "server", Interface: "kv", Role: pb.Role_ROLE_PROVIDER, Scope: pb.Scope_SCOPE_GLOBAL}, {Name: "peers", Interface: "kvp", Role: pb.Role_ROLE_PEER, Scope: pb.Scope_SCOPE_GLOBAL}},
+		"logger": {{Name: "host", Interface: "info", Role: pb.Role_ROLE_REQUIRER, Scope: pb.Scope_SCOPE_CONTAINER}},
+	}
+	for _, name := range []string{"app", "kv", "logger"} {
+		if _, err := base.AddService(ctx, AddServiceArgs{Name: name, Charm: &pb.CharmRef{Name: name}, Endpoints: eps[name], Subordinate: name == "logger"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	ms, err := base.AddMachines(ctx, 1)
+	step("AddMachines", err)
+	_, err = base.AddUnits(ctx, "app", 20, Placement{Machine: ms[0].Id})
+	step("AddUnits", err)
+	_, err = base.AddUnits(ctx, "kv", 3, Placement{})
+	step("AddUnits", err)
+	db, err := base.AddRelation(ctx, EndpointSpec{Service: "app"}, EndpointSpec{Service: "kv"})
+	step("AddRelation", err)
+	host, err := base.AddRelation(ctx, EndpointSpec{Service: "app"}, EndpointSpec{Service: "logger"})
+	step("AddRelation", err)
+	for i := 0; i < 20; i++ {
+		u := unitName("app", int64(i))
+		step("EnterScope", base.EnterScope(ctx, db.Id, u, nil))
+		sub, err := base.AddSubordinate(ctx, u, "logger")
+		step("AddSubordinate", err)
+		step("EnterScope", base.EnterScope(ctx, host.Id, sub.Name, nil))
+		step("EnterScope", base.EnterScope(ctx, host.Id, u, nil))
+	}
+	for i := 0; i < 3; i++ {
+		step("EnterScope", base.EnterScope(ctx, db.Id, unitName("kv", int64(i)), nil))
+	}
+	// Everything on the machine is forced out, and kv is destroyed with
+	// agents that never come.
+	step("DestroyMachine", base.DestroyMachine(ctx, ms[0].Id, DestroyOptions{Force: true}))
+	step("DestroyService", base.DestroyService(ctx, "kv"))
+
+	lives := 0
+	for ; lives < 2000; lives++ {
+		st, err := New(etcdtest.Client(t), Config{Namespace: ns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		budget := new(atomic.Int64)
+		budget.Store(1)
+		st.kv = crashingKV{KV: st.kv, budget: budget}
+		_, err = NewCleaner(st, time.Second).Pass(ctx)
+		snap, serr := base.Snapshot(ctx)
+		if serr != nil {
+			t.Fatal(serr)
+		}
+		if ierr := CheckInvariants(snap); ierr != nil {
+			t.Fatalf("after crash %d: %v", lives, ierr)
+		}
+		if err == nil && budget.Load() >= 0 {
+			break // a whole pass without needing to write: nothing left to do
+		}
+		if err != nil && !errors.Is(err, errCrash) {
+			t.Fatalf("pass %d: %v", lives, err)
+		}
+	}
+	t.Logf("the cleaner crashed %d times on the way", lives)
+	m, err := base.Machine(ctx, ms[0].Id)
+	step("Machine", err)
+	if m.Life != pb.Life_LIFE_DEAD {
+		t.Errorf("machine is %v, want dead", m.Life)
+	}
+	for _, svc := range []string{"app", "logger"} {
+		if units, _ := base.Units(ctx, svc); len(units) != 0 {
+			t.Errorf("%s still has %d units", svc, len(units))
+		}
+	}
+	units, err := base.Units(ctx, "kv")
+	step("Units", err)
+	for _, u := range units {
+		if u.Life != pb.Life_LIFE_DYING {
+			t.Errorf("%s is %v, want dying", u.Name, u.Life)
+		}
+	}
+	if items, _ := base.listAll(ctx, cleanupsPrefix, true); len(items) != 0 {
+		t.Errorf("cleanup items left: %d", len(items))
+	}
+}
