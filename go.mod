@@ -9,6 +9,7 @@ require (
 	go.etcd.io/etcd/client/v3 v3.6.16
 	go.etcd.io/etcd/server/v3 v3.6.16
 	go.uber.org/zap v1.27.0
+	go.yaml.in/yaml/v3 v3.0.6
 	google.golang.org/grpc v1.83.2
 	google.golang.org/protobuf v1.36.11
 )

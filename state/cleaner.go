@@ -131,11 +131,11 @@ func (s *State) cleanService(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	names := make([]string, len(kvs))
+	units := make([]string, len(kvs))
 	for i, kv := range kvs {
-		names[i] = lastTwo(string(kv.Key))
+		units[i] = lastTwo(string(kv.Key))
 	}
-	if err := s.setUnitsDying(ctx, names); err != nil {
+	if err := s.setUnitsDying(ctx, units); err != nil {
 		return err
 	}
 	rels, err := s.ServiceRelations(ctx, name)

@@ -59,10 +59,10 @@ const dyingPerTxn = 15
 // setUnitsDying sets those of the named units that are still alive dying,
 // in small batches. An unassigned principal, which no agent will ever run,
 // is removed instead.
-func (s *State) setUnitsDying(ctx context.Context, names []string) error {
-	for len(names) > 0 {
-		batch := names[:min(len(names), dyingPerTxn)]
-		names = names[len(batch):]
+func (s *State) setUnitsDying(ctx context.Context, units []string) error {
+	for len(units) > 0 {
+		batch := units[:min(len(units), dyingPerTxn)]
+		units = units[len(batch):]
 		var unassigned []string
 		err := s.apply(ctx, "set units dying", func(ctx context.Context) (*change, error) {
 			unassigned = unassigned[:0]

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -74,7 +75,7 @@ func CheckInvariants(snap *Snapshot) error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 
 	for name, u := range m.units {
-		if name != u.Name || UnitService(name) != u.Service {
+		if name != u.Name || names.UnitService(name) != u.Service {
 			bad("unit key %s holds unit %s of service %s", name, u.Name, u.Service)
 		}
 		if _, ok := m.services[u.Service]; !ok {

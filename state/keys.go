@@ -1,10 +1,10 @@
 package state
 
 import (
-	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/lifelinehq/lifeline/names"
 )
 
 // The keyspace, relative to the configured namespace. Every entity has one
@@ -116,59 +116,25 @@ func prefixEnd(prefix string) string {
 // lastSegment returns what follows the last "/" of key.
 func lastSegment(key string) string { return key[strings.LastIndexByte(key, '/')+1:] }
 
-var (
-	serviceNameRE = regexp.MustCompile(`^[a-z][a-z0-9]*(-[a-z0-9]*[a-z][a-z0-9]*)*$`)
-	endpointRE    = regexp.MustCompile(`^[a-z][a-z0-9]*([-_][a-z0-9]+)*$`)
-	numberRE      = regexp.MustCompile(`^(0|[1-9][0-9]{0,17})$`)
-)
-
-// ValidServiceName reports whether name can name a service: lowercase
-// letters, digits and hyphens, starting with a letter, each hyphenated part
-// holding a letter (so "kv-2" cannot be mistaken for a unit), at most 63
-// characters.
-func ValidServiceName(name string) bool {
-	return len(name) <= 63 && serviceNameRE.MatchString(name)
-}
-
-// ValidMachineID reports whether id can name a machine.
-func ValidMachineID(id string) bool { return numberRE.MatchString(id) }
-
-// ValidUnitName reports whether name can name a unit: "<service>/<n>".
-func ValidUnitName(name string) bool {
-	svc, n, ok := strings.Cut(name, "/")
-	return ok && ValidServiceName(svc) && numberRE.MatchString(n)
-}
-
-// ValidEndpointName reports whether name can name an endpoint or an interface.
-func ValidEndpointName(name string) bool {
-	return len(name) <= 63 && endpointRE.MatchString(name)
-}
-
-// UnitService returns the service part of a unit name.
-func UnitService(unit string) string {
-	svc, _, _ := strings.Cut(unit, "/")
-	return svc
-}
-
 func checkServiceName(name string) error {
-	if !ValidServiceName(name) {
+	if !names.ValidService(name) {
 		return invalidf("invalid service name %q: use lowercase letters, digits and hyphens, starting with a letter", name)
 	}
 	return nil
 }
 
 func checkUnitName(name string) error {
-	if !ValidUnitName(name) {
+	if !names.ValidUnit(name) {
 		return invalidf("invalid unit name %q: want <service>/<number>", name)
 	}
 	return nil
 }
 
 func checkMachineID(id string) error {
-	if !ValidMachineID(id) {
+	if !names.ValidMachine(id) {
 		return invalidf("invalid machine id %q: want a number", id)
 	}
 	return nil
 }
 
-func unitName(service string, n int64) string { return fmt.Sprintf("%s/%d", service, n) }
+func unitName(service string, n int64) string { return names.Unit(service, n) }

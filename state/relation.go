@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
@@ -23,7 +24,7 @@ func ParseEndpointSpec(s string) (EndpointSpec, error) {
 	if err := checkServiceName(svc); err != nil {
 		return EndpointSpec{}, err
 	}
-	if strings.Contains(s, ":") && !ValidEndpointName(ep) {
+	if strings.Contains(s, ":") && !names.ValidEndpoint(ep) {
 		return EndpointSpec{}, invalidf("invalid endpoint name %q in %q", ep, s)
 	}
 	return EndpointSpec{Service: svc, Endpoint: ep}, nil

@@ -1,6 +1,7 @@
 package state_test
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -20,7 +21,9 @@ func TestTxnOpsBoundedDestroyingTenThousandUnits(t *testing.T) {
 	ns := etcdtest.Namespace(t)
 	setup, err := state.New(etcdtest.Client(t), state.Config{Namespace: ns})
 	must(t, "New", err)
-	ctx := etcdtest.Context(t)
+	// Minutes, not seconds, under the race detector on two cores.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
 	addService(t, ctx, setup, "big", appEndpoints)
 	ms, err := setup.AddMachines(ctx, machines)
 	must(t, "AddMachines", err)

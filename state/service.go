@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -43,14 +44,14 @@ func (a AddServiceArgs) validate() error {
 	seen := map[string]bool{}
 	peers, container := 0, false
 	for _, ep := range a.Endpoints {
-		if ep == nil || !ValidEndpointName(ep.Name) {
+		if ep == nil || !names.ValidEndpoint(ep.Name) {
 			return invalidf("service %s: invalid endpoint name %q", a.Name, ep.GetName())
 		}
 		if seen[ep.Name] {
 			return invalidf("service %s: endpoint %q declared twice", a.Name, ep.Name)
 		}
 		seen[ep.Name] = true
-		if !ValidEndpointName(ep.Interface) {
+		if !names.ValidEndpoint(ep.Interface) {
 			return invalidf("service %s: endpoint %s has invalid interface %q", a.Name, ep.Name, ep.Interface)
 		}
 		switch ep.Role {
@@ -387,13 +388,13 @@ func assertOnly(c *change, prefix, key string) {
 
 // relationKeyOf names a relation by its endpoints, sorted: "app:db kv:server".
 func relationKeyOf(eps []*pb.RelationEndpoint) string {
-	names := make([]string, len(eps))
+	sides := make([]string, len(eps))
 	for i, ep := range eps {
-		names[i] = ep.Service + ":" + ep.Endpoint.Name
+		sides[i] = ep.Service + ":" + ep.Endpoint.Name
 	}
-	sort.Strings(names)
-	if len(names) == 1 {
-		return names[0]
+	sort.Strings(sides)
+	if len(sides) == 1 {
+		return sides[0]
 	}
-	return fmt.Sprintf("%s %s", names[0], names[1])
+	return fmt.Sprintf("%s %s", sides[0], sides[1])
 }

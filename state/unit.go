@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -349,7 +350,7 @@ func (s *State) DestroyUnit(ctx context.Context, name string, opts DestroyOption
 		c := &change{}
 		if u.v.Life == pb.Life_LIFE_ALIVE && u.v.MachineId == "" && u.v.Principal == "" && r.one(1) == nil && r.one(2) == nil {
 			// Nothing runs this unit: nobody else would ever remove it.
-			v, _, err := s.readServiceView(ctx, UnitService(name), name)
+			v, _, err := s.readServiceView(ctx, names.UnitService(name), name)
 			if err != nil {
 				return nil, err
 			}
@@ -415,11 +416,11 @@ func (s *State) EnsureUnitDead(ctx context.Context, name string) error {
 			if err != nil {
 				return nil, err
 			}
-			names := make([]string, len(ids))
+			rels := make([]string, len(ids))
 			for i, id := range ids {
-				names[i] = strconv.FormatInt(id, 10)
+				rels[i] = strconv.FormatInt(id, 10)
 			}
-			return nil, refused("U3", "unit %s is still in the scope of relation %s", name, joinMore(names, r.more(2)))
+			return nil, refused("U3", "unit %s is still in the scope of relation %s", name, joinMore(rels, r.more(2)))
 		}
 		if subs := r.all(1); len(subs) > 0 {
 			return nil, refused("U3", "unit %s still has subordinate %s", name, joinMore(keySuffixes(subs, subordinatesPrefix(name)), r.more(1)))
@@ -447,7 +448,7 @@ func (s *State) RemoveUnit(ctx context.Context, name string) error {
 		if err := checkUnitName(name); err != nil {
 			return nil, err
 		}
-		v, r, err := s.readServiceView(ctx, UnitService(name), name, get(UnitKey(name)))
+		v, r, err := s.readServiceView(ctx, names.UnitService(name), name, get(UnitKey(name)))
 		if r == nil {
 			return nil, err
 		}

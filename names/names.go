@@ -1,0 +1,99 @@
+package names
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+var (
+	serviceRE  = regexp.MustCompile(`^[a-z][a-z0-9]*(-[a-z0-9]*[a-z][a-z0-9]*)*$`)
+	endpointRE = regexp.MustCompile(`^[a-z][a-z0-9]*([-_][a-z0-9]+)*$`)
+	numberRE   = regexp.MustCompile(`^(0|[1-9][0-9]{0,17})$`)
+)
+
+// ValidService reports whether name can name a service: lowercase letters,
+// digits and hyphens, starting with a letter, each hyphenated part holding a
+// letter (so that "kv-2" cannot be mistaken for a unit), at most 63
+// characters. Charm names follow the same rule.
+func ValidService(name string) bool { return len(name) <= 63 && serviceRE.MatchString(name) }
+
+// ValidMachine reports whether id can name a machine: a number without
+// leading zeros.
+func ValidMachine(id string) bool { return numberRE.MatchString(id) }
+
+// ValidUnit reports whether name can name a unit: "<service>/<number>".
+func ValidUnit(name string) bool {
+	svc, n, ok := strings.Cut(name, "/")
+	return ok && ValidService(svc) && numberRE.MatchString(n)
+}
+
+// ValidEndpoint reports whether name can name a relation endpoint or an
+// interface: lowercase letters and digits, parts joined by "-" or "_",
+// starting with a letter, at most 63 characters.
+func ValidEndpoint(name string) bool { return len(name) <= 63 && endpointRE.MatchString(name) }
+
+// UnitService returns the service part of a unit name.
+func UnitService(unit string) string {
+	svc, _, _ := strings.Cut(unit, "/")
+	return svc
+}
+
+// UnitNumber returns the number part of a valid unit name.
+func UnitNumber(unit string) int64 {
+	_, n, _ := strings.Cut(unit, "/")
+	v, _ := strconv.ParseInt(n, 10, 64)
+	return v
+}
+
+// Unit returns the name of unit n of service.
+func Unit(service string, n int64) string { return fmt.Sprintf("%s/%d", service, n) }
+
+// Tags name the holders of credentials:
+//
+//	admin              the operator
+//	machine-<id>       a machine agent: "machine-3"
+//	unit-<unit>        a unit agent: "unit-kv/0" (the unit's name as it is)
+//
+// The kind is what precedes the first "-" (kinds hold none) and the id all
+// that follows it, unchanged, so a tag maps back to its entity's name
+// whatever service names look like.
+const (
+	AdminTag = "admin"
+
+	KindAdmin   = "admin"
+	KindMachine = "machine"
+	KindUnit    = "unit"
+)
+
+// MachineTag returns the tag of machine id's agent. It does not check id;
+// ParseTag does.
+func MachineTag(id string) string { return KindMachine + "-" + id }
+
+// UnitTag returns the tag of unit's agent (unit as "kv/0"). It does not
+// check unit; ParseTag does.
+func UnitTag(unit string) string { return KindUnit + "-" + unit }
+
+// ParseTag splits tag into its kind (KindAdmin, KindMachine or KindUnit) and
+// id: "" for admin, the machine id ("3") for a machine, the unit name
+// ("kv/0") for a unit. Anything else is an error.
+func ParseTag(tag string) (kind, id string, err error) {
+	if tag == AdminTag {
+		return KindAdmin, "", nil
+	}
+	kind, id, _ = strings.Cut(tag, "-")
+	switch kind {
+	case KindMachine:
+		if ValidMachine(id) {
+			return kind, id, nil
+		}
+		return "", "", fmt.Errorf("invalid tag %q: want machine-<number>", tag)
+	case KindUnit:
+		if ValidUnit(id) {
+			return kind, id, nil
+		}
+		return "", "", fmt.Errorf("invalid tag %q: want unit-<service>/<number>", tag)
+	}
+	return "", "", fmt.Errorf("invalid tag %q: want admin, machine-<number> or unit-<service>/<number>", tag)
+}

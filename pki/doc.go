@@ -1,0 +1,22 @@
+// Package pki owns Lifeline's transport security and credentials
+// (DESIGN.md §2, §5):
+//
+//   - the controller's certificate authority (a self-signed ECDSA P-256 CA,
+//     kept as ca.pem and ca-key.pem in the controller's data directory) and
+//     the server certificate it issues (server.pem, server-key.pem);
+//   - the TLS configurations of the server and of its clients, which pin the
+//     controller's CA instead of trusting the system roots;
+//   - credentials: an entity's tag (whose syntax package names owns: "admin",
+//     "machine-3", "unit-kv/0") with a random secret, and the hashes of
+//     secrets that the controller stores in place of the secrets themselves;
+//   - the operator's client config file (JSON, mode 0600, written
+//     atomically), which holds the controller addresses, the CA certificate
+//     and the operator's credential.
+//
+// It provides primitives and stores nothing but files in directories its
+// caller names. It must not touch etcd (storing, replacing and deleting the
+// hashes of credentials is package state's job), must not import gRPC (the
+// controller wires the metadata keys and TLS configurations defined here into
+// its server and clients), and reads no flags and no environment, except
+// DefaultClientConfigPath, which exists for main to call.
+package pki
