@@ -65,9 +65,10 @@ $(BIN)/.protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION):
 	@touch $@
 
 ## bench: benchmarks of the core state operations beside raw etcd
-## transactions at the same concurrency
+## put-if-absent transactions at the same concurrency, against embedded etcd
+## with fsync on (docs/PERFORMANCE.md records the figures)
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 2000x ./state/
+	$(GO) test -run '^$$' -bench . -benchtime 3s ./bench/
 
 clean:
 	rm -rf $(BIN)

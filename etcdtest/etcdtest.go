@@ -17,7 +17,7 @@ import (
 	"github.com/lifelinehq/lifeline/embedetcd"
 )
 
-// The one server of this test binary, started by Main.
+// The one server of this test binary, started by Main or MainWith.
 var (
 	mu     sync.Mutex
 	server *embedetcd.Server
@@ -25,15 +25,30 @@ var (
 	nextNS atomic.Int64
 )
 
-// Main starts the package's etcd server, runs the tests and stops the
-// server. Call it from TestMain:
+// Options say how MainWith runs the package's etcd server.
+type Options struct {
+	// Fsync has etcd sync its write-ahead log and backend to disk, as a
+	// production member does. Tests leave it off for speed; benchmarks turn
+	// it on so that their figures mean something.
+	Fsync bool
+}
+
+// Main starts the package's etcd server without fsync, runs the tests and
+// stops the server. Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { etcdtest.Main(m) }
 func Main(m *testing.M) {
-	os.Exit(run(m))
+	MainWith(m, Options{})
 }
 
-func run(m *testing.M) int {
+// MainWith is Main with options:
+//
+//	func TestMain(m *testing.M) { etcdtest.MainWith(m, etcdtest.Options{Fsync: true}) }
+func MainWith(m *testing.M, opts Options) {
+	os.Exit(run(m, opts))
+}
+
+func run(m *testing.M, opts Options) int {
 	dir, err := os.MkdirTemp("", "lifeline-etcd-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "etcdtest:", err)
@@ -43,7 +58,7 @@ func run(m *testing.M) int {
 	s, err := embedetcd.Start(embedetcd.Config{
 		Dir:                 dir,
 		TickMs:              10,
-		NoFsync:             true,
+		NoFsync:             !opts.Fsync,
 		CompactionRetention: "0",
 		// etcd logs benign errors at start and stop; a test sees real
 		// trouble through its client.
@@ -73,7 +88,7 @@ func Client(tb testing.TB) *clientv3.Client {
 	mu.Lock()
 	defer mu.Unlock()
 	if client == nil {
-		tb.Fatal("etcdtest: no server; call etcdtest.Main from TestMain")
+		tb.Fatal("etcdtest: no server; call etcdtest.Main or MainWith from TestMain")
 	}
 	return client
 }

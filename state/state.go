@@ -211,9 +211,10 @@ func (s *State) apply(ctx context.Context, what string, attempt func(ctx context
 			return nil
 		}
 		s.stats.conflicts.Add(1)
-		if i >= 4 {
-			// Many writers want the same keys; spread them out a little.
-			d := time.Duration(rand.Int64N(int64(time.Millisecond) << min(i-4, 5)))
+		if i >= 2 {
+			// Many writers want the same keys: spread them out, more the
+			// longer they keep colliding, so that every one gets its turn.
+			d := time.Duration(rand.Int64N(int64(time.Millisecond) << min(i-2, 7)))
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
