@@ -21,15 +21,22 @@ type Snapshot struct {
 	Values map[string][]byte
 }
 
-// Snapshot reads the whole namespace at one revision.
+// Snapshot reads the model's keys at one revision: every key of the
+// namespace but the charm archives' chunks.
 func (s *State) Snapshot(ctx context.Context) (*Snapshot, error) {
-	kvs, rev, err := s.listAt(ctx, "")
+	r, err := s.read(ctx, getKeys(machinesPrefix, 1))
 	if err != nil {
 		return nil, err
 	}
-	snap := &Snapshot{Revision: rev, Values: make(map[string][]byte, len(kvs))}
-	for _, kv := range kvs {
-		snap.Values[string(kv.Key)] = kv.Value
+	snap := &Snapshot{Revision: r.rev, Values: map[string][]byte{}}
+	for _, p := range modelPrefixes {
+		kvs, err := s.listRev(ctx, p, false, r.rev)
+		if err != nil {
+			return nil, err
+		}
+		for _, kv := range kvs {
+			snap.Values[string(kv.Key)] = kv.Value
+		}
 	}
 	return snap, nil
 }
@@ -215,6 +222,26 @@ func CheckInvariants(snap *Snapshot) error {
 		}
 		if _, ok := snap.Values[ek]; !ok {
 			bad("status %s of an entity that does not exist", k)
+		}
+	}
+	for k := range snap.Values {
+		var ek string
+		switch {
+		case strings.HasPrefix(k, resolvedPrefix):
+			ek = UnitKey(strings.TrimPrefix(k, resolvedPrefix))
+		case strings.HasPrefix(k, credentialsPrefix):
+			kind, id, err := names.ParseTag(strings.TrimPrefix(k, credentialsPrefix))
+			switch {
+			case err != nil:
+				bad("credential %s: %v", k, err)
+			case kind == names.KindMachine:
+				ek = MachineKey(id)
+			case kind == names.KindUnit:
+				ek = UnitKey(id)
+			}
+		}
+		if _, ok := snap.Values[ek]; ek != "" && !ok {
+			bad("%s outlives its entity", k)
 		}
 	}
 	for k, item := range m.cleanups {

@@ -37,7 +37,11 @@ const (
 var EntityPrefixes = []string{
 	machinesPrefix, servicesPrefix, unitsPrefix, relationsPrefix, scopesPrefix,
 	settingsPrefix, configPrefix, relkeysPrefix, statusPrefix, cleanupsPrefix, "refs/",
+	resolvedPrefix,
 }
+
+// modelPrefixes are what Snapshot reads: everything but charm archives.
+var modelPrefixes = append([]string{seqPrefix, credentialsPrefix, charmsPrefix, charmShasPrefix}, EntityPrefixes...)
 
 // MachineKey is the key of machine id.
 func MachineKey(id string) string { return machinesPrefix + id }

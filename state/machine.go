@@ -8,6 +8,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
+	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -233,6 +234,7 @@ func (s *State) RemoveMachine(ctx context.Context, id string) error {
 		for _, k := range machineStatusKinds {
 			c.del(StatusKey(k, id))
 		}
+		c.del(credentialKey(names.MachineTag(id)))
 		return c, nil
 	})
 }

@@ -486,6 +486,8 @@ func removeUnitOps(c *change, u *pb.Unit) {
 		c.del(StatusKey(k, u.Name))
 	}
 	c.del(cleanupKey(cleanupUnitDying, u.Name))
+	c.del(ResolvedKey(u.Name))
+	c.del(credentialKey(names.UnitTag(u.Name)))
 }
 
 // joinMore joins names with commas, adding "and more" when the list was cut.

@@ -243,6 +243,58 @@ func (CleanupKind) EnumDescriptor() ([]byte, []int) {
 	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{3}
 }
 
+// ResolvedMode is how an operator resolved a unit's failed hook.
+type ResolvedMode int32
+
+const (
+	ResolvedMode_RESOLVED_MODE_UNSPECIFIED ResolvedMode = 0
+	// Run the failed hook again.
+	ResolvedMode_RESOLVED_MODE_RETRY ResolvedMode = 1
+	// Count the failed hook as done and move on.
+	ResolvedMode_RESOLVED_MODE_NO_RETRY ResolvedMode = 2
+)
+
+// Enum value maps for ResolvedMode.
+var (
+	ResolvedMode_name = map[int32]string{
+		0: "RESOLVED_MODE_UNSPECIFIED",
+		1: "RESOLVED_MODE_RETRY",
+		2: "RESOLVED_MODE_NO_RETRY",
+	}
+	ResolvedMode_value = map[string]int32{
+		"RESOLVED_MODE_UNSPECIFIED": 0,
+		"RESOLVED_MODE_RETRY":       1,
+		"RESOLVED_MODE_NO_RETRY":    2,
+	}
+)
+
+func (x ResolvedMode) Enum() *ResolvedMode {
+	p := new(ResolvedMode)
+	*p = x
+	return p
+}
+
+func (x ResolvedMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ResolvedMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_lifeline_v1_model_proto_enumTypes[4].Descriptor()
+}
+
+func (ResolvedMode) Type() protoreflect.EnumType {
+	return &file_lifeline_v1_model_proto_enumTypes[4]
+}
+
+func (x ResolvedMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ResolvedMode.Descriptor instead.
+func (ResolvedMode) EnumDescriptor() ([]byte, []int) {
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{4}
+}
+
 // Machine is stored at machines/<id>.
 type Machine struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1146,6 +1198,243 @@ func (x *Cleanup) GetNotBeforeUnixNano() int64 {
 	return 0
 }
 
+// ConfigOption is one option a charm's config.yaml declares.
+type ConfigOption struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// type is string, int, float or boolean.
+	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	// default is unset when the option has no default.
+	Default       *ConfigValue `protobuf:"bytes,3,opt,name=default,proto3" json:"default,omitempty"`
+	Description   string       `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigOption) Reset() {
+	*x = ConfigOption{}
+	mi := &file_lifeline_v1_model_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigOption) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigOption) ProtoMessage() {}
+
+func (x *ConfigOption) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_model_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigOption.ProtoReflect.Descriptor instead.
+func (*ConfigOption) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ConfigOption) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ConfigOption) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ConfigOption) GetDefault() *ConfigValue {
+	if x != nil {
+		return x.Default
+	}
+	return nil
+}
+
+func (x *ConfigOption) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+// Charm is one stored charm revision, at charms/<name>/<revision>. Its
+// archive is stored content-addressed, in chunks, under charmblobs/<sha256>/.
+type Charm struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Revision int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// sha256 of the archive, hex.
+	Sha256      string          `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Size        int64           `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	Summary     string          `protobuf:"bytes,5,opt,name=summary,proto3" json:"summary,omitempty"`
+	Subordinate bool            `protobuf:"varint,6,opt,name=subordinate,proto3" json:"subordinate,omitempty"`
+	Endpoints   []*Endpoint     `protobuf:"bytes,7,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	Options     []*ConfigOption `protobuf:"bytes,8,rep,name=options,proto3" json:"options,omitempty"`
+	// hooks are the charm's executable hook files.
+	Hooks []string `protobuf:"bytes,9,rep,name=hooks,proto3" json:"hooks,omitempty"`
+	// chunks is how many chunks the archive is stored in.
+	Chunks        int32 `protobuf:"varint,10,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Charm) Reset() {
+	*x = Charm{}
+	mi := &file_lifeline_v1_model_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Charm) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Charm) ProtoMessage() {}
+
+func (x *Charm) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_model_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Charm.ProtoReflect.Descriptor instead.
+func (*Charm) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Charm) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Charm) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *Charm) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *Charm) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Charm) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *Charm) GetSubordinate() bool {
+	if x != nil {
+		return x.Subordinate
+	}
+	return false
+}
+
+func (x *Charm) GetEndpoints() []*Endpoint {
+	if x != nil {
+		return x.Endpoints
+	}
+	return nil
+}
+
+func (x *Charm) GetOptions() []*ConfigOption {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+func (x *Charm) GetHooks() []string {
+	if x != nil {
+		return x.Hooks
+	}
+	return nil
+}
+
+func (x *Charm) GetChunks() int32 {
+	if x != nil {
+		return x.Chunks
+	}
+	return 0
+}
+
+// Resolved is stored at resolved/<unit> until the unit's agent acts on it.
+type Resolved struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Mode          ResolvedMode           `protobuf:"varint,1,opt,name=mode,proto3,enum=lifeline.v1.ResolvedMode" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Resolved) Reset() {
+	*x = Resolved{}
+	mi := &file_lifeline_v1_model_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Resolved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Resolved) ProtoMessage() {}
+
+func (x *Resolved) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_model_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Resolved.ProtoReflect.Descriptor instead.
+func (*Resolved) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Resolved) GetMode() ResolvedMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ResolvedMode_RESOLVED_MODE_UNSPECIFIED
+}
+
 var File_lifeline_v1_model_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_model_proto_rawDesc = "" +
@@ -1224,7 +1513,26 @@ const file_lifeline_v1_model_proto_rawDesc = "" +
 	"\aCleanup\x12,\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x18.lifeline.v1.CleanupKindR\x04kind\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12/\n" +
-	"\x14not_before_unix_nano\x18\x03 \x01(\x03R\x11notBeforeUnixNano*K\n" +
+	"\x14not_before_unix_nano\x18\x03 \x01(\x03R\x11notBeforeUnixNano\"\x8c\x01\n" +
+	"\fConfigOption\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x122\n" +
+	"\adefault\x18\x03 \x01(\v2\x18.lifeline.v1.ConfigValueR\adefault\x12 \n" +
+	"\vdescription\x18\x04 \x01(\tR\vdescription\"\xb7\x02\n" +
+	"\x05Charm\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x16\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x18\n" +
+	"\asummary\x18\x05 \x01(\tR\asummary\x12 \n" +
+	"\vsubordinate\x18\x06 \x01(\bR\vsubordinate\x123\n" +
+	"\tendpoints\x18\a \x03(\v2\x15.lifeline.v1.EndpointR\tendpoints\x123\n" +
+	"\aoptions\x18\b \x03(\v2\x19.lifeline.v1.ConfigOptionR\aoptions\x12\x14\n" +
+	"\x05hooks\x18\t \x03(\tR\x05hooks\x12\x16\n" +
+	"\x06chunks\x18\n" +
+	" \x01(\x05R\x06chunks\"9\n" +
+	"\bResolved\x12-\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x19.lifeline.v1.ResolvedModeR\x04mode*K\n" +
 	"\x04Life\x12\x14\n" +
 	"\x10LIFE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -1246,7 +1554,11 @@ const file_lifeline_v1_model_proto_rawDesc = "" +
 	"\x1aCLEANUP_KIND_SERVICE_DYING\x10\x01\x12\x1b\n" +
 	"\x17CLEANUP_KIND_UNIT_DYING\x10\x02\x12\x1b\n" +
 	"\x17CLEANUP_KIND_FORCE_UNIT\x10\x03\x12\x1e\n" +
-	"\x1aCLEANUP_KIND_FORCE_MACHINE\x10\x04B=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
+	"\x1aCLEANUP_KIND_FORCE_MACHINE\x10\x04*b\n" +
+	"\fResolvedMode\x12\x1d\n" +
+	"\x19RESOLVED_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13RESOLVED_MODE_RETRY\x10\x01\x12\x1a\n" +
+	"\x16RESOLVED_MODE_NO_RETRY\x10\x02B=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
 
 var (
 	file_lifeline_v1_model_proto_rawDescOnce sync.Once
@@ -1260,52 +1572,60 @@ func file_lifeline_v1_model_proto_rawDescGZIP() []byte {
 	return file_lifeline_v1_model_proto_rawDescData
 }
 
-var file_lifeline_v1_model_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lifeline_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_lifeline_v1_model_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_lifeline_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_lifeline_v1_model_proto_goTypes = []any{
 	(Life)(0),                // 0: lifeline.v1.Life
 	(Role)(0),                // 1: lifeline.v1.Role
 	(Scope)(0),               // 2: lifeline.v1.Scope
 	(CleanupKind)(0),         // 3: lifeline.v1.CleanupKind
-	(*Machine)(nil),          // 4: lifeline.v1.Machine
-	(*CharmRef)(nil),         // 5: lifeline.v1.CharmRef
-	(*Endpoint)(nil),         // 6: lifeline.v1.Endpoint
-	(*Service)(nil),          // 7: lifeline.v1.Service
-	(*ConfigValue)(nil),      // 8: lifeline.v1.ConfigValue
-	(*ServiceConfig)(nil),    // 9: lifeline.v1.ServiceConfig
-	(*Unit)(nil),             // 10: lifeline.v1.Unit
-	(*RelationEndpoint)(nil), // 11: lifeline.v1.RelationEndpoint
-	(*Relation)(nil),         // 12: lifeline.v1.Relation
-	(*ScopeEntry)(nil),       // 13: lifeline.v1.ScopeEntry
-	(*Settings)(nil),         // 14: lifeline.v1.Settings
-	(*Status)(nil),           // 15: lifeline.v1.Status
-	(*Cleanup)(nil),          // 16: lifeline.v1.Cleanup
-	nil,                      // 17: lifeline.v1.ServiceConfig.ValuesEntry
-	nil,                      // 18: lifeline.v1.Settings.ValuesEntry
-	nil,                      // 19: lifeline.v1.Status.DataEntry
+	(ResolvedMode)(0),        // 4: lifeline.v1.ResolvedMode
+	(*Machine)(nil),          // 5: lifeline.v1.Machine
+	(*CharmRef)(nil),         // 6: lifeline.v1.CharmRef
+	(*Endpoint)(nil),         // 7: lifeline.v1.Endpoint
+	(*Service)(nil),          // 8: lifeline.v1.Service
+	(*ConfigValue)(nil),      // 9: lifeline.v1.ConfigValue
+	(*ServiceConfig)(nil),    // 10: lifeline.v1.ServiceConfig
+	(*Unit)(nil),             // 11: lifeline.v1.Unit
+	(*RelationEndpoint)(nil), // 12: lifeline.v1.RelationEndpoint
+	(*Relation)(nil),         // 13: lifeline.v1.Relation
+	(*ScopeEntry)(nil),       // 14: lifeline.v1.ScopeEntry
+	(*Settings)(nil),         // 15: lifeline.v1.Settings
+	(*Status)(nil),           // 16: lifeline.v1.Status
+	(*Cleanup)(nil),          // 17: lifeline.v1.Cleanup
+	(*ConfigOption)(nil),     // 18: lifeline.v1.ConfigOption
+	(*Charm)(nil),            // 19: lifeline.v1.Charm
+	(*Resolved)(nil),         // 20: lifeline.v1.Resolved
+	nil,                      // 21: lifeline.v1.ServiceConfig.ValuesEntry
+	nil,                      // 22: lifeline.v1.Settings.ValuesEntry
+	nil,                      // 23: lifeline.v1.Status.DataEntry
 }
 var file_lifeline_v1_model_proto_depIdxs = []int32{
 	0,  // 0: lifeline.v1.Machine.life:type_name -> lifeline.v1.Life
 	1,  // 1: lifeline.v1.Endpoint.role:type_name -> lifeline.v1.Role
 	2,  // 2: lifeline.v1.Endpoint.scope:type_name -> lifeline.v1.Scope
 	0,  // 3: lifeline.v1.Service.life:type_name -> lifeline.v1.Life
-	5,  // 4: lifeline.v1.Service.charm:type_name -> lifeline.v1.CharmRef
-	6,  // 5: lifeline.v1.Service.endpoints:type_name -> lifeline.v1.Endpoint
-	17, // 6: lifeline.v1.ServiceConfig.values:type_name -> lifeline.v1.ServiceConfig.ValuesEntry
+	6,  // 4: lifeline.v1.Service.charm:type_name -> lifeline.v1.CharmRef
+	7,  // 5: lifeline.v1.Service.endpoints:type_name -> lifeline.v1.Endpoint
+	21, // 6: lifeline.v1.ServiceConfig.values:type_name -> lifeline.v1.ServiceConfig.ValuesEntry
 	0,  // 7: lifeline.v1.Unit.life:type_name -> lifeline.v1.Life
-	6,  // 8: lifeline.v1.RelationEndpoint.endpoint:type_name -> lifeline.v1.Endpoint
+	7,  // 8: lifeline.v1.RelationEndpoint.endpoint:type_name -> lifeline.v1.Endpoint
 	0,  // 9: lifeline.v1.Relation.life:type_name -> lifeline.v1.Life
-	11, // 10: lifeline.v1.Relation.endpoints:type_name -> lifeline.v1.RelationEndpoint
+	12, // 10: lifeline.v1.Relation.endpoints:type_name -> lifeline.v1.RelationEndpoint
 	2,  // 11: lifeline.v1.Relation.scope:type_name -> lifeline.v1.Scope
-	18, // 12: lifeline.v1.Settings.values:type_name -> lifeline.v1.Settings.ValuesEntry
-	19, // 13: lifeline.v1.Status.data:type_name -> lifeline.v1.Status.DataEntry
+	22, // 12: lifeline.v1.Settings.values:type_name -> lifeline.v1.Settings.ValuesEntry
+	23, // 13: lifeline.v1.Status.data:type_name -> lifeline.v1.Status.DataEntry
 	3,  // 14: lifeline.v1.Cleanup.kind:type_name -> lifeline.v1.CleanupKind
-	8,  // 15: lifeline.v1.ServiceConfig.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	9,  // 15: lifeline.v1.ConfigOption.default:type_name -> lifeline.v1.ConfigValue
+	7,  // 16: lifeline.v1.Charm.endpoints:type_name -> lifeline.v1.Endpoint
+	18, // 17: lifeline.v1.Charm.options:type_name -> lifeline.v1.ConfigOption
+	4,  // 18: lifeline.v1.Resolved.mode:type_name -> lifeline.v1.ResolvedMode
+	9,  // 19: lifeline.v1.ServiceConfig.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_model_proto_init() }
@@ -1324,8 +1644,8 @@ func file_lifeline_v1_model_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_model_proto_rawDesc), len(file_lifeline_v1_model_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   16,
+			NumEnums:      5,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,147 @@
+package state
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/lifelinehq/lifeline/names"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// Charms are stored as a record per revision, charms/<name>/<revision>, and
+// their archives content-addressed in chunks, charmblobs/<sha256>/<n>, so
+// that no etcd request exceeds its size limit (1.5 MiB by default).
+// charmshas/<name>/<sha256> names the revision an archive already has.
+const (
+	charmsPrefix     = "charms/"
+	charmBlobsPrefix = "charmblobs/"
+	charmShasPrefix  = "charmshas/"
+
+	// charmChunk is the size of one stored piece of an archive.
+	charmChunk = 1 << 20
+)
+
+// CharmKey is the key of a charm revision.
+func CharmKey(name string, rev int64) string {
+	return charmsPrefix + name + "/" + strconv.FormatInt(rev, 10)
+}
+
+func charmChunkKey(sha string, i int) string {
+	return fmt.Sprintf("%s%s/%06d", charmBlobsPrefix, sha, i)
+}
+func charmShaKey(name, sha string) string { return charmShasPrefix + name + "/" + sha }
+func seqCharmKey(name string) string      { return seqPrefix + "charm/" + name }
+
+// AddCharm stores a charm's archive and record under the next revision of
+// its name, and returns the record. The same archive uploaded again gets
+// the revision it already has. The caller has parsed and validated the
+// charm; c describes it (its revision and chunk count are set here).
+func (s *State) AddCharm(ctx context.Context, c *pb.Charm, archive []byte) (*pb.Charm, error) {
+	if !names.ValidService(c.GetName()) {
+		return nil, invalidf("invalid charm name %q", c.GetName())
+	}
+	sum := sha256.Sum256(archive)
+	sha := hex.EncodeToString(sum[:])
+	if c.Sha256 != "" && c.Sha256 != sha {
+		return nil, invalidf("charm %s: archive sha256 is %s, not %s as declared", c.Name, sha, c.Sha256)
+	}
+	if existing, err := s.charmBySha(ctx, c.Name, sha); err == nil || !isNotFound(err) {
+		return existing, err
+	}
+	// The chunks first, each its own small write: an archive whose record
+	// never lands is garbage, never a dangling reference.
+	chunks := 0
+	for off := 0; off < len(archive) || chunks == 0; off += charmChunk {
+		end := min(off+charmChunk, len(archive))
+		if _, err := s.kv.Put(ctx, charmChunkKey(sha, chunks), string(archive[off:end])); err != nil {
+			return nil, fmt.Errorf("store charm %s: %w", c.Name, err)
+		}
+		chunks++
+	}
+	rec := protoClone(c)
+	rec.Sha256, rec.Size, rec.Chunks = sha, int64(len(archive)), int32(chunks)
+	err := s.apply(ctx, "add charm "+c.Name, func(ctx context.Context) (*change, error) {
+		r, err := s.read(ctx, get(seqCharmKey(c.Name)), get(charmShaKey(c.Name, sha)))
+		if err != nil {
+			return nil, err
+		}
+		if kv := r.one(1); kv != nil {
+			rev, _ := strconv.ParseInt(string(kv.Value), 10, 64)
+			rec.Revision = rev
+			return nil, errNothingToDo
+		}
+		next, seqRev, err := seqValue(r.one(0))
+		if err != nil {
+			return nil, err
+		}
+		rec.Revision = next
+		ch := &change{}
+		ch.ifMod(seqCharmKey(c.Name), seqRev)
+		ch.ifAbsent(charmShaKey(c.Name, sha))
+		ch.putRaw(seqCharmKey(c.Name), strconv.FormatInt(next+1, 10))
+		ch.put(CharmKey(c.Name, next), rec)
+		ch.putRaw(charmShaKey(c.Name, sha), strconv.FormatInt(next, 10))
+		return ch, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.Charm(ctx, c.Name, rec.Revision)
+}
+
+func (s *State) charmBySha(ctx context.Context, name, sha string) (*pb.Charm, error) {
+	r, err := s.read(ctx, get(charmShaKey(name, sha)))
+	if err != nil {
+		return nil, err
+	}
+	kv := r.one(0)
+	if kv == nil {
+		return nil, notFoundf("charm %s has no revision with sha256 %s", name, sha)
+	}
+	rev, err := strconv.ParseInt(string(kv.Value), 10, 64)
+	if err != nil {
+		return nil, invalidf("corrupt charm index %s", kv.Key)
+	}
+	return s.Charm(ctx, name, rev)
+}
+
+// Charm returns revision rev of the named charm.
+func (s *State) Charm(ctx context.Context, name string, rev int64) (*pb.Charm, error) {
+	r, err := s.read(ctx, get(CharmKey(name, rev)))
+	if err != nil {
+		return nil, err
+	}
+	c, err := decode[pb.Charm](r.one(0))
+	if err != nil {
+		return nil, err
+	}
+	if c == nil {
+		return nil, notFoundf("charm %s revision %d not found", name, rev)
+	}
+	return c.v, nil
+}
+
+// CharmArchive returns the archive of a stored charm revision.
+func (s *State) CharmArchive(ctx context.Context, c *pb.Charm) ([]byte, error) {
+	out := make([]byte, 0, c.Size)
+	for i := 0; i < int(c.Chunks); i++ {
+		resp, err := s.kv.Get(ctx, charmChunkKey(c.Sha256, i))
+		if err != nil {
+			return nil, err
+		}
+		if len(resp.Kvs) == 0 {
+			return nil, notFoundf("charm %s revision %d: archive chunk %d is missing", c.Name, c.Revision, i)
+		}
+		out = append(out, resp.Kvs[0].Value...)
+	}
+	if int64(len(out)) != c.Size {
+		return nil, invalidf("charm %s revision %d: archive is %d bytes, want %d", c.Name, c.Revision, len(out), c.Size)
+	}
+	return out, nil
+}
+
+func isNotFound(err error) bool { return err != nil && errors.Is(err, ErrNotFound) }

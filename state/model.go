@@ -1,0 +1,125 @@
+package state
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// Model is the whole model at one revision, decoded: what status shows.
+type Model struct {
+	Revision  int64
+	Machines  []*pb.Machine // by id, numerically
+	Services  []*pb.Service // by name
+	Units     []*pb.Unit    // by name, numbers numerically
+	Relations []*pb.Relation
+	// Scopes maps a relation id to the units in its scope, sorted.
+	Scopes map[int64][]string
+	// Statuses maps StatusKey(kind, id) to the status.
+	Statuses map[string]*pb.Status
+	// Cleanups are the cleaner's pending items.
+	Cleanups []*pb.Cleanup
+}
+
+// Model reads the whole model at one revision.
+func (s *State) Model(ctx context.Context) (*Model, error) {
+	r, err := s.read(ctx, getKeys(machinesPrefix, 1))
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{Revision: r.rev, Scopes: map[int64][]string{}, Statuses: map[string]*pb.Status{}}
+	each := func(prefix string, keysOnly bool, f func(kv *mvccpb.KeyValue) error) error {
+		kvs, err := s.listRev(ctx, prefix, keysOnly, r.rev)
+		if err != nil {
+			return err
+		}
+		for _, kv := range kvs {
+			if err := f(kv); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	steps := []struct {
+		prefix   string
+		keysOnly bool
+		f        func(kv *mvccpb.KeyValue) error
+	}{
+		{machinesPrefix, false, collect(&m.Machines)},
+		{servicesPrefix, false, collect(&m.Services)},
+		{unitsPrefix, false, collect(&m.Units)},
+		{relationsPrefix, false, collect(&m.Relations)},
+		{cleanupsPrefix, false, collect(&m.Cleanups)},
+		{scopesPrefix, true, func(kv *mvccpb.KeyValue) error {
+			rel, unit, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), scopesPrefix), "/")
+			id, err := strconv.ParseInt(rel, 10, 64)
+			if err != nil {
+				return invalidf("corrupt scope key %s", kv.Key)
+			}
+			m.Scopes[id] = append(m.Scopes[id], unit)
+			return nil
+		}},
+		{statusPrefix, false, func(kv *mvccpb.KeyValue) error {
+			st := &pb.Status{}
+			if err := proto.Unmarshal(kv.Value, st); err != nil {
+				return invalidf("corrupt status %s: %v", kv.Key, err)
+			}
+			m.Statuses[string(kv.Key)] = st
+			return nil
+		}},
+	}
+	for _, step := range steps {
+		if err := each(step.prefix, step.keysOnly, step.f); err != nil {
+			return nil, err
+		}
+	}
+	sort.Slice(m.Machines, func(i, j int) bool { return numLess(m.Machines[i].Id, m.Machines[j].Id) })
+	sort.Slice(m.Units, func(i, j int) bool { return unitLess(m.Units[i].Name, m.Units[j].Name) })
+	sort.Slice(m.Relations, func(i, j int) bool { return m.Relations[i].Id < m.Relations[j].Id })
+	for _, units := range m.Scopes {
+		sort.Slice(units, func(i, j int) bool { return unitLess(units[i], units[j]) })
+	}
+	return m, nil
+}
+
+// Status returns the model's status of an entity, or nil.
+func (m *Model) Status(kind StatusKind, id string) *pb.Status { return m.Statuses[StatusKey(kind, id)] }
+
+// collect returns a function that decodes a value into a new element of *out.
+func collect[T any, P interface {
+	*T
+	proto.Message
+}](out *[]P) func(kv *mvccpb.KeyValue) error {
+	return func(kv *mvccpb.KeyValue) error {
+		rec, err := decode[T, P](kv)
+		if err != nil {
+			return err
+		}
+		*out = append(*out, rec.v)
+		return nil
+	}
+}
+
+// numLess orders decimal ids numerically.
+func numLess(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
+}
+
+// unitLess orders unit names by service, then numerically.
+func unitLess(a, b string) bool {
+	sa, na, _ := strings.Cut(a, "/")
+	sb, nb, _ := strings.Cut(b, "/")
+	if sa != sb {
+		return sa < sb
+	}
+	return numLess(na, nb)
+}
