@@ -4,7 +4,7 @@
 GO        ?= go
 BIN       := $(CURDIR)/bin
 BUF_VERSION                := v1.59.0
-PROTOC_GEN_GO_VERSION      := v1.36.11
+PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
 export PATH := $(BIN):$(PATH)

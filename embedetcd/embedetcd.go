@@ -107,6 +107,8 @@ func Start(cfg Config) (*Server, error) {
 	closing := new(atomic.Bool)
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(newZapCore(cfg.Logger, closing)))
 	ec.LogLevel = "warn"
+	// Left unset, every request counts as slow and is logged as a warning.
+	ec.WarningUnaryRequestDuration = 300 * time.Millisecond
 
 	e, err := embed.StartEtcd(ec)
 	if err != nil {

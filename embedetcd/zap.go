@@ -46,7 +46,21 @@ func (c *zapCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.Chec
 	return ce
 }
 
+// benign are warnings etcd gives about choices this package made on
+// purpose for a member that only the controller reaches, over a socket in
+// its data directory; they are logged at debug level.
+var benign = map[string]bool{
+	"Running http and grpc server on single port. This is not recommended for production.": true,
+	"simple token is not cryptographically signed":                                         true,
+}
+
 func (c *zapCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	if benign[e.Message] {
+		e.Level = zapcore.DebugLevel
+		if !c.logger.IsDebug() {
+			return nil
+		}
+	}
 	enc := zapcore.NewMapObjectEncoder()
 	for _, f := range c.fields {
 		f.AddTo(enc)

@@ -37,7 +37,7 @@ func charmShaKey(name, sha string) string { return charmShasPrefix + name + "/" 
 func seqCharmKey(name string) string      { return seqPrefix + "charm/" + name }
 
 // AddCharm stores a charm's archive and record under the next revision of
-// its name, and returns the record. The same archive uploaded again gets
+// its name (the first is 1), and returns the record. The same archive uploaded again gets
 // the revision it already has. The caller has parsed and validated the
 // charm; c describes it (its revision and chunk count are set here).
 func (s *State) AddCharm(ctx context.Context, c *pb.Charm, archive []byte) (*pb.Charm, error) {
@@ -74,15 +74,17 @@ func (s *State) AddCharm(ctx context.Context, c *pb.Charm, archive []byte) (*pb.
 			rec.Revision = rev
 			return nil, errNothingToDo
 		}
-		next, seqRev, err := seqValue(r.one(0))
+		last, seqRev, err := seqValue(r.one(0))
 		if err != nil {
 			return nil, err
 		}
+		// Revisions count from 1; the sequence holds the last one given.
+		next := last + 1
 		rec.Revision = next
 		ch := &change{}
 		ch.ifMod(seqCharmKey(c.Name), seqRev)
 		ch.ifAbsent(charmShaKey(c.Name, sha))
-		ch.putRaw(seqCharmKey(c.Name), strconv.FormatInt(next+1, 10))
+		ch.putRaw(seqCharmKey(c.Name), strconv.FormatInt(next, 10))
 		ch.put(CharmKey(c.Name, next), rec)
 		ch.putRaw(charmShaKey(c.Name, sha), strconv.FormatInt(next, 10))
 		return ch, nil
@@ -109,8 +111,20 @@ func (s *State) charmBySha(ctx context.Context, name, sha string) (*pb.Charm, er
 	return s.Charm(ctx, name, rev)
 }
 
-// Charm returns revision rev of the named charm.
+// Charm returns revision rev of the named charm; revision 0 is the latest.
 func (s *State) Charm(ctx context.Context, name string, rev int64) (*pb.Charm, error) {
+	if rev == 0 {
+		r, err := s.read(ctx, get(seqCharmKey(name)))
+		if err != nil {
+			return nil, err
+		}
+		if rev, _, err = seqValue(r.one(0)); err != nil {
+			return nil, err
+		}
+		if rev == 0 {
+			return nil, notFoundf("charm %s not found: upload it first", name)
+		}
+	}
 	r, err := s.read(ctx, get(CharmKey(name, rev)))
 	if err != nil {
 		return nil, err

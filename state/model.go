@@ -123,3 +123,13 @@ func unitLess(a, b string) bool {
 	}
 	return numLess(na, nb)
 }
+
+// Revision returns the store's current revision: it changes with every
+// write, so a watcher of the whole model can tell cheaply whether to look.
+func (s *State) Revision(ctx context.Context) (int64, error) {
+	r, err := s.read(ctx, getKeys(seqMachine, 1))
+	if err != nil {
+		return 0, err
+	}
+	return r.rev, nil
+}

@@ -14,8 +14,8 @@ func TestCharmsAreRevisionedAndContentAddressed(t *testing.T) {
 	big := bytes.Repeat([]byte("lifeline"), 400_000) // 3.2 MB: four chunks
 	c1, err := st.AddCharm(ctx, &pb.Charm{Name: "kv", Summary: "a kv store"}, big)
 	must(t, "AddCharm", err)
-	if c1.Revision != 0 || c1.Chunks != 4 || c1.Size != int64(len(big)) {
-		t.Errorf("AddCharm = revision %d, %d chunks, %d bytes; want 0, 4, %d", c1.Revision, c1.Chunks, c1.Size, len(big))
+	if c1.Revision != 1 || c1.Chunks != 4 || c1.Size != int64(len(big)) {
+		t.Errorf("AddCharm = revision %d, %d chunks, %d bytes; want 1, 4, %d", c1.Revision, c1.Chunks, c1.Size, len(big))
 	}
 	again, err := st.AddCharm(ctx, &pb.Charm{Name: "kv"}, big)
 	must(t, "AddCharm again", err)
@@ -24,8 +24,11 @@ func TestCharmsAreRevisionedAndContentAddressed(t *testing.T) {
 	}
 	c2, err := st.AddCharm(ctx, &pb.Charm{Name: "kv"}, []byte("other"))
 	must(t, "AddCharm other", err)
-	if c2.Revision != 1 {
-		t.Errorf("a new archive got revision %d, want 1", c2.Revision)
+	if c2.Revision != 2 {
+		t.Errorf("a new archive got revision %d, want 2", c2.Revision)
+	}
+	if latest, err := st.Charm(ctx, "kv", 0); err != nil || latest.Revision != 2 {
+		t.Errorf("Charm(kv, latest) = %v, %v; want revision 2", latest, err)
 	}
 	got, err := st.CharmArchive(ctx, c1)
 	must(t, "CharmArchive", err)

@@ -50,11 +50,19 @@ type WatchBatch struct {
 // re-listing. The channel closes when ctx ends.
 func (s *State) Watch(ctx context.Context, prefix string, after int64) <-chan WatchBatch {
 	out := make(chan WatchBatch)
-	go s.watch(ctx, prefix, after, out)
+	go s.watch(ctx, prefix, true, after, out)
 	return out
 }
 
-func (s *State) watch(ctx context.Context, prefix string, rev int64, out chan<- WatchBatch) {
+// WatchKey is Watch of exactly one key: "units/kv/1" and not also
+// "units/kv/10".
+func (s *State) WatchKey(ctx context.Context, key string, after int64) <-chan WatchBatch {
+	out := make(chan WatchBatch)
+	go s.watch(ctx, key, false, after, out)
+	return out
+}
+
+func (s *State) watch(ctx context.Context, prefix string, isPrefix bool, rev int64, out chan<- WatchBatch) {
 	defer close(out)
 	send := func(b WatchBatch) bool {
 		select {
@@ -68,7 +76,7 @@ func (s *State) watch(ctx context.Context, prefix string, rev int64, out chan<- 
 	relist := rev == 0
 	for ctx.Err() == nil {
 		if relist {
-			kvs, at, err := s.listAt(ctx, prefix)
+			kvs, at, err := s.listAt(ctx, prefix, isPrefix)
 			if err != nil {
 				if !sleepCtx(ctx, bo.NextBackOff()) {
 					return
@@ -85,7 +93,11 @@ func (s *State) watch(ctx context.Context, prefix string, rev int64, out chan<- 
 			rev, relist = at, false
 		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		wch := s.watcher.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
+		opts := []clientv3.OpOption{clientv3.WithRev(rev + 1), clientv3.WithProgressNotify()}
+		if isPrefix {
+			opts = append(opts, clientv3.WithPrefix())
+		}
+		wch := s.watcher.Watch(wctx, prefix, opts...)
 		for resp := range wch {
 			if resp.CompactRevision != 0 {
 				relist = true
@@ -128,8 +140,16 @@ func (s *State) watch(ctx context.Context, prefix string, rev int64, out chan<- 
 	}
 }
 
-// listAt lists every key under prefix at one revision, which it returns.
-func (s *State) listAt(ctx context.Context, prefix string) ([]*mvccpb.KeyValue, int64, error) {
+// listAt lists every key under prefix (or the one key, when !isPrefix) at
+// one revision, which it returns.
+func (s *State) listAt(ctx context.Context, prefix string, isPrefix bool) ([]*mvccpb.KeyValue, int64, error) {
+	if !isPrefix {
+		r, err := s.read(ctx, get(prefix))
+		if err != nil {
+			return nil, 0, err
+		}
+		return r.all(0), r.rev, nil
+	}
 	// Pin the revision first, so that all pages read the same one.
 	r, err := s.read(ctx, getKeys(prefix, 1))
 	if err != nil {

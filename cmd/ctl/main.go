@@ -1,14 +1,203 @@
-// Command ctl is the operator's client of a Lifeline controller.
-//
-// The commands arrive with the controller issue; until then ctl only says so.
+// ctl's composition root: main reads the environment once (where the client
+// config is, the default data directory, where lifelined is) into an env,
+// builds the command tree with it, runs it, and turns the outcome into an
+// exit status (see doc.go).
+
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/status"
 )
 
 func main() {
-	fmt.Fprintln(os.Stderr, "ctl: no commands yet: the controller API is not built")
-	os.Exit(2)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], newEnv())
+	stop()
+	os.Exit(code)
+}
+
+// env is what ctl takes from its environment, read once by main.
+type env struct {
+	stdout, stderr io.Writer
+	// stdoutTTY and stderrTTY say whether they are terminals (progress lines
+	// and redraws use \r and escape codes only there).
+	stdoutTTY, stderrTTY bool
+	// configPath is the client config: $LIFELINE_CONFIG, or the default
+	// under the user's config directory; configErr says why there is none.
+	configPath string
+	configErr  error
+	// defaultDataDir is bootstrap's default --data-dir.
+	defaultDataDir string
+	// lifelined is the daemon's binary for bootstrap (lifelinedErr when not
+	// found).
+	lifelined    string
+	lifelinedErr error
+}
+
+func newEnv() *env {
+	e := &env{
+		stdout: os.Stdout, stderr: os.Stderr,
+		stdoutTTY: isTerminal(os.Stdout), stderrTTY: isTerminal(os.Stderr),
+	}
+	e.configPath, e.configErr = defaultClientConfigPath()
+	e.defaultDataDir = defaultDataDir()
+	e.lifelined, e.lifelinedErr = findLifelined()
+	return e
+}
+
+// isTerminal says whether f is a character device: a terminal, in practice.
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// defaultDataDir is $XDG_DATA_HOME/lifeline/controller, or
+// ~/.local/share/lifeline/controller.
+func defaultDataDir() string {
+	if d := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "lifeline", "controller")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "share", "lifeline", "controller")
+	}
+	return ""
+}
+
+// run runs ctl with args and returns its exit status.
+func run(ctx context.Context, args []string, e *env) int {
+	root := rootCommand(e)
+	root.SetArgs(args)
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	return report(e.stderr, root.ExecuteContext(ctx))
+}
+
+// report prints what went wrong, if anything, and returns the exit status.
+func report(w io.Writer, err error) int {
+	var ue usageError
+	var ee exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code // already said
+	case errors.As(err, &ue):
+		fmt.Fprintf(w, "%s: %v\n", ue.cmd.CommandPath(), ue.err)
+		fmt.Fprintf(w, "usage: %s\nrun '%s --help' for more\n", ue.cmd.UseLine(), ue.cmd.CommandPath())
+		return 2
+	}
+	fmt.Fprintln(w, "ctl:", errorText(err))
+	return 1
+}
+
+// errorText is the sentence ctl prints for err: a refusal's own message.
+func errorText(err error) string {
+	if st, ok := status.FromError(err); ok {
+		return st.Message()
+	}
+	return err.Error()
+}
+
+// usageError is a mistake in how a command was called: exit status 2.
+type usageError struct {
+	cmd *cobra.Command
+	err error
+}
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+func usagef(cmd *cobra.Command, format string, args ...any) error {
+	return usageError{cmd: cmd, err: fmt.Errorf(format, args...)}
+}
+
+// exitError ends ctl with a status, its reasons already printed.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+func rootCommand(e *env) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "ctl",
+		Short: "Operate a Lifeline model: deploy services, relate them, watch them",
+		Long: `ctl is the operator's client of a Lifeline controller.
+
+It reads the client config (the controller's address and CA, and the admin
+credential) from $LIFELINE_CONFIG when set, otherwise from
+lifeline/client.json under the user's config directory. ctl bootstrap starts a
+local controller and writes it; every other command calls that controller.
+
+Example:
+  ctl bootstrap
+  ctl deploy ./charms/kv -n 2
+  ctl deploy ./charms/app
+  ctl add-relation app kv
+  ctl status --watch`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef(cmd, "unknown command %q", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{cmd: cmd, err: err} })
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.AddCommand(
+		bootstrapCommand(e),
+		killControllerCommand(e),
+		statusCommand(e),
+		deployCommand(e),
+		addUnitCommand(e),
+		addMachineCommand(e),
+		addRelationCommand(e),
+		destroyRelationCommand(e),
+		destroyUnitCommand(e),
+		destroyMachineCommand(e),
+		destroyServiceCommand(e),
+		resolvedCommand(e),
+		configCommand(e),
+		waitCommand(e),
+	)
+	return root
+}
+
+// argsRange accepts from min to max positional arguments (max < 0: any
+// number), and calls anything else a usage error.
+func argsRange(minN, maxN int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		n := len(args)
+		switch {
+		case n < minN && minN == maxN:
+			return usagef(cmd, "want %s, got %s", plural(minN, "argument"), plural(n, "argument"))
+		case n < minN:
+			return usagef(cmd, "want at least %s, got %s", plural(minN, "argument"), plural(n, "argument"))
+		case maxN >= 0 && n > maxN && maxN == 0:
+			return usagef(cmd, "takes no arguments, got %q", args[0])
+		case maxN >= 0 && n > maxN && minN == maxN:
+			return usagef(cmd, "want %s, got %s", plural(maxN, "argument"), plural(n, "argument"))
+		case maxN >= 0 && n > maxN:
+			return usagef(cmd, "want at most %s, got %s", plural(maxN, "argument"), plural(n, "argument"))
+		}
+		return nil
+	}
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -1,15 +1,48 @@
 // Command lifelined is Lifeline's daemon: the controller, the machine agent
 // and, through symlinks, the hook tools.
 //
-// The subcommands arrive with the controller issue; until then it only says so.
+// The controller's components, in the order they start:
+//
+//	flags ─► logger ─► etcd (embedded, or a client of an external cluster)
+//	                    └► state ─► cleaner
+//	                         └► controller API (gRPC over TLS) ─► listener
+//	                         └► metrics (/metrics on its own listener)
+//
+// Each long-running piece is an execute/interrupt pair in one oklog/run
+// group; the first to return stops the others, in reverse.
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
+
+	"github.com/spf13/cobra"
 )
 
 func main() {
-	fmt.Fprintln(os.Stderr, "lifelined: no subcommands yet: the controller is not built")
-	os.Exit(2)
+	if err := rootCommand().Execute(); err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintln(os.Stderr, "lifelined:", err)
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "lifelined:", err)
+		os.Exit(1)
+	}
+}
+
+// usageError is a mistake in how the command was called.
+type usageError struct{ error }
+
+func rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "lifelined",
+		Short:         "Lifeline's daemon: the controller and the machine agent",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(controllerCommand())
+	return root
 }

@@ -1,0 +1,94 @@
+package apiclient_test
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/lifelinehq/lifeline/apiclient"
+	"github.com/lifelinehq/lifeline/pki"
+)
+
+// TestDialFailsOverAndSendsTheCredential dials two addresses, the first of
+// which nobody listens on: calls reach the second, over TLS verified
+// against the CA under the controllers' shared name, with the credential.
+func TestDialFailsOverAndSendsTheCredential(t *testing.T) {
+	ca, err := pki.NewCA("test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := ca.IssueServerCert([]string{apiclient.ServerName}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags := make(chan string, 1)
+	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(pki.ServerTLSConfig(cert))),
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			md, _ := metadata.FromIncomingContext(ctx)
+			if v := md.Get(pki.MetadataTag); len(v) == 1 {
+				select {
+				case tags <- v[0]:
+				default:
+				}
+			}
+			return h(ctx, req)
+		}))
+	healthpb.RegisterHealthServer(g, health.NewServer())
+	go g.Serve(lis)
+	defer g.Stop()
+
+	cred, _, err := pki.NewCredential("machine-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := apiclient.Dial(apiclient.Config{Addresses: []string{deadAddr, lis.Addr().String()}, CACert: ca.CertPEM(), Credential: cred})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil {
+		t.Fatalf("Check through the second address = %v", err)
+	}
+	if got := <-tags; got != "machine-7" {
+		t.Errorf("the server saw tag %q, want machine-7", got)
+	}
+
+	other, err := pki.NewCA("other", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := apiclient.Dial(apiclient.Config{Addresses: []string{lis.Addr().String()}, CACert: other.CertPEM(), Credential: cred})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	short, cancel2 := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel2()
+	if _, err := healthpb.NewHealthClient(bad).Check(short, &healthpb.HealthCheckRequest{}); err == nil {
+		t.Errorf("Check with another CA pinned succeeded, want a TLS failure")
+	}
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
+
+	"github.com/lifelinehq/lifeline/apiclient"
+	"github.com/lifelinehq/lifeline/pki"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// callTimeout bounds every unary call; streams (status --watch, wait) have
+// none.
+const callTimeout = 30 * time.Second
+
+// defaultClientConfigPath is where every command reads the client config.
+// It is absolute, so that it means the same to the controller bootstrap
+// starts in its data directory.
+func defaultClientConfigPath() (string, error) {
+	p, err := pki.DefaultClientConfigPath()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Abs(p)
+}
+
+// client is a connection to the controller named by the client config.
+type client struct {
+	conn  *grpc.ClientConn
+	op    pb.OperatorServiceClient
+	addrs []string
+}
+
+// readConfig reads the client config, saying what to do when there is none.
+func (e *env) readConfig() (pki.ClientConfig, error) {
+	if e.configErr != nil {
+		return pki.ClientConfig{}, e.configErr
+	}
+	cfg, err := pki.ReadClientConfig(e.configPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return cfg, fmt.Errorf("no client config at %s: run `ctl bootstrap` to start a controller (or set LIFELINE_CONFIG to the client config of a running one)", e.configPath)
+	}
+	return cfg, err
+}
+
+// connect reads the client config and dials its controller. It does not
+// wait for an answer: the first call tells.
+func (e *env) connect() (*client, error) {
+	cfg, err := e.readConfig()
+	if err != nil {
+		return nil, err
+	}
+	return dial(cfg)
+}
+
+func dial(cfg pki.ClientConfig) (*client, error) {
+	conn, err := apiclient.Dial(apiclient.FromClientConfig(cfg))
+	if err != nil {
+		return nil, err
+	}
+	return &client{conn: conn, op: pb.NewOperatorServiceClient(conn), addrs: cfg.Controllers}, nil
+}
+
+func (c *client) close() { c.conn.Close() }
+
+// callContext bounds one unary call.
+func callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, callTimeout)
+}
+
+// check turns a failed call into what ctl reports: a refusal stays the
+// controller's status (its message is printed as is); a call that never
+// reached a controller says so, with the address.
+func (c *client) check(err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	reached := c.conn.GetState() == connectivity.Ready
+	switch st.Code() {
+	case codes.Unavailable:
+		if !reached {
+			return unreachableError{addrs: c.addrs, detail: dialDetail(st.Message())}
+		}
+	case codes.DeadlineExceeded:
+		if !reached {
+			return unreachableError{addrs: c.addrs, detail: "no connection within " + callTimeout.String()}
+		}
+		if st.Message() == context.DeadlineExceeded.Error() {
+			return fmt.Errorf("the controller at %s did not answer within %s", strings.Join(c.addrs, ", "), callTimeout)
+		}
+	case codes.Canceled:
+		if st.Message() == context.Canceled.Error() {
+			return errors.New("interrupted")
+		}
+	}
+	return err
+}
+
+// unreachableError says that no controller could be reached.
+type unreachableError struct {
+	addrs  []string
+	detail string
+}
+
+func (u unreachableError) Error() string {
+	return fmt.Sprintf("cannot reach the controller at %s: %s", strings.Join(u.addrs, ", "), u.detail)
+}
+
+// dialDetail shortens gRPC's description of a failed connection to its
+// cause, for a message a person reads (the code already said what kind of
+// failure it is; this only trims words).
+func dialDetail(msg string) string {
+	for _, marker := range []string{"Error while dialing: ", "desc = "} {
+		if i := strings.LastIndex(msg, marker); i >= 0 {
+			msg = msg[i+len(marker):]
+			break
+		}
+	}
+	return strings.Trim(msg, `"`)
+}

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lifelinehq/lifeline/charm"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// uploadTimeout bounds a charm upload: up to 32 MiB.
+const uploadTimeout = 2 * time.Minute
+
+// uploadChunk is the size of each chunk of an upload.
+const uploadChunk = 1 << 20
+
+type deployFlags struct {
+	numUnits int
+	to       string
+	config   []string
+}
+
+func deployCommand(e *env) *cobra.Command {
+	var f deployFlags
+	cmd := &cobra.Command{
+		Use:   "deploy CHARM_DIR [SERVICE]",
+		Short: "Deploy a charm as a service",
+		Long: `Deploy the charm in CHARM_DIR as a service (named after the charm unless
+SERVICE is given), with -n units (1 by default) on new machines, or all on
+machine --to.
+
+The charm is validated and packed here, uploaded (the same charm again keeps
+its revision), and deployed at the revision the controller stored.
+--config KEY=VALUE settings (repeatable) are typed by the charm's config.yaml.
+
+A subordinate charm is deployed with no units: its units come with the
+principals it is related to (ctl add-relation), so -n is refused for it.
+
+Example:
+  ctl deploy ./charms/kv
+  ctl deploy ./charms/kv cache -n 3 --config port=9000 --config debug=true
+  ctl deploy ./charms/app --to 0
+  ctl deploy ./charms/logger`,
+		Args: argsRange(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.numUnits < 0 {
+				return usagef(cmd, "-n %d: want 0 or more units", f.numUnits)
+			}
+			settings, err := charm.ParseKeyValues(f.config)
+			if err != nil {
+				return usagef(cmd, "--config: %v", err)
+			}
+			service := ""
+			if len(args) == 2 {
+				service = args[1]
+			}
+			return deploy(cmd, e, args[0], service, f, settings)
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVarP(&f.numUnits, "num-units", "n", 1, "`N` units to add (subordinates take none)")
+	fl.StringVar(&f.to, "to", "", "put every unit on `MACHINE` (default: a new machine each)")
+	fl.StringArrayVar(&f.config, "config", nil, "a `KEY=VALUE` setting (repeatable)")
+	return cmd
+}
+
+func deploy(cmd *cobra.Command, e *env, dir, service string, f deployFlags, settings map[string]string) error {
+	var buf bytes.Buffer
+	info, err := charm.Pack(dir, &buf)
+	if err != nil {
+		return err // it names the directory
+	}
+	c, err := e.connect()
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	rec, err := uploadCharm(cmd.Context(), c, buf.Bytes(), info.SHA256)
+	if err != nil {
+		return c.check(err)
+	}
+	fmt.Fprintf(e.stdout, "uploaded charm %s revision %d (%s)\n", rec.Name, rec.Revision, sizeText(rec.Size))
+
+	n := f.numUnits
+	if rec.Subordinate {
+		if cmd.Flags().Changed("num-units") && n > 0 {
+			return usagef(cmd, "charm %s is a subordinate: its units come with the principals it is related to, so deploy it without -n and relate it (ctl add-relation)", rec.Name)
+		}
+		n = 0
+	}
+	ctx, cancel := callContext(cmd.Context())
+	defer cancel()
+	resp, err := c.op.Deploy(ctx, &pb.DeployRequest{
+		Charm: rec.Name, Revision: rec.Revision, Service: service,
+		NumUnits: int32(n), To: f.to, Config: settings,
+	})
+	if err != nil {
+		return c.check(err)
+	}
+	svc := resp.Service
+	switch {
+	case svc.Subordinate:
+		fmt.Fprintf(e.stdout, "deployed subordinate service %s: relate it to a principal service for it to have units\n", svc.Name)
+	case len(resp.Units) == 0:
+		fmt.Fprintf(e.stdout, "deployed service %s with no units\n", svc.Name)
+	default:
+		fmt.Fprintf(e.stdout, "deployed service %s with %s: %s\n", svc.Name, plural(len(resp.Units), "unit"), placements(resp.Units))
+	}
+	return nil
+}
+
+// uploadCharm sends a packed charm, header first, then 1 MiB chunks.
+func uploadCharm(ctx context.Context, c *client, data []byte, sha string) (*pb.Charm, error) {
+	ctx, cancel := context.WithTimeout(ctx, uploadTimeout)
+	defer cancel()
+	stream, err := c.op.UploadCharm(ctx)
+	if err != nil {
+		return nil, err
+	}
+	header := &pb.UploadCharmHeader{Size: int64(len(data)), Sha256: sha}
+	if err := stream.Send(&pb.UploadCharmRequest{Part: &pb.UploadCharmRequest_Header{Header: header}}); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	for off := 0; off < len(data); off += uploadChunk {
+		end := min(off+uploadChunk, len(data))
+		err := stream.Send(&pb.UploadCharmRequest{Part: &pb.UploadCharmRequest_Chunk{Chunk: data[off:end]}})
+		if errors.Is(err, io.EOF) {
+			break // the server ended the stream: CloseAndRecv says why
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return nil, err
+	}
+	return resp.Charm, nil
+}
+
+func sizeText(n int64) string {
+	if n < 1<<10 {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	if n < 1<<20 {
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
+// placements lists units with their machines: "kv/0 on machine 0, ...".
+func placements(units []*pb.Unit) string {
+	parts := make([]string, len(units))
+	for i, u := range units {
+		parts[i] = u.Name
+		if u.MachineId != "" {
+			parts[i] += " on machine " + u.MachineId
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func addUnitCommand(e *env) *cobra.Command {
+	var n int
+	var to string
+	cmd := &cobra.Command{
+		Use:   "add-unit SERVICE",
+		Short: "Add units to a service",
+		Long: `Add -n units (1 by default) to a service, each on a new machine, or all on
+machine --to. Subordinate services get units by relation, not this way.
+
+Example:
+  ctl add-unit kv
+  ctl add-unit kv -n 2
+  ctl add-unit app --to 0`,
+		Args: argsRange(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if n < 1 {
+				return usagef(cmd, "-n %d: want at least 1 unit", n)
+			}
+			c, err := e.connect()
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			ctx, cancel := callContext(cmd.Context())
+			defer cancel()
+			resp, err := c.op.AddUnits(ctx, &pb.AddUnitsRequest{Service: args[0], NumUnits: int32(n), To: to})
+			if err != nil {
+				return c.check(err)
+			}
+			fmt.Fprintf(e.stdout, "added %s\n", placements(resp.Units))
+			return nil
+		},
+	}
+	cmd.Flags().IntVarP(&n, "num-units", "n", 1, "`N` units to add")
+	cmd.Flags().StringVar(&to, "to", "", "put the units on `MACHINE` (default: a new machine each)")
+	return cmd
+}
+
+func addMachineCommand(e *env) *cobra.Command {
+	var n int
+	var manual bool
+	cmd := &cobra.Command{
+		Use:   "add-machine",
+		Short: "Add machines to the model",
+		Long: `Add -n machines (1 by default) for the provisioner to start.
+
+With --manual the machines are hosts you bring yourself: for each, ctl prints
+a one-time join token and the command to run on the host, which starts its
+machine agent:
+
+  lifelined machine-agent --join TOKEN --controller ADDR --data-dir DIR
+
+The token holds the machine's credential: pass it to the host privately.
+
+Example:
+  ctl add-machine
+  ctl add-machine -n 3 --manual`,
+		Args: argsRange(0, 0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if n < 1 {
+				return usagef(cmd, "-n %d: want at least 1 machine", n)
+			}
+			c, err := e.connect()
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			ctx, cancel := callContext(cmd.Context())
+			defer cancel()
+			resp, err := c.op.AddMachines(ctx, &pb.AddMachinesRequest{NumMachines: int32(n), Manual: manual})
+			if err != nil {
+				return c.check(err)
+			}
+			for i, m := range resp.Machines {
+				if !manual {
+					fmt.Fprintf(e.stdout, "created machine %s\n", m.Id)
+					continue
+				}
+				if i >= len(resp.JoinTokens) {
+					return fmt.Errorf("the controller sent no join token for machine %s", m.Id)
+				}
+				fmt.Fprintf(e.stdout, "created manual machine %s: to start its agent, run on the host:\n", m.Id)
+				fmt.Fprintf(e.stdout, "  lifelined machine-agent --join %s --controller %s --data-dir /var/lib/lifeline/machine-%s\n",
+					resp.JoinTokens[i], c.addrs[0], m.Id)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVarP(&n, "num-machines", "n", 1, "`N` machines to add")
+	cmd.Flags().BoolVar(&manual, "manual", false, "hosts you bring yourself: print a join token for each")
+	return cmd
+}
+
+func addRelationCommand(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "add-relation SERVICE[:ENDPOINT] SERVICE[:ENDPOINT]",
+		Short: "Relate two services",
+		Long: `Relate two services, so that their units exchange settings through the
+relation's hooks. Name the endpoints when the services could be related in
+more than one way.
+
+Relating a subordinate service to a principal over a container-scoped
+endpoint gives each principal unit a subordinate unit on its machine.
+
+Example:
+  ctl add-relation app kv
+  ctl add-relation app:db kv:server
+  ctl add-relation app logger`,
+		Args: argsRange(2, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := e.connect()
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			ctx, cancel := callContext(cmd.Context())
+			defer cancel()
+			resp, err := c.op.AddRelation(ctx, &pb.AddRelationRequest{Endpoints: args})
+			if err != nil {
+				return c.check(err)
+			}
+			fmt.Fprintf(e.stdout, "added relation %d: %s\n", resp.Relation.GetId(), resp.Relation.GetKey())
+			return nil
+		},
+	}
+}

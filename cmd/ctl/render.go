@@ -1,0 +1,331 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/lifelinehq/lifeline/names"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// The formats of ctl status.
+const (
+	formatTabular = "tabular"
+	formatJSON    = "json"
+	formatYAML    = "yaml"
+)
+
+// renderStatus writes the model's status in a format.
+func renderStatus(w io.Writer, st *pb.ModelStatus, format string) error {
+	switch format {
+	case formatJSON:
+		data, err := json.MarshalIndent(statusDocument(st), "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(append(data, '\n'))
+		return err
+	case formatYAML:
+		enc := yaml.NewEncoder(w)
+		enc.SetIndent(2)
+		if err := enc.Encode(statusDocument(st)); err != nil {
+			return err
+		}
+		return enc.Close()
+	case formatTabular:
+		return renderTabular(w, st)
+	}
+	return fmt.Errorf("unknown format %q", format)
+}
+
+// statusDoc is ctl status as JSON and YAML. Every field the status shape
+// promises is always there (empty lists as []); extras are omitted when
+// empty.
+type statusDoc struct {
+	Machines  map[string]machineDoc `json:"machines" yaml:"machines"`
+	Services  map[string]serviceDoc `json:"services" yaml:"services"`
+	Relations []relationDoc         `json:"relations" yaml:"relations"`
+}
+
+type machineDoc struct {
+	Life       string   `json:"life" yaml:"life"`
+	Instance   string   `json:"instance" yaml:"instance"`
+	Address    string   `json:"address" yaml:"address"`
+	Agent      string   `json:"agent" yaml:"agent"`
+	Units      []string `json:"units" yaml:"units"`
+	Message    string   `json:"message,omitempty" yaml:"message,omitempty"`
+	Forced     bool     `json:"forced,omitempty" yaml:"forced,omitempty"`
+	WaitingFor []string `json:"waiting_for,omitempty" yaml:"waiting_for,omitempty"`
+}
+
+type serviceDoc struct {
+	Charm       string             `json:"charm" yaml:"charm"`
+	Revision    int64              `json:"revision" yaml:"revision"`
+	Life        string             `json:"life" yaml:"life"`
+	Status      string             `json:"status" yaml:"status"`
+	Units       map[string]unitDoc `json:"units" yaml:"units"`
+	Message     string             `json:"message,omitempty" yaml:"message,omitempty"`
+	Subordinate bool               `json:"subordinate,omitempty" yaml:"subordinate,omitempty"`
+	WaitingFor  []string           `json:"waiting_for,omitempty" yaml:"waiting_for,omitempty"`
+}
+
+type unitDoc struct {
+	Life         string   `json:"life" yaml:"life"`
+	Machine      string   `json:"machine" yaml:"machine"`
+	Principal    string   `json:"principal" yaml:"principal"`
+	Agent        string   `json:"agent" yaml:"agent"`
+	State        string   `json:"state" yaml:"state"`
+	Workload     string   `json:"workload" yaml:"workload"`
+	Message      string   `json:"message" yaml:"message"`
+	Address      string   `json:"address,omitempty" yaml:"address,omitempty"`
+	Subordinates []string `json:"subordinates,omitempty" yaml:"subordinates,omitempty"`
+	WaitingFor   []string `json:"waiting_for,omitempty" yaml:"waiting_for,omitempty"`
+}
+
+type relationDoc struct {
+	ID         int64    `json:"id" yaml:"id"`
+	Key        string   `json:"key" yaml:"key"`
+	Life       string   `json:"life" yaml:"life"`
+	Scope      string   `json:"scope" yaml:"scope"`
+	Units      []string `json:"units,omitempty" yaml:"units,omitempty"`
+	WaitingFor []string `json:"waiting_for,omitempty" yaml:"waiting_for,omitempty"`
+}
+
+func statusDocument(st *pb.ModelStatus) statusDoc {
+	doc := statusDoc{
+		Machines:  map[string]machineDoc{},
+		Services:  map[string]serviceDoc{},
+		Relations: []relationDoc{},
+	}
+	for _, m := range st.GetMachines() {
+		doc.Machines[m.Id] = machineDoc{
+			Life: m.Life, Instance: m.Instance, Address: m.Address, Agent: m.Agent,
+			Units: nonNil(m.Units), Message: m.Message, Forced: m.Forced, WaitingFor: m.WaitingFor,
+		}
+	}
+	for _, s := range st.GetServices() {
+		sd := serviceDoc{
+			Charm: s.Charm, Revision: s.Revision, Life: s.Life, Status: s.Status,
+			Units: map[string]unitDoc{}, Message: s.Message, Subordinate: s.Subordinate, WaitingFor: s.WaitingFor,
+		}
+		for _, u := range s.Units {
+			sd.Units[u.Name] = unitDoc{
+				Life: u.Life, Machine: u.Machine, Principal: u.Principal, Agent: u.Agent, State: u.State,
+				Workload: u.Workload, Message: u.Message, Address: u.Address,
+				Subordinates: u.Subordinates, WaitingFor: u.WaitingFor,
+			}
+		}
+		doc.Services[s.Name] = sd
+	}
+	rels := append([]*pb.RelationStatus(nil), st.GetRelations()...)
+	sort.Slice(rels, func(i, j int) bool { return rels[i].Id < rels[j].Id })
+	for _, r := range rels {
+		doc.Relations = append(doc.Relations, relationDoc{
+			ID: r.Id, Key: r.Key, Life: r.Life, Scope: r.Scope, Units: r.Units, WaitingFor: r.WaitingFor,
+		})
+	}
+	return doc
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// renderTabular writes the status as juju status does: a section each for
+// machines, services, units (subordinates indented under their
+// principals) and relations, the empty ones left out.
+func renderTabular(w io.Writer, st *pb.ModelStatus) error {
+	if len(st.GetMachines())+len(st.GetServices())+len(st.GetRelations()) == 0 {
+		_, err := fmt.Fprintln(w, "The model is empty: deploy a charm with ctl deploy.")
+		return err
+	}
+	tw := newTable(w)
+	section := false
+	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")) }
+	startSection := func(header ...string) {
+		if section {
+			row()
+		}
+		section = true
+		row(header...)
+	}
+
+	if ms := sortedMachines(st.GetMachines()); len(ms) > 0 {
+		startSection("Machine", "Life", "Agent", "Instance", "Address", "Units", "Message")
+		for _, m := range ms {
+			life := m.Life
+			if m.Forced {
+				life += " (forced)"
+			}
+			row(m.Id, life, m.Agent, m.Instance, m.Address, strings.Join(m.Units, ","), note(m.Message, m.WaitingFor))
+		}
+	}
+
+	services := append([]*pb.ServiceStatus(nil), st.GetServices()...)
+	sort.Slice(services, func(i, j int) bool { return services[i].Name < services[j].Name })
+	if len(services) > 0 {
+		startSection("Service", "Charm", "Rev", "Life", "Status", "Units", "Message")
+		for _, s := range services {
+			units := strconv.Itoa(len(s.Units))
+			if s.Subordinate {
+				units += " (subordinate)"
+			}
+			row(s.Name, s.Charm, strconv.FormatInt(s.Revision, 10), s.Life, s.Status, units, note(s.Message, s.WaitingFor))
+		}
+	}
+
+	if units := unitRows(services); len(units) > 0 {
+		startSection("Unit", "Life", "Machine", "Agent", "State", "Workload", "Address", "Message")
+		for _, r := range units {
+			u := r.unit
+			row(strings.Repeat("  ", r.depth)+u.Name, u.Life, u.Machine, u.Agent, u.State, u.Workload, u.Address, note(u.Message, u.WaitingFor))
+		}
+	}
+
+	rels := append([]*pb.RelationStatus(nil), st.GetRelations()...)
+	sort.Slice(rels, func(i, j int) bool { return rels[i].Id < rels[j].Id })
+	if len(rels) > 0 {
+		startSection("Relation", "Endpoints", "Life", "Scope", "Units", "Message")
+		for _, r := range rels {
+			row(strconv.FormatInt(r.Id, 10), r.Key, r.Life, r.Scope, strconv.Itoa(len(r.Units)), note("", r.WaitingFor))
+		}
+	}
+	return tw.Flush()
+}
+
+// note is a row's message: the entity's own, then what it waits for.
+func note(msg string, waitingFor []string) string {
+	parts := []string{}
+	if msg != "" {
+		parts = append(parts, msg)
+	}
+	if len(waitingFor) > 0 {
+		parts = append(parts, "waiting for "+strings.Join(waitingFor, ", "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func sortedMachines(ms []*pb.MachineStatus) []*pb.MachineStatus {
+	out := append([]*pb.MachineStatus(nil), ms...)
+	sort.Slice(out, func(i, j int) bool { return lessNumeric(out[i].Id, out[j].Id) })
+	return out
+}
+
+// lessNumeric orders decimal ids by value (2 before 10), others as text.
+func lessNumeric(a, b string) bool {
+	x, errA := strconv.ParseInt(a, 10, 64)
+	y, errB := strconv.ParseInt(b, 10, 64)
+	if errA == nil && errB == nil {
+		return x < y
+	}
+	return a < b
+}
+
+// lessUnit orders unit names by service, then number.
+func lessUnit(a, b string) bool {
+	sa, sb := names.UnitService(a), names.UnitService(b)
+	if sa != sb {
+		return sa < sb
+	}
+	if na, nb := names.UnitNumber(a), names.UnitNumber(b); na != nb {
+		return na < nb
+	}
+	return a < b
+}
+
+type unitRow struct {
+	unit  *pb.UnitStatus
+	depth int
+}
+
+// unitRows lists principals in order, each followed by its subordinates
+// (and theirs), indented; subordinates whose principal is not in the status
+// come last.
+func unitRows(services []*pb.ServiceStatus) []unitRow {
+	var all []*pb.UnitStatus
+	for _, s := range services {
+		all = append(all, s.Units...)
+	}
+	sort.Slice(all, func(i, j int) bool { return lessUnit(all[i].Name, all[j].Name) })
+	known := map[string]bool{}
+	children := map[string][]*pb.UnitStatus{}
+	for _, u := range all {
+		known[u.Name] = true
+	}
+	for _, u := range all {
+		if u.Principal != "" {
+			children[u.Principal] = append(children[u.Principal], u)
+		}
+	}
+	var rows []unitRow
+	shown := map[string]bool{}
+	var add func(u *pb.UnitStatus, depth int)
+	add = func(u *pb.UnitStatus, depth int) {
+		if shown[u.Name] {
+			return
+		}
+		shown[u.Name] = true
+		rows = append(rows, unitRow{unit: u, depth: depth})
+		for _, c := range children[u.Name] {
+			add(c, depth+1)
+		}
+	}
+	for _, u := range all {
+		if u.Principal == "" || !known[u.Principal] {
+			add(u, 0)
+		}
+	}
+	for _, u := range all { // a cycle, which the model forbids: show them anyway
+		add(u, 0)
+	}
+	return rows
+}
+
+// table is a tabwriter whose lines lose the padding of their empty last
+// cells.
+type table struct {
+	out io.Writer
+	buf bytes.Buffer
+	*tabwriter.Writer
+}
+
+func newTable(w io.Writer) *table {
+	t := &table{out: w}
+	t.Writer = tabwriter.NewWriter(&t.buf, 0, 4, 2, ' ', 0)
+	return t
+}
+
+// Flush writes the table.
+func (t *table) Flush() error {
+	if err := t.Writer.Flush(); err != nil {
+		return err
+	}
+	lines := strings.SplitAfter(t.buf.String(), "\n")
+	for i, l := range lines {
+		if strings.HasSuffix(l, "\n") {
+			lines[i] = strings.TrimRight(l, " \n") + "\n"
+		}
+	}
+	t.buf.Reset()
+	_, err := io.WriteString(t.out, strings.Join(lines, ""))
+	return err
+}
+
+// listSome joins at most n items, saying how many more there are.
+func listSome(items []string, n int) string {
+	if len(items) <= n {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:n], ", "), len(items)-n)
+}

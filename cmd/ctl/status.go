@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+func statusCommand(e *env) *cobra.Command {
+	var format string
+	var watch bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the model: machines, services, units and relations",
+		Long: `Show the model: every machine, service, unit and relation, with its life
+(alive, dying, dead), its agent's status and its workload's, and what each
+dying entity is still waiting for.
+
+--format tabular (the default) reads like juju status; json and yaml give the
+same data as one document:
+
+  {"machines": {"0": {"life", "instance", "address", "agent", "units"}},
+   "services": {"kv": {"charm", "revision", "life", "status",
+                       "units": {"kv/0": {"life", "machine", "principal",
+                                          "agent", "state", "workload", "message"}}}},
+   "relations": [{"id", "key", "life", "scope"}]}
+
+A machine's agent is pending, started, lost or down; a unit's agent is
+allocating, executing, idle, error or lost, its state the unit agent's state
+(new, ready, running, install-error...), its workload what the charm said.
+
+--watch follows the model, redrawing after every change until interrupted
+(in json and yaml, one document after another).
+
+Example:
+  ctl status
+  ctl status --format json | jq '.services.kv.units'
+  ctl status --watch`,
+		Args: argsRange(0, 0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch format {
+			case formatTabular, formatJSON, formatYAML:
+			default:
+				return usagef(cmd, "--format %q: want tabular, json or yaml", format)
+			}
+			c, err := e.connect()
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			if watch {
+				return watchStatus(cmd.Context(), e, c, format)
+			}
+			ctx, cancel := callContext(cmd.Context())
+			defer cancel()
+			resp, err := c.op.Status(ctx, &pb.StatusRequest{})
+			if err != nil {
+				return c.check(err)
+			}
+			return renderStatus(e.stdout, resp.Status, format)
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", formatTabular, "tabular, json or yaml")
+	cmd.Flags().BoolVar(&watch, "watch", false, "redraw after every change, until interrupted")
+	return cmd
+}
+
+// watchStatus renders every status the controller streams until ctx ends
+// (an interrupt: a normal end).
+func watchStatus(ctx context.Context, e *env, c *client, format string) error {
+	stream, err := c.op.WatchStatus(ctx, &pb.WatchStatusRequest{IntervalMs: 500})
+	if err != nil {
+		return c.check(err)
+	}
+	redraw := format == formatTabular && e.stdoutTTY
+	first := true
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // interrupted: the normal end
+			}
+			if errors.Is(err, io.EOF) {
+				return errStreamEnded
+			}
+			return c.check(err)
+		}
+		var buf bytes.Buffer
+		switch {
+		case redraw:
+			buf.WriteString("\x1b[H\x1b[2J") // home, clear screen
+			fmt.Fprintf(&buf, "%s  (watching; interrupt to stop)\n\n", time.Now().Format("15:04:05"))
+		case format == formatTabular && !first:
+			fmt.Fprintf(&buf, "\n--- %s\n", time.Now().Format(time.RFC3339))
+		case format == formatYAML && !first:
+			buf.WriteString("---\n")
+		}
+		if err := renderStatus(&buf, resp.Status, format); err != nil {
+			return err
+		}
+		if _, err := e.stdout.Write(buf.Bytes()); err != nil {
+			return err
+		}
+		first = false
+	}
+}
+
+// errStreamEnded says the controller ended a status stream (it ends them
+// only when it stops).
+var errStreamEnded = errors.New("the controller ended the status stream: is it stopping?")

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/oklog/run"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lifelinehq/lifeline/apiclient"
+	"github.com/lifelinehq/lifeline/controller"
+	"github.com/lifelinehq/lifeline/embedetcd"
+	"github.com/lifelinehq/lifeline/names"
+	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/state"
+)
+
+// controllerFlags are the controller's flags, as given.
+type controllerFlags struct {
+	dataDir       string
+	apiAddr       string
+	metricsAddr   string
+	advertise     []string
+	clientConfig  string
+	provider      string
+	namespace     string
+	logLevel      string
+	etcdEndpoints []string
+	etcdCA        string
+	etcdCert      string
+	etcdKey       string
+}
+
+func controllerCommand() *cobra.Command {
+	var f controllerFlags
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "Run a Lifeline controller",
+		Long: `Run a Lifeline controller: the API that ctl and the agents call, over TLS,
+with the model in etcd (embedded in the data directory unless --etcd-endpoints
+names an external cluster).
+
+On first start it makes a CA and a server certificate in the data directory
+and an admin credential, and writes the client config that ctl reads
+(--client-config). The client config is written again, with a new admin
+credential, whenever it is missing at start.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runController(cmd.Context(), f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.dataDir, "data-dir", "", "directory for the controller's state: etcd data, certificates, logs (required)")
+	fl.StringVar(&f.apiAddr, "api-addr", "127.0.0.1:17070", "address the API listens on")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "127.0.0.1:17071", "address /metrics is served on; empty for none")
+	fl.StringSliceVar(&f.advertise, "advertise", nil, "addresses clients and agents dial (default: the API address)")
+	fl.StringVar(&f.clientConfig, "client-config", "", "where to write the operator's client config (default: $LIFELINE_CONFIG, or lifeline/client.json in the user's config dir)")
+	fl.StringVar(&f.provider, "provider", "manual", "machine provider: manual (the local provider arrives with the machine agent)")
+	fl.StringVar(&f.namespace, "namespace", "/lifeline/", "etcd key prefix under which the model lives")
+	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	fl.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "an external etcd cluster's client URLs; embedded etcd when empty")
+	fl.StringVar(&f.etcdCA, "etcd-cacert", "", "CA certificate of the external etcd cluster")
+	fl.StringVar(&f.etcdCert, "etcd-cert", "", "client certificate for the external etcd cluster")
+	fl.StringVar(&f.etcdKey, "etcd-key", "", "client key for the external etcd cluster")
+	return cmd
+}
+
+func (f *controllerFlags) validate() error {
+	if f.dataDir == "" {
+		return usageError{errors.New("--data-dir is required")}
+	}
+	if _, _, err := net.SplitHostPort(f.apiAddr); err != nil {
+		return usageError{fmt.Errorf("--api-addr %q: %w", f.apiAddr, err)}
+	}
+	switch f.provider {
+	case "manual":
+	case "local":
+		return usageError{errors.New("the local provider is not built yet (it arrives with the machine agent): use --provider manual")}
+	default:
+		return usageError{fmt.Errorf("unknown provider %q: use manual", f.provider)}
+	}
+	if len(f.etcdEndpoints) == 0 && (f.etcdCA != "" || f.etcdCert != "" || f.etcdKey != "") {
+		return usageError{errors.New("--etcd-cacert, --etcd-cert and --etcd-key need --etcd-endpoints")}
+	}
+	if !strings.HasPrefix(f.namespace, "/") || !strings.HasSuffix(f.namespace, "/") {
+		return usageError{fmt.Errorf("--namespace %q must start and end with /", f.namespace)}
+	}
+	return nil
+}
+
+func runController(ctx context.Context, f controllerFlags) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	if f.clientConfig == "" {
+		p, err := pki.DefaultClientConfigPath()
+		if err != nil {
+			return err
+		}
+		f.clientConfig = p
+	}
+	if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
+		return fmt.Errorf("create data directory: %w", err)
+	}
+	logger, err := newLogger("controller", f.logLevel, os.Stderr)
+	if err != nil {
+		return err
+	}
+	quietGRPC(logger)
+
+	// etcd: embedded in the data directory, or a client of a cluster.
+	var g run.Group
+	var etcdClient *clientv3.Client
+	if len(f.etcdEndpoints) == 0 {
+		srv, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(f.dataDir, "etcd"), Logger: logger.Named("etcd")})
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		if etcdClient, err = srv.Client(); err != nil {
+			return err
+		}
+		stop := make(chan struct{})
+		g.Add(func() error {
+			select {
+			case err := <-srv.Err():
+				return fmt.Errorf("embedded etcd: %w", err)
+			case <-stop:
+				return nil
+			}
+		}, func(error) { close(stop) })
+		logger.Info("embedded etcd started", "dir", filepath.Join(f.dataDir, "etcd"))
+	} else {
+		cfg := clientv3.Config{Endpoints: f.etcdEndpoints}
+		if f.etcdCA != "" || f.etcdCert != "" {
+			tlsCfg, err := (transport.TLSInfo{TrustedCAFile: f.etcdCA, CertFile: f.etcdCert, KeyFile: f.etcdKey}).ClientConfig()
+			if err != nil {
+				return fmt.Errorf("etcd TLS: %w", err)
+			}
+			cfg.TLS = tlsCfg
+		}
+		if etcdClient, err = embedetcd.NewClient(cfg); err != nil {
+			return err
+		}
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = embedetcd.Ping(pctx, etcdClient)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("etcd cluster %s does not answer: %w", strings.Join(f.etcdEndpoints, ","), err)
+		}
+		logger.Info("using external etcd", "endpoints", strings.Join(f.etcdEndpoints, ","))
+	}
+	defer etcdClient.Close()
+
+	st, err := state.New(etcdClient, state.Config{Namespace: f.namespace, Logger: logger})
+	if err != nil {
+		return err
+	}
+
+	// TLS: the CA and server certificate live in the data directory.
+	advertise := f.advertise
+	if len(advertise) == 0 {
+		advertise = []string{f.apiAddr}
+	}
+	ca, created, err := pki.LoadOrCreateCA(filepath.Join(f.dataDir, "pki"))
+	if err != nil {
+		return err
+	}
+	if created {
+		logger.Info("created the controller's CA", "dir", filepath.Join(f.dataDir, "pki"))
+	}
+	hosts := []string{apiclient.ServerName}
+	for _, a := range append([]string{f.apiAddr}, advertise...) {
+		if h, _, err := net.SplitHostPort(a); err == nil && h != "" && h != "0.0.0.0" && h != "::" {
+			hosts = append(hosts, h)
+		}
+	}
+	if hn, err := os.Hostname(); err == nil {
+		hosts = append(hosts, hn)
+	}
+	cert, err := pki.LoadOrCreateServerCert(filepath.Join(f.dataDir, "pki"), ca, hosts)
+	if err != nil {
+		return err
+	}
+	// Listen before writing the client config, so that a taken port leaves
+	// no config behind for a controller that never ran.
+	lis, err := net.Listen("tcp", f.apiAddr)
+	if err != nil {
+		return fmt.Errorf("API listener: %w", err)
+	}
+	defer lis.Close()
+	if err := ensureAdmin(ctx, st, f.clientConfig, advertise, ca.CertPEM(), logger); err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	api, err := controller.New(controller.Config{
+		State: st, Logger: logger, TLS: pki.ServerTLSConfig(cert), Metrics: reg,
+		Addresses: advertise, CACert: ca.CertPEM(),
+	})
+	if err != nil {
+		return err
+	}
+	gs := api.GRPCServer()
+	g.Add(func() error {
+		logger.Info("API serving", "addr", lis.Addr().String())
+		return gs.Serve(lis)
+	}, func(error) {
+		// Give calls a moment to finish, then cut the streams.
+		done := make(chan struct{})
+		go func() { gs.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			gs.Stop()
+		}
+	})
+
+	if f.metricsAddr != "" {
+		ml, err := net.Listen("tcp", f.metricsAddr)
+		if err != nil {
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		g.Add(func() error {
+			logger.Info("metrics serving", "addr", ml.Addr().String())
+			if err := hs.Serve(ml); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		}, func(error) { hs.Close() })
+	}
+
+	cctx, cancel := context.WithCancel(context.Background())
+	g.Add(func() error { return state.NewCleaner(st, 0).Run(cctx) }, func(error) { cancel() })
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	g.Add(func() error {
+		select {
+		case s := <-sigs:
+			logger.Info("stopping", "signal", s.String())
+		case <-ctx.Done():
+		}
+		return nil
+	}, func(error) { signal.Stop(sigs); close(sigs) })
+
+	if err := writePID(filepath.Join(f.dataDir, "controller.pid")); err != nil {
+		return err
+	}
+	defer os.Remove(filepath.Join(f.dataDir, "controller.pid"))
+	return g.Run()
+}
+
+// ensureAdmin issues the admin credential and writes the client config when
+// the client config is missing: on first start, or after it was lost.
+func ensureAdmin(ctx context.Context, st *state.State, path string, addrs []string, caPEM []byte, logger hclog.Logger) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("client config: %w", err)
+	}
+	cred, hash, err := pki.NewCredential(names.AdminTag)
+	if err != nil {
+		return err
+	}
+	if err := st.SetCredential(ctx, cred.Tag, hash); err != nil {
+		return fmt.Errorf("store the admin credential: %w", err)
+	}
+	if err := pki.WriteClientConfig(path, pki.ClientConfig{Controllers: addrs, CACert: string(caPEM), Tag: cred.Tag, Secret: cred.Secret}); err != nil {
+		return err
+	}
+	logger.Info("wrote the operator's client config with a new admin credential", "path", path)
+	return nil
+}
+
+func writePID(path string) error {
+	if err := os.WriteFile(path, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+		return fmt.Errorf("pid file: %w", err)
+	}
+	return nil
+}

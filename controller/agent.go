@@ -1,0 +1,449 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lifelinehq/lifeline/names"
+	"github.com/lifelinehq/lifeline/pki"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/state"
+)
+
+// agentServer implements AgentService. Each method authorizes its caller
+// (see authz.go) and then makes one call to state, which enforces the life
+// rules; a refused call changes nothing.
+type agentServer struct {
+	pb.UnimplementedAgentServiceServer
+	s *Server
+}
+
+// maxRecordBytes bounds what an agent writes in one status or settings
+// record, well inside etcd's request limit (1.5 MiB by default).
+const maxRecordBytes = 64 << 10
+
+// charmChunkBytes is the size of DownloadCharm's chunks.
+const charmChunkBytes = 1 << 20
+
+// readBatch is the most names state's bulk reads (UnitsNamed,
+// ServicesNamed) take at once.
+const readBatch = state.MaxTxnOps
+
+// GetMachine returns the caller's machine.
+func (a *agentServer) GetMachine(ctx context.Context, req *pb.GetMachineRequest) (*pb.GetMachineResponse, error) {
+	c := callerFrom(ctx)
+	if err := ownMachine(c, req.GetMachine(), "read"); err != nil {
+		return nil, err
+	}
+	m, err := a.s.st.Machine(ctx, req.GetMachine())
+	if err != nil {
+		return nil, readErr(err, "read machine %s", req.GetMachine())
+	}
+	return &pb.GetMachineResponse{Machine: m}, nil
+}
+
+// EnsureMachineDead sets the caller's dying machine dead (M3).
+func (a *agentServer) EnsureMachineDead(ctx context.Context, req *pb.EnsureMachineDeadRequest) (*pb.EnsureMachineDeadResponse, error) {
+	c := callerFrom(ctx)
+	if err := ownMachine(c, req.GetMachine(), "set dead"); err != nil {
+		return nil, err
+	}
+	if err := a.s.st.EnsureMachineDead(ctx, req.GetMachine()); err != nil {
+		return nil, err
+	}
+	return &pb.EnsureMachineDeadResponse{}, nil
+}
+
+// SetMachineStatus records the caller's machine agent status.
+func (a *agentServer) SetMachineStatus(ctx context.Context, req *pb.SetMachineStatusRequest) (*pb.SetMachineStatusResponse, error) {
+	c := callerFrom(ctx)
+	if err := ownMachine(c, req.GetMachine(), "set the status of"); err != nil {
+		return nil, err
+	}
+	if err := checkStatus(req.GetStatus()); err != nil {
+		return nil, err
+	}
+	if err := a.s.st.SetStatus(ctx, state.StatusMachine, req.GetMachine(), req.GetStatus()); err != nil {
+		return nil, err
+	}
+	return &pb.SetMachineStatusResponse{}, nil
+}
+
+// IssueUnitCredential gives a unit on the caller's machine a new credential,
+// revoking any earlier one: only the hash of its secret is stored.
+func (a *agentServer) IssueUnitCredential(ctx context.Context, req *pb.IssueUnitCredentialRequest) (*pb.IssueUnitCredentialResponse, error) {
+	c := callerFrom(ctx)
+	u, err := a.machineUnit(ctx, c, req.GetUnit(), "issue a credential for")
+	if err != nil {
+		return nil, err
+	}
+	cred, hash, err := pki.NewCredential(names.UnitTag(u.Name))
+	if err != nil {
+		return nil, err
+	}
+	if err := a.s.st.SetCredential(ctx, cred.Tag, hash); err != nil {
+		return nil, err
+	}
+	a.s.logger.Info("issued unit credential", "unit", u.Name, "machine", c.id)
+	return &pb.IssueUnitCredentialResponse{Tag: cred.Tag, Secret: cred.Secret}, nil
+}
+
+// GetUnit returns a unit the caller may see.
+func (a *agentServer) GetUnit(ctx context.Context, req *pb.GetUnitRequest) (*pb.GetUnitResponse, error) {
+	u, err := a.visibleUnit(ctx, callerFrom(ctx), req.GetUnit(), "read")
+	if err != nil {
+		return nil, err
+	}
+	return &pb.GetUnitResponse{Unit: u}, nil
+}
+
+// RemoveUnit removes a dead unit (U5): a principal on the caller's machine,
+// by its machine agent, or a subordinate of the caller's unit, by its
+// principal's agent.
+func (a *agentServer) RemoveUnit(ctx context.Context, req *pb.RemoveUnitRequest) (*pb.RemoveUnitResponse, error) {
+	c := callerFrom(ctx)
+	const verb = "remove"
+	var err error
+	switch c.kind {
+	case names.KindMachine:
+		var u *pb.Unit
+		if u, err = a.machineUnit(ctx, c, req.GetUnit(), verb); err == nil && u.Principal != "" {
+			err = denied("%s may not remove unit %s: a subordinate is removed by its principal %s's agent", c, u.Name, u.Principal)
+		}
+	default:
+		_, err = a.subordinateUnit(ctx, c, req.GetUnit(), verb)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := a.s.st.RemoveUnit(ctx, req.GetUnit()); err != nil {
+		return nil, err
+	}
+	return &pb.RemoveUnitResponse{}, nil
+}
+
+// GetService returns a service the caller may see, with its configuration
+// and its charm's record.
+func (a *agentServer) GetService(ctx context.Context, req *pb.GetServiceRequest) (*pb.GetServiceResponse, error) {
+	name := req.GetService()
+	if err := a.serviceAllowed(ctx, callerFrom(ctx), name, "read"); err != nil {
+		return nil, err
+	}
+	svc, err := a.s.st.Service(ctx, name)
+	if err != nil {
+		return nil, readErr(err, "read service %s", name)
+	}
+	cfg, err := a.s.st.ServiceConfig(ctx, name)
+	if err != nil {
+		return nil, readErr(err, "read the configuration of service %s", name)
+	}
+	ch, err := a.s.st.Charm(ctx, svc.GetCharm().GetName(), svc.GetCharm().GetRevision())
+	if err != nil {
+		return nil, fmt.Errorf("service %s: %w", name, err)
+	}
+	return &pb.GetServiceResponse{Service: svc, Config: cfg, Charm: ch}, nil
+}
+
+// DownloadCharm streams the archive of a charm revision that a service of
+// the caller's units uses, in chunks of charmChunkBytes.
+func (a *agentServer) DownloadCharm(req *pb.DownloadCharmRequest, stream pb.AgentService_DownloadCharmServer) error {
+	ctx := stream.Context()
+	c := callerFrom(ctx)
+	name, rev := req.GetName(), req.GetRevision()
+	if !names.ValidService(name) {
+		return invalid("invalid charm name %q", name)
+	}
+	if rev < 1 {
+		// state.Charm reads revision 0 as the latest; an agent asks for
+		// the one its service uses.
+		return invalid("invalid charm revision %d: want a revision, from 1", rev)
+	}
+	if err := a.charmAllowed(ctx, c, name, rev); err != nil {
+		return err
+	}
+	ch, err := a.s.st.Charm(ctx, name, rev)
+	if err != nil {
+		return readErr(err, "read charm %s revision %d", name, rev)
+	}
+	archive, err := a.s.st.CharmArchive(ctx, ch)
+	if err != nil {
+		return readErr(err, "read the archive of charm %s revision %d", name, rev)
+	}
+	for off := 0; off < len(archive); off += charmChunkBytes {
+		chunk := archive[off:min(off+charmChunkBytes, len(archive))]
+		if err := stream.Send(&pb.DownloadCharmResponse{Chunk: chunk}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// charmAllowed checks that a service of the caller's units uses revision
+// rev of the named charm. It needs no read of the charm.
+func (a *agentServer) charmAllowed(ctx context.Context, c caller, name string, rev int64) error {
+	services, err := a.callerServices(ctx, c)
+	if err != nil {
+		return err
+	}
+	for len(services) > 0 {
+		batch := services[:min(len(services), readBatch)]
+		services = services[len(batch):]
+		svcs, err := a.s.st.ServicesNamed(ctx, batch...)
+		if err != nil {
+			return readErr(err, "read services %v", batch)
+		}
+		for _, svc := range svcs {
+			if svc.GetCharm().GetName() == name && svc.GetCharm().GetRevision() == rev {
+				return nil
+			}
+		}
+	}
+	return denied("%s may not download charm %s revision %d: none of its units uses it", c, name, rev)
+}
+
+// SetUnitDying sets the caller's unit, or one of its subordinates, dying (U2).
+func (a *agentServer) SetUnitDying(ctx context.Context, req *pb.SetUnitDyingRequest) (*pb.SetUnitDyingResponse, error) {
+	c := callerFrom(ctx)
+	name := req.GetUnit()
+	if err := checkUnitName(name); err != nil {
+		return nil, err
+	}
+	if c.kind != names.KindUnit || c.id != name {
+		if _, err := a.subordinateUnit(ctx, c, name, "destroy"); err != nil {
+			return nil, err
+		}
+	}
+	if err := a.s.st.DestroyUnit(ctx, name, state.DestroyOptions{}); err != nil {
+		return nil, err
+	}
+	return &pb.SetUnitDyingResponse{}, nil
+}
+
+// EnsureUnitDead sets the caller's unit dead once it is out of every
+// relation and has no subordinates (U3).
+func (a *agentServer) EnsureUnitDead(ctx context.Context, req *pb.EnsureUnitDeadRequest) (*pb.EnsureUnitDeadResponse, error) {
+	if err := ownUnit(callerFrom(ctx), req.GetUnit(), "set dead"); err != nil {
+		return nil, err
+	}
+	if err := a.s.st.EnsureUnitDead(ctx, req.GetUnit()); err != nil {
+		return nil, err
+	}
+	return &pb.EnsureUnitDeadResponse{}, nil
+}
+
+// AddSubordinate returns, creating it if need be, the caller's unit of a
+// subordinate service that the caller's service is related to in container
+// scope by an alive relation. The relation is checked when the call is
+// made; should it become dying just after, the new subordinate's agent
+// sees that and departs as for any dying relation.
+func (a *agentServer) AddSubordinate(ctx context.Context, req *pb.AddSubordinateRequest) (*pb.AddSubordinateResponse, error) {
+	c := callerFrom(ctx)
+	principal, sub := req.GetPrincipal(), req.GetService()
+	if err := ownUnit(c, principal, "add a subordinate to"); err != nil {
+		return nil, err
+	}
+	if err := checkServiceName(sub); err != nil {
+		return nil, err
+	}
+	own := names.UnitService(principal)
+	if sub == own {
+		return nil, invalid("unit %s cannot be its own service's subordinate", principal)
+	}
+	rels, err := a.s.st.RelationsBetween(ctx, own, sub)
+	if err != nil {
+		return nil, readErr(err, "find relations between %s and %s", own, sub)
+	}
+	var dying *pb.Relation
+	for _, rel := range rels {
+		if rel.Scope != pb.Scope_SCOPE_CONTAINER {
+			continue
+		}
+		if rel.Life != pb.Life_LIFE_ALIVE {
+			dying = rel
+			continue
+		}
+		u, err := a.s.st.AddSubordinate(ctx, principal, sub)
+		if err != nil {
+			return nil, err
+		}
+		return &pb.AddSubordinateResponse{Unit: u}, nil
+	}
+	if dying != nil {
+		return nil, failedPrecondition("relation %d (%s) is %s: subordinates are added only for an alive relation",
+			dying.Id, dying.Key, state.LifeName(dying.Life))
+	}
+	return nil, denied("%s may not add a unit of %s: services %s and %s are not related in container scope", c, sub, own, sub)
+}
+
+// EnterScope puts the caller's unit in the scope of a relation its service
+// is in (R1).
+func (a *agentServer) EnterScope(ctx context.Context, req *pb.EnterScopeRequest) (*pb.EnterScopeResponse, error) {
+	c := callerFrom(ctx)
+	if err := ownUnit(c, req.GetUnit(), "enter a relation as"); err != nil {
+		return nil, err
+	}
+	if err := checkSettingsSize(req.GetSettings()); err != nil {
+		return nil, err
+	}
+	if _, err := a.unitRelation(ctx, c, req.GetRelation(), "enter"); err != nil {
+		return nil, err
+	}
+	if err := a.s.st.EnterScope(ctx, req.GetRelation(), req.GetUnit(), req.GetSettings()); err != nil {
+		return nil, err
+	}
+	return &pb.EnterScopeResponse{}, nil
+}
+
+// LeaveScope takes the caller's unit out of a relation's scope (R3). Like
+// state.LeaveScope it is idempotent: leaving a relation that no longer
+// exists does nothing, since the caller cannot be in its scope (I4), and
+// that is what an agent retrying after a lost reply needs.
+func (a *agentServer) LeaveScope(ctx context.Context, req *pb.LeaveScopeRequest) (*pb.LeaveScopeResponse, error) {
+	c := callerFrom(ctx)
+	if err := ownUnit(c, req.GetUnit(), "leave a relation as"); err != nil {
+		return nil, err
+	}
+	_, err := a.unitRelation(ctx, c, req.GetRelation(), "leave")
+	if isNotFound(err) {
+		return &pb.LeaveScopeResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := a.s.st.LeaveScope(ctx, req.GetRelation(), req.GetUnit()); err != nil {
+		return nil, err
+	}
+	return &pb.LeaveScopeResponse{}, nil
+}
+
+// ReadSettings returns a unit's settings in a relation the caller's service
+// is in: the caller's own, or those of a unit in the relation's scope; in a
+// container-scoped relation only of a unit on the caller's machine.
+func (a *agentServer) ReadSettings(ctx context.Context, req *pb.ReadSettingsRequest) (*pb.ReadSettingsResponse, error) {
+	c := callerFrom(ctx)
+	id, name := req.GetRelation(), req.GetUnit()
+	if err := checkUnitName(name); err != nil {
+		return nil, err
+	}
+	rel, err := a.unitRelation(ctx, c, id, "read the settings of")
+	if err != nil {
+		return nil, err
+	}
+	if name != c.id && rel.Scope == pb.Scope_SCOPE_CONTAINER {
+		us, err := a.s.st.UnitsNamed(ctx, name, c.id)
+		if err != nil {
+			return nil, readErr(err, "read units %s and %s", name, c.id)
+		}
+		switch target, own := us[0], us[1]; {
+		case target == nil:
+			return nil, notFound("unit %s not found", name)
+		case own == nil:
+			return nil, notFound("unit %s not found", c.id)
+		case target.MachineId != own.MachineId:
+			return nil, denied("%s may not read the settings of unit %s in relation %d (%s): the relation is container-scoped and %s is on another machine",
+				c, name, id, rel.Key, name)
+		}
+	}
+	values, version, err := a.s.st.Settings(ctx, id, name)
+	if err != nil {
+		return nil, readErr(err, "read the settings of %s in relation %d", name, id)
+	}
+	return &pb.ReadSettingsResponse{Settings: values, Version: version}, nil
+}
+
+// UpdateSettings applies the caller's settings changes across its
+// relations in one transaction; state refuses a relation whose scope the
+// unit is not in, and the unit can be only in relations of its service.
+func (a *agentServer) UpdateSettings(ctx context.Context, req *pb.UpdateSettingsRequest) (*pb.UpdateSettingsResponse, error) {
+	if err := ownUnit(callerFrom(ctx), req.GetUnit(), "write the settings of"); err != nil {
+		return nil, err
+	}
+	changes := make([]state.SettingsChange, len(req.GetUpdates()))
+	seen := map[int64]bool{}
+	for i, u := range req.GetUpdates() {
+		if err := checkRelationID(u.GetRelation()); err != nil {
+			return nil, err
+		}
+		if seen[u.GetRelation()] {
+			return nil, invalid("relation %d is updated twice: merge the changes", u.GetRelation())
+		}
+		seen[u.GetRelation()] = true
+		if proto.Size(u) > maxRecordBytes {
+			return nil, invalid("settings update of relation %d is %d bytes: at most %d", u.GetRelation(), proto.Size(u), maxRecordBytes)
+		}
+		changes[i] = state.SettingsChange{Relation: u.GetRelation(), Set: u.GetSet(), Unset: u.GetUnset()}
+	}
+	if err := a.s.st.UpdateSettings(ctx, req.GetUnit(), changes); err != nil {
+		return nil, err
+	}
+	return &pb.UpdateSettingsResponse{}, nil
+}
+
+// SetUnitStatus records a unit's status: a unit agent its own, agent or
+// workload; a machine agent the agent status of a unit on its machine
+// (reporting, say, a unit agent it cannot start).
+func (a *agentServer) SetUnitStatus(ctx context.Context, req *pb.SetUnitStatusRequest) (*pb.SetUnitStatusResponse, error) {
+	c := callerFrom(ctx)
+	name := req.GetUnit()
+	var kind state.StatusKind
+	switch req.GetKind() {
+	case pb.UnitStatusKind_UNIT_STATUS_KIND_AGENT:
+		kind = state.StatusUnitAgent
+	case pb.UnitStatusKind_UNIT_STATUS_KIND_WORKLOAD:
+		kind = state.StatusUnit
+	default:
+		return nil, invalid("unit status kind %v: want agent or workload", req.GetKind())
+	}
+	if err := checkStatus(req.GetStatus()); err != nil {
+		return nil, err
+	}
+	switch {
+	case c.kind == names.KindMachine && kind == state.StatusUnit:
+		if err := checkUnitName(name); err != nil {
+			return nil, err
+		}
+		return nil, denied("%s may not set the workload status of unit %s: only its own agent may", c, name)
+	case c.kind == names.KindMachine:
+		if _, err := a.machineUnit(ctx, c, name, "set the status of"); err != nil {
+			return nil, err
+		}
+	default:
+		if err := ownUnit(c, name, "set the status of"); err != nil {
+			return nil, err
+		}
+	}
+	if err := a.s.st.SetStatus(ctx, kind, name, req.GetStatus()); err != nil {
+		return nil, err
+	}
+	return &pb.SetUnitStatusResponse{}, nil
+}
+
+// ClearResolved removes the caller's resolved mark once it has acted on it.
+func (a *agentServer) ClearResolved(ctx context.Context, req *pb.ClearResolvedRequest) (*pb.ClearResolvedResponse, error) {
+	if err := ownUnit(callerFrom(ctx), req.GetUnit(), "clear the resolved mark of"); err != nil {
+		return nil, err
+	}
+	if err := a.s.st.ClearResolved(ctx, req.GetUnit()); err != nil {
+		return nil, fmt.Errorf("clear the resolved mark of %s: %w", req.GetUnit(), err)
+	}
+	return &pb.ClearResolvedResponse{}, nil
+}
+
+func checkStatus(st *pb.Status) error {
+	switch {
+	case st == nil || st.GetStatus() == "":
+		return invalid("a status needs a status value")
+	case proto.Size(st) > maxRecordBytes:
+		return invalid("status is %d bytes: at most %d", proto.Size(st), maxRecordBytes)
+	}
+	return nil
+}
+
+func checkSettingsSize(settings map[string]string) error {
+	if n := proto.Size(&pb.Settings{Values: settings}); n > maxRecordBytes {
+		return invalid("settings are %d bytes: at most %d", n, maxRecordBytes)
+	}
+	return nil
+}

@@ -1,0 +1,57 @@
+package controller
+
+import (
+	"context"
+	"errors"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/lifelinehq/lifeline/charm"
+	"github.com/lifelinehq/lifeline/state"
+)
+
+// toStatus maps an error to a gRPC status, once, at the API boundary. The
+// message is the error's own sentence.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	code := codes.Internal
+	switch {
+	case errors.Is(err, state.ErrNotFound):
+		code = codes.NotFound
+	case errors.Is(err, state.ErrAlreadyExists):
+		code = codes.AlreadyExists
+	case errors.Is(err, state.ErrRefused):
+		code = codes.FailedPrecondition
+	case errors.Is(err, state.ErrInvalid), errors.Is(err, charm.ErrInvalid), errors.Is(err, charm.ErrTooLarge):
+		code = codes.InvalidArgument
+	case errors.Is(err, state.ErrAborted):
+		code = codes.Aborted
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, rpctypes.ErrNoLeader), errors.Is(err, rpctypes.ErrTimeout),
+		errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail), errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost):
+		code = codes.Unavailable
+	default:
+		if s, ok := status.FromError(errors.Unwrap(err)); ok && s.Code() == codes.Unavailable {
+			code = codes.Unavailable
+		}
+	}
+	return status.Error(code, err.Error())
+}
+
+func invalid(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+func denied(format string, args ...any) error {
+	return status.Errorf(codes.PermissionDenied, format, args...)
+}

@@ -1,0 +1,107 @@
+package controller
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/status"
+
+	"github.com/lifelinehq/lifeline/state"
+)
+
+// metrics are the API's Prometheus metrics: calls by method and code,
+// etcd transactions and their conflicts, and entities by kind and life.
+type metrics struct {
+	calls *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer, st *state.State) *metrics {
+	m := &metrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "lifeline", Name: "api_calls_total",
+			Help: "API calls by method and gRPC status code.",
+		}, []string{"method", "code"}),
+	}
+	if reg == nil {
+		return m
+	}
+	stat := func(f func(state.Stats) int64) func() float64 {
+		return func() float64 { return float64(f(st.Stats())) }
+	}
+	reg.MustRegister(
+		m.calls,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "lifeline", Name: "etcd_txns_total",
+			Help: "Write transactions committed to etcd.",
+		}, stat(func(s state.Stats) int64 { return s.Txns })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "lifeline", Name: "etcd_txn_retries_total",
+			Help: "Write transactions whose comparisons failed and were retried after a fresh read.",
+		}, stat(func(s state.Stats) int64 { return s.Conflicts })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "lifeline", Name: "etcd_txn_aborts_total",
+			Help: "Operations that ran out of retries.",
+		}, stat(func(s state.Stats) int64 { return s.Aborted })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "lifeline", Name: "etcd_txn_max_ops",
+			Help: "The most operations in one write transaction so far.",
+		}, stat(func(s state.Stats) int64 { return s.MaxOps })),
+		&entityCollector{st: st, desc: prometheus.NewDesc("lifeline_entities",
+			"Entities in the model by kind and life.", []string{"kind", "life"}, nil)},
+	)
+	return m
+}
+
+func (m *metrics) observe(method string, err error) {
+	method = method[strings.LastIndexByte(method, '/')+1:]
+	m.calls.WithLabelValues(method, status.Code(err).String()).Inc()
+}
+
+// entityCollector counts the model's entities when scraped, from a model
+// read at most every few seconds.
+type entityCollector struct {
+	st   *state.State
+	desc *prometheus.Desc
+
+	mu     sync.Mutex
+	at     time.Time
+	counts map[[2]string]int
+}
+
+func (e *entityCollector) Describe(ch chan<- *prometheus.Desc) { ch <- e.desc }
+
+func (e *entityCollector) Collect(ch chan<- prometheus.Metric) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if time.Since(e.at) > 5*time.Second {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if m, err := e.st.Model(ctx); err == nil {
+			e.counts = map[[2]string]int{}
+			for _, x := range m.Machines {
+				e.counts[[2]string{"machine", state.LifeName(x.Life)}]++
+			}
+			for _, x := range m.Services {
+				e.counts[[2]string{"service", state.LifeName(x.Life)}]++
+			}
+			for _, x := range m.Units {
+				e.counts[[2]string{"unit", state.LifeName(x.Life)}]++
+			}
+			for _, x := range m.Relations {
+				e.counts[[2]string{"relation", state.LifeName(x.Life)}]++
+			}
+			e.at = time.Now()
+		}
+	}
+	for _, kind := range []string{"machine", "service", "unit", "relation"} {
+		for _, life := range []string{"alive", "dying", "dead"} {
+			if kind != "machine" && kind != "unit" && life == "dead" {
+				continue
+			}
+			ch <- prometheus.MustNewConstMetric(e.desc, prometheus.GaugeValue, float64(e.counts[[2]string{kind, life}]), kind, life)
+		}
+	}
+}

@@ -1,0 +1,437 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/lifelinehq/lifeline/charm"
+	"github.com/lifelinehq/lifeline/names"
+	"github.com/lifelinehq/lifeline/pki"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/state"
+)
+
+// UploadCharm reads a packed charm, header first, then its chunks, and
+// stores it.
+func (s *Server) UploadCharm(stream pb.OperatorService_UploadCharmServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	h := first.GetHeader()
+	switch {
+	case h == nil:
+		return invalid("charm upload must start with its header")
+	case h.Size < 0:
+		return invalid("charm upload: negative size %d", h.Size)
+	case h.Size > charm.MaxSize:
+		return invalid("charm archive is %s: over the %d MiB limit", mib(h.Size), charm.MaxSize>>20)
+	}
+	var buf bytes.Buffer
+	buf.Grow(int(h.Size))
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if int64(buf.Len()+len(req.GetChunk())) > h.Size {
+			return invalid("charm upload: more than the %d bytes its header declared", h.Size)
+		}
+		buf.Write(req.GetChunk())
+	}
+	if int64(buf.Len()) != h.Size {
+		return invalid("charm upload: %d bytes received, %d declared", buf.Len(), h.Size)
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	if got := hex.EncodeToString(sum[:]); h.Sha256 != "" && got != h.Sha256 {
+		return invalid("charm upload: sha256 %s does not match the declared %s", got, h.Sha256)
+	}
+	c, data, err := charm.ReadArchive(&buf, charm.MaxSize)
+	if err != nil {
+		return err
+	}
+	rec, err := s.st.AddCharm(stream.Context(), c.Record(), data)
+	if err != nil {
+		return err
+	}
+	s.logger.Info("charm stored", "charm", rec.Name, "revision", rec.Revision, "bytes", rec.Size)
+	return stream.SendAndClose(&pb.UploadCharmResponse{Charm: rec})
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// Deploy adds a service of an uploaded charm, configured, with its units.
+func (s *Server) Deploy(ctx context.Context, req *pb.DeployRequest) (*pb.DeployResponse, error) {
+	if !names.ValidService(req.Charm) {
+		return nil, invalid("invalid charm name %q", req.Charm)
+	}
+	name := req.Service
+	if name == "" {
+		name = req.Charm
+	}
+	if !names.ValidService(name) {
+		return nil, invalid("invalid service name %q: use lowercase letters, digits and hyphens, starting with a letter", name)
+	}
+	if req.NumUnits < 0 {
+		return nil, invalid("cannot deploy %d units", req.NumUnits)
+	}
+	c, err := s.st.Charm(ctx, req.Charm, req.Revision)
+	if err != nil {
+		return nil, err
+	}
+	if c.Subordinate && req.NumUnits > 0 {
+		return nil, invalid("charm %s is a subordinate: its units come with the principals it is related to, so deploy it with no units", c.Name)
+	}
+	if c.Subordinate && req.To != "" {
+		return nil, invalid("charm %s is a subordinate: it cannot be placed on a machine", c.Name)
+	}
+	cfg := charm.ConfigFromOptions(c.Options)
+	values, err := cfg.ParseValues(req.Config)
+	if err != nil {
+		return nil, err
+	}
+	if req.To != "" {
+		// Checked now so that a bad placement adds nothing; AddUnits checks
+		// again in its transaction.
+		m, err := s.st.Machine(ctx, req.To)
+		if err != nil {
+			return nil, err
+		}
+		if m.Life != pb.Life_LIFE_ALIVE {
+			return nil, status.Errorf(codes.FailedPrecondition, "machine %s is %s: units can be assigned only to an alive machine", m.Id, state.LifeName(m.Life))
+		}
+	}
+	svc, err := s.st.AddService(ctx, state.AddServiceArgs{
+		Name:        name,
+		Charm:       &pb.CharmRef{Name: c.Name, Revision: c.Revision, Sha256: c.Sha256},
+		Subordinate: c.Subordinate,
+		Endpoints:   c.Endpoints,
+		Config:      cfg.WithDefaults(values),
+	})
+	if err != nil {
+		return nil, err
+	}
+	resp := &pb.DeployResponse{Service: svc}
+	if req.NumUnits > 0 {
+		units, err := s.st.AddUnits(ctx, name, int(req.NumUnits), state.Placement{Machine: req.To})
+		if err != nil {
+			if len(units) == 0 {
+				// Nothing was deployed after all: take the service back.
+				if derr := s.st.DestroyService(ctx, name); derr != nil {
+					s.logger.Warn("cannot remove the service of a failed deploy", "service", name, "error", derr)
+				}
+			}
+			return nil, err
+		}
+		resp.Units = units
+	}
+	s.logger.Info("deployed", "service", name, "charm", c.Name, "revision", c.Revision, "units", req.NumUnits)
+	return resp, nil
+}
+
+// AddUnits adds principal units to a service.
+func (s *Server) AddUnits(ctx context.Context, req *pb.AddUnitsRequest) (*pb.AddUnitsResponse, error) {
+	if req.NumUnits < 1 {
+		return nil, invalid("cannot add %d units: want at least 1", req.NumUnits)
+	}
+	units, err := s.st.AddUnits(ctx, req.Service, int(req.NumUnits), state.Placement{Machine: req.To})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.AddUnitsResponse{Units: units}, nil
+}
+
+// AddMachines adds machines for the provisioner to start, or manual
+// machines, each with a join token carrying its credential.
+func (s *Server) AddMachines(ctx context.Context, req *pb.AddMachinesRequest) (*pb.AddMachinesResponse, error) {
+	if req.NumMachines < 1 {
+		return nil, invalid("cannot add %d machines: want at least 1", req.NumMachines)
+	}
+	if req.NumMachines > 1000 {
+		return nil, invalid("cannot add %d machines at once: at most 1000", req.NumMachines)
+	}
+	ms, err := s.st.AddMachines(ctx, int(req.NumMachines))
+	resp := &pb.AddMachinesResponse{Machines: ms}
+	if err != nil {
+		return nil, err
+	}
+	if req.Manual {
+		for _, m := range ms {
+			token, err := s.joinToken(ctx, m.Id)
+			if err != nil {
+				return nil, err
+			}
+			resp.JoinTokens = append(resp.JoinTokens, token)
+		}
+	}
+	return resp, nil
+}
+
+// AddRelation relates two services.
+func (s *Server) AddRelation(ctx context.Context, req *pb.AddRelationRequest) (*pb.AddRelationResponse, error) {
+	a, b, err := endpointPair(req.Endpoints)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := s.st.AddRelation(ctx, a, b)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.AddRelationResponse{Relation: rel}, nil
+}
+
+func endpointPair(eps []string) (state.EndpointSpec, state.EndpointSpec, error) {
+	if len(eps) != 2 {
+		return state.EndpointSpec{}, state.EndpointSpec{}, invalid("a relation needs two endpoints, got %d", len(eps))
+	}
+	a, err := state.ParseEndpointSpec(eps[0])
+	if err != nil {
+		return a, a, err
+	}
+	b, err := state.ParseEndpointSpec(eps[1])
+	return a, b, err
+}
+
+// DestroyRelation destroys the one relation between the given endpoints.
+func (s *Server) DestroyRelation(ctx context.Context, req *pb.DestroyRelationRequest) (*pb.DestroyRelationResponse, error) {
+	a, b, err := endpointPair(req.Endpoints)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := s.st.ServiceRelations(ctx, a.Service)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.st.Service(ctx, a.Service); err != nil {
+		return nil, err
+	}
+	var found []*pb.Relation
+	for _, id := range ids {
+		rel, err := s.st.Relation(ctx, id)
+		if errors.Is(err, state.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if relationJoins(rel, a, b) {
+			found = append(found, rel)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, status.Errorf(codes.NotFound, "no relation between %s and %s", a, b)
+	case 1:
+		return &pb.DestroyRelationResponse{}, s.st.DestroyRelation(ctx, found[0].Id)
+	}
+	return nil, invalid("%s and %s are related %d ways (%s, %s...): name the endpoints", a, b, len(found), found[0].Key, found[1].Key)
+}
+
+// relationJoins says whether rel is between a and b (endpoints, where
+// named, matching).
+func relationJoins(rel *pb.Relation, a, b state.EndpointSpec) bool {
+	if len(rel.Endpoints) != 2 {
+		return false
+	}
+	match := func(ep *pb.RelationEndpoint, spec state.EndpointSpec) bool {
+		return ep.Service == spec.Service && (spec.Endpoint == "" || ep.Endpoint.Name == spec.Endpoint)
+	}
+	x, y := rel.Endpoints[0], rel.Endpoints[1]
+	return match(x, a) && match(y, b) || match(x, b) && match(y, a)
+}
+
+// destroyOptions turns the request's force and wait into state's options.
+func (s *Server) destroyOptions(force bool, maxWaitMs *int64) (state.DestroyOptions, error) {
+	if !force {
+		if maxWaitMs != nil {
+			return state.DestroyOptions{}, invalid("a maximum wait needs --force")
+		}
+		return state.DestroyOptions{}, nil
+	}
+	wait := s.cfg.DefaultMaxWait
+	if maxWaitMs != nil {
+		if *maxWaitMs < 0 {
+			return state.DestroyOptions{}, invalid("negative maximum wait %dms", *maxWaitMs)
+		}
+		wait = time.Duration(*maxWaitMs) * time.Millisecond
+	}
+	return state.DestroyOptions{Force: true, MaxWait: wait}, nil
+}
+
+// DestroyUnit destroys a principal unit; subordinates go with their
+// principal or their relation.
+func (s *Server) DestroyUnit(ctx context.Context, req *pb.DestroyUnitRequest) (*pb.DestroyUnitResponse, error) {
+	opts, err := s.destroyOptions(req.Force, req.MaxWaitMs)
+	if err != nil {
+		return nil, err
+	}
+	u, err := s.st.Unit(ctx, req.Unit)
+	if err != nil {
+		return nil, err
+	}
+	if u.Principal != "" {
+		return nil, status.Errorf(codes.FailedPrecondition, "unit %s is a subordinate of %s: destroy %s, or the relation between %s and %s",
+			u.Name, u.Principal, u.Principal, names.UnitService(u.Principal), u.Service)
+	}
+	return &pb.DestroyUnitResponse{}, s.st.DestroyUnit(ctx, req.Unit, opts)
+}
+
+// DestroyMachine destroys a machine.
+func (s *Server) DestroyMachine(ctx context.Context, req *pb.DestroyMachineRequest) (*pb.DestroyMachineResponse, error) {
+	opts, err := s.destroyOptions(req.Force, req.MaxWaitMs)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.DestroyMachineResponse{}, s.st.DestroyMachine(ctx, req.Machine, opts)
+}
+
+// DestroyService destroys a service.
+func (s *Server) DestroyService(ctx context.Context, req *pb.DestroyServiceRequest) (*pb.DestroyServiceResponse, error) {
+	return &pb.DestroyServiceResponse{}, s.st.DestroyService(ctx, req.Service)
+}
+
+// Resolved answers a unit's failed hook.
+func (s *Server) Resolved(ctx context.Context, req *pb.ResolvedRequest) (*pb.ResolvedResponse, error) {
+	if _, err := s.st.Unit(ctx, req.Unit); err != nil {
+		return nil, err
+	}
+	agent, err := s.st.Status(ctx, state.StatusUnitAgent, req.Unit)
+	if err != nil {
+		return nil, err
+	}
+	if agent.GetStatus() != "error" {
+		return nil, status.Errorf(codes.FailedPrecondition, "unit %s is not in an error state", req.Unit)
+	}
+	mode := pb.ResolvedMode_RESOLVED_MODE_RETRY
+	if req.NoRetry {
+		mode = pb.ResolvedMode_RESOLVED_MODE_NO_RETRY
+	}
+	return &pb.ResolvedResponse{}, s.st.SetResolved(ctx, req.Unit, mode)
+}
+
+// GetConfig returns a service's options and settings.
+func (s *Server) GetConfig(ctx context.Context, req *pb.GetConfigRequest) (*pb.GetConfigResponse, error) {
+	c, values, err := s.serviceConfig(ctx, req.Service)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.GetConfigResponse{Options: c.Options, Values: values}, nil
+}
+
+func (s *Server) serviceConfig(ctx context.Context, service string) (*pb.Charm, map[string]*pb.ConfigValue, error) {
+	svc, err := s.st.Service(ctx, service)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := s.st.Charm(ctx, svc.Charm.Name, svc.Charm.Revision)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := s.st.ServiceConfig(ctx, service)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, charm.ConfigFromOptions(c.Options).WithDefaults(cfg.Values), nil
+}
+
+// SetConfig changes a service's settings; unset ones return to their
+// defaults.
+func (s *Server) SetConfig(ctx context.Context, req *pb.SetConfigRequest) (*pb.SetConfigResponse, error) {
+	if len(req.Set) == 0 && len(req.Unset) == 0 {
+		return nil, invalid("nothing to change: give KEY=VALUE settings")
+	}
+	c, _, err := s.serviceConfig(ctx, req.Service)
+	if err != nil {
+		return nil, err
+	}
+	cfg := charm.ConfigFromOptions(c.Options)
+	values, err := cfg.ParseValues(req.Set)
+	if err != nil {
+		return nil, err
+	}
+	defaults := cfg.Defaults()
+	var unset []string
+	for _, k := range req.Unset {
+		if _, ok := cfg.Options[k]; !ok {
+			return nil, invalid("unknown config option %q", k)
+		}
+		if d, ok := defaults[k]; ok {
+			values[k] = d
+		} else {
+			unset = append(unset, k)
+		}
+	}
+	return &pb.SetConfigResponse{}, s.st.UpdateServiceConfig(ctx, req.Service, values, unset)
+}
+
+// joinToken issues machine id's credential and packs it, with the
+// controller's addresses and CA, into a token for a manual machine.
+func (s *Server) joinToken(ctx context.Context, id string) (string, error) {
+	if len(s.cfg.Addresses) == 0 || len(s.cfg.CACert) == 0 {
+		return "", status.Error(codes.FailedPrecondition, "this controller does not know its own addresses and CA: it cannot make join tokens")
+	}
+	cred, hash, err := pki.NewCredential(names.MachineTag(id))
+	if err != nil {
+		return "", err
+	}
+	if err := s.st.SetCredential(ctx, cred.Tag, hash); err != nil {
+		return "", err
+	}
+	return pki.EncodeJoinToken(pki.ClientConfig{Controllers: s.cfg.Addresses, CACert: string(s.cfg.CACert), Tag: cred.Tag, Secret: cred.Secret})
+}
+
+// Status returns the whole model's status.
+func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	m, err := s.st.Model(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.StatusResponse{Status: buildStatus(m, time.Now())}, nil
+}
+
+// WatchStatus sends the status whenever the model changed, at most every
+// interval.
+func (s *Server) WatchStatus(req *pb.WatchStatusRequest, stream pb.OperatorService_WatchStatusServer) error {
+	interval := time.Duration(req.IntervalMs) * time.Millisecond
+	if interval <= 0 {
+		interval = time.Second
+	}
+	interval = max(interval, 100*time.Millisecond)
+	ctx := stream.Context()
+	last := int64(-1)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		rev, err := s.st.Revision(ctx)
+		if err != nil {
+			return err
+		}
+		if rev != last {
+			m, err := s.st.Model(ctx)
+			if err != nil {
+				return err
+			}
+			if err := stream.Send(&pb.WatchStatusResponse{Status: buildStatus(m, time.Now())}); err != nil {
+				return err
+			}
+			last = m.Revision
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}

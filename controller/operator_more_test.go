@@ -1,0 +1,95 @@
+package controller_test
+
+import (
+	"testing"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/lifelinehq/lifeline/pki"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/state"
+)
+
+func TestAddManualMachinesGivesJoinTokens(t *testing.T) {
+	e := newEnv(t)
+	op := e.admin()
+	resp, err := op.AddMachines(e.ctx, &pb.AddMachinesRequest{NumMachines: 2, Manual: true})
+	// The test controller was given no addresses or CA for agents.
+	wantCode(t, "AddMachines --manual", err, codes.FailedPrecondition, "cannot make join tokens")
+	_ = resp
+	resp, err = op.AddMachines(e.ctx, &pb.AddMachinesRequest{NumMachines: 2})
+	must(t, "AddMachines", err)
+	if len(resp.Machines) != 2 || len(resp.JoinTokens) != 0 {
+		t.Errorf("AddMachines = %d machines, %d tokens; want 2 and none", len(resp.Machines), len(resp.JoinTokens))
+	}
+	_, err = op.AddMachines(e.ctx, &pb.AddMachinesRequest{NumMachines: 0})
+	wantCode(t, "AddMachines 0", err, codes.InvalidArgument, "cannot add 0 machines")
+}
+
+func TestJoinTokenIsTheMachinesCredential(t *testing.T) {
+	e := newEnvWithAddresses(t)
+	op := e.admin()
+	resp, err := op.AddMachines(e.ctx, &pb.AddMachinesRequest{NumMachines: 1, Manual: true})
+	must(t, "AddMachines --manual", err)
+	if len(resp.JoinTokens) != 1 {
+		t.Fatalf("AddMachines --manual gave %d tokens, want 1", len(resp.JoinTokens))
+	}
+	cfg, err := pki.DecodeJoinToken(resp.JoinTokens[0])
+	must(t, "DecodeJoinToken", err)
+	if cfg.Tag != "machine-"+resp.Machines[0].Id {
+		t.Errorf("join token tag = %s, want machine-%s", cfg.Tag, resp.Machines[0].Id)
+	}
+	agent := pb.NewAgentServiceClient(e.dial(cfg.Credential()))
+	got, err := agent.GetMachine(e.ctx, &pb.GetMachineRequest{Machine: resp.Machines[0].Id})
+	must(t, "GetMachine with the token's credential", err)
+	if got.Machine.Id != resp.Machines[0].Id {
+		t.Errorf("GetMachine = %v", got.Machine)
+	}
+}
+
+func TestResolvedAndForcedDestroy(t *testing.T) {
+	e := newEnv(t)
+	op := e.admin()
+	upload(t, e.ctx, op, "testdata/kv")
+	_, err := op.Deploy(e.ctx, &pb.DeployRequest{Charm: "kv", NumUnits: 2})
+	must(t, "Deploy", err)
+	must(t, "SetStatus", e.st.SetStatus(e.ctx, state.StatusUnitAgent, "kv/0", &pb.Status{Status: "error", Message: `hook failed: "install"`}))
+	_, err = op.Resolved(e.ctx, &pb.ResolvedRequest{Unit: "kv/0", NoRetry: true})
+	must(t, "Resolved", err)
+	if mode, _ := e.st.Resolved(e.ctx, "kv/0"); mode != pb.ResolvedMode_RESOLVED_MODE_NO_RETRY {
+		t.Errorf("resolved mark = %v, want no-retry", mode)
+	}
+	st, err := op.Status(e.ctx, &pb.StatusRequest{})
+	must(t, "Status", err)
+	for _, svc := range st.Status.Services {
+		if svc.Status != "error" || svc.Message != `kv/0: hook failed: "install"` {
+			t.Errorf("service status = %q %q, want the unit's error", svc.Status, svc.Message)
+		}
+	}
+	noWait := int64(0)
+	_, err = op.DestroyUnit(e.ctx, &pb.DestroyUnitRequest{Unit: "kv/1", Force: true, MaxWaitMs: &noWait})
+	must(t, "DestroyUnit --force --no-wait", err)
+	if _, err := state.NewCleaner(e.st, 0).Pass(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.Unit(e.ctx, "kv/1"); err == nil {
+		t.Errorf("kv/1 still exists after a forced destroy with no wait and a cleaner pass")
+	}
+	_, err = op.DestroyMachine(e.ctx, &pb.DestroyMachineRequest{Machine: "0", Force: true})
+	must(t, "DestroyMachine --force", err)
+	st, err = op.Status(e.ctx, &pb.StatusRequest{})
+	must(t, "Status", err)
+	if m := st.Status.Machines[0]; m.Life != "dying" || !m.Forced || len(m.WaitingFor) == 0 {
+		t.Errorf("machine 0 status = %v, want dying, forced and waiting for its unit and forced removal", m)
+	}
+}
+
+func TestRevokedAdminCredential(t *testing.T) {
+	e := newEnv(t)
+	op := e.admin()
+	_, err := op.Status(e.ctx, &pb.StatusRequest{})
+	must(t, "Status", err)
+	must(t, "RevokeCredential", e.st.RevokeCredential(e.ctx, "admin"))
+	_, err = op.Status(e.ctx, &pb.StatusRequest{})
+	wantCode(t, "Status after revocation", err, codes.Unauthenticated, "credential of admin is not valid")
+}

@@ -1,0 +1,87 @@
+package controller
+
+import (
+	"crypto/tls"
+	"errors"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/state"
+)
+
+// Config configures a Server.
+type Config struct {
+	State  *state.State
+	Logger hclog.Logger
+	// TLS is the server's TLS configuration; required.
+	TLS *tls.Config
+	// Metrics registers the API's metrics; none when nil.
+	Metrics prometheus.Registerer
+	// DefaultMaxWait is how long a forced destroy waits for agents when the
+	// operator names no wait; a minute when zero.
+	DefaultMaxWait time.Duration
+	// Addresses are the controller addresses agents are told to dial, and
+	// CACert the PEM of the CA they verify it with (for join tokens).
+	Addresses []string
+	CACert    []byte
+}
+
+// Validate reports a configuration New cannot use.
+func (c Config) Validate() error {
+	switch {
+	case c.State == nil:
+		return errors.New("controller: no state")
+	case c.TLS == nil:
+		return errors.New("controller: no TLS configuration: the API is served over TLS only")
+	}
+	return nil
+}
+
+// Server implements the API.
+type Server struct {
+	pb.UnimplementedOperatorServiceServer
+	agentServer
+
+	st      *state.State
+	logger  hclog.Logger
+	cfg     Config
+	metrics *metrics
+}
+
+// New returns a Server.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.DefaultMaxWait == 0 {
+		cfg.DefaultMaxWait = time.Minute
+	}
+	s := &Server{st: cfg.State, logger: cfg.Logger.Named("api"), cfg: cfg, metrics: newMetrics(cfg.Metrics, cfg.State)}
+	s.agentServer.s = s
+	return s, nil
+}
+
+// GRPCServer returns a gRPC server with both services registered, serving
+// TLS only and authenticating every call. The caller serves and stops it.
+func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
+	opts = append([]grpc.ServerOption{
+		grpc.Creds(credentials.NewTLS(s.cfg.TLS)),
+		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
+		grpc.ChainStreamInterceptor(s.streamInterceptor),
+		grpc.MaxRecvMsgSize(4 << 20),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}, opts...)
+	g := grpc.NewServer(opts...)
+	pb.RegisterOperatorServiceServer(g, s)
+	pb.RegisterAgentServiceServer(g, &s.agentServer)
+	return g
+}

@@ -1,0 +1,203 @@
+package controller
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/state"
+)
+
+// buildStatus turns the model into what ctl status shows, including what
+// each dying or dead entity is still waiting for.
+func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
+	out := &pb.ModelStatus{Revision: m.Revision}
+	machineUnits := map[string][]string{}
+	subordinates := map[string][]string{}
+	unitsOf := map[string][]*pb.Unit{}
+	machines := map[string]*pb.Machine{}
+	for _, mach := range m.Machines {
+		machines[mach.Id] = mach
+	}
+	for _, u := range m.Units {
+		unitsOf[u.Service] = append(unitsOf[u.Service], u)
+		if u.Principal != "" {
+			subordinates[u.Principal] = append(subordinates[u.Principal], u.Name)
+		} else if u.MachineId != "" {
+			machineUnits[u.MachineId] = append(machineUnits[u.MachineId], u.Name)
+		}
+	}
+	unitScopes := map[string][]*pb.Relation{}
+	relationsOf := map[string][]*pb.Relation{}
+	for _, rel := range m.Relations {
+		for _, u := range m.Scopes[rel.Id] {
+			unitScopes[u] = append(unitScopes[u], rel)
+		}
+		seen := map[string]bool{}
+		for _, ep := range rel.Endpoints {
+			if !seen[ep.Service] {
+				relationsOf[ep.Service] = append(relationsOf[ep.Service], rel)
+				seen[ep.Service] = true
+			}
+		}
+	}
+	forced := map[string]time.Time{} // "unit/<name>" or "machine/<id>" → when forcing starts
+	for _, c := range m.Cleanups {
+		switch c.Kind {
+		case pb.CleanupKind_CLEANUP_KIND_FORCE_UNIT:
+			forced["unit/"+c.Target] = time.Unix(0, c.NotBeforeUnixNano)
+		case pb.CleanupKind_CLEANUP_KIND_FORCE_MACHINE:
+			forced["machine/"+c.Target] = time.Unix(0, c.NotBeforeUnixNano)
+		}
+	}
+	forcing := func(key string) string {
+		at, ok := forced[key]
+		if !ok {
+			return ""
+		}
+		if d := at.Sub(now); d > 0 {
+			return fmt.Sprintf("forced removal in %s", d.Round(time.Second))
+		}
+		return "forced removal by the cleaner"
+	}
+
+	for _, mach := range m.Machines {
+		ms := &pb.MachineStatus{
+			Id: mach.Id, Life: state.LifeName(mach.Life), Instance: mach.InstanceId, Address: mach.Address,
+			Agent: "pending", Units: machineUnits[mach.Id], Forced: mach.Forced,
+		}
+		if st := m.Status(state.StatusMachine, mach.Id); st != nil {
+			ms.Agent, ms.Message = st.Status, st.Message
+		}
+		switch mach.Life {
+		case pb.Life_LIFE_DYING:
+			for _, u := range ms.Units {
+				ms.WaitingFor = append(ms.WaitingFor, "unit "+u)
+			}
+			if len(ms.Units) == 0 {
+				ms.WaitingFor = append(ms.WaitingFor, "its agent to set it dead")
+			}
+			if f := forcing("machine/" + mach.Id); f != "" {
+				ms.WaitingFor = append(ms.WaitingFor, f)
+			}
+		case pb.Life_LIFE_DEAD:
+			ms.WaitingFor = []string{"the provisioner to release it"}
+		}
+		out.Machines = append(out.Machines, ms)
+	}
+
+	for _, svc := range m.Services {
+		ss := &pb.ServiceStatus{
+			Name: svc.Name, Charm: svc.Charm.GetName(), Revision: svc.Charm.GetRevision(),
+			Life: state.LifeName(svc.Life), Subordinate: svc.Subordinate,
+		}
+		for _, u := range unitsOf[svc.Name] {
+			us := unitStatus(m, u, machines[u.MachineId])
+			us.Subordinates = subordinates[u.Name]
+			switch u.Life {
+			case pb.Life_LIFE_DYING:
+				for _, rel := range unitScopes[u.Name] {
+					us.WaitingFor = append(us.WaitingFor, fmt.Sprintf("relation %d (%s)", rel.Id, rel.Key))
+				}
+				for _, sub := range us.Subordinates {
+					us.WaitingFor = append(us.WaitingFor, "subordinate "+sub)
+				}
+				if len(us.WaitingFor) == 0 {
+					us.WaitingFor = append(us.WaitingFor, "its agent to run stop and remove")
+				}
+				if f := forcing("unit/" + u.Name); f != "" {
+					us.WaitingFor = append(us.WaitingFor, f)
+				}
+			case pb.Life_LIFE_DEAD:
+				if u.Principal != "" {
+					us.WaitingFor = []string{"removal by " + u.Principal + "'s agent"}
+				} else {
+					us.WaitingFor = []string{"removal by machine " + u.MachineId + "'s agent"}
+				}
+			}
+			ss.Units = append(ss.Units, us)
+		}
+		ss.Status, ss.Message = serviceWorkload(ss.Units)
+		if svc.Life == pb.Life_LIFE_DYING {
+			if n := len(ss.Units); n > 0 {
+				ss.WaitingFor = append(ss.WaitingFor, plural(n, "unit"))
+			}
+			for _, rel := range relationsOf[svc.Name] {
+				ss.WaitingFor = append(ss.WaitingFor, fmt.Sprintf("relation %d (%s)", rel.Id, rel.Key))
+			}
+		}
+		out.Services = append(out.Services, ss)
+	}
+
+	for _, rel := range m.Relations {
+		rs := &pb.RelationStatus{
+			Id: rel.Id, Key: rel.Key, Life: state.LifeName(rel.Life),
+			Scope: strings.ToLower(strings.TrimPrefix(rel.Scope.String(), "SCOPE_")), Units: m.Scopes[rel.Id],
+		}
+		if rel.Life == pb.Life_LIFE_DYING {
+			for _, u := range rs.Units {
+				rs.WaitingFor = append(rs.WaitingFor, "unit "+u+" to depart")
+			}
+		}
+		out.Relations = append(out.Relations, rs)
+	}
+	return out
+}
+
+func unitStatus(m *state.Model, u *pb.Unit, mach *pb.Machine) *pb.UnitStatus {
+	us := &pb.UnitStatus{
+		Name: u.Name, Life: state.LifeName(u.Life), Machine: u.MachineId, Principal: u.Principal,
+		Agent: "allocating", State: "new", Workload: "unknown", Address: mach.GetAddress(),
+	}
+	if st := m.Status(state.StatusUnitAgent, u.Name); st != nil {
+		us.Agent = st.Status
+		if s := st.Data["state"]; s != "" {
+			us.State = s
+		}
+		if st.Status == "error" {
+			us.Message = st.Message
+		}
+	}
+	if st := m.Status(state.StatusUnit, u.Name); st != nil {
+		us.Workload = st.Status
+		if us.Message == "" {
+			us.Message = st.Message
+		}
+	}
+	return us
+}
+
+// workloadRank orders workload statuses from the most to the least in
+// need of attention; a service shows its worst unit's.
+var workloadRank = map[string]int{"error": 0, "blocked": 1, "maintenance": 2, "waiting": 3, "active": 4, "unknown": 5, "terminated": 6}
+
+func serviceWorkload(units []*pb.UnitStatus) (string, string) {
+	if len(units) == 0 {
+		return "unknown", ""
+	}
+	worst := make([]*pb.UnitStatus, len(units))
+	copy(worst, units)
+	rank := func(u *pb.UnitStatus) int {
+		if u.Agent == "error" {
+			return -1
+		}
+		if r, ok := workloadRank[u.Workload]; ok {
+			return r
+		}
+		return len(workloadRank)
+	}
+	sort.SliceStable(worst, func(i, j int) bool { return rank(worst[i]) < rank(worst[j]) })
+	if worst[0].Agent == "error" {
+		return "error", worst[0].Name + ": " + worst[0].Message
+	}
+	return worst[0].Workload, worst[0].Message
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
