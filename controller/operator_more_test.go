@@ -1,6 +1,9 @@
 package controller_test
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -92,4 +95,61 @@ func TestRevokedAdminCredential(t *testing.T) {
 	must(t, "RevokeCredential", e.st.RevokeCredential(e.ctx, "admin"))
 	_, err = op.Status(e.ctx, &pb.StatusRequest{})
 	wantCode(t, "Status after revocation", err, codes.Unauthenticated, "credential of admin is not valid")
+}
+
+// tarball packs files (name → content) into a gzipped tar, as charm.Pack
+// would, but without checking them: for uploads of broken charms.
+func tarball(t *testing.T, files map[string]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for name, content := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(content)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(content)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := gz.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestUploadRefusesMalformedCharms(t *testing.T) {
+	e := newEnv(t)
+	op := e.admin()
+	good := "name: kv\nprovides:\n  server: kv\n"
+	tests := []struct {
+		name  string
+		files map[string]string
+		msg   string
+	}{
+		{"metadata.yaml missing", map[string]string{"config.yaml": "options: {}\n"}, "metadata.yaml"},
+		{"metadata.yaml not YAML", map[string]string{"metadata.yaml": "name: [kv\n"}, "metadata.yaml"},
+		{"metadata.yaml bad name", map[string]string{"metadata.yaml": "name: Bad_Name\n"}, "metadata.yaml"},
+		{"metadata.yaml bad interface", map[string]string{"metadata.yaml": "name: kv\nrequires:\n  db: \"Bad Iface\"\n"}, "metadata.yaml"},
+		{"metadata.yaml bad scope", map[string]string{"metadata.yaml": "name: kv\nrequires:\n  db:\n    interface: kv\n    scope: galaxy\n"}, "metadata.yaml"},
+		{"config.yaml not YAML", map[string]string{"metadata.yaml": good, "config.yaml": "options: [\n"}, "config.yaml"},
+		{"config.yaml bad type", map[string]string{"metadata.yaml": good, "config.yaml": "options:\n  port:\n    type: integer\n"}, "config.yaml"},
+		{"config.yaml default of the wrong type", map[string]string{"metadata.yaml": good, "config.yaml": "options:\n  port:\n    type: int\n    default: lots\n"}, "config.yaml"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before, err := e.st.Snapshot(e.ctx)
+			must(t, "Snapshot", err)
+			_, err = uploadBytes(e.ctx, op, tarball(t, tt.files), "")
+			wantCode(t, "UploadCharm", err, codes.InvalidArgument, tt.msg)
+			after, err := e.st.Snapshot(e.ctx)
+			must(t, "Snapshot", err)
+			if !sameModel(before, after) {
+				t.Errorf("a refused upload changed the model")
+			}
+		})
+	}
 }

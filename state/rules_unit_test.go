@@ -221,6 +221,7 @@ func TestRuleU3_DeadOnlyOutOfScopeWithoutSubordinates(t *testing.T) {
 
 // TestRuleU4_AgentTakesItsUnitToDead walks the unit agent's part in order:
 // depart every relation, see subordinates dead and remove them, then dead.
+// Each step taken too early is refused, naming what is still in the way.
 func TestRuleU4_AgentTakesItsUnitToDead(t *testing.T) {
 	st, ctx := newState(t)
 	addService(t, ctx, st, "app", appEndpoints)
@@ -244,18 +245,38 @@ func TestRuleU4_AgentTakesItsUnitToDead(t *testing.T) {
 	} {
 		must(t, step.what, step.err)
 	}
-	// The agent's steps, each refused until the one before has happened.
-	wantErr(t, "dead while in scope", st.EnsureUnitDead(ctx, "app/0"), state.ErrRefused, "U3", "still in the scope of relation")
-	must(t, "leave db", st.LeaveScope(ctx, db.Id, "app/0"))
-	must(t, "leave host", st.LeaveScope(ctx, host.Id, "app/0"))
-	wantErr(t, "dead with a subordinate", st.EnsureUnitDead(ctx, "app/0"), state.ErrRefused, "U3", "still has subordinate logger/0")
-	// The subordinate follows its principal: its agent sets it dying,
-	// departs, and goes dead; the principal's agent removes it.
-	must(t, "subordinate dying", st.DestroyUnit(ctx, sub.Name, state.DestroyOptions{}))
-	must(t, "subordinate leaves host", st.LeaveScope(ctx, host.Id, sub.Name))
-	must(t, "subordinate dead", st.EnsureUnitDead(ctx, sub.Name))
-	must(t, "principal removes subordinate", st.RemoveUnit(ctx, sub.Name))
-	must(t, "app/0 dead", st.EnsureUnitDead(ctx, "app/0"))
+	steps := []struct {
+		what string
+		do   func() error
+		want string // the refusal's message, "" for success
+	}{
+		{"dead while in scope", func() error { return st.EnsureUnitDead(ctx, "app/0") }, "unit app/0 is still in the scope of relation 1"},
+		{"depart db", func() error { return st.LeaveScope(ctx, db.Id, "app/0") }, ""},
+		{"dead while in host", func() error { return st.EnsureUnitDead(ctx, "app/0") }, "unit app/0 is still in the scope of relation 2"},
+		{"depart host", func() error { return st.LeaveScope(ctx, host.Id, "app/0") }, ""},
+		{"dead with a subordinate", func() error { return st.EnsureUnitDead(ctx, "app/0") }, "unit app/0 still has subordinate logger/0"},
+		// The subordinate follows its principal: its agent sets it dying,
+		// departs, and goes dead; the principal's agent removes it.
+		{"subordinate dying", func() error { return st.DestroyUnit(ctx, sub.Name, state.DestroyOptions{}) }, ""},
+		{"remove the subordinate too early", func() error { return st.RemoveUnit(ctx, sub.Name) }, "unit logger/0 is dying: only a dead unit can be removed"},
+		{"subordinate departs host", func() error { return st.LeaveScope(ctx, host.Id, sub.Name) }, ""},
+		{"subordinate dead", func() error { return st.EnsureUnitDead(ctx, sub.Name) }, ""},
+		{"dead with a dead subordinate", func() error { return st.EnsureUnitDead(ctx, "app/0") }, "unit app/0 still has subordinate logger/0"},
+		{"principal removes subordinate", func() error { return st.RemoveUnit(ctx, sub.Name) }, ""},
+		{"app/0 dead", func() error { return st.EnsureUnitDead(ctx, "app/0") }, ""},
+	}
+	for _, step := range steps {
+		err := step.do()
+		if step.want == "" {
+			must(t, step.what, err)
+			continue
+		}
+		rule := "U3"
+		if step.what == "remove the subordinate too early" {
+			rule = "U5"
+		}
+		wantErr(t, step.what, err, state.ErrRefused, rule, step.want)
+	}
 	if got := life(t, ctx, st, "unit", "app/0"); got != "dead" {
 		t.Errorf("app/0 is %s, want dead", got)
 	}

@@ -98,6 +98,9 @@ func (f *controllerFlags) validate() error {
 	if len(f.etcdEndpoints) == 0 && (f.etcdCA != "" || f.etcdCert != "" || f.etcdKey != "") {
 		return usageError{errors.New("--etcd-cacert, --etcd-cert and --etcd-key need --etcd-endpoints")}
 	}
+	if hclog.LevelFromString(f.logLevel) == hclog.NoLevel {
+		return usageError{fmt.Errorf("unknown log level %q: use trace, debug, info, warn or error", f.logLevel)}
+	}
 	if !strings.HasPrefix(f.namespace, "/") || !strings.HasSuffix(f.namespace, "/") {
 		return usageError{fmt.Errorf("--namespace %q must start and end with /", f.namespace)}
 	}

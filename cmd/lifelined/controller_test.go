@@ -1,0 +1,135 @@
+package main_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lifelinehq/lifeline/apiclient"
+	"github.com/lifelinehq/lifeline/embedetcd"
+	"github.com/lifelinehq/lifeline/pki"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+var lifelined string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ll-bin-")
+	if err != nil {
+		panic(err)
+	}
+	lifelined = filepath.Join(dir, "lifelined")
+	if out, err := exec.Command("go", "build", "-o", lifelined, ".").CombinedOutput(); err != nil {
+		os.Stderr.Write(out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestControllerOnExternalEtcd runs the controller against an etcd it does
+// not embed: the model lands in that etcd, under the namespace.
+func TestControllerOnExternalEtcd(t *testing.T) {
+	dir, err := os.MkdirTemp("", "ll-ext-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	etcd, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(dir, "etcd"), NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+
+	cfgPath := filepath.Join(dir, "client.json")
+	addr := freeAddr(t)
+	cmd := exec.Command(lifelined, "controller", "--data-dir", filepath.Join(dir, "ctl"), "--api-addr", addr,
+		"--metrics-addr", "", "--client-config", cfgPath, "--etcd-endpoints", etcd.Endpoint(), "--namespace", "/ext/")
+	var logs strings.Builder
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("controller log:\n%s", logs.String())
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var cfg pki.ClientConfig
+	for {
+		if cfg, err = pki.ReadClientConfig(cfgPath); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no client config: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	conn, err := apiclient.Dial(apiclient.FromClientConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	op := pb.NewOperatorServiceClient(conn)
+	if _, err := op.AddMachines(ctx, &pb.AddMachinesRequest{NumMachines: 1}, waitForReady()...); err != nil {
+		t.Fatalf("AddMachines: %v", err)
+	}
+	c, err := etcd.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	resp, err := c.Get(ctx, "/ext/machines/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Key) != "/ext/machines/0" {
+		t.Errorf("the external etcd holds %v, want /ext/machines/0", resp.Kvs)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ctl", "etcd")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the controller made an etcd data directory of its own (%v)", err)
+	}
+}
+
+func TestControllerUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"controller"},
+		{"controller", "--data-dir", "/tmp/x", "--etcd-cacert", "ca.pem"},
+		{"controller", "--data-dir", "/tmp/x", "--provider", "cloud"},
+		{"controller", "--data-dir", "/tmp/x", "--api-addr", "nonsense"},
+		{"controller", "--data-dir", "/tmp/x", "--log-level", "loud"},
+		{"controller", "--no-such-flag"},
+	} {
+		out, err := exec.Command(lifelined, args...).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+			t.Errorf("lifelined %v = %v (%s), want exit 2", args, err, out)
+		}
+		if strings.Count(strings.TrimSpace(string(out)), "\n") > 0 {
+			t.Errorf("lifelined %v said %q, want one line", args, out)
+		}
+	}
+}
