@@ -36,25 +36,16 @@ import (
 // agent must be able to tell "gone" (its work is done: the cleaner removed
 // the unit first) from "forbidden" (a bug, or an attack).
 
-func checkUnitName(name string) error {
-	if !names.ValidUnit(name) {
-		return invalid("invalid unit name %q: want <service>/<number>", name)
-	}
-	return nil
-}
+// The checks of names, as InvalidArgument.
+func checkUnitName(name string) error    { return asInvalid(names.CheckUnit(name)) }
+func checkServiceName(name string) error { return asInvalid(names.CheckService(name)) }
+func checkMachineID(id string) error     { return asInvalid(names.CheckMachine(id)) }
 
-func checkServiceName(name string) error {
-	if !names.ValidService(name) {
-		return invalid("invalid service name %q: use lowercase letters, digits and hyphens, starting with a letter", name)
+func asInvalid(err error) error {
+	if err == nil {
+		return nil
 	}
-	return nil
-}
-
-func checkMachineID(id string) error {
-	if !names.ValidMachine(id) {
-		return invalid("invalid machine id %q: want a number", id)
-	}
-	return nil
+	return invalid("%v", err)
 }
 
 func checkRelationID(id int64) error {

@@ -81,8 +81,8 @@ func (s *Server) Deploy(ctx context.Context, req *pb.DeployRequest) (*pb.DeployR
 	if name == "" {
 		name = req.Charm
 	}
-	if !names.ValidService(name) {
-		return nil, invalid("invalid service name %q: use lowercase letters, digits and hyphens, starting with a letter", name)
+	if err := checkServiceName(name); err != nil {
+		return nil, err
 	}
 	if req.NumUnits < 0 {
 		return nil, invalid("cannot deploy %d units", req.NumUnits)

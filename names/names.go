@@ -97,3 +97,27 @@ func ParseTag(tag string) (kind, id string, err error) {
 	}
 	return "", "", fmt.Errorf("invalid tag %q: want admin, machine-<number> or unit-<service>/<number>", tag)
 }
+
+// CheckService explains why name cannot name a service, or returns nil.
+func CheckService(name string) error {
+	if !ValidService(name) {
+		return fmt.Errorf("invalid service name %q: use lowercase letters, digits and hyphens, starting with a letter", name)
+	}
+	return nil
+}
+
+// CheckUnit explains why name cannot name a unit, or returns nil.
+func CheckUnit(name string) error {
+	if !ValidUnit(name) {
+		return fmt.Errorf("invalid unit name %q: want <service>/<number>", name)
+	}
+	return nil
+}
+
+// CheckMachine explains why id cannot name a machine, or returns nil.
+func CheckMachine(id string) error {
+	if !ValidMachine(id) {
+		return fmt.Errorf("invalid machine id %q: want a number", id)
+	}
+	return nil
+}

@@ -120,25 +120,16 @@ func prefixEnd(prefix string) string {
 // lastSegment returns what follows the last "/" of key.
 func lastSegment(key string) string { return key[strings.LastIndexByte(key, '/')+1:] }
 
-func checkServiceName(name string) error {
-	if !names.ValidService(name) {
-		return invalidf("invalid service name %q: use lowercase letters, digits and hyphens, starting with a letter", name)
-	}
-	return nil
-}
+// The checks of names, as state's errors of kind ErrInvalid.
+func checkServiceName(name string) error { return asInvalid(names.CheckService(name)) }
+func checkUnitName(name string) error    { return asInvalid(names.CheckUnit(name)) }
+func checkMachineID(id string) error     { return asInvalid(names.CheckMachine(id)) }
 
-func checkUnitName(name string) error {
-	if !names.ValidUnit(name) {
-		return invalidf("invalid unit name %q: want <service>/<number>", name)
+func asInvalid(err error) error {
+	if err == nil {
+		return nil
 	}
-	return nil
-}
-
-func checkMachineID(id string) error {
-	if !names.ValidMachine(id) {
-		return invalidf("invalid machine id %q: want a number", id)
-	}
-	return nil
+	return &kindError{kind: ErrInvalid, msg: err.Error()}
 }
 
 func unitName(service string, n int64) string { return names.Unit(service, n) }
