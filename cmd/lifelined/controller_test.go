@@ -3,7 +3,9 @@ package main_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,9 +63,9 @@ func TestControllerOnExternalEtcd(t *testing.T) {
 	defer etcd.Close()
 
 	cfgPath := filepath.Join(dir, "client.json")
-	addr := freeAddr(t)
+	addr, metricsAddr := freeAddr(t), freeAddr(t)
 	cmd := exec.Command(lifelined, "controller", "--data-dir", filepath.Join(dir, "ctl"), "--api-addr", addr,
-		"--metrics-addr", "", "--client-config", cfgPath, "--etcd-endpoints", etcd.Endpoint(), "--namespace", "/ext/")
+		"--metrics-addr", metricsAddr, "--client-config", cfgPath, "--etcd-endpoints", etcd.Endpoint(), "--namespace", "/ext/")
 	var logs strings.Builder
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
@@ -108,6 +110,23 @@ func TestControllerOnExternalEtcd(t *testing.T) {
 	}
 	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Key) != "/ext/machines/0" {
 		t.Errorf("the external etcd holds %v, want /ext/machines/0", resp.Kvs)
+	}
+	// The metrics the issue names: API calls by method and code, etcd
+	// transaction retries, entities by kind and life.
+	mresp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	for _, want := range []string{
+		`lifeline_api_calls_total{code="OK",method="AddMachines"} 1`,
+		"lifeline_etcd_txn_retries_total ",
+		`lifeline_entities{kind="machine",life="alive"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "ctl", "etcd")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the controller made an etcd data directory of its own (%v)", err)
