@@ -447,3 +447,8 @@ func checkSettingsSize(settings map[string]string) error {
 	}
 	return nil
 }
+
+// GetAgentSettings returns the controller's settings for agents.
+func (a *agentServer) GetAgentSettings(context.Context, *pb.GetAgentSettingsRequest) (*pb.GetAgentSettingsResponse, error) {
+	return &pb.GetAgentSettingsResponse{HookTimeoutMs: a.s.cfg.HookTimeout.Milliseconds()}, nil
+}

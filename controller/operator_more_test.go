@@ -153,3 +153,18 @@ func TestUploadRefusesMalformedCharms(t *testing.T) {
 		})
 	}
 }
+
+func TestGetAgentSettings(t *testing.T) {
+	e := newEnv(t)
+	ms, err := e.st.AddMachines(e.ctx, 1)
+	must(t, "AddMachines", err)
+	resp, err := e.agent("machine-"+ms[0].Id).GetAgentSettings(e.ctx, &pb.GetAgentSettingsRequest{})
+	must(t, "GetAgentSettings", err)
+	if resp.HookTimeoutMs != 5*60*1000 {
+		t.Errorf("GetAgentSettings = %d ms, want the default 5 minutes", resp.HookTimeoutMs)
+	}
+	_, err = e.admin().Status(e.ctx, &pb.StatusRequest{})
+	must(t, "Status", err)
+	_, err = pb.NewAgentServiceClient(e.conn("admin")).GetAgentSettings(e.ctx, &pb.GetAgentSettingsRequest{})
+	wantCode(t, "GetAgentSettings as the operator", err, codes.PermissionDenied, "")
+}

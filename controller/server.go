@@ -26,6 +26,9 @@ type Config struct {
 	// DefaultMaxWait is how long a forced destroy waits for agents when the
 	// operator names no wait; a minute when zero.
 	DefaultMaxWait time.Duration
+	// HookTimeout bounds every hook's run, for the agents; 5 minutes when
+	// zero.
+	HookTimeout time.Duration
 	// Addresses are the controller addresses agents are told to dial, and
 	// CACert the PEM of the CA they verify it with (for join tokens).
 	Addresses []string
@@ -64,6 +67,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.DefaultMaxWait == 0 {
 		cfg.DefaultMaxWait = time.Minute
+	}
+	if cfg.HookTimeout == 0 {
+		cfg.HookTimeout = 5 * time.Minute
 	}
 	s := &Server{st: cfg.State, logger: cfg.Logger.Named("api"), cfg: cfg, metrics: newMetrics(cfg.Metrics, cfg.State)}
 	s.agentServer.s = s

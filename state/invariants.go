@@ -224,6 +224,7 @@ func CheckInvariants(snap *Snapshot) error {
 			bad("status %s of an entity that does not exist", k)
 		}
 	}
+	checkStatusHistory(snap, bad)
 	for k := range snap.Values {
 		var ek string
 		switch {
@@ -261,6 +262,51 @@ func CheckInvariants(snap *Snapshot) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkStatusHistory checks that every status history entry is of a unit
+// that exists and holds a unit status, and that each unit keeps at most
+// StatusHistoryLimit entries with consecutive sequence numbers.
+func checkStatusHistory(snap *Snapshot, bad func(string, ...any)) {
+	type span struct{ n, lo, hi int64 }
+	units := map[string]*span{}
+	for k, v := range snap.Values {
+		if !strings.HasPrefix(k, statusHistoryPrefix) {
+			continue
+		}
+		unit, seq, err := parseHistoryKey(k)
+		if err != nil {
+			bad("%v", err)
+			continue
+		}
+		if _, ok := snap.Values[UnitKey(unit)]; !ok {
+			bad("status history %s of unit %s, which does not exist", k, unit)
+		}
+		e := &pb.StatusHistoryEntry{}
+		switch err := proto.Unmarshal(v, e); {
+		case err != nil:
+			bad("%s: undecodable value: %v", k, err)
+		case e.Kind != string(StatusUnitAgent) && e.Kind != string(StatusUnit):
+			bad("status history %s: kind %q is not a unit status kind", k, e.Kind)
+		case e.Status.GetStatus() == "":
+			bad("status history %s holds no status", k)
+		}
+		sp := units[unit]
+		if sp == nil {
+			sp = &span{lo: seq, hi: seq}
+			units[unit] = sp
+		}
+		sp.n++
+		sp.lo, sp.hi = min(sp.lo, seq), max(sp.hi, seq)
+	}
+	for unit, sp := range units {
+		if sp.n > StatusHistoryLimit {
+			bad("status history of unit %s holds %d entries, over the limit of %d", unit, sp.n, StatusHistoryLimit)
+		}
+		if sp.hi-sp.lo+1 != sp.n {
+			bad("status history of unit %s holds %d entries from %d to %d: not consecutive", unit, sp.n, sp.lo, sp.hi)
+		}
+	}
 }
 
 // checkRefs checks that every reference key points at what it claims.

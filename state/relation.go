@@ -61,7 +61,10 @@ func matchEndpoints(a, b *pb.Service, sa, sb EndpointSpec) ([]*pb.RelationEndpoi
 				continue
 			}
 			if compatible(a, ea, b, eb) == nil {
-				found = append(found, []*pb.RelationEndpoint{{Service: a.Name, Endpoint: ea}, {Service: b.Name, Endpoint: eb}})
+				found = append(found, []*pb.RelationEndpoint{
+					{Service: a.Name, Endpoint: ea, Subordinate: a.Subordinate},
+					{Service: b.Name, Endpoint: eb, Subordinate: b.Subordinate},
+				})
 			}
 		}
 	}

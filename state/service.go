@@ -115,7 +115,7 @@ func (s *State) AddService(ctx context.Context, args AddServiceArgs) (*pb.Servic
 			if ep.Role != pb.Role_ROLE_PEER {
 				continue
 			}
-			rel := newRelation(next+int64(peers), []*pb.RelationEndpoint{{Service: args.Name, Endpoint: ep}})
+			rel := newRelation(next+int64(peers), []*pb.RelationEndpoint{{Service: args.Name, Endpoint: ep, Subordinate: args.Subordinate}})
 			peers++
 			c.ifAbsent(relkeyKey(rel.Key))
 			c.put(RelationKey(rel.Id), rel)

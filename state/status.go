@@ -39,6 +39,10 @@ func entityKey(kind StatusKind, id string) (string, error) {
 
 // SetStatus records an entity's status of the given kind, stamped with the
 // time when st has none. The entity must exist; its life does not matter.
+// A unit's statuses (StatusUnitAgent, StatusUnit) also go into its status
+// history, in the same transaction (see StatusHistory); setting a unit the
+// status it already has (the same status, message and data) changes
+// nothing.
 func (s *State) SetStatus(ctx context.Context, kind StatusKind, id string, st *pb.Status) error {
 	ek, err := entityKey(kind, id)
 	if err != nil {
@@ -47,6 +51,9 @@ func (s *State) SetStatus(ctx context.Context, kind StatusKind, id string, st *p
 	st = protoClone(st)
 	if st.SinceUnixNano == 0 {
 		st.SinceUnixNano = s.now().UnixNano()
+	}
+	if kind == StatusUnitAgent || kind == StatusUnit {
+		return s.setUnitStatus(ctx, kind, id, st)
 	}
 	c := &change{}
 	c.ifExists(ek)

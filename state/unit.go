@@ -485,6 +485,7 @@ func removeUnitOps(c *change, u *pb.Unit) {
 	for _, k := range unitStatusKinds {
 		c.del(StatusKey(k, u.Name))
 	}
+	c.delPrefix(StatusHistoryPrefix(u.Name))
 	c.del(cleanupKey(cleanupUnitDying, u.Name))
 	c.del(ResolvedKey(u.Name))
 	c.del(credentialKey(names.UnitTag(u.Name)))

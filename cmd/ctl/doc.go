@@ -1,7 +1,8 @@
 // Command ctl is the operator's client of a Lifeline controller: it starts
 // and stops a local controller (bootstrap, kill-controller), and calls the
 // controller's OperatorService for everything else (status, deploy,
-// add-unit, add-machine, add-relation, destroy-*, resolved, config, wait).
+// add-unit, add-machine, add-relation, destroy-*, resolved, config, wait,
+// show-status-log).
 //
 // It owns the command line: flags, arguments, how refusals and the model's
 // status are shown, and the exit statuses:

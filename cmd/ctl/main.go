@@ -168,6 +168,7 @@ Example:
 		destroyMachineCommand(e),
 		destroyServiceCommand(e),
 		resolvedCommand(e),
+		showStatusLogCommand(e),
 		configCommand(e),
 		waitCommand(e),
 	)

@@ -45,6 +45,7 @@ type controllerFlags struct {
 	etcdCA        string
 	etcdCert      string
 	etcdKey       string
+	hookTimeout   time.Duration
 }
 
 func controllerCommand() *cobra.Command {
@@ -74,6 +75,7 @@ credential, whenever it is missing at start.`,
 	fl.StringVar(&f.provider, "provider", "manual", "machine provider: manual (the local provider arrives with the machine agent)")
 	fl.StringVar(&f.namespace, "namespace", "/lifeline/", "etcd key prefix under which the model lives")
 	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	fl.DurationVar(&f.hookTimeout, "hook-timeout", 5*time.Minute, "how long a hook may run before its agent kills it")
 	fl.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "an external etcd cluster's client URLs; embedded etcd when empty")
 	fl.StringVar(&f.etcdCA, "etcd-cacert", "", "CA certificate of the external etcd cluster")
 	fl.StringVar(&f.etcdCert, "etcd-cert", "", "client certificate for the external etcd cluster")
@@ -216,7 +218,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	api, err := controller.New(controller.Config{
 		State: st, Logger: logger, TLS: pki.ServerTLSConfig(cert), Metrics: reg,
-		Addresses: advertise, CACert: ca.CertPEM(),
+		Addresses: advertise, CACert: ca.CertPEM(), HookTimeout: f.hookTimeout,
 	})
 	if err != nil {
 		return err

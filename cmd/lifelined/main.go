@@ -16,11 +16,18 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
+
+	"github.com/lifelinehq/lifeline/hooks"
 )
 
 func main() {
+	// Invoked through a hook tool's symlink (relation-get, ...): be that tool.
+	if tool := filepath.Base(os.Args[0]); hooks.IsTool(tool) {
+		os.Exit(hooks.RunTool(os.Args, os.Getenv, os.Stdout, os.Stderr))
+	}
 	if err := rootCommand().Execute(); err != nil {
 		var ue usageError
 		if errors.As(err, &ue) {
@@ -43,6 +50,6 @@ func rootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(controllerCommand())
+	root.AddCommand(controllerCommand(), unitAgentCommand())
 	return root
 }

@@ -40,6 +40,7 @@ const (
 	AgentService_UpdateSettings_FullMethodName      = "/lifeline.v1.AgentService/UpdateSettings"
 	AgentService_SetUnitStatus_FullMethodName       = "/lifeline.v1.AgentService/SetUnitStatus"
 	AgentService_ClearResolved_FullMethodName       = "/lifeline.v1.AgentService/ClearResolved"
+	AgentService_GetAgentSettings_FullMethodName    = "/lifeline.v1.AgentService/GetAgentSettings"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -96,6 +97,8 @@ type AgentServiceClient interface {
 	SetUnitStatus(ctx context.Context, in *SetUnitStatusRequest, opts ...grpc.CallOption) (*SetUnitStatusResponse, error)
 	// ClearResolved removes the caller's resolved mark once acted on.
 	ClearResolved(ctx context.Context, in *ClearResolvedRequest, opts ...grpc.CallOption) (*ClearResolvedResponse, error)
+	// GetAgentSettings returns the controller's settings for agents.
+	GetAgentSettings(ctx context.Context, in *GetAgentSettingsRequest, opts ...grpc.CallOption) (*GetAgentSettingsResponse, error)
 }
 
 type agentServiceClient struct {
@@ -304,6 +307,16 @@ func (c *agentServiceClient) ClearResolved(ctx context.Context, in *ClearResolve
 	return out, nil
 }
 
+func (c *agentServiceClient) GetAgentSettings(ctx context.Context, in *GetAgentSettingsRequest, opts ...grpc.CallOption) (*GetAgentSettingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetAgentSettingsResponse)
+	err := c.cc.Invoke(ctx, AgentService_GetAgentSettings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -358,6 +371,8 @@ type AgentServiceServer interface {
 	SetUnitStatus(context.Context, *SetUnitStatusRequest) (*SetUnitStatusResponse, error)
 	// ClearResolved removes the caller's resolved mark once acted on.
 	ClearResolved(context.Context, *ClearResolvedRequest) (*ClearResolvedResponse, error)
+	// GetAgentSettings returns the controller's settings for agents.
+	GetAgentSettings(context.Context, *GetAgentSettingsRequest) (*GetAgentSettingsResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -421,6 +436,9 @@ func (UnimplementedAgentServiceServer) SetUnitStatus(context.Context, *SetUnitSt
 }
 func (UnimplementedAgentServiceServer) ClearResolved(context.Context, *ClearResolvedRequest) (*ClearResolvedResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ClearResolved not implemented")
+}
+func (UnimplementedAgentServiceServer) GetAgentSettings(context.Context, *GetAgentSettingsRequest) (*GetAgentSettingsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetAgentSettings not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -753,6 +771,24 @@ func _AgentService_ClearResolved_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_GetAgentSettings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetAgentSettingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).GetAgentSettings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_GetAgentSettings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).GetAgentSettings(ctx, req.(*GetAgentSettingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -823,6 +859,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ClearResolved",
 			Handler:    _AgentService_ClearResolved_Handler,
+		},
+		{
+			MethodName: "GetAgentSettings",
+			Handler:    _AgentService_GetAgentSettings_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

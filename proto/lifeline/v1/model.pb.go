@@ -836,9 +836,11 @@ func (x *Unit) GetPrincipal() string {
 
 // RelationEndpoint is one side of a relation.
 type RelationEndpoint struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
-	Endpoint      *Endpoint              `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Service  string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Endpoint *Endpoint              `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// subordinate says the service is a subordinate one.
+	Subordinate   bool `protobuf:"varint,3,opt,name=subordinate,proto3" json:"subordinate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -885,6 +887,13 @@ func (x *RelationEndpoint) GetEndpoint() *Endpoint {
 		return x.Endpoint
 	}
 	return nil
+}
+
+func (x *RelationEndpoint) GetSubordinate() bool {
+	if x != nil {
+		return x.Subordinate
+	}
+	return false
 }
 
 // Relation is stored at relations/<id>.
@@ -1134,6 +1143,64 @@ func (x *Status) GetData() map[string]string {
 	return nil
 }
 
+// StatusHistoryEntry is one change of a unit's status, stored at
+// status-history/<unit>/<seq>: seq counts the unit's changes from 1,
+// zero-padded to 20 digits so that keys sort in order. A unit keeps its last
+// 50 entries; they go with it.
+type StatusHistoryEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind is the status kind that changed: "unit-agent" (the unit agent's
+	// status) or "unit" (the workload's), as in the status/<kind>/ keys.
+	Kind          string  `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Status        *Status `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusHistoryEntry) Reset() {
+	*x = StatusHistoryEntry{}
+	mi := &file_lifeline_v1_model_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusHistoryEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusHistoryEntry) ProtoMessage() {}
+
+func (x *StatusHistoryEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_model_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusHistoryEntry.ProtoReflect.Descriptor instead.
+func (*StatusHistoryEntry) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *StatusHistoryEntry) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *StatusHistoryEntry) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
 // Cleanup is stored at cleanups/<kind>/<target>, written in the transaction
 // that needs it and deleted only when its work is done.
 type Cleanup struct {
@@ -1149,7 +1216,7 @@ type Cleanup struct {
 
 func (x *Cleanup) Reset() {
 	*x = Cleanup{}
-	mi := &file_lifeline_v1_model_proto_msgTypes[12]
+	mi := &file_lifeline_v1_model_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1161,7 +1228,7 @@ func (x *Cleanup) String() string {
 func (*Cleanup) ProtoMessage() {}
 
 func (x *Cleanup) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_model_proto_msgTypes[12]
+	mi := &file_lifeline_v1_model_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1174,7 +1241,7 @@ func (x *Cleanup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cleanup.ProtoReflect.Descriptor instead.
 func (*Cleanup) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{12}
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Cleanup) GetKind() CleanupKind {
@@ -1213,7 +1280,7 @@ type ConfigOption struct {
 
 func (x *ConfigOption) Reset() {
 	*x = ConfigOption{}
-	mi := &file_lifeline_v1_model_proto_msgTypes[13]
+	mi := &file_lifeline_v1_model_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1292,7 @@ func (x *ConfigOption) String() string {
 func (*ConfigOption) ProtoMessage() {}
 
 func (x *ConfigOption) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_model_proto_msgTypes[13]
+	mi := &file_lifeline_v1_model_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1305,7 @@ func (x *ConfigOption) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigOption.ProtoReflect.Descriptor instead.
 func (*ConfigOption) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{13}
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ConfigOption) GetName() string {
@@ -1292,7 +1359,7 @@ type Charm struct {
 
 func (x *Charm) Reset() {
 	*x = Charm{}
-	mi := &file_lifeline_v1_model_proto_msgTypes[14]
+	mi := &file_lifeline_v1_model_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +1371,7 @@ func (x *Charm) String() string {
 func (*Charm) ProtoMessage() {}
 
 func (x *Charm) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_model_proto_msgTypes[14]
+	mi := &file_lifeline_v1_model_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +1384,7 @@ func (x *Charm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Charm.ProtoReflect.Descriptor instead.
 func (*Charm) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{14}
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Charm) GetName() string {
@@ -1400,7 +1467,7 @@ type Resolved struct {
 
 func (x *Resolved) Reset() {
 	*x = Resolved{}
-	mi := &file_lifeline_v1_model_proto_msgTypes[15]
+	mi := &file_lifeline_v1_model_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1479,7 @@ func (x *Resolved) String() string {
 func (*Resolved) ProtoMessage() {}
 
 func (x *Resolved) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_model_proto_msgTypes[15]
+	mi := &file_lifeline_v1_model_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1492,7 @@ func (x *Resolved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resolved.ProtoReflect.Descriptor instead.
 func (*Resolved) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{15}
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Resolved) GetMode() ResolvedMode {
@@ -1482,10 +1549,11 @@ const file_lifeline_v1_model_proto_rawDesc = "" +
 	"\x04life\x18\x03 \x01(\x0e2\x11.lifeline.v1.LifeR\x04life\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x04 \x01(\tR\tmachineId\x12\x1c\n" +
-	"\tprincipal\x18\x05 \x01(\tR\tprincipal\"_\n" +
+	"\tprincipal\x18\x05 \x01(\tR\tprincipal\"\x81\x01\n" +
 	"\x10RelationEndpoint\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x121\n" +
-	"\bendpoint\x18\x02 \x01(\v2\x15.lifeline.v1.EndpointR\bendpoint\"\xba\x01\n" +
+	"\bendpoint\x18\x02 \x01(\v2\x15.lifeline.v1.EndpointR\bendpoint\x12 \n" +
+	"\vsubordinate\x18\x03 \x01(\bR\vsubordinate\"\xba\x01\n" +
 	"\bRelation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12%\n" +
@@ -1509,7 +1577,10 @@ const file_lifeline_v1_model_proto_rawDesc = "" +
 	"\x04data\x18\x04 \x03(\v2\x1d.lifeline.v1.Status.DataEntryR\x04data\x1a7\n" +
 	"\tDataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
+	"\x12StatusHistoryEntry\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12+\n" +
+	"\x06status\x18\x02 \x01(\v2\x13.lifeline.v1.StatusR\x06status\"\x80\x01\n" +
 	"\aCleanup\x12,\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x18.lifeline.v1.CleanupKindR\x04kind\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12/\n" +
@@ -1573,32 +1644,33 @@ func file_lifeline_v1_model_proto_rawDescGZIP() []byte {
 }
 
 var file_lifeline_v1_model_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_lifeline_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_lifeline_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_lifeline_v1_model_proto_goTypes = []any{
-	(Life)(0),                // 0: lifeline.v1.Life
-	(Role)(0),                // 1: lifeline.v1.Role
-	(Scope)(0),               // 2: lifeline.v1.Scope
-	(CleanupKind)(0),         // 3: lifeline.v1.CleanupKind
-	(ResolvedMode)(0),        // 4: lifeline.v1.ResolvedMode
-	(*Machine)(nil),          // 5: lifeline.v1.Machine
-	(*CharmRef)(nil),         // 6: lifeline.v1.CharmRef
-	(*Endpoint)(nil),         // 7: lifeline.v1.Endpoint
-	(*Service)(nil),          // 8: lifeline.v1.Service
-	(*ConfigValue)(nil),      // 9: lifeline.v1.ConfigValue
-	(*ServiceConfig)(nil),    // 10: lifeline.v1.ServiceConfig
-	(*Unit)(nil),             // 11: lifeline.v1.Unit
-	(*RelationEndpoint)(nil), // 12: lifeline.v1.RelationEndpoint
-	(*Relation)(nil),         // 13: lifeline.v1.Relation
-	(*ScopeEntry)(nil),       // 14: lifeline.v1.ScopeEntry
-	(*Settings)(nil),         // 15: lifeline.v1.Settings
-	(*Status)(nil),           // 16: lifeline.v1.Status
-	(*Cleanup)(nil),          // 17: lifeline.v1.Cleanup
-	(*ConfigOption)(nil),     // 18: lifeline.v1.ConfigOption
-	(*Charm)(nil),            // 19: lifeline.v1.Charm
-	(*Resolved)(nil),         // 20: lifeline.v1.Resolved
-	nil,                      // 21: lifeline.v1.ServiceConfig.ValuesEntry
-	nil,                      // 22: lifeline.v1.Settings.ValuesEntry
-	nil,                      // 23: lifeline.v1.Status.DataEntry
+	(Life)(0),                  // 0: lifeline.v1.Life
+	(Role)(0),                  // 1: lifeline.v1.Role
+	(Scope)(0),                 // 2: lifeline.v1.Scope
+	(CleanupKind)(0),           // 3: lifeline.v1.CleanupKind
+	(ResolvedMode)(0),          // 4: lifeline.v1.ResolvedMode
+	(*Machine)(nil),            // 5: lifeline.v1.Machine
+	(*CharmRef)(nil),           // 6: lifeline.v1.CharmRef
+	(*Endpoint)(nil),           // 7: lifeline.v1.Endpoint
+	(*Service)(nil),            // 8: lifeline.v1.Service
+	(*ConfigValue)(nil),        // 9: lifeline.v1.ConfigValue
+	(*ServiceConfig)(nil),      // 10: lifeline.v1.ServiceConfig
+	(*Unit)(nil),               // 11: lifeline.v1.Unit
+	(*RelationEndpoint)(nil),   // 12: lifeline.v1.RelationEndpoint
+	(*Relation)(nil),           // 13: lifeline.v1.Relation
+	(*ScopeEntry)(nil),         // 14: lifeline.v1.ScopeEntry
+	(*Settings)(nil),           // 15: lifeline.v1.Settings
+	(*Status)(nil),             // 16: lifeline.v1.Status
+	(*StatusHistoryEntry)(nil), // 17: lifeline.v1.StatusHistoryEntry
+	(*Cleanup)(nil),            // 18: lifeline.v1.Cleanup
+	(*ConfigOption)(nil),       // 19: lifeline.v1.ConfigOption
+	(*Charm)(nil),              // 20: lifeline.v1.Charm
+	(*Resolved)(nil),           // 21: lifeline.v1.Resolved
+	nil,                        // 22: lifeline.v1.ServiceConfig.ValuesEntry
+	nil,                        // 23: lifeline.v1.Settings.ValuesEntry
+	nil,                        // 24: lifeline.v1.Status.DataEntry
 }
 var file_lifeline_v1_model_proto_depIdxs = []int32{
 	0,  // 0: lifeline.v1.Machine.life:type_name -> lifeline.v1.Life
@@ -1607,25 +1679,26 @@ var file_lifeline_v1_model_proto_depIdxs = []int32{
 	0,  // 3: lifeline.v1.Service.life:type_name -> lifeline.v1.Life
 	6,  // 4: lifeline.v1.Service.charm:type_name -> lifeline.v1.CharmRef
 	7,  // 5: lifeline.v1.Service.endpoints:type_name -> lifeline.v1.Endpoint
-	21, // 6: lifeline.v1.ServiceConfig.values:type_name -> lifeline.v1.ServiceConfig.ValuesEntry
+	22, // 6: lifeline.v1.ServiceConfig.values:type_name -> lifeline.v1.ServiceConfig.ValuesEntry
 	0,  // 7: lifeline.v1.Unit.life:type_name -> lifeline.v1.Life
 	7,  // 8: lifeline.v1.RelationEndpoint.endpoint:type_name -> lifeline.v1.Endpoint
 	0,  // 9: lifeline.v1.Relation.life:type_name -> lifeline.v1.Life
 	12, // 10: lifeline.v1.Relation.endpoints:type_name -> lifeline.v1.RelationEndpoint
 	2,  // 11: lifeline.v1.Relation.scope:type_name -> lifeline.v1.Scope
-	22, // 12: lifeline.v1.Settings.values:type_name -> lifeline.v1.Settings.ValuesEntry
-	23, // 13: lifeline.v1.Status.data:type_name -> lifeline.v1.Status.DataEntry
-	3,  // 14: lifeline.v1.Cleanup.kind:type_name -> lifeline.v1.CleanupKind
-	9,  // 15: lifeline.v1.ConfigOption.default:type_name -> lifeline.v1.ConfigValue
-	7,  // 16: lifeline.v1.Charm.endpoints:type_name -> lifeline.v1.Endpoint
-	18, // 17: lifeline.v1.Charm.options:type_name -> lifeline.v1.ConfigOption
-	4,  // 18: lifeline.v1.Resolved.mode:type_name -> lifeline.v1.ResolvedMode
-	9,  // 19: lifeline.v1.ServiceConfig.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	23, // 12: lifeline.v1.Settings.values:type_name -> lifeline.v1.Settings.ValuesEntry
+	24, // 13: lifeline.v1.Status.data:type_name -> lifeline.v1.Status.DataEntry
+	16, // 14: lifeline.v1.StatusHistoryEntry.status:type_name -> lifeline.v1.Status
+	3,  // 15: lifeline.v1.Cleanup.kind:type_name -> lifeline.v1.CleanupKind
+	9,  // 16: lifeline.v1.ConfigOption.default:type_name -> lifeline.v1.ConfigValue
+	7,  // 17: lifeline.v1.Charm.endpoints:type_name -> lifeline.v1.Endpoint
+	19, // 18: lifeline.v1.Charm.options:type_name -> lifeline.v1.ConfigOption
+	4,  // 19: lifeline.v1.Resolved.mode:type_name -> lifeline.v1.ResolvedMode
+	9,  // 20: lifeline.v1.ServiceConfig.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_model_proto_init() }
@@ -1645,7 +1718,7 @@ func file_lifeline_v1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_model_proto_rawDesc), len(file_lifeline_v1_model_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

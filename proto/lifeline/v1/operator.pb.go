@@ -1959,6 +1959,184 @@ func (*SetConfigResponse) Descriptor() ([]byte, []int) {
 	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{33}
 }
 
+type ShowStatusLogRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Unit  string                 `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
+	// limit is how many of the newest entries to return: 1 to 50, all the
+	// unit keeps (50 at most) when zero.
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShowStatusLogRequest) Reset() {
+	*x = ShowStatusLogRequest{}
+	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShowStatusLogRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShowStatusLogRequest) ProtoMessage() {}
+
+func (x *ShowStatusLogRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShowStatusLogRequest.ProtoReflect.Descriptor instead.
+func (*ShowStatusLogRequest) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ShowStatusLogRequest) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *ShowStatusLogRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ShowStatusLogResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// entries are oldest first.
+	Entries       []*StatusLogEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShowStatusLogResponse) Reset() {
+	*x = ShowStatusLogResponse{}
+	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShowStatusLogResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShowStatusLogResponse) ProtoMessage() {}
+
+func (x *ShowStatusLogResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShowStatusLogResponse.ProtoReflect.Descriptor instead.
+func (*ShowStatusLogResponse) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ShowStatusLogResponse) GetEntries() []*StatusLogEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// StatusLogEntry is one change of a unit's status.
+type StatusLogEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind is agent (the unit agent's status) or workload (the charm's).
+	Kind    string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Status  string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// data holds details; a hook's last lines of output are under "output".
+	Data          map[string]string `protobuf:"bytes,4,rep,name=data,proto3" json:"data,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	SinceUnixNano int64             `protobuf:"varint,5,opt,name=since_unix_nano,json=sinceUnixNano,proto3" json:"since_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusLogEntry) Reset() {
+	*x = StatusLogEntry{}
+	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusLogEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusLogEntry) ProtoMessage() {}
+
+func (x *StatusLogEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusLogEntry.ProtoReflect.Descriptor instead.
+func (*StatusLogEntry) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *StatusLogEntry) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *StatusLogEntry) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *StatusLogEntry) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *StatusLogEntry) GetData() map[string]string {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *StatusLogEntry) GetSinceUnixNano() int64 {
+	if x != nil {
+		return x.SinceUnixNano
+	}
+	return 0
+}
+
 var File_lifeline_v1_operator_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_operator_proto_rawDesc = "" +
@@ -2098,7 +2276,21 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\bSetEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x13\n" +
-	"\x11SetConfigResponse2\xf3\b\n" +
+	"\x11SetConfigResponse\"@\n" +
+	"\x14ShowStatusLogRequest\x12\x12\n" +
+	"\x04unit\x18\x01 \x01(\tR\x04unit\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"N\n" +
+	"\x15ShowStatusLogResponse\x125\n" +
+	"\aentries\x18\x01 \x03(\v2\x1b.lifeline.v1.StatusLogEntryR\aentries\"\xf2\x01\n" +
+	"\x0eStatusLogEntry\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x129\n" +
+	"\x04data\x18\x04 \x03(\v2%.lifeline.v1.StatusLogEntry.DataEntryR\x04data\x12&\n" +
+	"\x0fsince_unix_nano\x18\x05 \x01(\x03R\rsinceUnixNano\x1a7\n" +
+	"\tDataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xcb\t\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06Status\x12\x1a.lifeline.v1.StatusRequest\x1a\x1b.lifeline.v1.StatusResponse\x12R\n" +
 	"\vWatchStatus\x12\x1f.lifeline.v1.WatchStatusRequest\x1a .lifeline.v1.WatchStatusResponse0\x01\x12R\n" +
@@ -2113,7 +2305,8 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x0eDestroyService\x12\".lifeline.v1.DestroyServiceRequest\x1a#.lifeline.v1.DestroyServiceResponse\x12G\n" +
 	"\bResolved\x12\x1c.lifeline.v1.ResolvedRequest\x1a\x1d.lifeline.v1.ResolvedResponse\x12J\n" +
 	"\tGetConfig\x12\x1d.lifeline.v1.GetConfigRequest\x1a\x1e.lifeline.v1.GetConfigResponse\x12J\n" +
-	"\tSetConfig\x12\x1d.lifeline.v1.SetConfigRequest\x1a\x1e.lifeline.v1.SetConfigResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
+	"\tSetConfig\x12\x1d.lifeline.v1.SetConfigRequest\x1a\x1e.lifeline.v1.SetConfigResponse\x12V\n" +
+	"\rShowStatusLog\x12!.lifeline.v1.ShowStatusLogRequest\x1a\".lifeline.v1.ShowStatusLogResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
 
 var (
 	file_lifeline_v1_operator_proto_rawDescOnce sync.Once
@@ -2127,7 +2320,7 @@ func file_lifeline_v1_operator_proto_rawDescGZIP() []byte {
 	return file_lifeline_v1_operator_proto_rawDescData
 }
 
-var file_lifeline_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_lifeline_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_lifeline_v1_operator_proto_goTypes = []any{
 	(*StatusRequest)(nil),           // 0: lifeline.v1.StatusRequest
 	(*StatusResponse)(nil),          // 1: lifeline.v1.StatusResponse
@@ -2163,16 +2356,20 @@ var file_lifeline_v1_operator_proto_goTypes = []any{
 	(*GetConfigResponse)(nil),       // 31: lifeline.v1.GetConfigResponse
 	(*SetConfigRequest)(nil),        // 32: lifeline.v1.SetConfigRequest
 	(*SetConfigResponse)(nil),       // 33: lifeline.v1.SetConfigResponse
-	nil,                             // 34: lifeline.v1.DeployRequest.ConfigEntry
-	nil,                             // 35: lifeline.v1.GetConfigResponse.ValuesEntry
-	nil,                             // 36: lifeline.v1.SetConfigRequest.SetEntry
-	(*Charm)(nil),                   // 37: lifeline.v1.Charm
-	(*Service)(nil),                 // 38: lifeline.v1.Service
-	(*Unit)(nil),                    // 39: lifeline.v1.Unit
-	(*Machine)(nil),                 // 40: lifeline.v1.Machine
-	(*Relation)(nil),                // 41: lifeline.v1.Relation
-	(*ConfigOption)(nil),            // 42: lifeline.v1.ConfigOption
-	(*ConfigValue)(nil),             // 43: lifeline.v1.ConfigValue
+	(*ShowStatusLogRequest)(nil),    // 34: lifeline.v1.ShowStatusLogRequest
+	(*ShowStatusLogResponse)(nil),   // 35: lifeline.v1.ShowStatusLogResponse
+	(*StatusLogEntry)(nil),          // 36: lifeline.v1.StatusLogEntry
+	nil,                             // 37: lifeline.v1.DeployRequest.ConfigEntry
+	nil,                             // 38: lifeline.v1.GetConfigResponse.ValuesEntry
+	nil,                             // 39: lifeline.v1.SetConfigRequest.SetEntry
+	nil,                             // 40: lifeline.v1.StatusLogEntry.DataEntry
+	(*Charm)(nil),                   // 41: lifeline.v1.Charm
+	(*Service)(nil),                 // 42: lifeline.v1.Service
+	(*Unit)(nil),                    // 43: lifeline.v1.Unit
+	(*Machine)(nil),                 // 44: lifeline.v1.Machine
+	(*Relation)(nil),                // 45: lifeline.v1.Relation
+	(*ConfigOption)(nil),            // 46: lifeline.v1.ConfigOption
+	(*ConfigValue)(nil),             // 47: lifeline.v1.ConfigValue
 }
 var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	4,  // 0: lifeline.v1.StatusResponse.status:type_name -> lifeline.v1.ModelStatus
@@ -2182,50 +2379,54 @@ var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	8,  // 4: lifeline.v1.ModelStatus.relations:type_name -> lifeline.v1.RelationStatus
 	7,  // 5: lifeline.v1.ServiceStatus.units:type_name -> lifeline.v1.UnitStatus
 	10, // 6: lifeline.v1.UploadCharmRequest.header:type_name -> lifeline.v1.UploadCharmHeader
-	37, // 7: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
-	34, // 8: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
-	38, // 9: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
-	39, // 10: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
-	39, // 11: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
-	40, // 12: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
-	41, // 13: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
-	42, // 14: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
-	35, // 15: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
-	36, // 16: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
-	43, // 17: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
-	0,  // 18: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
-	2,  // 19: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
-	9,  // 20: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
-	12, // 21: lifeline.v1.OperatorService.Deploy:input_type -> lifeline.v1.DeployRequest
-	14, // 22: lifeline.v1.OperatorService.AddUnits:input_type -> lifeline.v1.AddUnitsRequest
-	16, // 23: lifeline.v1.OperatorService.AddMachines:input_type -> lifeline.v1.AddMachinesRequest
-	18, // 24: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
-	20, // 25: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
-	22, // 26: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
-	24, // 27: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
-	26, // 28: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
-	28, // 29: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
-	30, // 30: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
-	32, // 31: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
-	1,  // 32: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
-	3,  // 33: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
-	11, // 34: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
-	13, // 35: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
-	15, // 36: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
-	17, // 37: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
-	19, // 38: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
-	21, // 39: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
-	23, // 40: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
-	25, // 41: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
-	27, // 42: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
-	29, // 43: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
-	31, // 44: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
-	33, // 45: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
-	32, // [32:46] is the sub-list for method output_type
-	18, // [18:32] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	41, // 7: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
+	37, // 8: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
+	42, // 9: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
+	43, // 10: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
+	43, // 11: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
+	44, // 12: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
+	45, // 13: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
+	46, // 14: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
+	38, // 15: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
+	39, // 16: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
+	36, // 17: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
+	40, // 18: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
+	47, // 19: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
+	0,  // 20: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
+	2,  // 21: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
+	9,  // 22: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
+	12, // 23: lifeline.v1.OperatorService.Deploy:input_type -> lifeline.v1.DeployRequest
+	14, // 24: lifeline.v1.OperatorService.AddUnits:input_type -> lifeline.v1.AddUnitsRequest
+	16, // 25: lifeline.v1.OperatorService.AddMachines:input_type -> lifeline.v1.AddMachinesRequest
+	18, // 26: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
+	20, // 27: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
+	22, // 28: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
+	24, // 29: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
+	26, // 30: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
+	28, // 31: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
+	30, // 32: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
+	32, // 33: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
+	34, // 34: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
+	1,  // 35: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
+	3,  // 36: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
+	11, // 37: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
+	13, // 38: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
+	15, // 39: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
+	17, // 40: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
+	19, // 41: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
+	21, // 42: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
+	23, // 43: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
+	25, // 44: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
+	27, // 45: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
+	29, // 46: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
+	31, // 47: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
+	33, // 48: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
+	35, // 49: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
+	35, // [35:50] is the sub-list for method output_type
+	20, // [20:35] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_operator_proto_init() }
@@ -2246,7 +2447,7 @@ func file_lifeline_v1_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_operator_proto_rawDesc), len(file_lifeline_v1_operator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   37,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,6 +35,7 @@ const (
 	OperatorService_Resolved_FullMethodName        = "/lifeline.v1.OperatorService/Resolved"
 	OperatorService_GetConfig_FullMethodName       = "/lifeline.v1.OperatorService/GetConfig"
 	OperatorService_SetConfig_FullMethodName       = "/lifeline.v1.OperatorService/SetConfig"
+	OperatorService_ShowStatusLog_FullMethodName   = "/lifeline.v1.OperatorService/ShowStatusLog"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -68,6 +69,9 @@ type OperatorServiceClient interface {
 	Resolved(ctx context.Context, in *ResolvedRequest, opts ...grpc.CallOption) (*ResolvedResponse, error)
 	GetConfig(ctx context.Context, in *GetConfigRequest, opts ...grpc.CallOption) (*GetConfigResponse, error)
 	SetConfig(ctx context.Context, in *SetConfigRequest, opts ...grpc.CallOption) (*SetConfigResponse, error)
+	// ShowStatusLog returns a unit's status history: the last changes of its
+	// agent's and its workload's status, oldest first.
+	ShowStatusLog(ctx context.Context, in *ShowStatusLogRequest, opts ...grpc.CallOption) (*ShowStatusLogResponse, error)
 }
 
 type operatorServiceClient struct {
@@ -230,6 +234,16 @@ func (c *operatorServiceClient) SetConfig(ctx context.Context, in *SetConfigRequ
 	return out, nil
 }
 
+func (c *operatorServiceClient) ShowStatusLog(ctx context.Context, in *ShowStatusLogRequest, opts ...grpc.CallOption) (*ShowStatusLogResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShowStatusLogResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ShowStatusLog_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -261,6 +275,9 @@ type OperatorServiceServer interface {
 	Resolved(context.Context, *ResolvedRequest) (*ResolvedResponse, error)
 	GetConfig(context.Context, *GetConfigRequest) (*GetConfigResponse, error)
 	SetConfig(context.Context, *SetConfigRequest) (*SetConfigResponse, error)
+	// ShowStatusLog returns a unit's status history: the last changes of its
+	// agent's and its workload's status, oldest first.
+	ShowStatusLog(context.Context, *ShowStatusLogRequest) (*ShowStatusLogResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -312,6 +329,9 @@ func (UnimplementedOperatorServiceServer) GetConfig(context.Context, *GetConfigR
 }
 func (UnimplementedOperatorServiceServer) SetConfig(context.Context, *SetConfigRequest) (*SetConfigResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetConfig not implemented")
+}
+func (UnimplementedOperatorServiceServer) ShowStatusLog(context.Context, *ShowStatusLogRequest) (*ShowStatusLogResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ShowStatusLog not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -568,6 +588,24 @@ func _OperatorService_SetConfig_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_ShowStatusLog_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShowStatusLogRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ShowStatusLog(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ShowStatusLog_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ShowStatusLog(ctx, req.(*ShowStatusLogRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -622,6 +660,10 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetConfig",
 			Handler:    _OperatorService_SetConfig_Handler,
+		},
+		{
+			MethodName: "ShowStatusLog",
+			Handler:    _OperatorService_ShowStatusLog_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,160 @@
+package controllertest
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/lifelinehq/lifeline/apiclient"
+	"github.com/lifelinehq/lifeline/controller"
+	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/pki"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/state"
+)
+
+// Env is a controller served over TLS on loopback, in a namespace of its
+// own on the test package's etcd (etcdtest.Main must run it).
+type Env struct {
+	T     testing.TB
+	Ctx   context.Context
+	State *state.State
+	Addr  string
+	CA    *pki.CA
+
+	cfg     controller.Config
+	lis     net.Listener
+	srv     *grpc.Server
+	cleaner context.CancelFunc
+}
+
+// Options change an Env.
+type Options struct {
+	// Cleaner runs the cleaner, as a real controller does.
+	Cleaner bool
+}
+
+// New starts a controller for the test; it stops with the test, and the
+// model's invariants are checked then.
+func New(t testing.TB, opts Options) *Env {
+	t.Helper()
+	st, err := state.New(etcdtest.Client(t), state.Config{Namespace: etcdtest.Namespace(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.NewCA("lifeline test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := ca.IssueServerCert([]string{apiclient.ServerName}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
+	e := &Env{T: t, Ctx: ctx, State: st, CA: ca}
+	e.cfg = controller.Config{State: st, TLS: pki.ServerTLSConfig(cert), CACert: ca.CertPEM()}
+	e.Start()
+	if opts.Cleaner {
+		cctx, stop := context.WithCancel(context.Background())
+		e.cleaner = stop
+		go state.NewCleaner(st, 200*time.Millisecond).Run(cctx)
+		t.Cleanup(stop)
+	}
+	t.Cleanup(func() {
+		e.Stop()
+		snap, err := st.Snapshot(context.Background())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if err := state.CheckInvariants(snap); err != nil {
+			t.Errorf("invariants broken: %v", err)
+		}
+	})
+	return e
+}
+
+// Start serves the API, on the same address as before after a Stop.
+func (e *Env) Start() {
+	e.T.Helper()
+	addr := e.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	var lis net.Listener
+	var err error
+	for i := 0; i < 50; i++ { // the old port may take a moment to be free
+		if lis, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	e.Addr = lis.Addr().String()
+	e.cfg.Addresses = []string{e.Addr}
+	srv, err := controller.New(e.cfg)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	e.lis, e.srv = lis, srv.GRPCServer()
+	go e.srv.Serve(lis)
+}
+
+// Stop stops serving the API (the model stays): agents see the controller
+// go away.
+func (e *Env) Stop() {
+	if e.srv != nil {
+		e.srv.Stop()
+		e.srv = nil
+	}
+}
+
+// Credential stores a new credential for tag (the entity must exist) and
+// returns it.
+func (e *Env) Credential(tag string) pki.Credential {
+	e.T.Helper()
+	cred, hash, err := pki.NewCredential(tag)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	if err := e.State.SetCredential(e.Ctx, tag, hash); err != nil {
+		e.T.Fatalf("SetCredential(%s): %v", tag, err)
+	}
+	return cred
+}
+
+// Dial connects to the controller with cred; the connection closes with
+// the test.
+func (e *Env) Dial(cred pki.Credential) *grpc.ClientConn {
+	e.T.Helper()
+	conn, err := apiclient.Dial(apiclient.Config{Addresses: []string{e.Addr}, CACert: e.CA.CertPEM(), Credential: cred})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	e.T.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// Agent returns an AgentService client authenticated as tag, with a fresh
+// credential.
+func (e *Env) Agent(tag string) pb.AgentServiceClient {
+	e.T.Helper()
+	return pb.NewAgentServiceClient(e.Dial(e.Credential(tag)))
+}
+
+// Operator returns an OperatorService client with a fresh admin credential.
+func (e *Env) Operator() pb.OperatorServiceClient {
+	e.T.Helper()
+	return pb.NewOperatorServiceClient(e.Dial(e.Credential("admin")))
+}

@@ -1,0 +1,79 @@
+// Package hooks owns a charm's hooks as processes and the hook tools they
+// call (DESIGN.md §6): running one hook executable, and the unit agent's
+// end of the tools (relation-get, relation-set, ...) over a unix socket,
+// with the tools' client side, which lifelined runs when invoked through a
+// tool's symlink.
+//
+// It must not touch gRPC, etcd or the controller, and knows nothing of the
+// unit agent's state machine: which hook runs when, retries, error states
+// and committing relation settings belong to unitagent, which implements
+// Context and decides what a hook's Result means.
+//
+// # Running a hook
+//
+// Run executes the hook file directly (no shell) in its own process group,
+// in the charm directory, with stdin /dev/null and an environment of
+// exactly Spec.Env (the LIFELINE_* variables, the Env* constants) plus
+// PATH (the tools directory first, then the agent's PATH), HOME (the charm
+// directory) and LANG=C.UTF-8. Each output line goes to the logger with
+// the unit and hook; the Result keeps the last lines, the exit code, and
+// whether the hook was killed. At the timeout (5 minutes by default) or
+// when ctx ends, the whole process group gets SIGTERM, then SIGKILL after a
+// grace period. A missing hook file is skipped (Result.Skipped); a file
+// that is not executable is an error naming it.
+//
+// # The tools and their socket
+//
+// The unit agent runs one Server (NewServer, Serve, Close) on a socket in
+// the unit's data directory, created with mode 0600. For each hook run it
+// calls Begin with the hook's Context, putting the returned id in the
+// hook's LIFELINE_CONTEXT_ID and Server.Socket in LIFELINE_AGENT_SOCKET,
+// and End when the hook has exited. A tool call presenting any other id is
+// refused: "context expired: this hook tool was called outside the hook
+// that received it". After End returns no Context method runs any more,
+// so the agent may then commit the buffered relation settings.
+//
+// InstallTools links each tool name (ToolNames) to the lifelined binary;
+// lifelined, seeing a tool name in argv[0] (IsTool), runs RunTool.
+//
+// # Protocol
+//
+// One connection per tool call. The tool sends one JSON object on one
+// line, at most MaxRequestBytes:
+//
+//	{"version":1,"context_id":"...","tool":"relation-get","args":["-r","db:3","host"],
+//	 "env":{"LIFELINE_RELATION_ID":"db:2","LIFELINE_REMOTE_UNIT":"pg/0"}}
+//
+// env carries those two variables when set, and nothing else of the
+// tool's environment. The server answers with one line and closes:
+//
+//	{"stdout":"10.0.0.5\n","stderr":"","code":0}
+//
+// The tool prints stdout and stderr and exits with code. Arguments are
+// parsed by the server, so the tool binary stays a pipe. Codes: 0 success,
+// 1 failure (an error of the Context, an expired context, an unreachable
+// agent), 2 a usage error (an unknown flag, a bad argument). Every error is
+// one line on stderr, "<tool>: <error>".
+//
+// # The tools
+//
+// Flags may come before or after arguments; "--" ends them. -r takes a
+// relation id "db:3" (or its number, "3"), defaulting to the hook's
+// LIFELINE_RELATION_ID; --format is text (the default) or json; --help
+// prints a tool's usage.
+//
+//	relation-get [-r ID] [--format=text|json] [KEY|-] [UNIT]
+//	relation-set [-r ID] KEY=VALUE...             (empty VALUE unsets; buffered)
+//	relation-list [-r ID] [--format=text|json]
+//	relation-ids [--format=text|json] [ENDPOINT]  (default: the hook's endpoint, else all)
+//	config-get [--format=text|json] [KEY]         (text via charm.FormatValue; typed json)
+//	unit-get [--format=text|json] private-address|public-address
+//	status-set maintenance|blocked|waiting|active [MESSAGE...]
+//	status-get [--format=text|json]               (text: the status; json: status and message)
+//	log [-l LEVEL] MESSAGE...
+//
+// relation-get's UNIT defaults to LIFELINE_REMOTE_UNIT when the relation
+// is the hook's own. A key that is not set prints nothing in text and null
+// in json, and succeeds. Lists are sorted: units by service and number,
+// relation ids by number.
+package hooks

@@ -1,0 +1,46 @@
+package hooks
+
+// The environment of a hook (DESIGN.md §6). The unit agent sets these in
+// Spec.Env; Run adds PATH, HOME and LANG and passes nothing else.
+const (
+	// EnvUnitName is the unit's name, "kv/0".
+	EnvUnitName = "LIFELINE_UNIT_NAME"
+	// EnvService is the unit's service, "kv".
+	EnvService = "LIFELINE_SERVICE"
+	// EnvMachineID is the id of the unit's machine, "3".
+	EnvMachineID = "LIFELINE_MACHINE_ID"
+	// EnvHookName is the hook's name, "db-relation-changed".
+	EnvHookName = "LIFELINE_HOOK_NAME"
+	// EnvCharmDir is the charm directory, the hook's working directory.
+	EnvCharmDir = "LIFELINE_CHARM_DIR"
+	// EnvContextID is the id Server.Begin returned for this hook: the hook
+	// tools present it, and it is valid only until Server.End.
+	EnvContextID = "LIFELINE_CONTEXT_ID"
+	// EnvAgentSocket is the path of the unit agent's hook tool socket
+	// (Server.Socket).
+	EnvAgentSocket = "LIFELINE_AGENT_SOCKET"
+
+	// In relation hooks only:
+
+	// EnvRelation is the name of the unit's endpoint of the relation, "db".
+	EnvRelation = "LIFELINE_RELATION"
+	// EnvRelationID is the relation's id as the tools take it,
+	// "<endpoint>:<id>", "db:3". The tools' -r defaults to it.
+	EnvRelationID = "LIFELINE_RELATION_ID"
+	// EnvRemoteUnit is the remote unit the hook is about (joined, changed,
+	// departed), "pg/1"; empty in relation-created and relation-broken.
+	// relation-get's UNIT defaults to it.
+	EnvRemoteUnit = "LIFELINE_REMOTE_UNIT"
+	// EnvDepartingUnit is the unit leaving the relation, in
+	// relation-departed.
+	EnvDepartingUnit = "LIFELINE_DEPARTING_UNIT"
+)
+
+// The variables Run sets itself; Spec.Env must not hold PATH or HOME.
+const (
+	envPath = "PATH"
+	envHome = "HOME"
+	envLang = "LANG"
+	// defaultLang is LANG unless Spec.Env sets it.
+	defaultLang = "C.UTF-8"
+)

@@ -1,0 +1,170 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// A unit's status history: every change of its agent's or its workload's
+// status is appended, in the transaction that records it, at
+// status-history/<unit>/<seq>. seq counts the unit's changes from 1; it is
+// not stored apart but read off the newest key, and zero-padded so that the
+// keys sort as the numbers do. The history keeps the last
+// StatusHistoryLimit entries: the append of seq deletes every key below
+// seq-StatusHistoryLimit+1, in one range delete, which in a history kept
+// this way is the one key seq-StatusHistoryLimit. So every append is the
+// same small transaction, however long the unit lives. The history goes
+// with the unit, in one prefix delete.
+const statusHistoryPrefix = "status-history/"
+
+// StatusHistoryLimit is how many entries of its status history a unit
+// keeps: its last status changes.
+const StatusHistoryLimit = 50
+
+// historySeqDigits is the width of a history key's sequence number.
+const historySeqDigits = 20
+
+// StatusHistoryPrefix is the prefix of the named unit's status history.
+func StatusHistoryPrefix(unit string) string { return statusHistoryPrefix + unit + "/" }
+
+// StatusHistoryKey is the key of entry seq of the named unit's status
+// history.
+func StatusHistoryKey(unit string, seq int64) string {
+	return fmt.Sprintf("%s%0*d", StatusHistoryPrefix(unit), historySeqDigits, seq)
+}
+
+// parseHistoryKey splits a status history key into its unit and sequence
+// number.
+func parseHistoryKey(key string) (unit string, seq int64, err error) {
+	rest, ok := strings.CutPrefix(key, statusHistoryPrefix)
+	i := strings.LastIndexByte(rest, '/')
+	if !ok || i < 0 {
+		return "", 0, fmt.Errorf("%s is not a status history key", key)
+	}
+	unit, digits := rest[:i], rest[i+1:]
+	if err := checkUnitName(unit); err != nil {
+		return "", 0, fmt.Errorf("status history key %s: %w", key, err)
+	}
+	seq, err = strconv.ParseInt(digits, 10, 64)
+	if err != nil || len(digits) != historySeqDigits || seq < 1 {
+		return "", 0, fmt.Errorf("status history key %s: sequence %q is not %d digits counting from 1", key, digits, historySeqDigits)
+	}
+	return unit, seq, nil
+}
+
+// StatusHistoryEntry is one change of a unit's status.
+type StatusHistoryEntry struct {
+	// Seq numbers the unit's status changes from 1.
+	Seq int64
+	// Kind is StatusUnitAgent or StatusUnit.
+	Kind StatusKind
+	// Status is the status the unit entered, stamped with when.
+	Status *pb.Status
+}
+
+// setUnitStatus records the named unit's status of kind (StatusUnitAgent
+// or StatusUnit) and appends it to the unit's history, in one transaction.
+// A status equal to the current one (status, message and data: its time
+// does not count) changes nothing: the current record keeps its time and
+// the history gets no entry, so that an agent repeating itself does not
+// push real changes out of the history.
+func (s *State) setUnitStatus(ctx context.Context, kind StatusKind, unit string, st *pb.Status) error {
+	statusKey, histPrefix := StatusKey(kind, unit), StatusHistoryPrefix(unit)
+	return s.apply(ctx, "set the "+string(kind)+" status of unit "+unit, func(ctx context.Context) (*change, error) {
+		r, err := s.read(ctx,
+			get(UnitKey(unit)),
+			get(statusKey),
+			clientv3.OpGet(histPrefix, append(clientv3.WithLastKey(), clientv3.WithKeysOnly())...),
+		)
+		if err != nil {
+			return nil, err
+		}
+		if r.one(0) == nil {
+			return nil, notFoundf("unit %s not found", unit)
+		}
+		cur, err := decode[pb.Status](r.one(1))
+		if err != nil {
+			return nil, err
+		}
+		var curMod int64
+		if cur != nil {
+			if sameStatus(cur.v, st) {
+				return nil, errNothingToDo
+			}
+			curMod = cur.mod
+		}
+		var last int64
+		if kv := r.one(2); kv != nil {
+			if _, last, err = parseHistoryKey(string(kv.Key)); err != nil {
+				return nil, err
+			}
+		}
+		seq := last + 1
+		c := &change{}
+		c.ifExists(UnitKey(unit))
+		// The decision "this is a change" relied on the current record;
+		// the sequence number on the history, which another writer (the
+		// other kind's) may have appended to since.
+		c.ifMod(statusKey, curMod)
+		c.ifNoNewer(histPrefix, r.rev)
+		c.put(statusKey, st)
+		c.put(StatusHistoryKey(unit, seq), &pb.StatusHistoryEntry{Kind: string(kind), Status: st})
+		if oldest := seq - StatusHistoryLimit + 1; oldest > 1 {
+			c.ops = append(c.ops, clientv3.OpDelete(StatusHistoryKey(unit, 0), clientv3.WithRange(StatusHistoryKey(unit, oldest))))
+		}
+		return c, nil
+	})
+}
+
+// sameStatus reports whether a and b say the same, whenever they were set.
+func sameStatus(a, b *pb.Status) bool {
+	return a.GetStatus() == b.GetStatus() && a.GetMessage() == b.GetMessage() && maps.Equal(a.GetData(), b.GetData())
+}
+
+// StatusHistory returns the newest limit entries of the named unit's
+// status history, oldest first: all it keeps (StatusHistoryLimit at most)
+// when limit is 0 or more than that. The unit must exist.
+func (s *State) StatusHistory(ctx context.Context, unit string, limit int) ([]StatusHistoryEntry, error) {
+	if err := checkUnitName(unit); err != nil {
+		return nil, err
+	}
+	if limit < 0 {
+		return nil, invalidf("status history limit %d is negative", limit)
+	}
+	if limit == 0 || limit > StatusHistoryLimit {
+		limit = StatusHistoryLimit
+	}
+	r, err := s.read(ctx,
+		clientv3.OpGet(UnitKey(unit), clientv3.WithKeysOnly()),
+		clientv3.OpGet(StatusHistoryPrefix(unit), clientv3.WithPrefix(),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(limit))),
+	)
+	if err != nil {
+		return nil, err
+	}
+	if r.one(0) == nil {
+		return nil, notFoundf("unit %s not found", unit)
+	}
+	out := make([]StatusHistoryEntry, 0, len(r.all(1)))
+	for _, kv := range r.all(1) {
+		_, seq, err := parseHistoryKey(string(kv.Key))
+		if err != nil {
+			return nil, err
+		}
+		e, err := decode[pb.StatusHistoryEntry](kv)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, StatusHistoryEntry{Seq: seq, Kind: StatusKind(e.v.Kind), Status: e.v.GetStatus()})
+	}
+	slices.Reverse(out)
+	return out, nil
+}

@@ -1,0 +1,264 @@
+package unitagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+
+	"github.com/lifelinehq/lifeline/names"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// API is what a unit agent needs from the controller: the AgentService
+// methods it calls, which the generated client satisfies.
+type API interface {
+	Watch(ctx context.Context, in *pb.WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[pb.WatchResponse], error)
+	DownloadCharm(ctx context.Context, in *pb.DownloadCharmRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[pb.DownloadCharmResponse], error)
+	SetUnitDying(ctx context.Context, in *pb.SetUnitDyingRequest, opts ...grpc.CallOption) (*pb.SetUnitDyingResponse, error)
+	EnsureUnitDead(ctx context.Context, in *pb.EnsureUnitDeadRequest, opts ...grpc.CallOption) (*pb.EnsureUnitDeadResponse, error)
+	RemoveUnit(ctx context.Context, in *pb.RemoveUnitRequest, opts ...grpc.CallOption) (*pb.RemoveUnitResponse, error)
+	AddSubordinate(ctx context.Context, in *pb.AddSubordinateRequest, opts ...grpc.CallOption) (*pb.AddSubordinateResponse, error)
+	EnterScope(ctx context.Context, in *pb.EnterScopeRequest, opts ...grpc.CallOption) (*pb.EnterScopeResponse, error)
+	LeaveScope(ctx context.Context, in *pb.LeaveScopeRequest, opts ...grpc.CallOption) (*pb.LeaveScopeResponse, error)
+	ReadSettings(ctx context.Context, in *pb.ReadSettingsRequest, opts ...grpc.CallOption) (*pb.ReadSettingsResponse, error)
+	UpdateSettings(ctx context.Context, in *pb.UpdateSettingsRequest, opts ...grpc.CallOption) (*pb.UpdateSettingsResponse, error)
+	SetUnitStatus(ctx context.Context, in *pb.SetUnitStatusRequest, opts ...grpc.CallOption) (*pb.SetUnitStatusResponse, error)
+	ClearResolved(ctx context.Context, in *pb.ClearResolvedRequest, opts ...grpc.CallOption) (*pb.ClearResolvedResponse, error)
+	GetAgentSettings(ctx context.Context, in *pb.GetAgentSettingsRequest, opts ...grpc.CallOption) (*pb.GetAgentSettingsResponse, error)
+}
+
+// Deployer runs the agents of a principal's subordinate units beside it.
+// The machine agent provides it.
+type Deployer interface {
+	// Deploy makes sure the named subordinate's agent runs; it is called
+	// again and again and must be idempotent.
+	Deploy(unit string) error
+	// Recall stops the named subordinate's agent and removes its files: the
+	// unit is dead and about to be removed.
+	Recall(unit string) error
+}
+
+// RetryPolicy says how failing hooks are retried before the unit enters
+// its error state.
+type RetryPolicy struct {
+	// Initial is the first pause (5 s when zero); it doubles up to Max
+	// (5 min when zero), with jitter.
+	Initial, Max time.Duration
+	// Attempts is how many times a hook runs before the unit enters its
+	// error state (5 when zero).
+	Attempts int
+}
+
+// Config configures an Agent.
+type Config struct {
+	// Unit is the unit's name, "kv/0".
+	Unit string
+	// MachineID and Address are the unit's machine and its address, for
+	// hooks (LIFELINE_MACHINE_ID, unit-get).
+	MachineID string
+	Address   string
+	// DataDir is the unit's own directory: its state file, its charm, its
+	// hook tools' socket.
+	DataDir string
+	// ToolsDir holds the hook tools (symlinks to lifelined); it leads each
+	// hook's PATH.
+	ToolsDir string
+	API      API
+	Logger   hclog.Logger
+	// HookLock is shared by every unit agent of a machine: hooks run one
+	// at a time per machine. A channel with room for one.
+	HookLock chan struct{}
+	// HookTimeout bounds each hook; when zero, the controller's setting
+	// (GetAgentSettings), or 5 minutes while it cannot be asked.
+	HookTimeout time.Duration
+	Retry       RetryPolicy
+	// Deployer runs subordinates' agents; nil leaves them undeployed.
+	Deployer Deployer
+	// Clock is the time; time.Now when nil.
+	Clock func() time.Time
+}
+
+// Validate reports a configuration New cannot use.
+func (c Config) Validate() error {
+	switch {
+	case !names.ValidUnit(c.Unit):
+		return fmt.Errorf("unit agent: invalid unit name %q", c.Unit)
+	case c.DataDir == "":
+		return errors.New("unit agent: no data directory")
+	case c.API == nil:
+		return errors.New("unit agent: no controller API")
+	case c.HookLock == nil || cap(c.HookLock) != 1:
+		return errors.New("unit agent: the hook lock must be a channel with room for one")
+	}
+	return nil
+}
+
+// Agent runs one unit.
+type Agent struct {
+	cfg    Config
+	logger hclog.Logger
+	file   stateFile
+	l      *localState
+	rep    *reporter
+	// workload is the status the charm last set, for status-get.
+	workload atomic.Pointer[pb.Status]
+}
+
+// New returns an agent for cfg.Unit.
+func New(cfg Config) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Retry.Initial == 0 {
+		cfg.Retry.Initial = 5 * time.Second
+	}
+	if cfg.Retry.Max == 0 {
+		cfg.Retry.Max = 5 * time.Minute
+	}
+	if cfg.Retry.Attempts == 0 {
+		cfg.Retry.Attempts = 5
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	dir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("unit agent: %w", err)
+	}
+	cfg.DataDir = dir
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("unit agent: %w", err)
+	}
+	return &Agent{
+		cfg:    cfg,
+		logger: cfg.Logger.With("unit", cfg.Unit),
+		file:   stateFile{path: filepath.Join(cfg.DataDir, "state.json")},
+	}, nil
+}
+
+// ErrDead is returned by Run when the unit is dead (or gone): the agent's
+// work is over and its files may be removed.
+var ErrDead = errors.New("unit is dead")
+
+// Run runs the unit until ctx ends or the unit is dead (ErrDead).
+func (a *Agent) Run(ctx context.Context) error {
+	l, err := a.file.load()
+	if err != nil {
+		return err
+	}
+	a.l = l
+	if op := l.Op; op != nil && op.Step == stepRunning {
+		// The agent died while the hook ran: that run failed.
+		a.logger.Warn("hook interrupted by a restart: counted as a failed attempt", "hook", op.Hook, "attempt", op.Attempts+1)
+		a.hookFailed(op)
+		if err := a.save(); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if a.cfg.HookTimeout == 0 {
+		a.cfg.HookTimeout = 5 * time.Minute
+		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+		if s, err := a.cfg.API.GetAgentSettings(sctx, &pb.GetAgentSettingsRequest{}); err == nil && s.HookTimeoutMs > 0 {
+			a.cfg.HookTimeout = time.Duration(s.HookTimeoutMs) * time.Millisecond
+		} else if err != nil {
+			a.logger.Warn("cannot ask the controller for the hook timeout: using 5 minutes", "error", err)
+		}
+		scancel()
+	}
+	tools, err := a.startTools(ctx)
+	if err != nil {
+		return err
+	}
+	defer tools.close()
+	a.rep = newReporter(a.cfg.API, a.cfg.Unit, a.logger)
+	go a.rep.run(ctx)
+	w := newWatcher(ctx, a.cfg.API, a.cfg.Unit, a.logger)
+	defer w.wait()
+	defer cancel()
+	ex := &executor{a: a, tools: tools}
+	var idleSince string
+	for {
+		r := w.snapshot()
+		a.deploySubordinates(r)
+		act := next(a.l, r, a.cfg.Unit, a.cfg.Clock())
+		if act.kind == actExit {
+			a.logger.Info("unit is dead: the agent's work is done")
+			a.rep.set(&pb.Status{Status: "idle", Message: "dead", Data: map[string]string{"state": a.l.State}})
+			a.rep.flush(ctx)
+			return ErrDead
+		}
+		if act.kind == actWait {
+			a.reportWaiting(act)
+			if idleSince != act.why {
+				a.logger.Debug("waiting", "for", act.why)
+				idleSince = act.why
+			}
+			var timer <-chan time.Time
+			if !act.until.IsZero() {
+				timer = time.After(time.Until(act.until))
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-w.changed:
+			case <-timer:
+			}
+			continue
+		}
+		idleSince = ""
+		if err := ex.do(ctx, act, r); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			// The controller refused or could not be reached: look again
+			// after a pause rather than spin.
+			a.logger.Warn("step failed; trying again", "step", act.String(), "error", err)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-w.changed:
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+func (a *Agent) save() error { return a.file.save(a.l) }
+
+// reportWaiting reports the agent idle (or in error) with its state.
+func (a *Agent) reportWaiting(act action) {
+	st := &pb.Status{Status: "idle", Data: map[string]string{"state": a.l.State}}
+	if a.l.inError() && a.l.Op != nil {
+		st.Status, st.Message = "error", fmt.Sprintf("hook failed: %q", a.l.Op.Hook)
+	} else if op := a.l.Op; op != nil && op.Step == stepQueued && op.Attempts > 0 {
+		st.Message = fmt.Sprintf("hook %q failed %d times: retrying", op.Hook, op.Attempts)
+	}
+	a.rep.set(st)
+}
+
+// deploySubordinates has the deployer run the agents of this principal's
+// living subordinates.
+func (a *Agent) deploySubordinates(r *remote) {
+	if a.cfg.Deployer == nil {
+		return
+	}
+	for name, u := range r.subs {
+		if u != nil && u.Life != pb.Life_LIFE_DEAD {
+			if err := a.cfg.Deployer.Deploy(name); err != nil {
+				a.logger.Warn("cannot deploy subordinate", "subordinate", name, "error", err)
+			}
+		}
+	}
+}

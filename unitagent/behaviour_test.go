@@ -1,0 +1,173 @@
+package unitagent_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+func relate(t *testing.T, w *world, a, b string) *pb.Relation {
+	t.Helper()
+	resp, err := w.op.AddRelation(w.env.Ctx, &pb.AddRelationRequest{Endpoints: []string{a, b}})
+	if err != nil {
+		t.Fatalf("AddRelation(%s, %s): %v", a, b, err)
+	}
+	return resp.Relation
+}
+
+// TestSettingsExchange has kv publish host and port in its relation
+// settings and app read them in relation-changed; a later change reaches
+// app too, coalesced to the latest.
+func TestSettingsExchange(t *testing.T) {
+	w := newWorld(t)
+	w.deploy(kvMeta, 1, "server")
+	w.deploy(appMeta, 1, "db")
+	relate(t, w, "app", "kv")
+	w.file("kv/0", "set-settings", "7000")
+	w.file("app/0", "get-settings", "")
+	w.start("kv/0")
+	w.start("app/0")
+	w.waitFor("app/0 to read port 7000", func() bool {
+		return index(w.lines("app/0", "settings.log"), "kv/0 host=10.0.0.kv-0 port=7000") >= 0
+	})
+	// A change of kv/0's settings: rewritten by its next relation hook.
+	w.stop("app/0")
+	w.file("kv/0", "set-settings", "7001")
+	if _, err := w.op.SetConfig(w.env.Ctx, &pb.SetConfigRequest{Service: "kv", Set: map[string]string{"colour": "blue"}}); err != nil {
+		t.Fatal(err)
+	}
+	// kv/0 runs config-changed, which sets nothing; make it run a
+	// relation hook: a second app unit joins.
+	if _, err := w.op.AddUnits(w.env.Ctx, &pb.AddUnitsRequest{Service: "app", NumUnits: 1}); err != nil {
+		t.Fatal(err)
+	}
+	w.start("app/1")
+	w.waitFor("kv/0 to set port 7001", func() bool {
+		vals, _, err := w.env.State.Settings(w.env.Ctx, 0, "kv/0")
+		return err == nil && vals["port"] == "7001"
+	})
+	w.file("kv/0", "set-settings", "7002")
+	if _, err := w.op.AddUnits(w.env.Ctx, &pb.AddUnitsRequest{Service: "app", NumUnits: 1}); err != nil {
+		t.Fatal(err)
+	}
+	w.start("app/2")
+	w.waitFor("kv/0 to set port 7002", func() bool {
+		vals, _, err := w.env.State.Settings(w.env.Ctx, 0, "kv/0")
+		return err == nil && vals["port"] == "7002"
+	})
+	// app/0 comes back after two changes: one relation-changed, with the
+	// latest.
+	before := len(w.lines("app/0", "settings.log"))
+	w.start("app/0")
+	w.waitFor("app/0 to read port 7002", func() bool {
+		return index(w.lines("app/0", "settings.log"), "kv/0 host=10.0.0.kv-0 port=7002") >= 0
+	})
+	got := w.lines("app/0", "settings.log")[before:]
+	if len(got) != 1 {
+		t.Errorf("app/0 read %v after coming back, want one coalesced relation-changed with port 7002", got)
+	}
+}
+
+// TestFailingHooks: a hook that fails twice then succeeds reaches running;
+// one that always fails shows the error state, until resolved.
+func TestFailingHooks(t *testing.T) {
+	w := newWorld(t)
+	w.deploy(kvMeta, 3, "server")
+	w.file("kv/0", "fail-install", "2") // attempts: 3
+	w.file("kv/1", "fail-start", "always")
+	w.file("kv/2", "fail-config-changed", "always")
+	for _, u := range []string{"kv/0", "kv/1", "kv/2"} {
+		w.start(u)
+	}
+	w.waitState("kv/0", "running")
+	if n := strings.Count(strings.Join(w.lines("kv/0", "attempts.log"), "\n"), "install"); n != 3 {
+		t.Errorf("kv/0 ran install %d times, want 3 (two failures, one success)", n)
+	}
+
+	w.waitFor("kv/1 in start-error", func() bool {
+		s := w.agentStatus("kv/1")
+		return s.Agent == "error" && s.State == "start-error" && s.Message == `hook failed: "start"`
+	})
+	// resolved runs it again (it fails again: still in error), then
+	// --no-retry moves on.
+	w.file("kv/1", "fail-start", "always")
+	before := strings.Count(strings.Join(w.lines("kv/1", "attempts.log"), "\n"), "start")
+	if _, err := w.op.Resolved(w.env.Ctx, &pb.ResolvedRequest{Unit: "kv/1"}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitFor("kv/1 to run start again and fail", func() bool {
+		n := strings.Count(strings.Join(w.lines("kv/1", "attempts.log"), "\n"), "start")
+		s := w.agentStatus("kv/1")
+		return n >= before+3 && s.Agent == "error" && s.State == "start-error"
+	})
+	if _, err := w.op.Resolved(w.env.Ctx, &pb.ResolvedRequest{Unit: "kv/1", NoRetry: true}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitState("kv/1", "running")
+
+	w.waitFor("kv/2 in hook-error", func() bool {
+		s := w.agentStatus("kv/2")
+		return s.Agent == "error" && s.State == "hook-error" && s.Message == `hook failed: "config-changed"`
+	})
+	w.file("kv/2", "fail-config-changed", "0")
+	if _, err := w.op.Resolved(w.env.Ctx, &pb.ResolvedRequest{Unit: "kv/2"}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitState("kv/2", "running")
+	if got := w.hooks("kv/2"); index(got, "config-changed") < 0 || index(got, "start") < index(got, "config-changed") {
+		t.Errorf("kv/2 ran %v: want config-changed (retried) before start", got)
+	}
+}
+
+// TestSubordinatesFollowTheirPrincipal relates a subordinate to a
+// principal: the principal's agent creates the subordinate unit and has it
+// deployed beside itself; destroying the principal takes it along.
+func TestSubordinatesFollowTheirPrincipal(t *testing.T) {
+	w := newWorld(t)
+	w.deploy(appMeta, 1, "db", "lifeline-info")
+	w.deploy(loggerMeta, 0, "host")
+	rel := relate(t, w, "app", "logger")
+	w.start("app/0")
+	w.waitFor("logger/0 running beside app/0", func() bool {
+		s := w.agentStatus("logger/0")
+		return s != nil && s.State == "running" && s.Machine == w.agentStatus("app/0").Machine
+	})
+	host := fmt.Sprintf("host:%d", rel.Id)
+	w.waitFor("logger/0 to join app/0", func() bool { return index(w.hooks("logger/0"), "host-relation-changed "+host+" app/0") >= 0 })
+	if _, err := w.op.DestroyUnit(w.env.Ctx, &pb.DestroyUnitRequest{Unit: "app/0"}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitFor("logger/0 removed and app/0 dead", func() bool {
+		_, err := w.env.State.Unit(w.env.Ctx, "logger/0")
+		u, err2 := w.env.State.Unit(w.env.Ctx, "app/0")
+		return err != nil && err2 == nil && u.Life == pb.Life_LIFE_DEAD
+	})
+	lg := w.hooks("logger/0")
+	if i, j := index(lg, "host-relation-broken"), index(lg, "remove"); i < 0 || j < i {
+		t.Errorf("logger/0 ran %v: want broken, then stop and remove", lg)
+	}
+	app := w.hooks("app/0")
+	if i, j := index(app, "stop"), index(app, "lifeline-info-relation-broken"); j < 0 || i < j {
+		t.Errorf("app/0 ran %v: want its relation with logger broken before stop", app)
+	}
+}
+
+// TestHookTimeout kills a hook that runs past the timeout: a failed
+// attempt, like any other.
+func TestHookTimeout(t *testing.T) {
+	w := newWorld(t)
+	w.hookTimeout = 300 * time.Millisecond
+	w.deploy(kvMeta, 1, "server")
+	w.file("kv/0", "sleep-install", "30")
+	w.start("kv/0")
+	w.waitFor("kv/0 in install-error", func() bool {
+		s := w.agentStatus("kv/0")
+		return s != nil && s.Agent == "error" && s.State == "install-error"
+	})
+	if got := len(w.lines("kv/0", "attempts.log")); got != w.retry.Attempts {
+		t.Errorf("install was attempted %d times, want %d", got, w.retry.Attempts)
+	}
+}

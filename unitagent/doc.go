@@ -1,0 +1,15 @@
+// Package unitagent runs one unit: the persisted state machine of DESIGN.md
+// §6 (new, ready, running and the error states), the hooks in the order
+// charm authors rely on, the unit's relations (entering and leaving their
+// scopes, joined/changed/departed/broken), its subordinates, and its way
+// from dying to dead.
+//
+// It owns the unit's local state file, which is authoritative: it is
+// written atomically between every two steps, and an agent restarted after
+// a crash resumes from it (a hook interrupted by the crash counts as a
+// failed attempt, never as a success). It reaches the controller only
+// through the few AgentService methods it declares (API), and runs hooks
+// only through package hooks. It does not start unit agents of its own
+// but asks its Deployer to run its subordinates', and it never talks to
+// etcd.
+package unitagent

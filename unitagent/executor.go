@@ -1,0 +1,328 @@
+package unitagent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/lifelinehq/lifeline/charm"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// executor carries out the resolver's decisions, recording each result in
+// the local state before the next decision is taken.
+type executor struct {
+	a     *Agent
+	tools *toolServer
+}
+
+func (ex *executor) do(ctx context.Context, act action, r *remote) error {
+	a := ex.a
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	switch act.kind {
+	case actHook:
+		if act.op != nil {
+			a.l.Op = act.op
+			if err := a.save(); err != nil {
+				return err
+			}
+		}
+		return ex.runHook(ctx, r)
+	case actDownload:
+		return ex.download(cctx, r.service.Charm)
+	case actResolve:
+		return ex.resolve(cctx, r.resolved)
+	case actSetDying:
+		a.logger.Info("setting the unit dying")
+		_, err := a.cfg.API.SetUnitDying(cctx, &pb.SetUnitDyingRequest{Unit: a.cfg.Unit})
+		return err
+	case actSubDying:
+		a.logger.Info("setting subordinate dying", "subordinate", act.unit)
+		_, err := a.cfg.API.SetUnitDying(cctx, &pb.SetUnitDyingRequest{Unit: act.unit})
+		return ignoreCode(err, codes.NotFound)
+	case actEnterScope:
+		_, err := a.cfg.API.EnterScope(cctx, &pb.EnterScopeRequest{Relation: act.relation, Unit: a.cfg.Unit,
+			Settings: map[string]string{"private-address": a.cfg.Address}})
+		if err != nil {
+			return err
+		}
+		a.l.Relations[act.relation].InScope = true
+		return a.save()
+	case actLeaveScope:
+		if _, err := a.cfg.API.LeaveScope(cctx, &pb.LeaveScopeRequest{Relation: act.relation, Unit: a.cfg.Unit}); err != nil {
+			return err
+		}
+		lr := a.l.Relations[act.relation]
+		lr.InScope, lr.Left = false, true
+		return a.save()
+	case actAddSub:
+		resp, err := a.cfg.API.AddSubordinate(cctx, &pb.AddSubordinateRequest{Principal: a.cfg.Unit, Service: act.unit})
+		if err != nil {
+			return err
+		}
+		a.logger.Info("subordinate added", "subordinate", resp.Unit.Name)
+		a.l.AddedSubordinates[act.relation] = resp.Unit.Name
+		return a.save()
+	case actRemoveSub:
+		if d := a.cfg.Deployer; d != nil {
+			if err := d.Recall(act.unit); err != nil {
+				return fmt.Errorf("recall subordinate %s: %w", act.unit, err)
+			}
+		}
+		_, err := a.cfg.API.RemoveUnit(cctx, &pb.RemoveUnitRequest{Unit: act.unit})
+		if err == nil {
+			a.logger.Info("subordinate removed", "subordinate", act.unit)
+		}
+		return ignoreCode(err, codes.NotFound)
+	case actEnsureDead:
+		a.logger.Info("setting the unit dead")
+		_, err := a.cfg.API.EnsureUnitDead(cctx, &pb.EnsureUnitDeadRequest{Unit: a.cfg.Unit})
+		return err
+	}
+	return fmt.Errorf("unknown action %v", act)
+}
+
+func ignoreCode(err error, c codes.Code) error {
+	if status.Code(err) == c {
+		return nil
+	}
+	return err
+}
+
+// runHook takes the hook in progress through its steps: it is marked
+// running and saved before it starts, so that a crash during the hook
+// counts against it; on success its relation settings are saved with it,
+// then committed, then the state machine moves on.
+func (ex *executor) runHook(ctx context.Context, r *remote) error {
+	a := ex.a
+	op := a.l.Op
+	if op.Step == stepDone {
+		return ex.commit(ctx, op)
+	}
+	select {
+	case a.cfg.HookLock <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-a.cfg.HookLock }()
+	op.Step = stepRunning
+	if err := a.save(); err != nil {
+		return err
+	}
+	a.rep.set(&pb.Status{Status: "executing", Message: fmt.Sprintf("running %s hook", op.Hook), Data: map[string]string{"state": a.l.State}})
+	hc := newHookContext(a, op, r)
+	res, err := ex.tools.run(ctx, a, op, hc)
+	if ctx.Err() != nil {
+		// The agent is stopping: the hook was cut short. Like a crash, it
+		// counts as a failed attempt when the agent starts again.
+		return ctx.Err()
+	}
+	if err != nil || !res.ok {
+		a.logger.Warn("hook failed", "hook", op.Hook, "attempt", op.Attempts+1, "error", errString(err, res))
+		a.hookFailed(op)
+		st := &pb.Status{Status: "executing", Message: fmt.Sprintf("hook %q failed", op.Hook), Data: map[string]string{"state": a.l.State}}
+		if a.l.inError() {
+			st.Status, st.Message = "error", fmt.Sprintf("hook failed: %q", op.Hook)
+		}
+		if len(res.lastLines) > 0 {
+			st.Data["output"] = strings.Join(res.lastLines, "\n")
+		}
+		a.rep.set(st)
+		return a.save()
+	}
+	if len(res.lastLines) > 0 {
+		// The hook's last words go into the unit's status history.
+		a.rep.set(&pb.Status{Status: "executing", Message: fmt.Sprintf("ran %s hook", op.Hook),
+			Data: map[string]string{"state": a.l.State, "output": strings.Join(res.lastLines, "\n")}})
+	}
+	op.Step, op.Settings = stepDone, hc.buffered()
+	if err := a.save(); err != nil {
+		return err
+	}
+	return ex.commit(ctx, op)
+}
+
+func errString(err error, res hookResult) string {
+	if err != nil {
+		return err.Error()
+	}
+	return res.why
+}
+
+// commit writes a successful hook's relation settings, all in one call,
+// then records the hook done.
+func (ex *executor) commit(ctx context.Context, op *hookOp) error {
+	a := ex.a
+	if len(op.Settings) > 0 {
+		req := &pb.UpdateSettingsRequest{Unit: a.cfg.Unit}
+		for _, s := range op.Settings {
+			req.Updates = append(req.Updates, &pb.SettingsUpdate{Relation: s.Relation, Set: s.Set, Unset: s.Unset})
+		}
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := a.cfg.API.UpdateSettings(cctx, req)
+		cancel()
+		switch status.Code(err) {
+		case codes.OK:
+		case codes.FailedPrecondition, codes.NotFound, codes.PermissionDenied:
+			// The unit left the relation meanwhile: its settings went
+			// with it.
+			a.logger.Warn("relation settings dropped", "hook", op.Hook, "error", err)
+		default:
+			return err
+		}
+	}
+	applySuccess(a.l, op)
+	a.l.Op = nil
+	a.logger.Debug("hook done", "hook", op.Hook)
+	return a.save()
+}
+
+// hookFailed counts a failed run of op: it is retried after a pause that
+// doubles each time, until the attempts run out and the unit enters the
+// error state of the transition.
+func (a *Agent) hookFailed(op *hookOp) {
+	op.Attempts++
+	op.Step = stepQueued
+	op.Settings = nil
+	if op.Attempts >= a.cfg.Retry.Attempts {
+		op.NotBefore = time.Time{}
+		prev := a.l.State
+		switch op.Hook {
+		case "install":
+			a.l.State = StateInstallError
+		case "start":
+			a.l.State = StateStartError
+		case "stop":
+			a.l.State = StateStopError
+		default:
+			a.l.State, a.l.Resume = StateHookError, prev
+		}
+		a.logger.Error("hook failed: waiting for ctl resolved", "hook", op.Hook, "attempts", op.Attempts)
+		return
+	}
+	d := a.cfg.Retry.Initial << (op.Attempts - 1)
+	if d > a.cfg.Retry.Max || d <= 0 {
+		d = a.cfg.Retry.Max
+	}
+	d = d/2 + time.Duration(rand.Int64N(int64(d/2)+1)) // jitter
+	op.NotBefore = a.cfg.Clock().Add(d)
+}
+
+// applySuccess records a hook done in the local state.
+func applySuccess(l *localState, op *hookOp) {
+	switch op.Hook {
+	case "install":
+		l.State = StateReady
+	case "start":
+		l.State, l.Started = StateRunning, true
+	case "stop":
+		l.State, l.Started, l.Stopped = StateReady, false, true
+	case "remove":
+		l.Removed = true
+	case "config-changed":
+		l.ConfigVersion = op.Version
+	default:
+		lr := l.Relations[op.Relation]
+		switch {
+		case strings.HasSuffix(op.Hook, "-relation-created"):
+			l.Relations[op.Relation] = &localRelation{Endpoint: op.Endpoint, Created: true, Members: map[string]int64{}}
+		case lr == nil:
+		case strings.HasSuffix(op.Hook, "-relation-joined"):
+			lr.Members[op.Remote] = 0
+		case strings.HasSuffix(op.Hook, "-relation-changed"):
+			lr.Members[op.Remote] = op.Version
+		case strings.HasSuffix(op.Hook, "-relation-departed"):
+			delete(lr.Members, op.Remote)
+		case strings.HasSuffix(op.Hook, "-relation-broken"):
+			delete(l.Relations, op.Relation)
+			delete(l.AddedSubordinates, op.Relation)
+		}
+	}
+}
+
+// resolve acts on the operator's answer to the failed hook: run it again,
+// or count it done. The mark is cleared first, so that it cannot answer a
+// later failure.
+func (ex *executor) resolve(ctx context.Context, mode pb.ResolvedMode) error {
+	a := ex.a
+	if _, err := a.cfg.API.ClearResolved(ctx, &pb.ClearResolvedRequest{Unit: a.cfg.Unit}); err != nil {
+		return err
+	}
+	op := a.l.Op
+	switch a.l.State {
+	case StateInstallError:
+		a.l.State = StateNew
+	case StateStartError:
+		a.l.State = StateReady
+	case StateStopError:
+		a.l.State = StateRunning
+	case StateHookError:
+		a.l.State, a.l.Resume = a.l.Resume, ""
+	}
+	if op == nil {
+		return a.save()
+	}
+	if mode == pb.ResolvedMode_RESOLVED_MODE_NO_RETRY {
+		a.logger.Info("resolved: counting the failed hook as done", "hook", op.Hook)
+		applySuccess(a.l, op)
+		a.l.Op = nil
+	} else {
+		a.logger.Info("resolved: running the failed hook again", "hook", op.Hook)
+		op.Attempts, op.NotBefore = 0, time.Time{}
+	}
+	return a.save()
+}
+
+// download fetches the service's charm and unpacks it as the unit's charm
+// directory, replacing the previous one only once the new one is whole.
+func (ex *executor) download(ctx context.Context, ref *pb.CharmRef) error {
+	a := ex.a
+	stream, err := a.cfg.API.DownloadCharm(ctx, &pb.DownloadCharmRequest{Name: ref.Name, Revision: ref.Revision})
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("download charm %s: %w", charmKey(ref), err)
+		}
+		if int64(buf.Len()+len(resp.Chunk)) > charm.MaxSize {
+			return fmt.Errorf("download charm %s: over %d bytes", charmKey(ref), charm.MaxSize)
+		}
+		buf.Write(resp.Chunk)
+	}
+	dir := a.charmDir()
+	tmp := dir + ".new"
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	if err := charm.Extract(buf.Bytes(), tmp); err != nil {
+		return fmt.Errorf("unpack charm %s: %w", charmKey(ref), err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return err
+	}
+	a.l.Charm = charmKey(ref)
+	a.logger.Info("charm unpacked", "charm", a.l.Charm, "dir", dir)
+	return a.save()
+}
+
+func (a *Agent) charmDir() string { return filepath.Join(a.cfg.DataDir, "charm") }

@@ -1,0 +1,253 @@
+package unitagent
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// hookContext is what one running hook sees through the hook tools: the
+// unit's relations as the agent has delivered them, its configuration as
+// of the hook's start, and a buffer of its relation-set calls, committed
+// only if the hook succeeds.
+type hookContext struct {
+	a  *Agent
+	op *hookOp
+	// relations are the unit's relations: id → endpoint and the members
+	// a hook of this moment may name.
+	relations map[int64]*ctxRelation
+	config    map[string]*pb.ConfigValue
+	// machine is the unit's machine, as the controller has it.
+	machine string
+
+	mu  sync.Mutex
+	set map[int64]*settingsChange
+}
+
+type ctxRelation struct {
+	endpoint string
+	members  map[string]bool
+}
+
+func newHookContext(a *Agent, op *hookOp, r *remote) *hookContext {
+	hc := &hookContext{a: a, op: op, relations: map[int64]*ctxRelation{}, config: r.config, set: map[int64]*settingsChange{}}
+	hc.machine = a.cfg.MachineID
+	if hc.machine == "" && r.unit != nil {
+		hc.machine = r.unit.MachineId
+	}
+	for id, lr := range a.l.Relations {
+		cr := &ctxRelation{endpoint: lr.Endpoint, members: map[string]bool{}}
+		for m := range lr.Members {
+			cr.members[m] = true
+		}
+		hc.relations[id] = cr
+	}
+	if op.isRelationHook() {
+		cr := hc.relations[op.Relation]
+		if cr == nil { // relation-created: not recorded until it succeeds
+			cr = &ctxRelation{endpoint: op.Endpoint, members: map[string]bool{}}
+			hc.relations[op.Relation] = cr
+		}
+		switch {
+		case strings.HasSuffix(op.Hook, "-relation-joined"):
+			cr.members[op.Remote] = true // the joining unit is listed
+		case strings.HasSuffix(op.Hook, "-relation-departed"):
+			delete(cr.members, op.Departing) // the departing one is not
+		}
+	}
+	return hc
+}
+
+// relationID is the id the tools show: "db:3".
+func relationID(endpoint string, id int64) string { return endpoint + ":" + strconv.FormatInt(id, 10) }
+
+func (hc *hookContext) relation(rid string) (int64, *ctxRelation, error) {
+	ep, num, ok := strings.Cut(rid, ":")
+	id, err := strconv.ParseInt(num, 10, 64)
+	if !ok || err != nil {
+		// A bare number will do too.
+		if id, err = strconv.ParseInt(rid, 10, 64); err != nil {
+			return 0, nil, fmt.Errorf("invalid relation id %q: want <endpoint>:<number>", rid)
+		}
+		ep = ""
+	}
+	cr := hc.relations[id]
+	if cr == nil || ep != "" && ep != cr.endpoint {
+		return 0, nil, fmt.Errorf("unknown relation %q: the unit is not in it", rid)
+	}
+	return id, cr, nil
+}
+
+func (hc *hookContext) UnitName() string { return hc.a.cfg.Unit }
+
+func (hc *hookContext) RelationIDs(_ context.Context, endpoint string) ([]string, error) {
+	var ids []int64
+	for id, cr := range hc.relations {
+		if endpoint == "" || cr.endpoint == endpoint {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = relationID(hc.relations[id].endpoint, id)
+	}
+	return out, nil
+}
+
+func (hc *hookContext) RelationGet(ctx context.Context, rid, unit string) (map[string]string, error) {
+	id, cr, err := hc.relation(rid)
+	if err != nil {
+		return nil, err
+	}
+	self := unit == hc.a.cfg.Unit
+	if !self && !cr.members[unit] && unit != hc.op.Departing {
+		return nil, fmt.Errorf("unit %s is not a member of relation %s", unit, rid)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := hc.a.cfg.API.ReadSettings(ctx, &pb.ReadSettingsRequest{Relation: id, Unit: unit})
+	if err != nil {
+		return nil, fmt.Errorf("read %s's settings in %s: %w", unit, rid, err)
+	}
+	out := resp.Settings
+	if out == nil {
+		out = map[string]string{}
+	}
+	if self {
+		// The hook sees its own relation-set calls at once.
+		hc.mu.Lock()
+		if c := hc.set[id]; c != nil {
+			for k, v := range c.Set {
+				out[k] = v
+			}
+			for _, k := range c.Unset {
+				delete(out, k)
+			}
+		}
+		hc.mu.Unlock()
+	}
+	return out, nil
+}
+
+func (hc *hookContext) RelationSet(_ context.Context, rid string, set map[string]string, unset []string) error {
+	id, _, err := hc.relation(rid)
+	if err != nil {
+		return err
+	}
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	c := hc.set[id]
+	if c == nil {
+		c = &settingsChange{Relation: id, Set: map[string]string{}}
+		hc.set[id] = c
+	}
+	for k, v := range set {
+		c.Set[k] = v
+		c.Unset = remove(c.Unset, k)
+	}
+	for _, k := range unset {
+		delete(c.Set, k)
+		if !contains(c.Unset, k) {
+			c.Unset = append(c.Unset, k)
+		}
+	}
+	return nil
+}
+
+func remove(xs []string, x string) []string {
+	out := xs[:0]
+	for _, y := range xs {
+		if y != x {
+			out = append(out, y)
+		}
+	}
+	return out
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// buffered returns the hook's relation-set changes, by relation.
+func (hc *hookContext) buffered() []settingsChange {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	var out []settingsChange
+	for _, c := range hc.set {
+		out = append(out, *c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Relation < out[j].Relation })
+	return out
+}
+
+func (hc *hookContext) RelationList(_ context.Context, rid string) ([]string, error) {
+	_, cr, err := hc.relation(rid)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(cr.members))
+	for m := range cr.members {
+		out = append(out, m)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func (hc *hookContext) Config(context.Context) (map[string]*pb.ConfigValue, error) {
+	return hc.config, nil
+}
+
+func (hc *hookContext) UnitAddress(_ context.Context, kind string) (string, error) {
+	switch kind {
+	case "private-address", "public-address":
+		return hc.a.cfg.Address, nil
+	}
+	return "", fmt.Errorf("unknown setting %q: want private-address or public-address", kind)
+}
+
+func (hc *hookContext) SetWorkloadStatus(ctx context.Context, st, message string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err := hc.a.cfg.API.SetUnitStatus(ctx, &pb.SetUnitStatusRequest{
+		Unit: hc.a.cfg.Unit, Kind: pb.UnitStatusKind_UNIT_STATUS_KIND_WORKLOAD,
+		Status: &pb.Status{Status: st, Message: message},
+	})
+	if err != nil {
+		return fmt.Errorf("set status: %w", err)
+	}
+	hc.a.workload.Store(&pb.Status{Status: st, Message: message})
+	return nil
+}
+
+func (hc *hookContext) WorkloadStatus(context.Context) (string, string, error) {
+	if st := hc.a.workload.Load(); st != nil {
+		return st.Status, st.Message, nil
+	}
+	return "unknown", "", nil
+}
+
+func (hc *hookContext) Log(level, message string) {
+	l := hc.a.logger.With("hook", hc.op.Hook)
+	switch strings.ToLower(level) {
+	case "error":
+		l.Error(message)
+	case "warning", "warn":
+		l.Warn(message)
+	case "debug", "trace":
+		l.Debug(message)
+	default:
+		l.Info(message)
+	}
+}

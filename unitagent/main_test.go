@@ -1,0 +1,318 @@
+package unitagent_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/lifelinehq/lifeline/controllertest"
+	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/hooks"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/unitagent"
+)
+
+// lifelined is the daemon built for the hook tools; toolsDir holds their
+// symlinks.
+var lifelined, toolsDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ll-ua-bin-")
+	if err != nil {
+		panic(err)
+	}
+	lifelined = filepath.Join(dir, "lifelined")
+	if out, err := exec.Command("go", "build", "-o", lifelined, "../cmd/lifelined").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build lifelined: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	toolsDir = filepath.Join(dir, "tools")
+	if err := hooks.InstallTools(toolsDir, lifelined); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	etcdtest.Main(m)
+}
+
+// recorder is the one hook script of the test charms. Every hook appends
+// "<hook> <relation id> <remote unit>" to hooks.log in the unit's data
+// directory once it succeeds; files there steer it: fail-<hook> (a count of
+// failures to come, or "always"), sleep-<hook> (seconds), set-settings (a
+// port: relation-set host and port in joined and changed), get-settings
+// (relation-get host and port in changed, into settings.log), probe-<hook>
+// (a shell script run in the hook, its output into probe.log).
+const recorder = `#!/bin/sh
+set -e
+dir="$LIFELINE_CHARM_DIR/.."
+echo "$LIFELINE_HOOK_NAME" >> "$dir/attempts.log"
+f="$dir/fail-$LIFELINE_HOOK_NAME"
+if [ -f "$f" ]; then
+  n=$(cat "$f")
+  if [ "$n" = always ]; then echo "failing $LIFELINE_HOOK_NAME as told" >&2; exit 1; fi
+  if [ "$n" -gt 0 ]; then echo $((n-1)) > "$f"; echo "failing $LIFELINE_HOOK_NAME, $n more" >&2; exit 1; fi
+fi
+if [ -f "$dir/sleep-$LIFELINE_HOOK_NAME" ]; then sleep "$(cat "$dir/sleep-$LIFELINE_HOOK_NAME")"; fi
+if [ -f "$dir/probe-$LIFELINE_HOOK_NAME" ]; then sh "$dir/probe-$LIFELINE_HOOK_NAME" >> "$dir/probe.log" 2>&1 || echo "exit $?" >> "$dir/probe.log"; fi
+case "$LIFELINE_HOOK_NAME" in
+*-relation-joined|*-relation-changed)
+  if [ -f "$dir/set-settings" ]; then relation-set "host=$(unit-get private-address)" "port=$(cat "$dir/set-settings")"; fi
+  ;;
+esac
+case "$LIFELINE_HOOK_NAME" in
+*-relation-changed)
+  if [ -f "$dir/get-settings" ]; then
+    echo "$LIFELINE_REMOTE_UNIT host=$(relation-get host) port=$(relation-get port)" >> "$dir/settings.log"
+  fi
+  ;;
+esac
+echo "$LIFELINE_HOOK_NAME ${LIFELINE_RELATION_ID:--} ${LIFELINE_REMOTE_UNIT:--}" >> "$dir/hooks.log"
+`
+
+// writeCharm makes a charm whose every hook is the recorder: metadata as
+// given, hooks for the endpoints named.
+func writeCharm(t *testing.T, metadata string, endpoints ...string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "charm")
+	if err := os.MkdirAll(filepath.Join(dir, "hooks"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "metadata.yaml"), []byte(metadata), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte("options:\n  colour:\n    type: string\n    default: red\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"install", "config-changed", "start", "stop", "remove"}
+	for _, ep := range endpoints {
+		for _, k := range []string{"created", "joined", "changed", "departed", "broken"} {
+			names = append(names, ep+"-relation-"+k)
+		}
+	}
+	for _, n := range names {
+		if err := os.WriteFile(filepath.Join(dir, "hooks", n), []byte(recorder), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// The test charms.
+const (
+	kvMeta     = "name: kv\nprovides:\n  server: kv\n"
+	appMeta    = "name: app\nrequires:\n  db: kv\n"
+	loggerMeta = "name: logger\nsubordinate: true\nrequires:\n  host:\n    interface: lifeline-info\n    scope: container\n"
+)
+
+// world is a controller with the test charms deployed and unit agents
+// run in this process.
+type world struct {
+	t    *testing.T
+	env  *controllertest.Env
+	op   pb.OperatorServiceClient
+	lock chan struct{} // the machine's hook lock: shared by every agent here
+
+	mu     sync.Mutex
+	agents map[string]*runningAgent
+	dirs   map[string]string
+	retry  unitagent.RetryPolicy
+	// hookTimeout is the agents' hook timeout; the controller's when zero.
+	hookTimeout time.Duration
+}
+
+type runningAgent struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func newWorld(t *testing.T) *world {
+	env := controllertest.New(t, controllertest.Options{Cleaner: true})
+	w := &world{
+		t: t, env: env, op: env.Operator(), lock: make(chan struct{}, 1),
+		agents: map[string]*runningAgent{}, dirs: map[string]string{},
+		retry: unitagent.RetryPolicy{Initial: 50 * time.Millisecond, Max: 200 * time.Millisecond, Attempts: 3},
+	}
+	t.Cleanup(w.stopAll)
+	return w
+}
+
+// deploy uploads a test charm and deploys n units of it.
+func (w *world) deploy(metadata string, n int, endpoints ...string) {
+	w.t.Helper()
+	c := w.env.Upload(w.op, writeCharm(w.t, metadata, endpoints...))
+	if _, err := w.op.Deploy(w.env.Ctx, &pb.DeployRequest{Charm: c.Name, NumUnits: int32(n)}); err != nil {
+		w.t.Fatalf("Deploy %s: %v", c.Name, err)
+	}
+}
+
+// dir returns a unit's data directory, made short for its socket.
+func (w *world) dir(unit string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if d, ok := w.dirs[unit]; ok {
+		return d
+	}
+	d, err := os.MkdirTemp("", "ll-u-")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { os.RemoveAll(d) })
+	w.dirs[unit] = d
+	return d
+}
+
+// start runs the named unit's agent in this process.
+func (w *world) start(unit string) {
+	w.t.Helper()
+	u, err := w.env.State.Unit(w.env.Ctx, unit)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	api := w.env.Agent("unit-" + unit)
+	a, err := unitagent.New(unitagent.Config{
+		Unit: unit, MachineID: u.MachineId, Address: "10.0.0." + strings.ReplaceAll(unit, "/", "-"),
+		DataDir: w.dir(unit), ToolsDir: toolsDir, API: api, HookLock: w.lock,
+		Logger: hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Warn, Output: testWriter{w.t}}),
+		Retry:  w.retry, Deployer: (*deployer)(w), HookTimeout: w.hookTimeout,
+	})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ra := &runningAgent{cancel: cancel, done: make(chan error, 1)}
+	go func() { ra.done <- a.Run(ctx) }()
+	w.mu.Lock()
+	w.agents[unit] = ra
+	w.mu.Unlock()
+}
+
+// stop stops the named unit's agent and waits for it.
+func (w *world) stop(unit string) error {
+	w.mu.Lock()
+	ra := w.agents[unit]
+	delete(w.agents, unit)
+	w.mu.Unlock()
+	if ra == nil {
+		return nil
+	}
+	ra.cancel()
+	return <-ra.done
+}
+
+func (w *world) stopAll() {
+	w.mu.Lock()
+	units := make([]string, 0, len(w.agents))
+	for u := range w.agents {
+		units = append(units, u)
+	}
+	w.mu.Unlock()
+	for _, u := range units {
+		w.stop(u)
+	}
+}
+
+// deployer runs subordinates' agents in this process, as the machine agent
+// will.
+type deployer world
+
+func (d *deployer) Deploy(unit string) error {
+	w := (*world)(d)
+	w.mu.Lock()
+	_, running := w.agents[unit]
+	w.mu.Unlock()
+	if !running {
+		w.start(unit)
+	}
+	return nil
+}
+
+func (d *deployer) Recall(unit string) error {
+	w := (*world)(d)
+	if err := w.stop(unit); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, unitagent.ErrDead) {
+		return err
+	}
+	return nil
+}
+
+// file writes a steering file in the unit's data directory.
+func (w *world) file(unit, name, content string) {
+	w.t.Helper()
+	if err := os.WriteFile(filepath.Join(w.dir(unit), name), []byte(content), 0o644); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// lines returns the lines of a log in the unit's data directory.
+func (w *world) lines(unit, name string) []string {
+	data, _ := os.ReadFile(filepath.Join(w.dir(unit), name))
+	s := strings.TrimSpace(string(data))
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+// hooks returns the hooks a unit ran, in order, as "<hook> <rel> <remote>".
+func (w *world) hooks(unit string) []string { return w.lines(unit, "hooks.log") }
+
+// waitFor polls cond until it holds or a deadline passes.
+func (w *world) waitFor(what string, cond func() bool) {
+	w.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// agentStatus returns the unit's agent status as the controller has it.
+func (w *world) agentStatus(unit string) *pb.UnitStatus {
+	st, err := w.op.Status(w.env.Ctx, &pb.StatusRequest{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for _, s := range st.Status.Services {
+		for _, u := range s.Units {
+			if u.Name == unit {
+				return u
+			}
+		}
+	}
+	return nil
+}
+
+// waitState waits until the controller shows the unit's agent idle in state.
+func (w *world) waitState(unit, state string) {
+	w.t.Helper()
+	w.waitFor(unit+" "+state, func() bool {
+		s := w.agentStatus(unit)
+		return s != nil && s.State == state && s.Agent == "idle"
+	})
+}
+
+// index returns where hook line want (a prefix) first appears, or -1.
+func index(lines []string, want string) int {
+	for i, l := range lines {
+		if strings.HasPrefix(l, want) {
+			return i
+		}
+	}
+	return -1
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

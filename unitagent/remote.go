@@ -1,0 +1,343 @@
+package unitagent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// remote is the agent's picture of the model, kept current by watches. It
+// may lag, and its parts may be of different moments: every decision taken
+// from it is checked again by the controller's rules when acted on.
+type remote struct {
+	unit        *pb.Unit // nil until known, or once removed
+	unitKnown   bool
+	service     *pb.Service
+	serviceSeen bool
+	config      map[string]*pb.ConfigValue
+	configVer   int64
+	configSeen  bool
+	relationIDs map[int64]bool
+	relsKnown   bool
+	relations   map[int64]*remoteRelation
+	resolved    pb.ResolvedMode
+	subs        map[string]*pb.Unit // nil value: name known, unit not yet seen
+	subsKnown   bool
+}
+
+type remoteRelation struct {
+	rel     *pb.Relation // nil when removed (or not yet seen)
+	known   bool         // the relation's watch has answered
+	members map[string]int64
+	scoped  bool // the scope's watch has answered
+}
+
+func (r *remote) copy() *remote {
+	c := *r
+	c.relationIDs = map[int64]bool{}
+	for k, v := range r.relationIDs {
+		c.relationIDs[k] = v
+	}
+	c.relations = map[int64]*remoteRelation{}
+	for k, v := range r.relations {
+		rr := *v
+		rr.members = map[string]int64{}
+		for u, ver := range v.members {
+			rr.members[u] = ver
+		}
+		c.relations[k] = &rr
+	}
+	c.subs = map[string]*pb.Unit{}
+	for k, v := range r.subs {
+		c.subs[k] = v
+	}
+	return &c
+}
+
+// watcher keeps the remote picture current: a watch per subject, each
+// resuming from the last revision it saw after a lost connection.
+type watcher struct {
+	api    API
+	unit   string
+	logger hclog.Logger
+
+	mu      sync.Mutex
+	r       *remote
+	changed chan struct{} // signalled, without blocking, on every change
+	subject map[string]context.CancelFunc
+	ctx     context.Context
+	wg      sync.WaitGroup
+}
+
+func newWatcher(ctx context.Context, api API, unit string, logger hclog.Logger) *watcher {
+	w := &watcher{
+		api: api, unit: unit, logger: logger, ctx: ctx,
+		r:       &remote{relationIDs: map[int64]bool{}, relations: map[int64]*remoteRelation{}, subs: map[string]*pb.Unit{}},
+		changed: make(chan struct{}, 1), subject: map[string]context.CancelFunc{},
+	}
+	w.start("unit", &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: unit}}, w.onUnit)
+	w.start("resolved", &pb.WatchSubject{Subject: &pb.WatchSubject_Resolved{Resolved: unit}}, w.onResolved)
+	w.start("subordinates", &pb.WatchSubject{Subject: &pb.WatchSubject_UnitSubordinates{UnitSubordinates: unit}}, w.onSubordinates)
+	return w
+}
+
+// snapshot returns a copy of the picture.
+func (w *watcher) snapshot() *remote {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.r.copy()
+}
+
+func (w *watcher) notify() {
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+// wait stops every watch.
+func (w *watcher) wait() { w.wg.Wait() }
+
+// start runs a watch of subject under key, unless one runs already. apply
+// is called, under the lock, with each response.
+func (w *watcher) start(key string, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.startLocked(key, subject, apply)
+}
+
+// startLocked is start with the lock held.
+func (w *watcher) startLocked(key string, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
+	if _, ok := w.subject[key]; ok {
+		return
+	}
+	ctx, cancel := context.WithCancel(w.ctx)
+	w.subject[key] = cancel
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		w.run(ctx, key, subject, apply)
+	}()
+}
+
+// stop ends the watch under key; call with the lock held.
+func (w *watcher) stop(key string) {
+	if cancel, ok := w.subject[key]; ok {
+		cancel()
+		delete(w.subject, key)
+	}
+}
+
+func (w *watcher) run(ctx context.Context, key string, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
+	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
+	var after int64
+	for ctx.Err() == nil {
+		stream, err := w.api.Watch(ctx, &pb.WatchRequest{Subject: subject, AfterRevision: after})
+		for err == nil {
+			var resp *pb.WatchResponse
+			resp, err = stream.Recv()
+			if err != nil {
+				break
+			}
+			bo.Reset()
+			after = resp.Revision
+			w.mu.Lock()
+			apply(resp)
+			w.mu.Unlock()
+			w.notify()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		switch status.Code(err) {
+		case codes.PermissionDenied, codes.NotFound, codes.InvalidArgument, codes.Unauthenticated:
+			// Not transient: say so and try again slowly (a revoked
+			// credential is replaced by a restart, not by retrying).
+			w.logger.Warn("watch refused", "subject", key, "error", err)
+		default:
+			if !errors.Is(err, io.EOF) {
+				w.logger.Debug("watch interrupted; resuming", "subject", key, "after", after, "error", err)
+			}
+		}
+		if !sleep(ctx, bo.NextBackOff()) {
+			return
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (w *watcher) onUnit(resp *pb.WatchResponse) {
+	if resp.Relisted {
+		w.r.unit = nil
+	}
+	for _, ch := range resp.Changes {
+		if ch.Removed {
+			w.r.unit = nil
+		} else if u := ch.GetUnit(); u != nil {
+			w.r.unit = u
+		}
+	}
+	w.r.unitKnown = true
+	if u := w.r.unit; u != nil {
+		w.startLocked("service", &pb.WatchSubject{Subject: &pb.WatchSubject_Service{Service: u.Service}}, w.onService)
+		w.startLocked("config", &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: u.Service}}, w.onConfig)
+		w.startLocked("relations", &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceRelations{ServiceRelations: u.Service}}, w.onRelations)
+	}
+}
+
+func (w *watcher) onService(resp *pb.WatchResponse) {
+	if resp.Relisted {
+		w.r.service = nil
+	}
+	for _, ch := range resp.Changes {
+		if ch.Removed {
+			w.r.service = nil
+		} else if s := ch.GetService(); s != nil {
+			w.r.service = s
+		}
+	}
+	w.r.serviceSeen = true
+}
+
+func (w *watcher) onConfig(resp *pb.WatchResponse) {
+	for _, ch := range resp.Changes {
+		if c := ch.GetConfig(); c != nil && !ch.Removed {
+			w.r.config, w.r.configVer = c.Values, ch.Version
+		}
+	}
+	w.r.configSeen = true
+}
+
+func (w *watcher) onResolved(resp *pb.WatchResponse) {
+	if resp.Relisted {
+		w.r.resolved = pb.ResolvedMode_RESOLVED_MODE_UNSPECIFIED
+	}
+	for _, ch := range resp.Changes {
+		if ch.Removed {
+			w.r.resolved = pb.ResolvedMode_RESOLVED_MODE_UNSPECIFIED
+		} else {
+			w.r.resolved = ch.GetResolved().GetMode()
+		}
+	}
+}
+
+func (w *watcher) onRelations(resp *pb.WatchResponse) {
+	if resp.Relisted {
+		w.r.relationIDs = map[int64]bool{}
+	}
+	for _, ch := range resp.Changes {
+		id, err := strconv.ParseInt(ch.Id, 10, 64)
+		if err != nil {
+			continue
+		}
+		if ch.Removed {
+			delete(w.r.relationIDs, id)
+		} else {
+			w.r.relationIDs[id] = true
+		}
+	}
+	w.r.relsKnown = true
+	for id := range w.r.relationIDs {
+		w.watchRelation(id)
+	}
+}
+
+// watchRelation starts the watches of one relation and its scope; call
+// with the lock held. They run until the agent forgets the relation.
+func (w *watcher) watchRelation(id int64) {
+	if _, ok := w.r.relations[id]; !ok {
+		w.r.relations[id] = &remoteRelation{members: map[string]int64{}}
+	}
+	key := strconv.FormatInt(id, 10)
+	rr := w.r.relations[id]
+	w.startLocked("relation/"+key, &pb.WatchSubject{Subject: &pb.WatchSubject_Relation{Relation: id}}, func(resp *pb.WatchResponse) {
+		if resp.Relisted {
+			rr.rel = nil
+		}
+		for _, ch := range resp.Changes {
+			if ch.Removed {
+				rr.rel = nil
+			} else if rel := ch.GetRelation(); rel != nil {
+				rr.rel = rel
+			}
+		}
+		rr.known = true
+	})
+	w.startLocked("scope/"+key, &pb.WatchSubject{Subject: &pb.WatchSubject_RelationScope{RelationScope: id}}, func(resp *pb.WatchResponse) {
+		if resp.Relisted {
+			rr.members = map[string]int64{}
+		}
+		for _, ch := range resp.Changes {
+			if ch.Removed {
+				delete(rr.members, ch.Id)
+			} else {
+				rr.members[ch.Id] = ch.Version
+			}
+		}
+		rr.scoped = true
+	})
+}
+
+// forgetRelation stops a relation's watches once the unit is done with it.
+func (w *watcher) forgetRelation(id int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.r.relationIDs[id] {
+		return // still the service's: keep watching
+	}
+	key := strconv.FormatInt(id, 10)
+	w.stop("relation/" + key)
+	w.stop("scope/" + key)
+	delete(w.r.relations, id)
+}
+
+func (w *watcher) onSubordinates(resp *pb.WatchResponse) {
+	if resp.Relisted {
+		for name := range w.r.subs {
+			w.stop("sub/" + name)
+		}
+		w.r.subs = map[string]*pb.Unit{}
+	}
+	for _, ch := range resp.Changes {
+		if ch.Removed {
+			delete(w.r.subs, ch.Id)
+			w.stop("sub/" + ch.Id)
+			continue
+		}
+		if _, ok := w.r.subs[ch.Id]; !ok {
+			w.r.subs[ch.Id] = nil
+			name := ch.Id
+			w.startLocked("sub/"+name, &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: name}}, func(resp *pb.WatchResponse) {
+				for _, ch := range resp.Changes {
+					if _, ok := w.r.subs[name]; !ok {
+						return // gone meanwhile
+					}
+					if !ch.Removed && ch.GetUnit() != nil {
+						w.r.subs[name] = ch.GetUnit()
+					}
+				}
+			})
+		}
+	}
+	w.r.subsKnown = true
+}

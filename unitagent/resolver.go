@@ -1,0 +1,349 @@
+package unitagent
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/lifelinehq/lifeline/names"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// actionKind says what the agent does next.
+type actionKind int
+
+const (
+	actWait       actionKind = iota // nothing to do until something changes (or until)
+	actExit                         // the unit is dead or gone: the agent's work is over
+	actHook                         // run (or finish) a hook: the local state's Op
+	actDownload                     // fetch and unpack the service's charm
+	actResolve                      // act on the operator's resolved mark
+	actSetDying                     // set this unit dying: its service is
+	actSubDying                     // set a subordinate dying: its principal is
+	actEnterScope                   // enter a relation's scope
+	actLeaveScope                   // leave a dying relation's scope
+	actAddSub                       // add the subordinate of a container relation
+	actRemoveSub                    // remove a dead subordinate
+	actEnsureDead                   // set this unit dead
+)
+
+// action is the resolver's decision.
+type action struct {
+	kind     actionKind
+	op       *hookOp // for actHook: a new operation, or nil to go on with Op
+	relation int64
+	unit     string
+	until    time.Time // for actWait: when to look again even if nothing changes
+	why      string    // for actWait: what the agent waits for, for its status
+}
+
+func (a action) String() string {
+	switch a.kind {
+	case actHook:
+		if a.op != nil {
+			return "hook " + a.op.Hook
+		}
+		return "hook in progress"
+	case actWait:
+		return "wait: " + a.why
+	}
+	return fmt.Sprintf("action %d %d %s", a.kind, a.relation, a.unit)
+}
+
+// next decides what to do next from the local state and the remote
+// picture. It is a pure function: the agent acts on its decision, records
+// the result, and asks again. The order of its checks is the hook order
+// charm authors rely on (DESIGN.md §6).
+func next(l *localState, r *remote, self string, now time.Time) action {
+	if r.unitKnown && r.unit == nil {
+		return action{kind: actExit} // removed
+	}
+	if r.unit != nil && r.unit.Life == pb.Life_LIFE_DEAD {
+		return action{kind: actExit}
+	}
+	if l.inError() {
+		if r.resolved != pb.ResolvedMode_RESOLVED_MODE_UNSPECIFIED {
+			return action{kind: actResolve}
+		}
+		return action{kind: actWait, why: "resolved"}
+	}
+	if op := l.Op; op != nil {
+		if op.Step == stepQueued && now.Before(op.NotBefore) {
+			return action{kind: actWait, until: op.NotBefore, why: "retry of " + op.Hook}
+		}
+		return action{kind: actHook}
+	}
+	if r.unit == nil || !r.serviceSeen || r.service == nil {
+		return action{kind: actWait, why: "the unit and its service"}
+	}
+	u := r.unit
+	dying := u.Life != pb.Life_LIFE_ALIVE
+	if !dying && r.service.Life != pb.Life_LIFE_ALIVE {
+		return action{kind: actSetDying}
+	}
+	if !dying && u.Principal != "" && lostPrincipal(r, u) {
+		// A subordinate goes with the container relation that made it.
+		return action{kind: actSetDying}
+	}
+	if l.State == StateNew {
+		if dying {
+			// Nothing was installed: nothing to undo.
+			return dyingEnd(l, r)
+		}
+		if l.Charm != charmKey(r.service.Charm) {
+			return action{kind: actDownload}
+		}
+		return hook(&hookOp{Hook: "install"})
+	}
+	if dying {
+		for _, name := range sortedSubs(r) {
+			if s := r.subs[name]; s != nil && s.Life == pb.Life_LIFE_ALIVE {
+				return action{kind: actSubDying, unit: name}
+			}
+		}
+	}
+	if a, ok := relationAction(l, r, self, dying); ok {
+		return a
+	}
+	if !r.relsKnown || !r.configSeen {
+		return action{kind: actWait, why: "the service's relations and configuration"}
+	}
+	if dying {
+		return dyingEnd(l, r)
+	}
+	if l.ConfigVersion != r.configVer {
+		return hook(&hookOp{Hook: "config-changed", Version: r.configVer})
+	}
+	if !l.Started {
+		return hook(&hookOp{Hook: "start"})
+	}
+	return action{kind: actWait, why: "changes"}
+}
+
+func hook(op *hookOp) action {
+	op.Step = stepQueued
+	return action{kind: actHook, op: op}
+}
+
+func charmKey(c *pb.CharmRef) string { return fmt.Sprintf("%s/%d", c.GetName(), c.GetRevision()) }
+
+func sortedSubs(r *remote) []string {
+	names := make([]string, 0, len(r.subs))
+	for n := range r.subs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// dyingEnd is the dying unit's way out once it has left every relation:
+// its subordinates gone, then stop, remove, and dead.
+func dyingEnd(l *localState, r *remote) action {
+	if len(l.Relations) > 0 {
+		return action{kind: actWait, why: "its relations to be departed"}
+	}
+	if !r.subsKnown {
+		return action{kind: actWait, why: "its subordinates"}
+	}
+	for _, name := range sortedSubs(r) {
+		if s := r.subs[name]; s != nil && s.Life == pb.Life_LIFE_DEAD {
+			return action{kind: actRemoveSub, unit: name}
+		}
+	}
+	if len(r.subs) > 0 {
+		return action{kind: actWait, why: "its subordinates to be gone"}
+	}
+	if l.State != StateNew {
+		if l.Started {
+			return hook(&hookOp{Hook: "stop"})
+		}
+		if !l.Removed {
+			return hook(&hookOp{Hook: "remove"})
+		}
+	}
+	return action{kind: actEnsureDead}
+}
+
+// relationAction decides the next step in the unit's relations, if any:
+// relation-created and entering the scope of new relations, the member
+// hooks of relations it is in, and departing, leaving and breaking those
+// that are dying (all of them when the unit is).
+func relationAction(l *localState, r *remote, self string, dying bool) (action, bool) {
+	ids := map[int64]bool{}
+	for id := range l.Relations {
+		ids[id] = true
+	}
+	for id := range r.relationIDs {
+		ids[id] = true
+	}
+	sorted := make([]int64, 0, len(ids))
+	for id := range ids {
+		sorted = append(sorted, id)
+	}
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+
+	// Within a relation, relation-changed follows relation-joined for the
+	// same unit before any other hook of that relation.
+	for _, id := range sorted {
+		if lr := l.Relations[id]; lr != nil && !lr.Left {
+			for _, m := range sortedMembers(lr.Members) {
+				if lr.Members[m] == 0 {
+					if v, ok := r.relations[id].memberVersion(m); ok {
+						return hook(relHook(lr, id, "changed", m, v)), true
+					}
+				}
+			}
+		}
+	}
+	for _, id := range sorted {
+		rr := r.relations[id]
+		lr := l.Relations[id]
+		if rr == nil || !rr.known || !rr.scoped {
+			if lr == nil || !r.relsKnown {
+				continue // not known enough yet to act on
+			}
+		}
+		gone := r.relsKnown && !r.relationIDs[id] || rr != nil && rr.known && rr.rel == nil
+		relDying := dying || gone || rr != nil && rr.rel != nil && rr.rel.Life != pb.Life_LIFE_ALIVE
+		if lr == nil {
+			if relDying || rr == nil || rr.rel == nil {
+				continue
+			}
+			ep := ownEndpoint(rr.rel, r.unit.Service)
+			if ep == "" {
+				continue
+			}
+			return hook(&hookOp{Hook: ep + "-relation-created", Relation: id, Endpoint: ep}), true
+		}
+		if !relDying {
+			if !lr.InScope {
+				return action{kind: actEnterScope, relation: id}, true
+			}
+			if sub := subordinateService(rr.rel, r.unit); sub != "" && l.AddedSubordinates[id] == "" {
+				return action{kind: actAddSub, relation: id, unit: sub}, true
+			}
+			if !l.Started {
+				continue // member hooks wait for start
+			}
+			members := remoteMembers(rr, self)
+			for _, m := range sortedMembers(lr.Members) {
+				if _, ok := members[m]; !ok {
+					return hook(relHook(lr, id, "departed", m, 0)), true
+				}
+			}
+			for _, m := range sortedMembers(members) {
+				if _, ok := lr.Members[m]; !ok {
+					return hook(relHook(lr, id, "joined", m, 0)), true
+				}
+			}
+			for _, m := range sortedMembers(members) {
+				if v := members[m]; v != lr.Members[m] {
+					return hook(relHook(lr, id, "changed", m, v)), true
+				}
+			}
+			continue
+		}
+		// The relation is dying (or the unit is): depart every member,
+		// leave the scope, then relation-broken, once, last. A unit that
+		// never entered has nothing to leave.
+		if !lr.Left {
+			for _, m := range sortedMembers(lr.Members) {
+				return hook(relHook(lr, id, "departed", m, 0)), true
+			}
+			if lr.InScope {
+				return action{kind: actLeaveScope, relation: id}, true
+			}
+		}
+		return hook(&hookOp{Hook: lr.Endpoint + "-relation-broken", Relation: id, Endpoint: lr.Endpoint}), true
+	}
+	return action{}, false
+}
+
+func relHook(lr *localRelation, id int64, kind, unit string, version int64) *hookOp {
+	op := &hookOp{Hook: lr.Endpoint + "-relation-" + kind, Relation: id, Endpoint: lr.Endpoint, Remote: unit, Version: version}
+	if kind == "departed" {
+		op.Departing = unit
+	}
+	return op
+}
+
+func (rr *remoteRelation) memberVersion(unit string) (int64, bool) {
+	if rr == nil {
+		return 0, false
+	}
+	v, ok := rr.members[unit]
+	return v, ok
+}
+
+// remoteMembers are the units in the relation's scope on its other side:
+// the other service's units, or in a peer relation the other units of the
+// unit's own service.
+func remoteMembers(rr *remoteRelation, self string) map[string]int64 {
+	own := names.UnitService(self)
+	peer := rr.rel != nil && len(rr.rel.Endpoints) == 1
+	out := map[string]int64{}
+	for u, v := range rr.members {
+		if u != self && (peer || names.UnitService(u) != own) {
+			out[u] = v
+		}
+	}
+	return out
+}
+
+func sortedMembers(m map[string]int64) []string {
+	out := make([]string, 0, len(m))
+	for u := range m {
+		out = append(out, u)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ownEndpoint is the name of the relation's endpoint on service's side.
+func ownEndpoint(rel *pb.Relation, service string) string {
+	for _, ep := range rel.Endpoints {
+		if ep.Service == service {
+			return ep.Endpoint.Name
+		}
+	}
+	return ""
+}
+
+// lostPrincipal says whether subordinate u is in no alive container-scoped
+// relation with its principal's service any more, as far as every one of
+// its relations' watches has told.
+func lostPrincipal(r *remote, u *pb.Unit) bool {
+	if !r.relsKnown {
+		return false
+	}
+	principal := names.UnitService(u.Principal)
+	for id := range r.relationIDs {
+		rr := r.relations[id]
+		if rr == nil || !rr.known {
+			return false
+		}
+		if rel := rr.rel; rel != nil && rel.Life == pb.Life_LIFE_ALIVE && rel.Scope == pb.Scope_SCOPE_CONTAINER {
+			for _, ep := range rel.Endpoints {
+				if ep.Service == principal {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// subordinateService returns the subordinate service this principal unit
+// must have a unit of, when rel is a container-scoped relation between its
+// service and a subordinate one; else "".
+func subordinateService(rel *pb.Relation, u *pb.Unit) string {
+	if rel == nil || rel.Scope != pb.Scope_SCOPE_CONTAINER || u.Principal != "" || len(rel.Endpoints) != 2 {
+		return ""
+	}
+	for _, ep := range rel.Endpoints {
+		if ep.Service != u.Service && ep.Subordinate {
+			return ep.Service
+		}
+	}
+	return ""
+}

@@ -1,0 +1,79 @@
+package unitagent
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/lifelinehq/lifeline/hooks"
+	"github.com/lifelinehq/lifeline/names"
+)
+
+// toolServer runs hooks, and serves their hook tools over the unit's
+// socket.
+type toolServer struct {
+	srv    *hooks.Server
+	served chan struct{} // closed when Serve has returned
+}
+
+// hookResult is how a hook's run ended, as the executor needs it.
+type hookResult struct {
+	ok        bool
+	why       string
+	lastLines []string
+}
+
+func (a *Agent) startTools(ctx context.Context) (*toolServer, error) {
+	srv, err := hooks.NewServer(hooks.ServerConfig{Socket: filepath.Join(a.cfg.DataDir, "agent.sock"), Logger: a.logger})
+	if err != nil {
+		return nil, fmt.Errorf("hook tools: %w", err)
+	}
+	t := &toolServer{srv: srv, served: make(chan struct{})}
+	go func() {
+		defer close(t.served)
+		if err := srv.Serve(ctx); err != nil && ctx.Err() == nil {
+			a.logger.Warn("hook tool server stopped", "error", err)
+		}
+	}()
+	return t, nil
+}
+
+// close stops the server and waits for the tool calls in flight.
+func (t *toolServer) close() {
+	t.srv.Close()
+	<-t.served
+}
+
+// run runs op's hook with hc behind its tools.
+func (t *toolServer) run(ctx context.Context, a *Agent, op *hookOp, hc *hookContext) (hookResult, error) {
+	id := t.srv.Begin(hc)
+	defer t.srv.End(id)
+	env := map[string]string{
+		hooks.EnvUnitName:    a.cfg.Unit,
+		hooks.EnvService:     names.UnitService(a.cfg.Unit),
+		hooks.EnvMachineID:   hc.machine,
+		hooks.EnvHookName:    op.Hook,
+		hooks.EnvCharmDir:    a.charmDir(),
+		hooks.EnvContextID:   id,
+		hooks.EnvAgentSocket: t.srv.Socket(),
+	}
+	if op.isRelationHook() {
+		env[hooks.EnvRelation] = op.Endpoint
+		env[hooks.EnvRelationID] = relationID(op.Endpoint, op.Relation)
+		if op.Remote != "" {
+			env[hooks.EnvRemoteUnit] = op.Remote
+		}
+		if op.Departing != "" {
+			env[hooks.EnvDepartingUnit] = op.Departing
+		}
+	}
+	res, err := hooks.Run(ctx, hooks.Spec{
+		Unit: a.cfg.Unit, Hook: op.Hook, Path: filepath.Join("hooks", op.Hook),
+		CharmDir: a.charmDir(), ToolsDir: a.cfg.ToolsDir, Env: env,
+		Timeout: a.cfg.HookTimeout, Logger: a.logger,
+	})
+	if res.Skipped {
+		return hookResult{ok: true, why: res.String()}, nil
+	}
+	return hookResult{ok: err == nil && res.Succeeded(), why: res.String(), lastLines: res.Tail}, err
+}
