@@ -162,7 +162,7 @@ func (s *Server) AddMachines(ctx context.Context, req *pb.AddMachinesRequest) (*
 	if req.NumMachines > 1000 {
 		return nil, invalid("cannot add %d machines at once: at most 1000", req.NumMachines)
 	}
-	ms, err := s.st.AddMachines(ctx, int(req.NumMachines))
+	ms, err := s.st.AddMachinesWith(ctx, int(req.NumMachines), state.MachineOptions{Manual: req.Manual})
 	resp := &pb.AddMachinesResponse{Machines: ms}
 	if err != nil {
 		return nil, err

@@ -29,6 +29,9 @@ type Config struct {
 	// HookTimeout bounds every hook's run, for the agents; 5 minutes when
 	// zero.
 	HookTimeout time.Duration
+	// PresenceTimeout is how long an agent may go without a ping before it
+	// counts as lost; 15 s when zero.
+	PresenceTimeout time.Duration
 	// Addresses are the controller addresses agents are told to dial, and
 	// CACert the PEM of the CA they verify it with (for join tokens).
 	Addresses []string
@@ -70,6 +73,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.HookTimeout == 0 {
 		cfg.HookTimeout = 5 * time.Minute
+	}
+	if cfg.PresenceTimeout == 0 {
+		cfg.PresenceTimeout = 15 * time.Second
 	}
 	s := &Server{st: cfg.State, logger: cfg.Logger.Named("api"), cfg: cfg, metrics: newMetrics(cfg.Metrics, cfg.State)}
 	s.agentServer.s = s

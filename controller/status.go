@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 )
@@ -68,9 +69,7 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 			Id: mach.Id, Life: state.LifeName(mach.Life), Instance: mach.InstanceId, Address: mach.Address,
 			Agent: "pending", Units: machineUnits[mach.Id], Forced: mach.Forced,
 		}
-		if st := m.Status(state.StatusMachine, mach.Id); st != nil {
-			ms.Agent, ms.Message = st.Status, st.Message
-		}
+		ms.Agent, ms.Message = machineAgent(m, mach.Id)
 		switch mach.Life {
 		case pb.Life_LIFE_DYING:
 			for _, u := range ms.Units {
@@ -95,6 +94,9 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 		}
 		for _, u := range unitsOf[svc.Name] {
 			us := unitStatus(m, u, machines[u.MachineId])
+			if agent, _ := machineAgent(m, u.MachineId); agent == "lost" && us.Agent != "allocating" {
+				us.Agent = "lost" // its agent runs inside its machine's
+			}
 			us.Subordinates = subordinates[u.Name]
 			switch u.Life {
 			case pb.Life_LIFE_DYING:
@@ -200,4 +202,23 @@ func plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// machineAgent says how a machine's agent is: started (connected now),
+// lost (it was, and is not), down (it said it stopped), or pending (it
+// never was).
+func machineAgent(m *state.Model, id string) (agent, message string) {
+	st := m.Status(state.StatusMachine, id)
+	switch {
+	case m.Present[names.MachineTag(id)]:
+		if st != nil {
+			return "started", st.Message
+		}
+		return "started", ""
+	case st == nil:
+		return "pending", ""
+	case st.Status == "down":
+		return "down", st.Message
+	}
+	return "lost", "agent not connected"
 }

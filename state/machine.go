@@ -15,10 +15,22 @@ import (
 // machinesPerTxn bounds AddMachines' batches: two writes a machine.
 const machinesPerTxn = 30
 
+// MachineOptions describe machines to add.
+type MachineOptions struct {
+	// Manual machines are hosts the operator brings: no instance is ever
+	// started or stopped for them.
+	Manual bool
+}
+
 // AddMachines adds n alive machines and returns them. Machines are added in
 // batches, each in one transaction; on an error the machines already added
 // are returned with it.
 func (s *State) AddMachines(ctx context.Context, n int) ([]*pb.Machine, error) {
+	return s.AddMachinesWith(ctx, n, MachineOptions{})
+}
+
+// AddMachinesWith is AddMachines with options.
+func (s *State) AddMachinesWith(ctx context.Context, n int, opts MachineOptions) ([]*pb.Machine, error) {
 	if n < 1 {
 		return nil, invalidf("cannot add %d machines: want at least 1", n)
 	}
@@ -39,7 +51,7 @@ func (s *State) AddMachines(ctx context.Context, n int) ([]*pb.Machine, error) {
 			c.ifMod(seqMachine, seqRev)
 			ms = ms[:0]
 			for i := 0; i < batch; i++ {
-				m := &pb.Machine{Id: strconv.FormatInt(next+int64(i), 10), Life: pb.Life_LIFE_ALIVE}
+				m := &pb.Machine{Id: strconv.FormatInt(next+int64(i), 10), Life: pb.Life_LIFE_ALIVE, Manual: opts.Manual}
 				c.put(MachineKey(m.Id), m)
 				ms = append(ms, m)
 			}

@@ -25,6 +25,8 @@ type Model struct {
 	Statuses map[string]*pb.Status
 	// Cleanups are the cleaner's pending items.
 	Cleanups []*pb.Cleanup
+	// Present holds the tags of the agents connected now.
+	Present map[string]bool
 }
 
 // Model reads the whole model at one revision.
@@ -33,7 +35,7 @@ func (s *State) Model(ctx context.Context) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{Revision: r.rev, Scopes: map[int64][]string{}, Statuses: map[string]*pb.Status{}}
+	m := &Model{Revision: r.rev, Scopes: map[int64][]string{}, Statuses: map[string]*pb.Status{}, Present: map[string]bool{}}
 	each := func(prefix string, keysOnly bool, f func(kv *mvccpb.KeyValue) error) error {
 		kvs, err := s.listRev(ctx, prefix, keysOnly, r.rev)
 		if err != nil {
@@ -63,6 +65,10 @@ func (s *State) Model(ctx context.Context) (*Model, error) {
 				return invalidf("corrupt scope key %s", kv.Key)
 			}
 			m.Scopes[id] = append(m.Scopes[id], unit)
+			return nil
+		}},
+		{presencePrefix, true, func(kv *mvccpb.KeyValue) error {
+			m.Present[strings.TrimPrefix(string(kv.Key), presencePrefix)] = true
 			return nil
 		}},
 		{statusPrefix, false, func(kv *mvccpb.KeyValue) error {

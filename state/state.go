@@ -47,6 +47,7 @@ func (c Config) Validate() error {
 type State struct {
 	kv      clientv3.KV
 	watcher clientv3.Watcher
+	lease   clientv3.Lease
 	cfg     Config
 	stats   stats
 }
@@ -66,10 +67,11 @@ func New(c *clientv3.Client, cfg Config) (*State, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	s := &State{kv: c.KV, watcher: c.Watcher, cfg: cfg}
+	s := &State{kv: c.KV, watcher: c.Watcher, lease: c.Lease, cfg: cfg}
 	if cfg.Namespace != "" {
 		s.kv = namespace.NewKV(c.KV, cfg.Namespace)
 		s.watcher = namespace.NewWatcher(c.Watcher, cfg.Namespace)
+		s.lease = namespace.NewLease(c.Lease, cfg.Namespace)
 	}
 	return s, nil
 }

@@ -2,17 +2,13 @@ package unitagent
 
 import (
 	"context"
-	"errors"
-	"io"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/hashicorp/go-hclog"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/lifelinehq/lifeline/agentwatch"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -139,40 +135,12 @@ func (w *watcher) stop(key string) {
 }
 
 func (w *watcher) run(ctx context.Context, key string, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
-	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
-	var after int64
-	for ctx.Err() == nil {
-		stream, err := w.api.Watch(ctx, &pb.WatchRequest{Subject: subject, AfterRevision: after})
-		for err == nil {
-			var resp *pb.WatchResponse
-			resp, err = stream.Recv()
-			if err != nil {
-				break
-			}
-			bo.Reset()
-			after = resp.Revision
-			w.mu.Lock()
-			apply(resp)
-			w.mu.Unlock()
-			w.notify()
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		switch status.Code(err) {
-		case codes.PermissionDenied, codes.NotFound, codes.InvalidArgument, codes.Unauthenticated:
-			// Not transient: say so and try again slowly (a revoked
-			// credential is replaced by a restart, not by retrying).
-			w.logger.Warn("watch refused", "subject", key, "error", err)
-		default:
-			if !errors.Is(err, io.EOF) {
-				w.logger.Debug("watch interrupted; resuming", "subject", key, "after", after, "error", err)
-			}
-		}
-		if !sleep(ctx, bo.NextBackOff()) {
-			return
-		}
-	}
+	agentwatch.Follow(ctx, w.api, subject, func(resp *pb.WatchResponse) {
+		w.mu.Lock()
+		apply(resp)
+		w.mu.Unlock()
+		w.notify()
+	}, w.logger.With("watch", key))
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

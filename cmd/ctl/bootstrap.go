@@ -20,6 +20,7 @@ import (
 
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/provisioner"
 )
 
 const (
@@ -82,7 +83,7 @@ Example:
 	fl := cmd.Flags()
 	fl.StringVar(&f.dataDir, "data-dir", e.defaultDataDir, "the controller's data directory `DIR` (etcd, certificates, log)")
 	fl.IntVar(&f.apiPort, "api-port", defaultAPIPort, "the `PORT` the API listens on, on 127.0.0.1 (metrics on the next)")
-	fl.StringVar(&f.provider, "provider", "manual", "machine provider: manual or local (local is not built yet: the controller refuses it)")
+	fl.StringVar(&f.provider, "provider", "local", "machine provider: local (each machine an agent process on this host) or manual (hosts join with a token)")
 	return cmd
 }
 
@@ -330,6 +331,12 @@ func killController(ctx context.Context, e *env, keep bool) error {
 	if keep {
 		fmt.Fprintf(e.stdout, "kept its data directory %s and the client config %s: ctl bootstrap starts it again\n", rec.DataDir, e.configPath)
 		return nil
+	}
+	// The local provider's machines outlive their controller (a restarted
+	// one takes them back): with the controller gone for good, stop them
+	// and everything their units started.
+	if n := (&provisioner.Local{Dir: filepath.Join(rec.DataDir, "machines")}).StopAll(); n > 0 {
+		fmt.Fprintf(e.stdout, "stopped %d local machines\n", n)
 	}
 	if _, err := os.Stat(rec.DataDir); err == nil {
 		if !looksLikeDataDir(rec.DataDir) {

@@ -77,7 +77,10 @@ func TestCommandsAgainstAController(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", s.port)
 
 	t.Run("bootstrap", func(t *testing.T) {
-		out := s.ok(t, "bootstrap", "--data-dir", s.dataDir, "--api-port", fmt.Sprint(s.port))
+		// The manual provider: no machine agents, so that units stay
+		// allocating and dying units wait; the end-to-end tests with real
+		// agents are in ../../e2e.
+		out := s.ok(t, "bootstrap", "--data-dir", s.dataDir, "--api-port", fmt.Sprint(s.port), "--provider", "manual")
 		for _, want := range []string{"controller started", addr, s.config, s.dataDir, "ctl deploy"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("ctl bootstrap said:\n%s\nwant %q in it", out, want)

@@ -234,8 +234,14 @@ func TestUnreachableController(t *testing.T) {
 func TestBootstrapSurfacesAControllerThatDiesAtStart(t *testing.T) {
 	s := newSandbox(t)
 	port := freePorts(t)
-	r := s.fails(t, 1, []string{"the controller exited", "controller.log", "local provider is not built yet"},
-		"bootstrap", "--data-dir", s.dataDir, "--api-port", fmt.Sprint(port), "--provider", "local")
+	// Something else holds the API port: the controller cannot listen.
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	r := s.fails(t, 1, []string{"the controller exited", "controller.log", "address already in use"},
+		"bootstrap", "--data-dir", s.dataDir, "--api-port", fmt.Sprint(port), "--provider", "manual")
 	if strings.Contains(r.stdout, "controller started") {
 		t.Errorf("%v\nwant no claim that it started", r)
 	}

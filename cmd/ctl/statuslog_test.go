@@ -160,7 +160,7 @@ func TestShowStatusLogUsage(t *testing.T) {
 func TestShowStatusLogAgainstAController(t *testing.T) {
 	s := newSandbox(t)
 	s.port = freePorts(t)
-	s.ok(t, "bootstrap", "--data-dir", s.dataDir, "--api-port", fmt.Sprint(s.port))
+	s.ok(t, "bootstrap", "--data-dir", s.dataDir, "--api-port", fmt.Sprint(s.port), "--provider", "manual")
 	defer s.ok(t, "kill-controller")
 
 	out := s.ok(t, "add-machine", "--manual")

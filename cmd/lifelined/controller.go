@@ -28,6 +28,7 @@ import (
 	"github.com/lifelinehq/lifeline/embedetcd"
 	"github.com/lifelinehq/lifeline/names"
 	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/provisioner"
 	"github.com/lifelinehq/lifeline/state"
 )
 
@@ -46,6 +47,7 @@ type controllerFlags struct {
 	etcdCert      string
 	etcdKey       string
 	hookTimeout   time.Duration
+	presence      time.Duration
 }
 
 func controllerCommand() *cobra.Command {
@@ -72,10 +74,11 @@ credential, whenever it is missing at start.`,
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "127.0.0.1:17071", "address /metrics is served on; empty for none")
 	fl.StringSliceVar(&f.advertise, "advertise", nil, "addresses clients and agents dial (default: the API address)")
 	fl.StringVar(&f.clientConfig, "client-config", "", "where to write the operator's client config (default: $LIFELINE_CONFIG, or lifeline/client.json in the user's config dir)")
-	fl.StringVar(&f.provider, "provider", "manual", "machine provider: manual (the local provider arrives with the machine agent)")
+	fl.StringVar(&f.provider, "provider", "local", "machine provider: local (each machine an agent process on this host) or manual (hosts join with a token)")
 	fl.StringVar(&f.namespace, "namespace", "/lifeline/", "etcd key prefix under which the model lives")
 	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fl.DurationVar(&f.hookTimeout, "hook-timeout", 5*time.Minute, "how long a hook may run before its agent kills it")
+	fl.DurationVar(&f.presence, "presence-timeout", 15*time.Second, "how long an agent may be silent before status shows it lost")
 	fl.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "an external etcd cluster's client URLs; embedded etcd when empty")
 	fl.StringVar(&f.etcdCA, "etcd-cacert", "", "CA certificate of the external etcd cluster")
 	fl.StringVar(&f.etcdCert, "etcd-cert", "", "client certificate for the external etcd cluster")
@@ -91,11 +94,9 @@ func (f *controllerFlags) validate() error {
 		return usageError{fmt.Errorf("--api-addr %q: %w", f.apiAddr, err)}
 	}
 	switch f.provider {
-	case "manual":
-	case "local":
-		return usageError{errors.New("the local provider is not built yet (it arrives with the machine agent): use --provider manual")}
+	case "manual", "local":
 	default:
-		return usageError{fmt.Errorf("unknown provider %q: use manual", f.provider)}
+		return usageError{fmt.Errorf("unknown provider %q: use local or manual", f.provider)}
 	}
 	if len(f.etcdEndpoints) == 0 && (f.etcdCA != "" || f.etcdCert != "" || f.etcdKey != "") {
 		return usageError{errors.New("--etcd-cacert, --etcd-cert and --etcd-key need --etcd-endpoints")}
@@ -218,7 +219,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	api, err := controller.New(controller.Config{
 		State: st, Logger: logger, TLS: pki.ServerTLSConfig(cert), Metrics: reg,
-		Addresses: advertise, CACert: ca.CertPEM(), HookTimeout: f.hookTimeout,
+		Addresses: advertise, CACert: ca.CertPEM(), HookTimeout: f.hookTimeout, PresenceTimeout: f.presence,
 	})
 	if err != nil {
 		return err
@@ -257,6 +258,22 @@ func runController(ctx context.Context, f controllerFlags) error {
 
 	cctx, cancel := context.WithCancel(context.Background())
 	g.Add(func() error { return state.NewCleaner(st, 0).Run(cctx) }, func(error) { cancel() })
+
+	var provider provisioner.Provider = provisioner.Manual{}
+	if f.provider == "local" {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		provider = &provisioner.Local{Dir: filepath.Join(f.dataDir, "machines"), Lifelined: self, Logger: logger,
+			Args: []string{"--log-level", f.logLevel}}
+	}
+	prov, err := provisioner.New(provisioner.Config{State: st, Provider: provider, Controllers: advertise, CACert: ca.CertPEM(), Logger: logger})
+	if err != nil {
+		return err
+	}
+	pctx, pcancel := context.WithCancel(context.Background())
+	g.Add(func() error { return prov.Run(pctx) }, func(error) { pcancel() })
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)

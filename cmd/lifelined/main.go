@@ -50,6 +50,6 @@ func rootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(controllerCommand(), unitAgentCommand())
+	root.AddCommand(controllerCommand(), machineAgentCommand(), unitAgentCommand())
 	return root
 }

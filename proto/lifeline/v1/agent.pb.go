@@ -2256,6 +2256,87 @@ func (x *GetAgentSettingsResponse) GetHookTimeoutMs() int64 {
 	return 0
 }
 
+type PresenceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PresenceRequest) Reset() {
+	*x = PresenceRequest{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PresenceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PresenceRequest) ProtoMessage() {}
+
+func (x *PresenceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PresenceRequest.ProtoReflect.Descriptor instead.
+func (*PresenceRequest) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{41}
+}
+
+type PresenceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ping_interval_ms is how often the controller wants a ping.
+	PingIntervalMs int64 `protobuf:"varint,1,opt,name=ping_interval_ms,json=pingIntervalMs,proto3" json:"ping_interval_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *PresenceResponse) Reset() {
+	*x = PresenceResponse{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PresenceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PresenceResponse) ProtoMessage() {}
+
+func (x *PresenceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PresenceResponse.ProtoReflect.Descriptor instead.
+func (*PresenceResponse) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *PresenceResponse) GetPingIntervalMs() int64 {
+	if x != nil {
+		return x.PingIntervalMs
+	}
+	return 0
+}
+
 var File_lifeline_v1_agent_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_agent_proto_rawDesc = "" +
@@ -2379,11 +2460,14 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x15ClearResolvedResponse\"\x19\n" +
 	"\x17GetAgentSettingsRequest\"B\n" +
 	"\x18GetAgentSettingsResponse\x12&\n" +
-	"\x0fhook_timeout_ms\x18\x01 \x01(\x03R\rhookTimeoutMs*m\n" +
+	"\x0fhook_timeout_ms\x18\x01 \x01(\x03R\rhookTimeoutMs\"\x11\n" +
+	"\x0fPresenceRequest\"<\n" +
+	"\x10PresenceResponse\x12(\n" +
+	"\x10ping_interval_ms\x18\x01 \x01(\x03R\x0epingIntervalMs*m\n" +
 	"\x0eUnitStatusKind\x12 \n" +
 	"\x1cUNIT_STATUS_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16UNIT_STATUS_KIND_AGENT\x10\x01\x12\x1d\n" +
-	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x022\xf6\f\n" +
+	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x022\xc3\r\n" +
 	"\fAgentService\x12@\n" +
 	"\x05Watch\x12\x19.lifeline.v1.WatchRequest\x1a\x1a.lifeline.v1.WatchResponse0\x01\x12M\n" +
 	"\n" +
@@ -2407,7 +2491,8 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\fReadSettings\x12 .lifeline.v1.ReadSettingsRequest\x1a!.lifeline.v1.ReadSettingsResponse\x12Y\n" +
 	"\x0eUpdateSettings\x12\".lifeline.v1.UpdateSettingsRequest\x1a#.lifeline.v1.UpdateSettingsResponse\x12V\n" +
 	"\rSetUnitStatus\x12!.lifeline.v1.SetUnitStatusRequest\x1a\".lifeline.v1.SetUnitStatusResponse\x12V\n" +
-	"\rClearResolved\x12!.lifeline.v1.ClearResolvedRequest\x1a\".lifeline.v1.ClearResolvedResponse\x12_\n" +
+	"\rClearResolved\x12!.lifeline.v1.ClearResolvedRequest\x1a\".lifeline.v1.ClearResolvedResponse\x12K\n" +
+	"\bPresence\x12\x1c.lifeline.v1.PresenceRequest\x1a\x1d.lifeline.v1.PresenceResponse(\x010\x01\x12_\n" +
 	"\x10GetAgentSettings\x12$.lifeline.v1.GetAgentSettingsRequest\x1a%.lifeline.v1.GetAgentSettingsResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
 
 var (
@@ -2423,7 +2508,7 @@ func file_lifeline_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_lifeline_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lifeline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_lifeline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_lifeline_v1_agent_proto_goTypes = []any{
 	(UnitStatusKind)(0),                 // 0: lifeline.v1.UnitStatusKind
 	(*WatchSubject)(nil),                // 1: lifeline.v1.WatchSubject
@@ -2467,40 +2552,42 @@ var file_lifeline_v1_agent_proto_goTypes = []any{
 	(*ClearResolvedResponse)(nil),       // 39: lifeline.v1.ClearResolvedResponse
 	(*GetAgentSettingsRequest)(nil),     // 40: lifeline.v1.GetAgentSettingsRequest
 	(*GetAgentSettingsResponse)(nil),    // 41: lifeline.v1.GetAgentSettingsResponse
-	nil,                                 // 42: lifeline.v1.EnterScopeRequest.SettingsEntry
-	nil,                                 // 43: lifeline.v1.ReadSettingsResponse.SettingsEntry
-	nil,                                 // 44: lifeline.v1.SettingsUpdate.SetEntry
-	(*Machine)(nil),                     // 45: lifeline.v1.Machine
-	(*Unit)(nil),                        // 46: lifeline.v1.Unit
-	(*Service)(nil),                     // 47: lifeline.v1.Service
-	(*ServiceConfig)(nil),               // 48: lifeline.v1.ServiceConfig
-	(*Relation)(nil),                    // 49: lifeline.v1.Relation
-	(*Resolved)(nil),                    // 50: lifeline.v1.Resolved
-	(*Status)(nil),                      // 51: lifeline.v1.Status
-	(*Charm)(nil),                       // 52: lifeline.v1.Charm
+	(*PresenceRequest)(nil),             // 42: lifeline.v1.PresenceRequest
+	(*PresenceResponse)(nil),            // 43: lifeline.v1.PresenceResponse
+	nil,                                 // 44: lifeline.v1.EnterScopeRequest.SettingsEntry
+	nil,                                 // 45: lifeline.v1.ReadSettingsResponse.SettingsEntry
+	nil,                                 // 46: lifeline.v1.SettingsUpdate.SetEntry
+	(*Machine)(nil),                     // 47: lifeline.v1.Machine
+	(*Unit)(nil),                        // 48: lifeline.v1.Unit
+	(*Service)(nil),                     // 49: lifeline.v1.Service
+	(*ServiceConfig)(nil),               // 50: lifeline.v1.ServiceConfig
+	(*Relation)(nil),                    // 51: lifeline.v1.Relation
+	(*Resolved)(nil),                    // 52: lifeline.v1.Resolved
+	(*Status)(nil),                      // 53: lifeline.v1.Status
+	(*Charm)(nil),                       // 54: lifeline.v1.Charm
 }
 var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	1,  // 0: lifeline.v1.WatchRequest.subject:type_name -> lifeline.v1.WatchSubject
 	4,  // 1: lifeline.v1.WatchResponse.changes:type_name -> lifeline.v1.WatchChange
-	45, // 2: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
-	46, // 3: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
-	47, // 4: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
-	48, // 5: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
-	49, // 6: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
-	50, // 7: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
-	45, // 8: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
-	51, // 9: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
-	46, // 10: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
-	47, // 11: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
-	48, // 12: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
-	52, // 13: lifeline.v1.GetServiceResponse.charm:type_name -> lifeline.v1.Charm
-	46, // 14: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
-	42, // 15: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
-	43, // 16: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
-	44, // 17: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
+	47, // 2: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
+	48, // 3: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
+	49, // 4: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
+	50, // 5: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
+	51, // 6: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
+	52, // 7: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
+	47, // 8: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
+	53, // 9: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
+	48, // 10: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
+	49, // 11: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
+	50, // 12: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
+	54, // 13: lifeline.v1.GetServiceResponse.charm:type_name -> lifeline.v1.Charm
+	48, // 14: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
+	44, // 15: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
+	45, // 16: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
+	46, // 17: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
 	33, // 18: lifeline.v1.UpdateSettingsRequest.updates:type_name -> lifeline.v1.SettingsUpdate
 	0,  // 19: lifeline.v1.SetUnitStatusRequest.kind:type_name -> lifeline.v1.UnitStatusKind
-	51, // 20: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
+	53, // 20: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
 	2,  // 21: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
 	5,  // 22: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
 	7,  // 23: lifeline.v1.AgentService.EnsureMachineDead:input_type -> lifeline.v1.EnsureMachineDeadRequest
@@ -2519,28 +2606,30 @@ var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	34, // 36: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
 	36, // 37: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
 	38, // 38: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
-	40, // 39: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
-	3,  // 40: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
-	6,  // 41: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
-	8,  // 42: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
-	10, // 43: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
-	12, // 44: lifeline.v1.AgentService.IssueUnitCredential:output_type -> lifeline.v1.IssueUnitCredentialResponse
-	14, // 45: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
-	16, // 46: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
-	18, // 47: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
-	20, // 48: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
-	22, // 49: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
-	24, // 50: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
-	26, // 51: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
-	28, // 52: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
-	30, // 53: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
-	32, // 54: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
-	35, // 55: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
-	37, // 56: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
-	39, // 57: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
-	41, // 58: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
-	40, // [40:59] is the sub-list for method output_type
-	21, // [21:40] is the sub-list for method input_type
+	42, // 39: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
+	40, // 40: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
+	3,  // 41: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
+	6,  // 42: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
+	8,  // 43: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
+	10, // 44: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
+	12, // 45: lifeline.v1.AgentService.IssueUnitCredential:output_type -> lifeline.v1.IssueUnitCredentialResponse
+	14, // 46: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
+	16, // 47: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
+	18, // 48: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
+	20, // 49: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
+	22, // 50: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
+	24, // 51: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
+	26, // 52: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
+	28, // 53: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
+	30, // 54: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
+	32, // 55: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
+	35, // 56: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
+	37, // 57: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
+	39, // 58: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
+	43, // 59: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
+	41, // 60: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
+	41, // [41:61] is the sub-list for method output_type
+	21, // [21:41] is the sub-list for method input_type
 	21, // [21:21] is the sub-list for extension type_name
 	21, // [21:21] is the sub-list for extension extendee
 	0,  // [0:21] is the sub-list for field type_name
@@ -2578,7 +2667,7 @@ func file_lifeline_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_agent_proto_rawDesc), len(file_lifeline_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   44,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

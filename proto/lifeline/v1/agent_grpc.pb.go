@@ -40,6 +40,7 @@ const (
 	AgentService_UpdateSettings_FullMethodName      = "/lifeline.v1.AgentService/UpdateSettings"
 	AgentService_SetUnitStatus_FullMethodName       = "/lifeline.v1.AgentService/SetUnitStatus"
 	AgentService_ClearResolved_FullMethodName       = "/lifeline.v1.AgentService/ClearResolved"
+	AgentService_Presence_FullMethodName            = "/lifeline.v1.AgentService/Presence"
 	AgentService_GetAgentSettings_FullMethodName    = "/lifeline.v1.AgentService/GetAgentSettings"
 )
 
@@ -97,6 +98,11 @@ type AgentServiceClient interface {
 	SetUnitStatus(ctx context.Context, in *SetUnitStatusRequest, opts ...grpc.CallOption) (*SetUnitStatusResponse, error)
 	// ClearResolved removes the caller's resolved mark once acted on.
 	ClearResolved(ctx context.Context, in *ClearResolvedRequest, opts ...grpc.CallOption) (*ClearResolvedResponse, error)
+	// Presence keeps the caller present while the stream lives: the agent
+	// sends a ping every few seconds, the controller answers each, and holds
+	// a leased presence key for the agent, which goes when the stream ends or
+	// the pings stop for longer than the controller's presence timeout.
+	Presence(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PresenceRequest, PresenceResponse], error)
 	// GetAgentSettings returns the controller's settings for agents.
 	GetAgentSettings(ctx context.Context, in *GetAgentSettingsRequest, opts ...grpc.CallOption) (*GetAgentSettingsResponse, error)
 }
@@ -307,6 +313,19 @@ func (c *agentServiceClient) ClearResolved(ctx context.Context, in *ClearResolve
 	return out, nil
 }
 
+func (c *agentServiceClient) Presence(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PresenceRequest, PresenceResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[2], AgentService_Presence_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PresenceRequest, PresenceResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_PresenceClient = grpc.BidiStreamingClient[PresenceRequest, PresenceResponse]
+
 func (c *agentServiceClient) GetAgentSettings(ctx context.Context, in *GetAgentSettingsRequest, opts ...grpc.CallOption) (*GetAgentSettingsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetAgentSettingsResponse)
@@ -371,6 +390,11 @@ type AgentServiceServer interface {
 	SetUnitStatus(context.Context, *SetUnitStatusRequest) (*SetUnitStatusResponse, error)
 	// ClearResolved removes the caller's resolved mark once acted on.
 	ClearResolved(context.Context, *ClearResolvedRequest) (*ClearResolvedResponse, error)
+	// Presence keeps the caller present while the stream lives: the agent
+	// sends a ping every few seconds, the controller answers each, and holds
+	// a leased presence key for the agent, which goes when the stream ends or
+	// the pings stop for longer than the controller's presence timeout.
+	Presence(grpc.BidiStreamingServer[PresenceRequest, PresenceResponse]) error
 	// GetAgentSettings returns the controller's settings for agents.
 	GetAgentSettings(context.Context, *GetAgentSettingsRequest) (*GetAgentSettingsResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
@@ -436,6 +460,9 @@ func (UnimplementedAgentServiceServer) SetUnitStatus(context.Context, *SetUnitSt
 }
 func (UnimplementedAgentServiceServer) ClearResolved(context.Context, *ClearResolvedRequest) (*ClearResolvedResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ClearResolved not implemented")
+}
+func (UnimplementedAgentServiceServer) Presence(grpc.BidiStreamingServer[PresenceRequest, PresenceResponse]) error {
+	return status.Error(codes.Unimplemented, "method Presence not implemented")
 }
 func (UnimplementedAgentServiceServer) GetAgentSettings(context.Context, *GetAgentSettingsRequest) (*GetAgentSettingsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetAgentSettings not implemented")
@@ -771,6 +798,13 @@ func _AgentService_ClearResolved_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_Presence_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(AgentServiceServer).Presence(&grpc.GenericServerStream[PresenceRequest, PresenceResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_PresenceServer = grpc.BidiStreamingServer[PresenceRequest, PresenceResponse]
+
 func _AgentService_GetAgentSettings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetAgentSettingsRequest)
 	if err := dec(in); err != nil {
@@ -875,6 +909,12 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "DownloadCharm",
 			Handler:       _AgentService_DownloadCharm_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Presence",
+			Handler:       _AgentService_Presence_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "lifeline/v1/agent.proto",

@@ -304,8 +304,11 @@ type Machine struct {
 	// while units assigned to it are still alive; the cleaner forces them.
 	Forced bool `protobuf:"varint,3,opt,name=forced,proto3" json:"forced,omitempty"`
 	// instance_id is set by the provisioner once an instance runs the machine.
-	InstanceId    string `protobuf:"bytes,4,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
-	Address       string `protobuf:"bytes,5,opt,name=address,proto3" json:"address,omitempty"`
+	InstanceId string `protobuf:"bytes,4,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	Address    string `protobuf:"bytes,5,opt,name=address,proto3" json:"address,omitempty"`
+	// manual machines are hosts an operator brings (add-machine --manual):
+	// the provisioner never starts or stops an instance for them.
+	Manual        bool `protobuf:"varint,6,opt,name=manual,proto3" json:"manual,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -373,6 +376,13 @@ func (x *Machine) GetAddress() string {
 		return x.Address
 	}
 	return ""
+}
+
+func (x *Machine) GetManual() bool {
+	if x != nil {
+		return x.Manual
+	}
+	return false
 }
 
 // CharmRef names one stored charm revision.
@@ -1506,14 +1516,15 @@ var File_lifeline_v1_model_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_model_proto_rawDesc = "" +
 	"\n" +
-	"\x17lifeline/v1/model.proto\x12\vlifeline.v1\"\x93\x01\n" +
+	"\x17lifeline/v1/model.proto\x12\vlifeline.v1\"\xab\x01\n" +
 	"\aMachine\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x04life\x18\x02 \x01(\x0e2\x11.lifeline.v1.LifeR\x04life\x12\x16\n" +
 	"\x06forced\x18\x03 \x01(\bR\x06forced\x12\x1f\n" +
 	"\vinstance_id\x18\x04 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
-	"\aaddress\x18\x05 \x01(\tR\aaddress\"R\n" +
+	"\aaddress\x18\x05 \x01(\tR\aaddress\x12\x16\n" +
+	"\x06manual\x18\x06 \x01(\bR\x06manual\"R\n" +
 	"\bCharmRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x16\n" +

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+
+	"github.com/lifelinehq/lifeline/apiclient"
+	"github.com/lifelinehq/lifeline/machineagent"
+	"github.com/lifelinehq/lifeline/names"
+	"github.com/lifelinehq/lifeline/pki"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/unitagent"
+)
+
+type machineAgentFlags struct {
+	dataDir     string
+	agentConfig string
+	join        string
+	controllers []string
+	address     string
+	logLevel    string
+}
+
+func machineAgentCommand() *cobra.Command {
+	var f machineAgentFlags
+	cmd := &cobra.Command{
+		Use:   "machine-agent",
+		Short: "Run a machine's agent: the units assigned to it, and their hooks",
+		Long: `Run the agent of one machine: it keeps the machine present at the controller,
+runs an agent for every unit assigned to it (and their subordinates), and
+stops once the machine is dead.
+
+A machine the local provider starts gets its agent config from the
+controller. On a host you bring yourself (ctl add-machine --manual), start
+it with the join token ctl printed; the agent keeps its credential in the
+data directory, so later starts need only --data-dir:
+
+  lifelined machine-agent --join TOKEN --controller 10.0.0.1:17070 --data-dir /var/lib/lifeline/machine
+  lifelined machine-agent --data-dir /var/lib/lifeline/machine`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runMachineAgent(cmd.Context(), f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.dataDir, "data-dir", "", "the machine agent's directory (required)")
+	fl.StringVar(&f.agentConfig, "agent-config", "", "file with the controllers, their CA and the machine's credential (default: agent.json in the data directory)")
+	fl.StringVar(&f.join, "join", "", "a join token from ctl add-machine --manual (first start only)")
+	fl.StringSliceVar(&f.controllers, "controller", nil, "controller addresses to dial, before those the token or config names")
+	fl.StringVar(&f.address, "address", "127.0.0.1", "the machine's address, given to its units")
+	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	return cmd
+}
+
+func runMachineAgent(ctx context.Context, f machineAgentFlags) error {
+	if f.dataDir == "" {
+		return usageError{errors.New("--data-dir is required")}
+	}
+	logger, err := newLogger("machine-agent", f.logLevel, os.Stderr)
+	if err != nil {
+		return err
+	}
+	quietGRPC(logger)
+	if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	path := f.agentConfig
+	if path == "" {
+		path = filepath.Join(f.dataDir, "agent.json")
+	}
+	if f.join != "" {
+		if _, err := os.Stat(path); err == nil {
+			logger.Warn("already joined: the join token is ignored, the agent config is used", "config", path)
+		} else {
+			cfg, err := pki.DecodeJoinToken(f.join)
+			if err != nil {
+				return usageError{err}
+			}
+			if err := pki.WriteClientConfig(path, cfg); err != nil {
+				return err
+			}
+			logger.Info("joined", "machine", cfg.Tag, "config", path)
+		}
+	}
+	cfg, err := pki.ReadClientConfig(path)
+	if err != nil {
+		return err
+	}
+	kind, id, _ := names.ParseTag(cfg.Tag)
+	if kind != names.KindMachine {
+		return fmt.Errorf("agent config %s holds the credential of %s, not of a machine", path, cfg.Tag)
+	}
+	cfg.Controllers = append(append([]string(nil), f.controllers...), cfg.Controllers...)
+	conn, err := apiclient.Dial(apiclient.FromClientConfig(cfg))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	a, err := machineagent.New(machineagent.Config{
+		MachineID: id, DataDir: f.dataDir, Address: f.address, API: pb.NewAgentServiceClient(conn),
+		DialUnit: func(cred pki.Credential) (unitagent.API, io.Closer, error) {
+			uc := cfg
+			uc.Tag, uc.Secret = cred.Tag, cred.Secret
+			c, err := apiclient.Dial(apiclient.FromClientConfig(uc), grpc.WithUserAgent("lifeline-unit-agent"))
+			if err != nil {
+				return nil, nil, err
+			}
+			return pb.NewAgentServiceClient(c), c, nil
+		},
+		Lifelined: self, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	logger.Info("machine agent started", "machine", id, "controllers", cfg.Controllers)
+	err = a.Run(ctx)
+	switch {
+	case errors.Is(err, machineagent.ErrMachineDead):
+		return nil
+	case errors.Is(err, context.Canceled):
+		logger.Info("stopped")
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,503 @@
+package machineagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/lifelinehq/lifeline/agentwatch"
+	"github.com/lifelinehq/lifeline/hooks"
+	"github.com/lifelinehq/lifeline/names"
+	"github.com/lifelinehq/lifeline/pki"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/unitagent"
+)
+
+// API is what the machine agent needs from the controller, as its
+// machine's credential.
+type API interface {
+	agentwatch.Watcher
+	EnsureMachineDead(ctx context.Context, in *pb.EnsureMachineDeadRequest, opts ...grpc.CallOption) (*pb.EnsureMachineDeadResponse, error)
+	SetMachineStatus(ctx context.Context, in *pb.SetMachineStatusRequest, opts ...grpc.CallOption) (*pb.SetMachineStatusResponse, error)
+	IssueUnitCredential(ctx context.Context, in *pb.IssueUnitCredentialRequest, opts ...grpc.CallOption) (*pb.IssueUnitCredentialResponse, error)
+	RemoveUnit(ctx context.Context, in *pb.RemoveUnitRequest, opts ...grpc.CallOption) (*pb.RemoveUnitResponse, error)
+	Presence(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[pb.PresenceRequest, pb.PresenceResponse], error)
+}
+
+// Config configures an Agent.
+type Config struct {
+	MachineID string
+	// DataDir holds the machine agent's files and, under units/, each unit
+	// agent's.
+	DataDir string
+	// Address is the machine's address, given to its units.
+	Address string
+	API     API
+	// DialUnit connects a unit agent to the controller with the unit's own
+	// credential; closing the Closer ends the connection.
+	DialUnit func(cred pki.Credential) (unitagent.API, io.Closer, error)
+	// Lifelined is the lifelined binary, which serves as the hook tools.
+	Lifelined string
+	Logger    hclog.Logger
+	// UnitRetry and HookTimeout are passed to the unit agents (zero: their
+	// defaults, and the controller's hook timeout).
+	UnitRetry   unitagent.RetryPolicy
+	HookTimeout time.Duration
+}
+
+// Validate reports a configuration New cannot use.
+func (c Config) Validate() error {
+	switch {
+	case !names.ValidMachine(c.MachineID):
+		return fmt.Errorf("machine agent: invalid machine id %q", c.MachineID)
+	case c.DataDir == "":
+		return errors.New("machine agent: no data directory")
+	case c.API == nil || c.DialUnit == nil:
+		return errors.New("machine agent: no controller API")
+	case c.Lifelined == "":
+		return errors.New("machine agent: no lifelined binary for the hook tools")
+	}
+	return nil
+}
+
+// Agent is a machine agent.
+type Agent struct {
+	cfg      Config
+	logger   hclog.Logger
+	toolsDir string
+	hookLock chan struct{}
+
+	mu      sync.Mutex
+	workers map[string]*worker
+	exited  chan exit // workers report here when they stop
+	ctx     context.Context
+}
+
+// worker is one unit's agent, running.
+type worker struct {
+	principal bool
+	cancel    context.CancelFunc
+	done      chan struct{}
+}
+
+type exit struct {
+	unit string
+	err  error
+}
+
+// New returns a machine agent.
+func New(cfg Config) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	dir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	cfg.DataDir = dir
+	return &Agent{
+		cfg: cfg, logger: cfg.Logger.With("machine", cfg.MachineID),
+		toolsDir: filepath.Join(dir, "tools"), hookLock: make(chan struct{}, 1),
+		workers: map[string]*worker{}, exited: make(chan exit, 16),
+	}, nil
+}
+
+// ErrMachineDead is returned by Run once the machine is dead (or gone):
+// the agent's work is over.
+var ErrMachineDead = errors.New("machine is dead")
+
+// Run runs the machine until ctx ends or the machine is dead.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := os.MkdirAll(filepath.Join(a.cfg.DataDir, "units"), 0o700); err != nil {
+		return fmt.Errorf("machine agent: %w", err)
+	}
+	if err := hooks.InstallTools(a.toolsDir, a.cfg.Lifelined); err != nil {
+		return fmt.Errorf("machine agent: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	a.ctx = ctx
+	defer a.stopAll()
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Add(1)
+	go func() { defer wg.Done(); a.keepPresent(ctx) }()
+	a.setStatus(ctx, "started", "")
+
+	var mu sync.Mutex
+	var machine *pb.Machine
+	machineKnown := false
+	units := map[string]bool{}
+	unitsKnown := false
+	changed := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		agentwatch.Follow(ctx, a.cfg.API, &pb.WatchSubject{Subject: &pb.WatchSubject_Machine{Machine: a.cfg.MachineID}}, func(resp *pb.WatchResponse) {
+			mu.Lock()
+			if resp.Relisted {
+				machine = nil
+			}
+			for _, ch := range resp.Changes {
+				if ch.Removed {
+					machine = nil
+				} else if m := ch.GetMachine(); m != nil {
+					machine = m
+				}
+			}
+			machineKnown = true
+			mu.Unlock()
+			notify()
+		}, a.logger)
+	}()
+	go func() {
+		defer wg.Done()
+		agentwatch.Follow(ctx, a.cfg.API, &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: a.cfg.MachineID}}, func(resp *pb.WatchResponse) {
+			mu.Lock()
+			if resp.Relisted {
+				units = map[string]bool{}
+			}
+			for _, ch := range resp.Changes {
+				if ch.Removed {
+					delete(units, ch.Id)
+				} else {
+					units[ch.Id] = true
+				}
+			}
+			unitsKnown = true
+			mu.Unlock()
+			notify()
+		}, a.logger)
+	}()
+
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		case e := <-a.exited:
+			a.workerExited(ctx, e)
+		case <-retry.C:
+		}
+		mu.Lock()
+		m, mk, want, uk := machine, machineKnown, copySet(units), unitsKnown
+		mu.Unlock()
+		if !mk || !uk {
+			continue
+		}
+		if m == nil || m.Life == pb.Life_LIFE_DEAD {
+			a.logger.Info("machine is dead: the agent stops")
+			a.setStatus(ctx, "down", "machine dead")
+			return ErrMachineDead
+		}
+		again := a.reconcile(ctx, want)
+		if m.Life == pb.Life_LIFE_DYING && len(want) == 0 && a.idle() {
+			cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+			_, err := a.cfg.API.EnsureMachineDead(cctx, &pb.EnsureMachineDeadRequest{Machine: a.cfg.MachineID})
+			ccancel()
+			if err != nil {
+				a.logger.Warn("cannot set the machine dead yet", "error", err)
+				again = true
+			} else {
+				a.logger.Info("machine set dead")
+			}
+		}
+		if again {
+			retry.Reset(2 * time.Second)
+		}
+	}
+}
+
+func copySet(m map[string]bool) map[string]bool {
+	out := make(map[string]bool, len(m))
+	for k := range m {
+		out[k] = true
+	}
+	return out
+}
+
+// reconcile runs an agent for every principal assigned, and stops those of
+// units no longer assigned. It reports whether something is to be tried
+// again.
+func (a *Agent) reconcile(ctx context.Context, want map[string]bool) bool {
+	again := false
+	a.mu.Lock()
+	var stale []string
+	for name, w := range a.workers {
+		if w.principal && !want[name] {
+			stale = append(stale, name)
+		}
+	}
+	a.mu.Unlock()
+	for _, name := range stale {
+		a.logger.Info("unit is no longer assigned: stopping its agent", "unit", name)
+		a.stopWorker(name, true)
+	}
+	for name := range want {
+		if err := a.startWorker(ctx, name, true); err != nil {
+			a.logger.Warn("cannot start unit agent", "unit", name, "error", err)
+			again = true
+		}
+	}
+	return again
+}
+
+// idle says whether no unit agent runs.
+func (a *Agent) idle() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.workers) == 0
+}
+
+// unitDir is a unit's data directory: kept short, since the hook tools'
+// socket lives in it.
+func (a *Agent) unitDir(unit string) string {
+	return filepath.Join(a.cfg.DataDir, "units", strings.ReplaceAll(unit, "/", "-"))
+}
+
+// startWorker runs the named unit's agent, unless it runs already.
+func (a *Agent) startWorker(ctx context.Context, unit string, principal bool) error {
+	a.mu.Lock()
+	if _, ok := a.workers[unit]; ok {
+		a.mu.Unlock()
+		return nil
+	}
+	a.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	resp, err := a.cfg.API.IssueUnitCredential(cctx, &pb.IssueUnitCredentialRequest{Unit: unit})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("credential for %s: %w", unit, err)
+	}
+	api, closer, err := a.cfg.DialUnit(pki.Credential{Tag: resp.Tag, Secret: resp.Secret})
+	if err != nil {
+		return err
+	}
+	ua, err := unitagent.New(unitagent.Config{
+		Unit: unit, MachineID: a.cfg.MachineID, Address: a.cfg.Address, DataDir: a.unitDir(unit),
+		ToolsDir: a.toolsDir, API: api, Logger: a.cfg.Logger, HookLock: a.hookLock,
+		HookTimeout: a.cfg.HookTimeout, Retry: a.cfg.UnitRetry, Deployer: deployer{a},
+	})
+	if err != nil {
+		closer.Close()
+		return err
+	}
+	wctx, wcancel := context.WithCancel(a.ctx)
+	w := &worker{principal: principal, cancel: wcancel, done: make(chan struct{})}
+	a.mu.Lock()
+	if _, ok := a.workers[unit]; ok { // started meanwhile
+		a.mu.Unlock()
+		wcancel()
+		closer.Close()
+		return nil
+	}
+	a.workers[unit] = w
+	a.mu.Unlock()
+	a.logger.Info("unit agent started", "unit", unit)
+	go func() {
+		defer close(w.done)
+		defer closer.Close()
+		err := ua.Run(wctx)
+		if wctx.Err() == nil {
+			select {
+			case a.exited <- exit{unit: unit, err: err}:
+			case <-a.ctx.Done():
+			}
+		}
+	}()
+	return nil
+}
+
+// stopWorker stops the named unit's agent and waits for it; with clean, it
+// removes the unit's files too.
+func (a *Agent) stopWorker(unit string, clean bool) {
+	a.mu.Lock()
+	w := a.workers[unit]
+	delete(a.workers, unit)
+	a.mu.Unlock()
+	if w != nil {
+		w.cancel()
+		<-w.done
+	}
+	if clean {
+		if err := os.RemoveAll(a.unitDir(unit)); err != nil {
+			a.logger.Warn("cannot remove unit files", "unit", unit, "error", err)
+		}
+	}
+}
+
+func (a *Agent) stopAll() {
+	a.mu.Lock()
+	names := make([]string, 0, len(a.workers))
+	for n := range a.workers {
+		names = append(names, n)
+	}
+	a.mu.Unlock()
+	for _, n := range names {
+		a.stopWorker(n, false)
+	}
+}
+
+// workerExited handles a unit agent that stopped on its own: a dead
+// principal is removed (its machine agent's job, U5) with its files; a
+// subordinate waits for its principal's agent to recall it; any other
+// stop is restarted.
+func (a *Agent) workerExited(ctx context.Context, e exit) {
+	a.mu.Lock()
+	w := a.workers[e.unit]
+	delete(a.workers, e.unit)
+	a.mu.Unlock()
+	if w == nil {
+		return
+	}
+	if !errors.Is(e.err, unitagent.ErrDead) {
+		a.logger.Warn("unit agent stopped; restarting it", "unit", e.unit, "error", e.err)
+		time.AfterFunc(time.Second, func() {
+			if err := a.startWorker(ctx, e.unit, w.principal); err != nil {
+				a.logger.Warn("cannot restart unit agent", "unit", e.unit, "error", err)
+			}
+		})
+		return
+	}
+	if !w.principal {
+		a.mu.Lock()
+		a.workers[e.unit] = &worker{principal: false, cancel: func() {}, done: closedChan()}
+		a.mu.Unlock()
+		return // its principal's agent removes it (Recall)
+	}
+	bo := backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(time.Minute))
+	err := backoff.Retry(func() error {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_, err := a.cfg.API.RemoveUnit(cctx, &pb.RemoveUnitRequest{Unit: e.unit})
+		if status.Code(err) == codes.NotFound {
+			return nil
+		}
+		return err
+	}, backoff.WithContext(bo, ctx))
+	if err != nil {
+		a.logger.Warn("cannot remove dead unit", "unit", e.unit, "error", err)
+		return
+	}
+	a.logger.Info("dead unit removed", "unit", e.unit)
+	if err := os.RemoveAll(a.unitDir(e.unit)); err != nil {
+		a.logger.Warn("cannot remove unit files", "unit", e.unit, "error", err)
+	}
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// deployer runs principals' subordinates' agents on this machine.
+type deployer struct{ a *Agent }
+
+func (d deployer) Deploy(unit string) error { return d.a.startWorker(d.a.ctx, unit, false) }
+
+func (d deployer) Recall(unit string) error {
+	d.a.stopWorker(unit, true)
+	return nil
+}
+
+// setStatus reports the machine agent's status, trying a few times.
+func (a *Agent) setStatus(ctx context.Context, st, msg string) {
+	for i := 0; i < 5; i++ {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := a.cfg.API.SetMachineStatus(cctx, &pb.SetMachineStatusRequest{Machine: a.cfg.MachineID, Status: &pb.Status{Status: st, Message: msg}})
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		a.logger.Debug("cannot report machine status yet", "error", err)
+		time.Sleep(time.Second)
+	}
+}
+
+// keepPresent keeps a presence stream open to the controller, pinging as
+// often as it asks, reconnecting with backoff forever.
+func (a *Agent) keepPresent(ctx context.Context) {
+	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
+	for ctx.Err() == nil {
+		err := a.presence(ctx, bo)
+		if ctx.Err() != nil {
+			return
+		}
+		a.logger.Debug("presence interrupted; reconnecting", "error", err)
+		t := time.NewTimer(bo.NextBackOff())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (a *Agent) presence(ctx context.Context, bo backoff.BackOff) error {
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := a.cfg.API.Presence(pctx)
+	if err != nil {
+		return err
+	}
+	if err := stream.Send(&pb.PresenceRequest{}); err != nil {
+		return err
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	bo.Reset()
+	interval := time.Duration(resp.PingIntervalMs) * time.Millisecond
+	errs := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := stream.Recv(); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	t := time.NewTicker(max(interval, 100*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			stream.CloseSend()
+			return ctx.Err()
+		case err := <-errs:
+			return err
+		case <-t.C:
+			if err := stream.Send(&pb.PresenceRequest{}); err != nil {
+				return err
+			}
+		}
+	}
+}

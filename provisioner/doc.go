@@ -1,0 +1,10 @@
+// Package provisioner starts an instance, running a machine agent, for
+// every alive machine that has none, and for a dead machine stops its
+// instance and removes the machine from the model (M4). Providers say what
+// an instance is: Local runs each machine's agent as a process on this
+// host, with its own data directory and loopback address; Manual starts
+// nothing (operators bring their hosts with a join token).
+//
+// It runs inside the controller and changes the model only through package
+// state. It does not run agents' logic: it starts and stops their processes.
+package provisioner

@@ -1,0 +1,215 @@
+package provisioner
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/lifelinehq/lifeline/pki"
+)
+
+// Local is the local provider: each machine is a machine agent process on
+// this host, in its own session, with its own data directory under Dir and
+// its own loopback address (127.1.X.Y), so that units on different
+// machines can bind the same port. Instances outlive the controller; a
+// restarted controller finds them again by their pid files.
+type Local struct {
+	// Dir holds a directory per machine.
+	Dir string
+	// Lifelined is the binary to run as the machine agent.
+	Lifelined string
+	Logger    hclog.Logger
+	// Args are extra arguments for every machine agent (its log level).
+	Args []string
+}
+
+const localPrefix = "local:"
+
+// LocalAddress is machine id's loopback address.
+func LocalAddress(id string) string {
+	n, _ := strconv.Atoi(id)
+	return fmt.Sprintf("127.1.%d.%d", n/250, n%250+1)
+}
+
+func (l *Local) machineDir(id string) string { return filepath.Join(l.Dir, id) }
+
+// Start runs machine spec.ID's agent in a new session, detached, its
+// output into agent.log in its directory.
+func (l *Local) Start(ctx context.Context, spec MachineSpec) (Instance, error) {
+	dir := l.machineDir(spec.ID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return Instance{}, err
+	}
+	cfgPath := filepath.Join(dir, "agent.json")
+	if err := pki.WriteClientConfig(cfgPath, spec.Agent); err != nil {
+		return Instance{}, err
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return Instance{}, err
+	}
+	defer logf.Close()
+	addr := LocalAddress(spec.ID)
+	args := append([]string{"machine-agent", "--data-dir", dir, "--agent-config", cfgPath, "--address", addr}, l.Args...)
+	cmd := exec.Command(l.Lifelined, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return Instance{}, fmt.Errorf("start machine agent: %w", err)
+	}
+	pid := cmd.Process.Pid
+	go cmd.Wait() // reap it when it ends, while this controller lives
+	if err := os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+		return Instance{}, err
+	}
+	return Instance{ID: localPrefix + spec.ID, MachineID: spec.ID, Address: addr}, nil
+}
+
+// Instances lists the machines' directories, and whether their agents run
+// (by their pid files).
+func (l *Local) Instances(ctx context.Context) ([]Instance, error) {
+	entries, err := os.ReadDir(l.Dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []Instance
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(l.machineDir(e.Name()), "agent.json")); err != nil {
+			continue
+		}
+		out = append(out, Instance{ID: localPrefix + e.Name(), MachineID: e.Name(), Address: LocalAddress(e.Name()), Running: l.pid(e.Name()) > 0})
+	}
+	return out, nil
+}
+
+// pid returns the pid of machine id's running agent, or 0.
+func (l *Local) pid(id string) int {
+	data, err := os.ReadFile(filepath.Join(l.machineDir(id), "pid"))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !bytes.Contains(cmdline, []byte("machine-agent")) || !bytes.Contains(cmdline, []byte(l.machineDir(id))) {
+		return 0 // gone, or the pid reused by something else
+	}
+	return pid
+}
+
+// Stop ends every process of the machine's session (its agent, hooks, and
+// the daemons its units started), then removes its directory.
+func (l *Local) Stop(ctx context.Context, instanceID string) error {
+	id, ok := strings.CutPrefix(instanceID, localPrefix)
+	if !ok {
+		return fmt.Errorf("not a local instance: %q", instanceID)
+	}
+	if pid := l.pid(id); pid > 0 {
+		killSession(pid, 10*time.Second)
+	}
+	return os.RemoveAll(l.machineDir(id))
+}
+
+// killSession sends SIGTERM to every process of session sid, then SIGKILL
+// to those left after grace.
+func killSession(sid int, grace time.Duration) {
+	signal := func(sig syscall.Signal) int {
+		n := 0
+		for _, pid := range sessionPids(sid) {
+			if syscall.Kill(pid, sig) == nil {
+				n++
+			}
+		}
+		return n
+	}
+	if signal(syscall.SIGTERM) == 0 {
+		return
+	}
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		if len(sessionPids(sid)) == 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	signal(syscall.SIGKILL)
+}
+
+// sessionPids lists the live processes of session sid.
+func sessionPids(sid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the command (which may hold spaces) in parentheses:
+		// state ppid pgrp session ...
+		s := string(data)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 4 || f[0] == "Z" {
+			continue
+		}
+		if sess, _ := strconv.Atoi(f[3]); sess == sid {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// Manual is the manual provider: it starts nothing; hosts join with a
+// token (ctl add-machine --manual) and the provisioner only removes dead
+// machines.
+type Manual struct{}
+
+func (Manual) Start(context.Context, MachineSpec) (Instance, error) { return Instance{}, ErrManual }
+func (Manual) Stop(context.Context, string) error                   { return nil }
+func (Manual) Instances(context.Context) ([]Instance, error)        { return nil, nil }
+
+// StopAll stops every machine agent under Dir and everything on its
+// machine, as when the whole controller is torn down. It returns how many
+// it stopped.
+func (l *Local) StopAll() int {
+	entries, err := os.ReadDir(l.Dir)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range entries {
+		if pid := l.pid(e.Name()); pid > 0 {
+			killSession(pid, 10*time.Second)
+			n++
+		}
+	}
+	return n
+}

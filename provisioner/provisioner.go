@@ -1,0 +1,195 @@
+package provisioner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/lifelinehq/lifeline/names"
+	"github.com/lifelinehq/lifeline/pki"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/state"
+)
+
+// Provider starts and stops instances.
+type Provider interface {
+	// Start starts an instance running machine spec.ID's agent with the
+	// given agent config, or restarts the agent of the machine's existing
+	// instance. It returns ErrManual when the provider starts nothing.
+	Start(ctx context.Context, spec MachineSpec) (Instance, error)
+	// Stop stops an instance and everything on it; a missing one is no
+	// error.
+	Stop(ctx context.Context, instanceID string) error
+	// Instances lists the provider's instances, running or not.
+	Instances(ctx context.Context) ([]Instance, error)
+}
+
+// MachineSpec is what an instance is started for.
+type MachineSpec struct {
+	ID string
+	// Agent is the machine agent's config: controllers, CA, credential.
+	Agent pki.ClientConfig
+}
+
+// Instance is an instance the provider has.
+type Instance struct {
+	ID        string
+	MachineID string
+	Address   string
+	// Running says the machine's agent runs on it.
+	Running bool
+}
+
+// ErrManual is a provider's answer when it starts no instances.
+var ErrManual = errors.New("the provider starts no instances: machines join with a token")
+
+// Config configures a Provisioner.
+type Config struct {
+	State    *state.State
+	Provider Provider
+	// Controllers and CACert go into each machine agent's config.
+	Controllers []string
+	CACert      []byte
+	Logger      hclog.Logger
+	// Resync is how often the provisioner looks again even without
+	// changes, to restart agents whose instances stopped (10 s when zero).
+	Resync time.Duration
+}
+
+// Provisioner keeps instances in line with machines.
+type Provisioner struct {
+	cfg    Config
+	logger hclog.Logger
+	// restarted records that the first pass has run, which restarts the
+	// agents of instances found stopped (the host rebooted, say). Later
+	// passes leave a stopped agent alone: its machine shows lost until an
+	// operator acts, as a vanished host would.
+	restarted bool
+}
+
+// New returns a provisioner.
+func New(cfg Config) (*Provisioner, error) {
+	if cfg.State == nil || cfg.Provider == nil {
+		return nil, errors.New("provisioner: needs a state and a provider")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Resync == 0 {
+		cfg.Resync = 10 * time.Second
+	}
+	return &Provisioner{cfg: cfg, logger: cfg.Logger.Named("provisioner")}, nil
+}
+
+// Run provisions until ctx ends.
+func (p *Provisioner) Run(ctx context.Context) error {
+	changes := p.cfg.State.Watch(ctx, state.MachineKey(""), 0)
+	t := time.NewTicker(p.cfg.Resync)
+	defer t.Stop()
+	for {
+		if err := p.Pass(ctx); err != nil && ctx.Err() == nil {
+			p.logger.Warn("provisioning pass failed", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changes:
+		case <-t.C:
+		}
+	}
+}
+
+// Pass looks at every machine once: instances for alive machines without a
+// running one, and removal for dead ones.
+func (p *Provisioner) Pass(ctx context.Context) error {
+	st := p.cfg.State
+	machines, err := st.Machines(ctx)
+	if err != nil {
+		return err
+	}
+	insts, err := p.cfg.Provider.Instances(ctx)
+	if err != nil {
+		return fmt.Errorf("list instances: %w", err)
+	}
+	running := map[string]Instance{} // every instance, by id
+	for _, in := range insts {
+		running[in.ID] = in
+	}
+	known := map[string]bool{}
+	var errs []error
+	for _, m := range machines {
+		known[m.InstanceId] = true
+		switch m.Life {
+		case pb.Life_LIFE_ALIVE:
+			if m.Manual {
+				continue
+			}
+			in, ok := running[m.InstanceId]
+			if m.InstanceId != "" && ok && (in.Running || p.restarted) {
+				continue
+			}
+			if err := p.start(ctx, m); err != nil && !errors.Is(err, ErrManual) {
+				errs = append(errs, err)
+			}
+		case pb.Life_LIFE_DEAD:
+			if m.InstanceId != "" {
+				if err := p.cfg.Provider.Stop(ctx, m.InstanceId); err != nil {
+					errs = append(errs, fmt.Errorf("stop instance %s of machine %s: %w", m.InstanceId, m.Id, err))
+					continue
+				}
+				p.logger.Info("instance stopped", "machine", m.Id, "instance", m.InstanceId)
+			}
+			if err := st.RemoveMachine(ctx, m.Id); err != nil && !errors.Is(err, state.ErrNotFound) {
+				errs = append(errs, err)
+				continue
+			}
+			p.logger.Info("machine removed", "machine", m.Id)
+		}
+	}
+	p.restarted = true
+	// Instances of machines the model no longer has are stopped.
+	for id, in := range running {
+		if !known[id] {
+			p.logger.Info("stopping an instance no machine has", "instance", id)
+			if err := p.cfg.Provider.Stop(ctx, in.ID); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// start gives machine m a credential and an instance running its agent.
+func (p *Provisioner) start(ctx context.Context, m *pb.Machine) error {
+	tag := names.MachineTag(m.Id)
+	cred, hash, err := pki.NewCredential(tag)
+	if err != nil {
+		return err
+	}
+	if err := p.cfg.State.SetCredential(ctx, tag, hash); err != nil {
+		return fmt.Errorf("credential of machine %s: %w", m.Id, err)
+	}
+	in, err := p.cfg.Provider.Start(ctx, MachineSpec{ID: m.Id, Agent: pki.ClientConfig{
+		Controllers: p.cfg.Controllers, CACert: string(p.cfg.CACert), Tag: cred.Tag, Secret: cred.Secret,
+	}})
+	if err != nil {
+		return fmt.Errorf("start instance of machine %s: %w", m.Id, err)
+	}
+	if err := p.cfg.State.SetMachineInstance(ctx, m.Id, in.ID, in.Address); err != nil {
+		if errors.Is(err, state.ErrRefused) || errors.Is(err, state.ErrNotFound) {
+			// Destroyed meanwhile: the next pass stops what was started.
+			p.logger.Info("machine went while its instance started", "machine", m.Id)
+			return nil
+		}
+		return err
+	}
+	if m.InstanceId == "" {
+		p.logger.Info("instance started", "machine", m.Id, "instance", in.ID, "address", in.Address)
+	} else {
+		p.logger.Warn("instance was not running: started again", "machine", m.Id, "instance", in.ID)
+	}
+	return nil
+}
