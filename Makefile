@@ -9,7 +9,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all build test lint vet fmt-check buf-lint proto proto-check tools bench clean
+.PHONY: all build test lint vet fmt-check buf-lint proto proto-check tools bench charms clean
 
 all: build
 
@@ -69,6 +69,12 @@ $(BIN)/.protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION):
 ## with fsync on (docs/PERFORMANCE.md records the figures)
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./bench/
+
+## charms: build the example charms' servers into their charm directories
+## (examples/charms/kv/bin/kv-server, examples/charms/app/bin/app-server)
+charms:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(CURDIR)/examples/charms/kv/bin/kv-server ./examples/kvserver
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(CURDIR)/examples/charms/app/bin/app-server ./examples/appserver
 
 clean:
 	rm -rf $(BIN)
