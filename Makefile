@@ -9,7 +9,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all build test lint vet fmt-check buf-lint proto proto-check tools bench charms clean
+.PHONY: all build test lint vet fmt-check buf-lint proto proto-check tools bench charms demo clean
 
 all: build
 
@@ -75,6 +75,12 @@ bench:
 charms:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(CURDIR)/examples/charms/kv/bin/kv-server ./examples/kvserver
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(CURDIR)/examples/charms/app/bin/app-server ./examples/appserver
+
+## demo: a local controller with embedded etcd, the example charms deployed
+## and related, status shown, pages fetched, then everything torn down
+## (KEEP=1 leaves it running)
+demo: build charms
+	$(GO) run ./examples/demo -ctl $(BIN)/ctl -charms examples/charms $(if $(KEEP),-keep)
 
 clean:
 	rm -rf $(BIN)

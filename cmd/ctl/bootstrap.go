@@ -285,7 +285,9 @@ remove its data directory, the client config and its controller record.
 
 It sends SIGTERM to the pid in the data directory's controller.pid (having
 checked that it is that controller's lifelined process), waits for it to
-exit, and sends SIGKILL after 30 seconds. With --keep-data the data
+exit, and sends SIGKILL after 30 seconds; then it stops the local
+provider's machines (their agents and everything their units started).
+With --keep-data the machines keep running and the data
 directory, the client config and the record stay: ctl bootstrap then starts
 the same controller again, with its model.
 

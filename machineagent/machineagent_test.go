@@ -1,0 +1,143 @@
+package machineagent_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/lifelinehq/lifeline/controllertest"
+	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/machineagent"
+	"github.com/lifelinehq/lifeline/pki"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/state"
+	"github.com/lifelinehq/lifeline/unitagent"
+)
+
+var lifelined string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ll-ma-bin-")
+	if err != nil {
+		panic(err)
+	}
+	lifelined = filepath.Join(dir, "lifelined")
+	if out, err := exec.Command("go", "build", "-o", lifelined, "../cmd/lifelined").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build lifelined: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	etcdtest.Main(m)
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestMachineAgentLifecycle runs a machine agent in this process: it runs
+// its units' agents, shows present, removes a dead unit and its files, and
+// sets its dying machine dead once empty, then stops.
+func TestMachineAgentLifecycle(t *testing.T) {
+	env := controllertest.New(t, controllertest.Options{Cleaner: true})
+	op := env.Operator()
+	c := env.Upload(op, "testdata/kv")
+	ms, err := env.State.AddMachines(env.Ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ms[0].Id
+	if _, err := op.Deploy(env.Ctx, &pb.DeployRequest{Charm: c.Name, NumUnits: 2, To: m}); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "ll-m-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	a, err := machineagent.New(machineagent.Config{
+		MachineID: m, DataDir: dir, Address: "127.0.0.1", API: env.Agent("machine-" + m),
+		DialUnit: func(cred pki.Credential) (unitagent.API, io.Closer, error) {
+			return pb.NewAgentServiceClient(env.Dial(cred)), io.NopCloser(nil), nil
+		},
+		Lifelined: lifelined, Logger: hclog.NewNullLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+
+	status := func() *pb.ModelStatus {
+		st, err := op.Status(env.Ctx, &pb.StatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Status
+	}
+	waitFor(t, "both units running and the machine started", func() bool {
+		st := status()
+		if len(st.Machines) != 1 || st.Machines[0].Agent != "started" || len(st.Services) != 1 {
+			return false
+		}
+		for _, u := range st.Services[0].Units {
+			if u.State != "running" || u.Agent != "idle" {
+				return false
+			}
+		}
+		return len(st.Services[0].Units) == 2
+	})
+	for _, u := range []string{"kv-0", "kv-1"} {
+		if _, err := os.Stat(filepath.Join(dir, "units", u, "installed")); err != nil {
+			t.Errorf("unit %s was not installed in its own directory: %v", u, err)
+		}
+	}
+
+	if _, err := op.DestroyUnit(env.Ctx, &pb.DestroyUnitRequest{Unit: "kv/0"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "kv/0 removed with its files", func() bool {
+		_, err := env.State.Unit(env.Ctx, "kv/0")
+		_, ferr := os.Stat(filepath.Join(dir, "units", "kv-0"))
+		return errors.Is(err, state.ErrNotFound) && os.IsNotExist(ferr)
+	})
+	if _, err := op.DestroyMachine(env.Ctx, &pb.DestroyMachineRequest{Machine: m}); err == nil {
+		t.Fatal("DestroyMachine with kv/1 alive was accepted")
+	}
+	if _, err := op.DestroyUnit(env.Ctx, &pb.DestroyUnitRequest{Unit: "kv/1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := op.DestroyMachine(env.Ctx, &pb.DestroyMachineRequest{Machine: m}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, machineagent.ErrMachineDead) {
+			t.Fatalf("Run = %v, want ErrMachineDead", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the machine agent did not stop")
+	}
+	got, err := env.State.Machine(env.Ctx, m)
+	if err != nil || got.Life != pb.Life_LIFE_DEAD {
+		t.Errorf("machine = %v, %v; want dead", got, err)
+	}
+	if st := status(); st.Machines[0].Agent != "down" {
+		t.Errorf("machine agent = %s, want down", st.Machines[0].Agent)
+	}
+}

@@ -1,0 +1,215 @@
+package provisioner_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/provisioner"
+	"github.com/lifelinehq/lifeline/state"
+)
+
+func TestMain(m *testing.M) { etcdtest.Main(m) }
+
+// fakeProvider keeps instances in memory: a narrow seam for the
+// provisioner's decisions.
+type fakeProvider struct {
+	mu      sync.Mutex
+	insts   map[string]provisioner.Instance
+	started []string
+	stopped []string
+}
+
+func (f *fakeProvider) Start(_ context.Context, spec provisioner.MachineSpec) (provisioner.Instance, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if spec.Agent.Tag != "machine-"+spec.ID || spec.Agent.Secret == "" || len(spec.Agent.Controllers) == 0 {
+		panic("bad agent config: " + spec.Agent.String())
+	}
+	in := provisioner.Instance{ID: "fake-" + spec.ID, MachineID: spec.ID, Address: "10.0.0." + spec.ID, Running: true}
+	f.insts[in.ID] = in
+	f.started = append(f.started, spec.ID)
+	return in, nil
+}
+
+func (f *fakeProvider) Stop(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.insts, id)
+	f.stopped = append(f.stopped, id)
+	return nil
+}
+
+func (f *fakeProvider) Instances(context.Context) ([]provisioner.Instance, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []provisioner.Instance
+	for _, in := range f.insts {
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+func setup(t *testing.T) (*state.State, context.Context, *fakeProvider, *provisioner.Provisioner) {
+	st, err := state.New(etcdtest.Client(t), state.Config{Namespace: etcdtest.Namespace(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := &fakeProvider{insts: map[string]provisioner.Instance{}}
+	p, err := provisioner.New(provisioner.Config{State: st, Provider: fp, Controllers: []string{"127.0.0.1:1"}, CACert: []byte("ca")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, etcdtest.Context(t), fp, p
+}
+
+func TestProvisionerStartsAndRemoves(t *testing.T) {
+	st, ctx, fp, p := setup(t)
+	ms, err := st.AddMachines(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	manual, err := st.AddMachinesWith(ctx, 1, state.MachineOptions{Manual: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(fp.started) != 2 {
+		t.Fatalf("started %v, want the two provisioned machines (not the manual one)", fp.started)
+	}
+	for _, m := range ms {
+		got, err := st.Machine(ctx, m.Id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.InstanceId != "fake-"+m.Id || got.Address != "10.0.0."+m.Id {
+			t.Errorf("machine %s = instance %q address %q", m.Id, got.InstanceId, got.Address)
+		}
+		if _, err := st.CredentialHash(ctx, "machine-"+m.Id); err != nil {
+			t.Errorf("machine %s has no credential: %v", m.Id, err)
+		}
+	}
+	// A second pass starts nothing more.
+	if err := p.Pass(ctx); err != nil || len(fp.started) != 2 {
+		t.Fatalf("second pass: %v, started %v", err, fp.started)
+	}
+	// Dead machines are stopped and removed; the manual one has nothing to
+	// stop.
+	for _, id := range []string{ms[0].Id, manual[0].Id} {
+		if err := st.DestroyMachine(ctx, id, state.DestroyOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.EnsureMachineDead(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(fp.stopped) != 1 || fp.stopped[0] != "fake-"+ms[0].Id {
+		t.Errorf("stopped %v, want only machine %s's instance", fp.stopped, ms[0].Id)
+	}
+	left, err := st.Machines(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 1 || left[0].Id != ms[1].Id {
+		t.Errorf("machines left: %v, want only %s", left, ms[1].Id)
+	}
+}
+
+func TestProvisionerRestartsStoppedInstancesOnlyAtFirst(t *testing.T) {
+	st, ctx, fp, p := setup(t)
+	ms, err := st.AddMachines(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ms[0].Id
+	if err := st.SetMachineInstance(ctx, id, "fake-"+id, "10.0.0."+id); err != nil {
+		t.Fatal(err)
+	}
+	// The instance is there but its agent stopped (the host rebooted).
+	fp.insts["fake-"+id] = provisioner.Instance{ID: "fake-" + id, MachineID: id}
+	if err := p.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(fp.started) != 1 {
+		t.Fatalf("first pass started %v, want machine %s again", fp.started, id)
+	}
+	fp.insts["fake-"+id] = provisioner.Instance{ID: "fake-" + id, MachineID: id} // stopped again
+	if err := p.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(fp.started) != 1 {
+		t.Errorf("a later pass started %v again: a stopped agent should show lost, not be restarted", fp.started)
+	}
+	// An instance of no machine is stopped.
+	fp.insts["fake-99"] = provisioner.Instance{ID: "fake-99", MachineID: "99", Running: true}
+	if err := p.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(fp.stopped) != 1 || fp.stopped[0] != "fake-99" {
+		t.Errorf("stopped %v, want the orphan fake-99", fp.stopped)
+	}
+}
+
+// TestLocalProviderSessions starts a "machine agent" (a script standing in
+// for lifelined) that starts a daemon of its own, finds it running, and
+// stops it with its whole session.
+func TestLocalProviderSessions(t *testing.T) {
+	dir, err := os.MkdirTemp("", "ll-local-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	fake := filepath.Join(dir, "lifelined")
+	marker := filepath.Join(dir, "daemon-pid")
+	script := "#!/bin/sh\nsleep 1000 &\necho $! > " + marker + "\nwait\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l := &provisioner.Local{Dir: filepath.Join(dir, "machines"), Lifelined: fake}
+	in, err := l.Start(context.Background(), provisioner.MachineSpec{ID: "7", Agent: agentConfig()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.ID != "local:7" || in.Address != "127.1.0.8" {
+		t.Errorf("Start = %+v, want local:7 at 127.1.0.8", in)
+	}
+	// The script's cmdline is "sh .../lifelined machine-agent --data-dir ...".
+	waitFor(t, "the instance to run", func() bool {
+		insts, _ := l.Instances(context.Background())
+		return len(insts) == 1 && insts[0].Running
+	})
+	waitFor(t, "the daemon to start", func() bool { _, err := os.Stat(marker); return err == nil })
+	data, _ := os.ReadFile(marker)
+	daemon := strings.TrimSpace(string(data))
+	if err := l.Stop(context.Background(), in.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the daemon to be gone", func() bool {
+		st, err := os.ReadFile("/proc/" + daemon + "/stat")
+		return err != nil || strings.Contains(string(st), ") Z ")
+	})
+	if insts, _ := l.Instances(context.Background()); len(insts) != 0 {
+		t.Errorf("Instances after Stop = %v, want none", insts)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
