@@ -2,16 +2,13 @@ package controller_test
 
 import (
 	"context"
-	"net"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/lifelinehq/lifeline/apiclient"
-	"github.com/lifelinehq/lifeline/controller"
+	"github.com/lifelinehq/lifeline/controllertest"
 	"github.com/lifelinehq/lifeline/etcdtest"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -20,8 +17,10 @@ import (
 
 func TestMain(m *testing.M) { etcdtest.Main(m) }
 
-// env is a controller served over TLS on loopback, with its own namespace.
+// env is a controller served over TLS on loopback, with its own namespace
+// (controllertest), under the short names these tests use.
 type env struct {
+	*controllertest.Env
 	t    *testing.T
 	ctx  context.Context
 	st   *state.State
@@ -37,73 +36,15 @@ func newEnvWithAddresses(t *testing.T) *env { return startEnv(t, true) }
 
 func startEnv(t *testing.T, withAddresses bool) *env {
 	t.Helper()
-	st, err := state.New(etcdtest.Client(t), state.Config{Namespace: etcdtest.Namespace(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := pki.NewCA("lifeline test", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM, keyPEM, err := ca.IssueServerCert([]string{apiclient.ServerName}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tlsKeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := controller.Config{State: st, TLS: pki.ServerTLSConfig(cert)}
-	if withAddresses {
-		cfg.Addresses, cfg.CACert = []string{lis.Addr().String()}, ca.CertPEM()
-	}
-	srv, err := controller.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := srv.GRPCServer()
-	go g.Serve(lis)
-	t.Cleanup(g.Stop)
-	e := &env{t: t, ctx: etcdtest.Context(t), st: st, addr: lis.Addr().String(), ca: ca}
-	t.Cleanup(func() {
-		snap, err := st.Snapshot(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := state.CheckInvariants(snap); err != nil {
-			t.Errorf("invariants broken: %v", err)
-		}
-	})
-	return e
+	ce := controllertest.New(t, controllertest.Options{Anonymous: !withAddresses})
+	return &env{Env: ce, t: t, ctx: ce.Ctx, st: ce.State, addr: ce.Addr, ca: ce.CA}
 }
 
 // conn dials the controller as tag, storing a fresh credential for it
 // (the entity must exist).
-func (e *env) conn(tag string) *grpc.ClientConn {
-	e.t.Helper()
-	cred, hash, err := pki.NewCredential(tag)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if err := e.st.SetCredential(e.ctx, tag, hash); err != nil {
-		e.t.Fatalf("SetCredential(%s): %v", tag, err)
-	}
-	return e.dial(cred)
-}
+func (e *env) conn(tag string) *grpc.ClientConn { return e.Dial(e.Credential(tag)) }
 
-func (e *env) dial(cred pki.Credential) *grpc.ClientConn {
-	e.t.Helper()
-	conn, err := apiclient.Dial(apiclient.Config{Addresses: []string{e.addr}, CACert: e.ca.CertPEM(), Credential: cred})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { conn.Close() })
-	return conn
-}
+func (e *env) dial(cred pki.Credential) *grpc.ClientConn { return e.Dial(cred) }
 
 func (e *env) admin() pb.OperatorServiceClient { return pb.NewOperatorServiceClient(e.conn("admin")) }
 

@@ -26,16 +26,20 @@ type Env struct {
 	Addr  string
 	CA    *pki.CA
 
-	cfg     controller.Config
-	lis     net.Listener
-	srv     *grpc.Server
-	cleaner context.CancelFunc
+	cfg       controller.Config
+	anonymous bool
+	lis       net.Listener
+	srv       *grpc.Server
+	cleaner   context.CancelFunc
 }
 
 // Options change an Env.
 type Options struct {
 	// Cleaner runs the cleaner, as a real controller does.
 	Cleaner bool
+	// Anonymous leaves the controller without its own addresses and CA
+	// (a real one has them), so that it cannot make join tokens.
+	Anonymous bool
 }
 
 // New starts a controller for the test; it stops with the test, and the
@@ -60,8 +64,11 @@ func New(t testing.TB, opts Options) *Env {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
-	e := &Env{T: t, Ctx: ctx, State: st, CA: ca}
-	e.cfg = controller.Config{State: st, TLS: pki.ServerTLSConfig(cert), CACert: ca.CertPEM()}
+	e := &Env{T: t, Ctx: ctx, State: st, CA: ca, anonymous: opts.Anonymous}
+	e.cfg = controller.Config{State: st, TLS: pki.ServerTLSConfig(cert)}
+	if !opts.Anonymous {
+		e.cfg.CACert = ca.CertPEM()
+	}
 	e.Start()
 	if opts.Cleaner {
 		cctx, stop := context.WithCancel(context.Background())
@@ -102,7 +109,9 @@ func (e *Env) Start() {
 		e.T.Fatal(err)
 	}
 	e.Addr = lis.Addr().String()
-	e.cfg.Addresses = []string{e.Addr}
+	if !e.anonymous {
+		e.cfg.Addresses = []string{e.Addr}
+	}
 	srv, err := controller.New(e.cfg)
 	if err != nil {
 		e.T.Fatal(err)
