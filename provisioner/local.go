@@ -59,6 +59,14 @@ func (l *Local) Start(ctx context.Context, spec MachineSpec) (Instance, error) {
 		return Instance{}, err
 	}
 	defer logf.Close()
+	// A machine has one agent: one left from before (a controller that
+	// died while starting it) goes first, with its session.
+	if sid := l.session(spec.ID); sid > 0 {
+		killSession(sid, 10*time.Second)
+	}
+	if pid := l.findAgent(spec.ID); pid > 0 {
+		killSession(pid, 10*time.Second)
+	}
 	addr := LocalAddress(spec.ID)
 	args := append([]string{"machine-agent", "--data-dir", dir, "--agent-config", cfgPath, "--address", addr}, l.Args...)
 	cmd := exec.Command(l.Lifelined, args...)
@@ -69,7 +77,13 @@ func (l *Local) Start(ctx context.Context, spec MachineSpec) (Instance, error) {
 	}
 	pid := cmd.Process.Pid
 	go cmd.Wait() // reap it when it ends, while this controller lives
-	if err := os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+	// Written whole or not at all: a controller dying now must not leave
+	// an empty pid file behind.
+	tmp := filepath.Join(dir, "pid.tmp")
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+		return Instance{}, err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "pid")); err != nil {
 		return Instance{}, err
 	}
 	return Instance{ID: localPrefix + spec.ID, MachineID: spec.ID, Address: addr}, nil
@@ -98,8 +112,48 @@ func (l *Local) Instances(ctx context.Context) ([]Instance, error) {
 	return out, nil
 }
 
-// pid returns the pid of machine id's running agent, or 0.
+// pid returns the pid of machine id's running agent, or 0: the one its pid
+// file names, or, when that is missing or stale, one found by its command
+// line.
 func (l *Local) pid(id string) int {
+	data, err := os.ReadFile(filepath.Join(l.machineDir(id), "pid"))
+	if err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && pid > 0 && l.isAgent(pid, id) {
+			return pid
+		}
+	}
+	return l.findAgent(id)
+}
+
+// isAgent says whether process pid is machine id's agent.
+func (l *Local) isAgent(pid int, id string) bool {
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && bytes.Contains(cmdline, []byte("machine-agent\x00")) &&
+		bytes.Contains(cmdline, []byte("\x00"+l.machineDir(id)+"\x00"))
+}
+
+// findAgent looks for machine id's agent among all processes.
+func (l *Local) findAgent(id string) int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && l.isAgent(pid, id) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// session returns the session of machine id's agent, as its pid file
+// says (the agent leads its session): the agent's pid while it runs, and
+// also once it has died, for the daemons its units started may live on in
+// the session. It returns 0 when there is no pid file, or when the pid now
+// belongs to another process: then the machine's session is over, since
+// Linux does not give out a pid while a session of that number has a
+// member.
+func (l *Local) session(id string) int {
 	data, err := os.ReadFile(filepath.Join(l.machineDir(id), "pid"))
 	if err != nil {
 		return 0
@@ -108,21 +162,24 @@ func (l *Local) pid(id string) int {
 	if err != nil || pid <= 0 {
 		return 0
 	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || !bytes.Contains(cmdline, []byte("machine-agent")) || !bytes.Contains(cmdline, []byte(l.machineDir(id))) {
-		return 0 // gone, or the pid reused by something else
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil && !l.isAgent(pid, id) {
+		return 0 // reused
 	}
 	return pid
 }
 
 // Stop ends every process of the machine's session (its agent, hooks, and
-// the daemons its units started), then removes its directory.
+// the daemons its units started, even when the agent itself is gone), then
+// removes its directory.
 func (l *Local) Stop(ctx context.Context, instanceID string) error {
 	id, ok := strings.CutPrefix(instanceID, localPrefix)
 	if !ok {
 		return fmt.Errorf("not a local instance: %q", instanceID)
 	}
-	if pid := l.pid(id); pid > 0 {
+	if sid := l.session(id); sid > 0 {
+		killSession(sid, 10*time.Second)
+	}
+	if pid := l.findAgent(id); pid > 0 {
 		killSession(pid, 10*time.Second)
 	}
 	return os.RemoveAll(l.machineDir(id))
@@ -206,9 +263,11 @@ func (l *Local) StopAll() int {
 	}
 	n := 0
 	for _, e := range entries {
-		if pid := l.pid(e.Name()); pid > 0 {
-			killSession(pid, 10*time.Second)
-			n++
+		for _, sid := range []int{l.session(e.Name()), l.findAgent(e.Name())} {
+			if sid > 0 && len(sessionPids(sid)) > 0 {
+				killSession(sid, 10*time.Second)
+				n++
+			}
 		}
 	}
 	return n

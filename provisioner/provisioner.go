@@ -114,14 +114,16 @@ func (p *Provisioner) Pass(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list instances: %w", err)
 	}
-	running := map[string]Instance{} // every instance, by id
+	running := map[string]Instance{}   // every instance, by id
+	byMachine := map[string]Instance{} // and by machine
 	for _, in := range insts {
 		running[in.ID] = in
+		byMachine[in.MachineID] = in
 	}
-	known := map[string]bool{}
+	known := map[string]bool{} // machine ids
 	var errs []error
 	for _, m := range machines {
-		known[m.InstanceId] = true
+		known[m.Id] = true
 		switch m.Life {
 		case pb.Life_LIFE_ALIVE:
 			if m.Manual {
@@ -129,6 +131,16 @@ func (p *Provisioner) Pass(ctx context.Context) error {
 			}
 			in, ok := running[m.InstanceId]
 			if m.InstanceId != "" && ok && (in.Running || p.restarted) {
+				continue
+			}
+			if in, ok := byMachine[m.Id]; ok && in.Running && m.InstanceId == "" {
+				// Started by a controller that died before recording it:
+				// take it back rather than start a second agent.
+				if err := p.cfg.State.SetMachineInstance(ctx, m.Id, in.ID, in.Address); err != nil && !errors.Is(err, state.ErrRefused) {
+					errs = append(errs, err)
+				} else {
+					p.logger.Info("instance taken back", "machine", m.Id, "instance", in.ID)
+				}
 				continue
 			}
 			if err := p.start(ctx, m); err != nil && !errors.Is(err, ErrManual) {
@@ -152,7 +164,7 @@ func (p *Provisioner) Pass(ctx context.Context) error {
 	p.restarted = true
 	// Instances of machines the model no longer has are stopped.
 	for id, in := range running {
-		if !known[id] {
+		if !known[in.MachineID] {
 			p.logger.Info("stopping an instance no machine has", "instance", id)
 			if err := p.cfg.Provider.Stop(ctx, in.ID); err != nil {
 				errs = append(errs, err)

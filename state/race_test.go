@@ -8,6 +8,7 @@ import (
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
+	"github.com/lifelinehq/lifeline/statetest"
 )
 
 // The race tests run operators' and agents' conflicting changes at the same
@@ -53,7 +54,7 @@ func allowed(t *testing.T, err error, kinds ...error) {
 // machine with an alive unit assigned.
 func TestRaceAssignWhileDestroyingMachine(t *testing.T) {
 	st, ctx := newState(t)
-	mon := startMonitor(t, st)
+	mon := statetest.Start(t, st)
 	addService(t, ctx, st, "app", appEndpoints)
 	for round := 0; round < raceRounds; round++ {
 		ms, err := st.AddMachines(ctx, 1)
@@ -86,7 +87,7 @@ func TestRaceAssignWhileDestroyingMachine(t *testing.T) {
 			t.Errorf("round %d: machine %s alive with %v assigned, DestroyMachine = %v", round, m, assigned, errs[0])
 		}
 	}
-	mon.stop(t)
+	mon.Stop(t)
 	t.Logf("%+v", st.Stats())
 }
 
@@ -95,7 +96,7 @@ func TestRaceAssignWhileDestroyingMachine(t *testing.T) {
 // one is in scope.
 func TestRaceEnterScopeWhileDestroyingRelation(t *testing.T) {
 	st, ctx := newState(t)
-	mon := startMonitor(t, st)
+	mon := statetest.Start(t, st)
 	addService(t, ctx, st, "app", appEndpoints)
 	addService(t, ctx, st, "kv", kvEndpoints)
 	units := append(addUnits(t, ctx, st, "app", 3, state.Placement{}), addUnits(t, ctx, st, "kv", 3, state.Placement{})...)
@@ -117,11 +118,11 @@ func TestRaceEnterScopeWhileDestroyingRelation(t *testing.T) {
 		if _, err := st.Relation(ctx, rel.Id); !errors.Is(err, state.ErrNotFound) {
 			t.Errorf("round %d: relation %d = %v after destroy and every unit leaving, want removed", round, rel.Id, err)
 		}
-		if n := mon.deleted(state.RelationKey(rel.Id)); n > 1 {
+		if n := mon.Deleted(state.RelationKey(rel.Id)); n > 1 {
 			t.Errorf("round %d: relation %d deleted %d times", round, rel.Id, n)
 		}
 	}
-	mon.stop(t)
+	mon.Stop(t)
 	t.Logf("%+v", st.Stats())
 }
 
@@ -129,7 +130,7 @@ func TestRaceEnterScopeWhileDestroyingRelation(t *testing.T) {
 // service.
 func TestRaceAddUnitsWhileDestroyingService(t *testing.T) {
 	st, ctx := newState(t)
-	mon := startMonitor(t, st)
+	mon := statetest.Start(t, st)
 	for round := 0; round < raceRounds; round++ {
 		svc := fmt.Sprintf("app%c", 'a'+round)
 		addService(t, ctx, st, svc, appEndpoints)
@@ -162,7 +163,7 @@ func TestRaceAddUnitsWhileDestroyingService(t *testing.T) {
 			t.Errorf("round %d: %s is %s after its units went, want removed", round, svc, got)
 		}
 	}
-	mon.stop(t)
+	mon.Stop(t)
 	t.Logf("%+v", st.Stats())
 }
 
@@ -170,7 +171,7 @@ func TestRaceAddUnitsWhileDestroyingService(t *testing.T) {
 // service's own last unit goes: the service is removed exactly once.
 func TestRaceLastHoldOfDyingService(t *testing.T) {
 	st, ctx := newState(t)
-	mon := startMonitor(t, st)
+	mon := statetest.Start(t, st)
 	addService(t, ctx, st, "kv", kvEndpoints)
 	kvs := addUnits(t, ctx, st, "kv", 3, state.Placement{})
 	for round := 0; round < raceRounds; round++ {
@@ -210,9 +211,9 @@ func TestRaceLastHoldOfDyingService(t *testing.T) {
 			t.Errorf("round %d: %s is %s, want removed", round, svc, got)
 		}
 	}
-	mon.stop(t)
+	mon.Stop(t)
 	for round := 0; round < raceRounds; round++ {
-		if n := mon.deleted(state.ServiceKey(fmt.Sprintf("app%c", 'a'+round))); n != 1 {
+		if n := mon.Deleted(state.ServiceKey(fmt.Sprintf("app%c", 'a'+round))); n != 1 {
 			t.Errorf("service app%c deleted %d times, want exactly once", 'a'+round, n)
 		}
 	}

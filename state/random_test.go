@@ -15,6 +15,7 @@ import (
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
+	"github.com/lifelinehq/lifeline/statetest"
 )
 
 var (
@@ -39,7 +40,7 @@ func TestRandomized(t *testing.T) {
 		}
 	})
 	st, ctx := newState(t)
-	mon := startMonitor(t, st)
+	mon := statetest.Start(t, st)
 
 	var opCount, failures atomic.Int64
 	counts := make([]map[string]int, randomWorkers)
@@ -71,12 +72,12 @@ func TestRandomized(t *testing.T) {
 		t.Errorf("ran %d operations, want %d", n, *opsFlag)
 	}
 	if t.Failed() {
-		mon.stop(t)
+		mon.Stop(t)
 		return
 	}
 	checkInvariants(t, st)
 	drain(t, ctx, st)
-	mon.stop(t)
+	mon.Stop(t)
 	snap, err := st.Snapshot(ctx)
 	must(t, "Snapshot", err)
 	if keys := snap.EntityKeys(); len(keys) != 0 {

@@ -9,6 +9,7 @@ import (
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
+	"github.com/lifelinehq/lifeline/statetest"
 )
 
 // historyUnit returns a State holding service kv with one unit, kv/0.
@@ -201,7 +202,7 @@ func TestStatusHistoryGoesWithTheUnit(t *testing.T) {
 // stays within its limit at every revision.
 func TestRaceStatusHistory(t *testing.T) {
 	st, ctx := historyUnit(t)
-	mon := startMonitor(t, st)
+	mon := statetest.Start(t, st)
 	const writers, sets = 6, 25
 	kinds := []state.StatusKind{state.StatusUnitAgent, state.StatusUnit}
 	fs := make([]func() error, writers)
@@ -221,7 +222,7 @@ func TestRaceStatusHistory(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	mon.stop(t)
+	mon.Stop(t)
 
 	h := history(t, ctx, st, "kv/0", 0)
 	if len(h) != state.StatusHistoryLimit || h[len(h)-1].Seq != writers*sets {

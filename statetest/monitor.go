@@ -1,4 +1,4 @@
-package state_test
+package statetest
 
 import (
 	"context"
@@ -10,31 +10,38 @@ import (
 	"github.com/lifelinehq/lifeline/state"
 )
 
-// monitor watches a namespace and checks the invariants at every committed
-// revision, and life monotonicity over the stream.
-type monitor struct {
+// Monitor watches a namespace from its first revision and checks every
+// committed revision.
+type Monitor struct {
 	st     *state.State
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu      sync.Mutex
-	rev     int64
-	errs    []error
-	deletes map[string]int // key → delete events seen
-	batches int
+	mu        sync.Mutex
+	rev       int64
+	errs      []error
+	deletes   map[string]int // key → delete events seen
+	revisions int            // revisions with changes checked
 }
 
-func startMonitor(t testing.TB, st *state.State) *monitor {
+// Start starts a monitor of st's namespace and waits until it has seen
+// the namespace as it is.
+func Start(t testing.TB, st *state.State) *Monitor {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &monitor{st: st, cancel: cancel, done: make(chan struct{}), deletes: map[string]int{}}
+	m := &Monitor{st: st, cancel: cancel, done: make(chan struct{}), deletes: map[string]int{}}
 	ready := make(chan struct{})
 	go m.run(ctx, ready)
-	<-ready
+	select {
+	case <-ready:
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("the monitor's watch delivered nothing within 30s")
+	}
 	return m
 }
 
-func (m *monitor) run(ctx context.Context, ready chan struct{}) {
+func (m *Monitor) run(ctx context.Context, ready chan struct{}) {
 	defer close(m.done)
 	values := map[string][]byte{}
 	lc := state.NewLifeChecker()
@@ -65,7 +72,9 @@ func (m *monitor) run(ctx context.Context, ready chan struct{}) {
 		m.mu.Lock()
 		m.rev = b.Revision
 		m.errs = append(m.errs, errs...)
-		m.batches++
+		if len(b.Events) > 0 {
+			m.revisions++
+		}
 		m.mu.Unlock()
 		if first {
 			close(ready)
@@ -74,18 +83,22 @@ func (m *monitor) run(ctx context.Context, ready chan struct{}) {
 	}
 }
 
-// stop waits until the monitor has seen everything committed so far, stops
-// it, and fails the test with what it found.
-func (m *monitor) stop(t testing.TB) {
+// Stop waits until the monitor has seen everything committed so far, stops
+// it, and fails the test with the violations it found.
+func (m *Monitor) Stop(t testing.TB) {
 	t.Helper()
-	defer func() {
-		m.cancel()
-		<-m.done
-	}()
 	snap, err := m.st.Snapshot(context.Background())
 	if err != nil {
+		m.Halt()
 		t.Fatal(err)
 	}
+	m.StopAt(t, snap)
+}
+
+// StopAt is Stop for what was committed up to snap.
+func (m *Monitor) StopAt(t testing.TB, snap *state.Snapshot) {
+	t.Helper()
+	defer m.Halt()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		m.mu.Lock()
@@ -102,16 +115,30 @@ func (m *monitor) stop(t testing.TB) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i, err := range m.errs {
-		if i == 5 {
-			t.Errorf("... and %d more", len(m.errs)-5)
+		if i == 10 {
+			t.Errorf("... and %d more", len(m.errs)-10)
 			break
 		}
 		t.Error(err)
 	}
 }
 
-func (m *monitor) deleted(key string) int {
+// Halt stops the monitor without checking anything.
+func (m *Monitor) Halt() {
+	m.cancel()
+	<-m.done
+}
+
+// Deleted returns how many delete events of key the monitor saw.
+func (m *Monitor) Deleted(key string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.deletes[key]
+}
+
+// Revisions returns how many revisions with changes the monitor checked.
+func (m *Monitor) Revisions() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.revisions
 }

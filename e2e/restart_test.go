@@ -1,0 +1,160 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestControllerRestartMidDeploy kills the controller with SIGKILL while
+// it provisions the machines of a deploy, and starts it again: what it had
+// committed completes, the machine agents already running are adopted, not
+// started again, and nothing is duplicated.
+func TestControllerRestartMidDeploy(t *testing.T) {
+	kv := charmPath(t, "kv")
+	s := newSandbox(t)
+	s.bootstrap(t)
+	controller := readPID(t, filepath.Join(s.dataDir, "controller.pid"))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	deploy := s.ctlCommand(ctx, "deploy", kv, "-n", "5")
+	var stdout, stderr bytes.Buffer
+	deploy.Stdout, deploy.Stderr = &stdout, &stderr
+	if err := deploy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deployDone := make(chan error, 1)
+	go func() { deployDone <- deploy.Wait() }()
+
+	// Kill the controller the moment it has started the first machine's
+	// agent (the local provider writes the agent's pid file right after
+	// starting it), most often before it has recorded the instance, with
+	// the other machines still to start. Should ctl deploy fail, kill it
+	// then.
+	var deployErr error
+	ended, when := false, ""
+	first := filepath.Join(s.dataDir, "machines", "0", "pid")
+	for when == "" {
+		if _, err := os.Stat(first); err == nil {
+			when = "the moment it had started machine 0's agent"
+			break
+		}
+		select {
+		case deployErr = <-deployDone:
+			ended = true
+			if deployErr != nil {
+				when = "after ctl deploy failed"
+			}
+		case <-ctx.Done():
+			t.Fatal("machine 0's agent did not start within 3 minutes")
+		default:
+		}
+	}
+	if err := syscall.Kill(controller, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if !ended {
+		deployErr = <-deployDone
+	}
+	t.Logf("killed the controller %s; ctl deploy: %v\n%s%s", when, deployErr, stdout.String(), stderr.String())
+	waitFor(t, "the killed controller to exit", 10*time.Second, func() (bool, string) {
+		return !pidAlive(controller), ""
+	})
+	adopted := machineAgents(s.dataDir)
+	t.Logf("machine agents running while the controller is down: %v", adopted)
+
+	out := s.ok(t, "bootstrap", "--data-dir", s.dataDir, "--api-port", strconv.Itoa(s.port))
+	if !strings.Contains(out, "restarting the controller") {
+		t.Errorf("ctl bootstrap of the kept data directory said:\n%s\nwant it restarting the controller", out)
+	}
+	s.ok(t, "wait", "--timeout", "2m")
+	doc := s.status(t)
+
+	// What the controller committed: all five units when ctl deploy said
+	// so; otherwise whatever it had, numbered from 0 without gaps.
+	units := doc.units()
+	if deployErr == nil && len(units) != 5 {
+		t.Errorf("ctl deploy -n 5 succeeded, but the units are %v: want kv/0 to kv/4", units)
+	}
+	if len(units) > 5 {
+		t.Errorf("%d units, want at most 5: %v", len(units), units)
+	}
+	sort.Slice(units, func(i, j int) bool { return unitNum(units[i]) < unitNum(units[j]) })
+	for i, name := range units {
+		if name != "kv/"+strconv.Itoa(i) {
+			t.Errorf("units %v, want kv/0 to kv/%d", units, len(units)-1)
+			break
+		}
+	}
+	t.Logf("%d units after the restart", len(units))
+
+	// One machine each, every one started, with one agent process.
+	machineOf := map[string]string{}
+	for _, name := range units {
+		u, _ := doc.unit(name)
+		if u.Life != "alive" || u.Agent != "idle" || u.State != "running" || u.Workload != "active" {
+			t.Errorf("unit %s = %+v, want alive, agent idle, running, workload active", name, u)
+		}
+		if other, ok := machineOf[u.Machine]; ok {
+			t.Errorf("units %s and %s share machine %s: want a machine each", other, name, u.Machine)
+		}
+		machineOf[u.Machine] = name
+	}
+	if len(doc.Machines) != len(units) {
+		t.Errorf("%d machines for %d units, want one each:\n%v", len(doc.Machines), len(units), doc)
+	}
+	agents := machineAgents(s.dataDir)
+	for id, m := range doc.Machines {
+		if m.Life != "alive" || m.Agent != "started" || m.Instance != "local:"+id {
+			t.Errorf("machine %s = %+v, want alive, agent started, instance local:%s", id, m, id)
+		}
+		if got := agents[id]; len(got) != 1 {
+			t.Errorf("machine %s has %d agent processes %v, want 1", id, len(got), got)
+		} else if before := adopted[id]; len(before) == 1 && before[0] != got[0] {
+			t.Errorf("machine %s's agent ran as pid %d before the restart and as %d after: want it adopted, not restarted", id, before[0], got[0])
+		}
+	}
+	for id, pids := range agents {
+		if _, ok := doc.Machines[id]; !ok {
+			t.Errorf("agent processes %v run for machine %s, which the model does not have", pids, id)
+		}
+	}
+	entries, err := os.ReadDir(filepath.Join(s.dataDir, "machines"))
+	if err != nil && len(units) > 0 {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if _, ok := doc.Machines[e.Name()]; !ok {
+			t.Errorf("machine directory %s is left for a machine the model does not have", e.Name())
+		}
+	}
+
+	// One kv-server per unit.
+	for _, name := range units {
+		u, _ := doc.unit(name)
+		dir := filepath.Join(s.dataDir, "machines", u.Machine, "units", strings.ReplaceAll(name, "/", "-")) + "/"
+		servers := procs(func(p proc) bool {
+			return filepath.Base(p.args[0]) == "kv-server" && strings.Contains(strings.Join(p.args, " "), dir)
+		})
+		if len(servers) != 1 {
+			t.Errorf("unit %s has %d kv-server processes, want 1:\n%s", name, len(servers), procList(servers))
+		}
+	}
+	if t.Failed() {
+		t.Logf("processes of the sandbox:\n%s", procList(sandboxProcs(s.dir)))
+	}
+}
+
+func unitNum(name string) int {
+	_, n, _ := strings.Cut(name, "/")
+	i, _ := strconv.Atoi(n)
+	return i
+}
