@@ -1,6 +1,7 @@
 package apiclient
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -26,7 +27,9 @@ type Config struct {
 	Addresses []string
 	// CACert is the PEM of the controllers' CA.
 	CACert []byte
-	// Credential is sent with every call.
+	// Credential is sent with every call. When it is zero, the connection
+	// carries none: each caller adds its own with As, so that several
+	// agents (a machine's units) share one connection.
 	Credential pki.Credential
 }
 
@@ -34,6 +37,9 @@ type Config struct {
 func (c Config) Validate() error {
 	if len(c.Addresses) == 0 {
 		return errors.New("no controller addresses")
+	}
+	if c.Credential == (pki.Credential{}) {
+		return nil
 	}
 	return c.Credential.Validate()
 }
@@ -55,10 +61,12 @@ func Dial(cfg Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 		addrs[i] = resolver.Address{Addr: a}
 	}
 	r.InitialState(resolver.State{Addresses: addrs})
+	if cfg.Credential != (pki.Credential{}) {
+		opts = append(opts, grpc.WithPerRPCCredentials(cfg.Credential))
+	}
 	opts = append([]grpc.DialOption{
 		grpc.WithResolvers(r),
 		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
-		grpc.WithPerRPCCredentials(cfg.Credential),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
 			BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second,
 		}, MinConnectTimeout: 5 * time.Second}),
@@ -75,4 +83,24 @@ func Dial(cfg Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 // FromClientConfig is the Config of a client config file.
 func FromClientConfig(c pki.ClientConfig) Config {
 	return Config{Addresses: c.Controllers, CACert: []byte(c.CACert), Credential: c.Credential()}
+}
+
+// As returns a connection that makes every call on cc with cred: several
+// callers with their own credentials share one connection (Dial it with no
+// credential of its own).
+func As(cc grpc.ClientConnInterface, cred pki.Credential) grpc.ClientConnInterface {
+	return credConn{cc: cc, cred: grpc.PerRPCCredentials(cred)}
+}
+
+type credConn struct {
+	cc   grpc.ClientConnInterface
+	cred grpc.CallOption
+}
+
+func (c credConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return c.cc.Invoke(ctx, method, args, reply, append(opts, c.cred)...)
+}
+
+func (c credConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return c.cc.NewStream(ctx, desc, method, append(opts, c.cred)...)
 }

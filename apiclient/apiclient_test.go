@@ -92,3 +92,53 @@ func TestDialFailsOverAndSendsTheCredential(t *testing.T) {
 		t.Errorf("Check with another CA pinned succeeded, want a TLS failure")
 	}
 }
+
+// TestAsSharesAConnection makes calls with two credentials over one
+// connection that has none of its own.
+func TestAsSharesAConnection(t *testing.T) {
+	ca, err := pki.NewCA("test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := ca.IssueServerCert([]string{apiclient.ServerName}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags := make(chan []string, 2)
+	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(pki.ServerTLSConfig(cert))),
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			md, _ := metadata.FromIncomingContext(ctx)
+			tags <- md.Get(pki.MetadataTag)
+			return h(ctx, req)
+		}))
+	healthpb.RegisterHealthServer(g, health.NewServer())
+	go g.Serve(lis)
+	defer g.Stop()
+	conn, err := apiclient.Dial(apiclient.Config{Addresses: []string{lis.Addr().String()}, CACert: ca.CertPEM()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, tag := range []string{"machine-1", "unit-kv/0"} {
+		cred, _, err := pki.NewCredential(tag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := healthpb.NewHealthClient(apiclient.As(conn, cred)).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil {
+			t.Fatal(err)
+		}
+		if got := <-tags; len(got) != 1 || got[0] != tag {
+			t.Errorf("the server saw tags %v, want exactly [%s]", got, tag)
+		}
+	}
+}

@@ -11,7 +11,6 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 
 	"github.com/lifelinehq/lifeline/apiclient"
 	"github.com/lifelinehq/lifeline/machineagent"
@@ -98,7 +97,11 @@ func runMachineAgent(ctx context.Context, f machineAgentFlags) error {
 		return fmt.Errorf("agent config %s holds the credential of %s, not of a machine", path, cfg.Tag)
 	}
 	cfg.Controllers = append(append([]string(nil), f.controllers...), cfg.Controllers...)
-	conn, err := apiclient.Dial(apiclient.FromClientConfig(cfg))
+	// One connection for the machine and all its units, each call made
+	// with its caller's own credential.
+	dial := apiclient.FromClientConfig(cfg)
+	dial.Credential = pki.Credential{}
+	conn, err := apiclient.Dial(dial)
 	if err != nil {
 		return err
 	}
@@ -108,15 +111,10 @@ func runMachineAgent(ctx context.Context, f machineAgentFlags) error {
 		return err
 	}
 	a, err := machineagent.New(machineagent.Config{
-		MachineID: id, DataDir: f.dataDir, Address: f.address, API: pb.NewAgentServiceClient(conn),
+		MachineID: id, DataDir: f.dataDir, Address: f.address,
+		API: pb.NewAgentServiceClient(apiclient.As(conn, cfg.Credential())),
 		DialUnit: func(cred pki.Credential) (unitagent.API, io.Closer, error) {
-			uc := cfg
-			uc.Tag, uc.Secret = cred.Tag, cred.Secret
-			c, err := apiclient.Dial(apiclient.FromClientConfig(uc), grpc.WithUserAgent("lifeline-unit-agent"))
-			if err != nil {
-				return nil, nil, err
-			}
-			return pb.NewAgentServiceClient(c), c, nil
+			return pb.NewAgentServiceClient(apiclient.As(conn, cred)), io.NopCloser(nil), nil
 		},
 		Lifelined: self, Logger: logger,
 	})
