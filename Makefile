@@ -9,7 +9,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all build test lint vet fmt-check buf-lint proto proto-check tools bench charms demo clean
+.PHONY: all build test lint vet fmt-check buf-lint proto proto-check tools bench charms demo bench-scale clean
 
 all: build
 
@@ -69,6 +69,12 @@ $(BIN)/.protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION):
 ## with fsync on (docs/PERFORMANCE.md records the figures)
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./bench/
+
+## bench-scale: the scale harness (cmd/lifeline-bench): N units on M
+## machines through a real controller; ARGS passes flags, such as
+## ARGS='-units 1000 -machines 100 -hooks none -json out.json'
+bench-scale: build
+	$(GO) run ./cmd/lifeline-bench -lifelined $(BIN)/lifelined -ctl $(BIN)/ctl $(ARGS)
 
 ## charms: build the example charms' servers into their charm directories
 ## (examples/charms/kv/bin/kv-server, examples/charms/app/bin/app-server)

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/lifelinehq/lifeline/apiclient"
+	"github.com/lifelinehq/lifeline/pki"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// controllerProc is the controller under measurement, a process of its own.
+type controllerProc struct {
+	cmd         *exec.Cmd
+	dataDir     string
+	configPath  string
+	metricsAddr string
+	cfg         pki.ClientConfig
+	conn        *grpc.ClientConn
+	op          pb.OperatorServiceClient
+	done        chan struct{}
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// startController runs lifelined controller with embedded etcd (fsync on)
+// and the manual provider, and waits until it answers.
+func startController(ctx context.Context, lifelined, dir string) (*controllerProc, error) {
+	api, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	metrics, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	c := &controllerProc{dataDir: filepath.Join(dir, "controller"), configPath: filepath.Join(dir, "client.json"), metricsAddr: metrics, done: make(chan struct{})}
+	if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(dir, "controller.log"))
+	if err != nil {
+		return nil, err
+	}
+	c.cmd = exec.Command(lifelined, "controller", "--data-dir", c.dataDir, "--api-addr", api, "--metrics-addr", metrics,
+		"--client-config", c.configPath, "--provider", "manual", "--log-level", "warn", "--pprof")
+	c.cmd.Stdout, c.cmd.Stderr = logf, logf
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := c.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	go func() { c.cmd.Wait(); logf.Close(); close(c.done) }()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		select {
+		case <-c.done:
+			return nil, fmt.Errorf("the controller exited at start: see %s", filepath.Join(dir, "controller.log"))
+		case <-ctx.Done():
+			c.stop()
+			return nil, ctx.Err()
+		default:
+		}
+		if cfg, err := pki.ReadClientConfig(c.configPath); err == nil {
+			c.cfg = cfg
+			break
+		}
+		if time.Now().After(deadline) {
+			c.stop()
+			return nil, fmt.Errorf("the controller wrote no client config within a minute")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if c.conn, err = apiclient.Dial(apiclient.FromClientConfig(c.cfg)); err != nil {
+		c.stop()
+		return nil, err
+	}
+	c.op = pb.NewOperatorServiceClient(c.conn)
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := c.op.Status(sctx, &pb.StatusRequest{}, grpc.WaitForReady(true)); err != nil {
+		c.stop()
+		return nil, fmt.Errorf("the controller does not answer: %w", err)
+	}
+	return c, nil
+}
+
+// etcdEndpoint is the controller's embedded etcd's socket.
+func (c *controllerProc) etcdEndpoint() string {
+	return "unix://" + filepath.Join(c.dataDir, "etcd", "etcd.sock")
+}
+
+func (c *controllerProc) stop() {
+	if c.conn != nil {
+		c.conn.Close()
+	}
+	if c.cmd.Process != nil {
+		syscall.Kill(-c.cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-c.done:
+		case <-time.After(30 * time.Second):
+			syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+			<-c.done
+		}
+	}
+}
+
+// metric returns the value of a metric line from the controller's
+// /metrics, such as "lifeline_etcd_txns_total".
+func (c *controllerProc) metric(name string) (float64, error) {
+	resp, err := http.Get("http://" + c.metricsAddr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		}
+	}
+	return 0, fmt.Errorf("/metrics has no %s", name)
+}
+
+// procUsage returns a process's peak resident memory and CPU time so far.
+func procUsage(pid int) (rss int64, cpu time.Duration, err error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			rss = kb << 10
+		}
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return rss, 0, err
+	}
+	s := string(stat)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) > 12 {
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		cpu = time.Duration(ut+st) * time.Second / 100 // clock ticks: 100 a second on Linux
+	}
+	return rss, cpu, nil
+}
+
+// currentRSS returns a process's resident memory now.
+func currentRSS(pid int) int64 {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

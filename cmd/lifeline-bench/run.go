@@ -1,0 +1,434 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/lifelinehq/lifeline/charm"
+	"github.com/lifelinehq/lifeline/embedetcd"
+	"github.com/lifelinehq/lifeline/pki"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/state"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// fewestTxnsPerUnit is the fewest etcd transactions a unit's whole life in
+// a relation needs under the life rules: added (AddUnits puts 14 units in
+// a transaction), entering the relation's scope (1), set dying (the
+// cleaner's batches hold 15 units), leaving the scope (1), set dead (1),
+// removed (1). Status reports, which the rules do not need, and the
+// machines' own transactions are left out.
+const fewestTxnsPerUnit = 1.0/14 + 1 + 1.0/15 + 1 + 1 + 1
+
+func run(ctx context.Context, c config) (*results, error) {
+	dir := c.dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "ll-bench-")
+		if err != nil {
+			return nil, err
+		}
+		dir = d
+		if !c.keep {
+			defer os.RemoveAll(dir)
+		}
+	}
+	logf, err := os.Create(filepath.Join(dir, "agents.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	logger := hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.Warn, Output: logf})
+	res := &results{Units: c.units, Machines: c.machines, Related: c.related, Hooks: c.hooks}
+
+	say("starting the controller (embedded etcd, fsync on) in %s", dir)
+	ctl, err := startController(ctx, c.lifelined, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer ctl.stop()
+	etcd, err := embedetcd.NewClient(clientv3.Config{Endpoints: []string{ctl.etcdEndpoint()}})
+	if err != nil {
+		return nil, err
+	}
+	defer etcd.Close()
+	st, err := state.New(etcd, state.Config{Namespace: "/lifeline/"})
+	if err != nil {
+		return nil, err
+	}
+
+	say("raw etcd put-if-absent transactions, %d clients, %s", c.concurrency, c.rawSeconds)
+	if res.RawTxnPerSecond, err = rawCeiling(ctx, etcd, c.concurrency, c.rawSeconds); err != nil {
+		return nil, fmt.Errorf("raw etcd: %w", err)
+	}
+	res.CeilingUnitsPerSecond = res.RawTxnPerSecond / fewestTxnsPerUnit
+	res.FewestTxnsPerUnit = fewestTxnsPerUnit
+	say("  %.0f txn/s: the ceiling is %.0f units/s (%.2f transactions a unit's life, at least)", res.RawTxnPerSecond, res.CeilingUnitsPerSecond, fewestTxnsPerUnit)
+	sizeBefore, _ := dbInUse(ctx, etcd, ctl.etcdEndpoint())
+
+	say("starting %d machine agents", c.machines)
+	fl, err := startFleet(ctx, ctl, dir, c.lifelined, c.machines, logger)
+	if err != nil {
+		return nil, err
+	}
+	defer fl.stop()
+	idle, err := startIdleAgent(ctx, ctl, dir, c.lifelined)
+	if err != nil {
+		return nil, err
+	}
+	defer idle.stop()
+
+	front, err := writeCharm(dir, "front", "name: front\nrequires:\n  db: bench\n", []string{"db"}, c.hooks == "process")
+	if err != nil {
+		return nil, err
+	}
+	bench, err := writeCharm(dir, "bench", "name: bench\nprovides:\n  db: bench\n", []string{"db"}, c.hooks == "process")
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []string{front, bench} {
+		if _, err := upload(ctx, ctl.op, d); err != nil {
+			return nil, err
+		}
+	}
+
+	say("deploying %d units of bench on %d machines, related to %d of front", c.units, c.machines, c.related)
+	start := time.Now()
+	if _, err := ctl.op.Deploy(ctx, &pb.DeployRequest{Charm: "front", NumUnits: 0}); err != nil {
+		return nil, err
+	}
+	if _, err := ctl.op.Deploy(ctx, &pb.DeployRequest{Charm: "bench", NumUnits: 0}); err != nil {
+		return nil, err
+	}
+	if _, err := ctl.op.AddRelation(ctx, &pb.AddRelationRequest{Endpoints: []string{"front", "bench"}}); err != nil {
+		return nil, err
+	}
+	if err := addUnits(ctx, ctl.op, "front", spread(c.related, fl.ids[:min(len(fl.ids), c.related)])); err != nil {
+		return nil, err
+	}
+	if err := addUnits(ctx, ctl.op, "bench", spread(c.units, fl.ids)); err != nil {
+		return nil, err
+	}
+	total := c.units + c.related
+	firstRunning, err := waitSettled(ctx, st, total, start, fl)
+	if err != nil {
+		return res, err
+	}
+	res.SecondsToRunning = time.Since(start).Seconds()
+	res.UnitsPerSecond = float64(c.units) / res.SecondsToRunning
+	res.RatioToCeiling = res.UnitsPerSecond / res.CeilingUnitsPerSecond
+	res.UnitStartP50, res.UnitStartP99 = percentile(firstRunning, 0.50), percentile(firstRunning, 0.99)
+	say("  all %d units running and idle after %.1f s", total, res.SecondsToRunning)
+
+	if size, err := dbInUse(ctx, etcd, ctl.etcdEndpoint()); err == nil {
+		res.EtcdBytesPerUnit = float64(size-sizeBefore) / float64(total)
+	}
+	res.StatusJSONSeconds, err = timeStatus(ctx, c.ctl, ctl.configPath)
+	if err != nil {
+		return res, err
+	}
+	res.AgentRSSBytes = currentRSS(idle.cmd.Process.Pid)
+	res.FleetRSSPerMachine = float64(currentRSS(os.Getpid())) / float64(c.machines)
+
+	say("destroying everything")
+	destroyStart := time.Now()
+	for _, svc := range []string{"bench", "front"} {
+		if _, err := ctl.op.DestroyService(ctx, &pb.DestroyServiceRequest{Service: svc}); err != nil {
+			return res, err
+		}
+	}
+	if err := waitUnits(ctx, st, 0); err != nil {
+		return res, err
+	}
+	res.SecondsToUnitsRemoved = time.Since(destroyStart).Seconds()
+	if err := destroyMachines(ctx, ctl.op, append(fl.ids, idle.id)); err != nil {
+		return res, err
+	}
+	if err := waitEmpty(ctx, st); err != nil {
+		return res, err
+	}
+	res.SecondsToRemoved = time.Since(destroyStart).Seconds()
+	res.UnitsPerSecondDestroy = float64(c.units) / res.SecondsToRemoved
+	res.RatioToCeilingDestroy = res.UnitsPerSecondDestroy / res.CeilingUnitsPerSecond
+	say("  the keyspace holds no entity keys after %.1f s", res.SecondsToRemoved)
+
+	txns, err := ctl.metric("lifeline_etcd_txns_total")
+	if err != nil {
+		return res, err
+	}
+	res.EtcdTxnsTotal = int64(txns)
+	res.EtcdTxnsPerUnit = txns / float64(total)
+	maxOps, err := ctl.metric("lifeline_etcd_txn_max_ops")
+	if err != nil {
+		return res, err
+	}
+	res.MaxTxnOps = int64(maxOps)
+	rss, cpu, err := procUsage(ctl.cmd.Process.Pid)
+	if err != nil {
+		return res, err
+	}
+	res.ControllerRSSBytes, res.ControllerCPUSeconds = rss, cpu.Seconds()
+	res.ControllerBytesPerUnit = float64(rss) / float64(total)
+	return res, fl.err()
+}
+
+func say(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// spread returns how many units go on each machine: n spread evenly.
+func spread(n int, machines []string) map[string]int {
+	out := map[string]int{}
+	for i := 0; i < n; i++ {
+		out[machines[i%len(machines)]]++
+	}
+	return out
+}
+
+// addUnits adds a service's units machine by machine, a few calls at once.
+func addUnits(ctx context.Context, op pb.OperatorServiceClient, svc string, per map[string]int) error {
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for m, n := range per {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if _, err := op.AddUnits(ctx, &pb.AddUnitsRequest{Service: svc, NumUnits: int32(n), To: m}); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("add %d units of %s to machine %s: %w", n, svc, m, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func destroyMachines(ctx context.Context, op pb.OperatorServiceClient, ids []string) error {
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for _, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if _, err := op.DestroyMachine(ctx, &pb.DestroyMachineRequest{Machine: id}); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// waitSettled waits until total units run and are idle, twice in a row
+// with no status changed between, and returns how long after start each
+// was first seen running.
+func waitSettled(ctx context.Context, st *state.State, total int, start time.Time, fl *fleet) ([]float64, error) {
+	first := map[string]float64{}
+	var lastSince int64
+	calm := 0
+	lastSay := time.Now()
+	for {
+		if err := fl.err(); err != nil {
+			return nil, err
+		}
+		m, err := st.Model(ctx)
+		if err != nil {
+			return nil, err
+		}
+		running, idle := 0, 0
+		var since int64
+		for _, u := range m.Units {
+			a := m.Status(state.StatusUnitAgent, u.Name)
+			if a == nil {
+				continue
+			}
+			since = max(since, a.SinceUnixNano)
+			if a.Data["state"] == "running" {
+				running++
+				if _, ok := first[u.Name]; !ok {
+					first[u.Name] = time.Since(start).Seconds()
+				}
+				if a.Status == "idle" {
+					idle++
+				}
+			}
+		}
+		if len(m.Units) == total && idle == total && since == lastSince {
+			calm++
+		} else {
+			calm = 0
+		}
+		lastSince = since
+		if calm >= 2 {
+			out := make([]float64, 0, len(first))
+			for _, v := range first {
+				out = append(out, v)
+			}
+			return out, nil
+		}
+		if time.Since(lastSay) > 5*time.Second {
+			say("  %d units, %d running, %d idle (%.0f s)", len(m.Units), running, idle, time.Since(start).Seconds())
+			lastSay = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for units to run: %w (%d of %d running, %d idle)", ctx.Err(), running, total, idle)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func waitUnits(ctx context.Context, st *state.State, want int) error {
+	for {
+		units, err := st.AllUnits(ctx)
+		if err != nil {
+			return err
+		}
+		if len(units) == want {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for units to go: %w (%d left)", ctx.Err(), len(units))
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func waitEmpty(ctx context.Context, st *state.State) error {
+	for {
+		snap, err := st.Snapshot(ctx)
+		if err != nil {
+			return err
+		}
+		if keys := snap.EntityKeys(); len(keys) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the model to empty: %w", ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	sort.Float64s(xs)
+	return xs[min(len(xs)-1, int(p*float64(len(xs))))]
+}
+
+// dbInUse is the bytes etcd's backend uses now.
+func dbInUse(ctx context.Context, c *clientv3.Client, endpoint string) (int64, error) {
+	s, err := c.Status(ctx, endpoint)
+	if err != nil {
+		return 0, err
+	}
+	return s.DbSizeInUse, nil
+}
+
+// timeStatus times ctl status --format json.
+func timeStatus(ctx context.Context, ctlPath, config string) (float64, error) {
+	cmd := exec.CommandContext(ctx, ctlPath, "status", "--format", "json")
+	cmd.Env = append(os.Environ(), "LIFELINE_CONFIG="+config)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("ctl status: %w: %s", err, out.String())
+	}
+	return time.Since(start).Seconds(), nil
+}
+
+// upload packs and uploads a charm.
+func upload(ctx context.Context, op pb.OperatorServiceClient, dir string) (*pb.Charm, error) {
+	var buf bytes.Buffer
+	info, err := charm.Pack(dir, &buf)
+	if err != nil {
+		return nil, err
+	}
+	stream, err := op.UploadCharm(ctx)
+	if err != nil {
+		return nil, err
+	}
+	data := buf.Bytes()
+	if err := stream.Send(&pb.UploadCharmRequest{Part: &pb.UploadCharmRequest_Header{Header: &pb.UploadCharmHeader{Size: int64(len(data)), Sha256: info.SHA256}}}); err != nil {
+		return nil, err
+	}
+	for off := 0; off < len(data); off += 1 << 20 {
+		if err := stream.Send(&pb.UploadCharmRequest{Part: &pb.UploadCharmRequest_Chunk{Chunk: data[off:min(off+1<<20, len(data))]}}); err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return nil, fmt.Errorf("upload %s: %w", dir, err)
+	}
+	return resp.Charm, nil
+}
+
+// idleAgent is one real machine agent process with no units, to measure
+// what an idle machine agent costs.
+type idleAgent struct {
+	cmd  *exec.Cmd
+	id   string
+	done chan struct{}
+}
+
+func startIdleAgent(ctx context.Context, c *controllerProc, dir, lifelined string) (*idleAgent, error) {
+	resp, err := c.op.AddMachines(ctx, &pb.AddMachinesRequest{NumMachines: 1, Manual: true})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := pki.DecodeJoinToken(resp.JoinTokens[0]); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(dir, "idle-agent.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(lifelined, "machine-agent", "--data-dir", filepath.Join(dir, "idle"), "--join", resp.JoinTokens[0], "--log-level", "warn")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	a := &idleAgent{cmd: cmd, id: resp.Machines[0].Id, done: make(chan struct{})}
+	go func() { cmd.Wait(); logf.Close(); close(a.done) }()
+	return a, nil
+}
+
+func (a *idleAgent) stop() {
+	syscall.Kill(-a.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(10 * time.Second):
+		syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
+		<-a.done
+	}
+}
