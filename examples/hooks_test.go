@@ -521,19 +521,6 @@ func TestLoggerHooks(t *testing.T) {
 	}
 }
 
-func equal(a, b []string) bool {
-	return strings.Join(a, "\n") == strings.Join(b, "\n") && len(a) == len(b)
-}
-
-func contains(lines []string, s string) bool {
-	for _, l := range lines {
-		if l == s {
-			return true
-		}
-	}
-	return false
-}
-
 // copyTree copies the charm in src to dst: directories, regular files
 // (with their modes) and symlinks; dst/bin's servers are not copied.
 func copyTree(src, dst string) error {

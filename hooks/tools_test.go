@@ -72,7 +72,6 @@ var inRelationHook = map[string]string{hooks.EnvRelationID: "db:2", hooks.EnvRem
 
 func TestTools(t *testing.T) {
 	a := startAgent(t)
-	const expired = "context expired: this hook tool was called outside the hook that received it"
 	tests := []struct {
 		name     string
 		env      map[string]string

@@ -187,7 +187,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	w := newWatcher(ctx, a.cfg.API, a.cfg.Unit, a.logger)
 	defer w.wait()
 	defer cancel()
-	ex := &executor{a: a, tools: tools}
+	ex := &executor{a: a, tools: tools, w: w}
 	var idleSince string
 	for {
 		r := w.snapshot()

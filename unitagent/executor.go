@@ -24,6 +24,7 @@ import (
 type executor struct {
 	a     *Agent
 	tools *toolServer
+	w     *watcher
 }
 
 func (ex *executor) do(ctx context.Context, act action, r *remote) error {
@@ -185,7 +186,13 @@ func (ex *executor) commit(ctx context.Context, op *hookOp) error {
 	applySuccess(a.l, op)
 	a.l.Op = nil
 	a.logger.Debug("hook done", "hook", op.Hook)
-	return a.save()
+	if err := a.save(); err != nil {
+		return err
+	}
+	if strings.HasSuffix(op.Hook, "-relation-broken") {
+		ex.w.forgetRelation(op.Relation) // done with it: stop watching
+	}
+	return nil
 }
 
 // hookFailed counts a failed run of op: it is retried after a pause that

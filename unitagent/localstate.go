@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"time"
 )
 
@@ -98,16 +97,6 @@ func (op *hookOp) isRelationHook() bool { return op.Endpoint != "" }
 
 func newLocalState() *localState {
 	return &localState{State: StateNew, Relations: map[int64]*localRelation{}, AddedSubordinates: map[int64]string{}}
-}
-
-// relationIDs returns the ids of the local relations, sorted.
-func (l *localState) relationIDs() []int64 {
-	ids := make([]int64, 0, len(l.Relations))
-	for id := range l.Relations {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	return ids
 }
 
 // inError says whether the state machine waits for the operator.

@@ -37,7 +37,7 @@ type config struct {
 	dir                      string
 	lifelined, ctl           string
 	timeout                  time.Duration
-	rawSeconds               time.Duration
+	rawTime                  time.Duration
 	concurrency              int
 	keep                     bool
 }
@@ -53,7 +53,7 @@ func main() {
 	flag.StringVar(&c.lifelined, "lifelined", "bin/lifelined", "the lifelined binary")
 	flag.StringVar(&c.ctl, "ctl", "bin/ctl", "the ctl binary, for timing ctl status --format json")
 	flag.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
-	flag.DurationVar(&c.rawSeconds, "raw-time", 5*time.Second, "how long to measure raw etcd transactions")
+	flag.DurationVar(&c.rawTime, "raw-time", 5*time.Second, "how long to measure raw etcd transactions")
 	flag.IntVar(&c.concurrency, "concurrency", 0, "clients of the raw etcd measurement (default: the number of machines, at most 256)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the working directory")
 	flag.Parse()

@@ -68,8 +68,8 @@ func run(ctx context.Context, c config) (*results, error) {
 		return nil, err
 	}
 
-	say("raw etcd put-if-absent transactions, %d clients, %s", c.concurrency, c.rawSeconds)
-	if res.RawTxnPerSecond, err = rawCeiling(ctx, etcd, c.concurrency, c.rawSeconds); err != nil {
+	say("raw etcd put-if-absent transactions, %d clients, %s", c.concurrency, c.rawTime)
+	if res.RawTxnPerSecond, err = rawCeiling(ctx, etcd, c.concurrency, c.rawTime); err != nil {
 		return nil, fmt.Errorf("raw etcd: %w", err)
 	}
 	res.CeilingUnitsPerSecond = res.RawTxnPerSecond / fewestTxnsPerUnit
