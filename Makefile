@@ -6,10 +6,11 @@ BIN       := $(CURDIR)/bin
 BUF_VERSION                := v1.59.0
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+STATICCHECK_VERSION        := v0.8.2
 
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all build test lint vet fmt-check buf-lint proto proto-check tools bench charms demo bench-scale clean
+.PHONY: all build test lint vet staticcheck fmt-check buf-lint proto proto-check tools bench charms demo bench-scale clean
 
 all: build
 
@@ -17,17 +18,20 @@ all: build
 build:
 	$(GO) build -o $(BIN)/ ./cmd/ctl ./cmd/lifelined
 
-## test: vet, gofmt, buf lint, generated-code freshness, then every test with
+## test: vet, staticcheck, gofmt, buf lint, generated-code freshness, then every test with
 ## the race detector (end-to-end tests included) and the race tests 20 times
 test: lint proto-check
 	$(GO) test -race ./...
 	$(GO) test -race -count=20 -run '^TestRace' ./state/
 
-## lint: go vet, gofmt and buf lint
-lint: vet fmt-check buf-lint
+## lint: go vet, staticcheck, gofmt and buf lint
+lint: vet staticcheck fmt-check buf-lint
 
 vet:
 	$(GO) vet ./...
+
+staticcheck: $(BIN)/.staticcheck-$(STATICCHECK_VERSION)
+	staticcheck ./...
 
 fmt-check:
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); \
@@ -62,6 +66,10 @@ $(BIN)/.protoc-gen-go-$(PROTOC_GEN_GO_VERSION):
 
 $(BIN)/.protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION):
 	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	@touch $@
+
+$(BIN)/.staticcheck-$(STATICCHECK_VERSION):
+	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	@touch $@
 
 ## bench: benchmarks of the core state operations beside raw etcd
