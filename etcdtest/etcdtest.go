@@ -48,6 +48,14 @@ func MainWith(m *testing.M, opts Options) {
 	os.Exit(run(m, opts))
 }
 
+// Run is MainWith that returns the exit code instead of exiting, for a
+// TestMain with its own cleanup to do:
+//
+//	code := etcdtest.Run(m, etcdtest.Options{})
+//	os.RemoveAll(dir)
+//	os.Exit(code)
+func Run(m *testing.M, opts Options) int { return run(m, opts) }
+
 func run(m *testing.M, opts Options) int {
 	dir, err := os.MkdirTemp("", "lifeline-etcd-")
 	if err != nil {

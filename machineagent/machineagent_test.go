@@ -34,7 +34,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build lifelined: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	etcdtest.Main(m)
+	code := etcdtest.Run(m, etcdtest.Options{})
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

@@ -40,7 +40,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	etcdtest.Main(m)
+	code := etcdtest.Run(m, etcdtest.Options{})
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // recorder is the one hook script of the test charms. Every hook appends
@@ -140,6 +142,14 @@ func newWorld(t *testing.T) *world {
 		agents: map[string]*runningAgent{}, dirs: map[string]string{},
 		retry: unitagent.RetryPolicy{Initial: 50 * time.Millisecond, Max: 200 * time.Millisecond, Attempts: 3},
 	}
+	// Cleanups run last first: the agents stop, then their directories go.
+	t.Cleanup(func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, d := range w.dirs {
+			os.RemoveAll(d)
+		}
+	})
 	t.Cleanup(w.stopAll)
 	return w
 }
@@ -164,7 +174,6 @@ func (w *world) dir(unit string) string {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	w.t.Cleanup(func() { os.RemoveAll(d) })
 	w.dirs[unit] = d
 	return d
 }
