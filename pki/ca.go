@@ -101,6 +101,10 @@ func (ca *CA) CertPEM() []byte { return ca.certPEM }
 // The caller must not modify it.
 func (ca *CA) Certificate() *x509.Certificate { return ca.cert }
 
+// KeyPEM returns the CA's private key, PEM-encoded: for the controllers of
+// one model to share the CA (through etcd), never for clients.
+func (ca *CA) KeyPEM() ([]byte, error) { return ca.keyPEM() }
+
 func (ca *CA) keyPEM() ([]byte, error) {
 	key, ok := ca.key.(*ecdsa.PrivateKey)
 	if !ok {
@@ -185,4 +189,46 @@ func loadCA(certPath string, certPEM []byte, keyPath string, now time.Time) (*CA
 		return nil, fmt.Errorf("CA key %s does not match certificate %s", keyPath, certPath)
 	}
 	return &CA{cert: cert, key: key, certPEM: certPEM}, nil
+}
+
+// ParseCA returns the CA of a certificate and its key, PEM-encoded, checking
+// what LoadOrCreateCA checks: a CA certificate, not expired, with its key.
+func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
+	cert, err := parseCertPEM(certPEM)
+	if err != nil {
+		return nil, fmt.Errorf("CA certificate: %w", err)
+	}
+	if !cert.IsCA || cert.KeyUsage&x509.KeyUsageCertSign == 0 {
+		return nil, errors.New("CA certificate: not a CA certificate")
+	}
+	if time.Now().After(cert.NotAfter) {
+		return nil, fmt.Errorf("CA certificate expired on %s", cert.NotAfter.UTC().Format(time.DateOnly))
+	}
+	key, err := parseKeyPEM(keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("CA key: %w", err)
+	}
+	if !keyMatches(cert, key) {
+		return nil, errors.New("CA key does not match its certificate")
+	}
+	return &CA{cert: cert, key: key, certPEM: certPEM}, nil
+}
+
+// SaveCA writes ca into dir as LoadOrCreateCA keeps it, replacing the CA
+// there: the key first, then the certificate, each atomically.
+func SaveCA(dir string, ca *CA) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create CA directory: %w", err)
+	}
+	keyPEM, err := ca.keyPEM()
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(filepath.Join(dir, CAKeyFile), keyPEM, 0o600); err != nil {
+		return fmt.Errorf("save CA key: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(dir, CACertFile), ca.certPEM, 0o644); err != nil {
+		return fmt.Errorf("save CA certificate: %w", err)
+	}
+	return nil
 }

@@ -186,3 +186,36 @@ func assertMode(t *testing.T, path string, want os.FileMode) {
 		t.Errorf("mode of %s = %04o, want %04o", path, got, want)
 	}
 }
+
+// A CA survives the round trip through PEM (as controllers share it), and
+// SaveCA writes what LoadOrCreateCA loads.
+func TestParseAndSaveCA(t *testing.T) {
+	ca, err := NewCA("test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := ca.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ParseCA(ca.CertPEM(), keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := NewCA("other", time.Hour)
+	otherKey, _ := other.KeyPEM()
+	if _, err := ParseCA(ca.CertPEM(), otherKey); err == nil || !strings.Contains(err.Error(), "does not match") {
+		t.Fatalf("ParseCA with another CA's key: %v", err)
+	}
+	dir := t.TempDir()
+	if err := SaveCA(dir, back); err != nil {
+		t.Fatal(err)
+	}
+	loaded, created, err := LoadOrCreateCA(dir)
+	if err != nil || created {
+		t.Fatalf("LoadOrCreateCA after SaveCA: created %t, %v", created, err)
+	}
+	if !bytes.Equal(loaded.CertPEM(), ca.CertPEM()) {
+		t.Fatal("SaveCA wrote another CA")
+	}
+}

@@ -33,24 +33,34 @@ func (s *State) Present(ctx context.Context, tag string, ttl time.Duration) (*Pr
 	if _, _, err := names.ParseTag(tag); err != nil {
 		return nil, invalidf("%v", err)
 	}
+	p, err := s.leased(ctx, presenceKey(tag), "", ttl)
+	if err != nil {
+		return nil, fmt.Errorf("presence of %s: %w", tag, err)
+	}
+	return p, nil
+}
+
+// leased puts key with value bound to a new lease of ttl (at least a
+// second) that it keeps alive until the returned Presence is closed.
+func (s *State) leased(ctx context.Context, key, value string, ttl time.Duration) (*Presence, error) {
 	secs := int64(ttl / time.Second)
 	if secs < 1 {
 		secs = 1
 	}
 	grant, err := s.lease.Grant(ctx, secs)
 	if err != nil {
-		return nil, fmt.Errorf("presence of %s: %w", tag, err)
+		return nil, err
 	}
-	if _, err := s.kv.Put(ctx, presenceKey(tag), "", clientv3.WithLease(grant.ID)); err != nil {
+	if _, err := s.kv.Put(ctx, key, value, clientv3.WithLease(grant.ID)); err != nil {
 		s.lease.Revoke(context.Background(), grant.ID)
-		return nil, fmt.Errorf("presence of %s: %w", tag, err)
+		return nil, err
 	}
 	kctx, cancel := context.WithCancel(context.Background())
 	ch, err := s.lease.KeepAlive(kctx, grant.ID)
 	if err != nil {
 		cancel()
 		s.lease.Revoke(context.Background(), grant.ID)
-		return nil, fmt.Errorf("presence of %s: %w", tag, err)
+		return nil, err
 	}
 	p := &Presence{lease: s.lease, id: grant.ID, cancel: cancel, done: make(chan struct{})}
 	go func() {

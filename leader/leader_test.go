@@ -1,0 +1,146 @@
+package leader_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/leader"
+)
+
+func TestMain(m *testing.M) { etcdtest.Main(m) }
+
+// candidate runs one candidate on its own client, counting the terms in
+// which it leads, until stop.
+type candidate struct {
+	id      string
+	client  *clientv3.Client
+	leading atomic.Bool
+	terms   atomic.Int32
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func startCandidate(t *testing.T, client *clientv3.Client, election, id string, others *atomic.Int32) *candidate {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &candidate{id: id, client: client, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		leader.Run(ctx, leader.Config{Client: client, Election: election, ID: id, TTL: 2 * time.Second}, func(ctx context.Context) error {
+			if n := others.Add(1); n > 1 {
+				t.Errorf("%s elected while %d others lead", id, n-1)
+			}
+			c.leading.Store(true)
+			c.terms.Add(1)
+			<-ctx.Done()
+			c.leading.Store(false)
+			others.Add(-1)
+			return nil
+		})
+	}()
+	t.Cleanup(func() { c.stop() })
+	return c
+}
+
+func (c *candidate) stop() {
+	c.cancel()
+	<-c.done
+}
+
+func waitLeader(t *testing.T, within time.Duration, cs ...*candidate) *candidate {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		for _, c := range cs {
+			if c.leading.Load() {
+				return c
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no leader among %d candidates within %s", len(cs), within)
+	return nil
+}
+
+func newClient(t *testing.T) *clientv3.Client {
+	t.Helper()
+	c, err := etcdtest.Server(t).Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// One of several candidates leads; when it stops, another takes over at
+// once (it resigns), and Leader names whoever leads.
+func TestOneLeaderAndHandover(t *testing.T) {
+	election := etcdtest.Namespace(t) + "workers"
+	var leading atomic.Int32
+	var cs []*candidate
+	for _, id := range []string{"a", "b", "c"} {
+		cs = append(cs, startCandidate(t, etcdtest.Client(t), election, id, &leading))
+	}
+	first := waitLeader(t, 10*time.Second, cs...)
+	ctx := etcdtest.Context(t)
+	if id, err := leader.Leader(ctx, etcdtest.Client(t), election); err != nil || id != first.id {
+		t.Fatalf("Leader = %q, %v; want %q", id, err, first.id)
+	}
+	var rest []*candidate
+	for _, c := range cs {
+		if c != first {
+			rest = append(rest, c)
+		}
+	}
+	start := time.Now()
+	first.stop()
+	next := waitLeader(t, 5*time.Second, rest...)
+	t.Logf("%s took over from %s in %s", next.id, first.id, time.Since(start).Round(time.Millisecond))
+	if time.Since(start) > 2*time.Second {
+		t.Errorf("handover after a resignation took %s, want well under the TTL", time.Since(start))
+	}
+}
+
+// A leader whose process dies (its client gone without resigning) is
+// replaced once its lease expires.
+func TestTakeoverAfterCrash(t *testing.T) {
+	election := etcdtest.Namespace(t) + "workers"
+	var leading atomic.Int32
+	crashing := newClient(t)
+	a := startCandidate(t, crashing, election, "a", &leading)
+	waitLeader(t, 10*time.Second, a)
+	b := startCandidate(t, etcdtest.Client(t), election, "b", &leading)
+	time.Sleep(300 * time.Millisecond)
+	if b.leading.Load() {
+		t.Fatal("b leads while a does")
+	}
+	// The crash: a's connection to etcd goes, its lease is not revoked.
+	start := time.Now()
+	crashing.Close()
+	waitLeader(t, 10*time.Second, b)
+	t.Logf("b took over %s after a's crash (TTL 2 s)", time.Since(start).Round(time.Millisecond))
+}
+
+// Candidates coming and going at random never lead two at a time.
+func TestNeverTwoLeaders(t *testing.T) {
+	election := etcdtest.Namespace(t) + "workers"
+	var leading atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 5 {
+				c := startCandidate(t, etcdtest.Client(t), election, string(rune('a'+i))+string(rune('0'+j)), &leading)
+				time.Sleep(time.Duration(50+i*30) * time.Millisecond)
+				c.stop()
+			}
+		}()
+	}
+	wg.Wait()
+}
