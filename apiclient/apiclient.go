@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -11,7 +13,6 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/resolver/manual"
 
 	"github.com/lifelinehq/lifeline/pki"
 )
@@ -48,6 +49,23 @@ func (c Config) Validate() error {
 // to answer: calls wait for a connection (gRPC's wait-for-ready is off, so
 // a call fails with Unavailable when no controller can be reached).
 func Dial(cfg Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	c, err := DialConn(cfg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return c.ClientConn, nil
+}
+
+// Conn is a connection to the controllers whose addresses may change while
+// it is in use (Follow): controllers come and go, and agents that outlive
+// them move to the ones that replace them.
+type Conn struct {
+	*grpc.ClientConn
+	r *addrResolver
+}
+
+// DialConn is Dial, returning a Conn.
+func DialConn(cfg Config, opts ...grpc.DialOption) (*Conn, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("controller connection: %w", err)
 	}
@@ -55,12 +73,7 @@ func Dial(cfg Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller connection: %w", err)
 	}
-	r := manual.NewBuilderWithScheme("lifeline")
-	addrs := make([]resolver.Address, len(cfg.Addresses))
-	for i, a := range cfg.Addresses {
-		addrs[i] = resolver.Address{Addr: a}
-	}
-	r.InitialState(resolver.State{Addresses: addrs})
+	r := &addrResolver{addrs: slices.Clone(cfg.Addresses)}
 	if cfg.Credential != (pki.Credential{}) {
 		opts = append(opts, grpc.WithPerRPCCredentials(cfg.Credential))
 	}
@@ -77,7 +90,105 @@ func Dial(cfg Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller connection: %w", err)
 	}
-	return conn, nil
+	return &Conn{ClientConn: conn, r: r}, nil
+}
+
+// Addresses returns the controller addresses the connection dials.
+func (c *Conn) Addresses() []string { return c.r.get() }
+
+// SetAddresses makes the connection dial addrs from now on (a call in
+// flight keeps its controller) and reports whether they differ from before
+// (as sets). An empty list changes nothing.
+func (c *Conn) SetAddresses(addrs []string) bool { return c.r.set(addrs) }
+
+// Follow asks fetch for the controller addresses at once and then every
+// interval until ctx ends; whenever they change, the connection dials the
+// new ones and save records them (in the agent's config, so that a restart
+// finds them). Failures are retried at the next interval.
+func (c *Conn) Follow(ctx context.Context, every time.Duration, fetch func(context.Context) ([]string, error), save func([]string) error) {
+	for {
+		if addrs, err := fetch(ctx); err == nil && c.SetAddresses(addrs) && save != nil {
+			save(c.Addresses())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+// addrResolver resolves the connection's one target to the current list of
+// addresses, and pushes every new list to the channel while it is built.
+type addrResolver struct {
+	mu    sync.Mutex
+	addrs []string
+	cc    resolver.ClientConn // nil while not built (an idle channel)
+	// push serializes pushes to cc, so that the last list set is the last
+	// one pushed.
+	push sync.Mutex
+}
+
+func (r *addrResolver) Scheme() string { return "lifeline" }
+
+func (r *addrResolver) Build(_ resolver.Target, cc resolver.ClientConn, _ resolver.BuildOptions) (resolver.Resolver, error) {
+	r.push.Lock()
+	defer r.push.Unlock()
+	r.mu.Lock()
+	r.cc = cc
+	addrs := r.addrs
+	r.mu.Unlock()
+	cc.UpdateState(stateOf(addrs))
+	return built{r}, nil
+}
+
+func (r *addrResolver) get() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.addrs)
+}
+
+func (r *addrResolver) set(addrs []string) bool {
+	if len(addrs) == 0 {
+		return false
+	}
+	r.push.Lock()
+	defer r.push.Unlock()
+	r.mu.Lock()
+	same := sameSet(r.addrs, addrs)
+	r.addrs = slices.Clone(addrs)
+	cc := r.cc
+	r.mu.Unlock()
+	if !same && cc != nil {
+		cc.UpdateState(stateOf(addrs))
+	}
+	return !same
+}
+
+func stateOf(addrs []string) resolver.State {
+	s := resolver.State{}
+	for _, a := range addrs {
+		s.Addresses = append(s.Addresses, resolver.Address{Addr: a})
+	}
+	return s
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(slices.Compact(a), slices.Compact(b))
+}
+
+// built is the resolver of one built channel.
+type built struct{ r *addrResolver }
+
+func (built) ResolveNow(resolver.ResolveNowOptions) {}
+
+func (b built) Close() {
+	b.r.mu.Lock()
+	b.r.cc = nil
+	b.r.mu.Unlock()
 }
 
 // FromClientConfig is the Config of a client config file.

@@ -142,3 +142,85 @@ func TestAsSharesAConnection(t *testing.T) {
 		}
 	}
 }
+
+// healthServer serves the health service over TLS with a certificate of ca,
+// on a new loopback port; stop ends it.
+func healthServer(t *testing.T, ca *pki.CA) (addr string, stop func()) {
+	t.Helper()
+	certPEM, keyPEM, err := ca.IssueServerCert([]string{apiclient.ServerName}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(pki.ServerTLSConfig(cert))))
+	healthpb.RegisterHealthServer(g, health.NewServer())
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	return lis.Addr().String(), g.Stop
+}
+
+// A connection told of new controllers (Follow) moves to them when the one
+// it used goes, and saves what it learned.
+func TestFollowMovesToNewControllers(t *testing.T) {
+	ca, err := pki.NewCA("test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, stopFirst := healthServer(t, ca)
+	second, _ := healthServer(t, ca)
+	conn, err := apiclient.DialConn(apiclient.Config{Addresses: []string{first}, CACert: ca.CertPEM()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	check := func(what string) {
+		t.Helper()
+		if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil {
+			t.Fatalf("Check %s: %v", what, err)
+		}
+	}
+	check("through the first controller")
+
+	saved := make(chan []string, 1)
+	fctx, stopFollow := context.WithCancel(ctx)
+	defer stopFollow()
+	go conn.Follow(fctx, 50*time.Millisecond, func(context.Context) ([]string, error) {
+		return []string{second, first}, nil
+	}, func(addrs []string) error { saved <- addrs; return nil })
+	select {
+	case got := <-saved:
+		if len(got) != 2 || got[0] != second {
+			t.Errorf("saved %v, want [%s %s]", got, second, first)
+		}
+	case <-ctx.Done():
+		t.Fatal("Follow saved nothing")
+	}
+	stopFirst()
+	// A call racing the first controller's going may fail, as any call in
+	// flight then would; the next ones reach the second.
+	var lastErr error
+	for range 50 {
+		if _, lastErr = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); lastErr == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if lastErr != nil {
+		t.Fatalf("Check after the first controller went: %v", lastErr)
+	}
+	if conn.SetAddresses([]string{first, second}) {
+		t.Error("SetAddresses of the same set in another order reported a change")
+	}
+	if conn.SetAddresses(nil) {
+		t.Error("SetAddresses(nil) reported a change")
+	}
+}
