@@ -449,6 +449,9 @@ func checkSettingsSize(settings map[string]string) error {
 }
 
 // GetAgentSettings returns the controller's settings for agents.
-func (a *agentServer) GetAgentSettings(context.Context, *pb.GetAgentSettingsRequest) (*pb.GetAgentSettingsResponse, error) {
-	return &pb.GetAgentSettingsResponse{HookTimeoutMs: a.s.cfg.HookTimeout.Milliseconds()}, nil
+func (a *agentServer) GetAgentSettings(ctx context.Context, _ *pb.GetAgentSettingsRequest) (*pb.GetAgentSettingsResponse, error) {
+	return &pb.GetAgentSettingsResponse{
+		HookTimeoutMs:       a.s.cfg.HookTimeout.Milliseconds(),
+		ControllerAddresses: a.s.controllerAddresses(ctx),
+	}, nil
 }

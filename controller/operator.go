@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -379,7 +380,8 @@ func (s *Server) SetConfig(ctx context.Context, req *pb.SetConfigRequest) (*pb.S
 // joinToken issues machine id's credential and packs it, with the
 // controller's addresses and CA, into a token for a manual machine.
 func (s *Server) joinToken(ctx context.Context, id string) (string, error) {
-	if len(s.cfg.Addresses) == 0 || len(s.cfg.CACert) == 0 {
+	addrs := s.controllerAddresses(ctx)
+	if len(addrs) == 0 || len(s.cfg.CACert) == 0 {
 		return "", status.Error(codes.FailedPrecondition, "this controller does not know its own addresses and CA: it cannot make join tokens")
 	}
 	cred, hash, err := pki.NewCredential(names.MachineTag(id))
@@ -389,16 +391,49 @@ func (s *Server) joinToken(ctx context.Context, id string) (string, error) {
 	if err := s.st.SetCredential(ctx, cred.Tag, hash); err != nil {
 		return "", err
 	}
-	return pki.EncodeJoinToken(pki.ClientConfig{Controllers: s.cfg.Addresses, CACert: string(s.cfg.CACert), Tag: cred.Tag, Secret: cred.Secret})
+	return pki.EncodeJoinToken(pki.ClientConfig{Controllers: addrs, CACert: string(s.cfg.CACert), Tag: cred.Tag, Secret: cred.Secret})
 }
 
 // Status returns the whole model's status.
 func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	st, err := s.modelStatus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.StatusResponse{Status: st}, nil
+}
+
+// modelStatus reads the model and the live controllers.
+func (s *Server) modelStatus(ctx context.Context) (*pb.ModelStatus, error) {
 	m, err := s.st.Model(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &pb.StatusResponse{Status: buildStatus(m, time.Now())}, nil
+	cs, err := s.st.Controllers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := buildStatus(m, time.Now())
+	for _, c := range cs {
+		st.Controllers = append(st.Controllers, &pb.ControllerStatus{Id: c.ID, Addresses: c.Addresses, Leader: c.Leader})
+	}
+	return st, nil
+}
+
+// controllerAddresses are the addresses agents should dial: every live
+// controller's (the leader's first), then this controller's own if they
+// are not among them.
+func (s *Server) controllerAddresses(ctx context.Context) []string {
+	addrs, err := s.st.ControllerAddresses(ctx)
+	if err != nil {
+		s.logger.Warn("cannot list the live controllers: giving agents this controller's addresses only", "error", err)
+	}
+	for _, a := range s.cfg.Addresses {
+		if !slices.Contains(addrs, a) {
+			addrs = append(addrs, a)
+		}
+	}
+	return addrs
 }
 
 // WatchStatus sends the status whenever the model changed, at most every
@@ -419,14 +454,14 @@ func (s *Server) WatchStatus(req *pb.WatchStatusRequest, stream pb.OperatorServi
 			return err
 		}
 		if rev != last {
-			m, err := s.st.Model(ctx)
+			st, err := s.modelStatus(ctx)
 			if err != nil {
 				return err
 			}
-			if err := stream.Send(&pb.WatchStatusResponse{Status: buildStatus(m, time.Now())}); err != nil {
+			if err := stream.Send(&pb.WatchStatusResponse{Status: st}); err != nil {
 				return err
 			}
-			last = m.Revision
+			last = st.Revision
 		}
 		select {
 		case <-ctx.Done():

@@ -53,7 +53,10 @@ type Config struct {
 	// Controllers and CACert go into each machine agent's config.
 	Controllers []string
 	CACert      []byte
-	Logger      hclog.Logger
+	// LiveControllers, when set, lists the controllers live now, which an
+	// agent's config names instead of Controllers (when it lists any).
+	LiveControllers func(context.Context) ([]string, error)
+	Logger          hclog.Logger
 	// Resync is how often the provisioner looks again even without
 	// changes, to restart agents whose instances stopped (10 s when zero).
 	Resync time.Duration
@@ -184,8 +187,16 @@ func (p *Provisioner) start(ctx context.Context, m *pb.Machine) error {
 	if err := p.cfg.State.SetCredential(ctx, tag, hash); err != nil {
 		return fmt.Errorf("credential of machine %s: %w", m.Id, err)
 	}
+	controllers := p.cfg.Controllers
+	if p.cfg.LiveControllers != nil {
+		if live, err := p.cfg.LiveControllers(ctx); err != nil {
+			p.logger.Warn("cannot list the live controllers: the agent gets the configured ones", "machine", m.Id, "error", err)
+		} else if len(live) > 0 {
+			controllers = live
+		}
+	}
 	in, err := p.cfg.Provider.Start(ctx, MachineSpec{ID: m.Id, Agent: pki.ClientConfig{
-		Controllers: p.cfg.Controllers, CACert: string(p.cfg.CACert), Tag: cred.Tag, Secret: cred.Secret,
+		Controllers: controllers, CACert: string(p.cfg.CACert), Tag: cred.Tag, Secret: cred.Secret,
 	}})
 	if err != nil {
 		return fmt.Errorf("start instance of machine %s: %w", m.Id, err)

@@ -53,6 +53,13 @@ type statusDoc struct {
 	Machines  map[string]machineDoc `json:"machines" yaml:"machines"`
 	Services  map[string]serviceDoc `json:"services" yaml:"services"`
 	Relations []relationDoc         `json:"relations" yaml:"relations"`
+	// Controllers, by id, when any has registered.
+	Controllers map[string]controllerDoc `json:"controllers,omitempty" yaml:"controllers,omitempty"`
+}
+
+type controllerDoc struct {
+	Addresses []string `json:"addresses" yaml:"addresses"`
+	Leader    bool     `json:"leader,omitempty" yaml:"leader,omitempty"`
 }
 
 type machineDoc struct {
@@ -125,6 +132,12 @@ func statusDocument(st *pb.ModelStatus) statusDoc {
 		}
 		doc.Services[s.Name] = sd
 	}
+	for _, c := range st.GetControllers() {
+		if doc.Controllers == nil {
+			doc.Controllers = map[string]controllerDoc{}
+		}
+		doc.Controllers[c.Id] = controllerDoc{Addresses: nonNil(c.Addresses), Leader: c.Leader}
+	}
 	rels := append([]*pb.RelationStatus(nil), st.GetRelations()...)
 	sort.Slice(rels, func(i, j int) bool { return rels[i].Id < rels[j].Id })
 	for _, r := range rels {
@@ -159,6 +172,21 @@ func renderTabular(w io.Writer, st *pb.ModelStatus) error {
 		}
 		section = true
 		row(header...)
+	}
+
+	// Controllers are shown when there are several: one is the usual case,
+	// and ctl already knows its address.
+	if cs := st.GetControllers(); len(cs) > 1 {
+		startSection("Controller", "Addresses", "Workers")
+		cs = append([]*pb.ControllerStatus(nil), cs...)
+		sort.Slice(cs, func(i, j int) bool { return cs[i].Id < cs[j].Id })
+		for _, c := range cs {
+			workers := "standby"
+			if c.Leader {
+				workers = "leader"
+			}
+			row(c.Id, strings.Join(c.Addresses, ","), workers)
+		}
 	}
 
 	if ms := sortedMachines(st.GetMachines()); len(ms) > 0 {

@@ -75,8 +75,9 @@ func hasKeys(t *testing.T, what string, obj any, want ...string) map[string]any 
 // shape ctl status promises.
 func checkShape(t *testing.T, doc map[string]any) {
 	t.Helper()
-	if got, want := strings.Join(keysOf(t, doc), ","), "machines,relations,services"; got != want {
-		t.Errorf("top-level keys = %s, want %s", got, want)
+	// The promised keys, and the one extra shown when present.
+	if got := strings.Join(keysOf(t, doc), ","); got != "machines,relations,services" && got != "controllers,machines,relations,services" {
+		t.Errorf("top-level keys = %s, want machines,relations,services (and controllers)", got)
 	}
 	machines := hasKeys(t, "machines", doc["machines"])
 	for id, m := range machines {
@@ -251,5 +252,49 @@ func TestRenderConfig(t *testing.T) {
 	}
 	if got := strings.Split(strings.TrimRight(buf.String(), "\n"), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("renderConfig =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// Several controllers are shown, the leader marked; one is not (tabular),
+// and JSON lists them whenever any registered.
+func TestRenderControllers(t *testing.T) {
+	st := sampleStatus()
+	st.Controllers = []*pb.ControllerStatus{
+		{Id: "c2", Addresses: []string{"10.0.0.2:17070"}},
+		{Id: "c1", Addresses: []string{"10.0.0.1:17070"}, Leader: true},
+	}
+	var buf bytes.Buffer
+	if err := renderStatus(&buf, st, formatTabular); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(buf.String(), "\n")
+	if !strings.HasPrefix(lines[0], "Controller ") || !strings.HasPrefix(lines[1], "c1 ") || !strings.HasSuffix(lines[1], "leader") ||
+		!strings.HasPrefix(lines[2], "c2 ") || !strings.HasSuffix(lines[2], "standby") {
+		t.Errorf("tabular status does not start with the controllers, leader marked:\n%s", buf.String())
+	}
+	buf.Reset()
+	if err := renderStatus(&buf, st, formatJSON); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Controllers map[string]struct {
+			Addresses []string
+			Leader    bool
+		}
+	}
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if c := doc.Controllers["c1"]; !c.Leader || len(c.Addresses) != 1 || doc.Controllers["c2"].Leader {
+		t.Errorf("JSON controllers = %+v, want c1 leading", doc.Controllers)
+	}
+
+	st.Controllers = st.Controllers[:1]
+	buf.Reset()
+	if err := renderStatus(&buf, st, formatTabular); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "Controller") {
+		t.Errorf("one controller is shown in the tabular status:\n%s", buf.String())
 	}
 }

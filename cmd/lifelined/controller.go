@@ -27,6 +27,7 @@ import (
 	"github.com/lifelinehq/lifeline/apiclient"
 	"github.com/lifelinehq/lifeline/controller"
 	"github.com/lifelinehq/lifeline/embedetcd"
+	"github.com/lifelinehq/lifeline/leader"
 	"github.com/lifelinehq/lifeline/names"
 	"github.com/lifelinehq/lifeline/pki"
 	"github.com/lifelinehq/lifeline/provisioner"
@@ -50,6 +51,7 @@ type controllerFlags struct {
 	hookTimeout   time.Duration
 	presence      time.Duration
 	pprof         bool
+	machinesDir   string
 }
 
 func controllerCommand() *cobra.Command {
@@ -64,7 +66,15 @@ names an external cluster).
 On first start it makes a CA and a server certificate in the data directory
 and an admin credential, and writes the client config that ctl reads
 (--client-config). The client config is written again, with a new admin
-credential, whenever it is missing at start.`,
+credential, whenever it is missing at start.
+
+Several controllers may serve one model: start each with the same
+--etcd-endpoints and --namespace and its own --data-dir and addresses. The
+first one's CA is stored in etcd and used by all; agents learn every live
+controller's address and move to another when theirs goes. One controller,
+elected through etcd, runs the provisioner and the cleaner; when it stops,
+another takes over (within 8 s if it died without resigning). With the
+local provider, controllers on one host share --machines-dir.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runController(cmd.Context(), f)
@@ -81,6 +91,7 @@ credential, whenever it is missing at start.`,
 	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fl.DurationVar(&f.hookTimeout, "hook-timeout", 5*time.Minute, "how long a hook may run before its agent kills it")
 	fl.DurationVar(&f.presence, "presence-timeout", 15*time.Second, "how long an agent may be silent before status shows it lost")
+	fl.StringVar(&f.machinesDir, "machines-dir", "", "where the local provider keeps its machines (default: machines in the data directory; controllers of one model on one host share it)")
 	fl.BoolVar(&f.pprof, "pprof", false, "also serve Go's profiles at /debug/pprof/ on the metrics address")
 	fl.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "an external etcd cluster's client URLs; embedded etcd when empty")
 	fl.StringVar(&f.etcdCA, "etcd-cacert", "", "CA certificate of the external etcd cluster")
@@ -187,12 +198,14 @@ func runController(ctx context.Context, f controllerFlags) error {
 	if len(advertise) == 0 {
 		advertise = []string{f.apiAddr}
 	}
-	ca, created, err := pki.LoadOrCreateCA(filepath.Join(f.dataDir, "pki"))
+	id, err := controllerID(f.dataDir)
 	if err != nil {
 		return err
 	}
-	if created {
-		logger.Info("created the controller's CA", "dir", filepath.Join(f.dataDir, "pki"))
+	logger = logger.With("controller", id)
+	ca, err := sharedCA(ctx, st, filepath.Join(f.dataDir, "pki"), logger)
+	if err != nil {
+		return err
 	}
 	hosts := []string{apiclient.ServerName}
 	for _, a := range append([]string{f.apiAddr}, advertise...) {
@@ -214,7 +227,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 		return fmt.Errorf("API listener: %w", err)
 	}
 	defer lis.Close()
-	if err := ensureAdmin(ctx, st, f.clientConfig, advertise, ca.CertPEM(), logger); err != nil {
+	if err := ensureAdmin(ctx, st, id, f.clientConfig, advertise, ca.CertPEM(), logger); err != nil {
 		return err
 	}
 
@@ -265,8 +278,8 @@ func runController(ctx context.Context, f controllerFlags) error {
 		}, func(error) { hs.Close() })
 	}
 
-	cctx, cancel := context.WithCancel(context.Background())
-	g.Add(func() error { return state.NewCleaner(st, 0).Run(cctx) }, func(error) { cancel() })
+	rctx, rcancel := context.WithCancel(context.Background())
+	g.Add(func() error { return register(rctx, st, id, advertise, logger) }, func(error) { rcancel() })
 
 	var provider provisioner.Provider = provisioner.Manual{}
 	if f.provider == "local" {
@@ -274,15 +287,34 @@ func runController(ctx context.Context, f controllerFlags) error {
 		if err != nil {
 			return err
 		}
-		provider = &provisioner.Local{Dir: filepath.Join(f.dataDir, "machines"), Lifelined: self, Logger: logger,
+		dir := f.machinesDir
+		if dir == "" {
+			dir = filepath.Join(f.dataDir, "machines")
+		}
+		provider = &provisioner.Local{Dir: dir, Lifelined: self, Logger: logger,
 			Args: []string{"--log-level", f.logLevel}}
 	}
-	prov, err := provisioner.New(provisioner.Config{State: st, Provider: provider, Controllers: advertise, CACert: ca.CertPEM(), Logger: logger})
+	prov, err := provisioner.New(provisioner.Config{
+		State: st, Provider: provider, Controllers: advertise, CACert: ca.CertPEM(), Logger: logger,
+		LiveControllers: st.ControllerAddresses,
+	})
 	if err != nil {
 		return err
 	}
-	pctx, pcancel := context.WithCancel(context.Background())
-	g.Add(func() error { return prov.Run(pctx) }, func(error) { pcancel() })
+	// The singleton workers run in the elected controller only.
+	lctx, lcancel := context.WithCancel(context.Background())
+	g.Add(func() error {
+		return leader.Run(lctx, leader.Config{
+			Client: etcdClient, Election: f.namespace + state.LeaderElection, ID: id, TTL: controllerTTL, Logger: logger,
+		}, func(ctx context.Context) error {
+			var workers run.Group
+			wctx, stop := context.WithCancel(ctx)
+			workers.Add(func() error { <-wctx.Done(); return nil }, func(error) { stop() })
+			workers.Add(func() error { return state.NewCleaner(st, 0).Run(wctx) }, func(error) { stop() })
+			workers.Add(func() error { return prov.Run(wctx) }, func(error) { stop() })
+			return workers.Run()
+		})
+	}, func(error) { lcancel() })
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -303,12 +335,25 @@ func runController(ctx context.Context, f controllerFlags) error {
 }
 
 // ensureAdmin issues the admin credential and writes the client config when
-// the client config is missing: on first start, or after it was lost.
-func ensureAdmin(ctx context.Context, st *state.State, path string, addrs []string, caPEM []byte, logger hclog.Logger) error {
+// the client config is missing: on first start, or after it was lost. A
+// controller joining others that serve the model leaves the admin
+// credential alone (a new one would revoke the one the operator holds).
+func ensureAdmin(ctx context.Context, st *state.State, self, path string, addrs []string, caPEM []byte, logger hclog.Logger) error {
 	if _, err := os.Stat(path); err == nil {
 		return nil
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("client config: %w", err)
+	}
+	live, err := st.Controllers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, c := range live {
+		if c.ID != self {
+			logger.Info("joined controllers that serve the model: the operator's client config stays as it is (it reaches this controller too)",
+				"controllers", len(live), "not_written", path)
+			return nil
+		}
 	}
 	cred, hash, err := pki.NewCredential(names.AdminTag)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,6 +20,9 @@ import (
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/unitagent"
 )
+
+// followEvery is how often a machine agent asks which controllers live.
+const followEvery = 30 * time.Second
 
 type machineAgentFlags struct {
 	dataDir     string
@@ -101,7 +105,7 @@ func runMachineAgent(ctx context.Context, f machineAgentFlags) error {
 	// with its caller's own credential.
 	dial := apiclient.FromClientConfig(cfg)
 	dial.Credential = pki.Credential{}
-	conn, err := apiclient.Dial(dial)
+	conn, err := apiclient.DialConn(dial)
 	if err != nil {
 		return err
 	}
@@ -123,6 +127,25 @@ func runMachineAgent(ctx context.Context, f machineAgentFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// Controllers come and go: dial the live ones, and remember them for
+	// the next start.
+	api := pb.NewAgentServiceClient(apiclient.As(conn, cfg.Credential()))
+	go conn.Follow(ctx, followEvery, func(ctx context.Context) ([]string, error) {
+		s, err := api.GetAgentSettings(ctx, &pb.GetAgentSettingsRequest{})
+		if err != nil {
+			return nil, err
+		}
+		return s.ControllerAddresses, nil
+	}, func(addrs []string) error {
+		logger.Info("controllers changed", "controllers", addrs)
+		saved := cfg
+		saved.Controllers = addrs
+		if err := pki.WriteClientConfig(path, saved); err != nil {
+			logger.Warn("cannot save the controllers in the agent config", "config", path, "error", err)
+			return err
+		}
+		return nil
+	})
 	logger.Info("machine agent started", "machine", id, "controllers", cfg.Controllers)
 	err = a.Run(ctx)
 	switch {

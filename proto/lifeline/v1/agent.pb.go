@@ -2215,8 +2215,11 @@ type GetAgentSettingsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// hook_timeout_ms bounds each hook's run.
 	HookTimeoutMs int64 `protobuf:"varint,1,opt,name=hook_timeout_ms,json=hookTimeoutMs,proto3" json:"hook_timeout_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// controller_addresses are the addresses of every live controller, the
+	// leader's first: agents dial them from now on.
+	ControllerAddresses []string `protobuf:"bytes,2,rep,name=controller_addresses,json=controllerAddresses,proto3" json:"controller_addresses,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *GetAgentSettingsResponse) Reset() {
@@ -2254,6 +2257,13 @@ func (x *GetAgentSettingsResponse) GetHookTimeoutMs() int64 {
 		return x.HookTimeoutMs
 	}
 	return 0
+}
+
+func (x *GetAgentSettingsResponse) GetControllerAddresses() []string {
+	if x != nil {
+		return x.ControllerAddresses
+	}
+	return nil
 }
 
 type PresenceRequest struct {
@@ -2458,9 +2468,10 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x14ClearResolvedRequest\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\"\x17\n" +
 	"\x15ClearResolvedResponse\"\x19\n" +
-	"\x17GetAgentSettingsRequest\"B\n" +
+	"\x17GetAgentSettingsRequest\"u\n" +
 	"\x18GetAgentSettingsResponse\x12&\n" +
-	"\x0fhook_timeout_ms\x18\x01 \x01(\x03R\rhookTimeoutMs\"\x11\n" +
+	"\x0fhook_timeout_ms\x18\x01 \x01(\x03R\rhookTimeoutMs\x121\n" +
+	"\x14controller_addresses\x18\x02 \x03(\tR\x13controllerAddresses\"\x11\n" +
 	"\x0fPresenceRequest\"<\n" +
 	"\x10PresenceResponse\x12(\n" +
 	"\x10ping_interval_ms\x18\x01 \x01(\x03R\x0epingIntervalMs*m\n" +

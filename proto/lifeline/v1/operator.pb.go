@@ -197,10 +197,12 @@ func (x *WatchStatusResponse) GetStatus() *ModelStatus {
 type ModelStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// revision is the etcd revision the status was read at.
-	Revision      int64             `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
-	Machines      []*MachineStatus  `protobuf:"bytes,2,rep,name=machines,proto3" json:"machines,omitempty"`
-	Services      []*ServiceStatus  `protobuf:"bytes,3,rep,name=services,proto3" json:"services,omitempty"`
-	Relations     []*RelationStatus `protobuf:"bytes,4,rep,name=relations,proto3" json:"relations,omitempty"`
+	Revision  int64             `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Machines  []*MachineStatus  `protobuf:"bytes,2,rep,name=machines,proto3" json:"machines,omitempty"`
+	Services  []*ServiceStatus  `protobuf:"bytes,3,rep,name=services,proto3" json:"services,omitempty"`
+	Relations []*RelationStatus `protobuf:"bytes,4,rep,name=relations,proto3" json:"relations,omitempty"`
+	// controllers are the live controllers of the model.
+	Controllers   []*ControllerStatus `protobuf:"bytes,5,rep,name=controllers,proto3" json:"controllers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -263,6 +265,77 @@ func (x *ModelStatus) GetRelations() []*RelationStatus {
 	return nil
 }
 
+func (x *ModelStatus) GetControllers() []*ControllerStatus {
+	if x != nil {
+		return x.Controllers
+	}
+	return nil
+}
+
+// ControllerStatus is one live controller.
+type ControllerStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// addresses are where agents and clients reach it.
+	Addresses []string `protobuf:"bytes,2,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	// leader says whether it runs the singleton workers (provisioner and
+	// cleaner).
+	Leader        bool `protobuf:"varint,3,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControllerStatus) Reset() {
+	*x = ControllerStatus{}
+	mi := &file_lifeline_v1_operator_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControllerStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControllerStatus) ProtoMessage() {}
+
+func (x *ControllerStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_operator_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControllerStatus.ProtoReflect.Descriptor instead.
+func (*ControllerStatus) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ControllerStatus) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ControllerStatus) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+func (x *ControllerStatus) GetLeader() bool {
+	if x != nil {
+		return x.Leader
+	}
+	return false
+}
+
 type MachineStatus struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -283,7 +356,7 @@ type MachineStatus struct {
 
 func (x *MachineStatus) Reset() {
 	*x = MachineStatus{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[5]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -295,7 +368,7 @@ func (x *MachineStatus) String() string {
 func (*MachineStatus) ProtoMessage() {}
 
 func (x *MachineStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[5]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -308,7 +381,7 @@ func (x *MachineStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineStatus.ProtoReflect.Descriptor instead.
 func (*MachineStatus) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{5}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MachineStatus) GetId() string {
@@ -392,7 +465,7 @@ type ServiceStatus struct {
 
 func (x *ServiceStatus) Reset() {
 	*x = ServiceStatus{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[6]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -404,7 +477,7 @@ func (x *ServiceStatus) String() string {
 func (*ServiceStatus) ProtoMessage() {}
 
 func (x *ServiceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[6]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -417,7 +490,7 @@ func (x *ServiceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceStatus.ProtoReflect.Descriptor instead.
 func (*ServiceStatus) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{6}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ServiceStatus) GetName() string {
@@ -508,7 +581,7 @@ type UnitStatus struct {
 
 func (x *UnitStatus) Reset() {
 	*x = UnitStatus{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[7]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +593,7 @@ func (x *UnitStatus) String() string {
 func (*UnitStatus) ProtoMessage() {}
 
 func (x *UnitStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[7]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +606,7 @@ func (x *UnitStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnitStatus.ProtoReflect.Descriptor instead.
 func (*UnitStatus) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{7}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UnitStatus) GetName() string {
@@ -628,7 +701,7 @@ type RelationStatus struct {
 
 func (x *RelationStatus) Reset() {
 	*x = RelationStatus{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[8]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +713,7 @@ func (x *RelationStatus) String() string {
 func (*RelationStatus) ProtoMessage() {}
 
 func (x *RelationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[8]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +726,7 @@ func (x *RelationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelationStatus.ProtoReflect.Descriptor instead.
 func (*RelationStatus) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{8}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RelationStatus) GetId() int64 {
@@ -711,7 +784,7 @@ type UploadCharmRequest struct {
 
 func (x *UploadCharmRequest) Reset() {
 	*x = UploadCharmRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[9]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +796,7 @@ func (x *UploadCharmRequest) String() string {
 func (*UploadCharmRequest) ProtoMessage() {}
 
 func (x *UploadCharmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[9]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +809,7 @@ func (x *UploadCharmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadCharmRequest.ProtoReflect.Descriptor instead.
 func (*UploadCharmRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{9}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UploadCharmRequest) GetPart() isUploadCharmRequest_Part {
@@ -792,7 +865,7 @@ type UploadCharmHeader struct {
 
 func (x *UploadCharmHeader) Reset() {
 	*x = UploadCharmHeader{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[10]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +877,7 @@ func (x *UploadCharmHeader) String() string {
 func (*UploadCharmHeader) ProtoMessage() {}
 
 func (x *UploadCharmHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[10]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +890,7 @@ func (x *UploadCharmHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadCharmHeader.ProtoReflect.Descriptor instead.
 func (*UploadCharmHeader) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{10}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UploadCharmHeader) GetSize() int64 {
@@ -843,7 +916,7 @@ type UploadCharmResponse struct {
 
 func (x *UploadCharmResponse) Reset() {
 	*x = UploadCharmResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[11]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +928,7 @@ func (x *UploadCharmResponse) String() string {
 func (*UploadCharmResponse) ProtoMessage() {}
 
 func (x *UploadCharmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[11]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +941,7 @@ func (x *UploadCharmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadCharmResponse.ProtoReflect.Descriptor instead.
 func (*UploadCharmResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{11}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UploadCharmResponse) GetCharm() *Charm {
@@ -898,7 +971,7 @@ type DeployRequest struct {
 
 func (x *DeployRequest) Reset() {
 	*x = DeployRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[12]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +983,7 @@ func (x *DeployRequest) String() string {
 func (*DeployRequest) ProtoMessage() {}
 
 func (x *DeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[12]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +996,7 @@ func (x *DeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployRequest.ProtoReflect.Descriptor instead.
 func (*DeployRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{12}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeployRequest) GetCharm() string {
@@ -978,7 +1051,7 @@ type DeployResponse struct {
 
 func (x *DeployResponse) Reset() {
 	*x = DeployResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[13]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -990,7 +1063,7 @@ func (x *DeployResponse) String() string {
 func (*DeployResponse) ProtoMessage() {}
 
 func (x *DeployResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[13]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1003,7 +1076,7 @@ func (x *DeployResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployResponse.ProtoReflect.Descriptor instead.
 func (*DeployResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{13}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeployResponse) GetService() *Service {
@@ -1031,7 +1104,7 @@ type AddUnitsRequest struct {
 
 func (x *AddUnitsRequest) Reset() {
 	*x = AddUnitsRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[14]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1043,7 +1116,7 @@ func (x *AddUnitsRequest) String() string {
 func (*AddUnitsRequest) ProtoMessage() {}
 
 func (x *AddUnitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[14]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1056,7 +1129,7 @@ func (x *AddUnitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddUnitsRequest.ProtoReflect.Descriptor instead.
 func (*AddUnitsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{14}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AddUnitsRequest) GetService() string {
@@ -1089,7 +1162,7 @@ type AddUnitsResponse struct {
 
 func (x *AddUnitsResponse) Reset() {
 	*x = AddUnitsResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[15]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1174,7 @@ func (x *AddUnitsResponse) String() string {
 func (*AddUnitsResponse) ProtoMessage() {}
 
 func (x *AddUnitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[15]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1187,7 @@ func (x *AddUnitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddUnitsResponse.ProtoReflect.Descriptor instead.
 func (*AddUnitsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{15}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AddUnitsResponse) GetUnits() []*Unit {
@@ -1136,7 +1209,7 @@ type AddMachinesRequest struct {
 
 func (x *AddMachinesRequest) Reset() {
 	*x = AddMachinesRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[16]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1148,7 +1221,7 @@ func (x *AddMachinesRequest) String() string {
 func (*AddMachinesRequest) ProtoMessage() {}
 
 func (x *AddMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[16]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1161,7 +1234,7 @@ func (x *AddMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMachinesRequest.ProtoReflect.Descriptor instead.
 func (*AddMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{16}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AddMachinesRequest) GetNumMachines() int32 {
@@ -1189,7 +1262,7 @@ type AddMachinesResponse struct {
 
 func (x *AddMachinesResponse) Reset() {
 	*x = AddMachinesResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[17]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1274,7 @@ func (x *AddMachinesResponse) String() string {
 func (*AddMachinesResponse) ProtoMessage() {}
 
 func (x *AddMachinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[17]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1287,7 @@ func (x *AddMachinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMachinesResponse.ProtoReflect.Descriptor instead.
 func (*AddMachinesResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{17}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AddMachinesResponse) GetMachines() []*Machine {
@@ -1241,7 +1314,7 @@ type AddRelationRequest struct {
 
 func (x *AddRelationRequest) Reset() {
 	*x = AddRelationRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[18]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1326,7 @@ func (x *AddRelationRequest) String() string {
 func (*AddRelationRequest) ProtoMessage() {}
 
 func (x *AddRelationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[18]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1339,7 @@ func (x *AddRelationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRelationRequest.ProtoReflect.Descriptor instead.
 func (*AddRelationRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{18}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AddRelationRequest) GetEndpoints() []string {
@@ -1285,7 +1358,7 @@ type AddRelationResponse struct {
 
 func (x *AddRelationResponse) Reset() {
 	*x = AddRelationResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[19]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1370,7 @@ func (x *AddRelationResponse) String() string {
 func (*AddRelationResponse) ProtoMessage() {}
 
 func (x *AddRelationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[19]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1383,7 @@ func (x *AddRelationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRelationResponse.ProtoReflect.Descriptor instead.
 func (*AddRelationResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{19}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AddRelationResponse) GetRelation() *Relation {
@@ -1329,7 +1402,7 @@ type DestroyRelationRequest struct {
 
 func (x *DestroyRelationRequest) Reset() {
 	*x = DestroyRelationRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[20]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1414,7 @@ func (x *DestroyRelationRequest) String() string {
 func (*DestroyRelationRequest) ProtoMessage() {}
 
 func (x *DestroyRelationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[20]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1427,7 @@ func (x *DestroyRelationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyRelationRequest.ProtoReflect.Descriptor instead.
 func (*DestroyRelationRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{20}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DestroyRelationRequest) GetEndpoints() []string {
@@ -1372,7 +1445,7 @@ type DestroyRelationResponse struct {
 
 func (x *DestroyRelationResponse) Reset() {
 	*x = DestroyRelationResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[21]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1457,7 @@ func (x *DestroyRelationResponse) String() string {
 func (*DestroyRelationResponse) ProtoMessage() {}
 
 func (x *DestroyRelationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[21]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1470,7 @@ func (x *DestroyRelationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyRelationResponse.ProtoReflect.Descriptor instead.
 func (*DestroyRelationResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{21}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{22}
 }
 
 type DestroyUnitRequest struct {
@@ -1413,7 +1486,7 @@ type DestroyUnitRequest struct {
 
 func (x *DestroyUnitRequest) Reset() {
 	*x = DestroyUnitRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[22]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1425,7 +1498,7 @@ func (x *DestroyUnitRequest) String() string {
 func (*DestroyUnitRequest) ProtoMessage() {}
 
 func (x *DestroyUnitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[22]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1438,7 +1511,7 @@ func (x *DestroyUnitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyUnitRequest.ProtoReflect.Descriptor instead.
 func (*DestroyUnitRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{22}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DestroyUnitRequest) GetUnit() string {
@@ -1470,7 +1543,7 @@ type DestroyUnitResponse struct {
 
 func (x *DestroyUnitResponse) Reset() {
 	*x = DestroyUnitResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[23]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1555,7 @@ func (x *DestroyUnitResponse) String() string {
 func (*DestroyUnitResponse) ProtoMessage() {}
 
 func (x *DestroyUnitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[23]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1568,7 @@ func (x *DestroyUnitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyUnitResponse.ProtoReflect.Descriptor instead.
 func (*DestroyUnitResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{23}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{24}
 }
 
 type DestroyMachineRequest struct {
@@ -1509,7 +1582,7 @@ type DestroyMachineRequest struct {
 
 func (x *DestroyMachineRequest) Reset() {
 	*x = DestroyMachineRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[24]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1521,7 +1594,7 @@ func (x *DestroyMachineRequest) String() string {
 func (*DestroyMachineRequest) ProtoMessage() {}
 
 func (x *DestroyMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[24]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1534,7 +1607,7 @@ func (x *DestroyMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyMachineRequest.ProtoReflect.Descriptor instead.
 func (*DestroyMachineRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{24}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DestroyMachineRequest) GetMachine() string {
@@ -1566,7 +1639,7 @@ type DestroyMachineResponse struct {
 
 func (x *DestroyMachineResponse) Reset() {
 	*x = DestroyMachineResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[25]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1578,7 +1651,7 @@ func (x *DestroyMachineResponse) String() string {
 func (*DestroyMachineResponse) ProtoMessage() {}
 
 func (x *DestroyMachineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[25]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1591,7 +1664,7 @@ func (x *DestroyMachineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyMachineResponse.ProtoReflect.Descriptor instead.
 func (*DestroyMachineResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{25}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{26}
 }
 
 type DestroyServiceRequest struct {
@@ -1603,7 +1676,7 @@ type DestroyServiceRequest struct {
 
 func (x *DestroyServiceRequest) Reset() {
 	*x = DestroyServiceRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[26]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1615,7 +1688,7 @@ func (x *DestroyServiceRequest) String() string {
 func (*DestroyServiceRequest) ProtoMessage() {}
 
 func (x *DestroyServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[26]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1628,7 +1701,7 @@ func (x *DestroyServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyServiceRequest.ProtoReflect.Descriptor instead.
 func (*DestroyServiceRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{26}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DestroyServiceRequest) GetService() string {
@@ -1646,7 +1719,7 @@ type DestroyServiceResponse struct {
 
 func (x *DestroyServiceResponse) Reset() {
 	*x = DestroyServiceResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[27]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +1731,7 @@ func (x *DestroyServiceResponse) String() string {
 func (*DestroyServiceResponse) ProtoMessage() {}
 
 func (x *DestroyServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[27]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +1744,7 @@ func (x *DestroyServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyServiceResponse.ProtoReflect.Descriptor instead.
 func (*DestroyServiceResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{27}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{28}
 }
 
 type ResolvedRequest struct {
@@ -1684,7 +1757,7 @@ type ResolvedRequest struct {
 
 func (x *ResolvedRequest) Reset() {
 	*x = ResolvedRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[28]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +1769,7 @@ func (x *ResolvedRequest) String() string {
 func (*ResolvedRequest) ProtoMessage() {}
 
 func (x *ResolvedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[28]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +1782,7 @@ func (x *ResolvedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvedRequest.ProtoReflect.Descriptor instead.
 func (*ResolvedRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{28}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResolvedRequest) GetUnit() string {
@@ -1734,7 +1807,7 @@ type ResolvedResponse struct {
 
 func (x *ResolvedResponse) Reset() {
 	*x = ResolvedResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[29]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +1819,7 @@ func (x *ResolvedResponse) String() string {
 func (*ResolvedResponse) ProtoMessage() {}
 
 func (x *ResolvedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[29]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +1832,7 @@ func (x *ResolvedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvedResponse.ProtoReflect.Descriptor instead.
 func (*ResolvedResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{29}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{30}
 }
 
 type GetConfigRequest struct {
@@ -1771,7 +1844,7 @@ type GetConfigRequest struct {
 
 func (x *GetConfigRequest) Reset() {
 	*x = GetConfigRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[30]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +1856,7 @@ func (x *GetConfigRequest) String() string {
 func (*GetConfigRequest) ProtoMessage() {}
 
 func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[30]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +1869,7 @@ func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{30}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetConfigRequest) GetService() string {
@@ -1818,7 +1891,7 @@ type GetConfigResponse struct {
 
 func (x *GetConfigResponse) Reset() {
 	*x = GetConfigResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[31]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +1903,7 @@ func (x *GetConfigResponse) String() string {
 func (*GetConfigResponse) ProtoMessage() {}
 
 func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[31]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +1916,7 @@ func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{31}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetConfigResponse) GetOptions() []*ConfigOption {
@@ -1874,7 +1947,7 @@ type SetConfigRequest struct {
 
 func (x *SetConfigRequest) Reset() {
 	*x = SetConfigRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[32]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +1959,7 @@ func (x *SetConfigRequest) String() string {
 func (*SetConfigRequest) ProtoMessage() {}
 
 func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[32]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +1972,7 @@ func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{32}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetConfigRequest) GetService() string {
@@ -1931,7 +2004,7 @@ type SetConfigResponse struct {
 
 func (x *SetConfigResponse) Reset() {
 	*x = SetConfigResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1943,7 +2016,7 @@ func (x *SetConfigResponse) String() string {
 func (*SetConfigResponse) ProtoMessage() {}
 
 func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1956,7 +2029,7 @@ func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{33}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{34}
 }
 
 type ShowStatusLogRequest struct {
@@ -1971,7 +2044,7 @@ type ShowStatusLogRequest struct {
 
 func (x *ShowStatusLogRequest) Reset() {
 	*x = ShowStatusLogRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1983,7 +2056,7 @@ func (x *ShowStatusLogRequest) String() string {
 func (*ShowStatusLogRequest) ProtoMessage() {}
 
 func (x *ShowStatusLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1996,7 +2069,7 @@ func (x *ShowStatusLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowStatusLogRequest.ProtoReflect.Descriptor instead.
 func (*ShowStatusLogRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{34}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ShowStatusLogRequest) GetUnit() string {
@@ -2023,7 +2096,7 @@ type ShowStatusLogResponse struct {
 
 func (x *ShowStatusLogResponse) Reset() {
 	*x = ShowStatusLogResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2108,7 @@ func (x *ShowStatusLogResponse) String() string {
 func (*ShowStatusLogResponse) ProtoMessage() {}
 
 func (x *ShowStatusLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2121,7 @@ func (x *ShowStatusLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowStatusLogResponse.ProtoReflect.Descriptor instead.
 func (*ShowStatusLogResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{35}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ShowStatusLogResponse) GetEntries() []*StatusLogEntry {
@@ -2074,7 +2147,7 @@ type StatusLogEntry struct {
 
 func (x *StatusLogEntry) Reset() {
 	*x = StatusLogEntry{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2086,7 +2159,7 @@ func (x *StatusLogEntry) String() string {
 func (*StatusLogEntry) ProtoMessage() {}
 
 func (x *StatusLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2099,7 +2172,7 @@ func (x *StatusLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusLogEntry.ProtoReflect.Descriptor instead.
 func (*StatusLogEntry) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{36}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StatusLogEntry) GetKind() string {
@@ -2149,12 +2222,17 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\vinterval_ms\x18\x01 \x01(\x03R\n" +
 	"intervalMs\"G\n" +
 	"\x13WatchStatusResponse\x120\n" +
-	"\x06status\x18\x01 \x01(\v2\x18.lifeline.v1.ModelStatusR\x06status\"\xd4\x01\n" +
+	"\x06status\x18\x01 \x01(\v2\x18.lifeline.v1.ModelStatusR\x06status\"\x95\x02\n" +
 	"\vModelStatus\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x126\n" +
 	"\bmachines\x18\x02 \x03(\v2\x1a.lifeline.v1.MachineStatusR\bmachines\x126\n" +
 	"\bservices\x18\x03 \x03(\v2\x1a.lifeline.v1.ServiceStatusR\bservices\x129\n" +
-	"\trelations\x18\x04 \x03(\v2\x1b.lifeline.v1.RelationStatusR\trelations\"\xe8\x01\n" +
+	"\trelations\x18\x04 \x03(\v2\x1b.lifeline.v1.RelationStatusR\trelations\x12?\n" +
+	"\vcontrollers\x18\x05 \x03(\v2\x1d.lifeline.v1.ControllerStatusR\vcontrollers\"X\n" +
+	"\x10ControllerStatus\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
+	"\taddresses\x18\x02 \x03(\tR\taddresses\x12\x16\n" +
+	"\x06leader\x18\x03 \x01(\bR\x06leader\"\xe8\x01\n" +
 	"\rMachineStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04life\x18\x02 \x01(\tR\x04life\x12\x1a\n" +
@@ -2320,113 +2398,115 @@ func file_lifeline_v1_operator_proto_rawDescGZIP() []byte {
 	return file_lifeline_v1_operator_proto_rawDescData
 }
 
-var file_lifeline_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_lifeline_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_lifeline_v1_operator_proto_goTypes = []any{
 	(*StatusRequest)(nil),           // 0: lifeline.v1.StatusRequest
 	(*StatusResponse)(nil),          // 1: lifeline.v1.StatusResponse
 	(*WatchStatusRequest)(nil),      // 2: lifeline.v1.WatchStatusRequest
 	(*WatchStatusResponse)(nil),     // 3: lifeline.v1.WatchStatusResponse
 	(*ModelStatus)(nil),             // 4: lifeline.v1.ModelStatus
-	(*MachineStatus)(nil),           // 5: lifeline.v1.MachineStatus
-	(*ServiceStatus)(nil),           // 6: lifeline.v1.ServiceStatus
-	(*UnitStatus)(nil),              // 7: lifeline.v1.UnitStatus
-	(*RelationStatus)(nil),          // 8: lifeline.v1.RelationStatus
-	(*UploadCharmRequest)(nil),      // 9: lifeline.v1.UploadCharmRequest
-	(*UploadCharmHeader)(nil),       // 10: lifeline.v1.UploadCharmHeader
-	(*UploadCharmResponse)(nil),     // 11: lifeline.v1.UploadCharmResponse
-	(*DeployRequest)(nil),           // 12: lifeline.v1.DeployRequest
-	(*DeployResponse)(nil),          // 13: lifeline.v1.DeployResponse
-	(*AddUnitsRequest)(nil),         // 14: lifeline.v1.AddUnitsRequest
-	(*AddUnitsResponse)(nil),        // 15: lifeline.v1.AddUnitsResponse
-	(*AddMachinesRequest)(nil),      // 16: lifeline.v1.AddMachinesRequest
-	(*AddMachinesResponse)(nil),     // 17: lifeline.v1.AddMachinesResponse
-	(*AddRelationRequest)(nil),      // 18: lifeline.v1.AddRelationRequest
-	(*AddRelationResponse)(nil),     // 19: lifeline.v1.AddRelationResponse
-	(*DestroyRelationRequest)(nil),  // 20: lifeline.v1.DestroyRelationRequest
-	(*DestroyRelationResponse)(nil), // 21: lifeline.v1.DestroyRelationResponse
-	(*DestroyUnitRequest)(nil),      // 22: lifeline.v1.DestroyUnitRequest
-	(*DestroyUnitResponse)(nil),     // 23: lifeline.v1.DestroyUnitResponse
-	(*DestroyMachineRequest)(nil),   // 24: lifeline.v1.DestroyMachineRequest
-	(*DestroyMachineResponse)(nil),  // 25: lifeline.v1.DestroyMachineResponse
-	(*DestroyServiceRequest)(nil),   // 26: lifeline.v1.DestroyServiceRequest
-	(*DestroyServiceResponse)(nil),  // 27: lifeline.v1.DestroyServiceResponse
-	(*ResolvedRequest)(nil),         // 28: lifeline.v1.ResolvedRequest
-	(*ResolvedResponse)(nil),        // 29: lifeline.v1.ResolvedResponse
-	(*GetConfigRequest)(nil),        // 30: lifeline.v1.GetConfigRequest
-	(*GetConfigResponse)(nil),       // 31: lifeline.v1.GetConfigResponse
-	(*SetConfigRequest)(nil),        // 32: lifeline.v1.SetConfigRequest
-	(*SetConfigResponse)(nil),       // 33: lifeline.v1.SetConfigResponse
-	(*ShowStatusLogRequest)(nil),    // 34: lifeline.v1.ShowStatusLogRequest
-	(*ShowStatusLogResponse)(nil),   // 35: lifeline.v1.ShowStatusLogResponse
-	(*StatusLogEntry)(nil),          // 36: lifeline.v1.StatusLogEntry
-	nil,                             // 37: lifeline.v1.DeployRequest.ConfigEntry
-	nil,                             // 38: lifeline.v1.GetConfigResponse.ValuesEntry
-	nil,                             // 39: lifeline.v1.SetConfigRequest.SetEntry
-	nil,                             // 40: lifeline.v1.StatusLogEntry.DataEntry
-	(*Charm)(nil),                   // 41: lifeline.v1.Charm
-	(*Service)(nil),                 // 42: lifeline.v1.Service
-	(*Unit)(nil),                    // 43: lifeline.v1.Unit
-	(*Machine)(nil),                 // 44: lifeline.v1.Machine
-	(*Relation)(nil),                // 45: lifeline.v1.Relation
-	(*ConfigOption)(nil),            // 46: lifeline.v1.ConfigOption
-	(*ConfigValue)(nil),             // 47: lifeline.v1.ConfigValue
+	(*ControllerStatus)(nil),        // 5: lifeline.v1.ControllerStatus
+	(*MachineStatus)(nil),           // 6: lifeline.v1.MachineStatus
+	(*ServiceStatus)(nil),           // 7: lifeline.v1.ServiceStatus
+	(*UnitStatus)(nil),              // 8: lifeline.v1.UnitStatus
+	(*RelationStatus)(nil),          // 9: lifeline.v1.RelationStatus
+	(*UploadCharmRequest)(nil),      // 10: lifeline.v1.UploadCharmRequest
+	(*UploadCharmHeader)(nil),       // 11: lifeline.v1.UploadCharmHeader
+	(*UploadCharmResponse)(nil),     // 12: lifeline.v1.UploadCharmResponse
+	(*DeployRequest)(nil),           // 13: lifeline.v1.DeployRequest
+	(*DeployResponse)(nil),          // 14: lifeline.v1.DeployResponse
+	(*AddUnitsRequest)(nil),         // 15: lifeline.v1.AddUnitsRequest
+	(*AddUnitsResponse)(nil),        // 16: lifeline.v1.AddUnitsResponse
+	(*AddMachinesRequest)(nil),      // 17: lifeline.v1.AddMachinesRequest
+	(*AddMachinesResponse)(nil),     // 18: lifeline.v1.AddMachinesResponse
+	(*AddRelationRequest)(nil),      // 19: lifeline.v1.AddRelationRequest
+	(*AddRelationResponse)(nil),     // 20: lifeline.v1.AddRelationResponse
+	(*DestroyRelationRequest)(nil),  // 21: lifeline.v1.DestroyRelationRequest
+	(*DestroyRelationResponse)(nil), // 22: lifeline.v1.DestroyRelationResponse
+	(*DestroyUnitRequest)(nil),      // 23: lifeline.v1.DestroyUnitRequest
+	(*DestroyUnitResponse)(nil),     // 24: lifeline.v1.DestroyUnitResponse
+	(*DestroyMachineRequest)(nil),   // 25: lifeline.v1.DestroyMachineRequest
+	(*DestroyMachineResponse)(nil),  // 26: lifeline.v1.DestroyMachineResponse
+	(*DestroyServiceRequest)(nil),   // 27: lifeline.v1.DestroyServiceRequest
+	(*DestroyServiceResponse)(nil),  // 28: lifeline.v1.DestroyServiceResponse
+	(*ResolvedRequest)(nil),         // 29: lifeline.v1.ResolvedRequest
+	(*ResolvedResponse)(nil),        // 30: lifeline.v1.ResolvedResponse
+	(*GetConfigRequest)(nil),        // 31: lifeline.v1.GetConfigRequest
+	(*GetConfigResponse)(nil),       // 32: lifeline.v1.GetConfigResponse
+	(*SetConfigRequest)(nil),        // 33: lifeline.v1.SetConfigRequest
+	(*SetConfigResponse)(nil),       // 34: lifeline.v1.SetConfigResponse
+	(*ShowStatusLogRequest)(nil),    // 35: lifeline.v1.ShowStatusLogRequest
+	(*ShowStatusLogResponse)(nil),   // 36: lifeline.v1.ShowStatusLogResponse
+	(*StatusLogEntry)(nil),          // 37: lifeline.v1.StatusLogEntry
+	nil,                             // 38: lifeline.v1.DeployRequest.ConfigEntry
+	nil,                             // 39: lifeline.v1.GetConfigResponse.ValuesEntry
+	nil,                             // 40: lifeline.v1.SetConfigRequest.SetEntry
+	nil,                             // 41: lifeline.v1.StatusLogEntry.DataEntry
+	(*Charm)(nil),                   // 42: lifeline.v1.Charm
+	(*Service)(nil),                 // 43: lifeline.v1.Service
+	(*Unit)(nil),                    // 44: lifeline.v1.Unit
+	(*Machine)(nil),                 // 45: lifeline.v1.Machine
+	(*Relation)(nil),                // 46: lifeline.v1.Relation
+	(*ConfigOption)(nil),            // 47: lifeline.v1.ConfigOption
+	(*ConfigValue)(nil),             // 48: lifeline.v1.ConfigValue
 }
 var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	4,  // 0: lifeline.v1.StatusResponse.status:type_name -> lifeline.v1.ModelStatus
 	4,  // 1: lifeline.v1.WatchStatusResponse.status:type_name -> lifeline.v1.ModelStatus
-	5,  // 2: lifeline.v1.ModelStatus.machines:type_name -> lifeline.v1.MachineStatus
-	6,  // 3: lifeline.v1.ModelStatus.services:type_name -> lifeline.v1.ServiceStatus
-	8,  // 4: lifeline.v1.ModelStatus.relations:type_name -> lifeline.v1.RelationStatus
-	7,  // 5: lifeline.v1.ServiceStatus.units:type_name -> lifeline.v1.UnitStatus
-	10, // 6: lifeline.v1.UploadCharmRequest.header:type_name -> lifeline.v1.UploadCharmHeader
-	41, // 7: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
-	37, // 8: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
-	42, // 9: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
-	43, // 10: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
-	43, // 11: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
-	44, // 12: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
-	45, // 13: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
-	46, // 14: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
-	38, // 15: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
-	39, // 16: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
-	36, // 17: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
-	40, // 18: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
-	47, // 19: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
-	0,  // 20: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
-	2,  // 21: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
-	9,  // 22: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
-	12, // 23: lifeline.v1.OperatorService.Deploy:input_type -> lifeline.v1.DeployRequest
-	14, // 24: lifeline.v1.OperatorService.AddUnits:input_type -> lifeline.v1.AddUnitsRequest
-	16, // 25: lifeline.v1.OperatorService.AddMachines:input_type -> lifeline.v1.AddMachinesRequest
-	18, // 26: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
-	20, // 27: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
-	22, // 28: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
-	24, // 29: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
-	26, // 30: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
-	28, // 31: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
-	30, // 32: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
-	32, // 33: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
-	34, // 34: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
-	1,  // 35: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
-	3,  // 36: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
-	11, // 37: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
-	13, // 38: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
-	15, // 39: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
-	17, // 40: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
-	19, // 41: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
-	21, // 42: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
-	23, // 43: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
-	25, // 44: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
-	27, // 45: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
-	29, // 46: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
-	31, // 47: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
-	33, // 48: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
-	35, // 49: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
-	35, // [35:50] is the sub-list for method output_type
-	20, // [20:35] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	6,  // 2: lifeline.v1.ModelStatus.machines:type_name -> lifeline.v1.MachineStatus
+	7,  // 3: lifeline.v1.ModelStatus.services:type_name -> lifeline.v1.ServiceStatus
+	9,  // 4: lifeline.v1.ModelStatus.relations:type_name -> lifeline.v1.RelationStatus
+	5,  // 5: lifeline.v1.ModelStatus.controllers:type_name -> lifeline.v1.ControllerStatus
+	8,  // 6: lifeline.v1.ServiceStatus.units:type_name -> lifeline.v1.UnitStatus
+	11, // 7: lifeline.v1.UploadCharmRequest.header:type_name -> lifeline.v1.UploadCharmHeader
+	42, // 8: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
+	38, // 9: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
+	43, // 10: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
+	44, // 11: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
+	44, // 12: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
+	45, // 13: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
+	46, // 14: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
+	47, // 15: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
+	39, // 16: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
+	40, // 17: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
+	37, // 18: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
+	41, // 19: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
+	48, // 20: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
+	0,  // 21: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
+	2,  // 22: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
+	10, // 23: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
+	13, // 24: lifeline.v1.OperatorService.Deploy:input_type -> lifeline.v1.DeployRequest
+	15, // 25: lifeline.v1.OperatorService.AddUnits:input_type -> lifeline.v1.AddUnitsRequest
+	17, // 26: lifeline.v1.OperatorService.AddMachines:input_type -> lifeline.v1.AddMachinesRequest
+	19, // 27: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
+	21, // 28: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
+	23, // 29: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
+	25, // 30: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
+	27, // 31: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
+	29, // 32: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
+	31, // 33: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
+	33, // 34: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
+	35, // 35: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
+	1,  // 36: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
+	3,  // 37: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
+	12, // 38: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
+	14, // 39: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
+	16, // 40: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
+	18, // 41: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
+	20, // 42: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
+	22, // 43: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
+	24, // 44: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
+	26, // 45: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
+	28, // 46: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
+	30, // 47: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
+	32, // 48: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
+	34, // 49: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
+	36, // 50: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
+	36, // [36:51] is the sub-list for method output_type
+	21, // [21:36] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_operator_proto_init() }
@@ -2435,19 +2515,19 @@ func file_lifeline_v1_operator_proto_init() {
 		return
 	}
 	file_lifeline_v1_model_proto_init()
-	file_lifeline_v1_operator_proto_msgTypes[9].OneofWrappers = []any{
+	file_lifeline_v1_operator_proto_msgTypes[10].OneofWrappers = []any{
 		(*UploadCharmRequest_Header)(nil),
 		(*UploadCharmRequest_Chunk)(nil),
 	}
-	file_lifeline_v1_operator_proto_msgTypes[22].OneofWrappers = []any{}
-	file_lifeline_v1_operator_proto_msgTypes[24].OneofWrappers = []any{}
+	file_lifeline_v1_operator_proto_msgTypes[23].OneofWrappers = []any{}
+	file_lifeline_v1_operator_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_operator_proto_rawDesc), len(file_lifeline_v1_operator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

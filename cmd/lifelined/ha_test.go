@@ -1,0 +1,196 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lifelinehq/lifeline/apiclient"
+	"github.com/lifelinehq/lifeline/embedetcd"
+	"github.com/lifelinehq/lifeline/pki"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// haController is a controller process of a test.
+type haController struct {
+	name, addr, config string
+	cmd                *exec.Cmd
+	logs               *lockedBuffer
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func startHAController(t *testing.T, dir, name, endpoint string) *haController {
+	t.Helper()
+	c := &haController{name: name, addr: freeAddr(t), config: filepath.Join(dir, name+".json"), logs: &lockedBuffer{}}
+	c.cmd = exec.Command(lifelined, "controller", "--data-dir", filepath.Join(dir, name), "--api-addr", c.addr,
+		"--metrics-addr", "", "--client-config", c.config, "--etcd-endpoints", endpoint, "--namespace", "/ha/",
+		"--provider", "manual")
+	c.cmd.Stdout, c.cmd.Stderr = c.logs, c.logs
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.cmd.Process.Signal(os.Interrupt)
+		c.cmd.Wait()
+		if t.Failed() {
+			t.Logf("controller %s log:\n%s", name, c.logs.String())
+		}
+	})
+	return c
+}
+
+func (c *haController) clientConfig(t *testing.T) pki.ClientConfig {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cfg, err := pki.ReadClientConfig(c.config)
+		if err == nil {
+			return cfg
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("controller %s wrote no client config: %v", c.name, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// dialOnly dials the one controller at addr with cfg's CA and credential.
+func dialOnly(t *testing.T, cfg pki.ClientConfig, addr string) pb.OperatorServiceClient {
+	t.Helper()
+	dial := apiclient.FromClientConfig(cfg)
+	dial.Addresses = []string{addr}
+	conn, err := apiclient.Dial(dial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return pb.NewOperatorServiceClient(conn)
+}
+
+// controllersOf returns the status's controllers as "id[*]" (the leader
+// starred), sorted by id.
+func controllersOf(st *pb.ModelStatus) (ids []string, leader string) {
+	for _, c := range st.GetControllers() {
+		ids = append(ids, c.Id)
+		if c.Leader {
+			leader = c.Id
+		}
+	}
+	return ids, leader
+}
+
+// TestTwoControllersShareOneModel runs two controllers on one etcd: they
+// serve with one CA (a client of the first may call the second), both are
+// listed with exactly one leader, and when the leader is killed the other
+// takes over within the registration TTL.
+func TestTwoControllersShareOneModel(t *testing.T) {
+	dir, err := os.MkdirTemp("", "ll-ha-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cleanups, not defers: they run after the controllers' (registered
+	// later), which need etcd to stop.
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	etcd, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(dir, "etcd"), NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { etcd.Close() })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	a := startHAController(t, dir, "a", etcd.Endpoint())
+	cfgA := a.clientConfig(t)
+	b := startHAController(t, dir, "b", etcd.Endpoint())
+	waitUntil(t, ctx, "b to join", func() (bool, string) {
+		return strings.Contains(b.logs.String(), "API serving"), ""
+	})
+	if _, err := os.Stat(b.config); err == nil {
+		t.Error("the second controller wrote a client config (with a new admin credential, revoking the first's)")
+	}
+
+	// A's admin calls B: same CA, same credentials store.
+	viaB := dialOnly(t, cfgA, b.addr)
+	if _, err := viaB.AddMachines(ctx, &pb.AddMachinesRequest{NumMachines: 1, Manual: true}, waitForReady()...); err != nil {
+		t.Fatalf("AddMachines through b with a's client config: %v", err)
+	}
+	var st *pb.ModelStatus
+	waitUntil(t, ctx, "both controllers listed with one leader", func() (bool, string) {
+		resp, err := viaB.Status(ctx, &pb.StatusRequest{})
+		if err != nil {
+			return false, err.Error()
+		}
+		st = resp.Status
+		ids, leader := controllersOf(st)
+		return len(ids) == 2 && leader != "", fmt.Sprintf("controllers %v, leader %q", ids, leader)
+	})
+	if len(st.Machines) != 1 {
+		t.Errorf("status through b shows %d machines, want 1", len(st.Machines))
+	}
+	_, leaderID := controllersOf(st)
+	leaderProc, survivor := a, b
+	if !strings.Contains(a.logs.String(), leaderID) {
+		leaderProc, survivor = b, a
+	}
+	if !strings.Contains(leaderProc.logs.String(), "elected to run the singleton workers") {
+		t.Fatalf("controller %s leads (%s) but never logged its election", leaderProc.name, leaderID)
+	}
+
+	// Kill the leader outright: the survivor leads once the lease lapses.
+	killed := time.Now()
+	leaderProc.cmd.Process.Signal(syscall.SIGKILL)
+	viaSurvivor := dialOnly(t, cfgA, survivor.addr)
+	waitUntil(t, ctx, "the survivor alone, leading", func() (bool, string) {
+		resp, err := viaSurvivor.Status(ctx, &pb.StatusRequest{})
+		if err != nil {
+			return false, err.Error()
+		}
+		ids, leader := controllersOf(resp.Status)
+		return len(ids) == 1 && leader == ids[0] && leader != leaderID, fmt.Sprintf("controllers %v, leader %q", ids, leader)
+	})
+	took := time.Since(killed)
+	t.Logf("controller %s took over %s after %s was killed", survivor.name, took.Round(100*time.Millisecond), leaderProc.name)
+	if took > 15*time.Second {
+		t.Errorf("takeover took %s, want within 15 s", took)
+	}
+}
+
+func waitUntil(t *testing.T, ctx context.Context, what string, cond func() (bool, string)) {
+	t.Helper()
+	last := ""
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: gave up; last: %s", what, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
