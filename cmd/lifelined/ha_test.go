@@ -47,7 +47,7 @@ func startHAController(t *testing.T, dir, name, endpoint string) *haController {
 	c := &haController{name: name, addr: freeAddr(t), config: filepath.Join(dir, name+".json"), logs: &lockedBuffer{}}
 	c.cmd = exec.Command(lifelined, "controller", "--data-dir", filepath.Join(dir, name), "--api-addr", c.addr,
 		"--metrics-addr", "", "--client-config", c.config, "--etcd-endpoints", endpoint, "--namespace", "/ha/",
-		"--provider", "manual")
+		"--provider", "manual", "--presence-timeout", "3s")
 	c.cmd.Stdout, c.cmd.Stderr = c.logs, c.logs
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -134,7 +134,8 @@ func TestTwoControllersShareOneModel(t *testing.T) {
 
 	// A's admin calls B: same CA, same credentials store.
 	viaB := dialOnly(t, cfgA, b.addr)
-	if _, err := viaB.AddMachines(ctx, &pb.AddMachinesRequest{NumMachines: 1, Manual: true}, waitForReady()...); err != nil {
+	added, err := viaB.AddMachines(ctx, &pb.AddMachinesRequest{NumMachines: 1, Manual: true}, waitForReady()...)
+	if err != nil {
 		t.Fatalf("AddMachines through b with a's client config: %v", err)
 	}
 	var st *pb.ModelStatus
@@ -159,6 +160,36 @@ func TestTwoControllersShareOneModel(t *testing.T) {
 		t.Fatalf("controller %s leads (%s) but never logged its election", leaderProc.name, leaderID)
 	}
 
+	// A manual machine's agent, on the leader first.
+	agent := exec.Command(lifelined, "machine-agent", "--join", added.JoinTokens[0], "--controller", leaderProc.addr,
+		"--data-dir", filepath.Join(dir, "machine-0"))
+	agentLogs := &lockedBuffer{}
+	agent.Stdout, agent.Stderr = agentLogs, agentLogs
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		agent.Process.Kill()
+		agent.Wait()
+		if t.Failed() {
+			t.Logf("machine agent log:\n%s", agentLogs.String())
+		}
+	})
+	machineAgent := func(op pb.OperatorServiceClient) (string, error) {
+		resp, err := op.Status(ctx, &pb.StatusRequest{})
+		if err != nil {
+			return "", err
+		}
+		for _, m := range resp.Status.Machines {
+			return m.Agent, nil
+		}
+		return "", fmt.Errorf("no machine")
+	}
+	waitUntil(t, ctx, "the machine agent started", func() (bool, string) {
+		a, err := machineAgent(viaB)
+		return a == "started", fmt.Sprint(a, err)
+	})
+
 	// Kill the leader outright: the survivor leads once the lease lapses.
 	killed := time.Now()
 	leaderProc.cmd.Process.Signal(syscall.SIGKILL)
@@ -176,6 +207,15 @@ func TestTwoControllersShareOneModel(t *testing.T) {
 	if took > 15*time.Second {
 		t.Errorf("takeover took %s, want within 15 s", took)
 	}
+	// The agent's presence, held by the dead controller, lapsed within the
+	// presence timeout (3 s); it shows started again once the agent is
+	// connected to the survivor.
+	time.Sleep(time.Until(killed.Add(4 * time.Second)))
+	waitUntil(t, ctx, "the machine agent back, on the survivor", func() (bool, string) {
+		a, err := machineAgent(viaSurvivor)
+		return a == "started", fmt.Sprint(a, err)
+	})
+	t.Logf("the machine agent shows started through the survivor %s after the kill", time.Since(killed).Round(100*time.Millisecond))
 }
 
 func waitUntil(t *testing.T, ctx context.Context, what string, cond func() (bool, string)) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -100,7 +101,13 @@ func runMachineAgent(ctx context.Context, f machineAgentFlags) error {
 	if kind != names.KindMachine {
 		return fmt.Errorf("agent config %s holds the credential of %s, not of a machine", path, cfg.Tag)
 	}
-	cfg.Controllers = append(append([]string(nil), f.controllers...), cfg.Controllers...)
+	var addrs []string
+	for _, a := range append(append([]string(nil), f.controllers...), cfg.Controllers...) {
+		if !slices.Contains(addrs, a) {
+			addrs = append(addrs, a)
+		}
+	}
+	cfg.Controllers = addrs
 	// One connection for the machine and all its units, each call made
 	// with its caller's own credential.
 	dial := apiclient.FromClientConfig(cfg)
