@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -111,6 +112,15 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 	if op.Step == stepDone {
 		return ex.commit(ctx, op)
 	}
+	if !a.hasHook(op.Hook) {
+		// Nothing to run (the charm has no such hook): done at once,
+		// without the machine's hook lock and without a status report.
+		op.Step, op.Settings = stepDone, nil
+		if err := a.save(); err != nil {
+			return err
+		}
+		return ex.commit(ctx, op)
+	}
 	select {
 	case a.cfg.HookLock <- struct{}{}:
 	case <-ctx.Done():
@@ -152,6 +162,14 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 		return err
 	}
 	return ex.commit(ctx, op)
+}
+
+// hasHook reports whether the charm has a file for the hook. A missing one
+// is skipped; anything else there (even a file that cannot run) is run, so
+// that hooks.Run names what is wrong with it.
+func (a *Agent) hasHook(hook string) bool {
+	_, err := os.Lstat(filepath.Join(a.charmDir(), "hooks", hook))
+	return !errors.Is(err, fs.ErrNotExist)
 }
 
 func errString(err error, res hookResult) string {
