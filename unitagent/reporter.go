@@ -12,20 +12,39 @@ import (
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
+// statusLinger is how long the reporter lets statuses settle before it
+// sends one: an agent going through several quick steps (hooks that run in
+// milliseconds, or none) reports where it ends up, not each step, and each
+// report spared is a transaction and a history entry spared.
+const statusLinger = 200 * time.Millisecond
+
 // reporter tells the controller the agent's status: the latest one wins,
 // and while the controller cannot be reached the latest waits and is sent
-// when it can. The controller's copy is for ctl status; the local state
-// file is what counts.
+// when it can. A status worth keeping in the unit's history (an error, or
+// one carrying a hook's output) is sent even when a later one follows
+// quickly. The controller's copy is for ctl status; the local state file
+// is what counts.
 type reporter struct {
 	api    API
 	unit   string
 	logger hclog.Logger
 
-	mu      sync.Mutex
-	want    *pb.Status // latest status to report
+	mu   sync.Mutex
+	want *pb.Status // latest status to report
+	// keep are statuses set before want that must still be sent, in order.
+	keep    []*pb.Status
 	sent    *pb.Status // last status the controller acknowledged
 	pending chan struct{}
 	done    chan struct{}
+}
+
+// maxKept bounds the statuses kept for sending: beyond it the oldest go.
+const maxKept = 16
+
+// worthKeeping says whether st must reach the unit's history even when a
+// later status follows at once.
+func worthKeeping(st *pb.Status) bool {
+	return st != nil && (st.Status == "error" || st.Data["output"] != "")
 }
 
 func newReporter(api API, unit string, logger hclog.Logger) *reporter {
@@ -38,6 +57,12 @@ func (r *reporter) set(st *pb.Status) {
 	if proto.Equal(st, r.want) {
 		r.mu.Unlock()
 		return
+	}
+	if worthKeeping(r.want) && !proto.Equal(r.want, r.sent) {
+		r.keep = append(r.keep, r.want)
+		if len(r.keep) > maxKept {
+			r.keep = r.keep[1:]
+		}
 	}
 	r.want = st
 	r.mu.Unlock()
@@ -52,7 +77,7 @@ func (r *reporter) flush(ctx context.Context) {
 	deadline := time.After(5 * time.Second)
 	for {
 		r.mu.Lock()
-		done := proto.Equal(r.want, r.sent)
+		done := len(r.keep) == 0 && proto.Equal(r.want, r.sent)
 		r.mu.Unlock()
 		if done {
 			return
@@ -75,10 +100,19 @@ func (r *reporter) run(ctx context.Context) {
 			return
 		case <-r.pending:
 		}
+		r.mu.Lock()
+		urgent := len(r.keep) > 0 || worthKeeping(r.want)
+		r.mu.Unlock()
+		if !urgent && !sleep(ctx, statusLinger) {
+			return
+		}
 		for {
 			r.mu.Lock()
-			st := r.want
-			sent := proto.Equal(st, r.sent)
+			st, kept := r.want, len(r.keep) > 0
+			if kept {
+				st = r.keep[0]
+			}
+			sent := !kept && proto.Equal(st, r.sent)
 			r.mu.Unlock()
 			if sent || st == nil {
 				break
@@ -90,6 +124,9 @@ func (r *reporter) run(ctx context.Context) {
 				bo.Reset()
 				r.mu.Lock()
 				r.sent = st
+				if kept {
+					r.keep = r.keep[1:]
+				}
 				r.mu.Unlock()
 				select {
 				case r.done <- struct{}{}:
