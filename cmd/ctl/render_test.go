@@ -298,3 +298,20 @@ func TestRenderControllers(t *testing.T) {
 		t.Errorf("one controller is shown in the tabular status:\n%s", buf.String())
 	}
 }
+
+func TestMergeControllers(t *testing.T) {
+	live := []*pb.ControllerStatus{
+		{Id: "c2", Addresses: []string{"10.0.0.2:17070"}},
+		{Id: "c1", Addresses: []string{"10.0.0.1:17070"}, Leader: true},
+		{Id: "c3", Addresses: []string{"10.0.0.3:17070", "10.0.0.2:17070"}},
+	}
+	got := mergeControllers([]string{"lb.example:17070", "10.0.0.2:17070"}, live)
+	want := []string{"lb.example:17070", "10.0.0.2:17070", "10.0.0.1:17070", "10.0.0.3:17070"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("mergeControllers = %v, want %v", got, want)
+	}
+	have := []string{"10.0.0.1:17070", "10.0.0.2:17070", "10.0.0.3:17070"}
+	if got := mergeControllers(have, live); strings.Join(got, " ") != strings.Join(have, " ") {
+		t.Errorf("mergeControllers of known addresses = %v, want %v unchanged", got, have)
+	}
+}

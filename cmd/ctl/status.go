@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -64,6 +67,7 @@ Example:
 			if err != nil {
 				return c.check(err)
 			}
+			e.learnControllers(resp.Status)
 			return renderStatus(e.stdout, resp.Status, format)
 		},
 	}
@@ -115,3 +119,48 @@ func watchStatus(ctx context.Context, e *env, c *client, format string) error {
 // errStreamEnded says the controller ended a status stream (it ends them
 // only when it stops).
 var errStreamEnded = errors.New("the controller ended the status stream: is it stopping?")
+
+// learnControllers adds the addresses of the live controllers that status
+// names to the client config, so that ctl fails over to controllers added
+// after the config was written. Addresses it already has stay (after the
+// live ones): ctl may reach a controller by an address the controller does
+// not advertise. Failing to save is only worth a warning.
+func (e *env) learnControllers(st *pb.ModelStatus) {
+	cfg, err := e.readConfig()
+	if err != nil {
+		return
+	}
+	merged := mergeControllers(cfg.Controllers, st.GetControllers())
+	if slices.Equal(merged, cfg.Controllers) {
+		return
+	}
+	cfg.Controllers = merged
+	if err := pki.WriteClientConfig(e.configPath, cfg); err != nil {
+		fmt.Fprintf(e.stderr, "ctl: warning: cannot save the controllers' addresses in %s: %v\n", e.configPath, err)
+	}
+}
+
+// mergeControllers returns have with the live controllers' addresses it
+// lacks added, or have itself when it has them all. The leader's come
+// first among those added.
+func mergeControllers(have []string, live []*pb.ControllerStatus) []string {
+	live = slices.Clone(live)
+	slices.SortStableFunc(live, func(a, b *pb.ControllerStatus) int {
+		switch {
+		case a.Leader == b.Leader:
+			return strings.Compare(a.Id, b.Id)
+		case a.Leader:
+			return -1
+		}
+		return 1
+	})
+	out := have
+	for _, c := range live {
+		for _, a := range c.Addresses {
+			if !slices.Contains(out, a) {
+				out = append(slices.Clip(out), a)
+			}
+		}
+	}
+	return out
+}
