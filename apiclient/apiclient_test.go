@@ -25,45 +25,29 @@ func TestDialFailsOverAndSendsTheCredential(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	certPEM, keyPEM, err := ca.IssueServerCert([]string{apiclient.ServerName}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dead, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	deadAddr := dead.Addr().String()
 	dead.Close()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	tags := make(chan string, 1)
-	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(pki.ServerTLSConfig(cert))),
-		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			md, _ := metadata.FromIncomingContext(ctx)
-			if v := md.Get(pki.MetadataTag); len(v) == 1 {
-				select {
-				case tags <- v[0]:
-				default:
-				}
+	addr, _ := healthServer(t, ca, grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if v := md.Get(pki.MetadataTag); len(v) == 1 {
+			select {
+			case tags <- v[0]:
+			default:
 			}
-			return h(ctx, req)
-		}))
-	healthpb.RegisterHealthServer(g, health.NewServer())
-	go g.Serve(lis)
-	defer g.Stop()
+		}
+		return h(ctx, req)
+	}))
 
 	cred, _, err := pki.NewCredential("machine-7")
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := apiclient.Dial(apiclient.Config{Addresses: []string{deadAddr, lis.Addr().String()}, CACert: ca.CertPEM(), Credential: cred})
+	conn, err := apiclient.Dial(apiclient.Config{Addresses: []string{deadAddr, addr}, CACert: ca.CertPEM(), Credential: cred})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +65,7 @@ func TestDialFailsOverAndSendsTheCredential(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad, err := apiclient.Dial(apiclient.Config{Addresses: []string{lis.Addr().String()}, CACert: other.CertPEM(), Credential: cred})
+	bad, err := apiclient.Dial(apiclient.Config{Addresses: []string{addr}, CACert: other.CertPEM(), Credential: cred})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,9 +127,9 @@ func TestAsSharesAConnection(t *testing.T) {
 	}
 }
 
-// healthServer serves the health service over TLS with a certificate of ca,
-// on a new loopback port; stop ends it.
-func healthServer(t *testing.T, ca *pki.CA) (addr string, stop func()) {
+// healthServer serves the health service over TLS with a certificate of ca
+// (and opts), on a new loopback port; stop ends it.
+func healthServer(t *testing.T, ca *pki.CA, opts ...grpc.ServerOption) (addr string, stop func()) {
 	t.Helper()
 	certPEM, keyPEM, err := ca.IssueServerCert([]string{apiclient.ServerName}, time.Hour)
 	if err != nil {
@@ -159,7 +143,7 @@ func healthServer(t *testing.T, ca *pki.CA) (addr string, stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(pki.ServerTLSConfig(cert))))
+	g := grpc.NewServer(append([]grpc.ServerOption{grpc.Creds(credentials.NewTLS(pki.ServerTLSConfig(cert)))}, opts...)...)
 	healthpb.RegisterHealthServer(g, health.NewServer())
 	go g.Serve(lis)
 	t.Cleanup(g.Stop)
