@@ -64,6 +64,10 @@ func (a *agentServer) Watch(req *pb.WatchRequest, stream pb.AgentService_WatchSe
 // watch is one subject's stream: what to watch and how to show it.
 type watch struct {
 	prefix string
+	// trim is what a key of a set loses to become a change's id: prefix,
+	// unless the watch covers only part of the set (a relation's other
+	// side, whose members are still named in full).
+	trim string
 	// key is the one key a single-entity subject watches (with
 	// state.WatchKey, so units/kv/1 does not also bring units/kv/10), ""
 	// for a set.
@@ -149,7 +153,13 @@ func (a *agentServer) watchOf(ctx context.Context, c caller, subject *pb.WatchSu
 		if err != nil {
 			return nil, err
 		}
-		w := &watch{prefix: state.SettingsPrefix(s.RelationScope)}
+		// The caller sees the other side's members (the unit agent needs
+		// no others), so that a big service related to another costs O(N)
+		// events, not O(N²); in a peer relation, the whole scope.
+		w := &watch{prefix: state.SettingsPrefix(s.RelationScope), trim: state.SettingsPrefix(s.RelationScope)}
+		if other := otherService(rel, names.UnitService(c.id)); other != "" {
+			w.prefix = state.SettingsServicePrefix(s.RelationScope, other)
+		}
 		if rel.Scope == pb.Scope_SCOPE_CONTAINER {
 			own, err := a.unitFound(ctx, c.id)
 			if err != nil {
@@ -175,6 +185,17 @@ func (a *agentServer) ownOrMachineUnit(ctx context.Context, c caller, name, verb
 	return ownUnit(c, name, verb)
 }
 
+// otherService is the service on the other side of rel from service, ""
+// in a peer relation.
+func otherService(rel *pb.Relation, service string) string {
+	for _, ep := range rel.Endpoints {
+		if ep.Service != service {
+			return ep.Service
+		}
+	}
+	return ""
+}
+
 func single(key, id string, value func(*pb.WatchChange, []byte) error) *watch {
 	return &watch{prefix: key, key: key, id: id, value: value}
 }
@@ -194,6 +215,14 @@ func decodeInto[T any, P interface {
 	}
 }
 
+// trimmed is what a key of the set loses to become an id.
+func (w *watch) trimmed() string {
+	if w.trim != "" {
+		return w.trim
+	}
+	return w.prefix
+}
+
 // translate turns a batch into a response.
 func (w *watch) translate(ctx context.Context, b state.WatchBatch) (*pb.WatchResponse, error) {
 	resp := &pb.WatchResponse{Revision: b.Revision, Relisted: b.Reset}
@@ -209,7 +238,7 @@ func (w *watch) translate(ctx context.Context, b state.WatchBatch) (*pb.WatchRes
 	var visible []bool
 	if w.scope != nil {
 		var err error
-		if visible, err = w.scope.visible(ctx, w.prefix, b.Reset, evs); err != nil {
+		if visible, err = w.scope.visible(ctx, w.trimmed(), b.Reset, evs); err != nil {
 			return nil, err
 		}
 	}
@@ -219,7 +248,7 @@ func (w *watch) translate(ctx context.Context, b state.WatchBatch) (*pb.WatchRes
 		}
 		ch := &pb.WatchChange{Id: w.id, Version: e.ModRevision, Removed: e.Type == state.EventDelete}
 		if w.key == "" {
-			ch.Id = strings.TrimPrefix(e.Key, w.prefix)
+			ch.Id = strings.TrimPrefix(e.Key, w.trimmed())
 		}
 		if !ch.Removed && w.value != nil {
 			if err := w.value(ch, e.Value); err != nil {
@@ -253,8 +282,8 @@ type scopeFilter struct {
 // shown: it may have been shown before the client resumed, and a removal
 // of a name the client never saw is harmless, whereas a departure missed
 // would leave a member in the client's view for ever.
-func (f *scopeFilter) visible(ctx context.Context, prefix string, reset bool, evs []state.Event) ([]bool, error) {
-	member := func(e state.Event) string { return strings.TrimPrefix(e.Key, prefix) }
+func (f *scopeFilter) visible(ctx context.Context, trim string, reset bool, evs []state.Event) ([]bool, error) {
+	member := func(e state.Event) string { return strings.TrimPrefix(e.Key, trim) }
 	if reset {
 		// The listing is the whole scope: learn the local units afresh.
 		local, err := f.st.MachineUnitNames(ctx, f.machine)
