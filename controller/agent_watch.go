@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
+	"github.com/lifelinehq/lifeline/watchhub"
 )
 
 // progressEvery bounds how often a watch sends a response without
@@ -21,12 +23,14 @@ import (
 // the client need not hear of each.
 const progressEvery = time.Second
 
-// Watch streams one subject's changes from state.Watch, authorized once,
+// Watch streams one subject's changes from the controller's watch hub
+// (package watchhub, which keeps state.Watch's contract), authorized once,
 // when the stream starts. Each batch becomes one response, with the
 // revision to resume after; a batch that carries no change for the caller
 // (a progress report, or changes filtered out) is sent too, so that the
 // client's revision advances, but at most once every progressEvery. The
-// stream ends when the client goes away.
+// stream ends when the client goes away, or with Unavailable when the
+// controller stops.
 func (a *agentServer) Watch(req *pb.WatchRequest, stream pb.AgentService_WatchServer) error {
 	ctx := stream.Context()
 	if req.GetAfterRevision() < 0 {
@@ -36,14 +40,22 @@ func (a *agentServer) Watch(req *pb.WatchRequest, stream pb.AgentService_WatchSe
 	if err != nil {
 		return err
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var lastProgress time.Time
-	batches := a.s.st.Watch(wctx, w.prefix, req.GetAfterRevision())
+	var sub *watchhub.Stream
 	if w.key != "" {
-		batches = a.s.st.WatchKey(wctx, w.key, req.GetAfterRevision())
+		sub, err = a.s.cfg.Watches.WatchKey(ctx, w.key, req.GetAfterRevision())
+	} else {
+		sub, err = a.s.cfg.Watches.Watch(ctx, w.prefix, req.GetAfterRevision())
 	}
-	for b := range batches {
+	if err != nil {
+		return watchErr(ctx, err)
+	}
+	defer sub.Close()
+	for {
+		b, err := sub.Next(ctx)
+		if err != nil {
+			return watchErr(ctx, err)
+		}
 		resp, err := w.translate(ctx, b)
 		if err != nil {
 			return err
@@ -58,7 +70,18 @@ func (a *agentServer) Watch(req *pb.WatchRequest, stream pb.AgentService_WatchSe
 			return err
 		}
 	}
-	return ctx.Err()
+}
+
+// watchErr is the error a watch stream ends with: the client's own going
+// away, or the hub's.
+func watchErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if errors.Is(err, watchhub.ErrClosed) {
+		return unavailable("the controller is stopping: resume the watch on another")
+	}
+	return readErr(err, "watch")
 }
 
 // watch is one subject's stream: what to watch and how to show it.

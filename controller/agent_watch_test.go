@@ -248,6 +248,31 @@ func TestAgentWatchMachineUnitsResetThenChangesAndResume(t *testing.T) {
 	}
 }
 
+func TestAgentWatchResumesAcrossAControllerRestart(t *testing.T) {
+	m := newAgentModel(t)
+	units := &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}}
+	w := m.watch("machine-0", units, 0)
+	w.next()
+	resumeAfter := w.revision
+	w.cancel()
+
+	// The restarted controller's watch hub holds nothing older than its
+	// start: the stream catches up from etcd, exactly, then follows the hub.
+	m.Stop()
+	m.addUnits("kv", 1, state.Placement{Machine: "0"}) // kv/2
+	m.Start()
+	m.addUnits("kv", 1, state.Placement{Machine: "1"}) // kv/3
+	m.addUnits("kv", 1, state.Placement{Machine: "0"}) // kv/4
+	w = m.watch("machine-0", units, resumeAfter)
+	if got := w.nextChanges(2); !slices.Equal(got, []string{"kv/2", "kv/4"}) {
+		t.Fatalf("changes after resuming from %d = %v, want exactly [kv/2 kv/4]", resumeAfter, got)
+	}
+	m.addUnits("kv", 1, state.Placement{Machine: "0"}) // kv/5
+	if got := w.nextChanges(1); !slices.Equal(got, []string{"kv/5"}) {
+		t.Errorf("next change = %v, want [kv/5]", got)
+	}
+}
+
 func TestAgentWatchRelationScopeShowsMembersAndVersions(t *testing.T) {
 	m := newAgentModel(t)
 	version := func(unit string) int64 {
