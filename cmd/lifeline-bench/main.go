@@ -40,6 +40,8 @@ type config struct {
 	rawTime                  time.Duration
 	concurrency              int
 	keep                     bool
+	pprofDir                 string
+	pprofSeconds             int
 }
 
 func main() {
@@ -56,6 +58,8 @@ func main() {
 	flag.DurationVar(&c.rawTime, "raw-time", 5*time.Second, "how long to measure raw etcd transactions")
 	flag.IntVar(&c.concurrency, "concurrency", 0, "clients of the raw etcd measurement (default: the number of machines, at most 256)")
 	flag.BoolVar(&c.keep, "keep", false, "keep the working directory")
+	flag.StringVar(&c.pprofDir, "pprof", "", "write CPU profiles of the controller and of the fleet (this process) for the first -pprof-seconds of deploying and of destroying, and heap profiles of both once the units run, into this directory")
+	flag.IntVar(&c.pprofSeconds, "pprof-seconds", 15, "how long each CPU profile of -pprof lasts")
 	flag.Parse()
 	if err := c.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-bench:", err)

@@ -12,6 +12,7 @@ type results struct {
 	Machines               int     `json:"machines"`
 	Related                int     `json:"related_units"`
 	Hooks                  string  `json:"hooks"`
+	SecondsToUnitsAdded    float64 `json:"seconds_to_units_added"`
 	SecondsToRunning       float64 `json:"seconds_to_running"`
 	UnitStartP50           float64 `json:"unit_start_p50_s"`
 	UnitStartP99           float64 `json:"unit_start_p99_s"`
@@ -40,7 +41,7 @@ func (r *results) print(w io.Writer) {
 	t := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, format string, v ...any) { fmt.Fprintf(t, "%s\t"+format+"\n", append([]any{k}, v...)...) }
 	row("units, machines, related, hooks", "%d, %d, %d, %s", r.Units, r.Machines, r.Related, r.Hooks)
-	row("seconds to running", "%.1f (p50 %.1f, p99 %.1f per unit)", r.SecondsToRunning, r.UnitStartP50, r.UnitStartP99)
+	row("seconds to running", "%.1f (units added after %.1f; p50 %.1f, p99 %.1f per unit)", r.SecondsToRunning, r.SecondsToUnitsAdded, r.UnitStartP50, r.UnitStartP99)
 	row("seconds to removed", "%.1f (units gone after %.1f)", r.SecondsToRemoved, r.SecondsToUnitsRemoved)
 	row("units per second", "%.0f deploying, %.0f destroying", r.UnitsPerSecond, r.UnitsPerSecondDestroy)
 	row("raw etcd txn/s", "%.0f: ceiling %.0f units/s at %.2f txns a unit", r.RawTxnPerSecond, r.CeilingUnitsPerSecond, r.FewestTxnsPerUnit)
