@@ -21,6 +21,9 @@ type follower struct {
 	units    map[string]bool
 	agents   map[string]*pb.Status
 	entities map[string]bool
+	// running and idle count the agents whose status says so, kept as
+	// statuses change so that checking costs nothing.
+	running, idle int
 	// firstRunning is when each unit's agent was first seen running.
 	firstRunning map[string]time.Time
 	// lastAgentChange is when a unit agent's status last changed.
@@ -54,6 +57,7 @@ func (f *follower) apply(b state.WatchBatch) {
 	f.mu.Lock()
 	if b.Reset {
 		f.units, f.agents, f.entities = map[string]bool{}, map[string]*pb.Status{}, map[string]bool{}
+		f.running, f.idle = 0, 0
 	}
 	for _, e := range b.Events {
 		put := e.Type == state.EventPut
@@ -75,8 +79,9 @@ func (f *follower) apply(b state.WatchBatch) {
 		case strings.HasPrefix(e.Key, agentStatusPrefix):
 			name := e.Key[len(agentStatusPrefix):]
 			f.lastAgentChange = now
+			f.count(f.agents[name], -1)
+			delete(f.agents, name)
 			if !put {
-				delete(f.agents, name)
 				continue
 			}
 			s := &pb.Status{}
@@ -84,6 +89,7 @@ func (f *follower) apply(b state.WatchBatch) {
 				continue
 			}
 			f.agents[name] = s
+			f.count(s, 1)
 			if _, ok := f.firstRunning[name]; !ok && s.Data["state"] == "running" {
 				f.firstRunning[name] = now
 			}
@@ -105,21 +111,23 @@ func isEntityKey(k string) bool {
 	return false
 }
 
-// agentCounts returns the units, and how many of them run and are idle.
+// count adds d to the counts s is in; a nil s is in none.
+func (f *follower) count(s *pb.Status, d int) {
+	if s == nil || s.Data["state"] != "running" {
+		return
+	}
+	f.running += d
+	if s.Status == "idle" {
+		f.idle += d
+	}
+}
+
+// agentCounts returns the units, and how many unit agents run and are
+// idle. A unit's statuses go with it, so these are the units' agents.
 func (f *follower) agentCounts() (units, running, idle int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for u := range f.units {
-		a := f.agents[u]
-		if a == nil || a.Data["state"] != "running" {
-			continue
-		}
-		running++
-		if a.Status == "idle" {
-			idle++
-		}
-	}
-	return len(f.units), running, idle
+	return len(f.units), f.running, f.idle
 }
 
 // wait waits until done says so, checking after every change and every

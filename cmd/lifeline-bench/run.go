@@ -151,6 +151,20 @@ func run(ctx context.Context, c config) (*results, error) {
 	}
 	res.AgentRSSBytes = currentRSS(idle.cmd.Process.Pid)
 	res.FleetRSSPerMachine = float64(currentRSS(os.Getpid())) / float64(c.machines)
+	res.RunningRSSBytes = currentRSS(ctl.cmd.Process.Pid)
+	for _, m := range []struct {
+		name string
+		v    *int64
+	}{
+		{"go_memstats_heap_inuse_bytes", &res.RunningHeapInuseBytes},
+		{"go_memstats_stack_inuse_bytes", &res.RunningStackBytes},
+		{"go_goroutines", &res.RunningGoroutines},
+		{"lifeline_watch_streams", &res.RunningWatchStreams},
+	} {
+		if v, err := ctl.metric(m.name); err == nil {
+			*m.v = int64(v)
+		}
+	}
 	if err := prof.wait(); err != nil {
 		return res, err
 	}
@@ -190,6 +204,9 @@ func run(ctx context.Context, c config) (*results, error) {
 		return res, err
 	}
 	res.MaxTxnOps = int64(maxOps)
+	if retries, err := ctl.metric("lifeline_etcd_txn_retries_total"); err == nil {
+		res.EtcdTxnRetries = int64(retries)
+	}
 	rss, cpu, err := procUsage(ctl.cmd.Process.Pid)
 	if err != nil {
 		return res, err
