@@ -124,10 +124,10 @@ func run(ctx context.Context, c config) (*results, error) {
 	if _, err := ctl.op.AddRelation(ctx, &pb.AddRelationRequest{Endpoints: []string{"front", "bench"}}); err != nil {
 		return nil, err
 	}
-	if err := addUnits(ctx, ctl.op, "front", spread(c.related, fl.ids[:min(len(fl.ids), c.related)])); err != nil {
+	if err := addUnits(ctx, ctl.op, "front", spread(c.related, fl.ids[:min(len(fl.ids), c.related)]), c.addConcurrency); err != nil {
 		return nil, err
 	}
-	if err := addUnits(ctx, ctl.op, "bench", spread(c.units, fl.ids)); err != nil {
+	if err := addUnits(ctx, ctl.op, "bench", spread(c.units, fl.ids), c.addConcurrency); err != nil {
 		return nil, err
 	}
 	total := c.units + c.related
@@ -232,9 +232,10 @@ func spread(n int, machines []string) map[string]int {
 	return out
 }
 
-// addUnits adds a service's units machine by machine, a few calls at once.
-func addUnits(ctx context.Context, op pb.OperatorServiceClient, svc string, per map[string]int) error {
-	sem := make(chan struct{}, 16)
+// addUnits adds a service's units machine by machine, concurrency calls
+// at once.
+func addUnits(ctx context.Context, op pb.OperatorServiceClient, svc string, per map[string]int, concurrency int) error {
+	sem := make(chan struct{}, concurrency)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
