@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
+	"github.com/lifelinehq/lifeline/watchhub"
 )
 
 // progressEvery bounds how often a watch sends a response without
@@ -21,12 +23,14 @@ import (
 // the client need not hear of each.
 const progressEvery = time.Second
 
-// Watch streams one subject's changes from state.Watch, authorized once,
+// Watch streams one subject's changes from the controller's watch hub
+// (package watchhub, which keeps state.Watch's contract), authorized once,
 // when the stream starts. Each batch becomes one response, with the
 // revision to resume after; a batch that carries no change for the caller
 // (a progress report, or changes filtered out) is sent too, so that the
 // client's revision advances, but at most once every progressEvery. The
-// stream ends when the client goes away.
+// stream ends when the client goes away, or with Unavailable when the
+// controller stops.
 func (a *agentServer) Watch(req *pb.WatchRequest, stream pb.AgentService_WatchServer) error {
 	ctx := stream.Context()
 	if req.GetAfterRevision() < 0 {
@@ -36,14 +40,22 @@ func (a *agentServer) Watch(req *pb.WatchRequest, stream pb.AgentService_WatchSe
 	if err != nil {
 		return err
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var lastProgress time.Time
-	batches := a.s.st.Watch(wctx, w.prefix, req.GetAfterRevision())
+	var sub *watchhub.Stream
 	if w.key != "" {
-		batches = a.s.st.WatchKey(wctx, w.key, req.GetAfterRevision())
+		sub, err = a.s.cfg.Watches.WatchKey(ctx, w.key, req.GetAfterRevision())
+	} else {
+		sub, err = a.s.cfg.Watches.Watch(ctx, w.prefix, req.GetAfterRevision())
 	}
-	for b := range batches {
+	if err != nil {
+		return watchErr(ctx, err)
+	}
+	defer sub.Close()
+	for {
+		b, err := sub.Next(ctx)
+		if err != nil {
+			return watchErr(ctx, err)
+		}
 		resp, err := w.translate(ctx, b)
 		if err != nil {
 			return err
@@ -58,12 +70,27 @@ func (a *agentServer) Watch(req *pb.WatchRequest, stream pb.AgentService_WatchSe
 			return err
 		}
 	}
-	return ctx.Err()
+}
+
+// watchErr is the error a watch stream ends with: the client's own going
+// away, or the hub's.
+func watchErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if errors.Is(err, watchhub.ErrClosed) {
+		return unavailable("the controller is stopping: resume the watch on another")
+	}
+	return readErr(err, "watch")
 }
 
 // watch is one subject's stream: what to watch and how to show it.
 type watch struct {
 	prefix string
+	// trim is what a key of a set loses to become a change's id: prefix,
+	// unless the watch covers only part of the set (a relation's other
+	// side, whose members are still named in full).
+	trim string
 	// key is the one key a single-entity subject watches (with
 	// state.WatchKey, so units/kv/1 does not also bring units/kv/10), ""
 	// for a set.
@@ -149,7 +176,13 @@ func (a *agentServer) watchOf(ctx context.Context, c caller, subject *pb.WatchSu
 		if err != nil {
 			return nil, err
 		}
-		w := &watch{prefix: state.SettingsPrefix(s.RelationScope)}
+		// The caller sees the other side's members (the unit agent needs
+		// no others), so that a big service related to another costs O(N)
+		// events, not O(N²); in a peer relation, the whole scope.
+		w := &watch{prefix: state.SettingsPrefix(s.RelationScope), trim: state.SettingsPrefix(s.RelationScope)}
+		if other := otherService(rel, names.UnitService(c.id)); other != "" {
+			w.prefix = state.SettingsServicePrefix(s.RelationScope, other)
+		}
 		if rel.Scope == pb.Scope_SCOPE_CONTAINER {
 			own, err := a.unitFound(ctx, c.id)
 			if err != nil {
@@ -175,6 +208,17 @@ func (a *agentServer) ownOrMachineUnit(ctx context.Context, c caller, name, verb
 	return ownUnit(c, name, verb)
 }
 
+// otherService is the service on the other side of rel from service, ""
+// in a peer relation.
+func otherService(rel *pb.Relation, service string) string {
+	for _, ep := range rel.Endpoints {
+		if ep.Service != service {
+			return ep.Service
+		}
+	}
+	return ""
+}
+
 func single(key, id string, value func(*pb.WatchChange, []byte) error) *watch {
 	return &watch{prefix: key, key: key, id: id, value: value}
 }
@@ -194,6 +238,14 @@ func decodeInto[T any, P interface {
 	}
 }
 
+// trimmed is what a key of the set loses to become an id.
+func (w *watch) trimmed() string {
+	if w.trim != "" {
+		return w.trim
+	}
+	return w.prefix
+}
+
 // translate turns a batch into a response.
 func (w *watch) translate(ctx context.Context, b state.WatchBatch) (*pb.WatchResponse, error) {
 	resp := &pb.WatchResponse{Revision: b.Revision, Relisted: b.Reset}
@@ -209,7 +261,7 @@ func (w *watch) translate(ctx context.Context, b state.WatchBatch) (*pb.WatchRes
 	var visible []bool
 	if w.scope != nil {
 		var err error
-		if visible, err = w.scope.visible(ctx, w.prefix, b.Reset, evs); err != nil {
+		if visible, err = w.scope.visible(ctx, w.trimmed(), b.Reset, evs); err != nil {
 			return nil, err
 		}
 	}
@@ -219,7 +271,7 @@ func (w *watch) translate(ctx context.Context, b state.WatchBatch) (*pb.WatchRes
 		}
 		ch := &pb.WatchChange{Id: w.id, Version: e.ModRevision, Removed: e.Type == state.EventDelete}
 		if w.key == "" {
-			ch.Id = strings.TrimPrefix(e.Key, w.prefix)
+			ch.Id = strings.TrimPrefix(e.Key, w.trimmed())
 		}
 		if !ch.Removed && w.value != nil {
 			if err := w.value(ch, e.Value); err != nil {
@@ -253,8 +305,8 @@ type scopeFilter struct {
 // shown: it may have been shown before the client resumed, and a removal
 // of a name the client never saw is harmless, whereas a departure missed
 // would leave a member in the client's view for ever.
-func (f *scopeFilter) visible(ctx context.Context, prefix string, reset bool, evs []state.Event) ([]bool, error) {
-	member := func(e state.Event) string { return strings.TrimPrefix(e.Key, prefix) }
+func (f *scopeFilter) visible(ctx context.Context, trim string, reset bool, evs []state.Event) ([]bool, error) {
+	member := func(e state.Event) string { return strings.TrimPrefix(e.Key, trim) }
 	if reset {
 		// The listing is the whole scope: learn the local units afresh.
 		local, err := f.st.MachineUnitNames(ctx, f.machine)

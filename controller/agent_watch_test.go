@@ -118,7 +118,8 @@ func TestAgentWatchAuthorization(t *testing.T) {
 		{name: "unit: its principal's service", as: "unit-logger/0", call: watchFirst(&service{Service: "app"}, "app")},
 		{name: "unit: its service's relations", as: "unit-kv/0", call: watchFirst(&relations{ServiceRelations: "kv"}, "0", "1")},
 		{name: "unit: its relation", as: "unit-kv/0", call: watchFirstOf(relationSubject(relGlobal), "1")},
-		{name: "unit: its relation's scope", as: "unit-kv/0", call: watchFirstOf(scopeSubject(relGlobal), "app/0", "kv/0")},
+		{name: "unit: its relation's scope, the other side", as: "unit-kv/0", call: watchFirstOf(scopeSubject(relGlobal), "app/0")},
+		{name: "unit: its relation's scope, from the other side", as: "unit-app/0", call: watchFirstOf(scopeSubject(relGlobal), "kv/0")},
 		{name: "unit: its machine", as: "unit-kv/0", call: watchFirst(&machine{Machine: "0"}), code: codes.PermissionDenied, msg: "unit kv/0's agent may not watch machine 0"},
 		{name: "unit: its machine's units", as: "unit-kv/0", call: watchFirst(&machineUnits{MachineUnits: "0"}), code: codes.PermissionDenied, msg: "may not watch the units of machine 0"},
 		{name: "unit: another service's unit", as: "unit-kv/0", call: watchFirst(&unit{Unit: "app/0"}), code: codes.PermissionDenied, msg: "unit kv/0's agent may not watch unit app/0"},
@@ -247,6 +248,31 @@ func TestAgentWatchMachineUnitsResetThenChangesAndResume(t *testing.T) {
 	}
 }
 
+func TestAgentWatchResumesAcrossAControllerRestart(t *testing.T) {
+	m := newAgentModel(t)
+	units := &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}}
+	w := m.watch("machine-0", units, 0)
+	w.next()
+	resumeAfter := w.revision
+	w.cancel()
+
+	// The restarted controller's watch hub holds nothing older than its
+	// start: the stream catches up from etcd, exactly, then follows the hub.
+	m.Stop()
+	m.addUnits("kv", 1, state.Placement{Machine: "0"}) // kv/2
+	m.Start()
+	m.addUnits("kv", 1, state.Placement{Machine: "1"}) // kv/3
+	m.addUnits("kv", 1, state.Placement{Machine: "0"}) // kv/4
+	w = m.watch("machine-0", units, resumeAfter)
+	if got := w.nextChanges(2); !slices.Equal(got, []string{"kv/2", "kv/4"}) {
+		t.Fatalf("changes after resuming from %d = %v, want exactly [kv/2 kv/4]", resumeAfter, got)
+	}
+	m.addUnits("kv", 1, state.Placement{Machine: "0"}) // kv/5
+	if got := w.nextChanges(1); !slices.Equal(got, []string{"kv/5"}) {
+		t.Errorf("next change = %v, want [kv/5]", got)
+	}
+}
+
 func TestAgentWatchRelationScopeShowsMembersAndVersions(t *testing.T) {
 	m := newAgentModel(t)
 	version := func(unit string) int64 {
@@ -254,31 +280,62 @@ func TestAgentWatchRelationScopeShowsMembersAndVersions(t *testing.T) {
 		m.ok("Settings", err)
 		return v
 	}
+	// kv/0 sees app's members, with their settings versions, and none of
+	// kv's own: its agent runs hooks for the other side only.
 	w := m.watch("unit-kv/0", scopeSubject(relGlobal)(m), 0)
 	first := w.next()
-	want := []string{fmt.Sprintf("app/0@%d", version("app/0")), fmt.Sprintf("kv/0@%d", version("kv/0"))}
+	want := []string{fmt.Sprintf("app/0@%d", version("app/0"))}
 	if got := changeList(first, true); !first.Relisted || !slices.Equal(got, want) {
-		t.Fatalf("first response = reset %v, %v; want a reset listing %v", first.Relisted, got, want)
+		t.Fatalf("first response = reset %v, %v; want a reset listing %v, without kv/0", first.Relisted, got, want)
 	}
 
 	m.enter(m.global, "kv/1", map[string]string{"host": "kv1"})
-	entered := version("kv/1")
-	if got := changeList(w.next(), true); !slices.Equal(got, []string{fmt.Sprintf("kv/1@%d", entered)}) {
-		t.Fatalf("after kv/1 entered: %v, want [kv/1@%d]", got, entered)
+	m.enter(m.global, "app/1", map[string]string{"want": "db"})
+	entered := version("app/1")
+	if got := changeList(w.next(), true); !slices.Equal(got, []string{fmt.Sprintf("app/1@%d", entered)}) {
+		t.Fatalf("after kv/1 and app/1 entered: %v, want [app/1@%d] alone", got, entered)
 	}
-	_, err := m.as("unit-kv/1").UpdateSettings(m.ctx, &pb.UpdateSettingsRequest{Unit: "kv/1",
+	m.ok("UpdateSettings(kv/1)", m.st.UpdateSettings(m.ctx, "kv/1", []state.SettingsChange{{Relation: m.global, Set: map[string]string{"port": "1"}}}))
+	_, err := m.as("unit-app/1").UpdateSettings(m.ctx, &pb.UpdateSettingsRequest{Unit: "app/1",
 		Updates: []*pb.SettingsUpdate{{Relation: m.global, Set: map[string]string{"port": "6379"}}}})
-	m.ok("UpdateSettings(kv/1)", err)
-	updated := version("kv/1")
+	m.ok("UpdateSettings(app/1)", err)
+	updated := version("app/1")
 	if updated <= entered {
 		t.Fatalf("settings version went from %d to %d, want it bumped", entered, updated)
 	}
-	if got := changeList(w.next(), true); !slices.Equal(got, []string{fmt.Sprintf("kv/1@%d", updated)}) {
-		t.Fatalf("after kv/1's update: %v, want [kv/1@%d]", got, updated)
+	if got := changeList(w.next(), true); !slices.Equal(got, []string{fmt.Sprintf("app/1@%d", updated)}) {
+		t.Fatalf("after kv/1's and app/1's updates: %v, want [app/1@%d] alone", got, updated)
 	}
 	m.ok("LeaveScope(kv/1)", m.st.LeaveScope(m.ctx, m.global, "kv/1"))
-	if got := w.nextChanges(1); !slices.Equal(got, []string{"-kv/1"}) {
-		t.Fatalf("after kv/1 left: %v, want [-kv/1]", got)
+	m.ok("LeaveScope(app/1)", m.st.LeaveScope(m.ctx, m.global, "app/1"))
+	if got := w.nextChanges(1); !slices.Equal(got, []string{"-app/1"}) {
+		t.Fatalf("after kv/1 and app/1 left: %v, want [-app/1] alone", got)
+	}
+
+	// From the other side, app/0 sees kv's members and not app's.
+	a := m.watch("unit-app/0", scopeSubject(relGlobal)(m), 0)
+	if first := a.next(); !first.Relisted || !slices.Equal(changeList(first, false), []string{"kv/0"}) {
+		t.Fatalf("app/0's first response = reset %v, %v; want a reset listing [kv/0]", first.Relisted, changeList(first, false))
+	}
+	m.enter(m.global, "app/1", nil)
+	m.enter(m.global, "kv/1", nil)
+	if got := a.nextChanges(1); !slices.Equal(got, []string{"kv/1"}) {
+		t.Fatalf("app/0's changes = %v, want [kv/1] alone", got)
+	}
+}
+
+func TestAgentWatchPeerScopeShowsTheWholeScope(t *testing.T) {
+	m := newAgentModel(t)
+	m.enter(m.kvPeer, "kv/0", nil)
+	m.enter(m.kvPeer, "kv/1", nil)
+	w := m.watch("unit-kv/0", scopeSubject(func(m *agentModel) int64 { return m.kvPeer })(m), 0)
+	if first := w.next(); !first.Relisted || !slices.Equal(changeList(first, false), []string{"kv/0", "kv/1"}) {
+		t.Fatalf("first response = reset %v, %v; want a reset listing [kv/0 kv/1]", first.Relisted, changeList(first, false))
+	}
+	kv2 := m.addUnits("kv", 1, state.Placement{})[0].Name
+	m.enter(m.kvPeer, kv2, nil)
+	if got := w.nextChanges(1); !slices.Equal(got, []string{kv2}) {
+		t.Fatalf("changes = %v, want [%s]", got, kv2)
 	}
 }
 
@@ -290,8 +347,8 @@ func TestAgentWatchContainerScopeShowsOnlyTheMachine(t *testing.T) {
 	}
 	w := m.watch("unit-logger/0", scopeSubject(relContainer)(m), 0)
 	first := w.next()
-	if got := changeList(first, false); !first.Relisted || !slices.Equal(got, []string{"app/0", "logger/0"}) {
-		t.Fatalf("first response = reset %v, %v; want a reset listing [app/0 logger/0], not machine 3's units", first.Relisted, got)
+	if got := changeList(first, false); !first.Relisted || !slices.Equal(got, []string{"app/0"}) {
+		t.Fatalf("first response = reset %v, %v; want a reset listing [app/0]: not machine 3's units, not logger's", first.Relisted, got)
 	}
 
 	// Machine 3's units change and leave unseen; the next change seen is

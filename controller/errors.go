@@ -52,6 +52,10 @@ func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
 }
 
+func unavailable(format string, args ...any) error {
+	return status.Errorf(codes.Unavailable, format, args...)
+}
+
 func denied(format string, args ...any) error {
 	return status.Errorf(codes.PermissionDenied, format, args...)
 }

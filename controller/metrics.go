@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lifelinehq/lifeline/state"
+	"github.com/lifelinehq/lifeline/watchhub"
 )
 
 // metrics are the API's Prometheus metrics: calls by method and code,
@@ -18,7 +19,7 @@ type metrics struct {
 	calls *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer, st *state.State) *metrics {
+func newMetrics(reg prometheus.Registerer, st *state.State, hub *watchhub.Hub) *metrics {
 	m := &metrics{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "lifeline", Name: "api_calls_total",
@@ -52,6 +53,29 @@ func newMetrics(reg prometheus.Registerer, st *state.State) *metrics {
 		&entityCollector{st: st, desc: prometheus.NewDesc("lifeline_entities",
 			"Entities in the model by kind and life.", []string{"kind", "life"}, nil)},
 	)
+	hubStat := func(f func(watchhub.Stats) int64) func() float64 {
+		return func() float64 { return float64(f(hub.Stats())) }
+	}
+	for _, c := range []struct {
+		name, help string
+		counter    bool
+		f          func(watchhub.Stats) int64
+	}{
+		{"watch_streams", "Agent watch streams following the watch hub.", false, func(s watchhub.Stats) int64 { return int64(s.Streams) }},
+		{"watch_ring_events", "Recent changes the watch hub keeps for streams to resume from.", false, func(s watchhub.Stats) int64 { return int64(s.RingEvents) }},
+		{"watch_changes_total", "Changes of the model the watch hub received.", true, func(s watchhub.Stats) int64 { return s.Events }},
+		{"watch_deliveries_total", "Changes the watch hub queued for streams.", true, func(s watchhub.Stats) int64 { return s.Delivered }},
+		{"watch_listings_total", "Listings watch streams read, at their start or when reset.", true, func(s watchhub.Stats) int64 { return s.Listings }},
+		{"watch_overflows_total", "Watch streams reset because they fell too far behind.", true, func(s watchhub.Stats) int64 { return s.Overflows }},
+		{"watch_resumed_total", "Watch streams resumed from the watch hub's recent changes.", true, func(s watchhub.Stats) int64 { return s.Resumed }},
+		{"watch_fallbacks_total", "Watch streams that caught up from etcd, resuming from a revision older than the hub's recent changes.", true, func(s watchhub.Stats) int64 { return s.Fallbacks }},
+	} {
+		if c.counter {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "lifeline", Name: c.name, Help: c.help}, hubStat(c.f)))
+		} else {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "lifeline", Name: c.name, Help: c.help}, hubStat(c.f)))
+		}
+	}
 	return m
 }
 

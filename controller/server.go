@@ -13,12 +13,16 @@ import (
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
+	"github.com/lifelinehq/lifeline/watchhub"
 )
 
 // Config configures a Server.
 type Config struct {
-	State  *state.State
-	Logger hclog.Logger
+	State *state.State
+	// Watches serves the agents' watch streams from one watch of the
+	// model; required. The caller runs it.
+	Watches *watchhub.Hub
+	Logger  hclog.Logger
 	// TLS is the server's TLS configuration; required.
 	TLS *tls.Config
 	// Metrics registers the API's metrics; none when nil.
@@ -43,6 +47,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.State == nil:
 		return errors.New("controller: no state")
+	case c.Watches == nil:
+		return errors.New("controller: no watch hub")
 	case c.TLS == nil:
 		return errors.New("controller: no TLS configuration: the API is served over TLS only")
 	}
@@ -77,7 +83,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.PresenceTimeout == 0 {
 		cfg.PresenceTimeout = 15 * time.Second
 	}
-	s := &Server{st: cfg.State, logger: cfg.Logger.Named("api"), cfg: cfg, metrics: newMetrics(cfg.Metrics, cfg.State)}
+	s := &Server{st: cfg.State, logger: cfg.Logger.Named("api"), cfg: cfg, metrics: newMetrics(cfg.Metrics, cfg.State, cfg.Watches)}
 	s.agentServer.s = s
 	return s, nil
 }

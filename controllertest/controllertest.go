@@ -15,6 +15,7 @@ import (
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
+	"github.com/lifelinehq/lifeline/watchhub"
 )
 
 // Env is a controller served over TLS on loopback, in a namespace of its
@@ -31,6 +32,8 @@ type Env struct {
 	lis       net.Listener
 	srv       *grpc.Server
 	cleaner   context.CancelFunc
+	// stopHub stops the watch hub of the controller served now.
+	stopHub func()
 }
 
 // Options change an Env.
@@ -112,6 +115,17 @@ func (e *Env) Start() {
 	if !e.anonymous {
 		e.cfg.Addresses = []string{e.Addr}
 	}
+	// A watch hub of its own, as a restarted controller has: agents
+	// resume their watches from what they saw before.
+	hub, err := watchhub.New(watchhub.Config{Source: e.State})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	hctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { hub.Run(hctx); close(done) }()
+	e.stopHub = func() { cancel(); <-done }
+	e.cfg.Watches = hub
 	srv, err := controller.New(e.cfg)
 	if err != nil {
 		e.T.Fatal(err)
@@ -126,6 +140,7 @@ func (e *Env) Stop() {
 	if e.srv != nil {
 		e.srv.Stop()
 		e.srv = nil
+		e.stopHub()
 	}
 }
 

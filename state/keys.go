@@ -74,6 +74,13 @@ func SettingsPrefix(relation int64) string {
 	return settingsPrefix + strconv.FormatInt(relation, 10) + "/"
 }
 
+// SettingsServicePrefix is the prefix of the settings of service's units
+// in relation id: unit names carry their service ("kv/0"), so the keys of
+// one side of a relation share it.
+func SettingsServicePrefix(relation int64, service string) string {
+	return SettingsPrefix(relation) + service + "/"
+}
+
 // SettingsKey is the key of unit's settings in relation id.
 func SettingsKey(relation int64, unit string) string { return SettingsPrefix(relation) + unit }
 

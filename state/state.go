@@ -331,6 +331,13 @@ func (s *State) listAll(ctx context.Context, prefix string, keysOnly bool) ([]*m
 
 // listRev is listAll at revision rev (the current one when zero).
 func (s *State) listRev(ctx context.Context, prefix string, keysOnly bool, rev int64) ([]*mvccpb.KeyValue, error) {
+	kvs, _, err := s.listRevAt(ctx, prefix, keysOnly, rev)
+	return kvs, err
+}
+
+// listRevAt is listRev that also returns the revision read: the first
+// page's, when rev is zero, which every later page reads too.
+func (s *State) listRevAt(ctx context.Context, prefix string, keysOnly bool, rev int64) ([]*mvccpb.KeyValue, int64, error) {
 	const page = 1000
 	var out []*mvccpb.KeyValue
 	start, end := prefix, prefixEnd(prefix)
@@ -348,14 +355,14 @@ func (s *State) listRev(ctx context.Context, prefix string, keysOnly bool, rev i
 		s.stats.reads.Add(1)
 		resp, err := s.kv.Get(ctx, start, opts...)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if rev == 0 {
 			rev = resp.Header.Revision
 		}
 		out = append(out, resp.Kvs...)
 		if !resp.More || len(resp.Kvs) == 0 {
-			return out, nil
+			return out, rev, nil
 		}
 		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}

@@ -62,7 +62,50 @@ func (s *State) WatchKey(ctx context.Context, key string, after int64) <-chan Wa
 	return out
 }
 
+// WatchChanges is Watch that never lists: it streams the changes under
+// prefix after revision after (which must be a revision received earlier,
+// not zero). When etcd compacted the revision to resume from, the changes
+// in between are lost: it then delivers a Reset batch without events at
+// the current revision, and the changes after it. It is for a watcher of
+// many keys that keeps no copy of them (the controller's watch hub), to
+// which a listing of everything would be of no use.
+func (s *State) WatchChanges(ctx context.Context, prefix string, after int64) <-chan WatchBatch {
+	out := make(chan WatchBatch)
+	go s.watchFrom(ctx, prefix, true, after, false, out)
+	return out
+}
+
+// List returns every key under prefix at one revision, which it returns
+// too, as put events: what a Reset batch of Watch holds.
+func (s *State) List(ctx context.Context, prefix string) ([]Event, int64, error) {
+	return s.listEvents(ctx, prefix, true)
+}
+
+// ListKey is List of exactly one key: none or one event.
+func (s *State) ListKey(ctx context.Context, key string) ([]Event, int64, error) {
+	return s.listEvents(ctx, key, false)
+}
+
+func (s *State) listEvents(ctx context.Context, prefix string, isPrefix bool) ([]Event, int64, error) {
+	kvs, at, err := s.listAt(ctx, prefix, isPrefix)
+	if err != nil {
+		return nil, 0, err
+	}
+	evs := make([]Event, len(kvs))
+	for i, kv := range kvs {
+		evs[i] = Event{Type: EventPut, Key: string(kv.Key), Value: kv.Value, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision}
+	}
+	return evs, at, nil
+}
+
 func (s *State) watch(ctx context.Context, prefix string, isPrefix bool, rev int64, out chan<- WatchBatch) {
+	s.watchFrom(ctx, prefix, isPrefix, rev, true, out)
+}
+
+// watchFrom streams the changes under prefix after rev. When it must start
+// afresh (rev is zero, or etcd compacted it), it sends a listing if list,
+// else an empty Reset batch at the current revision.
+func (s *State) watchFrom(ctx context.Context, prefix string, isPrefix bool, rev int64, list bool, out chan<- WatchBatch) {
 	defer close(out)
 	send := func(b WatchBatch) bool {
 		select {
@@ -76,16 +119,19 @@ func (s *State) watch(ctx context.Context, prefix string, isPrefix bool, rev int
 	relist := rev == 0
 	for ctx.Err() == nil {
 		if relist {
-			kvs, at, err := s.listAt(ctx, prefix, isPrefix)
+			var evs []Event
+			var at int64
+			var err error
+			if list {
+				evs, at, err = s.listEvents(ctx, prefix, isPrefix)
+			} else {
+				at, err = s.Revision(ctx)
+			}
 			if err != nil {
 				if !sleepCtx(ctx, bo.NextBackOff()) {
 					return
 				}
 				continue
-			}
-			evs := make([]Event, len(kvs))
-			for i, kv := range kvs {
-				evs[i] = Event{Type: EventPut, Key: string(kv.Key), Value: kv.Value, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision}
 			}
 			if !send(WatchBatch{Revision: at, Reset: true, Events: evs}) {
 				return
@@ -150,13 +196,7 @@ func (s *State) listAt(ctx context.Context, prefix string, isPrefix bool) ([]*mv
 		}
 		return r.all(0), r.rev, nil
 	}
-	// Pin the revision first, so that all pages read the same one.
-	r, err := s.read(ctx, getKeys(prefix, 1))
-	if err != nil {
-		return nil, 0, err
-	}
-	kvs, err := s.listRev(ctx, prefix, false, r.rev)
-	return kvs, r.rev, err
+	return s.listRevAt(ctx, prefix, false, 0)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

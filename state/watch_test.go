@@ -95,6 +95,57 @@ func TestWatchRelistsAfterCompaction(t *testing.T) {
 	}
 }
 
+func TestWatchChangesNeverListsAndSaysWhatCompactionLost(t *testing.T) {
+	st, ctx := newState(t)
+	addService(t, ctx, st, "app", appEndpoints)
+	addUnits(t, ctx, st, "app", 1, state.Placement{Unassigned: true})
+	from, err := st.Revision(ctx)
+	must(t, "Revision", err)
+	wctx, cancel := context.WithCancel(ctx)
+	ch := st.WatchChanges(wctx, "", from)
+	addUnits(t, ctx, st, "app", 1, state.Placement{Unassigned: true})
+	b := next(t, ch)
+	if b.Reset || len(b.Events) == 0 || b.Events[0].Key != "seq/unit/app" {
+		t.Fatalf("first batch = reset %v, %v; want the whole namespace's changes, starting with the unit sequence", b.Reset, keys(b))
+	}
+	cancel()
+
+	addUnits(t, ctx, st, "app", 1, state.Placement{Unassigned: true})
+	addUnits(t, ctx, st, "app", 1, state.Placement{Unassigned: true})
+	now, err := st.Revision(ctx)
+	must(t, "Revision", err)
+	if _, err := etcdtest.Client(t).Compact(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	b = next(t, st.WatchChanges(ctx, state.ServiceUnitsPrefix("app"), b.Revision))
+	if !b.Reset || len(b.Events) != 0 || b.Revision < now {
+		t.Fatalf("batch after compaction = reset %v at %d with %v, want an empty reset at or after %d", b.Reset, b.Revision, keys(b), now)
+	}
+}
+
+func TestListReadsOneRevision(t *testing.T) {
+	st, ctx := newState(t)
+	addService(t, ctx, st, "app", appEndpoints)
+	addUnits(t, ctx, st, "app", 11, state.Placement{Unassigned: true})
+	evs, rev, err := st.List(ctx, state.ServiceUnitsPrefix("app"))
+	must(t, "List", err)
+	now, err := st.Revision(ctx)
+	must(t, "Revision", err)
+	if len(evs) != 11 || rev != now {
+		t.Fatalf("List = %d events at %d, want 11 at %d", len(evs), rev, now)
+	}
+	for _, e := range evs {
+		if e.Type != state.EventPut || e.ModRevision == 0 || e.ModRevision > rev || len(e.Value) == 0 {
+			t.Errorf("event %+v: want a put with its value, written at or before %d", e, rev)
+		}
+	}
+	evs, rev, err = st.ListKey(ctx, state.UnitKey("app/1"))
+	must(t, "ListKey", err)
+	if len(evs) != 1 || evs[0].Key != "units/app/1" || rev != now {
+		t.Errorf("ListKey(units/app/1) = %v at %d, want units/app/1 alone (not app/10) at %d", evs, rev, now)
+	}
+}
+
 func TestLifeCheckerCatchesBackwardsLifeAndReuse(t *testing.T) {
 	st, ctx := newState(t)
 	addService(t, ctx, st, "app", appEndpoints)

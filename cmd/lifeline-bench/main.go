@@ -39,7 +39,10 @@ type config struct {
 	timeout                  time.Duration
 	rawTime                  time.Duration
 	concurrency              int
+	addConcurrency           int
 	keep                     bool
+	pprofDir                 string
+	pprofSeconds             int
 }
 
 func main() {
@@ -55,7 +58,10 @@ func main() {
 	flag.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
 	flag.DurationVar(&c.rawTime, "raw-time", 5*time.Second, "how long to measure raw etcd transactions")
 	flag.IntVar(&c.concurrency, "concurrency", 0, "clients of the raw etcd measurement (default: the number of machines, at most 256)")
+	flag.IntVar(&c.addConcurrency, "add-concurrency", 16, "AddUnits calls at once (one a machine) while deploying")
 	flag.BoolVar(&c.keep, "keep", false, "keep the working directory")
+	flag.StringVar(&c.pprofDir, "pprof", "", "write CPU profiles of the controller and of the fleet (this process) for the first -pprof-seconds of deploying and of destroying, and heap profiles of both once the units run, into this directory")
+	flag.IntVar(&c.pprofSeconds, "pprof-seconds", 15, "how long each CPU profile of -pprof lasts")
 	flag.Parse()
 	if err := c.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-bench:", err)
@@ -85,6 +91,8 @@ func (c *config) validate() error {
 	switch {
 	case c.units < 1 || c.machines < 1 || c.related < 1:
 		return errors.New("-units, -machines and -related must be at least 1")
+	case c.addConcurrency < 1:
+		return errors.New("-add-concurrency must be at least 1")
 	case c.hooks != "process" && c.hooks != "none":
 		return fmt.Errorf("-hooks %q: want process or none", c.hooks)
 	}

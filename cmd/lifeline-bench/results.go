@@ -12,6 +12,7 @@ type results struct {
 	Machines               int     `json:"machines"`
 	Related                int     `json:"related_units"`
 	Hooks                  string  `json:"hooks"`
+	SecondsToUnitsAdded    float64 `json:"seconds_to_units_added"`
 	SecondsToRunning       float64 `json:"seconds_to_running"`
 	UnitStartP50           float64 `json:"unit_start_p50_s"`
 	UnitStartP99           float64 `json:"unit_start_p99_s"`
@@ -21,6 +22,7 @@ type results struct {
 	UnitsPerSecondDestroy  float64 `json:"units_per_second_destroy"`
 	EtcdTxnsTotal          int64   `json:"etcd_txns_total"`
 	EtcdTxnsPerUnit        float64 `json:"etcd_txns_per_unit"`
+	EtcdTxnRetries         int64   `json:"etcd_txn_retries"`
 	MaxTxnOps              int64   `json:"max_txn_ops"`
 	RawTxnPerSecond        float64 `json:"raw_etcd_txn_per_second"`
 	FewestTxnsPerUnit      float64 `json:"fewest_txns_per_unit"`
@@ -30,23 +32,33 @@ type results struct {
 	ControllerRSSBytes     int64   `json:"controller_rss_bytes"`
 	ControllerBytesPerUnit float64 `json:"controller_bytes_per_unit"`
 	ControllerCPUSeconds   float64 `json:"controller_cpu_seconds"`
-	AgentRSSBytes          int64   `json:"agent_rss_bytes"`
-	FleetRSSPerMachine     float64 `json:"fleet_rss_per_machine_bytes"`
-	EtcdBytesPerUnit       float64 `json:"etcd_bytes_per_unit"`
-	StatusJSONSeconds      float64 `json:"status_json_seconds"`
+	// What the controller holds once every unit runs: its resident
+	// memory, Go heap in use, goroutine stacks, goroutines, and the
+	// watch streams its agents keep open.
+	RunningRSSBytes       int64   `json:"running_controller_rss_bytes"`
+	RunningHeapInuseBytes int64   `json:"running_controller_heap_inuse_bytes"`
+	RunningStackBytes     int64   `json:"running_controller_stack_bytes"`
+	RunningGoroutines     int64   `json:"running_controller_goroutines"`
+	RunningWatchStreams   int64   `json:"running_watch_streams"`
+	AgentRSSBytes         int64   `json:"agent_rss_bytes"`
+	FleetRSSPerMachine    float64 `json:"fleet_rss_per_machine_bytes"`
+	EtcdBytesPerUnit      float64 `json:"etcd_bytes_per_unit"`
+	StatusJSONSeconds     float64 `json:"status_json_seconds"`
 }
 
 func (r *results) print(w io.Writer) {
 	t := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, format string, v ...any) { fmt.Fprintf(t, "%s\t"+format+"\n", append([]any{k}, v...)...) }
 	row("units, machines, related, hooks", "%d, %d, %d, %s", r.Units, r.Machines, r.Related, r.Hooks)
-	row("seconds to running", "%.1f (p50 %.1f, p99 %.1f per unit)", r.SecondsToRunning, r.UnitStartP50, r.UnitStartP99)
+	row("seconds to running", "%.1f (units added after %.1f; p50 %.1f, p99 %.1f per unit)", r.SecondsToRunning, r.SecondsToUnitsAdded, r.UnitStartP50, r.UnitStartP99)
 	row("seconds to removed", "%.1f (units gone after %.1f)", r.SecondsToRemoved, r.SecondsToUnitsRemoved)
 	row("units per second", "%.0f deploying, %.0f destroying", r.UnitsPerSecond, r.UnitsPerSecondDestroy)
 	row("raw etcd txn/s", "%.0f: ceiling %.0f units/s at %.2f txns a unit", r.RawTxnPerSecond, r.CeilingUnitsPerSecond, r.FewestTxnsPerUnit)
 	row("ratio to ceiling", "%.2f deploying, %.2f destroying", r.RatioToCeiling, r.RatioToCeilingDestroy)
-	row("etcd txns", "%d, %.1f a unit, largest %d ops", r.EtcdTxnsTotal, r.EtcdTxnsPerUnit, r.MaxTxnOps)
+	row("etcd txns", "%d, %.1f a unit, largest %d ops; %d retried after a conflict", r.EtcdTxnsTotal, r.EtcdTxnsPerUnit, r.MaxTxnOps, r.EtcdTxnRetries)
 	row("controller", "%.0f MiB peak RSS (%.1f KiB a unit), %.1f CPU s", float64(r.ControllerRSSBytes)/(1<<20), r.ControllerBytesPerUnit/1024, r.ControllerCPUSeconds)
+	row("controller, all running", "%.0f MiB RSS: Go heap %.0f MiB in use, stacks %.0f MiB; %d goroutines, %d watch streams",
+		float64(r.RunningRSSBytes)/(1<<20), float64(r.RunningHeapInuseBytes)/(1<<20), float64(r.RunningStackBytes)/(1<<20), r.RunningGoroutines, r.RunningWatchStreams)
 	row("idle machine agent", "%.1f MiB RSS (the in-process fleet: %.1f MiB a machine)", float64(r.AgentRSSBytes)/(1<<20), r.FleetRSSPerMachine/(1<<20))
 	row("etcd bytes a unit", "%.0f", r.EtcdBytesPerUnit)
 	row("ctl status --format json", "%.2f s", r.StatusJSONSeconds)

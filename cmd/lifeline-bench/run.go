@@ -103,8 +103,18 @@ func run(ctx context.Context, c config) (*results, error) {
 		}
 	}
 
+	fctx, stopFollowing := context.WithCancel(ctx)
+	defer stopFollowing()
+	model := follow(fctx, st)
+
+	prof, err := newProfiler(c.pprofDir, c.pprofSeconds, ctl)
+	if err != nil {
+		return nil, err
+	}
+
 	say("deploying %d units of bench on %d machines, related to %d of front", c.units, c.machines, c.related)
 	start := time.Now()
+	prof.cpu(ctx, "deploy")
 	if _, err := ctl.op.Deploy(ctx, &pb.DeployRequest{Charm: "front", NumUnits: 0}); err != nil {
 		return nil, err
 	}
@@ -114,18 +124,19 @@ func run(ctx context.Context, c config) (*results, error) {
 	if _, err := ctl.op.AddRelation(ctx, &pb.AddRelationRequest{Endpoints: []string{"front", "bench"}}); err != nil {
 		return nil, err
 	}
-	if err := addUnits(ctx, ctl.op, "front", spread(c.related, fl.ids[:min(len(fl.ids), c.related)])); err != nil {
+	if err := addUnits(ctx, ctl.op, "front", spread(c.related, fl.ids[:min(len(fl.ids), c.related)]), c.addConcurrency); err != nil {
 		return nil, err
 	}
-	if err := addUnits(ctx, ctl.op, "bench", spread(c.units, fl.ids)); err != nil {
+	if err := addUnits(ctx, ctl.op, "bench", spread(c.units, fl.ids), c.addConcurrency); err != nil {
 		return nil, err
 	}
 	total := c.units + c.related
-	firstRunning, err := waitSettled(ctx, st, total, start, fl)
+	res.SecondsToUnitsAdded = time.Since(start).Seconds()
+	settled, firstRunning, err := waitSettled(ctx, model, total, start, fl)
 	if err != nil {
 		return res, err
 	}
-	res.SecondsToRunning = time.Since(start).Seconds()
+	res.SecondsToRunning = settled.Sub(start).Seconds()
 	res.UnitsPerSecond = float64(c.units) / res.SecondsToRunning
 	res.RatioToCeiling = res.UnitsPerSecond / res.CeilingUnitsPerSecond
 	res.UnitStartP50, res.UnitStartP99 = percentile(firstRunning, 0.50), percentile(firstRunning, 0.99)
@@ -140,22 +151,41 @@ func run(ctx context.Context, c config) (*results, error) {
 	}
 	res.AgentRSSBytes = currentRSS(idle.cmd.Process.Pid)
 	res.FleetRSSPerMachine = float64(currentRSS(os.Getpid())) / float64(c.machines)
+	res.RunningRSSBytes = currentRSS(ctl.cmd.Process.Pid)
+	for _, m := range []struct {
+		name string
+		v    *int64
+	}{
+		{"go_memstats_heap_inuse_bytes", &res.RunningHeapInuseBytes},
+		{"go_memstats_stack_inuse_bytes", &res.RunningStackBytes},
+		{"go_goroutines", &res.RunningGoroutines},
+		{"lifeline_watch_streams", &res.RunningWatchStreams},
+	} {
+		if v, err := ctl.metric(m.name); err == nil {
+			*m.v = int64(v)
+		}
+	}
+	if err := prof.wait(); err != nil {
+		return res, err
+	}
+	prof.heap(ctx, "running")
 
 	say("destroying everything")
 	destroyStart := time.Now()
+	prof.cpu(ctx, "destroy")
 	for _, svc := range []string{"bench", "front"} {
 		if _, err := ctl.op.DestroyService(ctx, &pb.DestroyServiceRequest{Service: svc}); err != nil {
 			return res, err
 		}
 	}
-	if err := waitUnits(ctx, st, 0); err != nil {
+	if err := waitUnits(ctx, model); err != nil {
 		return res, err
 	}
 	res.SecondsToUnitsRemoved = time.Since(destroyStart).Seconds()
 	if err := destroyMachines(ctx, ctl.op, append(fl.ids, idle.id)); err != nil {
 		return res, err
 	}
-	if err := waitEmpty(ctx, st); err != nil {
+	if err := waitEmpty(ctx, model); err != nil {
 		return res, err
 	}
 	res.SecondsToRemoved = time.Since(destroyStart).Seconds()
@@ -174,12 +204,18 @@ func run(ctx context.Context, c config) (*results, error) {
 		return res, err
 	}
 	res.MaxTxnOps = int64(maxOps)
+	if retries, err := ctl.metric("lifeline_etcd_txn_retries_total"); err == nil {
+		res.EtcdTxnRetries = int64(retries)
+	}
 	rss, cpu, err := procUsage(ctl.cmd.Process.Pid)
 	if err != nil {
 		return res, err
 	}
 	res.ControllerRSSBytes, res.ControllerCPUSeconds = rss, cpu.Seconds()
 	res.ControllerBytesPerUnit = float64(rss) / float64(total)
+	if err := prof.wait(); err != nil {
+		return res, err
+	}
 	return res, fl.err()
 }
 
@@ -196,9 +232,10 @@ func spread(n int, machines []string) map[string]int {
 	return out
 }
 
-// addUnits adds a service's units machine by machine, a few calls at once.
-func addUnits(ctx context.Context, op pb.OperatorServiceClient, svc string, per map[string]int) error {
-	sem := make(chan struct{}, 16)
+// addUnits adds a service's units machine by machine, concurrency calls
+// at once.
+func addUnits(ctx context.Context, op pb.OperatorServiceClient, svc string, per map[string]int, concurrency int) error {
+	sem := make(chan struct{}, concurrency)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
@@ -241,97 +278,72 @@ func destroyMachines(ctx context.Context, op pb.OperatorServiceClient, ids []str
 	return errors.Join(errs...)
 }
 
-// waitSettled waits until total units run and are idle, twice in a row
-// with no status changed between, and returns how long after start each
-// was first seen running.
-func waitSettled(ctx context.Context, st *state.State, total int, start time.Time, fl *fleet) ([]float64, error) {
-	first := map[string]float64{}
-	var lastSince int64
-	calm := 0
+// settleQuiet is how long no unit agent's status may change for the
+// units to count as settled: the related unit goes idle between its
+// relation hooks, and should not be taken for done.
+const settleQuiet = time.Second
+
+// waitSettled waits until total units run and are idle, with no unit
+// agent's status changing for settleQuiet, and returns when that state
+// began (the last change) and how long after start each unit was first
+// seen running.
+func waitSettled(ctx context.Context, f *follower, total int, start time.Time, fl *fleet) (time.Time, []float64, error) {
 	lastSay := time.Now()
-	for {
-		if err := fl.err(); err != nil {
-			return nil, err
+	var fleetErr error
+	var units, running, idle int
+	err := f.wait(ctx, 100*time.Millisecond, func() bool {
+		if fleetErr = fl.err(); fleetErr != nil {
+			return true
 		}
-		m, err := st.Model(ctx)
-		if err != nil {
-			return nil, err
-		}
-		running, idle := 0, 0
-		var since int64
-		for _, u := range m.Units {
-			a := m.Status(state.StatusUnitAgent, u.Name)
-			if a == nil {
-				continue
-			}
-			since = max(since, a.SinceUnixNano)
-			if a.Data["state"] == "running" {
-				running++
-				if _, ok := first[u.Name]; !ok {
-					first[u.Name] = time.Since(start).Seconds()
-				}
-				if a.Status == "idle" {
-					idle++
-				}
-			}
-		}
-		if len(m.Units) == total && idle == total && since == lastSince {
-			calm++
-		} else {
-			calm = 0
-		}
-		lastSince = since
-		if calm >= 2 {
-			out := make([]float64, 0, len(first))
-			for _, v := range first {
-				out = append(out, v)
-			}
-			return out, nil
-		}
+		units, running, idle = f.agentCounts()
 		if time.Since(lastSay) > 5*time.Second {
-			say("  %d units, %d running, %d idle (%.0f s)", len(m.Units), running, idle, time.Since(start).Seconds())
+			say("  %d units, %d running, %d idle (%.0f s)", units, running, idle, time.Since(start).Seconds())
 			lastSay = time.Now()
 		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for units to run: %w (%d of %d running, %d idle)", ctx.Err(), running, total, idle)
-		case <-time.After(500 * time.Millisecond):
-		}
+		f.mu.Lock()
+		quiet := time.Since(f.lastAgentChange) >= settleQuiet
+		f.mu.Unlock()
+		return units == total && idle == total && quiet
+	})
+	if fleetErr != nil {
+		return time.Time{}, nil, fleetErr
 	}
+	if err != nil {
+		return time.Time{}, nil, fmt.Errorf("waiting for units to run: %w (%d of %d running, %d idle)", err, running, total, idle)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]float64, 0, len(f.firstRunning))
+	for _, t := range f.firstRunning {
+		out = append(out, t.Sub(start).Seconds())
+	}
+	return f.lastAgentChange, out, nil
 }
 
-func waitUnits(ctx context.Context, st *state.State, want int) error {
-	for {
-		units, err := st.AllUnits(ctx)
-		if err != nil {
-			return err
-		}
-		if len(units) == want {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for units to go: %w (%d left)", ctx.Err(), len(units))
-		case <-time.After(250 * time.Millisecond):
-		}
+// waitUnits waits until no unit is left.
+func waitUnits(ctx context.Context, f *follower) error {
+	if err := f.wait(ctx, time.Second, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.units) == 0
+	}); err != nil {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return fmt.Errorf("waiting for units to go: %w (%d left)", err, len(f.units))
 	}
+	return nil
 }
 
-func waitEmpty(ctx context.Context, st *state.State) error {
-	for {
-		snap, err := st.Snapshot(ctx)
-		if err != nil {
-			return err
-		}
-		if keys := snap.EntityKeys(); len(keys) == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the model to empty: %w", ctx.Err())
-		case <-time.After(250 * time.Millisecond):
-		}
+// waitEmpty waits until etcd holds no entity keys.
+func waitEmpty(ctx context.Context, f *follower) error {
+	if err := f.wait(ctx, time.Second, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.entities) == 0
+	}); err != nil {
+		return fmt.Errorf("waiting for the model to empty: %w", err)
 	}
+	return nil
 }
 
 func percentile(xs []float64, p float64) float64 {

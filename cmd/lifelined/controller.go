@@ -32,6 +32,7 @@ import (
 	"github.com/lifelinehq/lifeline/pki"
 	"github.com/lifelinehq/lifeline/provisioner"
 	"github.com/lifelinehq/lifeline/state"
+	"github.com/lifelinehq/lifeline/watchhub"
 )
 
 // controllerFlags are the controller's flags, as given.
@@ -231,10 +232,21 @@ func runController(ctx context.Context, f controllerFlags) error {
 		return err
 	}
 
+	// The watch hub: one etcd watch of the model for all the agents' watch
+	// streams. Added before the API, it is interrupted first (run.Group
+	// interrupts in the order of Add): its streams end with Unavailable,
+	// so that the API's graceful stop need not wait for them.
+	hub, err := watchhub.New(watchhub.Config{Source: st, Logger: logger.Named("watchhub")})
+	if err != nil {
+		return err
+	}
+	hctx, hcancel := context.WithCancel(context.Background())
+	g.Add(func() error { return hub.Run(hctx) }, func(error) { hcancel() })
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	api, err := controller.New(controller.Config{
-		State: st, Logger: logger, TLS: pki.ServerTLSConfig(cert), Metrics: reg,
+		State: st, Watches: hub, Logger: logger, TLS: pki.ServerTLSConfig(cert), Metrics: reg,
 		Addresses: advertise, CACert: ca.CertPEM(), HookTimeout: f.hookTimeout, PresenceTimeout: f.presence,
 	})
 	if err != nil {

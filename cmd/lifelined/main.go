@@ -5,11 +5,13 @@
 //
 //	flags ─► logger ─► etcd (embedded, or a client of an external cluster)
 //	                    └► state ─► cleaner
+//	                         └► watch hub (one etcd watch of the model)
 //	                         └► controller API (gRPC over TLS) ─► listener
 //	                         └► metrics (/metrics on its own listener)
 //
 // Each long-running piece is an execute/interrupt pair in one oklog/run
-// group; the first to return stops the others, in reverse.
+// group; the first to return stops the others, in the order they were
+// added.
 package main
 
 import (

@@ -269,7 +269,9 @@ type WatchSubject_Relation struct {
 
 type WatchSubject_RelationScope struct {
 	// The units in a relation's scope that the caller sees, with their
-	// settings versions: changes carry unit names and versions.
+	// settings versions: changes carry unit names and versions. A unit
+	// sees the other side's units (in a peer relation, every unit), and in
+	// a container-scoped relation only those on its machine.
 	RelationScope int64 `protobuf:"varint,9,opt,name=relation_scope,json=relationScope,proto3,oneof"`
 }
 

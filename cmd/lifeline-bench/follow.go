@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/state"
+)
+
+// follower keeps what the harness waits on (the units, their agents'
+// statuses, the entity keys left) current from one watch of the whole
+// model, so that waiting costs etcd one watcher rather than a read of the
+// whole model twice a second.
+type follower struct {
+	mu       sync.Mutex
+	units    map[string]bool
+	agents   map[string]*pb.Status
+	entities map[string]bool
+	// running and idle count the agents whose status says so, kept as
+	// statuses change so that checking costs nothing.
+	running, idle int
+	// firstRunning is when each unit's agent was first seen running.
+	firstRunning map[string]time.Time
+	// lastAgentChange is when a unit agent's status last changed.
+	lastAgentChange time.Time
+	// changed is signalled, without blocking, after every batch.
+	changed chan struct{}
+}
+
+var (
+	unitsPrefix       = state.UnitKey("")
+	agentStatusPrefix = state.StatusKey(state.StatusUnitAgent, "")
+)
+
+// follow starts following the model until ctx ends. Start it while the
+// model is small: it begins with a listing of everything.
+func follow(ctx context.Context, st *state.State) *follower {
+	f := &follower{
+		units: map[string]bool{}, agents: map[string]*pb.Status{}, entities: map[string]bool{},
+		firstRunning: map[string]time.Time{}, changed: make(chan struct{}, 1),
+	}
+	go func() {
+		for b := range st.Watch(ctx, "", 0) {
+			f.apply(b)
+		}
+	}()
+	return f
+}
+
+func (f *follower) apply(b state.WatchBatch) {
+	now := time.Now()
+	f.mu.Lock()
+	if b.Reset {
+		f.units, f.agents, f.entities = map[string]bool{}, map[string]*pb.Status{}, map[string]bool{}
+		f.running, f.idle = 0, 0
+	}
+	for _, e := range b.Events {
+		put := e.Type == state.EventPut
+		if isEntityKey(e.Key) {
+			if put {
+				f.entities[e.Key] = true
+			} else {
+				delete(f.entities, e.Key)
+			}
+		}
+		switch {
+		case strings.HasPrefix(e.Key, unitsPrefix):
+			name := e.Key[len(unitsPrefix):]
+			if put {
+				f.units[name] = true
+			} else {
+				delete(f.units, name)
+			}
+		case strings.HasPrefix(e.Key, agentStatusPrefix):
+			name := e.Key[len(agentStatusPrefix):]
+			f.lastAgentChange = now
+			f.count(f.agents[name], -1)
+			delete(f.agents, name)
+			if !put {
+				continue
+			}
+			s := &pb.Status{}
+			if proto.Unmarshal(e.Value, s) != nil {
+				continue
+			}
+			f.agents[name] = s
+			f.count(s, 1)
+			if _, ok := f.firstRunning[name]; !ok && s.Data["state"] == "running" {
+				f.firstRunning[name] = now
+			}
+		}
+	}
+	f.mu.Unlock()
+	select {
+	case f.changed <- struct{}{}:
+	default:
+	}
+}
+
+func isEntityKey(k string) bool {
+	for _, p := range state.EntityPrefixes {
+		if strings.HasPrefix(k, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// count adds d to the counts s is in; a nil s is in none.
+func (f *follower) count(s *pb.Status, d int) {
+	if s == nil || s.Data["state"] != "running" {
+		return
+	}
+	f.running += d
+	if s.Status == "idle" {
+		f.idle += d
+	}
+}
+
+// agentCounts returns the units, and how many unit agents run and are
+// idle. A unit's statuses go with it, so these are the units' agents.
+func (f *follower) agentCounts() (units, running, idle int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.units), f.running, f.idle
+}
+
+// wait waits until done says so, checking after every change and every
+// tick (for conditions that need time to pass).
+func (f *follower) wait(ctx context.Context, tick time.Duration, done func() bool) error {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for !done() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-f.changed:
+		case <-t.C:
+		}
+	}
+	return nil
+}

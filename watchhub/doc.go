@@ -1,0 +1,36 @@
+// Package watchhub serves the controller's many watch streams from one
+// etcd watch of the model.
+//
+// Without it every agent's watch stream was an etcd watch of its own:
+// thousands of watchers, each with its buffers and goroutines in the
+// client and in the (embedded) server, and etcd matching every change
+// against all of them. The hub instead follows the whole model with one
+// watch (state.WatchChanges) and hands each change to the streams that
+// want it, found through an index: an exact key's subscribers by a map
+// lookup, a prefix's by a lookup of the key's leading part for each
+// prefix length in use. The cost of a change is that of the streams that
+// want it, not of all streams.
+//
+// A Stream keeps the contract of state.Watch: whole revisions, in order,
+// each batch carrying the revision to resume after; a Reset listing first
+// when it starts from nothing. It resumes after a revision given earlier:
+//
+//   - from the hub's ring of recent events (bounded by events and bytes),
+//     without reading etcd, when the ring holds every change after that
+//     revision;
+//   - otherwise from etcd, as before the hub (state.Watch from that
+//     revision, which re-lists when etcd compacted it), until it has
+//     caught up with what the ring holds; then it follows the hub.
+//
+// Each stream's queue is bounded. A stream that falls further behind is
+// reset: its queue is dropped and it lists its keys again from etcd at
+// the current revision (a Reset batch, which clients already handle after
+// a compaction). A listing starts after the stream was registered, so it
+// reads at a revision at or past every change the hub had handed out then,
+// and the changes queued meanwhile that the listing already shows are
+// dropped: nothing is lost, nothing repeated, revisions only grow.
+//
+// The hub owns no key and writes nothing; it reads through its Source
+// (state.State). It knows nothing of what a key means: authorization and
+// the meaning of changes are the controller's.
+package watchhub

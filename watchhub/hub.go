@@ -1,0 +1,375 @@
+package watchhub
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/lifelinehq/lifeline/state"
+)
+
+// Source is what the hub reads the model through: *state.State.
+type Source interface {
+	// Revision returns the store's current revision.
+	Revision(ctx context.Context) (int64, error)
+	// WatchChanges streams the changes under prefix after a revision,
+	// never listing (state.State.WatchChanges).
+	WatchChanges(ctx context.Context, prefix string, after int64) <-chan state.WatchBatch
+	// Watch and WatchKey are state.State's, for streams resuming from
+	// revisions the ring no longer holds.
+	Watch(ctx context.Context, prefix string, after int64) <-chan state.WatchBatch
+	WatchKey(ctx context.Context, key string, after int64) <-chan state.WatchBatch
+	// List and ListKey list keys at one revision, for resets.
+	List(ctx context.Context, prefix string) ([]state.Event, int64, error)
+	ListKey(ctx context.Context, key string) ([]state.Event, int64, error)
+}
+
+// Config configures a Hub.
+type Config struct {
+	Source Source
+	// RingEvents and RingBytes bound the ring of recent events that
+	// streams resume from; 65,536 events and 32 MiB when zero.
+	RingEvents int
+	RingBytes  int
+	// QueueEvents bounds the events waiting for one stream; a stream with
+	// more is reset (it lists again). 4,096 when zero.
+	QueueEvents int
+	// BatchEvents and BatchBytes bound what one batch a stream returns
+	// carries, when many changes wait for it; 1,000 events and 1 MiB when
+	// zero.
+	BatchEvents int
+	BatchBytes  int
+	Logger      hclog.Logger
+}
+
+// Validate reports a configuration New cannot use.
+func (c Config) Validate() error {
+	switch {
+	case c.Source == nil:
+		return errors.New("watchhub: no source")
+	case c.RingEvents < 0 || c.RingBytes < 0 || c.QueueEvents < 0 || c.BatchEvents < 0 || c.BatchBytes < 0:
+		return errors.New("watchhub: negative bound")
+	}
+	return nil
+}
+
+// ErrClosed says the hub stopped: its Run ended.
+var ErrClosed = errors.New("watch hub stopped")
+
+// Hub follows the model with one etcd watch and hands its changes to
+// Streams. Run runs it; streams wait for it to start.
+type Hub struct {
+	cfg   Config
+	ready chan struct{} // closed once Run knows the revision it starts from
+	done  chan struct{} // closed when Run ends
+
+	mu sync.Mutex
+	// rev is the revision the hub has handed out every change up to.
+	rev  int64
+	ring *ring
+	// exact and prefixes index the registered subscribers by key and by
+	// prefix; lens are the prefix lengths in use, ascending, and lenCount
+	// how many prefixes have each.
+	exact    map[string]map[*sub]struct{}
+	prefixes map[string]map[*sub]struct{}
+	lens     []int
+	lenCount map[int]int
+	subs     int
+	closed   bool
+	stats    Stats
+	touched  []*sub // scratch for dispatch
+}
+
+// Stats are the hub's counts so far.
+type Stats struct {
+	// Revision is the revision the hub has handed out every change up to.
+	Revision int64
+	// Streams is the number of streams following the hub now.
+	Streams int
+	// Events counts the changes the hub received.
+	Events int64
+	// Delivered counts the changes queued for streams.
+	Delivered int64
+	// Resumed counts streams resumed from the ring, Fallbacks those that
+	// had to catch up from etcd first, and Listings the listings streams
+	// read (at their start and when reset).
+	Resumed, Fallbacks, Listings int64
+	// Overflows counts streams reset because they fell too far behind.
+	Overflows int64
+	// RingEvents and RingBytes are what the ring holds now.
+	RingEvents, RingBytes int
+}
+
+// New returns a Hub; Run starts it.
+func New(cfg Config) (*Hub, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.RingEvents == 0 {
+		cfg.RingEvents = 1 << 16
+	}
+	if cfg.RingBytes == 0 {
+		cfg.RingBytes = 32 << 20
+	}
+	if cfg.QueueEvents == 0 {
+		cfg.QueueEvents = 4096
+	}
+	if cfg.BatchEvents == 0 {
+		cfg.BatchEvents = 1000
+	}
+	if cfg.BatchBytes == 0 {
+		cfg.BatchBytes = 1 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	return &Hub{
+		cfg: cfg, ready: make(chan struct{}), done: make(chan struct{}),
+		ring:  newRing(cfg.RingEvents, cfg.RingBytes),
+		exact: map[string]map[*sub]struct{}{}, prefixes: map[string]map[*sub]struct{}{}, lenCount: map[int]int{},
+	}, nil
+}
+
+// Run follows the model until ctx ends, and then stops every stream with
+// ErrClosed. It returns nil when ctx ends; it can be run once.
+func (h *Hub) Run(ctx context.Context) error {
+	defer h.close()
+	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
+	var rev int64
+	for {
+		var err error
+		if rev, err = h.cfg.Source.Revision(ctx); err == nil {
+			break
+		}
+		h.cfg.Logger.Warn("watch hub: cannot read the current revision; retrying", "error", err)
+		t := time.NewTimer(bo.NextBackOff())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+	h.mu.Lock()
+	h.rev = rev
+	h.ring.reset(rev)
+	h.mu.Unlock()
+	close(h.ready)
+	for b := range h.cfg.Source.WatchChanges(ctx, "", rev) {
+		h.dispatch(b)
+	}
+	return nil
+}
+
+func (h *Hub) close() {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	close(h.done)
+}
+
+// Stats returns the hub's counts so far.
+func (h *Hub) Stats() Stats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.stats
+	s.Revision, s.Streams, s.RingEvents, s.RingBytes = h.rev, h.subs, h.ring.n, h.ring.bytes
+	return s
+}
+
+// sub is a stream's registration with the hub. Its fields are guarded by
+// the hub's lock.
+type sub struct {
+	key    string
+	prefix bool
+	// queue holds the changes for the stream, in order, one batch per
+	// batch of the hub's watch with changes for it; queued counts them.
+	queue  []state.WatchBatch
+	queued int
+	// reset says the queue overflowed and was dropped: nothing is queued
+	// until the stream lists again.
+	reset bool
+	// progress is the latest revision without changes for the stream that
+	// the hub told it of.
+	progress   int64
+	registered bool
+	// wake is signalled, without blocking, when there is news.
+	wake chan struct{}
+}
+
+func (s *sub) notify() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *sub) matches(key string) bool {
+	if s.prefix {
+		return len(key) >= len(s.key) && key[:len(s.key)] == s.key
+	}
+	return key == s.key
+}
+
+// dispatch hands one batch of the model's watch to the streams that want
+// it.
+func (h *Hub) dispatch(b state.WatchBatch) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case b.Reset:
+		// Changes were lost (etcd compacted what the hub had to resume
+		// from): every stream lists again.
+		h.cfg.Logger.Warn("watch hub: changes lost to compaction; every stream lists again", "revision", b.Revision)
+		for _, set := range []map[string]map[*sub]struct{}{h.exact, h.prefixes} {
+			for _, subs := range set {
+				for s := range subs {
+					h.overflow(s)
+				}
+			}
+		}
+		h.ring.reset(b.Revision)
+		h.rev = b.Revision
+		return
+	case len(b.Events) == 0:
+		// Progress: tell every stream, so that its clients resume from a
+		// later revision. etcd reports progress rarely (every ten minutes
+		// by default).
+		if b.Revision <= h.rev {
+			return
+		}
+		h.rev = b.Revision
+		for _, set := range []map[string]map[*sub]struct{}{h.exact, h.prefixes} {
+			for _, subs := range set {
+				for s := range subs {
+					s.progress = b.Revision
+					s.notify()
+				}
+			}
+		}
+		return
+	}
+	h.stats.Events += int64(len(b.Events))
+	h.ring.push(b.Events)
+	touched := h.touched[:0]
+	for i := range b.Events {
+		e := &b.Events[i]
+		for s := range h.exact[e.Key] {
+			touched = h.enqueue(s, b.Revision, e, touched)
+		}
+		for _, l := range h.lens {
+			if l > len(e.Key) {
+				break
+			}
+			for s := range h.prefixes[e.Key[:l]] {
+				touched = h.enqueue(s, b.Revision, e, touched)
+			}
+		}
+	}
+	h.rev = b.Revision
+	for i, s := range touched {
+		s.notify()
+		touched[i] = nil
+	}
+	h.touched = touched[:0]
+}
+
+// enqueue queues e, of the batch at rev, for s, and adds s to touched the
+// first time; a queue that overflows is dropped and s reset.
+func (h *Hub) enqueue(s *sub, rev int64, e *state.Event, touched []*sub) []*sub {
+	if s.reset {
+		return touched
+	}
+	if s.queued >= h.cfg.QueueEvents {
+		h.overflow(s)
+		return touched
+	}
+	n := len(s.queue)
+	if n == 0 || s.queue[n-1].Revision != rev {
+		s.queue = append(s.queue, state.WatchBatch{Revision: rev})
+		n++
+		touched = append(touched, s)
+	}
+	s.queue[n-1].Events = append(s.queue[n-1].Events, *e)
+	s.queued++
+	h.stats.Delivered++
+	return touched
+}
+
+// overflow drops s's queue and resets it: it must list again.
+func (h *Hub) overflow(s *sub) {
+	if !s.reset {
+		h.stats.Overflows++
+	}
+	s.queue, s.queued, s.reset = nil, 0, true
+	s.notify()
+}
+
+// register indexes s, which receives the changes after h.rev.
+func (h *Hub) register(s *sub) {
+	if s.registered {
+		return
+	}
+	s.registered = true
+	h.subs++
+	set := h.exact
+	if s.prefix {
+		set = h.prefixes
+		if h.lenCount[len(s.key)]++; h.lenCount[len(s.key)] == 1 {
+			h.lens = append(h.lens, len(s.key))
+			sort.Ints(h.lens)
+		}
+	}
+	subs := set[s.key]
+	if subs == nil {
+		subs = map[*sub]struct{}{}
+		set[s.key] = subs
+	}
+	subs[s] = struct{}{}
+}
+
+// unregister removes s from the index.
+func (h *Hub) unregister(s *sub) {
+	if !s.registered {
+		return
+	}
+	s.registered = false
+	h.subs--
+	set := h.exact
+	if s.prefix {
+		set = h.prefixes
+		if h.lenCount[len(s.key)]--; h.lenCount[len(s.key)] == 0 {
+			delete(h.lenCount, len(s.key))
+			i := sort.SearchInts(h.lens, len(s.key))
+			h.lens = append(h.lens[:i], h.lens[i+1:]...)
+		}
+	}
+	delete(set[s.key], s)
+	if len(set[s.key]) == 0 {
+		delete(set, s.key)
+	}
+	s.queue, s.queued = nil, 0
+}
+
+// resume registers s to receive the changes after rev, queueing those the
+// ring holds, and reports true; or, when the ring no longer holds all of
+// them, reports false and leaves s unregistered.
+func (h *Hub) resume(s *sub, rev int64) bool {
+	if rev < h.ring.base {
+		return false
+	}
+	s.reset, s.queue, s.queued = false, nil, 0
+	h.register(s)
+	for i := h.ring.after(rev); i < h.ring.n; i++ {
+		e := h.ring.at(i)
+		if s.matches(e.Key) {
+			h.enqueue(s, e.ModRevision, e, nil)
+		}
+	}
+	return true
+}

@@ -1,0 +1,243 @@
+package watchhub
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lifelinehq/lifeline/state"
+)
+
+// Stream is one watch of a key or a prefix, served by the hub. Its
+// methods are for one goroutine; Close it when done.
+type Stream struct {
+	h   *Hub
+	sub *sub
+	// after is the revision of the last batch returned (or the one the
+	// stream was asked to resume after): what its client resumes after.
+	after int64
+	// list says the stream must list its keys before anything else.
+	list bool
+	// pending are batches taken from the hub's queue, not yet returned.
+	pending []state.WatchBatch
+	// fallback, while set, is the etcd watch the stream catches up with,
+	// because the ring no longer held what it had to resume from.
+	fallback     <-chan state.WatchBatch
+	stopFallback context.CancelFunc
+	closed       bool
+}
+
+// Watch returns a stream of the changes under prefix (state.Watch's
+// contract): after revision after, or a Reset listing first when after is
+// zero. It waits for the hub to start, until ctx ends; a stream catching
+// up from etcd does so until ctx ends or Close.
+func (h *Hub) Watch(ctx context.Context, prefix string, after int64) (*Stream, error) {
+	return h.watch(ctx, prefix, true, after)
+}
+
+// WatchKey is Watch of exactly one key.
+func (h *Hub) WatchKey(ctx context.Context, key string, after int64) (*Stream, error) {
+	return h.watch(ctx, key, false, after)
+}
+
+func (h *Hub) watch(ctx context.Context, key string, prefix bool, after int64) (*Stream, error) {
+	if after < 0 {
+		return nil, fmt.Errorf("watch %s after revision %d: want 0 or a revision received earlier", key, after)
+	}
+	select {
+	case <-h.ready:
+	case <-h.done:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	s := &Stream{h: h, sub: &sub{key: key, prefix: prefix, wake: make(chan struct{}, 1)}, after: after}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, ErrClosed
+	}
+	switch {
+	case after == 0:
+		s.list = true
+	case h.resume(s.sub, after):
+		h.stats.Resumed++
+	default:
+		h.stats.Fallbacks++
+		fctx, cancel := context.WithCancel(ctx)
+		s.stopFallback = cancel
+		if prefix {
+			s.fallback = h.cfg.Source.Watch(fctx, key, after)
+		} else {
+			s.fallback = h.cfg.Source.WatchKey(fctx, key, after)
+		}
+	}
+	return s, nil
+}
+
+// Close ends the stream.
+func (s *Stream) Close() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	if s.stopFallback != nil {
+		s.stopFallback()
+	}
+	s.h.mu.Lock()
+	s.h.unregister(s.sub)
+	s.h.mu.Unlock()
+}
+
+// Next returns the next batch: changes, a Reset listing, or progress (no
+// changes, a later revision). It blocks until there is one, ctx ends (its
+// error), or the hub stops (ErrClosed). An error reading etcd for a
+// listing is returned too; the stream may be asked again.
+func (s *Stream) Next(ctx context.Context) (state.WatchBatch, error) {
+	for {
+		switch {
+		case s.closed:
+			return state.WatchBatch{}, ErrClosed
+		case s.fallback != nil:
+			return s.nextFallback(ctx)
+		case s.list:
+			return s.relist(ctx)
+		case len(s.pending) > 0:
+			if b, ok := s.take(); ok {
+				return b, nil
+			}
+			continue
+		}
+		h := s.h
+		h.mu.Lock()
+		switch {
+		case h.closed:
+			h.mu.Unlock()
+			return state.WatchBatch{}, ErrClosed
+		case s.sub.reset:
+			s.list = true
+		case len(s.sub.queue) > 0:
+			s.pending, s.sub.queue, s.sub.queued = s.sub.queue, nil, 0
+		case s.sub.progress > s.after:
+			s.after = s.sub.progress
+			h.mu.Unlock()
+			return state.WatchBatch{Revision: s.after}, nil
+		}
+		h.mu.Unlock()
+		if s.list || len(s.pending) > 0 {
+			continue
+		}
+		select {
+		case <-s.sub.wake:
+		case <-h.done:
+		case <-ctx.Done():
+			return state.WatchBatch{}, ctx.Err()
+		}
+	}
+}
+
+// take returns what is pending after s.after, as one batch within the
+// configured bounds, and false when nothing was.
+func (s *Stream) take() (state.WatchBatch, bool) {
+	var out state.WatchBatch
+	size := 0
+	n := 0
+	for ; n < len(s.pending); n++ {
+		b := &s.pending[n]
+		if b.Revision <= s.after {
+			continue // all of it in a listing already
+		}
+		// A batch may hold several revisions, a listing may have read up
+		// to the middle of it: keep only what is after.
+		evs := b.Events
+		for len(evs) > 0 && evs[0].ModRevision <= s.after {
+			evs = evs[1:]
+		}
+		bsize := 0
+		for i := range evs {
+			bsize += eventBytes(&evs[i])
+		}
+		if len(out.Events) > 0 && (len(out.Events)+len(evs) > s.h.cfg.BatchEvents || size+bsize > s.h.cfg.BatchBytes) {
+			break
+		}
+		// The queued batches are the stream's alone: appending to the
+		// first one's events overwrites nothing anyone else reads.
+		if out.Events == nil {
+			out.Events = evs
+		} else {
+			out.Events = append(out.Events, evs...)
+		}
+		size += bsize
+		out.Revision = b.Revision
+		s.after = b.Revision
+	}
+	for i := 0; i < n; i++ {
+		s.pending[i] = state.WatchBatch{}
+	}
+	s.pending = s.pending[n:]
+	if len(s.pending) == 0 {
+		s.pending = nil
+	}
+	return out, out.Revision != 0
+}
+
+// relist lists the stream's keys at the current revision. The stream is
+// registered (and so queues every change the hub hands out from now on)
+// before it reads: the listing's revision is at or past every change it
+// missed, and the queued changes it already shows are dropped by take.
+func (s *Stream) relist(ctx context.Context) (state.WatchBatch, error) {
+	h := s.h
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return state.WatchBatch{}, ErrClosed
+	}
+	s.sub.reset, s.sub.queue, s.sub.queued, s.sub.progress = false, nil, 0, 0
+	h.register(s.sub)
+	h.stats.Listings++
+	h.mu.Unlock()
+	s.pending = nil
+	var evs []state.Event
+	var at int64
+	var err error
+	if s.sub.prefix {
+		evs, at, err = h.cfg.Source.List(ctx, s.sub.key)
+	} else {
+		evs, at, err = h.cfg.Source.ListKey(ctx, s.sub.key)
+	}
+	if err != nil {
+		return state.WatchBatch{}, fmt.Errorf("list %s: %w", s.sub.key, err)
+	}
+	s.list = false
+	s.after = max(s.after, at)
+	return state.WatchBatch{Revision: at, Reset: true, Events: evs}, nil
+}
+
+// nextFallback returns the next batch of the etcd watch the stream catches
+// up with, and moves the stream to the hub as soon as the hub's ring holds
+// everything after it.
+func (s *Stream) nextFallback(ctx context.Context) (state.WatchBatch, error) {
+	var b state.WatchBatch
+	var ok bool
+	select {
+	case b, ok = <-s.fallback:
+		if !ok {
+			if ctx.Err() != nil {
+				return state.WatchBatch{}, ctx.Err()
+			}
+			return state.WatchBatch{}, context.Canceled // the context Watch was given ended
+		}
+	case <-s.h.done:
+		return state.WatchBatch{}, ErrClosed
+	case <-ctx.Done():
+		return state.WatchBatch{}, ctx.Err()
+	}
+	s.after = b.Revision
+	h := s.h
+	h.mu.Lock()
+	if !h.closed && h.resume(s.sub, s.after) {
+		s.stopFallback()
+		s.fallback, s.stopFallback = nil, nil
+	}
+	h.mu.Unlock()
+	return b, nil
+}
