@@ -1,6 +1,7 @@
 package unitagent
 
 import (
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -50,5 +51,26 @@ func TestNoHookBeforeTheConfigIsKnown(t *testing.T) {
 	r.configSeen, r.configVer = true, 2
 	if act := next(l, r, "app/0", time.Now()); act.kind != actHook {
 		t.Fatalf("next once the configuration is known = %v, want the hook in progress", act)
+	}
+}
+
+// TestReloadedRelationWithoutMembers: a relation entered but not yet
+// joined with anyone is saved without members; loaded again (an agent
+// restarted), its first member joins like any other.
+func TestReloadedRelationWithoutMembers(t *testing.T) {
+	f := stateFile{path: filepath.Join(t.TempDir(), "state.json")}
+	l := newLocalState()
+	l.State, l.Started = StateRunning, true
+	l.Relations[1] = &localRelation{Endpoint: "host", Created: true, InScope: true, Members: map[string]int64{}}
+	if err := f.save(l); err != nil {
+		t.Fatal(err)
+	}
+	l, err := f.load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	applySuccess(l, &hookOp{Hook: "host-relation-joined", Relation: 1, Endpoint: "host", Remote: "app/0"})
+	if got := l.Relations[1].Members; len(got) != 1 {
+		t.Fatalf("members after joined = %v, want app/0", got)
 	}
 }
