@@ -35,6 +35,10 @@ type Sandbox struct {
 	// metrics.
 	DataDir string
 	Port    int
+	// KeepOnFailure keeps the directory of a failed test (its logs, the
+	// machines' and units' files) for a look; its processes are stopped
+	// all the same.
+	KeepOnFailure bool
 
 	mu           sync.Mutex
 	controllers  []*Controller
@@ -300,6 +304,10 @@ func (s *Sandbox) teardown() {
 		for len(SandboxProcs(s.Dir)) > 0 && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
 		}
+	}
+	if s.KeepOnFailure && t.Failed() {
+		t.Logf("teardown: kept %s", s.Dir)
+		return
 	}
 	if err := os.RemoveAll(s.Dir); err != nil {
 		t.Logf("teardown: %v", err)
