@@ -100,9 +100,10 @@ type Controller struct {
 	// Args are lifelined's arguments, kept for Start.
 	Args []string
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
+	stopped bool // by Kill or Stop, until Start
 }
 
 // StartController starts the sandbox's next controller: lifelined
@@ -204,7 +205,7 @@ func (c *Controller) Start(t testing.TB) {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	c.mu.Lock()
-	c.cmd, c.done = cmd, done
+	c.cmd, c.done, c.stopped = cmd, done, false
 	c.mu.Unlock()
 	WaitFor(t, fmt.Sprintf("controller %d to answer", c.Index), time.Minute, func() (bool, string) {
 		select {
@@ -231,12 +232,21 @@ func (c *Controller) writeClientConfig() error {
 	return pki.WriteClientConfig(c.ClientConfig(), cfg)
 }
 
+// Stopped says whether the test stopped the controller (Kill, Stop)
+// since it last started it: whether it is meant not to run.
+func (c *Controller) Stopped() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopped
+}
+
 // Kill kills the controller's process with SIGKILL and waits until it has
 // exited.
 func (c *Controller) Kill(t testing.TB) {
 	t.Helper()
 	c.mu.Lock()
 	cmd, done := c.cmd, c.done
+	c.stopped = true
 	c.mu.Unlock()
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil && c.Running() {
 		t.Fatal(err)
@@ -249,6 +259,7 @@ func (c *Controller) Kill(t testing.TB) {
 func (c *Controller) Stop(t testing.TB) {
 	c.mu.Lock()
 	cmd, done := c.cmd, c.done
+	c.stopped = true
 	c.mu.Unlock()
 	if cmd == nil {
 		return
