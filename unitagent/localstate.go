@@ -129,6 +129,15 @@ func (f stateFile) load() (*localState, error) {
 	if l.Relations == nil {
 		l.Relations = map[int64]*localRelation{}
 	}
+	for id, lr := range l.Relations {
+		switch {
+		case lr == nil:
+			delete(l.Relations, id)
+		case lr.Members == nil:
+			// Saved without members (omitempty): none joined yet.
+			lr.Members = map[string]int64{}
+		}
+	}
 	if l.AddedSubordinates == nil {
 		l.AddedSubordinates = map[int64]string{}
 	}
