@@ -87,9 +87,27 @@ func (s *Sandbox) Fails(t testing.TB, code int, msg string, args ...string) {
 
 // StatusDoc is the shape of ctl status --format json.
 type StatusDoc struct {
-	Machines  map[string]MachineDoc `json:"machines"`
-	Services  map[string]ServiceDoc `json:"services"`
-	Relations []RelationDoc         `json:"relations"`
+	Machines    map[string]MachineDoc    `json:"machines"`
+	Services    map[string]ServiceDoc    `json:"services"`
+	Relations   []RelationDoc            `json:"relations"`
+	Controllers map[string]ControllerDoc `json:"controllers"`
+}
+
+// ControllerDoc is a live controller in ctl status.
+type ControllerDoc struct {
+	Addresses []string `json:"addresses"`
+	Leader    bool     `json:"leader"`
+}
+
+// Leader returns the id and addresses of the controller that runs the
+// singleton workers, if status names one.
+func (d *StatusDoc) Leader() (id string, addrs []string, ok bool) {
+	for id, c := range d.Controllers {
+		if c.Leader {
+			return id, c.Addresses, true
+		}
+	}
+	return "", nil, false
 }
 
 type MachineDoc struct {

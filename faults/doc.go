@@ -11,7 +11,10 @@
 //   - machine agents partitioned from the controller (SIGSTOP) and healed
 //     (SIGCONT);
 //   - a client sending random well-formed requests to every
-//     OperatorService RPC.
+//     OperatorService RPC;
+//   - of two controllers sharing the model, the one running the singleton
+//     workers killed (SIGKILL): the other leads within 15 s, the agents
+//     reconnect to it, and the model keeps working.
 //
 // After each, the model's invariants are checked (state.CheckInvariants on
 // a snapshot, and statetest.Monitor at every committed revision), through

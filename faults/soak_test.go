@@ -15,6 +15,7 @@ var scenarios = []struct {
 	{"MachineAgentsKilled", runMachineAgentsKilled},
 	{"PartitionedAgents", runPartitionedAgents},
 	{"FuzzOperatorAPI", runFuzzOperatorAPI},
+	{"ControllerFailover", runControllerFailover},
 }
 
 // soakMaxFailures ends a soak early: the failures so far are the evidence.
