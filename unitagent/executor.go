@@ -258,17 +258,16 @@ func applySuccess(l *localState, op *hookOp) {
 	case "config-changed":
 		l.ConfigVersion = op.Version
 	default:
-		lr := l.Relations[op.Relation]
 		switch {
 		case strings.HasSuffix(op.Hook, "-relation-created"):
-			l.Relations[op.Relation] = &localRelation{Endpoint: op.Endpoint, Created: true, Members: map[string]int64{}}
-		case lr == nil:
+			l.createRelation(op.Relation, op.Endpoint)
+		case l.Relations[op.Relation] == nil:
 		case strings.HasSuffix(op.Hook, "-relation-joined"):
-			lr.Members[op.Remote] = 0
+			l.setMember(op.Relation, op.Remote, 0)
 		case strings.HasSuffix(op.Hook, "-relation-changed"):
-			lr.Members[op.Remote] = op.Version
+			l.setMember(op.Relation, op.Remote, op.Version)
 		case strings.HasSuffix(op.Hook, "-relation-departed"):
-			delete(lr.Members, op.Remote)
+			l.departMember(op.Relation, op.Remote)
 		case strings.HasSuffix(op.Hook, "-relation-broken"):
 			delete(l.Relations, op.Relation)
 			delete(l.AddedSubordinates, op.Relation)
