@@ -13,7 +13,10 @@ const (
 	StateHookError    = "hook-error"
 )
 
-// Steps of a hook operation, persisted before and after it runs.
+// Steps of a hook operation. A new hook is saved first as running, just
+// before it runs; it is saved queued after a failed run (to wait for its
+// retry, or for the operator), and done when it succeeded with relation
+// settings still to commit.
 const (
 	stepQueued  = "queued"
 	stepRunning = "running"
