@@ -104,7 +104,7 @@ func (c Config) Validate() error {
 type Agent struct {
 	cfg    Config
 	logger hclog.Logger
-	file   stateFile
+	store  *stateStore
 	l      *localState
 	rep    *reporter
 	// workload is the status the charm last set, for status-get.
@@ -142,7 +142,7 @@ func New(cfg Config) (*Agent, error) {
 	return &Agent{
 		cfg:    cfg,
 		logger: cfg.Logger.With("unit", cfg.Unit),
-		file:   stateFile{path: filepath.Join(cfg.DataDir, "state.json")},
+		store:  newStateStore(cfg.DataDir),
 	}, nil
 }
 
@@ -152,7 +152,7 @@ var ErrDead = errors.New("unit is dead")
 
 // Run runs the unit until ctx ends or the unit is dead (ErrDead).
 func (a *Agent) Run(ctx context.Context) error {
-	l, err := a.file.load()
+	l, err := a.store.load()
 	if err != nil {
 		return err
 	}
@@ -235,7 +235,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-func (a *Agent) save() error { return a.file.save(a.l) }
+// save makes the local state durable; a save with nothing new to record
+// costs nothing.
+func (a *Agent) save() error { return a.store.save(a.l) }
 
 // reportWaiting reports the agent idle (or in error) with its state.
 func (a *Agent) reportWaiting(act action) {

@@ -1,6 +1,8 @@
 package unitagent_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -169,5 +171,22 @@ func TestHookTimeout(t *testing.T) {
 	})
 	if got := len(w.lines("kv/0", "attempts.log")); got != w.retry.Attempts {
 		t.Errorf("install was attempted %d times, want %d", got, w.retry.Attempts)
+	}
+}
+
+// TestTwoSavesAHook counts the local state's saves (the journal's records)
+// on the way to running: the charm unpacked, then two a hook (marked
+// running before it runs, done after) for install, config-changed and
+// start.
+func TestTwoSavesAHook(t *testing.T) {
+	w := newWorld(t)
+	w.deploy(kvMeta, 1, "server")
+	w.start("kv/0")
+	w.waitState("kv/0", "running")
+	if err := w.stop("kv/0"); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	if got := len(w.lines("kv/0", "state.log")); got != 1+2*3 {
+		t.Errorf("the journal holds %d records, want 7:\n%s", got, strings.Join(w.lines("kv/0", "state.log"), "\n"))
 	}
 }

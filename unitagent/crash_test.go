@@ -1,7 +1,7 @@
 package unitagent_test
 
 import (
-	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/unitagent"
 )
 
 // process is a unit agent in a process of its own (lifelined unit-agent),
@@ -69,20 +70,13 @@ func (p *process) kill() {
 	}
 }
 
-// localState reads the unit's state file as the agent would: it must always
-// be whole.
-func (w *world) localState(unit string) map[string]any {
+// localState reads the unit's local state as the agent would, and returns
+// its state machine's state: it must always be a consistent whole.
+func (w *world) localState(unit string) string {
 	w.t.Helper()
-	data, err := os.ReadFile(filepath.Join(w.dir(unit), "state.json"))
-	if os.IsNotExist(err) {
-		return nil
-	}
+	st, _, err := unitagent.LoadState(w.dir(unit))
 	if err != nil {
-		w.t.Fatal(err)
-	}
-	var st map[string]any
-	if err := json.Unmarshal(data, &st); err != nil {
-		w.t.Fatalf("%s's state file is torn: %v\n%s", unit, err, data)
+		w.t.Fatalf("%s's local state is damaged: %v", unit, err)
 	}
 	return st
 }
@@ -97,8 +91,8 @@ func TestKilledDuringAHookRetriesIt(t *testing.T) {
 	p := w.spawn("kv/0")
 	w.waitFor("install to start", func() bool { return len(w.lines("kv/0", "attempts.log")) > 0 })
 	p.kill()
-	if st := w.localState("kv/0"); st["state"] != "new" {
-		t.Fatalf("state after the kill = %v, want new", st["state"])
+	if st := w.localState("kv/0"); st != "new" {
+		t.Fatalf("state after the kill = %v, want new", st)
 	}
 	if err := os.Remove(filepath.Join(w.dir("kv/0"), "sleep-install")); err != nil {
 		t.Fatal(err)
@@ -133,7 +127,7 @@ func TestKilledAtRandomPoints(t *testing.T) {
 			p := w.spawn(unit)
 			time.Sleep(delay)
 			p.kill()
-			w.localState(unit) // whole, or absent
+			w.localState(unit) // a consistent whole
 			w.spawn(unit)
 			done <- unit
 		}()
@@ -144,10 +138,89 @@ func TestKilledAtRandomPoints(t *testing.T) {
 	for i := 0; i < units; i++ {
 		unit := "kv/" + strconv.Itoa(i)
 		w.waitState(unit, "running")
-		if st := w.localState(unit); st["state"] != "running" {
-			t.Errorf("%s's state file says %v, want running", unit, st["state"])
+		if st := w.localState(unit); st != "running" {
+			t.Errorf("%s's local state says %v, want running", unit, st)
 		}
 	}
+}
+
+// TestKilledDuringRelationHooks kills the agent of a unit related to eight
+// others with SIGKILL at random moments while it runs their relation hooks
+// (its local state's journal growing record by record): each time its
+// state loads whole, and in the end it has joined every other unit, each
+// joined before changed, and its state holds each with the settings
+// version last delivered.
+func TestKilledDuringRelationHooks(t *testing.T) {
+	const kvs = 8
+	w := newWorld(t)
+	w.deploy(kvMeta, kvs, "server")
+	w.deploy(appMeta, 1, "db")
+	rel := relate(t, w, "app", "kv")
+	db := fmt.Sprintf("db:%d", rel.Id)
+	for i := 0; i < kvs; i++ {
+		w.start("kv/" + strconv.Itoa(i))
+	}
+	// Hooks slow enough for the kills to find them running.
+	w.file("app/0", "sleep-db-relation-joined", "0.1")
+	w.file("app/0", "sleep-db-relation-changed", "0.1")
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
+	p := w.spawn("app/0")
+	var procs []*process
+	w.waitFor("app/0 to start its relation hooks", func() bool { return index(w.hooks("app/0"), "db-relation-joined") >= 0 })
+	for i := 0; i < 8; i++ {
+		// Once the restarted agent runs a hook again, kill it a moment
+		// later: during the hook, or while it saves before or after one.
+		n := len(w.lines("app/0", "attempts.log"))
+		deadline := time.Now().Add(10 * time.Second)
+		for len(w.lines("app/0", "attempts.log")) == n && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(time.Duration(rng.IntN(150)) * time.Millisecond)
+		p.kill()
+		w.localState("app/0") // a consistent whole
+		procs = append(procs, p)
+		p = w.spawn("app/0")
+	}
+	joinedAll := func() bool {
+		got := w.hooks("app/0")
+		for i := 0; i < kvs; i++ {
+			if index(got, "db-relation-changed "+db+" kv/"+strconv.Itoa(i)) < 0 {
+				return false
+			}
+		}
+		return true
+	}
+	w.waitFor("app/0 to have joined every kv unit", joinedAll)
+	w.waitState("app/0", "running")
+	got := w.hooks("app/0")
+	procs = append(procs, p)
+	interrupted := 0
+	for _, q := range procs {
+		interrupted += strings.Count(q.log.String(), "hook interrupted by a restart")
+	}
+	t.Logf("%d of the 8 kills interrupted a hook", interrupted)
+	for i := 0; i < kvs; i++ {
+		u := "kv/" + strconv.Itoa(i)
+		if j, c := index(got, "db-relation-joined "+db+" "+u), index(got, "db-relation-changed "+db+" "+u); j < 0 || c < j {
+			t.Errorf("app/0 ran changed for %s before joined:\n%s", u, strings.Join(got, "\n"))
+		}
+	}
+	w.waitFor("app/0's state to hold every member's settings version", func() bool {
+		_, members, err := unitagent.LoadState(w.dir("app/0"))
+		if err != nil {
+			t.Fatalf("app/0's local state is damaged: %v", err)
+		}
+		m := members[rel.Id]
+		if len(m) != kvs {
+			return false
+		}
+		for _, v := range m {
+			if v <= 0 {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // TestDisconnectedHookCompletes stops the controller while install runs:
@@ -161,8 +234,7 @@ func TestDisconnectedHookCompletes(t *testing.T) {
 	w.waitFor("install to start", func() bool { return len(w.lines("kv/0", "attempts.log")) > 0 })
 	w.env.Stop()
 	w.waitFor("install to be recorded locally", func() bool {
-		st := w.localState("kv/0")
-		return st != nil && st["state"] != "new"
+		return w.localState("kv/0") != "new"
 	})
 	if got := w.hooks("kv/0"); index(got, "install") != 0 {
 		t.Errorf("hooks = %v, want install done while disconnected", got)

@@ -35,10 +35,9 @@ func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 	switch act.kind {
 	case actHook:
 		if act.op != nil {
+			// Not saved yet: until it runs, a new hook records nothing
+			// the resolver would not decide again after a crash.
 			a.l.Op = act.op
-			if err := a.save(); err != nil {
-				return err
-			}
 		}
 		return ex.runHook(ctx, r)
 	case actDownload:
@@ -104,8 +103,11 @@ func ignoreCode(err error, c codes.Code) error {
 
 // runHook takes the hook in progress through its steps: it is marked
 // running and saved before it starts, so that a crash during the hook
-// counts against it; on success its relation settings are saved with it,
-// then committed, then the state machine moves on.
+// counts against it; on success its relation settings, if any, are saved
+// with it, then committed, then the state machine moves on (saved again).
+// Two saves a hook, three when it set relation settings, one when the
+// charm has no such hook: a crash between the hook's end and the next
+// save counts as a crash during the hook, a failed attempt.
 func (ex *executor) runHook(ctx context.Context, r *remote) error {
 	a := ex.a
 	op := a.l.Op
@@ -114,11 +116,9 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 	}
 	if !a.hasHook(op.Hook) {
 		// Nothing to run (the charm has no such hook): done at once,
-		// without the machine's hook lock and without a status report.
+		// without the machine's hook lock and without a status report,
+		// saved once, when committed.
 		op.Step, op.Settings = stepDone, nil
-		if err := a.save(); err != nil {
-			return err
-		}
 		return ex.commit(ctx, op)
 	}
 	select {
@@ -158,8 +158,11 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 			Data: map[string]string{"state": a.l.State, "output": strings.Join(res.lastLines, "\n")}})
 	}
 	op.Step, op.Settings = stepDone, hc.buffered()
-	if err := a.save(); err != nil {
-		return err
+	if len(op.Settings) > 0 {
+		// Kept until committed, even if the controller is away meanwhile.
+		if err := a.save(); err != nil {
+			return err
+		}
 	}
 	return ex.commit(ctx, op)
 }
@@ -258,17 +261,16 @@ func applySuccess(l *localState, op *hookOp) {
 	case "config-changed":
 		l.ConfigVersion = op.Version
 	default:
-		lr := l.Relations[op.Relation]
 		switch {
 		case strings.HasSuffix(op.Hook, "-relation-created"):
-			l.Relations[op.Relation] = &localRelation{Endpoint: op.Endpoint, Created: true, Members: map[string]int64{}}
-		case lr == nil:
+			l.createRelation(op.Relation, op.Endpoint)
+		case l.Relations[op.Relation] == nil:
 		case strings.HasSuffix(op.Hook, "-relation-joined"):
-			lr.Members[op.Remote] = 0
+			l.setMember(op.Relation, op.Remote, 0)
 		case strings.HasSuffix(op.Hook, "-relation-changed"):
-			lr.Members[op.Remote] = op.Version
+			l.setMember(op.Relation, op.Remote, op.Version)
 		case strings.HasSuffix(op.Hook, "-relation-departed"):
-			delete(lr.Members, op.Remote)
+			l.departMember(op.Relation, op.Remote)
 		case strings.HasSuffix(op.Hook, "-relation-broken"):
 			delete(l.Relations, op.Relation)
 			delete(l.AddedSubordinates, op.Relation)

@@ -1,13 +1,6 @@
 package unitagent
 
-import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
-	"time"
-)
+import "time"
 
 // The unit agent's states (DESIGN.md §6).
 const (
@@ -20,15 +13,20 @@ const (
 	StateHookError    = "hook-error"
 )
 
-// Steps of a hook operation, persisted before and after it runs.
+// Steps of a hook operation. A new hook is saved first as running, just
+// before it runs; it is saved queued after a failed run (to wait for its
+// retry, or for the operator), and done when it succeeded with relation
+// settings still to commit.
 const (
 	stepQueued  = "queued"
 	stepRunning = "running"
 	stepDone    = "done" // the hook succeeded; its relation settings are still to be committed
 )
 
-// localState is the unit's authoritative record, kept in state.json in its
-// data directory.
+// localState is the unit's authoritative record, kept in its data directory
+// by a stateStore: the relations' members apart from the rest (the head),
+// so that saving one hook's progress costs the same whatever the number of
+// members.
 type localState struct {
 	// State is the state machine's state.
 	State string `json:"state"`
@@ -50,6 +48,10 @@ type localState struct {
 	Relations map[int64]*localRelation `json:"relations,omitempty"`
 	// Subordinates of this principal that it added, by relation id.
 	AddedSubordinates map[int64]string `json:"added_subordinates,omitempty"`
+
+	// changes are the changes of relations' members since the last save,
+	// in order: what the next journal record carries besides the head.
+	changes []memberChange
 }
 
 // localRelation is what the unit has done in one relation.
@@ -61,7 +63,10 @@ type localRelation struct {
 	InScope bool `json:"in_scope,omitempty"`
 	// Members are the remote units joined, with the settings version
 	// relation-changed last ran for; 0 when joined ran but changed has not.
-	Members map[string]int64 `json:"members,omitempty"`
+	// They are saved apart from the rest of the state (stateStore), and
+	// changed only through localState's methods, which record each change
+	// for the next save.
+	Members map[string]int64 `json:"-"`
 	// Left records that the unit left a dying relation's scope; broken
 	// runs next, then the record goes.
 	Left bool `json:"left,omitempty"`
@@ -95,6 +100,18 @@ type settingsChange struct {
 
 func (op *hookOp) isRelationHook() bool { return op.Endpoint != "" }
 
+// memberChange is one change of a relation's members: remote unit Unit
+// joined, or was delivered settings version Version (0: joined, changed
+// not yet run), or departed (Departed); Clear empties the relation's
+// members first (a relation recreated under the same id).
+type memberChange struct {
+	Relation int64  `json:"r"`
+	Unit     string `json:"u,omitempty"`
+	Version  int64  `json:"v,omitempty"`
+	Departed bool   `json:"departed,omitempty"`
+	Clear    bool   `json:"clear,omitempty"`
+}
+
 func newLocalState() *localState {
 	return &localState{State: StateNew, Relations: map[int64]*localRelation{}, AddedSubordinates: map[int64]string{}}
 }
@@ -108,73 +125,53 @@ func (l *localState) inError() bool {
 	return false
 }
 
-// stateFile reads and writes the local state atomically: a new file is
-// written and synced beside the old, renamed over it, and the directory
-// synced, so that a crash at any point leaves the old state or the new,
-// never a torn one.
-type stateFile struct{ path string }
-
-func (f stateFile) load() (*localState, error) {
-	data, err := os.ReadFile(f.path)
-	if errors.Is(err, os.ErrNotExist) {
-		return newLocalState(), nil
+// createRelation records that relation-created ran for relation id: a new
+// record of it, with no members.
+func (l *localState) createRelation(id int64, endpoint string) {
+	if old := l.Relations[id]; old != nil && len(old.Members) > 0 {
+		l.changes = append(l.changes, memberChange{Relation: id, Clear: true})
 	}
-	if err != nil {
-		return nil, fmt.Errorf("read unit state: %w", err)
-	}
-	l := newLocalState()
-	if err := json.Unmarshal(data, l); err != nil {
-		return nil, fmt.Errorf("unit state %s is damaged: %w", f.path, err)
-	}
-	if l.Relations == nil {
-		l.Relations = map[int64]*localRelation{}
-	}
-	for id, lr := range l.Relations {
-		switch {
-		case lr == nil:
-			delete(l.Relations, id)
-		case lr.Members == nil:
-			// Saved without members (omitempty): none joined yet.
-			lr.Members = map[string]int64{}
-		}
-	}
-	if l.AddedSubordinates == nil {
-		l.AddedSubordinates = map[int64]string{}
-	}
-	return l, nil
+	l.Relations[id] = &localRelation{Endpoint: endpoint, Created: true, Members: map[string]int64{}}
 }
 
-func (f stateFile) save(l *localState) error {
-	data, err := json.MarshalIndent(l, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode unit state: %w", err)
+// setMember records that unit joined relation id (version 0) or that
+// relation-changed ran for its settings version v.
+func (l *localState) setMember(id int64, unit string, v int64) {
+	lr := l.Relations[id]
+	if lr == nil {
+		return
 	}
-	tmp := f.path + ".tmp"
-	w, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("write unit state: %w", err)
+	if old, ok := lr.Members[unit]; ok && old == v {
+		return
 	}
-	if _, err := w.Write(append(data, '\n')); err != nil {
-		w.Close()
-		return fmt.Errorf("write unit state: %w", err)
+	lr.Members[unit] = v
+	l.changes = append(l.changes, memberChange{Relation: id, Unit: unit, Version: v})
+}
+
+// departMember records that unit departed relation id.
+func (l *localState) departMember(id int64, unit string) {
+	lr := l.Relations[id]
+	if lr == nil {
+		return
 	}
-	if err := w.Sync(); err != nil {
-		w.Close()
-		return fmt.Errorf("sync unit state: %w", err)
+	if _, ok := lr.Members[unit]; !ok {
+		return
 	}
-	if err := w.Close(); err != nil {
-		return fmt.Errorf("write unit state: %w", err)
+	delete(lr.Members, unit)
+	l.changes = append(l.changes, memberChange{Relation: id, Unit: unit, Departed: true})
+}
+
+// apply replays a recorded change onto l; changes of relations l does not
+// hold (broken since) are ignored, as they were when made.
+func (l *localState) apply(c memberChange) {
+	lr := l.Relations[c.Relation]
+	switch {
+	case lr == nil:
+	case c.Clear:
+		lr.Members = map[string]int64{}
+	case c.Departed:
+		delete(lr.Members, c.Unit)
+	default:
+		lr.Members[c.Unit] = c.Version
 	}
-	if err := os.Rename(tmp, f.path); err != nil {
-		return fmt.Errorf("replace unit state: %w", err)
-	}
-	d, err := os.Open(filepath.Dir(f.path))
-	if err != nil {
-		return fmt.Errorf("sync unit state directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync unit state directory: %w", err)
-	}
-	return nil
 }

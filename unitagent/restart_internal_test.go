@@ -1,7 +1,6 @@
 package unitagent
 
 import (
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -58,7 +57,7 @@ func TestNoHookBeforeTheConfigIsKnown(t *testing.T) {
 // joined with anyone is saved without members; loaded again (an agent
 // restarted), its first member joins like any other.
 func TestReloadedRelationWithoutMembers(t *testing.T) {
-	f := stateFile{path: filepath.Join(t.TempDir(), "state.json")}
+	f := newStateStore(t.TempDir())
 	l := newLocalState()
 	l.State, l.Started = StateRunning, true
 	l.Relations[1] = &localRelation{Endpoint: "host", Created: true, InScope: true, Members: map[string]int64{}}

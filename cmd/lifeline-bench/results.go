@@ -32,6 +32,15 @@ type results struct {
 	ControllerRSSBytes     int64   `json:"controller_rss_bytes"`
 	ControllerBytesPerUnit float64 `json:"controller_bytes_per_unit"`
 	ControllerCPUSeconds   float64 `json:"controller_cpu_seconds"`
+	// What the fleet (this process: the machine and unit agents) used
+	// from the deploy until every unit ran, and while destroying: its CPU,
+	// its hook processes' CPU, and the bytes it sent to the disk (the
+	// agents' local state and charms).
+	FleetCPUSecondsDeploy   float64 `json:"fleet_cpu_seconds_deploy"`
+	FleetCPUSecondsDestroy  float64 `json:"fleet_cpu_seconds_destroy"`
+	HookCPUSecondsDeploy    float64 `json:"hook_cpu_seconds_deploy"`
+	HookCPUSecondsDestroy   float64 `json:"hook_cpu_seconds_destroy"`
+	FleetWrittenBytesDeploy int64   `json:"fleet_written_bytes_deploy"`
 	// What the controller holds once every unit runs: its resident
 	// memory, Go heap in use, goroutine stacks, goroutines, and the
 	// watch streams its agents keep open.
@@ -57,6 +66,8 @@ func (r *results) print(w io.Writer) {
 	row("ratio to ceiling", "%.2f deploying, %.2f destroying", r.RatioToCeiling, r.RatioToCeilingDestroy)
 	row("etcd txns", "%d, %.1f a unit, largest %d ops; %d retried after a conflict", r.EtcdTxnsTotal, r.EtcdTxnsPerUnit, r.MaxTxnOps, r.EtcdTxnRetries)
 	row("controller", "%.0f MiB peak RSS (%.1f KiB a unit), %.1f CPU s", float64(r.ControllerRSSBytes)/(1<<20), r.ControllerBytesPerUnit/1024, r.ControllerCPUSeconds)
+	row("fleet (agents)", "%.1f CPU s deploying (hooks %.1f), %.1f destroying (hooks %.1f); %.0f MiB written deploying",
+		r.FleetCPUSecondsDeploy, r.HookCPUSecondsDeploy, r.FleetCPUSecondsDestroy, r.HookCPUSecondsDestroy, float64(r.FleetWrittenBytesDeploy)/(1<<20))
 	row("controller, all running", "%.0f MiB RSS: Go heap %.0f MiB in use, stacks %.0f MiB; %d goroutines, %d watch streams",
 		float64(r.RunningRSSBytes)/(1<<20), float64(r.RunningHeapInuseBytes)/(1<<20), float64(r.RunningStackBytes)/(1<<20), r.RunningGoroutines, r.RunningWatchStreams)
 	row("idle machine agent", "%.1f MiB RSS (the in-process fleet: %.1f MiB a machine)", float64(r.AgentRSSBytes)/(1<<20), r.FleetRSSPerMachine/(1<<20))

@@ -114,6 +114,7 @@ func run(ctx context.Context, c config) (*results, error) {
 
 	say("deploying %d units of bench on %d machines, related to %d of front", c.units, c.machines, c.related)
 	start := time.Now()
+	startUsage := currentUsage()
 	prof.cpu(ctx, "deploy")
 	if _, err := ctl.op.Deploy(ctx, &pb.DeployRequest{Charm: "front", NumUnits: 0}); err != nil {
 		return nil, err
@@ -136,6 +137,9 @@ func run(ctx context.Context, c config) (*results, error) {
 	if err != nil {
 		return res, err
 	}
+	deployUsage := currentUsage().since(startUsage)
+	res.FleetCPUSecondsDeploy, res.HookCPUSecondsDeploy = deployUsage.cpu.Seconds(), deployUsage.children.Seconds()
+	res.FleetWrittenBytesDeploy = deployUsage.written
 	res.SecondsToRunning = settled.Sub(start).Seconds()
 	res.UnitsPerSecond = float64(c.units) / res.SecondsToRunning
 	res.RatioToCeiling = res.UnitsPerSecond / res.CeilingUnitsPerSecond
@@ -172,6 +176,7 @@ func run(ctx context.Context, c config) (*results, error) {
 
 	say("destroying everything")
 	destroyStart := time.Now()
+	destroyUsage := currentUsage()
 	prof.cpu(ctx, "destroy")
 	for _, svc := range []string{"bench", "front"} {
 		if _, err := ctl.op.DestroyService(ctx, &pb.DestroyServiceRequest{Service: svc}); err != nil {
@@ -189,6 +194,8 @@ func run(ctx context.Context, c config) (*results, error) {
 		return res, err
 	}
 	res.SecondsToRemoved = time.Since(destroyStart).Seconds()
+	destroyUsage = currentUsage().since(destroyUsage)
+	res.FleetCPUSecondsDestroy, res.HookCPUSecondsDestroy = destroyUsage.cpu.Seconds(), destroyUsage.children.Seconds()
 	res.UnitsPerSecondDestroy = float64(c.units) / res.SecondsToRemoved
 	res.RatioToCeilingDestroy = res.UnitsPerSecondDestroy / res.CeilingUnitsPerSecond
 	say("  the keyspace holds no entity keys after %.1f s", res.SecondsToRemoved)

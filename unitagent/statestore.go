@@ -1,0 +1,423 @@
+package unitagent
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+)
+
+// The local state on disk, in the unit's data directory, is a snapshot and
+// a journal of what changed since:
+//
+//	state.json  the snapshot, replaced atomically (temp file, fsync,
+//	            rename, fsync of the directory):
+//	            {"format":2,"seq":S,"state":{…},"members":{"<rel>":{"<unit>":<version>}}}
+//	state.log   the journal, appended to and fsynced, one record a line:
+//	            <CRC-32C of the JSON, 8 hex digits> {"seq":S+1,"state":{…},"members":[<changes>]}
+//
+// "state" is the head: the whole local state but the relations' members,
+// a few hundred bytes whatever their number. Each save appends one record
+// holding the head and the members' changes since the previous save (one
+// for a relation hook), so that saving costs the same at 10 members or at
+// 10,000; the state is the snapshot's, then each record's head in turn
+// with its changes applied to the members. A record is durable once
+// fsynced, and whole or not there: one cut short by a crash is the last
+// line, and its checksum (or its missing newline) tells it, so it is
+// ignored as if never written. Anything wrong before the last line is
+// damage, reported as such.
+//
+// Once the journal outgrows both compactMinBytes and twice the snapshot,
+// the next save writes a new snapshot with a higher seq, then empties the
+// journal: a crash between the two leaves records the snapshot already
+// holds (their seq is not above its own), which loading skips. The first
+// save after loading a journal with a torn or stale tail, a state.json of
+// before the journal (which held everything, members within their
+// relations: it still loads), or a failed write also writes a snapshot, so
+// that nothing is ever appended after bytes that are not a whole record.
+const (
+	snapshotName = "state.json"
+	journalName  = "state.log"
+	stateFormat  = 2
+)
+
+// compactMinBytes is the size the journal may reach before it is folded
+// into a new snapshot, whatever the snapshot's size (a variable for tests).
+var compactMinBytes int64 = 64 << 10
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// snapshotFile is state.json's content.
+type snapshotFile struct {
+	Format  int                        `json:"format"`
+	Seq     uint64                     `json:"seq"`
+	State   json.RawMessage            `json:"state"`
+	Members map[int64]map[string]int64 `json:"members,omitempty"`
+}
+
+// journalRecord is one line of state.log, after its checksum.
+type journalRecord struct {
+	Seq     uint64          `json:"seq"`
+	State   json.RawMessage `json:"state"`
+	Members []memberChange  `json:"members,omitempty"`
+}
+
+// stateStore keeps one unit's local state on disk. It is not safe for
+// concurrent use: the agent's loop is its only user.
+type stateStore struct {
+	dir string
+	// seq numbers the last record written, or the snapshot when none has
+	// been written since.
+	seq uint64
+	// journalBytes counts the whole records in the journal; journalExists
+	// says whether the file is there (once created, its directory entry is
+	// synced).
+	journalBytes  int64
+	journalExists bool
+	snapshotBytes int64
+	// head is the head as last saved: a save that would record the same
+	// head and no member change is skipped.
+	head []byte
+	// rewrite makes the next save write a snapshot.
+	rewrite bool
+	// crash, when set (by tests), is called at each point of a save where
+	// a crash leaves the files in a state of their own; an error stops the
+	// save there, as a crash would.
+	crash func(point string) error
+}
+
+func newStateStore(dir string) *stateStore { return &stateStore{dir: dir} }
+
+func (s *stateStore) path(name string) string { return filepath.Join(s.dir, name) }
+
+func (s *stateStore) crashPoint(point string) error {
+	if s.crash == nil {
+		return nil
+	}
+	return s.crash(point)
+}
+
+// load reads the state from the snapshot and the journal.
+func (s *stateStore) load() (*localState, error) {
+	*s = stateStore{dir: s.dir, crash: s.crash}
+	l := newLocalState()
+	data, err := os.ReadFile(s.path(snapshotName))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("read unit state: %w", err)
+	default:
+		if l, err = s.decodeSnapshot(data); err != nil {
+			return nil, fmt.Errorf("unit state %s is damaged: %w", s.path(snapshotName), err)
+		}
+		s.snapshotBytes = int64(len(data))
+	}
+	data, err = os.ReadFile(s.path(journalName))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("read unit state journal: %w", err)
+	default:
+		s.journalExists = true
+		if l, err = s.replay(l, data); err != nil {
+			return nil, fmt.Errorf("unit state journal %s is damaged: %w", s.path(journalName), err)
+		}
+	}
+	if s.head, err = json.Marshal(l); err != nil {
+		return nil, fmt.Errorf("encode unit state: %w", err)
+	}
+	return l, nil
+}
+
+// decodeSnapshot decodes state.json, of either format.
+func (s *stateStore) decodeSnapshot(data []byte) (*localState, error) {
+	var probe struct {
+		Format int `json:"format"`
+	}
+	if err := json.Unmarshal(data, &probe); err != nil {
+		return nil, err
+	}
+	l := newLocalState()
+	switch probe.Format {
+	case 0:
+		// Before the journal, state.json was the whole state, members
+		// within their relations. It is rewritten in the new format by
+		// the first save.
+		var members struct {
+			Relations map[int64]struct {
+				Members map[string]int64 `json:"members"`
+			} `json:"relations"`
+		}
+		if err := json.Unmarshal(data, l); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(data, &members); err != nil {
+			return nil, err
+		}
+		normalize(l)
+		for id, r := range members.Relations {
+			if lr := l.Relations[id]; lr != nil && r.Members != nil {
+				lr.Members = r.Members
+			}
+		}
+		s.rewrite = true
+		return l, nil
+	case stateFormat:
+		var snap snapshotFile
+		if err := json.Unmarshal(data, &snap); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(snap.State, l); err != nil {
+			return nil, err
+		}
+		normalize(l)
+		for id, m := range snap.Members {
+			if lr := l.Relations[id]; lr != nil && m != nil {
+				lr.Members = m
+			}
+		}
+		s.seq = snap.Seq
+		return l, nil
+	}
+	return nil, fmt.Errorf("unknown format %d", probe.Format)
+}
+
+// replay applies the journal's records to l, the snapshot's state.
+func (s *stateStore) replay(l *localState, data []byte) (*localState, error) {
+	snapSeq := s.seq
+	fresh := false
+	for off := 0; off < len(data); {
+		end := bytes.IndexByte(data[off:], '\n')
+		next := len(data)
+		if end >= 0 {
+			next = off + end + 1
+		}
+		rec, err := decodeRecord(data[off:next])
+		if err != nil {
+			if next == len(data) {
+				// The last record, cut short by a crash: it was never
+				// saved. The next save starts afresh.
+				s.rewrite = true
+				return l, nil
+			}
+			return nil, fmt.Errorf("record at byte %d: %w", off, err)
+		}
+		switch {
+		case rec.Seq <= snapSeq && !fresh:
+			// Already in the snapshot: the journal was not emptied after
+			// it was written.
+			s.rewrite = true
+		case rec.Seq != s.seq+1:
+			return nil, fmt.Errorf("record at byte %d is number %d, want %d", off, rec.Seq, s.seq+1)
+		default:
+			if l, err = replayRecord(l, rec); err != nil {
+				return nil, fmt.Errorf("record at byte %d: %w", off, err)
+			}
+			s.seq, fresh = rec.Seq, true
+		}
+		s.journalBytes = int64(next)
+		off = next
+	}
+	return l, nil
+}
+
+// decodeRecord decodes one line of the journal, newline included.
+func decodeRecord(line []byte) (*journalRecord, error) {
+	if len(line) < 10 || line[len(line)-1] != '\n' || line[8] != ' ' {
+		return nil, errors.New("not a whole record")
+	}
+	var sum [4]byte
+	if _, err := hex.Decode(sum[:], line[:8]); err != nil {
+		return nil, errors.New("not a whole record")
+	}
+	payload := line[9 : len(line)-1]
+	if crc32.Checksum(payload, castagnoli) != uint32(sum[0])<<24|uint32(sum[1])<<16|uint32(sum[2])<<8|uint32(sum[3]) {
+		return nil, errors.New("checksum mismatch")
+	}
+	rec := &journalRecord{}
+	if err := json.Unmarshal(payload, rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// replayRecord returns the state after rec: its head, with the members of
+// the relations it still holds carried over from l and its changes
+// applied.
+func replayRecord(l *localState, rec *journalRecord) (*localState, error) {
+	n := newLocalState()
+	if err := json.Unmarshal(rec.State, n); err != nil {
+		return nil, err
+	}
+	normalize(n)
+	for id, lr := range n.Relations {
+		if old := l.Relations[id]; old != nil {
+			lr.Members = old.Members
+		}
+	}
+	for _, c := range rec.Members {
+		n.apply(c)
+	}
+	return n, nil
+}
+
+// normalize gives a decoded state the maps the agent writes into.
+func normalize(l *localState) {
+	if l.Relations == nil {
+		l.Relations = map[int64]*localRelation{}
+	}
+	if l.AddedSubordinates == nil {
+		l.AddedSubordinates = map[int64]string{}
+	}
+	for id, lr := range l.Relations {
+		if lr == nil {
+			delete(l.Relations, id)
+			continue
+		}
+		if lr.Members == nil {
+			lr.Members = map[string]int64{}
+		}
+	}
+}
+
+// save makes l durable: one journal record, or now and then a snapshot.
+// A save that would record nothing new is skipped.
+func (s *stateStore) save(l *localState) error {
+	head, err := json.Marshal(l)
+	if err != nil {
+		return fmt.Errorf("encode unit state: %w", err)
+	}
+	if !s.rewrite && len(l.changes) == 0 && bytes.Equal(head, s.head) {
+		return nil
+	}
+	if s.rewrite || s.journalBytes > compactMinBytes && s.journalBytes > 2*s.snapshotBytes {
+		return s.writeSnapshot(l, head)
+	}
+	return s.append(l, head)
+}
+
+// append writes one record to the journal and syncs it. On failure the
+// journal may end in part of the record: the next save writes a snapshot.
+func (s *stateStore) append(l *localState, head []byte) error {
+	payload, err := json.Marshal(journalRecord{Seq: s.seq + 1, State: head, Members: l.changes})
+	if err != nil {
+		return fmt.Errorf("encode unit state: %w", err)
+	}
+	line := make([]byte, 0, len(payload)+10)
+	line = fmt.Appendf(line, "%08x ", crc32.Checksum(payload, castagnoli))
+	line = append(append(line, payload...), '\n')
+	s.rewrite = true // until the record is durable
+	f, err := os.OpenFile(s.path(journalName), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("write unit state journal: %w", err)
+	}
+	if _, err := f.Write(line); err != nil {
+		f.Close()
+		return fmt.Errorf("write unit state journal: %w", err)
+	}
+	if err := s.crashPoint("journal-written"); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("sync unit state journal: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write unit state journal: %w", err)
+	}
+	if !s.journalExists {
+		if err := syncDir(s.dir); err != nil {
+			return err
+		}
+		s.journalExists = true
+	}
+	s.seq++
+	s.journalBytes += int64(len(line))
+	s.head, s.rewrite, l.changes = head, false, nil
+	return nil
+}
+
+// writeSnapshot replaces state.json with the whole of l, then empties the
+// journal.
+func (s *stateStore) writeSnapshot(l *localState, head []byte) error {
+	s.rewrite = true // until the journal is empty
+	snap := snapshotFile{Format: stateFormat, Seq: s.seq + 1, State: head, Members: map[int64]map[string]int64{}}
+	for id, lr := range l.Relations {
+		if len(lr.Members) > 0 {
+			snap.Members[id] = lr.Members
+		}
+	}
+	data, err := json.Marshal(snap)
+	if err != nil {
+		return fmt.Errorf("encode unit state: %w", err)
+	}
+	data = append(data, '\n')
+	path := s.path(snapshotName)
+	tmp := path + ".tmp"
+	w, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("write unit state: %w", err)
+	}
+	if _, err := w.Write(data); err != nil {
+		w.Close()
+		return fmt.Errorf("write unit state: %w", err)
+	}
+	if err := w.Sync(); err != nil {
+		w.Close()
+		return fmt.Errorf("sync unit state: %w", err)
+	}
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("write unit state: %w", err)
+	}
+	if err := s.crashPoint("snapshot-written"); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("replace unit state: %w", err)
+	}
+	// From here on the snapshot may be the one loaded: its seq is used.
+	s.seq = snap.Seq
+	if err := syncDir(s.dir); err != nil {
+		return err
+	}
+	if err := s.crashPoint("snapshot-renamed"); err != nil {
+		return err
+	}
+	if s.journalExists {
+		f, err := os.OpenFile(s.path(journalName), os.O_WRONLY, 0)
+		if err != nil {
+			return fmt.Errorf("empty unit state journal: %w", err)
+		}
+		if err := f.Truncate(0); err != nil {
+			f.Close()
+			return fmt.Errorf("empty unit state journal: %w", err)
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return fmt.Errorf("sync unit state journal: %w", err)
+		}
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("empty unit state journal: %w", err)
+		}
+	}
+	s.journalBytes, s.snapshotBytes = 0, int64(len(data))
+	s.head, s.rewrite, l.changes = head, false, nil
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync unit state directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync unit state directory: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,558 @@
+package unitagent
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// canon is a state's content, for comparisons: its head and its members.
+func canon(t testing.TB, l *localState) string {
+	t.Helper()
+	head, err := json.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := map[int64]map[string]int64{}
+	for id, lr := range l.Relations {
+		members[id] = lr.Members
+	}
+	m, err := json.Marshal(members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(head) + " " + string(m)
+}
+
+// step changes l as the agent might in its i-th step, the same way for
+// the same i: a configuration version that grows with i, members joining,
+// changing and departing, hooks starting and finishing, a second relation
+// created and broken.
+func step(l *localState, i int) {
+	r := rand.New(rand.NewPCG(uint64(i), 1))
+	l.ConfigVersion = int64(i)
+	if l.Relations[1] == nil {
+		l.createRelation(1, "db")
+		l.State = StateRunning
+	}
+	unit := fmt.Sprintf("bench/%d", r.IntN(1000))
+	switch k := r.IntN(20); {
+	case k < 12:
+		l.setMember(1, unit, int64(r.IntN(3)))
+	case k < 14:
+		l.departMember(1, unit)
+	case k < 16:
+		l.Op = &hookOp{Hook: "db-relation-changed", Relation: 1, Endpoint: "db", Remote: unit, Version: int64(i), Step: stepRunning,
+			Settings: []settingsChange{{Relation: 1, Set: map[string]string{"port": strconv.Itoa(i)}}}}
+	case k < 17:
+		l.Op = nil
+	default:
+		switch lr := l.Relations[2]; {
+		case lr == nil:
+			l.createRelation(2, "peer")
+		case r.IntN(5) == 0:
+			delete(l.Relations, 2) // broken
+		case r.IntN(5) == 0:
+			l.createRelation(2, "peer") // created again: its members cleared
+		default:
+			l.setMember(2, "front/"+strconv.Itoa(r.IntN(5)), int64(i))
+		}
+	}
+}
+
+// states returns the states after steps 1..n from a new state, by the
+// content canon gives.
+func states(t testing.TB, n int) []string {
+	l := newLocalState()
+	out := []string{canon(t, l)}
+	for i := 1; i <= n; i++ {
+		step(l, i)
+		out = append(out, canon(t, l))
+	}
+	return out
+}
+
+func loadCanon(t *testing.T, dir string) (string, *localState, *stateStore) {
+	t.Helper()
+	s := newStateStore(dir)
+	l, err := s.load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return canon(t, l), l, s
+}
+
+// TestStateStoreSavesAndLoads saves a state after each of many steps, the
+// journal folded into snapshots now and then, and loads each back whole.
+func TestStateStoreSavesAndLoads(t *testing.T) {
+	defer func(n int64) { compactMinBytes = n }(compactMinBytes)
+	compactMinBytes = 1 << 10
+	dir := t.TempDir()
+	want := states(t, 400)
+	s := newStateStore(dir)
+	l, err := s.load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapshots := 0
+	for i := 1; i < len(want); i++ {
+		step(l, i)
+		before := s.snapshotBytes
+		if err := s.save(l); err != nil {
+			t.Fatal(err)
+		}
+		if s.journalBytes == 0 && s.snapshotBytes != before {
+			snapshots++
+		}
+		if got := canon(t, l); got != want[i] {
+			t.Fatalf("step %d: the state in memory is not what the steps make", i)
+		}
+		if got, _, _ := loadCanon(t, dir); got != want[i] {
+			t.Fatalf("step %d: loaded\n%s\nwant\n%s", i, got, want[i])
+		}
+	}
+	if snapshots < 3 {
+		t.Errorf("%d snapshots written in %d saves: want the journal folded into several", snapshots, len(want)-1)
+	}
+}
+
+// TestStateStoreSaveCostsTheSameWhateverTheMembers: with thousands of
+// members, a hook's save appends a record of a few hundred bytes.
+func TestStateStoreSaveCostsTheSameWhateverTheMembers(t *testing.T) {
+	dir := t.TempDir()
+	s := newStateStore(dir)
+	l, err := s.load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.State = StateRunning
+	l.createRelation(7, "db")
+	for i := 0; i < 5000; i++ {
+		l.setMember(7, fmt.Sprintf("bench/%d", i), int64(1000+i))
+	}
+	s.rewrite = true // these in a snapshot, as after a restart
+	if err := s.save(l); err != nil {
+		t.Fatal(err)
+	}
+	for i := 5000; i < 5010; i++ {
+		unit := fmt.Sprintf("bench/%d", i)
+		for _, st := range []string{stepRunning, stepDone} {
+			l.Op = &hookOp{Hook: "db-relation-joined", Relation: 7, Endpoint: "db", Remote: unit, Step: st}
+			before := s.journalBytes
+			if err := s.save(l); err != nil {
+				t.Fatal(err)
+			}
+			if n := s.journalBytes - before; n <= 0 || n > 400 {
+				t.Errorf("a save with 5,000 members wrote %d bytes, want a small record", n)
+			}
+		}
+		l.Op = nil
+		l.setMember(7, unit, 0)
+		if err := s.save(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Nothing new: nothing written.
+	before := s.journalBytes
+	if err := s.save(l); err != nil {
+		t.Fatal(err)
+	}
+	if s.journalBytes != before {
+		t.Errorf("a save with nothing new wrote %d bytes", s.journalBytes-before)
+	}
+	got, loaded, _ := loadCanon(t, dir)
+	if got != canon(t, l) || len(loaded.Relations[7].Members) != 5010 {
+		t.Errorf("loaded %d members, want 5010", len(loaded.Relations[7].Members))
+	}
+}
+
+// TestStateStoreTornRecord cuts the journal's last record short at every
+// byte, as a crash while appending it would: what loads is the state
+// before it, and the next save starts afresh (a new snapshot) so that
+// nothing follows the torn bytes.
+func TestStateStoreTornRecord(t *testing.T) {
+	dir := t.TempDir()
+	want := states(t, 30)
+	s := newStateStore(dir)
+	l, err := s.load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 30; i++ {
+		step(l, i)
+		if err := s.save(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	journal := filepath.Join(dir, journalName)
+	data, err := os.ReadFile(journal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := strings.LastIndexByte(string(data[:len(data)-1]), '\n') + 1
+	for cut := last + 1; cut < len(data); cut++ {
+		if cut > last+12 && cut < len(data)-2 && cut%5 != 0 {
+			continue // every byte of the checksum and the end, every fifth of the rest
+		}
+		torn := append([]byte(nil), data[:cut]...)
+		if cut > last+20 && cut%3 == 0 {
+			// The file's length reached the disk before its data did.
+			for j := last + 12; j < cut; j++ {
+				torn[j] = 0
+			}
+		}
+		if err := os.WriteFile(journal, torn, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, l2, s2 := loadCanon(t, dir)
+		if got != want[29] {
+			t.Fatalf("cut at %d of %d: loaded a state other than the one before the torn record", cut, len(data))
+		}
+		if !s2.rewrite {
+			t.Fatalf("cut at %d: a torn journal does not make the next save start afresh", cut)
+		}
+		step(l2, 30)
+		if err := s2.save(l2); err != nil {
+			t.Fatal(err)
+		}
+		if got, _, _ := loadCanon(t, dir); got != want[30] {
+			t.Fatalf("cut at %d: the save after recovery did not load back", cut)
+		}
+		if fi, err := os.Stat(journal); err != nil || fi.Size() != 0 {
+			t.Fatalf("cut at %d: the journal was not emptied after recovery (%v)", cut, err)
+		}
+		// As before the cut, for the next: the journal alone.
+		if err := os.WriteFile(journal, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(filepath.Join(dir, snapshotName)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestStateStoreCrashPoints stops a save at each point where a crash
+// leaves the files in a state of their own, a snapshot's included, and
+// loads: the state is the one before the save or the one after, and saving
+// goes on from it.
+func TestStateStoreCrashPoints(t *testing.T) {
+	defer func(n int64) { compactMinBytes = n }(compactMinBytes)
+	compactMinBytes = 1 << 10
+	crash := errors.New("crash")
+	for _, point := range []string{"journal-written", "snapshot-written", "snapshot-renamed"} {
+		t.Run(point, func(t *testing.T) {
+			dir := t.TempDir()
+			want := states(t, 200)
+			s := newStateStore(dir)
+			l, err := s.load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			crashes := 0
+			for i := 1; i < len(want); i++ {
+				step(l, i)
+				s.crash = func(p string) error {
+					if p == point {
+						return crash
+					}
+					return nil
+				}
+				err := s.save(l)
+				if err == nil {
+					continue
+				}
+				if !errors.Is(err, crash) {
+					t.Fatal(err)
+				}
+				crashes++
+				// The agent dies here; a new one loads what is on disk.
+				got, l2, s2 := loadCanon(t, dir)
+				switch {
+				case got == want[i]:
+				case got == want[i-1]:
+					// The save did not happen: the agent redoes the step.
+					step(l2, i)
+				default:
+					t.Fatalf("step %d, crashed at %s: loaded a state neither before nor after the save", i, point)
+				}
+				if point == "snapshot-written" && got != want[i-1] || point == "snapshot-renamed" && got != want[i] {
+					t.Fatalf("step %d, crashed at %s: loaded the wrong side of the save", i, point)
+				}
+				l, s = l2, s2
+				if err := s.save(l); err != nil {
+					t.Fatal(err)
+				}
+				if got, _, _ := loadCanon(t, dir); got != want[i] {
+					t.Fatalf("step %d: the save after the crash did not load back", i)
+				}
+			}
+			if crashes < 3 {
+				t.Errorf("%d crashes at %s, want several", crashes, point)
+			}
+		})
+	}
+}
+
+// legacyState is a state.json of before the journal, as that agent wrote
+// it: the whole state, members within their relations.
+const legacyState = `{
+  "state": "running",
+  "charm": "front/3",
+  "config_version": 12,
+  "started": true,
+  "op": {
+    "hook": "db-relation-changed",
+    "relation": 4,
+    "endpoint": "db",
+    "remote": "bench/1",
+    "version": 99,
+    "step": "running",
+    "not_before": "0001-01-01T00:00:00Z"
+  },
+  "relations": {
+    "4": {
+      "endpoint": "db",
+      "created": true,
+      "in_scope": true,
+      "members": {
+        "bench/0": 17,
+        "bench/1": 0
+      }
+    },
+    "5": {
+      "endpoint": "logs",
+      "created": true
+    }
+  },
+  "added_subordinates": {
+    "5": "logger/2"
+  }
+}
+`
+
+// TestStateStoreLoadsTheOldStateFile loads a state.json of before the
+// journal, and rewrites it in the new format at the first save.
+func TestStateStoreLoadsTheOldStateFile(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, snapshotName), []byte(legacyState), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := newStateStore(dir)
+	l, err := s.load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.State != StateRunning || l.Charm != "front/3" || l.ConfigVersion != 12 || !l.Started ||
+		l.Op == nil || l.Op.Hook != "db-relation-changed" || l.Op.Step != stepRunning || l.Op.Version != 99 ||
+		l.AddedSubordinates[5] != "logger/2" {
+		t.Errorf("loaded %+v", l)
+	}
+	if lr := l.Relations[4]; lr == nil || !lr.InScope || lr.Endpoint != "db" || len(lr.Members) != 2 || lr.Members["bench/0"] != 17 {
+		t.Errorf("relation 4 loaded as %+v", lr)
+	}
+	if lr := l.Relations[5]; lr == nil || lr.Members == nil || len(lr.Members) != 0 {
+		t.Errorf("relation 5 loaded as %+v", lr)
+	}
+	before := canon(t, l)
+	// Nothing changed, but the first save writes the new format.
+	if err := s.save(l); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, snapshotName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap snapshotFile
+	if err := json.Unmarshal(data, &snap); err != nil || snap.Format != stateFormat || snap.Members[4]["bench/0"] != 17 {
+		t.Fatalf("state.json after the first save = %s (%v)", data, err)
+	}
+	got, l2, s2 := loadCanon(t, dir)
+	if got != before {
+		t.Errorf("after migrating, loaded\n%s\nwant\n%s", got, before)
+	}
+	l2.setMember(4, "bench/2", 0)
+	if err := s2.save(l2); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, journalName)); err != nil || fi.Size() == 0 {
+		t.Errorf("a save after migrating did not go to the journal (%v)", err)
+	}
+	if got, _, _ := loadCanon(t, dir); got != canon(t, l2) {
+		t.Errorf("after a save to the journal, loaded\n%s\nwant\n%s", got, canon(t, l2))
+	}
+}
+
+// TestStateStoreDamage: what a crash cannot leave is reported, not
+// loaded.
+func TestStateStoreDamage(t *testing.T) {
+	write := func(t *testing.T, dir, name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newJournal := func(t *testing.T) (string, []byte) {
+		dir := t.TempDir()
+		s := newStateStore(dir)
+		l, _ := s.load()
+		for i := 1; i <= 5; i++ {
+			step(l, i)
+			if err := s.save(l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		data, err := os.ReadFile(filepath.Join(dir, journalName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dir, data
+	}
+	t.Run("a bad record before the last", func(t *testing.T) {
+		dir, data := newJournal(t)
+		data[20] ^= 1
+		write(t, dir, journalName, string(data))
+		if _, err := newStateStore(dir).load(); err == nil || !strings.Contains(err.Error(), "damaged") {
+			t.Errorf("load = %v, want damaged", err)
+		}
+	})
+	t.Run("a record missing", func(t *testing.T) {
+		dir, data := newJournal(t)
+		lines := strings.SplitAfter(string(data), "\n")
+		write(t, dir, journalName, lines[0]+strings.Join(lines[2:], ""))
+		if _, err := newStateStore(dir).load(); err == nil || !strings.Contains(err.Error(), "want 2") {
+			t.Errorf("load = %v, want a record missing", err)
+		}
+	})
+	t.Run("an unknown format", func(t *testing.T) {
+		dir := t.TempDir()
+		write(t, dir, snapshotName, `{"format":3,"seq":1,"state":{}}`)
+		if _, err := newStateStore(dir).load(); err == nil || !strings.Contains(err.Error(), "unknown format 3") {
+			t.Errorf("load = %v, want an unknown format", err)
+		}
+	})
+	t.Run("a torn snapshot", func(t *testing.T) {
+		dir := t.TempDir()
+		write(t, dir, snapshotName, `{"format":2,"seq":1,"sta`)
+		if _, err := newStateStore(dir).load(); err == nil || !strings.Contains(err.Error(), "damaged") {
+			t.Errorf("load = %v, want damaged", err)
+		}
+	})
+}
+
+// TestStateStoreKilled runs a process that saves state after state, the
+// journal folded into snapshots every few dozen saves, and kills it with
+// SIGKILL at random moments, 30 times: each time the state on disk loads
+// whole, and is the last one the process said it saved or the one it was
+// saving; the next process goes on from there.
+func TestStateStoreKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills processes")
+	}
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
+	acked, cut, round := 0, 0, 0
+	defer func() { t.Logf("%d rounds; %d killed in the middle of a save", round, cut) }()
+	for ; round < 30; round++ {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestStateStoreWriterProcess$")
+		cmd.Env = append(os.Environ(), "LL_STATE_WRITER_DIR="+dir)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		lines := make(chan int, 1<<16)
+		go func() {
+			defer close(lines)
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				if n, err := strconv.Atoi(strings.TrimPrefix(sc.Text(), "saved ")); err == nil {
+					lines <- n
+				}
+			}
+		}()
+		// Wait for the process to be saving, then let it run a while.
+		select {
+		case n, ok := <-lines:
+			if !ok {
+				cmd.Wait()
+				t.Fatal("the writer process ended without saving")
+			}
+			acked = n
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatal("the writer process saved nothing in 30 s")
+		}
+		time.Sleep(time.Duration(rng.IntN(150)) * time.Millisecond)
+		cmd.Process.Signal(syscall.SIGKILL)
+		for n := range lines {
+			acked = n
+		}
+		cmd.Wait()
+		_, l, s := loadCanon(t, dir)
+		if s.rewrite {
+			cut++ // a record cut short, or a snapshot written but the journal not yet emptied
+		}
+		got := int(l.ConfigVersion)
+		if got != acked && got != acked+1 {
+			t.Fatalf("round %d: loaded the state of step %d; the process had saved step %d", round, got, acked)
+		}
+		if canon(t, l) != stateAt(t, got) {
+			t.Fatalf("round %d: loaded a state other than step %d's", round, got)
+		}
+		if got >= writerSteps-200 {
+			break
+		}
+	}
+}
+
+// writerSteps is how many steps TestStateStoreWriterProcess takes at most.
+const writerSteps = 20000
+
+// stateAt returns the state after steps 1..i from a new state, by the
+// content canon gives.
+func stateAt(t testing.TB, i int) string {
+	l := newLocalState()
+	for j := 1; j <= i; j++ {
+		step(l, j)
+	}
+	return canon(t, l)
+}
+
+// TestStateStoreWriterProcess is the process TestStateStoreKilled kills:
+// it goes on from the state in LL_STATE_WRITER_DIR, step after step,
+// saying each step once saved.
+func TestStateStoreWriterProcess(t *testing.T) {
+	dir := os.Getenv("LL_STATE_WRITER_DIR")
+	if dir == "" {
+		t.Skip("run by TestStateStoreKilled")
+	}
+	compactMinBytes = 2 << 10
+	s := newStateStore(dir)
+	l, err := s.load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := bufio.NewWriter(os.Stdout)
+	for i := int(l.ConfigVersion) + 1; i <= writerSteps; i++ {
+		step(l, i)
+		if err := s.save(l); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(w, "saved %d\n", i)
+		w.Flush()
+	}
+}
