@@ -32,7 +32,7 @@ func runMachineAgentsKilled(t *testing.T, sz sizes) {
 	r.size("machines", srv+cli)
 	r.size("kill every (ms)", int(sz.chaosEvery.Milliseconds()))
 	r.size("hook fail-percent (fnode)", sz.chaosFailPercent)
-	f := newFixture(t, fixtureOptions{monitor: true})
+	f := newFixture(t, fixtureOptions{monitor: true, coalesce: sz.monitorCoalesce()})
 	c := f.startController(t)
 	obs := startObserver(t, f.st, r)
 	resolver := &errorResolver{f: f, r: r}

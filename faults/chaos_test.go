@@ -318,6 +318,7 @@ func startObserver(t *testing.T, st *state.State, r *run) *observer {
 		for b := range statuses {
 			for _, e := range b.Events {
 				if e.Type == state.EventDelete {
+					o.removed(strings.TrimPrefix(e.Key, state.StatusKey(state.StatusUnitAgent, "")))
 					continue
 				}
 				var s pb.Status
@@ -392,6 +393,18 @@ func (o *observer) status(unit string, s *pb.Status) {
 	}
 	o.failures++
 	o.open[unit] = m[1]
+}
+
+// removed follows a unit's removal (its status goes with it): a unit that
+// ran its last hooks and died got done what had failed before (nothing
+// here forces a unit).
+func (o *observer) removed(unit string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.open[unit]; ok {
+		o.retried++
+		delete(o.open, unit)
+	}
 }
 
 // expectPresence notes that machine id's agent was killed at when (zero:

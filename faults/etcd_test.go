@@ -34,7 +34,7 @@ func runEtcdLeaderLoss(t *testing.T, sz sizes) {
 	r.size("units deployed", n)
 	r.size("units destroyed", d)
 	r.size("etcd members", 3)
-	f := newFixture(t, fixtureOptions{monitor: true})
+	f := newFixture(t, fixtureOptions{monitor: true, coalesce: sz.monitorCoalesce()})
 	c := f.startController(t)
 
 	f.OK(t, "deploy", testCharm("fnode"), "-n", strconv.Itoa(n))

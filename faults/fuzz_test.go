@@ -45,7 +45,7 @@ func runFuzzOperatorAPI(t *testing.T, sz sizes) {
 	r := newRun(t, "random well-formed requests to every OperatorService RPC", sz)
 	r.size("clients", sz.fuzzClients)
 	r.size("seconds", int(sz.fuzzFor.Seconds()))
-	f := newFixture(t, fixtureOptions{monitor: true, provider: "manual"})
+	f := newFixture(t, fixtureOptions{monitor: true, coalesce: sz.monitorCoalesce(), provider: "manual"})
 	f.startController(t)
 	cfg, err := pki.ReadClientConfig(f.Config)
 	if err != nil {

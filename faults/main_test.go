@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -110,6 +111,15 @@ func currentSizes() sizes {
 		partitionUnits: 3, partitioned: 1, partitionFor: 3 * time.Second,
 		fuzzFor: 5 * time.Second, fuzzClients: 2,
 	}
+}
+
+// monitorCoalesce is the fixture's coalesce option for the sizes: none for
+// the short form, whose models the monitor checks at every revision.
+func (sz sizes) monitorCoalesce() time.Duration {
+	if strings.HasSuffix(sz.form, "full") {
+		return 5 * time.Millisecond
+	}
+	return 0
 }
 
 // skipWhenSoaking skips a scenario's own test while TestSoak loops it.

@@ -34,7 +34,7 @@ func runPartitionedAgents(t *testing.T, sz sizes) {
 	r.size("agents partitioned", k)
 	r.size("presence timeout (s)", int(partitionPresence.Seconds()))
 	r.size("partitioned for (s)", int((partitionPresence + sz.partitionFor).Seconds()))
-	f := newFixture(t, fixtureOptions{monitor: true, presence: partitionPresence})
+	f := newFixture(t, fixtureOptions{monitor: true, coalesce: sz.monitorCoalesce(), presence: partitionPresence})
 	c := f.startController(t)
 	f.OK(t, "deploy", testCharm("fnode"), "-n", strconv.Itoa(n))
 	all := unitNames("fnode", 0, n)
