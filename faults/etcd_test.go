@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -11,8 +12,8 @@ import (
 	"github.com/lifelinehq/lifeline/e2etest"
 )
 
-// TestEtcdLeaderLoss kills the etcd cluster's leader (SIGKILL) twice
-// during a deploy (within two seconds of it, while the provisioner starts
+// TestEtcdLeaderLoss, under two controllers of the model, kills the etcd
+// cluster's leader (SIGKILL) twice during a deploy (within two seconds of it, while the provisioner starts
 // the machines, and once a third to two thirds of the units run), and twice
 // during a destroy of half the units (at random points of it), bringing
 // each killed member back after a few seconds. Everything completes: the units are exactly
@@ -35,7 +36,13 @@ func runEtcdLeaderLoss(t *testing.T, sz sizes) {
 	r.size("units destroyed", d)
 	r.size("etcd members", 3)
 	f := newFixture(t, fixtureOptions{monitor: true, coalesce: sz.monitorCoalesce()})
-	c := f.startController(t)
+	// Two controllers, as the issue asks, their local machines in one
+	// directory: either may lead (run the provisioner) after a kill.
+	machinesDir := filepath.Join(f.Dir, "machines")
+	f.AddMachinesDir(machinesDir)
+	f.startController(t, "--machines-dir", machinesDir)
+	f.startController(t, "--machines-dir", machinesDir)
+	r.size("controllers", 2)
 
 	f.OK(t, "deploy", testCharm("fnode"), "-n", strconv.Itoa(n))
 	start := time.Now()
@@ -54,8 +61,8 @@ func runEtcdLeaderLoss(t *testing.T, sz sizes) {
 	r.recovered("deploy: from the deploy to every unit running", time.Since(start))
 	r.recovered("deploy: from the last kill to every unit running", time.Since(last))
 	checkUnitsSettled(t, doc, all, "marker=initial")
-	checkOneAgentPerMachine(t, doc, c.MachinesDir())
-	f.checkHooksOnce(t, doc, c.MachinesDir(), all)
+	checkOneAgentPerMachine(t, doc, machinesDir)
+	f.checkHooksOnce(t, doc, machinesDir, all)
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -94,8 +101,8 @@ func runEtcdLeaderLoss(t *testing.T, sz sizes) {
 	r.recovered("destroy: from the destroy to the units gone", time.Since(start))
 	r.recovered("destroy: from the last kill to the units gone", time.Since(last))
 	checkUnitsSettled(t, doc, kept, "marker=initial")
-	checkOneAgentPerMachine(t, doc, c.MachinesDir())
-	f.checkHooksOnce(t, doc, c.MachinesDir(), kept)
+	checkOneAgentPerMachine(t, doc, machinesDir)
+	f.checkHooksOnce(t, doc, machinesDir, kept)
 	for m := range machines {
 		if got := doc.Machines[m]; len(got.Units) != 0 {
 			t.Errorf("machine %s of a destroyed unit = %+v, want no units", m, got)
@@ -123,11 +130,11 @@ func runEtcdLeaderLoss(t *testing.T, sz sizes) {
 	e2etest.WaitFor(t, "no process of the removed machines", time.Minute, func() (bool, string) {
 		var left []e2etest.Proc
 		for _, m := range ids {
-			left = append(left, e2etest.MachineProcs(c.MachinesDir(), m)...)
+			left = append(left, e2etest.MachineProcs(machinesDir, m)...)
 		}
 		return len(left) == 0, e2etest.ProcList(left)
 	})
-	checkOneAgentPerMachine(t, doc, c.MachinesDir())
+	checkOneAgentPerMachine(t, doc, machinesDir)
 	r.checked("the destroyed units' machines removed, none of their processes left")
 	f.checkModel(t, r)
 	f.checkNoPanic(t, r)
