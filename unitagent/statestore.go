@@ -73,11 +73,12 @@ type stateStore struct {
 	// seq numbers the last record written, or the snapshot when none has
 	// been written since.
 	seq uint64
-	// journalBytes counts the whole records in the journal; journalExists
-	// says whether the file is there (once created, its directory entry is
-	// synced).
-	journalBytes  int64
-	journalExists bool
+	// journalBytes counts the whole records in the journal.
+	journalBytes int64
+	// journalSynced says that the journal's directory entry is known to
+	// be on disk: the directory was synced since the file was created.
+	// Until then each append syncs the directory too.
+	journalSynced bool
 	snapshotBytes int64
 	// head is the head as last saved: a save that would record the same
 	// head and no member change is skipped.
@@ -122,7 +123,8 @@ func (s *stateStore) load() (*localState, error) {
 	case err != nil:
 		return nil, fmt.Errorf("read unit state journal: %w", err)
 	default:
-		s.journalExists = true
+		// Found, but perhaps created by an agent that died before it
+		// synced the directory: the first append syncs it.
 		if l, err = s.replay(l, data); err != nil {
 			return nil, fmt.Errorf("unit state journal %s is damaged: %w", s.path(journalName), err)
 		}
@@ -330,11 +332,11 @@ func (s *stateStore) append(l *localState, head []byte) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("write unit state journal: %w", err)
 	}
-	if !s.journalExists {
+	if !s.journalSynced {
 		if err := syncDir(s.dir); err != nil {
 			return err
 		}
-		s.journalExists = true
+		s.journalSynced = true
 	}
 	s.seq++
 	s.journalBytes += int64(len(line))
@@ -388,11 +390,15 @@ func (s *stateStore) writeSnapshot(l *localState, head []byte) error {
 	if err := s.crashPoint("snapshot-renamed"); err != nil {
 		return err
 	}
-	if s.journalExists {
-		f, err := os.OpenFile(s.path(journalName), os.O_WRONLY, 0)
-		if err != nil {
-			return fmt.Errorf("empty unit state journal: %w", err)
-		}
+	// The journal, if there is one (even one a failed append created),
+	// is emptied; the directory was synced since it was created.
+	f, err := os.OpenFile(s.path(journalName), os.O_WRONLY, 0)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		s.journalSynced = false
+	case err != nil:
+		return fmt.Errorf("empty unit state journal: %w", err)
+	default:
 		if err := f.Truncate(0); err != nil {
 			f.Close()
 			return fmt.Errorf("empty unit state journal: %w", err)
@@ -404,6 +410,7 @@ func (s *stateStore) writeSnapshot(l *localState, head []byte) error {
 		if err := f.Close(); err != nil {
 			return fmt.Errorf("empty unit state journal: %w", err)
 		}
+		s.journalSynced = true
 	}
 	s.journalBytes, s.snapshotBytes = 0, int64(len(data))
 	s.head, s.rewrite, l.changes = head, false, nil

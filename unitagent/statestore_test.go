@@ -303,6 +303,54 @@ func TestStateStoreCrashPoints(t *testing.T) {
 	}
 }
 
+// TestStateStoreWriteFailure: an append that fails, leaving part of its
+// record in the journal (the journal's first, which created the file, or
+// a later one), is followed by a snapshot that empties the journal, and
+// the agent, which goes on, saves and loads as before.
+func TestStateStoreWriteFailure(t *testing.T) {
+	for _, failAt := range []int{1, 7} {
+		t.Run(fmt.Sprintf("save %d", failAt), func(t *testing.T) {
+			dir := t.TempDir()
+			journal := filepath.Join(dir, journalName)
+			s := newStateStore(dir)
+			l, err := s.load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 1; i <= 12; i++ {
+				step(l, i)
+				s.crash = func(p string) error {
+					if i != failAt || p != "journal-written" {
+						return nil
+					}
+					// The disk took only part of the record.
+					fi, err := os.Stat(journal)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := os.Truncate(journal, fi.Size()-40); err != nil {
+						t.Fatal(err)
+					}
+					return errors.New("no space left on device")
+				}
+				err := s.save(l)
+				if (err != nil) != (i == failAt) {
+					t.Fatalf("save %d: %v", i, err)
+				}
+				if err != nil {
+					// The agent tries the step again.
+					if err := s.save(l); err != nil {
+						t.Fatalf("save %d again: %v", i, err)
+					}
+				}
+				if got, _, _ := loadCanon(t, dir); got != canon(t, l) {
+					t.Fatalf("save %d: loaded another state", i)
+				}
+			}
+		})
+	}
+}
+
 // legacyState is a state.json of before the journal, as that agent wrote
 // it: the whole state, members within their relations.
 const legacyState = `{
@@ -451,7 +499,7 @@ func TestStateStoreDamage(t *testing.T) {
 
 // TestStateStoreKilled runs a process that saves state after state, the
 // journal folded into snapshots every few dozen saves, and kills it with
-// SIGKILL at random moments, 30 times: each time the state on disk loads
+// SIGKILL at random moments, 50 times: each time the state on disk loads
 // whole, and is the last one the process said it saved or the one it was
 // saving; the next process goes on from there.
 func TestStateStoreKilled(t *testing.T) {
@@ -462,7 +510,7 @@ func TestStateStoreKilled(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
 	acked, cut, round := 0, 0, 0
 	defer func() { t.Logf("%d rounds; %d killed in the middle of a save", round, cut) }()
-	for ; round < 30; round++ {
+	for ; round < 50; round++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestStateStoreWriterProcess$")
 		cmd.Env = append(os.Environ(), "LL_STATE_WRITER_DIR="+dir)
 		out, err := cmd.StdoutPipe()
