@@ -73,13 +73,20 @@ func runMachineAgentsKilled(t *testing.T, sz sizes) {
 	var names []string
 	names = append(names, unitNames("fsrv", 0, srv)...)
 	names = append(names, unitNames("fnode", 0, cli)...)
+	subs := map[string][]string{} // principal → its fsub units
 	for _, name := range doc.Units() {
 		if strings.HasPrefix(name, "fsub/") {
 			names = append(names, name)
 			u, _ := doc.Unit(name)
+			subs[u.Principal] = append(subs[u.Principal], name)
 			if p, ok := doc.Unit(u.Principal); !ok || !strings.HasPrefix(u.Principal, "fnode/") || p.Machine != u.Machine {
 				t.Errorf("subordinate %s has principal %q (found %v) on machine %s: want an fnode unit on its machine", name, u.Principal, ok, u.Machine)
 			}
+		}
+	}
+	for _, p := range unitNames("fnode", 0, cli) {
+		if len(subs[p]) != 1 {
+			t.Errorf("%s has subordinates %v, want one fsub unit", p, subs[p])
 		}
 	}
 	sort.Strings(names)

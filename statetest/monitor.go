@@ -149,13 +149,19 @@ func (m *Monitor) Stop(t testing.TB) {
 func (m *Monitor) StopAt(t testing.TB, snap *state.Snapshot) {
 	t.Helper()
 	defer m.Halt()
+	// It may be far behind (a big model, a busy machine): give up only
+	// once it has made no progress for 30 seconds.
 	deadline := time.Now().Add(30 * time.Second)
+	last := int64(-1)
 	for {
 		m.mu.Lock()
 		rev := m.rev
 		m.mu.Unlock()
 		if rev >= snap.Revision {
 			break
+		}
+		if rev != last {
+			last, deadline = rev, time.Now().Add(30*time.Second)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("monitor stuck at revision %d, want %d", rev, snap.Revision)
