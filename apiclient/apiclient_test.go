@@ -84,29 +84,13 @@ func TestAsSharesAConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	certPEM, keyPEM, err := ca.IssueServerCert([]string{apiclient.ServerName}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	tags := make(chan []string, 2)
-	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(pki.ServerTLSConfig(cert))),
-		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			md, _ := metadata.FromIncomingContext(ctx)
-			tags <- md.Get(pki.MetadataTag)
-			return h(ctx, req)
-		}))
-	healthpb.RegisterHealthServer(g, health.NewServer())
-	go g.Serve(lis)
-	defer g.Stop()
-	conn, err := apiclient.Dial(apiclient.Config{Addresses: []string{lis.Addr().String()}, CACert: ca.CertPEM()})
+	addr, _ := healthServer(t, ca, grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		tags <- md.Get(pki.MetadataTag)
+		return h(ctx, req)
+	}))
+	conn, err := apiclient.Dial(apiclient.Config{Addresses: []string{addr}, CACert: ca.CertPEM()})
 	if err != nil {
 		t.Fatal(err)
 	}

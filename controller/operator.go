@@ -73,6 +73,10 @@ func (s *Server) UploadCharm(stream pb.OperatorService_UploadCharmServer) error 
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
+// maxAtOnce bounds the units or machines one call adds: a call asking for
+// two billion would otherwise add batch after batch until its deadline.
+const maxAtOnce = 1000
+
 // Deploy adds a service of an uploaded charm, configured, with its units.
 func (s *Server) Deploy(ctx context.Context, req *pb.DeployRequest) (*pb.DeployResponse, error) {
 	if !names.ValidService(req.Charm) {
@@ -87,6 +91,9 @@ func (s *Server) Deploy(ctx context.Context, req *pb.DeployRequest) (*pb.DeployR
 	}
 	if req.NumUnits < 0 {
 		return nil, invalid("cannot deploy %d units", req.NumUnits)
+	}
+	if req.NumUnits > maxAtOnce {
+		return nil, invalid("cannot deploy %d units at once: at most %d", req.NumUnits, maxAtOnce)
 	}
 	c, err := s.st.Charm(ctx, req.Charm, req.Revision)
 	if err != nil {
@@ -147,6 +154,9 @@ func (s *Server) AddUnits(ctx context.Context, req *pb.AddUnitsRequest) (*pb.Add
 	if req.NumUnits < 1 {
 		return nil, invalid("cannot add %d units: want at least 1", req.NumUnits)
 	}
+	if req.NumUnits > maxAtOnce {
+		return nil, invalid("cannot add %d units at once: at most %d", req.NumUnits, maxAtOnce)
+	}
 	units, err := s.st.AddUnits(ctx, req.Service, int(req.NumUnits), state.Placement{Machine: req.To})
 	if err != nil {
 		return nil, err
@@ -160,8 +170,8 @@ func (s *Server) AddMachines(ctx context.Context, req *pb.AddMachinesRequest) (*
 	if req.NumMachines < 1 {
 		return nil, invalid("cannot add %d machines: want at least 1", req.NumMachines)
 	}
-	if req.NumMachines > 1000 {
-		return nil, invalid("cannot add %d machines at once: at most 1000", req.NumMachines)
+	if req.NumMachines > maxAtOnce {
+		return nil, invalid("cannot add %d machines at once: at most %d", req.NumMachines, maxAtOnce)
 	}
 	ms, err := s.st.AddMachinesWith(ctx, int(req.NumMachines), state.MachineOptions{Manual: req.Manual})
 	resp := &pb.AddMachinesResponse{Machines: ms}

@@ -183,6 +183,14 @@ func TestOperatorRefusesBadInputAndChangesNothing(t *testing.T) {
 			_, err := op.AddUnits(ctx, &pb.AddUnitsRequest{Service: "kv"})
 			return err
 		}, codes.InvalidArgument, "cannot add 0 units"},
+		{"add over a thousand units", func() error {
+			_, err := op.AddUnits(ctx, &pb.AddUnitsRequest{Service: "kv", NumUnits: 1 << 30})
+			return err
+		}, codes.InvalidArgument, "cannot add 1073741824 units at once: at most 1000"},
+		{"deploy over a thousand units", func() error {
+			_, err := op.Deploy(ctx, &pb.DeployRequest{Charm: "kv", Service: "kv4", NumUnits: 1001})
+			return err
+		}, codes.InvalidArgument, "cannot deploy 1001 units at once: at most 1000"},
 		{"relate incompatible endpoints", func() error {
 			_, err := op.AddRelation(ctx, &pb.AddRelationRequest{Endpoints: []string{"kv:server", "logger"}})
 			return err

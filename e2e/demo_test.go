@@ -7,24 +7,26 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lifelinehq/lifeline/e2etest"
 )
 
 // deployDemo deploys the demo: kv (one unit), app (two) related to kv, and
 // logger related to app, then waits for the model to settle.
-func deployDemo(t *testing.T, s *sandbox) {
+func deployDemo(t *testing.T, s *e2etest.Sandbox) {
 	t.Helper()
-	s.ok(t, "deploy", charmPath(t, "kv"))
-	s.ok(t, "deploy", charmPath(t, "app"), "-n", "2")
-	s.ok(t, "add-relation", "app", "kv")
-	s.ok(t, "deploy", charmPath(t, "logger"))
-	s.ok(t, "add-relation", "app", "logger")
-	s.ok(t, "wait", "--timeout", "2m")
+	s.OK(t, "deploy", charmPath(t, "kv"))
+	s.OK(t, "deploy", charmPath(t, "app"), "-n", "2")
+	s.OK(t, "add-relation", "app", "kv")
+	s.OK(t, "deploy", charmPath(t, "logger"))
+	s.OK(t, "add-relation", "app", "logger")
+	s.OK(t, "wait", "--timeout", "2m")
 }
 
 // checkDemoSettled checks the settled demo: three machines started, kv/0,
 // app/0 and app/1 running, idle and active, and a logger unit running
 // beside each app unit.
-func checkDemoSettled(t *testing.T, doc *statusDoc) {
+func checkDemoSettled(t *testing.T, doc *e2etest.StatusDoc) {
 	t.Helper()
 	if len(doc.Machines) != 3 {
 		t.Errorf("%d machines, want 3:\n%v", len(doc.Machines), doc)
@@ -34,11 +36,11 @@ func checkDemoSettled(t *testing.T, doc *statusDoc) {
 			t.Errorf("machine %s = %+v, want alive, agent started, with an instance and an address", id, m)
 		}
 	}
-	if got, want := strings.Join(doc.units(), " "), "app/0 app/1 kv/0 logger/0 logger/1"; got != want {
+	if got, want := strings.Join(doc.Units(), " "), "app/0 app/1 kv/0 logger/0 logger/1"; got != want {
 		t.Fatalf("units %s, want %s:\n%v", got, want, doc)
 	}
-	for _, name := range doc.units() {
-		u, _ := doc.unit(name)
+	for _, name := range doc.Units() {
+		u, _ := doc.Unit(name)
 		if u.Life != "alive" || u.Agent != "idle" || u.State != "running" || u.Workload != "active" {
 			t.Errorf("unit %s = %+v, want alive, agent idle, running, workload active", name, u)
 		}
@@ -48,8 +50,8 @@ func checkDemoSettled(t *testing.T, doc *statusDoc) {
 	}
 	principals := map[string]bool{}
 	for _, name := range []string{"logger/0", "logger/1"} {
-		u, _ := doc.unit(name)
-		p, ok := doc.unit(u.Principal)
+		u, _ := doc.Unit(name)
+		p, ok := doc.Unit(u.Principal)
 		switch {
 		case !ok || !strings.HasPrefix(u.Principal, "app/"):
 			t.Errorf("%s has principal %q, want an app unit", name, u.Principal)
@@ -62,11 +64,11 @@ func checkDemoSettled(t *testing.T, doc *statusDoc) {
 		t.Errorf("the logger units' principals are %v, want app/0 and app/1", principals)
 	}
 	var kvMachine string
-	if u, ok := doc.unit("kv/0"); ok {
+	if u, ok := doc.Unit("kv/0"); ok {
 		kvMachine = u.Machine
 	}
 	for _, name := range []string{"app/0", "app/1"} {
-		if u, _ := doc.unit(name); u.Machine == kvMachine {
+		if u, _ := doc.Unit(name); u.Machine == kvMachine {
 			t.Errorf("%s shares machine %s with kv/0: want a machine each", name, kvMachine)
 		}
 	}
@@ -80,9 +82,9 @@ var seenRE = regexp.MustCompile(`^(app/\d+) says: this page was seen (\d+) times
 func TestDemoFlow(t *testing.T) {
 	needCharms(t)
 	s := newSandbox(t)
-	s.bootstrap(t)
+	s.Bootstrap(t)
 	deployDemo(t, s)
-	doc := s.status(t)
+	doc := s.Status(t)
 	checkDemoSettled(t, doc)
 	if t.Failed() {
 		t.FailNow()
@@ -93,9 +95,9 @@ func TestDemoFlow(t *testing.T) {
 	last := 0
 	for round := range 2 {
 		for _, name := range []string{"app/0", "app/1"} {
-			u, _ := doc.unit(name)
+			u, _ := doc.Unit(name)
 			url := "http://" + u.Address + ":8080/"
-			code, body, err := httpGet(url)
+			code, body, err := e2etest.HTTPGet(url)
 			if err != nil || code != 200 {
 				t.Fatalf("round %d: GET %s = %d %q, %v; want 200", round, url, code, body, err)
 			}
@@ -113,9 +115,9 @@ func TestDemoFlow(t *testing.T) {
 
 	// Tear down: the services (in DESIGN.md §3's order, by the agents),
 	// then the empty machines, which the provisioner releases.
-	s.ok(t, "destroy-service", "app", "kv", "logger")
-	s.ok(t, "wait", "--timeout", "2m")
-	doc = s.status(t)
+	s.OK(t, "destroy-service", "app", "kv", "logger")
+	s.OK(t, "wait", "--timeout", "2m")
+	doc = s.Status(t)
 	if len(doc.Services) != 0 || len(doc.Relations) != 0 || len(doc.Machines) != 3 {
 		t.Fatalf("after destroy-service and wait, want no services and relations and 3 machines:\n%v", doc)
 	}
@@ -127,18 +129,18 @@ func TestDemoFlow(t *testing.T) {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	s.ok(t, append([]string{"destroy-machine"}, ids...)...)
-	s.waitStatus(t, "an empty model", time.Minute, (*statusDoc).empty)
-	waitFor(t, "the machine agents and the servers to exit", 30*time.Second, func() (bool, string) {
-		left := procs(func(p proc) bool {
-			cmd := strings.Join(p.args, " ")
-			return strings.Contains(cmd, s.dir+"/") && !strings.Contains(cmd, "lifelined controller")
+	s.OK(t, append([]string{"destroy-machine"}, ids...)...)
+	s.WaitStatus(t, "an empty model", time.Minute, (*e2etest.StatusDoc).Empty)
+	e2etest.WaitFor(t, "the machine agents and the servers to exit", 30*time.Second, func() (bool, string) {
+		left := e2etest.Procs(func(p e2etest.Proc) bool {
+			cmd := strings.Join(p.Args, " ")
+			return strings.Contains(cmd, s.Dir+"/") && !strings.Contains(cmd, "lifelined controller")
 		})
-		return len(left) == 0, procList(left)
+		return len(left) == 0, e2etest.ProcList(left)
 	})
 
-	s.ok(t, "kill-controller")
-	if left := sandboxProcs(s.dir); len(left) > 0 {
-		t.Errorf("after kill-controller, processes of the sandbox still run:\n%s", procList(left))
+	s.OK(t, "kill-controller")
+	if left := e2etest.SandboxProcs(s.Dir); len(left) > 0 {
+		t.Errorf("after kill-controller, processes of the sandbox still run:\n%s", e2etest.ProcList(left))
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lifelinehq/lifeline/e2etest"
+
 	"github.com/lifelinehq/lifeline/embedetcd"
 	"github.com/lifelinehq/lifeline/state"
 	"github.com/lifelinehq/lifeline/statetest"
@@ -20,34 +22,34 @@ import (
 func TestDestroyMachineRefusedWhileUnitsAssigned(t *testing.T) {
 	needCharms(t)
 	s := newSandbox(t)
-	s.bootstrap(t)
-	s.ok(t, "deploy", charmPath(t, "kv"), "-n", "1")
-	s.ok(t, "wait", "--timeout", "2m")
-	u, ok := s.status(t).unit("kv/0")
+	s.Bootstrap(t)
+	s.OK(t, "deploy", charmPath(t, "kv"), "-n", "1")
+	s.OK(t, "wait", "--timeout", "2m")
+	u, ok := s.Status(t).Unit("kv/0")
 	if !ok || u.Machine == "" {
 		t.Fatalf("kv/0 = %+v (found %v), want it on a machine", u, ok)
 	}
 	m := u.Machine
-	agent := readPID(t, filepath.Join(s.dataDir, "machines", m, "pid"))
-	if !pidAlive(agent) {
+	agent := e2etest.ReadPID(t, filepath.Join(s.DataDir, "machines", m, "pid"))
+	if !e2etest.PIDAlive(agent) {
 		t.Fatalf("machine %s's agent (pid %d) does not run", m, agent)
 	}
 
-	s.fails(t, 1, "machine "+m+" has unit kv/0 assigned", "destroy-machine", m)
-	if doc := s.status(t); doc.Machines[m].Life != "alive" {
+	s.Fails(t, 1, "machine "+m+" has unit kv/0 assigned", "destroy-machine", m)
+	if doc := s.Status(t); doc.Machines[m].Life != "alive" {
 		t.Errorf("after a refused destroy-machine, machine %s = %+v, want alive", m, doc.Machines[m])
 	}
 
-	s.ok(t, "destroy-unit", "kv/0")
-	s.ok(t, "destroy-machine", m)
-	s.waitStatus(t, "machine "+m+" and kv/0 to be removed", time.Minute, func(doc *statusDoc) bool {
-		_, unit := doc.unit("kv/0")
+	s.OK(t, "destroy-unit", "kv/0")
+	s.OK(t, "destroy-machine", m)
+	s.WaitStatus(t, "machine "+m+" and kv/0 to be removed", time.Minute, func(doc *e2etest.StatusDoc) bool {
+		_, unit := doc.Unit("kv/0")
 		_, machine := doc.Machines[m]
 		return !unit && !machine
 	})
-	waitFor(t, "machine "+m+"'s agent to exit", 30*time.Second, func() (bool, string) {
-		left := machineProcs(s.dataDir, m)
-		return !pidAlive(agent) && len(left) == 0, procList(left)
+	e2etest.WaitFor(t, "machine "+m+"'s agent to exit", 30*time.Second, func() (bool, string) {
+		left := e2etest.MachineProcs(s.MachinesDir(), m)
+		return !e2etest.PIDAlive(agent) && len(left) == 0, e2etest.ProcList(left)
 	})
 }
 
@@ -60,35 +62,35 @@ func TestDestroyRelatedServicesLeavesNothing(t *testing.T) {
 	s := newSandbox(t)
 
 	// The model lives in an etcd the test runs, so that it can watch it.
-	srv, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(s.dir, "etcd"), TickMs: 10, NoFsync: true, CompactionRetention: "0"})
+	srv, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(s.Dir, "etcd"), TickMs: 10, NoFsync: true, CompactionRetention: "0"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.onStop(srv.Close)
+	s.OnStop(srv.Close)
 	client, err := srv.Client()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.onStop(func() { client.Close() })
+	s.OnStop(func() { client.Close() })
 	const ns = "/lifeline/"
 	st, err := state.New(client, state.Config{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mon := statetest.Start(t, st)
-	s.onStop(mon.Halt)
+	s.OnStop(mon.Halt)
 
-	s.startController(t, "--etcd-endpoints", srv.Endpoint(), "--namespace", ns)
+	s.StartController(t, "--etcd-endpoints", srv.Endpoint(), "--namespace", ns)
 	deployDemo(t, s)
-	doc := s.status(t)
+	doc := s.Status(t)
 	checkDemoSettled(t, doc)
 	if len(doc.Relations) != 2 {
 		t.Errorf("relations %v, want app-kv and app-logger", doc.Relations)
 	}
 
-	s.ok(t, "destroy-service", "app", "kv", "logger")
-	s.ok(t, "wait", "--timeout", "2m")
-	doc = s.status(t)
+	s.OK(t, "destroy-service", "app", "kv", "logger")
+	s.OK(t, "wait", "--timeout", "2m")
+	doc = s.Status(t)
 	if len(doc.Services) != 0 || len(doc.Relations) != 0 {
 		t.Fatalf("after destroy-service and wait, want no services and relations:\n%v", doc)
 	}
@@ -97,13 +99,13 @@ func TestDestroyRelatedServicesLeavesNothing(t *testing.T) {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	s.ok(t, append([]string{"destroy-machine"}, ids...)...)
-	s.waitStatus(t, "an empty model", time.Minute, (*statusDoc).empty)
+	s.OK(t, append([]string{"destroy-machine"}, ids...)...)
+	s.WaitStatus(t, "an empty model", time.Minute, (*e2etest.StatusDoc).Empty)
 
 	// Cleanup items may outlive the entities they were for by a pass of
 	// the cleaner.
 	var snap *state.Snapshot
-	waitFor(t, "no entity keys in etcd", 30*time.Second, func() (bool, string) {
+	e2etest.WaitFor(t, "no entity keys in etcd", 30*time.Second, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		snap, err = st.Snapshot(ctx)

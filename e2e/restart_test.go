@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lifelinehq/lifeline/e2etest"
 )
 
 // TestControllerRestartMidDeploy kills the controller with SIGKILL while
@@ -20,12 +22,12 @@ import (
 func TestControllerRestartMidDeploy(t *testing.T) {
 	kv := charmPath(t, "kv")
 	s := newSandbox(t)
-	s.bootstrap(t)
-	controller := readPID(t, filepath.Join(s.dataDir, "controller.pid"))
+	s.Bootstrap(t)
+	controller := e2etest.ReadPID(t, filepath.Join(s.DataDir, "controller.pid"))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	deploy := s.ctlCommand(ctx, "deploy", kv, "-n", "5")
+	deploy := s.CtlCommand(ctx, "", "deploy", kv, "-n", "5")
 	var stdout, stderr bytes.Buffer
 	deploy.Stdout, deploy.Stderr = &stdout, &stderr
 	if err := deploy.Start(); err != nil {
@@ -41,7 +43,7 @@ func TestControllerRestartMidDeploy(t *testing.T) {
 	// then.
 	var deployErr error
 	ended, when := false, ""
-	first := filepath.Join(s.dataDir, "machines", "0", "pid")
+	first := filepath.Join(s.DataDir, "machines", "0", "pid")
 	for when == "" {
 		if _, err := os.Stat(first); err == nil {
 			when = "the moment it had started machine 0's agent"
@@ -65,22 +67,22 @@ func TestControllerRestartMidDeploy(t *testing.T) {
 		deployErr = <-deployDone
 	}
 	t.Logf("killed the controller %s; ctl deploy: %v\n%s%s", when, deployErr, stdout.String(), stderr.String())
-	waitFor(t, "the killed controller to exit", 10*time.Second, func() (bool, string) {
-		return !pidAlive(controller), ""
+	e2etest.WaitFor(t, "the killed controller to exit", 10*time.Second, func() (bool, string) {
+		return !e2etest.PIDAlive(controller), ""
 	})
-	adopted := machineAgents(s.dataDir)
+	adopted := e2etest.MachineAgents(s.MachinesDir())
 	t.Logf("machine agents running while the controller is down: %v", adopted)
 
-	out := s.ok(t, "bootstrap", "--data-dir", s.dataDir, "--api-port", strconv.Itoa(s.port))
+	out := s.OK(t, "bootstrap", "--data-dir", s.DataDir, "--api-port", strconv.Itoa(s.Port))
 	if !strings.Contains(out, "restarting the controller") {
 		t.Errorf("ctl bootstrap of the kept data directory said:\n%s\nwant it restarting the controller", out)
 	}
-	s.ok(t, "wait", "--timeout", "2m")
-	doc := s.status(t)
+	s.OK(t, "wait", "--timeout", "2m")
+	doc := s.Status(t)
 
 	// What the controller committed: all five units when ctl deploy said
 	// so; otherwise whatever it had, numbered from 0 without gaps.
-	units := doc.units()
+	units := doc.Units()
 	if deployErr == nil && len(units) != 5 {
 		t.Errorf("ctl deploy -n 5 succeeded, but the units are %v: want kv/0 to kv/4", units)
 	}
@@ -99,7 +101,7 @@ func TestControllerRestartMidDeploy(t *testing.T) {
 	// One machine each, every one started, with one agent process.
 	machineOf := map[string]string{}
 	for _, name := range units {
-		u, _ := doc.unit(name)
+		u, _ := doc.Unit(name)
 		if u.Life != "alive" || u.Agent != "idle" || u.State != "running" || u.Workload != "active" {
 			t.Errorf("unit %s = %+v, want alive, agent idle, running, workload active", name, u)
 		}
@@ -111,7 +113,7 @@ func TestControllerRestartMidDeploy(t *testing.T) {
 	if len(doc.Machines) != len(units) {
 		t.Errorf("%d machines for %d units, want one each:\n%v", len(doc.Machines), len(units), doc)
 	}
-	agents := machineAgents(s.dataDir)
+	agents := e2etest.MachineAgents(s.MachinesDir())
 	for id, m := range doc.Machines {
 		if m.Life != "alive" || m.Agent != "started" || m.Instance != "local:"+id {
 			t.Errorf("machine %s = %+v, want alive, agent started, instance local:%s", id, m, id)
@@ -127,7 +129,7 @@ func TestControllerRestartMidDeploy(t *testing.T) {
 			t.Errorf("agent processes %v run for machine %s, which the model does not have", pids, id)
 		}
 	}
-	entries, err := os.ReadDir(filepath.Join(s.dataDir, "machines"))
+	entries, err := os.ReadDir(filepath.Join(s.DataDir, "machines"))
 	if err != nil && len(units) > 0 {
 		t.Fatal(err)
 	}
@@ -139,17 +141,17 @@ func TestControllerRestartMidDeploy(t *testing.T) {
 
 	// One kv-server per unit.
 	for _, name := range units {
-		u, _ := doc.unit(name)
-		dir := filepath.Join(s.dataDir, "machines", u.Machine, "units", strings.ReplaceAll(name, "/", "-")) + "/"
-		servers := procs(func(p proc) bool {
-			return filepath.Base(p.args[0]) == "kv-server" && strings.Contains(strings.Join(p.args, " "), dir)
+		u, _ := doc.Unit(name)
+		dir := filepath.Join(s.DataDir, "machines", u.Machine, "units", strings.ReplaceAll(name, "/", "-")) + "/"
+		servers := e2etest.Procs(func(p e2etest.Proc) bool {
+			return filepath.Base(p.Args[0]) == "kv-server" && strings.Contains(strings.Join(p.Args, " "), dir)
 		})
 		if len(servers) != 1 {
-			t.Errorf("unit %s has %d kv-server processes, want 1:\n%s", name, len(servers), procList(servers))
+			t.Errorf("unit %s has %d kv-server processes, want 1:\n%s", name, len(servers), e2etest.ProcList(servers))
 		}
 	}
 	if t.Failed() {
-		t.Logf("processes of the sandbox:\n%s", procList(sandboxProcs(s.dir)))
+		t.Logf("processes of the sandbox:\n%s", e2etest.ProcList(e2etest.SandboxProcs(s.Dir)))
 	}
 }
 

@@ -139,7 +139,15 @@ func TestMachineAgentLifecycle(t *testing.T) {
 	if err != nil || got.Life != pb.Life_LIFE_DEAD {
 		t.Errorf("machine = %v, %v; want dead", got, err)
 	}
-	if st := status(); st.Machines[0].Agent != "down" {
-		t.Errorf("machine agent = %s, want down", st.Machines[0].Agent)
+	// The controller drops the agent's presence once it has seen the
+	// stream end, which may come a moment after Run returned.
+	agent := ""
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if agent = status().Machines[0].Agent; agent == "down" {
+			break
+		}
+	}
+	if agent != "down" {
+		t.Errorf("machine agent = %s, want down", agent)
 	}
 }

@@ -38,7 +38,11 @@ func (s *State) AddMachinesWith(ctx context.Context, n int, opts MachineOptions)
 	for len(added) < n {
 		batch := min(n-len(added), machinesPerTxn)
 		var ms []*pb.Machine
-		err := s.apply(ctx, "add machines", func(ctx context.Context) (*change, error) {
+		unlock, err := s.hot.lock(ctx, seqMachine)
+		if err != nil {
+			return added, err
+		}
+		err = s.apply(ctx, "add machines", func(ctx context.Context) (*change, error) {
 			r, err := s.read(ctx, get(seqMachine))
 			if err != nil {
 				return nil, err
@@ -58,6 +62,7 @@ func (s *State) AddMachinesWith(ctx context.Context, n int, opts MachineOptions)
 			c.putRaw(seqMachine, strconv.FormatInt(next+int64(batch), 10))
 			return c, nil
 		})
+		unlock()
 		if err != nil {
 			return added, err
 		}

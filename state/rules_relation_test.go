@@ -73,6 +73,12 @@ func TestRuleR1_EnterScopeOnlyWhileAlive(t *testing.T) {
 		if got["port"] != "80" || got["host"] != "" || v2 <= v1 {
 			t.Errorf("Settings = %v version %d, want port 80, no host, version above %d", got, v2, v1)
 		}
+		// The same settings again (a hook setting what it set before)
+		// make no new version: no remote unit is told of a change.
+		must(t, "UpdateSettings", st.UpdateSettings(ctx, "kv/0", []state.SettingsChange{{Relation: rel.Id, Set: map[string]string{"port": "80"}, Unset: []string{"host"}}}))
+		if _, v3, err := st.Settings(ctx, rel.Id, "kv/0"); err != nil || v3 != v2 {
+			t.Errorf("after the same UpdateSettings again, version %d (%v), want %d", v3, err, v2)
+		}
 	})
 }
 

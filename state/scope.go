@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -187,9 +188,17 @@ func (s *State) UpdateSettings(ctx context.Context, unit string, changes []Setti
 			for _, k := range ch.Unset {
 				delete(next.Values, k)
 			}
+			if st != nil && maps.Equal(next.Values, st.v.Values) {
+				// The same settings again: no new version, so that no
+				// remote unit runs relation-changed for nothing.
+				continue
+			}
 			c.ifSame(string(scope.Key), scope.CreateRevision)
 			c.ifMod(SettingsKey(ch.Relation, unit), mod)
 			c.put(SettingsKey(ch.Relation, unit), next)
+		}
+		if c.empty() {
+			return nil, errNothingToDo
 		}
 		return c, nil
 	})

@@ -50,6 +50,8 @@ type State struct {
 	lease   clientv3.Lease
 	cfg     Config
 	stats   stats
+	// hot queues this process's writers of the id sequences.
+	hot keyLocks
 }
 
 // New returns a State over the client's cluster, confined to cfg.Namespace.

@@ -48,7 +48,11 @@ func (s *State) AddUnits(ctx context.Context, service string, n int, p Placement
 	for len(added) < n {
 		batch := min(n-len(added), unitsPerTxn)
 		var units []*pb.Unit
-		err := s.apply(ctx, "add units to "+service, func(ctx context.Context) (*change, error) {
+		unlock, err := s.lockSeqs(ctx, seqUnitKey(service), newMachines)
+		if err != nil {
+			return added, err
+		}
+		err = s.apply(ctx, "add units to "+service, func(ctx context.Context) (*change, error) {
 			gets := []clientv3.Op{get(ServiceKey(service)), get(seqUnitKey(service)), get(seqMachine)}
 			if p.Machine != "" {
 				gets = append(gets, get(MachineKey(p.Machine)))
@@ -107,12 +111,31 @@ func (s *State) AddUnits(ctx context.Context, service string, n int, p Placement
 			}
 			return c, nil
 		})
+		unlock()
 		if err != nil {
 			return added, err
 		}
 		added = append(added, units...)
 	}
 	return added, nil
+}
+
+// lockSeqs queues this process's writers of the unit sequence seq and, when
+// machines is set, of the machine sequence (always in that order).
+func (s *State) lockSeqs(ctx context.Context, seq string, machines bool) (unlock func(), err error) {
+	unlockUnits, err := s.hot.lock(ctx, seq)
+	if err != nil {
+		return nil, err
+	}
+	if !machines {
+		return unlockUnits, nil
+	}
+	unlockMachines, err := s.hot.lock(ctx, seqMachine)
+	if err != nil {
+		unlockUnits()
+		return nil, err
+	}
+	return func() { unlockMachines(); unlockUnits() }, nil
 }
 
 func canAddUnits(svc *pb.Service) error {

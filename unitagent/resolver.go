@@ -67,6 +67,12 @@ func next(l *localState, r *remote, self string, now time.Time) action {
 		}
 		return action{kind: actWait, why: "resolved"}
 	}
+	if !r.configSeen {
+		// Every hook may read the configuration (config-get): none runs,
+		// not even one in progress before a restart, until the
+		// configuration's watch has answered.
+		return action{kind: actWait, why: "the service's configuration"}
+	}
 	if op := l.Op; op != nil {
 		if op.Step == stepQueued && now.Before(op.NotBefore) {
 			return action{kind: actWait, until: op.NotBefore, why: "retry of " + op.Hook}
@@ -224,6 +230,12 @@ func relationAction(l *localState, r *remote, self string, dying bool) (action, 
 			}
 			if !l.Started {
 				continue // member hooks wait for start
+			}
+			if rr == nil || !rr.scoped {
+				// The scope's watch has not answered yet (a restarted
+				// agent): an empty picture is not an empty scope, and
+				// departing the members joined before would be wrong.
+				continue
 			}
 			members := remoteMembers(rr, self)
 			for _, m := range sortedMembers(lr.Members) {

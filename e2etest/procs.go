@@ -1,0 +1,238 @@
+package e2etest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Proc is a live process.
+type Proc struct {
+	PID  int
+	Args []string
+	Cwd  string
+}
+
+func (p Proc) String() string { return fmt.Sprintf("%d %s", p.PID, strings.Join(p.Args, " ")) }
+
+// ProcList formats processes one a line, for failure messages.
+func ProcList(ps []Proc) string {
+	var b strings.Builder
+	for _, p := range ps {
+		fmt.Fprintf(&b, "  %v\n", p)
+	}
+	return b.String()
+}
+
+// Procs lists the live processes (zombies are not) that match, but not
+// this one.
+func Procs(match func(Proc) bool) []Proc {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []Proc
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(raw) == 0 || !PIDAlive(pid) {
+			continue
+		}
+		p := Proc{PID: pid, Args: strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")}
+		p.Cwd, _ = os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		if match(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// SandboxProcs lists the processes that mention dir in their command line
+// or run in it.
+func SandboxProcs(dir string) []Proc {
+	return Procs(func(p Proc) bool {
+		return strings.Contains(strings.Join(p.Args, " "), dir+"/") || p.Cwd == dir || strings.HasPrefix(p.Cwd, dir+"/")
+	})
+}
+
+// MachineAgents maps machine ids to the pids of the machine-agent
+// processes running with a data directory under machinesDir (a local
+// provider's directory, such as a controller's <data-dir>/machines).
+func MachineAgents(machinesDir string) map[string][]int {
+	prefix := machinesDir + "/"
+	out := map[string][]int{}
+	for _, p := range Procs(func(p Proc) bool { return slices.Contains(p.Args, "machine-agent") }) {
+		for i, a := range p.Args {
+			if a == "--data-dir" && i+1 < len(p.Args) && strings.HasPrefix(p.Args[i+1], prefix) {
+				id := strings.TrimPrefix(p.Args[i+1], prefix)
+				out[id] = append(out[id], p.PID)
+			}
+		}
+	}
+	return out
+}
+
+// MachineProcs lists the processes of local machine id under machinesDir:
+// its agent, its hooks and its units' servers, which all name the
+// machine's directory.
+func MachineProcs(machinesDir, id string) []Proc {
+	dir := filepath.Join(machinesDir, id)
+	return Procs(func(p Proc) bool {
+		cmdline := strings.Join(p.Args, " ") + " "
+		return strings.Contains(cmdline, dir+" ") || strings.Contains(cmdline, dir+"/") ||
+			p.Cwd == dir || strings.HasPrefix(p.Cwd, dir+"/")
+	})
+}
+
+// SessionPIDs lists the live processes of session sid.
+func SessionPIDs(sid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// After the command in parentheses: state ppid pgrp session ...
+		s := string(data)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 4 || f[0] == "Z" || f[0] == "X" {
+			continue
+		}
+		if sess, _ := strconv.Atoi(f[3]); sess == sid {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// PIDAlive says whether pid is a process that has not exited (a zombie has).
+func PIDAlive(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
+		return stat[i+2] != 'Z' && stat[i+2] != 'X'
+	}
+	return true
+}
+
+// ReadPID reads a pid file.
+func ReadPID(t testing.TB, path string) int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 1 {
+		t.Fatalf("pid file %s holds %q", path, data)
+	}
+	return pid
+}
+
+// teardownTime is how long before the test binary's deadline (go test
+// -timeout) waits give up, so that the test fails with its cleanups run,
+// its processes stopped, rather than the binary panicking with them left
+// running.
+const teardownTime = 2 * time.Minute
+
+// WaitFor polls cond until it holds; after timeout, or once the test
+// binary's deadline is near, it fails the test with what cond said last.
+func WaitFor(t testing.TB, what string, timeout time.Duration, cond func() (done bool, state string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if end, ok := d.Deadline(); ok && end.Add(-teardownTime).Before(deadline) {
+			deadline = end.Add(-teardownTime)
+			timeout = time.Until(deadline).Round(time.Second)
+		}
+	}
+	for {
+		done, state := cond()
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s; last:\n%s", timeout, what, state)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// HTTPGet fetches url and returns the status code and body.
+func HTTPGet(url string) (int, string, error) {
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// FreePorts returns a free loopback port whose next port is free too (a
+// controller's metrics port).
+func FreePorts(t testing.TB) int {
+	t.Helper()
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l2, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+1)))
+		l.Close()
+		if err == nil {
+			l2.Close()
+			return port
+		}
+	}
+	t.Fatal("no two free consecutive ports")
+	return 0
+}
+
+// FreeLoopbackPorts returns n distinct free loopback ports.
+func FreeLoopbackPorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close() // held until all are chosen, so that none repeats
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
+}

@@ -1,0 +1,75 @@
+package unitagent
+
+import (
+	"testing"
+	"time"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// TestNoDepartureBeforeTheScopeIsKnown: a restarted agent knows its
+// relations before its scope watches answer; until they do, the members it
+// joined before are not departed (they would be joined again at once).
+func TestNoDepartureBeforeTheScopeIsKnown(t *testing.T) {
+	l := &localState{
+		State: StateRunning, Started: true, Charm: "app/1", ConfigVersion: 1,
+		Relations: map[int64]*localRelation{4: {Endpoint: "db", Created: true, InScope: true, Members: map[string]int64{"kv/0": 7}}},
+	}
+	rel := &pb.Relation{Id: 4, Life: pb.Life_LIFE_ALIVE, Endpoints: []*pb.RelationEndpoint{
+		{Service: "app", Endpoint: &pb.Endpoint{Name: "db"}}, {Service: "kv", Endpoint: &pb.Endpoint{Name: "server"}},
+	}}
+	r := &remote{
+		unit: &pb.Unit{Name: "app/0", Service: "app", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
+		relationIDs: map[int64]bool{4: true}, relsKnown: true,
+		relations: map[int64]*remoteRelation{4: {rel: rel, known: true, members: map[string]int64{}}},
+	}
+	if act, ok := relationAction(l, r, "app/0", false); ok && act.kind == actHook {
+		t.Fatalf("relationAction before the scope is known = %v, want no hook", act)
+	}
+	r.relations[4].scoped = true
+	act, ok := relationAction(l, r, "app/0", false)
+	if !ok || act.kind != actHook || act.op.Hook != "db-relation-departed" || act.op.Remote != "kv/0" {
+		t.Fatalf("relationAction once the scope is known empty = %v, want db-relation-departed of kv/0", act)
+	}
+}
+
+// TestNoHookBeforeTheConfigIsKnown: a hook in progress when the agent
+// stopped runs again only once the configuration's watch has answered, so
+// that config-get in it prints the configuration.
+func TestNoHookBeforeTheConfigIsKnown(t *testing.T) {
+	l := &localState{State: StateRunning, Started: true, Charm: "app/1", ConfigVersion: 1,
+		Op: &hookOp{Hook: "config-changed", Version: 2, Step: stepQueued}}
+	r := &remote{
+		unit: &pb.Unit{Name: "app/0", Service: "app", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
+		service: &pb.Service{Name: "app", Life: pb.Life_LIFE_ALIVE}, serviceSeen: true,
+		relationIDs: map[int64]bool{}, relsKnown: true, relations: map[int64]*remoteRelation{},
+	}
+	if act := next(l, r, "app/0", time.Now()); act.kind == actHook {
+		t.Fatalf("next before the configuration is known = %v, want no hook", act)
+	}
+	r.configSeen, r.configVer = true, 2
+	if act := next(l, r, "app/0", time.Now()); act.kind != actHook {
+		t.Fatalf("next once the configuration is known = %v, want the hook in progress", act)
+	}
+}
+
+// TestReloadedRelationWithoutMembers: a relation entered but not yet
+// joined with anyone is saved without members; loaded again (an agent
+// restarted), its first member joins like any other.
+func TestReloadedRelationWithoutMembers(t *testing.T) {
+	f := newStateStore(t.TempDir())
+	l := newLocalState()
+	l.State, l.Started = StateRunning, true
+	l.Relations[1] = &localRelation{Endpoint: "host", Created: true, InScope: true, Members: map[string]int64{}}
+	if err := f.save(l); err != nil {
+		t.Fatal(err)
+	}
+	l, err := f.load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	applySuccess(l, &hookOp{Hook: "host-relation-joined", Relation: 1, Endpoint: "host", Remote: "app/0"})
+	if got := l.Relations[1].Members; len(got) != 1 {
+		t.Fatalf("members after joined = %v, want app/0", got)
+	}
+}
