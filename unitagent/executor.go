@@ -272,8 +272,7 @@ func applySuccess(l *localState, op *hookOp) {
 		case strings.HasSuffix(op.Hook, "-relation-departed"):
 			l.departMember(op.Relation, op.Remote)
 		case strings.HasSuffix(op.Hook, "-relation-broken"):
-			delete(l.Relations, op.Relation)
-			delete(l.AddedSubordinates, op.Relation)
+			l.breakRelation(op.Relation)
 		}
 	}
 }

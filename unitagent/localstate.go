@@ -134,6 +134,18 @@ func (l *localState) createRelation(id int64, endpoint string) {
 	l.Relations[id] = &localRelation{Endpoint: endpoint, Created: true, Members: map[string]int64{}}
 }
 
+// breakRelation records that relation-broken ran for relation id: its
+// record goes, members and all.
+func (l *localState) breakRelation(id int64) {
+	if lr := l.Relations[id]; lr != nil && len(lr.Members) > 0 {
+		// Replayed onto a relation of the same id created later in the
+		// same save, if there ever were one.
+		l.changes = append(l.changes, memberChange{Relation: id, Clear: true})
+	}
+	delete(l.Relations, id)
+	delete(l.AddedSubordinates, id)
+}
+
 // setMember records that unit joined relation id (version 0) or that
 // relation-changed ran for its settings version v.
 func (l *localState) setMember(id int64, unit string, v int64) {

@@ -61,9 +61,13 @@ func step(l *localState, i int) {
 		case lr == nil:
 			l.createRelation(2, "peer")
 		case r.IntN(5) == 0:
-			delete(l.Relations, 2) // broken
+			l.breakRelation(2)
 		case r.IntN(5) == 0:
 			l.createRelation(2, "peer") // created again: its members cleared
+		case r.IntN(5) == 0:
+			l.breakRelation(2) // broken and created again in one save
+			l.createRelation(2, "peer")
+			l.setMember(2, "front/9", int64(i))
 		default:
 			l.setMember(2, "front/"+strconv.Itoa(r.IntN(5)), int64(i))
 		}
