@@ -166,18 +166,21 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	logger = logger.With("unit", spec.Unit, "hook", spec.Hook)
 	out := newOutput(logger, orDefault(spec.TailLines, DefaultTailLines))
 	stdout, stderr := out.stream("stdout"), out.stream("stderr")
-	cmd := &exec.Cmd{
-		Path:        path,
-		Args:        []string{path},
-		Dir:         spec.CharmDir,
-		Env:         env,
-		Stdout:      stdout,
-		Stderr:      stderr,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
-		WaitDelay:   outputWait,
-	}
+	var cmd *exec.Cmd
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	if err := startBusy(ctx, func() error {
+		cmd = &exec.Cmd{
+			Path:        path,
+			Args:        []string{path},
+			Dir:         spec.CharmDir,
+			Env:         env,
+			Stdout:      stdout,
+			Stderr:      stderr,
+			SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+			WaitDelay:   outputWait,
+		}
+		return cmd.Start()
+	}); err != nil {
 		if errors.Is(err, syscall.ENOEXEC) {
 			return Result{}, fmt.Errorf("hook %s: %s cannot be executed: a script needs a #! line: %w", spec.Hook, path, err)
 		}
@@ -228,6 +231,31 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 		return res, fmt.Errorf("hook %s interrupted: %w", spec.Hook, ctx.Err())
 	}
 	return res, nil
+}
+
+// busyWait bounds how long Run retries a hook whose file is busy.
+const busyWait = 2 * time.Second
+
+// startBusy calls start until it does not fail with ETXTBSY, for up to
+// busyWait. A hook file just written (a charm unpacked) can be busy for a
+// moment although it was closed: a process forked meanwhile, by another
+// agent of the same process say, holds a copy of the descriptor it was
+// written through until that process execs (Go's issue 22315).
+func startBusy(ctx context.Context, start func() error) error {
+	deadline := time.Now().Add(busyWait)
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		err := start()
+		if !errors.Is(err, syscall.ETXTBSY) || time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
 }
 
 // killGroup ends process group pgid, whose leader's Wait reports on done:

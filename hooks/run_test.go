@@ -172,6 +172,22 @@ func TestRunExitStatus(t *testing.T) {
 	}
 }
 
+// A hook file still open for writing somewhere (a process forked while a
+// charm was unpacked holds the descriptor until it execs) cannot be
+// executed for a moment: Run waits for it rather than failing the hook.
+func TestRunWaitsForABusyHookFile(t *testing.T) {
+	spec := charmWithHook(t, "install", "#!/bin/sh\nexit 0\n", 0o755)
+	f, err := os.OpenFile(spec.Path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(100*time.Millisecond, func() { f.Close() })
+	res, err := hooks.Run(context.Background(), spec)
+	if err != nil || !res.Succeeded() {
+		t.Fatalf("Run() of a hook file busy for 100 ms = %+v, %v; want it run and succeeded", res, err)
+	}
+}
+
 func TestRunRefusesBadSpecs(t *testing.T) {
 	tests := []struct {
 		name   string
