@@ -42,7 +42,9 @@ func entityKey(kind StatusKind, id string) (string, error) {
 // A unit's statuses (StatusUnitAgent, StatusUnit) also go into its status
 // history, in the same transaction (see StatusHistory); setting a unit the
 // status it already has (the same status, message and data) changes
-// nothing.
+// nothing but its seq. A unit's status with a seq (pb.Status.Seq) below the
+// stored one's, by less than seqClockStep, is a report overtaken by a newer
+// one of the same agent, and is ignored.
 func (s *State) SetStatus(ctx context.Context, kind StatusKind, id string, st *pb.Status) error {
 	ek, err := entityKey(kind, id)
 	if err != nil {

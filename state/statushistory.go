@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -96,10 +97,23 @@ func (s *State) setUnitStatus(ctx context.Context, kind StatusKind, unit string,
 		}
 		var curMod int64
 		if cur != nil {
-			if sameStatus(cur.v, st) {
+			if overtaken(cur.v, st) {
 				return nil, errNothingToDo
 			}
 			curMod = cur.mod
+			if sameStatus(cur.v, st) {
+				if st.Seq <= cur.v.Seq {
+					return nil, errNothingToDo
+				}
+				// Nothing new for the history, but a report older than
+				// this one, still on its way, must find it newer.
+				kept := protoClone(cur.v)
+				kept.Seq = st.Seq
+				c := &change{}
+				c.ifMod(statusKey, curMod)
+				c.put(statusKey, kept)
+				return c, nil
+			}
 		}
 		var last int64
 		if kv := r.one(2); kv != nil {
@@ -122,6 +136,22 @@ func (s *State) setUnitStatus(ctx context.Context, kind StatusKind, unit string,
 		}
 		return c, nil
 	})
+}
+
+// seqClockStep bounds how far below the stored status's seq a report's may
+// be and still count as overtaken: a report is delayed by seconds at most
+// (an agent waits 10 s for one), so a seq further behind is a clock set
+// back on the agent's host, and its reports must not be ignored until the
+// clock catches up.
+const seqClockStep = 5 * 60 * int64(time.Second)
+
+// overtaken says whether st is an agent's report that a newer one of the
+// same agent has already replaced: both have a seq, st's the lower.
+func overtaken(cur, st *pb.Status) bool {
+	if cur.GetSeq() == 0 || st.GetSeq() == 0 {
+		return false
+	}
+	return st.Seq < cur.Seq && cur.Seq-st.Seq < seqClockStep
 }
 
 // sameStatus reports whether a and b say the same, whenever they were set.

@@ -34,6 +34,7 @@ type reporter struct {
 	// keep are statuses set before want that must still be sent, in order.
 	keep    []*pb.Status
 	sent    *pb.Status // last status the controller acknowledged
+	lastSeq int64      // the seq of the last status set
 	pending chan struct{}
 	done    chan struct{}
 }
@@ -52,12 +53,18 @@ func newReporter(api API, unit string, logger hclog.Logger) *reporter {
 }
 
 // set records the status to report; an unchanged one is not sent again.
+// It stamps the status with a seq (pb.Status.Seq) that orders this
+// agent's reports, so that a report the agent gave up waiting for cannot
+// overwrite a newer one at the controller.
 func (r *reporter) set(st *pb.Status) {
 	r.mu.Lock()
-	if proto.Equal(st, r.want) {
+	if sameReport(st, r.want) {
 		r.mu.Unlock()
 		return
 	}
+	st = proto.Clone(st).(*pb.Status)
+	r.lastSeq = max(time.Now().UnixNano(), r.lastSeq+1)
+	st.Seq = r.lastSeq
 	if worthKeeping(r.want) && !proto.Equal(r.want, r.sent) {
 		r.keep = append(r.keep, r.want)
 		if len(r.keep) > maxKept {
@@ -70,6 +77,19 @@ func (r *reporter) set(st *pb.Status) {
 	case r.pending <- struct{}{}:
 	default:
 	}
+}
+
+// sameReport says whether a and b report the same, whatever their seqs.
+func sameReport(a, b *pb.Status) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if a.Seq == b.Seq {
+		return proto.Equal(a, b)
+	}
+	c := proto.Clone(b).(*pb.Status)
+	c.Seq = a.Seq
+	return proto.Equal(a, c)
 }
 
 // flush waits, briefly, for the latest status to be acknowledged.
@@ -124,7 +144,9 @@ func (r *reporter) run(ctx context.Context) {
 				bo.Reset()
 				r.mu.Lock()
 				r.sent = st
-				if kept {
+				if kept || len(r.keep) > 0 && r.keep[0] == st {
+					// Sent from the queue, or queued by set while it was
+					// on its way: either way, sent once.
 					r.keep = r.keep[1:]
 				}
 				r.mu.Unlock()

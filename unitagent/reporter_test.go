@@ -2,6 +2,7 @@ package unitagent
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 
@@ -16,12 +17,22 @@ type statusRecorder struct {
 	API
 	mu   sync.Mutex
 	sent []string
+	seqs []int64
+	// calls, when set, receives each call's status before it is recorded,
+	// and release lets it go on.
+	calls   chan string
+	release chan struct{}
 }
 
 func (s *statusRecorder) SetUnitStatus(_ context.Context, req *pb.SetUnitStatusRequest, _ ...grpc.CallOption) (*pb.SetUnitStatusResponse, error) {
+	if s.calls != nil {
+		s.calls <- req.Status.Status
+		<-s.release
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sent = append(s.sent, req.Status.Status+":"+req.Status.Message)
+	s.seqs = append(s.seqs, req.Status.Seq)
 	return &pb.SetUnitStatusResponse{}, nil
 }
 
@@ -62,5 +73,54 @@ func TestReporterCoalescesButKeepsHistory(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("sent %q, want %q", got, want)
 		}
+	}
+}
+
+// Every report carries a seq higher than the one before, so that the
+// controller can tell a report delayed past a newer one; setting the
+// same status again sends nothing.
+func TestReporterOrdersReports(t *testing.T) {
+	api := &statusRecorder{}
+	r := newReporter(api, "kv/0", hclog.NewNullLogger())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.run(ctx)
+
+	for _, st := range []string{"executing", "error", "idle", "idle", "error", "idle"} {
+		r.set(&pb.Status{Status: st})
+		r.flush(ctx)
+	}
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if want := []string{"executing:", "error:", "idle:", "error:", "idle:"}; len(api.sent) != len(want) {
+		t.Fatalf("sent %q, want %q", api.sent, want)
+	}
+	for i, seq := range api.seqs {
+		if seq == 0 || i > 0 && seq <= api.seqs[i-1] {
+			t.Fatalf("reports sent with seqs %v, want every one above the one before", api.seqs)
+		}
+	}
+}
+
+// A status worth keeping that is being sent when the next one is set is
+// sent once, not again from the queue of kept statuses.
+func TestReporterSendsAKeptStatusOnce(t *testing.T) {
+	api := &statusRecorder{calls: make(chan string), release: make(chan struct{})}
+	r := newReporter(api, "kv/0", hclog.NewNullLogger())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.run(ctx)
+
+	r.set(&pb.Status{Status: "error", Message: "hook failed"})
+	<-api.calls // on its way
+	r.set(&pb.Status{Status: "idle"})
+	close(api.release)
+	go func() {
+		for range api.calls {
+		}
+	}()
+	r.flush(ctx)
+	if got, want := api.got(), []string{"error:hook failed", "idle:"}; !slices.Equal(got, want) {
+		t.Fatalf("sent %q, want %q", got, want)
 	}
 }

@@ -1091,6 +1091,14 @@ type Status struct {
 	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	SinceUnixNano int64                  `protobuf:"varint,3,opt,name=since_unix_nano,json=sinceUnixNano,proto3" json:"since_unix_nano,omitempty"`
 	Data          map[string]string      `protobuf:"bytes,4,rep,name=data,proto3" json:"data,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// seq orders one agent's reports of a unit's status: the agent's clock in
+	// nanoseconds when it took the status (one more than its last seq if the
+	// clock has not moved on). The controller ignores a report whose seq is
+	// below the stored status's (a report delayed past a newer one, say after
+	// the agent gave up waiting for it), unless by more than a clock step
+	// would explain (see state.SetStatus). 0 is not ordered: a status set
+	// without one always applies.
+	Seq           int64 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1151,6 +1159,13 @@ func (x *Status) GetData() map[string]string {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *Status) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
 }
 
 // StatusHistoryEntry is one change of a unit's status, stored at
@@ -1580,12 +1595,13 @@ const file_lifeline_v1_model_proto_rawDesc = "" +
 	"\x06values\x18\x01 \x03(\v2!.lifeline.v1.Settings.ValuesEntryR\x06values\x1a9\n" +
 	"\vValuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xce\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe0\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\tR\x06status\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12&\n" +
 	"\x0fsince_unix_nano\x18\x03 \x01(\x03R\rsinceUnixNano\x121\n" +
-	"\x04data\x18\x04 \x03(\v2\x1d.lifeline.v1.Status.DataEntryR\x04data\x1a7\n" +
+	"\x04data\x18\x04 \x03(\v2\x1d.lifeline.v1.Status.DataEntryR\x04data\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x03R\x03seq\x1a7\n" +
 	"\tDataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
