@@ -30,9 +30,37 @@ type hookContext struct {
 	set map[int64]*settingsChange
 }
 
+// ctxRelation is a relation as the hook sees it: the members the unit
+// has joined (the local record's, read only until the hook's context
+// ends, not copied: the record does not change while a hook runs), with
+// the unit joining listed and the one departing not.
 type ctxRelation struct {
-	endpoint string
-	members  map[string]bool
+	endpoint  string
+	members   map[string]int64
+	joining   string
+	departing string
+}
+
+func (cr *ctxRelation) has(unit string) bool {
+	if unit == cr.joining {
+		return true
+	}
+	_, ok := cr.members[unit]
+	return ok && unit != cr.departing
+}
+
+func (cr *ctxRelation) list() []string {
+	out := make([]string, 0, len(cr.members)+1)
+	for m := range cr.members {
+		if m != cr.departing && m != cr.joining {
+			out = append(out, m)
+		}
+	}
+	if cr.joining != "" {
+		out = append(out, cr.joining)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func newHookContext(a *Agent, op *hookOp, r *remote) *hookContext {
@@ -42,23 +70,19 @@ func newHookContext(a *Agent, op *hookOp, r *remote) *hookContext {
 		hc.machine = r.unit.MachineId
 	}
 	for id, lr := range a.l.Relations {
-		cr := &ctxRelation{endpoint: lr.Endpoint, members: map[string]bool{}}
-		for m := range lr.Members {
-			cr.members[m] = true
-		}
-		hc.relations[id] = cr
+		hc.relations[id] = &ctxRelation{endpoint: lr.Endpoint, members: lr.Members}
 	}
 	if op.isRelationHook() {
 		cr := hc.relations[op.Relation]
 		if cr == nil { // relation-created: not recorded until it succeeds
-			cr = &ctxRelation{endpoint: op.Endpoint, members: map[string]bool{}}
+			cr = &ctxRelation{endpoint: op.Endpoint}
 			hc.relations[op.Relation] = cr
 		}
 		switch {
 		case strings.HasSuffix(op.Hook, "-relation-joined"):
-			cr.members[op.Remote] = true // the joining unit is listed
+			cr.joining = op.Remote // the joining unit is listed
 		case strings.HasSuffix(op.Hook, "-relation-departed"):
-			delete(cr.members, op.Departing) // the departing one is not
+			cr.departing = op.Departing // the departing one is not
 		}
 	}
 	return hc
@@ -107,7 +131,7 @@ func (hc *hookContext) RelationGet(ctx context.Context, rid, unit string) (map[s
 		return nil, err
 	}
 	self := unit == hc.a.cfg.Unit
-	if !self && !cr.members[unit] && unit != hc.op.Departing {
+	if !self && !cr.has(unit) && unit != hc.op.Departing {
 		return nil, fmt.Errorf("unit %s is not a member of relation %s", unit, rid)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -197,12 +221,7 @@ func (hc *hookContext) RelationList(_ context.Context, rid string) ([]string, er
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, 0, len(cr.members))
-	for m := range cr.members {
-		out = append(out, m)
-	}
-	sort.Strings(out)
-	return out, nil
+	return cr.list(), nil
 }
 
 func (hc *hookContext) Config(context.Context) (map[string]*pb.ConfigValue, error) {

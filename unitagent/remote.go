@@ -36,24 +36,78 @@ type remoteRelation struct {
 	known   bool         // the relation's watch has answered
 	members map[string]int64
 	scoped  bool // the scope's watch has answered
+
+	// In the watcher's picture: the members changed since the last
+	// snapshot, and whether the scope was listed afresh since.
+	changed  map[string]struct{}
+	relisted bool
+	// In a snapshot: the agent's own copy of the members (members is its
+	// map) and the resolver's index of them.
+	view *memberView
 }
 
-func (r *remote) copy() *remote {
+// memberView is the agent's own copy of one relation scope's members,
+// brought up to date at each snapshot by the members changed since the
+// one before, so that a snapshot costs O(changes), not O(members). Only
+// the agent's goroutine (snapshot, and the resolver between snapshots)
+// touches it.
+type memberView struct {
+	members map[string]int64
+	// pending holds every member whose hooks may be due: whose local and
+	// remote versions may differ (a superset, which the resolver prunes
+	// as it looks). It holds every member of both sides once seeded for a
+	// local record of the relation; members changed since join it at each
+	// snapshot, and a member the agent runs a hook for stays in it until
+	// found up to date. That is what lets a decision look at the members
+	// not yet up to date instead of at every member (DESIGN.md §6 hook
+	// order is kept: see nextMemberHook).
+	pending map[string]struct{}
+	seeded  *localRelation // the local record pending was seeded against
+}
+
+// snapshotLocked returns a copy of the picture for the agent's goroutine;
+// call with the lock held. The relations' members are the agent's own
+// views (shared with the previous snapshot's, which must not be used any
+// more), brought up to date with the changes since.
+func (w *watcher) snapshotLocked() *remote {
+	r := w.r
 	c := *r
-	c.relationIDs = map[int64]bool{}
+	c.relationIDs = make(map[int64]bool, len(r.relationIDs))
 	for k, v := range r.relationIDs {
 		c.relationIDs[k] = v
 	}
-	c.relations = map[int64]*remoteRelation{}
-	for k, v := range r.relations {
-		rr := *v
-		rr.members = map[string]int64{}
-		for u, ver := range v.members {
-			rr.members[u] = ver
+	c.relations = make(map[int64]*remoteRelation, len(r.relations))
+	for id, rr := range r.relations {
+		v := w.views[id]
+		if v == nil || rr.relisted {
+			v = &memberView{members: make(map[string]int64, len(rr.members))}
+			for u, ver := range rr.members {
+				v.members[u] = ver
+			}
+			w.views[id] = v
+		} else {
+			for u := range rr.changed {
+				if ver, ok := rr.members[u]; ok {
+					v.members[u] = ver
+				} else {
+					delete(v.members, u)
+				}
+				if v.pending != nil {
+					v.pending[u] = struct{}{}
+				}
+			}
 		}
-		c.relations[k] = &rr
+		clear(rr.changed)
+		rr.relisted = false
+		cr := &remoteRelation{rel: rr.rel, known: rr.known, scoped: rr.scoped, members: v.members, view: v}
+		c.relations[id] = cr
 	}
-	c.subs = map[string]*pb.Unit{}
+	for id := range w.views {
+		if _, ok := r.relations[id]; !ok {
+			delete(w.views, id)
+		}
+	}
+	c.subs = make(map[string]*pb.Unit, len(r.subs))
 	for k, v := range r.subs {
 		c.subs[k] = v
 	}
@@ -69,7 +123,8 @@ type watcher struct {
 
 	mu      sync.Mutex
 	r       *remote
-	changed chan struct{} // signalled, without blocking, on every change
+	views   map[int64]*memberView // the agent's copies of the scopes
+	changed chan struct{}         // signalled, without blocking, on every change
 	subject map[string]context.CancelFunc
 	ctx     context.Context
 	wg      sync.WaitGroup
@@ -80,6 +135,7 @@ func newWatcher(ctx context.Context, api API, unit string, logger hclog.Logger) 
 		api: api, unit: unit, logger: logger, ctx: ctx,
 		r:       &remote{relationIDs: map[int64]bool{}, relations: map[int64]*remoteRelation{}, subs: map[string]*pb.Unit{}},
 		changed: make(chan struct{}, 1), subject: map[string]context.CancelFunc{},
+		views: map[int64]*memberView{},
 	}
 	w.start("unit", &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: unit}}, w.onUnit)
 	w.start("resolved", &pb.WatchSubject{Subject: &pb.WatchSubject_Resolved{Resolved: unit}}, w.onResolved)
@@ -87,11 +143,13 @@ func newWatcher(ctx context.Context, api API, unit string, logger hclog.Logger) 
 	return w
 }
 
-// snapshot returns a copy of the picture.
+// snapshot returns a copy of the picture for the agent's goroutine, the
+// only one that may call it: the relations' members in it are valid until
+// the next call.
 func (w *watcher) snapshot() *remote {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.r.copy()
+	return w.snapshotLocked()
 }
 
 func (w *watcher) notify() {
@@ -234,7 +292,7 @@ func (w *watcher) onRelations(resp *pb.WatchResponse) {
 // with the lock held. They run until the agent forgets the relation.
 func (w *watcher) watchRelation(id int64) {
 	if _, ok := w.r.relations[id]; !ok {
-		w.r.relations[id] = &remoteRelation{members: map[string]int64{}}
+		w.r.relations[id] = &remoteRelation{members: map[string]int64{}, changed: map[string]struct{}{}}
 	}
 	key := strconv.FormatInt(id, 10)
 	rr := w.r.relations[id]
@@ -251,19 +309,24 @@ func (w *watcher) watchRelation(id int64) {
 		}
 		rr.known = true
 	})
-	w.startLocked("scope/"+key, &pb.WatchSubject{Subject: &pb.WatchSubject_RelationScope{RelationScope: id}}, func(resp *pb.WatchResponse) {
-		if resp.Relisted {
-			rr.members = map[string]int64{}
+	w.startLocked("scope/"+key, &pb.WatchSubject{Subject: &pb.WatchSubject_RelationScope{RelationScope: id}}, rr.applyScope)
+}
+
+// applyScope applies a response of the relation scope's watch.
+func (rr *remoteRelation) applyScope(resp *pb.WatchResponse) {
+	if resp.Relisted {
+		rr.members = map[string]int64{}
+		rr.relisted = true
+	}
+	for _, ch := range resp.Changes {
+		if ch.Removed {
+			delete(rr.members, ch.Id)
+		} else {
+			rr.members[ch.Id] = ch.Version
 		}
-		for _, ch := range resp.Changes {
-			if ch.Removed {
-				delete(rr.members, ch.Id)
-			} else {
-				rr.members[ch.Id] = ch.Version
-			}
-		}
-		rr.scoped = true
-	})
+		rr.changed[ch.Id] = struct{}{}
+	}
+	rr.scoped = true
 }
 
 // forgetRelation stops a relation's watches once the unit is done with it.

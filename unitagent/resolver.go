@@ -191,13 +191,9 @@ func relationAction(l *localState, r *remote, self string, dying bool) (action, 
 	// Within a relation, relation-changed follows relation-joined for the
 	// same unit before any other hook of that relation.
 	for _, id := range sorted {
-		if lr := l.Relations[id]; lr != nil && !lr.Left {
-			for _, m := range sortedMembers(lr.Members) {
-				if lr.Members[m] == 0 {
-					if v, ok := r.relations[id].memberVersion(m); ok {
-						return hook(relHook(lr, id, "changed", m, v)), true
-					}
-				}
+		if lr, rr := l.Relations[id], r.relations[id]; lr != nil && !lr.Left && rr != nil {
+			if m, v, ok := firstJoinedUnchanged(rr, lr); ok {
+				return hook(relHook(lr, id, "changed", m, v)), true
 			}
 		}
 	}
@@ -237,21 +233,8 @@ func relationAction(l *localState, r *remote, self string, dying bool) (action, 
 				// departing the members joined before would be wrong.
 				continue
 			}
-			members := remoteMembers(rr, self)
-			for _, m := range sortedMembers(lr.Members) {
-				if _, ok := members[m]; !ok {
-					return hook(relHook(lr, id, "departed", m, 0)), true
-				}
-			}
-			for _, m := range sortedMembers(members) {
-				if _, ok := lr.Members[m]; !ok {
-					return hook(relHook(lr, id, "joined", m, 0)), true
-				}
-			}
-			for _, m := range sortedMembers(members) {
-				if v := members[m]; v != lr.Members[m] {
-					return hook(relHook(lr, id, "changed", m, v)), true
-				}
+			if kind, m, v, ok := nextMemberHook(rr, lr, self); ok {
+				return hook(relHook(lr, id, kind, m, v)), true
 			}
 			continue
 		}
@@ -259,7 +242,7 @@ func relationAction(l *localState, r *remote, self string, dying bool) (action, 
 		// leave the scope, then relation-broken, once, last. A unit that
 		// never entered has nothing to leave.
 		if !lr.Left {
-			for _, m := range sortedMembers(lr.Members) {
+			if m, ok := firstMember(lr.Members); ok {
 				return hook(relHook(lr, id, "departed", m, 0)), true
 			}
 			if lr.InScope {
@@ -279,36 +262,105 @@ func relHook(lr *localRelation, id int64, kind, unit string, version int64) *hoo
 	return op
 }
 
-func (rr *remoteRelation) memberVersion(unit string) (int64, bool) {
-	if rr == nil {
-		return 0, false
+// pendingOf returns the index of rr's members whose hooks may be due
+// (memberView.pending), seeded with every member of both sides when lr is
+// a record of the relation it has not seen (the agent's first look, or a
+// relation created anew).
+func pendingOf(rr *remoteRelation, lr *localRelation) map[string]struct{} {
+	v := rr.view
+	if v == nil { // a picture not made by snapshot
+		v = &memberView{members: rr.members}
+		rr.view = v
 	}
-	v, ok := rr.members[unit]
-	return v, ok
+	if v.seeded != lr || v.pending == nil {
+		v.pending = make(map[string]struct{}, len(lr.Members)+len(rr.members))
+		for m := range lr.Members {
+			v.pending[m] = struct{}{}
+		}
+		for m := range rr.members {
+			v.pending[m] = struct{}{}
+		}
+		v.seeded = lr
+	}
+	return v.pending
 }
 
-// remoteMembers are the units in the relation's scope on its other side:
-// the other service's units, or in a peer relation the other units of the
-// unit's own service.
-func remoteMembers(rr *remoteRelation, self string) map[string]int64 {
-	own := names.UnitService(self)
-	peer := rr.rel != nil && len(rr.rel.Endpoints) == 1
-	out := map[string]int64{}
-	for u, v := range rr.members {
-		if u != self && (peer || names.UnitService(u) != own) {
-			out[u] = v
+// firstJoinedUnchanged returns the first member (by name) that joined but
+// has had no relation-changed yet, while the scope still lists it, with
+// its version there: relation-changed follows relation-joined before any
+// other hook of the relation.
+func firstJoinedUnchanged(rr *remoteRelation, lr *localRelation) (string, int64, bool) {
+	var best string
+	var bestV int64
+	found := false
+	for m := range pendingOf(rr, lr) {
+		if lv, ok := lr.Members[m]; !ok || lv != 0 {
+			continue
+		}
+		if v, ok := rr.members[m]; ok && (!found || m < best) {
+			best, bestV, found = m, v, true
 		}
 	}
-	return out
+	return best, bestV, found
 }
 
-func sortedMembers(m map[string]int64) []string {
-	out := make([]string, 0, len(m))
-	for u := range m {
-		out = append(out, u)
+// nextMemberHook returns the member hook due next in an alive relation
+// the unit is in, in the order charm authors rely on: departures first,
+// then joins, then changes, each by member name. It looks only at the
+// pending members, dropping those found up to date.
+func nextMemberHook(rr *remoteRelation, lr *localRelation, self string) (kind, unit string, version int64, ok bool) {
+	own := names.UnitService(self)
+	peer := rr.rel != nil && len(rr.rel.Endpoints) == 1
+	const (
+		none = iota
+		changed
+		joined
+		departed
+	)
+	rank, best, bestV := none, "", int64(0)
+	pending := pendingOf(rr, lr)
+	for m := range pending {
+		lv, local := lr.Members[m]
+		rv, remote := rr.members[m]
+		remote = remote && m != self && (peer || names.UnitService(m) != own)
+		r := none
+		switch {
+		case local && !remote:
+			r = departed
+		case !local && remote:
+			r = joined
+		case local && remote && lv != rv:
+			r = changed
+		}
+		if r == none {
+			delete(pending, m) // up to date
+			continue
+		}
+		if r > rank || r == rank && m < best {
+			rank, best, bestV = r, m, rv
+		}
 	}
-	sort.Strings(out)
-	return out
+	switch rank {
+	case departed:
+		return "departed", best, 0, true
+	case joined:
+		return "joined", best, 0, true
+	case changed:
+		return "changed", best, bestV, true
+	}
+	return "", "", 0, false
+}
+
+// firstMember returns the first of members by name.
+func firstMember(members map[string]int64) (string, bool) {
+	var best string
+	found := false
+	for m := range members {
+		if !found || m < best {
+			best, found = m, true
+		}
+	}
+	return best, found
 }
 
 // ownEndpoint is the name of the relation's endpoint on service's side.
