@@ -255,44 +255,52 @@ func plainSortedMembers(m map[string]int64) []string {
 // and the resolver's choice, then the hook committed.
 func BenchmarkDecision(b *testing.B) {
 	for _, n := range []int{1000, 5000, 10000} {
-		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
-			const self = "front/0"
-			rel := &pb.Relation{Id: 1, Life: pb.Life_LIFE_ALIVE, Endpoints: []*pb.RelationEndpoint{
-				{Service: "front", Endpoint: &pb.Endpoint{Name: "db"}}, {Service: "bench", Endpoint: &pb.Endpoint{Name: "db"}}}}
-			rr := &remoteRelation{rel: rel, known: true, members: map[string]int64{}, changed: map[string]struct{}{}}
-			w := &watcher{logger: hclog.NewNullLogger(), views: map[int64]*memberView{}, r: &remote{
-				unit: &pb.Unit{Name: self, Service: "front", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
-				relationIDs: map[int64]bool{1: true}, relsKnown: true, relations: map[int64]*remoteRelation{1: rr},
-			}}
-			l := newLocalState()
-			l.State, l.Started = StateRunning, true
-			l.createRelation(1, "db")
-			l.Relations[1].InScope = true
-			for i := 0; i < n; i++ {
-				u := fmt.Sprintf("bench/%d", i)
-				rr.applyScope(&pb.WatchResponse{Changes: []*pb.WatchChange{{Id: u, Version: int64(10 + i)}}})
-				if i%2 == 0 {
-					l.setMember(1, u, int64(10+i))
-				}
-			}
-			w.snapshotLocked()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				u := fmt.Sprintf("bench/%d", i%n)
-				rr.applyScope(&pb.WatchResponse{Changes: []*pb.WatchChange{{Id: u, Version: int64(n + 10 + i)}}})
-				r := w.snapshotLocked()
-				act, ok := relationAction(l, r, self, false)
-				if !ok || act.op == nil {
-					b.Fatalf("no hook decided: %v", act)
-				}
-				switch op := act.op; op.Hook {
-				case "db-relation-joined":
-					l.setMember(1, op.Remote, 0)
-				case "db-relation-changed":
-					l.setMember(1, op.Remote, op.Version)
-				}
-				l.changes = l.changes[:0]
-			}
+		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) { benchmarkDecision(b, n, relationAction) })
+		b.Run(fmt.Sprintf("members=%d/full-scan", n), func(b *testing.B) {
+			// as before the index: the whole picture copied, every member sorted
+			benchmarkDecision(b, n, func(l *localState, r *remote, self string, dying bool) (action, bool) {
+				return plainRelationAction(l, copyPicture(r), self, dying)
+			})
 		})
+	}
+}
+
+func benchmarkDecision(b *testing.B, n int, decide func(*localState, *remote, string, bool) (action, bool)) {
+	const self = "front/0"
+	rel := &pb.Relation{Id: 1, Life: pb.Life_LIFE_ALIVE, Endpoints: []*pb.RelationEndpoint{
+		{Service: "front", Endpoint: &pb.Endpoint{Name: "db"}}, {Service: "bench", Endpoint: &pb.Endpoint{Name: "db"}}}}
+	rr := &remoteRelation{rel: rel, known: true, members: map[string]int64{}, changed: map[string]struct{}{}}
+	w := &watcher{logger: hclog.NewNullLogger(), views: map[int64]*memberView{}, r: &remote{
+		unit: &pb.Unit{Name: self, Service: "front", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
+		relationIDs: map[int64]bool{1: true}, relsKnown: true, relations: map[int64]*remoteRelation{1: rr},
+	}}
+	l := newLocalState()
+	l.State, l.Started = StateRunning, true
+	l.createRelation(1, "db")
+	l.Relations[1].InScope = true
+	for i := 0; i < n; i++ {
+		u := fmt.Sprintf("bench/%d", i)
+		rr.applyScope(&pb.WatchResponse{Changes: []*pb.WatchChange{{Id: u, Version: int64(10 + i)}}})
+		if i%2 == 0 {
+			l.setMember(1, u, int64(10+i))
+		}
+	}
+	w.snapshotLocked()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		u := fmt.Sprintf("bench/%d", i%n)
+		rr.applyScope(&pb.WatchResponse{Changes: []*pb.WatchChange{{Id: u, Version: int64(n + 10 + i)}}})
+		r := w.snapshotLocked()
+		act, ok := decide(l, r, self, false)
+		if !ok || act.op == nil {
+			b.Fatalf("no hook decided: %v", act)
+		}
+		switch op := act.op; op.Hook {
+		case "db-relation-joined":
+			l.setMember(1, op.Remote, 0)
+		case "db-relation-changed":
+			l.setMember(1, op.Remote, op.Version)
+		}
+		l.changes = l.changes[:0]
 	}
 }
