@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -93,8 +94,42 @@ func TestRevokedAdminCredential(t *testing.T) {
 	_, err := op.Status(e.ctx, &pb.StatusRequest{})
 	must(t, "Status", err)
 	must(t, "RevokeCredential", e.st.RevokeCredential(e.ctx, "admin"))
-	_, err = op.Status(e.ctx, &pb.StatusRequest{})
+	// The controller's mirror of the credentials forgets it as soon as its
+	// watch brings the deletion.
+	err = eventually(t, func() error { _, err := op.Status(e.ctx, &pb.StatusRequest{}); return err })
 	wantCode(t, "Status after revocation", err, codes.Unauthenticated, "credential of admin is not valid")
+}
+
+// eventually calls f until it fails, for up to 5 s, and returns its error.
+func eventually(t *testing.T, f func() error) error {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := f()
+		if err != nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A credential replaced by a new one works at once, though the
+// controller's mirror still holds the old hash; the old one stops working
+// once the mirror has the new.
+func TestReplacedCredential(t *testing.T) {
+	e := newEnv(t)
+	first := e.Credential("admin")
+	op := pb.NewOperatorServiceClient(e.Dial(first))
+	_, err := op.Status(e.ctx, &pb.StatusRequest{})
+	must(t, "Status", err)
+	second := e.Credential("admin")
+	op2 := pb.NewOperatorServiceClient(e.Dial(second))
+	_, err = op2.Status(e.ctx, &pb.StatusRequest{})
+	must(t, "Status with the new credential", err)
+	err = eventually(t, func() error { _, err := op.Status(e.ctx, &pb.StatusRequest{}); return err })
+	wantCode(t, "Status with the replaced credential", err, codes.Unauthenticated, "credential of admin is not valid")
+	_, err = op2.Status(e.ctx, &pb.StatusRequest{})
+	must(t, "Status with the new credential again", err)
 }
 
 // tarball packs files (name → content) into a gzipped tar, as charm.Pack

@@ -64,6 +64,7 @@ type Server struct {
 	logger  hclog.Logger
 	cfg     Config
 	metrics *metrics
+	creds   *credMirror
 }
 
 // New returns a Server.
@@ -84,6 +85,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.PresenceTimeout = 15 * time.Second
 	}
 	s := &Server{st: cfg.State, logger: cfg.Logger.Named("api"), cfg: cfg, metrics: newMetrics(cfg.Metrics, cfg.State, cfg.Watches)}
+	s.creds = newCredMirror(cfg.Watches, s.logger)
 	s.agentServer.s = s
 	return s, nil
 }

@@ -11,6 +11,10 @@ import (
 // removing it revokes the credential in the same transaction.
 const credentialsPrefix = "credentials/"
 
+// CredentialsPrefix is where the credentials are, for watching them: the
+// key of tag's credential is CredentialsPrefix+tag, its value the hash.
+const CredentialsPrefix = credentialsPrefix
+
 func credentialKey(tag string) string { return credentialsPrefix + tag }
 
 // SetCredential stores the hash of the secret of tag's holder, replacing

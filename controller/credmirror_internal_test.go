@@ -1,0 +1,78 @@
+package controller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/state"
+	"github.com/lifelinehq/lifeline/watchhub"
+)
+
+// The mirror holds every stored credential's hash, follows changes, and
+// knows nothing once the hub stops.
+func TestCredMirrorFollowsTheCredentials(t *testing.T) {
+	st, err := state.New(etcdtest.Client(t), state.Config{Namespace: etcdtest.Namespace(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := etcdtest.Context(t)
+	_, before, err := pki.NewCredential("admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetCredential(ctx, "admin", before); err != nil {
+		t.Fatal(err)
+	}
+	hub, err := watchhub.New(watchhub.Config{Source: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { hub.Run(hctx); close(done) }()
+	defer func() { stop(); <-done }()
+
+	m := newCredMirror(hub, hclog.NewNullLogger())
+	waitFor := func(what string, ok func(hash string, found bool) bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			h, found := m.lookup("admin")
+			if ok(h, found) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("mirror of admin = %q, %v after 5 s: want %s", h, found, what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor("the hash stored before it started", func(h string, found bool) bool { return found && h == before })
+
+	_, after, err := pki.NewCredential("admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetCredential(ctx, "admin", after); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the replacing hash", func(h string, found bool) bool { return found && h == after })
+
+	if err := st.RevokeCredential(ctx, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("nothing once revoked", func(_ string, found bool) bool { return !found })
+
+	if err := st.SetCredential(ctx, "admin", before); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the hash set again", func(h string, found bool) bool { return found && h == before })
+	stop()
+	<-done
+	waitFor("nothing once the hub stopped", func(_ string, found bool) bool { return !found })
+}
