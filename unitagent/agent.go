@@ -193,6 +193,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		r := w.snapshot()
 		a.deploySubordinates(r)
 		act := next(a.l, r, a.cfg.Unit, a.cfg.Clock())
+		if act.kind != actHook {
+			// A hook's end, saved unsynced, is made durable before the
+			// agent acts on anything else or waits.
+			if err := a.store.flush(); err != nil {
+				a.logger.Warn("cannot sync the unit's state; trying again", "error", err)
+				if !sleep(ctx, time.Second) {
+					return ctx.Err()
+				}
+				continue
+			}
+		}
 		if act.kind == actExit {
 			a.logger.Info("unit is dead: the agent's work is done")
 			a.rep.set(&pb.Status{Status: "idle", Message: "dead", Data: map[string]string{"state": a.l.State}})

@@ -207,7 +207,9 @@ func (ex *executor) commit(ctx context.Context, op *hookOp) error {
 	applySuccess(a.l, op)
 	a.l.Op = nil
 	a.logger.Debug("hook done", "hook", op.Hook)
-	if err := a.save(); err != nil {
+	// Synced with the next save, or flushed before the agent acts on
+	// anything but a hook (stateStore.saveUnsynced).
+	if err := a.store.saveUnsynced(a.l); err != nil {
 		return err
 	}
 	if strings.HasSuffix(op.Hook, "-relation-broken") {

@@ -85,6 +85,10 @@ type stateStore struct {
 	head []byte
 	// rewrite makes the next save write a snapshot.
 	rewrite bool
+	// unsynced says the journal's last record was written but not synced
+	// (saveUnsynced): a crash of the process keeps it, a crash of the
+	// machine may lose it. The next sync of the journal covers it.
+	unsynced bool
 	// crash, when set (by tests), is called at each point of a save where
 	// a crash leaves the files in a state of their own; an error stops the
 	// save there, as a crash would.
@@ -288,7 +292,34 @@ func normalize(l *localState) {
 
 // save makes l durable: one journal record, or now and then a snapshot.
 // A save that would record nothing new is skipped.
-func (s *stateStore) save(l *localState) error {
+func (s *stateStore) save(l *localState) error { return s.saveSync(l, true) }
+
+// saveUnsynced is save but for the sync of a journal record: the record
+// survives a crash of the agent, and becomes durable with the next save
+// or flush. The agent uses it for a hook's end, and flushes before it
+// acts on anything outside its hooks or waits: a machine crash then loses
+// at most a hook's end, which counts as a failed attempt and runs the
+// hook again, as a crash while it ran would. It spares one fsync a hook.
+func (s *stateStore) saveUnsynced(l *localState) error { return s.saveSync(l, false) }
+
+// flush makes durable a record saveUnsynced wrote, if any.
+func (s *stateStore) flush() error {
+	if !s.unsynced {
+		return nil
+	}
+	f, err := os.OpenFile(s.path(journalName), os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("sync unit state journal: %w", err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync unit state journal: %w", err)
+	}
+	s.unsynced = false
+	return nil
+}
+
+func (s *stateStore) saveSync(l *localState, sync bool) error {
 	head, err := json.Marshal(l)
 	if err != nil {
 		return fmt.Errorf("encode unit state: %w", err)
@@ -299,12 +330,13 @@ func (s *stateStore) save(l *localState) error {
 	if s.rewrite || s.journalBytes > compactMinBytes && s.journalBytes > 2*s.snapshotBytes {
 		return s.writeSnapshot(l, head)
 	}
-	return s.append(l, head)
+	return s.append(l, head, sync || !s.journalSynced)
 }
 
-// append writes one record to the journal and syncs it. On failure the
+// append writes one record to the journal and, with sync, syncs it
+// (and with it any record written unsynced before). On failure the
 // journal may end in part of the record: the next save writes a snapshot.
-func (s *stateStore) append(l *localState, head []byte) error {
+func (s *stateStore) append(l *localState, head []byte, sync bool) error {
 	payload, err := json.Marshal(journalRecord{Seq: s.seq + 1, State: head, Members: l.changes})
 	if err != nil {
 		return fmt.Errorf("encode unit state: %w", err)
@@ -325,13 +357,16 @@ func (s *stateStore) append(l *localState, head []byte) error {
 		f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("sync unit state journal: %w", err)
+	if sync {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return fmt.Errorf("sync unit state journal: %w", err)
+		}
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("write unit state journal: %w", err)
 	}
+	s.unsynced = !sync
 	if !s.journalSynced {
 		if err := syncDir(s.dir); err != nil {
 			return err
@@ -413,7 +448,7 @@ func (s *stateStore) writeSnapshot(l *localState, head []byte) error {
 		s.journalSynced = true
 	}
 	s.journalBytes, s.snapshotBytes = 0, int64(len(data))
-	s.head, s.rewrite, l.changes = head, false, nil
+	s.head, s.rewrite, s.unsynced, l.changes = head, false, false, nil
 	return nil
 }
 

@@ -97,7 +97,9 @@ func loadCanon(t *testing.T, dir string) (string, *localState, *stateStore) {
 }
 
 // TestStateStoreSavesAndLoads saves a state after each of many steps, the
-// journal folded into snapshots now and then, and loads each back whole.
+// journal folded into snapshots now and then, every third save unsynced
+// (as a hook's end is), and loads each back whole: a record written
+// unsynced is there for the agent restarted after a crash of its own.
 func TestStateStoreSavesAndLoads(t *testing.T) {
 	defer func(n int64) { compactMinBytes = n }(compactMinBytes)
 	compactMinBytes = 1 << 10
@@ -112,11 +114,22 @@ func TestStateStoreSavesAndLoads(t *testing.T) {
 	for i := 1; i < len(want); i++ {
 		step(l, i)
 		before := s.snapshotBytes
-		if err := s.save(l); err != nil {
+		save, unsynced := s.save, i%3 == 0
+		if unsynced {
+			save = s.saveUnsynced
+		}
+		if err := save(l); err != nil {
 			t.Fatal(err)
 		}
 		if s.journalBytes == 0 && s.snapshotBytes != before {
 			snapshots++
+		} else if s.unsynced != unsynced && s.journalBytes > 0 && i > 1 {
+			t.Fatalf("step %d: after a save (unsynced %v) the journal is unsynced %v", i, unsynced, s.unsynced)
+		}
+		if i%9 == 0 {
+			if err := s.flush(); err != nil || s.unsynced {
+				t.Fatalf("step %d: flush = %v, still unsynced %v", i, err, s.unsynced)
+			}
 		}
 		if got := canon(t, l); got != want[i] {
 			t.Fatalf("step %d: the state in memory is not what the steps make", i)
