@@ -150,7 +150,8 @@ func (s *Server) Close() {
 }
 
 // NewClient makes an etcd client that logs nothing through zap and does not
-// block on connecting; the first request waits for the connection.
+// block on connecting; the first request waits for the connection. It has
+// at most maxCallsInFlight unary calls in flight; more wait their turn.
 func NewClient(cfg clientv3.Config) (*clientv3.Client, error) {
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = 5 * time.Second
@@ -158,7 +159,8 @@ func NewClient(cfg clientv3.Config) (*clientv3.Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	cfg.DialOptions = append(cfg.DialOptions, grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
+	cfg.DialOptions = append(cfg.DialOptions, grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
+		grpc.WithChainUnaryInterceptor(limitCalls(maxCallsInFlight)))
 	c, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)
