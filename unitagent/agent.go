@@ -189,10 +189,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cancel()
 	ex := &executor{a: a, tools: tools, w: w}
 	var idleSince string
+	var serviceDyingSince time.Time
 	for {
 		r := w.snapshot()
 		a.deploySubordinates(r)
-		act := next(a.l, r, a.cfg.Unit, a.cfg.Clock())
+		now := a.cfg.Clock()
+		if r.service != nil && r.service.Life != pb.Life_LIFE_ALIVE && serviceDyingSince.IsZero() {
+			serviceDyingSince = now
+		}
+		r.serviceDyingSince = serviceDyingSince
+		act := next(a.l, r, a.cfg.Unit, now)
 		if act.kind != actHook {
 			// A hook's end, saved unsynced, is made durable before the
 			// agent acts on anything else or waits.

@@ -20,15 +20,18 @@ type remote struct {
 	unitKnown   bool
 	service     *pb.Service
 	serviceSeen bool
-	config      map[string]*pb.ConfigValue
-	configVer   int64
-	configSeen  bool
-	relationIDs map[int64]bool
-	relsKnown   bool
-	relations   map[int64]*remoteRelation
-	resolved    pb.ResolvedMode
-	subs        map[string]*pb.Unit // nil value: name known, unit not yet seen
-	subsKnown   bool
+	// serviceDyingSince is when the agent first saw its service not
+	// alive (set by the agent, not the watcher).
+	serviceDyingSince time.Time
+	config            map[string]*pb.ConfigValue
+	configVer         int64
+	configSeen        bool
+	relationIDs       map[int64]bool
+	relsKnown         bool
+	relations         map[int64]*remoteRelation
+	resolved          pb.ResolvedMode
+	subs              map[string]*pb.Unit // nil value: name known, unit not yet seen
+	subsKnown         bool
 }
 
 type remoteRelation struct {

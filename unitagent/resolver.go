@@ -50,6 +50,14 @@ func (a action) String() string {
 	return fmt.Sprintf("action %d %d %s", a.kind, a.relation, a.unit)
 }
 
+// cleanerGrace is how long a unit of a dying service leaves it to the
+// controller's cleaner, which sets the service's units dying fifteen to a
+// transaction, before it sets itself dying: one transaction a unit, each
+// colliding with the cleaner's batches, was an eighth of the controller's
+// work destroying 10,000 units. The unit acts itself only when no cleaner
+// runs (no controller leads) for that long.
+const cleanerGrace = 30 * time.Second
+
 // next decides what to do next from the local state and the remote
 // picture. It is a pure function: the agent acts on its decision, records
 // the result, and asks again. The order of its checks is the hook order
@@ -85,6 +93,9 @@ func next(l *localState, r *remote, self string, now time.Time) action {
 	u := r.unit
 	dying := u.Life != pb.Life_LIFE_ALIVE
 	if !dying && r.service.Life != pb.Life_LIFE_ALIVE {
+		if until := r.serviceDyingSince.Add(cleanerGrace); now.Before(until) {
+			return action{kind: actWait, until: until, why: "the cleaner to set the unit dying with its service"}
+		}
 		return action{kind: actSetDying}
 	}
 	if !dying && u.Principal != "" && lostPrincipal(r, u) {

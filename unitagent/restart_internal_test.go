@@ -73,3 +73,27 @@ func TestReloadedRelationWithoutMembers(t *testing.T) {
 		t.Fatalf("members after joined = %v, want app/0", got)
 	}
 }
+
+// TestDyingServiceLeftToTheCleaner: a unit of a dying service leaves
+// setting it dying to the controller's cleaner for cleanerGrace, then does
+// it itself.
+func TestDyingServiceLeftToTheCleaner(t *testing.T) {
+	l := &localState{State: StateRunning, Started: true, Charm: "app/1", ConfigVersion: 1}
+	seen := time.Now()
+	r := &remote{
+		unit: &pb.Unit{Name: "app/0", Service: "app", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
+		service: &pb.Service{Name: "app", Life: pb.Life_LIFE_DYING}, serviceSeen: true, serviceDyingSince: seen,
+		configSeen: true, configVer: 1,
+		relationIDs: map[int64]bool{}, relsKnown: true, relations: map[int64]*remoteRelation{},
+	}
+	if act := next(l, r, "app/0", seen.Add(time.Second)); act.kind != actWait || !act.until.Equal(seen.Add(cleanerGrace)) {
+		t.Fatalf("next a second after the service was seen dying = %v (until %v), want a wait until %v", act, act.until, seen.Add(cleanerGrace))
+	}
+	if act := next(l, r, "app/0", seen.Add(cleanerGrace)); act.kind != actSetDying {
+		t.Fatalf("next once the grace is over = %v, want the unit set dying by its agent", act)
+	}
+	r.unit.Life = pb.Life_LIFE_DYING // the cleaner did it
+	if act := next(l, r, "app/0", seen.Add(time.Second)); act.kind == actSetDying || act.kind == actWait && act.until.Equal(seen.Add(cleanerGrace)) {
+		t.Fatalf("next once the unit is dying = %v, want it on its way out", act)
+	}
+}
