@@ -30,6 +30,12 @@ const (
 	// stderr open (a daemon started without redirecting them). After that
 	// Run closes the pipes and returns.
 	outputWait = 2 * time.Second
+	// drainWait is how long Run waits for the end of a hook's output after
+	// the hook exited leaving no process behind: what it wrote is read at
+	// once, but the end can come late when a process forked meanwhile by
+	// the agent's process (another unit's hook, say) holds a copy of the
+	// pipe until it execs.
+	drainWait = 200 * time.Millisecond
 	// groupPoll is how often Run checks, while killing a hook, whether its
 	// process group is gone.
 	groupPoll = 20 * time.Millisecond
@@ -166,21 +172,27 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	logger = logger.With("unit", spec.Unit, "hook", spec.Hook)
 	out := newOutput(logger, orDefault(spec.TailLines, DefaultTailLines))
 	stdout, stderr := out.stream("stdout"), out.stream("stderr")
+	pipes, err := newOutputPipes(stdout, stderr)
+	if err != nil {
+		return Result{}, fmt.Errorf("hook %s: %w", spec.Hook, err)
+	}
+	defer pipes.close()
 	var cmd *exec.Cmd
 	start := time.Now()
-	if err := startBusy(ctx, func() error {
+	err = startBusy(ctx, func() error {
 		cmd = &exec.Cmd{
 			Path:        path,
 			Args:        []string{path},
 			Dir:         spec.CharmDir,
 			Env:         env,
-			Stdout:      stdout,
-			Stderr:      stderr,
+			Stdout:      pipes.w[0],
+			Stderr:      pipes.w[1],
 			SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
-			WaitDelay:   outputWait,
 		}
 		return cmd.Start()
-	}); err != nil {
+	})
+	pipes.started()
+	if err != nil {
 		if errors.Is(err, syscall.ENOEXEC) {
 			return Result{}, fmt.Errorf("hook %s: %s cannot be executed: a script needs a #! line: %w", spec.Hook, path, err)
 		}
@@ -210,12 +222,12 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 		waitErr = killGroup(cmd.Process.Pid, done, grace)
 	}
 	res.Duration = time.Since(start)
+	if !pipes.drain(cmd.Process.Pid) {
+		logger.Warn("the hook left processes holding its output open: their output is no longer collected")
+	}
 	stdout.flush()
 	stderr.flush()
 	res.Tail = out.lines()
-	if errors.Is(waitErr, exec.ErrWaitDelay) {
-		logger.Warn("the hook left processes holding its output open: their output is no longer collected")
-	}
 	if ps := cmd.ProcessState; ps != nil {
 		res.ExitCode = ps.ExitCode()
 		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {

@@ -345,6 +345,33 @@ func TestRunLeavesDaemonsRunning(t *testing.T) {
 	}
 }
 
+// TestRunOutputHeldOutsideTheGroup: a process outside the hook's process
+// group holding its output (as a process the agent forks meanwhile does,
+// until it execs) does not make Run wait for it: the hook left nothing of
+// its own behind, so its output has ended.
+func TestRunOutputHeldOutsideTheGroup(t *testing.T) {
+	// The holder writes its pid once it has left the hook's group.
+	script := "#!/bin/sh\necho started\nsetsid sh -c 'echo $$ > holder; exec sleep 30' &\n" +
+		"while [ ! -s holder ]; do sleep 0.01; done\n"
+	spec := charmWithHook(t, "start", script, 0o755)
+	logger, rec := newRecordingLogger()
+	spec.Logger = logger
+	res, err := hooks.Run(context.Background(), spec)
+	if err != nil || !res.Succeeded() {
+		t.Fatalf("Run() = %+v, %v, want success", res, err)
+	}
+	holder := readPid(t, filepath.Join(spec.CharmDir, "holder"))
+	defer syscall.Kill(holder, syscall.SIGKILL)
+	if !slices.Equal(res.Tail, []string{"started"}) {
+		t.Errorf("Run().Tail = %q, want [started]", res.Tail)
+	}
+	for _, e := range rec.all() {
+		if e.level == hclog.Warn {
+			t.Errorf("Run() warned %q: want no wait for a process outside the hook's group", e.msg)
+		}
+	}
+}
+
 func TestRunOutput(t *testing.T) {
 	var script strings.Builder
 	script.WriteString("#!/bin/sh\n")
