@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -16,14 +15,15 @@ import (
 )
 
 const (
-	// watchManyQueue bounds the responses waiting for a WatchMany stream's
-	// sender. A subscription whose response cannot be queued waits, and
-	// its hub stream queues meanwhile, up to the hub's bound, past which
-	// it lists again: a slow client costs bounded memory.
-	watchManyQueue = 16
 	// maxSubscriptions bounds the live subscriptions of one WatchMany
 	// stream. A unit agent has about eight, and two more per relation.
 	maxSubscriptions = 1000
+	// maxRefusals bounds the refusals waiting to be sent on one stream: a
+	// client that sends bad requests without reading is cut off.
+	maxRefusals = 1000
+	// pollBatches is how many batches one subscription sends before the
+	// others have their turn.
+	pollBatches = 16
 )
 
 // WatchMany serves all of an agent's watch subjects on one stream. The
@@ -36,46 +36,59 @@ const (
 // id they name with InvalidArgument. The stream ends when the client goes
 // away, or with Unavailable when the controller stops.
 //
-// Each live subscription is one goroutine reading its hub stream; all
-// send through the one sender, the handler's goroutine, which drops what
-// a subscription queued after it ended.
+// Two goroutines serve a stream, however many subscriptions it carries:
+// one receives the client's requests and authorizes them; the handler's
+// sends, reading the subscriptions' hub streams (watchhub's polled
+// streams, which wake it when they have news). A client slow to read
+// holds up only its own stream; meanwhile its subscriptions' hub streams
+// queue, up to the hub's bound, past which they list again.
 func (a *agentServer) WatchMany(stream pb.AgentService_WatchManyServer) error {
+	ctx := stream.Context()
 	m := &watchMany{
-		a: a, c: callerFrom(stream.Context()),
-		out:    make(chan watchManyOut, watchManyQueue),
-		failed: make(chan error, 1),
-		subs:   map[int64]*subscription{},
+		a: a, c: callerFrom(ctx), hub: a.s.cfg.Watches,
+		wake: make(chan struct{}, 1),
+		subs: map[int64]*subscription{},
 	}
 	a.s.metrics.watchRPCs.Add(1)
 	defer a.s.metrics.watchRPCs.Add(-1)
-	ctx, cancel := context.WithCancel(stream.Context())
 	// The receiver reads until the stream ends, which is after this
 	// handler returns; it starts no subscription once closed is set.
 	received := make(chan error, 1)
 	go func() { received <- m.receive(ctx, stream) }()
-	defer func() {
-		m.mu.Lock()
-		m.closed = true
-		m.mu.Unlock()
-		cancel()
-		m.wg.Wait()
-	}()
+	defer m.close()
 	for {
-		select {
-		case o := <-m.out:
-			if !o.end && o.s.ended.Load() {
-				continue
-			}
-			if err := stream.Send(o.resp); err != nil {
+		m.mu.Lock()
+		ends, closing, ready, cutOff := m.ends, m.closing, m.ready, m.cutOff
+		m.ends, m.closing, m.ready = nil, nil, nil
+		for _, s := range ready {
+			s.readied = false
+		}
+		m.mu.Unlock()
+		if cutOff != nil {
+			return cutOff
+		}
+		for _, s := range closing {
+			s.hs.Close()
+		}
+		for _, end := range ends {
+			if err := stream.Send(end); err != nil {
 				return err
 			}
-		case err := <-m.failed:
-			return err
+		}
+		for _, s := range ready {
+			if err := m.poll(ctx, stream, s); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-m.wake:
 		case err := <-received:
 			if errors.Is(err, io.EOF) {
 				return nil // the client is done
 			}
 			return err
+		case <-m.hub.Done():
+			return errHubStopped
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -86,29 +99,65 @@ func (a *agentServer) WatchMany(stream pb.AgentService_WatchManyServer) error {
 type watchMany struct {
 	a   *agentServer
 	c   caller
-	out chan watchManyOut
-	// failed takes the error that ends the whole stream.
-	failed chan error
-	wg     sync.WaitGroup
+	hub *watchhub.Hub
+	// wake is signalled, without blocking, when the sender has work:
+	// ends, subscriptions to close or to poll.
+	wake chan struct{}
 
-	mu     sync.Mutex
-	subs   map[int64]*subscription
-	closed bool
+	mu   sync.Mutex
+	subs map[int64]*subscription
+	// ready are the live subscriptions to poll; ends the refusals to send;
+	// closing the subscriptions ended by the receiver, whose hub streams
+	// the sender closes.
+	ready   []*subscription
+	ends    []*pb.WatchManyResponse
+	closing []*subscription
+	closed  bool
+	// cutOff, once set, ends the stream.
+	cutOff error
 }
 
-// subscription is one live subject of a WatchMany stream.
+// subscription is one subject of a WatchMany stream. Its hub stream is
+// the sender's alone once the subscription is live.
 type subscription struct {
-	id     int64
-	cancel context.CancelFunc
-	// ended is set once the subscription ended (unsubscribed, refused,
-	// failed): the sender drops what it still queued.
-	ended atomic.Bool
+	id           int64
+	w            *watch
+	hs           *watchhub.Stream
+	lastProgress time.Time
+	// live says the subscription is in subs (it is served); ended that it
+	// ended (unsubscribed, refused, failed); readied that it is in ready.
+	// Guarded by the stream's lock.
+	live, ended, readied bool
 }
 
-type watchManyOut struct {
-	s    *subscription
-	resp *pb.WatchManyResponse
-	end  bool
+func (m *watchMany) signal() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// readyLocked puts s in line to be polled, once.
+func (m *watchMany) readyLocked(s *subscription) {
+	if s.live && !s.ended && !s.readied {
+		s.readied = true
+		m.ready = append(m.ready, s)
+	}
+}
+
+// close ends every subscription, when the handler returns.
+func (m *watchMany) close() {
+	m.mu.Lock()
+	m.closed = true
+	closing := m.closing
+	for _, s := range m.subs {
+		closing = append(closing, s)
+	}
+	m.subs, m.ready, m.closing = nil, nil, nil
+	m.mu.Unlock()
+	for _, s := range closing {
+		s.hs.Close()
+	}
 }
 
 // receive handles the client's requests until the stream ends.
@@ -122,50 +171,69 @@ func (m *watchMany) receive(ctx context.Context, stream pb.AgentService_WatchMan
 		case *pb.WatchManyRequest_Subscribe:
 			m.subscribe(ctx, r.Subscribe)
 		case *pb.WatchManyRequest_Unsubscribe:
-			m.unsubscribe(ctx, r.Unsubscribe.GetId())
+			m.unsubscribe(r.Unsubscribe.GetId())
 		default:
-			m.refuse(ctx, 0, invalid("watch request with neither subscribe nor unsubscribe"))
+			m.refuse(0, invalid("watch request with neither subscribe nor unsubscribe"))
 		}
 	}
 }
 
 func (m *watchMany) subscribe(ctx context.Context, req *pb.WatchSubscribe) {
-	id := req.GetId()
-	if req.GetAfterRevision() < 0 {
-		m.refuse(ctx, id, invalid("invalid revision %d to resume after: want 0 or a revision received earlier", req.GetAfterRevision()))
+	id, after := req.GetId(), req.GetAfterRevision()
+	if after < 0 {
+		m.refuse(id, invalid("invalid revision %d to resume after: want 0 or a revision received earlier", after))
 		return
 	}
 	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return
-	}
 	if old, ok := m.subs[id]; ok {
 		// The id's subscription ends too: an end means nothing more
 		// comes for the id.
 		m.endLocked(old)
 		m.mu.Unlock()
-		m.refuse(ctx, id, invalid("subscription %d is in use: subscribe under an id not used before", id))
+		m.refuse(id, invalid("subscription %d is in use: subscribe under an id not used before", id))
 		return
 	}
-	if len(m.subs) >= maxSubscriptions {
-		m.mu.Unlock()
-		m.refuse(ctx, id, status.Errorf(codes.ResourceExhausted, "%s has %d watch subscriptions on this stream, the most allowed", m.c, maxSubscriptions))
-		return
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	s := &subscription{id: id, cancel: cancel}
-	m.subs[id] = s
-	m.wg.Add(1)
+	full := len(m.subs) >= maxSubscriptions
 	m.mu.Unlock()
-	go func() {
-		defer m.wg.Done()
-		defer cancel()
-		m.follow(ctx, sctx, s, req.GetSubject(), req.GetAfterRevision())
-	}()
+	if full {
+		m.refuse(id, status.Errorf(codes.ResourceExhausted, "%s has %d watch subscriptions on this stream, the most allowed", m.c, maxSubscriptions))
+		return
+	}
+	w, err := m.a.watchOf(ctx, m.c, req.GetSubject())
+	if err != nil {
+		m.refuse(id, err)
+		return
+	}
+	s := &subscription{id: id, w: w}
+	wake := func() {
+		m.mu.Lock()
+		m.readyLocked(s)
+		m.mu.Unlock()
+		m.signal()
+	}
+	if w.key != "" {
+		s.hs, err = m.hub.Polled(ctx, w.key, false, after, wake)
+	} else {
+		s.hs, err = m.hub.Polled(ctx, w.prefix, true, after, wake)
+	}
+	if err != nil {
+		m.refuse(id, watchErr(ctx, err))
+		return
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		s.hs.Close()
+		return
+	}
+	m.subs[id] = s
+	s.live = true
+	m.readyLocked(s) // to list, or to resume
+	m.mu.Unlock()
+	m.signal()
 }
 
-func (m *watchMany) unsubscribe(ctx context.Context, id int64) {
+func (m *watchMany) unsubscribe(id int64) {
 	m.mu.Lock()
 	s, ok := m.subs[id]
 	if ok {
@@ -173,22 +241,30 @@ func (m *watchMany) unsubscribe(ctx context.Context, id int64) {
 	}
 	m.mu.Unlock()
 	if !ok {
-		m.refuse(ctx, id, invalid("no subscription %d to unsubscribe from", id))
+		m.refuse(id, invalid("no subscription %d to unsubscribe from", id))
 	}
+	m.signal()
 }
 
-// endLocked ends s: it sends nothing more, and its goroutine stops.
+// endLocked ends a live subscription: the sender sends nothing more for
+// it and closes its hub stream.
 func (m *watchMany) endLocked(s *subscription) {
-	s.ended.Store(true)
-	s.cancel()
-	if m.subs[s.id] == s {
-		delete(m.subs, s.id)
-	}
+	s.ended = true
+	delete(m.subs, s.id)
+	m.closing = append(m.closing, s)
 }
 
-// refuse sends an end for id, for a request that started no subscription.
-func (m *watchMany) refuse(ctx context.Context, id int64, err error) {
-	m.queue(ctx, watchManyOut{s: &subscription{id: id}, end: true, resp: endOf(id, err)})
+// refuse has the sender end id with err. A client that does not read its
+// refusals is cut off.
+func (m *watchMany) refuse(id int64, err error) {
+	m.mu.Lock()
+	if len(m.ends) < maxRefusals {
+		m.ends = append(m.ends, endOf(id, err))
+	} else {
+		m.cutOff = status.Errorf(codes.ResourceExhausted, "%s sent %d refused watch requests without reading their refusals", m.c, len(m.ends))
+	}
+	m.mu.Unlock()
+	m.signal()
 }
 
 func endOf(id int64, err error) *pb.WatchManyResponse {
@@ -196,76 +272,62 @@ func endOf(id int64, err error) *pb.WatchManyResponse {
 	return &pb.WatchManyResponse{Id: id, Response: &pb.WatchManyResponse_End{End: &pb.WatchEnd{Code: int32(st.Code()), Message: st.Message()}}}
 }
 
-// queue hands o to the sender, unless ctx ends first.
-func (m *watchMany) queue(ctx context.Context, o watchManyOut) bool {
-	select {
-	case m.out <- o:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// follow serves one subscription until it ends: as Watch serves a stream.
-// streamCtx is the stream's, ctx the subscription's.
-func (m *watchMany) follow(streamCtx, ctx context.Context, s *subscription, subject *pb.WatchSubject, after int64) {
-	a := m.a
-	w, err := a.watchOf(ctx, m.c, subject)
-	if err != nil {
-		m.fail(streamCtx, ctx, s, err)
-		return
-	}
-	var hs *watchhub.Stream
-	if w.key != "" {
-		hs, err = a.s.cfg.Watches.WatchKey(ctx, w.key, after)
-	} else {
-		hs, err = a.s.cfg.Watches.Watch(ctx, w.prefix, after)
-	}
-	if err != nil {
-		m.fail(streamCtx, ctx, s, watchErr(ctx, err))
-		return
-	}
-	defer hs.Close()
-	var lastProgress time.Time
-	for {
-		b, err := hs.Next(ctx)
-		if err != nil {
-			m.fail(streamCtx, ctx, s, watchErr(ctx, err))
-			return
+// poll sends what s's hub stream has, as Watch would: up to pollBatches
+// batches, and then puts s back in line. An error it returns ends the
+// stream.
+func (m *watchMany) poll(ctx context.Context, stream pb.AgentService_WatchManyServer, s *subscription) error {
+	for range pollBatches {
+		m.mu.Lock()
+		ended := s.ended
+		m.mu.Unlock()
+		if ended {
+			return nil
 		}
-		resp, err := w.translate(ctx, b)
+		b, ok, err := s.hs.TryNext(ctx)
 		if err != nil {
-			m.fail(streamCtx, ctx, s, err)
-			return
+			if errors.Is(err, watchhub.ErrClosed) {
+				return errHubStopped
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return m.fail(stream, s, watchErr(ctx, err))
+		}
+		if !ok {
+			return nil
+		}
+		resp, err := s.w.translate(ctx, b)
+		if err != nil {
+			return m.fail(stream, s, err)
 		}
 		if !resp.Relisted && len(resp.Changes) == 0 {
-			if time.Since(lastProgress) < progressEvery {
+			if time.Since(s.lastProgress) < progressEvery {
 				continue
 			}
-			lastProgress = time.Now()
+			s.lastProgress = time.Now()
 		}
-		if !m.queue(ctx, watchManyOut{s: s, resp: &pb.WatchManyResponse{Id: s.id, Response: &pb.WatchManyResponse_Watch{Watch: resp}}}) {
-			return
+		if err := stream.Send(&pb.WatchManyResponse{Id: s.id, Response: &pb.WatchManyResponse_Watch{Watch: resp}}); err != nil {
+			return err
 		}
-	}
-}
-
-// fail ends s after err: the whole stream when the controller is stopping,
-// else s alone, with an end for the client. Nothing is sent when s ended
-// already (its context did).
-func (m *watchMany) fail(streamCtx, ctx context.Context, s *subscription, err error) {
-	if ctx.Err() != nil {
-		return
-	}
-	if errors.Is(err, errHubStopped) {
-		select {
-		case m.failed <- err:
-		default:
-		}
-		return
 	}
 	m.mu.Lock()
-	m.endLocked(s)
+	m.readyLocked(s)
 	m.mu.Unlock()
-	m.queue(streamCtx, watchManyOut{s: s, end: true, resp: endOf(s.id, err)})
+	m.signal()
+	return nil
+}
+
+// fail ends s alone after err, telling the client.
+func (m *watchMany) fail(stream pb.AgentService_WatchManyServer, s *subscription, err error) error {
+	m.mu.Lock()
+	ended := s.ended
+	if !ended {
+		m.endLocked(s)
+	}
+	m.mu.Unlock()
+	m.signal()
+	if ended {
+		return nil // unsubscribed meanwhile
+	}
+	return stream.Send(endOf(s.id, err))
 }
