@@ -718,7 +718,9 @@ type WatchEnd struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// code is a gRPC status code (google.rpc.Code): PermissionDenied,
 	// NotFound or InvalidArgument for a subject or request refused,
-	// Unavailable or Internal when the controller could not read the model.
+	// ResourceExhausted past the most subscriptions a stream may carry
+	// (1,000), Unavailable or Internal when the controller could not read
+	// the model.
 	Code int32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
 	// message says why, for people.
 	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
