@@ -79,6 +79,9 @@ type countingAPI struct {
 	watches, watchManys atomic.Int32
 	// old makes it a client of a controller without WatchMany.
 	old bool
+	// breakAfter, when set, breaks each WatchMany stream after that many
+	// responses, as a lost connection would.
+	breakAfter int
 }
 
 func (c *countingAPI) Watch(ctx context.Context, in *pb.WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[pb.WatchResponse], error) {
@@ -91,7 +94,33 @@ func (c *countingAPI) WatchMany(ctx context.Context, opts ...grpc.CallOption) (g
 	if c.old {
 		return nil, status.Error(codes.Unimplemented, "unknown method WatchMany for service lifeline.v1.AgentService")
 	}
-	return c.AgentServiceClient.WatchMany(ctx, opts...)
+	if c.breakAfter == 0 {
+		return c.AgentServiceClient.WatchMany(ctx, opts...)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := c.AgentServiceClient.WatchMany(ctx, opts...)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &breakingStream{BidiStreamingClient: stream, cancel: cancel, left: c.breakAfter}, nil
+}
+
+// breakingStream is a real stream that breaks after a number of
+// responses.
+type breakingStream struct {
+	grpc.BidiStreamingClient[pb.WatchManyRequest, pb.WatchManyResponse]
+	cancel context.CancelFunc
+	left   int
+}
+
+func (b *breakingStream) Recv() (*pb.WatchManyResponse, error) {
+	if b.left == 0 {
+		b.cancel()
+		return nil, status.Error(codes.Unavailable, "connection lost (the test broke it)")
+	}
+	b.left--
+	return b.BidiStreamingClient.Recv()
 }
 
 // recorder keeps what a Follow delivered and checks, as apply, that
@@ -283,6 +312,52 @@ func TestMuxResumesAfterTheControllerRestarts(t *testing.T) {
 	}
 	if n := api.watchManys.Load(); n < 4 {
 		t.Errorf("the Mux opened %d WatchMany streams, want at least 4 (one a restart)", n)
+	}
+}
+
+func TestMuxResumesAfterTheStreamBreaks(t *testing.T) {
+	m := newModel(t)
+	api := &countingAPI{AgentServiceClient: m.Agent("machine-0"), breakAfter: 3}
+	mux := NewMux(api, nil)
+	units, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
+	config, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
+	unit, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/0"}})
+	waitFor(t, "the listings", func() bool {
+		return len(units.changes()) == 2 && len(config.changes()) == 2 && len(unit.changes()) == 2
+	})
+	// A round at a time, so that the stream breaks again and again.
+	const rounds = 10
+	for i := range rounds {
+		m.addUnits(1, "0")
+		m.setConfig(fmt.Sprint("v", i))
+		m.addUnits(1, "1")
+		waitFor(t, "the round's changes", func() bool {
+			return len(units.changes()) == 3+i && len(config.changes()) == 3+i
+		})
+	}
+	m.destroyUnit("kv/0")
+	deadline := time.Now().Add(30 * time.Second)
+	for !(len(units.changes()) == 2+rounds && len(config.changes()) == 2+rounds && len(unit.changes()) == 3) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for every change: units %v, config %v, unit %v; %d streams", units.changes(), config.changes(), unit.changes(), api.watchManys.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, r := range []*recorder{units, config, unit} {
+		got := r.changes()
+		if got[0] != "relisted" || slices.Contains(got[1:], "relisted") {
+			t.Errorf("delivered %v, want one listing first", got)
+		}
+		seen := map[string]bool{}
+		for _, c := range got[1:] {
+			if seen[c] {
+				t.Errorf("delivered %s twice: %v", c, got)
+			}
+			seen[c] = true
+		}
+	}
+	if n := api.watchManys.Load(); n < 5 {
+		t.Errorf("the Mux opened %d WatchMany streams, want at least 5 (each broke after 3 responses)", n)
 	}
 }
 
