@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/lifelinehq/lifeline/controllertest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 )
@@ -268,5 +269,76 @@ func TestAgentWatchManyCarriesManySubscriptions(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// TestAgentWatchManySlowClientListsAgain has a client stop reading while
+// a subject changes far more than its stream's queue holds: the
+// controller's memory for it stays bounded (the subscription's queue in
+// the hub is dropped) and, reading again, the client catches up through a
+// new listing, ending at the latest value.
+func TestAgentWatchManySlowClientListsAgain(t *testing.T) {
+	e := controllertest.New(t, controllertest.Options{WatchQueue: 4})
+	if _, err := e.State.AddMachines(e.Ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := e.State.AddCharm(e.Ctx, &pb.Charm{Name: "kv"}, []byte("kv charm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	setName := func(v string) {
+		t.Helper()
+		if err := e.State.UpdateServiceConfig(e.Ctx, "kv", map[string]*pb.ConfigValue{"name": {Value: &pb.ConfigValue_StringValue{StringValue: v}}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.State.AddService(e.Ctx, state.AddServiceArgs{Name: "kv", Charm: &pb.CharmRef{Name: ch.Name, Revision: ch.Revision, Sha256: ch.Sha256}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.State.AddUnits(e.Ctx, "kv", 1, state.Placement{Machine: "0"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(e.Ctx, time.Minute)
+	defer cancel()
+	stream, err := e.Agent("unit-kv/0").WatchMany(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&pb.WatchManyRequest{Request: &pb.WatchManyRequest_Subscribe{Subscribe: &pb.WatchSubscribe{
+		Id: 1, Subject: &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}},
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := stream.Recv(); err != nil || !resp.GetWatch().GetRelisted() {
+		t.Fatalf("first response = %v, %v; want the listing", resp, err)
+	}
+	// 30 MiB of changes the client does not read: more than gRPC's flow
+	// control lets the controller send, far more than the queue holds.
+	big := strings.Repeat("x", 100<<10)
+	const changes = 300
+	for i := range changes {
+		setName(fmt.Sprintf("%d %s", i, big))
+	}
+	relisted, n := 0, 0
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("Recv after %d responses: %v", n, err)
+		}
+		n++
+		w := resp.GetWatch()
+		if w == nil {
+			t.Fatalf("subscription ended: %v", resp)
+		}
+		if w.Relisted {
+			relisted++
+		}
+		if len(w.Changes) > 0 && strings.HasPrefix(w.Changes[len(w.Changes)-1].GetConfig().GetValues()["name"].GetStringValue(), fmt.Sprint(changes-1, " ")) {
+			break
+		}
+	}
+	t.Logf("caught up in %d responses, %d of them listings", n, relisted)
+	if relisted == 0 || n >= changes {
+		t.Errorf("caught up in %d responses, %d of them listings; want fewer than %d, through a listing", n, relisted, changes)
 	}
 }
