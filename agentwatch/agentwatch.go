@@ -26,8 +26,12 @@ type Watcher interface {
 // refuses is retried slowly, and said so in the log, since a restarted
 // controller or a new credential may accept it.
 func Follow(ctx context.Context, api Watcher, subject *pb.WatchSubject, apply func(*pb.WatchResponse), logger hclog.Logger) {
+	follow(ctx, api, subject, 0, apply, logger)
+}
+
+// follow is Follow, resuming after revision after.
+func follow(ctx context.Context, api Watcher, subject *pb.WatchSubject, after int64, apply func(*pb.WatchResponse), logger hclog.Logger) {
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
-	var after int64
 	for ctx.Err() == nil {
 		stream, err := api.Watch(ctx, &pb.WatchRequest{Subject: subject, AfterRevision: after})
 		for err == nil {

@@ -40,6 +40,8 @@ func (a *agentServer) Watch(req *pb.WatchRequest, stream pb.AgentService_WatchSe
 	if err != nil {
 		return err
 	}
+	a.s.metrics.watchRPCs.Add(1)
+	defer a.s.metrics.watchRPCs.Add(-1)
 	var lastProgress time.Time
 	var sub *watchhub.Stream
 	if w.key != "" {
@@ -79,10 +81,13 @@ func watchErr(ctx context.Context, err error) error {
 		return ctx.Err()
 	}
 	if errors.Is(err, watchhub.ErrClosed) {
-		return unavailable("the controller is stopping: resume the watch on another")
+		return errHubStopped
 	}
 	return readErr(err, "watch")
 }
+
+// errHubStopped ends the watches of a stopping controller.
+var errHubStopped = unavailable("the controller is stopping: resume the watch on another")
 
 // watch is one subject's stream: what to watch and how to show it.
 type watch struct {

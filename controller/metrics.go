@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,8 @@ import (
 // etcd transactions and their conflicts, and entities by kind and life.
 type metrics struct {
 	calls *prometheus.CounterVec
+	// watchRPCs counts the open Watch and WatchMany streams.
+	watchRPCs atomic.Int64
 }
 
 func newMetrics(reg prometheus.Registerer, st *state.State, hub *watchhub.Hub) *metrics {
@@ -34,6 +37,10 @@ func newMetrics(reg prometheus.Registerer, st *state.State, hub *watchhub.Hub) *
 	}
 	reg.MustRegister(
 		m.calls,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "lifeline", Name: "agent_watch_rpcs",
+			Help: "Open agent watch RPC streams (Watch and WatchMany); each WatchMany stream carries many subscriptions, which lifeline_watch_streams counts.",
+		}, func() float64 { return float64(m.watchRPCs.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "lifeline", Name: "etcd_txns_total",
 			Help: "Write transactions committed to etcd.",

@@ -27,11 +27,12 @@ type Env struct {
 	Addr  string
 	CA    *pki.CA
 
-	cfg       controller.Config
-	anonymous bool
-	lis       net.Listener
-	srv       *grpc.Server
-	cleaner   context.CancelFunc
+	cfg        controller.Config
+	anonymous  bool
+	watchQueue int
+	lis        net.Listener
+	srv        *grpc.Server
+	cleaner    context.CancelFunc
 	// stopHub stops the watch hub of the controller served now.
 	stopHub func()
 }
@@ -43,6 +44,9 @@ type Options struct {
 	// Anonymous leaves the controller without its own addresses and CA
 	// (a real one has them), so that it cannot make join tokens.
 	Anonymous bool
+	// WatchQueue bounds each watch stream's queue in the watch hub
+	// (watchhub.Config.QueueEvents); the hub's default when zero.
+	WatchQueue int
 }
 
 // New starts a controller for the test; it stops with the test, and the
@@ -67,7 +71,7 @@ func New(t testing.TB, opts Options) *Env {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
-	e := &Env{T: t, Ctx: ctx, State: st, CA: ca, anonymous: opts.Anonymous}
+	e := &Env{T: t, Ctx: ctx, State: st, CA: ca, anonymous: opts.Anonymous, watchQueue: opts.WatchQueue}
 	e.cfg = controller.Config{State: st, TLS: pki.ServerTLSConfig(cert)}
 	if !opts.Anonymous {
 		e.cfg.CACert = ca.CertPEM()
@@ -117,7 +121,7 @@ func (e *Env) Start() {
 	}
 	// A watch hub of its own, as a restarted controller has: agents
 	// resume their watches from what they saw before.
-	hub, err := watchhub.New(watchhub.Config{Source: e.State})
+	hub, err := watchhub.New(watchhub.Config{Source: e.State, QueueEvents: e.watchQueue})
 	if err != nil {
 		e.T.Fatal(err)
 	}

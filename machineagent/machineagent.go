@@ -28,7 +28,7 @@ import (
 // API is what the machine agent needs from the controller, as its
 // machine's credential.
 type API interface {
-	agentwatch.Watcher
+	agentwatch.ManyWatcher
 	EnsureMachineDead(ctx context.Context, in *pb.EnsureMachineDeadRequest, opts ...grpc.CallOption) (*pb.EnsureMachineDeadResponse, error)
 	SetMachineStatus(ctx context.Context, in *pb.SetMachineStatusRequest, opts ...grpc.CallOption) (*pb.SetMachineStatusResponse, error)
 	IssueUnitCredential(ctx context.Context, in *pb.IssueUnitCredentialRequest, opts ...grpc.CallOption) (*pb.IssueUnitCredentialResponse, error)
@@ -153,10 +153,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		default:
 		}
 	}
+	// Both watches share one stream.
+	mux := agentwatch.NewMux(a.cfg.API, a.logger)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		agentwatch.Follow(ctx, a.cfg.API, &pb.WatchSubject{Subject: &pb.WatchSubject_Machine{Machine: a.cfg.MachineID}}, func(resp *pb.WatchResponse) {
+		mux.Follow(ctx, &pb.WatchSubject{Subject: &pb.WatchSubject_Machine{Machine: a.cfg.MachineID}}, func(resp *pb.WatchResponse) {
 			mu.Lock()
 			if resp.Relisted {
 				machine = nil
@@ -175,7 +177,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	go func() {
 		defer wg.Done()
-		agentwatch.Follow(ctx, a.cfg.API, &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: a.cfg.MachineID}}, func(resp *pb.WatchResponse) {
+		mux.Follow(ctx, &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: a.cfg.MachineID}}, func(resp *pb.WatchResponse) {
 			mu.Lock()
 			if resp.Relisted {
 				units = map[string]bool{}

@@ -20,6 +20,7 @@ import (
 // methods it calls, which the generated client satisfies.
 type API interface {
 	Watch(ctx context.Context, in *pb.WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[pb.WatchResponse], error)
+	WatchMany(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[pb.WatchManyRequest, pb.WatchManyResponse], error)
 	DownloadCharm(ctx context.Context, in *pb.DownloadCharmRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[pb.DownloadCharmResponse], error)
 	SetUnitDying(ctx context.Context, in *pb.SetUnitDyingRequest, opts ...grpc.CallOption) (*pb.SetUnitDyingResponse, error)
 	EnsureUnitDead(ctx context.Context, in *pb.EnsureUnitDeadRequest, opts ...grpc.CallOption) (*pb.EnsureUnitDeadResponse, error)

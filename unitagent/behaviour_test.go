@@ -73,6 +73,31 @@ func TestSettingsExchange(t *testing.T) {
 	}
 }
 
+// TestOneWatchStreamAnAgent: a unit agent follows its unit, service,
+// config, relations, relation and scope, resolved mark and subordinates
+// on one WatchMany stream.
+func TestOneWatchStreamAnAgent(t *testing.T) {
+	w := newWorld(t)
+	w.deploy(kvMeta, 1, "server")
+	w.deploy(appMeta, 1, "db")
+	relate(t, w, "app", "kv")
+	w.file("kv/0", "set-settings", "7000")
+	w.file("app/0", "get-settings", "")
+	w.start("kv/0")
+	w.start("app/0")
+	w.waitFor("app/0 to read port 7000", func() bool {
+		return index(w.lines("app/0", "settings.log"), "kv/0 host=10.0.0.kv-0 port=7000") >= 0
+	})
+	for _, u := range []string{"kv/0", "app/0"} {
+		w.mu.Lock()
+		api := w.apis[u]
+		w.mu.Unlock()
+		if got, want := fmt.Sprint(api.watchManys.Load(), " ", api.watches.Load()), "1 0"; got != want {
+			t.Errorf("%s's agent opened %s WatchMany and Watch streams, want %s", u, got, want)
+		}
+	}
+}
+
 // TestFailingHooks: a hook that fails twice then succeeds reaches running;
 // one that always fails shows the error state, until resolved.
 func TestFailingHooks(t *testing.T) {

@@ -9,10 +9,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
 
 	"github.com/lifelinehq/lifeline/controllertest"
 	"github.com/lifelinehq/lifeline/etcdtest"
@@ -129,7 +131,10 @@ type world struct {
 	mu     sync.Mutex
 	agents map[string]*runningAgent
 	dirs   map[string]string
-	retry  unitagent.RetryPolicy
+	// apis are the agents' controller clients, the latest started of
+	// each unit.
+	apis  map[string]*countingAPI
+	retry unitagent.RetryPolicy
 	// hookTimeout is the agents' hook timeout; the controller's when zero.
 	hookTimeout time.Duration
 }
@@ -143,7 +148,7 @@ func newWorld(t *testing.T) *world {
 	env := controllertest.New(t, controllertest.Options{Cleaner: true})
 	w := &world{
 		t: t, env: env, op: env.Operator(), lock: make(chan struct{}, 1),
-		agents: map[string]*runningAgent{}, dirs: map[string]string{},
+		agents: map[string]*runningAgent{}, dirs: map[string]string{}, apis: map[string]*countingAPI{},
 		retry: unitagent.RetryPolicy{Initial: 50 * time.Millisecond, Max: 200 * time.Millisecond, Attempts: 3},
 	}
 	// Cleanups run last first: the agents stop, then their directories go.
@@ -189,7 +194,10 @@ func (w *world) start(unit string) {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	api := w.env.Agent("unit-" + unit)
+	api := &countingAPI{AgentServiceClient: w.env.Agent("unit-" + unit)}
+	w.mu.Lock()
+	w.apis[unit] = api
+	w.mu.Unlock()
 	a, err := unitagent.New(unitagent.Config{
 		Unit: unit, MachineID: u.MachineId, Address: "10.0.0." + strings.ReplaceAll(unit, "/", "-"),
 		DataDir: w.dir(unit), ToolsDir: toolsDir, API: api, HookLock: w.lock,
@@ -205,6 +213,23 @@ func (w *world) start(unit string) {
 	w.mu.Lock()
 	w.agents[unit] = ra
 	w.mu.Unlock()
+}
+
+// countingAPI is a unit agent's real client, counting the watch streams
+// it opens.
+type countingAPI struct {
+	pb.AgentServiceClient
+	watches, watchManys atomic.Int32
+}
+
+func (c *countingAPI) Watch(ctx context.Context, in *pb.WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[pb.WatchResponse], error) {
+	c.watches.Add(1)
+	return c.AgentServiceClient.Watch(ctx, in, opts...)
+}
+
+func (c *countingAPI) WatchMany(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[pb.WatchManyRequest, pb.WatchManyResponse], error) {
+	c.watchManys.Add(1)
+	return c.AgentServiceClient.WatchMany(ctx, opts...)
 }
 
 // stop stops the named unit's agent and waits for it.

@@ -118,9 +118,10 @@ func (w *watcher) snapshotLocked() *remote {
 }
 
 // watcher keeps the remote picture current: a watch per subject, each
-// resuming from the last revision it saw after a lost connection.
+// resuming from the last revision it saw after a lost connection, all on
+// the agent's one watch stream (its Mux).
 type watcher struct {
-	api    API
+	mux    *agentwatch.Mux
 	unit   string
 	logger hclog.Logger
 
@@ -135,7 +136,7 @@ type watcher struct {
 
 func newWatcher(ctx context.Context, api API, unit string, logger hclog.Logger) *watcher {
 	w := &watcher{
-		api: api, unit: unit, logger: logger, ctx: ctx,
+		mux: agentwatch.NewMux(api, logger), unit: unit, logger: logger, ctx: ctx,
 		r:       &remote{relationIDs: map[int64]bool{}, relations: map[int64]*remoteRelation{}, subs: map[string]*pb.Unit{}},
 		changed: make(chan struct{}, 1), subject: map[string]context.CancelFunc{},
 		views: map[int64]*memberView{},
@@ -196,7 +197,7 @@ func (w *watcher) stop(key string) {
 }
 
 func (w *watcher) run(ctx context.Context, key string, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
-	agentwatch.Follow(ctx, w.api, subject, func(resp *pb.WatchResponse) {
+	w.mux.Follow(ctx, subject, func(resp *pb.WatchResponse) {
 		w.mu.Lock()
 		apply(resp)
 		w.mu.Unlock()

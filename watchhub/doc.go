@@ -30,6 +30,13 @@
 // and the changes queued meanwhile that the listing already shows are
 // dropped: nothing is lost, nothing repeated, revisions only grow.
 //
+// A stream is read with Next, which waits, by a goroutine of its own; or,
+// made with Polled, with TryNext, which does not wait but has the hub call
+// a function when there may be news, so that one goroutine serves many
+// streams (the controller's WatchMany). A polled stream catching up from
+// etcd has a goroutine forwarding etcd's batches, one at a time, until it
+// follows the hub.
+//
 // The hub owns no key and writes nothing; it reads through its Source
 // (state.State). It knows nothing of what a key means: authorization and
 // the meaning of changes are the controller's.

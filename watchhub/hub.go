@@ -173,6 +173,10 @@ func (h *Hub) close() {
 	close(h.done)
 }
 
+// Done is closed when the hub stops: every stream's next batch is then
+// ErrClosed.
+func (h *Hub) Done() <-chan struct{} { return h.done }
+
 // Stats returns the hub's counts so far.
 func (h *Hub) Stats() Stats {
 	h.mu.Lock()
@@ -198,11 +202,17 @@ type sub struct {
 	// the hub told it of.
 	progress   int64
 	registered bool
-	// wake is signalled, without blocking, when there is news.
-	wake chan struct{}
+	// wake is signalled, without blocking, when there is news; or, for a
+	// stream polled with TryNext, onWake is called.
+	wake   chan struct{}
+	onWake func()
 }
 
 func (s *sub) notify() {
+	if s.onWake != nil {
+		s.onWake()
+		return
+	}
 	select {
 	case s.wake <- struct{}{}:
 	default:

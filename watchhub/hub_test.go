@@ -32,6 +32,9 @@ type fixture struct {
 	ref *reference
 	// stop stops the hub and waits for its Run to end.
 	stop func()
+	// polled makes watch return polled streams, each with its wake.
+	polled bool
+	wakes  map[*watchhub.Stream]chan struct{}
 }
 
 func newFixture(t *testing.T, cfg watchhub.Config) *fixture {
@@ -46,7 +49,7 @@ func newFixture(t *testing.T, cfg watchhub.Config) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, ctx: ctx, st: st, kv: namespace.NewKV(etcdtest.Client(t).KV, ns), ref: record(t, ns, start)}
+	f := &fixture{t: t, ctx: ctx, st: st, kv: namespace.NewKV(etcdtest.Client(t).KV, ns), ref: record(t, ns, start), wakes: map[*watchhub.Stream]chan struct{}{}}
 	cfg.Source = st
 	if f.hub, err = watchhub.New(cfg); err != nil {
 		t.Fatal(err)
@@ -102,16 +105,49 @@ func (f *fixture) watch(key string, prefix bool, after int64) *watchhub.Stream {
 	f.t.Helper()
 	var s *watchhub.Stream
 	var err error
-	if prefix {
+	wake := make(chan struct{}, 1)
+	switch {
+	case f.polled:
+		s, err = f.hub.Polled(f.ctx, key, prefix, after, func() {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		})
+	case prefix:
 		s, err = f.hub.Watch(f.ctx, key, after)
-	} else {
+	default:
 		s, err = f.hub.WatchKey(f.ctx, key, after)
 	}
 	if err != nil {
 		f.t.Fatalf("Watch(%s, %d): %v", key, after, err)
 	}
+	if f.polled {
+		f.wakes[s] = wake
+	}
 	f.t.Cleanup(s.Close)
 	return s
+}
+
+// next returns the stream's next batch with changes or a reset, within
+// ten seconds, by Next or, for a polled stream, TryNext.
+func (f *fixture) next(s *watchhub.Stream) state.WatchBatch {
+	f.t.Helper()
+	wake, polled := f.wakes[s]
+	if !polled {
+		return next(f.t, s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		b, err := pollNext(ctx, s, wake)
+		if err != nil {
+			f.t.Fatalf("TryNext: %v", err)
+		}
+		if b.Reset || len(b.Events) > 0 {
+			return b
+		}
+	}
 }
 
 // next returns the stream's next batch with changes or a reset, within
@@ -131,6 +167,22 @@ func next(t *testing.T, s *watchhub.Stream) state.WatchBatch {
 	}
 }
 
+// pollNext is Next for a polled stream: TryNext, waiting for its wake
+// between tries.
+func pollNext(ctx context.Context, s *watchhub.Stream, wake <-chan struct{}) (state.WatchBatch, error) {
+	for {
+		b, ok, err := s.TryNext(ctx)
+		if err != nil || ok {
+			return b, err
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return state.WatchBatch{}, ctx.Err()
+		}
+	}
+}
+
 func keys(b state.WatchBatch) []string {
 	out := []string{}
 	for _, e := range b.Events {
@@ -144,45 +196,57 @@ func keys(b state.WatchBatch) []string {
 }
 
 func TestStreamListsThenFollows(t *testing.T) {
+	t.Run("next", func(t *testing.T) { testStreamListsThenFollows(t, false) })
+	t.Run("polled", func(t *testing.T) { testStreamListsThenFollows(t, true) })
+}
+
+func testStreamListsThenFollows(t *testing.T, polled bool) {
 	f := newFixture(t, watchhub.Config{})
+	f.polled = polled
 	f.put("units/kv/1", "a")
 	f.put("units/kv/10", "b")
 	f.put("units/app/0", "c")
 	units := f.watch("units/kv/", true, 0)
 	one := f.watch("units/kv/1", false, 0)
-	if b := next(t, units); !b.Reset || !slices.Equal(keys(b), []string{"units/kv/1", "units/kv/10"}) {
+	if b := f.next(units); !b.Reset || !slices.Equal(keys(b), []string{"units/kv/1", "units/kv/10"}) {
 		t.Fatalf("prefix stream's first batch = reset %v, %v; want a reset listing kv/1 and kv/10", b.Reset, keys(b))
 	}
-	if b := next(t, one); !b.Reset || !slices.Equal(keys(b), []string{"units/kv/1"}) || string(b.Events[0].Value) != "a" {
+	if b := f.next(one); !b.Reset || !slices.Equal(keys(b), []string{"units/kv/1"}) || string(b.Events[0].Value) != "a" {
 		t.Fatalf("key stream's first batch = reset %v, %v; want a reset listing kv/1=a alone", b.Reset, keys(b))
 	}
 	f.put("units/kv/10", "b2")
 	f.put("units/app/1", "d")
 	rev := f.put("units/kv/1", "a2")
-	b := next(t, units)
+	b := f.next(units)
 	if b.Reset || !slices.Equal(keys(b), []string{"units/kv/10", "units/kv/1"}) && !slices.Equal(keys(b), []string{"units/kv/10"}) {
 		t.Fatalf("prefix stream's changes = %v, want kv/10 then kv/1", keys(b))
 	}
 	if len(b.Events) == 1 {
-		if b2 := next(t, units); !slices.Equal(keys(b2), []string{"units/kv/1"}) {
+		if b2 := f.next(units); !slices.Equal(keys(b2), []string{"units/kv/1"}) {
 			t.Fatalf("prefix stream's next changes = %v, want kv/1", keys(b2))
 		}
 	}
-	if b := next(t, one); !slices.Equal(keys(b), []string{"units/kv/1"}) || b.Revision != rev || string(b.Events[0].Value) != "a2" {
+	if b := f.next(one); !slices.Equal(keys(b), []string{"units/kv/1"}) || b.Revision != rev || string(b.Events[0].Value) != "a2" {
 		t.Fatalf("key stream's changes = %v at %d, want kv/1=a2 at %d, nothing of kv/10", keys(b), b.Revision, rev)
 	}
 	f.del("units/kv/", clientv3.WithPrefix())
-	if b := next(t, one); !slices.Equal(keys(b), []string{"-units/kv/1"}) {
+	if b := f.next(one); !slices.Equal(keys(b), []string{"-units/kv/1"}) {
 		t.Fatalf("key stream's changes = %v, want kv/1 deleted", keys(b))
 	}
 }
 
 func TestStreamResumesFromTheRingOrFromEtcd(t *testing.T) {
+	t.Run("next", func(t *testing.T) { testStreamResumesFromTheRingOrFromEtcd(t, false) })
+	t.Run("polled", func(t *testing.T) { testStreamResumesFromTheRingOrFromEtcd(t, true) })
+}
+
+func testStreamResumesFromTheRingOrFromEtcd(t *testing.T, polled bool) {
 	f := newFixture(t, watchhub.Config{RingEvents: 8})
+	f.polled = polled
 	s := f.watch("a/", true, 0)
-	first := next(t, s)
+	first := f.next(s)
 	f.put("a/1", "1")
-	b := next(t, s)
+	b := f.next(s)
 	resumeAt := b.Revision
 	s.Close()
 
@@ -191,7 +255,7 @@ func TestStreamResumesFromTheRingOrFromEtcd(t *testing.T) {
 	r1 := f.put("a/2", "2")
 	before := f.hub.Stats()
 	s = f.watch("a/", true, resumeAt)
-	if b := next(t, s); b.Reset || !slices.Equal(keys(b), []string{"a/2"}) || b.Revision != r1 {
+	if b := f.next(s); b.Reset || !slices.Equal(keys(b), []string{"a/2"}) || b.Revision != r1 {
 		t.Fatalf("resumed from %d: %v at %d (reset %v), want a/2 at %d", resumeAt, keys(b), b.Revision, b.Reset, r1)
 	}
 	if st := f.hub.Stats(); st.Resumed != before.Resumed+1 || st.Fallbacks != before.Fallbacks {
@@ -209,7 +273,7 @@ func TestStreamResumesFromTheRingOrFromEtcd(t *testing.T) {
 	s = f.watch("a/", true, first.Revision)
 	var got []string
 	for len(got) < 4 {
-		b := next(t, s)
+		b := f.next(s)
 		if b.Reset {
 			t.Fatalf("resumed from %d: a reset", first.Revision)
 		}
@@ -222,7 +286,7 @@ func TestStreamResumesFromTheRingOrFromEtcd(t *testing.T) {
 		t.Errorf("stats = %+v, want one fallback to etcd", st)
 	}
 	r3 := f.put("a/4", "4")
-	if b := next(t, s); !slices.Equal(keys(b), []string{"a/4"}) || b.Revision != r3 {
+	if b := f.next(s); !slices.Equal(keys(b), []string{"a/4"}) || b.Revision != r3 {
 		t.Fatalf("after catching up: %v at %d, want a/4 at %d", keys(b), b.Revision, r3)
 	}
 	if st := f.hub.Stats(); st.Streams != 1 {
@@ -231,10 +295,16 @@ func TestStreamResumesFromTheRingOrFromEtcd(t *testing.T) {
 }
 
 func TestSlowStreamIsResetAndListsAgain(t *testing.T) {
+	t.Run("next", func(t *testing.T) { testSlowStreamIsResetAndListsAgain(t, false) })
+	t.Run("polled", func(t *testing.T) { testSlowStreamIsResetAndListsAgain(t, true) })
+}
+
+func testSlowStreamIsResetAndListsAgain(t *testing.T, polled bool) {
 	f := newFixture(t, watchhub.Config{QueueEvents: 4})
+	f.polled = polled
 	s := f.watch("k/", true, 0)
 	c := newChecker("k/", f.ref, prefixMatch("k/"))
-	b := next(t, s)
+	b := f.next(s)
 	if err := c.observe(b); err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +315,7 @@ func TestSlowStreamIsResetAndListsAgain(t *testing.T) {
 	last := f.put("k/10", "v")
 	f.caughtUp(last) // so that the queue overflows before the stream reads
 	for c.last < last {
-		if err := c.observe(next(t, s)); err != nil {
+		if err := c.observe(f.next(s)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -261,6 +331,9 @@ func TestStreamsEndWhenTheHubStops(t *testing.T) {
 	f := newFixture(t, watchhub.Config{})
 	s := f.watch("k/", true, 0)
 	next(t, s)
+	f.polled = true
+	polled := f.watch("k/", true, 0)
+	f.next(polled)
 	done := make(chan error, 1)
 	go func() {
 		_, err := s.Next(context.Background())
@@ -274,6 +347,10 @@ func TestStreamsEndWhenTheHubStops(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Next still waiting 10 s after the hub stopped")
+	}
+	<-f.hub.Done()
+	if _, _, err := polled.TryNext(context.Background()); !errors.Is(err, watchhub.ErrClosed) {
+		t.Errorf("TryNext after the hub stopped = %v, want ErrClosed", err)
 	}
 	if _, err := f.hub.Watch(context.Background(), "k/", 0); !errors.Is(err, watchhub.ErrClosed) {
 		t.Errorf("Watch after the hub stopped = %v, want ErrClosed", err)
@@ -342,12 +419,23 @@ func TestManyStreamsSeeExactlyTheChanges(t *testing.T) {
 			c := newChecker(fmt.Sprintf("stream %d (%q)", i, subj.key), f.ref, match)
 			rng := rand.New(rand.NewPCG(uint64(i), 2))
 			var after int64
+			// Every other stream is polled, as WatchMany's are.
+			polled := i%2 == 1
+			wake := make(chan struct{}, 1)
 			for {
 				var s *watchhub.Stream
 				var err error
-				if subj.prefix {
+				switch {
+				case polled:
+					s, err = f.hub.Polled(f.ctx, subj.key, subj.prefix, after, func() {
+						select {
+						case wake <- struct{}{}:
+						default:
+						}
+					})
+				case subj.prefix:
 					s, err = f.hub.Watch(f.ctx, subj.key, after)
-				} else {
+				default:
 					s, err = f.hub.WatchKey(f.ctx, subj.key, after)
 				}
 				if err != nil {
@@ -363,7 +451,12 @@ func TestManyStreamsSeeExactlyTheChanges(t *testing.T) {
 				}
 				for n := 1 + rng.IntN(30); n > 0; n-- {
 					ctx, cancel := context.WithTimeout(f.ctx, 100*time.Millisecond)
-					b, err := s.Next(ctx)
+					var b state.WatchBatch
+					if polled {
+						b, err = pollNext(ctx, s, wake)
+					} else {
+						b, err = s.Next(ctx)
+					}
 					cancel()
 					if errors.Is(err, context.DeadlineExceeded) {
 						break

@@ -31,15 +31,25 @@ type Stream struct {
 // zero. It waits for the hub to start, until ctx ends; a stream catching
 // up from etcd does so until ctx ends or Close.
 func (h *Hub) Watch(ctx context.Context, prefix string, after int64) (*Stream, error) {
-	return h.watch(ctx, prefix, true, after)
+	return h.watch(ctx, prefix, true, after, nil)
 }
 
 // WatchKey is Watch of exactly one key.
 func (h *Hub) WatchKey(ctx context.Context, key string, after int64) (*Stream, error) {
-	return h.watch(ctx, key, false, after)
+	return h.watch(ctx, key, false, after, nil)
 }
 
-func (h *Hub) watch(ctx context.Context, key string, prefix bool, after int64) (*Stream, error) {
+// Polled returns a stream to be read with TryNext rather than Next, so
+// that one goroutine can serve many: Watch (prefix) or WatchKey (not)
+// whose wake is called whenever TryNext may have something new. wake is
+// called from the hub's goroutine, with its lock held, and from the
+// stream's while it catches up from etcd: it must return at once and not
+// call the hub.
+func (h *Hub) Polled(ctx context.Context, key string, prefix bool, after int64, wake func()) (*Stream, error) {
+	return h.watch(ctx, key, prefix, after, wake)
+}
+
+func (h *Hub) watch(ctx context.Context, key string, prefix bool, after int64, wake func()) (*Stream, error) {
 	if after < 0 {
 		return nil, fmt.Errorf("watch %s after revision %d: want 0 or a revision received earlier", key, after)
 	}
@@ -50,7 +60,10 @@ func (h *Hub) watch(ctx context.Context, key string, prefix bool, after int64) (
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	s := &Stream{h: h, sub: &sub{key: key, prefix: prefix, wake: make(chan struct{}, 1)}, after: after}
+	s := &Stream{h: h, sub: &sub{key: key, prefix: prefix, onWake: wake}, after: after}
+	if wake == nil {
+		s.sub.wake = make(chan struct{}, 1)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -70,8 +83,30 @@ func (h *Hub) watch(ctx context.Context, key string, prefix bool, after int64) (
 		} else {
 			s.fallback = h.cfg.Source.WatchKey(fctx, key, after)
 		}
+		if wake != nil {
+			s.fallback = forward(fctx, s.fallback, wake)
+		}
 	}
 	return s, nil
+}
+
+// forward hands on the batches of in, one at a time, calling wake each
+// time one is ready, until in closes (its watch's context ended).
+func forward(ctx context.Context, in <-chan state.WatchBatch, wake func()) <-chan state.WatchBatch {
+	out := make(chan state.WatchBatch, 1)
+	go func() {
+		defer wake() // after the close: TryNext sees the end
+		defer close(out)
+		for b := range in {
+			select {
+			case out <- b:
+				wake()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
 }
 
 // Close ends the stream.
@@ -93,17 +128,31 @@ func (s *Stream) Close() {
 // error), or the hub stops (ErrClosed). An error reading etcd for a
 // listing is returned too; the stream may be asked again.
 func (s *Stream) Next(ctx context.Context) (state.WatchBatch, error) {
+	b, _, err := s.next(ctx, true)
+	return b, err
+}
+
+// TryNext is Next without waiting, for a stream from Polled: it reports
+// false when nothing is ready yet (the stream's wake will be called when
+// something may be). It still waits for the reads of a listing. Once it
+// has returned a batch, there may be more: call it again until false.
+func (s *Stream) TryNext(ctx context.Context) (state.WatchBatch, bool, error) {
+	return s.next(ctx, false)
+}
+
+func (s *Stream) next(ctx context.Context, wait bool) (state.WatchBatch, bool, error) {
 	for {
 		switch {
 		case s.closed:
-			return state.WatchBatch{}, ErrClosed
+			return state.WatchBatch{}, false, ErrClosed
 		case s.fallback != nil:
-			return s.nextFallback(ctx)
+			return s.nextFallback(ctx, wait)
 		case s.list:
-			return s.relist(ctx)
+			b, err := s.relist(ctx)
+			return b, err == nil, err
 		case len(s.pending) > 0:
 			if b, ok := s.take(); ok {
-				return b, nil
+				return b, true, nil
 			}
 			continue
 		}
@@ -112,7 +161,7 @@ func (s *Stream) Next(ctx context.Context) (state.WatchBatch, error) {
 		switch {
 		case h.closed:
 			h.mu.Unlock()
-			return state.WatchBatch{}, ErrClosed
+			return state.WatchBatch{}, false, ErrClosed
 		case s.sub.reset:
 			s.list = true
 		case len(s.sub.queue) > 0:
@@ -120,17 +169,20 @@ func (s *Stream) Next(ctx context.Context) (state.WatchBatch, error) {
 		case s.sub.progress > s.after:
 			s.after = s.sub.progress
 			h.mu.Unlock()
-			return state.WatchBatch{Revision: s.after}, nil
+			return state.WatchBatch{Revision: s.after}, true, nil
 		}
 		h.mu.Unlock()
 		if s.list || len(s.pending) > 0 {
 			continue
 		}
+		if !wait {
+			return state.WatchBatch{}, false, nil
+		}
 		select {
 		case <-s.sub.wake:
 		case <-h.done:
 		case <-ctx.Done():
-			return state.WatchBatch{}, ctx.Err()
+			return state.WatchBatch{}, false, ctx.Err()
 		}
 	}
 }
@@ -215,21 +267,29 @@ func (s *Stream) relist(ctx context.Context) (state.WatchBatch, error) {
 // nextFallback returns the next batch of the etcd watch the stream catches
 // up with, and moves the stream to the hub as soon as the hub's ring holds
 // everything after it.
-func (s *Stream) nextFallback(ctx context.Context) (state.WatchBatch, error) {
+func (s *Stream) nextFallback(ctx context.Context, wait bool) (state.WatchBatch, bool, error) {
 	var b state.WatchBatch
 	var ok bool
-	select {
-	case b, ok = <-s.fallback:
-		if !ok {
-			if ctx.Err() != nil {
-				return state.WatchBatch{}, ctx.Err()
-			}
-			return state.WatchBatch{}, context.Canceled // the context Watch was given ended
+	if wait {
+		select {
+		case b, ok = <-s.fallback:
+		case <-s.h.done:
+			return state.WatchBatch{}, false, ErrClosed
+		case <-ctx.Done():
+			return state.WatchBatch{}, false, ctx.Err()
 		}
-	case <-s.h.done:
-		return state.WatchBatch{}, ErrClosed
-	case <-ctx.Done():
-		return state.WatchBatch{}, ctx.Err()
+	} else {
+		select {
+		case b, ok = <-s.fallback:
+		default:
+			return state.WatchBatch{}, false, nil
+		}
+	}
+	if !ok {
+		if ctx.Err() != nil {
+			return state.WatchBatch{}, false, ctx.Err()
+		}
+		return state.WatchBatch{}, false, context.Canceled // the context Watch was given ended
 	}
 	s.after = b.Revision
 	h := s.h
@@ -239,5 +299,5 @@ func (s *Stream) nextFallback(ctx context.Context) (state.WatchBatch, error) {
 		s.fallback, s.stopFallback = nil, nil
 	}
 	h.mu.Unlock()
-	return b, nil
+	return b, true, nil
 }

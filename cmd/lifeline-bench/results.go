@@ -43,12 +43,14 @@ type results struct {
 	FleetWrittenBytesDeploy int64   `json:"fleet_written_bytes_deploy"`
 	// What the controller holds once every unit runs: its resident
 	// memory, Go heap in use, goroutine stacks, goroutines, and the
-	// watch streams its agents keep open.
+	// watch subscriptions its agents keep open (the watch hub's streams),
+	// and the gRPC watch streams (Watch and WatchMany) that carry them.
 	RunningRSSBytes       int64   `json:"running_controller_rss_bytes"`
 	RunningHeapInuseBytes int64   `json:"running_controller_heap_inuse_bytes"`
 	RunningStackBytes     int64   `json:"running_controller_stack_bytes"`
 	RunningGoroutines     int64   `json:"running_controller_goroutines"`
 	RunningWatchStreams   int64   `json:"running_watch_streams"`
+	RunningWatchRPCs      int64   `json:"running_watch_rpcs"`
 	AgentRSSBytes         int64   `json:"agent_rss_bytes"`
 	FleetRSSPerMachine    float64 `json:"fleet_rss_per_machine_bytes"`
 	EtcdBytesPerUnit      float64 `json:"etcd_bytes_per_unit"`
@@ -68,8 +70,8 @@ func (r *results) print(w io.Writer) {
 	row("controller", "%.0f MiB peak RSS (%.1f KiB a unit), %.1f CPU s", float64(r.ControllerRSSBytes)/(1<<20), r.ControllerBytesPerUnit/1024, r.ControllerCPUSeconds)
 	row("fleet (agents)", "%.1f CPU s deploying (hooks %.1f), %.1f destroying (hooks %.1f); %.0f MiB written deploying",
 		r.FleetCPUSecondsDeploy, r.HookCPUSecondsDeploy, r.FleetCPUSecondsDestroy, r.HookCPUSecondsDestroy, float64(r.FleetWrittenBytesDeploy)/(1<<20))
-	row("controller, all running", "%.0f MiB RSS: Go heap %.0f MiB in use, stacks %.0f MiB; %d goroutines, %d watch streams",
-		float64(r.RunningRSSBytes)/(1<<20), float64(r.RunningHeapInuseBytes)/(1<<20), float64(r.RunningStackBytes)/(1<<20), r.RunningGoroutines, r.RunningWatchStreams)
+	row("controller, all running", "%.0f MiB RSS: Go heap %.0f MiB in use, stacks %.0f MiB; %d goroutines, %d watch streams on %d gRPC streams",
+		float64(r.RunningRSSBytes)/(1<<20), float64(r.RunningHeapInuseBytes)/(1<<20), float64(r.RunningStackBytes)/(1<<20), r.RunningGoroutines, r.RunningWatchStreams, r.RunningWatchRPCs)
 	row("idle machine agent", "%.1f MiB RSS (the in-process fleet: %.1f MiB a machine)", float64(r.AgentRSSBytes)/(1<<20), r.FleetRSSPerMachine/(1<<20))
 	row("etcd bytes a unit", "%.0f", r.EtcdBytesPerUnit)
 	row("ctl status --format json", "%.2f s", r.StatusJSONSeconds)

@@ -164,6 +164,7 @@ func run(ctx context.Context, c config) (*results, error) {
 		{"go_memstats_stack_inuse_bytes", &res.RunningStackBytes},
 		{"go_goroutines", &res.RunningGoroutines},
 		{"lifeline_watch_streams", &res.RunningWatchStreams},
+		{"lifeline_agent_watch_rpcs", &res.RunningWatchRPCs},
 	} {
 		if v, err := ctl.metric(m.name); err == nil {
 			*m.v = int64(v)

@@ -416,6 +416,362 @@ func (x *WatchResponse) GetChanges() []*WatchChange {
 	return nil
 }
 
+// WatchManyRequest subscribes to a subject or unsubscribes from one.
+type WatchManyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Request:
+	//
+	//	*WatchManyRequest_Subscribe
+	//	*WatchManyRequest_Unsubscribe
+	Request       isWatchManyRequest_Request `protobuf_oneof:"request"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchManyRequest) Reset() {
+	*x = WatchManyRequest{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchManyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchManyRequest) ProtoMessage() {}
+
+func (x *WatchManyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchManyRequest.ProtoReflect.Descriptor instead.
+func (*WatchManyRequest) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *WatchManyRequest) GetRequest() isWatchManyRequest_Request {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *WatchManyRequest) GetSubscribe() *WatchSubscribe {
+	if x != nil {
+		if x, ok := x.Request.(*WatchManyRequest_Subscribe); ok {
+			return x.Subscribe
+		}
+	}
+	return nil
+}
+
+func (x *WatchManyRequest) GetUnsubscribe() *WatchUnsubscribe {
+	if x != nil {
+		if x, ok := x.Request.(*WatchManyRequest_Unsubscribe); ok {
+			return x.Unsubscribe
+		}
+	}
+	return nil
+}
+
+type isWatchManyRequest_Request interface {
+	isWatchManyRequest_Request()
+}
+
+type WatchManyRequest_Subscribe struct {
+	Subscribe *WatchSubscribe `protobuf:"bytes,1,opt,name=subscribe,proto3,oneof"`
+}
+
+type WatchManyRequest_Unsubscribe struct {
+	Unsubscribe *WatchUnsubscribe `protobuf:"bytes,2,opt,name=unsubscribe,proto3,oneof"`
+}
+
+func (*WatchManyRequest_Subscribe) isWatchManyRequest_Request() {}
+
+func (*WatchManyRequest_Unsubscribe) isWatchManyRequest_Request() {}
+
+// WatchSubscribe starts a subscription: what Watch of the same subject and
+// revision would stream comes as WatchManyResponses carrying id.
+type WatchSubscribe struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id names the subscription on this stream, chosen by the client: unique
+	// among the stream's live subscriptions. The client should not use an id
+	// again on the same stream, so that a late response is never mistaken
+	// for a newer subscription's.
+	Id      int64         `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Subject *WatchSubject `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	// after_revision resumes after a revision received earlier (on this
+	// stream or another, for the same subject); 0 starts with a full
+	// listing.
+	AfterRevision int64 `protobuf:"varint,3,opt,name=after_revision,json=afterRevision,proto3" json:"after_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchSubscribe) Reset() {
+	*x = WatchSubscribe{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchSubscribe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchSubscribe) ProtoMessage() {}
+
+func (x *WatchSubscribe) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchSubscribe.ProtoReflect.Descriptor instead.
+func (*WatchSubscribe) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *WatchSubscribe) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *WatchSubscribe) GetSubject() *WatchSubject {
+	if x != nil {
+		return x.Subject
+	}
+	return nil
+}
+
+func (x *WatchSubscribe) GetAfterRevision() int64 {
+	if x != nil {
+		return x.AfterRevision
+	}
+	return 0
+}
+
+// WatchUnsubscribe ends a subscription: nothing more is sent for it,
+// except responses already on their way, which the client ignores.
+type WatchUnsubscribe struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the subscription's, as subscribed.
+	Id            int64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchUnsubscribe) Reset() {
+	*x = WatchUnsubscribe{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchUnsubscribe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchUnsubscribe) ProtoMessage() {}
+
+func (x *WatchUnsubscribe) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchUnsubscribe.ProtoReflect.Descriptor instead.
+func (*WatchUnsubscribe) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *WatchUnsubscribe) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+// WatchManyResponse is one subscription's news.
+type WatchManyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the subscription's, as subscribed (or as named by a request the
+	// controller refused).
+	Id int64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Response:
+	//
+	//	*WatchManyResponse_Watch
+	//	*WatchManyResponse_End
+	Response      isWatchManyResponse_Response `protobuf_oneof:"response"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchManyResponse) Reset() {
+	*x = WatchManyResponse{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchManyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchManyResponse) ProtoMessage() {}
+
+func (x *WatchManyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchManyResponse.ProtoReflect.Descriptor instead.
+func (*WatchManyResponse) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *WatchManyResponse) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *WatchManyResponse) GetResponse() isWatchManyResponse_Response {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *WatchManyResponse) GetWatch() *WatchResponse {
+	if x != nil {
+		if x, ok := x.Response.(*WatchManyResponse_Watch); ok {
+			return x.Watch
+		}
+	}
+	return nil
+}
+
+func (x *WatchManyResponse) GetEnd() *WatchEnd {
+	if x != nil {
+		if x, ok := x.Response.(*WatchManyResponse_End); ok {
+			return x.End
+		}
+	}
+	return nil
+}
+
+type isWatchManyResponse_Response interface {
+	isWatchManyResponse_Response()
+}
+
+type WatchManyResponse_Watch struct {
+	// watch is what Watch would have sent: changes, a listing, or
+	// progress, with the revision to resume after.
+	Watch *WatchResponse `protobuf:"bytes,2,opt,name=watch,proto3,oneof"`
+}
+
+type WatchManyResponse_End struct {
+	// end says the subscription ended, and why; nothing more comes for it.
+	// The client may subscribe again, with another id.
+	End *WatchEnd `protobuf:"bytes,3,opt,name=end,proto3,oneof"`
+}
+
+func (*WatchManyResponse_Watch) isWatchManyResponse_Response() {}
+
+func (*WatchManyResponse_End) isWatchManyResponse_Response() {}
+
+// WatchEnd is why a subscription ended: the status Watch would have ended
+// its stream with.
+type WatchEnd struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// code is a gRPC status code (google.rpc.Code): PermissionDenied,
+	// NotFound or InvalidArgument for a subject or request refused,
+	// ResourceExhausted past the most subscriptions a stream may carry
+	// (1,000), Unavailable or Internal when the controller could not read
+	// the model.
+	Code int32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	// message says why, for people.
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchEnd) Reset() {
+	*x = WatchEnd{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchEnd) ProtoMessage() {}
+
+func (x *WatchEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchEnd.ProtoReflect.Descriptor instead.
+func (*WatchEnd) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *WatchEnd) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *WatchEnd) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type WatchChange struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id is the changed item's name within the subject: a machine id, unit
@@ -439,7 +795,7 @@ type WatchChange struct {
 
 func (x *WatchChange) Reset() {
 	*x = WatchChange{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[3]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -451,7 +807,7 @@ func (x *WatchChange) String() string {
 func (*WatchChange) ProtoMessage() {}
 
 func (x *WatchChange) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[3]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -464,7 +820,7 @@ func (x *WatchChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchChange.ProtoReflect.Descriptor instead.
 func (*WatchChange) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WatchChange) GetId() string {
@@ -598,7 +954,7 @@ type GetMachineRequest struct {
 
 func (x *GetMachineRequest) Reset() {
 	*x = GetMachineRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[4]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -610,7 +966,7 @@ func (x *GetMachineRequest) String() string {
 func (*GetMachineRequest) ProtoMessage() {}
 
 func (x *GetMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[4]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -623,7 +979,7 @@ func (x *GetMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMachineRequest.ProtoReflect.Descriptor instead.
 func (*GetMachineRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetMachineRequest) GetMachine() string {
@@ -642,7 +998,7 @@ type GetMachineResponse struct {
 
 func (x *GetMachineResponse) Reset() {
 	*x = GetMachineResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[5]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -654,7 +1010,7 @@ func (x *GetMachineResponse) String() string {
 func (*GetMachineResponse) ProtoMessage() {}
 
 func (x *GetMachineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[5]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +1023,7 @@ func (x *GetMachineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMachineResponse.ProtoReflect.Descriptor instead.
 func (*GetMachineResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetMachineResponse) GetMachine() *Machine {
@@ -686,7 +1042,7 @@ type EnsureMachineDeadRequest struct {
 
 func (x *EnsureMachineDeadRequest) Reset() {
 	*x = EnsureMachineDeadRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[6]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -698,7 +1054,7 @@ func (x *EnsureMachineDeadRequest) String() string {
 func (*EnsureMachineDeadRequest) ProtoMessage() {}
 
 func (x *EnsureMachineDeadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[6]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -711,7 +1067,7 @@ func (x *EnsureMachineDeadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureMachineDeadRequest.ProtoReflect.Descriptor instead.
 func (*EnsureMachineDeadRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EnsureMachineDeadRequest) GetMachine() string {
@@ -729,7 +1085,7 @@ type EnsureMachineDeadResponse struct {
 
 func (x *EnsureMachineDeadResponse) Reset() {
 	*x = EnsureMachineDeadResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[7]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +1097,7 @@ func (x *EnsureMachineDeadResponse) String() string {
 func (*EnsureMachineDeadResponse) ProtoMessage() {}
 
 func (x *EnsureMachineDeadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[7]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +1110,7 @@ func (x *EnsureMachineDeadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureMachineDeadResponse.ProtoReflect.Descriptor instead.
 func (*EnsureMachineDeadResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 type SetMachineStatusRequest struct {
@@ -767,7 +1123,7 @@ type SetMachineStatusRequest struct {
 
 func (x *SetMachineStatusRequest) Reset() {
 	*x = SetMachineStatusRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[8]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -779,7 +1135,7 @@ func (x *SetMachineStatusRequest) String() string {
 func (*SetMachineStatusRequest) ProtoMessage() {}
 
 func (x *SetMachineStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[8]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -792,7 +1148,7 @@ func (x *SetMachineStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMachineStatusRequest.ProtoReflect.Descriptor instead.
 func (*SetMachineStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetMachineStatusRequest) GetMachine() string {
@@ -817,7 +1173,7 @@ type SetMachineStatusResponse struct {
 
 func (x *SetMachineStatusResponse) Reset() {
 	*x = SetMachineStatusResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[9]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +1185,7 @@ func (x *SetMachineStatusResponse) String() string {
 func (*SetMachineStatusResponse) ProtoMessage() {}
 
 func (x *SetMachineStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[9]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +1198,7 @@ func (x *SetMachineStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMachineStatusResponse.ProtoReflect.Descriptor instead.
 func (*SetMachineStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 type IssueUnitCredentialRequest struct {
@@ -854,7 +1210,7 @@ type IssueUnitCredentialRequest struct {
 
 func (x *IssueUnitCredentialRequest) Reset() {
 	*x = IssueUnitCredentialRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[10]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +1222,7 @@ func (x *IssueUnitCredentialRequest) String() string {
 func (*IssueUnitCredentialRequest) ProtoMessage() {}
 
 func (x *IssueUnitCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[10]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +1235,7 @@ func (x *IssueUnitCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueUnitCredentialRequest.ProtoReflect.Descriptor instead.
 func (*IssueUnitCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *IssueUnitCredentialRequest) GetUnit() string {
@@ -899,7 +1255,7 @@ type IssueUnitCredentialResponse struct {
 
 func (x *IssueUnitCredentialResponse) Reset() {
 	*x = IssueUnitCredentialResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[11]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +1267,7 @@ func (x *IssueUnitCredentialResponse) String() string {
 func (*IssueUnitCredentialResponse) ProtoMessage() {}
 
 func (x *IssueUnitCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[11]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +1280,7 @@ func (x *IssueUnitCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueUnitCredentialResponse.ProtoReflect.Descriptor instead.
 func (*IssueUnitCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *IssueUnitCredentialResponse) GetTag() string {
@@ -950,7 +1306,7 @@ type GetUnitRequest struct {
 
 func (x *GetUnitRequest) Reset() {
 	*x = GetUnitRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[12]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1318,7 @@ func (x *GetUnitRequest) String() string {
 func (*GetUnitRequest) ProtoMessage() {}
 
 func (x *GetUnitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[12]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1331,7 @@ func (x *GetUnitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUnitRequest.ProtoReflect.Descriptor instead.
 func (*GetUnitRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetUnitRequest) GetUnit() string {
@@ -994,7 +1350,7 @@ type GetUnitResponse struct {
 
 func (x *GetUnitResponse) Reset() {
 	*x = GetUnitResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[13]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1362,7 @@ func (x *GetUnitResponse) String() string {
 func (*GetUnitResponse) ProtoMessage() {}
 
 func (x *GetUnitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[13]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1375,7 @@ func (x *GetUnitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUnitResponse.ProtoReflect.Descriptor instead.
 func (*GetUnitResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetUnitResponse) GetUnit() *Unit {
@@ -1038,7 +1394,7 @@ type RemoveUnitRequest struct {
 
 func (x *RemoveUnitRequest) Reset() {
 	*x = RemoveUnitRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[14]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1406,7 @@ func (x *RemoveUnitRequest) String() string {
 func (*RemoveUnitRequest) ProtoMessage() {}
 
 func (x *RemoveUnitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[14]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1419,7 @@ func (x *RemoveUnitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveUnitRequest.ProtoReflect.Descriptor instead.
 func (*RemoveUnitRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RemoveUnitRequest) GetUnit() string {
@@ -1081,7 +1437,7 @@ type RemoveUnitResponse struct {
 
 func (x *RemoveUnitResponse) Reset() {
 	*x = RemoveUnitResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[15]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1449,7 @@ func (x *RemoveUnitResponse) String() string {
 func (*RemoveUnitResponse) ProtoMessage() {}
 
 func (x *RemoveUnitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[15]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1462,7 @@ func (x *RemoveUnitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveUnitResponse.ProtoReflect.Descriptor instead.
 func (*RemoveUnitResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 type GetServiceRequest struct {
@@ -1118,7 +1474,7 @@ type GetServiceRequest struct {
 
 func (x *GetServiceRequest) Reset() {
 	*x = GetServiceRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[16]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1486,7 @@ func (x *GetServiceRequest) String() string {
 func (*GetServiceRequest) ProtoMessage() {}
 
 func (x *GetServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[16]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1499,7 @@ func (x *GetServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServiceRequest.ProtoReflect.Descriptor instead.
 func (*GetServiceRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetServiceRequest) GetService() string {
@@ -1164,7 +1520,7 @@ type GetServiceResponse struct {
 
 func (x *GetServiceResponse) Reset() {
 	*x = GetServiceResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[17]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1532,7 @@ func (x *GetServiceResponse) String() string {
 func (*GetServiceResponse) ProtoMessage() {}
 
 func (x *GetServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[17]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1545,7 @@ func (x *GetServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServiceResponse.ProtoReflect.Descriptor instead.
 func (*GetServiceResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetServiceResponse) GetService() *Service {
@@ -1223,7 +1579,7 @@ type DownloadCharmRequest struct {
 
 func (x *DownloadCharmRequest) Reset() {
 	*x = DownloadCharmRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[18]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1591,7 @@ func (x *DownloadCharmRequest) String() string {
 func (*DownloadCharmRequest) ProtoMessage() {}
 
 func (x *DownloadCharmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[18]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1604,7 @@ func (x *DownloadCharmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadCharmRequest.ProtoReflect.Descriptor instead.
 func (*DownloadCharmRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DownloadCharmRequest) GetName() string {
@@ -1274,7 +1630,7 @@ type DownloadCharmResponse struct {
 
 func (x *DownloadCharmResponse) Reset() {
 	*x = DownloadCharmResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[19]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1642,7 @@ func (x *DownloadCharmResponse) String() string {
 func (*DownloadCharmResponse) ProtoMessage() {}
 
 func (x *DownloadCharmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[19]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1655,7 @@ func (x *DownloadCharmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadCharmResponse.ProtoReflect.Descriptor instead.
 func (*DownloadCharmResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DownloadCharmResponse) GetChunk() []byte {
@@ -1318,7 +1674,7 @@ type SetUnitDyingRequest struct {
 
 func (x *SetUnitDyingRequest) Reset() {
 	*x = SetUnitDyingRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[20]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1686,7 @@ func (x *SetUnitDyingRequest) String() string {
 func (*SetUnitDyingRequest) ProtoMessage() {}
 
 func (x *SetUnitDyingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[20]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1699,7 @@ func (x *SetUnitDyingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitDyingRequest.ProtoReflect.Descriptor instead.
 func (*SetUnitDyingRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetUnitDyingRequest) GetUnit() string {
@@ -1361,7 +1717,7 @@ type SetUnitDyingResponse struct {
 
 func (x *SetUnitDyingResponse) Reset() {
 	*x = SetUnitDyingResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[21]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1373,7 +1729,7 @@ func (x *SetUnitDyingResponse) String() string {
 func (*SetUnitDyingResponse) ProtoMessage() {}
 
 func (x *SetUnitDyingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[21]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1386,7 +1742,7 @@ func (x *SetUnitDyingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitDyingResponse.ProtoReflect.Descriptor instead.
 func (*SetUnitDyingResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 type EnsureUnitDeadRequest struct {
@@ -1398,7 +1754,7 @@ type EnsureUnitDeadRequest struct {
 
 func (x *EnsureUnitDeadRequest) Reset() {
 	*x = EnsureUnitDeadRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[22]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1766,7 @@ func (x *EnsureUnitDeadRequest) String() string {
 func (*EnsureUnitDeadRequest) ProtoMessage() {}
 
 func (x *EnsureUnitDeadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[22]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1779,7 @@ func (x *EnsureUnitDeadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureUnitDeadRequest.ProtoReflect.Descriptor instead.
 func (*EnsureUnitDeadRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EnsureUnitDeadRequest) GetUnit() string {
@@ -1441,7 +1797,7 @@ type EnsureUnitDeadResponse struct {
 
 func (x *EnsureUnitDeadResponse) Reset() {
 	*x = EnsureUnitDeadResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[23]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1809,7 @@ func (x *EnsureUnitDeadResponse) String() string {
 func (*EnsureUnitDeadResponse) ProtoMessage() {}
 
 func (x *EnsureUnitDeadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[23]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1822,7 @@ func (x *EnsureUnitDeadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureUnitDeadResponse.ProtoReflect.Descriptor instead.
 func (*EnsureUnitDeadResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 type AddSubordinateRequest struct {
@@ -1479,7 +1835,7 @@ type AddSubordinateRequest struct {
 
 func (x *AddSubordinateRequest) Reset() {
 	*x = AddSubordinateRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[24]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1847,7 @@ func (x *AddSubordinateRequest) String() string {
 func (*AddSubordinateRequest) ProtoMessage() {}
 
 func (x *AddSubordinateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[24]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1860,7 @@ func (x *AddSubordinateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSubordinateRequest.ProtoReflect.Descriptor instead.
 func (*AddSubordinateRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AddSubordinateRequest) GetPrincipal() string {
@@ -1530,7 +1886,7 @@ type AddSubordinateResponse struct {
 
 func (x *AddSubordinateResponse) Reset() {
 	*x = AddSubordinateResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[25]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1542,7 +1898,7 @@ func (x *AddSubordinateResponse) String() string {
 func (*AddSubordinateResponse) ProtoMessage() {}
 
 func (x *AddSubordinateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[25]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1555,7 +1911,7 @@ func (x *AddSubordinateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSubordinateResponse.ProtoReflect.Descriptor instead.
 func (*AddSubordinateResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AddSubordinateResponse) GetUnit() *Unit {
@@ -1576,7 +1932,7 @@ type EnterScopeRequest struct {
 
 func (x *EnterScopeRequest) Reset() {
 	*x = EnterScopeRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[26]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1944,7 @@ func (x *EnterScopeRequest) String() string {
 func (*EnterScopeRequest) ProtoMessage() {}
 
 func (x *EnterScopeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[26]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1957,7 @@ func (x *EnterScopeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnterScopeRequest.ProtoReflect.Descriptor instead.
 func (*EnterScopeRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EnterScopeRequest) GetRelation() int64 {
@@ -1633,7 +1989,7 @@ type EnterScopeResponse struct {
 
 func (x *EnterScopeResponse) Reset() {
 	*x = EnterScopeResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[27]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +2001,7 @@ func (x *EnterScopeResponse) String() string {
 func (*EnterScopeResponse) ProtoMessage() {}
 
 func (x *EnterScopeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[27]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1658,7 +2014,7 @@ func (x *EnterScopeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnterScopeResponse.ProtoReflect.Descriptor instead.
 func (*EnterScopeResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 type LeaveScopeRequest struct {
@@ -1671,7 +2027,7 @@ type LeaveScopeRequest struct {
 
 func (x *LeaveScopeRequest) Reset() {
 	*x = LeaveScopeRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[28]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1683,7 +2039,7 @@ func (x *LeaveScopeRequest) String() string {
 func (*LeaveScopeRequest) ProtoMessage() {}
 
 func (x *LeaveScopeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[28]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1696,7 +2052,7 @@ func (x *LeaveScopeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveScopeRequest.ProtoReflect.Descriptor instead.
 func (*LeaveScopeRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *LeaveScopeRequest) GetRelation() int64 {
@@ -1721,7 +2077,7 @@ type LeaveScopeResponse struct {
 
 func (x *LeaveScopeResponse) Reset() {
 	*x = LeaveScopeResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[29]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +2089,7 @@ func (x *LeaveScopeResponse) String() string {
 func (*LeaveScopeResponse) ProtoMessage() {}
 
 func (x *LeaveScopeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[29]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +2102,7 @@ func (x *LeaveScopeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveScopeResponse.ProtoReflect.Descriptor instead.
 func (*LeaveScopeResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 type ReadSettingsRequest struct {
@@ -1759,7 +2115,7 @@ type ReadSettingsRequest struct {
 
 func (x *ReadSettingsRequest) Reset() {
 	*x = ReadSettingsRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[30]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +2127,7 @@ func (x *ReadSettingsRequest) String() string {
 func (*ReadSettingsRequest) ProtoMessage() {}
 
 func (x *ReadSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[30]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +2140,7 @@ func (x *ReadSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSettingsRequest.ProtoReflect.Descriptor instead.
 func (*ReadSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReadSettingsRequest) GetRelation() int64 {
@@ -1811,7 +2167,7 @@ type ReadSettingsResponse struct {
 
 func (x *ReadSettingsResponse) Reset() {
 	*x = ReadSettingsResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[31]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +2179,7 @@ func (x *ReadSettingsResponse) String() string {
 func (*ReadSettingsResponse) ProtoMessage() {}
 
 func (x *ReadSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[31]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +2192,7 @@ func (x *ReadSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSettingsResponse.ProtoReflect.Descriptor instead.
 func (*ReadSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReadSettingsResponse) GetSettings() map[string]string {
@@ -1864,7 +2220,7 @@ type SettingsUpdate struct {
 
 func (x *SettingsUpdate) Reset() {
 	*x = SettingsUpdate{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[32]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1876,7 +2232,7 @@ func (x *SettingsUpdate) String() string {
 func (*SettingsUpdate) ProtoMessage() {}
 
 func (x *SettingsUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[32]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1889,7 +2245,7 @@ func (x *SettingsUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettingsUpdate.ProtoReflect.Descriptor instead.
 func (*SettingsUpdate) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SettingsUpdate) GetRelation() int64 {
@@ -1923,7 +2279,7 @@ type UpdateSettingsRequest struct {
 
 func (x *UpdateSettingsRequest) Reset() {
 	*x = UpdateSettingsRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[33]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2291,7 @@ func (x *UpdateSettingsRequest) String() string {
 func (*UpdateSettingsRequest) ProtoMessage() {}
 
 func (x *UpdateSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[33]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2304,7 @@ func (x *UpdateSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSettingsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *UpdateSettingsRequest) GetUnit() string {
@@ -1973,7 +2329,7 @@ type UpdateSettingsResponse struct {
 
 func (x *UpdateSettingsResponse) Reset() {
 	*x = UpdateSettingsResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[34]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2341,7 @@ func (x *UpdateSettingsResponse) String() string {
 func (*UpdateSettingsResponse) ProtoMessage() {}
 
 func (x *UpdateSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[34]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2354,7 @@ func (x *UpdateSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSettingsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 type SetUnitStatusRequest struct {
@@ -2012,7 +2368,7 @@ type SetUnitStatusRequest struct {
 
 func (x *SetUnitStatusRequest) Reset() {
 	*x = SetUnitStatusRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[35]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2380,7 @@ func (x *SetUnitStatusRequest) String() string {
 func (*SetUnitStatusRequest) ProtoMessage() {}
 
 func (x *SetUnitStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[35]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2393,7 @@ func (x *SetUnitStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitStatusRequest.ProtoReflect.Descriptor instead.
 func (*SetUnitStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SetUnitStatusRequest) GetUnit() string {
@@ -2069,7 +2425,7 @@ type SetUnitStatusResponse struct {
 
 func (x *SetUnitStatusResponse) Reset() {
 	*x = SetUnitStatusResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[36]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2437,7 @@ func (x *SetUnitStatusResponse) String() string {
 func (*SetUnitStatusResponse) ProtoMessage() {}
 
 func (x *SetUnitStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[36]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,7 +2450,7 @@ func (x *SetUnitStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitStatusResponse.ProtoReflect.Descriptor instead.
 func (*SetUnitStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 type ClearResolvedRequest struct {
@@ -2106,7 +2462,7 @@ type ClearResolvedRequest struct {
 
 func (x *ClearResolvedRequest) Reset() {
 	*x = ClearResolvedRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[37]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2474,7 @@ func (x *ClearResolvedRequest) String() string {
 func (*ClearResolvedRequest) ProtoMessage() {}
 
 func (x *ClearResolvedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[37]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2487,7 @@ func (x *ClearResolvedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearResolvedRequest.ProtoReflect.Descriptor instead.
 func (*ClearResolvedRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ClearResolvedRequest) GetUnit() string {
@@ -2149,7 +2505,7 @@ type ClearResolvedResponse struct {
 
 func (x *ClearResolvedResponse) Reset() {
 	*x = ClearResolvedResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[38]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2161,7 +2517,7 @@ func (x *ClearResolvedResponse) String() string {
 func (*ClearResolvedResponse) ProtoMessage() {}
 
 func (x *ClearResolvedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[38]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2174,7 +2530,7 @@ func (x *ClearResolvedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearResolvedResponse.ProtoReflect.Descriptor instead.
 func (*ClearResolvedResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 type GetAgentSettingsRequest struct {
@@ -2185,7 +2541,7 @@ type GetAgentSettingsRequest struct {
 
 func (x *GetAgentSettingsRequest) Reset() {
 	*x = GetAgentSettingsRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[39]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2553,7 @@ func (x *GetAgentSettingsRequest) String() string {
 func (*GetAgentSettingsRequest) ProtoMessage() {}
 
 func (x *GetAgentSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[39]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2566,7 @@ func (x *GetAgentSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentSettingsRequest.ProtoReflect.Descriptor instead.
 func (*GetAgentSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 type GetAgentSettingsResponse struct {
@@ -2226,7 +2582,7 @@ type GetAgentSettingsResponse struct {
 
 func (x *GetAgentSettingsResponse) Reset() {
 	*x = GetAgentSettingsResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[40]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2238,7 +2594,7 @@ func (x *GetAgentSettingsResponse) String() string {
 func (*GetAgentSettingsResponse) ProtoMessage() {}
 
 func (x *GetAgentSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[40]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2251,7 +2607,7 @@ func (x *GetAgentSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentSettingsResponse.ProtoReflect.Descriptor instead.
 func (*GetAgentSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetAgentSettingsResponse) GetHookTimeoutMs() int64 {
@@ -2276,7 +2632,7 @@ type PresenceRequest struct {
 
 func (x *PresenceRequest) Reset() {
 	*x = PresenceRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2288,7 +2644,7 @@ func (x *PresenceRequest) String() string {
 func (*PresenceRequest) ProtoMessage() {}
 
 func (x *PresenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2301,7 +2657,7 @@ func (x *PresenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceRequest.ProtoReflect.Descriptor instead.
 func (*PresenceRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 type PresenceResponse struct {
@@ -2314,7 +2670,7 @@ type PresenceResponse struct {
 
 func (x *PresenceResponse) Reset() {
 	*x = PresenceResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +2682,7 @@ func (x *PresenceResponse) String() string {
 func (*PresenceResponse) ProtoMessage() {}
 
 func (x *PresenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +2695,7 @@ func (x *PresenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceResponse.ProtoReflect.Descriptor instead.
 func (*PresenceResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PresenceResponse) GetPingIntervalMs() int64 {
@@ -2373,7 +2729,26 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\rWatchResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x1a\n" +
 	"\brelisted\x18\x02 \x01(\bR\brelisted\x122\n" +
-	"\achanges\x18\x03 \x03(\v2\x18.lifeline.v1.WatchChangeR\achanges\"\x87\x03\n" +
+	"\achanges\x18\x03 \x03(\v2\x18.lifeline.v1.WatchChangeR\achanges\"\x9d\x01\n" +
+	"\x10WatchManyRequest\x12;\n" +
+	"\tsubscribe\x18\x01 \x01(\v2\x1b.lifeline.v1.WatchSubscribeH\x00R\tsubscribe\x12A\n" +
+	"\vunsubscribe\x18\x02 \x01(\v2\x1d.lifeline.v1.WatchUnsubscribeH\x00R\vunsubscribeB\t\n" +
+	"\arequest\"|\n" +
+	"\x0eWatchSubscribe\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x123\n" +
+	"\asubject\x18\x02 \x01(\v2\x19.lifeline.v1.WatchSubjectR\asubject\x12%\n" +
+	"\x0eafter_revision\x18\x03 \x01(\x03R\rafterRevision\"\"\n" +
+	"\x10WatchUnsubscribe\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\"\x8e\x01\n" +
+	"\x11WatchManyResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x122\n" +
+	"\x05watch\x18\x02 \x01(\v2\x1a.lifeline.v1.WatchResponseH\x00R\x05watch\x12)\n" +
+	"\x03end\x18\x03 \x01(\v2\x15.lifeline.v1.WatchEndH\x00R\x03endB\n" +
+	"\n" +
+	"\bresponse\"8\n" +
+	"\bWatchEnd\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x87\x03\n" +
 	"\vWatchChange\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aremoved\x18\x02 \x01(\bR\aremoved\x12\x18\n" +
@@ -2480,9 +2855,10 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x0eUnitStatusKind\x12 \n" +
 	"\x1cUNIT_STATUS_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16UNIT_STATUS_KIND_AGENT\x10\x01\x12\x1d\n" +
-	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x022\xc3\r\n" +
+	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x022\x93\x0e\n" +
 	"\fAgentService\x12@\n" +
-	"\x05Watch\x12\x19.lifeline.v1.WatchRequest\x1a\x1a.lifeline.v1.WatchResponse0\x01\x12M\n" +
+	"\x05Watch\x12\x19.lifeline.v1.WatchRequest\x1a\x1a.lifeline.v1.WatchResponse0\x01\x12N\n" +
+	"\tWatchMany\x12\x1d.lifeline.v1.WatchManyRequest\x1a\x1e.lifeline.v1.WatchManyResponse(\x010\x01\x12M\n" +
 	"\n" +
 	"GetMachine\x12\x1e.lifeline.v1.GetMachineRequest\x1a\x1f.lifeline.v1.GetMachineResponse\x12b\n" +
 	"\x11EnsureMachineDead\x12%.lifeline.v1.EnsureMachineDeadRequest\x1a&.lifeline.v1.EnsureMachineDeadResponse\x12_\n" +
@@ -2521,131 +2897,143 @@ func file_lifeline_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_lifeline_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lifeline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_lifeline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_lifeline_v1_agent_proto_goTypes = []any{
 	(UnitStatusKind)(0),                 // 0: lifeline.v1.UnitStatusKind
 	(*WatchSubject)(nil),                // 1: lifeline.v1.WatchSubject
 	(*WatchRequest)(nil),                // 2: lifeline.v1.WatchRequest
 	(*WatchResponse)(nil),               // 3: lifeline.v1.WatchResponse
-	(*WatchChange)(nil),                 // 4: lifeline.v1.WatchChange
-	(*GetMachineRequest)(nil),           // 5: lifeline.v1.GetMachineRequest
-	(*GetMachineResponse)(nil),          // 6: lifeline.v1.GetMachineResponse
-	(*EnsureMachineDeadRequest)(nil),    // 7: lifeline.v1.EnsureMachineDeadRequest
-	(*EnsureMachineDeadResponse)(nil),   // 8: lifeline.v1.EnsureMachineDeadResponse
-	(*SetMachineStatusRequest)(nil),     // 9: lifeline.v1.SetMachineStatusRequest
-	(*SetMachineStatusResponse)(nil),    // 10: lifeline.v1.SetMachineStatusResponse
-	(*IssueUnitCredentialRequest)(nil),  // 11: lifeline.v1.IssueUnitCredentialRequest
-	(*IssueUnitCredentialResponse)(nil), // 12: lifeline.v1.IssueUnitCredentialResponse
-	(*GetUnitRequest)(nil),              // 13: lifeline.v1.GetUnitRequest
-	(*GetUnitResponse)(nil),             // 14: lifeline.v1.GetUnitResponse
-	(*RemoveUnitRequest)(nil),           // 15: lifeline.v1.RemoveUnitRequest
-	(*RemoveUnitResponse)(nil),          // 16: lifeline.v1.RemoveUnitResponse
-	(*GetServiceRequest)(nil),           // 17: lifeline.v1.GetServiceRequest
-	(*GetServiceResponse)(nil),          // 18: lifeline.v1.GetServiceResponse
-	(*DownloadCharmRequest)(nil),        // 19: lifeline.v1.DownloadCharmRequest
-	(*DownloadCharmResponse)(nil),       // 20: lifeline.v1.DownloadCharmResponse
-	(*SetUnitDyingRequest)(nil),         // 21: lifeline.v1.SetUnitDyingRequest
-	(*SetUnitDyingResponse)(nil),        // 22: lifeline.v1.SetUnitDyingResponse
-	(*EnsureUnitDeadRequest)(nil),       // 23: lifeline.v1.EnsureUnitDeadRequest
-	(*EnsureUnitDeadResponse)(nil),      // 24: lifeline.v1.EnsureUnitDeadResponse
-	(*AddSubordinateRequest)(nil),       // 25: lifeline.v1.AddSubordinateRequest
-	(*AddSubordinateResponse)(nil),      // 26: lifeline.v1.AddSubordinateResponse
-	(*EnterScopeRequest)(nil),           // 27: lifeline.v1.EnterScopeRequest
-	(*EnterScopeResponse)(nil),          // 28: lifeline.v1.EnterScopeResponse
-	(*LeaveScopeRequest)(nil),           // 29: lifeline.v1.LeaveScopeRequest
-	(*LeaveScopeResponse)(nil),          // 30: lifeline.v1.LeaveScopeResponse
-	(*ReadSettingsRequest)(nil),         // 31: lifeline.v1.ReadSettingsRequest
-	(*ReadSettingsResponse)(nil),        // 32: lifeline.v1.ReadSettingsResponse
-	(*SettingsUpdate)(nil),              // 33: lifeline.v1.SettingsUpdate
-	(*UpdateSettingsRequest)(nil),       // 34: lifeline.v1.UpdateSettingsRequest
-	(*UpdateSettingsResponse)(nil),      // 35: lifeline.v1.UpdateSettingsResponse
-	(*SetUnitStatusRequest)(nil),        // 36: lifeline.v1.SetUnitStatusRequest
-	(*SetUnitStatusResponse)(nil),       // 37: lifeline.v1.SetUnitStatusResponse
-	(*ClearResolvedRequest)(nil),        // 38: lifeline.v1.ClearResolvedRequest
-	(*ClearResolvedResponse)(nil),       // 39: lifeline.v1.ClearResolvedResponse
-	(*GetAgentSettingsRequest)(nil),     // 40: lifeline.v1.GetAgentSettingsRequest
-	(*GetAgentSettingsResponse)(nil),    // 41: lifeline.v1.GetAgentSettingsResponse
-	(*PresenceRequest)(nil),             // 42: lifeline.v1.PresenceRequest
-	(*PresenceResponse)(nil),            // 43: lifeline.v1.PresenceResponse
-	nil,                                 // 44: lifeline.v1.EnterScopeRequest.SettingsEntry
-	nil,                                 // 45: lifeline.v1.ReadSettingsResponse.SettingsEntry
-	nil,                                 // 46: lifeline.v1.SettingsUpdate.SetEntry
-	(*Machine)(nil),                     // 47: lifeline.v1.Machine
-	(*Unit)(nil),                        // 48: lifeline.v1.Unit
-	(*Service)(nil),                     // 49: lifeline.v1.Service
-	(*ServiceConfig)(nil),               // 50: lifeline.v1.ServiceConfig
-	(*Relation)(nil),                    // 51: lifeline.v1.Relation
-	(*Resolved)(nil),                    // 52: lifeline.v1.Resolved
-	(*Status)(nil),                      // 53: lifeline.v1.Status
-	(*Charm)(nil),                       // 54: lifeline.v1.Charm
+	(*WatchManyRequest)(nil),            // 4: lifeline.v1.WatchManyRequest
+	(*WatchSubscribe)(nil),              // 5: lifeline.v1.WatchSubscribe
+	(*WatchUnsubscribe)(nil),            // 6: lifeline.v1.WatchUnsubscribe
+	(*WatchManyResponse)(nil),           // 7: lifeline.v1.WatchManyResponse
+	(*WatchEnd)(nil),                    // 8: lifeline.v1.WatchEnd
+	(*WatchChange)(nil),                 // 9: lifeline.v1.WatchChange
+	(*GetMachineRequest)(nil),           // 10: lifeline.v1.GetMachineRequest
+	(*GetMachineResponse)(nil),          // 11: lifeline.v1.GetMachineResponse
+	(*EnsureMachineDeadRequest)(nil),    // 12: lifeline.v1.EnsureMachineDeadRequest
+	(*EnsureMachineDeadResponse)(nil),   // 13: lifeline.v1.EnsureMachineDeadResponse
+	(*SetMachineStatusRequest)(nil),     // 14: lifeline.v1.SetMachineStatusRequest
+	(*SetMachineStatusResponse)(nil),    // 15: lifeline.v1.SetMachineStatusResponse
+	(*IssueUnitCredentialRequest)(nil),  // 16: lifeline.v1.IssueUnitCredentialRequest
+	(*IssueUnitCredentialResponse)(nil), // 17: lifeline.v1.IssueUnitCredentialResponse
+	(*GetUnitRequest)(nil),              // 18: lifeline.v1.GetUnitRequest
+	(*GetUnitResponse)(nil),             // 19: lifeline.v1.GetUnitResponse
+	(*RemoveUnitRequest)(nil),           // 20: lifeline.v1.RemoveUnitRequest
+	(*RemoveUnitResponse)(nil),          // 21: lifeline.v1.RemoveUnitResponse
+	(*GetServiceRequest)(nil),           // 22: lifeline.v1.GetServiceRequest
+	(*GetServiceResponse)(nil),          // 23: lifeline.v1.GetServiceResponse
+	(*DownloadCharmRequest)(nil),        // 24: lifeline.v1.DownloadCharmRequest
+	(*DownloadCharmResponse)(nil),       // 25: lifeline.v1.DownloadCharmResponse
+	(*SetUnitDyingRequest)(nil),         // 26: lifeline.v1.SetUnitDyingRequest
+	(*SetUnitDyingResponse)(nil),        // 27: lifeline.v1.SetUnitDyingResponse
+	(*EnsureUnitDeadRequest)(nil),       // 28: lifeline.v1.EnsureUnitDeadRequest
+	(*EnsureUnitDeadResponse)(nil),      // 29: lifeline.v1.EnsureUnitDeadResponse
+	(*AddSubordinateRequest)(nil),       // 30: lifeline.v1.AddSubordinateRequest
+	(*AddSubordinateResponse)(nil),      // 31: lifeline.v1.AddSubordinateResponse
+	(*EnterScopeRequest)(nil),           // 32: lifeline.v1.EnterScopeRequest
+	(*EnterScopeResponse)(nil),          // 33: lifeline.v1.EnterScopeResponse
+	(*LeaveScopeRequest)(nil),           // 34: lifeline.v1.LeaveScopeRequest
+	(*LeaveScopeResponse)(nil),          // 35: lifeline.v1.LeaveScopeResponse
+	(*ReadSettingsRequest)(nil),         // 36: lifeline.v1.ReadSettingsRequest
+	(*ReadSettingsResponse)(nil),        // 37: lifeline.v1.ReadSettingsResponse
+	(*SettingsUpdate)(nil),              // 38: lifeline.v1.SettingsUpdate
+	(*UpdateSettingsRequest)(nil),       // 39: lifeline.v1.UpdateSettingsRequest
+	(*UpdateSettingsResponse)(nil),      // 40: lifeline.v1.UpdateSettingsResponse
+	(*SetUnitStatusRequest)(nil),        // 41: lifeline.v1.SetUnitStatusRequest
+	(*SetUnitStatusResponse)(nil),       // 42: lifeline.v1.SetUnitStatusResponse
+	(*ClearResolvedRequest)(nil),        // 43: lifeline.v1.ClearResolvedRequest
+	(*ClearResolvedResponse)(nil),       // 44: lifeline.v1.ClearResolvedResponse
+	(*GetAgentSettingsRequest)(nil),     // 45: lifeline.v1.GetAgentSettingsRequest
+	(*GetAgentSettingsResponse)(nil),    // 46: lifeline.v1.GetAgentSettingsResponse
+	(*PresenceRequest)(nil),             // 47: lifeline.v1.PresenceRequest
+	(*PresenceResponse)(nil),            // 48: lifeline.v1.PresenceResponse
+	nil,                                 // 49: lifeline.v1.EnterScopeRequest.SettingsEntry
+	nil,                                 // 50: lifeline.v1.ReadSettingsResponse.SettingsEntry
+	nil,                                 // 51: lifeline.v1.SettingsUpdate.SetEntry
+	(*Machine)(nil),                     // 52: lifeline.v1.Machine
+	(*Unit)(nil),                        // 53: lifeline.v1.Unit
+	(*Service)(nil),                     // 54: lifeline.v1.Service
+	(*ServiceConfig)(nil),               // 55: lifeline.v1.ServiceConfig
+	(*Relation)(nil),                    // 56: lifeline.v1.Relation
+	(*Resolved)(nil),                    // 57: lifeline.v1.Resolved
+	(*Status)(nil),                      // 58: lifeline.v1.Status
+	(*Charm)(nil),                       // 59: lifeline.v1.Charm
 }
 var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	1,  // 0: lifeline.v1.WatchRequest.subject:type_name -> lifeline.v1.WatchSubject
-	4,  // 1: lifeline.v1.WatchResponse.changes:type_name -> lifeline.v1.WatchChange
-	47, // 2: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
-	48, // 3: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
-	49, // 4: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
-	50, // 5: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
-	51, // 6: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
-	52, // 7: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
-	47, // 8: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
-	53, // 9: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
-	48, // 10: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
-	49, // 11: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
-	50, // 12: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
-	54, // 13: lifeline.v1.GetServiceResponse.charm:type_name -> lifeline.v1.Charm
-	48, // 14: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
-	44, // 15: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
-	45, // 16: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
-	46, // 17: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
-	33, // 18: lifeline.v1.UpdateSettingsRequest.updates:type_name -> lifeline.v1.SettingsUpdate
-	0,  // 19: lifeline.v1.SetUnitStatusRequest.kind:type_name -> lifeline.v1.UnitStatusKind
-	53, // 20: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
-	2,  // 21: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
-	5,  // 22: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
-	7,  // 23: lifeline.v1.AgentService.EnsureMachineDead:input_type -> lifeline.v1.EnsureMachineDeadRequest
-	9,  // 24: lifeline.v1.AgentService.SetMachineStatus:input_type -> lifeline.v1.SetMachineStatusRequest
-	11, // 25: lifeline.v1.AgentService.IssueUnitCredential:input_type -> lifeline.v1.IssueUnitCredentialRequest
-	13, // 26: lifeline.v1.AgentService.GetUnit:input_type -> lifeline.v1.GetUnitRequest
-	15, // 27: lifeline.v1.AgentService.RemoveUnit:input_type -> lifeline.v1.RemoveUnitRequest
-	17, // 28: lifeline.v1.AgentService.GetService:input_type -> lifeline.v1.GetServiceRequest
-	19, // 29: lifeline.v1.AgentService.DownloadCharm:input_type -> lifeline.v1.DownloadCharmRequest
-	21, // 30: lifeline.v1.AgentService.SetUnitDying:input_type -> lifeline.v1.SetUnitDyingRequest
-	23, // 31: lifeline.v1.AgentService.EnsureUnitDead:input_type -> lifeline.v1.EnsureUnitDeadRequest
-	25, // 32: lifeline.v1.AgentService.AddSubordinate:input_type -> lifeline.v1.AddSubordinateRequest
-	27, // 33: lifeline.v1.AgentService.EnterScope:input_type -> lifeline.v1.EnterScopeRequest
-	29, // 34: lifeline.v1.AgentService.LeaveScope:input_type -> lifeline.v1.LeaveScopeRequest
-	31, // 35: lifeline.v1.AgentService.ReadSettings:input_type -> lifeline.v1.ReadSettingsRequest
-	34, // 36: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
-	36, // 37: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
-	38, // 38: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
-	42, // 39: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
-	40, // 40: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
-	3,  // 41: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
-	6,  // 42: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
-	8,  // 43: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
-	10, // 44: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
-	12, // 45: lifeline.v1.AgentService.IssueUnitCredential:output_type -> lifeline.v1.IssueUnitCredentialResponse
-	14, // 46: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
-	16, // 47: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
-	18, // 48: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
-	20, // 49: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
-	22, // 50: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
-	24, // 51: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
-	26, // 52: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
-	28, // 53: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
-	30, // 54: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
-	32, // 55: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
-	35, // 56: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
-	37, // 57: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
-	39, // 58: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
-	43, // 59: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
-	41, // 60: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
-	41, // [41:61] is the sub-list for method output_type
-	21, // [21:41] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	9,  // 1: lifeline.v1.WatchResponse.changes:type_name -> lifeline.v1.WatchChange
+	5,  // 2: lifeline.v1.WatchManyRequest.subscribe:type_name -> lifeline.v1.WatchSubscribe
+	6,  // 3: lifeline.v1.WatchManyRequest.unsubscribe:type_name -> lifeline.v1.WatchUnsubscribe
+	1,  // 4: lifeline.v1.WatchSubscribe.subject:type_name -> lifeline.v1.WatchSubject
+	3,  // 5: lifeline.v1.WatchManyResponse.watch:type_name -> lifeline.v1.WatchResponse
+	8,  // 6: lifeline.v1.WatchManyResponse.end:type_name -> lifeline.v1.WatchEnd
+	52, // 7: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
+	53, // 8: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
+	54, // 9: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
+	55, // 10: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
+	56, // 11: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
+	57, // 12: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
+	52, // 13: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
+	58, // 14: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
+	53, // 15: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
+	54, // 16: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
+	55, // 17: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
+	59, // 18: lifeline.v1.GetServiceResponse.charm:type_name -> lifeline.v1.Charm
+	53, // 19: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
+	49, // 20: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
+	50, // 21: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
+	51, // 22: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
+	38, // 23: lifeline.v1.UpdateSettingsRequest.updates:type_name -> lifeline.v1.SettingsUpdate
+	0,  // 24: lifeline.v1.SetUnitStatusRequest.kind:type_name -> lifeline.v1.UnitStatusKind
+	58, // 25: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
+	2,  // 26: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
+	4,  // 27: lifeline.v1.AgentService.WatchMany:input_type -> lifeline.v1.WatchManyRequest
+	10, // 28: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
+	12, // 29: lifeline.v1.AgentService.EnsureMachineDead:input_type -> lifeline.v1.EnsureMachineDeadRequest
+	14, // 30: lifeline.v1.AgentService.SetMachineStatus:input_type -> lifeline.v1.SetMachineStatusRequest
+	16, // 31: lifeline.v1.AgentService.IssueUnitCredential:input_type -> lifeline.v1.IssueUnitCredentialRequest
+	18, // 32: lifeline.v1.AgentService.GetUnit:input_type -> lifeline.v1.GetUnitRequest
+	20, // 33: lifeline.v1.AgentService.RemoveUnit:input_type -> lifeline.v1.RemoveUnitRequest
+	22, // 34: lifeline.v1.AgentService.GetService:input_type -> lifeline.v1.GetServiceRequest
+	24, // 35: lifeline.v1.AgentService.DownloadCharm:input_type -> lifeline.v1.DownloadCharmRequest
+	26, // 36: lifeline.v1.AgentService.SetUnitDying:input_type -> lifeline.v1.SetUnitDyingRequest
+	28, // 37: lifeline.v1.AgentService.EnsureUnitDead:input_type -> lifeline.v1.EnsureUnitDeadRequest
+	30, // 38: lifeline.v1.AgentService.AddSubordinate:input_type -> lifeline.v1.AddSubordinateRequest
+	32, // 39: lifeline.v1.AgentService.EnterScope:input_type -> lifeline.v1.EnterScopeRequest
+	34, // 40: lifeline.v1.AgentService.LeaveScope:input_type -> lifeline.v1.LeaveScopeRequest
+	36, // 41: lifeline.v1.AgentService.ReadSettings:input_type -> lifeline.v1.ReadSettingsRequest
+	39, // 42: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
+	41, // 43: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
+	43, // 44: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
+	47, // 45: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
+	45, // 46: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
+	3,  // 47: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
+	7,  // 48: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
+	11, // 49: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
+	13, // 50: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
+	15, // 51: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
+	17, // 52: lifeline.v1.AgentService.IssueUnitCredential:output_type -> lifeline.v1.IssueUnitCredentialResponse
+	19, // 53: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
+	21, // 54: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
+	23, // 55: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
+	25, // 56: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
+	27, // 57: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
+	29, // 58: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
+	31, // 59: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
+	33, // 60: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
+	35, // 61: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
+	37, // 62: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
+	40, // 63: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
+	42, // 64: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
+	44, // 65: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
+	48, // 66: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
+	46, // 67: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
+	47, // [47:68] is the sub-list for method output_type
+	26, // [26:47] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_agent_proto_init() }
@@ -2667,6 +3055,14 @@ func file_lifeline_v1_agent_proto_init() {
 		(*WatchSubject_Resolved)(nil),
 	}
 	file_lifeline_v1_agent_proto_msgTypes[3].OneofWrappers = []any{
+		(*WatchManyRequest_Subscribe)(nil),
+		(*WatchManyRequest_Unsubscribe)(nil),
+	}
+	file_lifeline_v1_agent_proto_msgTypes[6].OneofWrappers = []any{
+		(*WatchManyResponse_Watch)(nil),
+		(*WatchManyResponse_End)(nil),
+	}
+	file_lifeline_v1_agent_proto_msgTypes[8].OneofWrappers = []any{
 		(*WatchChange_Machine)(nil),
 		(*WatchChange_Unit)(nil),
 		(*WatchChange_Service)(nil),
@@ -2680,7 +3076,7 @@ func file_lifeline_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_agent_proto_rawDesc), len(file_lifeline_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   46,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

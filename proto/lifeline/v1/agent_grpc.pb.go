@@ -23,6 +23,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	AgentService_Watch_FullMethodName               = "/lifeline.v1.AgentService/Watch"
+	AgentService_WatchMany_FullMethodName           = "/lifeline.v1.AgentService/WatchMany"
 	AgentService_GetMachine_FullMethodName          = "/lifeline.v1.AgentService/GetMachine"
 	AgentService_EnsureMachineDead_FullMethodName   = "/lifeline.v1.AgentService/EnsureMachineDead"
 	AgentService_SetMachineStatus_FullMethodName    = "/lifeline.v1.AgentService/SetMachineStatus"
@@ -59,6 +60,16 @@ type AgentServiceClient interface {
 	// so that a reconnecting agent resumes without missing or repeating a
 	// change.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
+	// WatchMany carries all of an agent's watches on one stream: the client
+	// subscribes to subjects and unsubscribes from them as it goes, under ids
+	// it chooses, and each response carries the id it is for, with what
+	// Watch would have sent for that subject. The caller is authenticated
+	// once, when the stream starts, and each subject is authorized as Watch
+	// authorizes it, when subscribed. A subscription the controller refuses
+	// (PermissionDenied, NotFound, InvalidArgument) or cannot serve ends on
+	// its own, with an error, and the stream goes on; the stream ends with
+	// Unavailable when the controller stops.
+	WatchMany(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WatchManyRequest, WatchManyResponse], error)
 	// GetMachine returns the caller's machine (machine agents).
 	GetMachine(ctx context.Context, in *GetMachineRequest, opts ...grpc.CallOption) (*GetMachineResponse, error)
 	// EnsureMachineDead sets the caller's dying machine dead once no unit is
@@ -134,6 +145,19 @@ func (c *agentServiceClient) Watch(ctx context.Context, in *WatchRequest, opts .
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_WatchClient = grpc.ServerStreamingClient[WatchResponse]
 
+func (c *agentServiceClient) WatchMany(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WatchManyRequest, WatchManyResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[1], AgentService_WatchMany_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchManyRequest, WatchManyResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_WatchManyClient = grpc.BidiStreamingClient[WatchManyRequest, WatchManyResponse]
+
 func (c *agentServiceClient) GetMachine(ctx context.Context, in *GetMachineRequest, opts ...grpc.CallOption) (*GetMachineResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetMachineResponse)
@@ -206,7 +230,7 @@ func (c *agentServiceClient) GetService(ctx context.Context, in *GetServiceReque
 
 func (c *agentServiceClient) DownloadCharm(ctx context.Context, in *DownloadCharmRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DownloadCharmResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[1], AgentService_DownloadCharm_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[2], AgentService_DownloadCharm_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -315,7 +339,7 @@ func (c *agentServiceClient) ClearResolved(ctx context.Context, in *ClearResolve
 
 func (c *agentServiceClient) Presence(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PresenceRequest, PresenceResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[2], AgentService_Presence_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[3], AgentService_Presence_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -351,6 +375,16 @@ type AgentServiceServer interface {
 	// so that a reconnecting agent resumes without missing or repeating a
 	// change.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
+	// WatchMany carries all of an agent's watches on one stream: the client
+	// subscribes to subjects and unsubscribes from them as it goes, under ids
+	// it chooses, and each response carries the id it is for, with what
+	// Watch would have sent for that subject. The caller is authenticated
+	// once, when the stream starts, and each subject is authorized as Watch
+	// authorizes it, when subscribed. A subscription the controller refuses
+	// (PermissionDenied, NotFound, InvalidArgument) or cannot serve ends on
+	// its own, with an error, and the stream goes on; the stream ends with
+	// Unavailable when the controller stops.
+	WatchMany(grpc.BidiStreamingServer[WatchManyRequest, WatchManyResponse]) error
 	// GetMachine returns the caller's machine (machine agents).
 	GetMachine(context.Context, *GetMachineRequest) (*GetMachineResponse, error)
 	// EnsureMachineDead sets the caller's dying machine dead once no unit is
@@ -409,6 +443,9 @@ type UnimplementedAgentServiceServer struct{}
 
 func (UnimplementedAgentServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedAgentServiceServer) WatchMany(grpc.BidiStreamingServer[WatchManyRequest, WatchManyResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchMany not implemented")
 }
 func (UnimplementedAgentServiceServer) GetMachine(context.Context, *GetMachineRequest) (*GetMachineResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetMachine not implemented")
@@ -498,6 +535,13 @@ func _AgentService_Watch_Handler(srv interface{}, stream grpc.ServerStream) erro
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_WatchServer = grpc.ServerStreamingServer[WatchResponse]
+
+func _AgentService_WatchMany_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(AgentServiceServer).WatchMany(&grpc.GenericServerStream[WatchManyRequest, WatchManyResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AgentService_WatchManyServer = grpc.BidiStreamingServer[WatchManyRequest, WatchManyResponse]
 
 func _AgentService_GetMachine_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetMachineRequest)
@@ -904,6 +948,12 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Watch",
 			Handler:       _AgentService_Watch_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchMany",
+			Handler:       _AgentService_WatchMany_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 		{
 			StreamName:    "DownloadCharm",

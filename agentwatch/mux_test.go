@@ -1,0 +1,479 @@
+package agentwatch
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/lifelinehq/lifeline/controllertest"
+	"github.com/lifelinehq/lifeline/etcdtest"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/state"
+)
+
+func TestMain(m *testing.M) { etcdtest.Main(m) }
+
+// model is a controller with machines 0 and 1 and service kv, with kv/0
+// on machine 0.
+type model struct {
+	*controllertest.Env
+	t *testing.T
+}
+
+func newModel(t *testing.T) *model {
+	t.Helper()
+	m := &model{Env: controllertest.New(t, controllertest.Options{}), t: t}
+	if _, err := m.State.AddMachines(m.Ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := m.State.AddCharm(m.Ctx, &pb.Charm{Name: "kv"}, []byte("kv charm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.State.AddService(m.Ctx, state.AddServiceArgs{
+		Name: "kv", Charm: &pb.CharmRef{Name: ch.Name, Revision: ch.Revision, Sha256: ch.Sha256},
+		Config: map[string]*pb.ConfigValue{"name": {Value: &pb.ConfigValue_StringValue{StringValue: "kv"}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m.addUnits(1, "0")
+	return m
+}
+
+func (m *model) addUnits(n int, machine string) {
+	m.t.Helper()
+	if _, err := m.State.AddUnits(m.Ctx, "kv", n, state.Placement{Machine: machine}); err != nil {
+		m.t.Fatal(err)
+	}
+}
+
+func (m *model) setConfig(name string) {
+	m.t.Helper()
+	if err := m.State.UpdateServiceConfig(m.Ctx, "kv", map[string]*pb.ConfigValue{"name": {Value: &pb.ConfigValue_StringValue{StringValue: name}}}, nil); err != nil {
+		m.t.Fatal(err)
+	}
+}
+
+func (m *model) destroyUnit(name string) {
+	m.t.Helper()
+	if err := m.State.DestroyUnit(m.Ctx, name, state.DestroyOptions{}); err != nil {
+		m.t.Fatal(err)
+	}
+}
+
+// countingAPI is a real AgentService client that counts the streams it
+// opens.
+type countingAPI struct {
+	pb.AgentServiceClient
+	watches, watchManys atomic.Int32
+	// old makes it a client of a controller without WatchMany.
+	old bool
+	// breakAfter, when set, breaks each WatchMany stream after that many
+	// responses, as a lost connection would.
+	breakAfter int
+}
+
+func (c *countingAPI) Watch(ctx context.Context, in *pb.WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[pb.WatchResponse], error) {
+	c.watches.Add(1)
+	return c.AgentServiceClient.Watch(ctx, in, opts...)
+}
+
+func (c *countingAPI) WatchMany(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[pb.WatchManyRequest, pb.WatchManyResponse], error) {
+	c.watchManys.Add(1)
+	if c.old {
+		return nil, status.Error(codes.Unimplemented, "unknown method WatchMany for service lifeline.v1.AgentService")
+	}
+	if c.breakAfter == 0 {
+		return c.AgentServiceClient.WatchMany(ctx, opts...)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := c.AgentServiceClient.WatchMany(ctx, opts...)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &breakingStream{BidiStreamingClient: stream, cancel: cancel, left: c.breakAfter}, nil
+}
+
+// breakingStream is a real stream that breaks after a number of
+// responses.
+type breakingStream struct {
+	grpc.BidiStreamingClient[pb.WatchManyRequest, pb.WatchManyResponse]
+	cancel context.CancelFunc
+	left   int
+}
+
+func (b *breakingStream) Recv() (*pb.WatchManyResponse, error) {
+	if b.left == 0 {
+		b.cancel()
+		return nil, status.Error(codes.Unavailable, "connection lost (the test broke it)")
+	}
+	b.left--
+	return b.BidiStreamingClient.Recv()
+}
+
+// recorder keeps what a Follow delivered and checks, as apply, that
+// revisions only grow and that apply is never called concurrently.
+type recorder struct {
+	t     *testing.T
+	busy  atomic.Bool
+	mu    sync.Mutex
+	resps []*pb.WatchResponse
+	done  chan struct{}
+}
+
+func (r *recorder) apply(resp *pb.WatchResponse) {
+	if !r.busy.CompareAndSwap(false, true) {
+		r.t.Errorf("apply called concurrently")
+	}
+	defer r.busy.Store(false)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n := len(r.resps); n > 0 && resp.Revision < r.resps[n-1].Revision {
+		r.t.Errorf("revision went from %d back to %d", r.resps[n-1].Revision, resp.Revision)
+	}
+	r.resps = append(r.resps, resp)
+}
+
+// changes shows what was delivered: "=id@version" for a listing's items,
+// "id@version" for changes, "-id@version" for removals; progress leaves
+// nothing.
+func (r *recorder) changes() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, resp := range r.resps {
+		if resp.Relisted {
+			out = append(out, "relisted")
+		}
+		for _, ch := range resp.Changes {
+			s := fmt.Sprintf("%s@%d", ch.Id, ch.Version)
+			if ch.Removed {
+				s = "-" + s
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// record runs f's Follow of subject with a new recorder until the test
+// ends or cancel.
+func record(t *testing.T, f func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)), subject *pb.WatchSubject) (*recorder, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &recorder{t: t, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		f(ctx, subject, r.apply)
+	}()
+	t.Cleanup(func() { cancel(); <-r.done })
+	return r, cancel
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func machineSubjects() []*pb.WatchSubject {
+	return []*pb.WatchSubject{
+		{Subject: &pb.WatchSubject_Machine{Machine: "0"}},
+		{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}},
+		{Subject: &pb.WatchSubject_Unit{Unit: "kv/0"}},
+		{Subject: &pb.WatchSubject_Service{Service: "kv"}},
+		{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}},
+		{Subject: &pb.WatchSubject_Resolved{Resolved: "kv/0"}},
+		{Subject: &pb.WatchSubject_UnitSubordinates{UnitSubordinates: "kv/0"}},
+	}
+}
+
+func (m *Mux) follower(logger hclog.Logger) func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
+	return func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
+		m.Follow(ctx, subject, apply, logger)
+	}
+}
+
+func TestMuxDeliversWhatWatchDelivers(t *testing.T) {
+	m := newModel(t)
+	api := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
+	mux := NewMux(api, nil)
+	single := func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
+		Follow(ctx, api, subject, apply, hclog.NewNullLogger())
+	}
+	subjects := machineSubjects()
+	var singles, muxed []*recorder
+	for _, s := range subjects {
+		r, _ := record(t, single, s)
+		singles = append(singles, r)
+		r, _ = record(t, mux.follower(hclog.NewNullLogger()), s)
+		muxed = append(muxed, r)
+	}
+	waitFor(t, "every listing", func() bool {
+		for _, r := range append(slices.Clone(singles), muxed...) {
+			if len(r.changes()) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	m.addUnits(2, "0") // kv/1, kv/2
+	m.addUnits(1, "1") // kv/3, not on machine 0
+	m.setConfig("kv2")
+	m.setConfig("kv3")
+	m.destroyUnit("kv/0")
+	m.destroyUnit("kv/1")
+	want := map[int]int{1: 2, 2: 1, 4: 2} // changes after the listing, by subject
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		done := true
+		for i, n := range want {
+			done = done && len(singles[i].changes()) >= 2+n
+		}
+		for i := range subjects {
+			done = done && slices.Equal(muxed[i].changes(), singles[i].changes())
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			for i, s := range subjects {
+				t.Errorf("Mux.Follow(%v) delivered %v; Follow delivered %v", s, muxed[i].changes(), singles[i].changes())
+			}
+			t.FailNow()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := api.watchManys.Load(); n != 1 {
+		t.Errorf("the Mux opened %d WatchMany streams, want 1", n)
+	}
+}
+
+func TestMuxResumesAfterTheControllerRestarts(t *testing.T) {
+	m := newModel(t)
+	api := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
+	mux := NewMux(api, nil)
+	units, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
+	config, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
+	waitFor(t, "the listings", func() bool { return len(units.changes()) == 2 && len(config.changes()) == 2 })
+
+	// While the controller is away, and after it is back: each change
+	// comes once, in order, without a new listing.
+	for round := range 3 {
+		m.Stop()
+		m.addUnits(1, "0")
+		m.setConfig(fmt.Sprint("away", round))
+		m.Start()
+		m.addUnits(1, "1")
+		m.addUnits(1, "0")
+		m.setConfig(fmt.Sprint("back", round))
+		waitFor(t, "the changes", func() bool {
+			return len(units.changes()) == 2+2*(round+1) && len(config.changes()) == 2+2*(round+1)
+		})
+	}
+	for _, r := range []*recorder{units, config} {
+		got := r.changes()
+		if got[0] != "relisted" || slices.Contains(got[1:], "relisted") {
+			t.Errorf("delivered %v, want one listing first", got)
+		}
+		seen := map[string]bool{}
+		for _, c := range got[1:] {
+			if seen[c] {
+				t.Errorf("delivered %s twice: %v", c, got)
+			}
+			seen[c] = true
+		}
+	}
+	want := []string{"relisted", "kv/0@"}
+	for i := range 6 {
+		want = append(want, fmt.Sprintf("kv/%d@", []int{1, 3, 4, 6, 7, 9}[i]))
+	}
+	got := units.changes()
+	for i := range got {
+		if i >= len(want) || !strings.HasPrefix(got[i], want[i]) {
+			t.Fatalf("machine 0's units: delivered %v, want %v", got, want)
+		}
+	}
+	if n := api.watchManys.Load(); n < 4 {
+		t.Errorf("the Mux opened %d WatchMany streams, want at least 4 (one a restart)", n)
+	}
+}
+
+func TestMuxResumesAfterTheStreamBreaks(t *testing.T) {
+	m := newModel(t)
+	api := &countingAPI{AgentServiceClient: m.Agent("machine-0"), breakAfter: 3}
+	mux := NewMux(api, nil)
+	units, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
+	config, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
+	unit, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/0"}})
+	waitFor(t, "the listings", func() bool {
+		return len(units.changes()) == 2 && len(config.changes()) == 2 && len(unit.changes()) == 2
+	})
+	// A round at a time, so that the stream breaks again and again.
+	const rounds = 10
+	for i := range rounds {
+		m.addUnits(1, "0")
+		m.setConfig(fmt.Sprint("v", i))
+		m.addUnits(1, "1")
+		waitFor(t, "the round's changes", func() bool {
+			return len(units.changes()) == 3+i && len(config.changes()) == 3+i
+		})
+	}
+	m.destroyUnit("kv/0")
+	deadline := time.Now().Add(30 * time.Second)
+	for !(len(units.changes()) == 2+rounds && len(config.changes()) == 2+rounds && len(unit.changes()) == 3) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for every change: units %v, config %v, unit %v; %d streams", units.changes(), config.changes(), unit.changes(), api.watchManys.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, r := range []*recorder{units, config, unit} {
+		got := r.changes()
+		if got[0] != "relisted" || slices.Contains(got[1:], "relisted") {
+			t.Errorf("delivered %v, want one listing first", got)
+		}
+		seen := map[string]bool{}
+		for _, c := range got[1:] {
+			if seen[c] {
+				t.Errorf("delivered %s twice: %v", c, got)
+			}
+			seen[c] = true
+		}
+	}
+	if n := api.watchManys.Load(); n < 5 {
+		t.Errorf("the Mux opened %d WatchMany streams, want at least 5 (each broke after 3 responses)", n)
+	}
+}
+
+func TestMuxRefusedSubjectEndsOnlyItsSubscription(t *testing.T) {
+	m := newModel(t)
+	api := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	logger := hclog.New(&hclog.LoggerOptions{Output: &lockedWriter{w: &logs, mu: &logMu}, Level: hclog.Debug})
+	mux := NewMux(api, logger)
+	refused, _ := record(t, mux.follower(logger), &pb.WatchSubject{Subject: &pb.WatchSubject_Machine{Machine: "1"}})
+	units, _ := record(t, mux.follower(logger), &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
+	waitFor(t, "the listing", func() bool { return len(units.changes()) == 2 })
+	waitFor(t, "the refusal logged", func() bool {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return strings.Contains(logs.String(), "watch refused") && strings.Contains(logs.String(), "may not watch machine 1")
+	})
+	m.addUnits(1, "0")
+	waitFor(t, "the change", func() bool { return len(units.changes()) == 3 })
+	if got := refused.changes(); len(got) != 0 {
+		t.Errorf("the refused subject delivered %v", got)
+	}
+	if n := api.watchManys.Load(); n != 1 {
+		t.Errorf("the Mux opened %d WatchMany streams, want 1: a refused subject ends only its subscription", n)
+	}
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func TestMuxUnsubscribesWhenFollowEnds(t *testing.T) {
+	m := newModel(t)
+	api := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
+	mux := NewMux(api, nil)
+	units := &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}}
+	a, stopA := record(t, mux.follower(hclog.NewNullLogger()), units)
+	b, stopB := record(t, mux.follower(hclog.NewNullLogger()), units)
+	waitFor(t, "the listings", func() bool { return len(a.changes()) == 2 && len(b.changes()) == 2 })
+	stopA()
+	<-a.done
+	m.addUnits(1, "0")
+	waitFor(t, "the change", func() bool { return len(b.changes()) == 3 })
+	if got := a.changes(); len(got) != 2 {
+		t.Errorf("an ended Follow delivered %v, want only its listing", got)
+	}
+	stopB()
+	<-b.done
+	waitFor(t, "the stream closed", func() bool {
+		mux.mu.Lock()
+		defer mux.mu.Unlock()
+		return !mux.running
+	})
+	// A new Follow opens a new stream.
+	c, _ := record(t, mux.follower(hclog.NewNullLogger()), units)
+	waitFor(t, "the listing", func() bool { return len(c.changes()) == 3 })
+	if n := api.watchManys.Load(); n != 2 {
+		t.Errorf("the Mux opened %d WatchMany streams, want 2", n)
+	}
+}
+
+func TestMuxCarriesManySubscriptionsOnOneStream(t *testing.T) {
+	m := newModel(t)
+	api := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
+	mux := NewMux(api, nil)
+	const n = 200
+	var rs []*recorder
+	for i := range n {
+		s := machineSubjects()[i%2]
+		r, _ := record(t, mux.follower(hclog.NewNullLogger()), s)
+		rs = append(rs, r)
+	}
+	waitFor(t, "every listing", func() bool {
+		for _, r := range rs {
+			if len(r.changes()) < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	m.addUnits(1, "0")
+	waitFor(t, "every change", func() bool {
+		for i := 1; i < n; i += 2 {
+			if len(rs[i].changes()) < 3 {
+				return false
+			}
+		}
+		return true
+	})
+	if n := api.watchManys.Load(); n != 1 {
+		t.Errorf("the Mux opened %d WatchMany streams, want 1", n)
+	}
+	if n := api.watches.Load(); n != 0 {
+		t.Errorf("the Mux opened %d Watch streams, want 0", n)
+	}
+}
+
+func TestMuxFollowsAControllerWithoutWatchManyAStreamASubject(t *testing.T) {
+	m := newModel(t)
+	api := &countingAPI{AgentServiceClient: m.Agent("machine-0"), old: true}
+	mux := NewMux(api, nil)
+	units, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
+	config, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
+	waitFor(t, "the listings", func() bool { return len(units.changes()) == 2 && len(config.changes()) == 2 })
+	m.addUnits(1, "0")
+	m.setConfig("kv2")
+	waitFor(t, "the changes", func() bool { return len(units.changes()) == 3 && len(config.changes()) == 3 })
+	if n := api.watches.Load(); n != 2 {
+		t.Errorf("the Mux opened %d Watch streams, want 2", n)
+	}
+}
