@@ -130,7 +130,7 @@ func (f *controllerFlags) validate() error {
 // (GOGC) unless the environment sets one: the heap may grow to 1.5 times
 // the live data between collections, not twice. At 10,000 units the
 // controller peaked at 120 KiB a unit of resident memory with Go's
-// default, nearly all of it garbage from the deploy, and at 71 KiB with
+// default, nearly all of it garbage from the deploy, and at 78 KiB with
 // this, for about a quarter more CPU (docs/PERFORMANCE.md).
 const controllerGCPercent = 50
 
