@@ -15,22 +15,8 @@ import (
 // statusLinger is how long the reporter lets statuses settle before it
 // sends one: an agent going through several quick steps (hooks that run in
 // milliseconds, or none) reports where it ends up, not each step, and each
-// report spared is a transaction and a history entry spared. When the
-// controller is slow to answer, statuses settle longer: lingerPerRTT times
-// the last report's round trip, up to maxLinger. A busy controller then
-// gets fewer reports (at 10,000 units, hooks under load outlasted 200 ms
-// and each brought an `executing` and an `idle`), and an idle one the
-// same as ever.
-const (
-	statusLinger = 200 * time.Millisecond
-	lingerPerRTT = 4
-	maxLinger    = 2 * time.Second
-)
-
-// linger is how long statuses settle when the last report took rtt.
-func linger(rtt time.Duration) time.Duration {
-	return min(max(statusLinger, lingerPerRTT*rtt), maxLinger)
-}
+// report spared is a transaction and a history entry spared.
+const statusLinger = 200 * time.Millisecond
 
 // reporter tells the controller the agent's status: the latest one wins,
 // and while the controller cannot be reached the latest waits and is sent
@@ -47,9 +33,8 @@ type reporter struct {
 	want *pb.Status // latest status to report
 	// keep are statuses set before want that must still be sent, in order.
 	keep    []*pb.Status
-	sent    *pb.Status    // last status the controller acknowledged
-	lastSeq int64         // the seq of the last status set
-	rtt     time.Duration // how long the last report took
+	sent    *pb.Status // last status the controller acknowledged
+	lastSeq int64      // the seq of the last status set
 	pending chan struct{}
 	done    chan struct{}
 }
@@ -138,10 +123,7 @@ func (r *reporter) run(ctx context.Context) {
 		r.mu.Lock()
 		urgent := len(r.keep) > 0 || worthKeeping(r.want)
 		r.mu.Unlock()
-		r.mu.Lock()
-		wait := linger(r.rtt)
-		r.mu.Unlock()
-		if !urgent && !sleep(ctx, wait) {
+		if !urgent && !sleep(ctx, statusLinger) {
 			return
 		}
 		for {
@@ -156,13 +138,11 @@ func (r *reporter) run(ctx context.Context) {
 				break
 			}
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			began := time.Now()
 			_, err := r.api.SetUnitStatus(cctx, &pb.SetUnitStatusRequest{Unit: r.unit, Kind: pb.UnitStatusKind_UNIT_STATUS_KIND_AGENT, Status: st})
 			cancel()
 			if err == nil {
 				bo.Reset()
 				r.mu.Lock()
-				r.rtt = time.Since(began)
 				r.sent = st
 				if kept || len(r.keep) > 0 && r.keep[0] == st {
 					// Sent from the queue, or queued by set while it was

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
@@ -123,20 +122,5 @@ func TestReporterSendsAKeptStatusOnce(t *testing.T) {
 	r.flush(ctx)
 	if got, want := api.got(), []string{"error:hook failed", "idle:"}; !slices.Equal(got, want) {
 		t.Fatalf("sent %q, want %q", got, want)
-	}
-}
-
-// Statuses settle longer when the controller is slow to answer, within
-// bounds.
-func TestReporterLingerFollowsTheController(t *testing.T) {
-	for _, tt := range []struct{ rtt, want time.Duration }{
-		{0, statusLinger},
-		{10 * time.Millisecond, statusLinger},
-		{100 * time.Millisecond, 400 * time.Millisecond},
-		{time.Second, maxLinger},
-	} {
-		if got := linger(tt.rtt); got != tt.want {
-			t.Errorf("linger(%v) = %v, want %v", tt.rtt, got, tt.want)
-		}
 	}
 }
