@@ -25,6 +25,9 @@ import (
 // stores it.
 func (s *Server) UploadCharm(stream pb.OperatorService_UploadCharmServer) error {
 	first, err := stream.Recv()
+	if errors.Is(err, io.EOF) {
+		return invalid("charm upload must start with its header: the upload sent nothing")
+	}
 	if err != nil {
 		return err
 	}

@@ -203,3 +203,13 @@ func TestGetAgentSettings(t *testing.T) {
 	_, err = pb.NewAgentServiceClient(e.conn("admin")).GetAgentSettings(e.ctx, &pb.GetAgentSettingsRequest{})
 	wantCode(t, "GetAgentSettings as the operator", err, codes.PermissionDenied, "")
 }
+
+// An upload that sends nothing at all, not even its header, is invalid
+// input, not an internal error (found by the fault suite's fuzzer).
+func TestUploadOfNothing(t *testing.T) {
+	e := newEnv(t)
+	stream, err := e.admin().UploadCharm(e.ctx)
+	must(t, "UploadCharm", err)
+	_, err = stream.CloseAndRecv()
+	wantCode(t, "UploadCharm of nothing", err, codes.InvalidArgument, "must start with its header")
+}
