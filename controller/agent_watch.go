@@ -23,6 +23,22 @@ import (
 // the client need not hear of each.
 const progressEvery = time.Second
 
+// progressThrottle holds back a watch's responses that carry no change,
+// but for one every progressEvery.
+type progressThrottle struct{ last time.Time }
+
+// hold says whether resp is to be held back.
+func (p *progressThrottle) hold(resp *pb.WatchResponse) bool {
+	if resp.Relisted || len(resp.Changes) > 0 {
+		return false
+	}
+	if time.Since(p.last) < progressEvery {
+		return true
+	}
+	p.last = time.Now()
+	return false
+}
+
 // Watch streams one subject's changes from the controller's watch hub
 // (package watchhub, which keeps state.Watch's contract), authorized once,
 // when the stream starts. Each batch becomes one response, with the
@@ -42,7 +58,7 @@ func (a *agentServer) Watch(req *pb.WatchRequest, stream pb.AgentService_WatchSe
 	}
 	a.s.metrics.watchRPCs.Add(1)
 	defer a.s.metrics.watchRPCs.Add(-1)
-	var lastProgress time.Time
+	var progress progressThrottle
 	var sub *watchhub.Stream
 	if w.key != "" {
 		sub, err = a.s.cfg.Watches.WatchKey(ctx, w.key, req.GetAfterRevision())
@@ -62,11 +78,8 @@ func (a *agentServer) Watch(req *pb.WatchRequest, stream pb.AgentService_WatchSe
 		if err != nil {
 			return err
 		}
-		if !resp.Relisted && len(resp.Changes) == 0 {
-			if time.Since(lastProgress) < progressEvery {
-				continue
-			}
-			lastProgress = time.Now()
+		if progress.hold(resp) {
+			continue
 		}
 		if err := stream.Send(resp); err != nil {
 			return err

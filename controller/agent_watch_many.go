@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"sync"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -120,10 +119,10 @@ type watchMany struct {
 // subscription is one subject of a WatchMany stream. Its hub stream is
 // the sender's alone once the subscription is live.
 type subscription struct {
-	id           int64
-	w            *watch
-	hs           *watchhub.Stream
-	lastProgress time.Time
+	id       int64
+	w        *watch
+	hs       *watchhub.Stream
+	progress progressThrottle
 	// live says the subscription is in subs (it is served); ended that it
 	// ended (unsubscribed, refused, failed); readied that it is in ready.
 	// Guarded by the stream's lock.
@@ -300,11 +299,8 @@ func (m *watchMany) poll(ctx context.Context, stream pb.AgentService_WatchManySe
 		if err != nil {
 			return m.fail(stream, s, err)
 		}
-		if !resp.Relisted && len(resp.Changes) == 0 {
-			if time.Since(s.lastProgress) < progressEvery {
-				continue
-			}
-			s.lastProgress = time.Now()
+		if s.progress.hold(resp) {
+			continue
 		}
 		if err := stream.Send(&pb.WatchManyResponse{Id: s.id, Response: &pb.WatchManyResponse_Watch{Watch: resp}}); err != nil {
 			return err

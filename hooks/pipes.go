@@ -61,7 +61,6 @@ func (p *outputPipes) started() {
 // process it left behind may still write. It reports false when such a
 // process still held the output when reading stopped.
 func (p *outputPipes) drain(pgid int) bool {
-	p.started()
 	wait := drainWait
 	if syscall.Kill(-pgid, 0) != syscall.ESRCH {
 		wait = outputWait

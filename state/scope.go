@@ -4,11 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"strconv"
 
-	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -84,15 +81,8 @@ func (s *State) LeaveScope(ctx context.Context, id int64, unit string) error {
 		// witnesses of units leaving at once; the first keys of the scope
 		// were every leaver's witnesses, and a range read costs as many
 		// keys as the scope holds, whatever its limit).
-		gets := []clientv3.Op{get(key), get(RelationKey(id))}
-		if n, err := strconv.ParseInt(lastSegment(unit), 10, 64); err == nil {
-			svc := names.UnitService(unit)
-			for _, d := range witnessProbes {
-				if n+d >= 0 {
-					gets = append(gets, clientv3.OpGet(ScopeKey(id, unitName(svc, n+d)), clientv3.WithKeysOnly()))
-				}
-			}
-		}
+		gets := append([]clientv3.Op{get(key), get(RelationKey(id))},
+			neighbourGets(unit, func(u string) string { return ScopeKey(id, u) })...)
 		r, err := s.read(ctx, gets...)
 		if err != nil {
 			return nil, err
@@ -114,12 +104,7 @@ func (s *State) LeaveScope(ctx context.Context, id int64, unit string) error {
 		if rel.v.Life == pb.Life_LIFE_ALIVE {
 			return c, nil
 		}
-		var probed []*mvccpb.KeyValue
-		for j := 2; j < len(r.ranges); j++ {
-			if kv := r.one(j); kv != nil {
-				probed = append(probed, kv)
-			}
-		}
+		probed := r.present(2)
 		if len(probed) == 0 {
 			// No neighbour: any member will do, at the cost of a range.
 			more, err := s.read(ctx, getKeys(ScopePrefix(id), 2))

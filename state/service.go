@@ -298,6 +298,24 @@ type serviceView struct {
 // limit.
 var witnessProbes = []int64{1, -1, 2, -2, 3, -3, 5, -5}
 
+// neighbourGets returns point reads, keys only, of key(u) for the units u
+// of unit's service whose numbers are unit's plus each of witnessProbes:
+// the candidate witnesses of a removal or a departure.
+func neighbourGets(unit string, key func(unit string) string) []clientv3.Op {
+	n, err := strconv.ParseInt(lastSegment(unit), 10, 64)
+	if err != nil {
+		return nil
+	}
+	svc := names.UnitService(unit)
+	var gets []clientv3.Op
+	for _, d := range witnessProbes {
+		if n+d >= 0 {
+			gets = append(gets, clientv3.OpGet(key(unitName(svc, n+d)), clientv3.WithKeysOnly()))
+		}
+	}
+	return gets
+}
+
 // readServiceView reads, in one round trip with the extra gets (whose
 // answers it returns), what S3 needs to decide on the named service when
 // unit (possibly "") is removed. Only when the service is dying and no
@@ -305,14 +323,8 @@ var witnessProbes = []int64{1, -1, 2, -2, 3, -3, 5, -5}
 // second round trip.
 func (s *State) readServiceView(ctx context.Context, name, unit string, extra ...clientv3.Op) (*serviceView, *reads, error) {
 	gets := append(extra, get(ServiceKey(name)), getKeys(serviceRelationsPrefix(name), 2))
-	n := int64(-1)
 	if unit != "" {
-		n, _ = strconv.ParseInt(lastSegment(unit), 10, 64)
-		for _, d := range witnessProbes {
-			if n+d >= 0 {
-				gets = append(gets, clientv3.OpGet(UnitKey(unitName(name, n+d)), clientv3.WithKeysOnly()))
-			}
-		}
+		gets = append(gets, neighbourGets(unit, UnitKey)...)
 	}
 	r, err := s.read(ctx, gets...)
 	if err != nil {
@@ -323,12 +335,7 @@ func (s *State) readServiceView(ctx context.Context, name, unit string, extra ..
 	if err != nil {
 		return nil, r, err
 	}
-	v := &serviceView{name: name, svc: svc, rels: r.all(i + 1)}
-	for j := i + 2; j < len(r.ranges); j++ {
-		if kv := r.one(j); kv != nil {
-			v.units = append(v.units, kv)
-		}
-	}
+	v := &serviceView{name: name, svc: svc, rels: r.all(i + 1), units: r.present(i + 2)}
 	if svc.v.Life != pb.Life_LIFE_ALIVE && len(v.units) == 0 {
 		more, err := s.read(ctx, getKeys(ServiceUnitsPrefix(name), 2))
 		if err != nil {

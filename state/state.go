@@ -287,6 +287,18 @@ func (r *reads) one(i int) *mvccpb.KeyValue {
 // all returns the keys of range i.
 func (r *reads) all(i int) []*mvccpb.KeyValue { return r.ranges[i].Kvs }
 
+// present returns the keys that exist among the answers of point reads
+// from i on.
+func (r *reads) present(i int) []*mvccpb.KeyValue {
+	var out []*mvccpb.KeyValue
+	for j := i; j < len(r.ranges); j++ {
+		if kv := r.one(j); kv != nil {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
 // more reports whether range i was cut short by its limit.
 func (r *reads) more(i int) bool { return r.ranges[i].More }
 
