@@ -122,7 +122,10 @@ func next(l *localState, r *remote, self string, now time.Time) action {
 	if a, ok := relationAction(l, r, self, dying); ok {
 		return a
 	}
-	if !r.relsKnown || !r.configSeen {
+	if !r.relsKnown || !r.configSeen || !relationsKnown(r) {
+		// relation-created of the relations the service is in runs
+		// before config-changed and start: each relation's watches must
+		// have answered before they run.
 		return action{kind: actWait, why: "the service's relations and configuration"}
 	}
 	if dying {
@@ -135,6 +138,17 @@ func next(l *localState, r *remote, self string, now time.Time) action {
 		return hook(&hookOp{Hook: "start"})
 	}
 	return action{kind: actWait, why: "changes"}
+}
+
+// relationsKnown says whether the watches of every relation the service
+// is in, and of its scope, have answered.
+func relationsKnown(r *remote) bool {
+	for id := range r.relationIDs {
+		if rr := r.relations[id]; rr == nil || !rr.known || !rr.scoped {
+			return false
+		}
+	}
+	return true
 }
 
 func hook(op *hookOp) action {

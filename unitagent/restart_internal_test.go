@@ -97,3 +97,32 @@ func TestDyingServiceLeftToTheCleaner(t *testing.T) {
 		t.Fatalf("next once the unit is dying = %v, want it on its way out", act)
 	}
 }
+
+// TestRelationCreatedBeforeConfigChanged: a relation the service is in,
+// whose watch or scope's watch has not answered yet, holds config-changed
+// back, so that its relation-created runs first (TestHookOrder failed once
+// in CI when config-changed slipped in).
+func TestRelationCreatedBeforeConfigChanged(t *testing.T) {
+	l := &localState{State: StateReady, Charm: "app/1", Relations: map[int64]*localRelation{}}
+	rel := &pb.Relation{Id: 4, Life: pb.Life_LIFE_ALIVE, Endpoints: []*pb.RelationEndpoint{
+		{Service: "app", Endpoint: &pb.Endpoint{Name: "db"}}, {Service: "kv", Endpoint: &pb.Endpoint{Name: "server"}},
+	}}
+	r := &remote{
+		unit: &pb.Unit{Name: "app/0", Service: "app", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
+		service: &pb.Service{Name: "app", Life: pb.Life_LIFE_ALIVE}, serviceSeen: true,
+		configSeen: true, configVer: 1,
+		relationIDs: map[int64]bool{4: true}, relsKnown: true,
+		relations: map[int64]*remoteRelation{4: {members: map[string]int64{}}},
+	}
+	if act := next(l, r, "app/0", time.Now()); act.kind != actWait {
+		t.Fatalf("next before the relation's watch answered = %v, want a wait", act)
+	}
+	r.relations[4].rel, r.relations[4].known = rel, true
+	if act := next(l, r, "app/0", time.Now()); act.kind != actWait {
+		t.Fatalf("next before the scope's watch answered = %v, want a wait", act)
+	}
+	r.relations[4].scoped = true
+	if act := next(l, r, "app/0", time.Now()); act.kind != actHook || act.op.Hook != "db-relation-created" {
+		t.Fatalf("next once the relation is known = %v, want db-relation-created", act)
+	}
+}
