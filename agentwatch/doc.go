@@ -2,7 +2,8 @@
 // reconnects after every interruption, resuming after the last revision
 // it delivered, so that the agent sees every change once and in order.
 // Follow watches one subject on a stream of its own (Watch); a Mux
-// carries all of an agent's subjects on one stream (WatchMany).
+// carries many on one stream (WatchMany): an agent's, and those of the
+// agents that follow as themselves on it (Mux.As).
 //
 // It owns only the stream's life; what a change means is its caller's.
 package agentwatch

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -23,10 +24,18 @@ type ManyWatcher interface {
 	WatchMany(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[pb.WatchManyRequest, pb.WatchManyResponse], error)
 }
 
-// Mux follows all of an agent's watch subjects on one WatchMany stream,
-// so that the controller holds one stream an agent rather than one a
-// subject. An agent makes one, from its own AgentService client, and
-// calls Follow for each subject.
+// Follower follows watch subjects, each with the contract of the
+// package's Follow: a Mux, or a Mux followed as another agent (As).
+type Follower interface {
+	Follow(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse), logger hclog.Logger)
+}
+
+// Mux follows watch subjects on one WatchMany stream, so that the
+// controller holds one stream rather than one a subject. An agent makes
+// one, from its own AgentService client, and calls Follow for each of
+// its subjects. Other agents can share the stream: a machine agent hands
+// each unit agent it runs As, which follows subjects as that unit, whose
+// credential each of its subscriptions carries.
 //
 // The stream is opened by the first Follow and closed when the last one
 // returns; when it breaks it is opened again, backing off to 5 s, and
@@ -63,6 +72,11 @@ func NewMux(api ManyWatcher, logger hclog.Logger) *Mux {
 // lock.
 type muxSub struct {
 	subject *pb.WatchSubject
+	// as is the credential of the agent the subscription is for, nil for
+	// the Mux's own; api watches for that agent on a stream a subject,
+	// should the controller lack WatchMany.
+	as  *pb.AgentCredential
+	api Watcher
 	// after is the revision of the last response received: what the
 	// subscription resumes after.
 	after int64
@@ -97,9 +111,32 @@ var errUnimplemented = errors.New("the controller does not serve WatchMany")
 // so in the log. When ctx ends the subscription ends; apply is not called
 // after Follow returns.
 func (m *Mux) Follow(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse), logger hclog.Logger) {
-	s := &muxSub{subject: subject, wake: make(chan struct{}, 1)}
+	m.follow(ctx, &muxSub{subject: subject, api: m.api, wake: make(chan struct{}, 1)}, apply, logger)
+}
+
+// As returns a Follower whose subjects are followed on the Mux's stream
+// as the agent whose credential is cred: the controller authorizes and
+// serves them for that agent. api is that agent's own client (calls made
+// with cred), used only should the controller lack WatchMany.
+func (m *Mux) As(cred pki.Credential, api Watcher) Follower {
+	return muxAs{m: m, as: &pb.AgentCredential{Tag: cred.Tag, Secret: cred.Secret}, api: api}
+}
+
+type muxAs struct {
+	m   *Mux
+	as  *pb.AgentCredential
+	api Watcher
+}
+
+func (f muxAs) Follow(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse), logger hclog.Logger) {
+	f.m.follow(ctx, &muxSub{subject: subject, as: f.as, api: f.api, wake: make(chan struct{}, 1)}, apply, logger)
+}
+
+// follow is Follow for the subscription s.
+func (m *Mux) follow(ctx context.Context, s *muxSub, apply func(*pb.WatchResponse), logger hclog.Logger) {
+	subject := s.subject
 	if !m.add(s) {
-		Follow(ctx, m.api, subject, apply, logger)
+		Follow(ctx, s.api, subject, apply, logger)
 		return
 	}
 	defer m.remove(s)
@@ -126,7 +163,7 @@ func (m *Mux) Follow(ctx context.Context, subject *pb.WatchSubject, apply func(*
 		}
 		if errors.Is(ended, errUnimplemented) {
 			m.remove(s)
-			follow(ctx, m.api, subject, after, apply, logger)
+			follow(ctx, s.api, subject, after, apply, logger)
 			return
 		}
 		switch status.Code(ended) {
@@ -180,7 +217,7 @@ func (m *Mux) subscribeLocked(s *muxSub) (*muxStream, *pb.WatchManyRequest) {
 	s.id = m.nextID
 	m.byID[s.id] = s
 	return m.stream, &pb.WatchManyRequest{Request: &pb.WatchManyRequest_Subscribe{Subscribe: &pb.WatchSubscribe{
-		Id: s.id, Subject: s.subject, AfterRevision: s.after,
+		Id: s.id, Subject: s.subject, AfterRevision: s.after, As: s.as,
 	}}}
 }
 

@@ -477,3 +477,38 @@ func TestMuxFollowsAControllerWithoutWatchManyAStreamASubject(t *testing.T) {
 		t.Errorf("the Mux opened %d Watch streams, want 2", n)
 	}
 }
+
+// TestMuxFollowsAsAnotherAgentOnItsStream follows a unit's subject on a
+// machine agent's stream, as the unit: the subject is one the machine may
+// not watch (a unit on another machine), and it comes on the one stream.
+// Against a controller without WatchMany it is watched with the unit's
+// own client.
+func TestMuxFollowsAsAnotherAgentOnItsStream(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		t.Run(fmt.Sprintf("old=%v", old), func(t *testing.T) {
+			m := newModel(t)
+			m.addUnits(1, "1") // kv/1
+			machine := &countingAPI{AgentServiceClient: m.Agent("machine-0"), old: old}
+			cred := m.Credential("unit-kv/1")
+			unit := &countingAPI{AgentServiceClient: pb.NewAgentServiceClient(m.Dial(cred))}
+			mux := NewMux(machine, nil)
+			subject := &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/1"}}
+			as := mux.As(cred, unit)
+			r, _ := record(t, func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
+				as.Follow(ctx, subject, apply, hclog.NewNullLogger())
+			}, subject)
+			waitFor(t, "the listing", func() bool { return len(r.changes()) == 2 })
+			m.destroyUnit("kv/1")
+			waitFor(t, "the change", func() bool { return len(r.changes()) == 3 })
+			if old {
+				if n := unit.watches.Load(); n != 1 {
+					t.Errorf("the unit's client opened %d Watch streams, want 1", n)
+				}
+				return
+			}
+			if n, u := machine.watchManys.Load(), unit.watchManys.Load()+unit.watches.Load(); n != 1 || u != 0 {
+				t.Errorf("the machine's client opened %d WatchMany streams and the unit's %d streams, want 1 and 0", n, u)
+			}
+		})
+	}
+}

@@ -9,14 +9,19 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/watchhub"
 )
 
 const (
-	// maxSubscriptions bounds the live subscriptions of one WatchMany
-	// stream. A unit agent has about eight, and two more per relation.
+	// maxSubscriptions bounds one agent's live subscriptions on a
+	// WatchMany stream. A unit agent has about eight, and two more per
+	// relation.
 	maxSubscriptions = 1000
+	// maxStreamSubscriptions bounds all the live subscriptions of one
+	// stream, which a machine agent shares with the unit agents it runs.
+	maxStreamSubscriptions = 50000
 	// maxRefusals bounds the refusals waiting to be sent on one stream: a
 	// client that sends bad requests without reading is cut off.
 	maxRefusals = 1000
@@ -25,11 +30,13 @@ const (
 	pollBatches = 16
 )
 
-// WatchMany serves all of an agent's watch subjects on one stream. The
-// caller is the one the stream was authenticated as; each subscription's
-// subject is authorized as Watch authorizes it, when subscribed, and is
-// then served as Watch serves it (the same translation and progress
-// rule), each response tagged with the subscription's id. A subscription
+// WatchMany serves all of an agent's watch subjects on one stream. Each
+// subscription is the stream's caller's, or the agent's whose credential
+// it carries (WatchSubscribe.as: a machine agent carries its unit
+// agents' subscriptions); its subject is authorized for that agent as
+// Watch authorizes it, when subscribed, and is then served as Watch
+// serves it (the same translation and progress rule), each response
+// tagged with the subscription's id. A subscription
 // refused or failing ends on its own, with a WatchEnd; bad requests (a
 // negative revision, an id in use, an unknown id to unsubscribe) end the
 // id they name with InvalidArgument. The stream ends when the client goes
@@ -46,7 +53,7 @@ func (a *agentServer) WatchMany(stream pb.AgentService_WatchManyServer) error {
 	m := &watchMany{
 		a: a, c: callerFrom(ctx), hub: a.s.cfg.Watches,
 		wake: make(chan struct{}, 1),
-		subs: map[int64]*subscription{},
+		subs: map[int64]*subscription{}, held: map[caller]int{},
 	}
 	a.s.metrics.watchRPCs.Add(1)
 	defer a.s.metrics.watchRPCs.Add(-1)
@@ -105,6 +112,8 @@ type watchMany struct {
 
 	mu   sync.Mutex
 	subs map[int64]*subscription
+	// held counts the live subscriptions of each agent.
+	held map[caller]int
 	// ready are the live subscriptions to poll; ends the refusals to send;
 	// closing the subscriptions ended by the receiver, whose hub streams
 	// the sender closes.
@@ -120,6 +129,7 @@ type watchMany struct {
 // the sender's alone once the subscription is live.
 type subscription struct {
 	id       int64
+	c        caller
 	w        *watch
 	hs       *watchhub.Stream
 	progress progressThrottle
@@ -192,18 +202,29 @@ func (m *watchMany) subscribe(ctx context.Context, req *pb.WatchSubscribe) {
 		m.refuse(id, invalid("subscription %d is in use: subscribe under an id not used before", id))
 		return
 	}
-	full := len(m.subs) >= maxSubscriptions
 	m.mu.Unlock()
-	if full {
-		m.refuse(id, status.Errorf(codes.ResourceExhausted, "%s has %d watch subscriptions on this stream, the most allowed", m.c, maxSubscriptions))
-		return
-	}
-	w, err := m.a.watchOf(ctx, m.c, req.GetSubject())
+	c, err := m.callerOf(ctx, req)
 	if err != nil {
 		m.refuse(id, err)
 		return
 	}
-	s := &subscription{id: id, w: w}
+	m.mu.Lock()
+	held, total := m.held[c], len(m.subs)
+	m.mu.Unlock()
+	switch {
+	case held >= maxSubscriptions:
+		m.refuse(id, status.Errorf(codes.ResourceExhausted, "%s has %d watch subscriptions on this stream, the most allowed", c, maxSubscriptions))
+		return
+	case total >= maxStreamSubscriptions:
+		m.refuse(id, status.Errorf(codes.ResourceExhausted, "this watch stream carries %d subscriptions, the most allowed", maxStreamSubscriptions))
+		return
+	}
+	w, err := m.a.watchOf(ctx, c, req.GetSubject())
+	if err != nil {
+		m.refuse(id, err)
+		return
+	}
+	s := &subscription{id: id, c: c, w: w}
 	wake := func() {
 		m.mu.Lock()
 		m.readyLocked(s)
@@ -226,10 +247,28 @@ func (m *watchMany) subscribe(ctx context.Context, req *pb.WatchSubscribe) {
 		return
 	}
 	m.subs[id] = s
+	m.held[c]++
 	s.live = true
 	m.readyLocked(s) // to list, or to resume
 	m.mu.Unlock()
 	m.signal()
+}
+
+// callerOf says whose subscription req is: the stream's caller's, or
+// that of the agent whose credential it carries.
+func (m *watchMany) callerOf(ctx context.Context, req *pb.WatchSubscribe) (caller, error) {
+	as := req.GetAs()
+	if as == nil {
+		return m.c, nil
+	}
+	c, err := m.a.s.verify(ctx, pki.Credential{Tag: as.GetTag(), Secret: as.GetSecret()})
+	if err != nil {
+		return caller{}, err
+	}
+	if !admits(c.kind, pb.AgentService_WatchMany_FullMethodName) {
+		return caller{}, denied("%s may not watch as an agent", c)
+	}
+	return c, nil
 }
 
 func (m *watchMany) unsubscribe(id int64) {
@@ -250,6 +289,9 @@ func (m *watchMany) unsubscribe(id int64) {
 func (m *watchMany) endLocked(s *subscription) {
 	s.ended = true
 	delete(m.subs, s.id)
+	if m.held[s.c]--; m.held[s.c] <= 0 {
+		delete(m.held, s.c)
+	}
 	m.closing = append(m.closing, s)
 }
 

@@ -209,6 +209,53 @@ func TestAgentWatchManyEndsOnlyTheRefusedSubscription(t *testing.T) {
 	}
 }
 
+// TestAgentWatchManySubscribesAsAnotherAgent has a machine agent's stream
+// carry a unit agent's subscription with the unit's credential: it is
+// served as the unit, as it would be on the unit's own stream; a
+// credential that does not verify, or is not an agent's, ends its
+// subscription alone.
+func TestAgentWatchManySubscribesAsAnotherAgent(t *testing.T) {
+	m := newAgentModel(t)
+	s := m.watchMany("machine-0")
+	scope := &pb.WatchSubject{Subject: &pb.WatchSubject_RelationScope{RelationScope: m.global}}
+	send := func(id int64, as *pb.AgentCredential) {
+		t.Helper()
+		if err := s.stream.Send(&pb.WatchManyRequest{Request: &pb.WatchManyRequest_Subscribe{Subscribe: &pb.WatchSubscribe{Id: id, Subject: scope, As: as}}}); err != nil {
+			t.Fatalf("subscribe %d: %v", id, err)
+		}
+	}
+	unit := m.Credential("unit-kv/0")
+	admin := m.Credential("admin")
+	send(1, &pb.AgentCredential{Tag: unit.Tag, Secret: unit.Secret})
+	send(2, nil)
+	send(3, &pb.AgentCredential{Tag: unit.Tag, Secret: admin.Secret})
+	send(4, &pb.AgentCredential{Tag: admin.Tag, Secret: admin.Secret})
+	send(5, &pb.AgentCredential{Tag: "unit-kv/0"})
+	if got := changeList(s.nextWatch(1), false); !slices.Equal(got, []string{"app/0"}) {
+		t.Fatalf("kv/0's scope listing on machine 0's stream = %v, want [app/0]", got)
+	}
+	for _, c := range []struct {
+		id   int64
+		code codes.Code
+		msg  string
+	}{
+		{2, codes.PermissionDenied, "machine 0's agent may not"},
+		{3, codes.Unauthenticated, "credential of unit-kv/0 is not valid"},
+		{4, codes.PermissionDenied, "the operator may not watch as an agent"},
+		{5, codes.Unauthenticated, "credential of unit-kv/0 is not valid"},
+	} {
+		end := s.next(c.id).GetEnd()
+		if end == nil || codes.Code(end.Code) != c.code || !strings.Contains(end.Message, c.msg) {
+			t.Errorf("subscription %d: end %v, want %v %q", c.id, end, c.code, c.msg)
+		}
+	}
+	m.addUnits("app", 1, state.Placement{Machine: "3"}) // app/2
+	m.enter(m.global, "app/2", nil)
+	if got := changeList(s.nextWatch(1), false); !slices.Equal(got, []string{"app/2"}) {
+		t.Errorf("kv/0's scope change = %v, want [app/2]", got)
+	}
+}
+
 // TestAgentWatchManyUnsubscribeStopsDelivery unsubscribes and subscribes
 // the same subject again: the old id hears nothing once the new one has
 // started.

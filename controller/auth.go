@@ -50,6 +50,11 @@ func (s *Server) authenticate(ctx context.Context) (caller, error) {
 	if err != nil {
 		return caller{}, status.Error(codes.Unauthenticated, "no valid credential: "+err.Error())
 	}
+	return s.verify(ctx, cred)
+}
+
+// verify proves cred against the stored hash, and says whose it is.
+func (s *Server) verify(ctx context.Context, cred pki.Credential) (caller, error) {
 	kind, id, err := names.ParseTag(cred.Tag)
 	if err != nil {
 		return caller{}, status.Error(codes.Unauthenticated, err.Error())

@@ -78,6 +78,9 @@ type Agent struct {
 	logger   hclog.Logger
 	toolsDir string
 	hookLock chan struct{}
+	// mux is the agent's one watch stream, which its unit agents share:
+	// each follows its subjects on it as itself.
+	mux *agentwatch.Mux
 
 	mu      sync.Mutex
 	workers map[string]*worker
@@ -114,6 +117,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg: cfg, logger: cfg.Logger.With("machine", cfg.MachineID),
 		toolsDir: filepath.Join(dir, "tools"), hookLock: make(chan struct{}, 1),
 		workers: map[string]*worker{}, exited: make(chan exit, 16),
+		mux: agentwatch.NewMux(cfg.API, cfg.Logger.With("machine", cfg.MachineID)),
 	}, nil
 }
 
@@ -153,8 +157,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		default:
 		}
 	}
-	// Both watches share one stream.
-	mux := agentwatch.NewMux(a.cfg.API, a.logger)
+	// Both watches share one stream, with the unit agents'.
+	mux := a.mux
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -296,13 +300,14 @@ func (a *Agent) startWorker(ctx context.Context, unit string, principal bool) er
 	if err != nil {
 		return fmt.Errorf("credential for %s: %w", unit, err)
 	}
-	api, closer, err := a.cfg.DialUnit(pki.Credential{Tag: resp.Tag, Secret: resp.Secret})
+	cred := pki.Credential{Tag: resp.Tag, Secret: resp.Secret}
+	api, closer, err := a.cfg.DialUnit(cred)
 	if err != nil {
 		return err
 	}
 	ua, err := unitagent.New(unitagent.Config{
 		Unit: unit, MachineID: a.cfg.MachineID, Address: a.cfg.Address, DataDir: a.unitDir(unit),
-		ToolsDir: a.toolsDir, API: api, Logger: a.cfg.Logger, HookLock: a.hookLock,
+		ToolsDir: a.toolsDir, API: api, Watches: a.mux.As(cred, api), Logger: a.cfg.Logger, HookLock: a.hookLock,
 		HookTimeout: a.cfg.HookTimeout, Retry: a.cfg.UnitRetry, Deployer: deployer{a},
 	})
 	if err != nil {

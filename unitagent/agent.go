@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 
+	"github.com/lifelinehq/lifeline/agentwatch"
 	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -72,7 +73,11 @@ type Config struct {
 	// hook's PATH.
 	ToolsDir string
 	API      API
-	Logger   hclog.Logger
+	// Watches follows the unit's watch subjects; when nil, the agent
+	// opens a watch stream of its own through API. A machine agent gives
+	// its units its own stream, followed as each unit (agentwatch.Mux.As).
+	Watches agentwatch.Follower
+	Logger  hclog.Logger
 	// HookLock is shared by every unit agent of a machine: hooks run one
 	// at a time per machine. A channel with room for one.
 	HookLock chan struct{}
@@ -185,7 +190,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer tools.close()
 	a.rep = newReporter(a.cfg.API, a.cfg.Unit, a.logger)
 	go a.rep.run(ctx)
-	w := newWatcher(ctx, a.cfg.API, a.cfg.Unit, a.logger)
+	follow := a.cfg.Watches
+	if follow == nil {
+		follow = agentwatch.NewMux(a.cfg.API, a.logger)
+	}
+	w := newWatcher(ctx, follow, a.cfg.Unit, a.logger)
 	defer w.wait()
 	defer cancel()
 	ex := &executor{a: a, tools: tools, w: w}

@@ -119,9 +119,9 @@ func (w *watcher) snapshotLocked() *remote {
 
 // watcher keeps the remote picture current: a watch per subject, each
 // resuming from the last revision it saw after a lost connection, all on
-// the agent's one watch stream (its Mux).
+// the agent's one watch stream (its Mux, or its machine agent's).
 type watcher struct {
-	mux    *agentwatch.Mux
+	follow agentwatch.Follower
 	unit   string
 	logger hclog.Logger
 
@@ -134,9 +134,9 @@ type watcher struct {
 	wg      sync.WaitGroup
 }
 
-func newWatcher(ctx context.Context, api API, unit string, logger hclog.Logger) *watcher {
+func newWatcher(ctx context.Context, follow agentwatch.Follower, unit string, logger hclog.Logger) *watcher {
 	w := &watcher{
-		mux: agentwatch.NewMux(api, logger), unit: unit, logger: logger, ctx: ctx,
+		follow: follow, unit: unit, logger: logger, ctx: ctx,
 		r:       &remote{relationIDs: map[int64]bool{}, relations: map[int64]*remoteRelation{}, subs: map[string]*pb.Unit{}},
 		changed: make(chan struct{}, 1), subject: map[string]context.CancelFunc{},
 		views: map[int64]*memberView{},
@@ -197,7 +197,7 @@ func (w *watcher) stop(key string) {
 }
 
 func (w *watcher) run(ctx context.Context, key string, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
-	w.mux.Follow(ctx, subject, func(resp *pb.WatchResponse) {
+	w.follow.Follow(ctx, subject, func(resp *pb.WatchResponse) {
 		w.mu.Lock()
 		apply(resp)
 		w.mu.Unlock()

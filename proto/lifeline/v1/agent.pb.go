@@ -513,6 +513,14 @@ type WatchSubscribe struct {
 	// stream or another, for the same subject); 0 starts with a full
 	// listing.
 	AfterRevision int64 `protobuf:"varint,3,opt,name=after_revision,json=afterRevision,proto3" json:"after_revision,omitempty"`
+	// as, when set, makes the subscription another agent's: its subject is
+	// authorized for, and served as to, the holder of this credential
+	// rather than the stream's caller. A machine agent carries the
+	// subscriptions of the unit agents it runs on its own stream this way,
+	// so that the controller holds one stream a machine, not one a unit. A
+	// credential that does not verify ends the subscription with
+	// Unauthenticated.
+	As            *AgentCredential `protobuf:"bytes,4,opt,name=as,proto3" json:"as,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -568,6 +576,67 @@ func (x *WatchSubscribe) GetAfterRevision() int64 {
 	return 0
 }
 
+func (x *WatchSubscribe) GetAs() *AgentCredential {
+	if x != nil {
+		return x.As
+	}
+	return nil
+}
+
+// AgentCredential is an agent's credential, as its calls carry it in
+// their metadata.
+type AgentCredential struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tag           string                 `protobuf:"bytes,1,opt,name=tag,proto3" json:"tag,omitempty"`
+	Secret        string                 `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentCredential) Reset() {
+	*x = AgentCredential{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentCredential) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentCredential) ProtoMessage() {}
+
+func (x *AgentCredential) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentCredential.ProtoReflect.Descriptor instead.
+func (*AgentCredential) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AgentCredential) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+func (x *AgentCredential) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
 // WatchUnsubscribe ends a subscription: nothing more is sent for it,
 // except responses already on their way, which the client ignores.
 type WatchUnsubscribe struct {
@@ -580,7 +649,7 @@ type WatchUnsubscribe struct {
 
 func (x *WatchUnsubscribe) Reset() {
 	*x = WatchUnsubscribe{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[5]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +661,7 @@ func (x *WatchUnsubscribe) String() string {
 func (*WatchUnsubscribe) ProtoMessage() {}
 
 func (x *WatchUnsubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[5]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +674,7 @@ func (x *WatchUnsubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchUnsubscribe.ProtoReflect.Descriptor instead.
 func (*WatchUnsubscribe) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WatchUnsubscribe) GetId() int64 {
@@ -632,7 +701,7 @@ type WatchManyResponse struct {
 
 func (x *WatchManyResponse) Reset() {
 	*x = WatchManyResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[6]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -644,7 +713,7 @@ func (x *WatchManyResponse) String() string {
 func (*WatchManyResponse) ProtoMessage() {}
 
 func (x *WatchManyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[6]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -657,7 +726,7 @@ func (x *WatchManyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchManyResponse.ProtoReflect.Descriptor instead.
 func (*WatchManyResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WatchManyResponse) GetId() int64 {
@@ -730,7 +799,7 @@ type WatchEnd struct {
 
 func (x *WatchEnd) Reset() {
 	*x = WatchEnd{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[7]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +811,7 @@ func (x *WatchEnd) String() string {
 func (*WatchEnd) ProtoMessage() {}
 
 func (x *WatchEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[7]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +824,7 @@ func (x *WatchEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEnd.ProtoReflect.Descriptor instead.
 func (*WatchEnd) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WatchEnd) GetCode() int32 {
@@ -795,7 +864,7 @@ type WatchChange struct {
 
 func (x *WatchChange) Reset() {
 	*x = WatchChange{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[8]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +876,7 @@ func (x *WatchChange) String() string {
 func (*WatchChange) ProtoMessage() {}
 
 func (x *WatchChange) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[8]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +889,7 @@ func (x *WatchChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchChange.ProtoReflect.Descriptor instead.
 func (*WatchChange) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WatchChange) GetId() string {
@@ -954,7 +1023,7 @@ type GetMachineRequest struct {
 
 func (x *GetMachineRequest) Reset() {
 	*x = GetMachineRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[9]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1035,7 @@ func (x *GetMachineRequest) String() string {
 func (*GetMachineRequest) ProtoMessage() {}
 
 func (x *GetMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[9]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1048,7 @@ func (x *GetMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMachineRequest.ProtoReflect.Descriptor instead.
 func (*GetMachineRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetMachineRequest) GetMachine() string {
@@ -998,7 +1067,7 @@ type GetMachineResponse struct {
 
 func (x *GetMachineResponse) Reset() {
 	*x = GetMachineResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[10]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1079,7 @@ func (x *GetMachineResponse) String() string {
 func (*GetMachineResponse) ProtoMessage() {}
 
 func (x *GetMachineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[10]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1092,7 @@ func (x *GetMachineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMachineResponse.ProtoReflect.Descriptor instead.
 func (*GetMachineResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetMachineResponse) GetMachine() *Machine {
@@ -1042,7 +1111,7 @@ type EnsureMachineDeadRequest struct {
 
 func (x *EnsureMachineDeadRequest) Reset() {
 	*x = EnsureMachineDeadRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[11]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1123,7 @@ func (x *EnsureMachineDeadRequest) String() string {
 func (*EnsureMachineDeadRequest) ProtoMessage() {}
 
 func (x *EnsureMachineDeadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[11]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1136,7 @@ func (x *EnsureMachineDeadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureMachineDeadRequest.ProtoReflect.Descriptor instead.
 func (*EnsureMachineDeadRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EnsureMachineDeadRequest) GetMachine() string {
@@ -1085,7 +1154,7 @@ type EnsureMachineDeadResponse struct {
 
 func (x *EnsureMachineDeadResponse) Reset() {
 	*x = EnsureMachineDeadResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[12]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1097,7 +1166,7 @@ func (x *EnsureMachineDeadResponse) String() string {
 func (*EnsureMachineDeadResponse) ProtoMessage() {}
 
 func (x *EnsureMachineDeadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[12]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1110,7 +1179,7 @@ func (x *EnsureMachineDeadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureMachineDeadResponse.ProtoReflect.Descriptor instead.
 func (*EnsureMachineDeadResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 type SetMachineStatusRequest struct {
@@ -1123,7 +1192,7 @@ type SetMachineStatusRequest struct {
 
 func (x *SetMachineStatusRequest) Reset() {
 	*x = SetMachineStatusRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[13]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1204,7 @@ func (x *SetMachineStatusRequest) String() string {
 func (*SetMachineStatusRequest) ProtoMessage() {}
 
 func (x *SetMachineStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[13]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1217,7 @@ func (x *SetMachineStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMachineStatusRequest.ProtoReflect.Descriptor instead.
 func (*SetMachineStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetMachineStatusRequest) GetMachine() string {
@@ -1173,7 +1242,7 @@ type SetMachineStatusResponse struct {
 
 func (x *SetMachineStatusResponse) Reset() {
 	*x = SetMachineStatusResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[14]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1254,7 @@ func (x *SetMachineStatusResponse) String() string {
 func (*SetMachineStatusResponse) ProtoMessage() {}
 
 func (x *SetMachineStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[14]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1267,7 @@ func (x *SetMachineStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMachineStatusResponse.ProtoReflect.Descriptor instead.
 func (*SetMachineStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 type IssueUnitCredentialRequest struct {
@@ -1210,7 +1279,7 @@ type IssueUnitCredentialRequest struct {
 
 func (x *IssueUnitCredentialRequest) Reset() {
 	*x = IssueUnitCredentialRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[15]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1291,7 @@ func (x *IssueUnitCredentialRequest) String() string {
 func (*IssueUnitCredentialRequest) ProtoMessage() {}
 
 func (x *IssueUnitCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[15]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1304,7 @@ func (x *IssueUnitCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueUnitCredentialRequest.ProtoReflect.Descriptor instead.
 func (*IssueUnitCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *IssueUnitCredentialRequest) GetUnit() string {
@@ -1255,7 +1324,7 @@ type IssueUnitCredentialResponse struct {
 
 func (x *IssueUnitCredentialResponse) Reset() {
 	*x = IssueUnitCredentialResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[16]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1336,7 @@ func (x *IssueUnitCredentialResponse) String() string {
 func (*IssueUnitCredentialResponse) ProtoMessage() {}
 
 func (x *IssueUnitCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[16]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1349,7 @@ func (x *IssueUnitCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueUnitCredentialResponse.ProtoReflect.Descriptor instead.
 func (*IssueUnitCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *IssueUnitCredentialResponse) GetTag() string {
@@ -1306,7 +1375,7 @@ type GetUnitRequest struct {
 
 func (x *GetUnitRequest) Reset() {
 	*x = GetUnitRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[17]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1387,7 @@ func (x *GetUnitRequest) String() string {
 func (*GetUnitRequest) ProtoMessage() {}
 
 func (x *GetUnitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[17]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1400,7 @@ func (x *GetUnitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUnitRequest.ProtoReflect.Descriptor instead.
 func (*GetUnitRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetUnitRequest) GetUnit() string {
@@ -1350,7 +1419,7 @@ type GetUnitResponse struct {
 
 func (x *GetUnitResponse) Reset() {
 	*x = GetUnitResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[18]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1431,7 @@ func (x *GetUnitResponse) String() string {
 func (*GetUnitResponse) ProtoMessage() {}
 
 func (x *GetUnitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[18]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1444,7 @@ func (x *GetUnitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUnitResponse.ProtoReflect.Descriptor instead.
 func (*GetUnitResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetUnitResponse) GetUnit() *Unit {
@@ -1394,7 +1463,7 @@ type RemoveUnitRequest struct {
 
 func (x *RemoveUnitRequest) Reset() {
 	*x = RemoveUnitRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[19]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1406,7 +1475,7 @@ func (x *RemoveUnitRequest) String() string {
 func (*RemoveUnitRequest) ProtoMessage() {}
 
 func (x *RemoveUnitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[19]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1419,7 +1488,7 @@ func (x *RemoveUnitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveUnitRequest.ProtoReflect.Descriptor instead.
 func (*RemoveUnitRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RemoveUnitRequest) GetUnit() string {
@@ -1437,7 +1506,7 @@ type RemoveUnitResponse struct {
 
 func (x *RemoveUnitResponse) Reset() {
 	*x = RemoveUnitResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[20]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +1518,7 @@ func (x *RemoveUnitResponse) String() string {
 func (*RemoveUnitResponse) ProtoMessage() {}
 
 func (x *RemoveUnitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[20]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +1531,7 @@ func (x *RemoveUnitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveUnitResponse.ProtoReflect.Descriptor instead.
 func (*RemoveUnitResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 type GetServiceRequest struct {
@@ -1474,7 +1543,7 @@ type GetServiceRequest struct {
 
 func (x *GetServiceRequest) Reset() {
 	*x = GetServiceRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[21]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1555,7 @@ func (x *GetServiceRequest) String() string {
 func (*GetServiceRequest) ProtoMessage() {}
 
 func (x *GetServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[21]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1568,7 @@ func (x *GetServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServiceRequest.ProtoReflect.Descriptor instead.
 func (*GetServiceRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetServiceRequest) GetService() string {
@@ -1520,7 +1589,7 @@ type GetServiceResponse struct {
 
 func (x *GetServiceResponse) Reset() {
 	*x = GetServiceResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[22]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1601,7 @@ func (x *GetServiceResponse) String() string {
 func (*GetServiceResponse) ProtoMessage() {}
 
 func (x *GetServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[22]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1614,7 @@ func (x *GetServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServiceResponse.ProtoReflect.Descriptor instead.
 func (*GetServiceResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetServiceResponse) GetService() *Service {
@@ -1579,7 +1648,7 @@ type DownloadCharmRequest struct {
 
 func (x *DownloadCharmRequest) Reset() {
 	*x = DownloadCharmRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[23]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +1660,7 @@ func (x *DownloadCharmRequest) String() string {
 func (*DownloadCharmRequest) ProtoMessage() {}
 
 func (x *DownloadCharmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[23]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +1673,7 @@ func (x *DownloadCharmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadCharmRequest.ProtoReflect.Descriptor instead.
 func (*DownloadCharmRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DownloadCharmRequest) GetName() string {
@@ -1630,7 +1699,7 @@ type DownloadCharmResponse struct {
 
 func (x *DownloadCharmResponse) Reset() {
 	*x = DownloadCharmResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[24]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1711,7 @@ func (x *DownloadCharmResponse) String() string {
 func (*DownloadCharmResponse) ProtoMessage() {}
 
 func (x *DownloadCharmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[24]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1724,7 @@ func (x *DownloadCharmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadCharmResponse.ProtoReflect.Descriptor instead.
 func (*DownloadCharmResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DownloadCharmResponse) GetChunk() []byte {
@@ -1674,7 +1743,7 @@ type SetUnitDyingRequest struct {
 
 func (x *SetUnitDyingRequest) Reset() {
 	*x = SetUnitDyingRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[25]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1686,7 +1755,7 @@ func (x *SetUnitDyingRequest) String() string {
 func (*SetUnitDyingRequest) ProtoMessage() {}
 
 func (x *SetUnitDyingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[25]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1699,7 +1768,7 @@ func (x *SetUnitDyingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitDyingRequest.ProtoReflect.Descriptor instead.
 func (*SetUnitDyingRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SetUnitDyingRequest) GetUnit() string {
@@ -1717,7 +1786,7 @@ type SetUnitDyingResponse struct {
 
 func (x *SetUnitDyingResponse) Reset() {
 	*x = SetUnitDyingResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[26]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +1798,7 @@ func (x *SetUnitDyingResponse) String() string {
 func (*SetUnitDyingResponse) ProtoMessage() {}
 
 func (x *SetUnitDyingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[26]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +1811,7 @@ func (x *SetUnitDyingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitDyingResponse.ProtoReflect.Descriptor instead.
 func (*SetUnitDyingResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 type EnsureUnitDeadRequest struct {
@@ -1754,7 +1823,7 @@ type EnsureUnitDeadRequest struct {
 
 func (x *EnsureUnitDeadRequest) Reset() {
 	*x = EnsureUnitDeadRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[27]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1766,7 +1835,7 @@ func (x *EnsureUnitDeadRequest) String() string {
 func (*EnsureUnitDeadRequest) ProtoMessage() {}
 
 func (x *EnsureUnitDeadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[27]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1779,7 +1848,7 @@ func (x *EnsureUnitDeadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureUnitDeadRequest.ProtoReflect.Descriptor instead.
 func (*EnsureUnitDeadRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *EnsureUnitDeadRequest) GetUnit() string {
@@ -1797,7 +1866,7 @@ type EnsureUnitDeadResponse struct {
 
 func (x *EnsureUnitDeadResponse) Reset() {
 	*x = EnsureUnitDeadResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[28]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +1878,7 @@ func (x *EnsureUnitDeadResponse) String() string {
 func (*EnsureUnitDeadResponse) ProtoMessage() {}
 
 func (x *EnsureUnitDeadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[28]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +1891,7 @@ func (x *EnsureUnitDeadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureUnitDeadResponse.ProtoReflect.Descriptor instead.
 func (*EnsureUnitDeadResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 type AddSubordinateRequest struct {
@@ -1835,7 +1904,7 @@ type AddSubordinateRequest struct {
 
 func (x *AddSubordinateRequest) Reset() {
 	*x = AddSubordinateRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[29]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1847,7 +1916,7 @@ func (x *AddSubordinateRequest) String() string {
 func (*AddSubordinateRequest) ProtoMessage() {}
 
 func (x *AddSubordinateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[29]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1860,7 +1929,7 @@ func (x *AddSubordinateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSubordinateRequest.ProtoReflect.Descriptor instead.
 func (*AddSubordinateRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AddSubordinateRequest) GetPrincipal() string {
@@ -1886,7 +1955,7 @@ type AddSubordinateResponse struct {
 
 func (x *AddSubordinateResponse) Reset() {
 	*x = AddSubordinateResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[30]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1898,7 +1967,7 @@ func (x *AddSubordinateResponse) String() string {
 func (*AddSubordinateResponse) ProtoMessage() {}
 
 func (x *AddSubordinateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[30]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1911,7 +1980,7 @@ func (x *AddSubordinateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSubordinateResponse.ProtoReflect.Descriptor instead.
 func (*AddSubordinateResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AddSubordinateResponse) GetUnit() *Unit {
@@ -1932,7 +2001,7 @@ type EnterScopeRequest struct {
 
 func (x *EnterScopeRequest) Reset() {
 	*x = EnterScopeRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[31]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1944,7 +2013,7 @@ func (x *EnterScopeRequest) String() string {
 func (*EnterScopeRequest) ProtoMessage() {}
 
 func (x *EnterScopeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[31]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1957,7 +2026,7 @@ func (x *EnterScopeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnterScopeRequest.ProtoReflect.Descriptor instead.
 func (*EnterScopeRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *EnterScopeRequest) GetRelation() int64 {
@@ -1989,7 +2058,7 @@ type EnterScopeResponse struct {
 
 func (x *EnterScopeResponse) Reset() {
 	*x = EnterScopeResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[32]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2001,7 +2070,7 @@ func (x *EnterScopeResponse) String() string {
 func (*EnterScopeResponse) ProtoMessage() {}
 
 func (x *EnterScopeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[32]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2014,7 +2083,7 @@ func (x *EnterScopeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnterScopeResponse.ProtoReflect.Descriptor instead.
 func (*EnterScopeResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 type LeaveScopeRequest struct {
@@ -2027,7 +2096,7 @@ type LeaveScopeRequest struct {
 
 func (x *LeaveScopeRequest) Reset() {
 	*x = LeaveScopeRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[33]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2108,7 @@ func (x *LeaveScopeRequest) String() string {
 func (*LeaveScopeRequest) ProtoMessage() {}
 
 func (x *LeaveScopeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[33]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2121,7 @@ func (x *LeaveScopeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveScopeRequest.ProtoReflect.Descriptor instead.
 func (*LeaveScopeRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LeaveScopeRequest) GetRelation() int64 {
@@ -2077,7 +2146,7 @@ type LeaveScopeResponse struct {
 
 func (x *LeaveScopeResponse) Reset() {
 	*x = LeaveScopeResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[34]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2089,7 +2158,7 @@ func (x *LeaveScopeResponse) String() string {
 func (*LeaveScopeResponse) ProtoMessage() {}
 
 func (x *LeaveScopeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[34]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2102,7 +2171,7 @@ func (x *LeaveScopeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveScopeResponse.ProtoReflect.Descriptor instead.
 func (*LeaveScopeResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 type ReadSettingsRequest struct {
@@ -2115,7 +2184,7 @@ type ReadSettingsRequest struct {
 
 func (x *ReadSettingsRequest) Reset() {
 	*x = ReadSettingsRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[35]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2196,7 @@ func (x *ReadSettingsRequest) String() string {
 func (*ReadSettingsRequest) ProtoMessage() {}
 
 func (x *ReadSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[35]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2209,7 @@ func (x *ReadSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSettingsRequest.ProtoReflect.Descriptor instead.
 func (*ReadSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReadSettingsRequest) GetRelation() int64 {
@@ -2167,7 +2236,7 @@ type ReadSettingsResponse struct {
 
 func (x *ReadSettingsResponse) Reset() {
 	*x = ReadSettingsResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[36]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2179,7 +2248,7 @@ func (x *ReadSettingsResponse) String() string {
 func (*ReadSettingsResponse) ProtoMessage() {}
 
 func (x *ReadSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[36]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2192,7 +2261,7 @@ func (x *ReadSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSettingsResponse.ProtoReflect.Descriptor instead.
 func (*ReadSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReadSettingsResponse) GetSettings() map[string]string {
@@ -2220,7 +2289,7 @@ type SettingsUpdate struct {
 
 func (x *SettingsUpdate) Reset() {
 	*x = SettingsUpdate{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[37]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2232,7 +2301,7 @@ func (x *SettingsUpdate) String() string {
 func (*SettingsUpdate) ProtoMessage() {}
 
 func (x *SettingsUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[37]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2245,7 +2314,7 @@ func (x *SettingsUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettingsUpdate.ProtoReflect.Descriptor instead.
 func (*SettingsUpdate) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SettingsUpdate) GetRelation() int64 {
@@ -2279,7 +2348,7 @@ type UpdateSettingsRequest struct {
 
 func (x *UpdateSettingsRequest) Reset() {
 	*x = UpdateSettingsRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[38]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2291,7 +2360,7 @@ func (x *UpdateSettingsRequest) String() string {
 func (*UpdateSettingsRequest) ProtoMessage() {}
 
 func (x *UpdateSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[38]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2304,7 +2373,7 @@ func (x *UpdateSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSettingsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *UpdateSettingsRequest) GetUnit() string {
@@ -2329,7 +2398,7 @@ type UpdateSettingsResponse struct {
 
 func (x *UpdateSettingsResponse) Reset() {
 	*x = UpdateSettingsResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[39]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2341,7 +2410,7 @@ func (x *UpdateSettingsResponse) String() string {
 func (*UpdateSettingsResponse) ProtoMessage() {}
 
 func (x *UpdateSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[39]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2354,7 +2423,7 @@ func (x *UpdateSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSettingsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 type SetUnitStatusRequest struct {
@@ -2368,7 +2437,7 @@ type SetUnitStatusRequest struct {
 
 func (x *SetUnitStatusRequest) Reset() {
 	*x = SetUnitStatusRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[40]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2380,7 +2449,7 @@ func (x *SetUnitStatusRequest) String() string {
 func (*SetUnitStatusRequest) ProtoMessage() {}
 
 func (x *SetUnitStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[40]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2393,7 +2462,7 @@ func (x *SetUnitStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitStatusRequest.ProtoReflect.Descriptor instead.
 func (*SetUnitStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetUnitStatusRequest) GetUnit() string {
@@ -2425,7 +2494,7 @@ type SetUnitStatusResponse struct {
 
 func (x *SetUnitStatusResponse) Reset() {
 	*x = SetUnitStatusResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2437,7 +2506,7 @@ func (x *SetUnitStatusResponse) String() string {
 func (*SetUnitStatusResponse) ProtoMessage() {}
 
 func (x *SetUnitStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2450,7 +2519,7 @@ func (x *SetUnitStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitStatusResponse.ProtoReflect.Descriptor instead.
 func (*SetUnitStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 type ClearResolvedRequest struct {
@@ -2462,7 +2531,7 @@ type ClearResolvedRequest struct {
 
 func (x *ClearResolvedRequest) Reset() {
 	*x = ClearResolvedRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +2543,7 @@ func (x *ClearResolvedRequest) String() string {
 func (*ClearResolvedRequest) ProtoMessage() {}
 
 func (x *ClearResolvedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +2556,7 @@ func (x *ClearResolvedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearResolvedRequest.ProtoReflect.Descriptor instead.
 func (*ClearResolvedRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ClearResolvedRequest) GetUnit() string {
@@ -2505,7 +2574,7 @@ type ClearResolvedResponse struct {
 
 func (x *ClearResolvedResponse) Reset() {
 	*x = ClearResolvedResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[43]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2517,7 +2586,7 @@ func (x *ClearResolvedResponse) String() string {
 func (*ClearResolvedResponse) ProtoMessage() {}
 
 func (x *ClearResolvedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[43]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2530,7 +2599,7 @@ func (x *ClearResolvedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearResolvedResponse.ProtoReflect.Descriptor instead.
 func (*ClearResolvedResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 type GetAgentSettingsRequest struct {
@@ -2541,7 +2610,7 @@ type GetAgentSettingsRequest struct {
 
 func (x *GetAgentSettingsRequest) Reset() {
 	*x = GetAgentSettingsRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2553,7 +2622,7 @@ func (x *GetAgentSettingsRequest) String() string {
 func (*GetAgentSettingsRequest) ProtoMessage() {}
 
 func (x *GetAgentSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2566,7 +2635,7 @@ func (x *GetAgentSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentSettingsRequest.ProtoReflect.Descriptor instead.
 func (*GetAgentSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 type GetAgentSettingsResponse struct {
@@ -2582,7 +2651,7 @@ type GetAgentSettingsResponse struct {
 
 func (x *GetAgentSettingsResponse) Reset() {
 	*x = GetAgentSettingsResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2594,7 +2663,7 @@ func (x *GetAgentSettingsResponse) String() string {
 func (*GetAgentSettingsResponse) ProtoMessage() {}
 
 func (x *GetAgentSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2607,7 +2676,7 @@ func (x *GetAgentSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentSettingsResponse.ProtoReflect.Descriptor instead.
 func (*GetAgentSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetAgentSettingsResponse) GetHookTimeoutMs() int64 {
@@ -2632,7 +2701,7 @@ type PresenceRequest struct {
 
 func (x *PresenceRequest) Reset() {
 	*x = PresenceRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2644,7 +2713,7 @@ func (x *PresenceRequest) String() string {
 func (*PresenceRequest) ProtoMessage() {}
 
 func (x *PresenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2657,7 +2726,7 @@ func (x *PresenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceRequest.ProtoReflect.Descriptor instead.
 func (*PresenceRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 type PresenceResponse struct {
@@ -2670,7 +2739,7 @@ type PresenceResponse struct {
 
 func (x *PresenceResponse) Reset() {
 	*x = PresenceResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2682,7 +2751,7 @@ func (x *PresenceResponse) String() string {
 func (*PresenceResponse) ProtoMessage() {}
 
 func (x *PresenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2695,7 +2764,7 @@ func (x *PresenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceResponse.ProtoReflect.Descriptor instead.
 func (*PresenceResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PresenceResponse) GetPingIntervalMs() int64 {
@@ -2733,11 +2802,15 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x10WatchManyRequest\x12;\n" +
 	"\tsubscribe\x18\x01 \x01(\v2\x1b.lifeline.v1.WatchSubscribeH\x00R\tsubscribe\x12A\n" +
 	"\vunsubscribe\x18\x02 \x01(\v2\x1d.lifeline.v1.WatchUnsubscribeH\x00R\vunsubscribeB\t\n" +
-	"\arequest\"|\n" +
+	"\arequest\"\xaa\x01\n" +
 	"\x0eWatchSubscribe\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x123\n" +
 	"\asubject\x18\x02 \x01(\v2\x19.lifeline.v1.WatchSubjectR\asubject\x12%\n" +
-	"\x0eafter_revision\x18\x03 \x01(\x03R\rafterRevision\"\"\n" +
+	"\x0eafter_revision\x18\x03 \x01(\x03R\rafterRevision\x12,\n" +
+	"\x02as\x18\x04 \x01(\v2\x1c.lifeline.v1.AgentCredentialR\x02as\";\n" +
+	"\x0fAgentCredential\x12\x10\n" +
+	"\x03tag\x18\x01 \x01(\tR\x03tag\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"\"\n" +
 	"\x10WatchUnsubscribe\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\"\x8e\x01\n" +
 	"\x11WatchManyResponse\x12\x0e\n" +
@@ -2897,7 +2970,7 @@ func file_lifeline_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_lifeline_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lifeline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_lifeline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_lifeline_v1_agent_proto_goTypes = []any{
 	(UnitStatusKind)(0),                 // 0: lifeline.v1.UnitStatusKind
 	(*WatchSubject)(nil),                // 1: lifeline.v1.WatchSubject
@@ -2905,135 +2978,137 @@ var file_lifeline_v1_agent_proto_goTypes = []any{
 	(*WatchResponse)(nil),               // 3: lifeline.v1.WatchResponse
 	(*WatchManyRequest)(nil),            // 4: lifeline.v1.WatchManyRequest
 	(*WatchSubscribe)(nil),              // 5: lifeline.v1.WatchSubscribe
-	(*WatchUnsubscribe)(nil),            // 6: lifeline.v1.WatchUnsubscribe
-	(*WatchManyResponse)(nil),           // 7: lifeline.v1.WatchManyResponse
-	(*WatchEnd)(nil),                    // 8: lifeline.v1.WatchEnd
-	(*WatchChange)(nil),                 // 9: lifeline.v1.WatchChange
-	(*GetMachineRequest)(nil),           // 10: lifeline.v1.GetMachineRequest
-	(*GetMachineResponse)(nil),          // 11: lifeline.v1.GetMachineResponse
-	(*EnsureMachineDeadRequest)(nil),    // 12: lifeline.v1.EnsureMachineDeadRequest
-	(*EnsureMachineDeadResponse)(nil),   // 13: lifeline.v1.EnsureMachineDeadResponse
-	(*SetMachineStatusRequest)(nil),     // 14: lifeline.v1.SetMachineStatusRequest
-	(*SetMachineStatusResponse)(nil),    // 15: lifeline.v1.SetMachineStatusResponse
-	(*IssueUnitCredentialRequest)(nil),  // 16: lifeline.v1.IssueUnitCredentialRequest
-	(*IssueUnitCredentialResponse)(nil), // 17: lifeline.v1.IssueUnitCredentialResponse
-	(*GetUnitRequest)(nil),              // 18: lifeline.v1.GetUnitRequest
-	(*GetUnitResponse)(nil),             // 19: lifeline.v1.GetUnitResponse
-	(*RemoveUnitRequest)(nil),           // 20: lifeline.v1.RemoveUnitRequest
-	(*RemoveUnitResponse)(nil),          // 21: lifeline.v1.RemoveUnitResponse
-	(*GetServiceRequest)(nil),           // 22: lifeline.v1.GetServiceRequest
-	(*GetServiceResponse)(nil),          // 23: lifeline.v1.GetServiceResponse
-	(*DownloadCharmRequest)(nil),        // 24: lifeline.v1.DownloadCharmRequest
-	(*DownloadCharmResponse)(nil),       // 25: lifeline.v1.DownloadCharmResponse
-	(*SetUnitDyingRequest)(nil),         // 26: lifeline.v1.SetUnitDyingRequest
-	(*SetUnitDyingResponse)(nil),        // 27: lifeline.v1.SetUnitDyingResponse
-	(*EnsureUnitDeadRequest)(nil),       // 28: lifeline.v1.EnsureUnitDeadRequest
-	(*EnsureUnitDeadResponse)(nil),      // 29: lifeline.v1.EnsureUnitDeadResponse
-	(*AddSubordinateRequest)(nil),       // 30: lifeline.v1.AddSubordinateRequest
-	(*AddSubordinateResponse)(nil),      // 31: lifeline.v1.AddSubordinateResponse
-	(*EnterScopeRequest)(nil),           // 32: lifeline.v1.EnterScopeRequest
-	(*EnterScopeResponse)(nil),          // 33: lifeline.v1.EnterScopeResponse
-	(*LeaveScopeRequest)(nil),           // 34: lifeline.v1.LeaveScopeRequest
-	(*LeaveScopeResponse)(nil),          // 35: lifeline.v1.LeaveScopeResponse
-	(*ReadSettingsRequest)(nil),         // 36: lifeline.v1.ReadSettingsRequest
-	(*ReadSettingsResponse)(nil),        // 37: lifeline.v1.ReadSettingsResponse
-	(*SettingsUpdate)(nil),              // 38: lifeline.v1.SettingsUpdate
-	(*UpdateSettingsRequest)(nil),       // 39: lifeline.v1.UpdateSettingsRequest
-	(*UpdateSettingsResponse)(nil),      // 40: lifeline.v1.UpdateSettingsResponse
-	(*SetUnitStatusRequest)(nil),        // 41: lifeline.v1.SetUnitStatusRequest
-	(*SetUnitStatusResponse)(nil),       // 42: lifeline.v1.SetUnitStatusResponse
-	(*ClearResolvedRequest)(nil),        // 43: lifeline.v1.ClearResolvedRequest
-	(*ClearResolvedResponse)(nil),       // 44: lifeline.v1.ClearResolvedResponse
-	(*GetAgentSettingsRequest)(nil),     // 45: lifeline.v1.GetAgentSettingsRequest
-	(*GetAgentSettingsResponse)(nil),    // 46: lifeline.v1.GetAgentSettingsResponse
-	(*PresenceRequest)(nil),             // 47: lifeline.v1.PresenceRequest
-	(*PresenceResponse)(nil),            // 48: lifeline.v1.PresenceResponse
-	nil,                                 // 49: lifeline.v1.EnterScopeRequest.SettingsEntry
-	nil,                                 // 50: lifeline.v1.ReadSettingsResponse.SettingsEntry
-	nil,                                 // 51: lifeline.v1.SettingsUpdate.SetEntry
-	(*Machine)(nil),                     // 52: lifeline.v1.Machine
-	(*Unit)(nil),                        // 53: lifeline.v1.Unit
-	(*Service)(nil),                     // 54: lifeline.v1.Service
-	(*ServiceConfig)(nil),               // 55: lifeline.v1.ServiceConfig
-	(*Relation)(nil),                    // 56: lifeline.v1.Relation
-	(*Resolved)(nil),                    // 57: lifeline.v1.Resolved
-	(*Status)(nil),                      // 58: lifeline.v1.Status
-	(*Charm)(nil),                       // 59: lifeline.v1.Charm
+	(*AgentCredential)(nil),             // 6: lifeline.v1.AgentCredential
+	(*WatchUnsubscribe)(nil),            // 7: lifeline.v1.WatchUnsubscribe
+	(*WatchManyResponse)(nil),           // 8: lifeline.v1.WatchManyResponse
+	(*WatchEnd)(nil),                    // 9: lifeline.v1.WatchEnd
+	(*WatchChange)(nil),                 // 10: lifeline.v1.WatchChange
+	(*GetMachineRequest)(nil),           // 11: lifeline.v1.GetMachineRequest
+	(*GetMachineResponse)(nil),          // 12: lifeline.v1.GetMachineResponse
+	(*EnsureMachineDeadRequest)(nil),    // 13: lifeline.v1.EnsureMachineDeadRequest
+	(*EnsureMachineDeadResponse)(nil),   // 14: lifeline.v1.EnsureMachineDeadResponse
+	(*SetMachineStatusRequest)(nil),     // 15: lifeline.v1.SetMachineStatusRequest
+	(*SetMachineStatusResponse)(nil),    // 16: lifeline.v1.SetMachineStatusResponse
+	(*IssueUnitCredentialRequest)(nil),  // 17: lifeline.v1.IssueUnitCredentialRequest
+	(*IssueUnitCredentialResponse)(nil), // 18: lifeline.v1.IssueUnitCredentialResponse
+	(*GetUnitRequest)(nil),              // 19: lifeline.v1.GetUnitRequest
+	(*GetUnitResponse)(nil),             // 20: lifeline.v1.GetUnitResponse
+	(*RemoveUnitRequest)(nil),           // 21: lifeline.v1.RemoveUnitRequest
+	(*RemoveUnitResponse)(nil),          // 22: lifeline.v1.RemoveUnitResponse
+	(*GetServiceRequest)(nil),           // 23: lifeline.v1.GetServiceRequest
+	(*GetServiceResponse)(nil),          // 24: lifeline.v1.GetServiceResponse
+	(*DownloadCharmRequest)(nil),        // 25: lifeline.v1.DownloadCharmRequest
+	(*DownloadCharmResponse)(nil),       // 26: lifeline.v1.DownloadCharmResponse
+	(*SetUnitDyingRequest)(nil),         // 27: lifeline.v1.SetUnitDyingRequest
+	(*SetUnitDyingResponse)(nil),        // 28: lifeline.v1.SetUnitDyingResponse
+	(*EnsureUnitDeadRequest)(nil),       // 29: lifeline.v1.EnsureUnitDeadRequest
+	(*EnsureUnitDeadResponse)(nil),      // 30: lifeline.v1.EnsureUnitDeadResponse
+	(*AddSubordinateRequest)(nil),       // 31: lifeline.v1.AddSubordinateRequest
+	(*AddSubordinateResponse)(nil),      // 32: lifeline.v1.AddSubordinateResponse
+	(*EnterScopeRequest)(nil),           // 33: lifeline.v1.EnterScopeRequest
+	(*EnterScopeResponse)(nil),          // 34: lifeline.v1.EnterScopeResponse
+	(*LeaveScopeRequest)(nil),           // 35: lifeline.v1.LeaveScopeRequest
+	(*LeaveScopeResponse)(nil),          // 36: lifeline.v1.LeaveScopeResponse
+	(*ReadSettingsRequest)(nil),         // 37: lifeline.v1.ReadSettingsRequest
+	(*ReadSettingsResponse)(nil),        // 38: lifeline.v1.ReadSettingsResponse
+	(*SettingsUpdate)(nil),              // 39: lifeline.v1.SettingsUpdate
+	(*UpdateSettingsRequest)(nil),       // 40: lifeline.v1.UpdateSettingsRequest
+	(*UpdateSettingsResponse)(nil),      // 41: lifeline.v1.UpdateSettingsResponse
+	(*SetUnitStatusRequest)(nil),        // 42: lifeline.v1.SetUnitStatusRequest
+	(*SetUnitStatusResponse)(nil),       // 43: lifeline.v1.SetUnitStatusResponse
+	(*ClearResolvedRequest)(nil),        // 44: lifeline.v1.ClearResolvedRequest
+	(*ClearResolvedResponse)(nil),       // 45: lifeline.v1.ClearResolvedResponse
+	(*GetAgentSettingsRequest)(nil),     // 46: lifeline.v1.GetAgentSettingsRequest
+	(*GetAgentSettingsResponse)(nil),    // 47: lifeline.v1.GetAgentSettingsResponse
+	(*PresenceRequest)(nil),             // 48: lifeline.v1.PresenceRequest
+	(*PresenceResponse)(nil),            // 49: lifeline.v1.PresenceResponse
+	nil,                                 // 50: lifeline.v1.EnterScopeRequest.SettingsEntry
+	nil,                                 // 51: lifeline.v1.ReadSettingsResponse.SettingsEntry
+	nil,                                 // 52: lifeline.v1.SettingsUpdate.SetEntry
+	(*Machine)(nil),                     // 53: lifeline.v1.Machine
+	(*Unit)(nil),                        // 54: lifeline.v1.Unit
+	(*Service)(nil),                     // 55: lifeline.v1.Service
+	(*ServiceConfig)(nil),               // 56: lifeline.v1.ServiceConfig
+	(*Relation)(nil),                    // 57: lifeline.v1.Relation
+	(*Resolved)(nil),                    // 58: lifeline.v1.Resolved
+	(*Status)(nil),                      // 59: lifeline.v1.Status
+	(*Charm)(nil),                       // 60: lifeline.v1.Charm
 }
 var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	1,  // 0: lifeline.v1.WatchRequest.subject:type_name -> lifeline.v1.WatchSubject
-	9,  // 1: lifeline.v1.WatchResponse.changes:type_name -> lifeline.v1.WatchChange
+	10, // 1: lifeline.v1.WatchResponse.changes:type_name -> lifeline.v1.WatchChange
 	5,  // 2: lifeline.v1.WatchManyRequest.subscribe:type_name -> lifeline.v1.WatchSubscribe
-	6,  // 3: lifeline.v1.WatchManyRequest.unsubscribe:type_name -> lifeline.v1.WatchUnsubscribe
+	7,  // 3: lifeline.v1.WatchManyRequest.unsubscribe:type_name -> lifeline.v1.WatchUnsubscribe
 	1,  // 4: lifeline.v1.WatchSubscribe.subject:type_name -> lifeline.v1.WatchSubject
-	3,  // 5: lifeline.v1.WatchManyResponse.watch:type_name -> lifeline.v1.WatchResponse
-	8,  // 6: lifeline.v1.WatchManyResponse.end:type_name -> lifeline.v1.WatchEnd
-	52, // 7: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
-	53, // 8: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
-	54, // 9: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
-	55, // 10: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
-	56, // 11: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
-	57, // 12: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
-	52, // 13: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
-	58, // 14: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
-	53, // 15: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
-	54, // 16: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
-	55, // 17: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
-	59, // 18: lifeline.v1.GetServiceResponse.charm:type_name -> lifeline.v1.Charm
-	53, // 19: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
-	49, // 20: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
-	50, // 21: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
-	51, // 22: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
-	38, // 23: lifeline.v1.UpdateSettingsRequest.updates:type_name -> lifeline.v1.SettingsUpdate
-	0,  // 24: lifeline.v1.SetUnitStatusRequest.kind:type_name -> lifeline.v1.UnitStatusKind
-	58, // 25: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
-	2,  // 26: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
-	4,  // 27: lifeline.v1.AgentService.WatchMany:input_type -> lifeline.v1.WatchManyRequest
-	10, // 28: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
-	12, // 29: lifeline.v1.AgentService.EnsureMachineDead:input_type -> lifeline.v1.EnsureMachineDeadRequest
-	14, // 30: lifeline.v1.AgentService.SetMachineStatus:input_type -> lifeline.v1.SetMachineStatusRequest
-	16, // 31: lifeline.v1.AgentService.IssueUnitCredential:input_type -> lifeline.v1.IssueUnitCredentialRequest
-	18, // 32: lifeline.v1.AgentService.GetUnit:input_type -> lifeline.v1.GetUnitRequest
-	20, // 33: lifeline.v1.AgentService.RemoveUnit:input_type -> lifeline.v1.RemoveUnitRequest
-	22, // 34: lifeline.v1.AgentService.GetService:input_type -> lifeline.v1.GetServiceRequest
-	24, // 35: lifeline.v1.AgentService.DownloadCharm:input_type -> lifeline.v1.DownloadCharmRequest
-	26, // 36: lifeline.v1.AgentService.SetUnitDying:input_type -> lifeline.v1.SetUnitDyingRequest
-	28, // 37: lifeline.v1.AgentService.EnsureUnitDead:input_type -> lifeline.v1.EnsureUnitDeadRequest
-	30, // 38: lifeline.v1.AgentService.AddSubordinate:input_type -> lifeline.v1.AddSubordinateRequest
-	32, // 39: lifeline.v1.AgentService.EnterScope:input_type -> lifeline.v1.EnterScopeRequest
-	34, // 40: lifeline.v1.AgentService.LeaveScope:input_type -> lifeline.v1.LeaveScopeRequest
-	36, // 41: lifeline.v1.AgentService.ReadSettings:input_type -> lifeline.v1.ReadSettingsRequest
-	39, // 42: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
-	41, // 43: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
-	43, // 44: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
-	47, // 45: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
-	45, // 46: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
-	3,  // 47: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
-	7,  // 48: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
-	11, // 49: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
-	13, // 50: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
-	15, // 51: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
-	17, // 52: lifeline.v1.AgentService.IssueUnitCredential:output_type -> lifeline.v1.IssueUnitCredentialResponse
-	19, // 53: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
-	21, // 54: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
-	23, // 55: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
-	25, // 56: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
-	27, // 57: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
-	29, // 58: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
-	31, // 59: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
-	33, // 60: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
-	35, // 61: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
-	37, // 62: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
-	40, // 63: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
-	42, // 64: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
-	44, // 65: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
-	48, // 66: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
-	46, // 67: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
-	47, // [47:68] is the sub-list for method output_type
-	26, // [26:47] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	6,  // 5: lifeline.v1.WatchSubscribe.as:type_name -> lifeline.v1.AgentCredential
+	3,  // 6: lifeline.v1.WatchManyResponse.watch:type_name -> lifeline.v1.WatchResponse
+	9,  // 7: lifeline.v1.WatchManyResponse.end:type_name -> lifeline.v1.WatchEnd
+	53, // 8: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
+	54, // 9: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
+	55, // 10: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
+	56, // 11: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
+	57, // 12: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
+	58, // 13: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
+	53, // 14: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
+	59, // 15: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
+	54, // 16: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
+	55, // 17: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
+	56, // 18: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
+	60, // 19: lifeline.v1.GetServiceResponse.charm:type_name -> lifeline.v1.Charm
+	54, // 20: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
+	50, // 21: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
+	51, // 22: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
+	52, // 23: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
+	39, // 24: lifeline.v1.UpdateSettingsRequest.updates:type_name -> lifeline.v1.SettingsUpdate
+	0,  // 25: lifeline.v1.SetUnitStatusRequest.kind:type_name -> lifeline.v1.UnitStatusKind
+	59, // 26: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
+	2,  // 27: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
+	4,  // 28: lifeline.v1.AgentService.WatchMany:input_type -> lifeline.v1.WatchManyRequest
+	11, // 29: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
+	13, // 30: lifeline.v1.AgentService.EnsureMachineDead:input_type -> lifeline.v1.EnsureMachineDeadRequest
+	15, // 31: lifeline.v1.AgentService.SetMachineStatus:input_type -> lifeline.v1.SetMachineStatusRequest
+	17, // 32: lifeline.v1.AgentService.IssueUnitCredential:input_type -> lifeline.v1.IssueUnitCredentialRequest
+	19, // 33: lifeline.v1.AgentService.GetUnit:input_type -> lifeline.v1.GetUnitRequest
+	21, // 34: lifeline.v1.AgentService.RemoveUnit:input_type -> lifeline.v1.RemoveUnitRequest
+	23, // 35: lifeline.v1.AgentService.GetService:input_type -> lifeline.v1.GetServiceRequest
+	25, // 36: lifeline.v1.AgentService.DownloadCharm:input_type -> lifeline.v1.DownloadCharmRequest
+	27, // 37: lifeline.v1.AgentService.SetUnitDying:input_type -> lifeline.v1.SetUnitDyingRequest
+	29, // 38: lifeline.v1.AgentService.EnsureUnitDead:input_type -> lifeline.v1.EnsureUnitDeadRequest
+	31, // 39: lifeline.v1.AgentService.AddSubordinate:input_type -> lifeline.v1.AddSubordinateRequest
+	33, // 40: lifeline.v1.AgentService.EnterScope:input_type -> lifeline.v1.EnterScopeRequest
+	35, // 41: lifeline.v1.AgentService.LeaveScope:input_type -> lifeline.v1.LeaveScopeRequest
+	37, // 42: lifeline.v1.AgentService.ReadSettings:input_type -> lifeline.v1.ReadSettingsRequest
+	40, // 43: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
+	42, // 44: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
+	44, // 45: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
+	48, // 46: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
+	46, // 47: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
+	3,  // 48: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
+	8,  // 49: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
+	12, // 50: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
+	14, // 51: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
+	16, // 52: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
+	18, // 53: lifeline.v1.AgentService.IssueUnitCredential:output_type -> lifeline.v1.IssueUnitCredentialResponse
+	20, // 54: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
+	22, // 55: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
+	24, // 56: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
+	26, // 57: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
+	28, // 58: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
+	30, // 59: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
+	32, // 60: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
+	34, // 61: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
+	36, // 62: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
+	38, // 63: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
+	41, // 64: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
+	43, // 65: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
+	45, // 66: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
+	49, // 67: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
+	47, // 68: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
+	48, // [48:69] is the sub-list for method output_type
+	27, // [27:48] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_agent_proto_init() }
@@ -3058,11 +3133,11 @@ func file_lifeline_v1_agent_proto_init() {
 		(*WatchManyRequest_Subscribe)(nil),
 		(*WatchManyRequest_Unsubscribe)(nil),
 	}
-	file_lifeline_v1_agent_proto_msgTypes[6].OneofWrappers = []any{
+	file_lifeline_v1_agent_proto_msgTypes[7].OneofWrappers = []any{
 		(*WatchManyResponse_Watch)(nil),
 		(*WatchManyResponse_End)(nil),
 	}
-	file_lifeline_v1_agent_proto_msgTypes[8].OneofWrappers = []any{
+	file_lifeline_v1_agent_proto_msgTypes[9].OneofWrappers = []any{
 		(*WatchChange_Machine)(nil),
 		(*WatchChange_Unit)(nil),
 		(*WatchChange_Service)(nil),
@@ -3076,7 +3151,7 @@ func file_lifeline_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_agent_proto_rawDesc), len(file_lifeline_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   51,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
