@@ -131,7 +131,7 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 	if err := a.save(); err != nil {
 		return err
 	}
-	a.rep.set(&pb.Status{Status: "executing", Message: fmt.Sprintf("running %s hook", op.Hook), Data: map[string]string{"state": a.l.State}})
+	a.rep.progress(&pb.Status{Status: "executing", Message: fmt.Sprintf("running %s hook", op.Hook), Data: map[string]string{"state": a.l.State}})
 	hc := newHookContext(a, op, r)
 	res, err := ex.tools.run(ctx, a, op, hc)
 	if ctx.Err() != nil {

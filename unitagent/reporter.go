@@ -18,6 +18,14 @@ import (
 // report spared is a transaction and a history entry spared.
 const statusLinger = 200 * time.Millisecond
 
+// progressEvery spaces a unit's reports of the hook it runs: a report
+// that only says the agent runs another hook waits until this long after
+// the last such report, and meanwhile the latest replaces it. A unit whose
+// hooks queue for its machine's hook lock reports each hook otherwise,
+// and the unit of a service related to thousands runs hooks for minutes.
+// Any other report (idle, an error, a hook's output) is not held back.
+const progressEvery = 2 * time.Second
+
 // reporter tells the controller the agent's status: the latest one wins,
 // and while the controller cannot be reached the latest waits and is sent
 // when it can. A status worth keeping in the unit's history (an error, or
@@ -29,14 +37,21 @@ type reporter struct {
 	unit   string
 	logger hclog.Logger
 
+	// progressEvery is the package's, but for tests.
+	progressEvery time.Duration
+
 	mu   sync.Mutex
 	want *pb.Status // latest status to report
 	// keep are statuses set before want that must still be sent, in order.
 	keep    []*pb.Status
 	sent    *pb.Status // last status the controller acknowledged
 	lastSeq int64      // the seq of the last status set
-	pending chan struct{}
-	done    chan struct{}
+	// wantProgress and sentProgress say whether want and sent only say
+	// which hook runs (progress); sentAt is when sent was acknowledged.
+	wantProgress, sentProgress bool
+	sentAt                     time.Time
+	pending                    chan struct{}
+	done                       chan struct{}
 }
 
 // maxKept bounds the statuses kept for sending: beyond it the oldest go.
@@ -49,14 +64,20 @@ func worthKeeping(st *pb.Status) bool {
 }
 
 func newReporter(api API, unit string, logger hclog.Logger) *reporter {
-	return &reporter{api: api, unit: unit, logger: logger, pending: make(chan struct{}, 1), done: make(chan struct{}, 1)}
+	return &reporter{api: api, unit: unit, logger: logger, progressEvery: progressEvery, pending: make(chan struct{}, 1), done: make(chan struct{}, 1)}
 }
+
+// progress is set for a status that only says which hook the agent runs:
+// it is reported no more often than every progressEvery.
+func (r *reporter) progress(st *pb.Status) { r.setStatus(st, true) }
 
 // set records the status to report; an unchanged one is not sent again.
 // It stamps the status with a seq (pb.Status.Seq) that orders this
 // agent's reports, so that a report the agent gave up waiting for cannot
 // overwrite a newer one at the controller.
-func (r *reporter) set(st *pb.Status) {
+func (r *reporter) set(st *pb.Status) { r.setStatus(st, false) }
+
+func (r *reporter) setStatus(st *pb.Status, progress bool) {
 	r.mu.Lock()
 	if sameReport(st, r.want) {
 		r.mu.Unlock()
@@ -71,7 +92,7 @@ func (r *reporter) set(st *pb.Status) {
 			r.keep = r.keep[1:]
 		}
 	}
-	r.want = st
+	r.want, r.wantProgress = st, progress
 	r.mu.Unlock()
 	select {
 	case r.pending <- struct{}{}:
@@ -133,9 +154,35 @@ func (r *reporter) run(ctx context.Context) {
 				st = r.keep[0]
 			}
 			sent := !kept && proto.Equal(st, r.sent)
+			progress := !kept && r.wantProgress
+			var hold time.Duration
+			if progress && r.sentProgress {
+				hold = r.progressEvery - time.Since(r.sentAt)
+			}
 			r.mu.Unlock()
 			if sent || st == nil {
 				break
+			}
+			if hold > 0 {
+				// Progress too soon after the last: wait, unless
+				// something else is set meanwhile, which lingers as
+				// usual.
+				t := time.NewTimer(hold)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				case <-r.pending:
+					t.Stop()
+					r.mu.Lock()
+					urgent := len(r.keep) > 0 || worthKeeping(r.want)
+					r.mu.Unlock()
+					if !urgent && !sleep(ctx, statusLinger) {
+						return
+					}
+				}
+				continue
 			}
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			_, err := r.api.SetUnitStatus(cctx, &pb.SetUnitStatusRequest{Unit: r.unit, Kind: pb.UnitStatusKind_UNIT_STATUS_KIND_AGENT, Status: st})
@@ -143,7 +190,8 @@ func (r *reporter) run(ctx context.Context) {
 			if err == nil {
 				bo.Reset()
 				r.mu.Lock()
-				r.sent = st
+				r.sent, r.sentAt = st, time.Now()
+				r.sentProgress = progress
 				if kept || len(r.keep) > 0 && r.keep[0] == st {
 					// Sent from the queue, or queued by set while it was
 					// on its way: either way, sent once.

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
@@ -121,6 +122,36 @@ func TestReporterSendsAKeptStatusOnce(t *testing.T) {
 	}()
 	r.flush(ctx)
 	if got, want := api.got(), []string{"error:hook failed", "idle:"}; !slices.Equal(got, want) {
+		t.Fatalf("sent %q, want %q", got, want)
+	}
+}
+
+// Reports that only say which hook runs are spaced: one follows the last
+// such report only after progressEvery, the latest in place of those set
+// meanwhile; any other report is not held back by them.
+func TestReporterSpacesHookProgress(t *testing.T) {
+	api := &statusRecorder{}
+	r := newReporter(api, "kv/0", hclog.NewNullLogger())
+	r.progressEvery = time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.run(ctx)
+
+	r.progress(&pb.Status{Status: "executing", Message: "running install hook"})
+	r.flush(ctx)
+	r.progress(&pb.Status{Status: "executing", Message: "running config-changed hook"})
+	r.progress(&pb.Status{Status: "executing", Message: "running start hook"})
+	time.Sleep(3 * statusLinger)
+	if got, want := api.got(), []string{"executing:running install hook"}; !slices.Equal(got, want) {
+		t.Fatalf("sent %q, want %q: later progress held back", got, want)
+	}
+	r.set(&pb.Status{Status: "idle"})
+	r.flush(ctx)
+	// After a report of another kind, progress goes as any report does.
+	r.progress(&pb.Status{Status: "executing", Message: "running config-changed hook"})
+	r.flush(ctx)
+	want := []string{"executing:running install hook", "idle:", "executing:running config-changed hook"}
+	if got := api.got(); !slices.Equal(got, want) {
 		t.Fatalf("sent %q, want %q", got, want)
 	}
 }
