@@ -142,6 +142,52 @@ func (c *controllerProc) metric(name string) (float64, error) {
 	return 0, fmt.Errorf("/metrics has no %s", name)
 }
 
+// callsByMethod returns the controller's API calls so far by method name
+// ("SetUnitStatus"), whatever their codes (lifeline_api_calls_total).
+func (c *controllerProc) callsByMethod() (map[string]float64, error) {
+	resp, err := http.Get("http://" + c.metricsAddr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		labels, ok := strings.CutPrefix(sc.Text(), "lifeline_api_calls_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(labels, "} ")
+		if !ok {
+			continue
+		}
+		_, method, ok := strings.Cut(labels, `method="`)
+		if !ok {
+			continue
+		}
+		method, _, _ = strings.Cut(method, `"`)
+		method = method[strings.LastIndexByte(method, '/')+1:]
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			return nil, err
+		}
+		out[method] += v
+	}
+	return out, sc.Err()
+}
+
+// perUnit returns the calls made between two readings, per unit.
+func perUnit(before, after map[string]float64, units int) map[string]float64 {
+	out := map[string]float64{}
+	for m, v := range after {
+		if d := v - before[m]; d > 0 {
+			out[m] = d / float64(units)
+		}
+	}
+	return out
+}
+
 // procUsage returns a process's peak resident memory and CPU time so far.
 func procUsage(pid int) (rss int64, cpu time.Duration, err error) {
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))

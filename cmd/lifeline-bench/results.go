@@ -1,8 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -55,6 +59,26 @@ type results struct {
 	FleetRSSPerMachine    float64 `json:"fleet_rss_per_machine_bytes"`
 	EtcdBytesPerUnit      float64 `json:"etcd_bytes_per_unit"`
 	StatusJSONSeconds     float64 `json:"status_json_seconds"`
+	// API calls a unit by method, every caller's (agents, and the
+	// harness's own), from the deploy until every unit ran and while
+	// destroying.
+	CallsPerUnitDeploy  map[string]float64 `json:"api_calls_per_unit_deploy"`
+	CallsPerUnitDestroy map[string]float64 `json:"api_calls_per_unit_destroy"`
+}
+
+// topCalls says the most made calls of a phase, most first.
+func topCalls(calls map[string]float64, n int) string {
+	methods := slices.Collect(maps.Keys(calls))
+	slices.SortFunc(methods, func(a, b string) int { return cmp.Compare(calls[b], calls[a]) })
+	var out []string
+	sum := 0.0
+	for i, m := range methods {
+		sum += calls[m]
+		if i < n {
+			out = append(out, fmt.Sprintf("%s %.2f", m, calls[m]))
+		}
+	}
+	return fmt.Sprintf("%.1f: %s", sum, strings.Join(out, ", "))
 }
 
 func (r *results) print(w io.Writer) {
@@ -75,5 +99,7 @@ func (r *results) print(w io.Writer) {
 	row("idle machine agent", "%.1f MiB RSS (the in-process fleet: %.1f MiB a machine)", float64(r.AgentRSSBytes)/(1<<20), r.FleetRSSPerMachine/(1<<20))
 	row("etcd bytes a unit", "%.0f", r.EtcdBytesPerUnit)
 	row("ctl status --format json", "%.2f s", r.StatusJSONSeconds)
+	row("API calls a unit, deploying", "%s", topCalls(r.CallsPerUnitDeploy, 6))
+	row("API calls a unit, destroying", "%s", topCalls(r.CallsPerUnitDestroy, 6))
 	t.Flush()
 }

@@ -115,6 +115,10 @@ func run(ctx context.Context, c config) (*results, error) {
 	say("deploying %d units of bench on %d machines, related to %d of front", c.units, c.machines, c.related)
 	start := time.Now()
 	startUsage := currentUsage()
+	callsBefore, err := ctl.callsByMethod()
+	if err != nil {
+		return nil, err
+	}
 	prof.cpu(ctx, "deploy")
 	if _, err := ctl.op.Deploy(ctx, &pb.DeployRequest{Charm: "front", NumUnits: 0}); err != nil {
 		return nil, err
@@ -133,7 +137,15 @@ func run(ctx context.Context, c config) (*results, error) {
 	}
 	total := c.units + c.related
 	res.SecondsToUnitsAdded = time.Since(start).Seconds()
-	settled, firstRunning, err := waitSettled(ctx, model, total, start, fl)
+	// The tail: every unit of bench idle, front's still running the
+	// relation hooks of their arrivals, one after another.
+	tail := func() {
+		if c.pprofDir != "" && time.Since(start) > time.Duration(c.pprofSeconds+1)*time.Second {
+			say("  profiling the tail: only the units of front are busy")
+			prof.cpu(ctx, "tail")
+		}
+	}
+	settled, firstRunning, err := waitSettled(ctx, model, total, c.units, start, fl, tail)
 	if err != nil {
 		return res, err
 	}
@@ -144,6 +156,11 @@ func run(ctx context.Context, c config) (*results, error) {
 	res.UnitsPerSecond = float64(c.units) / res.SecondsToRunning
 	res.RatioToCeiling = res.UnitsPerSecond / res.CeilingUnitsPerSecond
 	res.UnitStartP50, res.UnitStartP99 = percentile(firstRunning, 0.50), percentile(firstRunning, 0.99)
+	callsRunning, err := ctl.callsByMethod()
+	if err != nil {
+		return res, err
+	}
+	res.CallsPerUnitDeploy = perUnit(callsBefore, callsRunning, total)
 	say("  all %d units running and idle after %.1f s", total, res.SecondsToRunning)
 
 	if size, err := dbInUse(ctx, etcd, ctl.etcdEndpoint()); err == nil {
@@ -199,6 +216,11 @@ func run(ctx context.Context, c config) (*results, error) {
 	res.FleetCPUSecondsDestroy, res.HookCPUSecondsDestroy = destroyUsage.cpu.Seconds(), destroyUsage.children.Seconds()
 	res.UnitsPerSecondDestroy = float64(c.units) / res.SecondsToRemoved
 	res.RatioToCeilingDestroy = res.UnitsPerSecondDestroy / res.CeilingUnitsPerSecond
+	callsEnd, err := ctl.callsByMethod()
+	if err != nil {
+		return res, err
+	}
+	res.CallsPerUnitDestroy = perUnit(callsRunning, callsEnd, total)
 	say("  the keyspace holds no entity keys after %.1f s", res.SecondsToRemoved)
 
 	txns, err := ctl.metric("lifeline_etcd_txns_total")
@@ -295,8 +317,12 @@ const settleQuiet = time.Second
 // agent's status changing for settleQuiet, and returns when that state
 // began (the last change) and how long after start each unit was first
 // seen running.
-func waitSettled(ctx context.Context, f *follower, total int, start time.Time, fl *fleet) (time.Time, []float64, error) {
+//
+// onTail is called once, when idleTail units are idle but not all (only
+// the related units are busy).
+func waitSettled(ctx context.Context, f *follower, total, idleTail int, start time.Time, fl *fleet, onTail func()) (time.Time, []float64, error) {
 	lastSay := time.Now()
+	tailSeen := false
 	var fleetErr error
 	var units, running, idle int
 	err := f.wait(ctx, 100*time.Millisecond, func() bool {
@@ -304,6 +330,10 @@ func waitSettled(ctx context.Context, f *follower, total int, start time.Time, f
 			return true
 		}
 		units, running, idle = f.agentCounts()
+		if !tailSeen && units == total && idle >= idleTail && idle < total {
+			tailSeen = true
+			onTail()
+		}
 		if time.Since(lastSay) > 5*time.Second {
 			say("  %d units, %d running, %d idle (%.0f s)", units, running, idle, time.Since(start).Seconds())
 			lastSay = time.Now()
