@@ -84,6 +84,10 @@ type Agent struct {
 
 	mu      sync.Mutex
 	workers map[string]*worker
+	// removed are the units this agent removed that its watch of the
+	// machine's units may still show: not to be started again. Only the
+	// agent's loop uses it.
+	removed map[string]bool
 	exited  chan exit // workers report here when they stop
 	ctx     context.Context
 }
@@ -116,7 +120,7 @@ func New(cfg Config) (*Agent, error) {
 	return &Agent{
 		cfg: cfg, logger: cfg.Logger.With("machine", cfg.MachineID),
 		toolsDir: filepath.Join(dir, "tools"), hookLock: make(chan struct{}, 1),
-		workers: map[string]*worker{}, exited: make(chan exit, 16),
+		workers: map[string]*worker{}, exited: make(chan exit, 16), removed: map[string]bool{},
 		mux: agentwatch.NewMux(cfg.API, cfg.Logger.With("machine", cfg.MachineID)),
 	}, nil
 }
@@ -264,7 +268,15 @@ func (a *Agent) reconcile(ctx context.Context, want map[string]bool) bool {
 		a.logger.Info("unit is no longer assigned: stopping its agent", "unit", name)
 		a.stopWorker(name, true)
 	}
+	for name := range a.removed {
+		if !want[name] {
+			delete(a.removed, name) // the watch has seen it go
+		}
+	}
 	for name := range want {
+		if a.removed[name] {
+			continue
+		}
 		if err := a.startWorker(ctx, name, true); err != nil {
 			a.logger.Warn("cannot start unit agent", "unit", name, "error", err)
 			again = true
@@ -412,6 +424,7 @@ func (a *Agent) workerExited(ctx context.Context, e exit) {
 		return
 	}
 	a.logger.Info("dead unit removed", "unit", e.unit)
+	a.removed[e.unit] = true
 	if err := os.RemoveAll(a.unitDir(e.unit)); err != nil {
 		a.logger.Warn("cannot remove unit files", "unit", e.unit, "error", err)
 	}

@@ -8,10 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
 
 	"github.com/lifelinehq/lifeline/controllertest"
 	"github.com/lifelinehq/lifeline/etcdtest"
@@ -70,8 +72,9 @@ func TestMachineAgentLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
+	api := &credCounter{AgentServiceClient: env.Agent("machine-" + m)}
 	a, err := machineagent.New(machineagent.Config{
-		MachineID: m, DataDir: dir, Address: "127.0.0.1", API: env.Agent("machine-" + m),
+		MachineID: m, DataDir: dir, Address: "127.0.0.1", API: api,
 		DialUnit: func(cred pki.Credential) (unitagent.API, io.Closer, error) {
 			return pb.NewAgentServiceClient(env.Dial(cred)), io.NopCloser(nil), nil
 		},
@@ -139,6 +142,11 @@ func TestMachineAgentLifecycle(t *testing.T) {
 	if err != nil || got.Life != pb.Life_LIFE_DEAD {
 		t.Errorf("machine = %v, %v; want dead", got, err)
 	}
+	// A unit's agent ran once: none was started again for a unit it had
+	// removed, which its watch showed a moment longer.
+	if n := api.issued.Load(); n != 2 {
+		t.Errorf("the machine agent asked for %d unit credentials, want 2", n)
+	}
 	// The controller drops the agent's presence once it has seen the
 	// stream end, which may come a moment after Run returned.
 	agent := ""
@@ -150,4 +158,42 @@ func TestMachineAgentLifecycle(t *testing.T) {
 	if agent != "down" {
 		t.Errorf("machine agent = %s, want down", agent)
 	}
+}
+
+// credCounter is a machine agent's real client, counting the unit
+// credentials it asks for: one each time it starts a unit's agent. Its
+// watches bring removals late, as a busy controller's may.
+type credCounter struct {
+	pb.AgentServiceClient
+	issued atomic.Int32
+}
+
+func (c *credCounter) WatchMany(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[pb.WatchManyRequest, pb.WatchManyResponse], error) {
+	stream, err := c.AgentServiceClient.WatchMany(ctx, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return lateRemovals{stream}, nil
+}
+
+// lateRemovals is a watch stream that holds back each response carrying
+// a removal for a moment.
+type lateRemovals struct {
+	grpc.BidiStreamingClient[pb.WatchManyRequest, pb.WatchManyResponse]
+}
+
+func (l lateRemovals) Recv() (*pb.WatchManyResponse, error) {
+	resp, err := l.BidiStreamingClient.Recv()
+	for _, ch := range resp.GetWatch().GetChanges() {
+		if ch.Removed {
+			time.Sleep(300 * time.Millisecond)
+			break
+		}
+	}
+	return resp, err
+}
+
+func (c *credCounter) IssueUnitCredential(ctx context.Context, in *pb.IssueUnitCredentialRequest, opts ...grpc.CallOption) (*pb.IssueUnitCredentialResponse, error) {
+	c.issued.Add(1)
+	return c.AgentServiceClient.IssueUnitCredential(ctx, in, opts...)
 }
