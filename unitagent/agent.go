@@ -221,10 +221,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}
 		if act.kind == actExit {
-			a.logger.Info("unit is dead: the agent's work is done")
-			a.rep.set(&pb.Status{Status: "idle", Message: "dead", Data: map[string]string{"state": a.l.State}})
-			a.rep.flush(ctx)
-			return ErrDead
+			return a.exitDead(ctx)
 		}
 		if act.kind == actWait {
 			a.reportWaiting(act)
@@ -245,7 +242,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			continue
 		}
 		idleSince = ""
-		if err := ex.do(ctx, act, r); err != nil {
+		err := ex.do(ctx, act, r)
+		if err == nil && act.kind == actEnsureDead {
+			// Dead, by the controller's word: nothing is left to decide,
+			// whatever the watches say yet.
+			return a.exitDead(ctx)
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -265,6 +268,16 @@ func (a *Agent) Run(ctx context.Context) error {
 // save makes the local state durable; a save with nothing new to record
 // costs nothing.
 func (a *Agent) save() error { return a.store.save(a.l) }
+
+// exitDead ends the agent of a dead unit. No status says so: the unit's
+// life does, and its statuses go with it when it is removed, moments
+// later; only the reports worth keeping that are not sent yet (a hook's
+// output, an error) are waited for, briefly.
+func (a *Agent) exitDead(ctx context.Context) error {
+	a.logger.Info("unit is dead: the agent's work is done")
+	a.rep.flushKept(ctx)
+	return ErrDead
+}
 
 // reportWaiting reports the agent idle (or in error) with its state.
 func (a *Agent) reportWaiting(act action) {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/state"
+	"github.com/lifelinehq/lifeline/unitagent"
 )
 
 func relate(t *testing.T, w *world, a, b string) *pb.Relation {
@@ -213,5 +215,30 @@ func TestTwoSavesAHook(t *testing.T) {
 	}
 	if got := len(w.lines("kv/0", "state.log")); got != 1+2*3 {
 		t.Errorf("the journal holds %d records, want 7:\n%s", got, strings.Join(w.lines("kv/0", "state.log"), "\n"))
+	}
+}
+
+// TestDeadIsTheEnd destroys a unit: its agent sets it dead once and stops
+// at once, without waiting for its watches to show it dead, and reports
+// no status for it (its statuses go with it).
+func TestDeadIsTheEnd(t *testing.T) {
+	w := newWorld(t)
+	w.deploy(kvMeta, 1, "server")
+	w.start("kv/0")
+	w.waitState("kv/0", "running")
+	w.mu.Lock()
+	api := w.apis["kv/0"]
+	w.mu.Unlock()
+	if _, err := w.op.DestroyUnit(w.env.Ctx, &pb.DestroyUnitRequest{Unit: "kv/0"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.exited("kv/0"); !errors.Is(err, unitagent.ErrDead) {
+		t.Fatalf("kv/0's agent returned %v, want ErrDead", err)
+	}
+	if n := api.ensureDeads.Load(); n != 1 {
+		t.Errorf("kv/0's agent set its unit dead %d times, want 1", n)
+	}
+	if st, err := w.env.State.Status(w.env.Ctx, state.StatusUnitAgent, "kv/0"); err != nil || st.GetMessage() == "dead" {
+		t.Errorf("kv/0's agent status = %v, %v; want the last before dead", st, err)
 	}
 }

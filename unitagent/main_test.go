@@ -216,10 +216,15 @@ func (w *world) start(unit string) {
 }
 
 // countingAPI is a unit agent's real client, counting the watch streams
-// it opens.
+// it opens and its calls to set its unit dead.
 type countingAPI struct {
 	pb.AgentServiceClient
-	watches, watchManys atomic.Int32
+	watches, watchManys, ensureDeads atomic.Int32
+}
+
+func (c *countingAPI) EnsureUnitDead(ctx context.Context, in *pb.EnsureUnitDeadRequest, opts ...grpc.CallOption) (*pb.EnsureUnitDeadResponse, error) {
+	c.ensureDeads.Add(1)
+	return c.AgentServiceClient.EnsureUnitDead(ctx, in, opts...)
 }
 
 func (c *countingAPI) Watch(ctx context.Context, in *pb.WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[pb.WatchResponse], error) {
@@ -230,6 +235,25 @@ func (c *countingAPI) Watch(ctx context.Context, in *pb.WatchRequest, opts ...gr
 func (c *countingAPI) WatchMany(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[pb.WatchManyRequest, pb.WatchManyResponse], error) {
 	c.watchManys.Add(1)
 	return c.AgentServiceClient.WatchMany(ctx, opts...)
+}
+
+// exited waits for the named unit's agent to stop on its own, and
+// returns what it returned.
+func (w *world) exited(unit string) error {
+	w.t.Helper()
+	w.mu.Lock()
+	ra := w.agents[unit]
+	w.mu.Unlock()
+	select {
+	case err := <-ra.done:
+		w.mu.Lock()
+		delete(w.agents, unit)
+		w.mu.Unlock()
+		return err
+	case <-time.After(30 * time.Second):
+		w.t.Fatalf("%s's agent still runs after 30 s", unit)
+		return nil
+	}
 }
 
 // stop stops the named unit's agent and waits for it.

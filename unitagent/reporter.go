@@ -114,11 +114,17 @@ func sameReport(a, b *pb.Status) bool {
 }
 
 // flush waits, briefly, for the latest status to be acknowledged.
-func (r *reporter) flush(ctx context.Context) {
+func (r *reporter) flush(ctx context.Context) { r.wait(ctx, false) }
+
+// flushKept waits, briefly, for the statuses worth keeping to be
+// acknowledged: any other may go unsent.
+func (r *reporter) flushKept(ctx context.Context) { r.wait(ctx, true) }
+
+func (r *reporter) wait(ctx context.Context, keptOnly bool) {
 	deadline := time.After(5 * time.Second)
 	for {
 		r.mu.Lock()
-		done := len(r.keep) == 0 && proto.Equal(r.want, r.sent)
+		done := len(r.keep) == 0 && (proto.Equal(r.want, r.sent) || keptOnly && !worthKeeping(r.want))
 		r.mu.Unlock()
 		if done {
 			return
