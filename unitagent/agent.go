@@ -224,7 +224,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			return a.exitDead(ctx)
 		}
 		if act.kind == actWait {
-			a.reportWaiting(act)
+			if !act.catchUp {
+				// Waiting for its watches, the agent is not idle: a
+				// new unit shows its first report when it acts.
+				a.reportWaiting(act)
+			}
 			if idleSince != act.why {
 				a.logger.Debug("waiting", "for", act.why)
 				idleSince = act.why

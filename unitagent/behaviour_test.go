@@ -242,3 +242,22 @@ func TestDeadIsTheEnd(t *testing.T) {
 		t.Errorf("kv/0's agent status = %v, %v; want the last before dead", st, err)
 	}
 }
+
+// TestNoIdleBeforeItActs starts a new unit whose watches answer late: it
+// reports nothing while it waits for them, not an idle in state new.
+func TestNoIdleBeforeItActs(t *testing.T) {
+	w := newWorld(t)
+	w.watchDelay = time.Second
+	w.deploy(kvMeta, 1, "server")
+	w.start("kv/0")
+	w.waitState("kv/0", "running")
+	h, err := w.env.State.StatusHistory(w.env.Ctx, "kv/0", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range h {
+		if e.Kind == state.StatusUnitAgent && e.Status.GetData()["state"] == unitagent.StateNew && e.Status.GetStatus() == "idle" {
+			t.Errorf("kv/0 reported %v before it acted", e.Status)
+		}
+	}
+}

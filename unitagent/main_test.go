@@ -137,6 +137,9 @@ type world struct {
 	retry unitagent.RetryPolicy
 	// hookTimeout is the agents' hook timeout; the controller's when zero.
 	hookTimeout time.Duration
+	// watchDelay holds back what the agents' watch streams bring for so
+	// long after each stream opens, as a busy controller may.
+	watchDelay time.Duration
 }
 
 type runningAgent struct {
@@ -194,7 +197,7 @@ func (w *world) start(unit string) {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	api := &countingAPI{AgentServiceClient: w.env.Agent("unit-" + unit)}
+	api := &countingAPI{AgentServiceClient: w.env.Agent("unit-" + unit), watchDelay: w.watchDelay}
 	w.mu.Lock()
 	w.apis[unit] = api
 	w.mu.Unlock()
@@ -220,6 +223,7 @@ func (w *world) start(unit string) {
 type countingAPI struct {
 	pb.AgentServiceClient
 	watches, watchManys, ensureDeads atomic.Int32
+	watchDelay                       time.Duration
 }
 
 func (c *countingAPI) EnsureUnitDead(ctx context.Context, in *pb.EnsureUnitDeadRequest, opts ...grpc.CallOption) (*pb.EnsureUnitDeadResponse, error) {
@@ -234,7 +238,23 @@ func (c *countingAPI) Watch(ctx context.Context, in *pb.WatchRequest, opts ...gr
 
 func (c *countingAPI) WatchMany(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[pb.WatchManyRequest, pb.WatchManyResponse], error) {
 	c.watchManys.Add(1)
-	return c.AgentServiceClient.WatchMany(ctx, opts...)
+	stream, err := c.AgentServiceClient.WatchMany(ctx, opts...)
+	if err != nil || c.watchDelay == 0 {
+		return stream, err
+	}
+	return &slowStream{BidiStreamingClient: stream, from: time.Now().Add(c.watchDelay)}, nil
+}
+
+// slowStream is a watch stream that brings nothing before from.
+type slowStream struct {
+	grpc.BidiStreamingClient[pb.WatchManyRequest, pb.WatchManyResponse]
+	from time.Time
+}
+
+func (s *slowStream) Recv() (*pb.WatchManyResponse, error) {
+	resp, err := s.BidiStreamingClient.Recv()
+	time.Sleep(time.Until(s.from))
+	return resp, err
 }
 
 // exited waits for the named unit's agent to stop on its own, and

@@ -35,6 +35,9 @@ type action struct {
 	unit     string
 	until    time.Time // for actWait: when to look again even if nothing changes
 	why      string    // for actWait: what the agent waits for, for its status
+	// catchUp, for actWait, says the agent waits for its own watches to
+	// answer: it is not idle, and reports nothing.
+	catchUp bool
 }
 
 func (a action) String() string {
@@ -79,7 +82,7 @@ func next(l *localState, r *remote, self string, now time.Time) action {
 		// Every hook may read the configuration (config-get): none runs,
 		// not even one in progress before a restart, until the
 		// configuration's watch has answered.
-		return action{kind: actWait, why: "the service's configuration"}
+		return action{kind: actWait, why: "the service's configuration", catchUp: true}
 	}
 	if op := l.Op; op != nil {
 		if op.Step == stepQueued && now.Before(op.NotBefore) {
@@ -88,7 +91,7 @@ func next(l *localState, r *remote, self string, now time.Time) action {
 		return action{kind: actHook}
 	}
 	if r.unit == nil || !r.serviceSeen || r.service == nil {
-		return action{kind: actWait, why: "the unit and its service"}
+		return action{kind: actWait, why: "the unit and its service", catchUp: true}
 	}
 	u := r.unit
 	dying := u.Life != pb.Life_LIFE_ALIVE
@@ -126,7 +129,7 @@ func next(l *localState, r *remote, self string, now time.Time) action {
 		// relation-created of the relations the service is in runs
 		// before config-changed and start: each relation's watches must
 		// have answered before they run.
-		return action{kind: actWait, why: "the service's relations and configuration"}
+		return action{kind: actWait, why: "the service's relations and configuration", catchUp: true}
 	}
 	if dying {
 		return dyingEnd(l, r)
