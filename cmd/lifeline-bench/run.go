@@ -83,11 +83,36 @@ func run(ctx context.Context, c config) (*results, error) {
 		return nil, err
 	}
 	defer fl.stop()
-	idle, err := startIdleAgent(ctx, ctl, dir, c.lifelined)
+	idle, err := startAgentProc(ctx, ctl, dir, c.lifelined, "idle")
 	if err != nil {
 		return nil, err
 	}
 	defer idle.stop()
+	// Each unit of the related service runs on a machine whose agent is a
+	// process of its own, as on a host of its own: in the fleet's process
+	// its hooks, one after another for every arrival, would queue behind
+	// a thousand machines' goroutines on one Go scheduler.
+	var related []*agentProc
+	for i := range c.related {
+		a, err := startAgentProc(ctx, ctl, dir, c.lifelined, fmt.Sprintf("related-%d", i))
+		if err != nil {
+			return nil, err
+		}
+		defer a.stop()
+		related = append(related, a)
+	}
+	var relatedIDs []string
+	for _, a := range related {
+		relatedIDs = append(relatedIDs, a.id)
+	}
+	// What the fleet uses: this process, and the related units' agents.
+	fleetUsage := func() usage {
+		u := currentUsage()
+		for _, a := range related {
+			u = u.plus(a.usage())
+		}
+		return u
+	}
 
 	front, err := writeCharm(dir, "front", "name: front\nrequires:\n  db: bench\n", []string{"db"}, c.hooks == "process")
 	if err != nil {
@@ -114,7 +139,7 @@ func run(ctx context.Context, c config) (*results, error) {
 
 	say("deploying %d units of bench on %d machines, related to %d of front", c.units, c.machines, c.related)
 	start := time.Now()
-	startUsage := currentUsage()
+	startUsage := fleetUsage()
 	callsBefore, err := ctl.callsByMethod()
 	if err != nil {
 		return nil, err
@@ -129,7 +154,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	if _, err := ctl.op.AddRelation(ctx, &pb.AddRelationRequest{Endpoints: []string{"front", "bench"}}); err != nil {
 		return nil, err
 	}
-	if err := addUnits(ctx, ctl.op, "front", spread(c.related, fl.ids[:min(len(fl.ids), c.related)]), c.addConcurrency); err != nil {
+	if err := addUnits(ctx, ctl.op, "front", spread(c.related, relatedIDs), c.addConcurrency); err != nil {
 		return nil, err
 	}
 	if err := addUnits(ctx, ctl.op, "bench", spread(c.units, fl.ids), c.addConcurrency); err != nil {
@@ -149,7 +174,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	if err != nil {
 		return res, err
 	}
-	deployUsage := currentUsage().since(startUsage)
+	deployUsage := fleetUsage().since(startUsage)
 	res.FleetCPUSecondsDeploy, res.HookCPUSecondsDeploy = deployUsage.cpu.Seconds(), deployUsage.children.Seconds()
 	res.FleetWrittenBytesDeploy = deployUsage.written
 	res.SecondsToRunning = settled.Sub(start).Seconds()
@@ -194,7 +219,7 @@ func run(ctx context.Context, c config) (*results, error) {
 
 	say("destroying everything")
 	destroyStart := time.Now()
-	destroyUsage := currentUsage()
+	destroyUsage := fleetUsage()
 	prof.cpu(ctx, "destroy")
 	for _, svc := range []string{"bench", "front"} {
 		if _, err := ctl.op.DestroyService(ctx, &pb.DestroyServiceRequest{Service: svc}); err != nil {
@@ -205,14 +230,14 @@ func run(ctx context.Context, c config) (*results, error) {
 		return res, err
 	}
 	res.SecondsToUnitsRemoved = time.Since(destroyStart).Seconds()
-	if err := destroyMachines(ctx, ctl.op, append(fl.ids, idle.id)); err != nil {
+	if err := destroyMachines(ctx, ctl.op, append(append(fl.ids, idle.id), relatedIDs...)); err != nil {
 		return res, err
 	}
 	if err := waitEmpty(ctx, model); err != nil {
 		return res, err
 	}
 	res.SecondsToRemoved = time.Since(destroyStart).Seconds()
-	destroyUsage = currentUsage().since(destroyUsage)
+	destroyUsage = fleetUsage().since(destroyUsage)
 	res.FleetCPUSecondsDestroy, res.HookCPUSecondsDestroy = destroyUsage.cpu.Seconds(), destroyUsage.children.Seconds()
 	res.UnitsPerSecondDestroy = float64(c.units) / res.SecondsToRemoved
 	res.RatioToCeilingDestroy = res.UnitsPerSecondDestroy / res.CeilingUnitsPerSecond
@@ -441,15 +466,22 @@ func upload(ctx context.Context, op pb.OperatorServiceClient, dir string) (*pb.C
 	return resp.Charm, nil
 }
 
-// idleAgent is one real machine agent process with no units, to measure
-// what an idle machine agent costs.
-type idleAgent struct {
+// agentProc is a real machine agent process (lifelined machine-agent) of
+// a manual machine: the one with no units, to measure what an idle
+// machine agent costs, and those of the related units.
+type agentProc struct {
 	cmd  *exec.Cmd
 	id   string
 	done chan struct{}
+
+	mu sync.Mutex
+	// last is the process's usage when last sampled; gone says it has
+	// been waited for.
+	last usage
+	gone bool
 }
 
-func startIdleAgent(ctx context.Context, c *controllerProc, dir, lifelined string) (*idleAgent, error) {
+func startAgentProc(ctx context.Context, c *controllerProc, dir, lifelined, name string) (*agentProc, error) {
 	resp, err := c.op.AddMachines(ctx, &pb.AddMachinesRequest{NumMachines: 1, Manual: true})
 	if err != nil {
 		return nil, err
@@ -457,23 +489,63 @@ func startIdleAgent(ctx context.Context, c *controllerProc, dir, lifelined strin
 	if _, err := pki.DecodeJoinToken(resp.JoinTokens[0]); err != nil {
 		return nil, err
 	}
-	logf, err := os.Create(filepath.Join(dir, "idle-agent.log"))
+	logf, err := os.Create(filepath.Join(dir, name+"-agent.log"))
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(lifelined, "machine-agent", "--data-dir", filepath.Join(dir, "idle"), "--join", resp.JoinTokens[0], "--log-level", "warn")
+	cmd := exec.Command(lifelined, "machine-agent", "--data-dir", filepath.Join(dir, name), "--join", resp.JoinTokens[0], "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, err
 	}
-	a := &idleAgent{cmd: cmd, id: resp.Machines[0].Id, done: make(chan struct{})}
-	go func() { cmd.Wait(); logf.Close(); close(a.done) }()
+	a := &agentProc{cmd: cmd, id: resp.Machines[0].Id, done: make(chan struct{})}
+	go func() {
+		cmd.Wait()
+		logf.Close()
+		a.mu.Lock()
+		a.gone = true
+		a.mu.Unlock()
+		close(a.done)
+	}()
+	go a.sample()
 	return a, nil
 }
 
-func (a *idleAgent) stop() {
+// sample keeps the process's last usage, twice a second, while it runs.
+func (a *agentProc) sample() {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		u := procCPU(a.cmd.Process.Pid)
+		a.mu.Lock()
+		if u.cpu > 0 && !a.gone {
+			a.last = u
+		}
+		a.mu.Unlock()
+		select {
+		case <-a.done:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// usage returns what the process used so far, to add to this process's
+// own (currentUsage). Once it has been waited for, all it used is already
+// among this process's children's (currentUsage's hooks), its own CPU
+// too: that, as last sampled, is moved back to CPU.
+func (a *agentProc) usage() usage {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.gone {
+		return usage{cpu: a.last.cpu, children: -a.last.cpu}
+	}
+	return a.last
+}
+
+func (a *agentProc) stop() {
 	syscall.Kill(-a.cmd.Process.Pid, syscall.SIGTERM)
 	select {
 	case <-a.done:

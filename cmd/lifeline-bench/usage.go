@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -35,6 +36,38 @@ func currentUsage() usage {
 	}
 	return u
 }
+
+// plus adds another's use.
+func (u usage) plus(o usage) usage {
+	return usage{cpu: u.cpu + o.cpu, children: u.children + o.children, written: u.written + o.written}
+}
+
+// procCPU returns what another process of ours used so far: its CPU, and
+// that of its children it has waited for (its hooks). A process gone
+// counts nothing here: once waited for, all it used is this process's
+// children's, its own CPU with its hooks'.
+func procCPU(pid int) usage {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return usage{}
+	}
+	// The fields after the command's closing parenthesis, from the third:
+	// utime, stime, cutime and cstime are the 14th to 17th.
+	s := string(data)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 15 {
+		return usage{}
+	}
+	tick := func(i int) time.Duration {
+		n, _ := strconv.ParseInt(f[i-3], 10, 64)
+		return time.Duration(n) * time.Second / clockTicks
+	}
+	return usage{cpu: tick(14) + tick(15), children: tick(16) + tick(17)}
+}
+
+// clockTicks is the kernel's USER_HZ, what /proc/<pid>/stat counts CPU in:
+// 100 on every Linux this runs on.
+const clockTicks = 100
 
 // since returns what was used between then and u.
 func (u usage) since(then usage) usage {
