@@ -2,6 +2,10 @@ package state_test
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -331,3 +335,50 @@ func TestRuleU5_OnlyDeadUnitsAreRemoved(t *testing.T) {
 }
 
 var _ = pb.Life_LIFE_ALIVE
+
+// TestAddUnitsSideBySide adds units to one service from many callers at
+// once, each on its own machine as the harness does: every unit is there
+// once under a number of its own, the sequence is just past the last one,
+// and the invariants hold.
+func TestAddUnitsSideBySide(t *testing.T) {
+	st, ctx := newState(t)
+	addService(t, ctx, st, "app", nil)
+	ms, err := st.AddMachines(ctx, 8)
+	must(t, "AddMachines", err)
+	const each = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ms))
+	for _, m := range ms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := st.AddUnits(ctx, "app", each, state.Placement{Machine: m.Id})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		must(t, "AddUnits", err)
+	}
+	snap, err := st.Snapshot(ctx)
+	must(t, "Snapshot", err)
+	n := 0
+	for k := range snap.Values {
+		if strings.HasPrefix(k, state.UnitKey("app/")) {
+			n++
+		}
+	}
+	if want := len(ms) * each; n != want {
+		t.Errorf("%d units of app, want %d", n, want)
+	}
+	for i := range len(ms) * each {
+		if name := fmt.Sprintf("app/%d", i); snap.Values[state.UnitKey(name)] == nil {
+			t.Errorf("unit %s missing of %d units added", name, len(ms)*each)
+		}
+	}
+	if got, want := string(snap.Values["seq/unit/app"]), strconv.Itoa(len(ms)*each); got != want {
+		t.Errorf("app's unit sequence = %q, want %q", got, want)
+	}
+	checkInvariants(t, st)
+}
