@@ -72,6 +72,30 @@ func (s *manyStream) next(id int64) *pb.WatchManyResponse {
 	}
 }
 
+// wantEnd is a subscription's end as a test expects it: its code, and
+// words its message has.
+type wantEnd struct {
+	id   int64
+	code codes.Code
+	msg  string
+}
+
+// wantEnds checks that each subscription ends as expected, skipping what
+// it sent before its end.
+func (s *manyStream) wantEnds(ends []wantEnd) {
+	s.t.Helper()
+	for _, w := range ends {
+		resp := s.next(w.id)
+		for resp.GetWatch() != nil {
+			resp = s.next(w.id)
+		}
+		end := resp.GetEnd()
+		if codes.Code(end.GetCode()) != w.code || !strings.Contains(end.GetMessage(), w.msg) {
+			s.t.Errorf("subscription %d: end %v, want %v %q", w.id, end, w.code, w.msg)
+		}
+	}
+}
+
 // nextWatch is next, which must not be an end.
 func (s *manyStream) nextWatch(id int64) *pb.WatchResponse {
 	s.t.Helper()
@@ -168,29 +192,15 @@ func TestAgentWatchManyEndsOnlyTheRefusedSubscription(t *testing.T) {
 	s.unsubscribe(99)
 	s.subscribe(5, &pb.WatchSubject{}, 0)
 	s.subscribe(6, &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/9"}}, 0)
-	for _, c := range []struct {
-		id   int64
-		code codes.Code
-		msg  string
-	}{
+	// The first subscription 4 may have listed before the second arrived.
+	s.wantEnds([]wantEnd{
 		{2, codes.PermissionDenied, "unit kv/0's agent may not watch unit kv/1"},
 		{3, codes.InvalidArgument, "invalid revision -1"},
 		{4, codes.InvalidArgument, "subscription 4 is in use"},
 		{99, codes.InvalidArgument, "no subscription 99"},
 		{5, codes.InvalidArgument, "watch needs a subject"},
 		{6, codes.NotFound, "unit kv/9 not found"},
-	} {
-		// The first subscription 4 may have listed before the second
-		// arrived.
-		resp := s.next(c.id)
-		for c.id == 4 && resp.GetWatch() != nil {
-			resp = s.next(c.id)
-		}
-		end := resp.GetEnd()
-		if end == nil || codes.Code(end.Code) != c.code || !strings.Contains(end.Message, c.msg) {
-			t.Errorf("subscription %d: %v, want an end with %v %q", c.id, resp, c.code, c.msg)
-		}
-	}
+	})
 	// The stream serves the subscription it had.
 	m.addUnits("app", 1, state.Placement{Machine: "3"}) // app/2
 	m.enter(m.global, "app/2", nil)
@@ -234,21 +244,12 @@ func TestAgentWatchManySubscribesAsAnotherAgent(t *testing.T) {
 	if got := changeList(s.nextWatch(1), false); !slices.Equal(got, []string{"app/0"}) {
 		t.Fatalf("kv/0's scope listing on machine 0's stream = %v, want [app/0]", got)
 	}
-	for _, c := range []struct {
-		id   int64
-		code codes.Code
-		msg  string
-	}{
+	s.wantEnds([]wantEnd{
 		{2, codes.PermissionDenied, "machine 0's agent may not"},
 		{3, codes.Unauthenticated, "credential of unit-kv/0 is not valid"},
 		{4, codes.PermissionDenied, "the operator may not watch as an agent"},
 		{5, codes.Unauthenticated, "credential of unit-kv/0 is not valid"},
-	} {
-		end := s.next(c.id).GetEnd()
-		if end == nil || codes.Code(end.Code) != c.code || !strings.Contains(end.Message, c.msg) {
-			t.Errorf("subscription %d: end %v, want %v %q", c.id, end, c.code, c.msg)
-		}
-	}
+	})
 	m.addUnits("app", 1, state.Placement{Machine: "3"}) // app/2
 	m.enter(m.global, "app/2", nil)
 	if got := changeList(s.nextWatch(1), false); !slices.Equal(got, []string{"app/2"}) {
