@@ -11,9 +11,8 @@ import (
 )
 
 // unitsPerTxn bounds AddUnits' batches: at most four writes a unit (a new
-// machine, the unit and its two machine references) plus the comparisons
-// of the service and a machine. The numbers are the sequences', reserved
-// for the batch: no key written is there already.
+// machine, the unit and its two machine references) plus five for the
+// service and the sequences.
 const unitsPerTxn = 14
 
 // Placement says where AddUnits puts new principal units.
@@ -27,9 +26,8 @@ type Placement struct {
 
 // AddUnits adds n alive principal units to the named service and places
 // them. The service must be alive (U1, S1) and a given machine alive (M1).
-// Units are added in batches, each in one transaction after one that
-// reserves its numbers; on an error the units already added are returned
-// with it.
+// Units are added in batches, each in one transaction; on an error the
+// units already added are returned with it.
 func (s *State) AddUnits(ctx context.Context, service string, n int, p Placement) ([]*pb.Unit, error) {
 	if n < 1 {
 		return nil, invalidf("cannot add %d units: want at least 1", n)
@@ -49,13 +47,13 @@ func (s *State) AddUnits(ctx context.Context, service string, n int, p Placement
 	var added []*pb.Unit
 	for len(added) < n {
 		batch := min(n-len(added), unitsPerTxn)
-		nextUnit, nextMachine, err := s.reserveIDs(ctx, service, batch, newMachines)
+		var units []*pb.Unit
+		unlock, err := s.lockSeqs(ctx, seqUnitKey(service), newMachines)
 		if err != nil {
 			return added, err
 		}
-		var units []*pb.Unit
 		err = s.apply(ctx, "add units to "+service, func(ctx context.Context) (*change, error) {
-			gets := []clientv3.Op{get(ServiceKey(service))}
+			gets := []clientv3.Op{get(ServiceKey(service)), get(seqUnitKey(service)), get(seqMachine)}
 			if p.Machine != "" {
 				gets = append(gets, get(MachineKey(p.Machine)))
 			}
@@ -72,8 +70,23 @@ func (s *State) AddUnits(ctx context.Context, service string, n int, p Placement
 			}
 			c := &change{}
 			c.ifMod(svc.key, svc.mod)
+			nextUnit, unitSeqRev, err := seqValue(r.one(1))
+			if err != nil {
+				return nil, err
+			}
+			c.ifMod(seqUnitKey(service), unitSeqRev)
+			c.putRaw(seqUnitKey(service), strconv.FormatInt(nextUnit+int64(batch), 10))
+			var nextMachine int64
+			if newMachines {
+				var machineSeqRev int64
+				if nextMachine, machineSeqRev, err = seqValue(r.one(2)); err != nil {
+					return nil, err
+				}
+				c.ifMod(seqMachine, machineSeqRev)
+				c.putRaw(seqMachine, strconv.FormatInt(nextMachine+int64(batch), 10))
+			}
 			if p.Machine != "" {
-				m, err := machineFrom(r.one(1), p.Machine)
+				m, err := machineFrom(r.one(3), p.Machine)
 				if err != nil {
 					return nil, err
 				}
@@ -98,57 +111,13 @@ func (s *State) AddUnits(ctx context.Context, service string, n int, p Placement
 			}
 			return c, nil
 		})
+		unlock()
 		if err != nil {
 			return added, err
 		}
 		added = append(added, units...)
 	}
 	return added, nil
-}
-
-// reserveIDs takes the next n numbers of the service's unit sequence and,
-// with machines, of the machine sequence, in a transaction of their own,
-// and returns the first of each. Only the reservation holds the
-// sequences (lockSeqs), so that additions to one service write their
-// units side by side; numbers reserved by an addition that then fails
-// (the service no longer alive, say) are never used. The service must be
-// alive (U1), so that a service going away takes no more numbers.
-func (s *State) reserveIDs(ctx context.Context, service string, n int, machines bool) (nextUnit, nextMachine int64, err error) {
-	unlock, err := s.lockSeqs(ctx, seqUnitKey(service), machines)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer unlock()
-	err = s.apply(ctx, "reserve unit numbers of "+service, func(ctx context.Context) (*change, error) {
-		r, err := s.read(ctx, get(ServiceKey(service)), get(seqUnitKey(service)), get(seqMachine))
-		if err != nil {
-			return nil, err
-		}
-		svc, err := serviceFrom(r.one(0), service)
-		if err != nil {
-			return nil, err
-		}
-		if err := canAddUnits(svc.v); err != nil {
-			return nil, err
-		}
-		c := &change{}
-		var unitSeqRev int64
-		if nextUnit, unitSeqRev, err = seqValue(r.one(1)); err != nil {
-			return nil, err
-		}
-		c.ifMod(seqUnitKey(service), unitSeqRev)
-		c.putRaw(seqUnitKey(service), strconv.FormatInt(nextUnit+int64(n), 10))
-		if machines {
-			var machineSeqRev int64
-			if nextMachine, machineSeqRev, err = seqValue(r.one(2)); err != nil {
-				return nil, err
-			}
-			c.ifMod(seqMachine, machineSeqRev)
-			c.putRaw(seqMachine, strconv.FormatInt(nextMachine+int64(n), 10))
-		}
-		return c, nil
-	})
-	return nextUnit, nextMachine, err
 }
 
 // lockSeqs queues this process's writers of the unit sequence seq and, when
