@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +29,9 @@ type follower struct {
 	firstRunning map[string]time.Time
 	// lastAgentChange is when a unit agent's status last changed.
 	lastAgentChange time.Time
+	// reports counts the unit agents' status reports seen since the
+	// last takeReports, by status, message and state.
+	reports map[string]int
 	// changed is signalled, without blocking, after every batch.
 	changed chan struct{}
 }
@@ -42,7 +46,7 @@ var (
 func follow(ctx context.Context, st *state.State) *follower {
 	f := &follower{
 		units: map[string]bool{}, agents: map[string]*pb.Status{}, entities: map[string]bool{},
-		firstRunning: map[string]time.Time{}, changed: make(chan struct{}, 1),
+		firstRunning: map[string]time.Time{}, changed: make(chan struct{}, 1), reports: map[string]int{},
 	}
 	go func() {
 		for b := range st.Watch(ctx, "", 0) {
@@ -90,6 +94,7 @@ func (f *follower) apply(b state.WatchBatch) {
 			}
 			f.agents[name] = s
 			f.count(s, 1)
+			f.reports[fmt.Sprintf("%s %q (%s)", s.Status, s.Message, s.Data["state"])]++
 			if _, ok := f.firstRunning[name]; !ok && s.Data["state"] == "running" {
 				f.firstRunning[name] = now
 			}
@@ -100,6 +105,19 @@ func (f *follower) apply(b state.WatchBatch) {
 	case f.changed <- struct{}{}:
 	default:
 	}
+}
+
+// takeReports returns the status reports counted since the last call, a
+// unit, and starts counting again.
+func (f *follower) takeReports(units int) map[string]float64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]float64, len(f.reports))
+	for k, n := range f.reports {
+		out[k] = float64(n) / float64(units)
+	}
+	f.reports = map[string]int{}
+	return out
 }
 
 func isEntityKey(k string) bool {

@@ -64,9 +64,14 @@ type results struct {
 	// destroying.
 	CallsPerUnitDeploy  map[string]float64 `json:"api_calls_per_unit_deploy"`
 	CallsPerUnitDestroy map[string]float64 `json:"api_calls_per_unit_destroy"`
+	// The unit agents' status reports a unit, as stored (`status
+	// "message" (state)`), in the same phases: what the SetUnitStatus
+	// calls said.
+	ReportsPerUnitDeploy  map[string]float64 `json:"agent_reports_per_unit_deploy"`
+	ReportsPerUnitDestroy map[string]float64 `json:"agent_reports_per_unit_destroy"`
 }
 
-// topCalls says the most made calls of a phase, most first.
+// topCalls says the most made calls (or reports) of a phase, most first.
 func topCalls(calls map[string]float64, n int) string {
 	methods := slices.Collect(maps.Keys(calls))
 	slices.SortFunc(methods, func(a, b string) int { return cmp.Compare(calls[b], calls[a]) })
@@ -101,5 +106,7 @@ func (r *results) print(w io.Writer) {
 	row("ctl status --format json", "%.2f s", r.StatusJSONSeconds)
 	row("API calls a unit, deploying", "%s", topCalls(r.CallsPerUnitDeploy, 6))
 	row("API calls a unit, destroying", "%s", topCalls(r.CallsPerUnitDestroy, 6))
+	row("agent reports a unit, deploying", "%s", topCalls(r.ReportsPerUnitDeploy, 5))
+	row("agent reports a unit, destroying", "%s", topCalls(r.ReportsPerUnitDestroy, 5))
 	t.Flush()
 }

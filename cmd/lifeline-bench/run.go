@@ -186,6 +186,7 @@ func run(ctx context.Context, c config) (*results, error) {
 		return res, err
 	}
 	res.CallsPerUnitDeploy = perUnit(callsBefore, callsRunning, total)
+	res.ReportsPerUnitDeploy = model.takeReports(total)
 	say("  all %d units running and idle after %.1f s", total, res.SecondsToRunning)
 
 	if size, err := dbInUse(ctx, etcd, ctl.etcdEndpoint()); err == nil {
@@ -246,6 +247,7 @@ func run(ctx context.Context, c config) (*results, error) {
 		return res, err
 	}
 	res.CallsPerUnitDestroy = perUnit(callsRunning, callsEnd, total)
+	res.ReportsPerUnitDestroy = model.takeReports(total)
 	say("  the keyspace holds no entity keys after %.1f s", res.SecondsToRemoved)
 
 	txns, err := ctl.metric("lifeline_etcd_txns_total")
