@@ -134,6 +134,7 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 	a.rep.progress(&pb.Status{Status: "executing", Message: fmt.Sprintf("running %s hook", op.Hook), Data: map[string]string{"state": a.l.State}})
 	hc := newHookContext(a, op, r)
 	res, err := ex.tools.run(ctx, a, op, hc)
+	a.rep.progressEnded()
 	if ctx.Err() != nil {
 		// The agent is stopping: the hook was cut short. Like a crash, it
 		// counts as a failed attempt when the agent starts again.

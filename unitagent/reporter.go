@@ -50,8 +50,10 @@ type reporter struct {
 	// which hook runs (progress); sentAt is when sent was acknowledged.
 	wantProgress, sentProgress bool
 	sentAt                     time.Time
-	pending                    chan struct{}
-	done                       chan struct{}
+	// sending is the status on its way to the controller, if any.
+	sending *pb.Status
+	pending chan struct{}
+	done    chan struct{}
 }
 
 // maxKept bounds the statuses kept for sending: beyond it the oldest go.
@@ -75,6 +77,20 @@ func (r *reporter) progress(st *pb.Status) { r.setStatus(st, true) }
 // It stamps the status with a seq (pb.Status.Seq) that orders this
 // agent's reports, so that a report the agent gave up waiting for cannot
 // overwrite a newer one at the controller.
+// progressEnded says the hook that progress named has ended. Its report,
+// if not sent yet, is dropped when the controller already shows the agent
+// executing (the report before was progress too): it would say that a
+// hook runs which no longer does, one transaction a hook for a unit whose
+// hooks queue for the machine's hook lock. The first report of a run of
+// hooks, after idle, stays, so that the unit shows it is executing.
+func (r *reporter) progressEnded() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.wantProgress && r.sentProgress && len(r.keep) == 0 && r.want != r.sending && !proto.Equal(r.want, r.sent) {
+		r.want = r.sent
+	}
+}
+
 func (r *reporter) set(st *pb.Status) { r.setStatus(st, false) }
 
 func (r *reporter) setStatus(st *pb.Status, progress bool) {
@@ -165,6 +181,9 @@ func (r *reporter) run(ctx context.Context) {
 			if progress && r.sentProgress {
 				hold = r.progressEvery - time.Since(r.sentAt)
 			}
+			if !sent && st != nil && hold <= 0 {
+				r.sending = st
+			}
 			r.mu.Unlock()
 			if sent || st == nil {
 				break
@@ -193,6 +212,9 @@ func (r *reporter) run(ctx context.Context) {
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			_, err := r.api.SetUnitStatus(cctx, &pb.SetUnitStatusRequest{Unit: r.unit, Kind: pb.UnitStatusKind_UNIT_STATUS_KIND_AGENT, Status: st})
 			cancel()
+			r.mu.Lock()
+			r.sending = nil
+			r.mu.Unlock()
 			if err == nil {
 				bo.Reset()
 				r.mu.Lock()

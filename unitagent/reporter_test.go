@@ -155,3 +155,33 @@ func TestReporterSpacesHookProgress(t *testing.T) {
 		t.Fatalf("sent %q, want %q", got, want)
 	}
 }
+
+// A hook's report not sent by the time the hook ends is dropped when the
+// controller already shows the agent executing: it would name a hook no
+// longer running. The first of a run of hooks, after idle, is sent.
+func TestReporterDropsTheReportOfAHookEnded(t *testing.T) {
+	api := &statusRecorder{}
+	r := newReporter(api, "kv/0", hclog.NewNullLogger())
+	r.progressEvery = 0 // no spacing: what is not sent was dropped
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.run(ctx)
+
+	r.set(&pb.Status{Status: "idle"})
+	r.flush(ctx)
+	r.progress(&pb.Status{Status: "executing", Message: "running install hook"})
+	r.progressEnded()
+	r.flush(ctx)
+	r.progress(&pb.Status{Status: "executing", Message: "running start hook"})
+	r.progressEnded()
+	time.Sleep(3 * statusLinger)
+	r.progress(&pb.Status{Status: "executing", Message: "running config-changed hook"})
+	r.progressEnded()
+	time.Sleep(3 * statusLinger)
+	r.set(&pb.Status{Status: "idle", Message: "done"})
+	r.flush(ctx)
+	want := []string{"idle:", "executing:running install hook", "idle:done"}
+	if got := api.got(); !slices.Equal(got, want) {
+		t.Fatalf("sent %q, want %q", got, want)
+	}
+}
