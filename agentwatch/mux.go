@@ -111,7 +111,7 @@ var errUnimplemented = errors.New("the controller does not serve WatchMany")
 // so in the log. When ctx ends the subscription ends; apply is not called
 // after Follow returns.
 func (m *Mux) Follow(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse), logger hclog.Logger) {
-	m.follow(ctx, &muxSub{subject: subject, api: m.api, wake: make(chan struct{}, 1)}, apply, logger)
+	m.follow(ctx, subject, nil, m.api, apply, logger)
 }
 
 // As returns a Follower whose subjects are followed on the Mux's stream
@@ -129,14 +129,15 @@ type muxAs struct {
 }
 
 func (f muxAs) Follow(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse), logger hclog.Logger) {
-	f.m.follow(ctx, &muxSub{subject: subject, as: f.as, api: f.api, wake: make(chan struct{}, 1)}, apply, logger)
+	f.m.follow(ctx, subject, f.as, f.api, apply, logger)
 }
 
-// follow is Follow for the subscription s.
-func (m *Mux) follow(ctx context.Context, s *muxSub, apply func(*pb.WatchResponse), logger hclog.Logger) {
-	subject := s.subject
+// follow is Follow as the agent whose credential is as (nil: the Mux's
+// own), watching through api should the controller lack WatchMany.
+func (m *Mux) follow(ctx context.Context, subject *pb.WatchSubject, as *pb.AgentCredential, api Watcher, apply func(*pb.WatchResponse), logger hclog.Logger) {
+	s := &muxSub{subject: subject, as: as, api: api, wake: make(chan struct{}, 1)}
 	if !m.add(s) {
-		Follow(ctx, s.api, subject, apply, logger)
+		Follow(ctx, api, subject, apply, logger)
 		return
 	}
 	defer m.remove(s)

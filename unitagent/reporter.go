@@ -73,10 +73,6 @@ func newReporter(api API, unit string, logger hclog.Logger) *reporter {
 // it is reported no more often than every progressEvery.
 func (r *reporter) progress(st *pb.Status) { r.setStatus(st, true) }
 
-// set records the status to report; an unchanged one is not sent again.
-// It stamps the status with a seq (pb.Status.Seq) that orders this
-// agent's reports, so that a report the agent gave up waiting for cannot
-// overwrite a newer one at the controller.
 // progressEnded says the hook that progress named has ended. Its report,
 // if not sent yet, is dropped when the controller already shows the agent
 // executing (the report before was progress too): it would say that a
@@ -91,8 +87,13 @@ func (r *reporter) progressEnded() {
 	}
 }
 
+// set records the status to report; an unchanged one is not sent again.
+// It stamps the status with a seq (pb.Status.Seq) that orders this
+// agent's reports, so that a report the agent gave up waiting for cannot
+// overwrite a newer one at the controller.
 func (r *reporter) set(st *pb.Status) { r.setStatus(st, false) }
 
+// setStatus is set, or progress when progress is set.
 func (r *reporter) setStatus(st *pb.Status, progress bool) {
 	r.mu.Lock()
 	if sameReport(st, r.want) {
@@ -155,6 +156,14 @@ func (r *reporter) wait(ctx context.Context, keptOnly bool) {
 	}
 }
 
+// urgent says whether what is to be sent goes without lingering: statuses
+// worth keeping.
+func (r *reporter) urgent() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.keep) > 0 || worthKeeping(r.want)
+}
+
 func (r *reporter) run(ctx context.Context) {
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond), backoff.WithMaxInterval(10*time.Second), backoff.WithMaxElapsedTime(0))
 	for {
@@ -163,10 +172,7 @@ func (r *reporter) run(ctx context.Context) {
 			return
 		case <-r.pending:
 		}
-		r.mu.Lock()
-		urgent := len(r.keep) > 0 || worthKeeping(r.want)
-		r.mu.Unlock()
-		if !urgent && !sleep(ctx, statusLinger) {
+		if !r.urgent() && !sleep(ctx, statusLinger) {
 			return
 		}
 		for {
@@ -200,10 +206,7 @@ func (r *reporter) run(ctx context.Context) {
 				case <-t.C:
 				case <-r.pending:
 					t.Stop()
-					r.mu.Lock()
-					urgent := len(r.keep) > 0 || worthKeeping(r.want)
-					r.mu.Unlock()
-					if !urgent && !sleep(ctx, statusLinger) {
+					if !r.urgent() && !sleep(ctx, statusLinger) {
 						return
 					}
 				}

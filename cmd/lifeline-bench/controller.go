@@ -124,57 +124,68 @@ func (c *controllerProc) stop() {
 	}
 }
 
-// metric returns the value of a metric line from the controller's
-// /metrics, such as "lifeline_etcd_txns_total".
-func (c *controllerProc) metric(name string) (float64, error) {
+// scrape calls line with each line of the controller's /metrics, until
+// it says it has seen enough.
+func (c *controllerProc) scrape(line func(string) (done bool, err error)) error {
 	resp, err := http.Get("http://" + c.metricsAddr + "/metrics")
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		if done, err := line(sc.Text()); done || err != nil {
+			return err
 		}
 	}
-	return 0, fmt.Errorf("/metrics has no %s", name)
+	return sc.Err()
+}
+
+// metric returns the value of a metric line from the controller's
+// /metrics, such as "lifeline_etcd_txns_total".
+func (c *controllerProc) metric(name string) (float64, error) {
+	v, found := 0.0, false
+	err := c.scrape(func(line string) (bool, error) {
+		rest, ok := strings.CutPrefix(line, name+" ")
+		if !ok {
+			return false, nil
+		}
+		var err error
+		v, err = strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		found = true
+		return true, err
+	})
+	if err == nil && !found {
+		err = fmt.Errorf("/metrics has no %s", name)
+	}
+	return v, err
 }
 
 // callsByMethod returns the controller's API calls so far by method name
 // ("SetUnitStatus"), whatever their codes (lifeline_api_calls_total).
 func (c *controllerProc) callsByMethod() (map[string]float64, error) {
-	resp, err := http.Get("http://" + c.metricsAddr + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		labels, ok := strings.CutPrefix(sc.Text(), "lifeline_api_calls_total{")
+	err := c.scrape(func(line string) (bool, error) {
+		labels, ok := strings.CutPrefix(line, "lifeline_api_calls_total{")
 		if !ok {
-			continue
+			return false, nil
 		}
 		labels, value, ok := strings.Cut(labels, "} ")
 		if !ok {
-			continue
+			return false, nil
 		}
 		_, method, ok := strings.Cut(labels, `method="`)
 		if !ok {
-			continue
+			return false, nil
 		}
 		method, _, _ = strings.Cut(method, `"`)
 		method = method[strings.LastIndexByte(method, '/')+1:]
 		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			return nil, err
-		}
 		out[method] += v
-	}
-	return out, sc.Err()
+		return false, err
+	})
+	return out, err
 }
 
 // perUnit returns the calls made between two readings, per unit.
@@ -200,18 +211,8 @@ func procUsage(pid int) (rss int64, cpu time.Duration, err error) {
 			rss = kb << 10
 		}
 	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return rss, 0, err
-	}
-	s := string(stat)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) > 12 {
-		ut, _ := strconv.ParseInt(f[11], 10, 64)
-		st, _ := strconv.ParseInt(f[12], 10, 64)
-		cpu = time.Duration(ut+st) * time.Second / 100 // clock ticks: 100 a second on Linux
-	}
-	return rss, cpu, nil
+	u, err := procCPU(pid)
+	return rss, u.cpu, err
 }
 
 // currentRSS returns a process's resident memory now.

@@ -93,17 +93,14 @@ func run(ctx context.Context, c config) (*results, error) {
 	// its hooks, one after another for every arrival, would queue behind
 	// a thousand machines' goroutines on one Go scheduler.
 	var related []*agentProc
+	var relatedIDs []string
 	for i := range c.related {
 		a, err := startAgentProc(ctx, ctl, dir, c.lifelined, fmt.Sprintf("related-%d", i))
 		if err != nil {
 			return nil, err
 		}
 		defer a.stop()
-		related = append(related, a)
-	}
-	var relatedIDs []string
-	for _, a := range related {
-		relatedIDs = append(relatedIDs, a.id)
+		related, relatedIDs = append(related, a), append(relatedIDs, a.id)
 	}
 	// What the fleet uses: this process, and the related units' agents.
 	fleetUsage := func() usage {
@@ -520,9 +517,9 @@ func (a *agentProc) sample() {
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
 	for {
-		u := procCPU(a.cmd.Process.Pid)
+		u, err := procCPU(a.cmd.Process.Pid)
 		a.mu.Lock()
-		if u.cpu > 0 && !a.gone {
+		if err == nil && !a.gone {
 			a.last = u
 		}
 		a.mu.Unlock()

@@ -42,27 +42,26 @@ func (u usage) plus(o usage) usage {
 	return usage{cpu: u.cpu + o.cpu, children: u.children + o.children, written: u.written + o.written}
 }
 
-// procCPU returns what another process of ours used so far: its CPU, and
-// that of its children it has waited for (its hooks). A process gone
-// counts nothing here: once waited for, all it used is this process's
-// children's, its own CPU with its hooks'.
-func procCPU(pid int) usage {
+// procCPU returns what another process used so far: its CPU, and that of
+// its children it has waited for (its hooks). A process gone is an error:
+// once waited for, all it used is its parent's children's.
+func procCPU(pid int) (usage, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return usage{}
+		return usage{}, err
 	}
 	// The fields after the command's closing parenthesis, from the third:
 	// utime, stime, cutime and cstime are the 14th to 17th.
 	s := string(data)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	if len(f) < 15 {
-		return usage{}
+		return usage{}, fmt.Errorf("/proc/%d/stat has %d fields after the command, want 15 or more", pid, len(f))
 	}
 	tick := func(i int) time.Duration {
 		n, _ := strconv.ParseInt(f[i-3], 10, 64)
 		return time.Duration(n) * time.Second / clockTicks
 	}
-	return usage{cpu: tick(14) + tick(15), children: tick(16) + tick(17)}
+	return usage{cpu: tick(14) + tick(15), children: tick(16) + tick(17)}, nil
 }
 
 // clockTicks is the kernel's USER_HZ, what /proc/<pid>/stat counts CPU in:
