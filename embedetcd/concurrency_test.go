@@ -31,7 +31,8 @@ func TestManyCallsAtOnceComplete(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	c, err := srv.Client()
+	// Through the socket, as a controller reaches an external cluster.
+	c, err := embedetcd.NewClient(clientv3.Config{Endpoints: []string{srv.Endpoint()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,8 @@
 // runs in its data directory when no external cluster is given, and that the
 // tests run in a temporary directory.
 //
-// It owns the server's configuration and the bridge from etcd's zap logger
-// into hclog. It does not read or write keys: that is package state's job.
+// It owns the server's configuration, the client that calls the member in
+// the same process (Server.Client), the client of a member or cluster over
+// a connection (NewClient), and the bridge from etcd's zap logger into
+// hclog. It does not read or write keys: that is package state's job.
 package embedetcd

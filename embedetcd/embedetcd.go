@@ -137,9 +137,11 @@ func (s *Server) Endpoint() string { return s.endpoint }
 // stops.
 func (s *Server) Err() <-chan error { return s.etcd.Err() }
 
-// Client returns a new client of the member; the caller closes it.
+// Client returns a new client of the member that calls it in this process,
+// without the socket; the caller closes it. Other processes reach the member
+// through Endpoint.
 func (s *Server) Client() (*clientv3.Client, error) {
-	return NewClient(clientv3.Config{Endpoints: []string{s.endpoint}})
+	return inProcessClient(s), nil
 }
 
 // Close stops the member: it stops serving clients, then stops raft and
