@@ -59,6 +59,8 @@ func newMetrics(reg prometheus.Registerer, st *state.State, hub *watchhub.Hub) *
 		}, stat(func(s state.Stats) int64 { return s.MaxOps })),
 		&entityCollector{st: st, desc: prometheus.NewDesc("lifeline_entities",
 			"Entities in the model by kind and life.", []string{"kind", "life"}, nil)},
+		&conflictCollector{st: st, desc: prometheus.NewDesc("lifeline_etcd_txn_retries_by_operation_total",
+			"Write transactions whose comparisons failed, by the state operation that retried them.", []string{"operation"}, nil)},
 	)
 	hubStat := func(f func(watchhub.Stats) int64) func() float64 {
 		return func() float64 { return float64(f(hub.Stats())) }
@@ -89,6 +91,20 @@ func newMetrics(reg prometheus.Registerer, st *state.State, hub *watchhub.Hub) *
 func (m *metrics) observe(method string, err error) {
 	method = method[strings.LastIndexByte(method, '/')+1:]
 	m.calls.WithLabelValues(method, status.Code(err).String()).Inc()
+}
+
+// conflictCollector reports the state's conflicts by operation.
+type conflictCollector struct {
+	st   *state.State
+	desc *prometheus.Desc
+}
+
+func (c *conflictCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *conflictCollector) Collect(ch chan<- prometheus.Metric) {
+	for op, n := range c.st.ConflictsByOp() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(n), op)
+	}
 }
 
 // entityCollector counts the model's entities when scraped, from a model

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -97,6 +100,40 @@ type Stats struct {
 
 type stats struct {
 	txns, conflicts, aborted, reads, maxOps atomic.Int64
+	// byOp maps a method's name to its *atomic.Int64 of conflicts.
+	byOp sync.Map
+}
+
+// conflict counts a failed transaction of the operation that called apply.
+// It runs only on a conflict, so finding the caller's name costs nothing
+// on the common path.
+func (st *stats) conflict() {
+	st.conflicts.Add(1)
+	op := "unknown"
+	if pc, _, _, ok := runtime.Caller(2); ok {
+		if f := runtime.FuncForPC(pc); f != nil {
+			op = methodName(f.Name())
+		}
+	}
+	n, ok := st.byOp.Load(op)
+	if !ok {
+		n, _ = st.byOp.LoadOrStore(op, new(atomic.Int64))
+	}
+	n.(*atomic.Int64).Add(1)
+}
+
+// methodName turns a function's full name
+// ("github.com/x/state.(*State).AddUnits.func1") into its method's
+// ("AddUnits").
+func methodName(full string) string {
+	name := full[strings.LastIndexByte(full, '/')+1:]
+	if i := strings.Index(name, ")."); i >= 0 {
+		name = name[i+2:]
+	} else if i := strings.IndexByte(name, '.'); i >= 0 {
+		name = name[i+1:]
+	}
+	name, _, _ = strings.Cut(name, ".")
+	return name
 }
 
 // Stats returns the counts so far.
@@ -108,6 +145,17 @@ func (s *State) Stats() Stats {
 		Reads:     s.stats.reads.Load(),
 		MaxOps:    s.stats.maxOps.Load(),
 	}
+}
+
+// ConflictsByOp splits Stats' Conflicts by the State method whose
+// transaction failed ("AddUnits", "setUnitStatus").
+func (s *State) ConflictsByOp() map[string]int64 {
+	m := map[string]int64{}
+	s.stats.byOp.Range(func(k, v any) bool {
+		m[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return m
 }
 
 // change is what one attempt decided: the comparisons that must still hold
@@ -214,7 +262,7 @@ func (s *State) apply(ctx context.Context, what string, attempt func(ctx context
 		if ok {
 			return nil
 		}
-		s.stats.conflicts.Add(1)
+		s.stats.conflict()
 		if i >= 2 {
 			// Many writers want the same keys: spread them out, more the
 			// longer they keep colliding, so that every one gets its turn.

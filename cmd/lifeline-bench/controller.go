@@ -165,9 +165,27 @@ func (c *controllerProc) metric(name string) (float64, error) {
 // callsByMethod returns the controller's API calls so far by method name
 // ("SetUnitStatus"), whatever their codes (lifeline_api_calls_total).
 func (c *controllerProc) callsByMethod() (map[string]float64, error) {
+	out, err := c.byLabel("lifeline_api_calls_total", "method")
+	for m, v := range out {
+		if short := m[strings.LastIndexByte(m, '/')+1:]; short != m {
+			delete(out, m)
+			out[short] += v
+		}
+	}
+	return out, err
+}
+
+// retriesByOp returns the transactions retried so far by the state
+// operation that retried them.
+func (c *controllerProc) retriesByOp() (map[string]float64, error) {
+	return c.byLabel("lifeline_etcd_txn_retries_by_operation_total", "operation")
+}
+
+// byLabel returns a labelled metric's values summed by one label's value.
+func (c *controllerProc) byLabel(name, label string) (map[string]float64, error) {
 	out := map[string]float64{}
 	err := c.scrape(func(line string) (bool, error) {
-		labels, ok := strings.CutPrefix(line, "lifeline_api_calls_total{")
+		labels, ok := strings.CutPrefix(line, name+"{")
 		if !ok {
 			return false, nil
 		}
@@ -175,14 +193,13 @@ func (c *controllerProc) callsByMethod() (map[string]float64, error) {
 		if !ok {
 			return false, nil
 		}
-		_, method, ok := strings.Cut(labels, `method="`)
+		_, v, ok := strings.Cut(labels, label+`="`)
 		if !ok {
 			return false, nil
 		}
-		method, _, _ = strings.Cut(method, `"`)
-		method = method[strings.LastIndexByte(method, '/')+1:]
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		out[method] += v
+		v, _, _ = strings.Cut(v, `"`)
+		n, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		out[v] += n
 		return false, err
 	})
 	return out, err

@@ -69,10 +69,19 @@ type results struct {
 	// calls said.
 	ReportsPerUnitDeploy  map[string]float64 `json:"agent_reports_per_unit_deploy"`
 	ReportsPerUnitDestroy map[string]float64 `json:"agent_reports_per_unit_destroy"`
+	// Transactions retried after a conflict, by the state operation that
+	// retried them, in the same phases.
+	RetriesDeploy  map[string]float64 `json:"etcd_txn_retries_by_operation_deploy"`
+	RetriesDestroy map[string]float64 `json:"etcd_txn_retries_by_operation_destroy"`
 }
 
-// topCalls says the most made calls (or reports) of a phase, most first.
-func topCalls(calls map[string]float64, n int) string {
+// topCalls says the most made calls (or reports) a unit of a phase, most
+// first.
+func topCalls(calls map[string]float64, n int) string { return top(calls, n, "%.2f") }
+
+// top says the n largest of counts, largest first, each formatted with
+// verb, after their sum.
+func top(calls map[string]float64, n int, verb string) string {
 	methods := slices.Collect(maps.Keys(calls))
 	slices.SortFunc(methods, func(a, b string) int { return cmp.Compare(calls[b], calls[a]) })
 	var out []string
@@ -80,10 +89,10 @@ func topCalls(calls map[string]float64, n int) string {
 	for i, m := range methods {
 		sum += calls[m]
 		if i < n {
-			out = append(out, fmt.Sprintf("%s %.2f", m, calls[m]))
+			out = append(out, fmt.Sprintf("%s "+verb, m, calls[m]))
 		}
 	}
-	return fmt.Sprintf("%.1f: %s", sum, strings.Join(out, ", "))
+	return fmt.Sprintf(verb+": %s", sum, strings.Join(out, ", "))
 }
 
 func (r *results) print(w io.Writer) {
@@ -106,6 +115,8 @@ func (r *results) print(w io.Writer) {
 	row("ctl status --format json", "%.2f s", r.StatusJSONSeconds)
 	row("API calls a unit, deploying", "%s", topCalls(r.CallsPerUnitDeploy, 6))
 	row("API calls a unit, destroying", "%s", topCalls(r.CallsPerUnitDestroy, 6))
+	row("retried, deploying", "%s", top(r.RetriesDeploy, 6, "%.0f"))
+	row("retried, destroying", "%s", top(r.RetriesDestroy, 6, "%.0f"))
 	row("agent reports a unit, deploying", "%s", topCalls(r.ReportsPerUnitDeploy, 5))
 	row("agent reports a unit, destroying", "%s", topCalls(r.ReportsPerUnitDestroy, 5))
 	t.Flush()

@@ -137,6 +137,10 @@ func run(ctx context.Context, c config) (*results, error) {
 	say("deploying %d units of bench on %d machines, related to %d of front", c.units, c.machines, c.related)
 	start := time.Now()
 	startUsage := fleetUsage()
+	retriesBefore, err := ctl.retriesByOp()
+	if err != nil {
+		return res, err
+	}
 	callsBefore, err := ctl.callsByMethod()
 	if err != nil {
 		return nil, err
@@ -178,6 +182,11 @@ func run(ctx context.Context, c config) (*results, error) {
 	res.UnitsPerSecond = float64(c.units) / res.SecondsToRunning
 	res.RatioToCeiling = res.UnitsPerSecond / res.CeilingUnitsPerSecond
 	res.UnitStartP50, res.UnitStartP99 = percentile(firstRunning, 0.50), percentile(firstRunning, 0.99)
+	retriesRunning, err := ctl.retriesByOp()
+	if err != nil {
+		return res, err
+	}
+	res.RetriesDeploy = perUnit(retriesBefore, retriesRunning, 1)
 	callsRunning, err := ctl.callsByMethod()
 	if err != nil {
 		return res, err
@@ -239,6 +248,11 @@ func run(ctx context.Context, c config) (*results, error) {
 	res.FleetCPUSecondsDestroy, res.HookCPUSecondsDestroy = destroyUsage.cpu.Seconds(), destroyUsage.children.Seconds()
 	res.UnitsPerSecondDestroy = float64(c.units) / res.SecondsToRemoved
 	res.RatioToCeilingDestroy = res.UnitsPerSecondDestroy / res.CeilingUnitsPerSecond
+	retriesEnd, err := ctl.retriesByOp()
+	if err != nil {
+		return res, err
+	}
+	res.RetriesDestroy = perUnit(retriesRunning, retriesEnd, 1)
 	callsEnd, err := ctl.callsByMethod()
 	if err != nil {
 		return res, err
