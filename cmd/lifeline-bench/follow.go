@@ -25,10 +25,17 @@ type follower struct {
 	// running and idle count the agents whose status says so, kept as
 	// statuses change so that checking costs nothing.
 	running, idle int
-	// firstRunning is when each unit's agent was first seen running.
+	// firstRunning is when each unit's agent first reported it running,
+	// by the time the controller stamped on the status.
 	firstRunning map[string]time.Time
-	// lastAgentChange is when a unit agent's status last changed.
-	lastAgentChange time.Time
+	// lastAgentChange is when the follower last saw a unit agent's status
+	// change; lastAgentStamp is the latest time the controller stamped on
+	// one. The follower can lag behind the controller when the harness's
+	// process is short of CPU; the stamps do not.
+	lastAgentChange, lastAgentStamp time.Time
+	// maxLag is the longest the follower took to see a status after the
+	// controller stamped it.
+	maxLag time.Duration
 	// reports counts the unit agents' status reports seen since the
 	// last takeReports, by status, message and state.
 	reports map[string]int
@@ -83,7 +90,8 @@ func (f *follower) apply(b state.WatchBatch) {
 		case strings.HasPrefix(e.Key, agentStatusPrefix):
 			name := e.Key[len(agentStatusPrefix):]
 			f.lastAgentChange = now
-			f.count(f.agents[name], -1)
+			prev := f.agents[name]
+			f.count(prev, -1)
 			delete(f.agents, name)
 			if !put {
 				continue
@@ -95,8 +103,17 @@ func (f *follower) apply(b state.WatchBatch) {
 			f.agents[name] = s
 			f.count(s, 1)
 			f.reports[fmt.Sprintf("%s %q (%s)", s.Status, s.Message, s.Data["state"])]++
+			stamp := time.Unix(0, s.SinceUnixNano)
+			if stamp.After(f.lastAgentStamp) {
+				f.lastAgentStamp = stamp
+			}
+			// A report that changed nothing keeps its old stamp.
+			fresh := prev == nil || prev.SinceUnixNano != s.SinceUnixNano
+			if lag := now.Sub(stamp); fresh && !b.Reset && lag > f.maxLag {
+				f.maxLag = lag
+			}
 			if _, ok := f.firstRunning[name]; !ok && s.Data["state"] == "running" {
-				f.firstRunning[name] = now
+				f.firstRunning[name] = stamp
 			}
 		}
 	}

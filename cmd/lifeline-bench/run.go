@@ -182,6 +182,9 @@ func run(ctx context.Context, c config) (*results, error) {
 	res.UnitsPerSecond = float64(c.units) / res.SecondsToRunning
 	res.RatioToCeiling = res.UnitsPerSecond / res.CeilingUnitsPerSecond
 	res.UnitStartP50, res.UnitStartP99 = percentile(firstRunning, 0.50), percentile(firstRunning, 0.99)
+	model.mu.Lock()
+	res.FollowerLagSeconds = model.maxLag.Seconds()
+	model.mu.Unlock()
 	retriesRunning, err := ctl.retriesByOp()
 	if err != nil {
 		return res, err
@@ -354,7 +357,7 @@ const settleQuiet = time.Second
 // waitSettled waits until total units run and are idle, with no unit
 // agent's status changing for settleQuiet, and returns when that state
 // began (the last change) and how long after start each unit was first
-// seen running.
+// running, both by the times the controller stamped on the statuses.
 //
 // onTail is called once, when idleTail units are idle but not all (only
 // the related units are busy).
@@ -393,7 +396,7 @@ func waitSettled(ctx context.Context, f *follower, total, idleTail int, start ti
 	for _, t := range f.firstRunning {
 		out = append(out, t.Sub(start).Seconds())
 	}
-	return f.lastAgentChange, out, nil
+	return f.lastAgentStamp, out, nil
 }
 
 // waitUnits waits until no unit is left.
