@@ -137,11 +137,12 @@ func (s *Server) Endpoint() string { return s.endpoint }
 // stops.
 func (s *Server) Err() <-chan error { return s.etcd.Err() }
 
-// Client returns a new client of the member that calls it in this process,
-// without the socket; the caller closes it. Other processes reach the member
+// Client returns a new client of the member whose reads and transactions
+// call it in this process, without the socket (its watches and leases use
+// the socket); the caller closes it. Other processes reach the member
 // through Endpoint.
 func (s *Server) Client() (*clientv3.Client, error) {
-	return inProcessClient(s), nil
+	return inProcessClient(s)
 }
 
 // Close stops the member: it stops serving clients, then stops raft and
