@@ -39,6 +39,8 @@ type follower struct {
 	// reports counts the unit agents' status reports seen since the
 	// last takeReports, by status, message and state.
 	reports map[string]int
+	// rev is the revision of the model the follower has seen.
+	rev int64
 	// changed is signalled, without blocking, after every batch.
 	changed chan struct{}
 }
@@ -116,6 +118,9 @@ func (f *follower) apply(b state.WatchBatch) {
 				f.firstRunning[name] = stamp
 			}
 		}
+	}
+	if b.Revision > f.rev {
+		f.rev = b.Revision
 	}
 	f.mu.Unlock()
 	select {

@@ -74,6 +74,10 @@ type results struct {
 	// while deploying. Seconds to running and the unit start times are
 	// taken from the stamps, so the lag does not count in them.
 	FollowerLagSeconds float64 `json:"follower_lag_seconds"`
+	// DestroyLagSeconds is how long after the units, then the last
+	// entity keys, were gone the watch saw it, by the revision clock
+	// (revClock). Seconds to removed does not count it.
+	DestroyLagSeconds float64 `json:"destroy_lag_seconds"`
 	// Transactions retried after a conflict, by the state operation that
 	// retried them, in the same phases.
 	RetriesDeploy  map[string]float64 `json:"etcd_txn_retries_by_operation_deploy"`
@@ -106,7 +110,7 @@ func (r *results) print(w io.Writer) {
 	row("units, machines, related, hooks", "%d, %d, %d, %s", r.Units, r.Machines, r.Related, r.Hooks)
 	row("seconds to running", "%.1f (units added after %.1f; p50 %.1f, p99 %.1f per unit)", r.SecondsToRunning, r.SecondsToUnitsAdded, r.UnitStartP50, r.UnitStartP99)
 	row("seconds to removed", "%.1f (units gone after %.1f)", r.SecondsToRemoved, r.SecondsToUnitsRemoved)
-	row("harness's watch lag", "%.1f s at most deploying (not counted in the times above)", r.FollowerLagSeconds)
+	row("harness's watch lag", "%.1f s at most deploying, %.1f s destroying (not counted in the times above)", r.FollowerLagSeconds, r.DestroyLagSeconds)
 	row("units per second", "%.0f deploying, %.0f destroying", r.UnitsPerSecond, r.UnitsPerSecondDestroy)
 	row("raw etcd txn/s", "%.0f: ceiling %.0f units/s at %.2f txns a unit", r.RawTxnPerSecond, r.CeilingUnitsPerSecond, r.FewestTxnsPerUnit)
 	row("ratio to ceiling", "%.2f deploying, %.2f destroying", r.RatioToCeiling, r.RatioToCeilingDestroy)

@@ -128,6 +128,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	fctx, stopFollowing := context.WithCancel(ctx)
 	defer stopFollowing()
 	model := follow(fctx, st)
+	clock := startRevClock(fctx, etcd)
 
 	prof, err := newProfiler(c.pprofDir, c.pprofSeconds, ctl)
 	if err != nil {
@@ -236,17 +237,29 @@ func run(ctx context.Context, c config) (*results, error) {
 			return res, err
 		}
 	}
-	if err := waitUnits(ctx, model); err != nil {
+	// The removals are timed by the revisions at which the watch saw them
+	// done; the watch's lag, and with it the harness's own delay in
+	// destroying the machines once the units are gone, is not counted.
+	unitsGoneRev, err := waitUnits(ctx, model, destroyStart)
+	if err != nil {
 		return res, err
 	}
-	res.SecondsToUnitsRemoved = time.Since(destroyStart).Seconds()
+	seen := time.Now()
+	unitsGone := clock.waitTimeOf(ctx, unitsGoneRev)
+	res.SecondsToUnitsRemoved = unitsGone.Sub(destroyStart).Seconds()
+	res.DestroyLagSeconds = max(0, seen.Sub(unitsGone).Seconds())
+	machinesStart := time.Now()
 	if err := destroyMachines(ctx, ctl.op, append(append(fl.ids, idle.id), relatedIDs...)); err != nil {
 		return res, err
 	}
-	if err := waitEmpty(ctx, model); err != nil {
+	emptyRev, err := waitEmpty(ctx, model, destroyStart)
+	if err != nil {
 		return res, err
 	}
-	res.SecondsToRemoved = time.Since(destroyStart).Seconds()
+	seen = time.Now()
+	empty := clock.waitTimeOf(ctx, emptyRev)
+	res.DestroyLagSeconds = max(res.DestroyLagSeconds, seen.Sub(empty).Seconds())
+	res.SecondsToRemoved = res.SecondsToUnitsRemoved + empty.Sub(machinesStart).Seconds()
 	destroyUsage = fleetUsage().since(destroyUsage)
 	res.FleetCPUSecondsDestroy, res.HookCPUSecondsDestroy = destroyUsage.cpu.Seconds(), destroyUsage.children.Seconds()
 	res.UnitsPerSecondDestroy = float64(c.units) / res.SecondsToRemoved
@@ -362,7 +375,7 @@ const settleQuiet = time.Second
 // onTail is called once, when idleTail units are idle but not all (only
 // the related units are busy).
 func waitSettled(ctx context.Context, f *follower, total, idleTail int, start time.Time, fl *fleet, onTail func()) (time.Time, []float64, error) {
-	lastSay := time.Now()
+	p := newProgress(start)
 	tailSeen := false
 	var fleetErr error
 	var units, running, idle int
@@ -375,10 +388,7 @@ func waitSettled(ctx context.Context, f *follower, total, idleTail int, start ti
 			tailSeen = true
 			onTail()
 		}
-		if time.Since(lastSay) > 5*time.Second {
-			say("  %d units, %d running, %d idle (%.0f s)", units, running, idle, time.Since(start).Seconds())
-			lastSay = time.Now()
-		}
+		p.say("%d units, %d running, %d idle", units, running, idle)
 		f.mu.Lock()
 		quiet := time.Since(f.lastAgentChange) >= settleQuiet
 		f.mu.Unlock()
@@ -399,30 +409,57 @@ func waitSettled(ctx context.Context, f *follower, total, idleTail int, start ti
 	return f.lastAgentStamp, out, nil
 }
 
-// waitUnits waits until no unit is left.
-func waitUnits(ctx context.Context, f *follower) error {
+// waitUnits waits until no unit is left, saying how many are left (and
+// how long since start) as it goes, and returns the revision of the model
+// at which the watch saw the last go.
+func waitUnits(ctx context.Context, f *follower, start time.Time) (rev int64, err error) {
+	p := newProgress(start)
 	if err := f.wait(ctx, time.Second, func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		p.say("%d units left, %d entity keys", len(f.units), len(f.entities))
+		rev = f.rev
 		return len(f.units) == 0
 	}); err != nil {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		return fmt.Errorf("waiting for units to go: %w (%d left)", err, len(f.units))
+		return 0, fmt.Errorf("waiting for units to go: %w (%d left)", err, len(f.units))
 	}
-	return nil
+	return rev, nil
 }
 
-// waitEmpty waits until etcd holds no entity keys.
-func waitEmpty(ctx context.Context, f *follower) error {
+// waitEmpty waits until etcd holds no entity keys, saying how many are
+// left as it goes, and returns the revision at which the watch saw the
+// last go.
+func waitEmpty(ctx context.Context, f *follower, start time.Time) (rev int64, err error) {
+	p := newProgress(start)
 	if err := f.wait(ctx, time.Second, func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		p.say("%d entity keys left", len(f.entities))
+		rev = f.rev
 		return len(f.entities) == 0
 	}); err != nil {
-		return fmt.Errorf("waiting for the model to empty: %w", err)
+		return 0, fmt.Errorf("waiting for the model to empty: %w", err)
 	}
-	return nil
+	return rev, nil
+}
+
+// progress says how a wait is going every progressEvery, with the seconds
+// since it began, so that a run that stops making progress shows it.
+type progress struct{ start, last time.Time }
+
+const progressEvery = 5 * time.Second
+
+// newProgress starts saying how a wait that began at start is going.
+func newProgress(start time.Time) *progress { return &progress{start: start, last: time.Now()} }
+
+func (p *progress) say(format string, args ...any) {
+	if time.Since(p.last) < progressEvery {
+		return
+	}
+	p.last = time.Now()
+	say("  "+format+" (%.0f s)", append(args, time.Since(p.start).Seconds())...)
 }
 
 func percentile(xs []float64, p float64) float64 {

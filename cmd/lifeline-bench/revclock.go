@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// revClock tells when etcd reached a revision, from etcd's current
+// revision read every revClockEvery. The harness's watch of the model can
+// lag far behind etcd when the hooks starve the harness's process of CPU
+// (90 s was seen); a change's revision, timed by the clock, says when it
+// happened within revClockEvery, however late the watch saw it.
+type revClock struct {
+	mu      sync.Mutex
+	samples []revSample
+}
+
+type revSample struct {
+	at  time.Time
+	rev int64
+}
+
+const revClockEvery = 100 * time.Millisecond
+
+// startRevClock reads etcd's revision until ctx ends. A read of one absent
+// key costs etcd next to nothing.
+func startRevClock(ctx context.Context, c *clientv3.Client) *revClock {
+	rc := &revClock{}
+	go func() {
+		t := time.NewTicker(revClockEvery)
+		defer t.Stop()
+		for {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			resp, err := c.Get(rctx, "lifeline-bench-clock", clientv3.WithSerializable())
+			cancel()
+			if err == nil {
+				rc.mu.Lock()
+				rc.samples = append(rc.samples, revSample{at: time.Now(), rev: resp.Header.Revision})
+				rc.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return rc
+}
+
+// timeOf returns when etcd was first seen at rev or later, and false when
+// it has not been yet.
+func (rc *revClock) timeOf(rev int64) (time.Time, bool) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	i := sort.Search(len(rc.samples), func(i int) bool { return rc.samples[i].rev >= rev })
+	if i == len(rc.samples) {
+		return time.Time{}, false
+	}
+	return rc.samples[i].at, true
+}
+
+// waitTimeOf is timeOf once the clock has seen rev, which it has or will
+// within revClockEvery of the watch having seen it.
+func (rc *revClock) waitTimeOf(ctx context.Context, rev int64) time.Time {
+	for {
+		if at, ok := rc.timeOf(rev); ok {
+			return at
+		}
+		select {
+		case <-ctx.Done():
+			return time.Now()
+		case <-time.After(revClockEvery):
+		}
+	}
+}
