@@ -14,27 +14,35 @@ import (
 	"github.com/lifelinehq/lifeline/embedetcd"
 )
 
+// startMember starts a member for the test and returns its client; both
+// end with the test.
+func startMember(t *testing.T) *clientv3.Client {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ll-embed-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	s, err := embedetcd.Start(embedetcd.Config{Dir: dir, NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	c, err := s.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // TestInProcessWatchersDoNotShareEvents runs several namespaced watches of
 // the same keys over the member's client. In process, etcd hands every
 // watcher of a key the same event in memory; the namespace wrapper strips
 // its prefix from the event's key in place, so each watcher after the first
 // would see a key stripped twice (and the race detector a race).
 func TestInProcessWatchersDoNotShareEvents(t *testing.T) {
-	dir, err := os.MkdirTemp("", "ll-embed-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	s, err := embedetcd.Start(embedetcd.Config{Dir: dir, NoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	c, err := s.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := startMember(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -107,21 +115,7 @@ func TestInProcessClientSurvivesTheServerStopping(t *testing.T) {
 // watch stopped and no machine heard it was dying). The client's watches
 // therefore go through the socket.
 func TestInProcessClientWatchesChurn(t *testing.T) {
-	dir, err := os.MkdirTemp("", "ll-embed-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	s, err := embedetcd.Start(embedetcd.Config{Dir: dir, NoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	c, err := s.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := startMember(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const history = 200
