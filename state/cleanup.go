@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -56,51 +57,89 @@ func (s *State) forceItem(c *change, existing *mvccpb.KeyValue, kind pb.CleanupK
 // a unit.
 const dyingPerTxn = 15
 
+// dyingInFlight is how many batches setUnitsDying has in flight at once.
+// One at a time, a service of 10,000 units took its 667 batches a read and
+// a transaction each, queued behind its departing units' own calls, and
+// most of the units waited their turn to start going.
+const dyingInFlight = 8
+
 // setUnitsDying sets those of the named units that are still alive dying,
-// in small batches. An unassigned principal, which no agent will ever run,
-// is removed instead.
+// in small batches, a few at once. An unassigned principal, which no agent
+// will ever run, is removed instead.
 func (s *State) setUnitsDying(ctx context.Context, units []string) error {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	turns := make(chan struct{}, dyingInFlight)
 	for len(units) > 0 {
 		batch := units[:min(len(units), dyingPerTxn)]
 		units = units[len(batch):]
-		var unassigned []string
-		err := s.apply(ctx, "set units dying", func(ctx context.Context) (*change, error) {
-			unassigned = unassigned[:0]
-			gets := make([]clientv3.Op, 0, 2*len(batch))
-			for _, n := range batch {
-				gets = append(gets, get(UnitKey(n)), getKeys(subordinatesPrefix(n), 1))
+		select {
+		case turns <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-turns }()
+			if err := s.setBatchDying(ctx, batch); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
 			}
-			r, err := s.read(ctx, gets...)
+		}()
+	}
+	wg.Wait()
+	if len(errs) == 0 && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return errors.Join(errs...)
+}
+
+// setBatchDying is setUnitsDying of one batch.
+func (s *State) setBatchDying(ctx context.Context, batch []string) error {
+	var unassigned []string
+	err := s.apply(ctx, "set units dying", func(ctx context.Context) (*change, error) {
+		unassigned = unassigned[:0]
+		gets := make([]clientv3.Op, 0, 2*len(batch))
+		for _, n := range batch {
+			gets = append(gets, get(UnitKey(n)), getKeys(subordinatesPrefix(n), 1))
+		}
+		r, err := s.read(ctx, gets...)
+		if err != nil {
+			return nil, err
+		}
+		c := &change{}
+		for i, n := range batch {
+			u, err := decode[pb.Unit](r.one(2 * i))
 			if err != nil {
 				return nil, err
 			}
-			c := &change{}
-			for i, n := range batch {
-				u, err := decode[pb.Unit](r.one(2 * i))
-				if err != nil {
-					return nil, err
-				}
-				if u == nil || u.v.Life != pb.Life_LIFE_ALIVE {
-					continue
-				}
-				if u.v.MachineId == "" && u.v.Principal == "" {
-					unassigned = append(unassigned, n)
-					continue
-				}
-				unitDyingOps(c, u, r.one(2*i+1))
+			if u == nil || u.v.Life != pb.Life_LIFE_ALIVE {
+				continue
 			}
-			if c.empty() {
-				return nil, errNothingToDo
+			if u.v.MachineId == "" && u.v.Principal == "" {
+				unassigned = append(unassigned, n)
+				continue
 			}
-			return c, nil
-		})
-		if err != nil {
-			return err
+			unitDyingOps(c, u, r.one(2*i+1))
 		}
-		for _, n := range unassigned {
-			if err := s.DestroyUnit(ctx, n, DestroyOptions{}); err != nil && !errors.Is(err, ErrNotFound) {
-				return err
-			}
+		if c.empty() {
+			return nil, errNothingToDo
+		}
+		return c, nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, n := range unassigned {
+		if err := s.DestroyUnit(ctx, n, DestroyOptions{}); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
 		}
 	}
 	return nil

@@ -18,7 +18,8 @@ import (
 // model, so that waiting costs etcd one watcher rather than a read of the
 // whole model twice a second.
 type follower struct {
-	mu       sync.Mutex
+	mu sync.Mutex
+	// units says of each unit whether it is alive.
 	units    map[string]bool
 	agents   map[string]*pb.Status
 	entities map[string]bool
@@ -85,7 +86,8 @@ func (f *follower) apply(b state.WatchBatch) {
 		case strings.HasPrefix(e.Key, unitsPrefix):
 			name := e.Key[len(unitsPrefix):]
 			if put {
-				f.units[name] = true
+				u := &pb.Unit{}
+				f.units[name] = proto.Unmarshal(e.Value, u) == nil && u.Life == pb.Life_LIFE_ALIVE
 			} else {
 				delete(f.units, name)
 			}
@@ -140,6 +142,17 @@ func (f *follower) takeReports(units int) map[string]float64 {
 	}
 	f.reports = map[string]int{}
 	return out
+}
+
+// notAlive counts the units that are dying or dead.
+func (f *follower) notAlive() int {
+	n := 0
+	for _, alive := range f.units {
+		if !alive {
+			n++
+		}
+	}
+	return n
 }
 
 func isEntityKey(k string) bool {

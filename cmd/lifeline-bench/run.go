@@ -417,7 +417,7 @@ func waitUnits(ctx context.Context, f *follower, start time.Time) (rev int64, er
 	if err := f.wait(ctx, time.Second, func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		p.say("%d units left, %d entity keys", len(f.units), len(f.entities))
+		p.say("%d units left (%d dying or dead), %d entity keys", len(f.units), f.notAlive(), len(f.entities))
 		rev = f.rev
 		return len(f.units) == 0
 	}); err != nil {
