@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -240,7 +241,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	// The removals are timed by the revisions at which the watch saw them
 	// done; the watch's lag, and with it the harness's own delay in
 	// destroying the machines once the units are gone, is not counted.
-	unitsGoneRev, err := waitUnits(ctx, model, destroyStart)
+	unitsGoneRev, err := waitUnits(ctx, model, etcd, destroyStart)
 	if err != nil {
 		return res, err
 	}
@@ -388,7 +389,9 @@ func waitSettled(ctx context.Context, f *follower, total, idleTail int, start ti
 			tailSeen = true
 			onTail()
 		}
-		p.say("%d units, %d running, %d idle", units, running, idle)
+		if p.due() {
+			p.say("%d units, %d running, %d idle", units, running, idle)
+		}
 		f.mu.Lock()
 		quiet := time.Since(f.lastAgentChange) >= settleQuiet
 		f.mu.Unlock()
@@ -412,12 +415,24 @@ func waitSettled(ctx context.Context, f *follower, total, idleTail int, start ti
 // waitUnits waits until no unit is left, saying how many are left (and
 // how long since start) as it goes, and returns the revision of the model
 // at which the watch saw the last go.
-func waitUnits(ctx context.Context, f *follower, start time.Time) (rev int64, err error) {
+func waitUnits(ctx context.Context, f *follower, etcd *clientv3.Client, start time.Time) (rev int64, err error) {
 	p := newProgress(start)
 	if err := f.wait(ctx, time.Second, func() bool {
+		var inEtcd string
+		if p.due() {
+			// What etcd holds now, beside what the watch has seen.
+			inEtcd = "?"
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if r, err := etcd.Get(rctx, "/lifeline/"+unitsPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err == nil {
+				inEtcd = strconv.FormatInt(r.Count, 10)
+			}
+			cancel()
+		}
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		p.say("%d units left (%d dying or dead), %d entity keys", len(f.units), f.notAlive(), len(f.entities))
+		if inEtcd != "" {
+			p.say("%d units left as the watch sees them (%d dying or dead; %s in etcd), %d entity keys", len(f.units), f.notAlive(), inEtcd, len(f.entities))
+		}
 		rev = f.rev
 		return len(f.units) == 0
 	}); err != nil {
@@ -436,7 +451,9 @@ func waitEmpty(ctx context.Context, f *follower, start time.Time) (rev int64, er
 	if err := f.wait(ctx, time.Second, func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		p.say("%d entity keys left", len(f.entities))
+		if p.due() {
+			p.say("%d entity keys left", len(f.entities))
+		}
 		rev = f.rev
 		return len(f.entities) == 0
 	}); err != nil {
@@ -454,11 +471,18 @@ const progressEvery = 5 * time.Second
 // newProgress starts saying how a wait that began at start is going.
 func newProgress(start time.Time) *progress { return &progress{start: start, last: time.Now()} }
 
-func (p *progress) say(format string, args ...any) {
+// due reports whether it is time to say how the wait goes, and if so
+// counts the time from now.
+func (p *progress) due() bool {
 	if time.Since(p.last) < progressEvery {
-		return
+		return false
 	}
 	p.last = time.Now()
+	return true
+}
+
+// say says how the wait goes, with the seconds since it began.
+func (p *progress) say(format string, args ...any) {
 	say("  "+format+" (%.0f s)", append(args, time.Since(p.start).Seconds())...)
 }
 
