@@ -162,47 +162,45 @@ func (c *controllerProc) metric(name string) (float64, error) {
 	return v, err
 }
 
-// callsByMethod returns the controller's API calls so far by method name
-// ("SetUnitStatus"), whatever their codes (lifeline_api_calls_total).
-func (c *controllerProc) callsByMethod() (map[string]float64, error) {
-	out, err := c.byLabel("lifeline_api_calls_total", "method")
-	for m, v := range out {
-		if short := m[strings.LastIndexByte(m, '/')+1:]; short != m {
-			delete(out, m)
-			out[short] += v
-		}
+// counters are the controller's counters the harness reads at each
+// phase's start and end: API calls by method name ("SetUnitStatus"),
+// whatever their codes, and transactions retried by the state operation
+// that retried them.
+type counters struct{ calls, retries map[string]float64 }
+
+// counters reads both from one scrape of /metrics.
+func (c *controllerProc) counters() (counters, error) {
+	byName := map[string]struct {
+		label string
+		out   map[string]float64
+	}{
+		"lifeline_api_calls_total":                     {"method", map[string]float64{}},
+		"lifeline_etcd_txn_retries_by_operation_total": {"operation", map[string]float64{}},
 	}
-	return out, err
-}
-
-// retriesByOp returns the transactions retried so far by the state
-// operation that retried them.
-func (c *controllerProc) retriesByOp() (map[string]float64, error) {
-	return c.byLabel("lifeline_etcd_txn_retries_by_operation_total", "operation")
-}
-
-// byLabel returns a labelled metric's values summed by one label's value.
-func (c *controllerProc) byLabel(name, label string) (map[string]float64, error) {
-	out := map[string]float64{}
 	err := c.scrape(func(line string) (bool, error) {
-		labels, ok := strings.CutPrefix(line, name+"{")
-		if !ok {
+		name, labels, ok := strings.Cut(line, "{")
+		m, known := byName[name]
+		if !ok || !known {
 			return false, nil
 		}
 		labels, value, ok := strings.Cut(labels, "} ")
 		if !ok {
 			return false, nil
 		}
-		_, v, ok := strings.Cut(labels, label+`="`)
+		_, v, ok := strings.Cut(labels, m.label+`="`)
 		if !ok {
 			return false, nil
 		}
 		v, _, _ = strings.Cut(v, `"`)
+		v = v[strings.LastIndexByte(v, '/')+1:] // a method's short name
 		n, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		out[v] += n
+		m.out[v] += n
 		return false, err
 	})
-	return out, err
+	return counters{
+		calls:   byName["lifeline_api_calls_total"].out,
+		retries: byName["lifeline_etcd_txn_retries_by_operation_total"].out,
+	}, err
 }
 
 // perUnit returns the calls made between two readings, per unit.

@@ -64,16 +64,19 @@ func (rc *revClock) timeOf(rev int64) (time.Time, bool) {
 	return rc.samples[i].at, true
 }
 
-// waitTimeOf is timeOf once the clock has seen rev, which it has or will
-// within revClockEvery of the watch having seen it.
-func (rc *revClock) waitTimeOf(ctx context.Context, rev int64) time.Time {
+// seen, called when the harness's watch has just seen revision rev,
+// returns when etcd reached rev (waiting for the clock to see it, which
+// it has or will within revClockEvery) and how long the watch took to see
+// it.
+func (rc *revClock) seen(ctx context.Context, rev int64) (time.Time, time.Duration) {
+	now := time.Now()
 	for {
 		if at, ok := rc.timeOf(rev); ok {
-			return at
+			return at, max(0, now.Sub(at))
 		}
 		select {
 		case <-ctx.Done():
-			return time.Now()
+			return now, 0
 		case <-time.After(revClockEvery):
 		}
 	}

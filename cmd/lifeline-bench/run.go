@@ -25,6 +25,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// namespace is where the controller keeps its model in etcd (lifelined's
+// default --namespace).
+const namespace = "/lifeline/"
+
 // fewestTxnsPerUnit is the fewest etcd transactions a unit's whole life in
 // a relation needs under the life rules: added (AddUnits puts 14 units in
 // a transaction), entering the relation's scope (1), set dying (the
@@ -64,7 +68,7 @@ func run(ctx context.Context, c config) (*results, error) {
 		return nil, err
 	}
 	defer etcd.Close()
-	st, err := state.New(etcd, state.Config{Namespace: "/lifeline/"})
+	st, err := state.New(etcd, state.Config{Namespace: namespace})
 	if err != nil {
 		return nil, err
 	}
@@ -139,11 +143,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	say("deploying %d units of bench on %d machines, related to %d of front", c.units, c.machines, c.related)
 	start := time.Now()
 	startUsage := fleetUsage()
-	retriesBefore, err := ctl.retriesByOp()
-	if err != nil {
-		return res, err
-	}
-	callsBefore, err := ctl.callsByMethod()
+	countsBefore, err := ctl.counters()
 	if err != nil {
 		return nil, err
 	}
@@ -187,16 +187,12 @@ func run(ctx context.Context, c config) (*results, error) {
 	model.mu.Lock()
 	res.FollowerLagSeconds = model.maxLag.Seconds()
 	model.mu.Unlock()
-	retriesRunning, err := ctl.retriesByOp()
+	countsRunning, err := ctl.counters()
 	if err != nil {
 		return res, err
 	}
-	res.RetriesDeploy = perUnit(retriesBefore, retriesRunning, 1)
-	callsRunning, err := ctl.callsByMethod()
-	if err != nil {
-		return res, err
-	}
-	res.CallsPerUnitDeploy = perUnit(callsBefore, callsRunning, total)
+	res.RetriesDeploy = perUnit(countsBefore.retries, countsRunning.retries, 1)
+	res.CallsPerUnitDeploy = perUnit(countsBefore.calls, countsRunning.calls, total)
 	res.ReportsPerUnitDeploy = model.takeReports(total)
 	say("  all %d units running and idle after %.1f s", total, res.SecondsToRunning)
 
@@ -245,10 +241,8 @@ func run(ctx context.Context, c config) (*results, error) {
 	if err != nil {
 		return res, err
 	}
-	seen := time.Now()
-	unitsGone := clock.waitTimeOf(ctx, unitsGoneRev)
+	unitsGone, lag := clock.seen(ctx, unitsGoneRev)
 	res.SecondsToUnitsRemoved = unitsGone.Sub(destroyStart).Seconds()
-	res.DestroyLagSeconds = max(0, seen.Sub(unitsGone).Seconds())
 	machinesStart := time.Now()
 	if err := destroyMachines(ctx, ctl.op, append(append(fl.ids, idle.id), relatedIDs...)); err != nil {
 		return res, err
@@ -257,24 +251,19 @@ func run(ctx context.Context, c config) (*results, error) {
 	if err != nil {
 		return res, err
 	}
-	seen = time.Now()
-	empty := clock.waitTimeOf(ctx, emptyRev)
-	res.DestroyLagSeconds = max(res.DestroyLagSeconds, seen.Sub(empty).Seconds())
+	empty, emptyLag := clock.seen(ctx, emptyRev)
+	res.DestroyLagSeconds = max(lag, emptyLag).Seconds()
 	res.SecondsToRemoved = res.SecondsToUnitsRemoved + empty.Sub(machinesStart).Seconds()
 	destroyUsage = fleetUsage().since(destroyUsage)
 	res.FleetCPUSecondsDestroy, res.HookCPUSecondsDestroy = destroyUsage.cpu.Seconds(), destroyUsage.children.Seconds()
 	res.UnitsPerSecondDestroy = float64(c.units) / res.SecondsToRemoved
 	res.RatioToCeilingDestroy = res.UnitsPerSecondDestroy / res.CeilingUnitsPerSecond
-	retriesEnd, err := ctl.retriesByOp()
+	countsEnd, err := ctl.counters()
 	if err != nil {
 		return res, err
 	}
-	res.RetriesDestroy = perUnit(retriesRunning, retriesEnd, 1)
-	callsEnd, err := ctl.callsByMethod()
-	if err != nil {
-		return res, err
-	}
-	res.CallsPerUnitDestroy = perUnit(callsRunning, callsEnd, total)
+	res.RetriesDestroy = perUnit(countsRunning.retries, countsEnd.retries, 1)
+	res.CallsPerUnitDestroy = perUnit(countsRunning.calls, countsEnd.calls, total)
 	res.ReportsPerUnitDestroy = model.takeReports(total)
 	say("  the keyspace holds no entity keys after %.1f s", res.SecondsToRemoved)
 
@@ -423,7 +412,7 @@ func waitUnits(ctx context.Context, f *follower, etcd *clientv3.Client, start ti
 			// What etcd holds now, beside what the watch has seen.
 			inEtcd = "?"
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			if r, err := etcd.Get(rctx, "/lifeline/"+unitsPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err == nil {
+			if r, err := etcd.Get(rctx, namespace+unitsPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err == nil {
 				inEtcd = strconv.FormatInt(r.Count, 10)
 			}
 			cancel()
