@@ -81,6 +81,7 @@ func (a *agentServer) WatchMany(stream pb.AgentService_WatchManyServer) error {
 				return err
 			}
 		}
+		m.listTogether(ctx, ready)
 		for _, s := range ready {
 			if err := m.poll(ctx, stream, s); err != nil {
 				return err
@@ -353,6 +354,25 @@ func (m *watchMany) poll(ctx context.Context, stream pb.AgentService_WatchManySe
 	m.mu.Unlock()
 	m.signal()
 	return nil
+}
+
+// listTogether reads at once the listings the subscriptions about to be
+// polled need (new ones, and those reset): an agent starting subscribes
+// to eight subjects or more, a machine agent for its units too, in one
+// burst.
+func (m *watchMany) listTogether(ctx context.Context, ready []*subscription) {
+	if len(ready) < 2 {
+		return
+	}
+	streams := make([]*watchhub.Stream, 0, len(ready))
+	m.mu.Lock()
+	for _, s := range ready {
+		if !s.ended {
+			streams = append(streams, s.hs)
+		}
+	}
+	m.mu.Unlock()
+	m.hub.List(ctx, streams)
 }
 
 // fail ends s alone after err, telling the client.

@@ -75,6 +75,7 @@ func newMetrics(reg prometheus.Registerer, st *state.State, hub *watchhub.Hub) *
 		{"watch_changes_total", "Changes of the model the watch hub received.", true, func(s watchhub.Stats) int64 { return s.Events }},
 		{"watch_deliveries_total", "Changes the watch hub queued for streams.", true, func(s watchhub.Stats) int64 { return s.Delivered }},
 		{"watch_listings_total", "Listings watch streams read, at their start or when reset.", true, func(s watchhub.Stats) int64 { return s.Listings }},
+		{"watch_listings_together_total", "Of the listings, those read several at once, in one read of etcd.", true, func(s watchhub.Stats) int64 { return s.ListedTogether }},
 		{"watch_overflows_total", "Watch streams reset because they fell too far behind.", true, func(s watchhub.Stats) int64 { return s.Overflows }},
 		{"watch_resumed_total", "Watch streams resumed from the watch hub's recent changes.", true, func(s watchhub.Stats) int64 { return s.Resumed }},
 		{"watch_fallbacks_total", "Watch streams that caught up from etcd, resuming from a revision older than the hub's recent changes.", true, func(s watchhub.Stats) int64 { return s.Fallbacks }},

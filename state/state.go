@@ -400,14 +400,26 @@ func (s *State) listRev(ctx context.Context, prefix string, keysOnly bool, rev i
 // listRevAt is listRev that also returns the revision read: the first
 // page's, when rev is zero, which every later page reads too.
 func (s *State) listRevAt(ctx context.Context, prefix string, keysOnly bool, rev int64) ([]*mvccpb.KeyValue, int64, error) {
-	const page = 1000
-	var out []*mvccpb.KeyValue
-	start, end := prefix, prefixEnd(prefix)
-	if start == "" {
-		start = "\x00"
+	return s.listRange(ctx, rangeStart(prefix, true), prefixEnd(prefix), keysOnly, rev)
+}
+
+// listPage is how many keys one read of a listing returns at most.
+const listPage = 1000
+
+// rangeStart is the first key of a read of key, or of the keys under it
+// with prefix: the key itself, but for the empty prefix.
+func rangeStart(key string, prefix bool) string {
+	if prefix && key == "" {
+		return "\x00"
 	}
+	return key
+}
+
+// listRange is listRevAt of the keys from start to end.
+func (s *State) listRange(ctx context.Context, start, end string, keysOnly bool, rev int64) ([]*mvccpb.KeyValue, int64, error) {
+	var out []*mvccpb.KeyValue
 	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(page)}
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPage)}
 		if keysOnly {
 			opts = append(opts, clientv3.WithKeysOnly())
 		}

@@ -91,11 +91,67 @@ func (s *State) listEvents(ctx context.Context, prefix string, isPrefix bool) ([
 	if err != nil {
 		return nil, 0, err
 	}
+	return putEvents(kvs), at, nil
+}
+
+func putEvents(kvs []*mvccpb.KeyValue) []Event {
 	evs := make([]Event, len(kvs))
 	for i, kv := range kvs {
 		evs[i] = Event{Type: EventPut, Key: string(kv.Key), Value: kv.Value, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision}
 	}
-	return evs, at, nil
+	return evs
+}
+
+// ListSpec names one listing of ListMany: exactly one key, or every key
+// under a prefix.
+type ListSpec struct {
+	Key    string
+	Prefix bool
+}
+
+// listManyOps bounds the listings ListMany reads in one transaction.
+const listManyOps = MaxTxnOps
+
+// ListMany is List or ListKey of each spec, all at one revision, which it
+// returns too: in one read for up to 64 specs, where one read each would
+// cost a transaction each. A prefix holding more than a page of keys
+// takes further reads, at the same revision.
+func (s *State) ListMany(ctx context.Context, specs []ListSpec) ([][]Event, int64, error) {
+	out := make([][]Event, len(specs))
+	var rev int64
+	for lo := 0; lo < len(specs); lo += listManyOps {
+		chunk := specs[lo:min(lo+listManyOps, len(specs))]
+		ops := make([]clientv3.Op, len(chunk))
+		for i, sp := range chunk {
+			var opts []clientv3.OpOption
+			if sp.Prefix {
+				opts = append(opts, clientv3.WithRange(prefixEnd(sp.Key)), clientv3.WithLimit(listPage))
+			}
+			if rev != 0 {
+				opts = append(opts, clientv3.WithRev(rev))
+			}
+			ops[i] = clientv3.OpGet(rangeStart(sp.Key, sp.Prefix), opts...)
+		}
+		r, err := s.read(ctx, ops...)
+		if err != nil {
+			return nil, 0, err
+		}
+		if rev == 0 {
+			rev = r.rev
+		}
+		for i, sp := range chunk {
+			kvs := r.all(i)
+			if sp.Prefix && r.more(i) && len(kvs) > 0 {
+				rest, _, err := s.listRange(ctx, string(kvs[len(kvs)-1].Key)+"\x00", prefixEnd(sp.Key), false, rev)
+				if err != nil {
+					return nil, 0, err
+				}
+				kvs = append(kvs, rest...)
+			}
+			out[lo+i] = putEvents(kvs)
+		}
+	}
+	return out, rev, nil
 }
 
 func (s *State) watch(ctx context.Context, prefix string, isPrefix bool, rev int64, out chan<- WatchBatch) {

@@ -2,11 +2,17 @@ package state_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/lifelinehq/lifeline/etcdtest"
 	"github.com/lifelinehq/lifeline/state"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/namespace"
 )
 
 func next(t *testing.T, ch <-chan state.WatchBatch) state.WatchBatch {
@@ -238,5 +244,84 @@ func TestCheckInvariantsCatchesBrokenModels(t *testing.T) {
 				t.Errorf("CheckInvariants = %v, want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestListManyIsListAtOneRevision lists many keys and prefixes at once:
+// each as List or ListKey would, a prefix of more than a page whole, and
+// all at one revision even across the transactions of more than 64
+// specs while a key they list keeps changing.
+func TestListManyIsListAtOneRevision(t *testing.T) {
+	ns := etcdtest.Namespace(t)
+	st, err := state.New(etcdtest.Client(t), state.Config{Namespace: ns})
+	must(t, "New", err)
+	ctx := etcdtest.Context(t)
+	kv := namespace.NewKV(etcdtest.Client(t).KV, ns)
+	for lo := 0; lo < 2100; lo += 100 {
+		var ops []clientv3.Op
+		for i := lo; i < lo+100; i++ {
+			ops = append(ops, clientv3.OpPut(fmt.Sprintf("big/%04d", i), "v"))
+		}
+		if _, err := kv.Txn(ctx).Then(ops...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range []string{"small/a", "small/b", "smaller", "one"} {
+		if _, err := kv.Put(ctx, k, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	specs := []state.ListSpec{{Key: "big/", Prefix: true}, {Key: "small/", Prefix: true}, {Key: "one"}, {Key: "none"}, {Key: "small"}}
+	got, rev, err := st.ListMany(ctx, specs)
+	must(t, "ListMany", err)
+	for i, sp := range specs {
+		list, lrev := st.ListKey, "ListKey"
+		if sp.Prefix {
+			list, lrev = st.List, "List"
+		}
+		want, at, err := list(ctx, sp.Key)
+		must(t, lrev, err)
+		if at != rev {
+			t.Fatalf("%s(%s) read at %d, ListMany at %d, with nothing written between", lrev, sp.Key, at, rev)
+		}
+		if !slices.EqualFunc(got[i], want, func(a, b state.Event) bool {
+			return a.Key == b.Key && string(a.Value) == string(b.Value) && a.ModRevision == b.ModRevision && a.Type == b.Type
+		}) {
+			t.Errorf("ListMany's %+v: %d events, want %s's %d", sp, len(got[i]), lrev, len(want))
+		}
+	}
+	if len(got[0]) != 2100 {
+		t.Errorf("big/ listed %d keys, want 2100", len(got[0]))
+	}
+
+	// 130 specs take three transactions: all read at the first's revision.
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	written := make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			if _, err := kv.Put(wctx, "small/a", strconv.Itoa(i)); err != nil {
+				written <- wctx.Err()
+				return
+			}
+		}
+	}()
+	specs = nil
+	for range 130 {
+		specs = append(specs, state.ListSpec{Key: "small/a"})
+	}
+	for range 5 {
+		got, rev, err := st.ListMany(ctx, specs)
+		must(t, "ListMany", err)
+		for i, evs := range got {
+			if len(evs) != 1 || evs[0].ModRevision != got[0][0].ModRevision || evs[0].ModRevision > rev {
+				t.Fatalf("spec %d of 130 read %v, the first %v: want one revision, at or before %d", i, evs, got[0], rev)
+			}
+		}
+	}
+	stop()
+	if err := <-written; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
 	}
 }

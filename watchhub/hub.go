@@ -24,9 +24,11 @@ type Source interface {
 	// revisions the ring no longer holds.
 	Watch(ctx context.Context, prefix string, after int64) <-chan state.WatchBatch
 	WatchKey(ctx context.Context, key string, after int64) <-chan state.WatchBatch
-	// List and ListKey list keys at one revision, for resets.
+	// List and ListKey list keys at one revision, for resets; ListMany
+	// lists many at once (Hub.List).
 	List(ctx context.Context, prefix string) ([]state.Event, int64, error)
 	ListKey(ctx context.Context, key string) ([]state.Event, int64, error)
+	ListMany(ctx context.Context, specs []state.ListSpec) ([][]state.Event, int64, error)
 }
 
 // Config configures a Hub.
@@ -97,8 +99,9 @@ type Stats struct {
 	Delivered int64
 	// Resumed counts streams resumed from the ring, Fallbacks those that
 	// had to catch up from etcd first, and Listings the listings streams
-	// read (at their start and when reset).
-	Resumed, Fallbacks, Listings int64
+	// read (at their start and when reset), of which ListedTogether were
+	// read by List, with others.
+	Resumed, Fallbacks, Listings, ListedTogether int64
 	// Overflows counts streams reset because they fell too far behind.
 	Overflows int64
 	// RingEvents and RingBytes are what the ring holds now.

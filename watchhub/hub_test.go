@@ -329,6 +329,66 @@ func testSlowStreamIsResetAndListsAgain(t *testing.T, polled bool) {
 	}
 }
 
+func TestListReadsListingsTogether(t *testing.T) {
+	t.Run("next", func(t *testing.T) { testListReadsListingsTogether(t, false) })
+	t.Run("polled", func(t *testing.T) { testListReadsListingsTogether(t, true) })
+}
+
+// testListReadsListingsTogether has Hub.List read the listings of new
+// streams and of one reset after overflowing, all at once: each stream
+// then returns its listing first, as it would have read it on its own,
+// and the changes after it, checked against etcd's own history.
+func testListReadsListingsTogether(t *testing.T, polled bool) {
+	f := newFixture(t, watchhub.Config{QueueEvents: 4})
+	f.polled = polled
+	f.put("k/1", "a")
+	f.put("k/10", "b")
+	f.put("j/0", "c")
+	slow := f.watch("k/", true, 0)
+	slowCheck := newChecker("k/", f.ref, prefixMatch("k/"))
+	if err := slowCheck.observe(f.next(slow)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		f.put(fmt.Sprintf("k/%d", i), "v")
+	}
+	f.caughtUp(f.put("k/10", "v")) // slow's queue overflows
+	prefix := f.watch("k/", true, 0)
+	key := f.watch("k/1", false, 0)
+	none := f.watch("none", false, 0)
+	before := f.hub.Stats()
+	f.hub.List(f.ctx, []*watchhub.Stream{slow, prefix, key, none})
+	st := f.hub.Stats()
+	if st.ListedTogether != before.ListedTogether+4 || st.Listings != before.Listings+4 {
+		t.Fatalf("stats = %+v, want four more listings, read together (%+v before)", st, before)
+	}
+	last := f.put("k/1", "x")
+	checks := map[*watchhub.Stream]*checker{
+		slow: slowCheck, prefix: newChecker("k/", f.ref, prefixMatch("k/")),
+		key: newChecker("k/1", f.ref, keyMatch("k/1")), none: newChecker("none", f.ref, keyMatch("none")),
+	}
+	for s, c := range checks {
+		b := f.next(s)
+		if !b.Reset || b.Revision >= last {
+			t.Fatalf("%s: first batch reset %v at %d, want the listing, before %d", c.name, b.Reset, b.Revision, last)
+		}
+		if err := c.observe(b); err != nil {
+			t.Fatal(err)
+		}
+		if s == none {
+			continue
+		}
+		for c.last < last {
+			if err := c.observe(f.next(s)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if st := f.hub.Stats(); st.Listings != before.Listings+4 {
+		t.Errorf("stats = %+v, want no listing but those read together (%+v before)", st, before)
+	}
+}
+
 func TestStreamsEndWhenTheHubStops(t *testing.T) {
 	f := newFixture(t, watchhub.Config{})
 	s := f.watch("k/", true, 0)

@@ -17,6 +17,8 @@ type Stream struct {
 	after int64
 	// list says the stream must list its keys before anything else.
 	list bool
+	// listed is a listing Hub.List read, to return before anything else.
+	listed *state.WatchBatch
 	// pending are batches taken from the hub's queue, not yet returned.
 	pending []state.WatchBatch
 	// fallback, while set, is the etcd watch the stream catches up with,
@@ -147,6 +149,10 @@ func (s *Stream) next(ctx context.Context, wait bool) (state.WatchBatch, bool, e
 			return state.WatchBatch{}, false, ErrClosed
 		case s.fallback != nil:
 			return s.nextFallback(ctx, wait)
+		case s.listed != nil:
+			b := *s.listed
+			s.listed = nil
+			return b, true, nil
 		case s.list:
 			b, err := s.relist(ctx)
 			return b, err == nil, err
@@ -243,11 +249,8 @@ func (s *Stream) relist(ctx context.Context) (state.WatchBatch, error) {
 		h.mu.Unlock()
 		return state.WatchBatch{}, ErrClosed
 	}
-	s.sub.reset, s.sub.queue, s.sub.queued, s.sub.progress = false, nil, 0, 0
-	h.register(s.sub)
-	h.stats.Listings++
+	s.startListingLocked()
 	h.mu.Unlock()
-	s.pending = nil
 	var evs []state.Event
 	var at int64
 	var err error
@@ -259,9 +262,69 @@ func (s *Stream) relist(ctx context.Context) (state.WatchBatch, error) {
 	if err != nil {
 		return state.WatchBatch{}, fmt.Errorf("list %s: %w", s.sub.key, err)
 	}
+	return s.listedAt(at, evs), nil
+}
+
+// startListingLocked registers the stream, with an empty queue, before a
+// listing is read. The hub's lock is held.
+func (s *Stream) startListingLocked() {
+	s.sub.reset, s.sub.queue, s.sub.queued, s.sub.progress = false, nil, 0, 0
+	s.h.register(s.sub)
+	s.h.stats.Listings++
+	s.pending = nil
+}
+
+// listedAt records a listing read at revision at, and returns it.
+func (s *Stream) listedAt(at int64, evs []state.Event) state.WatchBatch {
 	s.list = false
 	s.after = max(s.after, at)
-	return state.WatchBatch{Revision: at, Reset: true, Events: evs}, nil
+	return state.WatchBatch{Revision: at, Reset: true, Events: evs}
+}
+
+// List reads, in as few reads as it can (Source.ListMany), the listings
+// that those of streams about to list their keys (new, or reset) need,
+// for each stream's next Next or TryNext to return without reading etcd.
+// Each stream is its reader's, as for its other methods: the goroutine
+// that reads them all calls List. When the read fails, each stream lists
+// on its own as before, and returns the error, if any, itself.
+func (h *Hub) List(ctx context.Context, streams []*Stream) {
+	var listing []*Stream
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	for _, s := range streams {
+		if s.h != h || s.closed || s.fallback != nil || s.listed != nil {
+			continue
+		}
+		if s.list || s.sub.reset {
+			listing = append(listing, s)
+		}
+	}
+	if len(listing) < 2 {
+		// Nothing to gain: one lists on its own, at its next read.
+		h.mu.Unlock()
+		return
+	}
+	for _, s := range listing {
+		s.list = true
+		s.startListingLocked()
+	}
+	h.stats.ListedTogether += int64(len(listing))
+	h.mu.Unlock()
+	specs := make([]state.ListSpec, len(listing))
+	for i, s := range listing {
+		specs[i] = state.ListSpec{Key: s.sub.key, Prefix: s.sub.prefix}
+	}
+	evs, at, err := h.cfg.Source.ListMany(ctx, specs)
+	if err != nil {
+		return
+	}
+	for i, s := range listing {
+		b := s.listedAt(at, evs[i])
+		s.listed = &b
+	}
 }
 
 // nextFallback returns the next batch of the etcd watch the stream catches
