@@ -166,10 +166,18 @@ func (c *controllerProc) metric(name string) (float64, error) {
 // phase's start and end: API calls by method name ("SetUnitStatus"),
 // whatever their codes, and transactions retried by the state operation
 // that retried them.
-type counters struct{ calls, retries map[string]float64 }
+// counters are what the harness reads from the controller's /metrics at
+// the start and end of each phase: API calls by method, transactions
+// retried by operation, and the watch hub's listings, all of them and
+// those read together.
+type counters struct {
+	calls, retries     map[string]float64
+	listings, together float64
+}
 
-// counters reads both from one scrape of /metrics.
+// counters reads them all from one scrape of /metrics.
 func (c *controllerProc) counters() (counters, error) {
+	var out counters
 	byName := map[string]struct {
 		label string
 		out   map[string]float64
@@ -177,7 +185,16 @@ func (c *controllerProc) counters() (counters, error) {
 		"lifeline_api_calls_total":                     {"method", map[string]float64{}},
 		"lifeline_etcd_txn_retries_by_operation_total": {"operation", map[string]float64{}},
 	}
+	unlabelled := map[string]*float64{
+		"lifeline_watch_listings_total":          &out.listings,
+		"lifeline_watch_listings_together_total": &out.together,
+	}
 	err := c.scrape(func(line string) (bool, error) {
+		if name, value, ok := strings.Cut(line, " "); ok && unlabelled[name] != nil {
+			n, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+			*unlabelled[name] = n
+			return false, err
+		}
 		name, labels, ok := strings.Cut(line, "{")
 		m, known := byName[name]
 		if !ok || !known {
@@ -197,10 +214,9 @@ func (c *controllerProc) counters() (counters, error) {
 		m.out[v] += n
 		return false, err
 	})
-	return counters{
-		calls:   byName["lifeline_api_calls_total"].out,
-		retries: byName["lifeline_etcd_txn_retries_by_operation_total"].out,
-	}, err
+	out.calls = byName["lifeline_api_calls_total"].out
+	out.retries = byName["lifeline_etcd_txn_retries_by_operation_total"].out
+	return out, err
 }
 
 // perUnit returns the calls made between two readings, per unit.

@@ -82,6 +82,11 @@ type results struct {
 	// retried them, in the same phases.
 	RetriesDeploy  map[string]float64 `json:"etcd_txn_retries_by_operation_deploy"`
 	RetriesDestroy map[string]float64 `json:"etcd_txn_retries_by_operation_destroy"`
+	// The listings the controller's watch hub read for the agents' watch
+	// subscriptions while deploying, and how many of them were read
+	// several at once (watchhub.Hub.List).
+	ListingsDeploy       int64 `json:"watch_listings_deploy"`
+	ListedTogetherDeploy int64 `json:"watch_listings_together_deploy"`
 }
 
 // topCalls says the most made calls (or reports) a unit of a phase, most
@@ -125,6 +130,7 @@ func (r *results) print(w io.Writer) {
 	row("ctl status --format json", "%.2f s", r.StatusJSONSeconds)
 	row("API calls a unit, deploying", "%s", topCalls(r.CallsPerUnitDeploy, 6))
 	row("API calls a unit, destroying", "%s", topCalls(r.CallsPerUnitDestroy, 6))
+	row("watch listings, deploying", "%d, %d of them read together", r.ListingsDeploy, r.ListedTogetherDeploy)
 	row("retried, deploying", "%s", top(r.RetriesDeploy, 6, "%.0f"))
 	row("retried, destroying", "%s", top(r.RetriesDestroy, 6, "%.0f"))
 	row("agent reports a unit, deploying", "%s", topCalls(r.ReportsPerUnitDeploy, 5))

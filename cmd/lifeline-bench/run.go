@@ -193,6 +193,8 @@ func run(ctx context.Context, c config) (*results, error) {
 	}
 	res.RetriesDeploy = perUnit(countsBefore.retries, countsRunning.retries, 1)
 	res.CallsPerUnitDeploy = perUnit(countsBefore.calls, countsRunning.calls, total)
+	res.ListingsDeploy = int64(countsRunning.listings - countsBefore.listings)
+	res.ListedTogetherDeploy = int64(countsRunning.together - countsBefore.together)
 	res.ReportsPerUnitDeploy = model.takeReports(total)
 	say("  all %d units running and idle after %.1f s", total, res.SecondsToRunning)
 
