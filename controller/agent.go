@@ -181,8 +181,20 @@ func (a *agentServer) DownloadCharm(req *pb.DownloadCharmRequest, stream pb.Agen
 }
 
 // charmAllowed checks that a service of the caller's units uses revision
-// rev of the named charm. It needs no read of the charm.
+// rev of the named charm. It needs no read of the charm. A unit's agent
+// asking for its own service's charm, as every new unit does, is let
+// through on one read, of that service.
 func (a *agentServer) charmAllowed(ctx context.Context, c caller, name string, rev int64) error {
+	if c.kind == names.KindUnit {
+		own := names.UnitService(c.id)
+		svcs, err := a.s.st.ServicesNamed(ctx, own)
+		if err != nil {
+			return readErr(err, "read service %s", own)
+		}
+		if ch := svcs[0].GetCharm(); ch.GetName() == name && ch.GetRevision() == rev {
+			return nil
+		}
+	}
 	services, err := a.callerServices(ctx, c)
 	if err != nil {
 		return err
