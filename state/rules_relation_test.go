@@ -133,13 +133,20 @@ func TestRuleR2_DestroyRelation(t *testing.T) {
 }
 
 func TestRuleR3_LastToLeaveRemovesTheDyingRelation(t *testing.T) {
+	t.Run("neighbours", func(t *testing.T) { testRuleR3(t, 2, []string{"app/0", "app/1", "kv/0"}) })
+	// No member has a neighbour among the witness probes: app/13 and
+	// app/19 find theirs by range under app/1, app/120 under the whole
+	// scope (kv/0).
+	t.Run("far apart by number", func(t *testing.T) { testRuleR3(t, 121, []string{"app/13", "app/19", "app/120", "kv/0"}) })
+}
+
+func testRuleR3(t *testing.T, appUnits int, members []string) {
 	st, ctx := newState(t)
 	addService(t, ctx, st, "app", appEndpoints)
 	addService(t, ctx, st, "kv", kvEndpoints)
-	addUnits(t, ctx, st, "app", 2, state.Placement{})
+	addUnits(t, ctx, st, "app", appUnits, state.Placement{Unassigned: true})
 	addUnits(t, ctx, st, "kv", 1, state.Placement{})
 	rel := relate(t, ctx, st, "app", "kv")
-	members := []string{"app/0", "app/1", "kv/0"}
 	for _, u := range members {
 		must(t, "EnterScope", st.EnterScope(ctx, rel.Id, u, map[string]string{"unit": u}))
 	}

@@ -3,6 +3,7 @@ package state_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/lifelinehq/lifeline/state"
@@ -132,6 +133,31 @@ func TestRuleS3_DyingServiceRemovedByWhoeverRemovesItsLastHold(t *testing.T) {
 		kill(t, ctx, st, "app/1")
 		if got := life(t, ctx, st, "service", "app"); got != "removed" {
 			t.Fatalf("app is %s after its last unit went, want removed", got)
+		}
+	})
+	t.Run("units far apart by number", func(t *testing.T) {
+		// No unit has a neighbour among witnessProbes: each removal but
+		// the last finds its witness by range, app/13's and app/19's
+		// under app/1, app/120's under app/12 then app/1 then the whole
+		// service. Unassigned, a unit destroyed is removed at once.
+		st, ctx := newState(t)
+		addService(t, ctx, st, "app", appEndpoints)
+		addUnits(t, ctx, st, "app", 121, state.Placement{Unassigned: true})
+		for i := range 121 {
+			if i != 13 && i != 19 && i != 120 && i != 7 {
+				must(t, "DestroyUnit", st.DestroyUnit(ctx, fmt.Sprintf("app/%d", i), state.DestroyOptions{}))
+			}
+		}
+		must(t, "DestroyService", st.DestroyService(ctx, "app"))
+		for i, u := range []string{"app/13", "app/19", "app/120", "app/7"} {
+			must(t, "DestroyUnit "+u, st.DestroyUnit(ctx, u, state.DestroyOptions{}))
+			want := "dying"
+			if i == 3 {
+				want = "removed"
+			}
+			if got := life(t, ctx, st, "service", "app"); got != want {
+				t.Fatalf("app is %s after %s went, want %s", got, u, want)
+			}
 		}
 	})
 	t.Run("the last unit of the other side leaves the last relation", func(t *testing.T) {

@@ -107,11 +107,10 @@ func (s *State) LeaveScope(ctx context.Context, id int64, unit string) error {
 		probed := r.present(2)
 		if len(probed) == 0 {
 			// No neighbour: any member will do, at the cost of a range.
-			more, err := s.read(ctx, getKeys(ScopePrefix(id), 2))
+			probed, err = s.rangeWitnesses(ctx, unit, func(u string) string { return ScopeKey(id, u) }, ScopePrefix(id))
 			if err != nil {
 				return nil, err
 			}
-			probed = more.all(0)
 		}
 		if w := witness(probed, key); w != nil {
 			c.ifSame(string(w.Key), w.CreateRevision)

@@ -337,13 +337,50 @@ func (s *State) readServiceView(ctx context.Context, name, unit string, extra ..
 	}
 	v := &serviceView{name: name, svc: svc, rels: r.all(i + 1), units: r.present(i + 2)}
 	if svc.v.Life != pb.Life_LIFE_ALIVE && len(v.units) == 0 {
-		more, err := s.read(ctx, getKeys(ServiceUnitsPrefix(name), 2))
+		more, err := s.rangeWitnesses(ctx, unit, UnitKey, ServiceUnitsPrefix(name))
 		if err != nil {
 			return nil, r, err
 		}
-		v.units = more.all(0)
+		v.units = more
 	}
 	return v, r, nil
+}
+
+// witnessWindows returns the prefixes, narrowest first, of keyOf(u) for
+// the units u of unit's service whose names share ever shorter leading
+// parts with unit's: for bench/1234, keyOf("bench/123"), keyOf("bench/12")
+// and keyOf("bench/1"). Each holds about ten times as many units as the
+// one before it (11, 111, 1,111).
+func witnessWindows(unit string, keyOf func(string) string) []string {
+	svc, num := names.UnitService(unit), lastSegment(unit)
+	var out []string
+	for i := len(num) - 1; i >= 1; i-- {
+		out = append(out, keyOf(svc+"/"+num[:i]))
+	}
+	return out
+}
+
+// rangeWitnesses reads up to two keys by range as candidate witnesses of
+// unit's removal from prefix (which holds keyOf of its service's units),
+// when none of its neighbours was one: under the narrowest of unit's
+// witnessWindows that holds another key, else under the whole prefix. A
+// range read costs as many keys as the range holds, deleted ones too
+// until etcd compacts them, whatever its limit: late in a large destroy,
+// a read of the whole prefix passed over thousands of deleted keys each
+// time, where a narrow window that holds a witness costs a few.
+func (s *State) rangeWitnesses(ctx context.Context, unit string, keyOf func(string) string, prefix string) ([]*mvccpb.KeyValue, error) {
+	self := keyOf(unit)
+	var kvs []*mvccpb.KeyValue
+	for _, w := range append(witnessWindows(unit, keyOf), prefix) {
+		r, err := s.read(ctx, getKeys(w, 2))
+		if err != nil {
+			return nil, err
+		}
+		if kvs = r.all(0); witness(kvs, self) != nil {
+			break
+		}
+	}
+	return kvs, nil
 }
 
 // settle is S3 at the moment a change removes unitKey or relRef (either may
