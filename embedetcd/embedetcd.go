@@ -61,6 +61,7 @@ type Server struct {
 	etcd     *embed.Etcd
 	endpoint string
 	closing  *atomic.Bool
+	readers  readers // the in-process clients' reads (directReads)
 }
 
 // Start starts the member and waits until it serves clients.
@@ -146,9 +147,13 @@ func (s *Server) Client() (*clientv3.Client, error) {
 }
 
 // Close stops the member: it stops serving clients, then stops raft and
-// closes the backend, in etcd's documented order.
+// closes the backend, in etcd's documented order. Closing again does
+// nothing.
 func (s *Server) Close() {
-	s.closing.Store(true)
+	if s.closing.Swap(true) {
+		return // closed already
+	}
+	s.stopReads()
 	s.etcd.Close()
 }
 

@@ -60,7 +60,7 @@ func main() {
 	flag.IntVar(&c.concurrency, "concurrency", 0, "clients of the raw etcd measurement (default: the number of machines, at most 256)")
 	flag.IntVar(&c.addConcurrency, "add-concurrency", 16, "AddUnits calls at once (one a machine) while deploying")
 	flag.BoolVar(&c.keep, "keep", false, "keep the working directory")
-	flag.StringVar(&c.pprofDir, "pprof", "", "write CPU profiles of the controller and of the fleet (this process) for the first -pprof-seconds of deploying, of the tail (when only the related units are busy) and of destroying, and heap profiles of both once the units run, into this directory")
+	flag.StringVar(&c.pprofDir, "pprof", "", "write CPU profiles of the controller and of the fleet (this process) for the first -pprof-seconds of deploying, of the tail (when only the related units are busy) and of destroying, and heap profiles of both before deploying, once the units run and once everything is removed (what was allocated between two of them, by pprof -diff_base, is a phase's), into this directory")
 	flag.IntVar(&c.pprofSeconds, "pprof-seconds", 15, "how long each CPU profile of -pprof lasts")
 	flag.Parse()
 	if err := c.validate(); err != nil {

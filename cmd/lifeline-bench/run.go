@@ -140,6 +140,7 @@ func run(ctx context.Context, c config) (*results, error) {
 		return nil, err
 	}
 
+	prof.heap(ctx, "before")
 	say("deploying %d units of bench on %d machines, related to %d of front", c.units, c.machines, c.related)
 	start := time.Now()
 	startUsage := fleetUsage()
@@ -254,6 +255,7 @@ func run(ctx context.Context, c config) (*results, error) {
 		return res, err
 	}
 	empty, emptyLag := clock.seen(ctx, emptyRev)
+	prof.heap(ctx, "removed")
 	res.DestroyLagSeconds = max(lag, emptyLag).Seconds()
 	res.SecondsToRemoved = res.SecondsToUnitsRemoved + empty.Sub(machinesStart).Seconds()
 	destroyUsage = fleetUsage().since(destroyUsage)
