@@ -3,7 +3,9 @@
 // tests run in a temporary directory.
 //
 // It owns the server's configuration, the client that calls the member in
-// the same process (Server.Client), the client of a member or cluster over
-// a connection (NewClient), and the bridge from etcd's zap logger into
-// hclog. It does not read or write keys: that is package state's job.
+// the same process (Server.Client: reads answered from the member's store,
+// writes through its request handler and raft), the client of a member or
+// cluster over a connection (NewClient), and the bridge from etcd's zap
+// logger into hclog. It decides no key to read or write: that is package
+// state's job.
 package embedetcd
