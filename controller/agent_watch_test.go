@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
@@ -263,6 +264,20 @@ func TestAgentWatchResumesAcrossAControllerRestart(t *testing.T) {
 	m.Start()
 	m.addUnits("kv", 1, state.Placement{Machine: "1"}) // kv/3
 	m.addUnits("kv", 1, state.Placement{Machine: "0"}) // kv/4
+	// As an agent does, the client tries again while its connection to
+	// the stopped controller is not yet known to be gone: a call made on
+	// it meanwhile fails with Unavailable (CI saw a watch opened on it).
+	c := m.as("machine-0")
+	for i := 0; ; i++ {
+		_, err := c.GetAgentSettings(m.ctx, &pb.GetAgentSettingsRequest{})
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.Unavailable || i == 50 {
+			t.Fatalf("GetAgentSettings after the restart: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	w = m.watch("machine-0", units, resumeAfter)
 	if got := w.nextChanges(2); !slices.Equal(got, []string{"kv/2", "kv/4"}) {
 		t.Fatalf("changes after resuming from %d = %v, want exactly [kv/2 kv/4]", resumeAfter, got)
