@@ -218,3 +218,61 @@ func TestRaceLastHoldOfDyingService(t *testing.T) {
 		}
 	}
 }
+
+// Members far apart by number leave a dying relation, and the last units
+// of a dying service go, all at once: none has a neighbour among the
+// witness probes, so each looks for its witness by range, narrowest
+// window first (rangeWitnesses). Exactly one removes the relation, or the
+// service, every round.
+func TestRaceFarApartLastHolds(t *testing.T) {
+	st, ctx := newState(t)
+	mon := statetest.Start(t, st)
+	addService(t, ctx, st, "kv", kvEndpoints)
+	addUnits(t, ctx, st, "kv", 101, state.Placement{Unassigned: true})
+	far := []string{"kv/13", "kv/19", "kv/40", "kv/100"}
+	var rels []int64
+	for round := 0; round < raceRounds; round++ {
+		svc := fmt.Sprintf("app%c", 'a'+round)
+		addService(t, ctx, st, svc, appEndpoints)
+		apps := addUnits(t, ctx, st, svc, 101, state.Placement{Unassigned: true})
+		rel := relate(t, ctx, st, svc, "kv")
+		rels = append(rels, rel.Id)
+		for _, u := range append(far, svc+"/50") {
+			must(t, "EnterScope", st.EnterScope(ctx, rel.Id, u, nil))
+		}
+		must(t, "DestroyRelation", st.DestroyRelation(ctx, rel.Id))
+		for i, u := range apps {
+			if i != 7 && i != 13 && i != 50 && i != 100 {
+				must(t, "DestroyUnit", st.DestroyUnit(ctx, u.Name, state.DestroyOptions{}))
+			}
+		}
+		var fs []func() error
+		for _, u := range append(far, svc+"/50") {
+			fs = append(fs, func() error { return st.LeaveScope(ctx, rel.Id, u) })
+		}
+		for _, n := range []int{7, 13, 100} {
+			fs = append(fs, func() error { return st.DestroyUnit(ctx, fmt.Sprintf("%s/%d", svc, n), state.DestroyOptions{}) })
+		}
+		fs = append(fs, func() error { return st.DestroyService(ctx, svc) })
+		for _, err := range parallel(fs...) {
+			allowed(t, err)
+		}
+		if _, err := st.Relation(ctx, rel.Id); !errors.Is(err, state.ErrNotFound) {
+			t.Errorf("round %d: relation %d = %v, want it removed", round, rel.Id, err)
+		}
+		// app's last unit, out of scope now, goes last.
+		must(t, "DestroyUnit", st.DestroyUnit(ctx, svc+"/50", state.DestroyOptions{}))
+		if got := life(t, ctx, st, "service", svc); got != "removed" {
+			t.Errorf("round %d: %s is %s, want removed", round, svc, got)
+		}
+	}
+	mon.Stop(t)
+	for round, id := range rels {
+		if n := mon.Deleted(state.RelationKey(id)); n != 1 {
+			t.Errorf("round %d: relation %d deleted %d times, want exactly once", round, id, n)
+		}
+		if n := mon.Deleted(state.ServiceKey(fmt.Sprintf("app%c", 'a'+round))); n != 1 {
+			t.Errorf("service app%c deleted %d times, want exactly once", 'a'+round, n)
+		}
+	}
+}
