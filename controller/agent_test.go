@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -305,7 +306,9 @@ func TestAgentCredentials(t *testing.T) {
 
 	second, err := machine.IssueUnitCredential(m.ctx, &pb.IssueUnitCredentialRequest{Unit: "kv/0"})
 	m.ok("IssueUnitCredential(kv/0) again", err)
-	_, err = old.GetUnit(m.ctx, &pb.GetUnitRequest{Unit: "kv/0"})
+	// The controller's mirror of the credentials drops the old one as soon
+	// as its watch brings the new.
+	err = eventually(t, func() error { _, err := old.GetUnit(m.ctx, &pb.GetUnitRequest{Unit: "kv/0"}); return err })
 	wantCode(t, "GetUnit with the revoked credential", err, codes.Unauthenticated, "credential of unit-kv/0 is not valid")
 	current := pb.NewAgentServiceClient(m.dial(pki.Credential{Tag: second.Tag, Secret: second.Secret}))
 	_, err = current.GetUnit(m.ctx, &pb.GetUnitRequest{Unit: "kv/0"})
@@ -325,7 +328,15 @@ func TestAgentCredentials(t *testing.T) {
 	m.kill("kv/0")
 	_, err = machine.RemoveUnit(m.ctx, &pb.RemoveUnitRequest{Unit: "kv/0"})
 	m.ok("RemoveUnit(kv/0)", err)
-	_, err = current.GetUnit(m.ctx, &pb.GetUnitRequest{Unit: "kv/0"})
+	// Until the mirror hears of the removal, the credential still
+	// authenticates, and the unit is not found.
+	err = eventually(t, func() error {
+		_, err := current.GetUnit(m.ctx, &pb.GetUnitRequest{Unit: "kv/0"})
+		if status.Code(err) == codes.NotFound {
+			return nil
+		}
+		return err
+	})
 	wantCode(t, "GetUnit with a removed unit's credential", err, codes.Unauthenticated, "not valid")
 }
 
