@@ -3,7 +3,6 @@ package embedetcd_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,16 +20,7 @@ import (
 // socket and both readers throttled (grpc-go issue 9330): the client
 // bounds the calls it has in flight.
 func TestManyCallsAtOnceComplete(t *testing.T) {
-	dir, err := os.MkdirTemp("", "ll-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	srv, err := embedetcd.Start(embedetcd.Config{Dir: dir, NoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := startServer(t)
 	// Through the socket, as a controller reaches an external cluster.
 	c, err := embedetcd.NewClient(clientv3.Config{Endpoints: []string{srv.Endpoint()}})
 	if err != nil {

@@ -16,9 +16,9 @@ import (
 	"github.com/lifelinehq/lifeline/embedetcd"
 )
 
-// startMember starts a member for the test and returns its client; both
-// end with the test.
-func startMember(t *testing.T) *clientv3.Client {
+// startServer starts a member for the test, in a short temporary path (its
+// socket's path must stay short); it stops with the test, if not before.
+func startServer(t *testing.T) *embedetcd.Server {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "ll-embed-")
 	if err != nil {
@@ -30,7 +30,14 @@ func startMember(t *testing.T) *clientv3.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	c, err := s.Client()
+	return s
+}
+
+// startMember starts a member for the test and returns its in-process
+// client; both end with the test.
+func startMember(t *testing.T) *clientv3.Client {
+	t.Helper()
+	c, err := startServer(t).Client()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,15 +88,7 @@ func TestInProcessWatchersDoNotShareEvents(t *testing.T) {
 // TestInProcessClientSurvivesTheServerStopping checks that calls on the
 // in-process client end with an error, not a hang, once the member stops.
 func TestInProcessClientSurvivesTheServerStopping(t *testing.T) {
-	dir, err := os.MkdirTemp("", "ll-embed-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	s, err := embedetcd.Start(embedetcd.Config{Dir: dir, NoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := startServer(t)
 	c, err := s.Client()
 	if err != nil {
 		t.Fatal(err)
@@ -181,12 +180,7 @@ func TestInProcessClientWatchesChurn(t *testing.T) {
 // revisions, a read-only transaction's; and each writer reads its own
 // writes at once, while others write.
 func TestInProcessReadsAnswerAsTheMemberDoes(t *testing.T) {
-	dir := t.TempDir()
-	s, err := embedetcd.Start(embedetcd.Config{Dir: dir, NoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := startServer(t)
 	in, err := s.Client()
 	if err != nil {
 		t.Fatal(err)

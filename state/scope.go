@@ -75,14 +75,15 @@ func (s *State) LeaveScope(ctx context.Context, id int64, unit string) error {
 		if err := checkUnitName(unit); err != nil {
 			return nil, err
 		}
-		key := ScopeKey(id, unit)
+		scopeKey := func(u string) string { return ScopeKey(id, u) }
+		key := scopeKey(unit)
 		// The scope's other members, should the relation be dying: first
 		// the unit's neighbours by number (point reads, which spread the
 		// witnesses of units leaving at once; the first keys of the scope
 		// were every leaver's witnesses, and a range read costs as many
 		// keys as the scope holds, whatever its limit).
 		gets := append([]clientv3.Op{get(key), get(RelationKey(id))},
-			neighbourGets(unit, func(u string) string { return ScopeKey(id, u) })...)
+			neighbourGets(unit, scopeKey)...)
 		r, err := s.read(ctx, gets...)
 		if err != nil {
 			return nil, err
@@ -107,7 +108,7 @@ func (s *State) LeaveScope(ctx context.Context, id int64, unit string) error {
 		probed := r.present(2)
 		if len(probed) == 0 {
 			// No neighbour: any member will do, at the cost of a range.
-			probed, err = s.rangeWitnesses(ctx, unit, func(u string) string { return ScopeKey(id, u) }, ScopePrefix(id))
+			probed, err = s.rangeWitnesses(ctx, unit, scopeKey, ScopePrefix(id))
 			if err != nil {
 				return nil, err
 			}

@@ -86,12 +86,12 @@ func (s *State) ListKey(ctx context.Context, key string) ([]Event, int64, error)
 	return s.listEvents(ctx, key, false)
 }
 
-func (s *State) listEvents(ctx context.Context, prefix string, isPrefix bool) ([]Event, int64, error) {
-	kvs, at, err := s.listAt(ctx, prefix, isPrefix)
+func (s *State) listEvents(ctx context.Context, key string, isPrefix bool) ([]Event, int64, error) {
+	evs, at, err := s.ListMany(ctx, []ListSpec{{Key: key, Prefix: isPrefix}})
 	if err != nil {
 		return nil, 0, err
 	}
-	return putEvents(kvs), at, nil
+	return evs[0], at, nil
 }
 
 func putEvents(kvs []*mvccpb.KeyValue) []Event {
@@ -240,19 +240,6 @@ func (s *State) watchFrom(ctx context.Context, prefix string, isPrefix bool, rev
 			return
 		}
 	}
-}
-
-// listAt lists every key under prefix (or the one key, when !isPrefix) at
-// one revision, which it returns.
-func (s *State) listAt(ctx context.Context, prefix string, isPrefix bool) ([]*mvccpb.KeyValue, int64, error) {
-	if !isPrefix {
-		r, err := s.read(ctx, get(prefix))
-		if err != nil {
-			return nil, 0, err
-		}
-		return r.all(0), r.rev, nil
-	}
-	return s.listRevAt(ctx, prefix, false, 0)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

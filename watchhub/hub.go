@@ -24,10 +24,8 @@ type Source interface {
 	// revisions the ring no longer holds.
 	Watch(ctx context.Context, prefix string, after int64) <-chan state.WatchBatch
 	WatchKey(ctx context.Context, key string, after int64) <-chan state.WatchBatch
-	// List and ListKey list keys at one revision, for resets; ListMany
-	// lists many at once (Hub.List).
-	List(ctx context.Context, prefix string) ([]state.Event, int64, error)
-	ListKey(ctx context.Context, key string) ([]state.Event, int64, error)
+	// ListMany lists keys and prefixes at one revision, for resets: one
+	// stream's, or several at once (Hub.List).
 	ListMany(ctx context.Context, specs []state.ListSpec) ([][]state.Event, int64, error)
 }
 

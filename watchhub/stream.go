@@ -251,18 +251,11 @@ func (s *Stream) relist(ctx context.Context) (state.WatchBatch, error) {
 	}
 	s.startListingLocked()
 	h.mu.Unlock()
-	var evs []state.Event
-	var at int64
-	var err error
-	if s.sub.prefix {
-		evs, at, err = h.cfg.Source.List(ctx, s.sub.key)
-	} else {
-		evs, at, err = h.cfg.Source.ListKey(ctx, s.sub.key)
-	}
+	evs, at, err := h.cfg.Source.ListMany(ctx, []state.ListSpec{s.spec()})
 	if err != nil {
 		return state.WatchBatch{}, fmt.Errorf("list %s: %w", s.sub.key, err)
 	}
-	return s.listedAt(at, evs), nil
+	return s.listedAt(at, evs[0]), nil
 }
 
 // startListingLocked registers the stream, with an empty queue, before a
@@ -273,6 +266,9 @@ func (s *Stream) startListingLocked() {
 	s.h.stats.Listings++
 	s.pending = nil
 }
+
+// spec is what a listing of the stream reads.
+func (s *Stream) spec() state.ListSpec { return state.ListSpec{Key: s.sub.key, Prefix: s.sub.prefix} }
 
 // listedAt records a listing read at revision at, and returns it.
 func (s *Stream) listedAt(at int64, evs []state.Event) state.WatchBatch {
@@ -315,7 +311,7 @@ func (h *Hub) List(ctx context.Context, streams []*Stream) {
 	h.mu.Unlock()
 	specs := make([]state.ListSpec, len(listing))
 	for i, s := range listing {
-		specs[i] = state.ListSpec{Key: s.sub.key, Prefix: s.sub.prefix}
+		specs[i] = s.spec()
 	}
 	evs, at, err := h.cfg.Source.ListMany(ctx, specs)
 	if err != nil {
