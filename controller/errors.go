@@ -38,7 +38,10 @@ func toStatus(err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
 	case errors.Is(err, rpctypes.ErrNoLeader), errors.Is(err, rpctypes.ErrTimeout),
-		errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail), errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost):
+		errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail), errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost),
+		// etcd still behind after the State's retries, until the call's
+		// deadline: worth trying again later, as an agent does.
+		errors.Is(err, rpctypes.ErrTooManyRequests):
 		code = codes.Unavailable
 	default:
 		if s, ok := status.FromError(errors.Unwrap(err)); ok && s.Code() == codes.Unavailable {

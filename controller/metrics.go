@@ -53,6 +53,10 @@ func newMetrics(reg prometheus.Registerer, st *state.State, hub *watchhub.Hub) *
 			Namespace: "lifeline", Name: "etcd_txn_aborts_total",
 			Help: "Operations that ran out of retries.",
 		}, stat(func(s state.Stats) int64 { return s.Aborted })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "lifeline", Name: "etcd_busy_retries_total",
+			Help: "Writes etcd refused as too many (it was behind applying what it had committed), each sent again after a pause.",
+		}, stat(func(s state.Stats) int64 { return s.Busy })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "lifeline", Name: "etcd_txn_max_ops",
 			Help: "The most operations in one write transaction so far.",

@@ -31,6 +31,9 @@ type Config struct {
 	// MaxAttempts bounds how often an operation re-reads and retries after
 	// its transaction's comparisons fail; 64 when zero.
 	MaxAttempts int
+	// MaxWritesInFlight bounds the write requests the State has in etcd
+	// at once; DefaultMaxWritesInFlight when zero (backpressure.go).
+	MaxWritesInFlight int
 	// Clock tells the time for status records and forced-removal deadlines;
 	// time.Now when nil.
 	Clock func() time.Time
@@ -42,6 +45,9 @@ type Config struct {
 func (c Config) Validate() error {
 	if c.MaxAttempts < 0 {
 		return fmt.Errorf("state: MaxAttempts %d is negative", c.MaxAttempts)
+	}
+	if c.MaxWritesInFlight < 0 {
+		return fmt.Errorf("state: MaxWritesInFlight %d is negative", c.MaxWritesInFlight)
 	}
 	return nil
 }
@@ -66,6 +72,9 @@ func New(c *clientv3.Client, cfg Config) (*State, error) {
 	if cfg.MaxAttempts == 0 {
 		cfg.MaxAttempts = 64
 	}
+	if cfg.MaxWritesInFlight == 0 {
+		cfg.MaxWritesInFlight = DefaultMaxWritesInFlight
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
@@ -78,6 +87,7 @@ func New(c *clientv3.Client, cfg Config) (*State, error) {
 		s.watcher = namespace.NewWatcher(c.Watcher, cfg.Namespace)
 		s.lease = namespace.NewLease(c.Lease, cfg.Namespace)
 	}
+	s.kv = newGatedKV(s.kv, cfg.MaxWritesInFlight, &s.stats.busy)
 	return s, nil
 }
 
@@ -96,10 +106,13 @@ type Stats struct {
 	Reads int64
 	// MaxOps is the largest number of operations in one write transaction.
 	MaxOps int64
+	// Busy is the number of writes etcd refused while it caught up
+	// applying what it had committed, each sent again after a pause.
+	Busy int64
 }
 
 type stats struct {
-	txns, conflicts, aborted, reads, maxOps atomic.Int64
+	txns, conflicts, aborted, reads, maxOps, busy atomic.Int64
 	// byOp maps a method's name to its *atomic.Int64 of conflicts.
 	byOp sync.Map
 }
@@ -144,6 +157,7 @@ func (s *State) Stats() Stats {
 		Aborted:   s.stats.aborted.Load(),
 		Reads:     s.stats.reads.Load(),
 		MaxOps:    s.stats.maxOps.Load(),
+		Busy:      s.stats.busy.Load(),
 	}
 }
 

@@ -1,0 +1,159 @@
+package state
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// etcd refuses a write with "etcdserver: too many requests" while the
+// entries it has committed run more than 5,000 ahead of those it has
+// applied: it is behind, and says so before proposing anything, so the
+// write did not happen and may simply be sent again. A burst of agents'
+// calls at once (10,000 units leaving a relation) was enough for it, and
+// each refused call reached its agent as an Internal error, to be retried
+// seconds later. The State now keeps its own writes in flight below that
+// gap and, should etcd refuse one anyway (other clients write to the same
+// cluster, or leases expire in a heap), sends it again after a short
+// pause, until the caller's context ends.
+
+// DefaultMaxWritesInFlight is how many write requests a State has in
+// etcd at once unless its Config says otherwise: a fifth of the gap etcd
+// allows between committed and applied entries, and enough for etcd to
+// batch many writes into each append to its log.
+const DefaultMaxWritesInFlight = 1000
+
+// maxBusyPause bounds the pause before a write etcd refused is sent again.
+const maxBusyPause = 100 * time.Millisecond
+
+// gatedKV is the State's KV: writes wait for one of a bounded number of
+// slots, and a write etcd refused as too many is sent again.
+type gatedKV struct {
+	clientv3.KV
+	slots chan struct{}
+	// busy counts the writes etcd refused as too many.
+	busy *atomic.Int64
+}
+
+func newGatedKV(kv clientv3.KV, slots int, busy *atomic.Int64) *gatedKV {
+	return &gatedKV{KV: kv, slots: make(chan struct{}, slots), busy: busy}
+}
+
+func (k *gatedKV) Put(ctx context.Context, key, val string, opts ...clientv3.OpOption) (*clientv3.PutResponse, error) {
+	var resp *clientv3.PutResponse
+	err := k.write(ctx, func() (err error) {
+		resp, err = k.KV.Put(ctx, key, val, opts...)
+		return err
+	})
+	return resp, err
+}
+
+func (k *gatedKV) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
+	var resp *clientv3.DeleteResponse
+	err := k.write(ctx, func() (err error) {
+		resp, err = k.KV.Delete(ctx, key, opts...)
+		return err
+	})
+	return resp, err
+}
+
+func (k *gatedKV) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse, error) {
+	if !writes(op) {
+		return k.KV.Do(ctx, op)
+	}
+	var resp clientv3.OpResponse
+	err := k.write(ctx, func() (err error) {
+		resp, err = k.KV.Do(ctx, op)
+		return err
+	})
+	return resp, err
+}
+
+func (k *gatedKV) Txn(ctx context.Context) clientv3.Txn {
+	return &gatedTxn{Txn: k.KV.Txn(ctx), k: k, ctx: ctx}
+}
+
+// write runs f, which sends one write request, in a slot, again after a
+// pause each time etcd refuses it as too many.
+func (k *gatedKV) write(ctx context.Context, f func() error) error {
+	select {
+	case k.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-k.slots }()
+	pause := time.Millisecond
+	for {
+		err := f()
+		if !tooManyRequests(err) {
+			return err
+		}
+		k.busy.Add(1)
+		t := time.NewTimer(rand.N(pause) + pause/2)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		pause = min(2*pause, maxBusyPause)
+	}
+}
+
+// tooManyRequests reports whether etcd refused a request because it is
+// behind applying what it committed.
+func tooManyRequests(err error) bool {
+	return err != nil && rpctypes.ErrorDesc(err) == rpctypes.ErrTooManyRequests.Error()
+}
+
+// gatedTxn is a transaction of gatedKV: committed in a slot when any of
+// its operations writes.
+type gatedTxn struct {
+	clientv3.Txn
+	k      *gatedKV
+	ctx    context.Context
+	writes bool
+}
+
+func (t *gatedTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	t.Txn = t.Txn.If(cs...)
+	return t
+}
+
+func (t *gatedTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	t.writes = t.writes || writes(ops...)
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *gatedTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.writes = t.writes || writes(ops...)
+	t.Txn = t.Txn.Else(ops...)
+	return t
+}
+
+func (t *gatedTxn) Commit() (*clientv3.TxnResponse, error) {
+	if !t.writes {
+		return t.Txn.Commit()
+	}
+	var resp *clientv3.TxnResponse
+	err := t.k.write(t.ctx, func() (err error) {
+		resp, err = t.Txn.Commit()
+		return err
+	})
+	return resp, err
+}
+
+// writes reports whether any of ops writes (a nested transaction counts).
+func writes(ops ...clientv3.Op) bool {
+	for _, op := range ops {
+		if op.IsPut() || op.IsDelete() || op.IsTxn() {
+			return true
+		}
+	}
+	return false
+}
