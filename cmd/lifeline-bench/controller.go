@@ -171,13 +171,16 @@ func (c *controllerProc) metric(name string) (float64, error) {
 // retried by operation, and the watch hub's listings, all of them and
 // those read together.
 type counters struct {
-	calls, retries     map[string]float64
+	calls, retries map[string]float64
+	// failed counts the calls that did not succeed, by method and code
+	// ("LeaveScope Unavailable").
+	failed             map[string]float64
 	listings, together float64
 }
 
 // counters reads them all from one scrape of /metrics.
 func (c *controllerProc) counters() (counters, error) {
-	var out counters
+	out := counters{failed: map[string]float64{}}
 	byName := map[string]struct {
 		label string
 		out   map[string]float64
@@ -212,6 +215,11 @@ func (c *controllerProc) counters() (counters, error) {
 		v = v[strings.LastIndexByte(v, '/')+1:] // a method's short name
 		n, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
 		m.out[v] += n
+		if _, code, ok := strings.Cut(labels, `code="`); ok && name == "lifeline_api_calls_total" {
+			if code, _, _ = strings.Cut(code, `"`); code != "OK" {
+				out.failed[v+" "+code] += n
+			}
+		}
 		return false, err
 	})
 	out.calls = byName["lifeline_api_calls_total"].out

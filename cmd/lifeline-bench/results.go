@@ -12,21 +12,24 @@ import (
 
 // results are the harness's figures; the JSON names are the issue's.
 type results struct {
-	Units                  int     `json:"units"`
-	Machines               int     `json:"machines"`
-	Related                int     `json:"related_units"`
-	Hooks                  string  `json:"hooks"`
-	SecondsToUnitsAdded    float64 `json:"seconds_to_units_added"`
-	SecondsToRunning       float64 `json:"seconds_to_running"`
-	UnitStartP50           float64 `json:"unit_start_p50_s"`
-	UnitStartP99           float64 `json:"unit_start_p99_s"`
-	SecondsToUnitsRemoved  float64 `json:"seconds_to_units_removed"`
-	SecondsToRemoved       float64 `json:"seconds_to_removed"`
-	UnitsPerSecond         float64 `json:"units_per_second"`
-	UnitsPerSecondDestroy  float64 `json:"units_per_second_destroy"`
-	EtcdTxnsTotal          int64   `json:"etcd_txns_total"`
-	EtcdTxnsPerUnit        float64 `json:"etcd_txns_per_unit"`
-	EtcdTxnRetries         int64   `json:"etcd_txn_retries"`
+	Units                 int     `json:"units"`
+	Machines              int     `json:"machines"`
+	Related               int     `json:"related_units"`
+	Hooks                 string  `json:"hooks"`
+	SecondsToUnitsAdded   float64 `json:"seconds_to_units_added"`
+	SecondsToRunning      float64 `json:"seconds_to_running"`
+	UnitStartP50          float64 `json:"unit_start_p50_s"`
+	UnitStartP99          float64 `json:"unit_start_p99_s"`
+	SecondsToUnitsRemoved float64 `json:"seconds_to_units_removed"`
+	SecondsToRemoved      float64 `json:"seconds_to_removed"`
+	UnitsPerSecond        float64 `json:"units_per_second"`
+	UnitsPerSecondDestroy float64 `json:"units_per_second_destroy"`
+	EtcdTxnsTotal         int64   `json:"etcd_txns_total"`
+	EtcdTxnsPerUnit       float64 `json:"etcd_txns_per_unit"`
+	EtcdTxnRetries        int64   `json:"etcd_txn_retries"`
+	// EtcdBusyRetries counts the writes etcd refused as too many (behind
+	// applying), each sent again by the controller.
+	EtcdBusyRetries        int64   `json:"etcd_busy_retries"`
 	MaxTxnOps              int64   `json:"max_txn_ops"`
 	RawTxnPerSecond        float64 `json:"raw_etcd_txn_per_second"`
 	FewestTxnsPerUnit      float64 `json:"fewest_txns_per_unit"`
@@ -64,6 +67,10 @@ type results struct {
 	// destroying.
 	CallsPerUnitDeploy  map[string]float64 `json:"api_calls_per_unit_deploy"`
 	CallsPerUnitDestroy map[string]float64 `json:"api_calls_per_unit_destroy"`
+	// Of those, the calls that failed, by method and gRPC code
+	// ("LeaveScope Unavailable"), in all.
+	FailedCallsDeploy  map[string]float64 `json:"api_calls_failed_deploy"`
+	FailedCallsDestroy map[string]float64 `json:"api_calls_failed_destroy"`
 	// The unit agents' status reports a unit, as stored (`status
 	// "message" (state)`), in the same phases: what the SetUnitStatus
 	// calls said.
@@ -119,7 +126,8 @@ func (r *results) print(w io.Writer) {
 	row("units per second", "%.0f deploying, %.0f destroying", r.UnitsPerSecond, r.UnitsPerSecondDestroy)
 	row("raw etcd txn/s", "%.0f: ceiling %.0f units/s at %.2f txns a unit", r.RawTxnPerSecond, r.CeilingUnitsPerSecond, r.FewestTxnsPerUnit)
 	row("ratio to ceiling", "%.2f deploying, %.2f destroying", r.RatioToCeiling, r.RatioToCeilingDestroy)
-	row("etcd txns", "%d, %.1f a unit, largest %d ops; %d retried after a conflict", r.EtcdTxnsTotal, r.EtcdTxnsPerUnit, r.MaxTxnOps, r.EtcdTxnRetries)
+	row("etcd txns", "%d, %.1f a unit, largest %d ops; %d retried after a conflict, %d refused as too many and sent again",
+		r.EtcdTxnsTotal, r.EtcdTxnsPerUnit, r.MaxTxnOps, r.EtcdTxnRetries, r.EtcdBusyRetries)
 	row("controller", "%.0f MiB peak RSS (%.1f KiB a unit), %.1f CPU s", float64(r.ControllerRSSBytes)/(1<<20), r.ControllerBytesPerUnit/1024, r.ControllerCPUSeconds)
 	row("fleet (agents)", "%.1f CPU s deploying (hooks %.1f), %.1f destroying (hooks %.1f); %.0f MiB written deploying",
 		r.FleetCPUSecondsDeploy, r.HookCPUSecondsDeploy, r.FleetCPUSecondsDestroy, r.HookCPUSecondsDestroy, float64(r.FleetWrittenBytesDeploy)/(1<<20))
@@ -130,6 +138,8 @@ func (r *results) print(w io.Writer) {
 	row("ctl status --format json", "%.2f s", r.StatusJSONSeconds)
 	row("API calls a unit, deploying", "%s", topCalls(r.CallsPerUnitDeploy, 6))
 	row("API calls a unit, destroying", "%s", topCalls(r.CallsPerUnitDestroy, 6))
+	row("failed calls, deploying", "%s", top(r.FailedCallsDeploy, 6, "%.0f"))
+	row("failed calls, destroying", "%s", top(r.FailedCallsDestroy, 6, "%.0f"))
 	row("watch listings, deploying", "%d, %d of them read together", r.ListingsDeploy, r.ListedTogetherDeploy)
 	row("retried, deploying", "%s", top(r.RetriesDeploy, 6, "%.0f"))
 	row("retried, destroying", "%s", top(r.RetriesDestroy, 6, "%.0f"))

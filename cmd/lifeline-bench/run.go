@@ -194,6 +194,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	}
 	res.RetriesDeploy = perUnit(countsBefore.retries, countsRunning.retries, 1)
 	res.CallsPerUnitDeploy = perUnit(countsBefore.calls, countsRunning.calls, total)
+	res.FailedCallsDeploy = perUnit(countsBefore.failed, countsRunning.failed, 1)
 	res.ListingsDeploy = int64(countsRunning.listings - countsBefore.listings)
 	res.ListedTogetherDeploy = int64(countsRunning.together - countsBefore.together)
 	res.ReportsPerUnitDeploy = model.takeReports(total)
@@ -268,6 +269,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	}
 	res.RetriesDestroy = perUnit(countsRunning.retries, countsEnd.retries, 1)
 	res.CallsPerUnitDestroy = perUnit(countsRunning.calls, countsEnd.calls, total)
+	res.FailedCallsDestroy = perUnit(countsRunning.failed, countsEnd.failed, 1)
 	res.ReportsPerUnitDestroy = model.takeReports(total)
 	say("  the keyspace holds no entity keys after %.1f s", res.SecondsToRemoved)
 
@@ -284,6 +286,9 @@ func run(ctx context.Context, c config) (*results, error) {
 	res.MaxTxnOps = int64(maxOps)
 	if retries, err := ctl.metric("lifeline_etcd_txn_retries_total"); err == nil {
 		res.EtcdTxnRetries = int64(retries)
+	}
+	if busy, err := ctl.metric("lifeline_etcd_busy_retries_total"); err == nil {
+		res.EtcdBusyRetries = int64(busy)
 	}
 	rss, cpu, err := procUsage(ctl.cmd.Process.Pid)
 	if err != nil {
