@@ -282,13 +282,8 @@ func Extract(data []byte, dir string) error {
 	if _, err := archiveTree(data); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("extract charm: %w", err)
-	}
-	if names, err := os.ReadDir(dir); err != nil {
-		return fmt.Errorf("extract charm: %w", err)
-	} else if len(names) > 0 {
-		return fmt.Errorf("extract charm: %s is not empty", dir)
+	if err := emptyDir(dir, "extract charm"); err != nil {
+		return err
 	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {

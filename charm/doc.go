@@ -4,10 +4,11 @@
 // one safely, types configuration values against config.yaml and parses
 // KEY=VALUE arguments (DESIGN.md §9).
 //
-// It must not touch etcd, the network or gRPC, and keeps no state: storing
-// charms by content address and revision, and relating endpoints (the
-// interface, role and scope rules), belong to state and controller. It
-// imports state only for the name validators.
+// It must not touch etcd, the network or gRPC, and keeps no state but a
+// machine's cache of unpacked charms (below): storing charms by content
+// address and revision, and relating endpoints (the interface, role and
+// scope rules), belong to state and controller. It imports state only for
+// the name validators.
 //
 // # Errors
 //
@@ -81,4 +82,12 @@
 // archives made by Pack and by tar(1) (a leading "./" is ignored), refusing
 // absolute names, "..", entries below a non-directory, duplicate entries and
 // escaping symlinks before anything is written.
+//
+// # The cache
+//
+// A Cache keeps one unpacked copy of each archive in a directory of a
+// machine; Cache.Deploy makes a unit's charm directory of its own
+// directories and symlinks and of hard links to the copy's files, which are
+// read-only. It is the package's only state, and lives on the disk of the
+// machine that uses it (cache.go says why and what it checks).
 package charm

@@ -4,6 +4,10 @@
 // credential and data directory, removes its dead principal units (U5), and
 // sets its dying machine dead once no unit is left (M3), then stops.
 //
+// Its data directory holds units/<unit>, each unit agent's own, and
+// charms/, the charms its units deploy, unpacked once (charm.Cache): a
+// unit's charm directory is made of hard links to those files.
+//
 // It reaches the controller only through the AgentService methods it
 // declares, and never talks to etcd. It does not start instances: that is
 // the provisioner's job, in the controller.

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lifelinehq/lifeline/agentwatch"
+	"github.com/lifelinehq/lifeline/charm"
 	"github.com/lifelinehq/lifeline/hooks"
 	"github.com/lifelinehq/lifeline/names"
 	"github.com/lifelinehq/lifeline/pki"
@@ -78,6 +79,9 @@ type Agent struct {
 	logger   hclog.Logger
 	toolsDir string
 	hookLock chan struct{}
+	// charms is the machine's cache of unpacked charms, shared by its
+	// units' charm directories as hard links.
+	charms *charm.Cache
 	// mux is the agent's one watch stream, which its unit agents share:
 	// each follows its subjects on it as itself.
 	mux *agentwatch.Mux
@@ -120,6 +124,7 @@ func New(cfg Config) (*Agent, error) {
 	return &Agent{
 		cfg: cfg, logger: cfg.Logger.With("machine", cfg.MachineID),
 		toolsDir: filepath.Join(dir, "tools"), hookLock: make(chan struct{}, 1),
+		charms:  charm.NewCache(filepath.Join(dir, "charms")),
 		workers: map[string]*worker{}, exited: make(chan exit, 16), removed: map[string]bool{},
 		mux: agentwatch.NewMux(cfg.API, cfg.Logger.With("machine", cfg.MachineID)),
 	}, nil
@@ -320,7 +325,7 @@ func (a *Agent) startWorker(ctx context.Context, unit string, principal bool) er
 	ua, err := unitagent.New(unitagent.Config{
 		Unit: unit, MachineID: a.cfg.MachineID, Address: a.cfg.Address, DataDir: a.unitDir(unit),
 		ToolsDir: a.toolsDir, API: api, Watches: a.mux.As(cred, api), Logger: a.cfg.Logger, HookLock: a.hookLock,
-		HookTimeout: a.cfg.HookTimeout, Retry: a.cfg.UnitRetry, Deployer: deployer{a},
+		HookTimeout: a.cfg.HookTimeout, Retry: a.cfg.UnitRetry, Deployer: deployer{a}, Charms: a.charms,
 	})
 	if err != nil {
 		closer.Close()

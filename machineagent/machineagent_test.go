@@ -112,6 +112,13 @@ func TestMachineAgentLifecycle(t *testing.T) {
 			t.Errorf("unit %s was not installed in its own directory: %v", u, err)
 		}
 	}
+	// Their charm directories are each their own, made of links to the
+	// machine's one unpacked copy of the charm.
+	hook0, err0 := os.Stat(filepath.Join(dir, "units", "kv-0", "charm", "hooks", "install"))
+	hook1, err1 := os.Stat(filepath.Join(dir, "units", "kv-1", "charm", "hooks", "install"))
+	if err0 != nil || err1 != nil || !os.SameFile(hook0, hook1) {
+		t.Errorf("the units' install hooks are not one file of the machine's charm cache (%v, %v)", err0, err1)
+	}
 
 	if _, err := op.DestroyUnit(env.Ctx, &pb.DestroyUnitRequest{Unit: "kv/0"}); err != nil {
 		t.Fatal(err)

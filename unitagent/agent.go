@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/lifelinehq/lifeline/agentwatch"
+	"github.com/lifelinehq/lifeline/charm"
 	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -87,6 +88,10 @@ type Config struct {
 	Retry       RetryPolicy
 	// Deployer runs subordinates' agents; nil leaves them undeployed.
 	Deployer Deployer
+	// Charms, when set, is the machine's cache of unpacked charms: the
+	// unit's charm directory is then made of hard links to its files
+	// (charm.Cache). When nil, the agent unpacks a copy of its own.
+	Charms *charm.Cache
 	// Clock is the time; time.Now when nil.
 	Clock func() time.Time
 }

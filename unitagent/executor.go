@@ -340,7 +340,11 @@ func (ex *executor) download(ctx context.Context, ref *pb.CharmRef) error {
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
-	if err := charm.Extract(buf.Bytes(), tmp); err != nil {
+	unpack := charm.Extract
+	if a.cfg.Charms != nil {
+		unpack = a.cfg.Charms.Deploy
+	}
+	if err := unpack(buf.Bytes(), tmp); err != nil {
 		return fmt.Errorf("unpack charm %s: %w", charmKey(ref), err)
 	}
 	if err := os.RemoveAll(dir); err != nil {

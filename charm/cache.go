@@ -1,0 +1,262 @@
+package charm
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// A Cache keeps unpacked charms in a directory of a machine, one copy of
+// each archive, so that the units of the machine deploying the same charm
+// share its files as hard links instead of writing copies of their own.
+// On the machine the scale harness runs on, writing a small file cost ten
+// times the CPU of linking one (about 0.6 ms against 0.05), and every unit
+// unpacked its own copy of a charm of a dozen files.
+//
+// A unit's charm directory is still its own: its directories and symlinks
+// are made for it, so a hook may add files there or replace a charm file
+// by renaming a new one over it, and that touches no other unit. What the
+// units share are the charm's regular files, which Deploy makes read-only
+// (0555 for an executable, 0444 for the rest) and stamps with a fixed
+// modification time: a hook must not change a charm file in place. One
+// that does (as root, who may) changes it for every unit linked to it, but
+// not for units deployed after: Deploy checks the cached copy's files
+// (kind, size, mode and time) before linking them, and unpacks a fresh
+// copy when any differs.
+//
+// A Cache is safe for concurrent use within one process; one process at a
+// time may use its directory. Copies no unit links to any more are
+// removed when another charm is unpacked and when the Cache is first used.
+type Cache struct {
+	dir  string
+	mu   sync.Mutex
+	once bool // the leftovers of earlier processes are cleaned up
+}
+
+// cacheTime is the modification time of every cached file.
+var cacheTime = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// cacheTemp starts the names of the copies being unpacked, and of those
+// being removed.
+const cacheTemp = ".tmp-"
+
+// NewCache returns a Cache of unpacked charms in dir, which is created
+// when first needed.
+func NewCache(dir string) *Cache { return &Cache{dir: dir} }
+
+// Deploy makes dir, which is created if absent and must otherwise be
+// empty, a copy of the charm archive in data, as Extract does, its regular
+// files hard links to the Cache's copy. It checks the whole archive first;
+// on error dir may hold part of the charm.
+func (c *Cache) Deploy(data []byte, dir string) error {
+	t, err := archiveTree(data)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(data)
+	key := hex.EncodeToString(sum[:])
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.start(); err != nil {
+		return err
+	}
+	src := filepath.Join(c.dir, key)
+	if !cachedIntact(src, t) {
+		if err := c.unpack(data, key); err != nil {
+			return err
+		}
+		c.prune(key)
+	}
+	if err := emptyDir(dir, "deploy charm"); err != nil {
+		return err
+	}
+	// No entry's path passes through a symlink of the charm (tree), and
+	// dir is new: plain paths stay inside it.
+	for _, e := range t.sorted() {
+		to := filepath.Join(dir, filepath.FromSlash(e.name))
+		switch e.kind {
+		case kindDir:
+			err = os.MkdirAll(to, 0o755)
+		case kindSymlink:
+			err = os.Symlink(e.link, to)
+		case kindFile:
+			err = os.Link(filepath.Join(src, filepath.FromSlash(e.name)), to)
+		}
+		if err != nil {
+			return fmt.Errorf("deploy charm into %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// start creates the Cache's directory and removes what an earlier process
+// left: copies cut short, and copies no unit links to.
+func (c *Cache) start() error {
+	if c.once {
+		return nil
+	}
+	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		return fmt.Errorf("charm cache: %w", err)
+	}
+	names, err := os.ReadDir(c.dir)
+	if err != nil {
+		return fmt.Errorf("charm cache: %w", err)
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n.Name(), cacheTemp) {
+			_ = os.RemoveAll(filepath.Join(c.dir, n.Name()))
+		}
+	}
+	c.once = true
+	c.prune("")
+	return nil
+}
+
+// unpack puts a fresh copy of the archive in the Cache as key, replacing
+// any there.
+func (c *Cache) unpack(data []byte, key string) error {
+	tmp, err := os.MkdirTemp(c.dir, cacheTemp)
+	if err != nil {
+		return fmt.Errorf("charm cache: %w", err)
+	}
+	if err := Extract(data, tmp); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	err = filepath.WalkDir(tmp, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		mode := os.FileMode(0o444)
+		if fi.Mode()&0o111 != 0 {
+			mode = 0o555
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			return err
+		}
+		return os.Chtimes(p, cacheTime, cacheTime)
+	})
+	if err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("charm cache: %w", err)
+	}
+	dst := filepath.Join(c.dir, key)
+	if _, err := os.Lstat(dst); err == nil {
+		// A copy found changed: set aside for the units still linked to
+		// it, and removed once none is.
+		old, err := os.MkdirTemp(c.dir, key+"-changed-")
+		if err == nil {
+			err = os.Rename(dst, filepath.Join(old, "charm"))
+		}
+		if err != nil {
+			os.RemoveAll(tmp)
+			return fmt.Errorf("charm cache: %w", err)
+		}
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("charm cache: %w", err)
+	}
+	return nil
+}
+
+// prune removes the copies, but keep's, that no unit links to: none of
+// their files has a second link.
+func (c *Cache) prune(keep string) {
+	names, err := os.ReadDir(c.dir)
+	if err != nil {
+		return
+	}
+	for _, n := range names {
+		if n.Name() == keep || strings.HasPrefix(n.Name(), cacheTemp) {
+			continue
+		}
+		p := filepath.Join(c.dir, n.Name())
+		if !linked(p) {
+			gone := filepath.Join(c.dir, cacheTemp+n.Name())
+			if os.Rename(p, gone) == nil {
+				os.RemoveAll(gone)
+			}
+		}
+	}
+}
+
+// linked reports whether any regular file under dir has another link.
+func linked(dir string) bool {
+	found := errors.New("linked")
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+			return found
+		}
+		return nil
+	})
+	// A copy that cannot be read whole counts as in use: it stays.
+	return err != nil
+}
+
+// cachedIntact reports whether src holds the tree t as Deploy left it.
+func cachedIntact(src string, t *tree) bool {
+	for _, e := range t.entries {
+		fi, err := os.Lstat(filepath.Join(src, filepath.FromSlash(e.name)))
+		if err != nil {
+			return false
+		}
+		switch e.kind {
+		case kindDir:
+			if !fi.IsDir() {
+				return false
+			}
+		case kindSymlink:
+			if fi.Mode()&fs.ModeSymlink == 0 {
+				return false
+			}
+			if to, err := os.Readlink(filepath.Join(src, filepath.FromSlash(e.name))); err != nil || to != e.link {
+				return false
+			}
+		case kindFile:
+			want := os.FileMode(0o444)
+			if e.exec {
+				want = 0o555
+			}
+			if !fi.Mode().IsRegular() || fi.Mode().Perm() != want || fi.Size() != e.size || !fi.ModTime().Equal(cacheTime) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// emptyDir creates dir if absent and makes sure it is empty; what names
+// the work in errors.
+func emptyDir(dir, what string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	names, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if len(names) > 0 {
+		return fmt.Errorf("%s: %s is not empty", what, dir)
+	}
+	return nil
+}
