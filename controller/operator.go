@@ -435,8 +435,16 @@ func (s *Server) modelStatus(ctx context.Context) (*pb.ModelStatus, error) {
 
 // controllerAddresses are the addresses agents should dial: every live
 // controller's (the leader's first), then this controller's own if they
-// are not among them.
+// are not among them. The list is read at most once every
+// addressesFresh: every unit agent asks for it when it starts (10,000 at
+// once in the scale harness), and the read, a sorted one of the leader
+// election, was 2.4% of the controller's CPU deploying.
 func (s *Server) controllerAddresses(ctx context.Context) []string {
+	s.addrs.mu.Lock()
+	defer s.addrs.mu.Unlock()
+	if s.addrs.list != nil && time.Since(s.addrs.at) < addressesFresh {
+		return slices.Clone(s.addrs.list)
+	}
 	addrs, err := s.st.ControllerAddresses(ctx)
 	if err != nil {
 		s.logger.Warn("cannot list the live controllers: giving agents this controller's addresses only", "error", err)
@@ -446,8 +454,14 @@ func (s *Server) controllerAddresses(ctx context.Context) []string {
 			addrs = append(addrs, a)
 		}
 	}
-	return addrs
+	if err == nil {
+		s.addrs.list, s.addrs.at = addrs, time.Now()
+	}
+	return slices.Clone(addrs)
 }
+
+// addressesFresh is how long controllerAddresses keeps the list it read.
+const addressesFresh = time.Second
 
 // WatchStatus sends the status whenever the model changed, at most every
 // interval.

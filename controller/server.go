@@ -3,6 +3,7 @@ package controller
 import (
 	"crypto/tls"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -65,6 +66,13 @@ type Server struct {
 	cfg     Config
 	metrics *metrics
 	creds   *credMirror
+	// addrs is the list of controller addresses last read
+	// (controllerAddresses).
+	addrs struct {
+		mu   sync.Mutex
+		at   time.Time
+		list []string
+	}
 }
 
 // New returns a Server.
