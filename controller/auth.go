@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -102,15 +103,16 @@ func (s *Server) authorize(ctx context.Context, method string) (context.Context,
 }
 
 func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	start := time.Now()
 	ctx, err := s.authorize(ctx, info.FullMethod)
 	if err == nil {
 		var resp any
 		resp, err = handler(ctx, req)
 		err = toStatus(err)
-		s.metrics.observe(info.FullMethod, err)
+		s.metrics.observeUnary(info.FullMethod, err, start)
 		return resp, err
 	}
-	s.metrics.observe(info.FullMethod, err)
+	s.metrics.observeUnary(info.FullMethod, err, start)
 	return nil, err
 }
 

@@ -18,6 +18,9 @@ import (
 // etcd transactions and their conflicts, and entities by kind and life.
 type metrics struct {
 	calls *prometheus.CounterVec
+	// latency times unary calls by method, from their arrival (before
+	// authentication) to their answer.
+	latency *prometheus.HistogramVec
 	// watchRPCs counts the open Watch and WatchMany streams.
 	watchRPCs atomic.Int64
 }
@@ -28,6 +31,11 @@ func newMetrics(reg prometheus.Registerer, st *state.State, hub *watchhub.Hub) *
 			Namespace: "lifeline", Name: "api_calls_total",
 			Help: "API calls by method and gRPC status code.",
 		}, []string{"method", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "lifeline", Name: "api_call_seconds",
+			Help:    "How long unary API calls took, from their arrival to their answer, by method.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9), // 1 ms to 65 s
+		}, []string{"method"}),
 	}
 	if reg == nil {
 		return m
@@ -37,6 +45,7 @@ func newMetrics(reg prometheus.Registerer, st *state.State, hub *watchhub.Hub) *
 	}
 	reg.MustRegister(
 		m.calls,
+		m.latency,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "lifeline", Name: "agent_watch_rpcs",
 			Help: "Open agent watch RPC streams (Watch and WatchMany); each WatchMany stream carries many subscriptions, which lifeline_watch_streams counts.",
@@ -94,9 +103,17 @@ func newMetrics(reg prometheus.Registerer, st *state.State, hub *watchhub.Hub) *
 }
 
 func (m *metrics) observe(method string, err error) {
-	method = method[strings.LastIndexByte(method, '/')+1:]
-	m.calls.WithLabelValues(method, status.Code(err).String()).Inc()
+	m.calls.WithLabelValues(shortMethod(method), status.Code(err).String()).Inc()
 }
+
+// observeUnary counts a unary call and how long it took since start.
+func (m *metrics) observeUnary(method string, err error, start time.Time) {
+	m.observe(method, err)
+	m.latency.WithLabelValues(shortMethod(method)).Observe(time.Since(start).Seconds())
+}
+
+// shortMethod is a method's name without its service's.
+func shortMethod(full string) string { return full[strings.LastIndexByte(full, '/')+1:] }
 
 // conflictCollector reports the state's conflicts by operation.
 type conflictCollector struct {

@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -174,13 +177,16 @@ type counters struct {
 	calls, retries map[string]float64
 	// failed counts the calls that did not succeed, by method and code
 	// ("LeaveScope Unavailable").
-	failed             map[string]float64
+	failed map[string]float64
+	// buckets are the unary calls' duration histograms: by method, the
+	// calls that took at most each bound ("le"), in seconds.
+	buckets            map[string]map[float64]float64
 	listings, together float64
 }
 
 // counters reads them all from one scrape of /metrics.
 func (c *controllerProc) counters() (counters, error) {
-	out := counters{failed: map[string]float64{}}
+	out := counters{failed: map[string]float64{}, buckets: map[string]map[float64]float64{}}
 	byName := map[string]struct {
 		label string
 		out   map[string]float64
@@ -199,6 +205,9 @@ func (c *controllerProc) counters() (counters, error) {
 			return false, err
 		}
 		name, labels, ok := strings.Cut(line, "{")
+		if ok && name == "lifeline_api_call_seconds_bucket" {
+			return false, out.addBucket(labels)
+		}
 		m, known := byName[name]
 		if !ok || !known {
 			return false, nil
@@ -225,6 +234,64 @@ func (c *controllerProc) counters() (counters, error) {
 	out.calls = byName["lifeline_api_calls_total"].out
 	out.retries = byName["lifeline_etcd_txn_retries_by_operation_total"].out
 	return out, err
+}
+
+// addBucket records one bucket of a call duration histogram from its
+// line after the metric's name: `method="M",le="0.004"} 12`.
+func (c *counters) addBucket(line string) error {
+	labels, value, ok := strings.Cut(line, "} ")
+	if !ok {
+		return nil
+	}
+	var method, le string
+	for _, l := range strings.Split(labels, ",") {
+		k, v, _ := strings.Cut(l, "=")
+		v = strings.Trim(v, `"`)
+		switch k {
+		case "method":
+			method = v
+		case "le":
+			le = v
+		}
+	}
+	bound, err := strconv.ParseFloat(le, 64) // "+Inf" parses as infinity
+	if err != nil {
+		return err
+	}
+	n, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+	if err != nil {
+		return err
+	}
+	if c.buckets[method] == nil {
+		c.buckets[method] = map[float64]float64{}
+	}
+	c.buckets[method][bound] = n
+	return nil
+}
+
+// slowest returns, for each method called between two readings, the
+// bound in seconds that 99% of those calls took at most: the least bucket
+// bound holding 99% of them; -1 past the last bound, which JSON can
+// carry where it cannot carry infinity.
+func slowest(before, after counters) map[string]float64 {
+	out := map[string]float64{}
+	for method, b := range after.buckets {
+		bounds := slices.Sorted(maps.Keys(b))
+		total := b[math.Inf(1)] - before.buckets[method][math.Inf(1)]
+		if total <= 0 {
+			continue
+		}
+		for _, le := range bounds {
+			if b[le]-before.buckets[method][le] >= 0.99*total {
+				out[method] = le
+				if math.IsInf(le, 1) {
+					out[method] = -1
+				}
+				break
+			}
+		}
+	}
+	return out
 }
 
 // perUnit returns the calls made between two readings, per unit.

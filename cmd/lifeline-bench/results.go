@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -71,6 +72,11 @@ type results struct {
 	// ("LeaveScope Unavailable"), in all.
 	FailedCallsDeploy  map[string]float64 `json:"api_calls_failed_deploy"`
 	FailedCallsDestroy map[string]float64 `json:"api_calls_failed_destroy"`
+	// The slowest calls of each phase: by method, the duration in seconds
+	// (a bucket's bound of lifeline_api_call_seconds) that 99% of its
+	// calls took at most; -1 when that is over the last bound (65.5 s).
+	CallP99Deploy  map[string]float64 `json:"api_call_p99_seconds_deploy"`
+	CallP99Destroy map[string]float64 `json:"api_call_p99_seconds_destroy"`
 	// The unit agents' status reports a unit, as stored (`status
 	// "message" (state)`), in the same phases: what the SetUnitStatus
 	// calls said.
@@ -94,6 +100,41 @@ type results struct {
 	// several at once (watchhub.Hub.List).
 	ListingsDeploy       int64 `json:"watch_listings_deploy"`
 	ListedTogetherDeploy int64 `json:"watch_listings_together_deploy"`
+}
+
+// slowCalls says the n methods whose calls took longest (p99 bounds),
+// slowest first.
+func slowCalls(p99 map[string]float64, n int) string {
+	methods := slices.Collect(maps.Keys(p99))
+	key := func(m string) float64 {
+		if p99[m] < 0 {
+			return math.Inf(1)
+		}
+		return p99[m]
+	}
+	slices.SortFunc(methods, func(a, b string) int {
+		if c := cmp.Compare(key(b), key(a)); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	var out []string
+	for _, m := range methods[:min(n, len(methods))] {
+		out = append(out, fmt.Sprintf("%s ≤ %s", m, seconds(p99[m])))
+	}
+	return strings.Join(out, ", ")
+}
+
+// seconds says a duration bound in seconds briefly: "4 ms", "1.0 s", or
+// "over 65 s" for -1.
+func seconds(s float64) string {
+	switch {
+	case s < 0:
+		return "over 65 s"
+	case s < 1:
+		return fmt.Sprintf("%.0f ms", s*1000)
+	}
+	return fmt.Sprintf("%.1f s", s)
 }
 
 // topCalls says the most made calls (or reports) a unit of a phase, most
@@ -140,6 +181,8 @@ func (r *results) print(w io.Writer) {
 	row("API calls a unit, destroying", "%s", topCalls(r.CallsPerUnitDestroy, 6))
 	row("failed calls, deploying", "%s", top(r.FailedCallsDeploy, 6, "%.0f"))
 	row("failed calls, destroying", "%s", top(r.FailedCallsDestroy, 6, "%.0f"))
+	row("slowest calls (p99), deploying", "%s", slowCalls(r.CallP99Deploy, 5))
+	row("slowest calls (p99), destroying", "%s", slowCalls(r.CallP99Destroy, 5))
 	row("watch listings, deploying", "%d, %d of them read together", r.ListingsDeploy, r.ListedTogetherDeploy)
 	row("retried, deploying", "%s", top(r.RetriesDeploy, 6, "%.0f"))
 	row("retried, destroying", "%s", top(r.RetriesDestroy, 6, "%.0f"))

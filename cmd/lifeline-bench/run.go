@@ -204,6 +204,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	res.RetriesDeploy = perUnit(countsBefore.retries, countsRunning.retries, 1)
 	res.CallsPerUnitDeploy = perUnit(countsBefore.calls, countsRunning.calls, total)
 	res.FailedCallsDeploy = perUnit(countsBefore.failed, countsRunning.failed, 1)
+	res.CallP99Deploy = slowest(countsBefore, countsRunning)
 	res.ListingsDeploy = int64(countsRunning.listings - countsBefore.listings)
 	res.ListedTogetherDeploy = int64(countsRunning.together - countsBefore.together)
 	res.ReportsPerUnitDeploy = model.takeReports(total)
@@ -279,6 +280,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	res.RetriesDestroy = perUnit(countsRunning.retries, countsEnd.retries, 1)
 	res.CallsPerUnitDestroy = perUnit(countsRunning.calls, countsEnd.calls, total)
 	res.FailedCallsDestroy = perUnit(countsRunning.failed, countsEnd.failed, 1)
+	res.CallP99Destroy = slowest(countsRunning, countsEnd)
 	res.ReportsPerUnitDestroy = model.takeReports(total)
 	say("  the keyspace holds no entity keys after %.1f s", res.SecondsToRemoved)
 

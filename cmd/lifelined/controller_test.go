@@ -122,7 +122,9 @@ func TestControllerOnExternalEtcd(t *testing.T) {
 	mresp.Body.Close()
 	for _, want := range []string{
 		`lifeline_api_calls_total{code="OK",method="AddMachines"} 1`,
+		`lifeline_api_call_seconds_count{method="AddMachines"} 1`,
 		"lifeline_etcd_txn_retries_total ",
+		"lifeline_etcd_busy_retries_total 0",
 		`lifeline_entities{kind="machine",life="alive"} 1`,
 	} {
 		if !strings.Contains(string(body), want) {
