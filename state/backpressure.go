@@ -77,15 +77,39 @@ func (k *gatedKV) Txn(ctx context.Context) clientv3.Txn {
 	return &gatedTxn{Txn: k.KV.Txn(ctx), k: k, ctx: ctx}
 }
 
-// write runs f, which sends one write request, in a slot, again after a
-// pause each time etcd refuses it as too many.
-func (k *gatedKV) write(ctx context.Context, f func() error) error {
+// heldSlot marks a context whose writes use a slot already held (hold).
+type heldSlot struct{}
+
+// hold takes a slot for all the writes made with the returned context,
+// until release is called; with a context that holds one already, it
+// takes nothing. An operation (State.apply) holds one for all its
+// attempts, so that a retry after a conflict does not wait again behind
+// every write queued since its first: in a burst (10,000 units leaving a
+// relation at once, 5,800 retries) 1% of the departures took over 4 s,
+// and some 16, against at most 4 for the calls that never conflict.
+func (k *gatedKV) hold(ctx context.Context) (held context.Context, release func(), err error) {
+	if ctx.Value(heldSlot{}) != nil {
+		return ctx, func() {}, nil
+	}
 	select {
 	case k.slots <- struct{}{}:
 	case <-ctx.Done():
-		return ctx.Err()
+		return ctx, func() {}, ctx.Err()
 	}
-	defer func() { <-k.slots }()
+	return context.WithValue(ctx, heldSlot{}, true), func() { <-k.slots }, nil
+}
+
+// write runs f, which sends one write request, in a slot (ctx's, if it
+// holds one), again after a pause each time etcd refuses it as too many.
+func (k *gatedKV) write(ctx context.Context, f func() error) error {
+	if ctx.Value(heldSlot{}) == nil {
+		select {
+		case k.slots <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		defer func() { <-k.slots }()
+	}
 	pause := time.Millisecond
 	for {
 		err := f()

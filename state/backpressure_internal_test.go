@@ -163,3 +163,43 @@ func TestWritesInFlightAreBounded(t *testing.T) {
 		t.Errorf("etcd saw %d requests, want 11", got)
 	}
 }
+
+// An operation holding a slot writes as often as it retries without
+// queueing again, and an operation within it takes no second slot.
+func TestHeldSlotServesEveryWriteOfItsHolder(t *testing.T) {
+	fake := &busyKV{}
+	var busy atomic.Int64
+	kv := newGatedKV(fake, 1, &busy)
+	ctx, release, err := kv.hold(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, releaseInner, err := kv.hold(ctx) // nested: nothing more to take
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := kv.Txn(inner).Then(clientv3.OpPut("k", "v")).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	releaseInner()
+	// The one slot is still held: a write of another waits for it.
+	other := make(chan error, 1)
+	go func() {
+		_, err := kv.Txn(context.Background()).Then(clientv3.OpPut("k", "w")).Commit()
+		other <- err
+	}()
+	select {
+	case err := <-other:
+		t.Fatalf("a write got through while the only slot was held: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	release()
+	if err := <-other; err != nil {
+		t.Fatal(err)
+	}
+	if got := fake.requests.Load(); got != 4 {
+		t.Errorf("etcd saw %d writes, want 4", got)
+	}
+}

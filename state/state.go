@@ -54,7 +54,9 @@ func (c Config) Validate() error {
 
 // State reads and changes the model stored in etcd.
 type State struct {
-	kv      clientv3.KV
+	kv clientv3.KV
+	// gate is kv as New made it, whatever tests wrap it in.
+	gate    *gatedKV
 	watcher clientv3.Watcher
 	lease   clientv3.Lease
 	cfg     Config
@@ -87,7 +89,8 @@ func New(c *clientv3.Client, cfg Config) (*State, error) {
 		s.watcher = namespace.NewWatcher(c.Watcher, cfg.Namespace)
 		s.lease = namespace.NewLease(c.Lease, cfg.Namespace)
 	}
-	s.kv = newGatedKV(s.kv, cfg.MaxWritesInFlight, &s.stats.busy)
+	s.gate = newGatedKV(s.kv, cfg.MaxWritesInFlight, &s.stats.busy)
+	s.kv = s.gate
 	return s, nil
 }
 
@@ -261,6 +264,8 @@ var errNothingToDo = errors.New("nothing to do")
 // something it relied on moved: apply calls attempt again, a bounded number
 // of times. attempt may return errNothingToDo to end with success.
 func (s *State) apply(ctx context.Context, what string, attempt func(ctx context.Context) (*change, error)) error {
+	release := func() {}
+	defer func() { release() }()
 	for i := 0; i < s.cfg.MaxAttempts; i++ {
 		c, err := attempt(ctx)
 		if errors.Is(err, errNothingToDo) {
@@ -268,6 +273,14 @@ func (s *State) apply(ctx context.Context, what string, attempt func(ctx context
 		}
 		if err != nil {
 			return err
+		}
+		if i == 0 && !c.empty() {
+			// The operation takes its slot among the writes in etcd
+			// for all its attempts, so that a retry does not queue
+			// again (backpressure.go).
+			if ctx, release, err = s.gate.hold(ctx); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
 		}
 		ok, err := s.commit(ctx, c)
 		if err != nil {
