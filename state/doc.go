@@ -11,6 +11,11 @@
 // work on many entities goes through cleanup items, which the Cleaner works
 // off in small batches.
 //
+// A State has at most Config.MaxWritesInFlight writes in etcd at once; an
+// operation holds its slot for all its attempts, and a write etcd refuses
+// as too many (it is behind applying) is sent again after a pause
+// (backpressure.go).
+//
 // The package also keeps the invariant checkers (CheckInvariants over a
 // snapshot, LifeChecker over a watch stream) that tests use to show the rules
 // hold.
