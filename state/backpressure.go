@@ -22,10 +22,13 @@ import (
 // pause, until the caller's context ends.
 
 // DefaultMaxWritesInFlight is how many write requests a State has in
-// etcd at once unless its Config says otherwise: a fifth of the gap etcd
-// allows between committed and applied entries, and enough for etcd to
-// batch many writes into each append to its log.
-const DefaultMaxWritesInFlight = 1000
+// etcd at once unless its Config says otherwise: a twentieth of the gap
+// etcd allows between committed and applied entries, and as many clients
+// as the scale harness's raw measurement, which keep etcd busy batching
+// writes into each append to its log. More in flight adds nothing but
+// waiting in etcd: with 1,000, a write took up to four times as long in
+// the harness's bursts (docs/PERFORMANCE.md, ninth round).
+const DefaultMaxWritesInFlight = 256
 
 // maxBusyPause bounds the pause before a write etcd refused is sent again.
 const maxBusyPause = 100 * time.Millisecond
