@@ -105,14 +105,11 @@ func (k *gatedKV) hold(ctx context.Context) (held context.Context, release func(
 // write runs f, which sends one write request, in a slot (ctx's, if it
 // holds one), again after a pause each time etcd refuses it as too many.
 func (k *gatedKV) write(ctx context.Context, f func() error) error {
-	if ctx.Value(heldSlot{}) == nil {
-		select {
-		case k.slots <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		defer func() { <-k.slots }()
+	ctx, release, err := k.hold(ctx)
+	if err != nil {
+		return err
 	}
+	defer release()
 	pause := time.Millisecond
 	for {
 		err := f()
