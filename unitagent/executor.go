@@ -355,7 +355,11 @@ func (ex *executor) download(ctx context.Context, ref *pb.CharmRef) error {
 	}
 	a.l.Charm = charmKey(ref)
 	a.logger.Info("charm unpacked", "charm", a.l.Charm, "dir", dir)
-	return a.save()
+	// Unsynced, as a hook's end is: the next hook's save, or the flush
+	// before the agent acts on anything else or waits, makes it durable.
+	// A machine crash before then loses only the record of the download,
+	// and the charm is downloaded again.
+	return a.store.saveUnsynced(a.l)
 }
 
 func (a *Agent) charmDir() string { return filepath.Join(a.cfg.DataDir, "charm") }

@@ -77,7 +77,7 @@ type stateStore struct {
 	journalBytes int64
 	// journalSynced says that the journal's directory entry is known to
 	// be on disk: the directory was synced since the file was created.
-	// Until then each append syncs the directory too.
+	// Until then each synced append, and flush, syncs the directory too.
 	journalSynced bool
 	snapshotBytes int64
 	// head is the head as last saved: a save that would record the same
@@ -296,13 +296,16 @@ func (s *stateStore) save(l *localState) error { return s.saveSync(l, true) }
 
 // saveUnsynced is save but for the sync of a journal record: the record
 // survives a crash of the agent, and becomes durable with the next save
-// or flush. The agent uses it for a hook's end, and flushes before it
-// acts on anything outside its hooks or waits: a machine crash then loses
-// at most a hook's end, which counts as a failed attempt and runs the
-// hook again, as a crash while it ran would. It spares one fsync a hook.
+// or flush. The agent uses it for a hook's end and a charm's download,
+// and flushes before it acts on anything outside its hooks or waits: a
+// machine crash then loses at most a hook's end, which counts as a failed
+// attempt and runs the hook again, as a crash while it ran would, or a
+// download, made again. It spares one fsync a hook, and a new journal's
+// sync of its directory until the first synced save or flush.
 func (s *stateStore) saveUnsynced(l *localState) error { return s.saveSync(l, false) }
 
-// flush makes durable a record saveUnsynced wrote, if any.
+// flush makes durable a record saveUnsynced wrote, if any, and the
+// journal's directory entry if saveUnsynced created the journal.
 func (s *stateStore) flush() error {
 	if !s.unsynced {
 		return nil
@@ -312,8 +315,14 @@ func (s *stateStore) flush() error {
 		return fmt.Errorf("sync unit state journal: %w", err)
 	}
 	defer f.Close()
-	if err := f.Sync(); err != nil {
+	if err := syncFile(f); err != nil {
 		return fmt.Errorf("sync unit state journal: %w", err)
+	}
+	if !s.journalSynced {
+		if err := syncDir(s.dir); err != nil {
+			return err
+		}
+		s.journalSynced = true
 	}
 	s.unsynced = false
 	return nil
@@ -330,12 +339,13 @@ func (s *stateStore) saveSync(l *localState, sync bool) error {
 	if s.rewrite || s.journalBytes > compactMinBytes && s.journalBytes > 2*s.snapshotBytes {
 		return s.writeSnapshot(l, head)
 	}
-	return s.append(l, head, sync || !s.journalSynced)
+	return s.append(l, head, sync)
 }
 
-// append writes one record to the journal and, with sync, syncs it
-// (and with it any record written unsynced before). On failure the
-// journal may end in part of the record: the next save writes a snapshot.
+// append writes one record to the journal and, with sync, syncs it (and
+// with it any record written unsynced before), and the journal's directory
+// entry if the journal is new. On failure the journal may end in part of
+// the record: the next save writes a snapshot.
 func (s *stateStore) append(l *localState, head []byte, sync bool) error {
 	payload, err := json.Marshal(journalRecord{Seq: s.seq + 1, State: head, Members: l.changes})
 	if err != nil {
@@ -358,7 +368,7 @@ func (s *stateStore) append(l *localState, head []byte, sync bool) error {
 		return err
 	}
 	if sync {
-		if err := f.Sync(); err != nil {
+		if err := syncFile(f); err != nil {
 			f.Close()
 			return fmt.Errorf("sync unit state journal: %w", err)
 		}
@@ -367,7 +377,7 @@ func (s *stateStore) append(l *localState, head []byte, sync bool) error {
 		return fmt.Errorf("write unit state journal: %w", err)
 	}
 	s.unsynced = !sync
-	if !s.journalSynced {
+	if sync && !s.journalSynced {
 		if err := syncDir(s.dir); err != nil {
 			return err
 		}
@@ -404,7 +414,7 @@ func (s *stateStore) writeSnapshot(l *localState, head []byte) error {
 		w.Close()
 		return fmt.Errorf("write unit state: %w", err)
 	}
-	if err := w.Sync(); err != nil {
+	if err := syncFile(w); err != nil {
 		w.Close()
 		return fmt.Errorf("sync unit state: %w", err)
 	}
@@ -438,7 +448,7 @@ func (s *stateStore) writeSnapshot(l *localState, head []byte) error {
 			f.Close()
 			return fmt.Errorf("empty unit state journal: %w", err)
 		}
-		if err := f.Sync(); err != nil {
+		if err := syncFile(f); err != nil {
 			f.Close()
 			return fmt.Errorf("sync unit state journal: %w", err)
 		}
@@ -452,13 +462,17 @@ func (s *stateStore) writeSnapshot(l *localState, head []byte) error {
 	return nil
 }
 
+// syncFile makes f's content durable (a variable for tests, which count
+// the syncs).
+var syncFile = (*os.File).Sync
+
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("sync unit state directory: %w", err)
 	}
 	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := syncFile(d); err != nil {
 		return fmt.Errorf("sync unit state directory: %w", err)
 	}
 	return nil

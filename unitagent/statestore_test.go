@@ -143,6 +143,65 @@ func TestStateStoreSavesAndLoads(t *testing.T) {
 	}
 }
 
+// TestStateStoreSyncs counts the syncs of each kind of save, in turn on
+// one store: an unsynced save makes none, even the one that creates the
+// journal; the flush after it syncs the journal and, once, its directory;
+// a save syncs its record, and the directory of a journal it created.
+func TestStateStoreSyncs(t *testing.T) {
+	var dir string
+	var synced []string
+	defer func(f func(*os.File) error) { syncFile = f }(syncFile)
+	syncFile = func(f *os.File) error {
+		name := filepath.Base(f.Name())
+		if f.Name() == dir {
+			name = "dir"
+		}
+		synced = append(synced, name)
+		return f.Sync()
+	}
+	for _, unsyncedFirst := range []bool{true, false} {
+		dir = t.TempDir()
+		s := newStateStore(dir)
+		l, err := s.load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		save, flush := func() error { return s.save(l) }, s.flush
+		unsynced := func() error { return s.saveUnsynced(l) }
+		type stage struct {
+			name string
+			do   func() error
+			want string
+		}
+		stages := []stage{
+			{"save of a new journal", save, "[state.log dir]"},
+			{"unsynced save", unsynced, "[]"},
+			{"flush", flush, "[state.log]"},
+		}
+		if unsyncedFirst {
+			stages = []stage{
+				{"unsynced save of a new journal", unsynced, "[]"},
+				{"unsynced save", unsynced, "[]"},
+				{"flush", flush, "[state.log dir]"},
+			}
+		}
+		stages = append(stages, stage{"flush again", flush, "[]"}, stage{"save", save, "[state.log]"})
+		for i, st := range stages {
+			step(l, i+1)
+			synced = nil
+			if err := st.do(); err != nil {
+				t.Fatalf("%s: %v", st.name, err)
+			}
+			if got := fmt.Sprint(synced); got != st.want {
+				t.Errorf("%s: synced %s, want %s", st.name, got, st.want)
+			}
+		}
+		if got, _, _ := loadCanon(t, dir); got != canon(t, l) {
+			t.Errorf("loaded\n%s\nwant\n%s", got, canon(t, l))
+		}
+	}
+}
+
 // TestStateStoreSaveCostsTheSameWhateverTheMembers: with thousands of
 // members, a hook's save appends a record of a few hundred bytes.
 func TestStateStoreSaveCostsTheSameWhateverTheMembers(t *testing.T) {
