@@ -39,6 +39,12 @@ type Cache struct {
 	dir  string
 	mu   sync.Mutex
 	once bool // the leftovers of earlier processes are cleaned up
+	// trees holds, by key, the tree of each archive Deploy was given:
+	// what DeployFrom needs to deploy it again without the archive.
+	trees map[string]*tree
+	// fetching holds, by key, the lock DeployFrom holds while it fetches
+	// the archive.
+	fetching map[string]*sync.Mutex
 }
 
 // cacheTime is the modification time of every cached file.
@@ -75,7 +81,70 @@ func (c *Cache) Deploy(data []byte, dir string) error {
 		}
 		c.prune(key)
 	}
-	if err := emptyDir(dir, "deploy charm"); err != nil {
+	if c.trees == nil {
+		c.trees = map[string]*tree{}
+	}
+	c.trees[key] = t
+	return linkTree(t, src, dir)
+}
+
+// DeployFrom makes dir as Deploy does, from the archive whose SHA-256
+// (hex) is sha256Hex: from the Cache's copy when this Cache was given the
+// archive before and its copy is intact, and otherwise from the archive
+// fetch returns, which must have that SHA-256. It calls fetch for one
+// archive once at a time, and a call that waited for another's fetch uses
+// what it brought: the units of a machine that deploy one charm at once
+// download it once. A fetch's error is returned as it is.
+func (c *Cache) DeployFrom(sha256Hex, dir string, fetch func() ([]byte, error)) error {
+	c.mu.Lock()
+	if c.fetching == nil {
+		c.fetching = map[string]*sync.Mutex{}
+	}
+	l := c.fetching[sha256Hex]
+	if l == nil {
+		l = new(sync.Mutex)
+		c.fetching[sha256Hex] = l
+	}
+	c.mu.Unlock()
+	l.Lock()
+	defer l.Unlock()
+	if ok, err := c.deployCached(sha256Hex, dir); ok || err != nil {
+		return err
+	}
+	data, err := fetch()
+	if err != nil {
+		return err
+	}
+	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != sha256Hex {
+		return fmt.Errorf("charm archive has SHA-256 %x, want %s", sum, sha256Hex)
+	}
+	return c.Deploy(data, dir)
+}
+
+// deployCached makes dir from the Cache's copy of the archive whose
+// SHA-256 is key, when this Cache was given the archive before and its
+// copy is intact, and reports whether it did. When it reports false it
+// has changed nothing.
+func (c *Cache) deployCached(key, dir string) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.trees[key]
+	if t == nil {
+		return false, nil
+	}
+	src := filepath.Join(c.dir, key)
+	if !cachedIntact(src, t) {
+		delete(c.trees, key)
+		return false, nil
+	}
+	return true, linkTree(t, src, dir)
+}
+
+// linkTree makes dir, which is created if absent and must otherwise be
+// empty, a copy of the tree t whose regular files are links to src's.
+func linkTree(t *tree, src, dir string) error {
+	err := emptyDir(dir, "deploy charm")
+	if err != nil {
 		return err
 	}
 	// No entry's path passes through a symlink of the charm (tree), and

@@ -2,11 +2,17 @@ package charm
 
 import (
 	"archive/tar"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func cacheArchive(t *testing.T, install string) []byte {
@@ -153,6 +159,75 @@ func TestCacheDeployAfterAChangeInPlace(t *testing.T) {
 	}
 	if got := entries(); len(got) != 2 || strings.Contains(strings.Join(got, " "), "changed") {
 		t.Errorf("cache holds %v, want b's copy and c's", got)
+	}
+}
+
+// DeployFrom fetches an archive only when the Cache has no intact copy of
+// it, once for deploys of it at once, and refuses an archive that is not
+// the one named.
+func TestCacheDeployFrom(t *testing.T) {
+	root := t.TempDir()
+	c := NewCache(filepath.Join(root, "charms"))
+	data := cacheArchive(t, "#!/bin/sh\nexit 0\n")
+	sum := sha256.Sum256(data)
+	key := hex.EncodeToString(sum[:])
+	var fetches atomic.Int32
+	fetch := func() ([]byte, error) {
+		fetches.Add(1)
+		time.Sleep(10 * time.Millisecond) // the others wait meanwhile
+		return data, nil
+	}
+	// Eight units deploy it at once: one fetch.
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Go(func() { errs[i] = c.DeployFrom(key, filepath.Join(root, fmt.Sprint("u", i)), fetch) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("unit %d: %v", i, err)
+		}
+		if !sameFile(t, filepath.Join(root, "u0", "hooks", "install"), filepath.Join(root, fmt.Sprint("u", i), "hooks", "install")) {
+			t.Errorf("unit %d does not share the cached hook", i)
+		}
+	}
+	if n := fetches.Load(); n != 1 {
+		t.Errorf("%d fetches for eight deploys at once, want 1", n)
+	}
+	if got := readFile(t, filepath.Join(root, "u7", "seed")); got != "seed" {
+		t.Errorf("u7's seed reads %q", got)
+	}
+	// A hook changes a charm file in place: the next deploy fetches again
+	// and links to a fresh copy.
+	hook := filepath.Join(root, "u0", "hooks", "install")
+	if err := os.Chmod(hook, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeployFrom(key, filepath.Join(root, "v"), fetch); err != nil {
+		t.Fatal(err)
+	}
+	if n := fetches.Load(); n != 2 {
+		t.Errorf("%d fetches after a change in place, want 2", n)
+	}
+	if sameFile(t, hook, filepath.Join(root, "v", "hooks", "install")) {
+		t.Error("v shares u0's changed hook")
+	}
+	// A fetch's error comes back as it is, and nothing is made.
+	boom := errors.New("controller away")
+	other := cacheArchive(t, "#!/bin/sh\necho other\n")
+	osum := sha256.Sum256(other)
+	okey := hex.EncodeToString(osum[:])
+	w := filepath.Join(root, "w")
+	if err := c.DeployFrom(okey, w, func() ([]byte, error) { return nil, boom }); err != boom {
+		t.Errorf("DeployFrom with a failed fetch = %v, want %v", err, boom)
+	}
+	// An archive that is not the one named is refused.
+	if err := c.DeployFrom(okey, w, fetch); err == nil || !strings.Contains(err.Error(), "SHA-256") {
+		t.Errorf("DeployFrom of the wrong archive = %v, want an error naming its SHA-256", err)
+	}
+	if _, err := os.Lstat(w); !os.IsNotExist(err) {
+		t.Errorf("failed deploys made %s (%v)", w, err)
 	}
 }
 

@@ -88,6 +88,9 @@
 // A Cache keeps one unpacked copy of each archive in a directory of a
 // machine; Cache.Deploy makes a unit's charm directory of its own
 // directories and symlinks and of hard links to the copy's files, which are
-// read-only. It is the package's only state, and lives on the disk of the
-// machine that uses it (cache.go says why and what it checks).
+// read-only. Cache.DeployFrom does the same from an archive named by its
+// SHA-256, fetching it only when no intact copy is there, once for the
+// units that want it at once. It is the package's only state, and lives on
+// the disk of the machine that uses it (cache.go says why and what it
+// checks).
 package charm

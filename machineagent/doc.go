@@ -5,8 +5,9 @@
 // sets its dying machine dead once no unit is left (M3), then stops.
 //
 // Its data directory holds units/<unit>, each unit agent's own, and
-// charms/, the charms its units deploy, unpacked once (charm.Cache): a
-// unit's charm directory is made of hard links to those files.
+// charms/, the charms its units deploy, downloaded and unpacked once
+// (charm.Cache): a unit's charm directory is made of hard links to those
+// files.
 //
 // It reaches the controller only through the AgentService methods it
 // declares, and never talks to etcd. It does not start instances: that is

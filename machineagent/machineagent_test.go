@@ -73,10 +73,11 @@ func TestMachineAgentLifecycle(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	api := &credCounter{AgentServiceClient: env.Agent("machine-" + m)}
+	var downloads atomic.Int32
 	a, err := machineagent.New(machineagent.Config{
 		MachineID: m, DataDir: dir, Address: "127.0.0.1", API: api,
 		DialUnit: func(cred pki.Credential) (unitagent.API, io.Closer, error) {
-			return pb.NewAgentServiceClient(env.Dial(cred)), io.NopCloser(nil), nil
+			return downloadCounter{pb.NewAgentServiceClient(env.Dial(cred)), &downloads}, io.NopCloser(nil), nil
 		},
 		Lifelined: lifelined, Logger: hclog.NewNullLogger(),
 	})
@@ -118,6 +119,9 @@ func TestMachineAgentLifecycle(t *testing.T) {
 	hook1, err1 := os.Stat(filepath.Join(dir, "units", "kv-1", "charm", "hooks", "install"))
 	if err0 != nil || err1 != nil || !os.SameFile(hook0, hook1) {
 		t.Errorf("the units' install hooks are not one file of the machine's charm cache (%v, %v)", err0, err1)
+	}
+	if n := downloads.Load(); n != 1 {
+		t.Errorf("the units downloaded their charm %d times, want once for the machine", n)
 	}
 
 	if _, err := op.DestroyUnit(env.Ctx, &pb.DestroyUnitRequest{Unit: "kv/0"}); err != nil {
@@ -170,6 +174,17 @@ func TestMachineAgentLifecycle(t *testing.T) {
 // credCounter is a machine agent's real client, counting the unit
 // credentials it asks for: one each time it starts a unit's agent. Its
 // watches bring removals late, as a busy controller's may.
+// downloadCounter counts a unit agent's charm downloads.
+type downloadCounter struct {
+	pb.AgentServiceClient
+	n *atomic.Int32
+}
+
+func (d downloadCounter) DownloadCharm(ctx context.Context, in *pb.DownloadCharmRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[pb.DownloadCharmResponse], error) {
+	d.n.Add(1)
+	return d.AgentServiceClient.DownloadCharm(ctx, in, opts...)
+}
+
 type credCounter struct {
 	pb.AgentServiceClient
 	issued atomic.Int32

@@ -315,36 +315,39 @@ func (ex *executor) resolve(ctx context.Context, mode pb.ResolvedMode) error {
 
 // download fetches the service's charm and unpacks it as the unit's charm
 // directory, replacing the previous one only once the new one is whole.
+// With the machine's cache of charms, a charm another unit of the machine
+// downloaded is not downloaded again.
 func (ex *executor) download(ctx context.Context, ref *pb.CharmRef) error {
 	a := ex.a
-	stream, err := a.cfg.API.DownloadCharm(ctx, &pb.DownloadCharmRequest{Name: ref.Name, Revision: ref.Revision})
-	if err != nil {
-		return err
-	}
-	var buf bytes.Buffer
-	for {
-		resp, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("download charm %s: %w", charmKey(ref), err)
-		}
-		if int64(buf.Len()+len(resp.Chunk)) > charm.MaxSize {
-			return fmt.Errorf("download charm %s: over %d bytes", charmKey(ref), charm.MaxSize)
-		}
-		buf.Write(resp.Chunk)
-	}
 	dir := a.charmDir()
 	tmp := dir + ".new"
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
-	unpack := charm.Extract
-	if a.cfg.Charms != nil {
-		unpack = a.cfg.Charms.Deploy
+	var fetchErr error
+	fetch := func() ([]byte, error) {
+		data, err := ex.fetch(ctx, ref)
+		fetchErr = err
+		return data, err
 	}
-	if err := unpack(buf.Bytes(), tmp); err != nil {
+	var err error
+	switch {
+	case a.cfg.Charms != nil && ref.Sha256 != "":
+		err = a.cfg.Charms.DeployFrom(ref.Sha256, tmp, fetch)
+	default:
+		var data []byte
+		if data, err = fetch(); err == nil {
+			unpack := charm.Extract
+			if a.cfg.Charms != nil {
+				unpack = a.cfg.Charms.Deploy
+			}
+			err = unpack(data, tmp)
+		}
+	}
+	switch {
+	case fetchErr != nil:
+		return fetchErr
+	case err != nil:
 		return fmt.Errorf("unpack charm %s: %w", charmKey(ref), err)
 	}
 	if err := os.RemoveAll(dir); err != nil {
@@ -360,6 +363,28 @@ func (ex *executor) download(ctx context.Context, ref *pb.CharmRef) error {
 	// A machine crash before then loses only the record of the download,
 	// and the charm is downloaded again.
 	return a.store.saveUnsynced(a.l)
+}
+
+// fetch downloads the charm's archive.
+func (ex *executor) fetch(ctx context.Context, ref *pb.CharmRef) ([]byte, error) {
+	stream, err := ex.a.cfg.API.DownloadCharm(ctx, &pb.DownloadCharmRequest{Name: ref.Name, Revision: ref.Revision})
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return buf.Bytes(), nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("download charm %s: %w", charmKey(ref), err)
+		}
+		if int64(buf.Len()+len(resp.Chunk)) > charm.MaxSize {
+			return nil, fmt.Errorf("download charm %s: over %d bytes", charmKey(ref), charm.MaxSize)
+		}
+		buf.Write(resp.Chunk)
+	}
 }
 
 func (a *Agent) charmDir() string { return filepath.Join(a.cfg.DataDir, "charm") }
