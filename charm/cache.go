@@ -153,7 +153,8 @@ func linkTree(t *tree, src, dir string) error {
 		to := filepath.Join(dir, filepath.FromSlash(e.name))
 		switch e.kind {
 		case kindDir:
-			err = os.MkdirAll(to, 0o755)
+			// Sorted, a directory comes after its parent.
+			err = os.Mkdir(to, 0o755)
 		case kindSymlink:
 			err = os.Symlink(e.link, to)
 		case kindFile:
@@ -317,8 +318,15 @@ func cachedIntact(src string, t *tree) bool {
 // emptyDir creates dir if absent and makes sure it is empty; what names
 // the work in errors.
 func emptyDir(dir, what string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+	err := os.Mkdir(dir, 0o755)
+	if err == nil {
+		return nil // new, so empty
+	}
+	if !errors.Is(err, fs.ErrExist) {
+		// Its parent may be missing.
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
 	}
 	names, err := os.ReadDir(dir)
 	if err != nil {
