@@ -1,108 +1,225 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"google.golang.org/grpc"
 
-	"github.com/lifelinehq/lifeline/apiclient"
-	"github.com/lifelinehq/lifeline/machineagent"
-	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
-	"github.com/lifelinehq/lifeline/unitagent"
 )
 
-// fleet is the simulated machines: real machine agents, in this process.
+// fleet is the simulated machines: real machine agents, each with one
+// connection of its own shared by its units, run in this process or, with
+// -fleet-procs, by a few worker processes of this program (-fleet-worker).
+// In one process, every hook's fork copies a descriptor table holding
+// the ten thousand units' hook tool sockets, which the hook then closes:
+// 0.9 ms of CPU a hook more on the harness's machine than from a process
+// holding a few (as a machine agent on a host of its own does).
 type fleet struct {
-	ids    []string
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	conns  []*grpc.ClientConn
+	ids     []string
+	stopIn  func()    // stops the agents run in this process
+	workers []*worker // or the processes that run them
 
 	mu   sync.Mutex
 	errs []error
 }
 
-// startFleet adds n manual machines and runs their agents, each with one
-// connection of its own shared by its units.
-func startFleet(ctx context.Context, c *controllerProc, dir, lifelined string, n int, logger hclog.Logger) (*fleet, error) {
+// worker is one process of the fleet.
+type worker struct {
+	cmd       *exec.Cmd
+	stdin     io.WriteCloser
+	pprofAddr string        // its /debug/pprof
+	done      chan struct{} // closed once its output has ended
+}
+
+// workerSpec is what a worker runs: the machines it runs the agents of,
+// joined by their tokens.
+type workerSpec struct {
+	Dir       string   `json:"dir"`
+	Lifelined string   `json:"lifelined"`
+	Log       string   `json:"log"`
+	IDs       []string `json:"ids"`
+	Tokens    []string `json:"tokens"`
+}
+
+// startFleet adds n manual machines and runs their agents: in this
+// process when procs is 0, otherwise in procs worker processes.
+func startFleet(ctx context.Context, c *controllerProc, dir, lifelined string, n, procs int) (*fleet, error) {
 	f := &fleet{}
-	var creds []pki.ClientConfig
-	for len(creds) < n {
-		resp, err := c.op.AddMachines(ctx, &pb.AddMachinesRequest{NumMachines: int32(min(n-len(creds), 1000)), Manual: true})
+	var tokens []string
+	for len(tokens) < n {
+		resp, err := c.op.AddMachines(ctx, &pb.AddMachinesRequest{NumMachines: int32(min(n-len(tokens), 1000)), Manual: true})
 		if err != nil {
 			return nil, fmt.Errorf("add machines: %w", err)
 		}
 		for i, token := range resp.JoinTokens {
-			cfg, err := pki.DecodeJoinToken(token)
-			if err != nil {
-				return nil, err
-			}
-			creds = append(creds, cfg)
+			tokens = append(tokens, token)
 			f.ids = append(f.ids, resp.Machines[i].Id)
 		}
 	}
-	actx, cancel := context.WithCancel(context.Background())
-	f.cancel = cancel
-	for i, cfg := range creds {
-		id := f.ids[i]
-		dial := apiclient.FromClientConfig(cfg)
-		dial.Credential = pki.Credential{}
-		conn, err := apiclient.Dial(dial)
+	if procs == 0 {
+		logf, err := os.Create(filepath.Join(dir, "agents.log"))
 		if err != nil {
-			f.stop()
 			return nil, err
 		}
-		f.conns = append(f.conns, conn)
-		mdir := filepath.Join(dir, "m", id)
-		a, err := machineagent.New(machineagent.Config{
-			MachineID: id, DataDir: mdir, Address: "127.0.0.1",
-			API: pb.NewAgentServiceClient(apiclient.As(conn, cfg.Credential())),
-			DialUnit: func(cred pki.Credential) (unitagent.API, io.Closer, error) {
-				return pb.NewAgentServiceClient(apiclient.As(conn, cred)), io.NopCloser(nil), nil
-			},
-			Lifelined: lifelined, Logger: logger.With("machine", id),
-			UnitRetry: unitagent.RetryPolicy{Initial: time.Second, Attempts: 3},
-		})
+		logger := hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.Warn, Output: logf})
+		stop, err := runAgents(workerSpec{Dir: dir, Lifelined: lifelined, IDs: f.ids, Tokens: tokens}, logger, f.fail)
 		if err != nil {
-			f.stop()
+			logf.Close()
 			return nil, err
 		}
-		f.wg.Add(1)
-		go func() {
-			defer f.wg.Done()
-			if err := a.Run(actx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, machineagent.ErrMachineDead) {
-				f.mu.Lock()
-				f.errs = append(f.errs, fmt.Errorf("machine %s: %w", id, err))
-				f.mu.Unlock()
-			}
-		}()
+		f.stopIn = func() {
+			stop()
+			logf.Close()
+		}
+		return f, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	procs = min(procs, n)
+	for i := range procs {
+		lo, hi := i*n/procs, (i+1)*n/procs
+		spec := workerSpec{Dir: dir, Lifelined: lifelined, Log: filepath.Join(dir, fmt.Sprintf("agents-%d.log", i)),
+			IDs: f.ids[lo:hi], Tokens: tokens[lo:hi]}
+		w, err := f.startWorker(self, filepath.Join(dir, fmt.Sprintf("fleet-%d.json", i)), spec)
+		if err != nil {
+			f.stop()
+			return nil, fmt.Errorf("fleet worker %d: %w", i, err)
+		}
+		f.workers = append(f.workers, w)
 	}
 	return f, nil
 }
 
+func (f *fleet) fail(err error) {
+	f.mu.Lock()
+	f.errs = append(f.errs, err)
+	f.mu.Unlock()
+}
+
+func (f *fleet) startWorker(self, specPath string, spec workerSpec) (*worker, error) {
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(specPath, data, 0o600); err != nil {
+		return nil, err
+	}
+	logf, err := os.OpenFile(spec.Log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	w := &worker{cmd: exec.Command(self, "-fleet-worker", specPath), done: make(chan struct{})}
+	w.cmd.Stderr = logf
+	// Its own process group, away from the terminal's signals: it stops
+	// when the harness closes its input, or dies.
+	w.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if w.stdin, err = w.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	out, err := w.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := w.cmd.Start(); err != nil {
+		return nil, err
+	}
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() {
+		w.cmd.Process.Kill()
+		w.cmd.Wait()
+		return nil, fmt.Errorf("exited at start (see %s)", spec.Log)
+	}
+	addr, ok := strings.CutPrefix(lines.Text(), "pprof ")
+	if !ok {
+		w.cmd.Process.Kill()
+		w.cmd.Wait()
+		return nil, fmt.Errorf("said %q at start, not its pprof address", lines.Text())
+	}
+	w.pprofAddr = addr
+	go func() {
+		defer close(w.done)
+		for lines.Scan() {
+			if msg, ok := strings.CutPrefix(lines.Text(), "error: "); ok {
+				f.fail(errors.New(msg))
+			}
+		}
+	}()
+	return w, nil
+}
+
+// stop stops the agents; a worker stops its own once its input ends.
 func (f *fleet) stop() {
-	if f.cancel != nil {
-		f.cancel()
+	if f.stopIn != nil {
+		f.stopIn()
+		f.stopIn = nil
 	}
-	f.wg.Wait()
-	for _, c := range f.conns {
-		c.Close()
+	for _, w := range f.workers {
+		w.stdin.Close()
 	}
+	for _, w := range f.workers {
+		select {
+		case <-w.done:
+		case <-time.After(30 * time.Second):
+			w.cmd.Process.Kill()
+		}
+		if err := w.cmd.Wait(); err != nil {
+			f.fail(fmt.Errorf("fleet worker %d: %w", w.cmd.Process.Pid, err))
+		}
+	}
+	f.workers = nil
 }
 
 func (f *fleet) err() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return errors.Join(f.errs...)
+}
+
+// usage is what the fleet, and the hooks it ran, have used so far: in
+// this process, what the process and its children have (the related
+// units' agents' processes too, once they have exited).
+func (f *fleet) usage() usage {
+	if f.workers == nil {
+		return currentUsage()
+	}
+	var u usage
+	for _, w := range f.workers {
+		wu, err := procCPU(w.cmd.Process.Pid)
+		if err != nil {
+			continue
+		}
+		wu.written = procWritten(w.cmd.Process.Pid)
+		u = u.plus(wu)
+	}
+	return u
+}
+
+// rss returns the fleet's resident memory now.
+func (f *fleet) rss() int64 {
+	if f.workers == nil {
+		return currentRSS(os.Getpid())
+	}
+	var n int64
+	for _, w := range f.workers {
+		n += currentRSS(w.cmd.Process.Pid)
+	}
+	return n
 }
 
 // writeCharm writes a charm with the given metadata; with hooks, every hook

@@ -43,6 +43,7 @@ type config struct {
 	keep                     bool
 	pprofDir                 string
 	pprofSeconds             int
+	fleetProcs               int
 }
 
 func main() {
@@ -60,9 +61,18 @@ func main() {
 	flag.IntVar(&c.concurrency, "concurrency", 0, "clients of the raw etcd measurement (default: the number of machines, at most 256)")
 	flag.IntVar(&c.addConcurrency, "add-concurrency", 16, "AddUnits calls at once (one a machine) while deploying")
 	flag.BoolVar(&c.keep, "keep", false, "keep the working directory")
-	flag.StringVar(&c.pprofDir, "pprof", "", "write CPU profiles of the controller and of the fleet (this process) for the first -pprof-seconds of deploying, of the tail (when only the related units are busy) and of destroying, and heap profiles of both before deploying, once the units run and once everything is removed (what was allocated between two of them, by pprof -diff_base, is a phase's), into this directory")
+	flag.StringVar(&c.pprofDir, "pprof", "", "write CPU profiles of the controller and of the fleet (each of its processes) for the first -pprof-seconds of deploying, of the tail (when only the related units are busy) and of destroying, and heap profiles of both before deploying, once the units run and once everything is removed (what was allocated between two of them, by pprof -diff_base, is a phase's), into this directory")
 	flag.IntVar(&c.pprofSeconds, "pprof-seconds", 15, "how long each CPU profile of -pprof lasts")
+	flag.IntVar(&c.fleetProcs, "fleet-procs", 0, "run the machine agents in this many processes of their own (0: in the harness's process)")
+	worker := flag.String("fleet-worker", "", "run as a process of the fleet, as this spec says (the harness starts these)")
 	flag.Parse()
+	if *worker != "" {
+		if err := runWorker(*worker); err != nil {
+			fmt.Fprintln(os.Stderr, "lifeline-bench fleet worker:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := c.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "lifeline-bench:", err)
 		os.Exit(2)
@@ -93,6 +103,8 @@ func (c *config) validate() error {
 		return errors.New("-units, -machines and -related must be at least 1")
 	case c.addConcurrency < 1:
 		return errors.New("-add-concurrency must be at least 1")
+	case c.fleetProcs < 0:
+		return errors.New("-fleet-procs must be 0 or more")
 	case c.hooks != "process" && c.hooks != "none":
 		return fmt.Errorf("-hooks %q: want process or none", c.hooks)
 	}

@@ -13,25 +13,27 @@ import (
 )
 
 // profiler writes CPU profiles of the controller (from its /debug/pprof)
-// and of this process (the fleet of agents) for a phase, and heap profiles
-// of both, into a directory. A nil profiler does nothing.
+// and of the fleet (of this process, or from each of its processes'
+// /debug/pprof) for a phase, and heap profiles of them, into a directory.
+// A nil profiler does nothing.
 type profiler struct {
 	dir     string
 	seconds int
 	ctl     *controllerProc
+	fleet   *fleet
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	errs    []error
 }
 
-func newProfiler(dir string, seconds int, ctl *controllerProc) (*profiler, error) {
+func newProfiler(dir string, seconds int, ctl *controllerProc, fl *fleet) (*profiler, error) {
 	if dir == "" {
 		return nil, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	return &profiler{dir: dir, seconds: seconds, ctl: ctl}, nil
+	return &profiler{dir: dir, seconds: seconds, ctl: ctl, fleet: fl}, nil
 }
 
 func (p *profiler) fail(err error) {
@@ -40,21 +42,39 @@ func (p *profiler) fail(err error) {
 	p.mu.Unlock()
 }
 
-// cpu profiles the controller and this process for the profiler's seconds
+// sources returns, by the name of its files, each process profiled from
+// its pprof address: the controller, and the fleet's processes if it has
+// any (fleet-0, fleet-1, ...; pprof reads several files as one profile).
+func (p *profiler) sources() map[string]string {
+	out := map[string]string{"controller": p.ctl.metricsAddr}
+	for i, w := range p.fleet.workers {
+		out[fmt.Sprintf("fleet-%d", i)] = w.pprofAddr
+	}
+	return out
+}
+
+// cpu profiles the controller and the fleet for the profiler's seconds
 // from now, in the background, as <phase>-controller.cpu.pprof and
-// <phase>-fleet.cpu.pprof. Only one phase at a time.
+// <phase>-fleet.cpu.pprof (<phase>-fleet-<i>.cpu.pprof for each of the
+// fleet's processes). Only one phase at a time.
 func (p *profiler) cpu(ctx context.Context, phase string) {
 	if p == nil {
 		return
 	}
-	p.wg.Add(2)
-	go func() {
-		defer p.wg.Done()
-		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.ctl.metricsAddr, p.seconds)
-		if err := p.fetch(ctx, url, phase+"-controller.cpu.pprof"); err != nil {
-			p.fail(err)
-		}
-	}()
+	for name, addr := range p.sources() {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, p.seconds)
+			if err := p.fetch(ctx, url, phase+"-"+name+".cpu.pprof"); err != nil {
+				p.fail(err)
+			}
+		}()
+	}
+	if p.fleet.workers != nil {
+		return
+	}
+	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		f, err := os.Create(filepath.Join(p.dir, phase+"-fleet.cpu.pprof"))
@@ -75,14 +95,19 @@ func (p *profiler) cpu(ctx context.Context, phase string) {
 	}()
 }
 
-// heap writes heap profiles of the controller and this process now.
+// heap writes heap profiles of the controller and the fleet now.
 func (p *profiler) heap(ctx context.Context, phase string) {
 	if p == nil {
 		return
 	}
-	url := fmt.Sprintf("http://%s/debug/pprof/heap", p.ctl.metricsAddr)
-	if err := p.fetch(ctx, url, phase+"-controller.heap.pprof"); err != nil {
-		p.fail(err)
+	for name, addr := range p.sources() {
+		url := fmt.Sprintf("http://%s/debug/pprof/heap", addr)
+		if err := p.fetch(ctx, url, phase+"-"+name+".heap.pprof"); err != nil {
+			p.fail(err)
+		}
+	}
+	if p.fleet.workers != nil {
+		return
 	}
 	f, err := os.Create(filepath.Join(p.dir, phase+"-fleet.heap.pprof"))
 	if err != nil {

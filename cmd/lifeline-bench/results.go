@@ -17,6 +17,7 @@ type results struct {
 	Machines              int     `json:"machines"`
 	Related               int     `json:"related_units"`
 	Hooks                 string  `json:"hooks"`
+	FleetProcs            int     `json:"fleet_procs"`
 	SecondsToUnitsAdded   float64 `json:"seconds_to_units_added"`
 	SecondsToRunning      float64 `json:"seconds_to_running"`
 	UnitStartP50          float64 `json:"unit_start_p50_s"`
@@ -170,11 +171,15 @@ func (r *results) print(w io.Writer) {
 	row("etcd txns", "%d, %.1f a unit, largest %d ops; %d retried after a conflict, %d refused as too many and sent again",
 		r.EtcdTxnsTotal, r.EtcdTxnsPerUnit, r.MaxTxnOps, r.EtcdTxnRetries, r.EtcdBusyRetries)
 	row("controller", "%.0f MiB peak RSS (%.1f KiB a unit), %.1f CPU s", float64(r.ControllerRSSBytes)/(1<<20), r.ControllerBytesPerUnit/1024, r.ControllerCPUSeconds)
-	row("fleet (agents)", "%.1f CPU s deploying (hooks %.1f), %.1f destroying (hooks %.1f); %.0f MiB written deploying",
+	where := "in the harness's process"
+	if r.FleetProcs > 0 {
+		where = fmt.Sprintf("in %d processes", r.FleetProcs)
+	}
+	row("fleet (agents), "+where, "%.1f CPU s deploying (hooks %.1f), %.1f destroying (hooks %.1f); %.0f MiB written deploying",
 		r.FleetCPUSecondsDeploy, r.HookCPUSecondsDeploy, r.FleetCPUSecondsDestroy, r.HookCPUSecondsDestroy, float64(r.FleetWrittenBytesDeploy)/(1<<20))
 	row("controller, all running", "%.0f MiB RSS: Go heap %.0f MiB in use, stacks %.0f MiB; %d goroutines, %d watch streams on %d gRPC streams",
 		float64(r.RunningRSSBytes)/(1<<20), float64(r.RunningHeapInuseBytes)/(1<<20), float64(r.RunningStackBytes)/(1<<20), r.RunningGoroutines, r.RunningWatchStreams, r.RunningWatchRPCs)
-	row("idle machine agent", "%.1f MiB RSS (the in-process fleet: %.1f MiB a machine)", float64(r.AgentRSSBytes)/(1<<20), r.FleetRSSPerMachine/(1<<20))
+	row("idle machine agent", "%.1f MiB RSS (the fleet: %.1f MiB a machine)", float64(r.AgentRSSBytes)/(1<<20), r.FleetRSSPerMachine/(1<<20))
 	row("etcd bytes a unit", "%.0f", r.EtcdBytesPerUnit)
 	row("ctl status --format json", "%.2f s", r.StatusJSONSeconds)
 	row("API calls a unit, deploying", "%s", topCalls(r.CallsPerUnitDeploy, 6))

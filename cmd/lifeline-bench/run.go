@@ -15,8 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/lifelinehq/lifeline/charm"
 	"github.com/lifelinehq/lifeline/embedetcd"
 	"github.com/lifelinehq/lifeline/pki"
@@ -49,13 +47,7 @@ func run(ctx context.Context, c config) (*results, error) {
 			defer os.RemoveAll(dir)
 		}
 	}
-	logf, err := os.Create(filepath.Join(dir, "agents.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	logger := hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.Warn, Output: logf})
-	res := &results{Units: c.units, Machines: c.machines, Related: c.related, Hooks: c.hooks}
+	res := &results{Units: c.units, Machines: c.machines, Related: c.related, Hooks: c.hooks, FleetProcs: min(c.fleetProcs, c.machines)}
 
 	say("starting the controller (embedded etcd, fsync on) in %s", dir)
 	ctl, err := startController(ctx, c.lifelined, dir)
@@ -91,8 +83,12 @@ func run(ctx context.Context, c config) (*results, error) {
 	say("  %.0f txn/s: the ceiling is %.0f units/s (%.2f transactions a unit's life, at least)", res.RawTxnPerSecond, res.CeilingUnitsPerSecond, fewestTxnsPerUnit)
 	sizeBefore, _ := dbInUse(ctx, etcd, ctl.etcdEndpoint())
 
-	say("starting %d machine agents", c.machines)
-	fl, err := startFleet(ctx, ctl, dir, c.lifelined, c.machines, logger)
+	if c.fleetProcs == 0 {
+		say("starting %d machine agents", c.machines)
+	} else {
+		say("starting %d machine agents in %d processes", c.machines, min(c.fleetProcs, c.machines))
+	}
+	fl, err := startFleet(ctx, ctl, dir, c.lifelined, c.machines, c.fleetProcs)
 	if err != nil {
 		return nil, err
 	}
@@ -116,11 +112,11 @@ func run(ctx context.Context, c config) (*results, error) {
 		defer a.stop()
 		related, relatedIDs = append(related, a), append(relatedIDs, a.id)
 	}
-	// What the fleet uses: this process, and the related units' agents.
+	// What the fleet uses: its processes, and the related units' agents.
 	fleetUsage := func() usage {
-		u := currentUsage()
+		u := fl.usage()
 		for _, a := range related {
-			u = u.plus(a.usage())
+			u = u.plus(a.usage(fl.workers == nil))
 		}
 		return u
 	}
@@ -144,7 +140,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	model := follow(fctx, st)
 	clock := startRevClock(fctx, etcd)
 
-	prof, err := newProfiler(c.pprofDir, c.pprofSeconds, ctl)
+	prof, err := newProfiler(c.pprofDir, c.pprofSeconds, ctl, fl)
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +214,7 @@ func run(ctx context.Context, c config) (*results, error) {
 		return res, err
 	}
 	res.AgentRSSBytes = currentRSS(idle.cmd.Process.Pid)
-	res.FleetRSSPerMachine = float64(currentRSS(os.Getpid())) / float64(c.machines)
+	res.FleetRSSPerMachine = float64(fl.rss()) / float64(c.machines)
 	res.RunningRSSBytes = currentRSS(ctl.cmd.Process.Pid)
 	for _, m := range []struct {
 		name string
@@ -618,14 +614,15 @@ func (a *agentProc) sample() {
 	}
 }
 
-// usage returns what the process used so far, to add to this process's
-// own (currentUsage). Once it has been waited for, all it used is already
-// among this process's children's (currentUsage's hooks), its own CPU
-// too: that, as last sampled, is moved back to CPU.
-func (a *agentProc) usage() usage {
+// usage returns what the process used so far, as last sampled. When
+// reaped is true the caller counts this process's waited-for children
+// (currentUsage), among which, once it has exited, is all it used, its
+// own CPU too: that, as last sampled, is then moved back to CPU.
+// Otherwise what it used in its last half second is not counted.
+func (a *agentProc) usage(reaped bool) usage {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.gone {
+	if a.gone && reaped {
 		return usage{cpu: a.last.cpu, children: -a.last.cpu}
 	}
 	return a.last

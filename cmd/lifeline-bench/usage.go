@@ -9,15 +9,16 @@ import (
 	"time"
 )
 
-// usage is what this process (the fleet of agents) and the processes it
-// ran and waited for (the hooks; the controller only once stopped) have
-// used so far.
+// usage is what a process (a process of the fleet of agents) and the
+// processes it ran and waited for (the hooks) have used so far.
 type usage struct {
-	cpu      time.Duration // this process's user and system CPU
+	cpu      time.Duration // the process's user and system CPU
 	children time.Duration // its waited-for children's
-	written  int64         // bytes this process sent to storage (/proc/self/io write_bytes)
+	written  int64         // bytes the process sent to storage (/proc/<pid>/io write_bytes)
 }
 
+// currentUsage is what this process and its waited-for children have
+// used so far.
 func currentUsage() usage {
 	var u usage
 	var self, children syscall.Rusage
@@ -27,14 +28,24 @@ func currentUsage() usage {
 	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children) == nil {
 		u.children = time.Duration(children.Utime.Nano() + children.Stime.Nano())
 	}
-	if data, err := os.ReadFile("/proc/self/io"); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if rest, ok := strings.CutPrefix(line, "write_bytes:"); ok {
-				u.written, _ = strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
-			}
+	u.written = procWritten(os.Getpid())
+	return u
+}
+
+// procWritten returns the bytes a process has sent to storage so far
+// (write_bytes of /proc/<pid>/io), 0 if unknown.
+func procWritten(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "write_bytes:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
+			return n
 		}
 	}
-	return u
+	return 0
 }
 
 // plus adds another's use.
