@@ -33,6 +33,7 @@ type API interface {
 	EnsureMachineDead(ctx context.Context, in *pb.EnsureMachineDeadRequest, opts ...grpc.CallOption) (*pb.EnsureMachineDeadResponse, error)
 	SetMachineStatus(ctx context.Context, in *pb.SetMachineStatusRequest, opts ...grpc.CallOption) (*pb.SetMachineStatusResponse, error)
 	IssueUnitCredential(ctx context.Context, in *pb.IssueUnitCredentialRequest, opts ...grpc.CallOption) (*pb.IssueUnitCredentialResponse, error)
+	GetAgentSettings(ctx context.Context, in *pb.GetAgentSettingsRequest, opts ...grpc.CallOption) (*pb.GetAgentSettingsResponse, error)
 	RemoveUnit(ctx context.Context, in *pb.RemoveUnitRequest, opts ...grpc.CallOption) (*pb.RemoveUnitResponse, error)
 	Presence(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[pb.PresenceRequest, pb.PresenceResponse], error)
 }
@@ -53,7 +54,8 @@ type Config struct {
 	Lifelined string
 	Logger    hclog.Logger
 	// UnitRetry and HookTimeout are passed to the unit agents (zero: their
-	// defaults, and the controller's hook timeout).
+	// defaults, and the controller's hook timeout, which the machine agent
+	// asks for at most once a minute for the unit agents it starts).
 	UnitRetry   unitagent.RetryPolicy
 	HookTimeout time.Duration
 }
@@ -85,6 +87,12 @@ type Agent struct {
 	// mux is the agent's one watch stream, which its unit agents share:
 	// each follows its subjects on it as itself.
 	mux *agentwatch.Mux
+	// hookTimeout is the controller's hook timeout as asked for at
+	// hookTimeoutAt, under settingsMu: one unit start asks while the
+	// others wait for its answer.
+	settingsMu    sync.Mutex
+	hookTimeout   time.Duration
+	hookTimeoutAt time.Time
 
 	mu      sync.Mutex
 	workers map[string]*worker
@@ -303,6 +311,33 @@ func (a *Agent) unitDir(unit string) string {
 	return filepath.Join(a.cfg.DataDir, "units", strings.ReplaceAll(unit, "/", "-"))
 }
 
+// settingsFor is how long the controller's hook timeout, once asked for,
+// is given to the unit agents started.
+const settingsFor = time.Minute
+
+// unitHookTimeout returns the hook timeout for a unit agent: the
+// configured one, or the controller's, asked for at most once every
+// settingsFor rather than by each unit agent; zero when it cannot be
+// asked, and the unit agent asks itself.
+func (a *Agent) unitHookTimeout(ctx context.Context) time.Duration {
+	if a.cfg.HookTimeout != 0 {
+		return a.cfg.HookTimeout
+	}
+	a.settingsMu.Lock()
+	defer a.settingsMu.Unlock()
+	if a.hookTimeout != 0 && time.Since(a.hookTimeoutAt) < settingsFor {
+		return a.hookTimeout
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	s, err := a.cfg.API.GetAgentSettings(cctx, &pb.GetAgentSettingsRequest{})
+	if err != nil || s.HookTimeoutMs <= 0 {
+		return 0
+	}
+	a.hookTimeout, a.hookTimeoutAt = time.Duration(s.HookTimeoutMs)*time.Millisecond, time.Now()
+	return a.hookTimeout
+}
+
 // startWorker runs the named unit's agent, unless it runs already.
 func (a *Agent) startWorker(ctx context.Context, unit string, principal bool) error {
 	a.mu.Lock()
@@ -325,7 +360,7 @@ func (a *Agent) startWorker(ctx context.Context, unit string, principal bool) er
 	ua, err := unitagent.New(unitagent.Config{
 		Unit: unit, MachineID: a.cfg.MachineID, Address: a.cfg.Address, DataDir: a.unitDir(unit),
 		ToolsDir: a.toolsDir, API: api, Watches: a.mux.As(cred, api), Logger: a.cfg.Logger, HookLock: a.hookLock,
-		HookTimeout: a.cfg.HookTimeout, Retry: a.cfg.UnitRetry, Deployer: deployer{a}, Charms: a.charms,
+		HookTimeout: a.unitHookTimeout(ctx), Retry: a.cfg.UnitRetry, Deployer: deployer{a}, Charms: a.charms,
 	})
 	if err != nil {
 		closer.Close()

@@ -73,11 +73,11 @@ func TestMachineAgentLifecycle(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	api := &credCounter{AgentServiceClient: env.Agent("machine-" + m)}
-	var downloads atomic.Int32
+	var downloads, unitSettings atomic.Int32
 	a, err := machineagent.New(machineagent.Config{
 		MachineID: m, DataDir: dir, Address: "127.0.0.1", API: api,
 		DialUnit: func(cred pki.Credential) (unitagent.API, io.Closer, error) {
-			return downloadCounter{pb.NewAgentServiceClient(env.Dial(cred)), &downloads}, io.NopCloser(nil), nil
+			return unitCalls{pb.NewAgentServiceClient(env.Dial(cred)), &downloads, &unitSettings}, io.NopCloser(nil), nil
 		},
 		Lifelined: lifelined, Logger: hclog.NewNullLogger(),
 	})
@@ -122,6 +122,11 @@ func TestMachineAgentLifecycle(t *testing.T) {
 	}
 	if n := downloads.Load(); n != 1 {
 		t.Errorf("the units downloaded their charm %d times, want once for the machine", n)
+	}
+	// The controller's hook timeout is asked for by the machine agent,
+	// once for both.
+	if n, m := unitSettings.Load(), api.settings.Load(); n != 0 || m != 1 {
+		t.Errorf("the units asked for the agent settings %d times and their machine %d, want 0 and 1", n, m)
 	}
 
 	if _, err := op.DestroyUnit(env.Ctx, &pb.DestroyUnitRequest{Unit: "kv/0"}); err != nil {
@@ -174,20 +179,32 @@ func TestMachineAgentLifecycle(t *testing.T) {
 // credCounter is a machine agent's real client, counting the unit
 // credentials it asks for: one each time it starts a unit's agent. Its
 // watches bring removals late, as a busy controller's may.
-// downloadCounter counts a unit agent's charm downloads.
-type downloadCounter struct {
+// unitCalls counts a unit agent's charm downloads and asks for the agent
+// settings.
+type unitCalls struct {
 	pb.AgentServiceClient
-	n *atomic.Int32
+	downloads, settings *atomic.Int32
 }
 
-func (d downloadCounter) DownloadCharm(ctx context.Context, in *pb.DownloadCharmRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[pb.DownloadCharmResponse], error) {
-	d.n.Add(1)
-	return d.AgentServiceClient.DownloadCharm(ctx, in, opts...)
+func (u unitCalls) DownloadCharm(ctx context.Context, in *pb.DownloadCharmRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[pb.DownloadCharmResponse], error) {
+	u.downloads.Add(1)
+	return u.AgentServiceClient.DownloadCharm(ctx, in, opts...)
+}
+
+func (u unitCalls) GetAgentSettings(ctx context.Context, in *pb.GetAgentSettingsRequest, opts ...grpc.CallOption) (*pb.GetAgentSettingsResponse, error) {
+	u.settings.Add(1)
+	return u.AgentServiceClient.GetAgentSettings(ctx, in, opts...)
 }
 
 type credCounter struct {
 	pb.AgentServiceClient
-	issued atomic.Int32
+	issued   atomic.Int32
+	settings atomic.Int32
+}
+
+func (c *credCounter) GetAgentSettings(ctx context.Context, in *pb.GetAgentSettingsRequest, opts ...grpc.CallOption) (*pb.GetAgentSettingsResponse, error) {
+	c.settings.Add(1)
+	return c.AgentServiceClient.GetAgentSettings(ctx, in, opts...)
 }
 
 func (c *credCounter) WatchMany(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[pb.WatchManyRequest, pb.WatchManyResponse], error) {
