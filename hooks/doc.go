@@ -24,14 +24,16 @@
 //
 // # The tools and their socket
 //
-// The unit agent runs one Server (NewServer, Serve, Close) on a socket in
-// the unit's data directory, created with mode 0600. For each hook run it
-// calls Begin with the hook's Context, putting the returned id in the
-// hook's LIFELINE_CONTEXT_ID and Server.Socket in LIFELINE_AGENT_SOCKET,
-// and End when the hook has exited. A tool call presenting any other id is
-// refused: "context expired: this hook tool was called outside the hook
-// that received it". After End returns no Context method runs any more,
-// so the agent may then commit the buffered relation settings.
+// A unit agent runs one Server (NewServer, Serve, Close) on a socket in
+// the unit's data directory, created with mode 0600; the unit agents of a
+// machine agent share the machine's, in its data directory. For each hook
+// run the unit agent calls Begin with the hook's Context, putting the
+// returned id in the hook's LIFELINE_CONTEXT_ID and Server.Socket in
+// LIFELINE_AGENT_SOCKET, and End when the hook has exited. A tool call
+// presenting any other id is refused: "context expired: this hook tool was
+// called outside the hook that received it". After End returns no Context
+// method runs any more, so the agent may then commit the buffered relation
+// settings.
 //
 // InstallTools links each tool name (ToolNames) to the lifelined binary;
 // lifelined, seeing a tool name in argv[0] (IsTool), runs RunTool.

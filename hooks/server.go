@@ -88,8 +88,8 @@ const (
 // ServerConfig configures a Server.
 type ServerConfig struct {
 	// Socket is the absolute path of the unix socket to listen on, inside
-	// the unit's data directory (which must exist and should be private to
-	// the agent's user); at most 107 bytes long.
+	// the agent's data directory (which must exist and should be private
+	// to the agent's user); at most 107 bytes long.
 	Socket string
 	// Logger receives the server's own messages (each tool call at debug
 	// level). Nil discards them.

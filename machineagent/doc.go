@@ -4,10 +4,11 @@
 // credential and data directory, removes its dead principal units (U5), and
 // sets its dying machine dead once no unit is left (M3), then stops.
 //
-// Its data directory holds units/<unit>, each unit agent's own, and
+// Its data directory holds units/<unit>, each unit agent's own;
 // charms/, the charms its units deploy, downloaded and unpacked once
 // (charm.Cache): a unit's charm directory is made of hard links to those
-// files.
+// files; tools/, the hook tools; and agent.sock, the socket on which its
+// unit agents serve their hooks' tools (hooks.Server), one for all.
 //
 // It reaches the controller only through the AgentService methods it
 // declares, and never talks to etcd. It does not start instances: that is

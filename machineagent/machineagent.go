@@ -87,6 +87,9 @@ type Agent struct {
 	// mux is the agent's one watch stream, which its unit agents share:
 	// each follows its subjects on it as itself.
 	mux *agentwatch.Mux
+	// tools is the hook tool server its unit agents share, on agent.sock
+	// in its data directory, while Run runs.
+	tools *hooks.Server
 	// hookTimeout is the controller's hook timeout as asked for at
 	// hookTimeoutAt, under settingsMu: one unit start asks while the
 	// others wait for its answer.
@@ -152,6 +155,24 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// One hook tool server for the machine's units, stopped once they
+	// have (the deferred calls run last first).
+	tools, err := hooks.NewServer(hooks.ServerConfig{Socket: filepath.Join(a.cfg.DataDir, "agent.sock"), Logger: a.logger})
+	if err != nil {
+		return fmt.Errorf("machine agent: %w", err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := tools.Serve(ctx); err != nil && ctx.Err() == nil {
+			a.logger.Warn("hook tool server stopped", "error", err)
+		}
+	}()
+	defer func() {
+		tools.Close()
+		<-served
+	}()
+	a.tools = tools
 	a.ctx = ctx
 	defer a.stopAll()
 
@@ -305,8 +326,8 @@ func (a *Agent) idle() bool {
 	return len(a.workers) == 0
 }
 
-// unitDir is a unit's data directory: kept short, since the hook tools'
-// socket lives in it.
+// unitDir is a unit's data directory, kept short: a unit agent run alone
+// has its hook tools' socket in it.
 func (a *Agent) unitDir(unit string) string {
 	return filepath.Join(a.cfg.DataDir, "units", strings.ReplaceAll(unit, "/", "-"))
 }
@@ -361,6 +382,7 @@ func (a *Agent) startWorker(ctx context.Context, unit string, principal bool) er
 		Unit: unit, MachineID: a.cfg.MachineID, Address: a.cfg.Address, DataDir: a.unitDir(unit),
 		ToolsDir: a.toolsDir, API: api, Watches: a.mux.As(cred, api), Logger: a.cfg.Logger, HookLock: a.hookLock,
 		HookTimeout: a.unitHookTimeout(ctx), Retry: a.cfg.UnitRetry, Deployer: deployer{a}, Charms: a.charms,
+		Tools: a.tools,
 	})
 	if err != nil {
 		closer.Close()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -109,9 +110,18 @@ func TestMachineAgentLifecycle(t *testing.T) {
 		return len(st.Services[0].Units) == 2
 	})
 	for _, u := range []string{"kv-0", "kv-1"} {
-		if _, err := os.Stat(filepath.Join(dir, "units", u, "installed")); err != nil {
+		if b, err := os.ReadFile(filepath.Join(dir, "units", u, "installed")); err != nil {
 			t.Errorf("unit %s was not installed in its own directory: %v", u, err)
+		} else if !strings.Contains(string(b), "at 127.0.0.1") {
+			t.Errorf("unit %s's install hook wrote %q: its unit-get did not answer", u, b)
 		}
+		// Their hooks' tools are served on the machine's socket.
+		if _, err := os.Lstat(filepath.Join(dir, "units", u, "agent.sock")); !os.IsNotExist(err) {
+			t.Errorf("unit %s has a hook tool socket of its own (%v)", u, err)
+		}
+	}
+	if fi, err := os.Lstat(filepath.Join(dir, "agent.sock")); err != nil || fi.Mode().Type() != os.ModeSocket {
+		t.Errorf("the machine has no hook tool socket (%v)", err)
 	}
 	// Their charm directories are each their own, made of links to the
 	// machine's one unpacked copy of the charm.

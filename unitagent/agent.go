@@ -14,6 +14,7 @@ import (
 
 	"github.com/lifelinehq/lifeline/agentwatch"
 	"github.com/lifelinehq/lifeline/charm"
+	"github.com/lifelinehq/lifeline/hooks"
 	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -92,6 +93,11 @@ type Config struct {
 	// unit's charm directory is then made of hard links to its files
 	// (charm.Cache). When nil, the agent unpacks a copy of its own.
 	Charms *charm.Cache
+	// Tools, when set, is the machine's hook tool server, which its unit
+	// agents share: each hook's context id tells its unit. When nil, the
+	// agent serves its hooks' tools on a socket of its own, agent.sock in
+	// its data directory.
+	Tools *hooks.Server
 	// Clock is the time; time.Now when nil.
 	Clock func() time.Time
 }

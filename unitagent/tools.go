@@ -10,10 +10,10 @@ import (
 )
 
 // toolServer runs hooks, and serves their hook tools over the unit's
-// socket.
+// socket, or its machine's.
 type toolServer struct {
 	srv    *hooks.Server
-	served chan struct{} // closed when Serve has returned
+	served chan struct{} // closed when Serve has returned; nil when shared
 }
 
 // hookResult is how a hook's run ended, as the executor needs it.
@@ -24,6 +24,9 @@ type hookResult struct {
 }
 
 func (a *Agent) startTools(ctx context.Context) (*toolServer, error) {
+	if a.cfg.Tools != nil {
+		return &toolServer{srv: a.cfg.Tools}, nil
+	}
 	srv, err := hooks.NewServer(hooks.ServerConfig{Socket: filepath.Join(a.cfg.DataDir, "agent.sock"), Logger: a.logger})
 	if err != nil {
 		return nil, fmt.Errorf("hook tools: %w", err)
@@ -38,8 +41,12 @@ func (a *Agent) startTools(ctx context.Context) (*toolServer, error) {
 	return t, nil
 }
 
-// close stops the server and waits for the tool calls in flight.
+// close stops the server, unless shared, and waits for the tool calls in
+// flight.
 func (t *toolServer) close() {
+	if t.served == nil {
+		return
+	}
 	t.srv.Close()
 	<-t.served
 }
