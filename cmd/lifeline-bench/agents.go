@@ -23,10 +23,11 @@ import (
 // fleet is the simulated machines: real machine agents, each with one
 // connection of its own shared by its units, run in this process or, with
 // -fleet-procs, by a few worker processes of this program (-fleet-worker).
-// In one process, every hook's fork copies a descriptor table holding
-// the ten thousand units' hook tool sockets, which the hook then closes:
-// 0.9 ms of CPU a hook more on the harness's machine than from a process
-// holding a few (as a machine agent on a host of its own does).
+// Every hook's fork copies its process's descriptor table, which the hook
+// then closes: with a descriptor a unit in one process (each unit's hook
+// tool socket, before a machine's units shared one) that was 0.9 ms of
+// CPU a hook more on the harness's machine than from a process holding a
+// few, as a machine agent on a host of its own does.
 type fleet struct {
 	ids     []string
 	stopIn  func()    // stops the agents run in this process
