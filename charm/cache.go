@@ -56,19 +56,30 @@ const cacheTemp = ".tmp-"
 
 // NewCache returns a Cache of unpacked charms in dir, which is created
 // when first needed.
-func NewCache(dir string) *Cache { return &Cache{dir: dir} }
+func NewCache(dir string) *Cache {
+	return &Cache{dir: dir, trees: map[string]*tree{}, fetching: map[string]*sync.Mutex{}}
+}
 
 // Deploy makes dir, which is created if absent and must otherwise be
 // empty, a copy of the charm archive in data, as Extract does, its regular
 // files hard links to the Cache's copy. It checks the whole archive first;
 // on error dir may hold part of the charm.
 func (c *Cache) Deploy(data []byte, dir string) error {
+	return c.deploy(data, sha256Hex(data), dir)
+}
+
+// sha256Hex is data's SHA-256, in hex: the key of its copy in a Cache.
+func sha256Hex(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// deploy is Deploy of data whose key is key.
+func (c *Cache) deploy(data []byte, key, dir string) error {
 	t, err := archiveTree(data)
 	if err != nil {
 		return err
 	}
-	sum := sha256.Sum256(data)
-	key := hex.EncodeToString(sum[:])
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.start(); err != nil {
@@ -81,44 +92,42 @@ func (c *Cache) Deploy(data []byte, dir string) error {
 		}
 		c.prune(key)
 	}
-	if c.trees == nil {
-		c.trees = map[string]*tree{}
-	}
 	c.trees[key] = t
 	return linkTree(t, src, dir)
 }
 
 // DeployFrom makes dir as Deploy does, from the archive whose SHA-256
-// (hex) is sha256Hex: from the Cache's copy when this Cache was given the
+// (hex) is want: from the Cache's copy when this Cache was given the
 // archive before and its copy is intact, and otherwise from the archive
 // fetch returns, which must have that SHA-256. It calls fetch for one
 // archive once at a time, and a call that waited for another's fetch uses
 // what it brought: the units of a machine that deploy one charm at once
-// download it once. A fetch's error is returned as it is.
-func (c *Cache) DeployFrom(sha256Hex, dir string, fetch func() ([]byte, error)) error {
-	c.mu.Lock()
-	if c.fetching == nil {
-		c.fetching = map[string]*sync.Mutex{}
-	}
-	l := c.fetching[sha256Hex]
-	if l == nil {
-		l = new(sync.Mutex)
-		c.fetching[sha256Hex] = l
-	}
-	c.mu.Unlock()
-	l.Lock()
-	defer l.Unlock()
-	if ok, err := c.deployCached(sha256Hex, dir); ok || err != nil {
-		return err
+// download it once. An archive named by no SHA-256 (want empty) is
+// fetched each time. A fetch's error is returned as it is.
+func (c *Cache) DeployFrom(want, dir string, fetch func() ([]byte, error)) error {
+	if want != "" {
+		c.mu.Lock()
+		l := c.fetching[want]
+		if l == nil {
+			l = new(sync.Mutex)
+			c.fetching[want] = l
+		}
+		c.mu.Unlock()
+		l.Lock()
+		defer l.Unlock()
+		if ok, err := c.deployCached(want, dir); ok || err != nil {
+			return err
+		}
 	}
 	data, err := fetch()
 	if err != nil {
 		return err
 	}
-	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != sha256Hex {
-		return fmt.Errorf("charm archive has SHA-256 %x, want %s", sum, sha256Hex)
+	key := sha256Hex(data)
+	if want != "" && key != want {
+		return fmt.Errorf("charm archive has SHA-256 %s, want %s", key, want)
 	}
-	return c.Deploy(data, dir)
+	return c.deploy(data, key, dir)
 }
 
 // deployCached makes dir from the Cache's copy of the archive whose

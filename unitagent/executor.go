@@ -331,18 +331,10 @@ func (ex *executor) download(ctx context.Context, ref *pb.CharmRef) error {
 		return data, err
 	}
 	var err error
-	switch {
-	case a.cfg.Charms != nil && ref.Sha256 != "":
+	if a.cfg.Charms != nil {
 		err = a.cfg.Charms.DeployFrom(ref.Sha256, tmp, fetch)
-	default:
-		var data []byte
-		if data, err = fetch(); err == nil {
-			unpack := charm.Extract
-			if a.cfg.Charms != nil {
-				unpack = a.cfg.Charms.Deploy
-			}
-			err = unpack(data, tmp)
-		}
+	} else if data, ferr := fetch(); ferr == nil {
+		err = charm.Extract(data, tmp)
 	}
 	switch {
 	case fetchErr != nil:

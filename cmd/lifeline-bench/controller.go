@@ -307,31 +307,9 @@ func perUnit(before, after map[string]float64, units int) map[string]float64 {
 
 // procUsage returns a process's peak resident memory and CPU time so far.
 func procUsage(pid int) (rss int64, cpu time.Duration, err error) {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			rss = kb << 10
-		}
-	}
 	u, err := procCPU(pid)
-	return rss, u.cpu, err
+	return procField(pid, "status", "VmHWM"), u.cpu, err
 }
 
 // currentRSS returns a process's resident memory now.
-func currentRSS(pid int) int64 {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
+func currentRSS(pid int) int64 { return procField(pid, "status", "VmRSS") }

@@ -34,14 +34,22 @@ func currentUsage() usage {
 
 // procWritten returns the bytes a process has sent to storage so far
 // (write_bytes of /proc/<pid>/io), 0 if unknown.
-func procWritten(pid int) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+func procWritten(pid int) int64 { return procField(pid, "io", "write_bytes") }
+
+// procField returns the number on the line "name: N" (or "name: N kB",
+// in bytes) of /proc/<pid>/<file>, 0 if unknown.
+func procField(pid int, file, name string) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "write_bytes:"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
+		if rest, ok := strings.CutPrefix(line, name+":"); ok {
+			v, kb := strings.CutSuffix(strings.TrimSpace(rest), " kB")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			if kb {
+				n <<= 10
+			}
 			return n
 		}
 	}
