@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -285,7 +286,11 @@ func runController(ctx context.Context, f controllerFlags) error {
 			return fmt.Errorf("metrics listener: %w", err)
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		var metrics prometheus.Gatherer = reg
+		if len(f.etcdEndpoints) == 0 {
+			metrics = prometheus.Gatherers{reg, etcdMetrics{}}
+		}
+		mux.Handle("/metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}))
 		if f.pprof {
 			mux.HandleFunc("/debug/pprof/", pprof.Index)
 			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -398,4 +403,22 @@ func writePID(path string) error {
 		return fmt.Errorf("pid file: %w", err)
 	}
 	return nil
+}
+
+// etcdMetrics gathers the embedded etcd member's own metrics (its WAL's
+// fsync and its backend's commit durations, its proposals pending and
+// applied, its slow applies), which etcd registers with Prometheus's
+// default registry: every family named etcd_*. They are served only when
+// etcd is embedded: an external cluster serves its own.
+type etcdMetrics struct{}
+
+func (etcdMetrics) Gather() ([]*dto.MetricFamily, error) {
+	all, err := prometheus.DefaultGatherer.Gather()
+	out := all[:0]
+	for _, mf := range all {
+		if strings.HasPrefix(mf.GetName(), "etcd_") {
+			out = append(out, mf)
+		}
+	}
+	return out, err
 }

@@ -55,42 +55,15 @@ func TestControllerOnExternalEtcd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	etcd, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(dir, "etcd"), NoFsync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer etcd.Close()
-
-	cfgPath := filepath.Join(dir, "client.json")
-	addr, metricsAddr := freeAddr(t), freeAddr(t)
-	cmd := exec.Command(lifelined, "controller", "--data-dir", filepath.Join(dir, "ctl"), "--api-addr", addr,
-		"--metrics-addr", metricsAddr, "--client-config", cfgPath, "--etcd-endpoints", etcd.Endpoint(), "--namespace", "/ext/",
-		"--provider", "manual") // no machine agents: they would outlive the test
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Signal(os.Interrupt)
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("controller log:\n%s", logs.String())
-		}
-	}()
+	t.Cleanup(func() { etcd.Close() }) // after the controller stops
+	metricsAddr, cfg := startController(t, dir, "--etcd-endpoints", etcd.Endpoint(), "--namespace", "/ext/")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var cfg pki.ClientConfig
-	for {
-		if cfg, err = pki.ReadClientConfig(cfgPath); err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("no client config: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 	conn, err := apiclient.Dial(apiclient.FromClientConfig(cfg))
 	if err != nil {
 		t.Fatal(err)
@@ -114,12 +87,10 @@ func TestControllerOnExternalEtcd(t *testing.T) {
 	}
 	// The metrics the issue names: API calls by method and code, etcd
 	// transaction retries, entities by kind and life.
-	mresp, err := http.Get("http://" + metricsAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	body := getMetrics(t, metricsAddr)
+	if strings.Contains(body, "etcd_disk_wal_fsync_duration_seconds") {
+		t.Errorf("/metrics has an embedded etcd's metrics, with no embedded etcd")
 	}
-	body, _ := io.ReadAll(mresp.Body)
-	mresp.Body.Close()
 	for _, want := range []string{
 		`lifeline_api_calls_total{code="OK",method="AddMachines"} 1`,
 		`lifeline_api_call_seconds_count{method="AddMachines"} 1`,
@@ -127,13 +98,82 @@ func TestControllerOnExternalEtcd(t *testing.T) {
 		"lifeline_etcd_busy_retries_total 0",
 		`lifeline_entities{kind="machine",life="alive"} 1`,
 	} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "ctl", "etcd")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the controller made an etcd data directory of its own (%v)", err)
 	}
+}
+
+// TestControllerServesEtcdMetrics: with etcd embedded, /metrics serves
+// etcd's own metrics beside the controller's, its disk's among them.
+func TestControllerServesEtcdMetrics(t *testing.T) {
+	dir := t.TempDir()
+	metricsAddr, _ := startController(t, dir)
+	body := getMetrics(t, metricsAddr)
+	for _, want := range []string{
+		"etcd_disk_wal_fsync_duration_seconds_count ",
+		"etcd_disk_backend_commit_duration_seconds_count ",
+		"etcd_server_proposals_pending ",
+		"lifeline_etcd_txns_total ",
+		"go_goroutines ",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+// startController starts lifelined controller in dir, with no machine
+// agents (they would outlive the test), and the extra flags; it returns
+// the address of its /metrics and its client config once written. The
+// controller is stopped when the test ends, its log shown if it failed.
+func startController(t *testing.T, dir string, extra ...string) (metricsAddr string, cfg pki.ClientConfig) {
+	t.Helper()
+	cfgPath := filepath.Join(dir, "client.json")
+	metricsAddr = freeAddr(t)
+	cmd := exec.Command(lifelined, append([]string{"controller", "--data-dir", filepath.Join(dir, "ctl"), "--api-addr", freeAddr(t),
+		"--metrics-addr", metricsAddr, "--client-config", cfgPath, "--provider", "manual"}, extra...)...)
+	var logs strings.Builder
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("controller log:\n%s", logs.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var err error
+		if cfg, err = pki.ReadClientConfig(cfgPath); err == nil {
+			return metricsAddr, cfg
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no client config: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// getMetrics returns the text of /metrics at addr.
+func getMetrics(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %s: %v", resp.Status, err)
+	}
+	return string(body)
 }
 
 func TestControllerUsageErrors(t *testing.T) {
