@@ -1,8 +1,10 @@
 // Package machineagent runs on every host: it keeps its machine present at
 // the controller, runs a unit agent worker (package unitagent) for every
 // unit assigned to its machine and for their subordinates, each with its own
-// credential and data directory, removes its dead principal units (U5), and
-// sets its dying machine dead once no unit is left (M3), then stops.
+// credential and data directory, removes its dead principal units (U5; a
+// few at once, beside its other work, so that one slow removal does not
+// hold up the rest), and sets its dying machine dead once no unit is left
+// (M3), then stops.
 //
 // Its data directory holds units/<unit>, each unit agent's own;
 // charms/, the charms its units deploy, downloaded and unpacked once

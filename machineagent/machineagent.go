@@ -104,15 +104,32 @@ type Agent struct {
 	// agent's loop uses it.
 	removed map[string]bool
 	exited  chan exit // workers report here when they stop
-	ctx     context.Context
+	// removals report here when a dead unit's removal ends (removeDead);
+	// removing bounds how many run at once.
+	removals chan removal
+	removing chan struct{}
+	ctx      context.Context
 }
 
-// worker is one unit's agent, running.
+// worker is one unit's agent, running, or a dead unit being removed.
 type worker struct {
 	principal bool
 	cancel    context.CancelFunc
 	done      chan struct{}
+	// dead is set once the agent has stopped on a dead unit, which is
+	// being removed: the unit is not started again meanwhile, nor is the
+	// machine idle.
+	dead bool
 }
+
+// removal is how a dead unit's removal ended.
+type removal struct {
+	unit    string
+	removed bool
+}
+
+// maxRemovals bounds the dead units a machine agent removes at once.
+const maxRemovals = 4
 
 type exit struct {
 	unit string
@@ -137,6 +154,7 @@ func New(cfg Config) (*Agent, error) {
 		toolsDir: filepath.Join(dir, "tools"), hookLock: make(chan struct{}, 1),
 		charms:  charm.NewCache(filepath.Join(dir, "charms")),
 		workers: map[string]*worker{}, exited: make(chan exit, 16), removed: map[string]bool{},
+		removals: make(chan removal), removing: make(chan struct{}, maxRemovals),
 		mux: agentwatch.NewMux(cfg.API, cfg.Logger.With("machine", cfg.MachineID)),
 	}, nil
 }
@@ -176,6 +194,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.ctx = ctx
 	defer a.stopAll()
 
+	// Removals of dead units, when Run ends, are cut short and waited for.
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
@@ -245,7 +264,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-changed:
 		case e := <-a.exited:
-			a.workerExited(ctx, e)
+			a.workerExited(ctx, e, &wg)
+		case r := <-a.removals:
+			a.removalEnded(r)
 		case <-retry.C:
 		}
 		mu.Lock()
@@ -293,7 +314,7 @@ func (a *Agent) reconcile(ctx context.Context, want map[string]bool) bool {
 	a.mu.Lock()
 	var stale []string
 	for name, w := range a.workers {
-		if w.principal && !want[name] {
+		if w.principal && !want[name] && !w.dead {
 			stale = append(stale, name)
 		}
 	}
@@ -445,10 +466,11 @@ func (a *Agent) stopAll() {
 }
 
 // workerExited handles a unit agent that stopped on its own: a dead
-// principal is removed (its machine agent's job, U5) with its files; a
-// subordinate waits for its principal's agent to recall it; any other
-// stop is restarted.
-func (a *Agent) workerExited(ctx context.Context, e exit) {
+// principal is removed (its machine agent's job, U5) with its files, by a
+// goroutine of wg (removeDead), so that dead units are removed side by
+// side and the agent goes on meanwhile; a subordinate waits for its
+// principal's agent to recall it; any other stop is restarted.
+func (a *Agent) workerExited(ctx context.Context, e exit, wg *sync.WaitGroup) {
 	a.mu.Lock()
 	w := a.workers[e.unit]
 	delete(a.workers, e.unit)
@@ -465,30 +487,63 @@ func (a *Agent) workerExited(ctx context.Context, e exit) {
 		})
 		return
 	}
+	a.mu.Lock()
+	a.workers[e.unit] = &worker{principal: w.principal, cancel: func() {}, done: closedChan(), dead: true}
+	a.mu.Unlock()
 	if !w.principal {
-		a.mu.Lock()
-		a.workers[e.unit] = &worker{principal: false, cancel: func() {}, done: closedChan()}
-		a.mu.Unlock()
 		return // its principal's agent removes it (Recall)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r := removal{unit: e.unit, removed: a.removeDead(ctx, e.unit)}
+		select {
+		case a.removals <- r:
+		case <-ctx.Done():
+		}
+	}()
+}
+
+// removeDead removes a dead principal unit, then its files, and reports
+// whether it did.
+func (a *Agent) removeDead(ctx context.Context, unit string) bool {
+	select {
+	case a.removing <- struct{}{}:
+		defer func() { <-a.removing }()
+	case <-ctx.Done():
+		return false
 	}
 	bo := backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(time.Minute))
 	err := backoff.Retry(func() error {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		_, err := a.cfg.API.RemoveUnit(cctx, &pb.RemoveUnitRequest{Unit: e.unit})
+		_, err := a.cfg.API.RemoveUnit(cctx, &pb.RemoveUnitRequest{Unit: unit})
 		if status.Code(err) == codes.NotFound {
 			return nil
 		}
 		return err
 	}, backoff.WithContext(bo, ctx))
 	if err != nil {
-		a.logger.Warn("cannot remove dead unit", "unit", e.unit, "error", err)
-		return
+		a.logger.Warn("cannot remove dead unit", "unit", unit, "error", err)
+		return false
 	}
-	a.logger.Info("dead unit removed", "unit", e.unit)
-	a.removed[e.unit] = true
-	if err := os.RemoveAll(a.unitDir(e.unit)); err != nil {
-		a.logger.Warn("cannot remove unit files", "unit", e.unit, "error", err)
+	a.logger.Info("dead unit removed", "unit", unit)
+	if err := os.RemoveAll(a.unitDir(unit)); err != nil {
+		a.logger.Warn("cannot remove unit files", "unit", unit, "error", err)
+	}
+	return true
+}
+
+// removalEnded records how a dead unit's removal ended: removed, it is
+// not to be started again while the watch still shows it; not removed,
+// its agent is started again by the next reconcile, finds it dead, and
+// its removal is tried again.
+func (a *Agent) removalEnded(r removal) {
+	a.mu.Lock()
+	delete(a.workers, r.unit)
+	a.mu.Unlock()
+	if r.removed {
+		a.removed[r.unit] = true
 	}
 }
 

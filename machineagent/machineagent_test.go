@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -245,4 +246,90 @@ func (l lateRemovals) Recv() (*pb.WatchManyResponse, error) {
 func (c *credCounter) IssueUnitCredential(ctx context.Context, in *pb.IssueUnitCredentialRequest, opts ...grpc.CallOption) (*pb.IssueUnitCredentialResponse, error) {
 	c.issued.Add(1)
 	return c.AgentServiceClient.IssueUnitCredential(ctx, in, opts...)
+}
+
+// TestMachineAgentRemovesDeadUnitsSideBySide: a dead unit's removal does
+// not wait for another's. With the first RemoveUnit held at the
+// controller's door, the other unit is still removed, files and all.
+func TestMachineAgentRemovesDeadUnitsSideBySide(t *testing.T) {
+	env := controllertest.New(t, controllertest.Options{Cleaner: true})
+	op := env.Operator()
+	c := env.Upload(op, "testdata/kv")
+	ms, err := env.State.AddMachines(env.Ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ms[0].Id
+	if _, err := op.Deploy(env.Ctx, &pb.DeployRequest{Charm: c.Name, NumUnits: 2, To: m}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	api := &heldRemoval{AgentServiceClient: env.Agent("machine-" + m), held: make(chan string, 1), release: make(chan struct{})}
+	var release sync.Once
+	releaseHeld := func() { release.Do(func() { close(api.release) }) }
+	a, err := machineagent.New(machineagent.Config{
+		MachineID: m, DataDir: dir, Address: "127.0.0.1", API: api,
+		DialUnit: func(cred pki.Credential) (unitagent.API, io.Closer, error) {
+			return pb.NewAgentServiceClient(env.Dial(cred)), io.NopCloser(nil), nil
+		},
+		Lifelined: lifelined, Logger: hclog.NewNullLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		releaseHeld()
+		cancel()
+		<-done
+	}()
+	waitFor(t, "both units installed", func() bool {
+		_, err0 := os.Stat(filepath.Join(dir, "units", "kv-0", "installed"))
+		_, err1 := os.Stat(filepath.Join(dir, "units", "kv-1", "installed"))
+		return err0 == nil && err1 == nil
+	})
+	for _, u := range []string{"kv/0", "kv/1"} {
+		if _, err := op.DestroyUnit(env.Ctx, &pb.DestroyUnitRequest{Unit: u}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var first string
+	select {
+	case first = <-api.held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no unit was removed")
+	}
+	other := map[string]string{"kv/0": "kv/1", "kv/1": "kv/0"}[first]
+	waitFor(t, other+" removed with its files while "+first+"'s removal is held", func() bool {
+		_, err := env.State.Unit(env.Ctx, other)
+		_, ferr := os.Stat(filepath.Join(dir, "units", strings.ReplaceAll(other, "/", "-")))
+		return errors.Is(err, state.ErrNotFound) && os.IsNotExist(ferr)
+	})
+	releaseHeld()
+	waitFor(t, first+" removed too", func() bool {
+		_, err := env.State.Unit(env.Ctx, first)
+		return errors.Is(err, state.ErrNotFound)
+	})
+}
+
+// heldRemoval is a machine agent's real client whose first RemoveUnit
+// waits, having said which unit it is for on held, until release is
+// closed, whatever its deadline.
+type heldRemoval struct {
+	pb.AgentServiceClient
+	once    sync.Once
+	held    chan string
+	release chan struct{}
+}
+
+func (h *heldRemoval) RemoveUnit(ctx context.Context, in *pb.RemoveUnitRequest, opts ...grpc.CallOption) (*pb.RemoveUnitResponse, error) {
+	first := false
+	h.once.Do(func() { first = true })
+	if first {
+		h.held <- in.Unit
+		<-h.release
+	}
+	return h.AgentServiceClient.RemoveUnit(ctx, in, opts...)
 }
