@@ -38,12 +38,24 @@ func newOutputPipes(stdout, stderr io.Writer) (*outputPipes, error) {
 		p.readers.Add(1)
 		go func() {
 			defer p.readers.Done()
-			_, err := io.Copy(dst, r)
+			buf := readBuffers.Get().(*[]byte)
+			defer readBuffers.Put(buf)
+			// Through Read alone: io.Copy would hand the pipe to
+			// os.File's WriteTo, which reads through a buffer of 32 KiB
+			// made for each call, two a hook.
+			_, err := io.CopyBuffer(dst, struct{ io.Reader }{r}, *buf)
 			p.cut[i] = errors.Is(err, os.ErrDeadlineExceeded)
 		}()
 	}
 	return p, nil
 }
+
+// readBuffers hold what a hook's output pipe gave at one read: its lines
+// are copied out at once (lineWriter), and most hooks write little.
+var readBuffers = sync.Pool{New: func() any {
+	b := make([]byte, 4<<10)
+	return &b
+}}
 
 // started closes the write ends the hook's process has its copies of.
 func (p *outputPipes) started() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -395,6 +396,9 @@ func TestRunOutput(t *testing.T) {
 		{"stderr", "#!/bin/sh\nexec >&2\n" + script.String()[len("#!/bin/sh\n"):], 0, "stderr", lines, lines[len(lines)-20:]},
 		{"tail of 5", script.String(), 5, "stdout", lines, lines[len(lines)-5:]},
 		{"few lines", "#!/bin/sh\necho one\necho\necho 'three\r'\n", 0, "stdout", []string{"one", "", "three"}, []string{"one", "", "three"}},
+		// A line longer than a read, and than a line may be: cut.
+		{"long line", "#!/bin/sh\nhead -c 20000 /dev/zero | tr '\\0' x\necho\necho end\n", 0, "stdout",
+			[]string{strings.Repeat("x", 16<<10), strings.Repeat("x", 20000-16<<10), "end"}, []string{strings.Repeat("x", 16<<10), strings.Repeat("x", 20000-16<<10), "end"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -423,6 +427,31 @@ func TestRunOutput(t *testing.T) {
 				t.Errorf("logged lines = %q, want %q", got, tt.wantLines)
 			}
 		})
+	}
+}
+
+// TestRunAllocatesLittle: running a hook that writes nothing allocates a
+// few KiB, not a buffer of 32 KiB for each of its output streams (io.Copy
+// through os.File's WriteTo did): thousands of hooks a minute are the
+// agent's garbage.
+func TestRunAllocatesLittle(t *testing.T) {
+	spec := charmWithHook(t, "install", "#!/bin/sh\nexit 0\n", 0o755)
+	run := func() {
+		if res, err := hooks.Run(context.Background(), spec); err != nil || !res.Succeeded() {
+			t.Fatalf("Run() = %+v, %v, want success", res, err)
+		}
+	}
+	run()
+	const runs = 20
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range runs {
+		run()
+	}
+	runtime.ReadMemStats(&after)
+	per := (after.TotalAlloc - before.TotalAlloc) / runs
+	if per > 24<<10 {
+		t.Errorf("a hook's run allocated %d bytes, want at most %d", per, 24<<10)
 	}
 }
 
