@@ -290,6 +290,10 @@ func Extract(data []byte, dir string) error {
 		return fmt.Errorf("extract charm: %w", err)
 	}
 	defer root.Close()
+	// One buffer for every file: io.Copy would hand each file to
+	// os.File's ReadFrom, which copies through a buffer of 32 KiB made
+	// for each call.
+	buf := make([]byte, 8<<10)
 	err = walkArchive(data, func(hdr *tar.Header, name string, r io.Reader) error {
 		if hdr.Typeflag == tar.TypeDir {
 			return root.MkdirAll(name, 0o755)
@@ -310,7 +314,7 @@ func Extract(data []byte, dir string) error {
 		if err != nil {
 			return err
 		}
-		if _, err := io.Copy(f, r); err != nil {
+		if _, err := io.CopyBuffer(struct{ io.Writer }{f}, r, buf); err != nil {
 			f.Close()
 			return err
 		}
