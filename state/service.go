@@ -295,8 +295,10 @@ type serviceView struct {
 // units. Point reads of neighbours cost little and spread the witnesses of
 // concurrent removals; a range read of the service's units costs as much as
 // the service has units, because etcd counts the whole range whatever the
-// limit.
-var witnessProbes = []int64{1, -1, 2, -2, 3, -3, 5, -5}
+// limit. Most are far: units added together to one machine are numbered
+// one after the other and tend to go together when it goes, and a removal
+// whose witness goes meanwhile conflicts and is tried again.
+var witnessProbes = []int64{1, -1, 16, -16, 64, -64, 256, -256}
 
 // neighbourGets returns point reads, keys only, of key(u) for the units u
 // of unit's service whose numbers are unit's plus each of witnessProbes:
