@@ -44,6 +44,7 @@ type config struct {
 	pprofDir                 string
 	pprofSeconds             int
 	fleetProcs               int
+	fleetNice                int
 }
 
 func main() {
@@ -64,6 +65,7 @@ func main() {
 	flag.StringVar(&c.pprofDir, "pprof", "", "write CPU profiles of the controller and of the fleet (each of its processes) for the first -pprof-seconds of deploying, of the tail (when only the related units are busy) and of destroying, and heap profiles of both before deploying, once the units run and once everything is removed (what was allocated between two of them, by pprof -diff_base, is a phase's), into this directory")
 	flag.IntVar(&c.pprofSeconds, "pprof-seconds", 15, "how long each CPU profile of -pprof lasts")
 	flag.IntVar(&c.fleetProcs, "fleet-procs", 0, "run the machine agents in this many processes of their own (0: in the harness's process)")
+	flag.IntVar(&c.fleetNice, "fleet-nice", 0, "run the fleet (its agents, their hooks, the related units' agents) at this nice value, the controller at 0: on one host the hooks' processes otherwise take the controller's CPU, which machines of their own would not (0: the same)")
 	worker := flag.String("fleet-worker", "", "run as a process of the fleet, as this spec says (the harness starts these)")
 	flag.Parse()
 	if *worker != "" {
@@ -105,6 +107,8 @@ func (c *config) validate() error {
 		return errors.New("-add-concurrency must be at least 1")
 	case c.fleetProcs < 0:
 		return errors.New("-fleet-procs must be 0 or more")
+	case c.fleetNice < 0 || c.fleetNice > 19:
+		return errors.New("-fleet-nice must be from 0 to 19")
 	case c.hooks != "process" && c.hooks != "none":
 		return fmt.Errorf("-hooks %q: want process or none", c.hooks)
 	}

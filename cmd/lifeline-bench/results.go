@@ -18,6 +18,7 @@ type results struct {
 	Related               int     `json:"related_units"`
 	Hooks                 string  `json:"hooks"`
 	FleetProcs            int     `json:"fleet_procs"`
+	FleetNice             int     `json:"fleet_nice"`
 	SecondsToUnitsAdded   float64 `json:"seconds_to_units_added"`
 	SecondsToRunning      float64 `json:"seconds_to_running"`
 	UnitStartP50          float64 `json:"unit_start_p50_s"`
@@ -174,6 +175,9 @@ func (r *results) print(w io.Writer) {
 	where := "in the harness's process"
 	if r.FleetProcs > 0 {
 		where = fmt.Sprintf("in %d processes", r.FleetProcs)
+	}
+	if r.FleetNice > 0 {
+		where += fmt.Sprintf(" at nice %d", r.FleetNice)
 	}
 	row("fleet (agents), "+where, "%.1f CPU s deploying (hooks %.1f), %.1f destroying (hooks %.1f); %.0f MiB written deploying",
 		r.FleetCPUSecondsDeploy, r.HookCPUSecondsDeploy, r.FleetCPUSecondsDestroy, r.HookCPUSecondsDestroy, float64(r.FleetWrittenBytesDeploy)/(1<<20))

@@ -47,7 +47,7 @@ func run(ctx context.Context, c config) (*results, error) {
 			defer os.RemoveAll(dir)
 		}
 	}
-	res := &results{Units: c.units, Machines: c.machines, Related: c.related, Hooks: c.hooks, FleetProcs: min(c.fleetProcs, c.machines)}
+	res := &results{Units: c.units, Machines: c.machines, Related: c.related, Hooks: c.hooks, FleetProcs: min(c.fleetProcs, c.machines), FleetNice: c.fleetNice}
 
 	say("starting the controller (embedded etcd, fsync on) in %s", dir)
 	ctl, err := startController(ctx, c.lifelined, dir)
@@ -83,6 +83,15 @@ func run(ctx context.Context, c config) (*results, error) {
 	say("  %.0f txn/s: the ceiling is %.0f units/s (%.2f transactions a unit's life, at least)", res.RawTxnPerSecond, res.CeilingUnitsPerSecond, fewestTxnsPerUnit)
 	sizeBefore, _ := dbInUse(ctx, etcd, ctl.etcdEndpoint())
 
+	if c.fleetNice > 0 {
+		// The controller runs already; what this process starts from
+		// now on (the fleet's processes, the related units' agents and
+		// every hook) takes the nice value of the thread starting it.
+		if err := reniceSelf(c.fleetNice); err != nil {
+			return nil, err
+		}
+		say("the fleet runs at nice %d", c.fleetNice)
+	}
 	if c.fleetProcs == 0 {
 		say("starting %d machine agents", c.machines)
 	} else {

@@ -91,3 +91,35 @@ const clockTicks = 100
 func (u usage) since(then usage) usage {
 	return usage{cpu: u.cpu - then.cpu, children: u.children - then.children, written: u.written - then.written}
 }
+
+// reniceSelf sets every thread of this process to nice n. Linux keeps a
+// nice value per thread, and a thread or process started takes that of
+// the thread starting it, so a thread started by one not yet set is set
+// on a later pass.
+func reniceSelf(n int) error {
+	for pass := 0; pass < 5; pass++ {
+		tasks, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			return fmt.Errorf("renice the fleet: %w", err)
+		}
+		done := true
+		for _, t := range tasks {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil {
+				continue
+			}
+			// getpriority(2) answers 20 minus the nice value.
+			if p, err := syscall.Getpriority(syscall.PRIO_PROCESS, tid); err == nil && 20-p == n {
+				continue
+			}
+			done = false
+			if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, n); err != nil && err != syscall.ESRCH {
+				return fmt.Errorf("renice the fleet: thread %d: %w", tid, err)
+			}
+		}
+		if done {
+			return nil
+		}
+	}
+	return nil
+}
