@@ -58,17 +58,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // its units' agents, shows present, removes a dead unit and its files, and
 // sets its dying machine dead once empty, then stops.
 func TestMachineAgentLifecycle(t *testing.T) {
-	env := controllertest.New(t, controllertest.Options{Cleaner: true})
-	op := env.Operator()
-	c := env.Upload(op, "testdata/kv")
-	ms, err := env.State.AddMachines(env.Ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := ms[0].Id
-	if _, err := op.Deploy(env.Ctx, &pb.DeployRequest{Charm: c.Name, NumUnits: 2, To: m}); err != nil {
-		t.Fatal(err)
-	}
+	env, op, m := twoUnitsOnAMachine(t)
 	dir, err := os.MkdirTemp("", "ll-m-")
 	if err != nil {
 		t.Fatal(err)
@@ -187,6 +177,24 @@ func TestMachineAgentLifecycle(t *testing.T) {
 	}
 }
 
+// twoUnitsOnAMachine starts a controller and deploys two units of the kv
+// test charm to one machine, kv/0 and kv/1, whose id it returns.
+func twoUnitsOnAMachine(t *testing.T) (*controllertest.Env, pb.OperatorServiceClient, string) {
+	t.Helper()
+	env := controllertest.New(t, controllertest.Options{Cleaner: true})
+	op := env.Operator()
+	c := env.Upload(op, "testdata/kv")
+	ms, err := env.State.AddMachines(env.Ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ms[0].Id
+	if _, err := op.Deploy(env.Ctx, &pb.DeployRequest{Charm: c.Name, NumUnits: 2, To: m}); err != nil {
+		t.Fatal(err)
+	}
+	return env, op, m
+}
+
 // credCounter is a machine agent's real client, counting the unit
 // credentials it asks for: one each time it starts a unit's agent. Its
 // watches bring removals late, as a busy controller's may.
@@ -252,18 +260,12 @@ func (c *credCounter) IssueUnitCredential(ctx context.Context, in *pb.IssueUnitC
 // not wait for another's. With the first RemoveUnit held at the
 // controller's door, the other unit is still removed, files and all.
 func TestMachineAgentRemovesDeadUnitsSideBySide(t *testing.T) {
-	env := controllertest.New(t, controllertest.Options{Cleaner: true})
-	op := env.Operator()
-	c := env.Upload(op, "testdata/kv")
-	ms, err := env.State.AddMachines(env.Ctx, 1)
+	env, op, m := twoUnitsOnAMachine(t)
+	dir, err := os.MkdirTemp("", "ll-m-") // short: the hook tool socket is in it
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := ms[0].Id
-	if _, err := op.Deploy(env.Ctx, &pb.DeployRequest{Charm: c.Name, NumUnits: 2, To: m}); err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
+	defer os.RemoveAll(dir)
 	api := &heldRemoval{AgentServiceClient: env.Agent("machine-" + m), held: make(chan string, 1), release: make(chan struct{})}
 	var release sync.Once
 	releaseHeld := func() { release.Do(func() { close(api.release) }) }
