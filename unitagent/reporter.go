@@ -26,6 +26,14 @@ const statusLinger = 200 * time.Millisecond
 // Any other report (idle, an error, a hook's output) is not held back.
 const progressEvery = 2 * time.Second
 
+// progressPace spaces progress reports by how long the controller took to
+// acknowledge the last report, this many times over, when that is longer
+// than progressEvery: a controller answering in a second hears of a
+// unit's next hook 10 s later, not 2. Slowed by load, hooks take longer,
+// each outlasts the spacing and is reported, and the reports add to the
+// load; paced, they do not.
+const progressPace = 10
+
 // reporter tells the controller the agent's status: the latest one wins,
 // and while the controller cannot be reached the latest waits and is sent
 // when it can. A status worth keeping in the unit's history (an error, or
@@ -47,9 +55,11 @@ type reporter struct {
 	sent    *pb.Status // last status the controller acknowledged
 	lastSeq int64      // the seq of the last status set
 	// wantProgress and sentProgress say whether want and sent only say
-	// which hook runs (progress); sentAt is when sent was acknowledged.
+	// which hook runs (progress); sentAt is when sent was acknowledged,
+	// sentTook how long that took.
 	wantProgress, sentProgress bool
 	sentAt                     time.Time
+	sentTook                   time.Duration
 	// sending is the status on its way to the controller, if any.
 	sending *pb.Status
 	pending chan struct{}
@@ -185,7 +195,7 @@ func (r *reporter) run(ctx context.Context) {
 			progress := !kept && r.wantProgress
 			var hold time.Duration
 			if progress && r.sentProgress {
-				hold = r.progressEvery - time.Since(r.sentAt)
+				hold = max(r.progressEvery, progressPace*r.sentTook) - time.Since(r.sentAt)
 			}
 			if !sent && st != nil && hold <= 0 {
 				r.sending = st
@@ -213,6 +223,7 @@ func (r *reporter) run(ctx context.Context) {
 				continue
 			}
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			called := time.Now()
 			_, err := r.api.SetUnitStatus(cctx, &pb.SetUnitStatusRequest{Unit: r.unit, Kind: pb.UnitStatusKind_UNIT_STATUS_KIND_AGENT, Status: st})
 			cancel()
 			r.mu.Lock()
@@ -222,6 +233,7 @@ func (r *reporter) run(ctx context.Context) {
 				bo.Reset()
 				r.mu.Lock()
 				r.sent, r.sentAt = st, time.Now()
+				r.sentTook = r.sentAt.Sub(called)
 				r.sentProgress = progress
 				if kept || len(r.keep) > 0 && r.keep[0] == st {
 					// Sent from the queue, or queued by set while it was

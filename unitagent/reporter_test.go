@@ -23,9 +23,12 @@ type statusRecorder struct {
 	// and release lets it go on.
 	calls   chan string
 	release chan struct{}
+	// delay, when set, is how long each call takes.
+	delay time.Duration
 }
 
 func (s *statusRecorder) SetUnitStatus(_ context.Context, req *pb.SetUnitStatusRequest, _ ...grpc.CallOption) (*pb.SetUnitStatusResponse, error) {
+	time.Sleep(s.delay)
 	if s.calls != nil {
 		s.calls <- req.Status.Status
 		<-s.release
@@ -153,6 +156,34 @@ func TestReporterSpacesHookProgress(t *testing.T) {
 	want := []string{"executing:running install hook", "idle:", "executing:running config-changed hook"}
 	if got := api.got(); !slices.Equal(got, want) {
 		t.Fatalf("sent %q, want %q", got, want)
+	}
+}
+
+// Progress reports are spaced by the controller's pace too: one that took
+// a while to be acknowledged holds the next back progressPace times as
+// long, when that is longer than progressEvery.
+func TestReporterPacesHookProgressByTheController(t *testing.T) {
+	api := &statusRecorder{delay: 100 * time.Millisecond}
+	r := newReporter(api, "kv/0", hclog.NewNullLogger())
+	r.progressEvery = time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.run(ctx)
+
+	r.progress(&pb.Status{Status: "executing", Message: "running install hook"})
+	r.flush(ctx)
+	acked := time.Now()
+	r.progress(&pb.Status{Status: "executing", Message: "running start hook"})
+	time.Sleep(5 * statusLinger / 2)
+	if got, want := api.got(), []string{"executing:running install hook"}; !slices.Equal(got, want) {
+		t.Fatalf("sent %q, want %q: the next report held back %v", got, want, progressPace*api.delay)
+	}
+	r.flush(ctx)
+	if got := api.got(); len(got) != 2 || got[1] != "executing:running start hook" {
+		t.Fatalf("sent %q, want the start hook's report at last", got)
+	}
+	if d := time.Since(acked); d < progressPace*api.delay {
+		t.Errorf("the next report went after %v, want %v at least", d, progressPace*api.delay)
 	}
 }
 
