@@ -40,6 +40,18 @@ func (s *statusRecorder) SetUnitStatus(_ context.Context, req *pb.SetUnitStatusR
 	return &pb.SetUnitStatusResponse{}, nil
 }
 
+// runReporter runs a reporter to api, its progress reports spaced by
+// every, until the test ends.
+func runReporter(t *testing.T, api API, every time.Duration) (*reporter, context.Context) {
+	t.Helper()
+	r := newReporter(api, "kv/0", hclog.NewNullLogger())
+	r.progressEvery = every
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go r.run(ctx)
+	return r, ctx
+}
+
 func (s *statusRecorder) got() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -134,11 +146,7 @@ func TestReporterSendsAKeptStatusOnce(t *testing.T) {
 // meanwhile; any other report is not held back by them.
 func TestReporterSpacesHookProgress(t *testing.T) {
 	api := &statusRecorder{}
-	r := newReporter(api, "kv/0", hclog.NewNullLogger())
-	r.progressEvery = time.Hour
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go r.run(ctx)
+	r, ctx := runReporter(t, api, time.Hour)
 
 	r.progress(&pb.Status{Status: "executing", Message: "running install hook"})
 	r.flush(ctx)
@@ -164,11 +172,7 @@ func TestReporterSpacesHookProgress(t *testing.T) {
 // long, when that is longer than progressEvery.
 func TestReporterPacesHookProgressByTheController(t *testing.T) {
 	api := &statusRecorder{delay: 100 * time.Millisecond}
-	r := newReporter(api, "kv/0", hclog.NewNullLogger())
-	r.progressEvery = time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go r.run(ctx)
+	r, ctx := runReporter(t, api, time.Millisecond)
 
 	r.progress(&pb.Status{Status: "executing", Message: "running install hook"})
 	r.flush(ctx)
@@ -192,11 +196,7 @@ func TestReporterPacesHookProgressByTheController(t *testing.T) {
 // longer running. The first of a run of hooks, after idle, is sent.
 func TestReporterDropsTheReportOfAHookEnded(t *testing.T) {
 	api := &statusRecorder{}
-	r := newReporter(api, "kv/0", hclog.NewNullLogger())
-	r.progressEvery = 0 // no spacing: what is not sent was dropped
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go r.run(ctx)
+	r, ctx := runReporter(t, api, 0) // no spacing: what is not sent was dropped
 
 	r.set(&pb.Status{Status: "idle"})
 	r.flush(ctx)
