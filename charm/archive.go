@@ -282,6 +282,11 @@ func Extract(data []byte, dir string) error {
 	if _, err := archiveTree(data); err != nil {
 		return err
 	}
+	return extractChecked(data, dir)
+}
+
+// extractChecked is Extract of an archive archiveTree has checked.
+func extractChecked(data []byte, dir string) error {
 	if err := emptyDir(dir, "extract charm"); err != nil {
 		return err
 	}

@@ -199,14 +199,14 @@ func (c *Cache) start() error {
 	return nil
 }
 
-// unpack puts a fresh copy of the archive in the Cache as key, replacing
-// any there.
+// unpack puts a fresh copy of the archive, already checked (archiveTree),
+// in the Cache as key, replacing any there.
 func (c *Cache) unpack(data []byte, key string) error {
 	tmp, err := os.MkdirTemp(c.dir, cacheTemp)
 	if err != nil {
 		return fmt.Errorf("charm cache: %w", err)
 	}
-	if err := Extract(data, tmp); err != nil {
+	if err := extractChecked(data, tmp); err != nil {
 		os.RemoveAll(tmp)
 		return err
 	}

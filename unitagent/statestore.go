@@ -318,13 +318,22 @@ func (s *stateStore) flush() error {
 	if err := syncFile(f); err != nil {
 		return fmt.Errorf("sync unit state journal: %w", err)
 	}
-	if !s.journalSynced {
-		if err := syncDir(s.dir); err != nil {
-			return err
-		}
-		s.journalSynced = true
+	if err := s.syncJournalEntry(); err != nil {
+		return err
 	}
 	s.unsynced = false
+	return nil
+}
+
+// syncJournalEntry makes the journal's directory entry durable, once.
+func (s *stateStore) syncJournalEntry() error {
+	if s.journalSynced {
+		return nil
+	}
+	if err := syncDir(s.dir); err != nil {
+		return err
+	}
+	s.journalSynced = true
 	return nil
 }
 
@@ -377,11 +386,10 @@ func (s *stateStore) append(l *localState, head []byte, sync bool) error {
 		return fmt.Errorf("write unit state journal: %w", err)
 	}
 	s.unsynced = !sync
-	if sync && !s.journalSynced {
-		if err := syncDir(s.dir); err != nil {
+	if sync {
+		if err := s.syncJournalEntry(); err != nil {
 			return err
 		}
-		s.journalSynced = true
 	}
 	s.seq++
 	s.journalBytes += int64(len(line))

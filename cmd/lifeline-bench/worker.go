@@ -27,9 +27,8 @@ import (
 
 // runWorker is a process of the fleet (-fleet-worker SPEC, with
 // -fleet-procs): it runs the agents of the machines its spec names until
-// its input ends. It says its
-// /debug/pprof address on its first line of output, then each agent's
-// failure on a line "error: ...".
+// its input ends. It says its /debug/pprof address on its first line of
+// output, then each agent's failure on a line "error: ...".
 func runWorker(specPath string) error {
 	data, err := os.ReadFile(specPath)
 	if err != nil {
