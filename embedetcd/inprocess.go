@@ -43,9 +43,21 @@ func inProcessClient(s *Server) (*clientv3.Client, error) {
 		return nil, err
 	}
 	kvc := adapter.KvServerToKvClient(v3rpc.NewQuotaKVServer(s.etcd.Server))
-	c.KV = clientv3.NewKVFromKVClient(&directReads{KVClient: kvc, s: s}, c)
+	d := &directReads{KVClient: kvc, s: s}
+	c.KV = inProcessKV{KV: clientv3.NewKVFromKVClient(d, c), remote: d}
 	return c, nil
 }
+
+// inProcessKV is the in-process client's KV. Remote gives its requests'
+// way to the member, for package state to send requests it built itself,
+// skipping clientv3's operations and their namespace wrapper.
+type inProcessKV struct {
+	clientv3.KV
+	remote pb.KVClient
+}
+
+// Remote returns the member's handler for requests, reads served at once.
+func (k inProcessKV) Remote() pb.KVClient { return k.remote }
 
 // directReads serves reads from the member's store, where the member's
 // request handler would first make them linearizable by a round of raft

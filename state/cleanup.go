@@ -8,7 +8,6 @@ import (
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Cleanup item kinds as they appear in keys: cleanups/<kind>/<target>.
@@ -106,7 +105,7 @@ func (s *State) setBatchDying(ctx context.Context, batch []string) error {
 	var unassigned []string
 	err := s.apply(ctx, "set units dying", func(ctx context.Context) (*change, error) {
 		unassigned = unassigned[:0]
-		gets := make([]clientv3.Op, 0, 2*len(batch))
+		gets := make([]getOp, 0, 2*len(batch))
 		for _, n := range batch {
 			gets = append(gets, get(UnitKey(n)), getKeys(subordinatesPrefix(n), 1))
 		}

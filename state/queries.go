@@ -4,8 +4,6 @@ import (
 	"context"
 	"strconv"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -35,7 +33,7 @@ func (s *State) UnitsNamed(ctx context.Context, unitNames ...string) ([]*pb.Unit
 	if len(unitNames) > maxPointReads {
 		return nil, invalidf("%d units in one read: at most %d", len(unitNames), maxPointReads)
 	}
-	gets := make([]clientv3.Op, len(unitNames))
+	gets := make([]getOp, len(unitNames))
 	for i, n := range unitNames {
 		if err := checkUnitName(n); err != nil {
 			return nil, err
@@ -65,7 +63,7 @@ func (s *State) ServicesNamed(ctx context.Context, serviceNames ...string) ([]*p
 	if len(serviceNames) > maxPointReads {
 		return nil, invalidf("%d services in one read: at most %d", len(serviceNames), maxPointReads)
 	}
-	gets := make([]clientv3.Op, len(serviceNames))
+	gets := make([]getOp, len(serviceNames))
 	for i, n := range serviceNames {
 		if err := checkServiceName(n); err != nil {
 			return nil, err
@@ -113,7 +111,7 @@ func (s *State) subordinatesOf(ctx context.Context, principals []string, service
 	for len(principals) > 0 {
 		batch := principals[:min(len(principals), maxPointReads)]
 		principals = principals[len(batch):]
-		gets := make([]clientv3.Op, len(batch))
+		gets := make([]getOp, len(batch))
 		for i, p := range batch {
 			prefix := subordinatesPrefix(p)
 			if service != "" {
@@ -200,7 +198,7 @@ func (s *State) RelationsBetween(ctx context.Context, a, b string) ([]*pb.Relati
 	for len(keys) > 0 {
 		batch := keys[:min(len(keys), maxPointReads)]
 		keys = keys[len(batch):]
-		gets := make([]clientv3.Op, len(batch))
+		gets := make([]getOp, len(batch))
 		for i, k := range batch {
 			gets[i] = get(relkeyKey(k))
 		}
@@ -222,7 +220,7 @@ func (s *State) RelationsBetween(ctx context.Context, a, b string) ([]*pb.Relati
 	for len(ids) > 0 {
 		batch := ids[:min(len(ids), maxPointReads)]
 		ids = ids[len(batch):]
-		gets := make([]clientv3.Op, len(batch))
+		gets := make([]getOp, len(batch))
 		for i, id := range batch {
 			gets[i] = get(RelationKey(id))
 		}

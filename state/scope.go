@@ -6,7 +6,6 @@ import (
 	"maps"
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // maxSettingsChanges bounds UpdateSettings: one hook's relation-set calls
@@ -82,7 +81,7 @@ func (s *State) LeaveScope(ctx context.Context, id int64, unit string) error {
 		// witnesses of units leaving at once; the first keys of the scope
 		// were every leaver's witnesses, and a range read costs as many
 		// keys as the scope holds, whatever its limit).
-		gets := append([]clientv3.Op{get(key), get(RelationKey(id))},
+		gets := append([]getOp{get(key), get(RelationKey(id))},
 			neighbourGets(unit, scopeKey)...)
 		r, err := s.read(ctx, gets...)
 		if err != nil {
@@ -172,7 +171,7 @@ func (s *State) UpdateSettings(ctx context.Context, unit string, changes []Setti
 		if err := checkUnitName(unit); err != nil {
 			return nil, err
 		}
-		var gets []clientv3.Op
+		var gets []getOp
 		for _, ch := range changes {
 			gets = append(gets, get(ScopeKey(ch.Relation, unit)), get(SettingsKey(ch.Relation, unit)))
 		}

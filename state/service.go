@@ -10,7 +10,6 @@ import (
 	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // maxEndpoints bounds a charm's endpoints, and so the size of the
@@ -303,16 +302,16 @@ var witnessProbes = []int64{1, -1, 16, -16, 64, -64, 256, -256}
 // neighbourGets returns point reads, keys only, of key(u) for the units u
 // of unit's service whose numbers are unit's plus each of witnessProbes:
 // the candidate witnesses of a removal or a departure.
-func neighbourGets(unit string, key func(unit string) string) []clientv3.Op {
+func neighbourGets(unit string, key func(unit string) string) []getOp {
 	n, err := strconv.ParseInt(lastSegment(unit), 10, 64)
 	if err != nil {
 		return nil
 	}
 	svc := names.UnitService(unit)
-	var gets []clientv3.Op
+	var gets []getOp
 	for _, d := range witnessProbes {
 		if n+d >= 0 {
-			gets = append(gets, clientv3.OpGet(key(unitName(svc, n+d)), clientv3.WithKeysOnly()))
+			gets = append(gets, getKeyOnly(key(unitName(svc, n+d))))
 		}
 	}
 	return gets
@@ -323,7 +322,7 @@ func neighbourGets(unit string, key func(unit string) string) []clientv3.Op {
 // unit (possibly "") is removed. Only when the service is dying and no
 // neighbour of unit exists does it read the service's units by range, in a
 // second round trip.
-func (s *State) readServiceView(ctx context.Context, name, unit string, extra ...clientv3.Op) (*serviceView, *reads, error) {
+func (s *State) readServiceView(ctx context.Context, name, unit string, extra ...getOp) (*serviceView, *reads, error) {
 	gets := append(extra, get(ServiceKey(name)), getKeys(serviceRelationsPrefix(name), 2))
 	if unit != "" {
 		gets = append(gets, neighbourGets(unit, UnitKey)...)

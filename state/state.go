@@ -56,7 +56,9 @@ func (c Config) Validate() error {
 type State struct {
 	kv clientv3.KV
 	// gate is kv as New made it, whatever tests wrap it in.
-	gate    *gatedKV
+	gate *gatedKV
+	// remote is where reads go (reads.go).
+	remote  etcdserverpb.KVClient
 	watcher clientv3.Watcher
 	lease   clientv3.Lease
 	cfg     Config
@@ -83,7 +85,7 @@ func New(c *clientv3.Client, cfg Config) (*State, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	s := &State{kv: c.KV, watcher: c.Watcher, lease: c.Lease, cfg: cfg}
+	s := &State{kv: c.KV, remote: remoteOf(c), watcher: c.Watcher, lease: c.Lease, cfg: cfg}
 	if cfg.Namespace != "" {
 		s.kv = namespace.NewKV(c.KV, cfg.Namespace)
 		s.watcher = namespace.NewWatcher(c.Watcher, cfg.Namespace)
@@ -331,64 +333,6 @@ func (s *State) commit(ctx context.Context, c *change) (bool, error) {
 	return resp.Succeeded, nil
 }
 
-// reads is the answer to one read round trip: one range per request.
-type reads struct {
-	rev    int64
-	ranges []*etcdserverpb.RangeResponse
-}
-
-// read performs the gets in one linearizable round trip at one revision.
-func (s *State) read(ctx context.Context, gets ...clientv3.Op) (*reads, error) {
-	s.stats.reads.Add(1)
-	resp, err := s.kv.Txn(ctx).Then(gets...).Commit()
-	if err != nil {
-		return nil, err
-	}
-	r := &reads{rev: resp.Header.Revision, ranges: make([]*etcdserverpb.RangeResponse, len(resp.Responses))}
-	for i, op := range resp.Responses {
-		r.ranges[i] = op.GetResponseRange()
-	}
-	return r, nil
-}
-
-// one returns the single key of range i, or nil.
-func (r *reads) one(i int) *mvccpb.KeyValue {
-	if kvs := r.ranges[i].Kvs; len(kvs) > 0 {
-		return kvs[0]
-	}
-	return nil
-}
-
-// all returns the keys of range i.
-func (r *reads) all(i int) []*mvccpb.KeyValue { return r.ranges[i].Kvs }
-
-// present returns the keys that exist among the answers of point reads
-// from i on.
-func (r *reads) present(i int) []*mvccpb.KeyValue {
-	var out []*mvccpb.KeyValue
-	for j := i; j < len(r.ranges); j++ {
-		if kv := r.one(j); kv != nil {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-// more reports whether range i was cut short by its limit.
-func (r *reads) more(i int) bool { return r.ranges[i].More }
-
-func get(key string) clientv3.Op { return clientv3.OpGet(key) }
-
-// getPrefix gets up to limit keys with the prefix (all when limit is 0).
-func getPrefix(prefix string, limit int64) clientv3.Op {
-	return clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithLimit(limit))
-}
-
-// getKeys gets up to limit keys with the prefix, without their values.
-func getKeys(prefix string, limit int64) clientv3.Op {
-	return clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithLimit(limit), clientv3.WithKeysOnly())
-}
-
 // record is a decoded value with the revisions of the key that held it.
 type record[T proto.Message] struct {
 	key    string
@@ -446,15 +390,7 @@ func rangeStart(key string, prefix bool) string {
 func (s *State) listRange(ctx context.Context, start, end string, keysOnly bool, rev int64) ([]*mvccpb.KeyValue, int64, error) {
 	var out []*mvccpb.KeyValue
 	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPage)}
-		if keysOnly {
-			opts = append(opts, clientv3.WithKeysOnly())
-		}
-		if rev != 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		s.stats.reads.Add(1)
-		resp, err := s.kv.Get(ctx, start, opts...)
+		resp, err := s.readRange(ctx, getOp{key: start, end: end, limit: listPage, keysOnly: keysOnly, rev: rev})
 		if err != nil {
 			return nil, 0, err
 		}

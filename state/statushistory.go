@@ -83,7 +83,7 @@ func (s *State) setUnitStatus(ctx context.Context, kind StatusKind, unit string,
 		r, err := s.read(ctx,
 			get(UnitKey(unit)),
 			get(statusKey),
-			clientv3.OpGet(histPrefix, append(clientv3.WithLastKey(), clientv3.WithKeysOnly())...),
+			getLastKey(histPrefix),
 		)
 		if err != nil {
 			return nil, err
@@ -173,9 +173,8 @@ func (s *State) StatusHistory(ctx context.Context, unit string, limit int) ([]St
 		limit = StatusHistoryLimit
 	}
 	r, err := s.read(ctx,
-		clientv3.OpGet(UnitKey(unit), clientv3.WithKeysOnly()),
-		clientv3.OpGet(StatusHistoryPrefix(unit), clientv3.WithPrefix(),
-			clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(limit))),
+		getKeyOnly(UnitKey(unit)),
+		getOp{key: StatusHistoryPrefix(unit), end: prefixEnd(StatusHistoryPrefix(unit)), limit: int64(limit), newestFirst: true},
 	)
 	if err != nil {
 		return nil, err

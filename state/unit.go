@@ -7,7 +7,6 @@ import (
 	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // unitsPerTxn bounds AddUnits' batches: at most four writes a unit (a new
@@ -53,7 +52,7 @@ func (s *State) AddUnits(ctx context.Context, service string, n int, p Placement
 			return added, err
 		}
 		err = s.apply(ctx, "add units to "+service, func(ctx context.Context) (*change, error) {
-			gets := []clientv3.Op{get(ServiceKey(service)), get(seqUnitKey(service)), get(seqMachine)}
+			gets := []getOp{get(ServiceKey(service)), get(seqUnitKey(service)), get(seqMachine)}
 			if p.Machine != "" {
 				gets = append(gets, get(MachineKey(p.Machine)))
 			}

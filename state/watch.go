@@ -121,18 +121,15 @@ func (s *State) ListMany(ctx context.Context, specs []ListSpec) ([][]Event, int6
 	var rev int64
 	for lo := 0; lo < len(specs); lo += listManyOps {
 		chunk := specs[lo:min(lo+listManyOps, len(specs))]
-		ops := make([]clientv3.Op, len(chunk))
+		gets := make([]getOp, len(chunk))
 		for i, sp := range chunk {
-			var opts []clientv3.OpOption
+			gets[i] = get(sp.Key)
 			if sp.Prefix {
-				opts = append(opts, clientv3.WithRange(prefixEnd(sp.Key)), clientv3.WithLimit(listPage))
+				gets[i] = getPrefix(sp.Key, listPage)
 			}
-			if rev != 0 {
-				opts = append(opts, clientv3.WithRev(rev))
-			}
-			ops[i] = clientv3.OpGet(rangeStart(sp.Key, sp.Prefix), opts...)
+			gets[i].rev = rev
 		}
-		r, err := s.read(ctx, ops...)
+		r, err := s.read(ctx, gets...)
 		if err != nil {
 			return nil, 0, err
 		}

@@ -1,0 +1,181 @@
+package state
+
+import (
+	"context"
+	"math"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+)
+
+// A State's reads go to etcd as range requests it builds itself, with the
+// namespace's prefix, and not through clientv3's Op and its namespace
+// wrapper: those made each read's request three times over (an Op, the
+// Op again with the prefix, then the request), and were a quarter of what
+// the controller allocated deploying 10,000 units (docs/PERFORMANCE.md,
+// twelfth round). Writes still go through clientv3 (State.commit), which
+// the gate and the tests' crashing stores wrap.
+
+// getOp is one read: a key, or the keys of a range.
+type getOp struct {
+	key string
+	// end is the end of the range, excluded: "" reads key alone, "\x00"
+	// every key from key on.
+	end      string
+	limit    int64
+	keysOnly bool
+	// rev reads at that revision; the current one when zero.
+	rev int64
+	// newestFirst sorts the keys by key, descending.
+	newestFirst bool
+}
+
+// get reads key.
+func get(key string) getOp { return getOp{key: key} }
+
+// getKeyOnly reads key without its value: whether it exists, and its
+// revisions.
+func getKeyOnly(key string) getOp { return getOp{key: key, keysOnly: true} }
+
+// getPrefix gets up to limit keys with the prefix (all when limit is 0).
+func getPrefix(prefix string, limit int64) getOp {
+	return getOp{key: rangeStart(prefix, true), end: prefixEnd(prefix), limit: limit}
+}
+
+// getKeys gets up to limit keys with the prefix, without their values.
+func getKeys(prefix string, limit int64) getOp {
+	g := getPrefix(prefix, limit)
+	g.keysOnly = true
+	return g
+}
+
+// getLastKey gets the last key with the prefix, without its value.
+func getLastKey(prefix string) getOp {
+	g := getKeys(prefix, 1)
+	g.newestFirst = true
+	return g
+}
+
+// remoteKV is what a client's KV may offer to be read without clientv3's
+// layers: the member's own handler, in the controller's process
+// (package embedetcd).
+type remoteKV interface {
+	Remote() etcdserverpb.KVClient
+}
+
+// remoteOf returns the requests' way to c's cluster.
+func remoteOf(c *clientv3.Client) etcdserverpb.KVClient {
+	if r, ok := c.KV.(remoteKV); ok {
+		return r.Remote()
+	}
+	return clientv3.RetryKVClient(c)
+}
+
+// callOpts are those clientv3 gives each call of its own: wait for the
+// connection rather than fail at once, and take an answer of any size.
+var callOpts = []grpc.CallOption{grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(math.MaxInt32)}
+
+// reads is the answer to one read round trip: one range per request.
+type reads struct {
+	rev    int64
+	ranges []*etcdserverpb.RangeResponse
+}
+
+// read performs the gets in one linearizable round trip at one revision.
+func (s *State) read(ctx context.Context, gets ...getOp) (*reads, error) {
+	s.stats.reads.Add(1)
+	// One allocation for each part of the requests, not three a get.
+	ranges := make([]etcdserverpb.RangeRequest, len(gets))
+	wraps := make([]etcdserverpb.RequestOp_RequestRange, len(gets))
+	ops := make([]etcdserverpb.RequestOp, len(gets))
+	req := &etcdserverpb.TxnRequest{Success: make([]*etcdserverpb.RequestOp, len(gets))}
+	for i, g := range gets {
+		s.fillRange(&ranges[i], g)
+		wraps[i].RequestRange = &ranges[i]
+		ops[i].Request = &wraps[i]
+		req.Success[i] = &ops[i]
+	}
+	resp, err := s.remote.Txn(ctx, req, callOpts...)
+	if err != nil {
+		return nil, clientv3.ContextError(ctx, err)
+	}
+	r := &reads{rev: resp.Header.Revision, ranges: make([]*etcdserverpb.RangeResponse, len(resp.Responses))}
+	for i, op := range resp.Responses {
+		rr := op.GetResponseRange()
+		s.unprefix(rr.Kvs)
+		r.ranges[i] = rr
+	}
+	return r, nil
+}
+
+// readRange reads one range on its own.
+func (s *State) readRange(ctx context.Context, g getOp) (*etcdserverpb.RangeResponse, error) {
+	s.stats.reads.Add(1)
+	var req etcdserverpb.RangeRequest
+	s.fillRange(&req, g)
+	resp, err := s.remote.Range(ctx, &req, callOpts...)
+	if err != nil {
+		return nil, clientv3.ContextError(ctx, err)
+	}
+	s.unprefix(resp.Kvs)
+	return resp, nil
+}
+
+// fillRange makes r the request of g, in the State's namespace.
+func (s *State) fillRange(r *etcdserverpb.RangeRequest, g getOp) {
+	ns := s.cfg.Namespace
+	r.Key = append(append(make([]byte, 0, len(ns)+len(g.key)), ns...), g.key...)
+	switch {
+	case g.end == "":
+	case g.end == "\x00" && ns != "":
+		// Every key from key on, within the namespace.
+		r.RangeEnd = []byte(prefixEnd(ns))
+	case g.end == "\x00":
+		r.RangeEnd = []byte{0}
+	default:
+		r.RangeEnd = append(append(make([]byte, 0, len(ns)+len(g.end)), ns...), g.end...)
+	}
+	r.Limit, r.KeysOnly, r.Revision = g.limit, g.keysOnly, g.rev
+	if g.newestFirst {
+		r.SortOrder, r.SortTarget = etcdserverpb.RangeRequest_DESCEND, etcdserverpb.RangeRequest_KEY
+	}
+}
+
+// unprefix takes the namespace off the keys read.
+func (s *State) unprefix(kvs []*mvccpb.KeyValue) {
+	n := len(s.cfg.Namespace)
+	if n == 0 {
+		return
+	}
+	for _, kv := range kvs {
+		kv.Key = kv.Key[n:]
+	}
+}
+
+// one returns the single key of range i, or nil.
+func (r *reads) one(i int) *mvccpb.KeyValue {
+	if kvs := r.ranges[i].Kvs; len(kvs) > 0 {
+		return kvs[0]
+	}
+	return nil
+}
+
+// all returns the keys of range i.
+func (r *reads) all(i int) []*mvccpb.KeyValue { return r.ranges[i].Kvs }
+
+// present returns the keys that exist among the answers of point reads
+// from i on.
+func (r *reads) present(i int) []*mvccpb.KeyValue {
+	var out []*mvccpb.KeyValue
+	for j := i; j < len(r.ranges); j++ {
+		if kv := r.one(j); kv != nil {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// more reports whether range i was cut short by its limit.
+func (r *reads) more(i int) bool { return r.ranges[i].More }
