@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lifelinehq/lifeline/etcdtest"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 )
 
 // busyKV stands in for etcd at the one seam gatedKV has: it refuses the
@@ -201,5 +204,77 @@ func TestHeldSlotServesEveryWriteOfItsHolder(t *testing.T) {
 	}
 	if got := fake.requests.Load(); got != 4 {
 		t.Errorf("etcd saw %d writes, want 4", got)
+	}
+}
+
+// gaugedRemote passes requests to etcd, refusing the first refusals
+// writes as too many, and counts the writes it holds at once.
+type gaugedRemote struct {
+	etcdserverpb.KVClient
+	refusals          atomic.Int64
+	mu                sync.Mutex
+	inFlight, maxSeen int
+}
+
+func (g *gaugedRemote) Txn(ctx context.Context, r *etcdserverpb.TxnRequest, opts ...grpc.CallOption) (*etcdserverpb.TxnResponse, error) {
+	if len(r.Success) == 0 || r.Success[0].GetRequestRange() != nil {
+		return g.KVClient.Txn(ctx, r, opts...) // a read
+	}
+	g.mu.Lock()
+	g.inFlight++
+	g.maxSeen = max(g.maxSeen, g.inFlight)
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		g.inFlight--
+		g.mu.Unlock()
+	}()
+	time.Sleep(time.Millisecond) // long enough for others to pile up
+	if g.refusals.Add(-1) >= 0 {
+		return nil, rpctypes.ErrGRPCRequestTooManyRequests
+	}
+	return g.KVClient.Txn(ctx, r, opts...)
+}
+
+// A State's operations write through its gate: no more at once than it
+// allows, and those etcd refuses as too many are sent again.
+func TestOperationsWriteThroughTheGate(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	st, err := New(etcdtest.Client(t), Config{Namespace: etcdtest.Namespace(t), MaxWritesInFlight: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := st.AddMachines(ctx, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gaugedRemote{KVClient: st.remote}
+	g.refusals.Store(3)
+	st.remote = g
+	var wg sync.WaitGroup
+	for _, m := range ms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := st.SetMachineInstance(ctx, m.Id, "i-"+m.Id, "10.0.0.1"); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if g.maxSeen > 2 {
+		t.Errorf("%d writes in etcd at once, want at most 2", g.maxSeen)
+	}
+	if got := st.Stats().Busy; got != 3 {
+		t.Errorf("%d writes sent again after a refusal, want 3", got)
+	}
+	for _, m := range ms {
+		got, err := st.Machine(ctx, m.Id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.InstanceId != "i-"+m.Id {
+			t.Errorf("machine %s has instance %q, want i-%s", m.Id, got.InstanceId, m.Id)
+		}
 	}
 }

@@ -7,50 +7,30 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/lifelinehq/lifeline/etcdtest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
 )
 
 var errCrash = errors.New("crashed")
 
-// crashingKV lets a budget of write transactions through, then fails every
-// one: the process "crashed" between two steps.
-type crashingKV struct {
-	clientv3.KV
+// crashingRemote lets a budget of write transactions through, then fails
+// every one: the process "crashed" between two steps.
+type crashingRemote struct {
+	etcdserverpb.KVClient
 	budget *atomic.Int64
 }
 
-func (k crashingKV) Txn(ctx context.Context) clientv3.Txn {
-	return &crashingTxn{Txn: k.KV.Txn(ctx), budget: k.budget}
-}
-
-type crashingTxn struct {
-	clientv3.Txn
-	budget *atomic.Int64
-	writes bool
-}
-
-func (t *crashingTxn) If(cs ...clientv3.Cmp) clientv3.Txn { t.Txn = t.Txn.If(cs...); return t }
-func (t *crashingTxn) Else(ops ...clientv3.Op) clientv3.Txn {
-	t.Txn = t.Txn.Else(ops...)
-	return t
-}
-
-func (t *crashingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	for _, op := range ops {
-		t.writes = t.writes || !op.IsGet()
+func (k crashingRemote) Txn(ctx context.Context, r *etcdserverpb.TxnRequest, opts ...grpc.CallOption) (*etcdserverpb.TxnResponse, error) {
+	writes := false
+	for _, op := range append(r.Success, r.Failure...) {
+		writes = writes || op.GetRequestRange() == nil
 	}
-	t.Txn = t.Txn.Then(ops...)
-	return t
-}
-
-func (t *crashingTxn) Commit() (*clientv3.TxnResponse, error) {
-	if t.writes && t.budget.Add(-1) < 0 {
+	if writes && k.budget.Add(-1) < 0 {
 		return nil, errCrash
 	}
-	return t.Txn.Commit()
+	return k.KVClient.Txn(ctx, r, opts...)
 }
 
 // TestCleanerSurvivesACrashBetweenAnyTwoSteps lets each cleaner make one
@@ -113,7 +93,7 @@ func TestCleanerSurvivesACrashBetweenAnyTwoSteps(t *testing.T) {
 		}
 		budget := new(atomic.Int64)
 		budget.Store(1)
-		st.kv = crashingKV{KV: st.kv, budget: budget}
+		st.remote = crashingRemote{KVClient: st.remote, budget: budget}
 		_, err = NewCleaner(st, time.Second).Pass(ctx)
 		snap, serr := base.Snapshot(ctx)
 		if serr != nil {

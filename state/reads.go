@@ -15,8 +15,8 @@ import (
 // wrapper: those made each read's request three times over (an Op, the
 // Op again with the prefix, then the request), and were a quarter of what
 // the controller allocated deploying 10,000 units (docs/PERFORMANCE.md,
-// twelfth round). Writes still go through clientv3 (State.commit), which
-// the gate and the tests' crashing stores wrap.
+// twelfth round). Transactions that write are built the same way
+// (writes.go).
 
 // getOp is one read: a key, or the keys of a range.
 type getOp struct {
@@ -125,21 +125,29 @@ func (s *State) readRange(ctx context.Context, g getOp) (*etcdserverpb.RangeResp
 
 // fillRange makes r the request of g, in the State's namespace.
 func (s *State) fillRange(r *etcdserverpb.RangeRequest, g getOp) {
-	ns := s.cfg.Namespace
-	r.Key = append(append(make([]byte, 0, len(ns)+len(g.key)), ns...), g.key...)
-	switch {
-	case g.end == "":
-	case g.end == "\x00" && ns != "":
-		// Every key from key on, within the namespace.
-		r.RangeEnd = []byte(prefixEnd(ns))
-	case g.end == "\x00":
-		r.RangeEnd = []byte{0}
-	default:
-		r.RangeEnd = append(append(make([]byte, 0, len(ns)+len(g.end)), ns...), g.end...)
-	}
+	r.Key, r.RangeEnd = s.interval(g.key, g.end)
 	r.Limit, r.KeysOnly, r.Revision = g.limit, g.keysOnly, g.rev
 	if g.newestFirst {
 		r.SortOrder, r.SortTarget = etcdserverpb.RangeRequest_DESCEND, etcdserverpb.RangeRequest_KEY
+	}
+}
+
+// interval is the key and range end of a request for the keys from key
+// up to end, in the State's namespace: end "" is key alone, "\x00" every
+// key from key on.
+func (s *State) interval(key, end string) ([]byte, []byte) {
+	ns := s.cfg.Namespace
+	k := append(append(make([]byte, 0, len(ns)+len(key)), ns...), key...)
+	switch {
+	case end == "":
+		return k, nil
+	case end == "\x00" && ns != "":
+		// Every key from key on, within the namespace.
+		return k, []byte(prefixEnd(ns))
+	case end == "\x00":
+		return k, []byte{0}
+	default:
+		return k, append(append(make([]byte, 0, len(ns)+len(end)), ns...), end...)
 	}
 }
 

@@ -54,10 +54,13 @@ func (c Config) Validate() error {
 
 // State reads and changes the model stored in etcd.
 type State struct {
+	// kv is for the few calls that are not an operation's reads or
+	// transaction: leases, credentials, charms' chunks, the CA.
 	kv clientv3.KV
-	// gate is kv as New made it, whatever tests wrap it in.
+	// gate bounds the writes in etcd, kv's and the operations'.
 	gate *gatedKV
-	// remote is where reads go (reads.go).
+	// remote is where the operations' reads and transactions go, as
+	// requests the State builds (reads.go, writes.go).
 	remote  etcdserverpb.KVClient
 	watcher clientv3.Watcher
 	lease   clientv3.Lease
@@ -177,79 +180,6 @@ func (s *State) ConflictsByOp() map[string]int64 {
 	return m
 }
 
-// change is what one attempt decided: the comparisons that must still hold
-// for the decision to be right, and the writes that carry it out.
-type change struct {
-	cmps []clientv3.Cmp
-	ops  []clientv3.Op
-}
-
-// ifMod asserts that key is unchanged since it was read at modRev; a zero
-// modRev asserts that key is absent.
-func (c *change) ifMod(key string, modRev int64) {
-	if modRev == 0 {
-		c.ifAbsent(key)
-		return
-	}
-	c.cmps = append(c.cmps, clientv3.Compare(clientv3.ModRevision(key), "=", modRev))
-}
-
-// ifAbsent asserts that key does not exist.
-func (c *change) ifAbsent(key string) {
-	c.cmps = append(c.cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
-}
-
-// ifSame asserts that key still exists as the incarnation created at
-// createRev, whatever has been written to it since. It keeps a witness:
-// "this prefix is not empty" stays true while the witness exists.
-func (c *change) ifSame(key string, createRev int64) {
-	c.cmps = append(c.cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", createRev))
-}
-
-// ifExists asserts that key exists.
-func (c *change) ifExists(key string) {
-	c.cmps = append(c.cmps, clientv3.Compare(clientv3.CreateRevision(key), ">", 0))
-}
-
-// ifEmpty asserts that no key has the prefix.
-func (c *change) ifEmpty(prefix string) {
-	c.cmps = append(c.cmps, clientv3.Compare(clientv3.CreateRevision(prefix), "=", 0).WithPrefix())
-}
-
-// ifOnly asserts that key is the only key with the prefix.
-func (c *change) ifOnly(prefix, key string) {
-	c.cmps = append(c.cmps,
-		clientv3.Compare(clientv3.CreateRevision(prefix), "=", 0).WithRange(key),
-		clientv3.Compare(clientv3.CreateRevision(key+"\x00"), "=", 0).WithRange(prefixEnd(prefix)),
-	)
-}
-
-// ifNoNewer asserts that no key with the prefix was created or changed after
-// revision rev: the set read at rev has not grown.
-func (c *change) ifNoNewer(prefix string, rev int64) {
-	c.cmps = append(c.cmps, clientv3.Compare(clientv3.ModRevision(prefix), "<", rev+1).WithPrefix())
-}
-
-func (c *change) put(key string, m proto.Message) {
-	c.ops = append(c.ops, clientv3.OpPut(key, string(mustMarshal(m))))
-}
-
-func (c *change) putRaw(key, value string) {
-	c.ops = append(c.ops, clientv3.OpPut(key, value))
-}
-
-func (c *change) del(key string) {
-	c.ops = append(c.ops, clientv3.OpDelete(key))
-}
-
-func (c *change) delPrefix(prefix string) {
-	c.ops = append(c.ops, clientv3.OpDelete(prefix, clientv3.WithPrefix()))
-}
-
-func (c *change) size() int { return len(c.cmps) + len(c.ops) }
-
-func (c *change) empty() bool { return len(c.ops) == 0 }
-
 func mustMarshal(m proto.Message) []byte {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
@@ -305,32 +235,6 @@ func (s *State) apply(ctx context.Context, what string, attempt func(ctx context
 	}
 	s.stats.aborted.Add(1)
 	return fmt.Errorf("%s: %w", what, ErrAborted)
-}
-
-// commit commits c, reporting whether its comparisons held.
-func (s *State) commit(ctx context.Context, c *change) (bool, error) {
-	if c.empty() {
-		return true, nil
-	}
-	n := int64(c.size())
-	if n > MaxTxnOps {
-		// A programming error: every operation bounds its batches.
-		panic(fmt.Sprintf("state: transaction of %d operations exceeds %d", n, MaxTxnOps))
-	}
-	for {
-		cur := s.stats.maxOps.Load()
-		if n <= cur || s.stats.maxOps.CompareAndSwap(cur, n) {
-			break
-		}
-	}
-	resp, err := s.kv.Txn(ctx).If(c.cmps...).Then(c.ops...).Commit()
-	if err != nil {
-		return false, err
-	}
-	if resp.Succeeded {
-		s.stats.txns.Add(1)
-	}
-	return resp.Succeeded, nil
 }
 
 // record is a decoded value with the revisions of the key that held it.

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -132,7 +130,7 @@ func (s *State) setUnitStatus(ctx context.Context, kind StatusKind, unit string,
 		c.put(statusKey, st)
 		c.put(StatusHistoryKey(unit, seq), &pb.StatusHistoryEntry{Kind: string(kind), Status: st})
 		if oldest := seq - StatusHistoryLimit + 1; oldest > 1 {
-			c.ops = append(c.ops, clientv3.OpDelete(StatusHistoryKey(unit, 0), clientv3.WithRange(StatusHistoryKey(unit, oldest))))
+			c.delRange(StatusHistoryKey(unit, 0), StatusHistoryKey(unit, oldest))
 		}
 		return c, nil
 	})

@@ -1,0 +1,200 @@
+package state
+
+import (
+	"context"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+)
+
+// An operation's transaction goes to etcd as a request the State builds
+// itself, as its reads do (reads.go), in its slot of the gate
+// (backpressure.go).
+
+// change is what one attempt decided: the comparisons that must still hold
+// for the decision to be right, and the writes that carry it out.
+type change struct {
+	cmps []cmp
+	ops  []write
+}
+
+// cmp is one comparison of a change: the create or mod revision of a key,
+// or of every key of a range, against rev.
+type cmp struct {
+	key, end string // end: "" for key alone
+	mod      bool   // the mod revision, else the create revision
+	result   etcdserverpb.Compare_CompareResult
+	rev      int64
+}
+
+// write is one write of a change: a put, or the deletion of a key or of
+// the keys of a range.
+type write struct {
+	key, end string // end: "" for key alone
+	value    []byte
+	del      bool
+}
+
+// ifMod asserts that key is unchanged since it was read at modRev; a zero
+// modRev asserts that key is absent.
+func (c *change) ifMod(key string, modRev int64) {
+	if modRev == 0 {
+		c.ifAbsent(key)
+		return
+	}
+	c.cmps = append(c.cmps, cmp{key: key, mod: true, result: etcdserverpb.Compare_EQUAL, rev: modRev})
+}
+
+// ifAbsent asserts that key does not exist.
+func (c *change) ifAbsent(key string) {
+	c.cmps = append(c.cmps, cmp{key: key, result: etcdserverpb.Compare_EQUAL})
+}
+
+// ifSame asserts that key still exists as the incarnation created at
+// createRev, whatever has been written to it since. It keeps a witness:
+// "this prefix is not empty" stays true while the witness exists.
+func (c *change) ifSame(key string, createRev int64) {
+	c.cmps = append(c.cmps, cmp{key: key, result: etcdserverpb.Compare_EQUAL, rev: createRev})
+}
+
+// ifExists asserts that key exists.
+func (c *change) ifExists(key string) {
+	c.cmps = append(c.cmps, cmp{key: key, result: etcdserverpb.Compare_GREATER})
+}
+
+// ifEmpty asserts that no key has the prefix.
+func (c *change) ifEmpty(prefix string) {
+	c.cmps = append(c.cmps, cmp{key: prefix, end: prefixEnd(prefix), result: etcdserverpb.Compare_EQUAL})
+}
+
+// ifOnly asserts that key is the only key with the prefix.
+func (c *change) ifOnly(prefix, key string) {
+	c.cmps = append(c.cmps,
+		cmp{key: prefix, end: key, result: etcdserverpb.Compare_EQUAL},
+		cmp{key: key + "\x00", end: prefixEnd(prefix), result: etcdserverpb.Compare_EQUAL},
+	)
+}
+
+// ifNoNewer asserts that no key with the prefix was created or changed after
+// revision rev: the set read at rev has not grown.
+func (c *change) ifNoNewer(prefix string, rev int64) {
+	c.cmps = append(c.cmps, cmp{key: prefix, end: prefixEnd(prefix), mod: true, result: etcdserverpb.Compare_LESS, rev: rev + 1})
+}
+
+func (c *change) put(key string, m proto.Message) {
+	c.ops = append(c.ops, write{key: key, value: mustMarshal(m)})
+}
+
+func (c *change) putRaw(key, value string) {
+	c.ops = append(c.ops, write{key: key, value: []byte(value)})
+}
+
+func (c *change) del(key string) {
+	c.ops = append(c.ops, write{key: key, del: true})
+}
+
+func (c *change) delPrefix(prefix string) {
+	c.ops = append(c.ops, write{key: prefix, end: prefixEnd(prefix), del: true})
+}
+
+// delRange deletes the keys from start up to end, excluded.
+func (c *change) delRange(start, end string) {
+	c.ops = append(c.ops, write{key: start, end: end, del: true})
+}
+
+func (c *change) size() int { return len(c.cmps) + len(c.ops) }
+
+func (c *change) empty() bool { return len(c.ops) == 0 }
+
+// commit commits c, reporting whether its comparisons held.
+func (s *State) commit(ctx context.Context, c *change) (bool, error) {
+	if c.empty() {
+		return true, nil
+	}
+	n := int64(c.size())
+	if n > MaxTxnOps {
+		// A programming error: every operation bounds its batches.
+		panic(fmt.Sprintf("state: transaction of %d operations exceeds %d", n, MaxTxnOps))
+	}
+	for {
+		cur := s.stats.maxOps.Load()
+		if n <= cur || s.stats.maxOps.CompareAndSwap(cur, n) {
+			break
+		}
+	}
+	req := s.txnRequest(c)
+	var resp *etcdserverpb.TxnResponse
+	err := s.gate.write(ctx, func() (err error) {
+		resp, err = s.remote.Txn(ctx, req, callOpts...)
+		return clientv3.ContextError(ctx, err)
+	})
+	if err != nil {
+		return false, err
+	}
+	if resp.Succeeded {
+		s.stats.txns.Add(1)
+	}
+	return resp.Succeeded, nil
+}
+
+// txnRequest is c's transaction in the State's namespace, each part of it
+// allocated once for all its comparisons or writes.
+func (s *State) txnRequest(c *change) *etcdserverpb.TxnRequest {
+	req := &etcdserverpb.TxnRequest{
+		Compare: make([]*etcdserverpb.Compare, len(c.cmps)),
+		Success: make([]*etcdserverpb.RequestOp, len(c.ops)),
+	}
+	cmps := make([]etcdserverpb.Compare, len(c.cmps))
+	nmod := 0
+	for _, x := range c.cmps {
+		if x.mod {
+			nmod++
+		}
+	}
+	mods := make([]etcdserverpb.Compare_ModRevision, 0, nmod)
+	creates := make([]etcdserverpb.Compare_CreateRevision, 0, len(c.cmps)-nmod)
+	for i, x := range c.cmps {
+		p := &cmps[i]
+		p.Key, p.RangeEnd = s.interval(x.key, x.end)
+		p.Result = x.result
+		if x.mod {
+			p.Target = etcdserverpb.Compare_MOD
+			mods = append(mods, etcdserverpb.Compare_ModRevision{ModRevision: x.rev})
+			p.TargetUnion = &mods[len(mods)-1]
+		} else {
+			p.Target = etcdserverpb.Compare_CREATE
+			creates = append(creates, etcdserverpb.Compare_CreateRevision{CreateRevision: x.rev})
+			p.TargetUnion = &creates[len(creates)-1]
+		}
+		req.Compare[i] = p
+	}
+	ops := make([]etcdserverpb.RequestOp, len(c.ops))
+	var puts []etcdserverpb.PutRequest
+	var putOps []etcdserverpb.RequestOp_RequestPut
+	var dels []etcdserverpb.DeleteRangeRequest
+	var delOps []etcdserverpb.RequestOp_RequestDeleteRange
+	for i, w := range c.ops {
+		key, end := s.interval(w.key, w.end)
+		if w.del {
+			if dels == nil {
+				dels = make([]etcdserverpb.DeleteRangeRequest, 0, len(c.ops)-i)
+				delOps = make([]etcdserverpb.RequestOp_RequestDeleteRange, 0, len(c.ops)-i)
+			}
+			dels = append(dels, etcdserverpb.DeleteRangeRequest{Key: key, RangeEnd: end})
+			delOps = append(delOps, etcdserverpb.RequestOp_RequestDeleteRange{RequestDeleteRange: &dels[len(dels)-1]})
+			ops[i].Request = &delOps[len(delOps)-1]
+		} else {
+			if puts == nil {
+				puts = make([]etcdserverpb.PutRequest, 0, len(c.ops)-i)
+				putOps = make([]etcdserverpb.RequestOp_RequestPut, 0, len(c.ops)-i)
+			}
+			puts = append(puts, etcdserverpb.PutRequest{Key: key, Value: w.value})
+			putOps = append(putOps, etcdserverpb.RequestOp_RequestPut{RequestPut: &puts[len(puts)-1]})
+			ops[i].Request = &putOps[len(putOps)-1]
+		}
+		req.Success[i] = &ops[i]
+	}
+	return req
+}
