@@ -278,3 +278,47 @@ func TestOperationsWriteThroughTheGate(t *testing.T) {
 		}
 	}
 }
+
+// An operation reads once it holds its slot, not before: what it read
+// does not age while it queues, so a write meanwhile to what it reads
+// costs it no conflict.
+func TestOperationReadsInItsSlot(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	ns := etcdtest.Namespace(t)
+	st, err := New(etcdtest.Client(t), Config{Namespace: ns, MaxWritesInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := st.AddMachines(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ms[0].Id
+	_, release, err := st.gate.hold(ctx) // the only slot
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads := st.Stats().Reads
+	done := make(chan error, 1)
+	go func() { done <- st.SetMachineInstance(ctx, id, "i-1", "10.0.0.1") }()
+	// Give it the time to read, were it to read before its slot.
+	for deadline := time.Now().Add(50 * time.Millisecond); time.Now().Before(deadline) && st.Stats().Reads == reads; {
+		time.Sleep(time.Millisecond)
+	}
+	// The machine changes while the operation waits for the slot.
+	raw := etcdtest.Client(t)
+	resp, err := raw.Get(ctx, ns+MachineKey(id))
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("read machine %s: %v", id, err)
+	}
+	if _, err := raw.Put(ctx, ns+MachineKey(id), string(resp.Kvs[0].Value)); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Stats().Conflicts; got != 0 {
+		t.Errorf("%d conflicts, want none: the operation read before it held its slot", got)
+	}
+}

@@ -196,8 +196,15 @@ var errNothingToDo = errors.New("nothing to do")
 // something it relied on moved: apply calls attempt again, a bounded number
 // of times. attempt may return errNothingToDo to end with success.
 func (s *State) apply(ctx context.Context, what string, attempt func(ctx context.Context) (*change, error)) error {
-	release := func() {}
-	defer func() { release() }()
+	// The operation takes its slot among the writes in etcd before it
+	// reads, and keeps it for all its attempts: what it reads is not
+	// left to age while it queues for the slot, and a retry does not
+	// queue again (backpressure.go).
+	ctx, release, err := s.gate.hold(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	defer release()
 	for i := 0; i < s.cfg.MaxAttempts; i++ {
 		c, err := attempt(ctx)
 		if errors.Is(err, errNothingToDo) {
@@ -205,14 +212,6 @@ func (s *State) apply(ctx context.Context, what string, attempt func(ctx context
 		}
 		if err != nil {
 			return err
-		}
-		if i == 0 && !c.empty() {
-			// The operation takes its slot among the writes in etcd
-			// for all its attempts, so that a retry does not queue
-			// again (backpressure.go).
-			if ctx, release, err = s.gate.hold(ctx); err != nil {
-				return fmt.Errorf("%s: %w", what, err)
-			}
 		}
 		ok, err := s.commit(ctx, c)
 		if err != nil {
