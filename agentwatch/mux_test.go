@@ -512,3 +512,57 @@ func TestMuxFollowsAsAnotherAgentOnItsStream(t *testing.T) {
 		})
 	}
 }
+
+// stuckAPI opens WatchMany streams whose sends never complete, as on a
+// connection whose flow control has stopped: Recv waits for the end.
+type stuckAPI struct {
+	ManyWatcher
+	sends atomic.Int32
+}
+
+func (a *stuckAPI) WatchMany(ctx context.Context, _ ...grpc.CallOption) (grpc.BidiStreamingClient[pb.WatchManyRequest, pb.WatchManyResponse], error) {
+	return &stuckStream{ctx: ctx, api: a}, nil
+}
+
+type stuckStream struct {
+	grpc.BidiStreamingClient[pb.WatchManyRequest, pb.WatchManyResponse]
+	ctx context.Context
+	api *stuckAPI
+}
+
+func (s *stuckStream) Send(*pb.WatchManyRequest) error {
+	s.api.sends.Add(1)
+	<-s.ctx.Done()
+	return s.ctx.Err()
+}
+
+func (s *stuckStream) Recv() (*pb.WatchManyResponse, error) {
+	<-s.ctx.Done()
+	return nil, s.ctx.Err()
+}
+
+// A Follow ends when its context does, even while the stream cannot take
+// its subscription, and the others' subscriptions wait their turn.
+func TestMuxFollowEndsWhileItsStreamIsStuck(t *testing.T) {
+	api := &stuckAPI{}
+	mux := NewMux(api, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ended := make(chan struct{}, 3)
+	followCtx, stop := context.WithCancel(ctx)
+	for _, s := range machineSubjects()[:3] {
+		go func() {
+			mux.Follow(followCtx, s, func(*pb.WatchResponse) {}, hclog.NewNullLogger())
+			ended <- struct{}{}
+		}()
+	}
+	waitFor(t, "a send", func() bool { return api.sends.Load() > 0 })
+	stop()
+	for range 3 {
+		select {
+		case <-ended:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Follow did not return after its context ended: it waits on the stream")
+		}
+	}
+}
