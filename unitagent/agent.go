@@ -221,8 +221,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		r.serviceDyingSince = serviceDyingSince
 		act := next(a.l, r, a.cfg.Unit, now)
 		if act.kind != actHook {
-			// A hook's end or a download, saved unsynced, is made
-			// durable before the agent acts on anything else or waits.
+			// A hook's end or a download, saved unsynced, and a
+			// missing hook's, left for the next save, are made durable
+			// before the agent acts on anything else or waits.
 			if err := a.store.flush(); err != nil {
 				a.logger.Warn("cannot sync the unit's state; trying again", "error", err)
 				if !sleep(ctx, time.Second) {

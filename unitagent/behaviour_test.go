@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -215,6 +217,30 @@ func TestTwoSavesAHook(t *testing.T) {
 	}
 	if got := len(w.lines("kv/0", "state.log")); got != 1+2*3 {
 		t.Errorf("the journal holds %d records, want 7:\n%s", got, strings.Join(w.lines("kv/0", "state.log"), "\n"))
+	}
+}
+
+// TestNoSavesForHooksTheCharmLacks counts the journal's records on the way
+// to running with a charm that has no hooks: the charm unpacked, and the
+// skipped hooks written together with it, before the agent goes on to
+// anything but a hook (here, waiting).
+func TestNoSavesForHooksTheCharmLacks(t *testing.T) {
+	w := newWorld(t)
+	dir := writeCharm(t, kvMeta, "server")
+	if err := os.RemoveAll(filepath.Join(dir, "hooks")); err != nil {
+		t.Fatal(err)
+	}
+	c := w.env.Upload(w.op, dir)
+	if _, err := w.op.Deploy(w.env.Ctx, &pb.DeployRequest{Charm: c.Name, NumUnits: 1}); err != nil {
+		t.Fatal(err)
+	}
+	w.start("kv/0")
+	w.waitState("kv/0", "running")
+	if err := w.stop("kv/0"); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	if got := len(w.lines("kv/0", "state.log")); got != 2 {
+		t.Errorf("the journal holds %d records, want 2:\n%s", got, strings.Join(w.lines("kv/0", "state.log"), "\n"))
 	}
 }
 

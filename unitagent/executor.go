@@ -105,21 +105,21 @@ func ignoreCode(err error, c codes.Code) error {
 // running and saved before it starts, so that a crash during the hook
 // counts against it; on success its relation settings, if any, are saved
 // with it, then committed, then the state machine moves on (saved again).
-// Two saves a hook, three when it set relation settings, one when the
-// charm has no such hook: a crash between the hook's end and the next
-// save counts as a crash during the hook, a failed attempt.
+// Two saves a hook, three when it set relation settings, none of its own
+// when the charm has no such hook: a crash between the hook's end and the
+// next save counts as a crash during the hook, a failed attempt.
 func (ex *executor) runHook(ctx context.Context, r *remote) error {
 	a := ex.a
 	op := a.l.Op
 	if op.Step == stepDone {
-		return ex.commit(ctx, op)
+		return ex.commit(ctx, op, true)
 	}
 	if !a.hasHook(op.Hook) {
 		// Nothing to run (the charm has no such hook): done at once,
 		// without the machine's hook lock and without a status report,
-		// saved once, when committed.
+		// and saved with the next save (stateStore.saveLater).
 		op.Step, op.Settings = stepDone, nil
-		return ex.commit(ctx, op)
+		return ex.commit(ctx, op, false)
 	}
 	select {
 	case a.cfg.HookLock <- struct{}{}:
@@ -165,7 +165,7 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 			return err
 		}
 	}
-	return ex.commit(ctx, op)
+	return ex.commit(ctx, op, true)
 }
 
 // hasHook reports whether the charm has a file for the hook. A missing one
@@ -184,8 +184,9 @@ func errString(err error, res hookResult) string {
 }
 
 // commit writes a successful hook's relation settings, all in one call,
-// then records the hook done.
-func (ex *executor) commit(ctx context.Context, op *hookOp) error {
+// then records the hook done: at once if it ran, with the next save if
+// the charm has no such hook.
+func (ex *executor) commit(ctx context.Context, op *hookOp, ran bool) error {
 	a := ex.a
 	if len(op.Settings) > 0 {
 		req := &pb.UpdateSettingsRequest{Unit: a.cfg.Unit}
@@ -210,7 +211,9 @@ func (ex *executor) commit(ctx context.Context, op *hookOp) error {
 	a.logger.Debug("hook done", "hook", op.Hook)
 	// Synced with the next save, or flushed before the agent acts on
 	// anything but a hook (stateStore.saveUnsynced).
-	if err := a.store.saveUnsynced(a.l); err != nil {
+	if !ran {
+		a.store.saveLater(a.l)
+	} else if err := a.store.saveUnsynced(a.l); err != nil {
 		return err
 	}
 	if strings.HasSuffix(op.Hook, "-relation-broken") {

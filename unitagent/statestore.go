@@ -89,6 +89,9 @@ type stateStore struct {
 	// (saveUnsynced): a crash of the process keeps it, a crash of the
 	// machine may lose it. The next sync of the journal covers it.
 	unsynced bool
+	// later is the state a change of which saveLater left for the next
+	// save or flush to write.
+	later *localState
 	// crash, when set (by tests), is called at each point of a save where
 	// a crash leaves the files in a state of their own; an error stops the
 	// save there, as a crash would.
@@ -304,9 +307,23 @@ func (s *stateStore) save(l *localState) error { return s.saveSync(l, true) }
 // sync of its directory until the first synced save or flush.
 func (s *stateStore) saveUnsynced(l *localState) error { return s.saveSync(l, false) }
 
-// flush makes durable a record saveUnsynced wrote, if any, and the
-// journal's directory entry if saveUnsynced created the journal.
+// saveLater is for a change of l that needs no record of its own: the
+// next save writes it with its own, or flush if none comes first. A crash
+// before then loses it. The agent uses it for a hook the charm does not
+// have, which, done again, does nothing again: a charm without hooks
+// (or with few) wrote a record for each it lacked, eight a unit
+// deploying, where it now writes one.
+func (s *stateStore) saveLater(l *localState) { s.later = l }
+
+// flush writes what saveLater left, synced, and makes durable a record
+// saveUnsynced wrote, if any, and the journal's directory entry if
+// saveUnsynced created the journal.
 func (s *stateStore) flush() error {
+	if l := s.later; l != nil {
+		if err := s.save(l); err != nil {
+			return err
+		}
+	}
 	if !s.unsynced {
 		return nil
 	}
@@ -343,12 +360,18 @@ func (s *stateStore) saveSync(l *localState, sync bool) error {
 		return fmt.Errorf("encode unit state: %w", err)
 	}
 	if !s.rewrite && len(l.changes) == 0 && bytes.Equal(head, s.head) {
+		s.later = nil
 		return nil
 	}
 	if s.rewrite || s.journalBytes > compactMinBytes && s.journalBytes > 2*s.snapshotBytes {
-		return s.writeSnapshot(l, head)
+		err = s.writeSnapshot(l, head)
+	} else {
+		err = s.append(l, head, sync)
 	}
-	return s.append(l, head, sync)
+	if err == nil {
+		s.later = nil
+	}
+	return err
 }
 
 // append writes one record to the journal and, with sync, syncs it (and

@@ -680,3 +680,52 @@ func TestStateStoreWriterProcess(t *testing.T) {
 		w.Flush()
 	}
 }
+
+// TestStateStoreSaveLater: a change left for later is not on disk until
+// the next save or flush writes it, with one record, synced.
+func TestStateStoreSaveLater(t *testing.T) {
+	for _, then := range []string{"save", "flush"} {
+		t.Run(then, func(t *testing.T) {
+			dir := t.TempDir()
+			s := newStateStore(dir)
+			l, err := s.load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			step(l, 1)
+			if err := s.save(l); err != nil {
+				t.Fatal(err)
+			}
+			saved := canon(t, l)
+			records := s.seq
+			for i := 2; i < 5; i++ {
+				step(l, i)
+				s.saveLater(l)
+			}
+			if got, _, _ := loadCanon(t, dir); got != saved {
+				t.Fatalf("a change left for later is on disk:\n%s\nwant\n%s", got, saved)
+			}
+			if then == "save" {
+				step(l, 5)
+				err = s.save(l)
+			} else {
+				err = s.flush()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.unsynced || s.later != nil {
+				t.Errorf("after the %s: unsynced %v, left for later %v", then, s.unsynced, s.later != nil)
+			}
+			if s.seq != records+1 {
+				t.Errorf("the %s wrote %d records, want 1", then, s.seq-records)
+			}
+			if got, _, _ := loadCanon(t, dir); got != canon(t, l) {
+				t.Errorf("loaded\n%s\nwant\n%s", got, canon(t, l))
+			}
+			if err := s.flush(); err != nil || s.seq != records+1 {
+				t.Errorf("a flush with nothing left wrote %d records (%v)", s.seq-records-1, err)
+			}
+		})
+	}
+}
