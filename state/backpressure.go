@@ -85,11 +85,12 @@ type heldSlot struct{}
 
 // hold takes a slot for all the writes made with the returned context,
 // until release is called; with a context that holds one already, it
-// takes nothing. An operation (State.apply) holds one for all its
-// attempts, so that a retry after a conflict does not wait again behind
-// every write queued since its first: in a burst (10,000 units leaving a
-// relation at once, 5,800 retries) 1% of the departures took over 4 s,
-// and some 16, against at most 4 for the calls that never conflict.
+// takes nothing. An operation (State.apply) takes one before its first
+// read and holds it for all its attempts: what it read does not age while
+// it queues, and a retry after a conflict does not wait again behind
+// every write queued since its first (in a burst, 10,000 units leaving a
+// relation at once and 5,800 retries, 1% of the departures took over 4 s,
+// and some 16, against at most 4 for the calls that never conflict).
 func (k *gatedKV) hold(ctx context.Context) (held context.Context, release func(), err error) {
 	if ctx.Value(heldSlot{}) != nil {
 		return ctx, func() {}, nil

@@ -12,9 +12,11 @@
 // off in small batches.
 //
 // A State has at most Config.MaxWritesInFlight writes in etcd at once; an
-// operation holds its slot for all its attempts, and a write etcd refuses
-// as too many (it is behind applying) is sent again after a pause
-// (backpressure.go).
+// operation takes its slot before its first read and holds it for all its
+// attempts, and a write etcd refuses as too many (it is behind applying)
+// is sent again after a pause (backpressure.go). Its reads and
+// transactions go to etcd as requests it builds itself, in its namespace
+// (reads.go, writes.go).
 //
 // The package also keeps the invariant checkers (CheckInvariants over a
 // snapshot, LifeChecker over a watch stream) that tests use to show the rules
