@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lifelinehq/lifeline/names"
@@ -395,7 +397,8 @@ func (a *agentServer) UpdateSettings(ctx context.Context, req *pb.UpdateSettings
 
 // SetUnitStatus records a unit's status: a unit agent its own, agent or
 // workload; a machine agent the agent status of a unit on its machine
-// (reporting, say, a unit agent it cannot start).
+// (reporting, say, a unit agent it cannot start). A progress report is
+// declined while the controller's writes queue (Config.Busy).
 func (a *agentServer) SetUnitStatus(ctx context.Context, req *pb.SetUnitStatusRequest) (*pb.SetUnitStatusResponse, error) {
 	c := callerFrom(ctx)
 	name := req.GetUnit()
@@ -425,6 +428,11 @@ func (a *agentServer) SetUnitStatus(ctx context.Context, req *pb.SetUnitStatusRe
 		if err := ownUnit(c, name, "set the status of"); err != nil {
 			return nil, err
 		}
+	}
+	if req.GetProgress() && a.s.cfg.Busy() {
+		// A report of which hook runs matters less than the writes
+		// queued ahead of it, and the agent's next report replaces it.
+		return nil, status.Error(codes.ResourceExhausted, "the controller is busy: progress report declined")
 	}
 	if err := a.s.st.SetStatus(ctx, kind, name, req.GetStatus()); err != nil {
 		return nil, err

@@ -2,10 +2,12 @@ package controller_test
 
 import (
 	"maps"
+	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/lifelinehq/lifeline/controllertest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 )
@@ -312,4 +314,53 @@ func TestAgentClearResolved(t *testing.T) {
 		{name: "by a machine agent", as: "machine-0", setup: resolved("kv/0"), call: clearResolved("kv/0"), code: codes.PermissionDenied, msg: "machine 0's agent may not clear the resolved mark of unit kv/0"},
 		{name: "malformed name", as: "unit-kv/0", call: clearResolved("kv/0/0"), code: codes.InvalidArgument, msg: "invalid unit name"},
 	})
+}
+
+// A unit agent's progress report is declined while the controller's
+// writes queue, with ResourceExhausted, and changes nothing; any other
+// report is recorded all the same, and progress once the queue is gone.
+func TestAgentProgressDeclinedWhenBusy(t *testing.T) {
+	var busy atomic.Bool
+	e := controllertest.New(t, controllertest.Options{Busy: busy.Load})
+	ch, err := e.State.AddCharm(e.Ctx, &pb.Charm{Name: "kv"}, []byte("kv charm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.State.AddService(e.Ctx, state.AddServiceArgs{Name: "kv", Charm: &pb.CharmRef{Name: ch.Name, Revision: ch.Revision, Sha256: ch.Sha256}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.State.AddUnits(e.Ctx, "kv", 1, state.Placement{}); err != nil {
+		t.Fatal(err)
+	}
+	c := e.Agent("unit-kv/0")
+	set := func(st *pb.Status, progress bool) error {
+		_, err := c.SetUnitStatus(e.Ctx, &pb.SetUnitStatusRequest{Unit: "kv/0", Kind: pb.UnitStatusKind_UNIT_STATUS_KIND_AGENT, Status: st, Progress: progress})
+		return err
+	}
+	current := func() string {
+		st, err := e.State.Status(e.Ctx, state.StatusUnitAgent, "kv/0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.GetStatus() + ":" + st.GetMessage()
+	}
+	if err := set(&pb.Status{Status: "idle"}, false); err != nil {
+		t.Fatal(err)
+	}
+	busy.Store(true)
+	err = set(&pb.Status{Status: "executing", Message: "running install hook"}, true)
+	wantCode(t, "a progress report when busy", err, codes.ResourceExhausted, "busy: progress report declined")
+	if got := current(); got != "idle:" {
+		t.Errorf("status after a declined report: %s, want idle", got)
+	}
+	if err := set(&pb.Status{Status: "error", Message: `hook failed: "install"`}, false); err != nil {
+		t.Fatalf("another report when busy: %v", err)
+	}
+	busy.Store(false)
+	if err := set(&pb.Status{Status: "executing", Message: "running install hook"}, true); err != nil {
+		t.Fatalf("a progress report when not busy: %v", err)
+	}
+	if got := current(); got != "executing:running install hook" {
+		t.Errorf("status: %s, want the progress report", got)
+	}
 }

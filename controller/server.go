@@ -41,6 +41,9 @@ type Config struct {
 	// CACert the PEM of the CA they verify it with (for join tokens).
 	Addresses []string
 	CACert    []byte
+	// Busy reports whether the controller's writes queue, when it
+	// declines progress reports; State.Busy when nil.
+	Busy func() bool
 }
 
 // Validate reports a configuration New cannot use.
@@ -91,6 +94,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.PresenceTimeout == 0 {
 		cfg.PresenceTimeout = 15 * time.Second
+	}
+	if cfg.Busy == nil {
+		cfg.Busy = cfg.State.Busy
 	}
 	s := &Server{st: cfg.State, logger: cfg.Logger.Named("api"), cfg: cfg, metrics: newMetrics(cfg.Metrics, cfg.State, cfg.Watches)}
 	s.creds = newCredMirror(cfg.Watches, s.logger)

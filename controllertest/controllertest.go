@@ -47,6 +47,9 @@ type Options struct {
 	// WatchQueue bounds each watch stream's queue in the watch hub
 	// (watchhub.Config.QueueEvents); the hub's default when zero.
 	WatchQueue int
+	// Busy stands for the State's own report of its writes queueing
+	// (controller.Config.Busy).
+	Busy func() bool
 }
 
 // New starts a controller for the test; it stops with the test, and the
@@ -72,7 +75,7 @@ func New(t testing.TB, opts Options) *Env {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
 	e := &Env{T: t, Ctx: ctx, State: st, CA: ca, anonymous: opts.Anonymous, watchQueue: opts.WatchQueue}
-	e.cfg = controller.Config{State: st, TLS: pki.ServerTLSConfig(cert)}
+	e.cfg = controller.Config{State: st, TLS: pki.ServerTLSConfig(cert), Busy: opts.Busy}
 	if !opts.Anonymous {
 		e.cfg.CACert = ca.CertPEM()
 	}

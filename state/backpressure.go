@@ -38,6 +38,8 @@ const maxBusyPause = 100 * time.Millisecond
 type gatedKV struct {
 	clientv3.KV
 	slots chan struct{}
+	// waiting counts the callers waiting for a slot.
+	waiting atomic.Int64
 	// busy counts the writes etcd refused as too many.
 	busy *atomic.Int64
 }
@@ -97,10 +99,24 @@ func (k *gatedKV) hold(ctx context.Context) (held context.Context, release func(
 	}
 	select {
 	case k.slots <- struct{}{}:
-	case <-ctx.Done():
-		return ctx, func() {}, ctx.Err()
+	default:
+		k.waiting.Add(1)
+		select {
+		case k.slots <- struct{}{}:
+			k.waiting.Add(-1)
+		case <-ctx.Done():
+			k.waiting.Add(-1)
+			return ctx, func() {}, ctx.Err()
+		}
 	}
 	return context.WithValue(ctx, heldSlot{}, true), func() { <-k.slots }, nil
+}
+
+// Busy reports whether the State's writes queue: at least as many wait
+// for a slot in etcd as there are slots. A caller may then decline work
+// that can wait, or need not be done (a unit agent's progress report).
+func (s *State) Busy() bool {
+	return s.gate.waiting.Load() >= int64(cap(s.gate.slots))
 }
 
 // write runs f, which sends one write request, in a slot (ctx's, if it

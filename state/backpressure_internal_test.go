@@ -322,3 +322,48 @@ func TestOperationReadsInItsSlot(t *testing.T) {
 		t.Errorf("%d conflicts, want none: the operation read before it held its slot", got)
 	}
 }
+
+// A State is busy while as many writers wait for a slot as there are
+// slots, and not once they have theirs.
+func TestBusyWhileWritesQueue(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	st, err := New(etcdtest.Client(t), Config{Namespace: etcdtest.Namespace(t), MaxWritesInFlight: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := st.AddMachines(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var releases []func()
+	for range 2 {
+		_, release, err := st.gate.hold(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		releases = append(releases, release)
+	}
+	if st.Busy() {
+		t.Fatal("busy with every slot taken but nobody waiting")
+	}
+	done := make(chan error, 2)
+	for _, m := range ms {
+		go func() { done <- st.SetMachineInstance(ctx, m.Id, "i-"+m.Id, "10.0.0.1") }()
+	}
+	for deadline := time.Now().Add(10 * time.Second); !st.Busy(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not busy with %d writers waiting for 2 slots", st.gate.waiting.Load())
+		}
+	}
+	for _, release := range releases {
+		release()
+	}
+	for range ms {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st.Busy() || st.gate.waiting.Load() != 0 {
+		t.Errorf("busy %v with %d waiting once every writer is done", st.Busy(), st.gate.waiting.Load())
+	}
+}

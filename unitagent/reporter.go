@@ -7,6 +7,8 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -51,9 +53,12 @@ type reporter struct {
 	mu   sync.Mutex
 	want *pb.Status // latest status to report
 	// keep are statuses set before want that must still be sent, in order.
-	keep    []*pb.Status
-	sent    *pb.Status // last status the controller acknowledged
-	lastSeq int64      // the seq of the last status set
+	keep []*pb.Status
+	sent *pb.Status // last status the controller acknowledged
+	// declined is the last progress report the controller declined, busy:
+	// not sent again, a later report replaces it.
+	declined *pb.Status
+	lastSeq  int64 // the seq of the last status set
 	// wantProgress and sentProgress say whether want and sent only say
 	// which hook runs (progress); sentAt is when sent was acknowledged,
 	// sentTook how long that took.
@@ -151,7 +156,7 @@ func (r *reporter) wait(ctx context.Context, keptOnly bool) {
 	deadline := time.After(5 * time.Second)
 	for {
 		r.mu.Lock()
-		done := len(r.keep) == 0 && (proto.Equal(r.want, r.sent) || keptOnly && !worthKeeping(r.want))
+		done := len(r.keep) == 0 && (r.settled(r.want) || keptOnly && !worthKeeping(r.want))
 		r.mu.Unlock()
 		if done {
 			return
@@ -164,6 +169,12 @@ func (r *reporter) wait(ctx context.Context, keptOnly bool) {
 		case <-r.done:
 		}
 	}
+}
+
+// settled says whether st needs no sending: the controller has it, or
+// declined it as progress. r.mu is held.
+func (r *reporter) settled(st *pb.Status) bool {
+	return proto.Equal(st, r.sent) || st != nil && st == r.declined
 }
 
 // urgent says whether what is to be sent goes without lingering: statuses
@@ -191,7 +202,7 @@ func (r *reporter) run(ctx context.Context) {
 			if kept {
 				st = r.keep[0]
 			}
-			sent := !kept && proto.Equal(st, r.sent)
+			sent := !kept && r.settled(st)
 			progress := !kept && r.wantProgress
 			var hold time.Duration
 			if progress && r.sentProgress {
@@ -224,15 +235,24 @@ func (r *reporter) run(ctx context.Context) {
 			}
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			called := time.Now()
-			_, err := r.api.SetUnitStatus(cctx, &pb.SetUnitStatusRequest{Unit: r.unit, Kind: pb.UnitStatusKind_UNIT_STATUS_KIND_AGENT, Status: st})
+			_, err := r.api.SetUnitStatus(cctx, &pb.SetUnitStatusRequest{Unit: r.unit, Kind: pb.UnitStatusKind_UNIT_STATUS_KIND_AGENT, Status: st, Progress: progress})
 			cancel()
 			r.mu.Lock()
 			r.sending = nil
 			r.mu.Unlock()
-			if err == nil {
+			// A progress report the controller declined, busy, counts
+			// as sent but for the controller's copy: paced the same,
+			// and replaced by the next report.
+			declined := progress && status.Code(err) == codes.ResourceExhausted
+			if err == nil || declined {
 				bo.Reset()
 				r.mu.Lock()
-				r.sent, r.sentAt = st, time.Now()
+				if declined {
+					r.declined = st
+				} else {
+					r.sent = st
+				}
+				r.sentAt = time.Now()
 				r.sentTook = r.sentAt.Sub(called)
 				r.sentProgress = progress
 				if kept || len(r.keep) > 0 && r.keep[0] == st {

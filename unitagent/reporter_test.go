@@ -9,6 +9,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -25,6 +27,10 @@ type statusRecorder struct {
 	release chan struct{}
 	// delay, when set, is how long each call takes.
 	delay time.Duration
+	// busy declines progress reports, as a busy controller does; made
+	// counts every call.
+	busy bool
+	made int
 }
 
 func (s *statusRecorder) SetUnitStatus(_ context.Context, req *pb.SetUnitStatusRequest, _ ...grpc.CallOption) (*pb.SetUnitStatusResponse, error) {
@@ -35,6 +41,10 @@ func (s *statusRecorder) SetUnitStatus(_ context.Context, req *pb.SetUnitStatusR
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.made++
+	if s.busy && req.Progress {
+		return nil, status.Error(codes.ResourceExhausted, "the controller is busy: progress report declined")
+	}
 	s.sent = append(s.sent, req.Status.Status+":"+req.Status.Message)
 	s.seqs = append(s.seqs, req.Status.Seq)
 	return &pb.SetUnitStatusResponse{}, nil
@@ -214,5 +224,33 @@ func TestReporterDropsTheReportOfAHookEnded(t *testing.T) {
 	want := []string{"idle:", "executing:running install hook", "idle:done"}
 	if got := api.got(); !slices.Equal(got, want) {
 		t.Fatalf("sent %q, want %q", got, want)
+	}
+}
+
+// A progress report the controller declines, busy, is not sent again: the
+// next report replaces it, and waiting for the reports to settle does not
+// wait for it.
+func TestReporterLetsADeclinedProgressReportGo(t *testing.T) {
+	api := &statusRecorder{busy: true}
+	r, ctx := runReporter(t, api, 0)
+
+	r.set(&pb.Status{Status: "idle"})
+	r.flush(ctx)
+	r.progress(&pb.Status{Status: "executing", Message: "running install hook"})
+	start := time.Now()
+	r.flush(ctx)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("flush waited %v for a declined report", d)
+	}
+	time.Sleep(3 * statusLinger)
+	r.set(&pb.Status{Status: "idle", Message: "done"})
+	r.flush(ctx)
+	if got, want := api.got(), []string{"idle:", "idle:done"}; !slices.Equal(got, want) {
+		t.Fatalf("recorded %q, want %q", got, want)
+	}
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if api.made != 3 {
+		t.Errorf("%d calls, want 3: the declined report sent once", api.made)
 	}
 }

@@ -2427,10 +2427,14 @@ func (*UpdateSettingsResponse) Descriptor() ([]byte, []int) {
 }
 
 type SetUnitStatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Unit          string                 `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
-	Kind          UnitStatusKind         `protobuf:"varint,2,opt,name=kind,proto3,enum=lifeline.v1.UnitStatusKind" json:"kind,omitempty"`
-	Status        *Status                `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Unit   string                 `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
+	Kind   UnitStatusKind         `protobuf:"varint,2,opt,name=kind,proto3,enum=lifeline.v1.UnitStatusKind" json:"kind,omitempty"`
+	Status *Status                `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	// progress says the report only tells which hook the agent runs: the
+	// controller may decline it when busy, and the agent does not send it
+	// again.
+	Progress      bool `protobuf:"varint,4,opt,name=progress,proto3" json:"progress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2484,6 +2488,13 @@ func (x *SetUnitStatusRequest) GetStatus() *Status {
 		return x.Status
 	}
 	return nil
+}
+
+func (x *SetUnitStatusRequest) GetProgress() bool {
+	if x != nil {
+		return x.Progress
+	}
+	return false
 }
 
 type SetUnitStatusResponse struct {
@@ -2909,11 +2920,12 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x15UpdateSettingsRequest\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\x125\n" +
 	"\aupdates\x18\x02 \x03(\v2\x1b.lifeline.v1.SettingsUpdateR\aupdates\"\x18\n" +
-	"\x16UpdateSettingsResponse\"\x88\x01\n" +
+	"\x16UpdateSettingsResponse\"\xa4\x01\n" +
 	"\x14SetUnitStatusRequest\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\x12/\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1b.lifeline.v1.UnitStatusKindR\x04kind\x12+\n" +
-	"\x06status\x18\x03 \x01(\v2\x13.lifeline.v1.StatusR\x06status\"\x17\n" +
+	"\x06status\x18\x03 \x01(\v2\x13.lifeline.v1.StatusR\x06status\x12\x1a\n" +
+	"\bprogress\x18\x04 \x01(\bR\bprogress\"\x17\n" +
 	"\x15SetUnitStatusResponse\"*\n" +
 	"\x14ClearResolvedRequest\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\"\x17\n" +

@@ -105,7 +105,9 @@ type AgentServiceClient interface {
 	// UpdateSettings applies the caller's settings changes, across its
 	// relations, in one transaction.
 	UpdateSettings(ctx context.Context, in *UpdateSettingsRequest, opts ...grpc.CallOption) (*UpdateSettingsResponse, error)
-	// SetUnitStatus records the caller's agent or workload status.
+	// SetUnitStatus records the caller's agent or workload status. A
+	// report marked progress may be declined with RESOURCE_EXHAUSTED while
+	// the controller's writes queue: a later report replaces it.
 	SetUnitStatus(ctx context.Context, in *SetUnitStatusRequest, opts ...grpc.CallOption) (*SetUnitStatusResponse, error)
 	// ClearResolved removes the caller's resolved mark once acted on.
 	ClearResolved(ctx context.Context, in *ClearResolvedRequest, opts ...grpc.CallOption) (*ClearResolvedResponse, error)
@@ -420,7 +422,9 @@ type AgentServiceServer interface {
 	// UpdateSettings applies the caller's settings changes, across its
 	// relations, in one transaction.
 	UpdateSettings(context.Context, *UpdateSettingsRequest) (*UpdateSettingsResponse, error)
-	// SetUnitStatus records the caller's agent or workload status.
+	// SetUnitStatus records the caller's agent or workload status. A
+	// report marked progress may be declined with RESOURCE_EXHAUSTED while
+	// the controller's writes queue: a later report replaces it.
 	SetUnitStatus(context.Context, *SetUnitStatusRequest) (*SetUnitStatusResponse, error)
 	// ClearResolved removes the caller's resolved mark once acted on.
 	ClearResolved(context.Context, *ClearResolvedRequest) (*ClearResolvedResponse, error)
