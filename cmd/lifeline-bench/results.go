@@ -32,9 +32,12 @@ type results struct {
 	EtcdTxnRetries        int64   `json:"etcd_txn_retries"`
 	// EtcdBusyRetries counts the writes etcd refused as too many (behind
 	// applying), each sent again by the controller.
-	EtcdBusyRetries        int64   `json:"etcd_busy_retries"`
-	MaxTxnOps              int64   `json:"max_txn_ops"`
-	RawTxnPerSecond        float64 `json:"raw_etcd_txn_per_second"`
+	EtcdBusyRetries int64   `json:"etcd_busy_retries"`
+	MaxTxnOps       int64   `json:"max_txn_ops"`
+	RawTxnPerSecond float64 `json:"raw_etcd_txn_per_second"`
+	// FSMkdirMicroseconds is the CPU a directory took to make in the
+	// run's directory before the run (fsprobe.go).
+	FSMkdirMicroseconds    float64 `json:"fs_mkdir_microseconds"`
 	FewestTxnsPerUnit      float64 `json:"fewest_txns_per_unit"`
 	CeilingUnitsPerSecond  float64 `json:"ceiling_units_per_second"`
 	RatioToCeiling         float64 `json:"ratio_to_ceiling"`
@@ -168,6 +171,7 @@ func (r *results) print(w io.Writer) {
 	row("harness's watch lag", "%.1f s at most deploying, %.1f s destroying (not counted in the times above)", r.FollowerLagSeconds, r.DestroyLagSeconds)
 	row("units per second", "%.0f deploying, %.0f destroying", r.UnitsPerSecond, r.UnitsPerSecondDestroy)
 	row("raw etcd txn/s", "%.0f: ceiling %.0f units/s at %.2f txns a unit", r.RawTxnPerSecond, r.CeilingUnitsPerSecond, r.FewestTxnsPerUnit)
+	row("filesystem", "%.0f µs of CPU a directory made, before the run", r.FSMkdirMicroseconds)
 	row("ratio to ceiling", "%.2f deploying, %.2f destroying", r.RatioToCeiling, r.RatioToCeilingDestroy)
 	row("etcd txns", "%d, %.1f a unit, largest %d ops; %d retried after a conflict, %d refused as too many and sent again",
 		r.EtcdTxnsTotal, r.EtcdTxnsPerUnit, r.MaxTxnOps, r.EtcdTxnRetries, r.EtcdBusyRetries)

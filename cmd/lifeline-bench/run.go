@@ -48,6 +48,12 @@ func run(ctx context.Context, c config) (*results, error) {
 		}
 	}
 	res := &results{Units: c.units, Machines: c.machines, Related: c.related, Hooks: c.hooks, FleetProcs: min(c.fleetProcs, c.machines), FleetNice: c.fleetNice}
+	cost, err := mkdirCost(dir)
+	if err != nil {
+		return nil, fmt.Errorf("filesystem probe: %w", err)
+	}
+	res.FSMkdirMicroseconds = float64(cost) / float64(time.Microsecond)
+	say("a directory takes %.0f µs of CPU to make in %s (recently freed inodes slow it: docs/PERFORMANCE.md)", res.FSMkdirMicroseconds, dir)
 
 	say("starting the controller (embedded etcd, fsync on) in %s", dir)
 	ctl, err := startController(ctx, c.lifelined, dir)
