@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lifelinehq/lifeline/etcdtest"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -236,18 +237,29 @@ func (g *gaugedRemote) Txn(ctx context.Context, r *etcdserverpb.TxnRequest, opts
 	return g.KVClient.Txn(ctx, r, opts...)
 }
 
+// gatedState returns a State in namespace ns (a new one when "") with
+// the given write slots, and the machines it added.
+func gatedState(t *testing.T, ns string, slots, machines int) (*State, []*pb.Machine, context.Context) {
+	t.Helper()
+	ctx := etcdtest.Context(t)
+	if ns == "" {
+		ns = etcdtest.Namespace(t)
+	}
+	st, err := New(etcdtest.Client(t), Config{Namespace: ns, MaxWritesInFlight: slots})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := st.AddMachines(ctx, machines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, ms, ctx
+}
+
 // A State's operations write through its gate: no more at once than it
 // allows, and those etcd refuses as too many are sent again.
 func TestOperationsWriteThroughTheGate(t *testing.T) {
-	ctx := etcdtest.Context(t)
-	st, err := New(etcdtest.Client(t), Config{Namespace: etcdtest.Namespace(t), MaxWritesInFlight: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms, err := st.AddMachines(ctx, 20)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, ms, ctx := gatedState(t, "", 2, 20)
 	g := &gaugedRemote{KVClient: st.remote}
 	g.refusals.Store(3)
 	st.remote = g
@@ -283,16 +295,8 @@ func TestOperationsWriteThroughTheGate(t *testing.T) {
 // does not age while it queues, so a write meanwhile to what it reads
 // costs it no conflict.
 func TestOperationReadsInItsSlot(t *testing.T) {
-	ctx := etcdtest.Context(t)
 	ns := etcdtest.Namespace(t)
-	st, err := New(etcdtest.Client(t), Config{Namespace: ns, MaxWritesInFlight: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms, err := st.AddMachines(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, ms, ctx := gatedState(t, ns, 1, 1)
 	id := ms[0].Id
 	_, release, err := st.gate.hold(ctx) // the only slot
 	if err != nil {
@@ -326,15 +330,7 @@ func TestOperationReadsInItsSlot(t *testing.T) {
 // A State is busy while as many writers wait for a slot as there are
 // slots, and not once they have theirs.
 func TestBusyWhileWritesQueue(t *testing.T) {
-	ctx := etcdtest.Context(t)
-	st, err := New(etcdtest.Client(t), Config{Namespace: etcdtest.Namespace(t), MaxWritesInFlight: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms, err := st.AddMachines(ctx, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, ms, ctx := gatedState(t, "", 2, 2)
 	var releases []func()
 	for range 2 {
 		_, release, err := st.gate.hold(ctx)
