@@ -12,9 +12,9 @@ import (
 
 // A State's reads go to etcd as range requests it builds itself, with the
 // namespace's prefix, and not through clientv3's Op and its namespace
-// wrapper: those made each read's request three times over (an Op, the
-// Op again with the prefix, then the request), and were a quarter of what
-// the controller allocated deploying 10,000 units (docs/PERFORMANCE.md,
+// wrapper: those made each request three times over (an Op, the Op again
+// with the prefix, then the request), some 300 MB of the 1,940 MB the
+// controller allocated deploying 10,000 units (docs/PERFORMANCE.md,
 // twelfth round). Transactions that write are built the same way
 // (writes.go).
 

@@ -142,17 +142,22 @@ func (s *State) commit(ctx context.Context, c *change) (bool, error) {
 // txnRequest is c's transaction in the State's namespace, each part of it
 // allocated once for all its comparisons or writes.
 func (s *State) txnRequest(c *change) *etcdserverpb.TxnRequest {
-	req := &etcdserverpb.TxnRequest{
-		Compare: make([]*etcdserverpb.Compare, len(c.cmps)),
-		Success: make([]*etcdserverpb.RequestOp, len(c.ops)),
-	}
-	cmps := make([]etcdserverpb.Compare, len(c.cmps))
-	nmod := 0
+	nmod, ndel := 0, 0
 	for _, x := range c.cmps {
 		if x.mod {
 			nmod++
 		}
 	}
+	for _, w := range c.ops {
+		if w.del {
+			ndel++
+		}
+	}
+	req := &etcdserverpb.TxnRequest{
+		Compare: make([]*etcdserverpb.Compare, len(c.cmps)),
+		Success: make([]*etcdserverpb.RequestOp, len(c.ops)),
+	}
+	cmps := make([]etcdserverpb.Compare, len(c.cmps))
 	mods := make([]etcdserverpb.Compare_ModRevision, 0, nmod)
 	creates := make([]etcdserverpb.Compare_CreateRevision, 0, len(c.cmps)-nmod)
 	for i, x := range c.cmps {
@@ -160,41 +165,44 @@ func (s *State) txnRequest(c *change) *etcdserverpb.TxnRequest {
 		p.Key, p.RangeEnd = s.interval(x.key, x.end)
 		p.Result = x.result
 		if x.mod {
-			p.Target = etcdserverpb.Compare_MOD
-			mods = append(mods, etcdserverpb.Compare_ModRevision{ModRevision: x.rev})
-			p.TargetUnion = &mods[len(mods)-1]
+			m := grow(&mods)
+			m.ModRevision = x.rev
+			p.Target, p.TargetUnion = etcdserverpb.Compare_MOD, m
 		} else {
-			p.Target = etcdserverpb.Compare_CREATE
-			creates = append(creates, etcdserverpb.Compare_CreateRevision{CreateRevision: x.rev})
-			p.TargetUnion = &creates[len(creates)-1]
+			cr := grow(&creates)
+			cr.CreateRevision = x.rev
+			p.Target, p.TargetUnion = etcdserverpb.Compare_CREATE, cr
 		}
 		req.Compare[i] = p
 	}
 	ops := make([]etcdserverpb.RequestOp, len(c.ops))
-	var puts []etcdserverpb.PutRequest
-	var putOps []etcdserverpb.RequestOp_RequestPut
-	var dels []etcdserverpb.DeleteRangeRequest
-	var delOps []etcdserverpb.RequestOp_RequestDeleteRange
+	puts := make([]etcdserverpb.PutRequest, 0, len(c.ops)-ndel)
+	putOps := make([]etcdserverpb.RequestOp_RequestPut, 0, len(c.ops)-ndel)
+	dels := make([]etcdserverpb.DeleteRangeRequest, 0, ndel)
+	delOps := make([]etcdserverpb.RequestOp_RequestDeleteRange, 0, ndel)
 	for i, w := range c.ops {
 		key, end := s.interval(w.key, w.end)
 		if w.del {
-			if dels == nil {
-				dels = make([]etcdserverpb.DeleteRangeRequest, 0, len(c.ops)-i)
-				delOps = make([]etcdserverpb.RequestOp_RequestDeleteRange, 0, len(c.ops)-i)
-			}
-			dels = append(dels, etcdserverpb.DeleteRangeRequest{Key: key, RangeEnd: end})
-			delOps = append(delOps, etcdserverpb.RequestOp_RequestDeleteRange{RequestDeleteRange: &dels[len(dels)-1]})
-			ops[i].Request = &delOps[len(delOps)-1]
+			d := grow(&dels)
+			d.Key, d.RangeEnd = key, end
+			o := grow(&delOps)
+			o.RequestDeleteRange = d
+			ops[i].Request = o
 		} else {
-			if puts == nil {
-				puts = make([]etcdserverpb.PutRequest, 0, len(c.ops)-i)
-				putOps = make([]etcdserverpb.RequestOp_RequestPut, 0, len(c.ops)-i)
-			}
-			puts = append(puts, etcdserverpb.PutRequest{Key: key, Value: w.value})
-			putOps = append(putOps, etcdserverpb.RequestOp_RequestPut{RequestPut: &puts[len(puts)-1]})
-			ops[i].Request = &putOps[len(putOps)-1]
+			p := grow(&puts)
+			p.Key, p.Value = key, w.value
+			o := grow(&putOps)
+			o.RequestPut = p
+			ops[i].Request = o
 		}
 		req.Success[i] = &ops[i]
 	}
 	return req
+}
+
+// grow extends *s by one zero element, within its capacity, and returns
+// it: the elements' addresses stay good.
+func grow[T any](s *[]T) *T {
+	*s = (*s)[:len(*s)+1]
+	return &(*s)[len(*s)-1]
 }

@@ -311,8 +311,8 @@ func (s *stateStore) saveUnsynced(l *localState) error { return s.saveSync(l, fa
 // next save writes it with its own, or flush if none comes first. A crash
 // before then loses it. The agent uses it for a hook the charm does not
 // have, which, done again, does nothing again: a charm without hooks
-// (or with few) wrote a record for each it lacked, eight a unit
-// deploying, where it now writes one.
+// (or with few) wrote a record for each it lacked, where they now go with
+// the next (two records to running for a charm without hooks, not four).
 func (s *stateStore) saveLater(l *localState) { s.later = l }
 
 // flush writes what saveLater left, synced, and makes durable a record
