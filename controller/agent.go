@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -73,23 +74,55 @@ func (a *agentServer) SetMachineStatus(ctx context.Context, req *pb.SetMachineSt
 	return &pb.SetMachineStatusResponse{}, nil
 }
 
-// IssueUnitCredential gives a unit on the caller's machine a new credential,
-// revoking any earlier one: only the hash of its secret is stored.
-func (a *agentServer) IssueUnitCredential(ctx context.Context, req *pb.IssueUnitCredentialRequest) (*pb.IssueUnitCredentialResponse, error) {
+// IssueUnitCredentials gives units on the caller's machine new
+// credentials, revoking any earlier ones, in one transaction: to all of
+// them, or to none when any is not the caller's to ask for. Only the hash
+// of each secret is stored.
+func (a *agentServer) IssueUnitCredentials(ctx context.Context, req *pb.IssueUnitCredentialsRequest) (*pb.IssueUnitCredentialsResponse, error) {
 	c := callerFrom(ctx)
-	u, err := a.machineUnit(ctx, c, req.GetUnit(), "issue a credential for")
+	units := req.GetUnits()
+	switch {
+	case len(units) == 0:
+		return nil, invalid("IssueUnitCredentials names no unit")
+	case len(units) > state.MaxCredentialsAtOnce:
+		return nil, invalid("IssueUnitCredentials names %d units: at most %d a call", len(units), state.MaxCredentialsAtOnce)
+	}
+	seen := make(map[string]bool, len(units))
+	for _, name := range units {
+		if err := checkUnitName(name); err != nil {
+			return nil, err
+		}
+		if seen[name] {
+			return nil, invalid("IssueUnitCredentials names unit %s twice", name)
+		}
+		seen[name] = true
+	}
+	const verb = "issue a credential for"
+	if c.kind != names.KindMachine {
+		return nil, denied("%s may not %s unit %s", c, verb, units[0])
+	}
+	found, err := a.s.st.UnitsNamed(ctx, units...)
 	if err != nil {
+		return nil, readErr(err, "read units %s", strings.Join(units, ", "))
+	}
+	resp := &pb.IssueUnitCredentialsResponse{Credentials: make([]*pb.UnitCredential, len(units))}
+	hashes := make(map[string]string, len(units))
+	for i, u := range found {
+		if err := onMachine(c, units[i], u, verb); err != nil {
+			return nil, err
+		}
+		cred, hash, err := pki.NewCredential(names.UnitTag(u.Name))
+		if err != nil {
+			return nil, err
+		}
+		resp.Credentials[i] = &pb.UnitCredential{Unit: u.Name, Tag: cred.Tag, Secret: cred.Secret}
+		hashes[cred.Tag] = hash
+	}
+	if err := a.s.st.SetCredentials(ctx, hashes); err != nil {
 		return nil, err
 	}
-	cred, hash, err := pki.NewCredential(names.UnitTag(u.Name))
-	if err != nil {
-		return nil, err
-	}
-	if err := a.s.st.SetCredential(ctx, cred.Tag, hash); err != nil {
-		return nil, err
-	}
-	a.s.logger.Info("issued unit credential", "unit", u.Name, "machine", c.id)
-	return &pb.IssueUnitCredentialResponse{Tag: cred.Tag, Secret: cred.Secret}, nil
+	a.s.logger.Info("issued unit credentials", "units", units, "machine", c.id)
+	return resp, nil
 }
 
 // GetUnit returns a unit the caller may see.

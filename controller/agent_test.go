@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -101,30 +102,41 @@ func TestAgentSetMachineStatus(t *testing.T) {
 	})
 }
 
-func issueCredential(unit string) agentCall {
+func issueCredentials(units ...string) agentCall {
 	return func(t *testing.T, m *agentModel, c pb.AgentServiceClient) error {
 		ctx := m.ctx
-		_, err := c.IssueUnitCredential(ctx, &pb.IssueUnitCredentialRequest{Unit: unit})
+		_, err := c.IssueUnitCredentials(ctx, &pb.IssueUnitCredentialsRequest{Units: units})
 		return err
 	}
 }
 
-func TestAgentIssueUnitCredential(t *testing.T) {
-	// works checks that a credential authenticates as its unit.
-	works := func(t *testing.T, m *agentModel, c pb.AgentServiceClient, unit string) error {
+func TestAgentIssueUnitCredentials(t *testing.T) {
+	// works checks that each credential, given in the order asked for,
+	// authenticates as its unit.
+	works := func(t *testing.T, m *agentModel, c pb.AgentServiceClient, units ...string) error {
 		ctx := m.ctx
-		resp, err := c.IssueUnitCredential(ctx, &pb.IssueUnitCredentialRequest{Unit: unit})
+		resp, err := c.IssueUnitCredentials(ctx, &pb.IssueUnitCredentialsRequest{Units: units})
 		if err != nil {
 			return err
 		}
-		if resp.Tag != "unit-"+unit {
-			t.Errorf("IssueUnitCredential(%s) tag = %q, want unit-%s", unit, resp.Tag, unit)
+		if len(resp.Credentials) != len(units) {
+			t.Fatalf("IssueUnitCredentials(%v) gave %d credentials, want %d", units, len(resp.Credentials), len(units))
 		}
-		u := pb.NewAgentServiceClient(m.dial(pki.Credential{Tag: resp.Tag, Secret: resp.Secret}))
-		if got, err := u.GetUnit(ctx, &pb.GetUnitRequest{Unit: unit}); err != nil || got.Unit.Name != unit {
-			t.Errorf("GetUnit(%s) with the new credential = %v, %v; want the unit", unit, got, err)
+		for i, unit := range units {
+			cred := resp.Credentials[i]
+			if cred.Unit != unit || cred.Tag != "unit-"+unit {
+				t.Errorf("IssueUnitCredentials(%v)[%d] is for %q, tag %q; want %s, unit-%s", units, i, cred.Unit, cred.Tag, unit, unit)
+			}
+			u := pb.NewAgentServiceClient(m.dial(pki.Credential{Tag: cred.Tag, Secret: cred.Secret}))
+			if got, err := u.GetUnit(ctx, &pb.GetUnitRequest{Unit: unit}); err != nil || got.Unit.Name != unit {
+				t.Errorf("GetUnit(%s) with the new credential = %v, %v; want the unit", unit, got, err)
+			}
 		}
 		return nil
+	}
+	many := make([]string, state.MaxCredentialsAtOnce+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("kv/%d", i)
 	}
 	runAgentCases(t, []agentCase{
 		{name: "principal on the machine", as: "machine-0", call: func(t *testing.T, m *agentModel, c pb.AgentServiceClient) error {
@@ -133,11 +145,26 @@ func TestAgentIssueUnitCredential(t *testing.T) {
 		{name: "subordinate on the machine", as: "machine-2", call: func(t *testing.T, m *agentModel, c pb.AgentServiceClient) error {
 			return works(t, m, c, "logger/0")
 		}},
-		{name: "unit on another machine", as: "machine-0", call: issueCredential("kv/1"), code: codes.PermissionDenied,
+		{name: "principal and subordinate at once", as: "machine-2", call: func(t *testing.T, m *agentModel, c pb.AgentServiceClient) error {
+			before := m.st.Stats().Txns
+			err := works(t, m, c, "logger/0", "app/0")
+			if n := m.st.Stats().Txns - before; err == nil && n != 1 {
+				t.Errorf("two credentials took %d transactions, want 1", n)
+			}
+			return err
+		}},
+		{name: "unit on another machine", as: "machine-0", call: issueCredentials("kv/1"), code: codes.PermissionDenied,
 			msg: "machine 0's agent may not issue a credential for unit kv/1: it is not on machine 0"},
-		{name: "by a unit agent", as: "unit-kv/0", call: issueCredential("kv/0"), code: codes.PermissionDenied, msg: "unit kv/0's agent may not issue a credential for unit kv/0"},
-		{name: "no such unit", as: "machine-0", call: issueCredential("kv/9"), code: codes.NotFound, msg: "unit kv/9 not found"},
-		{name: "malformed name", as: "machine-0", call: issueCredential("kv"), code: codes.InvalidArgument, msg: `invalid unit name "kv"`},
+		{name: "one of them on another machine", as: "machine-2", call: issueCredentials("app/0", "kv/1", "logger/0"), code: codes.PermissionDenied,
+			msg: "machine 2's agent may not issue a credential for unit kv/1: it is not on machine 2"},
+		{name: "by a unit agent", as: "unit-kv/0", call: issueCredentials("kv/0"), code: codes.PermissionDenied, msg: "unit kv/0's agent may not issue a credential for unit kv/0"},
+		{name: "no such unit", as: "machine-0", call: issueCredentials("kv/9"), code: codes.NotFound, msg: "unit kv/9 not found"},
+		{name: "one of them missing", as: "machine-2", call: issueCredentials("app/0", "app/9"), code: codes.NotFound, msg: "unit app/9 not found"},
+		{name: "malformed name", as: "machine-0", call: issueCredentials("kv"), code: codes.InvalidArgument, msg: `invalid unit name "kv"`},
+		{name: "no units", as: "machine-0", call: issueCredentials(), code: codes.InvalidArgument, msg: "names no unit"},
+		{name: "a unit twice", as: "machine-0", call: issueCredentials("kv/0", "kv/0"), code: codes.InvalidArgument, msg: "names unit kv/0 twice"},
+		{name: "too many", as: "machine-0", call: issueCredentials(many...), code: codes.InvalidArgument,
+			msg: fmt.Sprintf("names %d units: at most %d a call", len(many), state.MaxCredentialsAtOnce)},
 	})
 }
 
@@ -298,19 +325,19 @@ func TestAgentDownloadCharmStreamsChunks(t *testing.T) {
 func TestAgentCredentials(t *testing.T) {
 	m := newAgentModel(t)
 	machine := m.as("machine-0")
-	first, err := machine.IssueUnitCredential(m.ctx, &pb.IssueUnitCredentialRequest{Unit: "kv/0"})
-	m.ok("IssueUnitCredential(kv/0)", err)
-	old := pb.NewAgentServiceClient(m.dial(pki.Credential{Tag: first.Tag, Secret: first.Secret}))
+	first, err := machine.IssueUnitCredentials(m.ctx, &pb.IssueUnitCredentialsRequest{Units: []string{"kv/0"}})
+	m.ok("IssueUnitCredentials(kv/0)", err)
+	old := pb.NewAgentServiceClient(m.dial(pki.Credential{Tag: first.Credentials[0].Tag, Secret: first.Credentials[0].Secret}))
 	_, err = old.GetUnit(m.ctx, &pb.GetUnitRequest{Unit: "kv/0"})
 	m.ok("GetUnit with the first credential", err)
 
-	second, err := machine.IssueUnitCredential(m.ctx, &pb.IssueUnitCredentialRequest{Unit: "kv/0"})
-	m.ok("IssueUnitCredential(kv/0) again", err)
+	second, err := machine.IssueUnitCredentials(m.ctx, &pb.IssueUnitCredentialsRequest{Units: []string{"kv/0"}})
+	m.ok("IssueUnitCredentials(kv/0) again", err)
 	// The controller's mirror of the credentials drops the old one as soon
 	// as its watch brings the new.
 	err = eventually(t, func() error { _, err := old.GetUnit(m.ctx, &pb.GetUnitRequest{Unit: "kv/0"}); return err })
 	wantCode(t, "GetUnit with the revoked credential", err, codes.Unauthenticated, "credential of unit-kv/0 is not valid")
-	current := pb.NewAgentServiceClient(m.dial(pki.Credential{Tag: second.Tag, Secret: second.Secret}))
+	current := pb.NewAgentServiceClient(m.dial(pki.Credential{Tag: second.Credentials[0].Tag, Secret: second.Credentials[0].Secret}))
 	_, err = current.GetUnit(m.ctx, &pb.GetUnitRequest{Unit: "kv/0"})
 	m.ok("GetUnit with the new credential", err)
 
@@ -389,7 +416,7 @@ func TestAgentCredentialsAreConfined(t *testing.T) {
 	try("machine 0 sets machine 1's status", err)
 	_, err = machine0.GetUnit(ctx, &pb.GetUnitRequest{Unit: "kv/1"})
 	try("machine 0 reads machine 1's unit", err)
-	_, err = machine0.IssueUnitCredential(ctx, &pb.IssueUnitCredentialRequest{Unit: "kv/1"})
+	_, err = machine0.IssueUnitCredentials(ctx, &pb.IssueUnitCredentialsRequest{Units: []string{"kv/1"}})
 	try("machine 0 issues a credential for machine 1's unit", err)
 	_, err = machine0.RemoveUnit(ctx, &pb.RemoveUnitRequest{Unit: "kv/1"})
 	try("machine 0 removes machine 1's unit", err)

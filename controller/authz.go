@@ -97,10 +97,22 @@ func (a *agentServer) machineUnit(ctx context.Context, c caller, name, verb stri
 	if err != nil {
 		return nil, err
 	}
-	if u.MachineId != c.id {
-		return nil, denied("%s may not %s unit %s: it is not on machine %s", c, verb, name, c.id)
+	if err := onMachine(c, name, u, verb); err != nil {
+		return nil, err
 	}
 	return u, nil
+}
+
+// onMachine checks that unit name, u as read (nil if missing), is on the
+// machine of c, a machine agent.
+func onMachine(c caller, name string, u *pb.Unit, verb string) error {
+	if u == nil {
+		return notFound("unit %s not found", name)
+	}
+	if u.MachineId != c.id {
+		return denied("%s may not %s unit %s: it is not on machine %s", c, verb, name, c.id)
+	}
+	return nil
 }
 
 // subordinateUnit returns the named unit when it is a subordinate of the

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -32,7 +33,7 @@ type API interface {
 	agentwatch.ManyWatcher
 	EnsureMachineDead(ctx context.Context, in *pb.EnsureMachineDeadRequest, opts ...grpc.CallOption) (*pb.EnsureMachineDeadResponse, error)
 	SetMachineStatus(ctx context.Context, in *pb.SetMachineStatusRequest, opts ...grpc.CallOption) (*pb.SetMachineStatusResponse, error)
-	IssueUnitCredential(ctx context.Context, in *pb.IssueUnitCredentialRequest, opts ...grpc.CallOption) (*pb.IssueUnitCredentialResponse, error)
+	IssueUnitCredentials(ctx context.Context, in *pb.IssueUnitCredentialsRequest, opts ...grpc.CallOption) (*pb.IssueUnitCredentialsResponse, error)
 	GetAgentSettings(ctx context.Context, in *pb.GetAgentSettingsRequest, opts ...grpc.CallOption) (*pb.GetAgentSettingsResponse, error)
 	RemoveUnit(ctx context.Context, in *pb.RemoveUnitRequest, opts ...grpc.CallOption) (*pb.RemoveUnitResponse, error)
 	Presence(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[pb.PresenceRequest, pb.PresenceResponse], error)
@@ -328,16 +329,69 @@ func (a *Agent) reconcile(ctx context.Context, want map[string]bool) bool {
 			delete(a.removed, name) // the watch has seen it go
 		}
 	}
+	var start []string
+	a.mu.Lock()
 	for name := range want {
-		if a.removed[name] {
+		if _, ok := a.workers[name]; !ok && !a.removed[name] {
+			start = append(start, name)
+		}
+	}
+	a.mu.Unlock()
+	sort.Strings(start)
+	for len(start) > 0 {
+		batch := start[:min(len(start), credentialBatch)]
+		start = start[len(batch):]
+		creds, err := a.issueCredentials(ctx, batch)
+		if err != nil && len(batch) > 1 {
+			// One of them stands in the others' way (removed since the
+			// watch listed it, say): each on its own.
+			a.logger.Warn("cannot issue the units' credentials together; one at a time", "units", batch, "error", err)
+			for _, name := range batch {
+				if err := a.startWorker(ctx, name, true, nil); err != nil {
+					a.logger.Warn("cannot start unit agent", "unit", name, "error", err)
+					again = true
+				}
+			}
 			continue
 		}
-		if err := a.startWorker(ctx, name, true); err != nil {
-			a.logger.Warn("cannot start unit agent", "unit", name, "error", err)
+		if err != nil {
+			a.logger.Warn("cannot start unit agent", "unit", batch[0], "error", err)
 			again = true
+			continue
+		}
+		for i, name := range batch {
+			if err := a.startWorker(ctx, name, true, &creds[i]); err != nil {
+				a.logger.Warn("cannot start unit agent", "unit", name, "error", err)
+				again = true
+			}
 		}
 	}
 	return again
+}
+
+// credentialBatch is how many units' credentials the agent asks for in one
+// call, within the controller's bound (state.MaxCredentialsAtOnce): the
+// units of an AddUnits to the machine arrive together, and each call is a
+// transaction.
+const credentialBatch = 25
+
+// issueCredentials asks the controller for new credentials for units, in
+// one call: all of them, in order, or an error.
+func (a *Agent) issueCredentials(ctx context.Context, units []string) ([]pki.Credential, error) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := a.cfg.API.IssueUnitCredentials(cctx, &pb.IssueUnitCredentialsRequest{Units: units})
+	if err != nil {
+		return nil, fmt.Errorf("credentials for %s: %w", strings.Join(units, ", "), err)
+	}
+	if len(resp.Credentials) != len(units) {
+		return nil, fmt.Errorf("credentials for %s: the controller gave %d", strings.Join(units, ", "), len(resp.Credentials))
+	}
+	out := make([]pki.Credential, len(units))
+	for i, c := range resp.Credentials {
+		out[i] = pki.Credential{Tag: c.Tag, Secret: c.Secret}
+	}
+	return out, nil
 }
 
 // idle says whether no unit agent runs.
@@ -380,21 +434,23 @@ func (a *Agent) unitHookTimeout(ctx context.Context) time.Duration {
 	return a.hookTimeout
 }
 
-// startWorker runs the named unit's agent, unless it runs already.
-func (a *Agent) startWorker(ctx context.Context, unit string, principal bool) error {
+// startWorker runs the named unit's agent, unless it runs already, with
+// issued, a credential just issued to it, or (nil) one it asks for.
+func (a *Agent) startWorker(ctx context.Context, unit string, principal bool, issued *pki.Credential) error {
 	a.mu.Lock()
 	if _, ok := a.workers[unit]; ok {
 		a.mu.Unlock()
 		return nil
 	}
 	a.mu.Unlock()
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	resp, err := a.cfg.API.IssueUnitCredential(cctx, &pb.IssueUnitCredentialRequest{Unit: unit})
-	cancel()
-	if err != nil {
-		return fmt.Errorf("credential for %s: %w", unit, err)
+	if issued == nil {
+		creds, err := a.issueCredentials(ctx, []string{unit})
+		if err != nil {
+			return err
+		}
+		issued = &creds[0]
 	}
-	cred := pki.Credential{Tag: resp.Tag, Secret: resp.Secret}
+	cred := *issued
 	api, closer, err := a.cfg.DialUnit(cred)
 	if err != nil {
 		return err
@@ -481,7 +537,7 @@ func (a *Agent) workerExited(ctx context.Context, e exit, wg *sync.WaitGroup) {
 	if !errors.Is(e.err, unitagent.ErrDead) {
 		a.logger.Warn("unit agent stopped; restarting it", "unit", e.unit, "error", e.err)
 		time.AfterFunc(time.Second, func() {
-			if err := a.startWorker(ctx, e.unit, w.principal); err != nil {
+			if err := a.startWorker(ctx, e.unit, w.principal, nil); err != nil {
 				a.logger.Warn("cannot restart unit agent", "unit", e.unit, "error", err)
 			}
 		})
@@ -556,7 +612,7 @@ func closedChan() chan struct{} {
 // deployer runs principals' subordinates' agents on this machine.
 type deployer struct{ a *Agent }
 
-func (d deployer) Deploy(unit string) error { return d.a.startWorker(d.a.ctx, unit, false) }
+func (d deployer) Deploy(unit string) error { return d.a.startWorker(d.a.ctx, unit, false, nil) }
 
 func (d deployer) Recall(unit string) error {
 	d.a.stopWorker(unit, true)

@@ -16,6 +16,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/lifelinehq/lifeline/controllertest"
 	"github.com/lifelinehq/lifeline/etcdtest"
@@ -160,9 +162,10 @@ func TestMachineAgentLifecycle(t *testing.T) {
 		t.Errorf("machine = %v, %v; want dead", got, err)
 	}
 	// A unit's agent ran once: none was started again for a unit it had
-	// removed, which its watch showed a moment longer.
-	if n := api.issued.Load(); n != 2 {
-		t.Errorf("the machine agent asked for %d unit credentials, want 2", n)
+	// removed, which its watch showed a moment longer. The two units,
+	// there when the agent started, had their credentials from one call.
+	if n, calls := api.issued.Load(), api.calls.Load(); n != 2 || calls != 1 {
+		t.Errorf("the machine agent asked for %d unit credentials in %d calls, want 2 in 1", n, calls)
 	}
 	// The controller drops the agent's presence once it has seen the
 	// stream end, which may come a moment after Run returned.
@@ -196,7 +199,8 @@ func twoUnitsOnAMachine(t *testing.T) (*controllertest.Env, pb.OperatorServiceCl
 }
 
 // credCounter is a machine agent's real client, counting the unit
-// credentials it asks for: one each time it starts a unit's agent. Its
+// credentials it asks for (one each time it starts a unit's agent) and
+// its calls for them. Its
 // watches bring removals late, as a busy controller's may.
 // unitCalls counts a unit agent's charm downloads and asks for the agent
 // settings.
@@ -217,7 +221,8 @@ func (u unitCalls) GetAgentSettings(ctx context.Context, in *pb.GetAgentSettings
 
 type credCounter struct {
 	pb.AgentServiceClient
-	issued   atomic.Int32
+	issued   atomic.Int32 // units
+	calls    atomic.Int32
 	settings atomic.Int32
 }
 
@@ -251,9 +256,10 @@ func (l lateRemovals) Recv() (*pb.WatchManyResponse, error) {
 	return resp, err
 }
 
-func (c *credCounter) IssueUnitCredential(ctx context.Context, in *pb.IssueUnitCredentialRequest, opts ...grpc.CallOption) (*pb.IssueUnitCredentialResponse, error) {
-	c.issued.Add(1)
-	return c.AgentServiceClient.IssueUnitCredential(ctx, in, opts...)
+func (c *credCounter) IssueUnitCredentials(ctx context.Context, in *pb.IssueUnitCredentialsRequest, opts ...grpc.CallOption) (*pb.IssueUnitCredentialsResponse, error) {
+	c.calls.Add(1)
+	c.issued.Add(int32(len(in.Units)))
+	return c.AgentServiceClient.IssueUnitCredentials(ctx, in, opts...)
 }
 
 // TestMachineAgentRemovesDeadUnitsSideBySide: a dead unit's removal does
@@ -334,4 +340,57 @@ func (h *heldRemoval) RemoveUnit(ctx context.Context, in *pb.RemoveUnitRequest, 
 		<-h.release
 	}
 	return h.AgentServiceClient.RemoveUnit(ctx, in, opts...)
+}
+
+// TestMachineAgentStartsUnitsAloneWhenTogetherFails: when the units
+// arriving together cannot have their credentials in one call (one of them
+// removed meanwhile, say: here the controller refuses every call for more
+// than one), each is asked for on its own and every unit still starts.
+func TestMachineAgentStartsUnitsAloneWhenTogetherFails(t *testing.T) {
+	env, _, m := twoUnitsOnAMachine(t)
+	dir, err := os.MkdirTemp("", "ll-m-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	api := &aloneOnly{credCounter: credCounter{AgentServiceClient: env.Agent("machine-" + m)}}
+	a, err := machineagent.New(machineagent.Config{
+		MachineID: m, DataDir: dir, Address: "127.0.0.1", API: api,
+		DialUnit: func(cred pki.Credential) (unitagent.API, io.Closer, error) {
+			return pb.NewAgentServiceClient(env.Dial(cred)), io.NopCloser(nil), nil
+		},
+		Lifelined: lifelined, Logger: hclog.NewNullLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitFor(t, "both units installed", func() bool {
+		_, err0 := os.Stat(filepath.Join(dir, "units", "kv-0", "installed"))
+		_, err1 := os.Stat(filepath.Join(dir, "units", "kv-1", "installed"))
+		return err0 == nil && err1 == nil
+	})
+	if n, refused := api.issued.Load(), api.refused.Load(); n != 2 || refused != 1 {
+		t.Errorf("the machine agent had %d unit credentials after %d refused calls, want 2 after 1", n, refused)
+	}
+}
+
+// aloneOnly refuses calls for more than one unit's credential.
+type aloneOnly struct {
+	credCounter
+	refused atomic.Int32
+}
+
+func (c *aloneOnly) IssueUnitCredentials(ctx context.Context, in *pb.IssueUnitCredentialsRequest, opts ...grpc.CallOption) (*pb.IssueUnitCredentialsResponse, error) {
+	if len(in.Units) > 1 {
+		c.refused.Add(1)
+		return nil, status.Error(codes.NotFound, "unit kv/9 not found")
+	}
+	return c.credCounter.IssueUnitCredentials(ctx, in, opts...)
 }

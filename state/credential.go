@@ -2,6 +2,9 @@ package state
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/lifelinehq/lifeline/names"
 )
@@ -20,26 +23,62 @@ func credentialKey(tag string) string { return credentialsPrefix + tag }
 // SetCredential stores the hash of the secret of tag's holder, replacing
 // (and so revoking) any earlier one. A machine or unit must exist.
 func (s *State) SetCredential(ctx context.Context, tag, hash string) error {
-	kind, id, err := names.ParseTag(tag)
-	if err != nil {
-		return invalidf("%v", err)
+	return s.SetCredentials(ctx, map[string]string{tag: hash})
+}
+
+// MaxCredentialsAtOnce is the most credentials SetCredentials stores in
+// one transaction: each is a comparison (its holder exists) and a write.
+const MaxCredentialsAtOnce = MaxTxnOps / 2
+
+// SetCredentials stores the hashes of the secrets of several holders, by
+// tag, each as SetCredential does, in one transaction: all of them, or
+// none when any holder is missing (the first missing, in the tags' order,
+// is named).
+func (s *State) SetCredentials(ctx context.Context, hashes map[string]string) error {
+	if len(hashes) > MaxCredentialsAtOnce {
+		return invalidf("%d credentials at once: at most %d", len(hashes), MaxCredentialsAtOnce)
 	}
+	tags := slices.Sorted(maps.Keys(hashes))
 	c := &change{}
-	switch kind {
-	case names.KindMachine:
-		c.ifExists(MachineKey(id))
-	case names.KindUnit:
-		c.ifExists(UnitKey(id))
+	type holder struct{ kind, id, key string }
+	var holders []holder // the machines and units among them
+	for _, tag := range tags {
+		kind, id, err := names.ParseTag(tag)
+		if err != nil {
+			return invalidf("%v", err)
+		}
+		switch kind {
+		case names.KindMachine:
+			holders = append(holders, holder{kind, id, MachineKey(id)})
+		case names.KindUnit:
+			holders = append(holders, holder{kind, id, UnitKey(id)})
+		}
+		c.putRaw(credentialKey(tag), hashes[tag])
 	}
-	c.putRaw(credentialKey(tag), hash)
+	for _, h := range holders {
+		c.ifExists(h.key)
+	}
 	ok, err := s.commit(ctx, c)
+	if err != nil || ok {
+		return err
+	}
+	// A holder is missing: name the first, in the tags' order.
+	gets := make([]getOp, len(holders))
+	for i, h := range holders {
+		gets[i] = getKeyOnly(h.key)
+	}
+	r, err := s.read(ctx, gets...)
 	if err != nil {
 		return err
 	}
-	if !ok {
-		return notFoundf("%s %s not found", kind, id)
+	for i, h := range holders {
+		if r.one(i) == nil {
+			return notFoundf("%s %s not found", h.kind, h.id)
+		}
 	}
-	return nil
+	// Each was missing at the commit and is there now: not for names
+	// that are never used twice.
+	return fmt.Errorf("set credentials: %w", ErrAborted)
 }
 
 // CredentialHash returns the stored hash of tag's secret.

@@ -3,6 +3,7 @@ package state_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -39,6 +40,37 @@ func TestCharmsAreRevisionedAndContentAddressed(t *testing.T) {
 	wantErr(t, "AddCharm with a wrong sha", err, state.ErrInvalid, "", "archive sha256 is")
 	_, err = st.Charm(ctx, "kv", 7)
 	wantErr(t, "Charm(kv, 7)", err, state.ErrNotFound, "", "charm kv revision 7 not found")
+}
+
+// TestCredentialsSetTogether: SetCredentials stores all its credentials
+// in one transaction, or none when a holder is missing.
+func TestCredentialsSetTogether(t *testing.T) {
+	st, ctx := newState(t)
+	addService(t, ctx, st, "app", appEndpoints)
+	us := addUnits(t, ctx, st, "app", 3, state.Placement{})
+	before := st.Stats().Txns
+	must(t, "SetCredentials of three units", st.SetCredentials(ctx, map[string]string{"unit-app/0": "a", "unit-app/1": "b", "unit-app/2": "c"}))
+	if n := st.Stats().Txns - before; n != 1 {
+		t.Errorf("SetCredentials of three units took %d transactions, want 1", n)
+	}
+	for u, want := range map[string]string{"unit-app/0": "a", "unit-app/1": "b", "unit-app/2": "c"} {
+		if h, err := st.CredentialHash(ctx, u); err != nil || h != want {
+			t.Errorf("CredentialHash(%s) = %q, %v; want %q", u, h, err, want)
+		}
+	}
+	err := st.SetCredentials(ctx, map[string]string{"unit-app/0": "x", "machine-" + us[0].MachineId: "y", "unit-app/7": "z", "unit-app/9": "z"})
+	wantErr(t, "SetCredentials with missing units", err, state.ErrNotFound, "", "unit app/7 not found")
+	if h, _ := st.CredentialHash(ctx, "unit-app/0"); h != "a" {
+		t.Errorf("after a refused SetCredentials, unit-app/0's hash is %q, want a (unchanged)", h)
+	}
+	if _, err := st.CredentialHash(ctx, "machine-"+us[0].MachineId); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("after a refused SetCredentials, the machine has a credential (%v)", err)
+	}
+	many := map[string]string{}
+	for i := range state.MaxCredentialsAtOnce + 1 {
+		many[fmt.Sprintf("unit-app/%d", i)] = "h"
+	}
+	wantErr(t, "SetCredentials of too many", st.SetCredentials(ctx, many), state.ErrInvalid, "", fmt.Sprintf("at most %d", state.MaxCredentialsAtOnce))
 }
 
 func TestCredentialsGoWithTheirEntity(t *testing.T) {

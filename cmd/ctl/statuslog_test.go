@@ -209,10 +209,11 @@ func TestShowStatusLogAgainstAController(t *testing.T) {
 		workload = pb.UnitStatusKind_UNIT_STATUS_KIND_WORKLOAD
 	)
 	set(machine, agent, &pb.Status{Status: "allocating", Message: "starting the unit agent"})
-	cred, err := machine.IssueUnitCredential(ctx, &pb.IssueUnitCredentialRequest{Unit: "kv/0"})
+	creds, err := machine.IssueUnitCredentials(ctx, &pb.IssueUnitCredentialsRequest{Units: []string{"kv/0"}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	cred := creds.Credentials[0]
 	unitCfg := apiclient.FromClientConfig(machineCfg)
 	unitCfg.Credential = pki.Credential{Tag: cred.Tag, Secret: cred.Secret}
 	unit := agentClient(unitCfg)

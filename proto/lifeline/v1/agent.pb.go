@@ -1270,27 +1270,27 @@ func (*SetMachineStatusResponse) Descriptor() ([]byte, []int) {
 	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
-type IssueUnitCredentialRequest struct {
+type IssueUnitCredentialsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Unit          string                 `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
+	Units         []string               `protobuf:"bytes,1,rep,name=units,proto3" json:"units,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *IssueUnitCredentialRequest) Reset() {
-	*x = IssueUnitCredentialRequest{}
+func (x *IssueUnitCredentialsRequest) Reset() {
+	*x = IssueUnitCredentialsRequest{}
 	mi := &file_lifeline_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *IssueUnitCredentialRequest) String() string {
+func (x *IssueUnitCredentialsRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*IssueUnitCredentialRequest) ProtoMessage() {}
+func (*IssueUnitCredentialsRequest) ProtoMessage() {}
 
-func (x *IssueUnitCredentialRequest) ProtoReflect() protoreflect.Message {
+func (x *IssueUnitCredentialsRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_lifeline_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -1302,64 +1302,117 @@ func (x *IssueUnitCredentialRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use IssueUnitCredentialRequest.ProtoReflect.Descriptor instead.
-func (*IssueUnitCredentialRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use IssueUnitCredentialsRequest.ProtoReflect.Descriptor instead.
+func (*IssueUnitCredentialsRequest) Descriptor() ([]byte, []int) {
 	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
-func (x *IssueUnitCredentialRequest) GetUnit() string {
+func (x *IssueUnitCredentialsRequest) GetUnits() []string {
+	if x != nil {
+		return x.Units
+	}
+	return nil
+}
+
+type IssueUnitCredentialsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The units' new credentials, in the order asked for.
+	Credentials   []*UnitCredential `protobuf:"bytes,1,rep,name=credentials,proto3" json:"credentials,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueUnitCredentialsResponse) Reset() {
+	*x = IssueUnitCredentialsResponse{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueUnitCredentialsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueUnitCredentialsResponse) ProtoMessage() {}
+
+func (x *IssueUnitCredentialsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueUnitCredentialsResponse.ProtoReflect.Descriptor instead.
+func (*IssueUnitCredentialsResponse) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *IssueUnitCredentialsResponse) GetCredentials() []*UnitCredential {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
+type UnitCredential struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Unit          string                 `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
+	Tag           string                 `protobuf:"bytes,2,opt,name=tag,proto3" json:"tag,omitempty"`
+	Secret        string                 `protobuf:"bytes,3,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnitCredential) Reset() {
+	*x = UnitCredential{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnitCredential) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnitCredential) ProtoMessage() {}
+
+func (x *UnitCredential) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnitCredential.ProtoReflect.Descriptor instead.
+func (*UnitCredential) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *UnitCredential) GetUnit() string {
 	if x != nil {
 		return x.Unit
 	}
 	return ""
 }
 
-type IssueUnitCredentialResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tag           string                 `protobuf:"bytes,1,opt,name=tag,proto3" json:"tag,omitempty"`
-	Secret        string                 `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *IssueUnitCredentialResponse) Reset() {
-	*x = IssueUnitCredentialResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[17]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *IssueUnitCredentialResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*IssueUnitCredentialResponse) ProtoMessage() {}
-
-func (x *IssueUnitCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[17]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use IssueUnitCredentialResponse.ProtoReflect.Descriptor instead.
-func (*IssueUnitCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{17}
-}
-
-func (x *IssueUnitCredentialResponse) GetTag() string {
+func (x *UnitCredential) GetTag() string {
 	if x != nil {
 		return x.Tag
 	}
 	return ""
 }
 
-func (x *IssueUnitCredentialResponse) GetSecret() string {
+func (x *UnitCredential) GetSecret() string {
 	if x != nil {
 		return x.Secret
 	}
@@ -1375,7 +1428,7 @@ type GetUnitRequest struct {
 
 func (x *GetUnitRequest) Reset() {
 	*x = GetUnitRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[18]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1440,7 @@ func (x *GetUnitRequest) String() string {
 func (*GetUnitRequest) ProtoMessage() {}
 
 func (x *GetUnitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[18]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1453,7 @@ func (x *GetUnitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUnitRequest.ProtoReflect.Descriptor instead.
 func (*GetUnitRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetUnitRequest) GetUnit() string {
@@ -1419,7 +1472,7 @@ type GetUnitResponse struct {
 
 func (x *GetUnitResponse) Reset() {
 	*x = GetUnitResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[19]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1431,7 +1484,7 @@ func (x *GetUnitResponse) String() string {
 func (*GetUnitResponse) ProtoMessage() {}
 
 func (x *GetUnitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[19]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1444,7 +1497,7 @@ func (x *GetUnitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUnitResponse.ProtoReflect.Descriptor instead.
 func (*GetUnitResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetUnitResponse) GetUnit() *Unit {
@@ -1463,7 +1516,7 @@ type RemoveUnitRequest struct {
 
 func (x *RemoveUnitRequest) Reset() {
 	*x = RemoveUnitRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[20]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1475,7 +1528,7 @@ func (x *RemoveUnitRequest) String() string {
 func (*RemoveUnitRequest) ProtoMessage() {}
 
 func (x *RemoveUnitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[20]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1488,7 +1541,7 @@ func (x *RemoveUnitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveUnitRequest.ProtoReflect.Descriptor instead.
 func (*RemoveUnitRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RemoveUnitRequest) GetUnit() string {
@@ -1506,7 +1559,7 @@ type RemoveUnitResponse struct {
 
 func (x *RemoveUnitResponse) Reset() {
 	*x = RemoveUnitResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[21]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1571,7 @@ func (x *RemoveUnitResponse) String() string {
 func (*RemoveUnitResponse) ProtoMessage() {}
 
 func (x *RemoveUnitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[21]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1584,7 @@ func (x *RemoveUnitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveUnitResponse.ProtoReflect.Descriptor instead.
 func (*RemoveUnitResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 type GetServiceRequest struct {
@@ -1543,7 +1596,7 @@ type GetServiceRequest struct {
 
 func (x *GetServiceRequest) Reset() {
 	*x = GetServiceRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[22]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +1608,7 @@ func (x *GetServiceRequest) String() string {
 func (*GetServiceRequest) ProtoMessage() {}
 
 func (x *GetServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[22]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +1621,7 @@ func (x *GetServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServiceRequest.ProtoReflect.Descriptor instead.
 func (*GetServiceRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetServiceRequest) GetService() string {
@@ -1589,7 +1642,7 @@ type GetServiceResponse struct {
 
 func (x *GetServiceResponse) Reset() {
 	*x = GetServiceResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[23]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1654,7 @@ func (x *GetServiceResponse) String() string {
 func (*GetServiceResponse) ProtoMessage() {}
 
 func (x *GetServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[23]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +1667,7 @@ func (x *GetServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServiceResponse.ProtoReflect.Descriptor instead.
 func (*GetServiceResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetServiceResponse) GetService() *Service {
@@ -1648,7 +1701,7 @@ type DownloadCharmRequest struct {
 
 func (x *DownloadCharmRequest) Reset() {
 	*x = DownloadCharmRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[24]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1660,7 +1713,7 @@ func (x *DownloadCharmRequest) String() string {
 func (*DownloadCharmRequest) ProtoMessage() {}
 
 func (x *DownloadCharmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[24]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1673,7 +1726,7 @@ func (x *DownloadCharmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadCharmRequest.ProtoReflect.Descriptor instead.
 func (*DownloadCharmRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DownloadCharmRequest) GetName() string {
@@ -1699,7 +1752,7 @@ type DownloadCharmResponse struct {
 
 func (x *DownloadCharmResponse) Reset() {
 	*x = DownloadCharmResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[25]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1711,7 +1764,7 @@ func (x *DownloadCharmResponse) String() string {
 func (*DownloadCharmResponse) ProtoMessage() {}
 
 func (x *DownloadCharmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[25]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1724,7 +1777,7 @@ func (x *DownloadCharmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadCharmResponse.ProtoReflect.Descriptor instead.
 func (*DownloadCharmResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DownloadCharmResponse) GetChunk() []byte {
@@ -1743,7 +1796,7 @@ type SetUnitDyingRequest struct {
 
 func (x *SetUnitDyingRequest) Reset() {
 	*x = SetUnitDyingRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[26]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1755,7 +1808,7 @@ func (x *SetUnitDyingRequest) String() string {
 func (*SetUnitDyingRequest) ProtoMessage() {}
 
 func (x *SetUnitDyingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[26]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1768,7 +1821,7 @@ func (x *SetUnitDyingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitDyingRequest.ProtoReflect.Descriptor instead.
 func (*SetUnitDyingRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SetUnitDyingRequest) GetUnit() string {
@@ -1786,7 +1839,7 @@ type SetUnitDyingResponse struct {
 
 func (x *SetUnitDyingResponse) Reset() {
 	*x = SetUnitDyingResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[27]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1798,7 +1851,7 @@ func (x *SetUnitDyingResponse) String() string {
 func (*SetUnitDyingResponse) ProtoMessage() {}
 
 func (x *SetUnitDyingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[27]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1811,7 +1864,7 @@ func (x *SetUnitDyingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitDyingResponse.ProtoReflect.Descriptor instead.
 func (*SetUnitDyingResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 type EnsureUnitDeadRequest struct {
@@ -1823,7 +1876,7 @@ type EnsureUnitDeadRequest struct {
 
 func (x *EnsureUnitDeadRequest) Reset() {
 	*x = EnsureUnitDeadRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[28]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1835,7 +1888,7 @@ func (x *EnsureUnitDeadRequest) String() string {
 func (*EnsureUnitDeadRequest) ProtoMessage() {}
 
 func (x *EnsureUnitDeadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[28]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +1901,7 @@ func (x *EnsureUnitDeadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureUnitDeadRequest.ProtoReflect.Descriptor instead.
 func (*EnsureUnitDeadRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *EnsureUnitDeadRequest) GetUnit() string {
@@ -1866,7 +1919,7 @@ type EnsureUnitDeadResponse struct {
 
 func (x *EnsureUnitDeadResponse) Reset() {
 	*x = EnsureUnitDeadResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[29]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +1931,7 @@ func (x *EnsureUnitDeadResponse) String() string {
 func (*EnsureUnitDeadResponse) ProtoMessage() {}
 
 func (x *EnsureUnitDeadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[29]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +1944,7 @@ func (x *EnsureUnitDeadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureUnitDeadResponse.ProtoReflect.Descriptor instead.
 func (*EnsureUnitDeadResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 type AddSubordinateRequest struct {
@@ -1904,7 +1957,7 @@ type AddSubordinateRequest struct {
 
 func (x *AddSubordinateRequest) Reset() {
 	*x = AddSubordinateRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[30]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +1969,7 @@ func (x *AddSubordinateRequest) String() string {
 func (*AddSubordinateRequest) ProtoMessage() {}
 
 func (x *AddSubordinateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[30]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +1982,7 @@ func (x *AddSubordinateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSubordinateRequest.ProtoReflect.Descriptor instead.
 func (*AddSubordinateRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AddSubordinateRequest) GetPrincipal() string {
@@ -1955,7 +2008,7 @@ type AddSubordinateResponse struct {
 
 func (x *AddSubordinateResponse) Reset() {
 	*x = AddSubordinateResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[31]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1967,7 +2020,7 @@ func (x *AddSubordinateResponse) String() string {
 func (*AddSubordinateResponse) ProtoMessage() {}
 
 func (x *AddSubordinateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[31]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1980,7 +2033,7 @@ func (x *AddSubordinateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSubordinateResponse.ProtoReflect.Descriptor instead.
 func (*AddSubordinateResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AddSubordinateResponse) GetUnit() *Unit {
@@ -2001,7 +2054,7 @@ type EnterScopeRequest struct {
 
 func (x *EnterScopeRequest) Reset() {
 	*x = EnterScopeRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[32]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2013,7 +2066,7 @@ func (x *EnterScopeRequest) String() string {
 func (*EnterScopeRequest) ProtoMessage() {}
 
 func (x *EnterScopeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[32]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2026,7 +2079,7 @@ func (x *EnterScopeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnterScopeRequest.ProtoReflect.Descriptor instead.
 func (*EnterScopeRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *EnterScopeRequest) GetRelation() int64 {
@@ -2058,7 +2111,7 @@ type EnterScopeResponse struct {
 
 func (x *EnterScopeResponse) Reset() {
 	*x = EnterScopeResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[33]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2070,7 +2123,7 @@ func (x *EnterScopeResponse) String() string {
 func (*EnterScopeResponse) ProtoMessage() {}
 
 func (x *EnterScopeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[33]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2083,7 +2136,7 @@ func (x *EnterScopeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnterScopeResponse.ProtoReflect.Descriptor instead.
 func (*EnterScopeResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 type LeaveScopeRequest struct {
@@ -2096,7 +2149,7 @@ type LeaveScopeRequest struct {
 
 func (x *LeaveScopeRequest) Reset() {
 	*x = LeaveScopeRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[34]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2161,7 @@ func (x *LeaveScopeRequest) String() string {
 func (*LeaveScopeRequest) ProtoMessage() {}
 
 func (x *LeaveScopeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[34]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2174,7 @@ func (x *LeaveScopeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveScopeRequest.ProtoReflect.Descriptor instead.
 func (*LeaveScopeRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *LeaveScopeRequest) GetRelation() int64 {
@@ -2146,7 +2199,7 @@ type LeaveScopeResponse struct {
 
 func (x *LeaveScopeResponse) Reset() {
 	*x = LeaveScopeResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[35]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2211,7 @@ func (x *LeaveScopeResponse) String() string {
 func (*LeaveScopeResponse) ProtoMessage() {}
 
 func (x *LeaveScopeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[35]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2224,7 @@ func (x *LeaveScopeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveScopeResponse.ProtoReflect.Descriptor instead.
 func (*LeaveScopeResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 type ReadSettingsRequest struct {
@@ -2184,7 +2237,7 @@ type ReadSettingsRequest struct {
 
 func (x *ReadSettingsRequest) Reset() {
 	*x = ReadSettingsRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[36]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2196,7 +2249,7 @@ func (x *ReadSettingsRequest) String() string {
 func (*ReadSettingsRequest) ProtoMessage() {}
 
 func (x *ReadSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[36]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2209,7 +2262,7 @@ func (x *ReadSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSettingsRequest.ProtoReflect.Descriptor instead.
 func (*ReadSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReadSettingsRequest) GetRelation() int64 {
@@ -2236,7 +2289,7 @@ type ReadSettingsResponse struct {
 
 func (x *ReadSettingsResponse) Reset() {
 	*x = ReadSettingsResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[37]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2248,7 +2301,7 @@ func (x *ReadSettingsResponse) String() string {
 func (*ReadSettingsResponse) ProtoMessage() {}
 
 func (x *ReadSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[37]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2261,7 +2314,7 @@ func (x *ReadSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSettingsResponse.ProtoReflect.Descriptor instead.
 func (*ReadSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReadSettingsResponse) GetSettings() map[string]string {
@@ -2289,7 +2342,7 @@ type SettingsUpdate struct {
 
 func (x *SettingsUpdate) Reset() {
 	*x = SettingsUpdate{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[38]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2354,7 @@ func (x *SettingsUpdate) String() string {
 func (*SettingsUpdate) ProtoMessage() {}
 
 func (x *SettingsUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[38]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2367,7 @@ func (x *SettingsUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettingsUpdate.ProtoReflect.Descriptor instead.
 func (*SettingsUpdate) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SettingsUpdate) GetRelation() int64 {
@@ -2348,7 +2401,7 @@ type UpdateSettingsRequest struct {
 
 func (x *UpdateSettingsRequest) Reset() {
 	*x = UpdateSettingsRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[39]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2360,7 +2413,7 @@ func (x *UpdateSettingsRequest) String() string {
 func (*UpdateSettingsRequest) ProtoMessage() {}
 
 func (x *UpdateSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[39]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2373,7 +2426,7 @@ func (x *UpdateSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSettingsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *UpdateSettingsRequest) GetUnit() string {
@@ -2398,7 +2451,7 @@ type UpdateSettingsResponse struct {
 
 func (x *UpdateSettingsResponse) Reset() {
 	*x = UpdateSettingsResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[40]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2410,7 +2463,7 @@ func (x *UpdateSettingsResponse) String() string {
 func (*UpdateSettingsResponse) ProtoMessage() {}
 
 func (x *UpdateSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[40]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2423,7 +2476,7 @@ func (x *UpdateSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSettingsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 type SetUnitStatusRequest struct {
@@ -2441,7 +2494,7 @@ type SetUnitStatusRequest struct {
 
 func (x *SetUnitStatusRequest) Reset() {
 	*x = SetUnitStatusRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2453,7 +2506,7 @@ func (x *SetUnitStatusRequest) String() string {
 func (*SetUnitStatusRequest) ProtoMessage() {}
 
 func (x *SetUnitStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2466,7 +2519,7 @@ func (x *SetUnitStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitStatusRequest.ProtoReflect.Descriptor instead.
 func (*SetUnitStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SetUnitStatusRequest) GetUnit() string {
@@ -2505,7 +2558,7 @@ type SetUnitStatusResponse struct {
 
 func (x *SetUnitStatusResponse) Reset() {
 	*x = SetUnitStatusResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2517,7 +2570,7 @@ func (x *SetUnitStatusResponse) String() string {
 func (*SetUnitStatusResponse) ProtoMessage() {}
 
 func (x *SetUnitStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2530,7 +2583,7 @@ func (x *SetUnitStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitStatusResponse.ProtoReflect.Descriptor instead.
 func (*SetUnitStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 type ClearResolvedRequest struct {
@@ -2542,7 +2595,7 @@ type ClearResolvedRequest struct {
 
 func (x *ClearResolvedRequest) Reset() {
 	*x = ClearResolvedRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[43]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2554,7 +2607,7 @@ func (x *ClearResolvedRequest) String() string {
 func (*ClearResolvedRequest) ProtoMessage() {}
 
 func (x *ClearResolvedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[43]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2567,7 +2620,7 @@ func (x *ClearResolvedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearResolvedRequest.ProtoReflect.Descriptor instead.
 func (*ClearResolvedRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ClearResolvedRequest) GetUnit() string {
@@ -2585,7 +2638,7 @@ type ClearResolvedResponse struct {
 
 func (x *ClearResolvedResponse) Reset() {
 	*x = ClearResolvedResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2597,7 +2650,7 @@ func (x *ClearResolvedResponse) String() string {
 func (*ClearResolvedResponse) ProtoMessage() {}
 
 func (x *ClearResolvedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2610,7 +2663,7 @@ func (x *ClearResolvedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearResolvedResponse.ProtoReflect.Descriptor instead.
 func (*ClearResolvedResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 type GetAgentSettingsRequest struct {
@@ -2621,7 +2674,7 @@ type GetAgentSettingsRequest struct {
 
 func (x *GetAgentSettingsRequest) Reset() {
 	*x = GetAgentSettingsRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2633,7 +2686,7 @@ func (x *GetAgentSettingsRequest) String() string {
 func (*GetAgentSettingsRequest) ProtoMessage() {}
 
 func (x *GetAgentSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2646,7 +2699,7 @@ func (x *GetAgentSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentSettingsRequest.ProtoReflect.Descriptor instead.
 func (*GetAgentSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 type GetAgentSettingsResponse struct {
@@ -2662,7 +2715,7 @@ type GetAgentSettingsResponse struct {
 
 func (x *GetAgentSettingsResponse) Reset() {
 	*x = GetAgentSettingsResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2674,7 +2727,7 @@ func (x *GetAgentSettingsResponse) String() string {
 func (*GetAgentSettingsResponse) ProtoMessage() {}
 
 func (x *GetAgentSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2687,7 +2740,7 @@ func (x *GetAgentSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentSettingsResponse.ProtoReflect.Descriptor instead.
 func (*GetAgentSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetAgentSettingsResponse) GetHookTimeoutMs() int64 {
@@ -2712,7 +2765,7 @@ type PresenceRequest struct {
 
 func (x *PresenceRequest) Reset() {
 	*x = PresenceRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2724,7 +2777,7 @@ func (x *PresenceRequest) String() string {
 func (*PresenceRequest) ProtoMessage() {}
 
 func (x *PresenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2737,7 +2790,7 @@ func (x *PresenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceRequest.ProtoReflect.Descriptor instead.
 func (*PresenceRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 type PresenceResponse struct {
@@ -2750,7 +2803,7 @@ type PresenceResponse struct {
 
 func (x *PresenceResponse) Reset() {
 	*x = PresenceResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[48]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2762,7 +2815,7 @@ func (x *PresenceResponse) String() string {
 func (*PresenceResponse) ProtoMessage() {}
 
 func (x *PresenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[48]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2775,7 +2828,7 @@ func (x *PresenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceResponse.ProtoReflect.Descriptor instead.
 func (*PresenceResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PresenceResponse) GetPingIntervalMs() int64 {
@@ -2854,12 +2907,15 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x17SetMachineStatusRequest\x12\x18\n" +
 	"\amachine\x18\x01 \x01(\tR\amachine\x12+\n" +
 	"\x06status\x18\x02 \x01(\v2\x13.lifeline.v1.StatusR\x06status\"\x1a\n" +
-	"\x18SetMachineStatusResponse\"0\n" +
-	"\x1aIssueUnitCredentialRequest\x12\x12\n" +
-	"\x04unit\x18\x01 \x01(\tR\x04unit\"G\n" +
-	"\x1bIssueUnitCredentialResponse\x12\x10\n" +
-	"\x03tag\x18\x01 \x01(\tR\x03tag\x12\x16\n" +
-	"\x06secret\x18\x02 \x01(\tR\x06secret\"$\n" +
+	"\x18SetMachineStatusResponse\"3\n" +
+	"\x1bIssueUnitCredentialsRequest\x12\x14\n" +
+	"\x05units\x18\x01 \x03(\tR\x05units\"]\n" +
+	"\x1cIssueUnitCredentialsResponse\x12=\n" +
+	"\vcredentials\x18\x01 \x03(\v2\x1b.lifeline.v1.UnitCredentialR\vcredentials\"N\n" +
+	"\x0eUnitCredential\x12\x12\n" +
+	"\x04unit\x18\x01 \x01(\tR\x04unit\x12\x10\n" +
+	"\x03tag\x18\x02 \x01(\tR\x03tag\x12\x16\n" +
+	"\x06secret\x18\x03 \x01(\tR\x06secret\"$\n" +
 	"\x0eGetUnitRequest\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\"8\n" +
 	"\x0fGetUnitResponse\x12%\n" +
@@ -2940,15 +2996,15 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x0eUnitStatusKind\x12 \n" +
 	"\x1cUNIT_STATUS_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16UNIT_STATUS_KIND_AGENT\x10\x01\x12\x1d\n" +
-	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x022\x93\x0e\n" +
+	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x022\x96\x0e\n" +
 	"\fAgentService\x12@\n" +
 	"\x05Watch\x12\x19.lifeline.v1.WatchRequest\x1a\x1a.lifeline.v1.WatchResponse0\x01\x12N\n" +
 	"\tWatchMany\x12\x1d.lifeline.v1.WatchManyRequest\x1a\x1e.lifeline.v1.WatchManyResponse(\x010\x01\x12M\n" +
 	"\n" +
 	"GetMachine\x12\x1e.lifeline.v1.GetMachineRequest\x1a\x1f.lifeline.v1.GetMachineResponse\x12b\n" +
 	"\x11EnsureMachineDead\x12%.lifeline.v1.EnsureMachineDeadRequest\x1a&.lifeline.v1.EnsureMachineDeadResponse\x12_\n" +
-	"\x10SetMachineStatus\x12$.lifeline.v1.SetMachineStatusRequest\x1a%.lifeline.v1.SetMachineStatusResponse\x12h\n" +
-	"\x13IssueUnitCredential\x12'.lifeline.v1.IssueUnitCredentialRequest\x1a(.lifeline.v1.IssueUnitCredentialResponse\x12D\n" +
+	"\x10SetMachineStatus\x12$.lifeline.v1.SetMachineStatusRequest\x1a%.lifeline.v1.SetMachineStatusResponse\x12k\n" +
+	"\x14IssueUnitCredentials\x12(.lifeline.v1.IssueUnitCredentialsRequest\x1a).lifeline.v1.IssueUnitCredentialsResponse\x12D\n" +
 	"\aGetUnit\x12\x1b.lifeline.v1.GetUnitRequest\x1a\x1c.lifeline.v1.GetUnitResponse\x12M\n" +
 	"\n" +
 	"RemoveUnit\x12\x1e.lifeline.v1.RemoveUnitRequest\x1a\x1f.lifeline.v1.RemoveUnitResponse\x12M\n" +
@@ -2982,69 +3038,70 @@ func file_lifeline_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_lifeline_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lifeline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_lifeline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_lifeline_v1_agent_proto_goTypes = []any{
-	(UnitStatusKind)(0),                 // 0: lifeline.v1.UnitStatusKind
-	(*WatchSubject)(nil),                // 1: lifeline.v1.WatchSubject
-	(*WatchRequest)(nil),                // 2: lifeline.v1.WatchRequest
-	(*WatchResponse)(nil),               // 3: lifeline.v1.WatchResponse
-	(*WatchManyRequest)(nil),            // 4: lifeline.v1.WatchManyRequest
-	(*WatchSubscribe)(nil),              // 5: lifeline.v1.WatchSubscribe
-	(*AgentCredential)(nil),             // 6: lifeline.v1.AgentCredential
-	(*WatchUnsubscribe)(nil),            // 7: lifeline.v1.WatchUnsubscribe
-	(*WatchManyResponse)(nil),           // 8: lifeline.v1.WatchManyResponse
-	(*WatchEnd)(nil),                    // 9: lifeline.v1.WatchEnd
-	(*WatchChange)(nil),                 // 10: lifeline.v1.WatchChange
-	(*GetMachineRequest)(nil),           // 11: lifeline.v1.GetMachineRequest
-	(*GetMachineResponse)(nil),          // 12: lifeline.v1.GetMachineResponse
-	(*EnsureMachineDeadRequest)(nil),    // 13: lifeline.v1.EnsureMachineDeadRequest
-	(*EnsureMachineDeadResponse)(nil),   // 14: lifeline.v1.EnsureMachineDeadResponse
-	(*SetMachineStatusRequest)(nil),     // 15: lifeline.v1.SetMachineStatusRequest
-	(*SetMachineStatusResponse)(nil),    // 16: lifeline.v1.SetMachineStatusResponse
-	(*IssueUnitCredentialRequest)(nil),  // 17: lifeline.v1.IssueUnitCredentialRequest
-	(*IssueUnitCredentialResponse)(nil), // 18: lifeline.v1.IssueUnitCredentialResponse
-	(*GetUnitRequest)(nil),              // 19: lifeline.v1.GetUnitRequest
-	(*GetUnitResponse)(nil),             // 20: lifeline.v1.GetUnitResponse
-	(*RemoveUnitRequest)(nil),           // 21: lifeline.v1.RemoveUnitRequest
-	(*RemoveUnitResponse)(nil),          // 22: lifeline.v1.RemoveUnitResponse
-	(*GetServiceRequest)(nil),           // 23: lifeline.v1.GetServiceRequest
-	(*GetServiceResponse)(nil),          // 24: lifeline.v1.GetServiceResponse
-	(*DownloadCharmRequest)(nil),        // 25: lifeline.v1.DownloadCharmRequest
-	(*DownloadCharmResponse)(nil),       // 26: lifeline.v1.DownloadCharmResponse
-	(*SetUnitDyingRequest)(nil),         // 27: lifeline.v1.SetUnitDyingRequest
-	(*SetUnitDyingResponse)(nil),        // 28: lifeline.v1.SetUnitDyingResponse
-	(*EnsureUnitDeadRequest)(nil),       // 29: lifeline.v1.EnsureUnitDeadRequest
-	(*EnsureUnitDeadResponse)(nil),      // 30: lifeline.v1.EnsureUnitDeadResponse
-	(*AddSubordinateRequest)(nil),       // 31: lifeline.v1.AddSubordinateRequest
-	(*AddSubordinateResponse)(nil),      // 32: lifeline.v1.AddSubordinateResponse
-	(*EnterScopeRequest)(nil),           // 33: lifeline.v1.EnterScopeRequest
-	(*EnterScopeResponse)(nil),          // 34: lifeline.v1.EnterScopeResponse
-	(*LeaveScopeRequest)(nil),           // 35: lifeline.v1.LeaveScopeRequest
-	(*LeaveScopeResponse)(nil),          // 36: lifeline.v1.LeaveScopeResponse
-	(*ReadSettingsRequest)(nil),         // 37: lifeline.v1.ReadSettingsRequest
-	(*ReadSettingsResponse)(nil),        // 38: lifeline.v1.ReadSettingsResponse
-	(*SettingsUpdate)(nil),              // 39: lifeline.v1.SettingsUpdate
-	(*UpdateSettingsRequest)(nil),       // 40: lifeline.v1.UpdateSettingsRequest
-	(*UpdateSettingsResponse)(nil),      // 41: lifeline.v1.UpdateSettingsResponse
-	(*SetUnitStatusRequest)(nil),        // 42: lifeline.v1.SetUnitStatusRequest
-	(*SetUnitStatusResponse)(nil),       // 43: lifeline.v1.SetUnitStatusResponse
-	(*ClearResolvedRequest)(nil),        // 44: lifeline.v1.ClearResolvedRequest
-	(*ClearResolvedResponse)(nil),       // 45: lifeline.v1.ClearResolvedResponse
-	(*GetAgentSettingsRequest)(nil),     // 46: lifeline.v1.GetAgentSettingsRequest
-	(*GetAgentSettingsResponse)(nil),    // 47: lifeline.v1.GetAgentSettingsResponse
-	(*PresenceRequest)(nil),             // 48: lifeline.v1.PresenceRequest
-	(*PresenceResponse)(nil),            // 49: lifeline.v1.PresenceResponse
-	nil,                                 // 50: lifeline.v1.EnterScopeRequest.SettingsEntry
-	nil,                                 // 51: lifeline.v1.ReadSettingsResponse.SettingsEntry
-	nil,                                 // 52: lifeline.v1.SettingsUpdate.SetEntry
-	(*Machine)(nil),                     // 53: lifeline.v1.Machine
-	(*Unit)(nil),                        // 54: lifeline.v1.Unit
-	(*Service)(nil),                     // 55: lifeline.v1.Service
-	(*ServiceConfig)(nil),               // 56: lifeline.v1.ServiceConfig
-	(*Relation)(nil),                    // 57: lifeline.v1.Relation
-	(*Resolved)(nil),                    // 58: lifeline.v1.Resolved
-	(*Status)(nil),                      // 59: lifeline.v1.Status
-	(*Charm)(nil),                       // 60: lifeline.v1.Charm
+	(UnitStatusKind)(0),                  // 0: lifeline.v1.UnitStatusKind
+	(*WatchSubject)(nil),                 // 1: lifeline.v1.WatchSubject
+	(*WatchRequest)(nil),                 // 2: lifeline.v1.WatchRequest
+	(*WatchResponse)(nil),                // 3: lifeline.v1.WatchResponse
+	(*WatchManyRequest)(nil),             // 4: lifeline.v1.WatchManyRequest
+	(*WatchSubscribe)(nil),               // 5: lifeline.v1.WatchSubscribe
+	(*AgentCredential)(nil),              // 6: lifeline.v1.AgentCredential
+	(*WatchUnsubscribe)(nil),             // 7: lifeline.v1.WatchUnsubscribe
+	(*WatchManyResponse)(nil),            // 8: lifeline.v1.WatchManyResponse
+	(*WatchEnd)(nil),                     // 9: lifeline.v1.WatchEnd
+	(*WatchChange)(nil),                  // 10: lifeline.v1.WatchChange
+	(*GetMachineRequest)(nil),            // 11: lifeline.v1.GetMachineRequest
+	(*GetMachineResponse)(nil),           // 12: lifeline.v1.GetMachineResponse
+	(*EnsureMachineDeadRequest)(nil),     // 13: lifeline.v1.EnsureMachineDeadRequest
+	(*EnsureMachineDeadResponse)(nil),    // 14: lifeline.v1.EnsureMachineDeadResponse
+	(*SetMachineStatusRequest)(nil),      // 15: lifeline.v1.SetMachineStatusRequest
+	(*SetMachineStatusResponse)(nil),     // 16: lifeline.v1.SetMachineStatusResponse
+	(*IssueUnitCredentialsRequest)(nil),  // 17: lifeline.v1.IssueUnitCredentialsRequest
+	(*IssueUnitCredentialsResponse)(nil), // 18: lifeline.v1.IssueUnitCredentialsResponse
+	(*UnitCredential)(nil),               // 19: lifeline.v1.UnitCredential
+	(*GetUnitRequest)(nil),               // 20: lifeline.v1.GetUnitRequest
+	(*GetUnitResponse)(nil),              // 21: lifeline.v1.GetUnitResponse
+	(*RemoveUnitRequest)(nil),            // 22: lifeline.v1.RemoveUnitRequest
+	(*RemoveUnitResponse)(nil),           // 23: lifeline.v1.RemoveUnitResponse
+	(*GetServiceRequest)(nil),            // 24: lifeline.v1.GetServiceRequest
+	(*GetServiceResponse)(nil),           // 25: lifeline.v1.GetServiceResponse
+	(*DownloadCharmRequest)(nil),         // 26: lifeline.v1.DownloadCharmRequest
+	(*DownloadCharmResponse)(nil),        // 27: lifeline.v1.DownloadCharmResponse
+	(*SetUnitDyingRequest)(nil),          // 28: lifeline.v1.SetUnitDyingRequest
+	(*SetUnitDyingResponse)(nil),         // 29: lifeline.v1.SetUnitDyingResponse
+	(*EnsureUnitDeadRequest)(nil),        // 30: lifeline.v1.EnsureUnitDeadRequest
+	(*EnsureUnitDeadResponse)(nil),       // 31: lifeline.v1.EnsureUnitDeadResponse
+	(*AddSubordinateRequest)(nil),        // 32: lifeline.v1.AddSubordinateRequest
+	(*AddSubordinateResponse)(nil),       // 33: lifeline.v1.AddSubordinateResponse
+	(*EnterScopeRequest)(nil),            // 34: lifeline.v1.EnterScopeRequest
+	(*EnterScopeResponse)(nil),           // 35: lifeline.v1.EnterScopeResponse
+	(*LeaveScopeRequest)(nil),            // 36: lifeline.v1.LeaveScopeRequest
+	(*LeaveScopeResponse)(nil),           // 37: lifeline.v1.LeaveScopeResponse
+	(*ReadSettingsRequest)(nil),          // 38: lifeline.v1.ReadSettingsRequest
+	(*ReadSettingsResponse)(nil),         // 39: lifeline.v1.ReadSettingsResponse
+	(*SettingsUpdate)(nil),               // 40: lifeline.v1.SettingsUpdate
+	(*UpdateSettingsRequest)(nil),        // 41: lifeline.v1.UpdateSettingsRequest
+	(*UpdateSettingsResponse)(nil),       // 42: lifeline.v1.UpdateSettingsResponse
+	(*SetUnitStatusRequest)(nil),         // 43: lifeline.v1.SetUnitStatusRequest
+	(*SetUnitStatusResponse)(nil),        // 44: lifeline.v1.SetUnitStatusResponse
+	(*ClearResolvedRequest)(nil),         // 45: lifeline.v1.ClearResolvedRequest
+	(*ClearResolvedResponse)(nil),        // 46: lifeline.v1.ClearResolvedResponse
+	(*GetAgentSettingsRequest)(nil),      // 47: lifeline.v1.GetAgentSettingsRequest
+	(*GetAgentSettingsResponse)(nil),     // 48: lifeline.v1.GetAgentSettingsResponse
+	(*PresenceRequest)(nil),              // 49: lifeline.v1.PresenceRequest
+	(*PresenceResponse)(nil),             // 50: lifeline.v1.PresenceResponse
+	nil,                                  // 51: lifeline.v1.EnterScopeRequest.SettingsEntry
+	nil,                                  // 52: lifeline.v1.ReadSettingsResponse.SettingsEntry
+	nil,                                  // 53: lifeline.v1.SettingsUpdate.SetEntry
+	(*Machine)(nil),                      // 54: lifeline.v1.Machine
+	(*Unit)(nil),                         // 55: lifeline.v1.Unit
+	(*Service)(nil),                      // 56: lifeline.v1.Service
+	(*ServiceConfig)(nil),                // 57: lifeline.v1.ServiceConfig
+	(*Relation)(nil),                     // 58: lifeline.v1.Relation
+	(*Resolved)(nil),                     // 59: lifeline.v1.Resolved
+	(*Status)(nil),                       // 60: lifeline.v1.Status
+	(*Charm)(nil),                        // 61: lifeline.v1.Charm
 }
 var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	1,  // 0: lifeline.v1.WatchRequest.subject:type_name -> lifeline.v1.WatchSubject
@@ -3055,72 +3112,73 @@ var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	6,  // 5: lifeline.v1.WatchSubscribe.as:type_name -> lifeline.v1.AgentCredential
 	3,  // 6: lifeline.v1.WatchManyResponse.watch:type_name -> lifeline.v1.WatchResponse
 	9,  // 7: lifeline.v1.WatchManyResponse.end:type_name -> lifeline.v1.WatchEnd
-	53, // 8: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
-	54, // 9: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
-	55, // 10: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
-	56, // 11: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
-	57, // 12: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
-	58, // 13: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
-	53, // 14: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
-	59, // 15: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
-	54, // 16: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
-	55, // 17: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
-	56, // 18: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
-	60, // 19: lifeline.v1.GetServiceResponse.charm:type_name -> lifeline.v1.Charm
-	54, // 20: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
-	50, // 21: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
-	51, // 22: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
-	52, // 23: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
-	39, // 24: lifeline.v1.UpdateSettingsRequest.updates:type_name -> lifeline.v1.SettingsUpdate
-	0,  // 25: lifeline.v1.SetUnitStatusRequest.kind:type_name -> lifeline.v1.UnitStatusKind
-	59, // 26: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
-	2,  // 27: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
-	4,  // 28: lifeline.v1.AgentService.WatchMany:input_type -> lifeline.v1.WatchManyRequest
-	11, // 29: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
-	13, // 30: lifeline.v1.AgentService.EnsureMachineDead:input_type -> lifeline.v1.EnsureMachineDeadRequest
-	15, // 31: lifeline.v1.AgentService.SetMachineStatus:input_type -> lifeline.v1.SetMachineStatusRequest
-	17, // 32: lifeline.v1.AgentService.IssueUnitCredential:input_type -> lifeline.v1.IssueUnitCredentialRequest
-	19, // 33: lifeline.v1.AgentService.GetUnit:input_type -> lifeline.v1.GetUnitRequest
-	21, // 34: lifeline.v1.AgentService.RemoveUnit:input_type -> lifeline.v1.RemoveUnitRequest
-	23, // 35: lifeline.v1.AgentService.GetService:input_type -> lifeline.v1.GetServiceRequest
-	25, // 36: lifeline.v1.AgentService.DownloadCharm:input_type -> lifeline.v1.DownloadCharmRequest
-	27, // 37: lifeline.v1.AgentService.SetUnitDying:input_type -> lifeline.v1.SetUnitDyingRequest
-	29, // 38: lifeline.v1.AgentService.EnsureUnitDead:input_type -> lifeline.v1.EnsureUnitDeadRequest
-	31, // 39: lifeline.v1.AgentService.AddSubordinate:input_type -> lifeline.v1.AddSubordinateRequest
-	33, // 40: lifeline.v1.AgentService.EnterScope:input_type -> lifeline.v1.EnterScopeRequest
-	35, // 41: lifeline.v1.AgentService.LeaveScope:input_type -> lifeline.v1.LeaveScopeRequest
-	37, // 42: lifeline.v1.AgentService.ReadSettings:input_type -> lifeline.v1.ReadSettingsRequest
-	40, // 43: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
-	42, // 44: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
-	44, // 45: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
-	48, // 46: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
-	46, // 47: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
-	3,  // 48: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
-	8,  // 49: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
-	12, // 50: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
-	14, // 51: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
-	16, // 52: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
-	18, // 53: lifeline.v1.AgentService.IssueUnitCredential:output_type -> lifeline.v1.IssueUnitCredentialResponse
-	20, // 54: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
-	22, // 55: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
-	24, // 56: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
-	26, // 57: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
-	28, // 58: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
-	30, // 59: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
-	32, // 60: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
-	34, // 61: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
-	36, // 62: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
-	38, // 63: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
-	41, // 64: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
-	43, // 65: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
-	45, // 66: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
-	49, // 67: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
-	47, // 68: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
-	48, // [48:69] is the sub-list for method output_type
-	27, // [27:48] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	54, // 8: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
+	55, // 9: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
+	56, // 10: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
+	57, // 11: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
+	58, // 12: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
+	59, // 13: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
+	54, // 14: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
+	60, // 15: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
+	19, // 16: lifeline.v1.IssueUnitCredentialsResponse.credentials:type_name -> lifeline.v1.UnitCredential
+	55, // 17: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
+	56, // 18: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
+	57, // 19: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
+	61, // 20: lifeline.v1.GetServiceResponse.charm:type_name -> lifeline.v1.Charm
+	55, // 21: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
+	51, // 22: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
+	52, // 23: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
+	53, // 24: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
+	40, // 25: lifeline.v1.UpdateSettingsRequest.updates:type_name -> lifeline.v1.SettingsUpdate
+	0,  // 26: lifeline.v1.SetUnitStatusRequest.kind:type_name -> lifeline.v1.UnitStatusKind
+	60, // 27: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
+	2,  // 28: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
+	4,  // 29: lifeline.v1.AgentService.WatchMany:input_type -> lifeline.v1.WatchManyRequest
+	11, // 30: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
+	13, // 31: lifeline.v1.AgentService.EnsureMachineDead:input_type -> lifeline.v1.EnsureMachineDeadRequest
+	15, // 32: lifeline.v1.AgentService.SetMachineStatus:input_type -> lifeline.v1.SetMachineStatusRequest
+	17, // 33: lifeline.v1.AgentService.IssueUnitCredentials:input_type -> lifeline.v1.IssueUnitCredentialsRequest
+	20, // 34: lifeline.v1.AgentService.GetUnit:input_type -> lifeline.v1.GetUnitRequest
+	22, // 35: lifeline.v1.AgentService.RemoveUnit:input_type -> lifeline.v1.RemoveUnitRequest
+	24, // 36: lifeline.v1.AgentService.GetService:input_type -> lifeline.v1.GetServiceRequest
+	26, // 37: lifeline.v1.AgentService.DownloadCharm:input_type -> lifeline.v1.DownloadCharmRequest
+	28, // 38: lifeline.v1.AgentService.SetUnitDying:input_type -> lifeline.v1.SetUnitDyingRequest
+	30, // 39: lifeline.v1.AgentService.EnsureUnitDead:input_type -> lifeline.v1.EnsureUnitDeadRequest
+	32, // 40: lifeline.v1.AgentService.AddSubordinate:input_type -> lifeline.v1.AddSubordinateRequest
+	34, // 41: lifeline.v1.AgentService.EnterScope:input_type -> lifeline.v1.EnterScopeRequest
+	36, // 42: lifeline.v1.AgentService.LeaveScope:input_type -> lifeline.v1.LeaveScopeRequest
+	38, // 43: lifeline.v1.AgentService.ReadSettings:input_type -> lifeline.v1.ReadSettingsRequest
+	41, // 44: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
+	43, // 45: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
+	45, // 46: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
+	49, // 47: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
+	47, // 48: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
+	3,  // 49: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
+	8,  // 50: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
+	12, // 51: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
+	14, // 52: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
+	16, // 53: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
+	18, // 54: lifeline.v1.AgentService.IssueUnitCredentials:output_type -> lifeline.v1.IssueUnitCredentialsResponse
+	21, // 55: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
+	23, // 56: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
+	25, // 57: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
+	27, // 58: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
+	29, // 59: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
+	31, // 60: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
+	33, // 61: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
+	35, // 62: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
+	37, // 63: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
+	39, // 64: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
+	42, // 65: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
+	44, // 66: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
+	46, // 67: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
+	50, // 68: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
+	48, // 69: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
+	49, // [49:70] is the sub-list for method output_type
+	28, // [28:49] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_agent_proto_init() }
@@ -3163,7 +3221,7 @@ func file_lifeline_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_agent_proto_rawDesc), len(file_lifeline_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   52,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

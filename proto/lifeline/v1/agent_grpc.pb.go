@@ -22,27 +22,27 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_Watch_FullMethodName               = "/lifeline.v1.AgentService/Watch"
-	AgentService_WatchMany_FullMethodName           = "/lifeline.v1.AgentService/WatchMany"
-	AgentService_GetMachine_FullMethodName          = "/lifeline.v1.AgentService/GetMachine"
-	AgentService_EnsureMachineDead_FullMethodName   = "/lifeline.v1.AgentService/EnsureMachineDead"
-	AgentService_SetMachineStatus_FullMethodName    = "/lifeline.v1.AgentService/SetMachineStatus"
-	AgentService_IssueUnitCredential_FullMethodName = "/lifeline.v1.AgentService/IssueUnitCredential"
-	AgentService_GetUnit_FullMethodName             = "/lifeline.v1.AgentService/GetUnit"
-	AgentService_RemoveUnit_FullMethodName          = "/lifeline.v1.AgentService/RemoveUnit"
-	AgentService_GetService_FullMethodName          = "/lifeline.v1.AgentService/GetService"
-	AgentService_DownloadCharm_FullMethodName       = "/lifeline.v1.AgentService/DownloadCharm"
-	AgentService_SetUnitDying_FullMethodName        = "/lifeline.v1.AgentService/SetUnitDying"
-	AgentService_EnsureUnitDead_FullMethodName      = "/lifeline.v1.AgentService/EnsureUnitDead"
-	AgentService_AddSubordinate_FullMethodName      = "/lifeline.v1.AgentService/AddSubordinate"
-	AgentService_EnterScope_FullMethodName          = "/lifeline.v1.AgentService/EnterScope"
-	AgentService_LeaveScope_FullMethodName          = "/lifeline.v1.AgentService/LeaveScope"
-	AgentService_ReadSettings_FullMethodName        = "/lifeline.v1.AgentService/ReadSettings"
-	AgentService_UpdateSettings_FullMethodName      = "/lifeline.v1.AgentService/UpdateSettings"
-	AgentService_SetUnitStatus_FullMethodName       = "/lifeline.v1.AgentService/SetUnitStatus"
-	AgentService_ClearResolved_FullMethodName       = "/lifeline.v1.AgentService/ClearResolved"
-	AgentService_Presence_FullMethodName            = "/lifeline.v1.AgentService/Presence"
-	AgentService_GetAgentSettings_FullMethodName    = "/lifeline.v1.AgentService/GetAgentSettings"
+	AgentService_Watch_FullMethodName                = "/lifeline.v1.AgentService/Watch"
+	AgentService_WatchMany_FullMethodName            = "/lifeline.v1.AgentService/WatchMany"
+	AgentService_GetMachine_FullMethodName           = "/lifeline.v1.AgentService/GetMachine"
+	AgentService_EnsureMachineDead_FullMethodName    = "/lifeline.v1.AgentService/EnsureMachineDead"
+	AgentService_SetMachineStatus_FullMethodName     = "/lifeline.v1.AgentService/SetMachineStatus"
+	AgentService_IssueUnitCredentials_FullMethodName = "/lifeline.v1.AgentService/IssueUnitCredentials"
+	AgentService_GetUnit_FullMethodName              = "/lifeline.v1.AgentService/GetUnit"
+	AgentService_RemoveUnit_FullMethodName           = "/lifeline.v1.AgentService/RemoveUnit"
+	AgentService_GetService_FullMethodName           = "/lifeline.v1.AgentService/GetService"
+	AgentService_DownloadCharm_FullMethodName        = "/lifeline.v1.AgentService/DownloadCharm"
+	AgentService_SetUnitDying_FullMethodName         = "/lifeline.v1.AgentService/SetUnitDying"
+	AgentService_EnsureUnitDead_FullMethodName       = "/lifeline.v1.AgentService/EnsureUnitDead"
+	AgentService_AddSubordinate_FullMethodName       = "/lifeline.v1.AgentService/AddSubordinate"
+	AgentService_EnterScope_FullMethodName           = "/lifeline.v1.AgentService/EnterScope"
+	AgentService_LeaveScope_FullMethodName           = "/lifeline.v1.AgentService/LeaveScope"
+	AgentService_ReadSettings_FullMethodName         = "/lifeline.v1.AgentService/ReadSettings"
+	AgentService_UpdateSettings_FullMethodName       = "/lifeline.v1.AgentService/UpdateSettings"
+	AgentService_SetUnitStatus_FullMethodName        = "/lifeline.v1.AgentService/SetUnitStatus"
+	AgentService_ClearResolved_FullMethodName        = "/lifeline.v1.AgentService/ClearResolved"
+	AgentService_Presence_FullMethodName             = "/lifeline.v1.AgentService/Presence"
+	AgentService_GetAgentSettings_FullMethodName     = "/lifeline.v1.AgentService/GetAgentSettings"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -76,9 +76,11 @@ type AgentServiceClient interface {
 	// assigned to it.
 	EnsureMachineDead(ctx context.Context, in *EnsureMachineDeadRequest, opts ...grpc.CallOption) (*EnsureMachineDeadResponse, error)
 	SetMachineStatus(ctx context.Context, in *SetMachineStatusRequest, opts ...grpc.CallOption) (*SetMachineStatusResponse, error)
-	// IssueUnitCredential gives a new credential to a unit on the caller's
-	// machine, revoking any earlier one.
-	IssueUnitCredential(ctx context.Context, in *IssueUnitCredentialRequest, opts ...grpc.CallOption) (*IssueUnitCredentialResponse, error)
+	// IssueUnitCredentials gives new credentials to units on the caller's
+	// machine, revoking any earlier ones, in one transaction: to all of them
+	// or, when any is not the caller's to ask for, to none. At most 32 units
+	// a call; a machine agent asks once for the units it starts together.
+	IssueUnitCredentials(ctx context.Context, in *IssueUnitCredentialsRequest, opts ...grpc.CallOption) (*IssueUnitCredentialsResponse, error)
 	// GetUnit returns a unit the caller may see.
 	GetUnit(ctx context.Context, in *GetUnitRequest, opts ...grpc.CallOption) (*GetUnitResponse, error)
 	// RemoveUnit removes a dead unit: a principal on the caller's machine (its
@@ -190,10 +192,10 @@ func (c *agentServiceClient) SetMachineStatus(ctx context.Context, in *SetMachin
 	return out, nil
 }
 
-func (c *agentServiceClient) IssueUnitCredential(ctx context.Context, in *IssueUnitCredentialRequest, opts ...grpc.CallOption) (*IssueUnitCredentialResponse, error) {
+func (c *agentServiceClient) IssueUnitCredentials(ctx context.Context, in *IssueUnitCredentialsRequest, opts ...grpc.CallOption) (*IssueUnitCredentialsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(IssueUnitCredentialResponse)
-	err := c.cc.Invoke(ctx, AgentService_IssueUnitCredential_FullMethodName, in, out, cOpts...)
+	out := new(IssueUnitCredentialsResponse)
+	err := c.cc.Invoke(ctx, AgentService_IssueUnitCredentials_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -393,9 +395,11 @@ type AgentServiceServer interface {
 	// assigned to it.
 	EnsureMachineDead(context.Context, *EnsureMachineDeadRequest) (*EnsureMachineDeadResponse, error)
 	SetMachineStatus(context.Context, *SetMachineStatusRequest) (*SetMachineStatusResponse, error)
-	// IssueUnitCredential gives a new credential to a unit on the caller's
-	// machine, revoking any earlier one.
-	IssueUnitCredential(context.Context, *IssueUnitCredentialRequest) (*IssueUnitCredentialResponse, error)
+	// IssueUnitCredentials gives new credentials to units on the caller's
+	// machine, revoking any earlier ones, in one transaction: to all of them
+	// or, when any is not the caller's to ask for, to none. At most 32 units
+	// a call; a machine agent asks once for the units it starts together.
+	IssueUnitCredentials(context.Context, *IssueUnitCredentialsRequest) (*IssueUnitCredentialsResponse, error)
 	// GetUnit returns a unit the caller may see.
 	GetUnit(context.Context, *GetUnitRequest) (*GetUnitResponse, error)
 	// RemoveUnit removes a dead unit: a principal on the caller's machine (its
@@ -460,8 +464,8 @@ func (UnimplementedAgentServiceServer) EnsureMachineDead(context.Context, *Ensur
 func (UnimplementedAgentServiceServer) SetMachineStatus(context.Context, *SetMachineStatusRequest) (*SetMachineStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetMachineStatus not implemented")
 }
-func (UnimplementedAgentServiceServer) IssueUnitCredential(context.Context, *IssueUnitCredentialRequest) (*IssueUnitCredentialResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method IssueUnitCredential not implemented")
+func (UnimplementedAgentServiceServer) IssueUnitCredentials(context.Context, *IssueUnitCredentialsRequest) (*IssueUnitCredentialsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method IssueUnitCredentials not implemented")
 }
 func (UnimplementedAgentServiceServer) GetUnit(context.Context, *GetUnitRequest) (*GetUnitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetUnit not implemented")
@@ -601,20 +605,20 @@ func _AgentService_SetMachineStatus_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
-func _AgentService_IssueUnitCredential_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(IssueUnitCredentialRequest)
+func _AgentService_IssueUnitCredentials_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IssueUnitCredentialsRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
 	if interceptor == nil {
-		return srv.(AgentServiceServer).IssueUnitCredential(ctx, in)
+		return srv.(AgentServiceServer).IssueUnitCredentials(ctx, in)
 	}
 	info := &grpc.UnaryServerInfo{
 		Server:     srv,
-		FullMethod: AgentService_IssueUnitCredential_FullMethodName,
+		FullMethod: AgentService_IssueUnitCredentials_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(AgentServiceServer).IssueUnitCredential(ctx, req.(*IssueUnitCredentialRequest))
+		return srv.(AgentServiceServer).IssueUnitCredentials(ctx, req.(*IssueUnitCredentialsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -891,8 +895,8 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _AgentService_SetMachineStatus_Handler,
 		},
 		{
-			MethodName: "IssueUnitCredential",
-			Handler:    _AgentService_IssueUnitCredential_Handler,
+			MethodName: "IssueUnitCredentials",
+			Handler:    _AgentService_IssueUnitCredentials_Handler,
 		},
 		{
 			MethodName: "GetUnit",
