@@ -83,15 +83,9 @@ type reads struct {
 	ranges []*etcdserverpb.RangeResponse
 }
 
-// serializableReads marks the context of an operation's first attempt,
-// whose reads are serializable (apply).
-type serializableReads struct{}
-
-// read performs the gets in one round trip at one revision: linearizable,
-// but for the first attempt of an operation (apply), serializable.
+// read performs the gets in one linearizable round trip at one revision.
 func (s *State) read(ctx context.Context, gets ...getOp) (*reads, error) {
 	s.stats.reads.Add(1)
-	serializable := ctx.Value(serializableReads{}) != nil
 	// One allocation for each part of the requests, not three a get.
 	ranges := make([]etcdserverpb.RangeRequest, len(gets))
 	wraps := make([]etcdserverpb.RequestOp_RequestRange, len(gets))
@@ -99,7 +93,6 @@ func (s *State) read(ctx context.Context, gets ...getOp) (*reads, error) {
 	req := &etcdserverpb.TxnRequest{Success: make([]*etcdserverpb.RequestOp, len(gets))}
 	for i, g := range gets {
 		s.fillRange(&ranges[i], g)
-		ranges[i].Serializable = serializable
 		wraps[i].RequestRange = &ranges[i]
 		ops[i].Request = &wraps[i]
 		req.Success[i] = &ops[i]

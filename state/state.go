@@ -117,15 +117,10 @@ type Stats struct {
 	// Busy is the number of writes etcd refused while it caught up
 	// applying what it had committed, each sent again after a pause.
 	Busy int64
-	// Confirmed is the number of operations whose first attempt, on
-	// serializable reads, ended without a change (an error, or nothing
-	// to do), and which were run again on linearizable reads to confirm
-	// it.
-	Confirmed int64
 }
 
 type stats struct {
-	txns, conflicts, aborted, reads, maxOps, busy, confirmed atomic.Int64
+	txns, conflicts, aborted, reads, maxOps, busy atomic.Int64
 	// byOp maps a method's name to its *atomic.Int64 of conflicts.
 	byOp sync.Map
 }
@@ -171,7 +166,6 @@ func (s *State) Stats() Stats {
 		Reads:     s.stats.reads.Load(),
 		MaxOps:    s.stats.maxOps.Load(),
 		Busy:      s.stats.busy.Load(),
-		Confirmed: s.stats.confirmed.Load(),
 	}
 }
 
@@ -212,24 +206,7 @@ func (s *State) apply(ctx context.Context, what string, attempt func(ctx context
 	}
 	defer release()
 	for i := 0; i < s.cfg.MaxAttempts; i++ {
-		actx := ctx
-		if i == 0 {
-			// The first attempt reads what the member has applied,
-			// without waiting for etcd to confirm that it is current
-			// (serializable reads). A member behind the others may
-			// answer with an older state; the change's comparisons
-			// catch that as they catch any write since a read: the
-			// commit fails, and the next attempt reads linearizably.
-			// An answer that commits nothing (an error, nothing to do)
-			// no comparison checks: it is given only once an attempt
-			// on linearizable reads agrees.
-			actx = context.WithValue(ctx, serializableReads{}, true)
-		}
-		c, err := attempt(actx)
-		if i == 0 && err != nil {
-			s.stats.confirmed.Add(1)
-			c, err = attempt(ctx)
-		}
+		c, err := attempt(ctx)
 		if errors.Is(err, errNothingToDo) {
 			return nil
 		}
