@@ -112,7 +112,7 @@ func (s *State) LeaveScope(ctx context.Context, id int64, unit string) error {
 				return nil, err
 			}
 		}
-		if w := witness(probed, key); w != nil {
+		if w := witness(probed, key, siblingKeys(unit, scopeKey)...); w != nil {
 			c.ifSame(string(w.Key), w.CreateRevision)
 			return c, nil
 		}

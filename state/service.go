@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -287,6 +288,9 @@ type serviceView struct {
 	svc   *record[*pb.Service]
 	units []*mvccpb.KeyValue
 	rels  []*mvccpb.KeyValue
+	// siblings are the keys of the unit's neighbours by one, the
+	// witnesses to pass over when there are others (siblingKeys).
+	siblings []string
 }
 
 // witnessProbes are the unit numbers, relative to a unit being removed,
@@ -298,6 +302,25 @@ type serviceView struct {
 // one after the other and tend to go together when it goes, and a removal
 // whose witness goes meanwhile conflicts and is tried again.
 var witnessProbes = []int64{1, -1, 16, -16, 64, -64, 256, -256}
+
+// siblingKeys returns key(u) for the units u of unit's service numbered
+// one below and one above it: units added together to one machine, which
+// its agent takes through their ends at the same time (removals of four
+// at once; departures, without hooks, all at once). As witnesses of each
+// other's removal or departure they conflict far more often than the
+// units further away, so those are chosen when there are any.
+func siblingKeys(unit string, key func(unit string) string) []string {
+	n, err := strconv.ParseInt(lastSegment(unit), 10, 64)
+	if err != nil {
+		return nil
+	}
+	svc := names.UnitService(unit)
+	out := []string{key(unitName(svc, n+1))}
+	if n > 0 {
+		out = append(out, key(unitName(svc, n-1)))
+	}
+	return out
+}
 
 // neighbourGets returns point reads, keys only, of key(u) for the units u
 // of unit's service whose numbers are unit's plus each of witnessProbes:
@@ -337,6 +360,9 @@ func (s *State) readServiceView(ctx context.Context, name, unit string, extra ..
 		return nil, r, err
 	}
 	v := &serviceView{name: name, svc: svc, rels: r.all(i + 1), units: r.present(i + 2)}
+	if unit != "" {
+		v.siblings = siblingKeys(unit, UnitKey)
+	}
 	if svc.v.Life != pb.Life_LIFE_ALIVE && len(v.units) == 0 {
 		more, err := s.rangeWitnesses(ctx, unit, UnitKey, ServiceUnitsPrefix(name))
 		if err != nil {
@@ -394,7 +420,7 @@ func (v *serviceView) settle(c *change, unitKey, relRef string) {
 	if v.svc.v.Life == pb.Life_LIFE_ALIVE {
 		return
 	}
-	if w := witness(v.units, unitKey); w != nil {
+	if w := witness(v.units, unitKey, v.siblings...); w != nil {
 		c.ifSame(string(w.Key), w.CreateRevision)
 		return
 	}
@@ -408,13 +434,21 @@ func (v *serviceView) settle(c *change, unitKey, relRef string) {
 }
 
 // witness returns a key among kvs other than except, at random so that
-// concurrent removals spread their witnesses.
-func witness(kvs []*mvccpb.KeyValue, except string) *mvccpb.KeyValue {
-	var found []*mvccpb.KeyValue
+// concurrent removals spread their witnesses: one of avoid only when no
+// other will do.
+func witness(kvs []*mvccpb.KeyValue, except string, avoid ...string) *mvccpb.KeyValue {
+	var found, avoided []*mvccpb.KeyValue
 	for _, kv := range kvs {
-		if string(kv.Key) != except {
+		switch k := string(kv.Key); {
+		case k == except:
+		case slices.Contains(avoid, k):
+			avoided = append(avoided, kv)
+		default:
 			found = append(found, kv)
 		}
+	}
+	if len(found) == 0 {
+		found = avoided
 	}
 	if len(found) == 0 {
 		return nil

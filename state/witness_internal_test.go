@@ -3,6 +3,8 @@ package state
 import (
 	"slices"
 	"testing"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
 func TestWitnessWindows(t *testing.T) {
@@ -18,5 +20,36 @@ func TestWitnessWindows(t *testing.T) {
 		if got := witnessWindows(tt.unit, UnitKey); !slices.Equal(got, tt.want) {
 			t.Errorf("witnessWindows(%q) = %q, want %q", tt.unit, got, tt.want)
 		}
+	}
+}
+
+// A removal's or a departure's witness is one of its unit's siblings (the
+// units numbered one off, on its machine, going at the same time) only
+// when no other candidate is there.
+func TestWitnessAvoidsSiblings(t *testing.T) {
+	if got := siblingKeys("bench/40", UnitKey); !slices.Equal(got, []string{"units/bench/41", "units/bench/39"}) {
+		t.Errorf("siblingKeys(bench/40) = %q", got)
+	}
+	if got := siblingKeys("bench/0", UnitKey); !slices.Equal(got, []string{"units/bench/1"}) {
+		t.Errorf("siblingKeys(bench/0) = %q", got)
+	}
+	kvs := func(keys ...string) []*mvccpb.KeyValue {
+		var out []*mvccpb.KeyValue
+		for _, k := range keys {
+			out = append(out, &mvccpb.KeyValue{Key: []byte(k)})
+		}
+		return out
+	}
+	self, sibs := "units/bench/40", siblingKeys("bench/40", UnitKey)
+	for range 50 {
+		if w := witness(kvs(self, "units/bench/41", "units/bench/56", "units/bench/39"), self, sibs...); string(w.Key) != "units/bench/56" {
+			t.Fatalf("witness = %s, want units/bench/56, the one not a sibling", w.Key)
+		}
+	}
+	if w := witness(kvs(self, "units/bench/41"), self, sibs...); w == nil || string(w.Key) != "units/bench/41" {
+		t.Errorf("witness = %v, want units/bench/41, a sibling but the only one", w)
+	}
+	if w := witness(kvs(self), self, sibs...); w != nil {
+		t.Errorf("witness = %s, want none", w.Key)
 	}
 }
