@@ -267,37 +267,12 @@ func (c *credCounter) IssueUnitCredentials(ctx context.Context, in *pb.IssueUnit
 // controller's door, the other unit is still removed, files and all.
 func TestMachineAgentRemovesDeadUnitsSideBySide(t *testing.T) {
 	env, op, m := twoUnitsOnAMachine(t)
-	dir, err := os.MkdirTemp("", "ll-m-") // short: the hook tool socket is in it
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
 	api := &heldRemoval{AgentServiceClient: env.Agent("machine-" + m), held: make(chan string, 1), release: make(chan struct{})}
 	var release sync.Once
 	releaseHeld := func() { release.Do(func() { close(api.release) }) }
-	a, err := machineagent.New(machineagent.Config{
-		MachineID: m, DataDir: dir, Address: "127.0.0.1", API: api,
-		DialUnit: func(cred pki.Credential) (unitagent.API, io.Closer, error) {
-			return pb.NewAgentServiceClient(env.Dial(cred)), io.NopCloser(nil), nil
-		},
-		Lifelined: lifelined, Logger: hclog.NewNullLogger(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		releaseHeld()
-		cancel()
-		<-done
-	}()
-	waitFor(t, "both units installed", func() bool {
-		_, err0 := os.Stat(filepath.Join(dir, "units", "kv-0", "installed"))
-		_, err1 := os.Stat(filepath.Join(dir, "units", "kv-1", "installed"))
-		return err0 == nil && err1 == nil
-	})
+	dir, stop := runInstalled(t, env, m, api)
+	defer stop()
+	defer releaseHeld() // before stop: the held removal lets go
 	for _, u := range []string{"kv/0", "kv/1"} {
 		if _, err := op.DestroyUnit(env.Ctx, &pb.DestroyUnitRequest{Unit: u}); err != nil {
 			t.Fatal(err)
@@ -348,34 +323,9 @@ func (h *heldRemoval) RemoveUnit(ctx context.Context, in *pb.RemoveUnitRequest, 
 // than one), each is asked for on its own and every unit still starts.
 func TestMachineAgentStartsUnitsAloneWhenTogetherFails(t *testing.T) {
 	env, _, m := twoUnitsOnAMachine(t)
-	dir, err := os.MkdirTemp("", "ll-m-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
 	api := &aloneOnly{credCounter: credCounter{AgentServiceClient: env.Agent("machine-" + m)}}
-	a, err := machineagent.New(machineagent.Config{
-		MachineID: m, DataDir: dir, Address: "127.0.0.1", API: api,
-		DialUnit: func(cred pki.Credential) (unitagent.API, io.Closer, error) {
-			return pb.NewAgentServiceClient(env.Dial(cred)), io.NopCloser(nil), nil
-		},
-		Lifelined: lifelined, Logger: hclog.NewNullLogger(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	waitFor(t, "both units installed", func() bool {
-		_, err0 := os.Stat(filepath.Join(dir, "units", "kv-0", "installed"))
-		_, err1 := os.Stat(filepath.Join(dir, "units", "kv-1", "installed"))
-		return err0 == nil && err1 == nil
-	})
+	_, stop := runInstalled(t, env, m, api)
+	defer stop()
 	if n, refused := api.issued.Load(), api.refused.Load(); n != 2 || refused != 1 {
 		t.Errorf("the machine agent had %d unit credentials after %d refused calls, want 2 after 1", n, refused)
 	}
@@ -393,4 +343,43 @@ func (c *aloneOnly) IssueUnitCredentials(ctx context.Context, in *pb.IssueUnitCr
 		return nil, status.Error(codes.NotFound, "unit kv/9 not found")
 	}
 	return c.credCounter.IssueUnitCredentials(ctx, in, opts...)
+}
+
+// runInstalled runs machine m's agent with api until both its units
+// (twoUnitsOnAMachine) are installed; stop stops it and removes its files.
+func runInstalled(t *testing.T, env *controllertest.Env, m string, api machineagent.API) (dir string, stop func()) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ll-m-") // short: the hook tool socket is in it
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := machineagent.New(machineagent.Config{
+		MachineID: m, DataDir: dir, Address: "127.0.0.1", API: api,
+		DialUnit: func(cred pki.Credential) (unitagent.API, io.Closer, error) {
+			return pb.NewAgentServiceClient(env.Dial(cred)), io.NopCloser(nil), nil
+		},
+		Lifelined: lifelined, Logger: hclog.NewNullLogger(),
+	})
+	if err != nil {
+		os.RemoveAll(dir)
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			os.RemoveAll(dir)
+		})
+	}
+	t.Cleanup(stop) // should the wait fail
+	waitFor(t, "both units installed", func() bool {
+		_, err0 := os.Stat(filepath.Join(dir, "units", "kv-0", "installed"))
+		_, err1 := os.Stat(filepath.Join(dir, "units", "kv-1", "installed"))
+		return err0 == nil && err1 == nil
+	})
+	return dir, stop
 }
