@@ -76,8 +76,8 @@ func (s *State) SetCredentials(ctx context.Context, hashes map[string]string) er
 			return notFoundf("%s %s not found", h.kind, h.id)
 		}
 	}
-	// Each was missing at the commit and is there now: not for names
-	// that are never used twice.
+	// Every holder is there now: the one missing at the commit was
+	// added since.
 	return fmt.Errorf("set credentials: %w", ErrAborted)
 }
 
