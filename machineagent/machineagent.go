@@ -342,25 +342,22 @@ func (a *Agent) reconcile(ctx context.Context, want map[string]bool) bool {
 		batch := start[:min(len(start), credentialBatch)]
 		start = start[len(batch):]
 		creds, err := a.issueCredentials(ctx, batch)
-		if err != nil && len(batch) > 1 {
-			// One of them stands in the others' way (removed since the
-			// watch listed it, say): each on its own.
-			a.logger.Warn("cannot issue the units' credentials together; one at a time", "units", batch, "error", err)
-			for _, name := range batch {
-				if err := a.startWorker(ctx, name, true, nil); err != nil {
-					a.logger.Warn("cannot start unit agent", "unit", name, "error", err)
-					again = true
-				}
-			}
-			continue
-		}
-		if err != nil {
+		switch {
+		case err != nil && len(batch) == 1:
 			a.logger.Warn("cannot start unit agent", "unit", batch[0], "error", err)
 			again = true
 			continue
+		case err != nil:
+			// One of them stands in the others' way (removed since the
+			// watch listed it, say): each asks on its own (startWorker).
+			a.logger.Warn("cannot issue the units' credentials together; one at a time", "units", batch, "error", err)
 		}
 		for i, name := range batch {
-			if err := a.startWorker(ctx, name, true, &creds[i]); err != nil {
+			var cred *pki.Credential
+			if creds != nil {
+				cred = &creds[i]
+			}
+			if err := a.startWorker(ctx, name, true, cred); err != nil {
 				a.logger.Warn("cannot start unit agent", "unit", name, "error", err)
 				again = true
 			}

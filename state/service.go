@@ -310,34 +310,36 @@ var witnessProbes = []int64{1, -1, 16, -16, 64, -64, 256, -256}
 // other's removal or departure they conflict far more often than the
 // units further away, so those are chosen when there are any.
 func siblingKeys(unit string, key func(unit string) string) []string {
-	n, err := strconv.ParseInt(lastSegment(unit), 10, 64)
-	if err != nil {
-		return nil
-	}
-	svc := names.UnitService(unit)
-	out := []string{key(unitName(svc, n+1))}
-	if n > 0 {
-		out = append(out, key(unitName(svc, n-1)))
-	}
-	return out
+	return neighbourKeys(unit, key, []int64{1, -1})
 }
 
 // neighbourGets returns point reads, keys only, of key(u) for the units u
 // of unit's service whose numbers are unit's plus each of witnessProbes:
 // the candidate witnesses of a removal or a departure.
 func neighbourGets(unit string, key func(unit string) string) []getOp {
+	keys := neighbourKeys(unit, key, witnessProbes)
+	gets := make([]getOp, len(keys))
+	for i, k := range keys {
+		gets[i] = getKeyOnly(k)
+	}
+	return gets
+}
+
+// neighbourKeys returns key(u) for the units u of unit's service whose
+// numbers are unit's plus each of deltas, in their order, none below 0.
+func neighbourKeys(unit string, key func(unit string) string, deltas []int64) []string {
 	n, err := strconv.ParseInt(lastSegment(unit), 10, 64)
 	if err != nil {
 		return nil
 	}
 	svc := names.UnitService(unit)
-	var gets []getOp
-	for _, d := range witnessProbes {
+	var out []string
+	for _, d := range deltas {
 		if n+d >= 0 {
-			gets = append(gets, getKeyOnly(key(unitName(svc, n+d))))
+			out = append(out, key(unitName(svc, n+d)))
 		}
 	}
-	return gets
+	return out
 }
 
 // readServiceView reads, in one round trip with the extra gets (whose
