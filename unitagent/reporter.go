@@ -28,6 +28,15 @@ const statusLinger = 200 * time.Millisecond
 // Any other report (idle, an error, a hook's output) is not held back.
 const progressEvery = 2 * time.Second
 
+// progressGrace is how long a run of hooks (from the first hook after
+// any other report) goes unreported: a run that ends within it is
+// reported where it ends (idle, say), never as executing. A new unit runs
+// six hooks or so, a departing one four, each in milliseconds when the
+// hooks have little to do: reporting the first of them was a transaction
+// and a history entry a unit each way that no one had time to see. A
+// hook that takes longer shows as executing once the grace is over.
+const progressGrace = 2 * time.Second
+
 // progressPace spaces progress reports by how long the controller took to
 // acknowledge the last report, this many times over, when that is longer
 // than progressEvery: a controller answering in a second hears of a
@@ -47,8 +56,8 @@ type reporter struct {
 	unit   string
 	logger hclog.Logger
 
-	// progressEvery is the package's, but for tests.
-	progressEvery time.Duration
+	// progressEvery and progressGrace are the package's, but for tests.
+	progressEvery, progressGrace time.Duration
 
 	mu   sync.Mutex
 	want *pb.Status // latest status to report
@@ -61,9 +70,10 @@ type reporter struct {
 	lastSeq  int64 // the seq of the last status set
 	// wantProgress and sentProgress say whether want and sent only say
 	// which hook runs (progress); sentAt is when sent was acknowledged,
-	// sentTook how long that took.
+	// sentTook how long that took; runSince is when want last became
+	// progress after a report of another kind: the run of hooks began.
 	wantProgress, sentProgress bool
-	sentAt                     time.Time
+	sentAt, runSince           time.Time
 	sentTook                   time.Duration
 	// sending is the status on its way to the controller, if any.
 	sending *pb.Status
@@ -81,11 +91,13 @@ func worthKeeping(st *pb.Status) bool {
 }
 
 func newReporter(api API, unit string, logger hclog.Logger) *reporter {
-	return &reporter{api: api, unit: unit, logger: logger, progressEvery: progressEvery, pending: make(chan struct{}, 1), done: make(chan struct{}, 1)}
+	return &reporter{api: api, unit: unit, logger: logger, progressEvery: progressEvery, progressGrace: progressGrace,
+		pending: make(chan struct{}, 1), done: make(chan struct{}, 1)}
 }
 
 // progress is set for a status that only says which hook the agent runs:
-// it is reported no more often than every progressEvery.
+// it is reported no sooner than progressGrace after the run of hooks
+// began, and then no more often than every progressEvery.
 func (r *reporter) progress(st *pb.Status) { r.setStatus(st, true) }
 
 // progressEnded says the hook that progress named has ended. Its report,
@@ -93,7 +105,8 @@ func (r *reporter) progress(st *pb.Status) { r.setStatus(st, true) }
 // executing (the report before was progress too): it would say that a
 // hook runs which no longer does, one transaction a hook for a unit whose
 // hooks queue for the machine's hook lock. The first report of a run of
-// hooks, after idle, stays, so that the unit shows it is executing.
+// hooks, after idle, stays: sent once the run outlasts progressGrace, it
+// shows that the unit is executing.
 func (r *reporter) progressEnded() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -123,6 +136,9 @@ func (r *reporter) setStatus(st *pb.Status, progress bool) {
 		if len(r.keep) > maxKept {
 			r.keep = r.keep[1:]
 		}
+	}
+	if progress && !r.wantProgress {
+		r.runSince = time.Now()
 	}
 	r.want, r.wantProgress = st, progress
 	r.mu.Unlock()
@@ -205,8 +221,11 @@ func (r *reporter) run(ctx context.Context) {
 			sent := !kept && r.settled(st)
 			progress := !kept && r.wantProgress
 			var hold time.Duration
-			if progress && r.sentProgress {
+			switch {
+			case progress && r.sentProgress:
 				hold = max(r.progressEvery, progressPace*r.sentTook) - time.Since(r.sentAt)
+			case progress:
+				hold = max(r.progressGrace, progressPace*r.sentTook) - time.Since(r.runSince)
 			}
 			if !sent && st != nil && hold <= 0 {
 				r.sending = st
@@ -216,9 +235,9 @@ func (r *reporter) run(ctx context.Context) {
 				break
 			}
 			if hold > 0 {
-				// Progress too soon after the last: wait, unless
-				// something else is set meanwhile, which lingers as
-				// usual.
+				// Progress too soon after the last, or within the
+				// run's grace: wait, unless something else is set
+				// meanwhile, which lingers as usual.
 				t := time.NewTimer(hold)
 				select {
 				case <-ctx.Done():
