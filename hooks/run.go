@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -83,6 +82,9 @@ type Spec struct {
 	// Logger receives every line the hook writes, at info level, with keys
 	// "unit", "hook" and "stream" (stdout or stderr). Nil discards them.
 	Logger hclog.Logger
+	// Starter starts the hook's process; nil means ExecStarter, in this
+	// process.
+	Starter Starter
 }
 
 // Result says how a hook's run ended.
@@ -177,19 +179,15 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 		return Result{}, fmt.Errorf("hook %s: %w", spec.Hook, err)
 	}
 	defer pipes.close()
-	var cmd *exec.Cmd
+	starter := spec.Starter
+	if starter == nil {
+		starter = ExecStarter{}
+	}
+	var proc Process
 	start := time.Now()
-	err = startBusy(ctx, func() error {
-		cmd = &exec.Cmd{
-			Path:        path,
-			Args:        []string{path},
-			Dir:         spec.CharmDir,
-			Env:         env,
-			Stdout:      pipes.w[0],
-			Stderr:      pipes.w[1],
-			SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
-		}
-		return cmd.Start()
+	err = startBusy(ctx, func() (err error) {
+		proc, err = starter.Start(path, spec.CharmDir, env, pipes.w[0], pipes.w[1])
+		return err
 	})
 	pipes.started()
 	if err != nil {
@@ -201,9 +199,19 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 		}
 		return Result{}, fmt.Errorf("hook %s: start %s: %w", spec.Hook, path, err)
 	}
-	logger.Debug("hook started", "pid", cmd.Process.Pid)
+	pid := proc.Pid()
+	logger.Debug("hook started", "pid", pid)
+	type exit struct {
+		ws  syscall.WaitStatus
+		err error
+	}
+	exited := make(chan exit, 1)
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() {
+		ws, err := proc.Wait()
+		exited <- exit{ws, err}
+		done <- err
+	}()
 
 	timer := time.NewTimer(orDefault(spec.Timeout, DefaultTimeout))
 	defer timer.Stop()
@@ -215,28 +223,31 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	case <-timer.C:
 		res.TimedOut, res.Killed = true, true
 		logger.Warn("hook timed out: killing its process group", "timeout", orDefault(spec.Timeout, DefaultTimeout))
-		waitErr = killGroup(cmd.Process.Pid, done, grace)
+		waitErr = killGroup(pid, done, grace)
 	case <-ctx.Done():
 		res.Killed = true
 		logger.Warn("hook interrupted: killing its process group", "reason", ctx.Err())
-		waitErr = killGroup(cmd.Process.Pid, done, grace)
+		waitErr = killGroup(pid, done, grace)
 	}
 	res.Duration = time.Since(start)
-	if !pipes.drain(cmd.Process.Pid) {
+	if !pipes.drain(pid) {
 		logger.Warn("the hook left processes holding its output open: their output is no longer collected")
 	}
 	stdout.flush()
 	stderr.flush()
 	res.Tail = out.lines()
-	if ps := cmd.ProcessState; ps != nil {
-		res.ExitCode = ps.ExitCode()
-		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			res.Signal = ws.Signal()
-		}
-	} else {
+	if waitErr != nil {
 		// Wait failed before the process was reaped; this does not happen
 		// for a started process, but a hook we know nothing of has failed.
 		return res, fmt.Errorf("hook %s: wait: %w", spec.Hook, waitErr)
+	}
+	ws := (<-exited).ws
+	res.ExitCode = -1
+	switch {
+	case ws.Exited():
+		res.ExitCode = ws.ExitStatus()
+	case ws.Signaled():
+		res.Signal = ws.Signal()
 	}
 	logger.Debug("hook ended", "result", res.String(), "duration", res.Duration)
 	if res.Killed && !res.TimedOut {
