@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -82,9 +83,6 @@ type Spec struct {
 	// Logger receives every line the hook writes, at info level, with keys
 	// "unit", "hook" and "stream" (stdout or stderr). Nil discards them.
 	Logger hclog.Logger
-	// Starter starts the hook's process; nil means ExecStarter, in this
-	// process.
-	Starter Starter
 }
 
 // Result says how a hook's run ended.
@@ -179,15 +177,19 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 		return Result{}, fmt.Errorf("hook %s: %w", spec.Hook, err)
 	}
 	defer pipes.close()
-	starter := spec.Starter
-	if starter == nil {
-		starter = ExecStarter{}
-	}
-	var proc Process
+	var cmd *exec.Cmd
 	start := time.Now()
-	err = startBusy(ctx, func() (err error) {
-		proc, err = starter.Start(path, spec.CharmDir, env, pipes.w[0], pipes.w[1])
-		return err
+	err = startBusy(ctx, func() error {
+		cmd = &exec.Cmd{
+			Path:        path,
+			Args:        []string{path},
+			Dir:         spec.CharmDir,
+			Env:         env,
+			Stdout:      pipes.w[0],
+			Stderr:      pipes.w[1],
+			SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		}
+		return cmd.Start()
 	})
 	pipes.started()
 	if err != nil {
@@ -199,19 +201,9 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 		}
 		return Result{}, fmt.Errorf("hook %s: start %s: %w", spec.Hook, path, err)
 	}
-	pid := proc.Pid()
-	logger.Debug("hook started", "pid", pid)
-	type exit struct {
-		ws  syscall.WaitStatus
-		err error
-	}
-	exited := make(chan exit, 1)
+	logger.Debug("hook started", "pid", cmd.Process.Pid)
 	done := make(chan error, 1)
-	go func() {
-		ws, err := proc.Wait()
-		exited <- exit{ws, err}
-		done <- err
-	}()
+	go func() { done <- cmd.Wait() }()
 
 	timer := time.NewTimer(orDefault(spec.Timeout, DefaultTimeout))
 	defer timer.Stop()
@@ -223,31 +215,28 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	case <-timer.C:
 		res.TimedOut, res.Killed = true, true
 		logger.Warn("hook timed out: killing its process group", "timeout", orDefault(spec.Timeout, DefaultTimeout))
-		waitErr = killGroup(pid, done, grace)
+		waitErr = killGroup(cmd.Process.Pid, done, grace)
 	case <-ctx.Done():
 		res.Killed = true
 		logger.Warn("hook interrupted: killing its process group", "reason", ctx.Err())
-		waitErr = killGroup(pid, done, grace)
+		waitErr = killGroup(cmd.Process.Pid, done, grace)
 	}
 	res.Duration = time.Since(start)
-	if !pipes.drain(pid) {
+	if !pipes.drain(cmd.Process.Pid) {
 		logger.Warn("the hook left processes holding its output open: their output is no longer collected")
 	}
 	stdout.flush()
 	stderr.flush()
 	res.Tail = out.lines()
-	if waitErr != nil {
+	if ps := cmd.ProcessState; ps != nil {
+		res.ExitCode = ps.ExitCode()
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			res.Signal = ws.Signal()
+		}
+	} else {
 		// Wait failed before the process was reaped; this does not happen
 		// for a started process, but a hook we know nothing of has failed.
 		return res, fmt.Errorf("hook %s: wait: %w", spec.Hook, waitErr)
-	}
-	ws := (<-exited).ws
-	res.ExitCode = -1
-	switch {
-	case ws.Exited():
-		res.ExitCode = ws.ExitStatus()
-	case ws.Signaled():
-		res.Signal = ws.Signal()
 	}
 	logger.Debug("hook ended", "result", res.String(), "duration", res.Duration)
 	if res.Killed && !res.TimedOut {

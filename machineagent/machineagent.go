@@ -59,10 +59,6 @@ type Config struct {
 	// asks for at most once a minute for the unit agents it starts).
 	UnitRetry   unitagent.RetryPolicy
 	HookTimeout time.Duration
-	// HookStarter starts the unit agents' hooks' processes; nil: os/exec
-	// in this process. The scale harness, a thousand machines in one
-	// process, starts them from a small process of its own.
-	HookStarter hooks.Starter
 }
 
 // Validate reports a configuration New cannot use.
@@ -460,7 +456,7 @@ func (a *Agent) startWorker(ctx context.Context, unit string, principal bool, is
 		Unit: unit, MachineID: a.cfg.MachineID, Address: a.cfg.Address, DataDir: a.unitDir(unit),
 		ToolsDir: a.toolsDir, API: api, Watches: a.mux.As(cred, api), Logger: a.cfg.Logger, HookLock: a.hookLock,
 		HookTimeout: a.unitHookTimeout(ctx), Retry: a.cfg.UnitRetry, Deployer: deployer{a}, Charms: a.charms,
-		Tools: a.tools, HookStarter: a.cfg.HookStarter,
+		Tools: a.tools,
 	})
 	if err != nil {
 		closer.Close()

@@ -98,9 +98,6 @@ type Config struct {
 	// agent serves its hooks' tools on a socket of its own, agent.sock in
 	// its data directory.
 	Tools *hooks.Server
-	// HookStarter starts the hooks' processes; nil: os/exec in this
-	// process (hooks.ExecStarter).
-	HookStarter hooks.Starter
 	// Clock is the time; time.Now when nil.
 	Clock func() time.Time
 }

@@ -77,7 +77,7 @@ func (t *toolServer) run(ctx context.Context, a *Agent, op *hookOp, hc *hookCont
 	res, err := hooks.Run(ctx, hooks.Spec{
 		Unit: a.cfg.Unit, Hook: op.Hook, Path: filepath.Join("hooks", op.Hook),
 		CharmDir: a.charmDir(), ToolsDir: a.cfg.ToolsDir, Env: env,
-		Timeout: a.cfg.HookTimeout, Logger: a.logger, Starter: a.cfg.HookStarter,
+		Timeout: a.cfg.HookTimeout, Logger: a.logger,
 	})
 	if res.Skipped {
 		return hookResult{ok: true, why: res.String()}, nil

@@ -17,7 +17,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/lifelinehq/lifeline/hooks"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -33,9 +32,6 @@ type fleet struct {
 	ids     []string
 	stopIn  func()    // stops the agents run in this process
 	workers []*worker // or the processes that run them
-	// spawner starts the hooks of the agents run in this process, if
-	// they are not started from it.
-	spawner *hookSpawner
 
 	mu   sync.Mutex
 	errs []error
@@ -61,7 +57,7 @@ type workerSpec struct {
 
 // startFleet adds n manual machines and runs their agents: in this
 // process when procs is 0, otherwise in procs worker processes.
-func startFleet(ctx context.Context, c *controllerProc, dir, lifelined string, n, procs int, spawner bool) (*fleet, error) {
+func startFleet(ctx context.Context, c *controllerProc, dir, lifelined string, n, procs int) (*fleet, error) {
 	f := &fleet{}
 	var tokens []string
 	for len(tokens) < n {
@@ -80,29 +76,13 @@ func startFleet(ctx context.Context, c *controllerProc, dir, lifelined string, n
 			return nil, err
 		}
 		logger := hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.Warn, Output: logf})
-		var starter hooks.Starter
-		if spawner {
-			if f.spawner, err = startHookSpawner(logf); err != nil {
-				logf.Close()
-				return nil, err
-			}
-			starter = f.spawner
-		}
-		stop, err := runAgents(workerSpec{Dir: dir, Lifelined: lifelined, IDs: f.ids, Tokens: tokens}, logger, starter, f.fail)
+		stop, err := runAgents(workerSpec{Dir: dir, Lifelined: lifelined, IDs: f.ids, Tokens: tokens}, logger, f.fail)
 		if err != nil {
-			if f.spawner != nil {
-				f.spawner.stop()
-			}
 			logf.Close()
 			return nil, err
 		}
 		f.stopIn = func() {
 			stop()
-			if f.spawner != nil {
-				if err := f.spawner.stop(); err != nil {
-					f.fail(fmt.Errorf("hook spawner: %w", err))
-				}
-			}
 			logf.Close()
 		}
 		return f, nil
@@ -217,17 +197,7 @@ func (f *fleet) err() error {
 // units' agents' processes too, once they have exited).
 func (f *fleet) usage() usage {
 	if f.workers == nil {
-		u := currentUsage()
-		if f.spawner != nil {
-			// Its own CPU is what forking the hooks cost the fleet; its
-			// children's, the hooks'. Once it has exited and been waited
-			// for, all of it is this process's children's.
-			if su, err := procCPU(f.spawner.pid()); err == nil {
-				u.cpu += su.cpu
-				u.children += su.children
-			}
-		}
-		return u
+		return currentUsage()
 	}
 	var u usage
 	for _, w := range f.workers {

@@ -45,7 +45,6 @@ type config struct {
 	pprofSeconds             int
 	fleetProcs               int
 	fleetNice                int
-	hookSpawner              bool
 }
 
 func main() {
@@ -67,17 +66,8 @@ func main() {
 	flag.IntVar(&c.pprofSeconds, "pprof-seconds", 15, "how long each CPU profile of -pprof lasts")
 	flag.IntVar(&c.fleetProcs, "fleet-procs", 0, "run the machine agents in this many processes of their own (0: in the harness's process)")
 	flag.IntVar(&c.fleetNice, "fleet-nice", 0, "run the fleet (its agents, their hooks, the related units' agents) at this nice value, the controller at 0: on one host the hooks' processes otherwise take the controller's CPU, which machines of their own would not (0: the same)")
-	flag.BoolVar(&c.hookSpawner, "hook-spawner", true, "with the fleet in the harness's process, start the hooks from a small process of the harness's own, as a machine agent with a few descriptors would, not from the fleet's process, whose every fork copies and every exec closes a thousand machines' connections")
 	worker := flag.String("fleet-worker", "", "run as a process of the fleet, as this spec says (the harness starts these)")
-	spawner := flag.Bool("hook-spawner-process", false, "run as the hooks' spawner (the harness starts it)")
 	flag.Parse()
-	if *spawner {
-		if err := runHookSpawner(); err != nil {
-			fmt.Fprintln(os.Stderr, "lifeline-bench hook spawner:", err)
-			os.Exit(1)
-		}
-		return
-	}
 	if *worker != "" {
 		if err := runWorker(*worker); err != nil {
 			fmt.Fprintln(os.Stderr, "lifeline-bench fleet worker:", err)

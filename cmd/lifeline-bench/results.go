@@ -19,7 +19,6 @@ type results struct {
 	Hooks                 string  `json:"hooks"`
 	FleetProcs            int     `json:"fleet_procs"`
 	FleetNice             int     `json:"fleet_nice"`
-	HookSpawner           bool    `json:"hook_spawner"`
 	SecondsToUnitsAdded   float64 `json:"seconds_to_units_added"`
 	SecondsToRunning      float64 `json:"seconds_to_running"`
 	UnitStartP50          float64 `json:"unit_start_p50_s"`
@@ -183,9 +182,6 @@ func (r *results) print(w io.Writer) {
 	}
 	if r.FleetNice > 0 {
 		where += fmt.Sprintf(" at nice %d", r.FleetNice)
-	}
-	if r.HookSpawner {
-		where += ", hooks from the spawner"
 	}
 	row("fleet (agents), "+where, "%.1f CPU s deploying (hooks %.1f), %.1f destroying (hooks %.1f); %.0f MiB written deploying",
 		r.FleetCPUSecondsDeploy, r.HookCPUSecondsDeploy, r.FleetCPUSecondsDestroy, r.HookCPUSecondsDestroy, float64(r.FleetWrittenBytesDeploy)/(1<<20))

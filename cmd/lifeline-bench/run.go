@@ -47,8 +47,7 @@ func run(ctx context.Context, c config) (*results, error) {
 			defer os.RemoveAll(dir)
 		}
 	}
-	res := &results{Units: c.units, Machines: c.machines, Related: c.related, Hooks: c.hooks, FleetProcs: min(c.fleetProcs, c.machines), FleetNice: c.fleetNice,
-		HookSpawner: c.hookSpawner && c.fleetProcs == 0 && c.hooks == "process"}
+	res := &results{Units: c.units, Machines: c.machines, Related: c.related, Hooks: c.hooks, FleetProcs: min(c.fleetProcs, c.machines), FleetNice: c.fleetNice}
 	cost, err := mkdirCost(dir)
 	if err != nil {
 		return nil, fmt.Errorf("filesystem probe: %w", err)
@@ -104,7 +103,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	} else {
 		say("starting %d machine agents in %d processes", c.machines, min(c.fleetProcs, c.machines))
 	}
-	fl, err := startFleet(ctx, ctl, dir, c.lifelined, c.machines, c.fleetProcs, c.hookSpawner && c.hooks == "process")
+	fl, err := startFleet(ctx, ctl, dir, c.lifelined, c.machines, c.fleetProcs)
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/lifelinehq/lifeline/apiclient"
-	"github.com/lifelinehq/lifeline/hooks"
 	"github.com/lifelinehq/lifeline/machineagent"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -63,7 +62,7 @@ func runWorker(specPath string) error {
 	}
 	say("pprof %s", ln.Addr())
 
-	stop, err := runAgents(spec, logger, nil, func(err error) {
+	stop, err := runAgents(spec, logger, func(err error) {
 		say("error: %s", strings.ReplaceAll(err.Error(), "\n", " "))
 	})
 	if err != nil {
@@ -76,10 +75,9 @@ func runWorker(specPath string) error {
 }
 
 // runAgents runs the agents of the machines spec names, each with one
-// connection of its own shared by its units, their hooks started by
-// starter (nil: by os/exec in this process), and reports each one's
+// connection of its own shared by its units, and reports each one's
 // failure. stop stops them and waits for them.
-func runAgents(spec workerSpec, logger hclog.Logger, starter hooks.Starter, report func(error)) (stop func(), err error) {
+func runAgents(spec workerSpec, logger hclog.Logger, report func(error)) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var conns []*grpc.ClientConn
@@ -112,7 +110,7 @@ func runAgents(spec workerSpec, logger hclog.Logger, starter hooks.Starter, repo
 				return pb.NewAgentServiceClient(apiclient.As(conn, cred)), io.NopCloser(nil), nil
 			},
 			Lifelined: spec.Lifelined, Logger: logger.With("machine", id),
-			UnitRetry: unitagent.RetryPolicy{Initial: time.Second, Attempts: 3}, HookStarter: starter,
+			UnitRetry: unitagent.RetryPolicy{Initial: time.Second, Attempts: 3},
 		})
 		if err != nil {
 			stop()
