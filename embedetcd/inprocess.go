@@ -71,27 +71,28 @@ func (k inProcessKV) Remote() pb.KVClient { return k.remote }
 type callerEnded struct{ pb.KVClient }
 
 func (c callerEnded) Range(ctx context.Context, r *pb.RangeRequest, opts ...grpc.CallOption) (*pb.RangeResponse, error) {
-	resp, err := c.KVClient.Range(ctx, r, opts...)
-	return resp, ended(ctx, err)
+	return untilEnded(ctx, c.KVClient.Range, r, opts)
 }
 
 func (c callerEnded) Put(ctx context.Context, r *pb.PutRequest, opts ...grpc.CallOption) (*pb.PutResponse, error) {
-	resp, err := c.KVClient.Put(ctx, r, opts...)
-	return resp, ended(ctx, err)
+	return untilEnded(ctx, c.KVClient.Put, r, opts)
 }
 
 func (c callerEnded) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest, opts ...grpc.CallOption) (*pb.DeleteRangeResponse, error) {
-	resp, err := c.KVClient.DeleteRange(ctx, r, opts...)
-	return resp, ended(ctx, err)
+	return untilEnded(ctx, c.KVClient.DeleteRange, r, opts)
 }
 
 func (c callerEnded) Txn(ctx context.Context, r *pb.TxnRequest, opts ...grpc.CallOption) (*pb.TxnResponse, error) {
-	resp, err := c.KVClient.Txn(ctx, r, opts...)
-	return resp, ended(ctx, err)
+	return untilEnded(ctx, c.KVClient.Txn, r, opts)
 }
 
 func (c callerEnded) Compact(ctx context.Context, r *pb.CompactionRequest, opts ...grpc.CallOption) (*pb.CompactionResponse, error) {
-	resp, err := c.KVClient.Compact(ctx, r, opts...)
+	return untilEnded(ctx, c.KVClient.Compact, r, opts)
+}
+
+// untilEnded calls call, its error replaced as ended says.
+func untilEnded[Req, Resp any](ctx context.Context, call func(context.Context, Req, ...grpc.CallOption) (Resp, error), r Req, opts []grpc.CallOption) (Resp, error) {
+	resp, err := call(ctx, r, opts...)
 	return resp, ended(ctx, err)
 }
 
