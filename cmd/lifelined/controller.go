@@ -235,12 +235,20 @@ func runController(ctx context.Context, f controllerFlags) error {
 		return err
 	}
 	// Listen before writing the client config, so that a taken port leaves
-	// no config behind for a controller that never ran.
+	// no config behind for a controller that never ran, and whoever waits
+	// for the config finds the API and /metrics answering.
 	lis, err := net.Listen("tcp", f.apiAddr)
 	if err != nil {
 		return fmt.Errorf("API listener: %w", err)
 	}
 	defer lis.Close()
+	var ml net.Listener
+	if f.metricsAddr != "" {
+		if ml, err = net.Listen("tcp", f.metricsAddr); err != nil {
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+		defer ml.Close()
+	}
 	if err := ensureAdmin(ctx, st, id, f.clientConfig, advertise, ca.CertPEM(), logger); err != nil {
 		return err
 	}
@@ -280,11 +288,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 		}
 	})
 
-	if f.metricsAddr != "" {
-		ml, err := net.Listen("tcp", f.metricsAddr)
-		if err != nil {
-			return fmt.Errorf("metrics listener: %w", err)
-		}
+	if ml != nil {
 		mux := http.NewServeMux()
 		var metrics prometheus.Gatherer = reg
 		if len(f.etcdEndpoints) == 0 {
