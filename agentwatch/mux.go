@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lifelinehq/lifeline/names"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -37,6 +41,17 @@ type Follower interface {
 // each unit agent it runs As, which follows subjects as that unit, whose
 // credential each of its subscriptions carries.
 //
+// Units of one service on the machine see their service, its
+// configuration, its relations, and each relation and its scope alike
+// (the controller serves those by the unit's service and machine), so
+// their Follows of such a subject share one subscription (shareKey): the
+// controller lists and serves it once for all of them, not once for each
+// unit. A Follow that joins a shared subscription already listed starts
+// with a listing the Mux makes of what the subscription has delivered so
+// far; the subscription carries the credential of one of the units that
+// follow it. Every Follow of a shared subject is handed the same
+// responses: apply must not change them.
+//
 // The stream is opened by the first Follow and closed when the last one
 // returns; when it breaks it is opened again, backing off to 5 s, and
 // every subscription resumes after the last revision it received. A
@@ -46,11 +61,13 @@ type Mux struct {
 	api    ManyWatcher
 	logger hclog.Logger
 
-	mu      sync.Mutex
-	subs    map[*muxSub]struct{}
-	byID    map[int64]*muxSub // the subscriptions live on the current stream
-	nextID  int64
-	running bool // the stream's goroutine runs
+	mu     sync.Mutex
+	subs   map[*muxSub]struct{}
+	shared map[string]*muxSub // the shared subscriptions, by shareKey
+	byID   map[int64]*muxSub  // the subscriptions live on the current stream
+	nextID int64
+	// running says the stream's goroutine runs.
+	running bool
 	stream  *muxStream
 	// stop ends the current stream's goroutine's attempt (the stream, or
 	// its pause before the next): the last Follow returned.
@@ -65,38 +82,88 @@ func NewMux(api ManyWatcher, logger hclog.Logger) *Mux {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	return &Mux{api: api, logger: logger, subs: map[*muxSub]struct{}{}, byID: map[int64]*muxSub{}}
+	return &Mux{api: api, logger: logger, subs: map[*muxSub]struct{}{}, shared: map[string]*muxSub{}, byID: map[int64]*muxSub{}}
 }
 
-// muxSub is one Follow's subscription. Its fields are guarded by the Mux's
-// lock.
+// muxSub is one subscription to the controller: one Follow's, or the
+// Follows' of a shared subject. Its fields are guarded by the Mux's lock.
 type muxSub struct {
 	subject *pb.WatchSubject
-	// as is the credential of the agent the subscription is for, nil for
-	// the Mux's own; api watches for that agent on a stream a subject,
-	// should the controller lack WatchMany.
-	as  *pb.AgentCredential
-	api Watcher
+	// key is the subscription's shareKey, "" when it is one Follow's.
+	key string
+	// followers are the Follows it delivers to, never none while the
+	// subscription is the Mux's; it subscribes with the first's
+	// credential.
+	followers []*muxFollower
 	// after is the revision of the last response received: what the
 	// subscription resumes after.
 	after int64
 	// id is the subscription's on the current stream, 0 when it has none.
 	id int64
-	// parked says the controller ended the subscription: it waits for its
+	// parked says the controller ended the subscription: it waits for a
 	// Follow to subscribe again, after a pause.
 	parked bool
-	// queue holds the responses received, not yet applied; ended the
-	// error the controller ended the subscription with, not yet seen.
+	// items is, for a shared subscription, the subject's items as
+	// delivered so far, by id; listed says a listing has come, so that
+	// items is the whole subject at after.
+	items  map[string]*pb.WatchChange
+	listed bool
+}
+
+// muxFollower is one Follow of a subscription. Its fields are guarded by
+// the Mux's lock.
+type muxFollower struct {
+	sub *muxSub
+	// as is the credential of the agent the Follow is for, nil for the
+	// Mux's own; api watches for that agent on a stream a subject,
+	// should the controller lack WatchMany.
+	as  *pb.AgentCredential
+	api Watcher
+	// gone says the Follow left its subscription.
+	gone bool
+	// after is the revision of the last response queued; queue holds the
+	// responses not yet applied; ended the error the controller ended the
+	// subscription with, not yet seen.
+	after int64
 	queue []*pb.WatchResponse
 	ended error
 	wake  chan struct{}
 }
 
-func (s *muxSub) notify() {
+func (f *muxFollower) notify() {
 	select {
-	case s.wake <- struct{}{}:
+	case f.wake <- struct{}{}:
 	default:
 	}
+}
+
+// shareKey says which Follows may share a subscription of subject: those
+// of units of one service (as), for the subjects the controller serves
+// alike to every unit of a service on a machine. "" for any other.
+func shareKey(as *pb.AgentCredential, subject *pb.WatchSubject) string {
+	if as == nil {
+		return ""
+	}
+	kind, unit, err := names.ParseTag(as.GetTag())
+	if err != nil || kind != names.KindUnit {
+		return ""
+	}
+	var what string
+	switch s := subject.GetSubject().(type) {
+	case *pb.WatchSubject_Service:
+		what = "service " + s.Service
+	case *pb.WatchSubject_ServiceConfig:
+		what = "config " + s.ServiceConfig
+	case *pb.WatchSubject_ServiceRelations:
+		what = "relations " + s.ServiceRelations
+	case *pb.WatchSubject_Relation:
+		what = "relation " + strconv.FormatInt(s.Relation, 10)
+	case *pb.WatchSubject_RelationScope:
+		what = "scope " + strconv.FormatInt(s.RelationScope, 10)
+	default:
+		return ""
+	}
+	return names.UnitService(unit) + " " + what
 }
 
 // errUnimplemented ends the subscriptions of a Mux whose controller lacks
@@ -135,22 +202,22 @@ func (f muxAs) Follow(ctx context.Context, subject *pb.WatchSubject, apply func(
 // follow is Follow as the agent whose credential is as (nil: the Mux's
 // own), watching through api should the controller lack WatchMany.
 func (m *Mux) follow(ctx context.Context, subject *pb.WatchSubject, as *pb.AgentCredential, api Watcher, apply func(*pb.WatchResponse), logger hclog.Logger) {
-	s := &muxSub{subject: subject, as: as, api: api, wake: make(chan struct{}, 1)}
-	if !m.add(s) {
+	f := &muxFollower{as: as, api: api, wake: make(chan struct{}, 1)}
+	if !m.add(f, subject) {
 		Follow(ctx, api, subject, apply, logger)
 		return
 	}
-	defer m.remove(s)
+	defer m.remove(f)
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
 	for {
 		select {
-		case <-s.wake:
+		case <-f.wake:
 		case <-ctx.Done():
 			return
 		}
 		m.mu.Lock()
-		queue, ended, after := s.queue, s.ended, s.after
-		s.queue, s.ended = nil, nil
+		queue, ended, after := f.queue, f.ended, f.after
+		f.queue, f.ended = nil, nil
 		m.mu.Unlock()
 		for _, resp := range queue {
 			if ctx.Err() != nil {
@@ -163,8 +230,8 @@ func (m *Mux) follow(ctx context.Context, subject *pb.WatchSubject, as *pb.Agent
 			continue
 		}
 		if errors.Is(ended, errUnimplemented) {
-			m.remove(s)
-			follow(ctx, s.api, subject, after, apply, logger)
+			m.remove(f)
+			follow(ctx, f.api, subject, after, apply, logger)
 			return
 		}
 		switch status.Code(ended) {
@@ -176,19 +243,36 @@ func (m *Mux) follow(ctx context.Context, subject *pb.WatchSubject, as *pb.Agent
 		if !sleep(ctx, bo.NextBackOff()) {
 			return
 		}
-		m.resubscribe(s)
+		m.resubscribe(f)
 	}
 }
 
-// add registers s, subscribing it on the current stream, or starting the
-// stream; false when the controller lacks WatchMany.
-func (m *Mux) add(s *muxSub) bool {
+// add registers f's Follow of subject, on the shared subscription it
+// joins or on a new one, subscribing it on the current stream or starting
+// the stream; false when the controller lacks WatchMany.
+func (m *Mux) add(f *muxFollower, subject *pb.WatchSubject) bool {
 	m.mu.Lock()
 	if m.unimplemented {
 		m.mu.Unlock()
 		return false
 	}
-	m.subs[s] = struct{}{}
+	key := shareKey(f.as, subject)
+	s := m.shared[key]
+	switch {
+	case s == nil:
+		s = &muxSub{subject: subject, key: key}
+		m.subs[s] = struct{}{}
+		if key != "" {
+			s.items = map[string]*pb.WatchChange{}
+			m.shared[key] = s
+		}
+	case s.listed:
+		// Late: what the others were given so far, as a listing.
+		f.queue, f.after = append(f.queue, s.listing()), s.after
+		f.notify()
+	}
+	f.sub = s
+	s.followers = append(s.followers, f)
 	if !m.running {
 		m.running = true
 		go m.run()
@@ -199,9 +283,15 @@ func (m *Mux) add(s *muxSub) bool {
 	return true
 }
 
-// resubscribe subscribes s again after the controller ended it.
-func (m *Mux) resubscribe(s *muxSub) {
+// resubscribe subscribes f's subscription again after the controller
+// ended it, unless another of its Follows did.
+func (m *Mux) resubscribe(f *muxFollower) {
 	m.mu.Lock()
+	if f.gone {
+		m.mu.Unlock()
+		return
+	}
+	s := f.sub
 	s.parked = false
 	st, req := m.subscribeLocked(s)
 	m.mu.Unlock()
@@ -218,19 +308,30 @@ func (m *Mux) subscribeLocked(s *muxSub) (*muxStream, *pb.WatchManyRequest) {
 	s.id = m.nextID
 	m.byID[s.id] = s
 	return m.stream, &pb.WatchManyRequest{Request: &pb.WatchManyRequest_Subscribe{Subscribe: &pb.WatchSubscribe{
-		Id: s.id, Subject: s.subject, AfterRevision: s.after, As: s.as,
+		Id: s.id, Subject: s.subject, AfterRevision: s.after, As: s.followers[0].as,
 	}}}
 }
 
-// remove unregisters s, unsubscribing it, and ends the stream when no
+// remove takes f off its subscription, and, when it was the last to
+// follow it, unsubscribes the subscription, ending the stream when no
 // subscription is left.
-func (m *Mux) remove(s *muxSub) {
+func (m *Mux) remove(f *muxFollower) {
 	m.mu.Lock()
-	if _, ok := m.subs[s]; !ok {
+	s := f.sub
+	if f.gone {
+		m.mu.Unlock()
+		return
+	}
+	f.gone = true
+	s.followers = slices.DeleteFunc(s.followers, func(g *muxFollower) bool { return g == f })
+	if len(s.followers) > 0 {
 		m.mu.Unlock()
 		return
 	}
 	delete(m.subs, s)
+	if s.key != "" {
+		delete(m.shared, s.key)
+	}
 	var st *muxStream
 	var req *pb.WatchManyRequest
 	if s.id != 0 {
@@ -244,6 +345,52 @@ func (m *Mux) remove(s *muxSub) {
 	}
 	m.mu.Unlock()
 	st.send(req)
+}
+
+// deliverLocked hands resp to every Follow of s.
+func (s *muxSub) deliverLocked(resp *pb.WatchResponse) {
+	s.after = resp.GetRevision()
+	if s.items != nil {
+		if resp.GetRelisted() {
+			clear(s.items)
+			s.listed = true
+		}
+		for _, ch := range resp.GetChanges() {
+			if ch.GetRemoved() {
+				delete(s.items, ch.GetId())
+			} else {
+				s.items[ch.GetId()] = ch
+			}
+		}
+	}
+	for _, f := range s.followers {
+		f.queue, f.after = append(f.queue, resp), s.after
+		f.notify()
+	}
+}
+
+// endLocked hands the controller's end of s to every Follow of s, and
+// puts another's credential first, should the end be the credential's.
+func (s *muxSub) endLocked(err error) {
+	s.id, s.parked = 0, true
+	for _, f := range s.followers {
+		f.ended = err
+		f.notify()
+	}
+	if len(s.followers) > 1 {
+		s.followers = append(s.followers[1:], s.followers[0])
+	}
+}
+
+// listing is a shared subscription's items as a listing at its revision,
+// by id.
+func (s *muxSub) listing() *pb.WatchResponse {
+	resp := &pb.WatchResponse{Revision: s.after, Relisted: true, Changes: make([]*pb.WatchChange, 0, len(s.items))}
+	for _, ch := range s.items {
+		resp.Changes = append(resp.Changes, ch)
+	}
+	slices.SortFunc(resp.Changes, func(a, b *pb.WatchChange) int { return strings.Compare(a.GetId(), b.GetId()) })
+	return resp
 }
 
 // run keeps a stream open while there are subscriptions.
@@ -271,8 +418,10 @@ func (m *Mux) run() {
 			// Each Follow goes on a stream a subject.
 			m.unimplemented = true
 			for s := range m.subs {
-				s.ended = errUnimplemented
-				s.notify()
+				for _, f := range s.followers {
+					f.ended = errUnimplemented
+					f.notify()
+				}
 			}
 		}
 		m.mu.Unlock()
@@ -327,15 +476,12 @@ func (m *Mux) serve(ctx context.Context, bo backoff.BackOff) error {
 		}
 		switch r := resp.GetResponse().(type) {
 		case *pb.WatchManyResponse_Watch:
-			s.after = r.Watch.GetRevision()
-			s.queue = append(s.queue, r.Watch)
+			s.deliverLocked(r.Watch)
 		case *pb.WatchManyResponse_End:
 			delete(m.byID, s.id)
-			s.id, s.parked = 0, true
-			s.ended = status.Error(codes.Code(r.End.GetCode()), r.End.GetMessage())
+			s.endLocked(status.Error(codes.Code(r.End.GetCode()), r.End.GetMessage()))
 		}
 		m.mu.Unlock()
-		s.notify()
 	}
 }
 

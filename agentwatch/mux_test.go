@@ -77,6 +77,8 @@ func (m *model) destroyUnit(name string) {
 type countingAPI struct {
 	pb.AgentServiceClient
 	watches, watchManys atomic.Int32
+	// subscribes counts the subscriptions sent on its WatchMany streams.
+	subscribes atomic.Int32
 	// old makes it a client of a controller without WatchMany.
 	old bool
 	// breakAfter, when set, breaks each WatchMany stream after that many
@@ -95,7 +97,11 @@ func (c *countingAPI) WatchMany(ctx context.Context, opts ...grpc.CallOption) (g
 		return nil, status.Error(codes.Unimplemented, "unknown method WatchMany for service lifeline.v1.AgentService")
 	}
 	if c.breakAfter == 0 {
-		return c.AgentServiceClient.WatchMany(ctx, opts...)
+		stream, err := c.AgentServiceClient.WatchMany(ctx, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return &countingStream{BidiStreamingClient: stream, subscribes: &c.subscribes}, nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	stream, err := c.AgentServiceClient.WatchMany(ctx, opts...)
@@ -103,7 +109,21 @@ func (c *countingAPI) WatchMany(ctx context.Context, opts ...grpc.CallOption) (g
 		cancel()
 		return nil, err
 	}
-	return &breakingStream{BidiStreamingClient: stream, cancel: cancel, left: c.breakAfter}, nil
+	return &breakingStream{BidiStreamingClient: &countingStream{BidiStreamingClient: stream, subscribes: &c.subscribes}, cancel: cancel, left: c.breakAfter}, nil
+}
+
+// countingStream is a real stream that counts the subscriptions sent on
+// it.
+type countingStream struct {
+	grpc.BidiStreamingClient[pb.WatchManyRequest, pb.WatchManyResponse]
+	subscribes *atomic.Int32
+}
+
+func (c *countingStream) Send(req *pb.WatchManyRequest) error {
+	if req.GetSubscribe() != nil {
+		c.subscribes.Add(1)
+	}
+	return c.BidiStreamingClient.Send(req)
 }
 
 // breakingStream is a real stream that breaks after a number of
@@ -563,6 +583,124 @@ func TestMuxFollowEndsWhileItsStreamIsStuck(t *testing.T) {
 		case <-ended:
 		case <-time.After(10 * time.Second):
 			t.Fatal("Follow did not return after its context ended: it waits on the stream")
+		}
+	}
+}
+
+// TestMuxSharesASubjectAmongUnitsOfAService follows, as two units of kv
+// on the machine, the subjects the controller serves alike to both: each
+// is subscribed once, the unit that follows late starts with a listing of
+// what the other was given, both see every change, and the subscription
+// outlives the unit whose credential it carries. The units' own subjects
+// are subscribed once for each.
+func TestMuxSharesASubjectAmongUnitsOfAService(t *testing.T) {
+	for _, broken := range []bool{false, true} {
+		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
+			m := newModel(t)
+			m.addUnits(1, "0") // kv/1
+			machine := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
+			if broken {
+				// Each stream breaks after a few responses: the
+				// subscriptions resume on the next, shared still.
+				machine.breakAfter = 3
+			}
+			mux := NewMux(machine, nil)
+			followers := map[string]Follower{}
+			for _, unit := range []string{"kv/0", "kv/1"} {
+				cred := m.Credential("unit-" + unit)
+				followers[unit] = mux.As(cred, pb.NewAgentServiceClient(m.Dial(cred)))
+			}
+			as := func(unit string) func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
+				f := followers[unit]
+				return func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
+					f.Follow(ctx, subject, apply, hclog.NewNullLogger())
+				}
+			}
+			shared := []*pb.WatchSubject{
+				{Subject: &pb.WatchSubject_Service{Service: "kv"}},
+				{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}},
+				{Subject: &pb.WatchSubject_ServiceRelations{ServiceRelations: "kv"}},
+			}
+			var first, late []*recorder
+			var stopFirst []context.CancelFunc
+			for _, s := range shared {
+				r, stop := record(t, as("kv/0"), s)
+				first, stopFirst = append(first, r), append(stopFirst, stop)
+			}
+			own0, _ := record(t, as("kv/0"), &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/0"}})
+			waitFor(t, "the first unit's listings", func() bool {
+				for _, r := range first {
+					if len(r.changes()) == 0 {
+						return false
+					}
+				}
+				return len(own0.changes()) > 0
+			})
+			for _, s := range shared {
+				r, _ := record(t, as("kv/1"), s)
+				late = append(late, r)
+			}
+			own1, _ := record(t, as("kv/1"), &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/1"}})
+			same := func() bool {
+				for i := range shared {
+					if !slices.Equal(first[i].changes(), late[i].changes()) {
+						return false
+					}
+				}
+				return true
+			}
+			waitFor(t, "the late unit's listings", func() bool { return same() && len(own1.changes()) > 0 })
+			if got := late[2].changes(); !slices.Equal(got, []string{"relisted"}) {
+				t.Errorf("the late unit's relations: %v, want an empty listing", got)
+			}
+			m.setConfig("kv2")
+			waitFor(t, "the change, for both", func() bool { return len(first[1].changes()) == 3 && same() })
+			if !broken {
+				// Three shared subjects and two units' own.
+				if n := machine.subscribes.Load(); n != 5 {
+					t.Errorf("the Mux sent %d subscriptions, want 5", n)
+				}
+			}
+			// The unit whose credential the subscriptions carry stops
+			// following: the other goes on.
+			for _, stop := range stopFirst {
+				stop()
+			}
+			for _, r := range first {
+				<-r.done
+			}
+			m.setConfig("kv3")
+			waitFor(t, "the next change", func() bool { return len(late[1].changes()) == 4 })
+			if got := late[1].changes(); got[0] != "relisted" || strings.HasPrefix(got[3], "-") {
+				t.Errorf("the late unit's configuration: %v", got)
+			}
+		})
+	}
+}
+
+func TestShareKey(t *testing.T) {
+	unit := func(name string) *pb.AgentCredential { return &pb.AgentCredential{Tag: "unit-" + name} }
+	service := &pb.WatchSubject{Subject: &pb.WatchSubject_Service{Service: "kv"}}
+	scope := &pb.WatchSubject{Subject: &pb.WatchSubject_RelationScope{RelationScope: 7}}
+	for _, c := range []struct {
+		as1, as2 *pb.AgentCredential
+		s1, s2   *pb.WatchSubject
+		share    bool
+	}{
+		{unit("kv/0"), unit("kv/1"), service, service, true},
+		{unit("kv/0"), unit("kv/1"), scope, scope, true},
+		// Another service's unit sees another side of the relation.
+		{unit("kv/0"), unit("app/0"), scope, scope, false},
+		{unit("kv/0"), unit("kv/1"), service, &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}}, false},
+		{unit("kv/0"), unit("kv/1"), scope, &pb.WatchSubject{Subject: &pb.WatchSubject_RelationScope{RelationScope: 8}}, false},
+		// A unit's own subjects, and the machine's, are not shared.
+		{unit("kv/0"), unit("kv/1"), &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/0"}}, &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/0"}}, false},
+		{nil, nil, service, service, false},
+		{&pb.AgentCredential{Tag: "machine-0"}, &pb.AgentCredential{Tag: "machine-0"}, service, service, false},
+	} {
+		k1, k2 := shareKey(c.as1, c.s1), shareKey(c.as2, c.s2)
+		if got := k1 != "" && k1 == k2; got != c.share {
+			t.Errorf("%v %v and %v %v share: %v (%q, %q), want %v", c.as1.GetTag(), c.s1, c.as2.GetTag(), c.s2, got, k1, k2, c.share)
 		}
 	}
 }
