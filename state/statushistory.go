@@ -79,7 +79,7 @@ func (s *State) setUnitStatus(ctx context.Context, kind StatusKind, unit string,
 	statusKey, histPrefix := StatusKey(kind, unit), StatusHistoryPrefix(unit)
 	return s.apply(ctx, "set the "+string(kind)+" status of unit "+unit, func(ctx context.Context) (*change, error) {
 		r, err := s.read(ctx,
-			get(UnitKey(unit)),
+			getKeyOnly(UnitKey(unit)), // whether it exists: its value is not needed
 			get(statusKey),
 			getLastKey(histPrefix),
 		)
