@@ -212,6 +212,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	var idleSince string
 	var serviceDyingSince time.Time
 	for {
+		w.watchResolved(a.l.inError())
 		r := w.snapshot()
 		a.deploySubordinates(r)
 		now := a.cfg.Clock()
