@@ -3,7 +3,9 @@
 // it delivered, so that the agent sees every change once and in order.
 // Follow watches one subject on a stream of its own (Watch); a Mux
 // carries many on one stream (WatchMany): an agent's, and those of the
-// agents that follow as themselves on it (Mux.As).
+// agents that follow as themselves on it (Mux.As), units of one service
+// sharing one subscription of each subject the controller serves them
+// alike (their service's, and their relations').
 //
 // It owns only the stream's life; what a change means is its caller's.
 package agentwatch
