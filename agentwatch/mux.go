@@ -273,6 +273,10 @@ func (m *Mux) add(f *muxFollower, subject *pb.WatchSubject) bool {
 	}
 	f.sub = s
 	s.followers = append(s.followers, f)
+	// A subscription the controller ended waits for one of its Follows
+	// to subscribe it again, which one that joins now would not: it did
+	// not see the end. It is subscribed again at once.
+	s.parked = false
 	if !m.running {
 		m.running = true
 		go m.run()

@@ -704,3 +704,51 @@ func TestShareKey(t *testing.T) {
 		}
 	}
 }
+
+// TestMuxSharedSubscriptionEndedOutlivesItsFollows: a unit that joins a
+// shared subscription the controller ended, waiting for its Follows to
+// subscribe it again, has it subscribed again itself, although the
+// Follows that saw the end are gone before they could.
+func TestMuxSharedSubscriptionEndedOutlivesItsFollows(t *testing.T) {
+	m := newModel(t)
+	m.addUnits(1, "0") // kv/1
+	machine := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
+	mux := NewMux(machine, nil)
+	follow := func(unit string) func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
+		cred := m.Credential("unit-" + unit)
+		f := mux.As(cred, pb.NewAgentServiceClient(m.Dial(cred)))
+		return func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
+			f.Follow(ctx, subject, apply, hclog.NewNullLogger())
+		}
+	}
+	kv0, kv1 := follow("kv/0"), follow("kv/1")
+	// A unit may watch only its own service's relations: refused.
+	refused := &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceRelations{ServiceRelations: "other"}}
+	parked := func() bool {
+		mux.mu.Lock()
+		defer mux.mu.Unlock()
+		for s := range mux.subs {
+			if s.parked {
+				return true
+			}
+		}
+		return false
+	}
+	a, stopA := record(t, kv0, refused)
+	// Refused eight times, kv/0's Follow waits a second or two before it
+	// subscribes again: kv/1 joins meanwhile, and kv/0 stops.
+	waitFor(t, "eight refusals", func() bool { return machine.subscribes.Load() >= 8 && parked() })
+	record(t, kv1, refused)
+	waitFor(t, "kv/1 to join", func() bool {
+		mux.mu.Lock()
+		defer mux.mu.Unlock()
+		for s := range mux.subs {
+			return len(s.followers) == 2 && s.parked
+		}
+		return false
+	})
+	stopA()
+	<-a.done
+	n := machine.subscribes.Load()
+	waitFor(t, "the subscription subscribed again, twice", func() bool { return machine.subscribes.Load() >= n+2 })
+}
