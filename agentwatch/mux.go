@@ -121,10 +121,9 @@ type muxFollower struct {
 	api Watcher
 	// gone says the Follow left its subscription.
 	gone bool
-	// after is the revision of the last response queued; queue holds the
-	// responses not yet applied; ended the error the controller ended the
-	// subscription with, not yet seen.
-	after int64
+	// queue holds the responses not yet applied, up to the subscription's
+	// after; ended the error the controller ended the subscription with,
+	// not yet seen.
 	queue []*pb.WatchResponse
 	ended error
 	wake  chan struct{}
@@ -216,7 +215,7 @@ func (m *Mux) follow(ctx context.Context, subject *pb.WatchSubject, as *pb.Agent
 			return
 		}
 		m.mu.Lock()
-		queue, ended, after := f.queue, f.ended, f.after
+		queue, ended, after := f.queue, f.ended, f.sub.after
 		f.queue, f.ended = nil, nil
 		m.mu.Unlock()
 		for _, resp := range queue {
@@ -268,7 +267,7 @@ func (m *Mux) add(f *muxFollower, subject *pb.WatchSubject) bool {
 		}
 	case s.listed:
 		// Late: what the others were given so far, as a listing.
-		f.queue, f.after = append(f.queue, s.listing()), s.after
+		f.queue = append(f.queue, s.listing())
 		f.notify()
 	}
 	f.sub = s
@@ -368,7 +367,7 @@ func (s *muxSub) deliverLocked(resp *pb.WatchResponse) {
 		}
 	}
 	for _, f := range s.followers {
-		f.queue, f.after = append(f.queue, resp), s.after
+		f.queue = append(f.queue, resp)
 		f.notify()
 	}
 }

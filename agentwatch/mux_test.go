@@ -72,6 +72,16 @@ func (m *model) destroyUnit(name string) {
 	}
 }
 
+// asUnit returns a follow of subjects on mux as the named unit, with a
+// credential issued for it now (which revokes any issued before).
+func (m *model) asUnit(mux *Mux, unit string) func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
+	cred := m.Credential("unit-" + unit)
+	f := mux.As(cred, pb.NewAgentServiceClient(m.Dial(cred)))
+	return func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
+		f.Follow(ctx, subject, apply, hclog.NewNullLogger())
+	}
+}
+
 // countingAPI is a real AgentService client that counts the streams it
 // opens.
 type countingAPI struct {
@@ -605,17 +615,7 @@ func TestMuxSharesASubjectAmongUnitsOfAService(t *testing.T) {
 				machine.breakAfter = 3
 			}
 			mux := NewMux(machine, nil)
-			followers := map[string]Follower{}
-			for _, unit := range []string{"kv/0", "kv/1"} {
-				cred := m.Credential("unit-" + unit)
-				followers[unit] = mux.As(cred, pb.NewAgentServiceClient(m.Dial(cred)))
-			}
-			as := func(unit string) func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
-				f := followers[unit]
-				return func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
-					f.Follow(ctx, subject, apply, hclog.NewNullLogger())
-				}
-			}
+			kv0, kv1 := m.asUnit(mux, "kv/0"), m.asUnit(mux, "kv/1")
 			shared := []*pb.WatchSubject{
 				{Subject: &pb.WatchSubject_Service{Service: "kv"}},
 				{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}},
@@ -624,10 +624,10 @@ func TestMuxSharesASubjectAmongUnitsOfAService(t *testing.T) {
 			var first, late []*recorder
 			var stopFirst []context.CancelFunc
 			for _, s := range shared {
-				r, stop := record(t, as("kv/0"), s)
+				r, stop := record(t, kv0, s)
 				first, stopFirst = append(first, r), append(stopFirst, stop)
 			}
-			own0, _ := record(t, as("kv/0"), &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/0"}})
+			own0, _ := record(t, kv0, &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/0"}})
 			waitFor(t, "the first unit's listings", func() bool {
 				for _, r := range first {
 					if len(r.changes()) == 0 {
@@ -637,10 +637,10 @@ func TestMuxSharesASubjectAmongUnitsOfAService(t *testing.T) {
 				return len(own0.changes()) > 0
 			})
 			for _, s := range shared {
-				r, _ := record(t, as("kv/1"), s)
+				r, _ := record(t, kv1, s)
 				late = append(late, r)
 			}
-			own1, _ := record(t, as("kv/1"), &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/1"}})
+			own1, _ := record(t, kv1, &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/1"}})
 			same := func() bool {
 				for i := range shared {
 					if !slices.Equal(first[i].changes(), late[i].changes()) {
@@ -714,14 +714,7 @@ func TestMuxSharedSubscriptionEndedOutlivesItsFollows(t *testing.T) {
 	m.addUnits(1, "0") // kv/1
 	machine := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
 	mux := NewMux(machine, nil)
-	follow := func(unit string) func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
-		cred := m.Credential("unit-" + unit)
-		f := mux.As(cred, pb.NewAgentServiceClient(m.Dial(cred)))
-		return func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
-			f.Follow(ctx, subject, apply, hclog.NewNullLogger())
-		}
-	}
-	kv0, kv1 := follow("kv/0"), follow("kv/1")
+	kv0, kv1 := m.asUnit(mux, "kv/0"), m.asUnit(mux, "kv/1")
 	// A unit may watch only its own service's relations: refused.
 	refused := &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceRelations{ServiceRelations: "other"}}
 	parked := func() bool {
