@@ -221,11 +221,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		r.serviceDyingSince = serviceDyingSince
 		act := next(a.l, r, a.cfg.Unit, now)
-		if act.kind != actHook {
-			// A hook's end or a download, saved unsynced, and a
-			// missing hook's, left for the next save, are made durable
-			// before the agent acts on anything else or waits.
-			if err := a.store.flush(); err != nil {
+		if act.kind != actHook && act.kind != actEnterScope {
+			// A hook's end, saved unsynced, is made durable before the
+			// agent acts on anything else (entering a scope does so
+			// itself) or waits; before it waits, what was left for the
+			// next save is written too.
+			flush := a.store.flush
+			if act.kind == actWait {
+				flush = a.store.settle
+			}
+			if err := flush(); err != nil {
 				a.logger.Warn("cannot sync the unit's state; trying again", "error", err)
 				if !sleep(ctx, time.Second) {
 					return ctx.Err()

@@ -204,9 +204,9 @@ func TestHookTimeout(t *testing.T) {
 }
 
 // TestTwoSavesAHook counts the local state's saves (the journal's records)
-// on the way to running: the charm unpacked, then two a hook (marked
-// running before it runs, done after) for install, config-changed and
-// start.
+// on the way to running: two a hook (marked running before it runs, done
+// after) for install, config-changed and start; the charm unpacked is
+// written with install's first.
 func TestTwoSavesAHook(t *testing.T) {
 	w := newWorld(t)
 	w.deploy(kvMeta, 1, "server")
@@ -215,15 +215,14 @@ func TestTwoSavesAHook(t *testing.T) {
 	if err := w.stop("kv/0"); err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
-	if got := len(w.lines("kv/0", "state.log")); got != 1+2*3 {
-		t.Errorf("the journal holds %d records, want 7:\n%s", got, strings.Join(w.lines("kv/0", "state.log"), "\n"))
+	if got := len(w.lines("kv/0", "state.log")); got != 2*3 {
+		t.Errorf("the journal holds %d records, want 6:\n%s", got, strings.Join(w.lines("kv/0", "state.log"), "\n"))
 	}
 }
 
 // TestNoSavesForHooksTheCharmLacks counts the journal's records on the way
-// to running with a charm that has no hooks: the charm unpacked, and the
-// skipped hooks written together with it, before the agent goes on to
-// anything but a hook (here, waiting).
+// to running with a charm that has no hooks: one, the charm unpacked and
+// the skipped hooks written together as the agent goes on to wait.
 func TestNoSavesForHooksTheCharmLacks(t *testing.T) {
 	w := newWorld(t)
 	dir := writeCharm(t, kvMeta, "server")
@@ -239,8 +238,8 @@ func TestNoSavesForHooksTheCharmLacks(t *testing.T) {
 	if err := w.stop("kv/0"); err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
-	if got := len(w.lines("kv/0", "state.log")); got != 2 {
-		t.Errorf("the journal holds %d records, want 2:\n%s", got, strings.Join(w.lines("kv/0", "state.log"), "\n"))
+	if got := len(w.lines("kv/0", "state.log")); got != 1 {
+		t.Errorf("the journal holds %d records, want 1:\n%s", got, strings.Join(w.lines("kv/0", "state.log"), "\n"))
 	}
 }
 

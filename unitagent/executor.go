@@ -53,20 +53,37 @@ func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 		_, err := a.cfg.API.SetUnitDying(cctx, &pb.SetUnitDyingRequest{Unit: act.unit})
 		return ignoreCode(err, codes.NotFound)
 	case actEnterScope:
+		// Marked first, durably: whatever becomes of the call, a unit
+		// that may be in the scope leaves it when the relation dies.
+		// Entered, it needs no record of its own: lost to a crash, the
+		// mark makes the agent enter again, which does nothing.
+		// The save syncs a hook's end saved before it, if any (flush:
+		// a retry's save writes nothing).
+		lr := a.l.Relations[act.relation]
+		lr.Entering = true
+		if err := a.save(); err != nil {
+			return err
+		}
+		if err := a.store.flush(); err != nil {
+			return err
+		}
 		_, err := a.cfg.API.EnterScope(cctx, &pb.EnterScopeRequest{Relation: act.relation, Unit: a.cfg.Unit,
 			Settings: map[string]string{"private-address": a.cfg.Address}})
 		if err != nil {
 			return err
 		}
-		a.l.Relations[act.relation].InScope = true
-		return a.save()
+		lr.InScope, lr.Entering = true, false
+		a.store.saveLater(a.l)
+		return nil
 	case actLeaveScope:
 		if _, err := a.cfg.API.LeaveScope(cctx, &pb.LeaveScopeRequest{Relation: act.relation, Unit: a.cfg.Unit}); err != nil {
 			return err
 		}
+		// Lost to a crash, the agent leaves again, which does nothing.
 		lr := a.l.Relations[act.relation]
-		lr.InScope, lr.Left = false, true
-		return a.save()
+		lr.InScope, lr.Entering, lr.Left = false, false, true
+		a.store.saveLater(a.l)
+		return nil
 	case actAddSub:
 		resp, err := a.cfg.API.AddSubordinate(cctx, &pb.AddSubordinateRequest{Principal: a.cfg.Unit, Service: act.unit})
 		if err != nil {
@@ -353,11 +370,11 @@ func (ex *executor) download(ctx context.Context, ref *pb.CharmRef) error {
 	}
 	a.l.Charm = charmKey(ref)
 	a.logger.Info("charm unpacked", "charm", a.l.Charm, "dir", dir)
-	// Unsynced, as a hook's end is: the next hook's save, or the flush
-	// before the agent acts on anything else or waits, makes it durable.
-	// A machine crash before then loses only the record of the download,
-	// and the charm is downloaded again.
-	return a.store.saveUnsynced(a.l)
+	// Written with the next record (the first hook's, or before the
+	// agent waits): a crash before then loses only the record of the
+	// download, and the charm is downloaded again.
+	a.store.saveLater(a.l)
+	return nil
 }
 
 // fetch downloads the charm's archive.

@@ -268,12 +268,14 @@ func relationAction(l *localState, r *remote, self string, dying bool) (action, 
 		}
 		// The relation is dying (or the unit is): depart every member,
 		// leave the scope, then relation-broken, once, last. A unit that
-		// never entered has nothing to leave.
+		// never tried to enter has nothing to leave; one that tried may
+		// have entered (its call's answer lost to a crash, or the record
+		// of it) and leaves.
 		if !lr.Left {
 			if m, ok := firstMember(lr.Members); ok {
 				return hook(relHook(lr, id, "departed", m, 0)), true
 			}
-			if lr.InScope {
+			if lr.InScope || lr.Entering {
 				return action{kind: actLeaveScope, relation: id}, true
 			}
 		}

@@ -85,12 +85,13 @@ type stateStore struct {
 	head []byte
 	// rewrite makes the next save write a snapshot.
 	rewrite bool
-	// unsynced says the journal's last record was written but not synced
-	// (saveUnsynced): a crash of the process keeps it, a crash of the
-	// machine may lose it. The next sync of the journal covers it.
+	// unsynced says a record saveUnsynced wrote is not synced yet: a
+	// crash of the process keeps it, a crash of the machine may lose it.
+	// The next sync of the journal covers it. (A record settle wrote
+	// unsynced needs no sync, and does not set it.)
 	unsynced bool
 	// later is the state a change of which saveLater left for the next
-	// save or flush to write.
+	// save, flush or settle to write.
 	later *localState
 	// crash, when set (by tests), is called at each point of a save where
 	// a crash leaves the files in a state of their own; an error stops the
@@ -299,26 +300,33 @@ func (s *stateStore) save(l *localState) error { return s.saveSync(l, true) }
 
 // saveUnsynced is save but for the sync of a journal record: the record
 // survives a crash of the agent, and becomes durable with the next save
-// or flush. The agent uses it for a hook's end and a charm's download,
-// and flushes before it acts on anything outside its hooks or waits: a
-// machine crash then loses at most a hook's end, which counts as a failed
-// attempt and runs the hook again, as a crash while it ran would, or a
-// download, made again. It spares one fsync a hook, and a new journal's
-// sync of its directory until the first synced save or flush.
+// or flush. The agent uses it for a hook's end, and flushes before it acts
+// on anything outside its hooks or waits: a machine crash then loses at
+// most a hook's end, which counts as a failed attempt and runs the hook
+// again, as a crash while it ran would. It spares one fsync a hook, and a
+// new journal's sync of its directory until the first synced save or
+// flush.
 func (s *stateStore) saveUnsynced(l *localState) error { return s.saveSync(l, false) }
 
-// saveLater is for a change of l that needs no record of its own: the
-// next save writes it with its own, or flush if none comes first. A crash
-// before then loses it. The agent uses it for a hook the charm does not
-// have, which, done again, does nothing again: a charm without hooks
-// (or with few) wrote a record for each it lacked, where they now go with
-// the next (two records to running for a charm without hooks, not four).
+// saveLater is for a change of l that needs no record of its own, since
+// doing it again after a crash costs nothing that matters: the next save
+// writes it with its own, or flush with a hook's end, or settle if the
+// agent waits first. A crash before then loses it. The agent uses it for
+// a hook the charm does not have (done again, it does nothing again), a
+// charm's download (downloaded again), and a scope entered or left (the
+// mark saved before entering makes the agent enter, or leave, again: the
+// controller does nothing the second time). A charm without hooks (or with
+// few) wrote a record for each: now a unit of one on the way to running
+// writes one, unsynced, where it wrote four, three of them synced.
 func (s *stateStore) saveLater(l *localState) { s.later = l }
 
-// flush writes what saveLater left, synced, and makes durable a record
-// saveUnsynced wrote, if any, and the journal's directory entry if
-// saveUnsynced created the journal.
+// flush makes durable a record saveUnsynced wrote, if any (with what
+// saveLater left, in one synced record), and the journal's directory
+// entry if the journal is new. What saveLater left alone stays left.
 func (s *stateStore) flush() error {
+	if !s.unsynced {
+		return nil
+	}
 	if l := s.later; l != nil {
 		if err := s.save(l); err != nil {
 			return err
@@ -340,6 +348,22 @@ func (s *stateStore) flush() error {
 	}
 	s.unsynced = false
 	return nil
+}
+
+// settle is flush for an agent about to wait: what saveLater left is
+// written too, unsynced when nothing else needs syncing (it survives the
+// agent's crash, and a machine's crash costs only its doing again).
+func (s *stateStore) settle() error {
+	if s.unsynced {
+		return s.flush()
+	}
+	l := s.later
+	if l == nil {
+		return nil
+	}
+	err := s.saveSync(l, false)
+	s.unsynced = false // nothing in it needs syncing
+	return err
 }
 
 // syncJournalEntry makes the journal's directory entry durable, once.

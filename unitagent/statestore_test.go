@@ -146,7 +146,9 @@ func TestStateStoreSavesAndLoads(t *testing.T) {
 // TestStateStoreSyncs counts the syncs of each kind of save, in turn on
 // one store: an unsynced save makes none, even the one that creates the
 // journal; the flush after it syncs the journal and, once, its directory;
-// a save syncs its record, and the directory of a journal it created.
+// a save syncs its record, and the directory of a journal it created; a
+// change left for later, its flush and its settle make none, but a
+// settle after an unsynced save syncs.
 func TestStateStoreSyncs(t *testing.T) {
 	var dir string
 	var synced []string
@@ -185,7 +187,12 @@ func TestStateStoreSyncs(t *testing.T) {
 				{"flush", flush, "[state.log dir]"},
 			}
 		}
-		stages = append(stages, stage{"flush again", flush, "[]"}, stage{"save", save, "[state.log]"})
+		later := func() error { s.saveLater(l); return nil }
+		stages = append(stages, stage{"flush again", flush, "[]"}, stage{"save", save, "[state.log]"},
+			stage{"left for later", later, "[]"}, stage{"flush of what was left", flush, "[]"},
+			stage{"settle", s.settle, "[]"}, stage{"settle again", s.settle, "[]"},
+			stage{"unsynced save", unsynced, "[]"},
+			stage{"settle of a hook's end", func() error { s.saveLater(l); return s.settle() }, "[state.log]"})
 		for i, st := range stages {
 			step(l, i+1)
 			synced = nil
@@ -682,9 +689,11 @@ func TestStateStoreWriterProcess(t *testing.T) {
 }
 
 // TestStateStoreSaveLater: a change left for later is not on disk until
-// the next save or flush writes it, with one record, synced.
+// the next save, or a flush of a hook's end, or a settle writes it, with
+// one record: synced but for the settle's. A flush with only such changes
+// left writes nothing.
 func TestStateStoreSaveLater(t *testing.T) {
-	for _, then := range []string{"save", "flush"} {
+	for _, then := range []string{"save", "flush", "settle"} {
 		t.Run(then, func(t *testing.T) {
 			dir := t.TempDir()
 			s := newStateStore(dir)
@@ -702,14 +711,26 @@ func TestStateStoreSaveLater(t *testing.T) {
 				step(l, i)
 				s.saveLater(l)
 			}
+			if err := s.flush(); err != nil || s.seq != records {
+				t.Fatalf("a flush of changes left for later alone wrote %d records (%v)", s.seq-records, err)
+			}
 			if got, _, _ := loadCanon(t, dir); got != saved {
 				t.Fatalf("a change left for later is on disk:\n%s\nwant\n%s", got, saved)
 			}
-			if then == "save" {
+			switch then {
+			case "save":
 				step(l, 5)
 				err = s.save(l)
-			} else {
-				err = s.flush()
+			case "flush":
+				step(l, 5)
+				if err = s.saveUnsynced(l); err == nil {
+					records++ // the hook's end is a record of its own
+					step(l, 6)
+					s.saveLater(l)
+					err = s.flush()
+				}
+			case "settle":
+				err = s.settle()
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -723,8 +744,10 @@ func TestStateStoreSaveLater(t *testing.T) {
 			if got, _, _ := loadCanon(t, dir); got != canon(t, l) {
 				t.Errorf("loaded\n%s\nwant\n%s", got, canon(t, l))
 			}
-			if err := s.flush(); err != nil || s.seq != records+1 {
-				t.Errorf("a flush with nothing left wrote %d records (%v)", s.seq-records-1, err)
+			for _, f := range []func() error{s.flush, s.settle} {
+				if err := f(); err != nil || s.seq != records+1 {
+					t.Errorf("a flush or settle with nothing left wrote %d records (%v)", s.seq-records-1, err)
+				}
 			}
 		})
 	}
