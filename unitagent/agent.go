@@ -126,6 +126,9 @@ type Agent struct {
 	rep    *reporter
 	// workload is the status the charm last set, for status-get.
 	workload atomic.Pointer[pb.Status]
+	// hookNames are the names in the charm's hooks directory, as last
+	// read (nil: to be read; hasHook).
+	hookNames map[string]bool
 }
 
 // New returns an agent for cfg.Unit.
