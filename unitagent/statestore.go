@@ -315,9 +315,9 @@ func (s *stateStore) saveUnsynced(l *localState) error { return s.saveSync(l, fa
 // a hook the charm does not have (done again, it does nothing again), a
 // charm's download (downloaded again), and a scope entered or left (the
 // mark saved before entering makes the agent enter, or leave, again: the
-// controller does nothing the second time). A charm without hooks (or with
-// few) wrote a record for each: now a unit of one on the way to running
-// writes one, unsynced, where it wrote four, three of them synced.
+// controller does nothing the second time). A unit of a charm without
+// hooks in one relation wrote four records on the way to running, three
+// of them synced; now it writes two, one synced (the mark of entering).
 func (s *stateStore) saveLater(l *localState) { s.later = l }
 
 // flush makes durable a record saveUnsynced wrote, if any (with what
