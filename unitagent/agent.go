@@ -126,9 +126,11 @@ type Agent struct {
 	rep    *reporter
 	// workload is the status the charm last set, for status-get.
 	workload atomic.Pointer[pb.Status]
-	// hookNames are the names in the charm's hooks directory, as last
-	// read (nil: to be read; hasHook).
+	// hookNames are the names in the charm's hooks directory, as read
+	// (nil: to be read); hookEach says a hook ran since the charm was
+	// unpacked, and each is looked up on its own (hasHook).
 	hookNames map[string]bool
+	hookEach  bool
 }
 
 // New returns an agent for cfg.Unit.

@@ -151,7 +151,7 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 	a.rep.progress(&pb.Status{Status: "executing", Message: fmt.Sprintf("running %s hook", op.Hook), Data: map[string]string{"state": a.l.State}})
 	hc := newHookContext(a, op, r)
 	res, err := ex.tools.run(ctx, a, op, hc)
-	a.hookNames = nil
+	a.hookNames, a.hookEach = nil, true
 	a.rep.progressEnded()
 	if ctx.Err() != nil {
 		// The agent is stopping: the hook was cut short. Like a crash, it
@@ -188,23 +188,26 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 
 // hasHook reports whether the charm has a file for the hook. A missing one
 // is skipped; anything else there (even a file that cannot run) is run, so
-// that hooks.Run names what is wrong with it. The hooks directory is read
-// once, and again after a hook ran (it may change its charm) or a charm
-// was unpacked: a charm without hooks had a lookup for each it lacks.
+// that hooks.Run names what is wrong with it. Until a hook runs, the
+// hooks directory is read once (a charm without hooks had a lookup for
+// each it lacks); once one ran, which may change its charm, each hook is
+// looked up on its own again, until the next charm is unpacked (a charm
+// with hooks would read its directory before each).
 func (a *Agent) hasHook(hook string) bool {
-	if a.hookNames == nil {
+	if !a.hookEach && a.hookNames == nil {
 		names, err := os.ReadDir(filepath.Join(a.charmDir(), "hooks"))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			// Not a directory we can list: look the hook up itself.
-			_, err := os.Lstat(filepath.Join(a.charmDir(), "hooks", hook))
-			return !errors.Is(err, fs.ErrNotExist)
-		}
-		a.hookNames = make(map[string]bool, len(names))
-		for _, n := range names {
-			a.hookNames[n.Name()] = true
-		}
+		if err == nil || errors.Is(err, fs.ErrNotExist) {
+			a.hookNames = make(map[string]bool, len(names))
+			for _, n := range names {
+				a.hookNames[n.Name()] = true
+			}
+		} // else not a directory we can list: the hook is looked up itself
 	}
-	return a.hookNames[hook]
+	if a.hookNames != nil {
+		return a.hookNames[hook]
+	}
+	_, err := os.Lstat(filepath.Join(a.charmDir(), "hooks", hook))
+	return !errors.Is(err, fs.ErrNotExist)
 }
 
 func errString(err error, res hookResult) string {
@@ -382,7 +385,7 @@ func (ex *executor) download(ctx context.Context, ref *pb.CharmRef) error {
 	if err := os.Rename(tmp, dir); err != nil {
 		return err
 	}
-	a.l.Charm, a.hookNames = charmKey(ref), nil
+	a.l.Charm, a.hookNames, a.hookEach = charmKey(ref), nil, false
 	a.logger.Info("charm unpacked", "charm", a.l.Charm, "dir", dir)
 	// Written with the next record (the first hook's, or before the
 	// agent waits): a crash before then loses only the record of the

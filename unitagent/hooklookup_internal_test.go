@@ -7,7 +7,7 @@ import (
 )
 
 // TestHookLookup: the charm's hooks are looked up in one reading of its
-// hooks directory, read again once a hook ran (it may change its charm);
+// hooks directory, read again for a charm unpacked anew;
 // a charm without a hooks directory has none, and one whose hooks are not
 // a directory has every hook, so that running it says what is wrong.
 func TestHookLookup(t *testing.T) {
@@ -33,7 +33,7 @@ func TestHookLookup(t *testing.T) {
 	if a.hasHook("start") {
 		t.Error("start found before the directory was read again")
 	}
-	a.hookNames = nil // as after a hook ran
+	a.hookNames = nil // as after a charm was unpacked
 	if !a.hasHook("start") {
 		t.Error("start not found once the directory was read again")
 	}
@@ -46,5 +46,25 @@ func TestHookLookup(t *testing.T) {
 	a.hookNames = nil
 	if !a.hasHook("stop") {
 		t.Error("with hooks a file, stop is missing: want it run, to fail")
+	}
+}
+
+// TestHookLookupAfterAHookRan: once a hook ran (it may change its charm),
+// each hook is looked up on its own: one the charm gained since is found.
+func TestHookLookupAfterAHookRan(t *testing.T) {
+	a := &Agent{cfg: Config{DataDir: t.TempDir()}}
+	hooks := filepath.Join(a.charmDir(), "hooks")
+	if err := os.MkdirAll(hooks, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if a.hasHook("start") {
+		t.Fatal("start found in an empty hooks directory")
+	}
+	a.hookNames, a.hookEach = nil, true // as runHook leaves it
+	if err := os.WriteFile(filepath.Join(hooks, "start"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if !a.hasHook("start") || a.hasHook("stop") {
+		t.Errorf("after a hook ran: start %v, stop %v; want start only", a.hasHook("start"), a.hasHook("stop"))
 	}
 }
