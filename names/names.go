@@ -2,37 +2,93 @@ package names
 
 import (
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 )
 
-var (
-	serviceRE  = regexp.MustCompile(`^[a-z][a-z0-9]*(-[a-z0-9]*[a-z][a-z0-9]*)*$`)
-	endpointRE = regexp.MustCompile(`^[a-z][a-z0-9]*([-_][a-z0-9]+)*$`)
-	numberRE   = regexp.MustCompile(`^(0|[1-9][0-9]{0,17})$`)
-)
+// The rules below are the regular expressions in names_test.go, written
+// out: names are checked on every call an agent makes, and a match of a
+// regular expression cost a microsecond or more each.
+
+func lower(c byte) bool { return 'a' <= c && c <= 'z' }
+func digit(c byte) bool { return '0' <= c && c <= '9' }
 
 // ValidService reports whether name can name a service: lowercase letters,
 // digits and hyphens, starting with a letter, each hyphenated part holding a
 // letter (so that "kv-2" cannot be mistaken for a unit), at most 63
 // characters. Charm names follow the same rule.
-func ValidService(name string) bool { return len(name) <= 63 && serviceRE.MatchString(name) }
+func ValidService(name string) bool {
+	if len(name) == 0 || len(name) > 63 || !lower(name[0]) {
+		return false
+	}
+	letter := true // the part being read holds a letter
+	for i := 1; i < len(name); i++ {
+		switch c := name[i]; {
+		case lower(c):
+			letter = true
+		case digit(c):
+		case c == '-':
+			if !letter {
+				return false
+			}
+			letter = false
+		default:
+			return false
+		}
+	}
+	return letter
+}
 
 // ValidMachine reports whether id can name a machine: a number without
 // leading zeros.
-func ValidMachine(id string) bool { return numberRE.MatchString(id) }
+func ValidMachine(id string) bool { return validNumber(id) }
+
+// validNumber reports whether s is a number of at most 18 digits without
+// leading zeros.
+func validNumber(s string) bool {
+	if s == "0" {
+		return true
+	}
+	if len(s) == 0 || len(s) > 18 || s[0] == '0' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !digit(s[i]) {
+			return false
+		}
+	}
+	return true
+}
 
 // ValidUnit reports whether name can name a unit: "<service>/<number>".
 func ValidUnit(name string) bool {
 	svc, n, ok := strings.Cut(name, "/")
-	return ok && ValidService(svc) && numberRE.MatchString(n)
+	return ok && ValidService(svc) && validNumber(n)
 }
 
 // ValidEndpoint reports whether name can name a relation endpoint or an
 // interface: lowercase letters and digits, parts joined by "-" or "_",
 // starting with a letter, at most 63 characters.
-func ValidEndpoint(name string) bool { return len(name) <= 63 && endpointRE.MatchString(name) }
+func ValidEndpoint(name string) bool {
+	if len(name) == 0 || len(name) > 63 || !lower(name[0]) {
+		return false
+	}
+	joined := false // the last character read was a "-" or "_"
+	for i := 1; i < len(name); i++ {
+		switch c := name[i]; {
+		case lower(c) || digit(c):
+			joined = false
+		case c == '-' || c == '_':
+			if joined {
+				return false
+			}
+			joined = true
+		default:
+			return false
+		}
+	}
+	return !joined
+}
 
 // UnitService returns the service part of a unit name.
 func UnitService(unit string) string {

@@ -45,6 +45,12 @@ type results struct {
 	ControllerRSSBytes     int64   `json:"controller_rss_bytes"`
 	ControllerBytesPerUnit float64 `json:"controller_bytes_per_unit"`
 	ControllerCPUSeconds   float64 `json:"controller_cpu_seconds"`
+	// The controller's CPU in each phase, and the fraction of the
+	// machine's CPU time (all its cores) that was busy in each.
+	ControllerCPUSecondsDeploy  float64 `json:"controller_cpu_seconds_deploy"`
+	ControllerCPUSecondsDestroy float64 `json:"controller_cpu_seconds_destroy"`
+	MachineBusyDeploy           float64 `json:"machine_busy_deploy"`
+	MachineBusyDestroy          float64 `json:"machine_busy_destroy"`
 	// What the fleet (this process: the machine and unit agents) used
 	// from the deploy until every unit ran, and while destroying: its CPU,
 	// its hook processes' CPU, and the bytes it sent to the disk (the
@@ -175,7 +181,8 @@ func (r *results) print(w io.Writer) {
 	row("ratio to ceiling", "%.2f deploying, %.2f destroying", r.RatioToCeiling, r.RatioToCeilingDestroy)
 	row("etcd txns", "%d, %.1f a unit, largest %d ops; %d retried after a conflict, %d refused as too many and sent again",
 		r.EtcdTxnsTotal, r.EtcdTxnsPerUnit, r.MaxTxnOps, r.EtcdTxnRetries, r.EtcdBusyRetries)
-	row("controller", "%.0f MiB peak RSS (%.1f KiB a unit), %.1f CPU s", float64(r.ControllerRSSBytes)/(1<<20), r.ControllerBytesPerUnit/1024, r.ControllerCPUSeconds)
+	row("controller", "%.0f MiB peak RSS (%.1f KiB a unit), %.1f CPU s (%.1f deploying, %.1f destroying)", float64(r.ControllerRSSBytes)/(1<<20), r.ControllerBytesPerUnit/1024, r.ControllerCPUSeconds, r.ControllerCPUSecondsDeploy, r.ControllerCPUSecondsDestroy)
+	row("machine's CPUs busy", "%.0f%% deploying, %.0f%% destroying", 100*r.MachineBusyDeploy, 100*r.MachineBusyDestroy)
 	where := "in the harness's process"
 	if r.FleetProcs > 0 {
 		where = fmt.Sprintf("in %d processes", r.FleetProcs)

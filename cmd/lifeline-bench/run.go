@@ -164,6 +164,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	say("deploying %d units of bench on %d machines, related to %d of front", c.units, c.machines, c.related)
 	start := time.Now()
 	startUsage := fleetUsage()
+	deployMeter := startPhase(ctl.cmd.Process.Pid)
 	countsBefore, err := ctl.counters()
 	if err != nil {
 		return nil, err
@@ -199,6 +200,7 @@ func run(ctx context.Context, c config) (*results, error) {
 		return res, err
 	}
 	deployUsage := fleetUsage().since(startUsage)
+	res.ControllerCPUSecondsDeploy, res.MachineBusyDeploy = deployMeter.end()
 	res.FleetCPUSecondsDeploy, res.HookCPUSecondsDeploy = deployUsage.cpu.Seconds(), deployUsage.children.Seconds()
 	res.FleetWrittenBytesDeploy = deployUsage.written
 	res.SecondsToRunning = settled.Sub(start).Seconds()
@@ -253,6 +255,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	say("destroying everything")
 	destroyStart := time.Now()
 	destroyUsage := fleetUsage()
+	destroyMeter := startPhase(ctl.cmd.Process.Pid)
 	prof.cpu(ctx, "destroy")
 	for _, svc := range []string{"bench", "front"} {
 		if _, err := ctl.op.DestroyService(ctx, &pb.DestroyServiceRequest{Service: svc}); err != nil {
@@ -281,6 +284,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	res.DestroyLagSeconds = max(lag, emptyLag).Seconds()
 	res.SecondsToRemoved = res.SecondsToUnitsRemoved + empty.Sub(machinesStart).Seconds()
 	destroyUsage = fleetUsage().since(destroyUsage)
+	res.ControllerCPUSecondsDestroy, res.MachineBusyDestroy = destroyMeter.end()
 	res.FleetCPUSecondsDestroy, res.HookCPUSecondsDestroy = destroyUsage.cpu.Seconds(), destroyUsage.children.Seconds()
 	res.UnitsPerSecondDestroy = float64(c.units) / res.SecondsToRemoved
 	res.RatioToCeilingDestroy = res.UnitsPerSecondDestroy / res.CeilingUnitsPerSecond

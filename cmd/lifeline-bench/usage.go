@@ -92,6 +92,59 @@ func (u usage) since(then usage) usage {
 	return usage{cpu: u.cpu - then.cpu, children: u.children - then.children, written: u.written - then.written}
 }
 
+// machineBusy returns the time the machine's CPUs have spent busy and in
+// all since boot (the "cpu" line of /proc/stat: busy is everything but
+// idle and iowait), in USER_HZ ticks; zeros if unknown.
+func machineBusy() (busy, total int64) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0, 0
+	}
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		total += n
+		if i != 3 && i != 4 { // idle, iowait
+			busy += n
+		}
+	}
+	return busy, total
+}
+
+// phaseMeter measures what a phase of the run used beyond the fleet: the
+// controller's CPU and how busy the machine's CPUs were.
+type phaseMeter struct {
+	pid         int
+	ctl         time.Duration
+	busy, total int64
+}
+
+func startPhase(controllerPID int) phaseMeter {
+	m := phaseMeter{pid: controllerPID}
+	if u, err := procCPU(controllerPID); err == nil {
+		m.ctl = u.cpu
+	}
+	m.busy, m.total = machineBusy()
+	return m
+}
+
+// end returns the controller's CPU seconds since the start of the phase,
+// and the fraction of the machine's CPU time that was busy.
+func (m phaseMeter) end() (controllerCPU, busy float64) {
+	if u, err := procCPU(m.pid); err == nil {
+		controllerCPU = (u.cpu - m.ctl).Seconds()
+	}
+	b, t := machineBusy()
+	if t > m.total {
+		busy = float64(b-m.busy) / float64(t-m.total)
+	}
+	return controllerCPU, busy
+}
+
 // reniceSelf sets every thread of this process to nice n. Linux keeps a
 // nice value per thread, and a thread or process started takes that of
 // the thread starting it, so a thread started by one not yet set is set
