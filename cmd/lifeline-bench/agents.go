@@ -223,9 +223,9 @@ func (f *fleet) rss() int64 {
 	return n
 }
 
-// writeCharm writes a charm with the given metadata; with hooks, every hook
-// the charm can have is a no-op executable.
-func writeCharm(dir, name, metadata string, endpoints []string, hooks bool) (string, error) {
+// writeCharm writes a charm with the given metadata; with a hook, every
+// hook the charm can have is that executable.
+func writeCharm(dir, name, metadata string, endpoints []string, hook []byte) (string, error) {
 	cdir := filepath.Join(dir, "charms", name)
 	if err := os.MkdirAll(filepath.Join(cdir, "hooks"), 0o755); err != nil {
 		return "", err
@@ -233,7 +233,7 @@ func writeCharm(dir, name, metadata string, endpoints []string, hooks bool) (str
 	if err := os.WriteFile(filepath.Join(cdir, "metadata.yaml"), []byte(metadata), 0o644); err != nil {
 		return "", err
 	}
-	if !hooks {
+	if hook == nil {
 		return cdir, nil
 	}
 	names := []string{"install", "config-changed", "start", "stop", "remove"}
@@ -243,9 +243,22 @@ func writeCharm(dir, name, metadata string, endpoints []string, hooks bool) (str
 		}
 	}
 	for _, n := range names {
-		if err := os.WriteFile(filepath.Join(cdir, "hooks", n), []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		if err := os.WriteFile(filepath.Join(cdir, "hooks", n), hook, 0o755); err != nil {
 			return "", err
 		}
 	}
 	return cdir, nil
+}
+
+// hookProgram returns the no-op hook of -hooks kind: the static no-op
+// program (noop.go) for process, where the harness has one for this
+// machine, and a shell script for sh or otherwise; nil for none.
+func hookProgram(kind string) []byte {
+	if kind == "none" {
+		return nil
+	}
+	if p := noopProgram(); kind == "process" && p != nil {
+		return p
+	}
+	return []byte("#!/bin/sh\nexit 0\n")
 }

@@ -52,7 +52,7 @@ func main() {
 	flag.IntVar(&c.units, "units", 10000, "units of the measured service")
 	flag.IntVar(&c.machines, "machines", 1000, "machines to spread them over")
 	flag.IntVar(&c.related, "related", 1, "units of the second service it is related to")
-	flag.StringVar(&c.hooks, "hooks", "process", "hooks: process (real no-op hook executables) or none (the charm has none)")
+	flag.StringVar(&c.hooks, "hooks", "process", "hooks: process (every hook a no-op executable, a static program that exits 0: see noop.go), sh (every hook a no-op shell script) or none (the charm has none)")
 	flag.StringVar(&c.jsonPath, "json", "", "write the figures to this file as one JSON object")
 	flag.StringVar(&c.dir, "dir", "", "working directory (default: a new temporary one, removed at the end)")
 	flag.StringVar(&c.lifelined, "lifelined", "bin/lifelined", "the lifelined binary")
@@ -109,8 +109,8 @@ func (c *config) validate() error {
 		return errors.New("-fleet-procs must be 0 or more")
 	case c.fleetNice < 0 || c.fleetNice > 19:
 		return errors.New("-fleet-nice must be from 0 to 19")
-	case c.hooks != "process" && c.hooks != "none":
-		return fmt.Errorf("-hooks %q: want process or none", c.hooks)
+	case c.hooks != "process" && c.hooks != "sh" && c.hooks != "none":
+		return fmt.Errorf("-hooks %q: want process, sh or none", c.hooks)
 	}
 	if c.concurrency == 0 {
 		c.concurrency = min(c.machines, 256)

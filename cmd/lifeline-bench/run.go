@@ -136,11 +136,12 @@ func run(ctx context.Context, c config) (*results, error) {
 		return u
 	}
 
-	front, err := writeCharm(dir, "front", "name: front\nrequires:\n  db: bench\n", []string{"db"}, c.hooks == "process")
+	hook := hookProgram(c.hooks)
+	front, err := writeCharm(dir, "front", "name: front\nrequires:\n  db: bench\n", []string{"db"}, hook)
 	if err != nil {
 		return nil, err
 	}
-	bench, err := writeCharm(dir, "bench", "name: bench\nprovides:\n  db: bench\n", []string{"db"}, c.hooks == "process")
+	bench, err := writeCharm(dir, "bench", "name: bench\nprovides:\n  db: bench\n", []string{"db"}, hook)
 	if err != nil {
 		return nil, err
 	}
