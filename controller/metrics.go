@@ -67,6 +67,14 @@ func newMetrics(reg prometheus.Registerer, st *state.State, hub *watchhub.Hub) *
 			Help: "Writes etcd refused as too many (it was behind applying what it had committed), each sent again after a pause.",
 		}, stat(func(s state.Stats) int64 { return s.Busy })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "lifeline", Name: "etcd_write_slots_held",
+			Help: "Operations holding one of the slots that bound the controller's writes in etcd at once.",
+		}, stat(func(s state.Stats) int64 { return s.Holding })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "lifeline", Name: "etcd_write_slots_waiting",
+			Help: "Operations waiting for a write slot.",
+		}, stat(func(s state.Stats) int64 { return s.Waiting })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "lifeline", Name: "etcd_txn_max_ops",
 			Help: "The most operations in one write transaction so far.",
 		}, stat(func(s state.Stats) int64 { return s.MaxOps })),

@@ -363,3 +363,55 @@ func TestBusyWhileWritesQueue(t *testing.T) {
 		t.Errorf("busy %v with %d waiting once every writer is done", st.Busy(), st.gate.waiting.Load())
 	}
 }
+
+// A cascade's batches (a dying service's units set dying) go ahead of the
+// writes queued for the State's slots: they are what that queue's work
+// waits on. Other writes still wait their turn.
+func TestCascadeGoesAheadOfTheQueue(t *testing.T) {
+	st, ms, ctx := gatedState(t, "", 1, 2)
+	if _, err := st.AddService(ctx, AddServiceArgs{Name: "app", Charm: &pb.CharmRef{Name: "app"}}); err != nil {
+		t.Fatal(err)
+	}
+	units, err := st.AddUnits(ctx, "app", 40, Placement{Machine: ms[0].Id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, len(units))
+	for i, u := range units {
+		names[i] = u.Name
+	}
+	_, release, err := st.gate.hold(ctx) // the only slot
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := make(chan error, 1)
+	go func() { queued <- st.SetMachineInstance(ctx, ms[1].Id, "i-1", "10.0.0.1") }()
+	for deadline := time.Now().Add(10 * time.Second); st.gate.waiting.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the write never queued")
+		}
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := st.setUnitsDying(dctx, names); err != nil {
+		t.Fatalf("setUnitsDying with the only slot held: %v", err)
+	}
+	for _, n := range names {
+		u, err := st.Unit(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.Life != pb.Life_LIFE_DYING {
+			t.Fatalf("%s is %v, want dying", n, u.Life)
+		}
+	}
+	select {
+	case err := <-queued:
+		t.Fatalf("the queued write went through while the only slot was held: %v", err)
+	default:
+	}
+	release()
+	if err := <-queued; err != nil {
+		t.Fatal(err)
+	}
+}

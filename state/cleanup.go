@@ -63,9 +63,11 @@ const dyingPerTxn = 15
 const dyingInFlight = 8
 
 // setUnitsDying sets those of the named units that are still alive dying,
-// in small batches, a few at once. An unassigned principal, which no agent
-// will ever run, is removed instead.
+// in small batches, a few at once, ahead of the writes queued for the
+// State's slots (which soon are those units' own departures). An
+// unassigned principal, which no agent will ever run, is removed instead.
 func (s *State) setUnitsDying(ctx context.Context, units []string) error {
+	ctx = ahead(ctx)
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex

@@ -117,6 +117,10 @@ type Stats struct {
 	// Busy is the number of writes etcd refused while it caught up
 	// applying what it had committed, each sent again after a pause.
 	Busy int64
+	// Holding is the number of operations holding a write slot now (the
+	// State's, and those gone ahead), and Waiting the number waiting
+	// for one.
+	Holding, Waiting int64
 }
 
 type stats struct {
@@ -166,6 +170,8 @@ func (s *State) Stats() Stats {
 		Reads:     s.stats.reads.Load(),
 		MaxOps:    s.stats.maxOps.Load(),
 		Busy:      s.stats.busy.Load(),
+		Holding:   int64(len(s.gate.slots) + len(s.gate.lead)),
+		Waiting:   s.gate.waiting.Load(),
 	}
 }
 
