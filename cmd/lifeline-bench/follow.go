@@ -19,8 +19,11 @@ import (
 // whole model twice a second.
 type follower struct {
 	mu sync.Mutex
-	// units says of each unit whether it is alive.
+	// units says of each unit whether it is alive; aliveOn counts the
+	// alive units of each machine.
 	units    map[string]bool
+	aliveOn  map[string]int
+	machine  map[string]string // each unit's machine
 	agents   map[string]*pb.Status
 	entities map[string]bool
 	// running and idle count the agents whose status says so, kept as
@@ -55,8 +58,8 @@ var (
 // model is small: it begins with a listing of everything.
 func follow(ctx context.Context, st *state.State) *follower {
 	f := &follower{
-		units: map[string]bool{}, agents: map[string]*pb.Status{}, entities: map[string]bool{},
-		firstRunning: map[string]time.Time{}, changed: make(chan struct{}, 1), reports: map[string]int{},
+		units: map[string]bool{}, aliveOn: map[string]int{}, machine: map[string]string{},
+		agents: map[string]*pb.Status{}, entities: map[string]bool{}, firstRunning: map[string]time.Time{}, changed: make(chan struct{}, 1), reports: map[string]int{},
 	}
 	go func() {
 		for b := range st.Watch(ctx, "", 0) {
@@ -71,6 +74,7 @@ func (f *follower) apply(b state.WatchBatch) {
 	f.mu.Lock()
 	if b.Reset {
 		f.units, f.agents, f.entities = map[string]bool{}, map[string]*pb.Status{}, map[string]bool{}
+		f.aliveOn, f.machine = map[string]int{}, map[string]string{}
 		f.running, f.idle = 0, 0
 	}
 	for _, e := range b.Events {
@@ -85,11 +89,19 @@ func (f *follower) apply(b state.WatchBatch) {
 		switch {
 		case strings.HasPrefix(e.Key, unitsPrefix):
 			name := e.Key[len(unitsPrefix):]
+			if f.units[name] {
+				f.aliveOn[f.machine[name]]--
+			}
 			if put {
 				u := &pb.Unit{}
-				f.units[name] = proto.Unmarshal(e.Value, u) == nil && u.Life == pb.Life_LIFE_ALIVE
+				alive := proto.Unmarshal(e.Value, u) == nil && u.Life == pb.Life_LIFE_ALIVE
+				f.units[name], f.machine[name] = alive, u.MachineId
+				if alive {
+					f.aliveOn[u.MachineId]++
+				}
 			} else {
 				delete(f.units, name)
+				delete(f.machine, name)
 			}
 		case strings.HasPrefix(e.Key, agentStatusPrefix):
 			name := e.Key[len(agentStatusPrefix):]
@@ -141,6 +153,19 @@ func (f *follower) takeReports(units int) map[string]float64 {
 		out[k] = float64(n) / float64(units)
 	}
 	f.reports = map[string]int{}
+	return out
+}
+
+// free returns those of ids on which the watch sees no alive unit.
+func (f *follower) free(ids map[string]bool) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for id := range ids {
+		if f.aliveOn[id] == 0 {
+			out = append(out, id)
+		}
+	}
 	return out
 }
 

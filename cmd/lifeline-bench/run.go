@@ -21,6 +21,8 @@ import (
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // namespace is where the controller keeps its model in etcd (lifelined's
@@ -263,17 +265,21 @@ func run(ctx context.Context, c config) (*results, error) {
 			return res, err
 		}
 	}
-	// The removals are timed by the revisions at which the watch saw them
-	// done; the watch's lag, and with it the harness's own delay in
-	// destroying the machines once the units are gone, is not counted.
+	// The machines are destroyed as an operator's script would, each as
+	// soon as the rules allow it (M2: once no unit on it is alive), while
+	// their units go. The removals are timed by the revisions at which
+	// the watch saw them done; the watch's lag is not counted.
+	machinesDone := make(chan error, 1)
+	go func() {
+		machinesDone <- destroyMachinesWhenFree(ctx, ctl.op, model, append(append(fl.ids, idle.id), relatedIDs...))
+	}()
 	unitsGoneRev, err := waitUnits(ctx, model, etcd, destroyStart)
 	if err != nil {
 		return res, err
 	}
 	unitsGone, lag := clock.seen(ctx, unitsGoneRev)
 	res.SecondsToUnitsRemoved = unitsGone.Sub(destroyStart).Seconds()
-	machinesStart := time.Now()
-	if err := destroyMachines(ctx, ctl.op, append(append(fl.ids, idle.id), relatedIDs...)); err != nil {
+	if err := <-machinesDone; err != nil {
 		return res, err
 	}
 	emptyRev, err := waitEmpty(ctx, model, destroyStart)
@@ -283,7 +289,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	empty, emptyLag := clock.seen(ctx, emptyRev)
 	prof.heap(ctx, "removed")
 	res.DestroyLagSeconds = max(lag, emptyLag).Seconds()
-	res.SecondsToRemoved = res.SecondsToUnitsRemoved + empty.Sub(machinesStart).Seconds()
+	res.SecondsToRemoved = empty.Sub(destroyStart).Seconds()
 	destroyUsage = fleetUsage().since(destroyUsage)
 	res.ControllerCPUSecondsDestroy, res.MachineBusyDestroy = destroyMeter.end()
 	res.FleetCPUSecondsDestroy, res.HookCPUSecondsDestroy = destroyUsage.cpu.Seconds(), destroyUsage.children.Seconds()
@@ -366,23 +372,62 @@ func addUnits(ctx context.Context, op pb.OperatorServiceClient, svc string, per 
 	return errors.Join(errs...)
 }
 
-func destroyMachines(ctx context.Context, op pb.OperatorServiceClient, ids []string) error {
+// destroyMachinesWhenFree destroys each of the machines ids as soon as the
+// watch sees no alive unit on it, 16 calls at once, and returns once all
+// are destroyed. A machine the controller still finds an alive unit on
+// (the watch runs behind) is tried again later.
+func destroyMachinesWhenFree(ctx context.Context, op pb.OperatorServiceClient, f *follower, ids []string) error {
+	left := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		left[id] = true
+	}
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
-	for _, id := range ids {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if _, err := op.DestroyMachine(ctx, &pb.DestroyMachineRequest{Machine: id}); err != nil {
+	for {
+		mu.Lock()
+		free := f.free(left)
+		for _, id := range free {
+			delete(left, id)
+		}
+		pending, failed := len(left), len(errs) > 0
+		mu.Unlock()
+		if failed {
+			break
+		}
+		for _, id := range free {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				_, err := op.DestroyMachine(ctx, &pb.DestroyMachineRequest{Machine: id})
 				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
+				defer mu.Unlock()
+				switch {
+				case status.Code(err) == codes.FailedPrecondition:
+					left[id] = true
+				case err != nil:
+					errs = append(errs, err)
+				}
+			}()
+		}
+		if pending == 0 && len(free) == 0 {
+			wg.Wait()
+			mu.Lock()
+			pending = len(left)
+			mu.Unlock()
+			if pending == 0 {
+				break
 			}
-		}()
+		}
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	wg.Wait()
 	return errors.Join(errs...)
