@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -127,20 +126,9 @@ func (f *controllerFlags) validate() error {
 	return nil
 }
 
-// controllerGCPercent is the controller's garbage collection target
-// (GOGC) unless the environment sets one: the heap may grow to 1.5 times
-// the live data between collections, not twice. At 10,000 units the
-// controller peaked at 120 KiB a unit of resident memory with Go's
-// default, nearly all of it garbage from the deploy, and at 78 KiB with
-// this, for about a quarter more CPU (docs/PERFORMANCE.md).
-const controllerGCPercent = 50
-
 func runController(ctx context.Context, f controllerFlags) error {
 	if err := f.validate(); err != nil {
 		return err
-	}
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(controllerGCPercent)
 	}
 	if f.clientConfig == "" {
 		p, err := pki.DefaultClientConfigPath()
