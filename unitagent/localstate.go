@@ -71,6 +71,17 @@ type localRelation struct {
 	// changed only through localState's methods, which record each change
 	// for the next save.
 	Members map[string]int64 `json:"-"`
+	// byName holds Members' units in name order, as firstMember last
+	// sorted them, so that departing them one after another does not sort
+	// them again for each: units departed since are passed over, and a
+	// unit added clears it. Not saved.
+	byName []string
+	// joined holds the members joined whose relation-changed has not run
+	// (version 0 in Members), kept as Members changes once asked for
+	// (joinedUnchanged): the resolver looks at them before every
+	// decision, and there are few, where Members may hold thousands. Not
+	// saved.
+	joined map[string]struct{}
 	// Left records that the unit left a dying relation's scope; broken
 	// runs next, then the record goes.
 	Left bool `json:"left,omitempty"`
@@ -160,7 +171,7 @@ func (l *localState) setMember(id int64, unit string, v int64) {
 	if old, ok := lr.Members[unit]; ok && old == v {
 		return
 	}
-	lr.Members[unit] = v
+	lr.set(unit, v)
 	l.changes = append(l.changes, memberChange{Relation: id, Unit: unit, Version: v})
 }
 
@@ -173,8 +184,44 @@ func (l *localState) departMember(id int64, unit string) {
 	if _, ok := lr.Members[unit]; !ok {
 		return
 	}
-	delete(lr.Members, unit)
+	lr.depart(unit)
 	l.changes = append(l.changes, memberChange{Relation: id, Unit: unit, Departed: true})
+}
+
+// set records unit as a member at version v, keeping byName and joined.
+func (lr *localRelation) set(unit string, v int64) {
+	if _, ok := lr.Members[unit]; !ok {
+		lr.byName = nil
+	}
+	lr.Members[unit] = v
+	if lr.joined != nil {
+		if v == 0 {
+			lr.joined[unit] = struct{}{}
+		} else {
+			delete(lr.joined, unit)
+		}
+	}
+}
+
+// depart removes unit from the members, keeping joined (byName passes
+// over it).
+func (lr *localRelation) depart(unit string) {
+	delete(lr.Members, unit)
+	delete(lr.joined, unit)
+}
+
+// joinedUnchanged returns the members at version 0: joined, and no
+// relation-changed run for them yet.
+func (lr *localRelation) joinedUnchanged() map[string]struct{} {
+	if lr.joined == nil {
+		lr.joined = map[string]struct{}{}
+		for m, v := range lr.Members {
+			if v == 0 {
+				lr.joined[m] = struct{}{}
+			}
+		}
+	}
+	return lr.joined
 }
 
 // apply replays a recorded change onto l; changes of relations l does not
@@ -184,10 +231,10 @@ func (l *localState) apply(c memberChange) {
 	switch {
 	case lr == nil:
 	case c.Clear:
-		lr.Members = map[string]int64{}
+		lr.Members, lr.byName, lr.joined = map[string]int64{}, nil, nil
 	case c.Departed:
-		delete(lr.Members, c.Unit)
+		lr.depart(c.Unit)
 	default:
-		lr.Members[c.Unit] = c.Version
+		lr.set(c.Unit, c.Version)
 	}
 }

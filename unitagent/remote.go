@@ -100,7 +100,13 @@ func (w *watcher) snapshotLocked() *remote {
 				}
 			}
 		}
-		clear(rr.changed)
+		if len(rr.changed) > 64 {
+			// Ranging over a map costs what it once held: one that held
+			// a listing of thousands would cost that at each snapshot.
+			rr.changed = make(map[string]struct{})
+		} else {
+			clear(rr.changed)
+		}
 		rr.relisted = false
 		cr := &remoteRelation{rel: rr.rel, known: rr.known, scoped: rr.scoped, members: v.members, view: v}
 		c.relations[id] = cr
