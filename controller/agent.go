@@ -473,6 +473,78 @@ func (a *agentServer) SetUnitStatus(ctx context.Context, req *pb.SetUnitStatusRe
 	return &pb.SetUnitStatusResponse{}, nil
 }
 
+// maxStatusReports bounds the reports of a SetUnitStatuses call: the
+// units a read of the controller's may name.
+const maxStatusReports = state.MaxTxnOps
+
+// SetUnitStatuses records the agent statuses of units on the caller's
+// machine, each answered on its own (SetUnitStatus's answer to it alone).
+func (a *agentServer) SetUnitStatuses(ctx context.Context, req *pb.SetUnitStatusesRequest) (*pb.SetUnitStatusesResponse, error) {
+	c := callerFrom(ctx)
+	reports := req.GetReports()
+	switch {
+	case len(reports) == 0:
+		return nil, invalid("SetUnitStatuses has no report")
+	case len(reports) > maxStatusReports:
+		return nil, invalid("SetUnitStatuses has %d reports: at most %d a call", len(reports), maxStatusReports)
+	case c.kind != names.KindMachine:
+		return nil, denied("%s may not set the statuses of units: only a machine agent may, of those on its machine", c)
+	}
+	units := make([]string, len(reports))
+	seen := make(map[string]bool, len(reports))
+	for i, r := range reports {
+		if err := checkUnitName(r.GetUnit()); err != nil {
+			return nil, err
+		}
+		if r.GetKind() != pb.UnitStatusKind_UNIT_STATUS_KIND_AGENT {
+			return nil, invalid("report of unit %s: kind %v, want agent: a machine agent sets only its units' agent statuses", r.GetUnit(), r.GetKind())
+		}
+		if err := checkStatus(r.GetStatus()); err != nil {
+			return nil, err
+		}
+		if seen[r.GetUnit()] {
+			return nil, invalid("unit %s is reported twice", r.GetUnit())
+		}
+		seen[r.GetUnit()] = true
+		units[i] = r.GetUnit()
+	}
+	found, err := a.s.st.UnitsNamed(ctx, units...)
+	if err != nil {
+		return nil, readErr(err, "read units %s", strings.Join(units, ", "))
+	}
+	resp := &pb.SetUnitStatusesResponse{Results: make([]*pb.StatusReportResult, len(reports))}
+	busy := a.s.cfg.Busy()
+	var todo []state.UnitStatus
+	var at []int
+	for i, u := range found {
+		switch err := onMachine(c, units[i], u, "set the status of"); {
+		case err != nil:
+			resp.Results[i] = reportResult(err)
+		case reports[i].GetProgress() && busy:
+			resp.Results[i] = reportResult(status.Error(codes.ResourceExhausted, "the controller is busy: progress report declined"))
+		default:
+			todo = append(todo, state.UnitStatus{Kind: state.StatusUnitAgent, Unit: units[i], Status: reports[i].GetStatus()})
+			at = append(at, i)
+		}
+	}
+	if len(todo) > 0 {
+		errs, err := a.s.st.SetUnitStatuses(ctx, todo)
+		if err != nil {
+			return nil, err
+		}
+		for j, err := range errs {
+			resp.Results[at[j]] = reportResult(err)
+		}
+	}
+	return resp, nil
+}
+
+// reportResult is a report's answer within a SetUnitStatuses call.
+func reportResult(err error) *pb.StatusReportResult {
+	s := status.Convert(toStatus(err))
+	return &pb.StatusReportResult{Code: uint32(s.Code()), Message: s.Message()}
+}
+
 // ClearResolved removes the caller's resolved mark once it has acted on it.
 func (a *agentServer) ClearResolved(ctx context.Context, req *pb.ClearResolvedRequest) (*pb.ClearResolvedResponse, error) {
 	if err := ownUnit(callerFrom(ctx), req.GetUnit(), "clear the resolved mark of"); err != nil {

@@ -290,6 +290,57 @@ func TestAgentSetUnitStatus(t *testing.T) {
 	})
 }
 
+func setUnitStatuses(reports ...*pb.SetUnitStatusRequest) agentCall {
+	return func(t *testing.T, m *agentModel, c pb.AgentServiceClient) error {
+		_, err := c.SetUnitStatuses(m.ctx, &pb.SetUnitStatusesRequest{Reports: reports})
+		return err
+	}
+}
+
+// A machine agent reports its units' agent statuses together; each report
+// is answered on its own, and one refused leaves the others recorded.
+func TestAgentSetUnitStatuses(t *testing.T) {
+	const agent = pb.UnitStatusKind_UNIT_STATUS_KIND_AGENT
+	report := func(unit string, st *pb.Status) *pb.SetUnitStatusRequest {
+		return &pb.SetUnitStatusRequest{Unit: unit, Kind: agent, Status: st}
+	}
+	idle := &pb.Status{Status: "idle", Data: map[string]string{"state": "running"}}
+	t.Run("each answered", func(t *testing.T) {
+		t.Parallel()
+		m := newAgentModel(t)
+		resp, err := m.as("machine-2").SetUnitStatuses(m.ctx, &pb.SetUnitStatusesRequest{Reports: []*pb.SetUnitStatusRequest{
+			report("app/0", idle), report("logger/0", &pb.Status{Status: "executing"}), report("kv/0", idle), report("kv/9", idle),
+		}})
+		m.ok("SetUnitStatuses", err)
+		want := []struct {
+			code codes.Code
+			msg  string
+		}{{codes.OK, ""}, {codes.OK, ""}, {codes.PermissionDenied, "machine 2's agent may not set the status of unit kv/0: it is not on machine 2"}, {codes.NotFound, "unit kv/9 not found"}}
+		if len(resp.GetResults()) != len(want) {
+			t.Fatalf("%d results, want %d", len(resp.GetResults()), len(want))
+		}
+		for i, r := range resp.GetResults() {
+			if codes.Code(r.GetCode()) != want[i].code || r.GetMessage() != want[i].msg {
+				t.Errorf("result %d: %v %q, want %v %q", i, codes.Code(r.GetCode()), r.GetMessage(), want[i].code, want[i].msg)
+			}
+		}
+		wantStatus(state.StatusUnitAgent, "app/0", "idle")(t, m)
+		wantStatus(state.StatusUnitAgent, "logger/0", "executing")(t, m)
+		if st, err := m.st.Status(m.ctx, state.StatusUnitAgent, "kv/0"); err != nil || st != nil {
+			t.Errorf("kv/0's status %v, %v: want none", st, err)
+		}
+	})
+	runAgentCases(t, []agentCase{
+		{name: "by a unit agent", as: "unit-app/0", call: setUnitStatuses(report("app/0", idle)), code: codes.PermissionDenied,
+			msg: "unit app/0's agent may not set the statuses of units: only a machine agent may"},
+		{name: "a workload status", as: "machine-2", call: setUnitStatuses(&pb.SetUnitStatusRequest{Unit: "app/0", Kind: pb.UnitStatusKind_UNIT_STATUS_KIND_WORKLOAD, Status: idle}),
+			code: codes.InvalidArgument, msg: "want agent"},
+		{name: "a unit twice", as: "machine-2", call: setUnitStatuses(report("app/0", idle), report("app/0", idle)), code: codes.InvalidArgument, msg: "unit app/0 is reported twice"},
+		{name: "no status", as: "machine-2", call: setUnitStatuses(report("app/0", &pb.Status{})), code: codes.InvalidArgument, msg: "needs a status value"},
+		{name: "no report", as: "machine-2", call: setUnitStatuses(), code: codes.InvalidArgument, msg: "has no report"},
+	})
+}
+
 func clearResolved(unit string) agentCall {
 	return func(t *testing.T, m *agentModel, c pb.AgentServiceClient) error {
 		_, err := c.ClearResolved(m.ctx, &pb.ClearResolvedRequest{Unit: unit})
@@ -355,6 +406,14 @@ func TestAgentProgressDeclinedWhenBusy(t *testing.T) {
 	}
 	if err := set(&pb.Status{Status: "error", Message: `hook failed: "install"`}, false); err != nil {
 		t.Fatalf("another report when busy: %v", err)
+	}
+	// Reported by the machine agent, the progress report is declined
+	// alone.
+	resp, err := e.Agent("machine-0").SetUnitStatuses(e.Ctx, &pb.SetUnitStatusesRequest{Reports: []*pb.SetUnitStatusRequest{
+		{Unit: "kv/0", Kind: pb.UnitStatusKind_UNIT_STATUS_KIND_AGENT, Status: &pb.Status{Status: "executing", Message: "running start hook"}, Progress: true},
+	}})
+	if err != nil || codes.Code(resp.GetResults()[0].GetCode()) != codes.ResourceExhausted {
+		t.Errorf("a batched progress report when busy: %v, %v; want it declined", resp, err)
 	}
 	busy.Store(false)
 	if err := set(&pb.Status{Status: "executing", Message: "running install hook"}, true); err != nil {

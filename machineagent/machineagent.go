@@ -34,6 +34,7 @@ type API interface {
 	EnsureMachineDead(ctx context.Context, in *pb.EnsureMachineDeadRequest, opts ...grpc.CallOption) (*pb.EnsureMachineDeadResponse, error)
 	SetMachineStatus(ctx context.Context, in *pb.SetMachineStatusRequest, opts ...grpc.CallOption) (*pb.SetMachineStatusResponse, error)
 	IssueUnitCredentials(ctx context.Context, in *pb.IssueUnitCredentialsRequest, opts ...grpc.CallOption) (*pb.IssueUnitCredentialsResponse, error)
+	SetUnitStatuses(ctx context.Context, in *pb.SetUnitStatusesRequest, opts ...grpc.CallOption) (*pb.SetUnitStatusesResponse, error)
 	GetAgentSettings(ctx context.Context, in *pb.GetAgentSettingsRequest, opts ...grpc.CallOption) (*pb.GetAgentSettingsResponse, error)
 	RemoveUnit(ctx context.Context, in *pb.RemoveUnitRequest, opts ...grpc.CallOption) (*pb.RemoveUnitResponse, error)
 	Presence(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[pb.PresenceRequest, pb.PresenceResponse], error)
@@ -91,6 +92,9 @@ type Agent struct {
 	// tools is the hook tool server its unit agents share, on agent.sock
 	// in its data directory, while Run runs.
 	tools *hooks.Server
+	// statuses sends its unit agents' status reports together, while Run
+	// runs.
+	statuses *statusBatcher
 	// hookTimeout is the controller's hook timeout as asked for at
 	// hookTimeoutAt, under settingsMu: one unit start asks while the
 	// others wait for its answer.
@@ -193,6 +197,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	a.tools = tools
 	a.ctx = ctx
+	a.statuses = &statusBatcher{ctx: ctx, api: a.cfg.API}
 	defer a.stopAll()
 
 	// Removals of dead units, when Run ends, are cut short and waited for.
@@ -452,6 +457,7 @@ func (a *Agent) startWorker(ctx context.Context, unit string, principal bool, is
 	if err != nil {
 		return err
 	}
+	api = batchedAPI{API: api, unit: unit, b: a.statuses}
 	ua, err := unitagent.New(unitagent.Config{
 		Unit: unit, MachineID: a.cfg.MachineID, Address: a.cfg.Address, DataDir: a.unitDir(unit),
 		ToolsDir: a.toolsDir, API: api, Watches: a.mux.As(cred, api), Logger: a.cfg.Logger, HookLock: a.hookLock,

@@ -102,6 +102,10 @@ func TestMachineAgentLifecycle(t *testing.T) {
 		}
 		return len(st.Services[0].Units) == 2
 	})
+	// Their agents' statuses went through the machine agent, together.
+	if n := api.reports.Load(); n < 2 {
+		t.Errorf("%d unit status reports sent together, want at least one a unit", n)
+	}
 	for _, u := range []string{"kv-0", "kv-1"} {
 		if b, err := os.ReadFile(filepath.Join(dir, "units", u, "installed")); err != nil {
 			t.Errorf("unit %s was not installed in its own directory: %v", u, err)
@@ -209,6 +213,15 @@ type unitCalls struct {
 	downloads, settings *atomic.Int32
 }
 
+// SetUnitStatus fails a unit agent's report of its agent status: the
+// machine agent sends those together.
+func (u unitCalls) SetUnitStatus(ctx context.Context, in *pb.SetUnitStatusRequest, opts ...grpc.CallOption) (*pb.SetUnitStatusResponse, error) {
+	if in.GetKind() == pb.UnitStatusKind_UNIT_STATUS_KIND_AGENT {
+		return nil, status.Errorf(codes.Internal, "unit %s's agent status was reported in a call of its own", in.GetUnit())
+	}
+	return u.AgentServiceClient.SetUnitStatus(ctx, in, opts...)
+}
+
 func (u unitCalls) DownloadCharm(ctx context.Context, in *pb.DownloadCharmRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[pb.DownloadCharmResponse], error) {
 	u.downloads.Add(1)
 	return u.AgentServiceClient.DownloadCharm(ctx, in, opts...)
@@ -224,6 +237,13 @@ type credCounter struct {
 	issued   atomic.Int32 // units
 	calls    atomic.Int32
 	settings atomic.Int32
+	// reports counts the unit status reports sent together.
+	reports atomic.Int32
+}
+
+func (c *credCounter) SetUnitStatuses(ctx context.Context, in *pb.SetUnitStatusesRequest, opts ...grpc.CallOption) (*pb.SetUnitStatusesResponse, error) {
+	c.reports.Add(int32(len(in.GetReports())))
+	return c.AgentServiceClient.SetUnitStatuses(ctx, in, opts...)
 }
 
 func (c *credCounter) GetAgentSettings(ctx context.Context, in *pb.GetAgentSettingsRequest, opts ...grpc.CallOption) (*pb.GetAgentSettingsResponse, error) {

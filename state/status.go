@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -68,6 +69,81 @@ func (s *State) SetStatus(ctx context.Context, kind StatusKind, id string, st *p
 		return notFoundf("%s %s not found", strings.TrimSuffix(string(kind), "-agent"), id)
 	}
 	return nil
+}
+
+// UnitStatus is a report of a unit's status, for SetUnitStatuses.
+type UnitStatus struct {
+	Kind   StatusKind // StatusUnitAgent or StatusUnit
+	Unit   string
+	Status *pb.Status
+}
+
+// statusesPerTxn bounds the reports SetUnitStatuses records in one
+// transaction: each takes six operations at most.
+const statusesPerTxn = MaxTxnOps / 6
+
+// SetUnitStatuses records units' statuses as SetStatus does, several to a
+// transaction: a machine agent reports its units' statuses together, one
+// call and one transaction where each unit's report was one of each. It
+// returns, for each report, nil when it was recorded (or changed nothing,
+// as SetStatus says) or the error that refused it alone (the unit is not
+// found); or an error of the whole call, when etcd could not be reached
+// or the reports are not well formed. A unit may appear once.
+func (s *State) SetUnitStatuses(ctx context.Context, reports []UnitStatus) ([]error, error) {
+	seen := make(map[string]bool, len(reports))
+	stamped := make([]UnitStatus, len(reports))
+	now := s.now().UnixNano()
+	for i, r := range reports {
+		if r.Kind != StatusUnitAgent && r.Kind != StatusUnit {
+			return nil, invalidf("status kind %q is not a unit's", r.Kind)
+		}
+		if err := checkUnitName(r.Unit); err != nil {
+			return nil, err
+		}
+		if seen[r.Unit] {
+			return nil, invalidf("unit %s is reported twice", r.Unit)
+		}
+		seen[r.Unit] = true
+		st := protoClone(r.Status)
+		if st.SinceUnixNano == 0 {
+			st.SinceUnixNano = now
+		}
+		stamped[i] = UnitStatus{Kind: r.Kind, Unit: r.Unit, Status: st}
+	}
+	errs := make([]error, len(reports))
+	for from := 0; from < len(stamped); from += statusesPerTxn {
+		to := min(from+statusesPerTxn, len(stamped))
+		if err := s.setUnitStatusesOnce(ctx, stamped[from:to], errs[from:to]); err != nil {
+			return nil, err
+		}
+	}
+	return errs, nil
+}
+
+// setUnitStatusesOnce records reports in one transaction, setting errs
+// for those refused.
+func (s *State) setUnitStatusesOnce(ctx context.Context, reports []UnitStatus, errs []error) error {
+	return s.apply(ctx, "set the statuses of units", func(ctx context.Context) (*change, error) {
+		gets := make([]getOp, 0, 3*len(reports))
+		for _, r := range reports {
+			gets = append(gets, unitStatusGets(r.Kind, r.Unit)...)
+		}
+		rd, err := s.read(ctx, gets...)
+		if err != nil {
+			return nil, err
+		}
+		c := &change{}
+		for i, r := range reports {
+			errs[i] = unitStatusOps(c, rd, 3*i, r.Kind, r.Unit, r.Status)
+			if errs[i] != nil && !errors.Is(errs[i], ErrNotFound) {
+				return nil, errs[i]
+			}
+		}
+		if c.empty() {
+			return nil, errNothingToDo
+		}
+		return c, nil
+	})
 }
 
 // Status returns an entity's status of the given kind, or nil when none

@@ -76,64 +76,80 @@ type StatusHistoryEntry struct {
 // the history gets no entry, so that an agent repeating itself does not
 // push real changes out of the history.
 func (s *State) setUnitStatus(ctx context.Context, kind StatusKind, unit string, st *pb.Status) error {
-	statusKey, histPrefix := StatusKey(kind, unit), StatusHistoryPrefix(unit)
 	return s.apply(ctx, "set the "+string(kind)+" status of unit "+unit, func(ctx context.Context) (*change, error) {
-		r, err := s.read(ctx,
-			getKeyOnly(UnitKey(unit)), // whether it exists: its value is not needed
-			get(statusKey),
-			getLastKey(histPrefix),
-		)
+		r, err := s.read(ctx, unitStatusGets(kind, unit)...)
 		if err != nil {
 			return nil, err
 		}
-		if r.one(0) == nil {
-			return nil, notFoundf("unit %s not found", unit)
-		}
-		cur, err := decode[pb.Status](r.one(1))
-		if err != nil {
-			return nil, err
-		}
-		var curMod int64
-		if cur != nil {
-			if overtaken(cur.v, st) {
-				return nil, errNothingToDo
-			}
-			curMod = cur.mod
-			if sameStatus(cur.v, st) {
-				if st.Seq <= cur.v.Seq {
-					return nil, errNothingToDo
-				}
-				// Nothing new for the history, but a report older than
-				// this one, still on its way, must find it newer.
-				kept := protoClone(cur.v)
-				kept.Seq = st.Seq
-				c := &change{}
-				c.ifMod(statusKey, curMod)
-				c.put(statusKey, kept)
-				return c, nil
-			}
-		}
-		var last int64
-		if kv := r.one(2); kv != nil {
-			if _, last, err = parseHistoryKey(string(kv.Key)); err != nil {
-				return nil, err
-			}
-		}
-		seq := last + 1
 		c := &change{}
-		c.ifExists(UnitKey(unit))
-		// The decision "this is a change" relied on the current record;
-		// the sequence number on the history, which another writer (the
-		// other kind's) may have appended to since.
-		c.ifMod(statusKey, curMod)
-		c.ifNoNewer(histPrefix, r.rev)
-		c.put(statusKey, st)
-		c.put(StatusHistoryKey(unit, seq), &pb.StatusHistoryEntry{Kind: string(kind), Status: st})
-		if oldest := seq - StatusHistoryLimit + 1; oldest > 1 {
-			c.delRange(StatusHistoryKey(unit, 0), StatusHistoryKey(unit, oldest))
+		if err := unitStatusOps(c, r, 0, kind, unit, st); err != nil {
+			return nil, err
+		}
+		if c.empty() {
+			return nil, errNothingToDo
 		}
 		return c, nil
 	})
+}
+
+// unitStatusGets are the reads unitStatusOps decides on: whether the unit
+// exists (its value is not needed), its current status of kind, and the
+// newest entry of its history.
+func unitStatusGets(kind StatusKind, unit string) []getOp {
+	return []getOp{getKeyOnly(UnitKey(unit)), get(StatusKey(kind, unit)), getLastKey(StatusHistoryPrefix(unit))}
+}
+
+// unitStatusOps adds to c what records unit's status st of kind, from the
+// answers to unitStatusGets at r's answers i to i+2: nothing when st is a
+// report overtaken by a newer one or repeats the current status with no
+// newer seq. It asserts what it relied on.
+func unitStatusOps(c *change, r *reads, i int, kind StatusKind, unit string, st *pb.Status) error {
+	if r.one(i) == nil {
+		return notFoundf("unit %s not found", unit)
+	}
+	statusKey, histPrefix := StatusKey(kind, unit), StatusHistoryPrefix(unit)
+	cur, err := decode[pb.Status](r.one(i + 1))
+	if err != nil {
+		return err
+	}
+	var curMod int64
+	if cur != nil {
+		if overtaken(cur.v, st) {
+			return nil
+		}
+		curMod = cur.mod
+		if sameStatus(cur.v, st) {
+			if st.Seq <= cur.v.Seq {
+				return nil
+			}
+			// Nothing new for the history, but a report older than
+			// this one, still on its way, must find it newer.
+			kept := protoClone(cur.v)
+			kept.Seq = st.Seq
+			c.ifMod(statusKey, curMod)
+			c.put(statusKey, kept)
+			return nil
+		}
+	}
+	var last int64
+	if kv := r.one(i + 2); kv != nil {
+		if _, last, err = parseHistoryKey(string(kv.Key)); err != nil {
+			return err
+		}
+	}
+	seq := last + 1
+	c.ifExists(UnitKey(unit))
+	// The decision "this is a change" relied on the current record;
+	// the sequence number on the history, which another writer (the
+	// other kind's) may have appended to since.
+	c.ifMod(statusKey, curMod)
+	c.ifNoNewer(histPrefix, r.rev)
+	c.put(statusKey, st)
+	c.put(StatusHistoryKey(unit, seq), &pb.StatusHistoryEntry{Kind: string(kind), Status: st})
+	if oldest := seq - StatusHistoryLimit + 1; oldest > 1 {
+		c.delRange(StatusHistoryKey(unit, 0), StatusHistoryKey(unit, oldest))
+	}
+	return nil
 }
 
 // seqClockStep bounds how far below the stored status's seq a report's may

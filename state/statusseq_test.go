@@ -1,6 +1,8 @@
 package state_test
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -55,5 +57,53 @@ func TestStatusReportOvertakenIsIgnored(t *testing.T) {
 	set("idle", base+35-int64(10*time.Minute))
 	if got := current(); got != "idle" {
 		t.Errorf("after a report 10 minutes behind, status %q, want idle (a clock set back)", got)
+	}
+}
+
+// SetUnitStatuses records several units' statuses, ten to a transaction,
+// each as SetStatus would: with its history entry, an overtaken report
+// ignored, and a unit that does not exist refused alone.
+func TestSetUnitStatusesRecordsEachAsSetStatusWould(t *testing.T) {
+	st, ctx := newState(t)
+	addService(t, ctx, st, "kv", kvEndpoints)
+	addUnits(t, ctx, st, "kv", 23, state.Placement{})
+	base := time.Now().UnixNano()
+	must(t, "SetStatus", st.SetStatus(ctx, state.StatusUnitAgent, "kv/3", &pb.Status{Status: "idle", Seq: base + 100}))
+	var reports []state.UnitStatus
+	for i := range 23 {
+		reports = append(reports, state.UnitStatus{Kind: state.StatusUnitAgent, Unit: fmt.Sprintf("kv/%d", i), Status: &pb.Status{Status: "executing", Seq: base + 10}})
+	}
+	reports = append(reports, state.UnitStatus{Kind: state.StatusUnitAgent, Unit: "kv/99", Status: &pb.Status{Status: "idle"}})
+	txns := st.Stats().Txns
+	errs, err := st.SetUnitStatuses(ctx, reports)
+	must(t, "SetUnitStatuses", err)
+	if got := st.Stats().Txns - txns; got != 3 {
+		t.Errorf("%d transactions for 23 reports, want 3 (ten a transaction)", got)
+	}
+	for i, err := range errs {
+		if (i == 23) != errors.Is(err, state.ErrNotFound) {
+			t.Errorf("report %d (%s): %v", i, reports[i].Unit, err)
+		}
+	}
+	for i := range 23 {
+		unit := fmt.Sprintf("kv/%d", i)
+		cur, err := st.Status(ctx, state.StatusUnitAgent, unit)
+		must(t, "Status", err)
+		want, entries := "executing", 1
+		if i == 3 {
+			want, entries = "idle", 1 // its report was overtaken
+		}
+		if cur.GetStatus() != want || cur.GetSinceUnixNano() == 0 {
+			t.Errorf("%s: status %q since %d, want %q, stamped", unit, cur.GetStatus(), cur.GetSinceUnixNano(), want)
+		}
+		if h := history(t, ctx, st, unit, 0); len(h) != entries {
+			t.Errorf("%s: %d history entries, want %d", unit, len(h), entries)
+		}
+	}
+	if _, err := st.SetUnitStatuses(ctx, []state.UnitStatus{reports[0], reports[0]}); !errors.Is(err, state.ErrInvalid) {
+		t.Errorf("a unit reported twice: %v, want invalid", err)
+	}
+	if max := st.Stats().MaxOps; max > state.MaxTxnOps {
+		t.Errorf("a transaction of %d operations", max)
 	}
 }

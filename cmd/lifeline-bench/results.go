@@ -60,6 +60,10 @@ type results struct {
 	HookCPUSecondsDeploy    float64 `json:"hook_cpu_seconds_deploy"`
 	HookCPUSecondsDestroy   float64 `json:"hook_cpu_seconds_destroy"`
 	FleetWrittenBytesDeploy int64   `json:"fleet_written_bytes_deploy"`
+	// Of the fleet's CPU, the related units' agents' (their processes'
+	// own, their hooks' apart).
+	RelatedCPUSecondsDeploy  float64 `json:"related_cpu_seconds_deploy"`
+	RelatedCPUSecondsDestroy float64 `json:"related_cpu_seconds_destroy"`
 	// What the controller holds once every unit runs: its resident
 	// memory, Go heap in use, goroutine stacks, goroutines, and the
 	// watch subscriptions its agents keep open (the watch hub's streams),
@@ -190,8 +194,8 @@ func (r *results) print(w io.Writer) {
 	if r.FleetNice > 0 {
 		where += fmt.Sprintf(" at nice %d", r.FleetNice)
 	}
-	row("fleet (agents), "+where, "%.1f CPU s deploying (hooks %.1f), %.1f destroying (hooks %.1f); %.0f MiB written deploying",
-		r.FleetCPUSecondsDeploy, r.HookCPUSecondsDeploy, r.FleetCPUSecondsDestroy, r.HookCPUSecondsDestroy, float64(r.FleetWrittenBytesDeploy)/(1<<20))
+	row("fleet (agents), "+where, "%.1f CPU s deploying (hooks %.1f), %.1f destroying (hooks %.1f); %.0f MiB written deploying; the related units' agents %.1f and %.1f of it",
+		r.FleetCPUSecondsDeploy, r.HookCPUSecondsDeploy, r.FleetCPUSecondsDestroy, r.HookCPUSecondsDestroy, float64(r.FleetWrittenBytesDeploy)/(1<<20), r.RelatedCPUSecondsDeploy, r.RelatedCPUSecondsDestroy)
 	row("controller, all running", "%.0f MiB RSS: Go heap %.0f MiB in use, stacks %.0f MiB; %d goroutines, %d watch streams on %d gRPC streams",
 		float64(r.RunningRSSBytes)/(1<<20), float64(r.RunningHeapInuseBytes)/(1<<20), float64(r.RunningStackBytes)/(1<<20), r.RunningGoroutines, r.RunningWatchStreams, r.RunningWatchRPCs)
 	row("idle machine agent", "%.1f MiB RSS (the fleet: %.1f MiB a machine)", float64(r.AgentRSSBytes)/(1<<20), r.FleetRSSPerMachine/(1<<20))

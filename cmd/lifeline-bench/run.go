@@ -130,13 +130,14 @@ func run(ctx context.Context, c config) (*results, error) {
 		related, relatedIDs = append(related, a), append(relatedIDs, a.id)
 	}
 	// What the fleet uses: its processes, and the related units' agents.
-	fleetUsage := func() usage {
-		u := fl.usage()
+	relatedUsage := func() usage {
+		var u usage
 		for _, a := range related {
 			u = u.plus(a.usage(fl.workers == nil))
 		}
 		return u
 	}
+	fleetUsage := func() usage { return fl.usage().plus(relatedUsage()) }
 
 	hook := hookProgram(c.hooks)
 	front, err := writeCharm(dir, "front", "name: front\nrequires:\n  db: bench\n", []string{"db"}, hook)
@@ -166,7 +167,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	prof.heap(ctx, "before")
 	say("deploying %d units of bench on %d machines, related to %d of front", c.units, c.machines, c.related)
 	start := time.Now()
-	startUsage := fleetUsage()
+	startUsage, startRelated := fleetUsage(), relatedUsage()
 	deployMeter := startPhase(ctl.cmd.Process.Pid)
 	countsBefore, err := ctl.counters()
 	if err != nil {
@@ -203,6 +204,7 @@ func run(ctx context.Context, c config) (*results, error) {
 		return res, err
 	}
 	deployUsage := fleetUsage().since(startUsage)
+	res.RelatedCPUSecondsDeploy = relatedUsage().since(startRelated).cpu.Seconds()
 	res.ControllerCPUSecondsDeploy, res.MachineBusyDeploy = deployMeter.end()
 	res.FleetCPUSecondsDeploy, res.HookCPUSecondsDeploy = deployUsage.cpu.Seconds(), deployUsage.children.Seconds()
 	res.FleetWrittenBytesDeploy = deployUsage.written
@@ -257,7 +259,7 @@ func run(ctx context.Context, c config) (*results, error) {
 
 	say("destroying everything")
 	destroyStart := time.Now()
-	destroyUsage := fleetUsage()
+	destroyUsage, destroyRelated := fleetUsage(), relatedUsage()
 	destroyMeter := startPhase(ctl.cmd.Process.Pid)
 	prof.cpu(ctx, "destroy")
 	for _, svc := range []string{"bench", "front"} {
@@ -291,6 +293,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	res.DestroyLagSeconds = max(lag, emptyLag).Seconds()
 	res.SecondsToRemoved = empty.Sub(destroyStart).Seconds()
 	destroyUsage = fleetUsage().since(destroyUsage)
+	res.RelatedCPUSecondsDestroy = relatedUsage().since(destroyRelated).cpu.Seconds()
 	res.ControllerCPUSecondsDestroy, res.MachineBusyDestroy = destroyMeter.end()
 	res.FleetCPUSecondsDestroy, res.HookCPUSecondsDestroy = destroyUsage.cpu.Seconds(), destroyUsage.children.Seconds()
 	res.UnitsPerSecondDestroy = float64(c.units) / res.SecondsToRemoved

@@ -2586,6 +2586,152 @@ func (*SetUnitStatusResponse) Descriptor() ([]byte, []int) {
 	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
+type SetUnitStatusesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Agent statuses (kind UNIT_STATUS_KIND_AGENT), a unit at most once,
+	// at most 64 reports.
+	Reports       []*SetUnitStatusRequest `protobuf:"bytes,1,rep,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetUnitStatusesRequest) Reset() {
+	*x = SetUnitStatusesRequest{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetUnitStatusesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetUnitStatusesRequest) ProtoMessage() {}
+
+func (x *SetUnitStatusesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetUnitStatusesRequest.ProtoReflect.Descriptor instead.
+func (*SetUnitStatusesRequest) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *SetUnitStatusesRequest) GetReports() []*SetUnitStatusRequest {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
+type SetUnitStatusesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One a report, in the order of the request's.
+	Results       []*StatusReportResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetUnitStatusesResponse) Reset() {
+	*x = SetUnitStatusesResponse{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetUnitStatusesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetUnitStatusesResponse) ProtoMessage() {}
+
+func (x *SetUnitStatusesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetUnitStatusesResponse.ProtoReflect.Descriptor instead.
+func (*SetUnitStatusesResponse) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *SetUnitStatusesResponse) GetResults() []*StatusReportResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// StatusReportResult is how one report of a SetUnitStatuses call was
+// answered: code is its gRPC status code (0, OK: recorded), message the
+// sentence SetUnitStatus would have answered.
+type StatusReportResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusReportResult) Reset() {
+	*x = StatusReportResult{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusReportResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusReportResult) ProtoMessage() {}
+
+func (x *StatusReportResult) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusReportResult.ProtoReflect.Descriptor instead.
+func (*StatusReportResult) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *StatusReportResult) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *StatusReportResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type ClearResolvedRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Unit          string                 `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
@@ -2595,7 +2741,7 @@ type ClearResolvedRequest struct {
 
 func (x *ClearResolvedRequest) Reset() {
 	*x = ClearResolvedRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2607,7 +2753,7 @@ func (x *ClearResolvedRequest) String() string {
 func (*ClearResolvedRequest) ProtoMessage() {}
 
 func (x *ClearResolvedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2620,7 +2766,7 @@ func (x *ClearResolvedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearResolvedRequest.ProtoReflect.Descriptor instead.
 func (*ClearResolvedRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ClearResolvedRequest) GetUnit() string {
@@ -2638,7 +2784,7 @@ type ClearResolvedResponse struct {
 
 func (x *ClearResolvedResponse) Reset() {
 	*x = ClearResolvedResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2650,7 +2796,7 @@ func (x *ClearResolvedResponse) String() string {
 func (*ClearResolvedResponse) ProtoMessage() {}
 
 func (x *ClearResolvedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2663,7 +2809,7 @@ func (x *ClearResolvedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearResolvedResponse.ProtoReflect.Descriptor instead.
 func (*ClearResolvedResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 type GetAgentSettingsRequest struct {
@@ -2674,7 +2820,7 @@ type GetAgentSettingsRequest struct {
 
 func (x *GetAgentSettingsRequest) Reset() {
 	*x = GetAgentSettingsRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2686,7 +2832,7 @@ func (x *GetAgentSettingsRequest) String() string {
 func (*GetAgentSettingsRequest) ProtoMessage() {}
 
 func (x *GetAgentSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2699,7 +2845,7 @@ func (x *GetAgentSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentSettingsRequest.ProtoReflect.Descriptor instead.
 func (*GetAgentSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 type GetAgentSettingsResponse struct {
@@ -2715,7 +2861,7 @@ type GetAgentSettingsResponse struct {
 
 func (x *GetAgentSettingsResponse) Reset() {
 	*x = GetAgentSettingsResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2727,7 +2873,7 @@ func (x *GetAgentSettingsResponse) String() string {
 func (*GetAgentSettingsResponse) ProtoMessage() {}
 
 func (x *GetAgentSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2740,7 +2886,7 @@ func (x *GetAgentSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentSettingsResponse.ProtoReflect.Descriptor instead.
 func (*GetAgentSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetAgentSettingsResponse) GetHookTimeoutMs() int64 {
@@ -2765,7 +2911,7 @@ type PresenceRequest struct {
 
 func (x *PresenceRequest) Reset() {
 	*x = PresenceRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[48]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2777,7 +2923,7 @@ func (x *PresenceRequest) String() string {
 func (*PresenceRequest) ProtoMessage() {}
 
 func (x *PresenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[48]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2790,7 +2936,7 @@ func (x *PresenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceRequest.ProtoReflect.Descriptor instead.
 func (*PresenceRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 type PresenceResponse struct {
@@ -2803,7 +2949,7 @@ type PresenceResponse struct {
 
 func (x *PresenceResponse) Reset() {
 	*x = PresenceResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[49]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2815,7 +2961,7 @@ func (x *PresenceResponse) String() string {
 func (*PresenceResponse) ProtoMessage() {}
 
 func (x *PresenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[49]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2828,7 +2974,7 @@ func (x *PresenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceResponse.ProtoReflect.Descriptor instead.
 func (*PresenceResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PresenceResponse) GetPingIntervalMs() int64 {
@@ -2982,7 +3128,14 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1b.lifeline.v1.UnitStatusKindR\x04kind\x12+\n" +
 	"\x06status\x18\x03 \x01(\v2\x13.lifeline.v1.StatusR\x06status\x12\x1a\n" +
 	"\bprogress\x18\x04 \x01(\bR\bprogress\"\x17\n" +
-	"\x15SetUnitStatusResponse\"*\n" +
+	"\x15SetUnitStatusResponse\"U\n" +
+	"\x16SetUnitStatusesRequest\x12;\n" +
+	"\areports\x18\x01 \x03(\v2!.lifeline.v1.SetUnitStatusRequestR\areports\"T\n" +
+	"\x17SetUnitStatusesResponse\x129\n" +
+	"\aresults\x18\x01 \x03(\v2\x1f.lifeline.v1.StatusReportResultR\aresults\"B\n" +
+	"\x12StatusReportResult\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"*\n" +
 	"\x14ClearResolvedRequest\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\"\x17\n" +
 	"\x15ClearResolvedResponse\"\x19\n" +
@@ -2996,7 +3149,7 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x0eUnitStatusKind\x12 \n" +
 	"\x1cUNIT_STATUS_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16UNIT_STATUS_KIND_AGENT\x10\x01\x12\x1d\n" +
-	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x022\x96\x0e\n" +
+	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x022\xf4\x0e\n" +
 	"\fAgentService\x12@\n" +
 	"\x05Watch\x12\x19.lifeline.v1.WatchRequest\x1a\x1a.lifeline.v1.WatchResponse0\x01\x12N\n" +
 	"\tWatchMany\x12\x1d.lifeline.v1.WatchManyRequest\x1a\x1e.lifeline.v1.WatchManyResponse(\x010\x01\x12M\n" +
@@ -3020,7 +3173,8 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"LeaveScope\x12\x1e.lifeline.v1.LeaveScopeRequest\x1a\x1f.lifeline.v1.LeaveScopeResponse\x12S\n" +
 	"\fReadSettings\x12 .lifeline.v1.ReadSettingsRequest\x1a!.lifeline.v1.ReadSettingsResponse\x12Y\n" +
 	"\x0eUpdateSettings\x12\".lifeline.v1.UpdateSettingsRequest\x1a#.lifeline.v1.UpdateSettingsResponse\x12V\n" +
-	"\rSetUnitStatus\x12!.lifeline.v1.SetUnitStatusRequest\x1a\".lifeline.v1.SetUnitStatusResponse\x12V\n" +
+	"\rSetUnitStatus\x12!.lifeline.v1.SetUnitStatusRequest\x1a\".lifeline.v1.SetUnitStatusResponse\x12\\\n" +
+	"\x0fSetUnitStatuses\x12#.lifeline.v1.SetUnitStatusesRequest\x1a$.lifeline.v1.SetUnitStatusesResponse\x12V\n" +
 	"\rClearResolved\x12!.lifeline.v1.ClearResolvedRequest\x1a\".lifeline.v1.ClearResolvedResponse\x12K\n" +
 	"\bPresence\x12\x1c.lifeline.v1.PresenceRequest\x1a\x1d.lifeline.v1.PresenceResponse(\x010\x01\x12_\n" +
 	"\x10GetAgentSettings\x12$.lifeline.v1.GetAgentSettingsRequest\x1a%.lifeline.v1.GetAgentSettingsResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
@@ -3038,7 +3192,7 @@ func file_lifeline_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_lifeline_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lifeline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_lifeline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_lifeline_v1_agent_proto_goTypes = []any{
 	(UnitStatusKind)(0),                  // 0: lifeline.v1.UnitStatusKind
 	(*WatchSubject)(nil),                 // 1: lifeline.v1.WatchSubject
@@ -3085,23 +3239,26 @@ var file_lifeline_v1_agent_proto_goTypes = []any{
 	(*UpdateSettingsResponse)(nil),       // 42: lifeline.v1.UpdateSettingsResponse
 	(*SetUnitStatusRequest)(nil),         // 43: lifeline.v1.SetUnitStatusRequest
 	(*SetUnitStatusResponse)(nil),        // 44: lifeline.v1.SetUnitStatusResponse
-	(*ClearResolvedRequest)(nil),         // 45: lifeline.v1.ClearResolvedRequest
-	(*ClearResolvedResponse)(nil),        // 46: lifeline.v1.ClearResolvedResponse
-	(*GetAgentSettingsRequest)(nil),      // 47: lifeline.v1.GetAgentSettingsRequest
-	(*GetAgentSettingsResponse)(nil),     // 48: lifeline.v1.GetAgentSettingsResponse
-	(*PresenceRequest)(nil),              // 49: lifeline.v1.PresenceRequest
-	(*PresenceResponse)(nil),             // 50: lifeline.v1.PresenceResponse
-	nil,                                  // 51: lifeline.v1.EnterScopeRequest.SettingsEntry
-	nil,                                  // 52: lifeline.v1.ReadSettingsResponse.SettingsEntry
-	nil,                                  // 53: lifeline.v1.SettingsUpdate.SetEntry
-	(*Machine)(nil),                      // 54: lifeline.v1.Machine
-	(*Unit)(nil),                         // 55: lifeline.v1.Unit
-	(*Service)(nil),                      // 56: lifeline.v1.Service
-	(*ServiceConfig)(nil),                // 57: lifeline.v1.ServiceConfig
-	(*Relation)(nil),                     // 58: lifeline.v1.Relation
-	(*Resolved)(nil),                     // 59: lifeline.v1.Resolved
-	(*Status)(nil),                       // 60: lifeline.v1.Status
-	(*Charm)(nil),                        // 61: lifeline.v1.Charm
+	(*SetUnitStatusesRequest)(nil),       // 45: lifeline.v1.SetUnitStatusesRequest
+	(*SetUnitStatusesResponse)(nil),      // 46: lifeline.v1.SetUnitStatusesResponse
+	(*StatusReportResult)(nil),           // 47: lifeline.v1.StatusReportResult
+	(*ClearResolvedRequest)(nil),         // 48: lifeline.v1.ClearResolvedRequest
+	(*ClearResolvedResponse)(nil),        // 49: lifeline.v1.ClearResolvedResponse
+	(*GetAgentSettingsRequest)(nil),      // 50: lifeline.v1.GetAgentSettingsRequest
+	(*GetAgentSettingsResponse)(nil),     // 51: lifeline.v1.GetAgentSettingsResponse
+	(*PresenceRequest)(nil),              // 52: lifeline.v1.PresenceRequest
+	(*PresenceResponse)(nil),             // 53: lifeline.v1.PresenceResponse
+	nil,                                  // 54: lifeline.v1.EnterScopeRequest.SettingsEntry
+	nil,                                  // 55: lifeline.v1.ReadSettingsResponse.SettingsEntry
+	nil,                                  // 56: lifeline.v1.SettingsUpdate.SetEntry
+	(*Machine)(nil),                      // 57: lifeline.v1.Machine
+	(*Unit)(nil),                         // 58: lifeline.v1.Unit
+	(*Service)(nil),                      // 59: lifeline.v1.Service
+	(*ServiceConfig)(nil),                // 60: lifeline.v1.ServiceConfig
+	(*Relation)(nil),                     // 61: lifeline.v1.Relation
+	(*Resolved)(nil),                     // 62: lifeline.v1.Resolved
+	(*Status)(nil),                       // 63: lifeline.v1.Status
+	(*Charm)(nil),                        // 64: lifeline.v1.Charm
 }
 var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	1,  // 0: lifeline.v1.WatchRequest.subject:type_name -> lifeline.v1.WatchSubject
@@ -3112,73 +3269,77 @@ var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	6,  // 5: lifeline.v1.WatchSubscribe.as:type_name -> lifeline.v1.AgentCredential
 	3,  // 6: lifeline.v1.WatchManyResponse.watch:type_name -> lifeline.v1.WatchResponse
 	9,  // 7: lifeline.v1.WatchManyResponse.end:type_name -> lifeline.v1.WatchEnd
-	54, // 8: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
-	55, // 9: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
-	56, // 10: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
-	57, // 11: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
-	58, // 12: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
-	59, // 13: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
-	54, // 14: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
-	60, // 15: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
+	57, // 8: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
+	58, // 9: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
+	59, // 10: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
+	60, // 11: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
+	61, // 12: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
+	62, // 13: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
+	57, // 14: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
+	63, // 15: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
 	19, // 16: lifeline.v1.IssueUnitCredentialsResponse.credentials:type_name -> lifeline.v1.UnitCredential
-	55, // 17: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
-	56, // 18: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
-	57, // 19: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
-	61, // 20: lifeline.v1.GetServiceResponse.charm:type_name -> lifeline.v1.Charm
-	55, // 21: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
-	51, // 22: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
-	52, // 23: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
-	53, // 24: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
+	58, // 17: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
+	59, // 18: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
+	60, // 19: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
+	64, // 20: lifeline.v1.GetServiceResponse.charm:type_name -> lifeline.v1.Charm
+	58, // 21: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
+	54, // 22: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
+	55, // 23: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
+	56, // 24: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
 	40, // 25: lifeline.v1.UpdateSettingsRequest.updates:type_name -> lifeline.v1.SettingsUpdate
 	0,  // 26: lifeline.v1.SetUnitStatusRequest.kind:type_name -> lifeline.v1.UnitStatusKind
-	60, // 27: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
-	2,  // 28: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
-	4,  // 29: lifeline.v1.AgentService.WatchMany:input_type -> lifeline.v1.WatchManyRequest
-	11, // 30: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
-	13, // 31: lifeline.v1.AgentService.EnsureMachineDead:input_type -> lifeline.v1.EnsureMachineDeadRequest
-	15, // 32: lifeline.v1.AgentService.SetMachineStatus:input_type -> lifeline.v1.SetMachineStatusRequest
-	17, // 33: lifeline.v1.AgentService.IssueUnitCredentials:input_type -> lifeline.v1.IssueUnitCredentialsRequest
-	20, // 34: lifeline.v1.AgentService.GetUnit:input_type -> lifeline.v1.GetUnitRequest
-	22, // 35: lifeline.v1.AgentService.RemoveUnit:input_type -> lifeline.v1.RemoveUnitRequest
-	24, // 36: lifeline.v1.AgentService.GetService:input_type -> lifeline.v1.GetServiceRequest
-	26, // 37: lifeline.v1.AgentService.DownloadCharm:input_type -> lifeline.v1.DownloadCharmRequest
-	28, // 38: lifeline.v1.AgentService.SetUnitDying:input_type -> lifeline.v1.SetUnitDyingRequest
-	30, // 39: lifeline.v1.AgentService.EnsureUnitDead:input_type -> lifeline.v1.EnsureUnitDeadRequest
-	32, // 40: lifeline.v1.AgentService.AddSubordinate:input_type -> lifeline.v1.AddSubordinateRequest
-	34, // 41: lifeline.v1.AgentService.EnterScope:input_type -> lifeline.v1.EnterScopeRequest
-	36, // 42: lifeline.v1.AgentService.LeaveScope:input_type -> lifeline.v1.LeaveScopeRequest
-	38, // 43: lifeline.v1.AgentService.ReadSettings:input_type -> lifeline.v1.ReadSettingsRequest
-	41, // 44: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
-	43, // 45: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
-	45, // 46: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
-	49, // 47: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
-	47, // 48: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
-	3,  // 49: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
-	8,  // 50: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
-	12, // 51: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
-	14, // 52: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
-	16, // 53: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
-	18, // 54: lifeline.v1.AgentService.IssueUnitCredentials:output_type -> lifeline.v1.IssueUnitCredentialsResponse
-	21, // 55: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
-	23, // 56: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
-	25, // 57: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
-	27, // 58: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
-	29, // 59: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
-	31, // 60: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
-	33, // 61: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
-	35, // 62: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
-	37, // 63: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
-	39, // 64: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
-	42, // 65: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
-	44, // 66: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
-	46, // 67: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
-	50, // 68: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
-	48, // 69: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
-	49, // [49:70] is the sub-list for method output_type
-	28, // [28:49] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	63, // 27: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
+	43, // 28: lifeline.v1.SetUnitStatusesRequest.reports:type_name -> lifeline.v1.SetUnitStatusRequest
+	47, // 29: lifeline.v1.SetUnitStatusesResponse.results:type_name -> lifeline.v1.StatusReportResult
+	2,  // 30: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
+	4,  // 31: lifeline.v1.AgentService.WatchMany:input_type -> lifeline.v1.WatchManyRequest
+	11, // 32: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
+	13, // 33: lifeline.v1.AgentService.EnsureMachineDead:input_type -> lifeline.v1.EnsureMachineDeadRequest
+	15, // 34: lifeline.v1.AgentService.SetMachineStatus:input_type -> lifeline.v1.SetMachineStatusRequest
+	17, // 35: lifeline.v1.AgentService.IssueUnitCredentials:input_type -> lifeline.v1.IssueUnitCredentialsRequest
+	20, // 36: lifeline.v1.AgentService.GetUnit:input_type -> lifeline.v1.GetUnitRequest
+	22, // 37: lifeline.v1.AgentService.RemoveUnit:input_type -> lifeline.v1.RemoveUnitRequest
+	24, // 38: lifeline.v1.AgentService.GetService:input_type -> lifeline.v1.GetServiceRequest
+	26, // 39: lifeline.v1.AgentService.DownloadCharm:input_type -> lifeline.v1.DownloadCharmRequest
+	28, // 40: lifeline.v1.AgentService.SetUnitDying:input_type -> lifeline.v1.SetUnitDyingRequest
+	30, // 41: lifeline.v1.AgentService.EnsureUnitDead:input_type -> lifeline.v1.EnsureUnitDeadRequest
+	32, // 42: lifeline.v1.AgentService.AddSubordinate:input_type -> lifeline.v1.AddSubordinateRequest
+	34, // 43: lifeline.v1.AgentService.EnterScope:input_type -> lifeline.v1.EnterScopeRequest
+	36, // 44: lifeline.v1.AgentService.LeaveScope:input_type -> lifeline.v1.LeaveScopeRequest
+	38, // 45: lifeline.v1.AgentService.ReadSettings:input_type -> lifeline.v1.ReadSettingsRequest
+	41, // 46: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
+	43, // 47: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
+	45, // 48: lifeline.v1.AgentService.SetUnitStatuses:input_type -> lifeline.v1.SetUnitStatusesRequest
+	48, // 49: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
+	52, // 50: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
+	50, // 51: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
+	3,  // 52: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
+	8,  // 53: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
+	12, // 54: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
+	14, // 55: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
+	16, // 56: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
+	18, // 57: lifeline.v1.AgentService.IssueUnitCredentials:output_type -> lifeline.v1.IssueUnitCredentialsResponse
+	21, // 58: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
+	23, // 59: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
+	25, // 60: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
+	27, // 61: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
+	29, // 62: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
+	31, // 63: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
+	33, // 64: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
+	35, // 65: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
+	37, // 66: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
+	39, // 67: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
+	42, // 68: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
+	44, // 69: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
+	46, // 70: lifeline.v1.AgentService.SetUnitStatuses:output_type -> lifeline.v1.SetUnitStatusesResponse
+	49, // 71: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
+	53, // 72: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
+	51, // 73: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
+	52, // [52:74] is the sub-list for method output_type
+	30, // [30:52] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_agent_proto_init() }
@@ -3221,7 +3382,7 @@ func file_lifeline_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_agent_proto_rawDesc), len(file_lifeline_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   53,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -40,6 +40,7 @@ const (
 	AgentService_ReadSettings_FullMethodName         = "/lifeline.v1.AgentService/ReadSettings"
 	AgentService_UpdateSettings_FullMethodName       = "/lifeline.v1.AgentService/UpdateSettings"
 	AgentService_SetUnitStatus_FullMethodName        = "/lifeline.v1.AgentService/SetUnitStatus"
+	AgentService_SetUnitStatuses_FullMethodName      = "/lifeline.v1.AgentService/SetUnitStatuses"
 	AgentService_ClearResolved_FullMethodName        = "/lifeline.v1.AgentService/ClearResolved"
 	AgentService_Presence_FullMethodName             = "/lifeline.v1.AgentService/Presence"
 	AgentService_GetAgentSettings_FullMethodName     = "/lifeline.v1.AgentService/GetAgentSettings"
@@ -111,6 +112,13 @@ type AgentServiceClient interface {
 	// report marked progress may be declined with RESOURCE_EXHAUSTED while
 	// the controller's writes queue: a later report replaces it.
 	SetUnitStatus(ctx context.Context, in *SetUnitStatusRequest, opts ...grpc.CallOption) (*SetUnitStatusResponse, error)
+	// SetUnitStatuses records the agent statuses of units on the caller's
+	// machine, several at once: a machine agent reports its unit agents'
+	// statuses together, ten to a transaction. Each report is answered on
+	// its own, in order: one refused (its unit is not found or not on the
+	// caller's machine, a progress report declined while the controller is
+	// busy) leaves the others recorded.
+	SetUnitStatuses(ctx context.Context, in *SetUnitStatusesRequest, opts ...grpc.CallOption) (*SetUnitStatusesResponse, error)
 	// ClearResolved removes the caller's resolved mark once acted on.
 	ClearResolved(ctx context.Context, in *ClearResolvedRequest, opts ...grpc.CallOption) (*ClearResolvedResponse, error)
 	// Presence keeps the caller present while the stream lives: the agent
@@ -331,6 +339,16 @@ func (c *agentServiceClient) SetUnitStatus(ctx context.Context, in *SetUnitStatu
 	return out, nil
 }
 
+func (c *agentServiceClient) SetUnitStatuses(ctx context.Context, in *SetUnitStatusesRequest, opts ...grpc.CallOption) (*SetUnitStatusesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetUnitStatusesResponse)
+	err := c.cc.Invoke(ctx, AgentService_SetUnitStatuses_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *agentServiceClient) ClearResolved(ctx context.Context, in *ClearResolvedRequest, opts ...grpc.CallOption) (*ClearResolvedResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ClearResolvedResponse)
@@ -430,6 +448,13 @@ type AgentServiceServer interface {
 	// report marked progress may be declined with RESOURCE_EXHAUSTED while
 	// the controller's writes queue: a later report replaces it.
 	SetUnitStatus(context.Context, *SetUnitStatusRequest) (*SetUnitStatusResponse, error)
+	// SetUnitStatuses records the agent statuses of units on the caller's
+	// machine, several at once: a machine agent reports its unit agents'
+	// statuses together, ten to a transaction. Each report is answered on
+	// its own, in order: one refused (its unit is not found or not on the
+	// caller's machine, a progress report declined while the controller is
+	// busy) leaves the others recorded.
+	SetUnitStatuses(context.Context, *SetUnitStatusesRequest) (*SetUnitStatusesResponse, error)
 	// ClearResolved removes the caller's resolved mark once acted on.
 	ClearResolved(context.Context, *ClearResolvedRequest) (*ClearResolvedResponse, error)
 	// Presence keeps the caller present while the stream lives: the agent
@@ -502,6 +527,9 @@ func (UnimplementedAgentServiceServer) UpdateSettings(context.Context, *UpdateSe
 }
 func (UnimplementedAgentServiceServer) SetUnitStatus(context.Context, *SetUnitStatusRequest) (*SetUnitStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetUnitStatus not implemented")
+}
+func (UnimplementedAgentServiceServer) SetUnitStatuses(context.Context, *SetUnitStatusesRequest) (*SetUnitStatusesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetUnitStatuses not implemented")
 }
 func (UnimplementedAgentServiceServer) ClearResolved(context.Context, *ClearResolvedRequest) (*ClearResolvedResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ClearResolved not implemented")
@@ -832,6 +860,24 @@ func _AgentService_SetUnitStatus_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_SetUnitStatuses_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetUnitStatusesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).SetUnitStatuses(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_SetUnitStatuses_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).SetUnitStatuses(ctx, req.(*SetUnitStatusesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AgentService_ClearResolved_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ClearResolvedRequest)
 	if err := dec(in); err != nil {
@@ -941,6 +987,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetUnitStatus",
 			Handler:    _AgentService_SetUnitStatus_Handler,
+		},
+		{
+			MethodName: "SetUnitStatuses",
+			Handler:    _AgentService_SetUnitStatuses_Handler,
 		},
 		{
 			MethodName: "ClearResolved",
