@@ -12,6 +12,9 @@
 // files; tools/, the hook tools; and agent.sock, the socket on which its
 // unit agents serve their hooks' tools (hooks.Server), one for all.
 //
+// Its unit agents' reports of their own agent status go to the controller
+// through it, several to a call (statusbatch.go).
+//
 // It reaches the controller only through the AgentService methods it
 // declares, and never talks to etcd. It does not start instances: that is
 // the provisioner's job, in the controller.
