@@ -5,6 +5,10 @@
 // host, with its own data directory and loopback address; Manual starts
 // nothing (operators bring their hosts with a join token).
 //
+// It follows the machines through one watch, keeping them in memory, and
+// looks at them all after each change; dead machines are removed a few at
+// once.
+//
 // It runs inside the controller and changes the model only through package
 // state. It does not run agents' logic: it starts and stops their processes.
 package provisioner

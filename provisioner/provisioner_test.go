@@ -23,6 +23,10 @@ type fakeProvider struct {
 	insts   map[string]provisioner.Instance
 	started []string
 	stopped []string
+	// stopping, when set, holds every Stop until it is closed; inStop
+	// counts the Stops held.
+	stopping chan struct{}
+	inStop   int
 }
 
 func (f *fakeProvider) Start(_ context.Context, spec provisioner.MachineSpec) (provisioner.Instance, error) {
@@ -39,6 +43,12 @@ func (f *fakeProvider) Start(_ context.Context, spec provisioner.MachineSpec) (p
 
 func (f *fakeProvider) Stop(_ context.Context, id string) error {
 	f.mu.Lock()
+	if f.stopping != nil {
+		f.inStop++
+		f.mu.Unlock()
+		<-f.stopping
+		f.mu.Lock()
+	}
 	defer f.mu.Unlock()
 	delete(f.insts, id)
 	f.stopped = append(f.stopped, id)
@@ -212,4 +222,67 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Run follows the machines through its watch: it stops and removes dead
+// ones side by side, and starts new ones' instances as they come.
+func TestProvisionerRunFollowsTheMachines(t *testing.T) {
+	st, ctx, fp, p := setup(t)
+	ms, err := st.AddMachines(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms[:2] {
+		if err := st.DestroyMachine(ctx, m.Id, state.DestroyOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.EnsureMachineDead(ctx, m.Id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fp.mu.Lock()
+	fp.stopping = make(chan struct{})
+	fp.mu.Unlock()
+	release := sync.OnceFunc(func() { close(fp.stopping) })
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(rctx) }()
+	defer func() {
+		release()
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	// Both instances are stopped at once: each Stop is held until both
+	// are under way.
+	wait("the two dead machines' instances stopping together", func() bool {
+		fp.mu.Lock()
+		defer fp.mu.Unlock()
+		return fp.inStop == 2
+	})
+	release()
+	wait("the dead machines removed", func() bool {
+		left, err := st.Machines(ctx)
+		return err == nil && len(left) == 1 && left[0].Id == ms[2].Id
+	})
+	more, err := st.AddMachines(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait("the new machine's instance recorded", func() bool {
+		got, err := st.Machine(ctx, more[0].Id)
+		return err == nil && got.InstanceId == "fake-"+more[0].Id
+	})
 }
