@@ -52,6 +52,16 @@ func (f *batchAPI) SetUnitStatuses(ctx context.Context, in *pb.SetUnitStatusesRe
 	return resp, nil
 }
 
+// waitUntil waits for cond, failing the test after 10 s as what says.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out: %s", what)
+		}
+	}
+}
+
 func agentReport(unit string) *pb.SetUnitStatusRequest {
 	return &pb.SetUnitStatusRequest{Unit: unit, Kind: pb.UnitStatusKind_UNIT_STATUS_KIND_AGENT, Status: &pb.Status{Status: "idle"}}
 }
@@ -71,32 +81,20 @@ func TestStatusReportsWhileACallIsOnItsWayGoTogether(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); errs[0] = b.report(context.Background(), agentReport("kv/0"), own) }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+	waitUntil(t, "the first report was not sent", func() bool {
 		api.mu.Lock()
-		n := len(api.calls)
-		api.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the first report was not sent")
-		}
-	}
+		defer api.mu.Unlock()
+		return len(api.calls) == 1
+	})
 	for i := 1; i < 5; i++ {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs[i] = b.report(context.Background(), agentReport(fmt.Sprintf("kv/%d", i)), own) }()
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+	waitUntil(t, "the reports did not queue", func() bool {
 		b.mu.Lock()
-		n := len(b.queue)
-		b.mu.Unlock()
-		if n == 4 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the reports did not queue")
-		}
-	}
+		defer b.mu.Unlock()
+		return len(b.queue) == 4
+	})
 	close(api.release)
 	wg.Wait()
 	if len(api.calls) != 2 || len(api.calls[1]) != 4 {
@@ -117,48 +115,30 @@ func TestStatusReportGivenUpIsNotSent(t *testing.T) {
 	own := func(context.Context) error { return nil }
 	first := make(chan error, 1)
 	go func() { first <- b.report(context.Background(), agentReport("kv/0"), own) }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+	waitUntil(t, "the first report was not sent", func() bool {
 		api.mu.Lock()
-		n := len(api.calls)
-		api.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the first report was not sent")
-		}
-	}
+		defer api.mu.Unlock()
+		return len(api.calls) == 1
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan error, 1)
 	go func() { gaveUp <- b.report(ctx, agentReport("kv/1"), own) }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+	waitUntil(t, "the report did not queue", func() bool {
 		b.mu.Lock()
-		n := len(b.queue)
-		b.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the report did not queue")
-		}
-	}
+		defer b.mu.Unlock()
+		return len(b.queue) == 1
+	})
 	cancel()
 	if err := <-gaveUp; status.Code(err) != codes.Canceled {
 		t.Errorf("a report given up: %v, want Canceled", err)
 	}
 	later := make(chan error, 1)
 	go func() { later <- b.report(context.Background(), agentReport("kv/1"), own) }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+	waitUntil(t, "the later report did not queue", func() bool {
 		b.mu.Lock()
-		n := len(b.queue)
-		b.mu.Unlock()
-		if n == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the later report did not queue")
-		}
-	}
+		defer b.mu.Unlock()
+		return len(b.queue) == 2
+	})
 	close(api.release)
 	if err := <-first; err != nil {
 		t.Fatal(err)
