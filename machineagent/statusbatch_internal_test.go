@@ -88,7 +88,10 @@ func TestStatusReportsWhileACallIsOnItsWayGoTogether(t *testing.T) {
 	})
 	for i := 1; i < 5; i++ {
 		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = b.report(context.Background(), agentReport(fmt.Sprintf("kv/%d", i)), own) }()
+		go func() {
+			defer wg.Done()
+			errs[i] = b.report(context.Background(), agentReport(fmt.Sprintf("kv/%d", i)), own)
+		}()
 	}
 	waitUntil(t, "the reports did not queue", func() bool {
 		b.mu.Lock()
