@@ -197,11 +197,21 @@ func (p *Provisioner) pass(ctx context.Context, machines []*pb.Machine) ([]strin
 		known[m.Id] = true
 		switch m.Life {
 		case pb.Life_LIFE_ALIVE:
-			if m.Manual {
+			if m.Manual || p.settled(m, running) {
 				continue
 			}
-			in, ok := running[m.InstanceId]
-			if m.InstanceId != "" && ok && (in.Running || p.restarted) {
+			// Run's view comes from its watch, which can be behind this
+			// provisioner's own writes (an instance recorded a moment
+			// ago): act on the machine as etcd has it now.
+			fresh, err := st.Machine(ctx, m.Id)
+			if errors.Is(err, state.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if m = fresh; m.Life != pb.Life_LIFE_ALIVE || p.settled(m, running) {
 				continue
 			}
 			if in, ok := byMachine[m.Id]; ok && in.Running && m.InstanceId == "" {
@@ -226,14 +236,30 @@ func (p *Provisioner) pass(ctx context.Context, machines []*pb.Machine) ([]strin
 	p.restarted = true
 	// Instances of machines the model no longer has are stopped.
 	for id, in := range running {
-		if !known[in.MachineID] {
-			p.logger.Info("stopping an instance no machine has", "instance", id)
-			if err := p.cfg.Provider.Stop(ctx, in.ID); err != nil {
+		if known[in.MachineID] {
+			continue
+		}
+		// Not in the view; maybe only not yet (see above).
+		if _, err := st.Machine(ctx, in.MachineID); !errors.Is(err, state.ErrNotFound) {
+			if err != nil {
 				errs = append(errs, err)
 			}
+			continue
+		}
+		p.logger.Info("stopping an instance no machine has", "instance", id)
+		if err := p.cfg.Provider.Stop(ctx, in.ID); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return removed, errors.Join(errs...)
+}
+
+// settled says machine m has its instance, and that instance needs
+// nothing: its agent runs, or it stopped after the first pass (the machine
+// shows lost until an operator acts).
+func (p *Provisioner) settled(m *pb.Machine, running map[string]Instance) bool {
+	in, ok := running[m.InstanceId]
+	return m.InstanceId != "" && ok && (in.Running || p.restarted)
 }
 
 // removeDead stops the instances of the dead machines and removes them,

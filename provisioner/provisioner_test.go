@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lifelinehq/lifeline/etcdtest"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/provisioner"
 	"github.com/lifelinehq/lifeline/state"
 )
@@ -285,4 +286,40 @@ func TestProvisionerRunFollowsTheMachines(t *testing.T) {
 		got, err := st.Machine(ctx, more[0].Id)
 		return err == nil && got.InstanceId == "fake-"+more[0].Id
 	})
+}
+
+// TestProvisionerActsOnEtcdNotItsView gives a pass an old view of the
+// machines, as Run's watch can be behind the pass's own writes: a machine
+// seen before its instance was recorded, whose agent has since stopped,
+// gets no second agent, and an instance of a machine the view does not
+// have yet is not stopped.
+func TestProvisionerActsOnEtcdNotItsView(t *testing.T) {
+	st, ctx, fp, p := setup(t)
+	ms, err := st.AddMachines(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := ms[0] // as listed before its instance
+	if err := p.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(fp.started) != 2 {
+		t.Fatalf("started %v, want both machines", fp.started)
+	}
+	// Machine 0's agent stops (killed); a later pass sees machine 0 as it
+	// was before its instance, and machine 1 not at all.
+	fp.insts["fake-"+old.Id] = provisioner.Instance{ID: "fake-" + old.Id, MachineID: old.Id}
+	if err := p.PassOver(ctx, []*pb.Machine{old}); err != nil {
+		t.Fatal(err)
+	}
+	if len(fp.started) != 2 {
+		t.Errorf("started %v: a second agent for machine %s, from an old view", fp.started, old.Id)
+	}
+	if len(fp.stopped) != 0 {
+		t.Errorf("stopped %v: machine %s's instance, which the view did not have yet", fp.stopped, ms[1].Id)
+	}
+	got, err := st.Machine(ctx, old.Id)
+	if err != nil || got.InstanceId != "fake-"+old.Id {
+		t.Errorf("machine %s: %v, %v; want its instance kept", old.Id, got, err)
+	}
 }
