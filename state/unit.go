@@ -481,9 +481,6 @@ func (s *State) RemoveUnit(ctx context.Context, name string) error {
 		if err != nil {
 			return nil, err
 		}
-		if err != nil {
-			return nil, err
-		}
 		if u.v.Life != pb.Life_LIFE_DEAD {
 			return nil, refused("U5", "unit %s is %s: only a dead unit can be removed", name, lifeName(u.v.Life))
 		}
