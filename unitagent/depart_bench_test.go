@@ -97,13 +97,7 @@ func BenchmarkJoin10000Members(b *testing.B) {
 					break
 				}
 				hooks++
-				switch op := a.op; op.Hook {
-				case "db-relation-joined":
-					l.setMember(1, op.Remote, 0)
-				case "db-relation-changed":
-					l.setMember(1, op.Remote, op.Version)
-				}
-				l.changes = l.changes[:0]
+				commitMemberHook(l, a.op)
 			}
 		}
 		if hooks != 20000 {

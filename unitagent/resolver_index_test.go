@@ -295,12 +295,18 @@ func benchmarkDecision(b *testing.B, n int, decide func(*localState, *remote, st
 		if !ok || act.op == nil {
 			b.Fatalf("no hook decided: %v", act)
 		}
-		switch op := act.op; op.Hook {
-		case "db-relation-joined":
-			l.setMember(1, op.Remote, 0)
-		case "db-relation-changed":
-			l.setMember(1, op.Remote, op.Version)
-		}
-		l.changes = l.changes[:0]
+		commitMemberHook(l, act.op)
 	}
+}
+
+// commitMemberHook records in l what relation 1's member hook op did, as
+// the agent does once the hook ran, and drops l's record of changes.
+func commitMemberHook(l *localState, op *hookOp) {
+	switch op.Hook {
+	case "db-relation-joined":
+		l.setMember(1, op.Remote, 0)
+	case "db-relation-changed":
+		l.setMember(1, op.Remote, op.Version)
+	}
+	l.changes = l.changes[:0]
 }
