@@ -335,6 +335,14 @@ func run(ctx context.Context, c config) (*results, error) {
 	if err := prof.wait(); err != nil {
 		return res, err
 	}
+	// Raw etcd again, last, so that nothing above counts it: how far the
+	// machine's speed moved during the run, which the ratios do not see.
+	say("raw etcd put-if-absent transactions again, after the run")
+	if res.RawTxnPerSecondAfter, err = rawCeiling(ctx, etcd, c.concurrency, c.rawTime); err != nil {
+		say("  raw etcd failed (%v): not measured after the run", err)
+	} else {
+		say("  %.0f txn/s (%.0f before the run)", res.RawTxnPerSecondAfter, res.RawTxnPerSecond)
+	}
 	return res, fl.err()
 }
 
