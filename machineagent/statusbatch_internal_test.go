@@ -62,6 +62,24 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// callsAre returns a condition for waitUntil: n calls made to api.
+func (api *batchAPI) callsAre(n int) func() bool {
+	return func() bool {
+		api.mu.Lock()
+		defer api.mu.Unlock()
+		return len(api.calls) == n
+	}
+}
+
+// queueIs returns a condition for waitUntil: n reports queued in b.
+func queueIs(b *statusBatcher, n int) func() bool {
+	return func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.queue) == n
+	}
+}
+
 func agentReport(unit string) *pb.SetUnitStatusRequest {
 	return &pb.SetUnitStatusRequest{Unit: unit, Kind: pb.UnitStatusKind_UNIT_STATUS_KIND_AGENT, Status: &pb.Status{Status: "idle"}}
 }
@@ -81,11 +99,7 @@ func TestStatusReportsWhileACallIsOnItsWayGoTogether(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); errs[0] = b.report(context.Background(), agentReport("kv/0"), own) }()
-	waitUntil(t, "the first report was not sent", func() bool {
-		api.mu.Lock()
-		defer api.mu.Unlock()
-		return len(api.calls) == 1
-	})
+	waitUntil(t, "the first report was not sent", api.callsAre(1))
 	for i := 1; i < 5; i++ {
 		wg.Add(1)
 		go func() {
@@ -93,11 +107,7 @@ func TestStatusReportsWhileACallIsOnItsWayGoTogether(t *testing.T) {
 			errs[i] = b.report(context.Background(), agentReport(fmt.Sprintf("kv/%d", i)), own)
 		}()
 	}
-	waitUntil(t, "the reports did not queue", func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return len(b.queue) == 4
-	})
+	waitUntil(t, "the reports did not queue", queueIs(b, 4))
 	close(api.release)
 	wg.Wait()
 	if len(api.calls) != 2 || len(api.calls[1]) != 4 {
@@ -118,30 +128,18 @@ func TestStatusReportGivenUpIsNotSent(t *testing.T) {
 	own := func(context.Context) error { return nil }
 	first := make(chan error, 1)
 	go func() { first <- b.report(context.Background(), agentReport("kv/0"), own) }()
-	waitUntil(t, "the first report was not sent", func() bool {
-		api.mu.Lock()
-		defer api.mu.Unlock()
-		return len(api.calls) == 1
-	})
+	waitUntil(t, "the first report was not sent", api.callsAre(1))
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan error, 1)
 	go func() { gaveUp <- b.report(ctx, agentReport("kv/1"), own) }()
-	waitUntil(t, "the report did not queue", func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return len(b.queue) == 1
-	})
+	waitUntil(t, "the report did not queue", queueIs(b, 1))
 	cancel()
 	if err := <-gaveUp; status.Code(err) != codes.Canceled {
 		t.Errorf("a report given up: %v, want Canceled", err)
 	}
 	later := make(chan error, 1)
 	go func() { later <- b.report(context.Background(), agentReport("kv/1"), own) }()
-	waitUntil(t, "the later report did not queue", func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return len(b.queue) == 2
-	})
+	waitUntil(t, "the later report did not queue", queueIs(b, 2))
 	close(api.release)
 	if err := <-first; err != nil {
 		t.Fatal(err)
