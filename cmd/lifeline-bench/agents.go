@@ -53,11 +53,16 @@ type workerSpec struct {
 	Log       string   `json:"log"`
 	IDs       []string `json:"ids"`
 	Tokens    []string `json:"tokens"`
+	// HeapFloor has the process collect garbage as seldom as one agent a
+	// process would (heapFloor).
+	HeapFloor bool `json:"heap_floor"`
 }
 
 // startFleet adds n manual machines and runs their agents: in this
-// process when procs is 0, otherwise in procs worker processes.
-func startFleet(ctx context.Context, c *controllerProc, dir, lifelined string, n, procs int) (*fleet, error) {
+// process when procs is 0, otherwise in procs worker processes; with
+// heapFloor, each process collects garbage as its agents would in
+// processes of their own.
+func startFleet(ctx context.Context, c *controllerProc, dir, lifelined string, n, procs int, heapFloor bool) (*fleet, error) {
 	f := &fleet{}
 	var tokens []string
 	for len(tokens) < n {
@@ -76,7 +81,7 @@ func startFleet(ctx context.Context, c *controllerProc, dir, lifelined string, n
 			return nil, err
 		}
 		logger := hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.Warn, Output: logf})
-		stop, err := runAgents(workerSpec{Dir: dir, Lifelined: lifelined, IDs: f.ids, Tokens: tokens}, logger, f.fail)
+		stop, err := runAgents(workerSpec{Dir: dir, Lifelined: lifelined, IDs: f.ids, Tokens: tokens, HeapFloor: heapFloor}, logger, f.fail)
 		if err != nil {
 			logf.Close()
 			return nil, err
@@ -95,7 +100,7 @@ func startFleet(ctx context.Context, c *controllerProc, dir, lifelined string, n
 	for i := range procs {
 		lo, hi := i*n/procs, (i+1)*n/procs
 		spec := workerSpec{Dir: dir, Lifelined: lifelined, Log: filepath.Join(dir, fmt.Sprintf("agents-%d.log", i)),
-			IDs: f.ids[lo:hi], Tokens: tokens[lo:hi]}
+			IDs: f.ids[lo:hi], Tokens: tokens[lo:hi], HeapFloor: heapFloor}
 		w, err := f.startWorker(self, filepath.Join(dir, fmt.Sprintf("fleet-%d.json", i)), spec)
 		if err != nil {
 			f.stop()

@@ -46,6 +46,7 @@ type config struct {
 	pprofSeconds             int
 	fleetProcs               int
 	fleetNice                int
+	fleetGC                  string
 }
 
 func main() {
@@ -67,6 +68,7 @@ func main() {
 	flag.IntVar(&c.pprofSeconds, "pprof-seconds", 15, "how long each CPU profile of -pprof lasts")
 	flag.IntVar(&c.fleetProcs, "fleet-procs", 0, "run the machine agents in this many processes of their own (0: in the harness's process)")
 	flag.IntVar(&c.fleetNice, "fleet-nice", 0, "run the fleet (its agents, their hooks, the related units' agents) at this nice value, the controller at 0: on one host the hooks' processes otherwise take the controller's CPU, which machines of their own would not (0: the same)")
+	flag.StringVar(&c.fleetGC, "fleet-gc", "agents", "how the fleet's processes collect garbage: agents (as seldom as its machines' agents would, each in a process of its own: heapfloor.go) or process (as any one Go process would, whenever its heap doubles)")
 	worker := flag.String("fleet-worker", "", "run as a process of the fleet, as this spec says (the harness starts these)")
 	flag.Parse()
 	if *worker != "" {
@@ -110,6 +112,8 @@ func (c *config) validate() error {
 		return errors.New("-fleet-procs must be 0 or more")
 	case c.fleetNice < 0 || c.fleetNice > 19:
 		return errors.New("-fleet-nice must be from 0 to 19")
+	case c.fleetGC != "agents" && c.fleetGC != "process":
+		return fmt.Errorf("-fleet-gc %q: want agents or process", c.fleetGC)
 	case c.hooks != "process" && c.hooks != "sh" && c.hooks != "none":
 		return fmt.Errorf("-hooks %q: want process, sh or none", c.hooks)
 	}

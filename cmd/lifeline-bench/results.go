@@ -19,6 +19,7 @@ type results struct {
 	Hooks                 string  `json:"hooks"`
 	FleetProcs            int     `json:"fleet_procs"`
 	FleetNice             int     `json:"fleet_nice"`
+	FleetGC               string  `json:"fleet_gc"`
 	SecondsToUnitsAdded   float64 `json:"seconds_to_units_added"`
 	SecondsToRunning      float64 `json:"seconds_to_running"`
 	UnitStartP50          float64 `json:"unit_start_p50_s"`
@@ -196,6 +197,9 @@ func (r *results) print(w io.Writer) {
 	}
 	if r.FleetNice > 0 {
 		where += fmt.Sprintf(" at nice %d", r.FleetNice)
+	}
+	if r.FleetGC == "process" {
+		where += ", collecting as one process"
 	}
 	row("fleet (agents), "+where, "%.1f CPU s deploying (hooks %.1f), %.1f destroying (hooks %.1f); %.0f MiB written deploying; the related units' agents %.1f and %.1f of it",
 		r.FleetCPUSecondsDeploy, r.HookCPUSecondsDeploy, r.FleetCPUSecondsDestroy, r.HookCPUSecondsDestroy, float64(r.FleetWrittenBytesDeploy)/(1<<20), r.RelatedCPUSecondsDeploy, r.RelatedCPUSecondsDestroy)

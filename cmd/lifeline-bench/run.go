@@ -49,7 +49,7 @@ func run(ctx context.Context, c config) (*results, error) {
 			defer os.RemoveAll(dir)
 		}
 	}
-	res := &results{Units: c.units, Machines: c.machines, Related: c.related, Hooks: c.hooks, FleetProcs: min(c.fleetProcs, c.machines), FleetNice: c.fleetNice}
+	res := &results{Units: c.units, Machines: c.machines, Related: c.related, Hooks: c.hooks, FleetProcs: min(c.fleetProcs, c.machines), FleetNice: c.fleetNice, FleetGC: c.fleetGC}
 	cost, err := mkdirCost(dir)
 	if err != nil {
 		return nil, fmt.Errorf("filesystem probe: %w", err)
@@ -105,7 +105,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	} else {
 		say("starting %d machine agents in %d processes", c.machines, min(c.fleetProcs, c.machines))
 	}
-	fl, err := startFleet(ctx, ctl, dir, c.lifelined, c.machines, c.fleetProcs)
+	fl, err := startFleet(ctx, ctl, dir, c.lifelined, c.machines, c.fleetProcs, c.fleetGC == "agents")
 	if err != nil {
 		return nil, err
 	}

@@ -81,12 +81,17 @@ func runAgents(spec workerSpec, logger hclog.Logger, report func(error)) (stop f
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var conns []*grpc.ClientConn
+	release := func() {}
+	if spec.HeapFloor {
+		release = heapFloor(len(spec.Tokens))
+	}
 	stop = func() {
 		cancel()
 		wg.Wait()
 		for _, c := range conns {
 			c.Close()
 		}
+		release()
 	}
 	for i, token := range spec.Tokens {
 		id := spec.IDs[i]
