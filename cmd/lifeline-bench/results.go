@@ -37,7 +37,8 @@ type results struct {
 	MaxTxnOps       int64   `json:"max_txn_ops"`
 	RawTxnPerSecond float64 `json:"raw_etcd_txn_per_second"`
 	// RawTxnPerSecondAfter is raw etcd measured again once everything
-	// is measured: the ceiling and ratios use the figure from before.
+	// is measured: the ceiling and ratios use the figure from before. 0
+	// when it could not be measured (a disk stall timed it out).
 	RawTxnPerSecondAfter float64 `json:"raw_etcd_txn_per_second_after"`
 	// FSMkdirMicroseconds is the CPU a directory took to make in the
 	// run's directory before the run (fsprobe.go).
@@ -184,7 +185,11 @@ func (r *results) print(w io.Writer) {
 	row("seconds to removed", "%.1f (units gone after %.1f)", r.SecondsToRemoved, r.SecondsToUnitsRemoved)
 	row("harness's watch lag", "%.1f s at most deploying, %.1f s destroying (not counted in the times above)", r.FollowerLagSeconds, r.DestroyLagSeconds)
 	row("units per second", "%.0f deploying, %.0f destroying", r.UnitsPerSecond, r.UnitsPerSecondDestroy)
-	row("raw etcd txn/s", "%.0f: ceiling %.0f units/s at %.2f txns a unit; %.0f after the run", r.RawTxnPerSecond, r.CeilingUnitsPerSecond, r.FewestTxnsPerUnit, r.RawTxnPerSecondAfter)
+	after := "not measured after the run"
+	if r.RawTxnPerSecondAfter > 0 {
+		after = fmt.Sprintf("%.0f after the run", r.RawTxnPerSecondAfter)
+	}
+	row("raw etcd txn/s", "%.0f: ceiling %.0f units/s at %.2f txns a unit; %s", r.RawTxnPerSecond, r.CeilingUnitsPerSecond, r.FewestTxnsPerUnit, after)
 	row("filesystem", "%.0f µs of CPU a directory made, before the run", r.FSMkdirMicroseconds)
 	row("ratio to ceiling", "%.2f deploying, %.2f destroying", r.RatioToCeiling, r.RatioToCeilingDestroy)
 	row("etcd txns", "%d, %.1f a unit, largest %d ops; %d retried after a conflict, %d refused as too many and sent again",
