@@ -130,7 +130,7 @@ func (f *controllerFlags) validate() error {
 // controllerGCPercent is the controller's garbage collection target
 // (GOGC) unless the environment sets one: the heap may grow to three
 // times what is live between collections, not twice. At 10,000 units the
-// collector and its scans of goroutine stacks were a quarter to a third
+// collector and its scans of goroutine stacks were a fifth to a quarter
 // of the controller's CPU at Go's default; at this the controller used
 // 10-15% less CPU and peaked at 64-86 KiB a unit rather than 50-63 KiB,
 // within the 100 KiB the scale targets allow (docs/PERFORMANCE.md).
