@@ -8,7 +8,9 @@
 // (the process could not reach etcd for the lease's TTL, and another
 // candidate may already lead), then resigns and, unless its context ended,
 // campaigns again. A leader that dies leaves the election when its lease
-// expires, so another takes over within the TTL.
+// expires, so another takes over within the TTL; started again under the
+// same ID (a controller restarted), it first ends the candidacy its dead
+// run left, and campaigns at once.
 //
 // Election does not fence: for a moment after a session is lost, the old
 // leader's work may still run beside the new leader's. The workers Lifeline

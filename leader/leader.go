@@ -8,6 +8,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/hashicorp/go-hclog"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -44,6 +45,7 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) erro
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
+	leaveStale(ctx, cfg)
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 500 * time.Millisecond
 	bo.MaxInterval = 10 * time.Second
@@ -87,6 +89,33 @@ func Run(ctx context.Context, cfg Config, work func(context.Context) error) erro
 		}
 	}
 	return nil
+}
+
+// leaveStale takes out of the election the candidacies under this
+// candidate's ID that a run of it before left behind: a controller killed
+// and started again found its own candidacy of before still there until
+// that lease lapsed (the TTL), and waited that long to lead again, its
+// provisioner and cleaner with it, while its agents already reported to
+// it. Only the process holding the ID's data campaigns under it, so such a
+// candidacy is a dead run's. Done once, as the candidate starts: two
+// processes given the same ID by mistake still take turns, as any two
+// candidates do. A failure is logged; the old lease then lapses on its own.
+func leaveStale(ctx context.Context, cfg Config) {
+	resp, err := cfg.Client.Get(ctx, cfg.Election+"/", clientv3.WithPrefix())
+	if err != nil {
+		cfg.Logger.Warn("cannot look for an earlier run's candidacy: it lapses on its own", "error", err, "ttl", cfg.TTL)
+		return
+	}
+	for _, kv := range resp.Kvs {
+		if string(kv.Value) != cfg.ID || kv.Lease == 0 {
+			continue
+		}
+		if _, err := cfg.Client.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			cfg.Logger.Warn("cannot end an earlier run's candidacy: it lapses on its own", "key", string(kv.Key), "error", err)
+			continue
+		}
+		cfg.Logger.Info("ended the candidacy an earlier run of this controller left", "key", string(kv.Key))
+	}
 }
 
 // term is one session: campaign, and lead until the session or ctx ends.

@@ -2,6 +2,7 @@ package leader_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -124,6 +125,46 @@ func TestTakeoverAfterCrash(t *testing.T) {
 	crashing.Close()
 	waitLeader(t, 10*time.Second, b)
 	t.Logf("b took over %s after a's crash (TTL 2 s)", time.Since(start).Round(time.Millisecond))
+}
+
+// A candidate started again under the ID of one that crashed (a controller
+// restarted) takes the crashed run's candidacy out of the election at
+// once, rather than wait for its lease to lapse; another ID's candidacy,
+// older, it leaves alone, and leads once that one goes.
+func TestRestartEndsTheCrashedRunsCandidacy(t *testing.T) {
+	election := etcdtest.Namespace(t) + "workers"
+	ctx := etcdtest.Context(t)
+	c := etcdtest.Client(t)
+	// Candidacies as crashes leave them: keys under leases a minute long.
+	candidacy := func(id string) clientv3.LeaseID {
+		t.Helper()
+		lease, err := c.Grant(ctx, 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Put(ctx, fmt.Sprintf("%s/%x", election, lease.ID), id, clientv3.WithLease(lease.ID)); err != nil {
+			t.Fatal(err)
+		}
+		return lease.ID
+	}
+	other := candidacy("b")
+	mine := candidacy("a")
+	var leading atomic.Int32
+	a := startCandidate(t, c, election, "a", &leading)
+	time.Sleep(500 * time.Millisecond)
+	if a.leading.Load() {
+		t.Fatal("a leads while b's older candidacy stands")
+	}
+	if ttl, err := c.TimeToLive(ctx, other); err != nil || ttl.TTL <= 0 {
+		t.Fatalf("b's lease: %v, %v; want it left alone", ttl, err)
+	}
+	if ttl, err := c.TimeToLive(ctx, mine); err != nil || ttl.TTL > 0 {
+		t.Fatalf("a's crashed run's lease: %v, %v; want it revoked", ttl, err)
+	}
+	if _, err := c.Revoke(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	waitLeader(t, 5*time.Second, a)
 }
 
 // Candidates coming and going at random never lead two at a time.
