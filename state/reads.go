@@ -26,6 +26,10 @@ type getOp struct {
 	end      string
 	limit    int64
 	keysOnly bool
+	// countOnly reads how many keys there are, not the keys: for a key
+	// alone, whether it exists. etcd answers that from its index, without
+	// reading the key from its database.
+	countOnly bool
 	// rev reads at that revision; the current one when zero.
 	rev int64
 	// newestFirst sorts the keys by key, descending.
@@ -38,6 +42,9 @@ func get(key string) getOp { return getOp{key: key} }
 // getKeyOnly reads key without its value: whether it exists, and its
 // revisions.
 func getKeyOnly(key string) getOp { return getOp{key: key, keysOnly: true} }
+
+// getExists reads whether key exists, from etcd's index alone (exists).
+func getExists(key string) getOp { return getOp{key: key, countOnly: true} }
 
 // getPrefix gets up to limit keys with the prefix (all when limit is 0).
 func getPrefix(prefix string, limit int64) getOp {
@@ -126,7 +133,7 @@ func (s *State) readRange(ctx context.Context, g getOp) (*etcdserverpb.RangeResp
 // fillRange makes r the request of g, in the State's namespace.
 func (s *State) fillRange(r *etcdserverpb.RangeRequest, g getOp) {
 	r.Key, r.RangeEnd = s.interval(g.key, g.end)
-	r.Limit, r.KeysOnly, r.Revision = g.limit, g.keysOnly, g.rev
+	r.Limit, r.KeysOnly, r.CountOnly, r.Revision = g.limit, g.keysOnly, g.countOnly, g.rev
 	if g.newestFirst {
 		r.SortOrder, r.SortTarget = etcdserverpb.RangeRequest_DESCEND, etcdserverpb.RangeRequest_KEY
 	}
@@ -173,13 +180,14 @@ func (r *reads) one(i int) *mvccpb.KeyValue {
 // all returns the keys of range i.
 func (r *reads) all(i int) []*mvccpb.KeyValue { return r.ranges[i].Kvs }
 
-// present returns the keys that exist among the answers of point reads
-// from i on.
-func (r *reads) present(i int) []*mvccpb.KeyValue {
+// existing returns, of keys, those that the answers of their getExists
+// reads, from i on and in keys' order, found: each as a KeyValue of its
+// key alone.
+func (r *reads) existing(i int, keys []string) []*mvccpb.KeyValue {
 	var out []*mvccpb.KeyValue
-	for j := i; j < len(r.ranges); j++ {
-		if kv := r.one(j); kv != nil {
-			out = append(out, kv)
+	for j, k := range keys {
+		if r.ranges[i+j].Count > 0 {
+			out = append(out, &mvccpb.KeyValue{Key: []byte(k)})
 		}
 	}
 	return out

@@ -81,8 +81,8 @@ func (s *State) LeaveScope(ctx context.Context, id int64, unit string) error {
 		// witnesses of units leaving at once; the first keys of the scope
 		// were every leaver's witnesses, and a range read costs as many
 		// keys as the scope holds, whatever its limit).
-		gets := append([]getOp{get(key), get(RelationKey(id))},
-			neighbourGets(unit, scopeKey)...)
+		probes, probeGets := neighbourProbes(unit, scopeKey)
+		gets := append([]getOp{get(key), get(RelationKey(id))}, probeGets...)
 		r, err := s.read(ctx, gets...)
 		if err != nil {
 			return nil, err
@@ -104,7 +104,7 @@ func (s *State) LeaveScope(ctx context.Context, id int64, unit string) error {
 		if rel.v.Life == pb.Life_LIFE_ALIVE {
 			return c, nil
 		}
-		probed := r.present(2)
+		probed := r.existing(2, probes)
 		if len(probed) == 0 {
 			// No neighbour: any member will do, at the cost of a range.
 			probed, err = s.rangeWitnesses(ctx, unit, scopeKey, ScopePrefix(id))
@@ -113,7 +113,7 @@ func (s *State) LeaveScope(ctx context.Context, id int64, unit string) error {
 			}
 		}
 		if w := witness(probed, key, siblingKeys(unit, scopeKey)...); w != nil {
-			c.ifSame(string(w.Key), w.CreateRevision)
+			c.ifExists(string(w.Key))
 			return c, nil
 		}
 		c.ifOnly(ScopePrefix(id), key)

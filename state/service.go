@@ -313,16 +313,19 @@ func siblingKeys(unit string, key func(unit string) string) []string {
 	return neighbourKeys(unit, key, []int64{1, -1})
 }
 
-// neighbourGets returns point reads, keys only, of key(u) for the units u
-// of unit's service whose numbers are unit's plus each of witnessProbes:
-// the candidate witnesses of a removal or a departure.
-func neighbourGets(unit string, key func(unit string) string) []getOp {
+// neighbourProbes returns key(u) for the units u of unit's service whose
+// numbers are unit's plus each of witnessProbes, the candidate witnesses of
+// a removal or a departure, and the reads of whether each exists. A
+// witness need only exist when the change commits (change.ifExists), so
+// its existence is all that is read: from etcd's index, where reading the
+// key itself read its record from etcd's database too.
+func neighbourProbes(unit string, key func(unit string) string) ([]string, []getOp) {
 	keys := neighbourKeys(unit, key, witnessProbes)
 	gets := make([]getOp, len(keys))
 	for i, k := range keys {
-		gets[i] = getKeyOnly(k)
+		gets[i] = getExists(k)
 	}
-	return gets
+	return keys, gets
 }
 
 // neighbourKeys returns key(u) for the units u of unit's service whose
@@ -349,8 +352,11 @@ func neighbourKeys(unit string, key func(unit string) string, deltas []int64) []
 // second round trip.
 func (s *State) readServiceView(ctx context.Context, name, unit string, extra ...getOp) (*serviceView, *reads, error) {
 	gets := append(extra, get(ServiceKey(name)), getKeys(serviceRelationsPrefix(name), 2))
+	var probes []string
 	if unit != "" {
-		gets = append(gets, neighbourGets(unit, UnitKey)...)
+		var probeGets []getOp
+		probes, probeGets = neighbourProbes(unit, UnitKey)
+		gets = append(gets, probeGets...)
 	}
 	r, err := s.read(ctx, gets...)
 	if err != nil {
@@ -361,7 +367,7 @@ func (s *State) readServiceView(ctx context.Context, name, unit string, extra ..
 	if err != nil {
 		return nil, r, err
 	}
-	v := &serviceView{name: name, svc: svc, rels: r.all(i + 1), units: r.present(i + 2)}
+	v := &serviceView{name: name, svc: svc, rels: r.all(i + 1), units: r.existing(i+2, probes)}
 	if unit != "" {
 		v.siblings = siblingKeys(unit, UnitKey)
 	}
@@ -423,11 +429,11 @@ func (v *serviceView) settle(c *change, unitKey, relRef string) {
 		return
 	}
 	if w := witness(v.units, unitKey, v.siblings...); w != nil {
-		c.ifSame(string(w.Key), w.CreateRevision)
+		c.ifExists(string(w.Key))
 		return
 	}
 	if w := witness(v.rels, relRef); w != nil {
-		c.ifSame(string(w.Key), w.CreateRevision)
+		c.ifExists(string(w.Key))
 		return
 	}
 	assertOnly(c, ServiceUnitsPrefix(v.name), unitKey)

@@ -59,7 +59,10 @@ func (c *change) ifSame(key string, createRev int64) {
 	c.cmps = append(c.cmps, cmp{key: key, result: etcdserverpb.Compare_EQUAL, rev: createRev})
 }
 
-// ifExists asserts that key exists.
+// ifExists asserts that key exists, whatever its incarnation. It keeps a
+// witness read by getExists: "this prefix is not empty" holds while any
+// key under it exists when the change commits, and a key read as there
+// and still there, or there again, is one.
 func (c *change) ifExists(key string) {
 	c.cmps = append(c.cmps, cmp{key: key, result: etcdserverpb.Compare_GREATER})
 }
