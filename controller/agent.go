@@ -334,7 +334,7 @@ func (a *agentServer) EnterScope(ctx context.Context, req *pb.EnterScopeRequest)
 	if err := checkSettingsSize(req.GetSettings()); err != nil {
 		return nil, err
 	}
-	if _, err := a.unitRelation(ctx, c, req.GetRelation(), "enter"); err != nil {
+	if err := a.unitInRelation(ctx, c, req.GetRelation(), "enter"); err != nil {
 		return nil, err
 	}
 	if err := a.s.st.EnterScope(ctx, req.GetRelation(), req.GetUnit(), req.GetSettings()); err != nil {
@@ -352,7 +352,7 @@ func (a *agentServer) LeaveScope(ctx context.Context, req *pb.LeaveScopeRequest)
 	if err := ownUnit(c, req.GetUnit(), "leave a relation as"); err != nil {
 		return nil, err
 	}
-	_, err := a.unitRelation(ctx, c, req.GetRelation(), "leave")
+	err := a.unitInRelation(ctx, c, req.GetRelation(), "leave")
 	if isNotFound(err) {
 		return &pb.LeaveScopeResponse{}, nil
 	}

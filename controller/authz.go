@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
@@ -244,23 +245,54 @@ func (a *agentServer) callerServices(ctx context.Context, c caller) ([]string, e
 // unitRelation returns relation id when the caller is a unit agent whose
 // service is in it.
 func (a *agentServer) unitRelation(ctx context.Context, c caller, id int64, verb string) (*pb.Relation, error) {
-	if err := checkRelationID(id); err != nil {
+	if err := checkRelationCaller(c, id, verb); err != nil {
 		return nil, err
-	}
-	if c.kind != names.KindUnit {
-		return nil, denied("%s may not %s relation %d", c, verb, id)
 	}
 	rel, err := a.s.st.Relation(ctx, id)
 	if err != nil {
 		return nil, readErr(err, "read relation %d", id)
 	}
-	svc := names.UnitService(c.id)
-	for _, ep := range rel.Endpoints {
-		if ep.Service == svc {
-			return rel, nil
-		}
+	if err := inRelation(c, verb, a.s.rels.put(rel)); err != nil {
+		return nil, err
 	}
-	return nil, denied("%s may not %s relation %d (%s): service %s is not in it", c, verb, id, rel.Key, svc)
+	return rel, nil
+}
+
+// unitInRelation is unitRelation for a caller that needs no more of the
+// relation than that its unit's service is in it: that is known from
+// relationFacts once the relation was read (relcache.go). The state call
+// that follows reads the relation again, and finds it gone if it is.
+func (a *agentServer) unitInRelation(ctx context.Context, c caller, id int64, verb string) error {
+	if err := checkRelationCaller(c, id, verb); err != nil {
+		return err
+	}
+	if f, ok := a.s.rels.get(id); ok {
+		return inRelation(c, verb, f)
+	}
+	_, err := a.unitRelation(ctx, c, id, verb)
+	return err
+}
+
+// checkRelationCaller checks what unitRelation can before reading the
+// relation: its id, and that the caller is a unit agent.
+func checkRelationCaller(c caller, id int64, verb string) error {
+	if err := checkRelationID(id); err != nil {
+		return err
+	}
+	if c.kind != names.KindUnit {
+		return denied("%s may not %s relation %d", c, verb, id)
+	}
+	return nil
+}
+
+// inRelation checks that the service of c, a unit agent, is in the
+// relation of f.
+func inRelation(c caller, verb string, f relationFacts) error {
+	svc := names.UnitService(c.id)
+	if slices.Contains(f.services, svc) {
+		return nil
+	}
+	return denied("%s may not %s relation %d (%s): service %s is not in it", c, verb, f.id, f.key, svc)
 }
 
 func notFound(format string, args ...any) error {

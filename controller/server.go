@@ -69,6 +69,8 @@ type Server struct {
 	cfg     Config
 	metrics *metrics
 	creds   *credMirror
+	// rels keeps what authorization needs of the relations it read.
+	rels relationCache
 	// addrs is the list of controller addresses last read
 	// (controllerAddresses).
 	addrs struct {

@@ -1,0 +1,35 @@
+package controller_test
+
+import (
+	"testing"
+
+	"google.golang.org/grpc/codes"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// What a unit agent's EnterScope and LeaveScope check of a relation (that
+// its service is in it) is read once and remembered: the relation is not
+// read for the check again, and a refusal says the same.
+func TestAgentRelationCheckRemembered(t *testing.T) {
+	m := newAgentModel(t)
+	leave := func(rel int64) error {
+		_, err := m.as("unit-kv/1").LeaveScope(m.ctx, &pb.LeaveScopeRequest{Relation: rel, Unit: "kv/1"})
+		return err
+	}
+	const msg = "unit kv/1's agent may not leave relation"
+	wantCode(t, "kv/1 leaving the container relation", leave(m.container), codes.PermissionDenied, msg)
+	// The calls again read no more than calls refused before any read
+	// (the caller's credential may be read for each, and the
+	// controller's own workers may read meanwhile, now and then).
+	reads := func(rel int64, code codes.Code) int64 {
+		before := m.st.Stats().Reads
+		for range 20 {
+			wantCode(t, "kv/1 leaving", leave(rel), code, "")
+		}
+		return m.st.Stats().Reads - before
+	}
+	if again, none := reads(m.container, codes.PermissionDenied), reads(-1, codes.InvalidArgument); again > none+5 {
+		t.Errorf("refused again, 20 calls read %d times; refused before any read, %d", again, none)
+	}
+}
