@@ -107,7 +107,7 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	ctx, err := s.authorize(ctx, info.FullMethod)
 	if err == nil {
 		var resp any
-		resp, err = handler(ctx, req)
+		s.workers.run(func() { resp, err = handler(ctx, req) })
 		err = toStatus(err)
 		s.metrics.observeUnary(info.FullMethod, err, start)
 		return resp, err

@@ -71,6 +71,8 @@ type Server struct {
 	creds   *credMirror
 	// rels keeps what authorization needs of the relations it read.
 	rels relationCache
+	// workers run the unary calls' handlers.
+	workers *handlerWorkers
 	// addrs is the list of controller addresses last read
 	// (controllerAddresses).
 	addrs struct {
@@ -102,6 +104,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{st: cfg.State, logger: cfg.Logger.Named("api"), cfg: cfg, metrics: newMetrics(cfg.Metrics, cfg.State, cfg.Watches)}
 	s.creds = newCredMirror(cfg.Watches, s.logger)
+	s.workers = newHandlerWorkers(maxHandlerWorkers, workerIdle)
 	s.agentServer.s = s
 	return s, nil
 }
