@@ -6,5 +6,7 @@
 //
 // It changes the model only through package state, never by writing to etcd
 // itself, and it starts no listeners and no workers of its own: the
-// composition root (cmd/lifelined) serves it and runs the cleaner.
+// composition root (cmd/lifelined) serves it and runs the cleaner. The
+// goroutines it keeps between calls (workers.go) only run calls' handlers,
+// and end when idle.
 package controller
