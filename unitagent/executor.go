@@ -53,18 +53,17 @@ func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 		_, err := a.cfg.API.SetUnitDying(cctx, &pb.SetUnitDyingRequest{Unit: act.unit})
 		return ignoreCode(err, codes.NotFound)
 	case actEnterScope:
-		// Marked, so that whatever becomes of the call a unit that may
-		// be in the scope leaves it when the relation dies, but not
-		// saved on its own: the mark, and the answer, go with the next
-		// record. Lost to a crash, the agent enters again, which does
-		// nothing, or, the relation dying, finds itself among the
-		// scope's members and leaves (relationAction): which units are
-		// in a scope is the controller's to say. A hook's end saved
-		// unsynced before it is synced first (flush): the hook is not
-		// run again once the unit acted on it.
+		// Marked first, durably: whatever becomes of the call, a unit
+		// that may be in the scope leaves it when the relation dies.
+		// Entered, it needs no record of its own: lost to a crash, the
+		// mark makes the agent enter again, which does nothing.
+		// The save syncs a hook's end saved before it, if any (flush:
+		// a retry's save writes nothing).
 		lr := a.l.Relations[act.relation]
 		lr.Entering = true
-		a.store.saveLater(a.l)
+		if err := a.save(); err != nil {
+			return err
+		}
 		if err := a.store.flush(); err != nil {
 			return err
 		}
@@ -82,13 +81,6 @@ func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 		}
 		// Lost to a crash, the agent leaves again, which does nothing.
 		lr := a.l.Relations[act.relation]
-		if lr == nil {
-			// In the scope with no record of the relation at all
-			// (relationAction): relation-created ran, and
-			// relation-broken is to run.
-			a.l.createRelation(act.relation, ownEndpoint(r.relations[act.relation].rel, r.unit.Service))
-			lr = a.l.Relations[act.relation]
-		}
 		lr.InScope, lr.Entering, lr.Left = false, false, true
 		a.store.saveLater(a.l)
 		return nil

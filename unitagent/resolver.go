@@ -238,12 +238,6 @@ func relationAction(l *localState, r *remote, self string, dying bool) (action, 
 		gone := r.relsKnown && !r.relationIDs[id] || rr != nil && rr.known && rr.rel == nil
 		relDying := dying || gone || rr != nil && rr.rel != nil && rr.rel.Life != pb.Life_LIFE_ALIVE
 		if lr == nil {
-			if relDying && inScope(rr, self) {
-				// No record of the relation, yet in its scope: what
-				// was saved since relation-created, entering included,
-				// was lost to a crash of the machine (saveLater).
-				return action{kind: actLeaveScope, relation: id}, true
-			}
 			if relDying || rr == nil || rr.rel == nil {
 				continue
 			}
@@ -276,35 +270,20 @@ func relationAction(l *localState, r *remote, self string, dying bool) (action, 
 		}
 		// The relation is dying (or the unit is): depart every member,
 		// leave the scope, then relation-broken, once, last. A unit that
-		// tried to enter may have entered (its call's answer lost) and
-		// leaves; so does one the scope's watch shows in it, whatever
-		// its record says (a record not synced may be lost to a crash
-		// of the machine). One in neither has nothing to leave, once
-		// the watch has told.
+		// never tried to enter has nothing to leave; one that tried may
+		// have entered (its call's answer lost to a crash, or the record
+		// of it) and leaves.
 		if !lr.Left {
 			if m, ok := firstMember(lr); ok {
 				return hook(relHook(lr, id, "departed", m, 0)), true
 			}
-			if lr.InScope || lr.Entering || inScope(rr, self) {
+			if lr.InScope || lr.Entering {
 				return action{kind: actLeaveScope, relation: id}, true
-			}
-			if !gone && (rr == nil || !rr.scoped) {
-				continue // whether it is in the scope is not known yet
 			}
 		}
 		return hook(&hookOp{Hook: lr.Endpoint + "-relation-broken", Relation: id, Endpoint: lr.Endpoint}), true
 	}
 	return action{}, false
-}
-
-// inScope reports whether the scope's watch shows self in the scope of
-// relation rr (nil: not known). A relation removed has no scope (R3).
-func inScope(rr *remoteRelation, self string) bool {
-	if rr == nil || !rr.scoped || rr.rel == nil {
-		return false
-	}
-	_, ok := rr.members[self]
-	return ok
 }
 
 func relHook(lr *localRelation, id int64, kind, unit string, version int64) *hookOp {
