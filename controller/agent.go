@@ -134,6 +134,36 @@ func (a *agentServer) GetUnit(ctx context.Context, req *pb.GetUnitRequest) (*pb.
 	return &pb.GetUnitResponse{Unit: u}, nil
 }
 
+// UnitScopes returns the relations whose scope the caller's unit is in,
+// with its endpoint in each.
+func (a *agentServer) UnitScopes(ctx context.Context, req *pb.UnitScopesRequest) (*pb.UnitScopesResponse, error) {
+	unit := req.GetUnit()
+	if err := ownUnit(callerFrom(ctx), unit, "read the scopes of"); err != nil {
+		return nil, err
+	}
+	ids, err := a.s.st.UnitScopes(ctx, unit)
+	if err != nil {
+		return nil, readErr(err, "read the scopes of unit %s", unit)
+	}
+	resp := &pb.UnitScopesResponse{}
+	for _, id := range ids {
+		rel, err := a.s.st.Relation(ctx, id)
+		if isNotFound(err) {
+			continue // removed since: the unit is not in its scope (I4)
+		}
+		if err != nil {
+			return nil, readErr(err, "read relation %d", id)
+		}
+		for _, ep := range rel.Endpoints {
+			if ep.Service == names.UnitService(unit) {
+				resp.Scopes = append(resp.Scopes, &pb.UnitScope{Relation: id, Endpoint: ep.GetEndpoint().GetName()})
+				break
+			}
+		}
+	}
+	return resp, nil
+}
+
 // RemoveUnit removes a dead unit (U5): a principal on the caller's machine,
 // by its machine agent, or a subordinate of the caller's unit, by its
 // principal's agent.

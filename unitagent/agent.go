@@ -27,6 +27,7 @@ type API interface {
 	DownloadCharm(ctx context.Context, in *pb.DownloadCharmRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[pb.DownloadCharmResponse], error)
 	SetUnitDying(ctx context.Context, in *pb.SetUnitDyingRequest, opts ...grpc.CallOption) (*pb.SetUnitDyingResponse, error)
 	EnsureUnitDead(ctx context.Context, in *pb.EnsureUnitDeadRequest, opts ...grpc.CallOption) (*pb.EnsureUnitDeadResponse, error)
+	UnitScopes(ctx context.Context, in *pb.UnitScopesRequest, opts ...grpc.CallOption) (*pb.UnitScopesResponse, error)
 	RemoveUnit(ctx context.Context, in *pb.RemoveUnitRequest, opts ...grpc.CallOption) (*pb.RemoveUnitResponse, error)
 	AddSubordinate(ctx context.Context, in *pb.AddSubordinateRequest, opts ...grpc.CallOption) (*pb.AddSubordinateResponse, error)
 	EnterScope(ctx context.Context, in *pb.EnterScopeRequest, opts ...grpc.CallOption) (*pb.EnterScopeResponse, error)
@@ -100,6 +101,11 @@ type Config struct {
 	Tools *hooks.Server
 	// Clock is the time; time.Now when nil.
 	Clock func() time.Time
+	// CheckScopes says that records the agent wrote without syncing them
+	// may have been lost to a restart of the machine (machineagent's
+	// boot id): before it acts, the agent asks which scopes its unit is
+	// in and records each as entered (checkScopes).
+	CheckScopes bool
 }
 
 // Validate reports a configuration New cannot use.
@@ -184,6 +190,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.logger.Warn("hook interrupted by a restart: counted as a failed attempt", "hook", op.Hook, "attempt", op.Attempts+1)
 		a.hookFailed(op)
 		if err := a.save(); err != nil {
+			return err
+		}
+	}
+	if a.cfg.CheckScopes {
+		if err := a.checkScopes(ctx); err != nil {
 			return err
 		}
 	}

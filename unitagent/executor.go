@@ -53,17 +53,19 @@ func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 		_, err := a.cfg.API.SetUnitDying(cctx, &pb.SetUnitDyingRequest{Unit: act.unit})
 		return ignoreCode(err, codes.NotFound)
 	case actEnterScope:
-		// Marked first, durably: whatever becomes of the call, a unit
-		// that may be in the scope leaves it when the relation dies.
-		// Entered, it needs no record of its own: lost to a crash, the
-		// mark makes the agent enter again, which does nothing.
-		// The save syncs a hook's end saved before it, if any (flush:
-		// a retry's save writes nothing).
+		// Marked, so that whatever becomes of the call a unit that may
+		// be in the scope leaves it when the relation dies, but not
+		// saved on its own: the mark, and the answer, go with the next
+		// record, written as the agent waits and not synced. Lost to a
+		// crash of the agent, neither is: the record survives it. Lost
+		// to a crash of the machine, the agent asks the controller
+		// which scopes its unit is in as it starts again
+		// (Config.CheckScopes). A hook's end saved unsynced before it is
+		// synced first (flush): the hook is not run again once the unit
+		// acted on it.
 		lr := a.l.Relations[act.relation]
 		lr.Entering = true
-		if err := a.save(); err != nil {
-			return err
-		}
+		a.store.saveLater(a.l)
 		if err := a.store.flush(); err != nil {
 			return err
 		}

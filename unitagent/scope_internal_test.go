@@ -34,11 +34,12 @@ func (f *scopeAPI) LeaveScope(context.Context, *pb.LeaveScopeRequest, ...grpc.Ca
 	return &pb.LeaveScopeResponse{}, nil
 }
 
-// TestEnteringIsMarkedFirst: before the agent asks to enter a scope, the
-// mark that it may be in it is on disk, synced; the answer, and leaving,
-// wait for the next record (done again after a crash, they do nothing).
-// A retry after a failed call writes nothing.
-func TestEnteringIsMarkedFirst(t *testing.T) {
+// TestEnteringIsNotSavedOnItsOwn: the agent asks to enter a scope with
+// nothing written first; the mark that it may be in it, the answer, and
+// leaving go with the next record, which settling writes unsynced (a crash
+// of the machine may lose them: TestCheckScopes). A retry after a failed
+// call writes nothing.
+func TestEnteringIsNotSavedOnItsOwn(t *testing.T) {
 	dir := t.TempDir()
 	var synced int
 	defer func(f func(*os.File) error) { syncFile = f }(syncFile)
@@ -65,46 +66,123 @@ func TestEnteringIsMarkedFirst(t *testing.T) {
 
 	refused := status.Error(codes.Unavailable, "controller away")
 	api.onEnter = func() error {
-		if lr := onDisk(); lr == nil || !lr.Entering || lr.InScope {
-			t.Errorf("on disk as the agent asks to enter: %+v, want entering", lr)
-		}
-		if synced == 0 {
-			t.Error("the mark of entering is not synced")
+		if lr := onDisk(); lr != nil {
+			t.Errorf("on disk as the agent asks to enter: %+v, want nothing", lr)
 		}
 		return refused
 	}
 	if err := ex.do(context.Background(), enter, nil); !errors.Is(err, refused) {
 		t.Fatalf("enter = %v, want the controller's refusal", err)
 	}
-	records, syncs := a.store.seq, synced
+	if lr := a.l.Relations[4]; !lr.Entering || lr.InScope {
+		t.Errorf("refused: %+v, want entering", lr)
+	}
 	api.onEnter = func() error { return nil }
 	if err := ex.do(context.Background(), enter, nil); err != nil {
 		t.Fatal(err)
 	}
-	if a.store.seq != records || synced != syncs {
-		t.Errorf("entering again wrote %d records, %d syncs; want none", a.store.seq-records, synced-syncs)
-	}
 	if lr := a.l.Relations[4]; !lr.InScope || lr.Entering {
 		t.Errorf("entered: %+v, want in scope", lr)
 	}
-	if lr := onDisk(); !lr.Entering || lr.InScope {
-		t.Errorf("on disk once entered: %+v, want still entering (the answer is left for later)", lr)
-	}
-
 	if err := ex.do(context.Background(), action{kind: actLeaveScope, relation: 4}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if lr := a.l.Relations[4]; lr.InScope || lr.Entering || !lr.Left {
 		t.Errorf("left: %+v, want left", lr)
 	}
-	if a.store.seq != records || synced != syncs {
-		t.Errorf("leaving wrote %d records, %d syncs; want none", a.store.seq-records, synced-syncs)
+	if a.store.seq != 0 || synced != 0 {
+		t.Errorf("entering and leaving wrote %d records, %d syncs; want none", a.store.seq, synced)
 	}
 	if err := a.store.settle(); err != nil {
 		t.Fatal(err)
 	}
-	if lr := onDisk(); lr.InScope || lr.Entering || !lr.Left {
+	if lr := onDisk(); lr == nil || lr.InScope || lr.Entering || !lr.Left {
 		t.Errorf("on disk once settled: %+v, want left", lr)
+	}
+	if synced != 0 {
+		t.Errorf("settling synced %d times, want none", synced)
+	}
+}
+
+// scopesAPI answers UnitScopes with its errors first, then its scopes.
+type scopesAPI struct {
+	API
+	errs   []error
+	scopes []*pb.UnitScope
+	calls  int
+}
+
+func (f *scopesAPI) UnitScopes(context.Context, *pb.UnitScopesRequest, ...grpc.CallOption) (*pb.UnitScopesResponse, error) {
+	f.calls++
+	if len(f.errs) > 0 {
+		err := f.errs[0]
+		f.errs = f.errs[1:]
+		return nil, err
+	}
+	return &pb.UnitScopesResponse{Scopes: f.scopes}, nil
+}
+
+// TestCheckScopes: after its machine restarted, the agent records as
+// entered, synced, each scope the controller says its unit is in, even
+// one of a relation it has no record of (lost with what was not synced),
+// so that it leaves it when the relation dies; it asks again while the
+// controller is away, and goes on as it is when the controller refuses.
+func TestCheckScopes(t *testing.T) {
+	newAgent := func(api API) *Agent {
+		a := &Agent{cfg: Config{Unit: "app/0", API: api, CheckScopes: true}, logger: hclog.NewNullLogger(), store: newStateStore(t.TempDir())}
+		var err error
+		if a.l, err = a.store.load(); err != nil {
+			t.Fatal(err)
+		}
+		a.l.State, a.l.Started = StateRunning, true
+		a.l.Relations[4] = &localRelation{Endpoint: "db", Created: true, Entering: true, Members: map[string]int64{}}
+		a.l.Relations[5] = &localRelation{Endpoint: "cache", Created: true, Members: map[string]int64{}}
+		return a
+	}
+	api := &scopesAPI{errs: []error{status.Error(codes.Unavailable, "controller away")},
+		scopes: []*pb.UnitScope{{Relation: 4, Endpoint: "db"}, {Relation: 7, Endpoint: "juju-info"}}}
+	a := newAgent(api)
+	if err := a.checkScopes(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if api.calls != 2 {
+		t.Errorf("%d calls, want 2 (asked again after Unavailable)", api.calls)
+	}
+	l, err := newStateStore(a.store.dir).load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[int64]string{4: "db in scope", 5: "cache", 7: "juju-info in scope"} {
+		lr := l.Relations[id]
+		got := "none"
+		if lr != nil {
+			got = lr.Endpoint
+			if lr.InScope {
+				got += " in scope"
+			}
+		}
+		if got != want {
+			t.Errorf("relation %d on disk: %s, want %s", id, got, want)
+		}
+	}
+	rel := &pb.Relation{Id: 7, Life: pb.Life_LIFE_DYING, Endpoints: []*pb.RelationEndpoint{
+		{Service: "app", Endpoint: &pb.Endpoint{Name: "juju-info"}}, {Service: "logger", Endpoint: &pb.Endpoint{Name: "host"}},
+	}}
+	r := &remote{
+		unit: &pb.Unit{Name: "app/0", Service: "app", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
+		relationIDs: map[int64]bool{7: true}, relsKnown: true,
+		relations: map[int64]*remoteRelation{7: {rel: rel, known: true, scoped: true, members: map[string]int64{}}},
+	}
+	delete(a.l.Relations, 4)
+	delete(a.l.Relations, 5)
+	if act, ok := relationAction(a.l, r, "app/0", false); !ok || act.kind != actLeaveScope || act.relation != 7 {
+		t.Errorf("relation 7 dying: %v, %v; want to leave its scope", act, ok)
+	}
+
+	refused := &scopesAPI{errs: []error{status.Error(codes.Unimplemented, "unknown method UnitScopes")}}
+	a = newAgent(refused)
+	if err := a.checkScopes(context.Background()); err != nil || a.l.Relations[4].InScope || a.store.seq != 0 {
+		t.Errorf("refused: %v, %+v, %d records; want nothing changed", err, a.l.Relations[4], a.store.seq)
 	}
 }
 

@@ -314,10 +314,12 @@ func (s *stateStore) saveUnsynced(l *localState) error { return s.saveSync(l, fa
 // agent waits first. A crash before then loses it. The agent uses it for
 // a hook the charm does not have (done again, it does nothing again), a
 // charm's download (downloaded again), and a scope entered or left (the
-// mark saved before entering makes the agent enter, or leave, again: the
-// controller does nothing the second time). A unit of a charm without
-// hooks in one relation wrote four records on the way to running, three
-// of them synced; now it writes two, one synced (the mark of entering).
+// agent enters, or leaves, again: the controller does nothing the second
+// time; after a crash of the machine the agent asks the controller which
+// scopes its unit is in, checkScopes). A unit of a charm without hooks in
+// one relation wrote four records on the way to running, three of them
+// synced; then two, one synced (the mark of entering, before the call);
+// now one, not synced (settle).
 func (s *stateStore) saveLater(l *localState) { s.later = l }
 
 // flush makes durable a record saveUnsynced wrote, if any (with what

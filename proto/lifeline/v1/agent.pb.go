@@ -1507,6 +1507,148 @@ func (x *GetUnitResponse) GetUnit() *Unit {
 	return nil
 }
 
+type UnitScopesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Unit          string                 `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnitScopesRequest) Reset() {
+	*x = UnitScopesRequest{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnitScopesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnitScopesRequest) ProtoMessage() {}
+
+func (x *UnitScopesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnitScopesRequest.ProtoReflect.Descriptor instead.
+func (*UnitScopesRequest) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *UnitScopesRequest) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+type UnitScopesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Scopes        []*UnitScope           `protobuf:"bytes,1,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnitScopesResponse) Reset() {
+	*x = UnitScopesResponse{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnitScopesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnitScopesResponse) ProtoMessage() {}
+
+func (x *UnitScopesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnitScopesResponse.ProtoReflect.Descriptor instead.
+func (*UnitScopesResponse) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *UnitScopesResponse) GetScopes() []*UnitScope {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
+// UnitScope is a relation whose scope a unit is in.
+type UnitScope struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Relation int64                  `protobuf:"varint,1,opt,name=relation,proto3" json:"relation,omitempty"`
+	// The unit's endpoint in the relation.
+	Endpoint      string `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnitScope) Reset() {
+	*x = UnitScope{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnitScope) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnitScope) ProtoMessage() {}
+
+func (x *UnitScope) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnitScope.ProtoReflect.Descriptor instead.
+func (*UnitScope) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *UnitScope) GetRelation() int64 {
+	if x != nil {
+		return x.Relation
+	}
+	return 0
+}
+
+func (x *UnitScope) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
 type RemoveUnitRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Unit          string                 `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
@@ -1516,7 +1658,7 @@ type RemoveUnitRequest struct {
 
 func (x *RemoveUnitRequest) Reset() {
 	*x = RemoveUnitRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[21]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +1670,7 @@ func (x *RemoveUnitRequest) String() string {
 func (*RemoveUnitRequest) ProtoMessage() {}
 
 func (x *RemoveUnitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[21]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +1683,7 @@ func (x *RemoveUnitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveUnitRequest.ProtoReflect.Descriptor instead.
 func (*RemoveUnitRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RemoveUnitRequest) GetUnit() string {
@@ -1559,7 +1701,7 @@ type RemoveUnitResponse struct {
 
 func (x *RemoveUnitResponse) Reset() {
 	*x = RemoveUnitResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[22]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1571,7 +1713,7 @@ func (x *RemoveUnitResponse) String() string {
 func (*RemoveUnitResponse) ProtoMessage() {}
 
 func (x *RemoveUnitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[22]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1584,7 +1726,7 @@ func (x *RemoveUnitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveUnitResponse.ProtoReflect.Descriptor instead.
 func (*RemoveUnitResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 type GetServiceRequest struct {
@@ -1596,7 +1738,7 @@ type GetServiceRequest struct {
 
 func (x *GetServiceRequest) Reset() {
 	*x = GetServiceRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[23]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1750,7 @@ func (x *GetServiceRequest) String() string {
 func (*GetServiceRequest) ProtoMessage() {}
 
 func (x *GetServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[23]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1763,7 @@ func (x *GetServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServiceRequest.ProtoReflect.Descriptor instead.
 func (*GetServiceRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetServiceRequest) GetService() string {
@@ -1642,7 +1784,7 @@ type GetServiceResponse struct {
 
 func (x *GetServiceResponse) Reset() {
 	*x = GetServiceResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[24]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1654,7 +1796,7 @@ func (x *GetServiceResponse) String() string {
 func (*GetServiceResponse) ProtoMessage() {}
 
 func (x *GetServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[24]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1667,7 +1809,7 @@ func (x *GetServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServiceResponse.ProtoReflect.Descriptor instead.
 func (*GetServiceResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetServiceResponse) GetService() *Service {
@@ -1701,7 +1843,7 @@ type DownloadCharmRequest struct {
 
 func (x *DownloadCharmRequest) Reset() {
 	*x = DownloadCharmRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[25]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1713,7 +1855,7 @@ func (x *DownloadCharmRequest) String() string {
 func (*DownloadCharmRequest) ProtoMessage() {}
 
 func (x *DownloadCharmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[25]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1726,7 +1868,7 @@ func (x *DownloadCharmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadCharmRequest.ProtoReflect.Descriptor instead.
 func (*DownloadCharmRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DownloadCharmRequest) GetName() string {
@@ -1752,7 +1894,7 @@ type DownloadCharmResponse struct {
 
 func (x *DownloadCharmResponse) Reset() {
 	*x = DownloadCharmResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[26]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +1906,7 @@ func (x *DownloadCharmResponse) String() string {
 func (*DownloadCharmResponse) ProtoMessage() {}
 
 func (x *DownloadCharmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[26]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +1919,7 @@ func (x *DownloadCharmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadCharmResponse.ProtoReflect.Descriptor instead.
 func (*DownloadCharmResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DownloadCharmResponse) GetChunk() []byte {
@@ -1796,7 +1938,7 @@ type SetUnitDyingRequest struct {
 
 func (x *SetUnitDyingRequest) Reset() {
 	*x = SetUnitDyingRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[27]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +1950,7 @@ func (x *SetUnitDyingRequest) String() string {
 func (*SetUnitDyingRequest) ProtoMessage() {}
 
 func (x *SetUnitDyingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[27]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +1963,7 @@ func (x *SetUnitDyingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitDyingRequest.ProtoReflect.Descriptor instead.
 func (*SetUnitDyingRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetUnitDyingRequest) GetUnit() string {
@@ -1839,7 +1981,7 @@ type SetUnitDyingResponse struct {
 
 func (x *SetUnitDyingResponse) Reset() {
 	*x = SetUnitDyingResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[28]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +1993,7 @@ func (x *SetUnitDyingResponse) String() string {
 func (*SetUnitDyingResponse) ProtoMessage() {}
 
 func (x *SetUnitDyingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[28]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +2006,7 @@ func (x *SetUnitDyingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitDyingResponse.ProtoReflect.Descriptor instead.
 func (*SetUnitDyingResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 type EnsureUnitDeadRequest struct {
@@ -1876,7 +2018,7 @@ type EnsureUnitDeadRequest struct {
 
 func (x *EnsureUnitDeadRequest) Reset() {
 	*x = EnsureUnitDeadRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[29]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1888,7 +2030,7 @@ func (x *EnsureUnitDeadRequest) String() string {
 func (*EnsureUnitDeadRequest) ProtoMessage() {}
 
 func (x *EnsureUnitDeadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[29]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1901,7 +2043,7 @@ func (x *EnsureUnitDeadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureUnitDeadRequest.ProtoReflect.Descriptor instead.
 func (*EnsureUnitDeadRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *EnsureUnitDeadRequest) GetUnit() string {
@@ -1919,7 +2061,7 @@ type EnsureUnitDeadResponse struct {
 
 func (x *EnsureUnitDeadResponse) Reset() {
 	*x = EnsureUnitDeadResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[30]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +2073,7 @@ func (x *EnsureUnitDeadResponse) String() string {
 func (*EnsureUnitDeadResponse) ProtoMessage() {}
 
 func (x *EnsureUnitDeadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[30]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +2086,7 @@ func (x *EnsureUnitDeadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureUnitDeadResponse.ProtoReflect.Descriptor instead.
 func (*EnsureUnitDeadResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 type AddSubordinateRequest struct {
@@ -1957,7 +2099,7 @@ type AddSubordinateRequest struct {
 
 func (x *AddSubordinateRequest) Reset() {
 	*x = AddSubordinateRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[31]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +2111,7 @@ func (x *AddSubordinateRequest) String() string {
 func (*AddSubordinateRequest) ProtoMessage() {}
 
 func (x *AddSubordinateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[31]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,7 +2124,7 @@ func (x *AddSubordinateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSubordinateRequest.ProtoReflect.Descriptor instead.
 func (*AddSubordinateRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AddSubordinateRequest) GetPrincipal() string {
@@ -2008,7 +2150,7 @@ type AddSubordinateResponse struct {
 
 func (x *AddSubordinateResponse) Reset() {
 	*x = AddSubordinateResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[32]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2020,7 +2162,7 @@ func (x *AddSubordinateResponse) String() string {
 func (*AddSubordinateResponse) ProtoMessage() {}
 
 func (x *AddSubordinateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[32]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2033,7 +2175,7 @@ func (x *AddSubordinateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSubordinateResponse.ProtoReflect.Descriptor instead.
 func (*AddSubordinateResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AddSubordinateResponse) GetUnit() *Unit {
@@ -2054,7 +2196,7 @@ type EnterScopeRequest struct {
 
 func (x *EnterScopeRequest) Reset() {
 	*x = EnterScopeRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[33]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2208,7 @@ func (x *EnterScopeRequest) String() string {
 func (*EnterScopeRequest) ProtoMessage() {}
 
 func (x *EnterScopeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[33]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2221,7 @@ func (x *EnterScopeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnterScopeRequest.ProtoReflect.Descriptor instead.
 func (*EnterScopeRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *EnterScopeRequest) GetRelation() int64 {
@@ -2111,7 +2253,7 @@ type EnterScopeResponse struct {
 
 func (x *EnterScopeResponse) Reset() {
 	*x = EnterScopeResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[34]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2123,7 +2265,7 @@ func (x *EnterScopeResponse) String() string {
 func (*EnterScopeResponse) ProtoMessage() {}
 
 func (x *EnterScopeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[34]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2136,7 +2278,7 @@ func (x *EnterScopeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnterScopeResponse.ProtoReflect.Descriptor instead.
 func (*EnterScopeResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 type LeaveScopeRequest struct {
@@ -2149,7 +2291,7 @@ type LeaveScopeRequest struct {
 
 func (x *LeaveScopeRequest) Reset() {
 	*x = LeaveScopeRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[35]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2161,7 +2303,7 @@ func (x *LeaveScopeRequest) String() string {
 func (*LeaveScopeRequest) ProtoMessage() {}
 
 func (x *LeaveScopeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[35]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2174,7 +2316,7 @@ func (x *LeaveScopeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveScopeRequest.ProtoReflect.Descriptor instead.
 func (*LeaveScopeRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LeaveScopeRequest) GetRelation() int64 {
@@ -2199,7 +2341,7 @@ type LeaveScopeResponse struct {
 
 func (x *LeaveScopeResponse) Reset() {
 	*x = LeaveScopeResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[36]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2211,7 +2353,7 @@ func (x *LeaveScopeResponse) String() string {
 func (*LeaveScopeResponse) ProtoMessage() {}
 
 func (x *LeaveScopeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[36]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +2366,7 @@ func (x *LeaveScopeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveScopeResponse.ProtoReflect.Descriptor instead.
 func (*LeaveScopeResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 type ReadSettingsRequest struct {
@@ -2237,7 +2379,7 @@ type ReadSettingsRequest struct {
 
 func (x *ReadSettingsRequest) Reset() {
 	*x = ReadSettingsRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[37]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2391,7 @@ func (x *ReadSettingsRequest) String() string {
 func (*ReadSettingsRequest) ProtoMessage() {}
 
 func (x *ReadSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[37]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2404,7 @@ func (x *ReadSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSettingsRequest.ProtoReflect.Descriptor instead.
 func (*ReadSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReadSettingsRequest) GetRelation() int64 {
@@ -2289,7 +2431,7 @@ type ReadSettingsResponse struct {
 
 func (x *ReadSettingsResponse) Reset() {
 	*x = ReadSettingsResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[38]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2443,7 @@ func (x *ReadSettingsResponse) String() string {
 func (*ReadSettingsResponse) ProtoMessage() {}
 
 func (x *ReadSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[38]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2456,7 @@ func (x *ReadSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSettingsResponse.ProtoReflect.Descriptor instead.
 func (*ReadSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReadSettingsResponse) GetSettings() map[string]string {
@@ -2342,7 +2484,7 @@ type SettingsUpdate struct {
 
 func (x *SettingsUpdate) Reset() {
 	*x = SettingsUpdate{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[39]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2354,7 +2496,7 @@ func (x *SettingsUpdate) String() string {
 func (*SettingsUpdate) ProtoMessage() {}
 
 func (x *SettingsUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[39]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2367,7 +2509,7 @@ func (x *SettingsUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettingsUpdate.ProtoReflect.Descriptor instead.
 func (*SettingsUpdate) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SettingsUpdate) GetRelation() int64 {
@@ -2401,7 +2543,7 @@ type UpdateSettingsRequest struct {
 
 func (x *UpdateSettingsRequest) Reset() {
 	*x = UpdateSettingsRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[40]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2555,7 @@ func (x *UpdateSettingsRequest) String() string {
 func (*UpdateSettingsRequest) ProtoMessage() {}
 
 func (x *UpdateSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[40]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2568,7 @@ func (x *UpdateSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSettingsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *UpdateSettingsRequest) GetUnit() string {
@@ -2451,7 +2593,7 @@ type UpdateSettingsResponse struct {
 
 func (x *UpdateSettingsResponse) Reset() {
 	*x = UpdateSettingsResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2463,7 +2605,7 @@ func (x *UpdateSettingsResponse) String() string {
 func (*UpdateSettingsResponse) ProtoMessage() {}
 
 func (x *UpdateSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2476,7 +2618,7 @@ func (x *UpdateSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSettingsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 type SetUnitStatusRequest struct {
@@ -2494,7 +2636,7 @@ type SetUnitStatusRequest struct {
 
 func (x *SetUnitStatusRequest) Reset() {
 	*x = SetUnitStatusRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2506,7 +2648,7 @@ func (x *SetUnitStatusRequest) String() string {
 func (*SetUnitStatusRequest) ProtoMessage() {}
 
 func (x *SetUnitStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2519,7 +2661,7 @@ func (x *SetUnitStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitStatusRequest.ProtoReflect.Descriptor instead.
 func (*SetUnitStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SetUnitStatusRequest) GetUnit() string {
@@ -2558,7 +2700,7 @@ type SetUnitStatusResponse struct {
 
 func (x *SetUnitStatusResponse) Reset() {
 	*x = SetUnitStatusResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[43]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2570,7 +2712,7 @@ func (x *SetUnitStatusResponse) String() string {
 func (*SetUnitStatusResponse) ProtoMessage() {}
 
 func (x *SetUnitStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[43]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2583,7 +2725,7 @@ func (x *SetUnitStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitStatusResponse.ProtoReflect.Descriptor instead.
 func (*SetUnitStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 type SetUnitStatusesRequest struct {
@@ -2597,7 +2739,7 @@ type SetUnitStatusesRequest struct {
 
 func (x *SetUnitStatusesRequest) Reset() {
 	*x = SetUnitStatusesRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2609,7 +2751,7 @@ func (x *SetUnitStatusesRequest) String() string {
 func (*SetUnitStatusesRequest) ProtoMessage() {}
 
 func (x *SetUnitStatusesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2622,7 +2764,7 @@ func (x *SetUnitStatusesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitStatusesRequest.ProtoReflect.Descriptor instead.
 func (*SetUnitStatusesRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SetUnitStatusesRequest) GetReports() []*SetUnitStatusRequest {
@@ -2642,7 +2784,7 @@ type SetUnitStatusesResponse struct {
 
 func (x *SetUnitStatusesResponse) Reset() {
 	*x = SetUnitStatusesResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2654,7 +2796,7 @@ func (x *SetUnitStatusesResponse) String() string {
 func (*SetUnitStatusesResponse) ProtoMessage() {}
 
 func (x *SetUnitStatusesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2667,7 +2809,7 @@ func (x *SetUnitStatusesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitStatusesResponse.ProtoReflect.Descriptor instead.
 func (*SetUnitStatusesResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SetUnitStatusesResponse) GetResults() []*StatusReportResult {
@@ -2690,7 +2832,7 @@ type StatusReportResult struct {
 
 func (x *StatusReportResult) Reset() {
 	*x = StatusReportResult{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +2844,7 @@ func (x *StatusReportResult) String() string {
 func (*StatusReportResult) ProtoMessage() {}
 
 func (x *StatusReportResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +2857,7 @@ func (x *StatusReportResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReportResult.ProtoReflect.Descriptor instead.
 func (*StatusReportResult) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StatusReportResult) GetCode() uint32 {
@@ -2741,7 +2883,7 @@ type ClearResolvedRequest struct {
 
 func (x *ClearResolvedRequest) Reset() {
 	*x = ClearResolvedRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2753,7 +2895,7 @@ func (x *ClearResolvedRequest) String() string {
 func (*ClearResolvedRequest) ProtoMessage() {}
 
 func (x *ClearResolvedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2766,7 +2908,7 @@ func (x *ClearResolvedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearResolvedRequest.ProtoReflect.Descriptor instead.
 func (*ClearResolvedRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ClearResolvedRequest) GetUnit() string {
@@ -2784,7 +2926,7 @@ type ClearResolvedResponse struct {
 
 func (x *ClearResolvedResponse) Reset() {
 	*x = ClearResolvedResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[48]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2796,7 +2938,7 @@ func (x *ClearResolvedResponse) String() string {
 func (*ClearResolvedResponse) ProtoMessage() {}
 
 func (x *ClearResolvedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[48]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2809,7 +2951,7 @@ func (x *ClearResolvedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearResolvedResponse.ProtoReflect.Descriptor instead.
 func (*ClearResolvedResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 type GetAgentSettingsRequest struct {
@@ -2820,7 +2962,7 @@ type GetAgentSettingsRequest struct {
 
 func (x *GetAgentSettingsRequest) Reset() {
 	*x = GetAgentSettingsRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[49]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2832,7 +2974,7 @@ func (x *GetAgentSettingsRequest) String() string {
 func (*GetAgentSettingsRequest) ProtoMessage() {}
 
 func (x *GetAgentSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[49]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2845,7 +2987,7 @@ func (x *GetAgentSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentSettingsRequest.ProtoReflect.Descriptor instead.
 func (*GetAgentSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 type GetAgentSettingsResponse struct {
@@ -2861,7 +3003,7 @@ type GetAgentSettingsResponse struct {
 
 func (x *GetAgentSettingsResponse) Reset() {
 	*x = GetAgentSettingsResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[50]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2873,7 +3015,7 @@ func (x *GetAgentSettingsResponse) String() string {
 func (*GetAgentSettingsResponse) ProtoMessage() {}
 
 func (x *GetAgentSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[50]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2886,7 +3028,7 @@ func (x *GetAgentSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentSettingsResponse.ProtoReflect.Descriptor instead.
 func (*GetAgentSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetAgentSettingsResponse) GetHookTimeoutMs() int64 {
@@ -2911,7 +3053,7 @@ type PresenceRequest struct {
 
 func (x *PresenceRequest) Reset() {
 	*x = PresenceRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[51]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2923,7 +3065,7 @@ func (x *PresenceRequest) String() string {
 func (*PresenceRequest) ProtoMessage() {}
 
 func (x *PresenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[51]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2936,7 +3078,7 @@ func (x *PresenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceRequest.ProtoReflect.Descriptor instead.
 func (*PresenceRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 type PresenceResponse struct {
@@ -2949,7 +3091,7 @@ type PresenceResponse struct {
 
 func (x *PresenceResponse) Reset() {
 	*x = PresenceResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[52]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2961,7 +3103,7 @@ func (x *PresenceResponse) String() string {
 func (*PresenceResponse) ProtoMessage() {}
 
 func (x *PresenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[52]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2974,7 +3116,7 @@ func (x *PresenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceResponse.ProtoReflect.Descriptor instead.
 func (*PresenceResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PresenceResponse) GetPingIntervalMs() int64 {
@@ -3066,6 +3208,13 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\"8\n" +
 	"\x0fGetUnitResponse\x12%\n" +
 	"\x04unit\x18\x01 \x01(\v2\x11.lifeline.v1.UnitR\x04unit\"'\n" +
+	"\x11UnitScopesRequest\x12\x12\n" +
+	"\x04unit\x18\x01 \x01(\tR\x04unit\"D\n" +
+	"\x12UnitScopesResponse\x12.\n" +
+	"\x06scopes\x18\x01 \x03(\v2\x16.lifeline.v1.UnitScopeR\x06scopes\"C\n" +
+	"\tUnitScope\x12\x1a\n" +
+	"\brelation\x18\x01 \x01(\x03R\brelation\x12\x1a\n" +
+	"\bendpoint\x18\x02 \x01(\tR\bendpoint\"'\n" +
 	"\x11RemoveUnitRequest\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\"\x14\n" +
 	"\x12RemoveUnitResponse\"-\n" +
@@ -3149,7 +3298,7 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x0eUnitStatusKind\x12 \n" +
 	"\x1cUNIT_STATUS_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16UNIT_STATUS_KIND_AGENT\x10\x01\x12\x1d\n" +
-	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x022\xf4\x0e\n" +
+	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x022\xc3\x0f\n" +
 	"\fAgentService\x12@\n" +
 	"\x05Watch\x12\x19.lifeline.v1.WatchRequest\x1a\x1a.lifeline.v1.WatchResponse0\x01\x12N\n" +
 	"\tWatchMany\x12\x1d.lifeline.v1.WatchManyRequest\x1a\x1e.lifeline.v1.WatchManyResponse(\x010\x01\x12M\n" +
@@ -3159,6 +3308,8 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x10SetMachineStatus\x12$.lifeline.v1.SetMachineStatusRequest\x1a%.lifeline.v1.SetMachineStatusResponse\x12k\n" +
 	"\x14IssueUnitCredentials\x12(.lifeline.v1.IssueUnitCredentialsRequest\x1a).lifeline.v1.IssueUnitCredentialsResponse\x12D\n" +
 	"\aGetUnit\x12\x1b.lifeline.v1.GetUnitRequest\x1a\x1c.lifeline.v1.GetUnitResponse\x12M\n" +
+	"\n" +
+	"UnitScopes\x12\x1e.lifeline.v1.UnitScopesRequest\x1a\x1f.lifeline.v1.UnitScopesResponse\x12M\n" +
 	"\n" +
 	"RemoveUnit\x12\x1e.lifeline.v1.RemoveUnitRequest\x1a\x1f.lifeline.v1.RemoveUnitResponse\x12M\n" +
 	"\n" +
@@ -3192,7 +3343,7 @@ func file_lifeline_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_lifeline_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lifeline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_lifeline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_lifeline_v1_agent_proto_goTypes = []any{
 	(UnitStatusKind)(0),                  // 0: lifeline.v1.UnitStatusKind
 	(*WatchSubject)(nil),                 // 1: lifeline.v1.WatchSubject
@@ -3216,49 +3367,52 @@ var file_lifeline_v1_agent_proto_goTypes = []any{
 	(*UnitCredential)(nil),               // 19: lifeline.v1.UnitCredential
 	(*GetUnitRequest)(nil),               // 20: lifeline.v1.GetUnitRequest
 	(*GetUnitResponse)(nil),              // 21: lifeline.v1.GetUnitResponse
-	(*RemoveUnitRequest)(nil),            // 22: lifeline.v1.RemoveUnitRequest
-	(*RemoveUnitResponse)(nil),           // 23: lifeline.v1.RemoveUnitResponse
-	(*GetServiceRequest)(nil),            // 24: lifeline.v1.GetServiceRequest
-	(*GetServiceResponse)(nil),           // 25: lifeline.v1.GetServiceResponse
-	(*DownloadCharmRequest)(nil),         // 26: lifeline.v1.DownloadCharmRequest
-	(*DownloadCharmResponse)(nil),        // 27: lifeline.v1.DownloadCharmResponse
-	(*SetUnitDyingRequest)(nil),          // 28: lifeline.v1.SetUnitDyingRequest
-	(*SetUnitDyingResponse)(nil),         // 29: lifeline.v1.SetUnitDyingResponse
-	(*EnsureUnitDeadRequest)(nil),        // 30: lifeline.v1.EnsureUnitDeadRequest
-	(*EnsureUnitDeadResponse)(nil),       // 31: lifeline.v1.EnsureUnitDeadResponse
-	(*AddSubordinateRequest)(nil),        // 32: lifeline.v1.AddSubordinateRequest
-	(*AddSubordinateResponse)(nil),       // 33: lifeline.v1.AddSubordinateResponse
-	(*EnterScopeRequest)(nil),            // 34: lifeline.v1.EnterScopeRequest
-	(*EnterScopeResponse)(nil),           // 35: lifeline.v1.EnterScopeResponse
-	(*LeaveScopeRequest)(nil),            // 36: lifeline.v1.LeaveScopeRequest
-	(*LeaveScopeResponse)(nil),           // 37: lifeline.v1.LeaveScopeResponse
-	(*ReadSettingsRequest)(nil),          // 38: lifeline.v1.ReadSettingsRequest
-	(*ReadSettingsResponse)(nil),         // 39: lifeline.v1.ReadSettingsResponse
-	(*SettingsUpdate)(nil),               // 40: lifeline.v1.SettingsUpdate
-	(*UpdateSettingsRequest)(nil),        // 41: lifeline.v1.UpdateSettingsRequest
-	(*UpdateSettingsResponse)(nil),       // 42: lifeline.v1.UpdateSettingsResponse
-	(*SetUnitStatusRequest)(nil),         // 43: lifeline.v1.SetUnitStatusRequest
-	(*SetUnitStatusResponse)(nil),        // 44: lifeline.v1.SetUnitStatusResponse
-	(*SetUnitStatusesRequest)(nil),       // 45: lifeline.v1.SetUnitStatusesRequest
-	(*SetUnitStatusesResponse)(nil),      // 46: lifeline.v1.SetUnitStatusesResponse
-	(*StatusReportResult)(nil),           // 47: lifeline.v1.StatusReportResult
-	(*ClearResolvedRequest)(nil),         // 48: lifeline.v1.ClearResolvedRequest
-	(*ClearResolvedResponse)(nil),        // 49: lifeline.v1.ClearResolvedResponse
-	(*GetAgentSettingsRequest)(nil),      // 50: lifeline.v1.GetAgentSettingsRequest
-	(*GetAgentSettingsResponse)(nil),     // 51: lifeline.v1.GetAgentSettingsResponse
-	(*PresenceRequest)(nil),              // 52: lifeline.v1.PresenceRequest
-	(*PresenceResponse)(nil),             // 53: lifeline.v1.PresenceResponse
-	nil,                                  // 54: lifeline.v1.EnterScopeRequest.SettingsEntry
-	nil,                                  // 55: lifeline.v1.ReadSettingsResponse.SettingsEntry
-	nil,                                  // 56: lifeline.v1.SettingsUpdate.SetEntry
-	(*Machine)(nil),                      // 57: lifeline.v1.Machine
-	(*Unit)(nil),                         // 58: lifeline.v1.Unit
-	(*Service)(nil),                      // 59: lifeline.v1.Service
-	(*ServiceConfig)(nil),                // 60: lifeline.v1.ServiceConfig
-	(*Relation)(nil),                     // 61: lifeline.v1.Relation
-	(*Resolved)(nil),                     // 62: lifeline.v1.Resolved
-	(*Status)(nil),                       // 63: lifeline.v1.Status
-	(*Charm)(nil),                        // 64: lifeline.v1.Charm
+	(*UnitScopesRequest)(nil),            // 22: lifeline.v1.UnitScopesRequest
+	(*UnitScopesResponse)(nil),           // 23: lifeline.v1.UnitScopesResponse
+	(*UnitScope)(nil),                    // 24: lifeline.v1.UnitScope
+	(*RemoveUnitRequest)(nil),            // 25: lifeline.v1.RemoveUnitRequest
+	(*RemoveUnitResponse)(nil),           // 26: lifeline.v1.RemoveUnitResponse
+	(*GetServiceRequest)(nil),            // 27: lifeline.v1.GetServiceRequest
+	(*GetServiceResponse)(nil),           // 28: lifeline.v1.GetServiceResponse
+	(*DownloadCharmRequest)(nil),         // 29: lifeline.v1.DownloadCharmRequest
+	(*DownloadCharmResponse)(nil),        // 30: lifeline.v1.DownloadCharmResponse
+	(*SetUnitDyingRequest)(nil),          // 31: lifeline.v1.SetUnitDyingRequest
+	(*SetUnitDyingResponse)(nil),         // 32: lifeline.v1.SetUnitDyingResponse
+	(*EnsureUnitDeadRequest)(nil),        // 33: lifeline.v1.EnsureUnitDeadRequest
+	(*EnsureUnitDeadResponse)(nil),       // 34: lifeline.v1.EnsureUnitDeadResponse
+	(*AddSubordinateRequest)(nil),        // 35: lifeline.v1.AddSubordinateRequest
+	(*AddSubordinateResponse)(nil),       // 36: lifeline.v1.AddSubordinateResponse
+	(*EnterScopeRequest)(nil),            // 37: lifeline.v1.EnterScopeRequest
+	(*EnterScopeResponse)(nil),           // 38: lifeline.v1.EnterScopeResponse
+	(*LeaveScopeRequest)(nil),            // 39: lifeline.v1.LeaveScopeRequest
+	(*LeaveScopeResponse)(nil),           // 40: lifeline.v1.LeaveScopeResponse
+	(*ReadSettingsRequest)(nil),          // 41: lifeline.v1.ReadSettingsRequest
+	(*ReadSettingsResponse)(nil),         // 42: lifeline.v1.ReadSettingsResponse
+	(*SettingsUpdate)(nil),               // 43: lifeline.v1.SettingsUpdate
+	(*UpdateSettingsRequest)(nil),        // 44: lifeline.v1.UpdateSettingsRequest
+	(*UpdateSettingsResponse)(nil),       // 45: lifeline.v1.UpdateSettingsResponse
+	(*SetUnitStatusRequest)(nil),         // 46: lifeline.v1.SetUnitStatusRequest
+	(*SetUnitStatusResponse)(nil),        // 47: lifeline.v1.SetUnitStatusResponse
+	(*SetUnitStatusesRequest)(nil),       // 48: lifeline.v1.SetUnitStatusesRequest
+	(*SetUnitStatusesResponse)(nil),      // 49: lifeline.v1.SetUnitStatusesResponse
+	(*StatusReportResult)(nil),           // 50: lifeline.v1.StatusReportResult
+	(*ClearResolvedRequest)(nil),         // 51: lifeline.v1.ClearResolvedRequest
+	(*ClearResolvedResponse)(nil),        // 52: lifeline.v1.ClearResolvedResponse
+	(*GetAgentSettingsRequest)(nil),      // 53: lifeline.v1.GetAgentSettingsRequest
+	(*GetAgentSettingsResponse)(nil),     // 54: lifeline.v1.GetAgentSettingsResponse
+	(*PresenceRequest)(nil),              // 55: lifeline.v1.PresenceRequest
+	(*PresenceResponse)(nil),             // 56: lifeline.v1.PresenceResponse
+	nil,                                  // 57: lifeline.v1.EnterScopeRequest.SettingsEntry
+	nil,                                  // 58: lifeline.v1.ReadSettingsResponse.SettingsEntry
+	nil,                                  // 59: lifeline.v1.SettingsUpdate.SetEntry
+	(*Machine)(nil),                      // 60: lifeline.v1.Machine
+	(*Unit)(nil),                         // 61: lifeline.v1.Unit
+	(*Service)(nil),                      // 62: lifeline.v1.Service
+	(*ServiceConfig)(nil),                // 63: lifeline.v1.ServiceConfig
+	(*Relation)(nil),                     // 64: lifeline.v1.Relation
+	(*Resolved)(nil),                     // 65: lifeline.v1.Resolved
+	(*Status)(nil),                       // 66: lifeline.v1.Status
+	(*Charm)(nil),                        // 67: lifeline.v1.Charm
 }
 var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	1,  // 0: lifeline.v1.WatchRequest.subject:type_name -> lifeline.v1.WatchSubject
@@ -3269,77 +3423,80 @@ var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	6,  // 5: lifeline.v1.WatchSubscribe.as:type_name -> lifeline.v1.AgentCredential
 	3,  // 6: lifeline.v1.WatchManyResponse.watch:type_name -> lifeline.v1.WatchResponse
 	9,  // 7: lifeline.v1.WatchManyResponse.end:type_name -> lifeline.v1.WatchEnd
-	57, // 8: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
-	58, // 9: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
-	59, // 10: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
-	60, // 11: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
-	61, // 12: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
-	62, // 13: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
-	57, // 14: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
-	63, // 15: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
+	60, // 8: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
+	61, // 9: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
+	62, // 10: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
+	63, // 11: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
+	64, // 12: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
+	65, // 13: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
+	60, // 14: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
+	66, // 15: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
 	19, // 16: lifeline.v1.IssueUnitCredentialsResponse.credentials:type_name -> lifeline.v1.UnitCredential
-	58, // 17: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
-	59, // 18: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
-	60, // 19: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
-	64, // 20: lifeline.v1.GetServiceResponse.charm:type_name -> lifeline.v1.Charm
-	58, // 21: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
-	54, // 22: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
-	55, // 23: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
-	56, // 24: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
-	40, // 25: lifeline.v1.UpdateSettingsRequest.updates:type_name -> lifeline.v1.SettingsUpdate
-	0,  // 26: lifeline.v1.SetUnitStatusRequest.kind:type_name -> lifeline.v1.UnitStatusKind
-	63, // 27: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
-	43, // 28: lifeline.v1.SetUnitStatusesRequest.reports:type_name -> lifeline.v1.SetUnitStatusRequest
-	47, // 29: lifeline.v1.SetUnitStatusesResponse.results:type_name -> lifeline.v1.StatusReportResult
-	2,  // 30: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
-	4,  // 31: lifeline.v1.AgentService.WatchMany:input_type -> lifeline.v1.WatchManyRequest
-	11, // 32: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
-	13, // 33: lifeline.v1.AgentService.EnsureMachineDead:input_type -> lifeline.v1.EnsureMachineDeadRequest
-	15, // 34: lifeline.v1.AgentService.SetMachineStatus:input_type -> lifeline.v1.SetMachineStatusRequest
-	17, // 35: lifeline.v1.AgentService.IssueUnitCredentials:input_type -> lifeline.v1.IssueUnitCredentialsRequest
-	20, // 36: lifeline.v1.AgentService.GetUnit:input_type -> lifeline.v1.GetUnitRequest
-	22, // 37: lifeline.v1.AgentService.RemoveUnit:input_type -> lifeline.v1.RemoveUnitRequest
-	24, // 38: lifeline.v1.AgentService.GetService:input_type -> lifeline.v1.GetServiceRequest
-	26, // 39: lifeline.v1.AgentService.DownloadCharm:input_type -> lifeline.v1.DownloadCharmRequest
-	28, // 40: lifeline.v1.AgentService.SetUnitDying:input_type -> lifeline.v1.SetUnitDyingRequest
-	30, // 41: lifeline.v1.AgentService.EnsureUnitDead:input_type -> lifeline.v1.EnsureUnitDeadRequest
-	32, // 42: lifeline.v1.AgentService.AddSubordinate:input_type -> lifeline.v1.AddSubordinateRequest
-	34, // 43: lifeline.v1.AgentService.EnterScope:input_type -> lifeline.v1.EnterScopeRequest
-	36, // 44: lifeline.v1.AgentService.LeaveScope:input_type -> lifeline.v1.LeaveScopeRequest
-	38, // 45: lifeline.v1.AgentService.ReadSettings:input_type -> lifeline.v1.ReadSettingsRequest
-	41, // 46: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
-	43, // 47: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
-	45, // 48: lifeline.v1.AgentService.SetUnitStatuses:input_type -> lifeline.v1.SetUnitStatusesRequest
-	48, // 49: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
-	52, // 50: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
-	50, // 51: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
-	3,  // 52: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
-	8,  // 53: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
-	12, // 54: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
-	14, // 55: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
-	16, // 56: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
-	18, // 57: lifeline.v1.AgentService.IssueUnitCredentials:output_type -> lifeline.v1.IssueUnitCredentialsResponse
-	21, // 58: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
-	23, // 59: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
-	25, // 60: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
-	27, // 61: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
-	29, // 62: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
-	31, // 63: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
-	33, // 64: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
-	35, // 65: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
-	37, // 66: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
-	39, // 67: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
-	42, // 68: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
-	44, // 69: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
-	46, // 70: lifeline.v1.AgentService.SetUnitStatuses:output_type -> lifeline.v1.SetUnitStatusesResponse
-	49, // 71: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
-	53, // 72: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
-	51, // 73: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
-	52, // [52:74] is the sub-list for method output_type
-	30, // [30:52] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	61, // 17: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
+	24, // 18: lifeline.v1.UnitScopesResponse.scopes:type_name -> lifeline.v1.UnitScope
+	62, // 19: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
+	63, // 20: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
+	67, // 21: lifeline.v1.GetServiceResponse.charm:type_name -> lifeline.v1.Charm
+	61, // 22: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
+	57, // 23: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
+	58, // 24: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
+	59, // 25: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
+	43, // 26: lifeline.v1.UpdateSettingsRequest.updates:type_name -> lifeline.v1.SettingsUpdate
+	0,  // 27: lifeline.v1.SetUnitStatusRequest.kind:type_name -> lifeline.v1.UnitStatusKind
+	66, // 28: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
+	46, // 29: lifeline.v1.SetUnitStatusesRequest.reports:type_name -> lifeline.v1.SetUnitStatusRequest
+	50, // 30: lifeline.v1.SetUnitStatusesResponse.results:type_name -> lifeline.v1.StatusReportResult
+	2,  // 31: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
+	4,  // 32: lifeline.v1.AgentService.WatchMany:input_type -> lifeline.v1.WatchManyRequest
+	11, // 33: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
+	13, // 34: lifeline.v1.AgentService.EnsureMachineDead:input_type -> lifeline.v1.EnsureMachineDeadRequest
+	15, // 35: lifeline.v1.AgentService.SetMachineStatus:input_type -> lifeline.v1.SetMachineStatusRequest
+	17, // 36: lifeline.v1.AgentService.IssueUnitCredentials:input_type -> lifeline.v1.IssueUnitCredentialsRequest
+	20, // 37: lifeline.v1.AgentService.GetUnit:input_type -> lifeline.v1.GetUnitRequest
+	22, // 38: lifeline.v1.AgentService.UnitScopes:input_type -> lifeline.v1.UnitScopesRequest
+	25, // 39: lifeline.v1.AgentService.RemoveUnit:input_type -> lifeline.v1.RemoveUnitRequest
+	27, // 40: lifeline.v1.AgentService.GetService:input_type -> lifeline.v1.GetServiceRequest
+	29, // 41: lifeline.v1.AgentService.DownloadCharm:input_type -> lifeline.v1.DownloadCharmRequest
+	31, // 42: lifeline.v1.AgentService.SetUnitDying:input_type -> lifeline.v1.SetUnitDyingRequest
+	33, // 43: lifeline.v1.AgentService.EnsureUnitDead:input_type -> lifeline.v1.EnsureUnitDeadRequest
+	35, // 44: lifeline.v1.AgentService.AddSubordinate:input_type -> lifeline.v1.AddSubordinateRequest
+	37, // 45: lifeline.v1.AgentService.EnterScope:input_type -> lifeline.v1.EnterScopeRequest
+	39, // 46: lifeline.v1.AgentService.LeaveScope:input_type -> lifeline.v1.LeaveScopeRequest
+	41, // 47: lifeline.v1.AgentService.ReadSettings:input_type -> lifeline.v1.ReadSettingsRequest
+	44, // 48: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
+	46, // 49: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
+	48, // 50: lifeline.v1.AgentService.SetUnitStatuses:input_type -> lifeline.v1.SetUnitStatusesRequest
+	51, // 51: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
+	55, // 52: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
+	53, // 53: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
+	3,  // 54: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
+	8,  // 55: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
+	12, // 56: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
+	14, // 57: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
+	16, // 58: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
+	18, // 59: lifeline.v1.AgentService.IssueUnitCredentials:output_type -> lifeline.v1.IssueUnitCredentialsResponse
+	21, // 60: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
+	23, // 61: lifeline.v1.AgentService.UnitScopes:output_type -> lifeline.v1.UnitScopesResponse
+	26, // 62: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
+	28, // 63: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
+	30, // 64: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
+	32, // 65: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
+	34, // 66: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
+	36, // 67: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
+	38, // 68: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
+	40, // 69: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
+	42, // 70: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
+	45, // 71: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
+	47, // 72: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
+	49, // 73: lifeline.v1.AgentService.SetUnitStatuses:output_type -> lifeline.v1.SetUnitStatusesResponse
+	52, // 74: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
+	56, // 75: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
+	54, // 76: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
+	54, // [54:77] is the sub-list for method output_type
+	31, // [31:54] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_agent_proto_init() }
@@ -3382,7 +3539,7 @@ func file_lifeline_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_agent_proto_rawDesc), len(file_lifeline_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   56,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const (
 	AgentService_SetMachineStatus_FullMethodName     = "/lifeline.v1.AgentService/SetMachineStatus"
 	AgentService_IssueUnitCredentials_FullMethodName = "/lifeline.v1.AgentService/IssueUnitCredentials"
 	AgentService_GetUnit_FullMethodName              = "/lifeline.v1.AgentService/GetUnit"
+	AgentService_UnitScopes_FullMethodName           = "/lifeline.v1.AgentService/UnitScopes"
 	AgentService_RemoveUnit_FullMethodName           = "/lifeline.v1.AgentService/RemoveUnit"
 	AgentService_GetService_FullMethodName           = "/lifeline.v1.AgentService/GetService"
 	AgentService_DownloadCharm_FullMethodName        = "/lifeline.v1.AgentService/DownloadCharm"
@@ -84,6 +85,11 @@ type AgentServiceClient interface {
 	IssueUnitCredentials(ctx context.Context, in *IssueUnitCredentialsRequest, opts ...grpc.CallOption) (*IssueUnitCredentialsResponse, error)
 	// GetUnit returns a unit the caller may see.
 	GetUnit(ctx context.Context, in *GetUnitRequest, opts ...grpc.CallOption) (*GetUnitResponse, error)
+	// UnitScopes returns the relations whose scope the caller's unit is in,
+	// with its endpoint in each: what its agent checks its own record
+	// against once its machine has restarted, since what the agent wrote
+	// without syncing it may be lost.
+	UnitScopes(ctx context.Context, in *UnitScopesRequest, opts ...grpc.CallOption) (*UnitScopesResponse, error)
 	// RemoveUnit removes a dead unit: a principal on the caller's machine (its
 	// machine agent) or a subordinate of the caller (its principal's agent).
 	RemoveUnit(ctx context.Context, in *RemoveUnitRequest, opts ...grpc.CallOption) (*RemoveUnitResponse, error)
@@ -214,6 +220,16 @@ func (c *agentServiceClient) GetUnit(ctx context.Context, in *GetUnitRequest, op
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetUnitResponse)
 	err := c.cc.Invoke(ctx, AgentService_GetUnit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) UnitScopes(ctx context.Context, in *UnitScopesRequest, opts ...grpc.CallOption) (*UnitScopesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnitScopesResponse)
+	err := c.cc.Invoke(ctx, AgentService_UnitScopes_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -420,6 +436,11 @@ type AgentServiceServer interface {
 	IssueUnitCredentials(context.Context, *IssueUnitCredentialsRequest) (*IssueUnitCredentialsResponse, error)
 	// GetUnit returns a unit the caller may see.
 	GetUnit(context.Context, *GetUnitRequest) (*GetUnitResponse, error)
+	// UnitScopes returns the relations whose scope the caller's unit is in,
+	// with its endpoint in each: what its agent checks its own record
+	// against once its machine has restarted, since what the agent wrote
+	// without syncing it may be lost.
+	UnitScopes(context.Context, *UnitScopesRequest) (*UnitScopesResponse, error)
 	// RemoveUnit removes a dead unit: a principal on the caller's machine (its
 	// machine agent) or a subordinate of the caller (its principal's agent).
 	RemoveUnit(context.Context, *RemoveUnitRequest) (*RemoveUnitResponse, error)
@@ -494,6 +515,9 @@ func (UnimplementedAgentServiceServer) IssueUnitCredentials(context.Context, *Is
 }
 func (UnimplementedAgentServiceServer) GetUnit(context.Context, *GetUnitRequest) (*GetUnitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetUnit not implemented")
+}
+func (UnimplementedAgentServiceServer) UnitScopes(context.Context, *UnitScopesRequest) (*UnitScopesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UnitScopes not implemented")
 }
 func (UnimplementedAgentServiceServer) RemoveUnit(context.Context, *RemoveUnitRequest) (*RemoveUnitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveUnit not implemented")
@@ -665,6 +689,24 @@ func _AgentService_GetUnit_Handler(srv interface{}, ctx context.Context, dec fun
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AgentServiceServer).GetUnit(ctx, req.(*GetUnitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_UnitScopes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnitScopesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).UnitScopes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_UnitScopes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).UnitScopes(ctx, req.(*UnitScopesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -947,6 +989,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetUnit",
 			Handler:    _AgentService_GetUnit_Handler,
+		},
+		{
+			MethodName: "UnitScopes",
+			Handler:    _AgentService_UnitScopes_Handler,
 		},
 		{
 			MethodName: "RemoveUnit",
