@@ -169,21 +169,30 @@ func (a *agentServer) UnitScopes(ctx context.Context, req *pb.UnitScopesRequest)
 // principal's agent.
 func (a *agentServer) RemoveUnit(ctx context.Context, req *pb.RemoveUnitRequest) (*pb.RemoveUnitResponse, error) {
 	c := callerFrom(ctx)
+	name := req.GetUnit()
 	const verb = "remove"
 	var err error
 	switch c.kind {
 	case names.KindMachine:
-		var u *pb.Unit
-		if u, err = a.machineUnit(ctx, c, req.GetUnit(), verb); err == nil && u.Principal != "" {
-			err = denied("%s may not remove unit %s: a subordinate is removed by its principal %s's agent", c, u.Name, u.Principal)
+		// Checked on the unit as the removal reads it, not read apart.
+		if err := checkUnitName(name); err != nil {
+			return nil, err
 		}
+		err = a.s.st.RemoveUnitIf(ctx, name, func(u *pb.Unit) error {
+			if err := onMachine(c, name, u, verb); err != nil {
+				return err
+			}
+			if u.Principal != "" {
+				return denied("%s may not remove unit %s: a subordinate is removed by its principal %s's agent", c, u.Name, u.Principal)
+			}
+			return nil
+		})
 	default:
-		_, err = a.subordinateUnit(ctx, c, req.GetUnit(), verb)
+		if _, err = a.subordinateUnit(ctx, c, name, verb); err == nil {
+			err = a.s.st.RemoveUnit(ctx, name)
+		}
 	}
 	if err != nil {
-		return nil, err
-	}
-	if err := a.s.st.RemoveUnit(ctx, req.GetUnit()); err != nil {
 		return nil, err
 	}
 	return &pb.RemoveUnitResponse{}, nil

@@ -466,6 +466,13 @@ func (s *State) EnsureUnitDead(ctx context.Context, name string) error {
 // unit was the last thing holding its dying service, the service goes too
 // (S3).
 func (s *State) RemoveUnit(ctx context.Context, name string) error {
+	return s.RemoveUnitIf(ctx, name, nil)
+}
+
+// RemoveUnitIf is RemoveUnit once allow, when not nil, accepts the unit as
+// read for the removal: the caller's check of the unit (its machine, its
+// principal) costs no read of its own. allow's error is returned as it is.
+func (s *State) RemoveUnitIf(ctx context.Context, name string, allow func(*pb.Unit) error) error {
 	return s.apply(ctx, "remove unit "+name, func(ctx context.Context) (*change, error) {
 		if err := checkUnitName(name); err != nil {
 			return nil, err
@@ -477,6 +484,11 @@ func (s *State) RemoveUnit(ctx context.Context, name string) error {
 		u, uerr := unitFrom(r.one(0), name)
 		if uerr != nil {
 			return nil, uerr
+		}
+		if allow != nil {
+			if err := allow(u.v); err != nil {
+				return nil, err
+			}
 		}
 		if err != nil {
 			return nil, err
