@@ -221,11 +221,11 @@ const smallRead = 64
 // apply loop adds to with every write. A read that may take long (many
 // keys, or a count) reads a copy of that buffer, made when it begins, so
 // that it holds up no write: etcd's own mode for reads. A small read (one
-// key, its count too, or a range of at most smallRead keys) reads the
-// buffer in place,
-// holding up the apply loop's next write for the microseconds it takes:
-// copying it was most of what such a read cost. While the controller
-// destroyed 10,000 units the copies were a tenth of all it allocated.
+// key or its count, or a range of at most smallRead keys) reads the
+// buffer in place, holding up the apply loop's next write for the
+// microseconds it takes: copying it was most of what such a read cost.
+// While the controller destroyed 10,000 units the copies were a tenth of
+// all it allocated.
 func readMode(r *pb.RangeRequest) mvcc.ReadTxMode {
 	if len(r.RangeEnd) > 0 && (r.CountOnly || r.Limit <= 0 || r.Limit > smallRead) {
 		return mvcc.ConcurrentReadTxMode
