@@ -111,10 +111,13 @@ func ended(ctx context.Context, err error) error {
 // its store holds every write whose call has returned: a write's call
 // returns once the write is applied to the store. A read of the store
 // then sees every write that completed before it began, and any that
-// completed while it ran or none, which is what linearizable means. The
-// watch hub relies on it: a listing reads at a revision at or past every
-// change the member's watches have sent, as they send a change only once
-// it is applied.
+// completed while it ran or none, which is what linearizable means. A
+// write's change, though, reaches the member's watchers a moment before
+// the write is visible to reads (etcd's watchable store notifies, then
+// ends the write): a reader that acts on a change it was sent may read
+// the store as it was just before. The watch hub reads its listings again
+// until they are at or past every change it handed out
+// (watchhub.listAtLeast).
 //
 // Plain reads, which are all package state makes (keys and ranges, with
 // a limit, at a revision, keys only or counted; a transaction of them

@@ -25,10 +25,11 @@
 // Each stream's queue is bounded. A stream that falls further behind is
 // reset: its queue is dropped and it lists its keys again from etcd at
 // the current revision (a Reset batch, which clients already handle after
-// a compaction). A listing starts after the stream was registered, so it
-// reads at a revision at or past every change the hub had handed out then,
-// and the changes queued meanwhile that the listing already shows are
-// dropped: nothing is lost, nothing repeated, revisions only grow.
+// a compaction). A listing starts after the stream was registered, and is
+// read again until it is at a revision at or past every change the hub
+// had handed out then (etcd sends a change a moment before reads can see
+// it), and the changes queued meanwhile that the listing already shows
+// are dropped: nothing is lost, nothing repeated, revisions only grow.
 //
 // A stream is read with Next, which waits, by a goroutine of its own; or,
 // made with Polled, with TryNext, which does not wait but has the hub call

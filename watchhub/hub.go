@@ -102,6 +102,10 @@ type Stats struct {
 	Resumed, Fallbacks, Listings, ListedTogether int64
 	// Overflows counts streams reset because they fell too far behind.
 	Overflows int64
+	// ListedAgain counts listings read again because they were read
+	// before the changes the hub had handed out were visible to reads
+	// (listAtLeast).
+	ListedAgain int64
 	// RingEvents and RingBytes are what the ring holds now.
 	RingEvents, RingBytes int
 }

@@ -70,3 +70,76 @@ func TestChangesLostToCompactionResetEveryStream(t *testing.T) {
 		t.Errorf("stats = %+v, want the stream resuming from before the loss to catch up from etcd", st)
 	}
 }
+
+// staleSource answers its first stale ListMany calls as of the revision
+// before the current one, without the change made at the current one: a
+// read in the moment etcd has sent a write's change to its watchers and
+// not yet made the write visible to reads.
+type staleSource struct {
+	*state.State
+	stale int
+	calls int
+}
+
+func (s *staleSource) ListMany(ctx context.Context, specs []state.ListSpec) ([][]state.Event, int64, error) {
+	evs, at, err := s.State.ListMany(ctx, specs)
+	s.calls++
+	if err != nil || s.calls > s.stale {
+		return evs, at, err
+	}
+	for i := range evs {
+		var kept []state.Event
+		for _, e := range evs[i] {
+			if e.ModRevision < at {
+				kept = append(kept, e)
+			}
+		}
+		evs[i] = kept
+	}
+	return evs, at - 1, nil
+}
+
+// A listing read before the changes the hub had handed out were visible
+// to reads is read again: the stream, registered after the hub handed out
+// k/2, would otherwise never see it.
+func TestListingReadBeforeHandedOutChangesIsReadAgain(t *testing.T) {
+	ns := etcdtest.Namespace(t)
+	st, err := state.New(etcdtest.Client(t), state.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := namespace.NewKV(etcdtest.Client(t).KV, ns)
+	ctx := etcdtest.Context(t)
+	src := &staleSource{State: st, stale: 2}
+	h, err := New(Config{Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- h.Run(hctx) }()
+	defer func() { cancel(); <-done }()
+
+	if _, err := kv.Put(ctx, "k/1", "a"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := kv.Put(ctx, "k/2", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for h.Stats().Revision < resp.Header.Revision {
+		time.Sleep(time.Millisecond)
+	}
+	s, err := h.Watch(ctx, "k/", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	b, err := s.Next(ctx)
+	if err != nil || !b.Reset || len(b.Events) != 2 || b.Revision < resp.Header.Revision {
+		t.Fatalf("first Next = %+v, %v; want a listing of k/1 and k/2 at or after %d", b, err, resp.Header.Revision)
+	}
+	if n := h.Stats().ListedAgain; n != 2 {
+		t.Errorf("%d listings read again, want 2", n)
+	}
+}

@@ -3,6 +3,7 @@ package watchhub
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/lifelinehq/lifeline/state"
 )
@@ -250,12 +251,39 @@ func (s *Stream) relist(ctx context.Context) (state.WatchBatch, error) {
 		return state.WatchBatch{}, ErrClosed
 	}
 	s.startListingLocked()
+	need := h.rev
 	h.mu.Unlock()
-	evs, at, err := h.cfg.Source.ListMany(ctx, []state.ListSpec{s.spec()})
+	evs, at, err := h.listAtLeast(ctx, []state.ListSpec{s.spec()}, need)
 	if err != nil {
 		return state.WatchBatch{}, fmt.Errorf("list %s: %w", s.sub.key, err)
 	}
 	return s.listedAt(at, evs[0]), nil
+}
+
+// listAtLeast is Source.ListMany at a revision at or past need, the
+// revision the hub had handed out every change up to when the streams
+// listing registered: a change handed out before then reaches them only
+// through the listing. etcd sends a write's change to its watchers a
+// moment before the write is visible to reads (the watchable store
+// notifies, then ends the write), so a listing read in that moment is
+// read again.
+func (h *Hub) listAtLeast(ctx context.Context, specs []state.ListSpec, need int64) ([][]state.Event, int64, error) {
+	for wait := 100 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+		evs, at, err := h.cfg.Source.ListMany(ctx, specs)
+		if err != nil || at >= need {
+			return evs, at, err
+		}
+		h.mu.Lock()
+		h.stats.ListedAgain++
+		h.mu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, 0, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // startListingLocked registers the stream, with an empty queue, before a
@@ -307,13 +335,14 @@ func (h *Hub) List(ctx context.Context, streams []*Stream) {
 		s.list = true
 		s.startListingLocked()
 	}
+	need := h.rev
 	h.stats.ListedTogether += int64(len(listing))
 	h.mu.Unlock()
 	specs := make([]state.ListSpec, len(listing))
 	for i, s := range listing {
 		specs[i] = s.spec()
 	}
-	evs, at, err := h.cfg.Source.ListMany(ctx, specs)
+	evs, at, err := h.listAtLeast(ctx, specs, need)
 	if err != nil {
 		return
 	}
