@@ -5,31 +5,40 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/namespace"
 
 	"github.com/lifelinehq/lifeline/etcdtest"
 	"github.com/lifelinehq/lifeline/state"
 )
 
-// The hub's own watch losing changes to compaction cannot be arranged
-// with a live etcd watch; this test hands the hub the Reset batch its
-// source would send then.
-func TestChangesLostToCompactionResetEveryStream(t *testing.T) {
+// runHub runs a hub on a State of a namespace of its own, its source what
+// source makes of that State, until the test ends; it returns the test's
+// context and a KV of the namespace.
+func runHub(t *testing.T, source func(*state.State) Source) (context.Context, clientv3.KV, *Hub) {
+	t.Helper()
 	ns := etcdtest.Namespace(t)
 	st, err := state.New(etcdtest.Client(t), state.Config{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv := namespace.NewKV(etcdtest.Client(t).KV, ns)
 	ctx := etcdtest.Context(t)
-	h, err := New(Config{Source: st})
+	h, err := New(Config{Source: source(st)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hctx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- h.Run(hctx) }()
-	defer func() { cancel(); <-done }()
+	t.Cleanup(func() { cancel(); <-done })
+	return ctx, namespace.NewKV(etcdtest.Client(t).KV, ns), h
+}
+
+// The hub's own watch losing changes to compaction cannot be arranged
+// with a live etcd watch; this test hands the hub the Reset batch its
+// source would send then.
+func TestChangesLostToCompactionResetEveryStream(t *testing.T) {
+	ctx, kv, h := runHub(t, func(st *state.State) Source { return st })
 
 	if _, err := kv.Put(ctx, "k/1", "a"); err != nil {
 		t.Fatal(err)
@@ -103,22 +112,7 @@ func (s *staleSource) ListMany(ctx context.Context, specs []state.ListSpec) ([][
 // to reads is read again: the stream, registered after the hub handed out
 // k/2, would otherwise never see it.
 func TestListingReadBeforeHandedOutChangesIsReadAgain(t *testing.T) {
-	ns := etcdtest.Namespace(t)
-	st, err := state.New(etcdtest.Client(t), state.Config{Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv := namespace.NewKV(etcdtest.Client(t).KV, ns)
-	ctx := etcdtest.Context(t)
-	src := &staleSource{State: st, stale: 2}
-	h, err := New(Config{Source: src})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hctx, cancel := context.WithCancel(ctx)
-	done := make(chan error)
-	go func() { done <- h.Run(hctx) }()
-	defer func() { cancel(); <-done }()
+	ctx, kv, h := runHub(t, func(st *state.State) Source { return &staleSource{State: st, stale: 2} })
 
 	if _, err := kv.Put(ctx, "k/1", "a"); err != nil {
 		t.Fatal(err)
