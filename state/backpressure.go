@@ -30,16 +30,18 @@ import (
 // the harness's bursts (docs/PERFORMANCE.md, ninth round).
 const DefaultMaxWritesInFlight = 256
 
-// leadSlots is how many writes that others' work waits on (a cascade's
-// batches: DestroyService's units set dying fifteen at a time) may have
-// in etcd beyond the State's slots. Queued behind the work they release
-// (the departures of the units set dying before them), such writes set
-// the pace of the start of a destroy: 10,000 units took 8-10 s to be set
-// dying, eight batches at a time, while the machine's CPUs were 86% busy;
+// leadSlots is how many writes that go ahead of the queue (Ahead) may
+// have in etcd beyond the State's slots. Queued behind the work they
+// release (the departures of the units set dying before them), a
+// cascade's batches set the pace of the start of a destroy: 10,000 units
+// took 8-10 s to be set dying while the machine's CPUs were 86% busy;
 // ahead of the queue, all are dying within 5 s (docs/PERFORMANCE.md,
-// seventeenth round). They are few at any time, so going first holds
-// nobody back for long.
-const leadSlots = 16
+// seventeenth round). Queued behind every agent's writes, an operator's
+// destroy-machine took up to 4 s while 10,000 units went, and the
+// provisioner's removals of dead machines waited for the last unit
+// (twentieth round). Such writes are few at any time (eight batches of a
+// cascade, sixteen removals), so going first holds nobody back for long.
+const leadSlots = 64
 
 // maxBusyPause bounds the pause before a write etcd refused is sent again.
 const maxBusyPause = 100 * time.Millisecond
@@ -101,10 +103,15 @@ type heldSlot struct{}
 // leading marks a context whose writes others' work waits on (ahead).
 type leading struct{}
 
-// ahead returns ctx with its writes marked as ones that others' work
-// waits on: they take one of the lead slots while any is free, rather
-// than queue behind that work for the State's slots.
-func ahead(ctx context.Context) context.Context { return context.WithValue(ctx, leading{}, true) }
+// Ahead returns ctx with its writes marked to go ahead of the writes
+// queued for the State's slots: they take one of the lead slots while any
+// is free, and queue only when none is. It is for the few writes that
+// others wait on: a cascade's batches, the provisioner's, an operator's
+// command, while thousands of agents' writes queue; never for an agent's.
+func Ahead(ctx context.Context) context.Context { return context.WithValue(ctx, leading{}, true) }
+
+// IsAhead reports whether ctx's writes go ahead of the queue (Ahead).
+func IsAhead(ctx context.Context) bool { return ctx.Value(leading{}) != nil }
 
 // hold takes a slot for all the writes made with the returned context,
 // until release is called; with a context that holds one already, it
@@ -118,7 +125,7 @@ func (k *gatedKV) hold(ctx context.Context) (held context.Context, release func(
 	if ctx.Value(heldSlot{}) != nil {
 		return ctx, func() {}, nil
 	}
-	if ctx.Value(leading{}) != nil {
+	if IsAhead(ctx) {
 		select {
 		case k.lead <- struct{}{}:
 			return context.WithValue(ctx, heldSlot{}, true), func() { <-k.lead }, nil

@@ -415,3 +415,48 @@ func TestCascadeGoesAheadOfTheQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A write whose context is marked Ahead (an operator's) goes through while
+// every slot is held and others queue for one; the queued write still
+// waits its turn.
+func TestAheadGoesAheadOfTheQueue(t *testing.T) {
+	st, ms, ctx := gatedState(t, "", 1, 2)
+	_, release, err := st.gate.hold(ctx) // the only slot
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := make(chan error, 1)
+	go func() { queued <- st.SetMachineInstance(ctx, ms[1].Id, "i-1", "10.0.0.1") }()
+	for deadline := time.Now().Add(10 * time.Second); st.gate.waiting.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the write never queued")
+		}
+	}
+	if IsAhead(ctx) {
+		t.Fatal("IsAhead(a plain context) = true")
+	}
+	actx, cancel := context.WithTimeout(Ahead(ctx), 10*time.Second)
+	defer cancel()
+	if !IsAhead(actx) {
+		t.Fatal("IsAhead(Ahead(ctx)) = false")
+	}
+	if err := st.DestroyMachine(actx, ms[0].Id, DestroyOptions{}); err != nil {
+		t.Fatalf("DestroyMachine ahead, with the only slot held: %v", err)
+	}
+	m, err := st.Machine(ctx, ms[0].Id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Life != pb.Life_LIFE_DYING {
+		t.Fatalf("machine %s is %v, want dying", ms[0].Id, m.Life)
+	}
+	select {
+	case err := <-queued:
+		t.Fatalf("the queued write went through while the only slot was held: %v", err)
+	default:
+	}
+	release()
+	if err := <-queued; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -13,8 +13,11 @@
 //
 // A State has at most Config.MaxWritesInFlight writes in etcd at once; an
 // operation takes its slot before its first read and holds it for all its
-// attempts, and a write etcd refuses as too many (it is behind applying)
-// is sent again after a pause (backpressure.go). Its reads and
+// attempts; an operation whose context is marked Ahead (a cascade's
+// batches, an operator's command) takes one of a few slots of its own
+// first, rather than queue behind the others. A write etcd refuses as too
+// many (it is behind applying) is sent again after a pause
+// (backpressure.go). Its reads and
 // transactions go to etcd as requests it builds itself, in its namespace
 // (reads.go, writes.go).
 //
