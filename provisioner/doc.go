@@ -7,9 +7,10 @@
 //
 // It follows the machines through one watch, keeping them in memory, and
 // looks at them all after each change; dead machines are removed a few at
-// once. The watch can be behind the provisioner's own writes, so before it
-// starts, takes back or stops an instance it reads that machine from etcd
-// and acts on what etcd says.
+// once, beside the passes, which do not wait for them. Its writes go ahead
+// of the agents' queued ones (state.Ahead). The watch can be behind the
+// provisioner's own writes, so before it starts, takes back or stops an
+// instance it reads that machine from etcd and acts on what etcd says.
 //
 // It runs inside the controller and changes the model only through package
 // state. It does not run agents' logic: it starts and stops their processes.

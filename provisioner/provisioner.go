@@ -93,15 +93,21 @@ func New(cfg Config) (*Provisioner, error) {
 }
 
 // Run provisions until ctx ends. It keeps the model's machines from its
-// watch of them and looks at all of them after every change and every
-// Resync: it once listed every machine from etcd for each change, and a
-// destroy of 1,000 machines made each of their changes a listing of all
-// (5% of the controller's CPU destroying the scale harness's model).
+// watch of them and looks at those that changed after every change, and
+// at all of them after the watch's listing and every Resync: it once
+// listed every machine from etcd for each change, then looked at every
+// machine it kept, and a destroy of 1,000 machines made each of their
+// changes a look at all of them (the provisioner's passes were a twentieth
+// of what the controller allocated destroying the scale harness's model).
 func (p *Provisioner) Run(ctx context.Context) error {
 	changes := p.cfg.State.Watch(ctx, state.MachineKey(""), 0)
 	t := time.NewTicker(p.cfg.Resync)
 	defer t.Stop()
+	rm := newRemover(p, maxRemovals)
+	defer rm.wait()
 	var machines map[string]*pb.Machine // nil until the watch's listing
+	changed := map[string]bool{}        // since the last pass
+	all := true                         // the next pass looks at every machine
 	for {
 		select {
 		case <-ctx.Done():
@@ -113,9 +119,10 @@ func (p *Provisioner) Run(ctx context.Context) error {
 			// This batch and any that came during the last pass.
 			for more := true; more; {
 				var err error
-				if machines, err = applyMachines(machines, b); err != nil {
+				if machines, err = applyMachines(machines, b, changed); err != nil {
 					p.logger.Warn("cannot follow the machines", "error", err)
 				}
+				all = all || b.Reset
 				select {
 				case b, more = <-changes:
 				default:
@@ -123,23 +130,37 @@ func (p *Provisioner) Run(ctx context.Context) error {
 				}
 			}
 		case <-t.C:
+			all = true
 		}
 		if machines == nil {
 			continue
 		}
-		removed, err := p.pass(ctx, slices.Collect(maps.Values(machines)))
+		var look []*pb.Machine
+		if all {
+			look = slices.Collect(maps.Values(machines))
+		} else {
+			for id := range changed {
+				if m, ok := machines[id]; ok {
+					look = append(look, m)
+				}
+			}
+		}
+		dead, err := p.pass(ctx, look, all)
 		if err != nil && ctx.Err() == nil {
 			p.logger.Warn("provisioning pass failed", "error", err)
 		}
-		// Gone, whenever the watch says so: not to be removed again.
-		for _, id := range removed {
-			delete(machines, id)
-		}
+		clear(changed)
+		all = false
+		// Removed beside the passes: a pass that waited for its removals
+		// made the machines set dead meanwhile wait for the next, one
+		// after another, at 16 a second while 10,000 units went.
+		rm.start(ctx, dead)
 	}
 }
 
-// applyMachines applies a batch of the machines' watch to machines.
-func applyMachines(machines map[string]*pb.Machine, b state.WatchBatch) (map[string]*pb.Machine, error) {
+// applyMachines applies a batch of the machines' watch to machines, and
+// adds the ids of those it changed to changed.
+func applyMachines(machines map[string]*pb.Machine, b state.WatchBatch, changed map[string]bool) (map[string]*pb.Machine, error) {
 	if b.Reset || machines == nil {
 		machines = map[string]*pb.Machine{}
 	}
@@ -147,6 +168,7 @@ func applyMachines(machines map[string]*pb.Machine, b state.WatchBatch) (map[str
 	prefix := state.MachineKey("")
 	for _, e := range b.Events {
 		id := strings.TrimPrefix(e.Key, prefix)
+		changed[id] = true
 		if e.Type == state.EventDelete {
 			delete(machines, id)
 			continue
@@ -162,23 +184,34 @@ func applyMachines(machines map[string]*pb.Machine, b state.WatchBatch) (map[str
 }
 
 // Pass looks at every machine once, as etcd lists them now: instances for
-// alive machines without a running one, and removal for dead ones.
+// alive machines without a running one, and removal for dead ones, which
+// it waits for.
 func (p *Provisioner) Pass(ctx context.Context) error {
 	machines, err := p.cfg.State.Machines(ctx)
 	if err != nil {
 		return err
 	}
-	_, err = p.pass(ctx, machines)
-	return err
+	dead, err := p.pass(ctx, machines, true)
+	rm := newRemover(p, maxRemovals)
+	rm.start(ctx, dead)
+	return errors.Join(err, rm.wait())
 }
 
-// maxRemovals bounds the dead machines a pass removes at once: one after
+// maxRemovals bounds the dead machines removed at once: one after
 // another, the last of 1,000 machines set dead together waited for each
 // of the others' removals.
 const maxRemovals = 16
 
-// pass is Pass of machines. It returns the machines it removed.
-func (p *Provisioner) pass(ctx context.Context, machines []*pb.Machine) ([]string, error) {
+// pass is Pass of machines but for the removals: it returns the dead
+// machines, to be removed. When machines are all the model's (all), it
+// also stops the instances of machines the model does not have.
+func (p *Provisioner) pass(ctx context.Context, machines []*pb.Machine, all bool) ([]*pb.Machine, error) {
+	// The provisioner's writes go ahead of the agents' queued ones: they
+	// are few (a machine started, a dead one removed), and each is what an
+	// operator, or a machine's agent, waits on. Queued, the removals of
+	// 1,000 dead machines waited for the last of 10,000 units to go
+	// (docs/PERFORMANCE.md, twentieth round).
+	ctx = state.Ahead(ctx)
 	st := p.cfg.State
 	insts, err := p.cfg.Provider.Instances(ctx)
 	if err != nil {
@@ -231,9 +264,10 @@ func (p *Provisioner) pass(ctx context.Context, machines []*pb.Machine) ([]strin
 			dead = append(dead, m)
 		}
 	}
-	removed, failed := p.removeDead(ctx, st, dead)
-	errs = append(errs, failed...)
 	p.restarted = true
+	if !all {
+		return dead, errors.Join(errs...)
+	}
 	// Instances of machines the model no longer has are stopped.
 	for id, in := range running {
 		if known[in.MachineID] {
@@ -251,7 +285,7 @@ func (p *Provisioner) pass(ctx context.Context, machines []*pb.Machine) ([]strin
 			errs = append(errs, err)
 		}
 	}
-	return removed, errors.Join(errs...)
+	return dead, errors.Join(errs...)
 }
 
 // settled says machine m has its instance, and that instance needs
@@ -262,44 +296,111 @@ func (p *Provisioner) settled(m *pb.Machine, running map[string]Instance) bool {
 	return m.InstanceId != "" && ok && (in.Running || p.restarted)
 }
 
-// removeDead stops the instances of the dead machines and removes them,
-// a few at once, returning those removed (or found gone) and what failed.
-func (p *Provisioner) removeDead(ctx context.Context, st *state.State, dead []*pb.Machine) (removed []string, errs []error) {
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
-	fail := func(err error) {
-		mu.Lock()
-		errs = append(errs, err)
-		mu.Unlock()
-	}
-	turns := make(chan struct{}, maxRemovals)
+// remover stops the instances of dead machines and removes them, a few at
+// once, beside whoever hands it the machines.
+type remover struct {
+	p     *Provisioner
+	turns chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	// busy holds the machines being removed: a view that still shows
+	// one dead hands it over again.
+	busy map[string]bool
+	errs []error
+}
+
+func newRemover(p *Provisioner, atOnce int) *remover {
+	return &remover{p: p, turns: make(chan struct{}, atOnce), busy: map[string]bool{}}
+}
+
+// start removes each of the dead machines not being removed already. It
+// does not wait for them.
+func (r *remover) start(ctx context.Context, dead []*pb.Machine) {
 	for _, m := range dead {
-		turns <- struct{}{}
-		wg.Add(1)
+		r.mu.Lock()
+		busy := r.busy[m.Id]
+		r.busy[m.Id] = true
+		r.mu.Unlock()
+		if busy {
+			continue
+		}
+		r.wg.Add(1)
 		go func() {
-			defer wg.Done()
-			defer func() { <-turns }()
-			if m.InstanceId != "" {
-				if err := p.cfg.Provider.Stop(ctx, m.InstanceId); err != nil {
-					fail(fmt.Errorf("stop instance %s of machine %s: %w", m.InstanceId, m.Id, err))
-					return
-				}
-				p.logger.Info("instance stopped", "machine", m.Id, "instance", m.InstanceId)
+			defer r.wg.Done()
+			err := r.remove(ctx, m)
+			r.mu.Lock()
+			delete(r.busy, m.Id)
+			if err != nil {
+				r.errs = append(r.errs, err)
 			}
-			if err := st.RemoveMachine(ctx, m.Id); err != nil && !errors.Is(err, state.ErrNotFound) {
-				fail(err)
-				return
+			r.mu.Unlock()
+			if err != nil && ctx.Err() == nil {
+				r.p.logger.Warn("cannot remove dead machine", "machine", m.Id, "error", err)
 			}
-			p.logger.Info("machine removed", "machine", m.Id)
-			mu.Lock()
-			removed = append(removed, m.Id)
-			mu.Unlock()
 		}()
 	}
-	wg.Wait()
-	return removed, errs
+}
+
+// removalTries is how many times a removal is tried, the pause between
+// them doubling from removalPause, before it waits for the next look at
+// every machine (Resync). The machine, dead in the watch's view, may not
+// be dead yet to a read made at once: etcd sends a write to its watchers a
+// moment before reads see it. A dead machine stays dead, so a removal
+// refused for that succeeds when tried again.
+const (
+	removalTries = 6
+	removalPause = 50 * time.Millisecond
+)
+
+// remove removes dead machine m in its turn, trying again after a
+// failure.
+func (r *remover) remove(ctx context.Context, m *pb.Machine) error {
+	pause := removalPause
+	for try := 1; ; try++ {
+		select {
+		case r.turns <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		err := r.p.removeDead(ctx, m)
+		<-r.turns
+		if err == nil || try == removalTries {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		pause *= 2
+	}
+}
+
+// wait waits for the removals under way and returns what failed.
+func (r *remover) wait() error {
+	r.wg.Wait()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return errors.Join(r.errs...)
+}
+
+// removeDead stops dead machine m's instance and removes the machine (or
+// finds it gone).
+func (p *Provisioner) removeDead(ctx context.Context, m *pb.Machine) error {
+	ctx = state.Ahead(ctx) // as a pass's writes go (pass)
+	if m.InstanceId != "" {
+		if err := p.cfg.Provider.Stop(ctx, m.InstanceId); err != nil {
+			return fmt.Errorf("stop instance %s of machine %s: %w", m.InstanceId, m.Id, err)
+		}
+		p.logger.Info("instance stopped", "machine", m.Id, "instance", m.InstanceId)
+	}
+	if err := p.cfg.State.RemoveMachine(ctx, m.Id); err != nil && !errors.Is(err, state.ErrNotFound) {
+		return err
+	}
+	p.logger.Info("machine removed", "machine", m.Id)
+	return nil
 }
 
 // start gives machine m a credential and an instance running its agent.

@@ -2,6 +2,7 @@ package provisioner_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,11 +29,17 @@ type fakeProvider struct {
 	// counts the Stops held.
 	stopping chan struct{}
 	inStop   int
+	// queued counts the calls whose context's writes would queue behind
+	// the agents' (not state.Ahead).
+	queued int
 }
 
-func (f *fakeProvider) Start(_ context.Context, spec provisioner.MachineSpec) (provisioner.Instance, error) {
+func (f *fakeProvider) Start(ctx context.Context, spec provisioner.MachineSpec) (provisioner.Instance, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if !state.IsAhead(ctx) {
+		f.queued++
+	}
 	if spec.Agent.Tag != "machine-"+spec.ID || spec.Agent.Secret == "" || len(spec.Agent.Controllers) == 0 {
 		panic("bad agent config: " + spec.Agent.String())
 	}
@@ -42,8 +49,11 @@ func (f *fakeProvider) Start(_ context.Context, spec provisioner.MachineSpec) (p
 	return in, nil
 }
 
-func (f *fakeProvider) Stop(_ context.Context, id string) error {
+func (f *fakeProvider) Stop(ctx context.Context, id string) error {
 	f.mu.Lock()
+	if !state.IsAhead(ctx) {
+		f.queued++
+	}
 	if f.stopping != nil {
 		f.inStop++
 		f.mu.Unlock()
@@ -133,6 +143,10 @@ func TestProvisionerStartsAndRemoves(t *testing.T) {
 	}
 	if len(left) != 1 || left[0].Id != ms[1].Id {
 		t.Errorf("machines left: %v, want only %s", left, ms[1].Id)
+	}
+	// Its work goes ahead of the agents' writes queued for etcd.
+	if fp.queued != 0 {
+		t.Errorf("%d provider calls made with a context whose writes queue, want 0 (state.Ahead)", fp.queued)
 	}
 }
 
@@ -321,5 +335,93 @@ func TestProvisionerActsOnEtcdNotItsView(t *testing.T) {
 	got, err := st.Machine(ctx, old.Id)
 	if err != nil || got.InstanceId != "fake-"+old.Id {
 		t.Errorf("machine %s: %v, %v; want its instance kept", old.Id, got, err)
+	}
+}
+
+// A dead machine's removal goes on beside Run's passes: a machine added
+// while an instance is still being stopped gets its own at once, rather
+// than after the removal.
+func TestProvisionerRemovesBesideItsPasses(t *testing.T) {
+	st, ctx, fp, p := setup(t)
+	ms, err := st.AddMachines(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DestroyMachine(ctx, ms[0].Id, state.DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.EnsureMachineDead(ctx, ms[0].Id); err != nil {
+		t.Fatal(err)
+	}
+	fp.mu.Lock()
+	fp.stopping = make(chan struct{})
+	fp.mu.Unlock()
+	release := sync.OnceFunc(func() { close(fp.stopping) })
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(rctx) }()
+	defer func() {
+		release()
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	wait("the dead machine's instance stopping", func() bool {
+		fp.mu.Lock()
+		defer fp.mu.Unlock()
+		return fp.inStop == 1
+	})
+	more, err := st.AddMachines(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait("the new machine's instance recorded while the other's stops", func() bool {
+		got, err := st.Machine(ctx, more[0].Id)
+		return err == nil && got.InstanceId == "fake-"+more[0].Id
+	})
+	release()
+	wait("the dead machine removed", func() bool {
+		_, err := st.Machine(ctx, ms[0].Id)
+		return errors.Is(err, state.ErrNotFound)
+	})
+}
+
+// A machine the view shows dead but a read at once does not (etcd sends a
+// write to its watchers a moment before reads see it) is removed when its
+// removal is tried again, not left for the next look at every machine.
+func TestProvisionerTriesARefusedRemovalAgain(t *testing.T) {
+	st, ctx, _, p := setup(t)
+	ms, err := st.AddMachinesWith(ctx, 1, state.MachineOptions{Manual: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ms[0].Id
+	if err := st.DestroyMachine(ctx, id, state.DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	seen := &pb.Machine{Id: id, Life: pb.Life_LIFE_DEAD, Manual: true} // dying in etcd yet
+	go func() {
+		time.Sleep(120 * time.Millisecond)
+		if err := st.EnsureMachineDead(ctx, id); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := p.PassOver(ctx, []*pb.Machine{seen}); err != nil {
+		t.Fatalf("a pass over machine %s seen dead before it was: %v", id, err)
+	}
+	if _, err := st.Machine(ctx, id); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("machine %s: %v, want removed", id, err)
 	}
 }
