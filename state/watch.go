@@ -7,6 +7,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 )
 
 // EventType says whether an event wrote or deleted its key.
@@ -192,6 +193,14 @@ func (s *State) watchFrom(ctx context.Context, prefix string, isPrefix bool, rev
 			rev, relist = at, false
 		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		if !list {
+			// The client sends watches with the same metadata on one
+			// stream, whose events etcd sends in one queue: a watch of
+			// everything (the watch hub's), slow to take in at times,
+			// held up every other watch on it (the provisioner's, the
+			// cleaner's) by seconds. It gets a stream of its own.
+			wctx = metadata.AppendToOutgoingContext(wctx, "lifeline-watch", "changes")
+		}
 		opts := []clientv3.OpOption{clientv3.WithRev(rev + 1), clientv3.WithProgressNotify()}
 		if isPrefix {
 			opts = append(opts, clientv3.WithPrefix())
