@@ -69,7 +69,7 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 			Id: mach.Id, Life: state.LifeName(mach.Life), Instance: mach.InstanceId, Address: mach.Address,
 			Agent: "pending", Units: machineUnits[mach.Id], Forced: mach.Forced,
 		}
-		ms.Agent, ms.Message = machineAgent(m, mach.Id)
+		ms.Agent, ms.Message = machineAgent(m, mach.Id, mach.Life)
 		switch mach.Life {
 		case pb.Life_LIFE_DYING:
 			for _, u := range ms.Units {
@@ -94,7 +94,7 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 		}
 		for _, u := range unitsOf[svc.Name] {
 			us := unitStatus(m, u, machines[u.MachineId])
-			if agent, _ := machineAgent(m, u.MachineId); agent == "lost" && us.Agent != "allocating" {
+			if agent, _ := machineAgent(m, u.MachineId, machines[u.MachineId].GetLife()); agent == "lost" && us.Agent != "allocating" {
 				us.Agent = "lost" // its agent runs inside its machine's
 			}
 			us.Subordinates = subordinates[u.Name]
@@ -204,10 +204,11 @@ func plural(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
-// machineAgent says how a machine's agent is: started (connected now),
-// lost (it was, and is not), down (it said it stopped), or pending (it
-// never was).
-func machineAgent(m *state.Model, id string) (agent, message string) {
+// machineAgent says how the agent of a machine whose life is life is:
+// started (connected now), down (it said it stopped, or its machine is
+// dead, when its agent stops without a word), lost (it was connected,
+// and is not), or pending (it never was).
+func machineAgent(m *state.Model, id string, life pb.Life) (agent, message string) {
 	st := m.Status(state.StatusMachine, id)
 	switch {
 	case m.Present[names.MachineTag(id)]:
@@ -215,6 +216,8 @@ func machineAgent(m *state.Model, id string) (agent, message string) {
 			return "started", st.Message
 		}
 		return "started", ""
+	case life == pb.Life_LIFE_DEAD:
+		return "down", "machine dead"
 	case st == nil:
 		return "pending", ""
 	case st.Status == "down":

@@ -272,6 +272,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
+	setDead := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -290,12 +291,19 @@ func (a *Agent) Run(ctx context.Context) error {
 			continue
 		}
 		if m == nil || m.Life == pb.Life_LIFE_DEAD {
+			// It says nothing as it goes: the machine's status goes with
+			// the machine moments later, and a dead machine's agent
+			// shows down meanwhile. Its report cost one write a machine
+			// as the last units of a destroy went, and once the machine
+			// was gone, five refused calls (its credential with it).
 			a.logger.Info("machine is dead: the agent stops")
-			a.setStatus(ctx, "down", "machine dead")
 			return ErrMachineDead
 		}
 		again := a.reconcile(ctx, want)
-		if m.Life == pb.Life_LIFE_DYING && len(want) == 0 && a.idle() {
+		// Set dead, the machine is waited on to show so: the watch's view
+		// lags, and once the provisioner removed it a call would be
+		// refused.
+		if m.Life == pb.Life_LIFE_DYING && len(want) == 0 && a.idle() && !setDead {
 			cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
 			_, err := a.cfg.API.EnsureMachineDead(cctx, &pb.EnsureMachineDeadRequest{Machine: a.cfg.MachineID})
 			ccancel()
@@ -304,6 +312,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				again = true
 			} else {
 				a.logger.Info("machine set dead")
+				setDead = true
 			}
 		}
 		if again {
