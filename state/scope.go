@@ -104,7 +104,7 @@ func (s *State) LeaveScope(ctx context.Context, id int64, unit string) error {
 		if rel.v.Life == pb.Life_LIFE_ALIVE {
 			return c, nil
 		}
-		probed := r.existing(2, probes)
+		probed := farthestProbes(r.existing(2, probes), unit)
 		if len(probed) == 0 {
 			// No neighbour: any member will do, at the cost of a range.
 			probed, err = s.rangeWitnesses(ctx, unit, scopeKey, ScopePrefix(id))

@@ -295,13 +295,15 @@ type serviceView struct {
 
 // witnessProbes are the unit numbers, relative to a unit being removed,
 // whose keys readServiceView tries as witnesses that the service has other
-// units. Point reads of neighbours cost little and spread the witnesses of
-// concurrent removals; a range read of the service's units costs as much as
-// the service has units, because etcd counts the whole range whatever the
-// limit. Most are far: units added together to one machine are numbered
-// one after the other and tend to go together when it goes, and a removal
-// whose witness goes meanwhile conflicts and is tried again.
-var witnessProbes = []int64{1, -1, 16, -16, 64, -64, 256, -256}
+// units, in pairs, nearest first. Point reads of neighbours cost little
+// and spread the witnesses of concurrent removals; a range read of the
+// service's units costs as much as the service has units, because etcd
+// counts the whole range whatever the limit. The witness is one of the
+// farthest pair there (farthestProbes): units added together are numbered
+// one after the other and tend to go together (to one machine, set dying
+// in one of the cleaner's batches), and a removal whose witness goes
+// meanwhile conflicts and is tried again.
+var witnessProbes = []int64{1, -1, 16, -16, 64, -64, 256, -256, 1024, -1024}
 
 // siblingKeys returns key(u) for the units u of unit's service numbered
 // one below and one above it: units added together to one machine, which
@@ -326,6 +328,34 @@ func neighbourProbes(unit string, key func(unit string) string) ([]string, []get
 		gets[i] = getExists(k)
 	}
 	return keys, gets
+}
+
+// farthestProbes returns those of found, the keys of unit's neighbours
+// (neighbourProbes) that exist, furthest from unit by number: those most
+// likely to be there still when the change commits.
+func farthestProbes(found []*mvccpb.KeyValue, unit string) []*mvccpb.KeyValue {
+	n, err := strconv.ParseInt(lastSegment(unit), 10, 64)
+	if err != nil || len(found) < 2 {
+		return found
+	}
+	dist := func(kv *mvccpb.KeyValue) int64 {
+		m, err := strconv.ParseInt(lastSegment(string(kv.Key)), 10, 64)
+		if err != nil {
+			return 0
+		}
+		return max(m-n, n-m)
+	}
+	far := int64(0)
+	for _, kv := range found {
+		far = max(far, dist(kv))
+	}
+	var out []*mvccpb.KeyValue
+	for _, kv := range found {
+		if dist(kv) == far {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // neighbourKeys returns key(u) for the units u of unit's service whose
@@ -367,7 +397,7 @@ func (s *State) readServiceView(ctx context.Context, name, unit string, extra ..
 	if err != nil {
 		return nil, r, err
 	}
-	v := &serviceView{name: name, svc: svc, rels: r.all(i + 1), units: r.existing(i+2, probes)}
+	v := &serviceView{name: name, svc: svc, rels: r.all(i + 1), units: farthestProbes(r.existing(i+2, probes), unit)}
 	if unit != "" {
 		v.siblings = siblingKeys(unit, UnitKey)
 	}

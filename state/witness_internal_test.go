@@ -53,3 +53,39 @@ func TestWitnessAvoidsSiblings(t *testing.T) {
 		t.Errorf("witness = %s, want none", w.Key)
 	}
 }
+
+// A removal's or a departure's witness is among its unit's neighbours
+// furthest by number that are there: units numbered close together go
+// together, and a witness gone before the change commits costs another
+// attempt.
+func TestFarthestProbes(t *testing.T) {
+	kvs := func(keys ...string) []*mvccpb.KeyValue {
+		var out []*mvccpb.KeyValue
+		for _, k := range keys {
+			out = append(out, &mvccpb.KeyValue{Key: []byte(k)})
+		}
+		return out
+	}
+	keys := func(kvs []*mvccpb.KeyValue) []string {
+		var out []string
+		for _, kv := range kvs {
+			out = append(out, string(kv.Key))
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		unit  string
+		found []string
+		want  []string
+	}{
+		{"bench/300", []string{"units/bench/301", "units/bench/316", "units/bench/556", "units/bench/44"}, []string{"units/bench/556", "units/bench/44"}},
+		{"bench/300", []string{"units/bench/301", "units/bench/316", "units/bench/556"}, []string{"units/bench/556"}},
+		{"bench/3", []string{"scopes/0/bench/4", "scopes/0/bench/2"}, []string{"scopes/0/bench/4", "scopes/0/bench/2"}},
+		{"bench/3", []string{"scopes/0/bench/4"}, []string{"scopes/0/bench/4"}},
+		{"bench/3", nil, nil},
+	} {
+		if got := keys(farthestProbes(kvs(tt.found...), tt.unit)); !slices.Equal(got, tt.want) {
+			t.Errorf("farthestProbes(%q, %s) = %q, want %q", tt.found, tt.unit, got, tt.want)
+		}
+	}
+}
