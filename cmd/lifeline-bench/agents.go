@@ -21,8 +21,9 @@ import (
 )
 
 // fleet is the simulated machines: real machine agents, each with one
-// connection of its own shared by its units, run in this process or, with
-// -fleet-procs, by a few worker processes of this program (-fleet-worker).
+// connection of its own shared by its units, run by -fleet-procs worker
+// processes of this program (-fleet-worker; one by default), or in this
+// process with -fleet-procs 0.
 // Every hook's fork copies its process's descriptor table, which the hook
 // then closes: with a descriptor a unit in one process (each unit's hook
 // tool socket, before a machine's units shared one) that was 0.9 ms of

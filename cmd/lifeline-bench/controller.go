@@ -182,11 +182,26 @@ type counters struct {
 	// calls that took at most each bound ("le"), in seconds.
 	buckets            map[string]map[float64]float64
 	listings, together float64
+	// disk are etcd's own histograms of its disk writes, by
+	// diskHistograms' names for them: the same form as buckets.
+	disk map[string]map[float64]float64
+	// diskSeconds are those histograms' sums.
+	diskSeconds map[string]float64
+}
+
+// diskHistograms are the embedded etcd's histograms of its disk writes
+// that the harness reads, by its names for them: a backend commit (of its
+// database, every 100 ms, which holds up applying entries while it runs)
+// and a WAL fsync (of the log, before entries are committed).
+var diskHistograms = map[string]string{
+	"etcd_disk_backend_commit_duration_seconds": "backend commits",
+	"etcd_disk_wal_fsync_duration_seconds":      "WAL fsyncs",
 }
 
 // counters reads them all from one scrape of /metrics.
 func (c *controllerProc) counters() (counters, error) {
-	out := counters{failed: map[string]float64{}, buckets: map[string]map[float64]float64{}}
+	out := counters{failed: map[string]float64{}, buckets: map[string]map[float64]float64{},
+		disk: map[string]map[float64]float64{}, diskSeconds: map[string]float64{}}
 	byName := map[string]struct {
 		label string
 		out   map[string]float64
@@ -206,7 +221,15 @@ func (c *controllerProc) counters() (counters, error) {
 		}
 		name, labels, ok := strings.Cut(line, "{")
 		if ok && name == "lifeline_api_call_seconds_bucket" {
-			return false, out.addBucket(labels)
+			return false, addBucket(out.buckets, "", labels)
+		}
+		if h, ok := strings.CutSuffix(name, "_bucket"); ok && diskHistograms[h] != "" {
+			return false, addBucket(out.disk, diskHistograms[h], labels)
+		}
+		if h, value, ok := strings.Cut(line, "_sum "); ok && diskHistograms[h] != "" {
+			n, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+			out.diskSeconds[diskHistograms[h]] = n
+			return false, err
 		}
 		m, known := byName[name]
 		if !ok || !known {
@@ -236,14 +259,15 @@ func (c *controllerProc) counters() (counters, error) {
 	return out, err
 }
 
-// addBucket records one bucket of a call duration histogram from its
-// line after the metric's name: `method="M",le="0.004"} 12`.
-func (c *counters) addBucket(line string) error {
+// addBucket records in buckets one bucket of a duration histogram from
+// its line after the metric's name: `method="M",le="0.004"} 12`, under
+// its method, or under name when it has none.
+func addBucket(buckets map[string]map[float64]float64, name, line string) error {
 	labels, value, ok := strings.Cut(line, "} ")
 	if !ok {
 		return nil
 	}
-	var method, le string
+	method, le := name, ""
 	for _, l := range strings.Split(labels, ",") {
 		k, v, _ := strings.Cut(l, "=")
 		v = strings.Trim(v, `"`)
@@ -262,10 +286,10 @@ func (c *counters) addBucket(line string) error {
 	if err != nil {
 		return err
 	}
-	if c.buckets[method] == nil {
-		c.buckets[method] = map[float64]float64{}
+	if buckets[method] == nil {
+		buckets[method] = map[float64]float64{}
 	}
-	c.buckets[method][bound] = n
+	buckets[method][bound] = n
 	return nil
 }
 
@@ -274,15 +298,21 @@ func (c *counters) addBucket(line string) error {
 // bound holding 99% of them; -1 past the last bound, which JSON can
 // carry where it cannot carry infinity.
 func slowest(before, after counters) map[string]float64 {
+	return p99s(before.buckets, after.buckets)
+}
+
+// p99s returns, for each histogram of after, the bound that 99% of what it
+// counted since before took at most (-1: beyond the largest).
+func p99s(before, after map[string]map[float64]float64) map[string]float64 {
 	out := map[string]float64{}
-	for method, b := range after.buckets {
+	for method, b := range after {
 		bounds := slices.Sorted(maps.Keys(b))
-		total := b[math.Inf(1)] - before.buckets[method][math.Inf(1)]
+		total := b[math.Inf(1)] - before[method][math.Inf(1)]
 		if total <= 0 {
 			continue
 		}
 		for _, le := range bounds {
-			if b[le]-before.buckets[method][le] >= 0.99*total {
+			if b[le]-before[method][le] >= 0.99*total {
 				out[method] = le
 				if math.IsInf(le, 1) {
 					out[method] = -1
@@ -313,3 +343,19 @@ func procUsage(pid int) (rss int64, cpu time.Duration, err error) {
 
 // currentRSS returns a process's resident memory now.
 func currentRSS(pid int) int64 { return procField(pid, "status", "VmRSS") }
+
+// diskWrites says, for each of etcd's disk histograms, how many writes
+// there were between two readings, how long they took in all and the
+// bound 99% of them took at most.
+func diskWrites(before, after counters) map[string]diskFigures {
+	out := map[string]diskFigures{}
+	p99 := p99s(before.disk, after.disk)
+	for name, b := range after.disk {
+		out[name] = diskFigures{
+			Count:      b[math.Inf(1)] - before.disk[name][math.Inf(1)],
+			Seconds:    after.diskSeconds[name] - before.diskSeconds[name],
+			P99Seconds: p99[name],
+		}
+	}
+	return out
+}

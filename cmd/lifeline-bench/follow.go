@@ -47,11 +47,18 @@ type follower struct {
 	rev int64
 	// changed is signalled, without blocking, after every batch.
 	changed chan struct{}
+	// timeline keeps the phase's changes by their revisions.
+	timeline timeline
+	// started holds the machines whose agents said they started.
+	started map[string]bool
 }
 
 var (
-	unitsPrefix       = state.UnitKey("")
-	agentStatusPrefix = state.StatusKey(state.StatusUnitAgent, "")
+	unitsPrefix         = state.UnitKey("")
+	machinesPrefix      = state.MachineKey("")
+	scopesPrefix        = strings.TrimSuffix(state.ScopePrefix(0), "0/")
+	agentStatusPrefix   = state.StatusKey(state.StatusUnitAgent, "")
+	machineStatusPrefix = state.StatusKey(state.StatusMachine, "")
 )
 
 // follow starts following the model until ctx ends. Start it while the
@@ -60,6 +67,7 @@ func follow(ctx context.Context, st *state.State) *follower {
 	f := &follower{
 		units: map[string]bool{}, aliveOn: map[string]int{}, machine: map[string]string{},
 		agents: map[string]*pb.Status{}, entities: map[string]bool{}, firstRunning: map[string]time.Time{}, changed: make(chan struct{}, 1), reports: map[string]int{},
+		started: map[string]bool{},
 	}
 	go func() {
 		for b := range st.Watch(ctx, "", 0) {
@@ -76,8 +84,12 @@ func (f *follower) apply(b state.WatchBatch) {
 		f.units, f.agents, f.entities = map[string]bool{}, map[string]*pb.Status{}, map[string]bool{}
 		f.aliveOn, f.machine = map[string]int{}, map[string]string{}
 		f.running, f.idle = 0, 0
+		f.started = map[string]bool{}
 	}
 	for _, e := range b.Events {
+		if !b.Reset {
+			f.timeline.event(e)
+		}
 		put := e.Type == state.EventPut
 		if isEntityKey(e.Key) {
 			if put {
@@ -87,6 +99,14 @@ func (f *follower) apply(b state.WatchBatch) {
 			}
 		}
 		switch {
+		case strings.HasPrefix(e.Key, machineStatusPrefix):
+			id := e.Key[len(machineStatusPrefix):]
+			s := &pb.Status{}
+			if put && proto.Unmarshal(e.Value, s) == nil && s.Status == "started" {
+				f.started[id] = true
+			} else {
+				delete(f.started, id)
+			}
 		case strings.HasPrefix(e.Key, unitsPrefix):
 			name := e.Key[len(unitsPrefix):]
 			if f.units[name] {
@@ -222,4 +242,11 @@ func (f *follower) wait(ctx context.Context, tick time.Duration, done func() boo
 		}
 	}
 	return nil
+}
+
+// machinesStarted counts the machines whose agents say they started.
+func (f *follower) machinesStarted() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.started)
 }

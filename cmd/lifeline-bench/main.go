@@ -1,9 +1,9 @@
 // Command lifeline-bench measures Lifeline at scale on one host: it starts
 // a real controller (lifelined controller, embedded etcd with fsync on, the
 // manual provider) in a process of its own, runs M machine agents — the
-// real machineagent and unitagent code, in this process, joined as manual
-// machines: only the local provider's process spawning is replaced —
-// deploys a charm to N units spread over them, relates it to a second
+// real machineagent and unitagent code, in a process of their own, joined
+// as manual machines: only the local provider's process spawning is
+// replaced — deploys a charm to N units spread over them, relates it to a second
 // service, waits until every unit runs and is idle, then destroys
 // everything and waits until etcd holds no entity keys. It measures raw
 // etcd put-if-absent transactions at the same concurrency in the same run,
@@ -14,7 +14,7 @@
 //
 //	controller (process) ── etcd (embedded, fsync on)
 //	     ▲ gRPC+TLS, one connection per machine
-//	lifeline-bench: M × machineagent ─► unitagents ─► hooks (processes or none)
+//	lifeline-bench -fleet-worker: M × machineagent ─► unitagents ─► hooks (processes or none)
 package main
 
 import (
@@ -47,6 +47,7 @@ type config struct {
 	fleetProcs               int
 	fleetNice                int
 	fleetGC                  string
+	timeline                 bool
 }
 
 func main() {
@@ -66,9 +67,10 @@ func main() {
 	flag.BoolVar(&c.keep, "keep", false, "keep the working directory")
 	flag.StringVar(&c.pprofDir, "pprof", "", "write CPU profiles of the controller and of the fleet (each of its processes) for the first -pprof-seconds of deploying, of the tail (when only the related units are busy) and of destroying, and heap profiles of both before deploying, once the units run and once everything is removed (what was allocated between two of them, by pprof -diff_base, is a phase's), into this directory")
 	flag.IntVar(&c.pprofSeconds, "pprof-seconds", 15, "how long each CPU profile of -pprof lasts")
-	flag.IntVar(&c.fleetProcs, "fleet-procs", 0, "run the machine agents in this many processes of their own (0: in the harness's process)")
+	flag.IntVar(&c.fleetProcs, "fleet-procs", 1, "run the machine agents in this many processes of their own (0: in the harness's process, whose watch of the model and clock the agents' bursts then starve)")
 	flag.IntVar(&c.fleetNice, "fleet-nice", 0, "run the fleet (its agents, their hooks, the related units' agents) at this nice value, the controller at 0: on one host the hooks' processes otherwise take the controller's CPU, which machines of their own would not (0: the same)")
 	flag.StringVar(&c.fleetGC, "fleet-gc", "agents", "how the fleet's processes collect garbage: agents (as seldom as its machines' agents would, each in a process of its own: heapfloor.go) or process (as any one Go process would, whenever its heap doubles)")
+	flag.BoolVar(&c.timeline, "timeline", false, "print, for deploying and for destroying, the life changes of units and machines and the scope entries made and removed that the harness's watch saw in each quarter second")
 	worker := flag.String("fleet-worker", "", "run as a process of the fleet, as this spec says (the harness starts these)")
 	flag.Parse()
 	if *worker != "" {

@@ -120,6 +120,33 @@ type results struct {
 	// several at once (watchhub.Hub.List).
 	ListingsDeploy       int64 `json:"watch_listings_deploy"`
 	ListedTogetherDeploy int64 `json:"watch_listings_together_deploy"`
+	// The embedded etcd's disk writes in the same phases: its backend's
+	// commits and its WAL's fsyncs.
+	DiskDeploy  map[string]diskFigures `json:"etcd_disk_deploy"`
+	DiskDestroy map[string]diskFigures `json:"etcd_disk_destroy"`
+}
+
+// diskFigures are one kind of etcd's disk writes in a phase.
+type diskFigures struct {
+	Count   float64 `json:"count"`
+	Seconds float64 `json:"seconds"`
+	// P99Seconds bounds what 99% of them took (-1: beyond the largest
+	// bound).
+	P99Seconds float64 `json:"p99_seconds"`
+}
+
+// diskLine says a phase's disk writes briefly.
+func diskLine(d map[string]diskFigures) string {
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(d)) {
+		f := d[name]
+		p99 := "≤ " + seconds(f.P99Seconds)
+		if f.P99Seconds < 0 {
+			p99 = "beyond the largest bound"
+		}
+		parts = append(parts, fmt.Sprintf("%.0f %s, %.1f s in all, 99%% %s", f.Count, name, f.Seconds, p99))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // slowCalls says the n methods whose calls took longest (p99 bounds),
@@ -220,6 +247,8 @@ func (r *results) print(w io.Writer) {
 	row("slowest calls (p99), deploying", "%s", slowCalls(r.CallP99Deploy, 5))
 	row("slowest calls (p99), destroying", "%s", slowCalls(r.CallP99Destroy, 5))
 	row("watch listings, deploying", "%d, %d of them read together", r.ListingsDeploy, r.ListedTogetherDeploy)
+	row("etcd's disk, deploying", "%s", diskLine(r.DiskDeploy))
+	row("etcd's disk, destroying", "%s", diskLine(r.DiskDestroy))
 	row("retried, deploying", "%s", top(r.RetriesDeploy, 6, "%.0f"))
 	row("retried, destroying", "%s", top(r.RetriesDestroy, 6, "%.0f"))
 	row("agent reports a unit, deploying", "%s", topCalls(r.ReportsPerUnitDeploy, 5))

@@ -157,7 +157,25 @@ func run(ctx context.Context, c config) (*results, error) {
 	fctx, stopFollowing := context.WithCancel(ctx)
 	defer stopFollowing()
 	model := follow(fctx, st)
-	clock := startRevClock(fctx, etcd)
+	// The clock has a connection of its own, so that its reads never
+	// wait behind changes the watch has yet to take in. (Its gaps of up
+	// to 1.5 s while destroying came from sharing the harness's process
+	// with the fleet: hence -fleet-procs 1 by default.)
+	clockConn, err := embedetcd.NewClient(clientv3.Config{Endpoints: []string{ctl.etcdEndpoint()}})
+	if err != nil {
+		return nil, err
+	}
+	defer clockConn.Close()
+	clock := startRevClock(fctx, clockConn)
+
+	// The deploy starts once every machine's agent runs: a fleet in
+	// processes of its own can take seconds to dial the controller a
+	// thousand times, which would be counted as the deploy's.
+	agents := c.machines + 1 + c.related
+	if err := model.wait(ctx, time.Second, func() bool { return model.machinesStarted() >= agents }); err != nil {
+		return nil, fmt.Errorf("waiting for the machine agents to start: %w (%d of %d)", err, model.machinesStarted(), agents)
+	}
+	say("  all %d machine agents started", agents)
 
 	prof, err := newProfiler(c.pprofDir, c.pprofSeconds, ctl, fl)
 	if err != nil {
@@ -167,6 +185,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	prof.heap(ctx, "before")
 	say("deploying %d units of bench on %d machines, related to %d of front", c.units, c.machines, c.related)
 	start := time.Now()
+	model.timeline.begin(start)
 	startUsage, startRelated := fleetUsage(), relatedUsage()
 	deployMeter := startPhase(ctl.cmd.Process.Pid)
 	countsBefore, err := ctl.counters()
@@ -219,6 +238,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	if err != nil {
 		return res, err
 	}
+	res.DiskDeploy = diskWrites(countsBefore, countsRunning)
 	res.RetriesDeploy = perUnit(countsBefore.retries, countsRunning.retries, 1)
 	res.CallsPerUnitDeploy = perUnit(countsBefore.calls, countsRunning.calls, total)
 	res.FailedCallsDeploy = perUnit(countsBefore.failed, countsRunning.failed, 1)
@@ -227,6 +247,9 @@ func run(ctx context.Context, c config) (*results, error) {
 	res.ListedTogetherDeploy = int64(countsRunning.together - countsBefore.together)
 	res.ReportsPerUnitDeploy = model.takeReports(total)
 	say("  all %d units running and idle after %.1f s", total, res.SecondsToRunning)
+	if c.timeline {
+		model.timeline.print(os.Stdout, "deploying", clock)
+	}
 
 	if size, err := dbInUse(ctx, etcd, ctl.etcdEndpoint()); err == nil {
 		res.EtcdBytesPerUnit = float64(size-sizeBefore) / float64(total)
@@ -259,6 +282,7 @@ func run(ctx context.Context, c config) (*results, error) {
 
 	say("destroying everything")
 	destroyStart := time.Now()
+	model.timeline.begin(destroyStart)
 	destroyUsage, destroyRelated := fleetUsage(), relatedUsage()
 	destroyMeter := startPhase(ctl.cmd.Process.Pid)
 	prof.cpu(ctx, "destroy")
@@ -302,12 +326,16 @@ func run(ctx context.Context, c config) (*results, error) {
 	if err != nil {
 		return res, err
 	}
+	res.DiskDestroy = diskWrites(countsRunning, countsEnd)
 	res.RetriesDestroy = perUnit(countsRunning.retries, countsEnd.retries, 1)
 	res.CallsPerUnitDestroy = perUnit(countsRunning.calls, countsEnd.calls, total)
 	res.FailedCallsDestroy = perUnit(countsRunning.failed, countsEnd.failed, 1)
 	res.CallP99Destroy = slowest(countsRunning, countsEnd)
 	res.ReportsPerUnitDestroy = model.takeReports(total)
 	say("  the keyspace holds no entity keys after %.1f s", res.SecondsToRemoved)
+	if c.timeline {
+		model.timeline.print(os.Stdout, "destroying", clock)
+	}
 
 	txns, err := ctl.metric("lifeline_etcd_txns_total")
 	if err != nil {
