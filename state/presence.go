@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -12,20 +13,34 @@ import (
 )
 
 // presence/<tag> exists while the agent with that tag is connected: the
-// key is bound to an etcd lease that the controller keeps alive for as long
-// as the agent's presence stream lives, and that expires on its own if the
-// controller dies.
+// controller serving the agent's presence stream puts it, and deletes it
+// when the stream ends. It is bound to an etcd lease the controller keeps
+// alive, one for all the presence keys it holds, so that they go on their
+// own if the controller dies.
+//
+// Why one lease and not one an agent: revoking a lease deletes it from
+// etcd's backend, and etcd commits its backend at once after any such
+// delete, an fsync that holds up applying every other write while it
+// runs; deleting a key is an ordinary write. A thousand machines' agents
+// going as a destroy ended made a thousand of those commits
+// (docs/PERFORMANCE.md, twentieth round).
 const presencePrefix = "presence/"
 
 func presenceKey(tag string) string { return presencePrefix + tag }
 
-// Presence is an agent's presence key, held until Close.
+// Presence is a key held until Close: an agent's presence, or a
+// controller's registration (RegisterController).
 type Presence struct {
-	lease  clientv3.Lease
-	id     clientv3.LeaseID
-	cancel context.CancelFunc
-	done   chan struct{}
+	close func()
+	lost  <-chan struct{}
 }
+
+// Close ends the presence at once.
+func (p *Presence) Close() { p.close() }
+
+// Lost reports whether the presence lapsed on its own (its lease could not
+// be kept alive): the agent should be told to reconnect.
+func (p *Presence) Lost() <-chan struct{} { return p.lost }
 
 // Present makes the agent with tag present until the returned Presence is
 // closed, or until ttl after this process stops keeping it (a crash).
@@ -33,20 +48,112 @@ func (s *State) Present(ctx context.Context, tag string, ttl time.Duration) (*Pr
 	if _, _, err := names.ParseTag(tag); err != nil {
 		return nil, invalidf("%v", err)
 	}
-	p, err := s.leased(ctx, presenceKey(tag), "", ttl)
+	l, err := s.presences.acquire(ctx, s.lease, ttl)
 	if err != nil {
 		return nil, fmt.Errorf("presence of %s: %w", tag, err)
 	}
-	return p, nil
+	key := presenceKey(tag)
+	put, err := s.kv.Put(ctx, key, "", clientv3.WithLease(l.id))
+	if err != nil {
+		s.presences.release(l)
+		return nil, fmt.Errorf("presence of %s: %w", tag, err)
+	}
+	rev := put.Header.Revision
+	var once sync.Once
+	return &Presence{lost: l.done, close: func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			// The key as this put it: the agent may be present through
+			// another controller since, which put it again.
+			s.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
+			s.presences.release(l)
+		})
+	}}, nil
+}
+
+// presenceLeases are the leases a State holds its agents' presence keys
+// on: one for each ttl asked for (a controller asks for one), granted when
+// the first presence comes and revoked when the last goes.
+type presenceLeases struct {
+	mu     sync.Mutex
+	leases map[time.Duration]*presenceLease
+}
+
+type presenceLease struct {
+	lease  clientv3.Lease
+	id     clientv3.LeaseID
+	ttl    time.Duration
+	users  int
+	cancel context.CancelFunc
+	// done is closed once the lease is no longer kept alive: revoked
+	// with its last user gone, or lapsed.
+	done chan struct{}
+}
+
+// acquire returns the lease for ttl, granting it if there is none or the
+// one there lapsed, with one more user.
+func (p *presenceLeases) acquire(ctx context.Context, lease clientv3.Lease, ttl time.Duration) (*presenceLease, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l := p.leases[ttl]; l != nil {
+		l.users++
+		return l, nil
+	}
+	secs := max(int64(ttl/time.Second), 1)
+	grant, err := lease.Grant(ctx, secs)
+	if err != nil {
+		return nil, err
+	}
+	kctx, cancel := context.WithCancel(context.Background())
+	ch, err := lease.KeepAlive(kctx, grant.ID)
+	if err != nil {
+		cancel()
+		lease.Revoke(context.Background(), grant.ID)
+		return nil, err
+	}
+	l := &presenceLease{lease: lease, id: grant.ID, ttl: ttl, users: 1, cancel: cancel, done: make(chan struct{})}
+	if p.leases == nil {
+		p.leases = map[time.Duration]*presenceLease{}
+	}
+	p.leases[ttl] = l
+	go func() {
+		for range ch { // keepalive answers; the channel closes when it stops
+		}
+		// Revoked, or lapsed: the next presence gets a new lease.
+		p.mu.Lock()
+		if p.leases[ttl] == l {
+			delete(p.leases, ttl)
+		}
+		p.mu.Unlock()
+		close(l.done)
+	}()
+	return l, nil
+}
+
+// release drops a user of l, and revokes it once it has none.
+func (p *presenceLeases) release(l *presenceLease) {
+	p.mu.Lock()
+	l.users--
+	last := l.users == 0
+	if last && p.leases[l.ttl] == l {
+		delete(p.leases, l.ttl)
+	}
+	p.mu.Unlock()
+	if !last {
+		return
+	}
+	l.cancel()
+	<-l.done
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l.lease.Revoke(ctx, l.id)
 }
 
 // leased puts key with value bound to a new lease of ttl (at least a
 // second) that it keeps alive until the returned Presence is closed.
 func (s *State) leased(ctx context.Context, key, value string, ttl time.Duration) (*Presence, error) {
-	secs := int64(ttl / time.Second)
-	if secs < 1 {
-		secs = 1
-	}
+	secs := max(int64(ttl/time.Second), 1)
 	grant, err := s.lease.Grant(ctx, secs)
 	if err != nil {
 		return nil, err
@@ -62,27 +169,23 @@ func (s *State) leased(ctx context.Context, key, value string, ttl time.Duration
 		s.lease.Revoke(context.Background(), grant.ID)
 		return nil, err
 	}
-	p := &Presence{lease: s.lease, id: grant.ID, cancel: cancel, done: make(chan struct{})}
+	done := make(chan struct{})
 	go func() {
-		defer close(p.done)
+		defer close(done)
 		for range ch { // keepalive answers; the channel closes when it stops
 		}
 	}()
-	return p, nil
+	var once sync.Once
+	return &Presence{lost: done, close: func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			s.lease.Revoke(ctx, grant.ID)
+		})
+	}}, nil
 }
-
-// Close ends the presence at once.
-func (p *Presence) Close() {
-	p.cancel()
-	<-p.done
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	p.lease.Revoke(ctx, p.id)
-}
-
-// Lost reports whether the presence lapsed on its own (its lease could not
-// be kept alive): the agent should be told to reconnect.
-func (p *Presence) Lost() <-chan struct{} { return p.done }
 
 // Presences returns the tags of the agents present now.
 func (s *State) Presences(ctx context.Context) (map[string]bool, error) {

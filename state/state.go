@@ -68,6 +68,8 @@ type State struct {
 	stats   stats
 	// hot queues this process's writers of the id sequences.
 	hot keyLocks
+	// presences are the leases the agents' presence keys are bound to.
+	presences presenceLeases
 }
 
 // New returns a State over the client's cluster, confined to cfg.Namespace.
