@@ -89,6 +89,27 @@ func setup(t *testing.T) (*state.State, context.Context, *fakeProvider, *provisi
 	return st, etcdtest.Context(t), fp, p
 }
 
+// runWithStopsHeld runs p until the test ends, every Stop of fp held until
+// release is called (or the test ends).
+func runWithStopsHeld(t *testing.T, ctx context.Context, fp *fakeProvider, p *provisioner.Provisioner) (release func()) {
+	t.Helper()
+	fp.mu.Lock()
+	fp.stopping = make(chan struct{})
+	fp.mu.Unlock()
+	release = sync.OnceFunc(func() { close(fp.stopping) })
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(rctx) }()
+	t.Cleanup(func() {
+		release()
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return release
+}
+
 func TestProvisionerStartsAndRemoves(t *testing.T) {
 	st, ctx, fp, p := setup(t)
 	ms, err := st.AddMachines(ctx, 2)
@@ -258,37 +279,16 @@ func TestProvisionerRunFollowsTheMachines(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fp.mu.Lock()
-	fp.stopping = make(chan struct{})
-	fp.mu.Unlock()
-	release := sync.OnceFunc(func() { close(fp.stopping) })
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(rctx) }()
-	defer func() {
-		release()
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	wait := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
-	}
+	release := runWithStopsHeld(t, ctx, fp, p)
 	// Both instances are stopped at once: each Stop is held until both
 	// are under way.
-	wait("the two dead machines' instances stopping together", func() bool {
+	waitFor(t, "the two dead machines' instances stopping together", func() bool {
 		fp.mu.Lock()
 		defer fp.mu.Unlock()
 		return fp.inStop == 2
 	})
 	release()
-	wait("the dead machines removed", func() bool {
+	waitFor(t, "the dead machines removed", func() bool {
 		left, err := st.Machines(ctx)
 		return err == nil && len(left) == 1 && left[0].Id == ms[2].Id
 	})
@@ -296,7 +296,7 @@ func TestProvisionerRunFollowsTheMachines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wait("the new machine's instance recorded", func() bool {
+	waitFor(t, "the new machine's instance recorded", func() bool {
 		got, err := st.Machine(ctx, more[0].Id)
 		return err == nil && got.InstanceId == "fake-"+more[0].Id
 	})
@@ -356,29 +356,8 @@ func TestProvisionerRemovesBesideItsPasses(t *testing.T) {
 	if err := st.EnsureMachineDead(ctx, ms[0].Id); err != nil {
 		t.Fatal(err)
 	}
-	fp.mu.Lock()
-	fp.stopping = make(chan struct{})
-	fp.mu.Unlock()
-	release := sync.OnceFunc(func() { close(fp.stopping) })
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(rctx) }()
-	defer func() {
-		release()
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	wait := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
-	}
-	wait("the dead machine's instance stopping", func() bool {
+	release := runWithStopsHeld(t, ctx, fp, p)
+	waitFor(t, "the dead machine's instance stopping", func() bool {
 		fp.mu.Lock()
 		defer fp.mu.Unlock()
 		return fp.inStop == 1
@@ -387,12 +366,12 @@ func TestProvisionerRemovesBesideItsPasses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wait("the new machine's instance recorded while the other's stops", func() bool {
+	waitFor(t, "the new machine's instance recorded while the other's stops", func() bool {
 		got, err := st.Machine(ctx, more[0].Id)
 		return err == nil && got.InstanceId == "fake-"+more[0].Id
 	})
 	release()
-	wait("the dead machine removed", func() bool {
+	waitFor(t, "the dead machine removed", func() bool {
 		_, err := st.Machine(ctx, ms[0].Id)
 		return errors.Is(err, state.ErrNotFound)
 	})

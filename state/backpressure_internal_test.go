@@ -364,6 +364,40 @@ func TestBusyWhileWritesQueue(t *testing.T) {
 	}
 }
 
+// holdTheOnlySlot holds a State's only write slot and queues a write
+// behind it (machine's instance recorded). stillQueued fails the test if
+// that write went through; release frees the slot and waits for it.
+func holdTheOnlySlot(t *testing.T, ctx context.Context, st *State, machine string) (stillQueued, release func()) {
+	t.Helper()
+	_, free, err := st.gate.hold(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := make(chan error, 1)
+	go func() { queued <- st.SetMachineInstance(ctx, machine, "i-1", "10.0.0.1") }()
+	for deadline := time.Now().Add(10 * time.Second); st.gate.waiting.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the write never queued")
+		}
+	}
+	stillQueued = func() {
+		t.Helper()
+		select {
+		case err := <-queued:
+			t.Fatalf("the queued write went through while the only slot was held: %v", err)
+		default:
+		}
+	}
+	release = func() {
+		t.Helper()
+		free()
+		if err := <-queued; err != nil {
+			t.Fatal(err)
+		}
+	}
+	return stillQueued, release
+}
+
 // A cascade's batches (a dying service's units set dying) go ahead of the
 // writes queued for the State's slots: they are what that queue's work
 // waits on. Other writes still wait their turn.
@@ -380,17 +414,7 @@ func TestCascadeGoesAheadOfTheQueue(t *testing.T) {
 	for i, u := range units {
 		names[i] = u.Name
 	}
-	_, release, err := st.gate.hold(ctx) // the only slot
-	if err != nil {
-		t.Fatal(err)
-	}
-	queued := make(chan error, 1)
-	go func() { queued <- st.SetMachineInstance(ctx, ms[1].Id, "i-1", "10.0.0.1") }()
-	for deadline := time.Now().Add(10 * time.Second); st.gate.waiting.Load() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the write never queued")
-		}
-	}
+	stillQueued, release := holdTheOnlySlot(t, ctx, st, ms[1].Id)
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := st.setUnitsDying(dctx, names); err != nil {
@@ -405,15 +429,8 @@ func TestCascadeGoesAheadOfTheQueue(t *testing.T) {
 			t.Fatalf("%s is %v, want dying", n, u.Life)
 		}
 	}
-	select {
-	case err := <-queued:
-		t.Fatalf("the queued write went through while the only slot was held: %v", err)
-	default:
-	}
+	stillQueued()
 	release()
-	if err := <-queued; err != nil {
-		t.Fatal(err)
-	}
 }
 
 // A write whose context is marked Ahead (an operator's) goes through while
@@ -421,17 +438,7 @@ func TestCascadeGoesAheadOfTheQueue(t *testing.T) {
 // waits its turn.
 func TestAheadGoesAheadOfTheQueue(t *testing.T) {
 	st, ms, ctx := gatedState(t, "", 1, 2)
-	_, release, err := st.gate.hold(ctx) // the only slot
-	if err != nil {
-		t.Fatal(err)
-	}
-	queued := make(chan error, 1)
-	go func() { queued <- st.SetMachineInstance(ctx, ms[1].Id, "i-1", "10.0.0.1") }()
-	for deadline := time.Now().Add(10 * time.Second); st.gate.waiting.Load() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the write never queued")
-		}
-	}
+	stillQueued, release := holdTheOnlySlot(t, ctx, st, ms[1].Id)
 	if IsAhead(ctx) {
 		t.Fatal("IsAhead(a plain context) = true")
 	}
@@ -450,13 +457,6 @@ func TestAheadGoesAheadOfTheQueue(t *testing.T) {
 	if m.Life != pb.Life_LIFE_DYING {
 		t.Fatalf("machine %s is %v, want dying", ms[0].Id, m.Life)
 	}
-	select {
-	case err := <-queued:
-		t.Fatalf("the queued write went through while the only slot was held: %v", err)
-	default:
-	}
+	stillQueued()
 	release()
-	if err := <-queued; err != nil {
-		t.Fatal(err)
-	}
 }
