@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -170,25 +171,15 @@ func (a *agentServer) UnitScopes(ctx context.Context, req *pb.UnitScopesRequest)
 func (a *agentServer) RemoveUnit(ctx context.Context, req *pb.RemoveUnitRequest) (*pb.RemoveUnitResponse, error) {
 	c := callerFrom(ctx)
 	name := req.GetUnit()
-	const verb = "remove"
 	var err error
 	switch c.kind {
 	case names.KindMachine:
-		// Checked on the unit as the removal reads it, not read apart.
 		if err := checkUnitName(name); err != nil {
 			return nil, err
 		}
-		err = a.s.st.RemoveUnitIf(ctx, name, func(u *pb.Unit) error {
-			if err := onMachine(c, name, u, verb); err != nil {
-				return err
-			}
-			if u.Principal != "" {
-				return denied("%s may not remove unit %s: a subordinate is removed by its principal %s's agent", c, u.Name, u.Principal)
-			}
-			return nil
-		})
+		err = a.removePrincipal(ctx, c, name)
 	default:
-		if _, err = a.subordinateUnit(ctx, c, name, verb); err == nil {
+		if _, err = a.subordinateUnit(ctx, c, name, "remove"); err == nil {
 			err = a.s.st.RemoveUnit(ctx, name)
 		}
 	}
@@ -196,6 +187,61 @@ func (a *agentServer) RemoveUnit(ctx context.Context, req *pb.RemoveUnitRequest)
 		return nil, err
 	}
 	return &pb.RemoveUnitResponse{}, nil
+}
+
+// removePrincipal removes the dead principal unit name from the caller's
+// machine, its machine agent's.
+func (a *agentServer) removePrincipal(ctx context.Context, c caller, name string) error {
+	// Checked on the unit as the removal reads it, not read apart.
+	return a.s.st.RemoveUnitIf(ctx, name, func(u *pb.Unit) error {
+		if err := onMachine(c, name, u, "remove"); err != nil {
+			return err
+		}
+		if u.Principal != "" {
+			return denied("%s may not remove unit %s: a subordinate is removed by its principal %s's agent", c, u.Name, u.Principal)
+		}
+		return nil
+	})
+}
+
+// maxRemovals bounds the units of a RemoveUnits call.
+const maxRemovals = state.MaxTxnOps
+
+// RemoveUnits removes dead principal units of the caller's machine, each as
+// RemoveUnit would and in a transaction of its own, side by side (each on
+// a handler worker when one is free), and answers each on its own.
+func (a *agentServer) RemoveUnits(ctx context.Context, req *pb.RemoveUnitsRequest) (*pb.RemoveUnitsResponse, error) {
+	c := callerFrom(ctx)
+	units := req.GetUnits()
+	switch {
+	case len(units) == 0:
+		return nil, invalid("RemoveUnits names no unit")
+	case len(units) > maxRemovals:
+		return nil, invalid("RemoveUnits names %d units: at most %d a call", len(units), maxRemovals)
+	case c.kind != names.KindMachine:
+		return nil, denied("%s may not remove units together: only a machine agent may, the dead principals of its machine", c)
+	}
+	seen := make(map[string]bool, len(units))
+	for _, name := range units {
+		if err := checkUnitName(name); err != nil {
+			return nil, err
+		}
+		if seen[name] {
+			return nil, invalid("unit %s is named twice", name)
+		}
+		seen[name] = true
+	}
+	resp := &pb.RemoveUnitsResponse{Results: make([]*pb.StatusReportResult, len(units))}
+	var wg sync.WaitGroup
+	for i, name := range units {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.s.workers.run(func() { resp.Results[i] = reportResult(a.removePrincipal(ctx, c, name)) })
+		}()
+	}
+	wg.Wait()
+	return resp, nil
 }
 
 // GetService returns a service the caller may see, with its configuration
@@ -305,6 +351,64 @@ func (a *agentServer) SetUnitDying(ctx context.Context, req *pb.SetUnitDyingRequ
 		return nil, err
 	}
 	return &pb.SetUnitDyingResponse{}, nil
+}
+
+// maxUnitCalls bounds the calls of a UnitCalls call.
+const maxUnitCalls = state.MaxTxnOps
+
+// UnitCalls makes the unit agents' calls the caller, a machine agent,
+// carries: each as its unit agent's own call (authorized by its
+// credential, handled by its method), side by side (each on a handler
+// worker when one is free), and answered on its own.
+func (a *agentServer) UnitCalls(ctx context.Context, req *pb.UnitCallsRequest) (*pb.UnitCallsResponse, error) {
+	c := callerFrom(ctx)
+	calls := req.GetCalls()
+	switch {
+	case len(calls) == 0:
+		return nil, invalid("UnitCalls carries no call")
+	case len(calls) > maxUnitCalls:
+		return nil, invalid("UnitCalls carries %d calls: at most %d a call", len(calls), maxUnitCalls)
+	case c.kind != names.KindMachine:
+		return nil, denied("%s may not carry unit agents' calls: only a machine agent may", c)
+	}
+	resp := &pb.UnitCallsResponse{Results: make([]*pb.StatusReportResult, len(calls))}
+	var wg sync.WaitGroup
+	for i, call := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.s.workers.run(func() { resp.Results[i] = reportResult(a.unitCall(ctx, call)) })
+		}()
+	}
+	wg.Wait()
+	return resp, nil
+}
+
+// unitCall makes one call of a UnitCalls call, as its unit agent's own.
+func (a *agentServer) unitCall(ctx context.Context, call *pb.UnitCall) error {
+	as := call.GetAs()
+	if as == nil {
+		return invalid("a carried call has no credential: it is made as its unit agent, whose credential it carries")
+	}
+	uc, err := a.s.verify(ctx, pki.Credential{Tag: as.GetTag(), Secret: as.GetSecret()})
+	if err != nil {
+		return err
+	}
+	if uc.kind != names.KindUnit {
+		return denied("%s's call may not be carried: only unit agents' are", uc)
+	}
+	ctx = context.WithValue(ctx, callerKey{}, uc)
+	switch r := call.GetCall().(type) {
+	case *pb.UnitCall_EnterScope:
+		_, err = a.EnterScope(ctx, r.EnterScope)
+	case *pb.UnitCall_LeaveScope:
+		_, err = a.LeaveScope(ctx, r.LeaveScope)
+	case *pb.UnitCall_EnsureUnitDead:
+		_, err = a.EnsureUnitDead(ctx, r.EnsureUnitDead)
+	default:
+		err = invalid("a carried call names no method: EnterScope, LeaveScope or EnsureUnitDead")
+	}
+	return err
 }
 
 // EnsureUnitDead sets the caller's unit dead once it is out of every

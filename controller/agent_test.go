@@ -3,6 +3,7 @@ package controller_test
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -202,6 +203,128 @@ func TestAgentRemoveUnit(t *testing.T) {
 		{name: "by a subordinate, its principal", as: "unit-logger/0", call: removeUnit("app/0"), code: codes.PermissionDenied, msg: "may not remove unit app/0"},
 		{name: "no such unit", as: "machine-0", call: removeUnit("kv/9"), code: codes.NotFound, msg: "unit kv/9 not found"},
 		{name: "malformed name", as: "machine-0", call: removeUnit("kv/x"), code: codes.InvalidArgument, msg: "invalid unit name"},
+	})
+}
+
+func removeUnits(units ...string) agentCall {
+	return func(t *testing.T, m *agentModel, c pb.AgentServiceClient) error {
+		_, err := c.RemoveUnits(m.ctx, &pb.RemoveUnitsRequest{Units: units})
+		return err
+	}
+}
+
+// A machine agent removes its dead principals together; each is answered
+// on its own, as RemoveUnit would have, and one refused leaves the others
+// removed.
+func TestAgentRemoveUnits(t *testing.T) {
+	t.Run("each answered", func(t *testing.T) {
+		t.Parallel()
+		m := newAgentModel(t)
+		m.kill("kv/0")
+		m.kill("kv/1")
+		m.kill("logger/0")
+		resp, err := m.as("machine-0").RemoveUnits(m.ctx, &pb.RemoveUnitsRequest{Units: []string{"kv/0", "kv/1", "kv/9", "logger/0"}})
+		m.ok("RemoveUnits", err)
+		want := []struct {
+			code codes.Code
+			msg  string
+		}{
+			{codes.OK, ""},
+			{codes.PermissionDenied, "machine 0's agent may not remove unit kv/1: it is not on machine 0"},
+			{codes.NotFound, "unit kv/9 not found"},
+			{codes.PermissionDenied, "may not remove unit logger/0"},
+		}
+		if len(resp.GetResults()) != len(want) {
+			t.Fatalf("%d results, want %d", len(resp.GetResults()), len(want))
+		}
+		for i, r := range resp.GetResults() {
+			if codes.Code(r.GetCode()) != want[i].code || !strings.Contains(r.GetMessage(), want[i].msg) || want[i].msg == "" && r.GetMessage() != "" {
+				t.Errorf("result %d: %v %q, want %v %q", i, codes.Code(r.GetCode()), r.GetMessage(), want[i].code, want[i].msg)
+			}
+		}
+		for unit, life := range map[string]string{"kv/0": "removed", "kv/1": "dead", "logger/0": "dead"} {
+			if got := m.life(unit); got != life {
+				t.Errorf("unit %s is %s, want %s", unit, got, life)
+			}
+		}
+	})
+	runAgentCases(t, []agentCase{
+		{name: "alive (U5)", as: "machine-0", call: removeUnits("kv/0"), check: func(t *testing.T, m *agentModel) {
+			if got := m.life("kv/0"); got != "alive" {
+				t.Errorf("unit kv/0 is %s, want alive", got)
+			}
+		}},
+		{name: "by a unit agent", as: "unit-app/0", setup: func(m *agentModel) { m.kill("logger/0") }, call: removeUnits("logger/0"),
+			code: codes.PermissionDenied, msg: "unit app/0's agent may not remove units together: only a machine agent may"},
+		{name: "a unit twice", as: "machine-0", call: removeUnits("kv/0", "kv/0"), code: codes.InvalidArgument, msg: "unit kv/0 is named twice"},
+		{name: "no unit", as: "machine-0", call: removeUnits(), code: codes.InvalidArgument, msg: "RemoveUnits names no unit"},
+		{name: "malformed name", as: "machine-0", call: removeUnits("kv/0", "kv/x"), code: codes.InvalidArgument, msg: "invalid unit name"},
+	})
+}
+
+func unitCalls(calls ...*pb.UnitCall) agentCall {
+	return func(t *testing.T, m *agentModel, c pb.AgentServiceClient) error {
+		_, err := c.UnitCalls(m.ctx, &pb.UnitCallsRequest{Calls: calls})
+		return err
+	}
+}
+
+// A machine agent carries its unit agents' calls together; each is made
+// as its unit agent's own, authorized by the credential it carries, and
+// answered on its own.
+func TestAgentUnitCalls(t *testing.T) {
+	t.Run("each as its unit agent's own", func(t *testing.T) {
+		t.Parallel()
+		m := newAgentModel(t)
+		as := func(tag string) *pb.AgentCredential {
+			cred := m.Credential(tag)
+			return &pb.AgentCredential{Tag: cred.Tag, Secret: cred.Secret}
+		}
+		kv0, kv1, app0 := as("unit-kv/0"), as("unit-kv/1"), as("unit-app/0")
+		resp, err := m.as("machine-0").UnitCalls(m.ctx, &pb.UnitCallsRequest{Calls: []*pb.UnitCall{
+			{As: kv0, Call: &pb.UnitCall_LeaveScope{LeaveScope: &pb.LeaveScopeRequest{Relation: m.global, Unit: "kv/0"}}},
+			{As: kv1, Call: &pb.UnitCall_EnterScope{EnterScope: &pb.EnterScopeRequest{Relation: m.kvPeer, Unit: "kv/1", Settings: map[string]string{"host": "kv1"}}}},
+			{As: app0, Call: &pb.UnitCall_EnsureUnitDead{EnsureUnitDead: &pb.EnsureUnitDeadRequest{Unit: "kv/1"}}},
+			{As: &pb.AgentCredential{Tag: "unit-kv/1", Secret: app0.Secret}, Call: &pb.UnitCall_EnsureUnitDead{EnsureUnitDead: &pb.EnsureUnitDeadRequest{Unit: "kv/1"}}},
+			{As: as("machine-1"), Call: &pb.UnitCall_EnsureUnitDead{EnsureUnitDead: &pb.EnsureUnitDeadRequest{Unit: "kv/1"}}},
+			{Call: &pb.UnitCall_EnsureUnitDead{EnsureUnitDead: &pb.EnsureUnitDeadRequest{Unit: "kv/1"}}},
+			{As: kv1},
+		}})
+		m.ok("UnitCalls", err)
+		want := []struct {
+			code codes.Code
+			msg  string
+		}{
+			{codes.OK, ""},
+			{codes.OK, ""},
+			{codes.PermissionDenied, "unit app/0's agent may not set dead unit kv/1"},
+			{codes.Unauthenticated, "credential of unit-kv/1 is not valid"},
+			{codes.PermissionDenied, "machine 1's agent's call may not be carried: only unit agents' are"},
+			{codes.InvalidArgument, "a carried call has no credential"},
+			{codes.InvalidArgument, "a carried call names no method"},
+		}
+		if len(resp.GetResults()) != len(want) {
+			t.Fatalf("%d results, want %d", len(resp.GetResults()), len(want))
+		}
+		for i, r := range resp.GetResults() {
+			if codes.Code(r.GetCode()) != want[i].code || !strings.Contains(r.GetMessage(), want[i].msg) || want[i].msg == "" && r.GetMessage() != "" {
+				t.Errorf("result %d: %v %q, want %v %q", i, codes.Code(r.GetCode()), r.GetMessage(), want[i].code, want[i].msg)
+			}
+		}
+		if s := m.settings(m.global, "kv/0"); s != nil {
+			t.Errorf("kv/0 still has settings %v in relation %d: it did not leave", s, m.global)
+		}
+		if s := m.settings(m.kvPeer, "kv/1"); s == nil {
+			t.Errorf("kv/1 did not enter relation %d", m.kvPeer)
+		}
+		if got := m.life("kv/1"); got != "alive" {
+			t.Errorf("unit kv/1 is %s, want alive", got)
+		}
+	})
+	runAgentCases(t, []agentCase{
+		{name: "by a unit agent", as: "unit-kv/0", call: unitCalls(&pb.UnitCall{Call: &pb.UnitCall_EnsureUnitDead{EnsureUnitDead: &pb.EnsureUnitDeadRequest{Unit: "kv/0"}}}),
+			code: codes.PermissionDenied, msg: "unit kv/0's agent may not carry unit agents' calls: only a machine agent may"},
+		{name: "no call", as: "machine-0", call: unitCalls(), code: codes.InvalidArgument, msg: "UnitCalls carries no call"},
 	})
 }
 

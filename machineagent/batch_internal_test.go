@@ -93,18 +93,18 @@ func TestStatusReportsWhileACallIsOnItsWayGoTogether(t *testing.T) {
 		}
 		return &pb.StatusReportResult{}
 	}}
-	b := &statusBatcher{ctx: context.Background(), api: api}
+	b := newStatusBatcher(context.Background(), api)
 	own := func(context.Context) error { t.Error("a report sent alone"); return nil }
 	errs := make([]error, 5)
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); errs[0] = b.report(context.Background(), agentReport("kv/0"), own) }()
+	go func() { defer wg.Done(); errs[0] = b.do(context.Background(), agentReport("kv/0"), own) }()
 	waitUntil(t, "the first report was not sent", api.callsAre(1))
 	for i := 1; i < 5; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = b.report(context.Background(), agentReport(fmt.Sprintf("kv/%d", i)), own)
+			errs[i] = b.do(context.Background(), agentReport(fmt.Sprintf("kv/%d", i)), own)
 		}()
 	}
 	waitUntil(t, "the reports did not queue", queueIs(b, 4))
@@ -124,21 +124,21 @@ func TestStatusReportsWhileACallIsOnItsWayGoTogether(t *testing.T) {
 // replaces it.
 func TestStatusReportGivenUpIsNotSent(t *testing.T) {
 	api := &batchAPI{release: make(chan struct{})}
-	b := &statusBatcher{ctx: context.Background(), api: api}
+	b := newStatusBatcher(context.Background(), api)
 	own := func(context.Context) error { return nil }
 	first := make(chan error, 1)
-	go func() { first <- b.report(context.Background(), agentReport("kv/0"), own) }()
+	go func() { first <- b.do(context.Background(), agentReport("kv/0"), own) }()
 	waitUntil(t, "the first report was not sent", api.callsAre(1))
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan error, 1)
-	go func() { gaveUp <- b.report(ctx, agentReport("kv/1"), own) }()
+	go func() { gaveUp <- b.do(ctx, agentReport("kv/1"), own) }()
 	waitUntil(t, "the report did not queue", queueIs(b, 1))
 	cancel()
 	if err := <-gaveUp; status.Code(err) != codes.Canceled {
 		t.Errorf("a report given up: %v, want Canceled", err)
 	}
 	later := make(chan error, 1)
-	go func() { later <- b.report(context.Background(), agentReport("kv/1"), own) }()
+	go func() { later <- b.do(context.Background(), agentReport("kv/1"), own) }()
 	waitUntil(t, "the later report did not queue", queueIs(b, 2))
 	close(api.release)
 	if err := <-first; err != nil {
@@ -156,11 +156,11 @@ func TestStatusReportGivenUpIsNotSent(t *testing.T) {
 // call, from then on.
 func TestStatusReportsAloneToAControllerWithoutBatches(t *testing.T) {
 	api := &batchAPI{unimpl: true}
-	b := &statusBatcher{ctx: context.Background(), api: api}
+	b := newStatusBatcher(context.Background(), api)
 	var alone int
 	own := func(context.Context) error { alone++; return errors.New("refused") }
 	for range 2 {
-		if err := b.report(context.Background(), agentReport("kv/0"), own); err == nil || err.Error() != "refused" {
+		if err := b.do(context.Background(), agentReport("kv/0"), own); err == nil || err.Error() != "refused" {
 			t.Errorf("report: %v, want its own call's answer", err)
 		}
 	}

@@ -37,6 +37,8 @@ type API interface {
 	SetUnitStatuses(ctx context.Context, in *pb.SetUnitStatusesRequest, opts ...grpc.CallOption) (*pb.SetUnitStatusesResponse, error)
 	GetAgentSettings(ctx context.Context, in *pb.GetAgentSettingsRequest, opts ...grpc.CallOption) (*pb.GetAgentSettingsResponse, error)
 	RemoveUnit(ctx context.Context, in *pb.RemoveUnitRequest, opts ...grpc.CallOption) (*pb.RemoveUnitResponse, error)
+	RemoveUnits(ctx context.Context, in *pb.RemoveUnitsRequest, opts ...grpc.CallOption) (*pb.RemoveUnitsResponse, error)
+	UnitCalls(ctx context.Context, in *pb.UnitCallsRequest, opts ...grpc.CallOption) (*pb.UnitCallsResponse, error)
 	Presence(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[pb.PresenceRequest, pb.PresenceResponse], error)
 }
 
@@ -95,6 +97,12 @@ type Agent struct {
 	// statuses sends its unit agents' status reports together, while Run
 	// runs.
 	statuses *statusBatcher
+	// unitRemovals sends its removals of dead units together, while Run
+	// runs.
+	unitRemovals *removalBatcher
+	// unitCalls carries its unit agents' calls of EnterScope, LeaveScope
+	// and EnsureUnitDead together, while Run runs.
+	unitCalls *unitCallBatcher
 	// hookTimeout is the controller's hook timeout as asked for at
 	// hookTimeoutAt, under settingsMu: one unit start asks while the
 	// others wait for its answer.
@@ -136,7 +144,8 @@ type removal struct {
 	removed bool
 }
 
-// maxRemovals bounds the dead units a machine agent removes at once.
+// maxRemovals bounds the dead units whose files a machine agent removes at
+// once.
 const maxRemovals = 4
 
 type exit struct {
@@ -205,7 +214,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	a.tools = tools
 	a.ctx = ctx
-	a.statuses = &statusBatcher{ctx: ctx, api: a.cfg.API}
+	a.statuses = newStatusBatcher(ctx, a.cfg.API)
+	a.unitRemovals = newRemovalBatcher(ctx, a.cfg.API)
+	a.unitCalls = newUnitCallBatcher(ctx, a.cfg.API)
 	defer a.stopAll()
 
 	// Removals of dead units, when Run ends, are cut short and waited for.
@@ -474,7 +485,7 @@ func (a *Agent) startWorker(ctx context.Context, unit string, principal bool, is
 	if err != nil {
 		return err
 	}
-	api = batchedAPI{API: api, unit: unit, b: a.statuses}
+	api = batchedAPI{API: api, unit: unit, cred: cred, b: a.statuses, calls: a.unitCalls}
 	ua, err := unitagent.New(unitagent.Config{
 		Unit: unit, MachineID: a.cfg.MachineID, Address: a.cfg.Address, DataDir: a.unitDir(unit),
 		ToolsDir: a.toolsDir, API: api, Watches: a.mux.As(cred, api), Logger: a.cfg.Logger, HookLock: a.hookLock,
@@ -523,7 +534,7 @@ func (a *Agent) stopWorker(unit string, clean bool) {
 		<-w.done
 	}
 	if clean {
-		if err := os.RemoveAll(a.unitDir(unit)); err != nil {
+		if err := removeTree(a.unitDir(unit)); err != nil {
 			a.logger.Warn("cannot remove unit files", "unit", unit, "error", err)
 		}
 	}
@@ -581,19 +592,18 @@ func (a *Agent) workerExited(ctx context.Context, e exit, wg *sync.WaitGroup) {
 }
 
 // removeDead removes a dead principal unit, then its files, and reports
-// whether it did.
+// whether it did. The removal goes with the others of the moment in one
+// call (unitRemovals); the files of a few units are removed at once.
 func (a *Agent) removeDead(ctx context.Context, unit string) bool {
-	select {
-	case a.removing <- struct{}{}:
-		defer func() { <-a.removing }()
-	case <-ctx.Done():
-		return false
+	own := func(ctx context.Context) error {
+		_, err := a.cfg.API.RemoveUnit(ctx, &pb.RemoveUnitRequest{Unit: unit})
+		return err
 	}
 	bo := backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(time.Minute))
 	err := backoff.Retry(func() error {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		_, err := a.cfg.API.RemoveUnit(cctx, &pb.RemoveUnitRequest{Unit: unit})
+		err := a.unitRemovals.do(cctx, unit, own)
 		if status.Code(err) == codes.NotFound {
 			return nil
 		}
@@ -604,7 +614,13 @@ func (a *Agent) removeDead(ctx context.Context, unit string) bool {
 		return false
 	}
 	a.logger.Info("dead unit removed", "unit", unit)
-	if err := os.RemoveAll(a.unitDir(unit)); err != nil {
+	select {
+	case a.removing <- struct{}{}:
+		defer func() { <-a.removing }()
+	case <-ctx.Done():
+		return true
+	}
+	if err := removeTree(a.unitDir(unit)); err != nil {
 		a.logger.Warn("cannot remove unit files", "unit", unit, "error", err)
 	}
 	return true

@@ -207,7 +207,7 @@ func twoUnitsOnAMachine(t *testing.T) (*controllertest.Env, pb.OperatorServiceCl
 // its calls for them. Its
 // watches bring removals late, as a busy controller's may.
 // unitCalls counts a unit agent's charm downloads and asks for the agent
-// settings.
+// settings, and fails the calls its machine agent carries for it.
 type unitCalls struct {
 	pb.AgentServiceClient
 	downloads, settings *atomic.Int32
@@ -220,6 +220,20 @@ func (u unitCalls) SetUnitStatus(ctx context.Context, in *pb.SetUnitStatusReques
 		return nil, status.Errorf(codes.Internal, "unit %s's agent status was reported in a call of its own", in.GetUnit())
 	}
 	return u.AgentServiceClient.SetUnitStatus(ctx, in, opts...)
+}
+
+// EnsureUnitDead, EnterScope and LeaveScope fail when a unit agent makes
+// them on its own: the machine agent carries them (UnitCalls).
+func (u unitCalls) EnsureUnitDead(ctx context.Context, in *pb.EnsureUnitDeadRequest, opts ...grpc.CallOption) (*pb.EnsureUnitDeadResponse, error) {
+	return nil, status.Errorf(codes.Internal, "unit %s's agent set it dead in a call of its own", in.GetUnit())
+}
+
+func (u unitCalls) EnterScope(ctx context.Context, in *pb.EnterScopeRequest, opts ...grpc.CallOption) (*pb.EnterScopeResponse, error) {
+	return nil, status.Errorf(codes.Internal, "unit %s's agent entered a scope in a call of its own", in.GetUnit())
+}
+
+func (u unitCalls) LeaveScope(ctx context.Context, in *pb.LeaveScopeRequest, opts ...grpc.CallOption) (*pb.LeaveScopeResponse, error) {
+	return nil, status.Errorf(codes.Internal, "unit %s's agent left a scope in a call of its own", in.GetUnit())
 }
 
 func (u unitCalls) DownloadCharm(ctx context.Context, in *pb.DownloadCharmRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[pb.DownloadCharmResponse], error) {
@@ -282,58 +296,88 @@ func (c *credCounter) IssueUnitCredentials(ctx context.Context, in *pb.IssueUnit
 	return c.AgentServiceClient.IssueUnitCredentials(ctx, in, opts...)
 }
 
-// TestMachineAgentRemovesDeadUnitsSideBySide: a dead unit's removal does
-// not wait for another's. With the first RemoveUnit held at the
-// controller's door, the other unit is still removed, files and all.
-func TestMachineAgentRemovesDeadUnitsSideBySide(t *testing.T) {
+// TestMachineAgentRemovesDeadUnitsTogether: a machine agent's removals of
+// its dead units go to the controller together, one call at a time (the
+// units that die while a call is on its way go in the next), never as
+// calls of their own; each unit is removed, files and all, once.
+func TestMachineAgentRemovesDeadUnitsTogether(t *testing.T) {
 	env, op, m := twoUnitsOnAMachine(t)
-	api := &heldRemoval{AgentServiceClient: env.Agent("machine-" + m), held: make(chan string, 1), release: make(chan struct{})}
+	api := &heldRemoval{AgentServiceClient: env.Agent("machine-" + m), held: make(chan []string, 1), release: make(chan struct{})}
 	var release sync.Once
 	releaseHeld := func() { release.Do(func() { close(api.release) }) }
 	dir, stop := runInstalled(t, env, m, api)
 	defer stop()
-	defer releaseHeld() // before stop: the held removal lets go
+	defer releaseHeld() // before stop: the held call lets go
 	for _, u := range []string{"kv/0", "kv/1"} {
 		if _, err := op.DestroyUnit(env.Ctx, &pb.DestroyUnitRequest{Unit: u}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var first string
 	select {
-	case first = <-api.held:
+	case <-api.held:
 	case <-time.After(30 * time.Second):
 		t.Fatal("no unit was removed")
 	}
-	other := map[string]string{"kv/0": "kv/1", "kv/1": "kv/0"}[first]
-	waitFor(t, other+" removed with its files while "+first+"'s removal is held", func() bool {
-		_, err := env.State.Unit(env.Ctx, other)
-		_, ferr := os.Stat(filepath.Join(dir, "units", strings.ReplaceAll(other, "/", "-")))
-		return errors.Is(err, state.ErrNotFound) && os.IsNotExist(ferr)
+	waitFor(t, "both units dead or removed", func() bool {
+		for _, u := range []string{"kv/0", "kv/1"} {
+			unit, err := env.State.Unit(env.Ctx, u)
+			if err == nil && unit.Life != pb.Life_LIFE_DEAD {
+				return false
+			}
+		}
+		return true
 	})
 	releaseHeld()
-	waitFor(t, first+" removed too", func() bool {
-		_, err := env.State.Unit(env.Ctx, first)
-		return errors.Is(err, state.ErrNotFound)
+	waitFor(t, "both units removed with their files", func() bool {
+		for _, u := range []string{"kv/0", "kv/1"} {
+			_, err := env.State.Unit(env.Ctx, u)
+			_, ferr := os.Stat(filepath.Join(dir, "units", strings.ReplaceAll(u, "/", "-")))
+			if !errors.Is(err, state.ErrNotFound) || !os.IsNotExist(ferr) {
+				return false
+			}
+		}
+		return true
 	})
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	named := map[string]int{}
+	for _, call := range api.calls {
+		for _, u := range call {
+			named[u]++
+		}
+	}
+	if len(api.calls) > 2 || named["kv/0"] != 1 || named["kv/1"] != 1 || api.alone.Load() != 0 {
+		t.Errorf("removal calls %v and %d of a unit alone; want the two units named once, in one or two calls", api.calls, api.alone.Load())
+	}
 }
 
-// heldRemoval is a machine agent's real client whose first RemoveUnit
-// waits, having said which unit it is for on held, until release is
-// closed, whatever its deadline.
+// heldRemoval is a machine agent's real client whose first RemoveUnits
+// waits, having said which units it is for on held, until release is
+// closed, whatever its deadline. It counts the units' removals.
 type heldRemoval struct {
 	pb.AgentServiceClient
-	once    sync.Once
-	held    chan string
+	held    chan []string
 	release chan struct{}
+
+	mu    sync.Mutex
+	calls [][]string
+	alone atomic.Int32
+}
+
+func (h *heldRemoval) RemoveUnits(ctx context.Context, in *pb.RemoveUnitsRequest, opts ...grpc.CallOption) (*pb.RemoveUnitsResponse, error) {
+	h.mu.Lock()
+	h.calls = append(h.calls, in.Units)
+	first := len(h.calls) == 1
+	h.mu.Unlock()
+	if first {
+		h.held <- in.Units
+		<-h.release
+	}
+	return h.AgentServiceClient.RemoveUnits(ctx, in, opts...)
 }
 
 func (h *heldRemoval) RemoveUnit(ctx context.Context, in *pb.RemoveUnitRequest, opts ...grpc.CallOption) (*pb.RemoveUnitResponse, error) {
-	first := false
-	h.once.Do(func() { first = true })
-	if first {
-		h.held <- in.Unit
-		<-h.release
-	}
+	h.alone.Add(1)
 	return h.AgentServiceClient.RemoveUnit(ctx, in, opts...)
 }
 

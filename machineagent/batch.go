@@ -1,0 +1,285 @@
+package machineagent
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/lifelinehq/lifeline/pki"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/unitagent"
+)
+
+// batcher sends requests of one kind to the controller together, in calls
+// of several, one call at a time: the requests that come while a call is
+// on its way go in the next. The ten units of a machine that start or
+// stop together, most of them at once, share a few calls (and, for status
+// reports, a few transactions) where each made its own. Each request is
+// still answered on its own, as its own call would have been. A
+// controller that does not serve the batched call (Unimplemented) gets
+// each request as a call of its own from then on.
+//
+// Three kinds go this way: the unit agents' reports of their own agent
+// status (SetUnitStatuses), the agent's removals of its dead units
+// (RemoveUnits), and the unit agents' calls that take their units into
+// and out of relations and set them dead (UnitCalls), each with its unit
+// agent's credential.
+type batcher[T any] struct {
+	// ctx is the machine agent's: its calls end with it.
+	ctx context.Context
+	// max bounds the requests of one call; timeout bounds a call, as a
+	// request's own call is bounded.
+	max     int
+	timeout time.Duration
+	// key names what a request is about: of several about the same, only
+	// the latest is sent, and the earlier ones answered errSuperseded.
+	key func(T) string
+	// call is the batched call: one result per request, in their order.
+	call func(context.Context, []T) ([]*pb.StatusReportResult, error)
+
+	mu      sync.Mutex
+	queue   []*pending[T]
+	sending bool
+	// direct says the controller does not serve the batched call.
+	direct bool
+}
+
+// pending is a request waiting for its answer.
+type pending[T any] struct {
+	ctx  context.Context
+	req  T
+	own  func(context.Context) error // the request's own call
+	done chan error
+}
+
+// errSuperseded answers a request replaced by a later one about the same
+// thing before it was sent: its caller gave up waiting for it and asked
+// again.
+var errSuperseded = errors.New("request superseded by a later one about the same")
+
+// do sends req with the next call and waits for its answer, until ctx
+// ends; own is how req would be sent alone.
+func (b *batcher[T]) do(ctx context.Context, req T, own func(context.Context) error) error {
+	r := &pending[T]{ctx: ctx, req: req, own: own, done: make(chan error, 1)}
+	b.mu.Lock()
+	if b.direct {
+		b.mu.Unlock()
+		return own(ctx)
+	}
+	b.queue = append(b.queue, r)
+	if !b.sending {
+		b.sending = true
+		go b.send()
+	}
+	b.mu.Unlock()
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// send makes calls until the queue is empty.
+func (b *batcher[T]) send() {
+	for {
+		b.mu.Lock()
+		batch := b.take()
+		if len(batch) == 0 {
+			b.sending = false
+			b.mu.Unlock()
+			return
+		}
+		direct := b.direct
+		b.mu.Unlock()
+		if direct {
+			for _, r := range batch {
+				r.done <- r.own(r.ctx)
+			}
+			continue
+		}
+		b.send1(batch)
+	}
+}
+
+// take removes the next batch from the queue: up to max requests whose
+// callers still wait, the latest about each thing only. b.mu is held.
+func (b *batcher[T]) take() []*pending[T] {
+	latest := map[string]*pending[T]{}
+	for _, r := range b.queue {
+		k := b.key(r.req)
+		if old := latest[k]; old != nil {
+			old.done <- errSuperseded
+		}
+		latest[k] = r
+	}
+	var batch, rest []*pending[T]
+	for _, r := range b.queue {
+		switch {
+		case latest[b.key(r.req)] != r:
+		case r.ctx.Err() != nil:
+			r.done <- status.FromContextError(r.ctx.Err()).Err()
+		case len(batch) < b.max:
+			batch = append(batch, r)
+		default:
+			rest = append(rest, r)
+		}
+	}
+	b.queue = rest
+	return batch
+}
+
+// send1 makes one call of batch and answers its requests.
+func (b *batcher[T]) send1(batch []*pending[T]) {
+	reqs := make([]T, len(batch))
+	for i, r := range batch {
+		reqs[i] = r.req
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, b.timeout)
+	results, err := b.call(ctx, reqs)
+	cancel()
+	switch {
+	case status.Code(err) == codes.Unimplemented:
+		b.mu.Lock()
+		b.direct = true
+		b.mu.Unlock()
+		for _, r := range batch {
+			r.done <- r.own(r.ctx)
+		}
+		return
+	case err == nil && len(results) != len(batch):
+		err = status.Errorf(codes.Internal, "the controller answered %d of %d requests", len(results), len(batch))
+	}
+	for i, r := range batch {
+		if err != nil {
+			r.done <- err
+			continue
+		}
+		r.done <- resultErr(results[i])
+	}
+}
+
+// resultErr is a request's answer as the error its own call would have
+// returned: nil when done.
+func resultErr(res *pb.StatusReportResult) error {
+	if codes.Code(res.GetCode()) == codes.OK {
+		return nil
+	}
+	return status.Error(codes.Code(res.GetCode()), res.GetMessage())
+}
+
+// statusBatcher sends the unit agents' reports of their agent status.
+type statusBatcher = batcher[*pb.SetUnitStatusRequest]
+
+func newStatusBatcher(ctx context.Context, api API) *statusBatcher {
+	return &statusBatcher{
+		ctx: ctx, max: 32, timeout: 10 * time.Second,
+		key: (*pb.SetUnitStatusRequest).GetUnit,
+		call: func(ctx context.Context, reports []*pb.SetUnitStatusRequest) ([]*pb.StatusReportResult, error) {
+			resp, err := api.SetUnitStatuses(ctx, &pb.SetUnitStatusesRequest{Reports: reports})
+			return resp.GetResults(), err
+		},
+	}
+}
+
+// removalBatcher sends the agent's removals of its dead units.
+type removalBatcher = batcher[string]
+
+func newRemovalBatcher(ctx context.Context, api API) *removalBatcher {
+	return &removalBatcher{
+		ctx: ctx, max: 64, timeout: 30 * time.Second,
+		key: func(unit string) string { return unit },
+		call: func(ctx context.Context, units []string) ([]*pb.StatusReportResult, error) {
+			resp, err := api.RemoveUnits(ctx, &pb.RemoveUnitsRequest{Units: units})
+			return resp.GetResults(), err
+		},
+	}
+}
+
+// unitCallBatcher sends the unit agents' calls of EnterScope, LeaveScope
+// and EnsureUnitDead, each with its agent's credential. A unit agent
+// makes one call at a time: a unit's later call replaces an earlier one
+// still queued, which its agent gave up on.
+type unitCallBatcher = batcher[*pb.UnitCall]
+
+func newUnitCallBatcher(ctx context.Context, api API) *unitCallBatcher {
+	return &unitCallBatcher{
+		ctx: ctx, max: 64, timeout: 30 * time.Second,
+		key: func(c *pb.UnitCall) string { return c.GetAs().GetTag() },
+		call: func(ctx context.Context, calls []*pb.UnitCall) ([]*pb.StatusReportResult, error) {
+			resp, err := api.UnitCalls(ctx, &pb.UnitCallsRequest{Calls: calls})
+			return resp.GetResults(), err
+		},
+	}
+}
+
+// batchedAPI is a unit agent's API whose reports of its own agent status
+// go through its machine's statusBatcher, and whose calls of EnterScope,
+// LeaveScope and EnsureUnitDead through its unitCallBatcher, with its
+// credential; everything else is its own.
+type batchedAPI struct {
+	unitagent.API
+	unit  string
+	cred  pki.Credential
+	b     *statusBatcher
+	calls *unitCallBatcher
+}
+
+// carry sends call, with the unit agent's credential, through the
+// machine's unitCallBatcher; own is how the unit agent makes it alone.
+func (a batchedAPI) carry(ctx context.Context, call *pb.UnitCall, own func(context.Context) error) error {
+	call.As = &pb.AgentCredential{Tag: a.cred.Tag, Secret: a.cred.Secret}
+	return a.calls.do(ctx, call, own)
+}
+
+func (a batchedAPI) EnterScope(ctx context.Context, req *pb.EnterScopeRequest, opts ...grpc.CallOption) (*pb.EnterScopeResponse, error) {
+	own := func(ctx context.Context) error {
+		_, err := a.API.EnterScope(ctx, req, opts...)
+		return err
+	}
+	if err := a.carry(ctx, &pb.UnitCall{Call: &pb.UnitCall_EnterScope{EnterScope: req}}, own); err != nil {
+		return nil, err
+	}
+	return &pb.EnterScopeResponse{}, nil
+}
+
+func (a batchedAPI) LeaveScope(ctx context.Context, req *pb.LeaveScopeRequest, opts ...grpc.CallOption) (*pb.LeaveScopeResponse, error) {
+	own := func(ctx context.Context) error {
+		_, err := a.API.LeaveScope(ctx, req, opts...)
+		return err
+	}
+	if err := a.carry(ctx, &pb.UnitCall{Call: &pb.UnitCall_LeaveScope{LeaveScope: req}}, own); err != nil {
+		return nil, err
+	}
+	return &pb.LeaveScopeResponse{}, nil
+}
+
+func (a batchedAPI) EnsureUnitDead(ctx context.Context, req *pb.EnsureUnitDeadRequest, opts ...grpc.CallOption) (*pb.EnsureUnitDeadResponse, error) {
+	own := func(ctx context.Context) error {
+		_, err := a.API.EnsureUnitDead(ctx, req, opts...)
+		return err
+	}
+	if err := a.carry(ctx, &pb.UnitCall{Call: &pb.UnitCall_EnsureUnitDead{EnsureUnitDead: req}}, own); err != nil {
+		return nil, err
+	}
+	return &pb.EnsureUnitDeadResponse{}, nil
+}
+
+func (a batchedAPI) SetUnitStatus(ctx context.Context, req *pb.SetUnitStatusRequest, opts ...grpc.CallOption) (*pb.SetUnitStatusResponse, error) {
+	own := func(ctx context.Context) error {
+		_, err := a.API.SetUnitStatus(ctx, req, opts...)
+		return err
+	}
+	if req.GetKind() != pb.UnitStatusKind_UNIT_STATUS_KIND_AGENT || req.GetUnit() != a.unit {
+		return a.API.SetUnitStatus(ctx, req, opts...)
+	}
+	if err := a.b.do(ctx, req, own); err != nil {
+		return nil, err
+	}
+	return &pb.SetUnitStatusResponse{}, nil
+}

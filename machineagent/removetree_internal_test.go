@@ -1,0 +1,125 @@
+package machineagent
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// unitTree writes, under dir, what a dead unit leaves: its journal and
+// snapshot, a socket, its charm directory of hard links with a hooks
+// directory, a symbolic link to a directory outside (whose files must
+// outlive the removal), and a deeper directory.
+func unitTree(tb testing.TB, dir, outside string) {
+	tb.Helper()
+	for _, d := range []string{"charm/hooks", "charm/lib/a/b"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	for _, f := range []string{"state.log", "state.json", "charm/lib/a/b/c.txt"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o600); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if err := os.Link(filepath.Join(outside, "metadata.yaml"), filepath.Join(dir, "charm", "metadata.yaml")); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "charm", "shared")); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func TestRemoveTreeRemovesAUnitsFilesAndNothingElse(t *testing.T) {
+	root := t.TempDir()
+	outside := filepath.Join(root, "cache")
+	if err := os.Mkdir(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "metadata.yaml"), []byte("name: x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	unit := filepath.Join(root, "units", "web-0")
+	unitTree(t, unit, outside)
+	// A socket, as a unit agent's tools socket would be (a short path:
+	// a socket's is limited to about a hundred bytes).
+	sockDir, err := os.MkdirTemp("", "rt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sockDir)
+	l, err := net.Listen("unix", filepath.Join(sockDir, "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+	if err := os.Rename(filepath.Join(sockDir, "s"), filepath.Join(unit, "agent.sock")); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := removeTree(unit); err != nil {
+		t.Fatalf("removeTree: %v", err)
+	}
+	if _, err := os.Lstat(unit); !os.IsNotExist(err) {
+		t.Fatalf("unit directory still there: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(outside, "metadata.yaml")); err != nil || string(b) != "name: x\n" {
+		t.Fatalf("the linked file outside went too: %q, %v", b, err)
+	}
+	if err := removeTree(unit); err != nil {
+		t.Fatalf("removeTree of a directory not there: %v", err)
+	}
+}
+
+func TestRemoveTreeFallsBackOnAFile(t *testing.T) {
+	// Not a directory: os.RemoveAll's way removes it all the same.
+	f := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(f, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := removeTree(f); err != nil {
+		t.Fatalf("removeTree: %v", err)
+	}
+	if _, err := os.Lstat(f); !os.IsNotExist(err) {
+		t.Fatalf("file still there: %v", err)
+	}
+}
+
+// BenchmarkRemoveUnitDir compares the two ways of removing a unit's
+// directory as the harness's charm leaves it (a journal, the charm's
+// metadata linked, an empty hooks directory), on the disk of TMPDIR.
+func BenchmarkRemoveUnitDir(b *testing.B) {
+	for _, way := range []struct {
+		name string
+		rm   func(string) error
+	}{{"os.RemoveAll", os.RemoveAll}, {"removeTree", removeTree}} {
+		b.Run(way.name, func(b *testing.B) {
+			root := b.TempDir()
+			if err := os.WriteFile(filepath.Join(root, "metadata.yaml"), []byte("name: x\n"), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				dir := filepath.Join(root, fmt.Sprint(i))
+				for _, d := range []string{dir, filepath.Join(dir, "charm"), filepath.Join(dir, "charm", "hooks")} {
+					if err := os.Mkdir(d, 0o755); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := os.WriteFile(filepath.Join(dir, "state.log"), []byte("x"), 0o600); err != nil {
+					b.Fatal(err)
+				}
+				if err := os.Link(filepath.Join(root, "metadata.yaml"), filepath.Join(dir, "charm", "metadata.yaml")); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if err := way.rm(dir); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
