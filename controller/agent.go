@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -208,8 +207,8 @@ func (a *agentServer) removePrincipal(ctx context.Context, c caller, name string
 const maxRemovals = state.MaxTxnOps
 
 // RemoveUnits removes dead principal units of the caller's machine, each as
-// RemoveUnit would and in a transaction of its own, side by side (each on
-// a handler worker when one is free), and answers each on its own.
+// RemoveUnit would and in a transaction of its own, side by side
+// (handlerWorkers.sideBySide), and answers each on its own.
 func (a *agentServer) RemoveUnits(ctx context.Context, req *pb.RemoveUnitsRequest) (*pb.RemoveUnitsResponse, error) {
 	c := callerFrom(ctx)
 	units := req.GetUnits()
@@ -232,15 +231,9 @@ func (a *agentServer) RemoveUnits(ctx context.Context, req *pb.RemoveUnitsReques
 		seen[name] = true
 	}
 	resp := &pb.RemoveUnitsResponse{Results: make([]*pb.StatusReportResult, len(units))}
-	var wg sync.WaitGroup
-	for i, name := range units {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			a.s.workers.run(func() { resp.Results[i] = reportResult(a.removePrincipal(ctx, c, name)) })
-		}()
-	}
-	wg.Wait()
+	a.s.workers.sideBySide(len(units), func(i int) {
+		resp.Results[i] = reportResult(a.removePrincipal(ctx, c, units[i]))
+	})
 	return resp, nil
 }
 
@@ -358,8 +351,8 @@ const maxUnitCalls = state.MaxTxnOps
 
 // UnitCalls makes the unit agents' calls the caller, a machine agent,
 // carries: each as its unit agent's own call (authorized by its
-// credential, handled by its method), side by side (each on a handler
-// worker when one is free), and answered on its own.
+// credential, handled by its method), side by side
+// (handlerWorkers.sideBySide), and answered on its own.
 func (a *agentServer) UnitCalls(ctx context.Context, req *pb.UnitCallsRequest) (*pb.UnitCallsResponse, error) {
 	c := callerFrom(ctx)
 	calls := req.GetCalls()
@@ -372,15 +365,9 @@ func (a *agentServer) UnitCalls(ctx context.Context, req *pb.UnitCallsRequest) (
 		return nil, denied("%s may not carry unit agents' calls: only a machine agent may", c)
 	}
 	resp := &pb.UnitCallsResponse{Results: make([]*pb.StatusReportResult, len(calls))}
-	var wg sync.WaitGroup
-	for i, call := range calls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			a.s.workers.run(func() { resp.Results[i] = reportResult(a.unitCall(ctx, call)) })
-		}()
-	}
-	wg.Wait()
+	a.s.workers.sideBySide(len(calls), func(i int) {
+		resp.Results[i] = reportResult(a.unitCall(ctx, calls[i]))
+	})
 	return resp, nil
 }
 

@@ -57,3 +57,40 @@ func TestHandlerWorkers(t *testing.T) {
 		}
 	}
 }
+
+// sideBySide runs every item once, all of them at the same time (none
+// waits for another), and returns once all have.
+func TestHandlerWorkersSideBySide(t *testing.T) {
+	w := newHandlerWorkers(2, time.Second)
+	const n = 6
+	var ran [n]atomic.Int64
+	var inside atomic.Int64
+	release := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.sideBySide(n, func(i int) {
+			inside.Add(1)
+			<-release
+			ran[i].Add(1)
+		})
+	}()
+	for deadline := time.Now().Add(10 * time.Second); inside.Load() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d items running at once", inside.Load(), n)
+		}
+	}
+	select {
+	case <-done:
+		t.Fatal("sideBySide returned before its items did")
+	default:
+	}
+	close(release)
+	<-done
+	for i := range ran {
+		if got := ran[i].Load(); got != 1 {
+			t.Errorf("item %d ran %d times, want once", i, got)
+		}
+	}
+	w.sideBySide(0, func(int) { t.Error("an item of none ran") })
+}
