@@ -1,9 +1,9 @@
 // Package machineagent runs on every host: it keeps its machine present at
 // the controller, runs a unit agent worker (package unitagent) for every
 // unit assigned to its machine and for their subordinates, each with its own
-// credential and data directory, removes its dead principal units (U5; a
-// few at once, beside its other work, so that one slow removal does not
-// hold up the rest), and sets its dying machine dead once no unit is left
+// credential and data directory, removes its dead principal units (U5;
+// beside its other work, those that die together in one call, their files
+// a few at once), and sets its dying machine dead once no unit is left
 // (M3), then stops.
 //
 // Its data directory holds units/<unit>, each unit agent's own;
@@ -15,8 +15,10 @@
 // files; tools/, the hook tools; and agent.sock, the socket on which its
 // unit agents serve their hooks' tools (hooks.Server), one for all.
 //
-// Its unit agents' reports of their own agent status go to the controller
-// through it, several to a call (statusbatch.go).
+// Its unit agents' reports of their own agent status, and their calls
+// that enter and leave relations and set their units dead (each with its
+// unit agent's credential), go to the controller through it, several to a
+// call, as do its removals of its dead units (batch.go).
 //
 // It reaches the controller only through the AgentService methods it
 // declares, and never talks to etcd. It does not start instances: that is
