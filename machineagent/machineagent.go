@@ -614,12 +614,10 @@ func (a *Agent) removeDead(ctx context.Context, unit string) bool {
 		return false
 	}
 	a.logger.Info("dead unit removed", "unit", unit)
-	select {
-	case a.removing <- struct{}{}:
-		defer func() { <-a.removing }()
-	case <-ctx.Done():
-		return true
-	}
+	// Its files go even when the agent is stopping: the unit is gone from
+	// the model, and nothing else would remove them.
+	a.removing <- struct{}{}
+	defer func() { <-a.removing }()
 	if err := removeTree(a.unitDir(unit)); err != nil {
 		a.logger.Warn("cannot remove unit files", "unit", unit, "error", err)
 	}
