@@ -100,34 +100,23 @@ func (p *presenceLeases) acquire(ctx context.Context, lease clientv3.Lease, ttl 
 		l.users++
 		return l, nil
 	}
-	secs := max(int64(ttl/time.Second), 1)
-	grant, err := lease.Grant(ctx, secs)
-	if err != nil {
-		return nil, err
-	}
-	kctx, cancel := context.WithCancel(context.Background())
-	ch, err := lease.KeepAlive(kctx, grant.ID)
-	if err != nil {
-		cancel()
-		lease.Revoke(context.Background(), grant.ID)
-		return nil, err
-	}
-	l := &presenceLease{lease: lease, id: grant.ID, ttl: ttl, users: 1, cancel: cancel, done: make(chan struct{})}
-	if p.leases == nil {
-		p.leases = map[time.Duration]*presenceLease{}
-	}
-	p.leases[ttl] = l
-	go func() {
-		for range ch { // keepalive answers; the channel closes when it stops
-		}
+	var l *presenceLease
+	l, err := keptLease(ctx, lease, ttl, func() {
 		// Revoked, or lapsed: the next presence gets a new lease.
 		p.mu.Lock()
 		if p.leases[ttl] == l {
 			delete(p.leases, ttl)
 		}
 		p.mu.Unlock()
-		close(l.done)
-	}()
+	})
+	if err != nil {
+		return nil, err
+	}
+	l.users = 1
+	if p.leases == nil {
+		p.leases = map[time.Duration]*presenceLease{}
+	}
+	p.leases[ttl] = l
 	return l, nil
 }
 
@@ -140,9 +129,40 @@ func (p *presenceLeases) release(l *presenceLease) {
 		delete(p.leases, l.ttl)
 	}
 	p.mu.Unlock()
-	if !last {
-		return
+	if last {
+		l.end()
 	}
+}
+
+// keptLease grants a lease of ttl (at least a second) and keeps it alive
+// until end; once it is no longer kept alive (ended, or lapsed), it calls
+// ended, then closes done.
+func keptLease(ctx context.Context, lease clientv3.Lease, ttl time.Duration, ended func()) (*presenceLease, error) {
+	grant, err := lease.Grant(ctx, max(int64(ttl/time.Second), 1))
+	if err != nil {
+		return nil, err
+	}
+	kctx, cancel := context.WithCancel(context.Background())
+	ch, err := lease.KeepAlive(kctx, grant.ID)
+	if err != nil {
+		cancel()
+		lease.Revoke(context.Background(), grant.ID)
+		return nil, err
+	}
+	l := &presenceLease{lease: lease, id: grant.ID, ttl: ttl, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		for range ch { // keepalive answers; the channel closes when it stops
+		}
+		if ended != nil {
+			ended()
+		}
+		close(l.done)
+	}()
+	return l, nil
+}
+
+// end stops keeping l alive and revokes it.
+func (l *presenceLease) end() {
 	l.cancel()
 	<-l.done
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -153,38 +173,16 @@ func (p *presenceLeases) release(l *presenceLease) {
 // leased puts key with value bound to a new lease of ttl (at least a
 // second) that it keeps alive until the returned Presence is closed.
 func (s *State) leased(ctx context.Context, key, value string, ttl time.Duration) (*Presence, error) {
-	secs := max(int64(ttl/time.Second), 1)
-	grant, err := s.lease.Grant(ctx, secs)
+	l, err := keptLease(ctx, s.lease, ttl, nil)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.kv.Put(ctx, key, value, clientv3.WithLease(grant.ID)); err != nil {
-		s.lease.Revoke(context.Background(), grant.ID)
+	if _, err := s.kv.Put(ctx, key, value, clientv3.WithLease(l.id)); err != nil {
+		l.end()
 		return nil, err
 	}
-	kctx, cancel := context.WithCancel(context.Background())
-	ch, err := s.lease.KeepAlive(kctx, grant.ID)
-	if err != nil {
-		cancel()
-		s.lease.Revoke(context.Background(), grant.ID)
-		return nil, err
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for range ch { // keepalive answers; the channel closes when it stops
-		}
-	}()
 	var once sync.Once
-	return &Presence{lost: done, close: func() {
-		once.Do(func() {
-			cancel()
-			<-done
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			s.lease.Revoke(ctx, grant.ID)
-		})
-	}}, nil
+	return &Presence{lost: l.done, close: func() { once.Do(l.end) }}, nil
 }
 
 // Presences returns the tags of the agents present now.

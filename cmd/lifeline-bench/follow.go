@@ -86,8 +86,9 @@ func (f *follower) apply(b state.WatchBatch) {
 		f.running, f.idle = 0, 0
 		f.started = map[string]bool{}
 	}
+	timeline := !b.Reset && f.timeline.recording()
 	for _, e := range b.Events {
-		if !b.Reset {
+		if timeline {
 			f.timeline.event(e)
 		}
 		put := e.Type == state.EventPut
@@ -114,14 +115,21 @@ func (f *follower) apply(b state.WatchBatch) {
 			}
 			if put {
 				u := &pb.Unit{}
-				alive := proto.Unmarshal(e.Value, u) == nil && u.Life == pb.Life_LIFE_ALIVE
+				decoded := proto.Unmarshal(e.Value, u) == nil
+				alive := decoded && u.Life == pb.Life_LIFE_ALIVE
 				f.units[name], f.machine[name] = alive, u.MachineId
 				if alive {
 					f.aliveOn[u.MachineId]++
 				}
+				if timeline && decoded {
+					f.timeline.unit(e.ModRevision, u)
+				}
 			} else {
 				delete(f.units, name)
 				delete(f.machine, name)
+				if timeline {
+					f.timeline.unit(e.ModRevision, nil)
+				}
 			}
 		case strings.HasPrefix(e.Key, agentStatusPrefix):
 			name := e.Key[len(agentStatusPrefix):]

@@ -185,7 +185,9 @@ func run(ctx context.Context, c config) (*results, error) {
 	prof.heap(ctx, "before")
 	say("deploying %d units of bench on %d machines, related to %d of front", c.units, c.machines, c.related)
 	start := time.Now()
-	model.timeline.begin(start)
+	if c.timeline {
+		model.timeline.begin(start)
+	}
 	startUsage, startRelated := fleetUsage(), relatedUsage()
 	deployMeter := startPhase(ctl.cmd.Process.Pid)
 	countsBefore, err := ctl.counters()
@@ -282,7 +284,9 @@ func run(ctx context.Context, c config) (*results, error) {
 
 	say("destroying everything")
 	destroyStart := time.Now()
-	model.timeline.begin(destroyStart)
+	if c.timeline {
+		model.timeline.begin(destroyStart)
+	}
 	destroyUsage, destroyRelated := fleetUsage(), relatedUsage()
 	destroyMeter := startPhase(ctl.cmd.Process.Pid)
 	prof.cpu(ctx, "destroy")

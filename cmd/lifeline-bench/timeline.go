@@ -49,20 +49,29 @@ func (t *timeline) add(rev int64, kind string) {
 	}
 }
 
-// event keeps one change of the model.
+// recording reports whether a phase's changes are being kept (begin was
+// called: -timeline).
+func (t *timeline) recording() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.start.IsZero()
+}
+
+// unit keeps a unit's change, u as put (nil when removed).
+func (t *timeline) unit(rev int64, u *pb.Unit) {
+	if u == nil {
+		t.add(rev, "unit removed")
+	} else {
+		t.add(rev, "unit "+state.LifeName(u.Life))
+	}
+}
+
+// event keeps one change of a machine or a scope; the follower keeps its
+// units' (unit), decoded once for both.
 func (t *timeline) event(e state.Event) {
 	at := e.ModRevision
 	put := e.Type == state.EventPut
 	switch {
-	case strings.HasPrefix(e.Key, unitsPrefix):
-		if !put {
-			t.add(at, "unit removed")
-			return
-		}
-		u := &pb.Unit{}
-		if proto.Unmarshal(e.Value, u) == nil {
-			t.add(at, "unit "+lifeWord(u.Life))
-		}
 	case strings.HasPrefix(e.Key, machinesPrefix):
 		if !put {
 			t.add(at, "machine removed")
@@ -70,7 +79,7 @@ func (t *timeline) event(e state.Event) {
 		}
 		m := &pb.Machine{}
 		if proto.Unmarshal(e.Value, m) == nil && m.Life != pb.Life_LIFE_ALIVE {
-			t.add(at, "machine "+lifeWord(m.Life))
+			t.add(at, "machine "+state.LifeName(m.Life))
 		}
 	case strings.HasPrefix(e.Key, scopesPrefix):
 		if put {
@@ -78,17 +87,6 @@ func (t *timeline) event(e state.Event) {
 		} else {
 			t.add(at, "scope out")
 		}
-	}
-}
-
-func lifeWord(l pb.Life) string {
-	switch l {
-	case pb.Life_LIFE_ALIVE:
-		return "alive"
-	case pb.Life_LIFE_DYING:
-		return "dying"
-	default:
-		return "dead"
 	}
 }
 
