@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/lifelinehq/lifeline/state"
@@ -159,48 +158,6 @@ func TestRuleS3_DyingServiceRemovedByWhoeverRemovesItsLastHold(t *testing.T) {
 			if got := life(t, ctx, st, "service", "app"); got != want {
 				t.Fatalf("app is %s after %s went, want %s", got, u, want)
 			}
-		}
-	})
-	t.Run("units removed side by side while a relation holds the service", func(t *testing.T) {
-		// The relation, there while the units go, is every removal's
-		// witness: no removal reads its neighbours, nor has to try again
-		// because the neighbour it took as witness went first.
-		st, ctx := newState(t)
-		addService(t, ctx, st, "app", appEndpoints)
-		addService(t, ctx, st, "kv", kvEndpoints)
-		addUnits(t, ctx, st, "app", 40, state.Placement{})
-		addUnits(t, ctx, st, "kv", 1, state.Placement{})
-		rel := relate(t, ctx, st, "app", "kv")
-		must(t, "EnterScope", st.EnterScope(ctx, rel.Id, "kv/0", nil))
-		must(t, "DestroyService", st.DestroyService(ctx, "app"))
-		if _, err := state.NewCleaner(st, 0).Pass(ctx); err != nil {
-			t.Fatal(err)
-		}
-		for i := range 40 {
-			u := fmt.Sprintf("app/%d", i)
-			must(t, "DestroyUnit "+u, st.DestroyUnit(ctx, u, state.DestroyOptions{}))
-			must(t, "EnsureUnitDead "+u, st.EnsureUnitDead(ctx, u))
-		}
-		before := st.Stats()
-		var wg sync.WaitGroup
-		for i := range 40 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				must(t, "RemoveUnit", st.RemoveUnit(ctx, fmt.Sprintf("app/%d", i)))
-			}()
-		}
-		wg.Wait()
-		after := st.Stats()
-		if reads, conflicts := after.Reads-before.Reads, after.Conflicts-before.Conflicts; reads != 40 || conflicts != 0 {
-			t.Errorf("40 removals took %d reads and %d retries, want 40 and none", reads, conflicts)
-		}
-		if got := life(t, ctx, st, "service", "app"); got != "dying" {
-			t.Fatalf("app is %s while its relation lives, want dying", got)
-		}
-		must(t, "kv/0 leaves", st.LeaveScope(ctx, rel.Id, "kv/0"))
-		if got := life(t, ctx, st, "service", "app"); got != "removed" {
-			t.Errorf("app is %s after the last unit left its last relation, want removed", got)
 		}
 	})
 	t.Run("the last unit of the other side leaves the last relation", func(t *testing.T) {

@@ -377,15 +377,17 @@ func neighbourKeys(unit string, key func(unit string) string, deltas []int64) []
 
 // readServiceView reads, in one round trip with the extra gets (whose
 // answers it returns), what S3 needs to decide on the named service when
-// unit (possibly "") is removed. A service that is alive, or that has a
-// relation still, is not removed with unit, and the relation is the
-// witness of that (settle): a key that stays while the service's units go,
-// where a neighbouring unit taken as witness could go first and fail the
-// change. Only for a dying service without relations does it read unit's
-// neighbours, in a second round trip, and only when none of those exists
-// the service's units by range, in a third.
+// unit (possibly "") is removed. Only when the service is dying and no
+// neighbour of unit exists does it read the service's units by range, in a
+// second round trip.
 func (s *State) readServiceView(ctx context.Context, name, unit string, extra ...getOp) (*serviceView, *reads, error) {
 	gets := append(extra, get(ServiceKey(name)), getKeys(serviceRelationsPrefix(name), 2))
+	var probes []string
+	if unit != "" {
+		var probeGets []getOp
+		probes, probeGets = neighbourProbes(unit, UnitKey)
+		gets = append(gets, probeGets...)
+	}
 	r, err := s.read(ctx, gets...)
 	if err != nil {
 		return nil, nil, err
@@ -395,23 +397,11 @@ func (s *State) readServiceView(ctx context.Context, name, unit string, extra ..
 	if err != nil {
 		return nil, r, err
 	}
-	v := &serviceView{name: name, svc: svc, rels: r.all(i + 1)}
-	if svc.v.Life == pb.Life_LIFE_ALIVE {
-		return v, r, nil
-	}
+	v := &serviceView{name: name, svc: svc, rels: r.all(i + 1), units: farthestProbes(r.existing(i+2, probes), unit)}
 	if unit != "" {
-		if len(v.rels) > 0 {
-			return v, r, nil
-		}
 		v.siblings = siblingKeys(unit, UnitKey)
-		probes, probeGets := neighbourProbes(unit, UnitKey)
-		pr, err := s.read(ctx, probeGets...)
-		if err != nil {
-			return nil, r, err
-		}
-		v.units = farthestProbes(pr.existing(0, probes), unit)
 	}
-	if len(v.units) == 0 {
+	if svc.v.Life != pb.Life_LIFE_ALIVE && len(v.units) == 0 {
 		more, err := s.rangeWitnesses(ctx, unit, UnitKey, ServiceUnitsPrefix(name))
 		if err != nil {
 			return nil, r, err
