@@ -346,58 +346,6 @@ func (a *agentServer) SetUnitDying(ctx context.Context, req *pb.SetUnitDyingRequ
 	return &pb.SetUnitDyingResponse{}, nil
 }
 
-// maxUnitCalls bounds the calls of a UnitCalls call.
-const maxUnitCalls = state.MaxTxnOps
-
-// UnitCalls makes the unit agents' calls the caller, a machine agent,
-// carries: each as its unit agent's own call (authorized by its
-// credential, handled by its method), side by side
-// (handlerWorkers.sideBySide), and answered on its own.
-func (a *agentServer) UnitCalls(ctx context.Context, req *pb.UnitCallsRequest) (*pb.UnitCallsResponse, error) {
-	c := callerFrom(ctx)
-	calls := req.GetCalls()
-	switch {
-	case len(calls) == 0:
-		return nil, invalid("UnitCalls carries no call")
-	case len(calls) > maxUnitCalls:
-		return nil, invalid("UnitCalls carries %d calls: at most %d a call", len(calls), maxUnitCalls)
-	case c.kind != names.KindMachine:
-		return nil, denied("%s may not carry unit agents' calls: only a machine agent may", c)
-	}
-	resp := &pb.UnitCallsResponse{Results: make([]*pb.StatusReportResult, len(calls))}
-	a.s.workers.sideBySide(len(calls), func(i int) {
-		resp.Results[i] = reportResult(a.unitCall(ctx, calls[i]))
-	})
-	return resp, nil
-}
-
-// unitCall makes one call of a UnitCalls call, as its unit agent's own.
-func (a *agentServer) unitCall(ctx context.Context, call *pb.UnitCall) error {
-	as := call.GetAs()
-	if as == nil {
-		return invalid("a carried call has no credential: it is made as its unit agent, whose credential it carries")
-	}
-	uc, err := a.s.verify(ctx, pki.Credential{Tag: as.GetTag(), Secret: as.GetSecret()})
-	if err != nil {
-		return err
-	}
-	if uc.kind != names.KindUnit {
-		return denied("%s's call may not be carried: only unit agents' are", uc)
-	}
-	ctx = context.WithValue(ctx, callerKey{}, uc)
-	switch r := call.GetCall().(type) {
-	case *pb.UnitCall_EnterScope:
-		_, err = a.EnterScope(ctx, r.EnterScope)
-	case *pb.UnitCall_LeaveScope:
-		_, err = a.LeaveScope(ctx, r.LeaveScope)
-	case *pb.UnitCall_EnsureUnitDead:
-		_, err = a.EnsureUnitDead(ctx, r.EnsureUnitDead)
-	default:
-		err = invalid("a carried call names no method: EnterScope, LeaveScope or EnsureUnitDead")
-	}
-	return err
-}
-
 // EnsureUnitDead sets the caller's unit dead once it is out of every
 // relation and has no subordinates (U3).
 func (a *agentServer) EnsureUnitDead(ctx context.Context, req *pb.EnsureUnitDeadRequest) (*pb.EnsureUnitDeadResponse, error) {

@@ -85,7 +85,7 @@ func (w *handlerWorkers) work(job func()) {
 // sideBySide runs f(0) to f(n-1) side by side and returns once all have:
 // f(0) on the caller's goroutine (a call's handler, on a worker already),
 // each other on a worker when one is free, else on a goroutine of its
-// own. A call of several items (RemoveUnits, UnitCalls) handles them so.
+// own. A call of several items (RemoveUnits) handles them so.
 func (w *handlerWorkers) sideBySide(n int, f func(i int)) {
 	var wg sync.WaitGroup
 	for i := 1; i < n; i++ {

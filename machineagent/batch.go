@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/unitagent"
 )
@@ -24,11 +23,9 @@ import (
 // controller that does not serve the batched call (Unimplemented) gets
 // each request as a call of its own from then on.
 //
-// Three kinds go this way: the unit agents' reports of their own agent
-// status (SetUnitStatuses), the agent's removals of its dead units
-// (RemoveUnits), and the unit agents' calls that take their units into
-// and out of relations and set them dead (UnitCalls), each with its unit
-// agent's credential.
+// Two kinds go this way: the unit agents' reports of their own agent
+// status (SetUnitStatuses) and the agent's removals of its dead units
+// (RemoveUnits).
 type batcher[T any] struct {
 	// ctx is the machine agent's: its calls end with it.
 	ctx context.Context
@@ -201,73 +198,12 @@ func newRemovalBatcher(ctx context.Context, api API) *removalBatcher {
 	}
 }
 
-// unitCallBatcher sends the unit agents' calls of EnterScope, LeaveScope
-// and EnsureUnitDead, each with its agent's credential. A unit agent
-// makes one call at a time: a unit's later call replaces an earlier one
-// still queued, which its agent gave up on.
-type unitCallBatcher = batcher[*pb.UnitCall]
-
-func newUnitCallBatcher(ctx context.Context, api API) *unitCallBatcher {
-	return &unitCallBatcher{
-		ctx: ctx, max: 64, timeout: 30 * time.Second,
-		key: func(c *pb.UnitCall) string { return c.GetAs().GetTag() },
-		call: func(ctx context.Context, calls []*pb.UnitCall) ([]*pb.StatusReportResult, error) {
-			resp, err := api.UnitCalls(ctx, &pb.UnitCallsRequest{Calls: calls})
-			return resp.GetResults(), err
-		},
-	}
-}
-
 // batchedAPI is a unit agent's API whose reports of its own agent status
-// go through its machine's statusBatcher, and whose calls of EnterScope,
-// LeaveScope and EnsureUnitDead through its unitCallBatcher, with its
-// credential; everything else is its own.
+// go through its machine's statusBatcher; everything else is its own.
 type batchedAPI struct {
 	unitagent.API
-	unit  string
-	cred  pki.Credential
-	b     *statusBatcher
-	calls *unitCallBatcher
-}
-
-// carry sends call, with the unit agent's credential, through the
-// machine's unitCallBatcher; own is how the unit agent makes it alone.
-func (a batchedAPI) carry(ctx context.Context, call *pb.UnitCall, own func(context.Context) error) error {
-	call.As = &pb.AgentCredential{Tag: a.cred.Tag, Secret: a.cred.Secret}
-	return a.calls.do(ctx, call, own)
-}
-
-func (a batchedAPI) EnterScope(ctx context.Context, req *pb.EnterScopeRequest, opts ...grpc.CallOption) (*pb.EnterScopeResponse, error) {
-	own := func(ctx context.Context) error {
-		_, err := a.API.EnterScope(ctx, req, opts...)
-		return err
-	}
-	if err := a.carry(ctx, &pb.UnitCall{Call: &pb.UnitCall_EnterScope{EnterScope: req}}, own); err != nil {
-		return nil, err
-	}
-	return &pb.EnterScopeResponse{}, nil
-}
-
-func (a batchedAPI) LeaveScope(ctx context.Context, req *pb.LeaveScopeRequest, opts ...grpc.CallOption) (*pb.LeaveScopeResponse, error) {
-	own := func(ctx context.Context) error {
-		_, err := a.API.LeaveScope(ctx, req, opts...)
-		return err
-	}
-	if err := a.carry(ctx, &pb.UnitCall{Call: &pb.UnitCall_LeaveScope{LeaveScope: req}}, own); err != nil {
-		return nil, err
-	}
-	return &pb.LeaveScopeResponse{}, nil
-}
-
-func (a batchedAPI) EnsureUnitDead(ctx context.Context, req *pb.EnsureUnitDeadRequest, opts ...grpc.CallOption) (*pb.EnsureUnitDeadResponse, error) {
-	own := func(ctx context.Context) error {
-		_, err := a.API.EnsureUnitDead(ctx, req, opts...)
-		return err
-	}
-	if err := a.carry(ctx, &pb.UnitCall{Call: &pb.UnitCall_EnsureUnitDead{EnsureUnitDead: req}}, own); err != nil {
-		return nil, err
-	}
-	return &pb.EnsureUnitDeadResponse{}, nil
+	unit string
+	b    *statusBatcher
 }
 
 func (a batchedAPI) SetUnitStatus(ctx context.Context, req *pb.SetUnitStatusRequest, opts ...grpc.CallOption) (*pb.SetUnitStatusResponse, error) {

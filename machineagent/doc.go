@@ -15,10 +15,10 @@
 // files; tools/, the hook tools; and agent.sock, the socket on which its
 // unit agents serve their hooks' tools (hooks.Server), one for all.
 //
-// Its unit agents' reports of their own agent status, and their calls
-// that enter and leave relations and set their units dead (each with its
-// unit agent's credential), go to the controller through it, several to a
-// call, as do its removals of its dead units (batch.go).
+// Its unit agents' reports of their own agent status go to the controller
+// through it, several to a call, as do its removals of its dead units
+// (batch.go). Its unit agents make their other calls themselves, each with
+// its own credential.
 //
 // It reaches the controller only through the AgentService methods it
 // declares, and never talks to etcd. It does not start instances: that is

@@ -38,7 +38,6 @@ type API interface {
 	GetAgentSettings(ctx context.Context, in *pb.GetAgentSettingsRequest, opts ...grpc.CallOption) (*pb.GetAgentSettingsResponse, error)
 	RemoveUnit(ctx context.Context, in *pb.RemoveUnitRequest, opts ...grpc.CallOption) (*pb.RemoveUnitResponse, error)
 	RemoveUnits(ctx context.Context, in *pb.RemoveUnitsRequest, opts ...grpc.CallOption) (*pb.RemoveUnitsResponse, error)
-	UnitCalls(ctx context.Context, in *pb.UnitCallsRequest, opts ...grpc.CallOption) (*pb.UnitCallsResponse, error)
 	Presence(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[pb.PresenceRequest, pb.PresenceResponse], error)
 }
 
@@ -100,9 +99,6 @@ type Agent struct {
 	// unitRemovals sends its removals of dead units together, while Run
 	// runs.
 	unitRemovals *removalBatcher
-	// unitCalls carries its unit agents' calls of EnterScope, LeaveScope
-	// and EnsureUnitDead together, while Run runs.
-	unitCalls *unitCallBatcher
 	// hookTimeout is the controller's hook timeout as asked for at
 	// hookTimeoutAt, under settingsMu: one unit start asks while the
 	// others wait for its answer.
@@ -216,7 +212,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.ctx = ctx
 	a.statuses = newStatusBatcher(ctx, a.cfg.API)
 	a.unitRemovals = newRemovalBatcher(ctx, a.cfg.API)
-	a.unitCalls = newUnitCallBatcher(ctx, a.cfg.API)
 	defer a.stopAll()
 
 	// Removals of dead units, when Run ends, are cut short and waited for.
@@ -485,7 +480,7 @@ func (a *Agent) startWorker(ctx context.Context, unit string, principal bool, is
 	if err != nil {
 		return err
 	}
-	api = batchedAPI{API: api, unit: unit, cred: cred, b: a.statuses, calls: a.unitCalls}
+	api = batchedAPI{API: api, unit: unit, b: a.statuses}
 	ua, err := unitagent.New(unitagent.Config{
 		Unit: unit, MachineID: a.cfg.MachineID, Address: a.cfg.Address, DataDir: a.unitDir(unit),
 		ToolsDir: a.toolsDir, API: api, Watches: a.mux.As(cred, api), Logger: a.cfg.Logger, HookLock: a.hookLock,

@@ -202,12 +202,8 @@ func twoUnitsOnAMachine(t *testing.T) (*controllertest.Env, pb.OperatorServiceCl
 	return env, op, m
 }
 
-// credCounter is a machine agent's real client, counting the unit
-// credentials it asks for (one each time it starts a unit's agent) and
-// its calls for them. Its
-// watches bring removals late, as a busy controller's may.
 // unitCalls counts a unit agent's charm downloads and asks for the agent
-// settings, and fails the calls its machine agent carries for it.
+// settings.
 type unitCalls struct {
 	pb.AgentServiceClient
 	downloads, settings *atomic.Int32
@@ -222,20 +218,6 @@ func (u unitCalls) SetUnitStatus(ctx context.Context, in *pb.SetUnitStatusReques
 	return u.AgentServiceClient.SetUnitStatus(ctx, in, opts...)
 }
 
-// EnsureUnitDead, EnterScope and LeaveScope fail when a unit agent makes
-// them on its own: the machine agent carries them (UnitCalls).
-func (u unitCalls) EnsureUnitDead(ctx context.Context, in *pb.EnsureUnitDeadRequest, opts ...grpc.CallOption) (*pb.EnsureUnitDeadResponse, error) {
-	return nil, status.Errorf(codes.Internal, "unit %s's agent set it dead in a call of its own", in.GetUnit())
-}
-
-func (u unitCalls) EnterScope(ctx context.Context, in *pb.EnterScopeRequest, opts ...grpc.CallOption) (*pb.EnterScopeResponse, error) {
-	return nil, status.Errorf(codes.Internal, "unit %s's agent entered a scope in a call of its own", in.GetUnit())
-}
-
-func (u unitCalls) LeaveScope(ctx context.Context, in *pb.LeaveScopeRequest, opts ...grpc.CallOption) (*pb.LeaveScopeResponse, error) {
-	return nil, status.Errorf(codes.Internal, "unit %s's agent left a scope in a call of its own", in.GetUnit())
-}
-
 func (u unitCalls) DownloadCharm(ctx context.Context, in *pb.DownloadCharmRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[pb.DownloadCharmResponse], error) {
 	u.downloads.Add(1)
 	return u.AgentServiceClient.DownloadCharm(ctx, in, opts...)
@@ -246,6 +228,10 @@ func (u unitCalls) GetAgentSettings(ctx context.Context, in *pb.GetAgentSettings
 	return u.AgentServiceClient.GetAgentSettings(ctx, in, opts...)
 }
 
+// credCounter is a machine agent's real client, counting the unit
+// credentials it asks for (one each time it starts a unit's agent) and
+// its calls for them. Its watches bring removals late, as a busy
+// controller's may.
 type credCounter struct {
 	pb.AgentServiceClient
 	issued   atomic.Int32 // units

@@ -1819,204 +1819,6 @@ func (x *RemoveUnitsResponse) GetResults() []*StatusReportResult {
 	return nil
 }
 
-type UnitCallsRequest struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// At most 64 calls.
-	Calls         []*UnitCall `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *UnitCallsRequest) Reset() {
-	*x = UnitCallsRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[28]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *UnitCallsRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*UnitCallsRequest) ProtoMessage() {}
-
-func (x *UnitCallsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[28]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use UnitCallsRequest.ProtoReflect.Descriptor instead.
-func (*UnitCallsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{28}
-}
-
-func (x *UnitCallsRequest) GetCalls() []*UnitCall {
-	if x != nil {
-		return x.Calls
-	}
-	return nil
-}
-
-// UnitCall is a unit agent's call, carried by its machine agent.
-type UnitCall struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// The unit agent's credential, as its own call would carry it.
-	As *AgentCredential `protobuf:"bytes,1,opt,name=as,proto3" json:"as,omitempty"`
-	// Types that are valid to be assigned to Call:
-	//
-	//	*UnitCall_EnterScope
-	//	*UnitCall_LeaveScope
-	//	*UnitCall_EnsureUnitDead
-	Call          isUnitCall_Call `protobuf_oneof:"call"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *UnitCall) Reset() {
-	*x = UnitCall{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[29]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *UnitCall) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*UnitCall) ProtoMessage() {}
-
-func (x *UnitCall) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[29]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use UnitCall.ProtoReflect.Descriptor instead.
-func (*UnitCall) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{29}
-}
-
-func (x *UnitCall) GetAs() *AgentCredential {
-	if x != nil {
-		return x.As
-	}
-	return nil
-}
-
-func (x *UnitCall) GetCall() isUnitCall_Call {
-	if x != nil {
-		return x.Call
-	}
-	return nil
-}
-
-func (x *UnitCall) GetEnterScope() *EnterScopeRequest {
-	if x != nil {
-		if x, ok := x.Call.(*UnitCall_EnterScope); ok {
-			return x.EnterScope
-		}
-	}
-	return nil
-}
-
-func (x *UnitCall) GetLeaveScope() *LeaveScopeRequest {
-	if x != nil {
-		if x, ok := x.Call.(*UnitCall_LeaveScope); ok {
-			return x.LeaveScope
-		}
-	}
-	return nil
-}
-
-func (x *UnitCall) GetEnsureUnitDead() *EnsureUnitDeadRequest {
-	if x != nil {
-		if x, ok := x.Call.(*UnitCall_EnsureUnitDead); ok {
-			return x.EnsureUnitDead
-		}
-	}
-	return nil
-}
-
-type isUnitCall_Call interface {
-	isUnitCall_Call()
-}
-
-type UnitCall_EnterScope struct {
-	EnterScope *EnterScopeRequest `protobuf:"bytes,2,opt,name=enter_scope,json=enterScope,proto3,oneof"`
-}
-
-type UnitCall_LeaveScope struct {
-	LeaveScope *LeaveScopeRequest `protobuf:"bytes,3,opt,name=leave_scope,json=leaveScope,proto3,oneof"`
-}
-
-type UnitCall_EnsureUnitDead struct {
-	EnsureUnitDead *EnsureUnitDeadRequest `protobuf:"bytes,4,opt,name=ensure_unit_dead,json=ensureUnitDead,proto3,oneof"`
-}
-
-func (*UnitCall_EnterScope) isUnitCall_Call() {}
-
-func (*UnitCall_LeaveScope) isUnitCall_Call() {}
-
-func (*UnitCall_EnsureUnitDead) isUnitCall_Call() {}
-
-type UnitCallsResponse struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// One a call, in the order of the request's: code 0 (OK) when done.
-	Results       []*StatusReportResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *UnitCallsResponse) Reset() {
-	*x = UnitCallsResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[30]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *UnitCallsResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*UnitCallsResponse) ProtoMessage() {}
-
-func (x *UnitCallsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[30]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use UnitCallsResponse.ProtoReflect.Descriptor instead.
-func (*UnitCallsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{30}
-}
-
-func (x *UnitCallsResponse) GetResults() []*StatusReportResult {
-	if x != nil {
-		return x.Results
-	}
-	return nil
-}
-
 type GetServiceRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
@@ -2026,7 +1828,7 @@ type GetServiceRequest struct {
 
 func (x *GetServiceRequest) Reset() {
 	*x = GetServiceRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[31]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +1840,7 @@ func (x *GetServiceRequest) String() string {
 func (*GetServiceRequest) ProtoMessage() {}
 
 func (x *GetServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[31]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +1853,7 @@ func (x *GetServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServiceRequest.ProtoReflect.Descriptor instead.
 func (*GetServiceRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetServiceRequest) GetService() string {
@@ -2072,7 +1874,7 @@ type GetServiceResponse struct {
 
 func (x *GetServiceResponse) Reset() {
 	*x = GetServiceResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[32]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +1886,7 @@ func (x *GetServiceResponse) String() string {
 func (*GetServiceResponse) ProtoMessage() {}
 
 func (x *GetServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[32]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +1899,7 @@ func (x *GetServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServiceResponse.ProtoReflect.Descriptor instead.
 func (*GetServiceResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetServiceResponse) GetService() *Service {
@@ -2131,7 +1933,7 @@ type DownloadCharmRequest struct {
 
 func (x *DownloadCharmRequest) Reset() {
 	*x = DownloadCharmRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[33]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2143,7 +1945,7 @@ func (x *DownloadCharmRequest) String() string {
 func (*DownloadCharmRequest) ProtoMessage() {}
 
 func (x *DownloadCharmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[33]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2156,7 +1958,7 @@ func (x *DownloadCharmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadCharmRequest.ProtoReflect.Descriptor instead.
 func (*DownloadCharmRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DownloadCharmRequest) GetName() string {
@@ -2182,7 +1984,7 @@ type DownloadCharmResponse struct {
 
 func (x *DownloadCharmResponse) Reset() {
 	*x = DownloadCharmResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[34]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +1996,7 @@ func (x *DownloadCharmResponse) String() string {
 func (*DownloadCharmResponse) ProtoMessage() {}
 
 func (x *DownloadCharmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[34]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2009,7 @@ func (x *DownloadCharmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadCharmResponse.ProtoReflect.Descriptor instead.
 func (*DownloadCharmResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DownloadCharmResponse) GetChunk() []byte {
@@ -2226,7 +2028,7 @@ type SetUnitDyingRequest struct {
 
 func (x *SetUnitDyingRequest) Reset() {
 	*x = SetUnitDyingRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[35]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2238,7 +2040,7 @@ func (x *SetUnitDyingRequest) String() string {
 func (*SetUnitDyingRequest) ProtoMessage() {}
 
 func (x *SetUnitDyingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[35]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2251,7 +2053,7 @@ func (x *SetUnitDyingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitDyingRequest.ProtoReflect.Descriptor instead.
 func (*SetUnitDyingRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetUnitDyingRequest) GetUnit() string {
@@ -2269,7 +2071,7 @@ type SetUnitDyingResponse struct {
 
 func (x *SetUnitDyingResponse) Reset() {
 	*x = SetUnitDyingResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[36]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2281,7 +2083,7 @@ func (x *SetUnitDyingResponse) String() string {
 func (*SetUnitDyingResponse) ProtoMessage() {}
 
 func (x *SetUnitDyingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[36]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2294,7 +2096,7 @@ func (x *SetUnitDyingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitDyingResponse.ProtoReflect.Descriptor instead.
 func (*SetUnitDyingResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 type EnsureUnitDeadRequest struct {
@@ -2306,7 +2108,7 @@ type EnsureUnitDeadRequest struct {
 
 func (x *EnsureUnitDeadRequest) Reset() {
 	*x = EnsureUnitDeadRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[37]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2120,7 @@ func (x *EnsureUnitDeadRequest) String() string {
 func (*EnsureUnitDeadRequest) ProtoMessage() {}
 
 func (x *EnsureUnitDeadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[37]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2133,7 @@ func (x *EnsureUnitDeadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureUnitDeadRequest.ProtoReflect.Descriptor instead.
 func (*EnsureUnitDeadRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *EnsureUnitDeadRequest) GetUnit() string {
@@ -2349,7 +2151,7 @@ type EnsureUnitDeadResponse struct {
 
 func (x *EnsureUnitDeadResponse) Reset() {
 	*x = EnsureUnitDeadResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[38]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +2163,7 @@ func (x *EnsureUnitDeadResponse) String() string {
 func (*EnsureUnitDeadResponse) ProtoMessage() {}
 
 func (x *EnsureUnitDeadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[38]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2176,7 @@ func (x *EnsureUnitDeadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureUnitDeadResponse.ProtoReflect.Descriptor instead.
 func (*EnsureUnitDeadResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 type AddSubordinateRequest struct {
@@ -2387,7 +2189,7 @@ type AddSubordinateRequest struct {
 
 func (x *AddSubordinateRequest) Reset() {
 	*x = AddSubordinateRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[39]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2399,7 +2201,7 @@ func (x *AddSubordinateRequest) String() string {
 func (*AddSubordinateRequest) ProtoMessage() {}
 
 func (x *AddSubordinateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[39]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2412,7 +2214,7 @@ func (x *AddSubordinateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSubordinateRequest.ProtoReflect.Descriptor instead.
 func (*AddSubordinateRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AddSubordinateRequest) GetPrincipal() string {
@@ -2438,7 +2240,7 @@ type AddSubordinateResponse struct {
 
 func (x *AddSubordinateResponse) Reset() {
 	*x = AddSubordinateResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[40]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2450,7 +2252,7 @@ func (x *AddSubordinateResponse) String() string {
 func (*AddSubordinateResponse) ProtoMessage() {}
 
 func (x *AddSubordinateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[40]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2463,7 +2265,7 @@ func (x *AddSubordinateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSubordinateResponse.ProtoReflect.Descriptor instead.
 func (*AddSubordinateResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AddSubordinateResponse) GetUnit() *Unit {
@@ -2484,7 +2286,7 @@ type EnterScopeRequest struct {
 
 func (x *EnterScopeRequest) Reset() {
 	*x = EnterScopeRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2496,7 +2298,7 @@ func (x *EnterScopeRequest) String() string {
 func (*EnterScopeRequest) ProtoMessage() {}
 
 func (x *EnterScopeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2509,7 +2311,7 @@ func (x *EnterScopeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnterScopeRequest.ProtoReflect.Descriptor instead.
 func (*EnterScopeRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *EnterScopeRequest) GetRelation() int64 {
@@ -2541,7 +2343,7 @@ type EnterScopeResponse struct {
 
 func (x *EnterScopeResponse) Reset() {
 	*x = EnterScopeResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2553,7 +2355,7 @@ func (x *EnterScopeResponse) String() string {
 func (*EnterScopeResponse) ProtoMessage() {}
 
 func (x *EnterScopeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2566,7 +2368,7 @@ func (x *EnterScopeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnterScopeResponse.ProtoReflect.Descriptor instead.
 func (*EnterScopeResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 type LeaveScopeRequest struct {
@@ -2579,7 +2381,7 @@ type LeaveScopeRequest struct {
 
 func (x *LeaveScopeRequest) Reset() {
 	*x = LeaveScopeRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[43]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2591,7 +2393,7 @@ func (x *LeaveScopeRequest) String() string {
 func (*LeaveScopeRequest) ProtoMessage() {}
 
 func (x *LeaveScopeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[43]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2604,7 +2406,7 @@ func (x *LeaveScopeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveScopeRequest.ProtoReflect.Descriptor instead.
 func (*LeaveScopeRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *LeaveScopeRequest) GetRelation() int64 {
@@ -2629,7 +2431,7 @@ type LeaveScopeResponse struct {
 
 func (x *LeaveScopeResponse) Reset() {
 	*x = LeaveScopeResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2641,7 +2443,7 @@ func (x *LeaveScopeResponse) String() string {
 func (*LeaveScopeResponse) ProtoMessage() {}
 
 func (x *LeaveScopeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2654,7 +2456,7 @@ func (x *LeaveScopeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveScopeResponse.ProtoReflect.Descriptor instead.
 func (*LeaveScopeResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 type ReadSettingsRequest struct {
@@ -2667,7 +2469,7 @@ type ReadSettingsRequest struct {
 
 func (x *ReadSettingsRequest) Reset() {
 	*x = ReadSettingsRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2679,7 +2481,7 @@ func (x *ReadSettingsRequest) String() string {
 func (*ReadSettingsRequest) ProtoMessage() {}
 
 func (x *ReadSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2692,7 +2494,7 @@ func (x *ReadSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSettingsRequest.ProtoReflect.Descriptor instead.
 func (*ReadSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReadSettingsRequest) GetRelation() int64 {
@@ -2719,7 +2521,7 @@ type ReadSettingsResponse struct {
 
 func (x *ReadSettingsResponse) Reset() {
 	*x = ReadSettingsResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +2533,7 @@ func (x *ReadSettingsResponse) String() string {
 func (*ReadSettingsResponse) ProtoMessage() {}
 
 func (x *ReadSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +2546,7 @@ func (x *ReadSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSettingsResponse.ProtoReflect.Descriptor instead.
 func (*ReadSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReadSettingsResponse) GetSettings() map[string]string {
@@ -2772,7 +2574,7 @@ type SettingsUpdate struct {
 
 func (x *SettingsUpdate) Reset() {
 	*x = SettingsUpdate{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2784,7 +2586,7 @@ func (x *SettingsUpdate) String() string {
 func (*SettingsUpdate) ProtoMessage() {}
 
 func (x *SettingsUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2797,7 +2599,7 @@ func (x *SettingsUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettingsUpdate.ProtoReflect.Descriptor instead.
 func (*SettingsUpdate) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SettingsUpdate) GetRelation() int64 {
@@ -2831,7 +2633,7 @@ type UpdateSettingsRequest struct {
 
 func (x *UpdateSettingsRequest) Reset() {
 	*x = UpdateSettingsRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[48]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +2645,7 @@ func (x *UpdateSettingsRequest) String() string {
 func (*UpdateSettingsRequest) ProtoMessage() {}
 
 func (x *UpdateSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[48]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +2658,7 @@ func (x *UpdateSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSettingsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *UpdateSettingsRequest) GetUnit() string {
@@ -2881,7 +2683,7 @@ type UpdateSettingsResponse struct {
 
 func (x *UpdateSettingsResponse) Reset() {
 	*x = UpdateSettingsResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[49]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2893,7 +2695,7 @@ func (x *UpdateSettingsResponse) String() string {
 func (*UpdateSettingsResponse) ProtoMessage() {}
 
 func (x *UpdateSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[49]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2906,7 +2708,7 @@ func (x *UpdateSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSettingsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 type SetUnitStatusRequest struct {
@@ -2924,7 +2726,7 @@ type SetUnitStatusRequest struct {
 
 func (x *SetUnitStatusRequest) Reset() {
 	*x = SetUnitStatusRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[50]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2936,7 +2738,7 @@ func (x *SetUnitStatusRequest) String() string {
 func (*SetUnitStatusRequest) ProtoMessage() {}
 
 func (x *SetUnitStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[50]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2949,7 +2751,7 @@ func (x *SetUnitStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitStatusRequest.ProtoReflect.Descriptor instead.
 func (*SetUnitStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SetUnitStatusRequest) GetUnit() string {
@@ -2988,7 +2790,7 @@ type SetUnitStatusResponse struct {
 
 func (x *SetUnitStatusResponse) Reset() {
 	*x = SetUnitStatusResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[51]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3000,7 +2802,7 @@ func (x *SetUnitStatusResponse) String() string {
 func (*SetUnitStatusResponse) ProtoMessage() {}
 
 func (x *SetUnitStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[51]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3013,7 +2815,7 @@ func (x *SetUnitStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitStatusResponse.ProtoReflect.Descriptor instead.
 func (*SetUnitStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 type SetUnitStatusesRequest struct {
@@ -3027,7 +2829,7 @@ type SetUnitStatusesRequest struct {
 
 func (x *SetUnitStatusesRequest) Reset() {
 	*x = SetUnitStatusesRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[52]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3039,7 +2841,7 @@ func (x *SetUnitStatusesRequest) String() string {
 func (*SetUnitStatusesRequest) ProtoMessage() {}
 
 func (x *SetUnitStatusesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[52]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3052,7 +2854,7 @@ func (x *SetUnitStatusesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitStatusesRequest.ProtoReflect.Descriptor instead.
 func (*SetUnitStatusesRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SetUnitStatusesRequest) GetReports() []*SetUnitStatusRequest {
@@ -3072,7 +2874,7 @@ type SetUnitStatusesResponse struct {
 
 func (x *SetUnitStatusesResponse) Reset() {
 	*x = SetUnitStatusesResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[53]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3084,7 +2886,7 @@ func (x *SetUnitStatusesResponse) String() string {
 func (*SetUnitStatusesResponse) ProtoMessage() {}
 
 func (x *SetUnitStatusesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[53]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3097,7 +2899,7 @@ func (x *SetUnitStatusesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUnitStatusesResponse.ProtoReflect.Descriptor instead.
 func (*SetUnitStatusesResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SetUnitStatusesResponse) GetResults() []*StatusReportResult {
@@ -3108,10 +2910,9 @@ func (x *SetUnitStatusesResponse) GetResults() []*StatusReportResult {
 }
 
 // StatusReportResult is how one item of a call of several was answered (a
-// report of a SetUnitStatuses call, a unit of a RemoveUnits call, a call
-// of a UnitCalls call): code is its gRPC status code (0, OK: done),
-// message the sentence the item's own call (SetUnitStatus, RemoveUnit,
-// the unit agent's) would have answered.
+// report of a SetUnitStatuses call, a unit of a RemoveUnits call): code is
+// its gRPC status code (0, OK: done), message the sentence the item's own
+// call (SetUnitStatus, RemoveUnit) would have answered.
 type StatusReportResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Code          uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
@@ -3122,7 +2923,7 @@ type StatusReportResult struct {
 
 func (x *StatusReportResult) Reset() {
 	*x = StatusReportResult{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[54]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3134,7 +2935,7 @@ func (x *StatusReportResult) String() string {
 func (*StatusReportResult) ProtoMessage() {}
 
 func (x *StatusReportResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[54]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3147,7 +2948,7 @@ func (x *StatusReportResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReportResult.ProtoReflect.Descriptor instead.
 func (*StatusReportResult) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *StatusReportResult) GetCode() uint32 {
@@ -3173,7 +2974,7 @@ type ClearResolvedRequest struct {
 
 func (x *ClearResolvedRequest) Reset() {
 	*x = ClearResolvedRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[55]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3185,7 +2986,7 @@ func (x *ClearResolvedRequest) String() string {
 func (*ClearResolvedRequest) ProtoMessage() {}
 
 func (x *ClearResolvedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[55]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3198,7 +2999,7 @@ func (x *ClearResolvedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearResolvedRequest.ProtoReflect.Descriptor instead.
 func (*ClearResolvedRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ClearResolvedRequest) GetUnit() string {
@@ -3216,7 +3017,7 @@ type ClearResolvedResponse struct {
 
 func (x *ClearResolvedResponse) Reset() {
 	*x = ClearResolvedResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[56]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3228,7 +3029,7 @@ func (x *ClearResolvedResponse) String() string {
 func (*ClearResolvedResponse) ProtoMessage() {}
 
 func (x *ClearResolvedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[56]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3241,7 +3042,7 @@ func (x *ClearResolvedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearResolvedResponse.ProtoReflect.Descriptor instead.
 func (*ClearResolvedResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 type GetAgentSettingsRequest struct {
@@ -3252,7 +3053,7 @@ type GetAgentSettingsRequest struct {
 
 func (x *GetAgentSettingsRequest) Reset() {
 	*x = GetAgentSettingsRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[57]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3264,7 +3065,7 @@ func (x *GetAgentSettingsRequest) String() string {
 func (*GetAgentSettingsRequest) ProtoMessage() {}
 
 func (x *GetAgentSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[57]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3277,7 +3078,7 @@ func (x *GetAgentSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentSettingsRequest.ProtoReflect.Descriptor instead.
 func (*GetAgentSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 type GetAgentSettingsResponse struct {
@@ -3293,7 +3094,7 @@ type GetAgentSettingsResponse struct {
 
 func (x *GetAgentSettingsResponse) Reset() {
 	*x = GetAgentSettingsResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[58]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3305,7 +3106,7 @@ func (x *GetAgentSettingsResponse) String() string {
 func (*GetAgentSettingsResponse) ProtoMessage() {}
 
 func (x *GetAgentSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[58]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3318,7 +3119,7 @@ func (x *GetAgentSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentSettingsResponse.ProtoReflect.Descriptor instead.
 func (*GetAgentSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetAgentSettingsResponse) GetHookTimeoutMs() int64 {
@@ -3343,7 +3144,7 @@ type PresenceRequest struct {
 
 func (x *PresenceRequest) Reset() {
 	*x = PresenceRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[59]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3355,7 +3156,7 @@ func (x *PresenceRequest) String() string {
 func (*PresenceRequest) ProtoMessage() {}
 
 func (x *PresenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[59]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3368,7 +3169,7 @@ func (x *PresenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceRequest.ProtoReflect.Descriptor instead.
 func (*PresenceRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{59}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 type PresenceResponse struct {
@@ -3381,7 +3182,7 @@ type PresenceResponse struct {
 
 func (x *PresenceResponse) Reset() {
 	*x = PresenceResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[60]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3393,7 +3194,7 @@ func (x *PresenceResponse) String() string {
 func (*PresenceResponse) ProtoMessage() {}
 
 func (x *PresenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[60]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3406,7 +3207,7 @@ func (x *PresenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceResponse.ProtoReflect.Descriptor instead.
 func (*PresenceResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PresenceResponse) GetPingIntervalMs() int64 {
@@ -3511,18 +3312,6 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x12RemoveUnitsRequest\x12\x14\n" +
 	"\x05units\x18\x01 \x03(\tR\x05units\"P\n" +
 	"\x13RemoveUnitsResponse\x129\n" +
-	"\aresults\x18\x01 \x03(\v2\x1f.lifeline.v1.StatusReportResultR\aresults\"?\n" +
-	"\x10UnitCallsRequest\x12+\n" +
-	"\x05calls\x18\x01 \x03(\v2\x15.lifeline.v1.UnitCallR\x05calls\"\x96\x02\n" +
-	"\bUnitCall\x12,\n" +
-	"\x02as\x18\x01 \x01(\v2\x1c.lifeline.v1.AgentCredentialR\x02as\x12A\n" +
-	"\venter_scope\x18\x02 \x01(\v2\x1e.lifeline.v1.EnterScopeRequestH\x00R\n" +
-	"enterScope\x12A\n" +
-	"\vleave_scope\x18\x03 \x01(\v2\x1e.lifeline.v1.LeaveScopeRequestH\x00R\n" +
-	"leaveScope\x12N\n" +
-	"\x10ensure_unit_dead\x18\x04 \x01(\v2\".lifeline.v1.EnsureUnitDeadRequestH\x00R\x0eensureUnitDeadB\x06\n" +
-	"\x04call\"N\n" +
-	"\x11UnitCallsResponse\x129\n" +
 	"\aresults\x18\x01 \x03(\v2\x1f.lifeline.v1.StatusReportResultR\aresults\"-\n" +
 	"\x11GetServiceRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\"\xa2\x01\n" +
@@ -3604,7 +3393,7 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x0eUnitStatusKind\x12 \n" +
 	"\x1cUNIT_STATUS_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16UNIT_STATUS_KIND_AGENT\x10\x01\x12\x1d\n" +
-	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x022\xe1\x10\n" +
+	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x022\x95\x10\n" +
 	"\fAgentService\x12@\n" +
 	"\x05Watch\x12\x19.lifeline.v1.WatchRequest\x1a\x1a.lifeline.v1.WatchResponse0\x01\x12N\n" +
 	"\tWatchMany\x12\x1d.lifeline.v1.WatchManyRequest\x1a\x1e.lifeline.v1.WatchManyResponse(\x010\x01\x12M\n" +
@@ -3618,8 +3407,7 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"UnitScopes\x12\x1e.lifeline.v1.UnitScopesRequest\x1a\x1f.lifeline.v1.UnitScopesResponse\x12M\n" +
 	"\n" +
 	"RemoveUnit\x12\x1e.lifeline.v1.RemoveUnitRequest\x1a\x1f.lifeline.v1.RemoveUnitResponse\x12P\n" +
-	"\vRemoveUnits\x12\x1f.lifeline.v1.RemoveUnitsRequest\x1a .lifeline.v1.RemoveUnitsResponse\x12J\n" +
-	"\tUnitCalls\x12\x1d.lifeline.v1.UnitCallsRequest\x1a\x1e.lifeline.v1.UnitCallsResponse\x12M\n" +
+	"\vRemoveUnits\x12\x1f.lifeline.v1.RemoveUnitsRequest\x1a .lifeline.v1.RemoveUnitsResponse\x12M\n" +
 	"\n" +
 	"GetService\x12\x1e.lifeline.v1.GetServiceRequest\x1a\x1f.lifeline.v1.GetServiceResponse\x12X\n" +
 	"\rDownloadCharm\x12!.lifeline.v1.DownloadCharmRequest\x1a\".lifeline.v1.DownloadCharmResponse0\x01\x12S\n" +
@@ -3651,7 +3439,7 @@ func file_lifeline_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_lifeline_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lifeline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_lifeline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_lifeline_v1_agent_proto_goTypes = []any{
 	(UnitStatusKind)(0),                  // 0: lifeline.v1.UnitStatusKind
 	(*WatchSubject)(nil),                 // 1: lifeline.v1.WatchSubject
@@ -3682,50 +3470,47 @@ var file_lifeline_v1_agent_proto_goTypes = []any{
 	(*RemoveUnitResponse)(nil),           // 26: lifeline.v1.RemoveUnitResponse
 	(*RemoveUnitsRequest)(nil),           // 27: lifeline.v1.RemoveUnitsRequest
 	(*RemoveUnitsResponse)(nil),          // 28: lifeline.v1.RemoveUnitsResponse
-	(*UnitCallsRequest)(nil),             // 29: lifeline.v1.UnitCallsRequest
-	(*UnitCall)(nil),                     // 30: lifeline.v1.UnitCall
-	(*UnitCallsResponse)(nil),            // 31: lifeline.v1.UnitCallsResponse
-	(*GetServiceRequest)(nil),            // 32: lifeline.v1.GetServiceRequest
-	(*GetServiceResponse)(nil),           // 33: lifeline.v1.GetServiceResponse
-	(*DownloadCharmRequest)(nil),         // 34: lifeline.v1.DownloadCharmRequest
-	(*DownloadCharmResponse)(nil),        // 35: lifeline.v1.DownloadCharmResponse
-	(*SetUnitDyingRequest)(nil),          // 36: lifeline.v1.SetUnitDyingRequest
-	(*SetUnitDyingResponse)(nil),         // 37: lifeline.v1.SetUnitDyingResponse
-	(*EnsureUnitDeadRequest)(nil),        // 38: lifeline.v1.EnsureUnitDeadRequest
-	(*EnsureUnitDeadResponse)(nil),       // 39: lifeline.v1.EnsureUnitDeadResponse
-	(*AddSubordinateRequest)(nil),        // 40: lifeline.v1.AddSubordinateRequest
-	(*AddSubordinateResponse)(nil),       // 41: lifeline.v1.AddSubordinateResponse
-	(*EnterScopeRequest)(nil),            // 42: lifeline.v1.EnterScopeRequest
-	(*EnterScopeResponse)(nil),           // 43: lifeline.v1.EnterScopeResponse
-	(*LeaveScopeRequest)(nil),            // 44: lifeline.v1.LeaveScopeRequest
-	(*LeaveScopeResponse)(nil),           // 45: lifeline.v1.LeaveScopeResponse
-	(*ReadSettingsRequest)(nil),          // 46: lifeline.v1.ReadSettingsRequest
-	(*ReadSettingsResponse)(nil),         // 47: lifeline.v1.ReadSettingsResponse
-	(*SettingsUpdate)(nil),               // 48: lifeline.v1.SettingsUpdate
-	(*UpdateSettingsRequest)(nil),        // 49: lifeline.v1.UpdateSettingsRequest
-	(*UpdateSettingsResponse)(nil),       // 50: lifeline.v1.UpdateSettingsResponse
-	(*SetUnitStatusRequest)(nil),         // 51: lifeline.v1.SetUnitStatusRequest
-	(*SetUnitStatusResponse)(nil),        // 52: lifeline.v1.SetUnitStatusResponse
-	(*SetUnitStatusesRequest)(nil),       // 53: lifeline.v1.SetUnitStatusesRequest
-	(*SetUnitStatusesResponse)(nil),      // 54: lifeline.v1.SetUnitStatusesResponse
-	(*StatusReportResult)(nil),           // 55: lifeline.v1.StatusReportResult
-	(*ClearResolvedRequest)(nil),         // 56: lifeline.v1.ClearResolvedRequest
-	(*ClearResolvedResponse)(nil),        // 57: lifeline.v1.ClearResolvedResponse
-	(*GetAgentSettingsRequest)(nil),      // 58: lifeline.v1.GetAgentSettingsRequest
-	(*GetAgentSettingsResponse)(nil),     // 59: lifeline.v1.GetAgentSettingsResponse
-	(*PresenceRequest)(nil),              // 60: lifeline.v1.PresenceRequest
-	(*PresenceResponse)(nil),             // 61: lifeline.v1.PresenceResponse
-	nil,                                  // 62: lifeline.v1.EnterScopeRequest.SettingsEntry
-	nil,                                  // 63: lifeline.v1.ReadSettingsResponse.SettingsEntry
-	nil,                                  // 64: lifeline.v1.SettingsUpdate.SetEntry
-	(*Machine)(nil),                      // 65: lifeline.v1.Machine
-	(*Unit)(nil),                         // 66: lifeline.v1.Unit
-	(*Service)(nil),                      // 67: lifeline.v1.Service
-	(*ServiceConfig)(nil),                // 68: lifeline.v1.ServiceConfig
-	(*Relation)(nil),                     // 69: lifeline.v1.Relation
-	(*Resolved)(nil),                     // 70: lifeline.v1.Resolved
-	(*Status)(nil),                       // 71: lifeline.v1.Status
-	(*Charm)(nil),                        // 72: lifeline.v1.Charm
+	(*GetServiceRequest)(nil),            // 29: lifeline.v1.GetServiceRequest
+	(*GetServiceResponse)(nil),           // 30: lifeline.v1.GetServiceResponse
+	(*DownloadCharmRequest)(nil),         // 31: lifeline.v1.DownloadCharmRequest
+	(*DownloadCharmResponse)(nil),        // 32: lifeline.v1.DownloadCharmResponse
+	(*SetUnitDyingRequest)(nil),          // 33: lifeline.v1.SetUnitDyingRequest
+	(*SetUnitDyingResponse)(nil),         // 34: lifeline.v1.SetUnitDyingResponse
+	(*EnsureUnitDeadRequest)(nil),        // 35: lifeline.v1.EnsureUnitDeadRequest
+	(*EnsureUnitDeadResponse)(nil),       // 36: lifeline.v1.EnsureUnitDeadResponse
+	(*AddSubordinateRequest)(nil),        // 37: lifeline.v1.AddSubordinateRequest
+	(*AddSubordinateResponse)(nil),       // 38: lifeline.v1.AddSubordinateResponse
+	(*EnterScopeRequest)(nil),            // 39: lifeline.v1.EnterScopeRequest
+	(*EnterScopeResponse)(nil),           // 40: lifeline.v1.EnterScopeResponse
+	(*LeaveScopeRequest)(nil),            // 41: lifeline.v1.LeaveScopeRequest
+	(*LeaveScopeResponse)(nil),           // 42: lifeline.v1.LeaveScopeResponse
+	(*ReadSettingsRequest)(nil),          // 43: lifeline.v1.ReadSettingsRequest
+	(*ReadSettingsResponse)(nil),         // 44: lifeline.v1.ReadSettingsResponse
+	(*SettingsUpdate)(nil),               // 45: lifeline.v1.SettingsUpdate
+	(*UpdateSettingsRequest)(nil),        // 46: lifeline.v1.UpdateSettingsRequest
+	(*UpdateSettingsResponse)(nil),       // 47: lifeline.v1.UpdateSettingsResponse
+	(*SetUnitStatusRequest)(nil),         // 48: lifeline.v1.SetUnitStatusRequest
+	(*SetUnitStatusResponse)(nil),        // 49: lifeline.v1.SetUnitStatusResponse
+	(*SetUnitStatusesRequest)(nil),       // 50: lifeline.v1.SetUnitStatusesRequest
+	(*SetUnitStatusesResponse)(nil),      // 51: lifeline.v1.SetUnitStatusesResponse
+	(*StatusReportResult)(nil),           // 52: lifeline.v1.StatusReportResult
+	(*ClearResolvedRequest)(nil),         // 53: lifeline.v1.ClearResolvedRequest
+	(*ClearResolvedResponse)(nil),        // 54: lifeline.v1.ClearResolvedResponse
+	(*GetAgentSettingsRequest)(nil),      // 55: lifeline.v1.GetAgentSettingsRequest
+	(*GetAgentSettingsResponse)(nil),     // 56: lifeline.v1.GetAgentSettingsResponse
+	(*PresenceRequest)(nil),              // 57: lifeline.v1.PresenceRequest
+	(*PresenceResponse)(nil),             // 58: lifeline.v1.PresenceResponse
+	nil,                                  // 59: lifeline.v1.EnterScopeRequest.SettingsEntry
+	nil,                                  // 60: lifeline.v1.ReadSettingsResponse.SettingsEntry
+	nil,                                  // 61: lifeline.v1.SettingsUpdate.SetEntry
+	(*Machine)(nil),                      // 62: lifeline.v1.Machine
+	(*Unit)(nil),                         // 63: lifeline.v1.Unit
+	(*Service)(nil),                      // 64: lifeline.v1.Service
+	(*ServiceConfig)(nil),                // 65: lifeline.v1.ServiceConfig
+	(*Relation)(nil),                     // 66: lifeline.v1.Relation
+	(*Resolved)(nil),                     // 67: lifeline.v1.Resolved
+	(*Status)(nil),                       // 68: lifeline.v1.Status
+	(*Charm)(nil),                        // 69: lifeline.v1.Charm
 }
 var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	1,  // 0: lifeline.v1.WatchRequest.subject:type_name -> lifeline.v1.WatchSubject
@@ -3736,91 +3521,83 @@ var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	6,  // 5: lifeline.v1.WatchSubscribe.as:type_name -> lifeline.v1.AgentCredential
 	3,  // 6: lifeline.v1.WatchManyResponse.watch:type_name -> lifeline.v1.WatchResponse
 	9,  // 7: lifeline.v1.WatchManyResponse.end:type_name -> lifeline.v1.WatchEnd
-	65, // 8: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
-	66, // 9: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
-	67, // 10: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
-	68, // 11: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
-	69, // 12: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
-	70, // 13: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
-	65, // 14: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
-	71, // 15: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
+	62, // 8: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
+	63, // 9: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
+	64, // 10: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
+	65, // 11: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
+	66, // 12: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
+	67, // 13: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
+	62, // 14: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
+	68, // 15: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
 	19, // 16: lifeline.v1.IssueUnitCredentialsResponse.credentials:type_name -> lifeline.v1.UnitCredential
-	66, // 17: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
+	63, // 17: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
 	24, // 18: lifeline.v1.UnitScopesResponse.scopes:type_name -> lifeline.v1.UnitScope
-	55, // 19: lifeline.v1.RemoveUnitsResponse.results:type_name -> lifeline.v1.StatusReportResult
-	30, // 20: lifeline.v1.UnitCallsRequest.calls:type_name -> lifeline.v1.UnitCall
-	6,  // 21: lifeline.v1.UnitCall.as:type_name -> lifeline.v1.AgentCredential
-	42, // 22: lifeline.v1.UnitCall.enter_scope:type_name -> lifeline.v1.EnterScopeRequest
-	44, // 23: lifeline.v1.UnitCall.leave_scope:type_name -> lifeline.v1.LeaveScopeRequest
-	38, // 24: lifeline.v1.UnitCall.ensure_unit_dead:type_name -> lifeline.v1.EnsureUnitDeadRequest
-	55, // 25: lifeline.v1.UnitCallsResponse.results:type_name -> lifeline.v1.StatusReportResult
-	67, // 26: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
-	68, // 27: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
-	72, // 28: lifeline.v1.GetServiceResponse.charm:type_name -> lifeline.v1.Charm
-	66, // 29: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
-	62, // 30: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
-	63, // 31: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
-	64, // 32: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
-	48, // 33: lifeline.v1.UpdateSettingsRequest.updates:type_name -> lifeline.v1.SettingsUpdate
-	0,  // 34: lifeline.v1.SetUnitStatusRequest.kind:type_name -> lifeline.v1.UnitStatusKind
-	71, // 35: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
-	51, // 36: lifeline.v1.SetUnitStatusesRequest.reports:type_name -> lifeline.v1.SetUnitStatusRequest
-	55, // 37: lifeline.v1.SetUnitStatusesResponse.results:type_name -> lifeline.v1.StatusReportResult
-	2,  // 38: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
-	4,  // 39: lifeline.v1.AgentService.WatchMany:input_type -> lifeline.v1.WatchManyRequest
-	11, // 40: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
-	13, // 41: lifeline.v1.AgentService.EnsureMachineDead:input_type -> lifeline.v1.EnsureMachineDeadRequest
-	15, // 42: lifeline.v1.AgentService.SetMachineStatus:input_type -> lifeline.v1.SetMachineStatusRequest
-	17, // 43: lifeline.v1.AgentService.IssueUnitCredentials:input_type -> lifeline.v1.IssueUnitCredentialsRequest
-	20, // 44: lifeline.v1.AgentService.GetUnit:input_type -> lifeline.v1.GetUnitRequest
-	22, // 45: lifeline.v1.AgentService.UnitScopes:input_type -> lifeline.v1.UnitScopesRequest
-	25, // 46: lifeline.v1.AgentService.RemoveUnit:input_type -> lifeline.v1.RemoveUnitRequest
-	27, // 47: lifeline.v1.AgentService.RemoveUnits:input_type -> lifeline.v1.RemoveUnitsRequest
-	29, // 48: lifeline.v1.AgentService.UnitCalls:input_type -> lifeline.v1.UnitCallsRequest
-	32, // 49: lifeline.v1.AgentService.GetService:input_type -> lifeline.v1.GetServiceRequest
-	34, // 50: lifeline.v1.AgentService.DownloadCharm:input_type -> lifeline.v1.DownloadCharmRequest
-	36, // 51: lifeline.v1.AgentService.SetUnitDying:input_type -> lifeline.v1.SetUnitDyingRequest
-	38, // 52: lifeline.v1.AgentService.EnsureUnitDead:input_type -> lifeline.v1.EnsureUnitDeadRequest
-	40, // 53: lifeline.v1.AgentService.AddSubordinate:input_type -> lifeline.v1.AddSubordinateRequest
-	42, // 54: lifeline.v1.AgentService.EnterScope:input_type -> lifeline.v1.EnterScopeRequest
-	44, // 55: lifeline.v1.AgentService.LeaveScope:input_type -> lifeline.v1.LeaveScopeRequest
-	46, // 56: lifeline.v1.AgentService.ReadSettings:input_type -> lifeline.v1.ReadSettingsRequest
-	49, // 57: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
-	51, // 58: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
-	53, // 59: lifeline.v1.AgentService.SetUnitStatuses:input_type -> lifeline.v1.SetUnitStatusesRequest
-	56, // 60: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
-	60, // 61: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
-	58, // 62: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
-	3,  // 63: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
-	8,  // 64: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
-	12, // 65: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
-	14, // 66: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
-	16, // 67: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
-	18, // 68: lifeline.v1.AgentService.IssueUnitCredentials:output_type -> lifeline.v1.IssueUnitCredentialsResponse
-	21, // 69: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
-	23, // 70: lifeline.v1.AgentService.UnitScopes:output_type -> lifeline.v1.UnitScopesResponse
-	26, // 71: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
-	28, // 72: lifeline.v1.AgentService.RemoveUnits:output_type -> lifeline.v1.RemoveUnitsResponse
-	31, // 73: lifeline.v1.AgentService.UnitCalls:output_type -> lifeline.v1.UnitCallsResponse
-	33, // 74: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
-	35, // 75: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
-	37, // 76: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
-	39, // 77: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
-	41, // 78: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
-	43, // 79: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
-	45, // 80: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
-	47, // 81: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
-	50, // 82: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
-	52, // 83: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
-	54, // 84: lifeline.v1.AgentService.SetUnitStatuses:output_type -> lifeline.v1.SetUnitStatusesResponse
-	57, // 85: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
-	61, // 86: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
-	59, // 87: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
-	63, // [63:88] is the sub-list for method output_type
-	38, // [38:63] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	52, // 19: lifeline.v1.RemoveUnitsResponse.results:type_name -> lifeline.v1.StatusReportResult
+	64, // 20: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
+	65, // 21: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
+	69, // 22: lifeline.v1.GetServiceResponse.charm:type_name -> lifeline.v1.Charm
+	63, // 23: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
+	59, // 24: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
+	60, // 25: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
+	61, // 26: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
+	45, // 27: lifeline.v1.UpdateSettingsRequest.updates:type_name -> lifeline.v1.SettingsUpdate
+	0,  // 28: lifeline.v1.SetUnitStatusRequest.kind:type_name -> lifeline.v1.UnitStatusKind
+	68, // 29: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
+	48, // 30: lifeline.v1.SetUnitStatusesRequest.reports:type_name -> lifeline.v1.SetUnitStatusRequest
+	52, // 31: lifeline.v1.SetUnitStatusesResponse.results:type_name -> lifeline.v1.StatusReportResult
+	2,  // 32: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
+	4,  // 33: lifeline.v1.AgentService.WatchMany:input_type -> lifeline.v1.WatchManyRequest
+	11, // 34: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
+	13, // 35: lifeline.v1.AgentService.EnsureMachineDead:input_type -> lifeline.v1.EnsureMachineDeadRequest
+	15, // 36: lifeline.v1.AgentService.SetMachineStatus:input_type -> lifeline.v1.SetMachineStatusRequest
+	17, // 37: lifeline.v1.AgentService.IssueUnitCredentials:input_type -> lifeline.v1.IssueUnitCredentialsRequest
+	20, // 38: lifeline.v1.AgentService.GetUnit:input_type -> lifeline.v1.GetUnitRequest
+	22, // 39: lifeline.v1.AgentService.UnitScopes:input_type -> lifeline.v1.UnitScopesRequest
+	25, // 40: lifeline.v1.AgentService.RemoveUnit:input_type -> lifeline.v1.RemoveUnitRequest
+	27, // 41: lifeline.v1.AgentService.RemoveUnits:input_type -> lifeline.v1.RemoveUnitsRequest
+	29, // 42: lifeline.v1.AgentService.GetService:input_type -> lifeline.v1.GetServiceRequest
+	31, // 43: lifeline.v1.AgentService.DownloadCharm:input_type -> lifeline.v1.DownloadCharmRequest
+	33, // 44: lifeline.v1.AgentService.SetUnitDying:input_type -> lifeline.v1.SetUnitDyingRequest
+	35, // 45: lifeline.v1.AgentService.EnsureUnitDead:input_type -> lifeline.v1.EnsureUnitDeadRequest
+	37, // 46: lifeline.v1.AgentService.AddSubordinate:input_type -> lifeline.v1.AddSubordinateRequest
+	39, // 47: lifeline.v1.AgentService.EnterScope:input_type -> lifeline.v1.EnterScopeRequest
+	41, // 48: lifeline.v1.AgentService.LeaveScope:input_type -> lifeline.v1.LeaveScopeRequest
+	43, // 49: lifeline.v1.AgentService.ReadSettings:input_type -> lifeline.v1.ReadSettingsRequest
+	46, // 50: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
+	48, // 51: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
+	50, // 52: lifeline.v1.AgentService.SetUnitStatuses:input_type -> lifeline.v1.SetUnitStatusesRequest
+	53, // 53: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
+	57, // 54: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
+	55, // 55: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
+	3,  // 56: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
+	8,  // 57: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
+	12, // 58: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
+	14, // 59: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
+	16, // 60: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
+	18, // 61: lifeline.v1.AgentService.IssueUnitCredentials:output_type -> lifeline.v1.IssueUnitCredentialsResponse
+	21, // 62: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
+	23, // 63: lifeline.v1.AgentService.UnitScopes:output_type -> lifeline.v1.UnitScopesResponse
+	26, // 64: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
+	28, // 65: lifeline.v1.AgentService.RemoveUnits:output_type -> lifeline.v1.RemoveUnitsResponse
+	30, // 66: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
+	32, // 67: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
+	34, // 68: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
+	36, // 69: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
+	38, // 70: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
+	40, // 71: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
+	42, // 72: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
+	44, // 73: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
+	47, // 74: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
+	49, // 75: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
+	51, // 76: lifeline.v1.AgentService.SetUnitStatuses:output_type -> lifeline.v1.SetUnitStatusesResponse
+	54, // 77: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
+	58, // 78: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
+	56, // 79: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
+	56, // [56:80] is the sub-list for method output_type
+	32, // [32:56] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_agent_proto_init() }
@@ -3857,18 +3634,13 @@ func file_lifeline_v1_agent_proto_init() {
 		(*WatchChange_Relation)(nil),
 		(*WatchChange_Resolved)(nil),
 	}
-	file_lifeline_v1_agent_proto_msgTypes[29].OneofWrappers = []any{
-		(*UnitCall_EnterScope)(nil),
-		(*UnitCall_LeaveScope)(nil),
-		(*UnitCall_EnsureUnitDead)(nil),
-	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_agent_proto_rawDesc), len(file_lifeline_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   64,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

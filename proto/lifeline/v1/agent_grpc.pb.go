@@ -32,7 +32,6 @@ const (
 	AgentService_UnitScopes_FullMethodName           = "/lifeline.v1.AgentService/UnitScopes"
 	AgentService_RemoveUnit_FullMethodName           = "/lifeline.v1.AgentService/RemoveUnit"
 	AgentService_RemoveUnits_FullMethodName          = "/lifeline.v1.AgentService/RemoveUnits"
-	AgentService_UnitCalls_FullMethodName            = "/lifeline.v1.AgentService/UnitCalls"
 	AgentService_GetService_FullMethodName           = "/lifeline.v1.AgentService/GetService"
 	AgentService_DownloadCharm_FullMethodName        = "/lifeline.v1.AgentService/DownloadCharm"
 	AgentService_SetUnitDying_FullMethodName         = "/lifeline.v1.AgentService/SetUnitDying"
@@ -100,12 +99,6 @@ type AgentServiceClient interface {
 	// on its own: a machine agent removes the units that died together in
 	// one call. Only a machine agent may call it.
 	RemoveUnits(ctx context.Context, in *RemoveUnitsRequest, opts ...grpc.CallOption) (*RemoveUnitsResponse, error)
-	// UnitCalls makes calls of the unit agents the caller runs, each
-	// authorized by its unit agent's own credential, handled as it would
-	// have been alone and answered on its own: a machine agent sends the
-	// calls its unit agents make at the same moment together. Only a
-	// machine agent may call it.
-	UnitCalls(ctx context.Context, in *UnitCallsRequest, opts ...grpc.CallOption) (*UnitCallsResponse, error)
 	// GetService returns the service of a unit the caller may see, with its
 	// configuration and charm.
 	GetService(ctx context.Context, in *GetServiceRequest, opts ...grpc.CallOption) (*GetServiceResponse, error)
@@ -263,16 +256,6 @@ func (c *agentServiceClient) RemoveUnits(ctx context.Context, in *RemoveUnitsReq
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RemoveUnitsResponse)
 	err := c.cc.Invoke(ctx, AgentService_RemoveUnits_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *agentServiceClient) UnitCalls(ctx context.Context, in *UnitCallsRequest, opts ...grpc.CallOption) (*UnitCallsResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(UnitCallsResponse)
-	err := c.cc.Invoke(ctx, AgentService_UnitCalls_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -482,12 +465,6 @@ type AgentServiceServer interface {
 	// on its own: a machine agent removes the units that died together in
 	// one call. Only a machine agent may call it.
 	RemoveUnits(context.Context, *RemoveUnitsRequest) (*RemoveUnitsResponse, error)
-	// UnitCalls makes calls of the unit agents the caller runs, each
-	// authorized by its unit agent's own credential, handled as it would
-	// have been alone and answered on its own: a machine agent sends the
-	// calls its unit agents make at the same moment together. Only a
-	// machine agent may call it.
-	UnitCalls(context.Context, *UnitCallsRequest) (*UnitCallsResponse, error)
 	// GetService returns the service of a unit the caller may see, with its
 	// configuration and charm.
 	GetService(context.Context, *GetServiceRequest) (*GetServiceResponse, error)
@@ -568,9 +545,6 @@ func (UnimplementedAgentServiceServer) RemoveUnit(context.Context, *RemoveUnitRe
 }
 func (UnimplementedAgentServiceServer) RemoveUnits(context.Context, *RemoveUnitsRequest) (*RemoveUnitsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveUnits not implemented")
-}
-func (UnimplementedAgentServiceServer) UnitCalls(context.Context, *UnitCallsRequest) (*UnitCallsResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method UnitCalls not implemented")
 }
 func (UnimplementedAgentServiceServer) GetService(context.Context, *GetServiceRequest) (*GetServiceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetService not implemented")
@@ -793,24 +767,6 @@ func _AgentService_RemoveUnits_Handler(srv interface{}, ctx context.Context, dec
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AgentServiceServer).RemoveUnits(ctx, req.(*RemoveUnitsRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _AgentService_UnitCalls_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(UnitCallsRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(AgentServiceServer).UnitCalls(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: AgentService_UnitCalls_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(AgentServiceServer).UnitCalls(ctx, req.(*UnitCallsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1087,10 +1043,6 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveUnits",
 			Handler:    _AgentService_RemoveUnits_Handler,
-		},
-		{
-			MethodName: "UnitCalls",
-			Handler:    _AgentService_UnitCalls_Handler,
 		},
 		{
 			MethodName: "GetService",
