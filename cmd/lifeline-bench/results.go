@@ -42,14 +42,19 @@ type results struct {
 	RawTxnPerSecondAfter float64 `json:"raw_etcd_txn_per_second_after"`
 	// FSMkdirMicroseconds is the CPU a directory took to make in the
 	// run's directory before the run (fsprobe.go).
-	FSMkdirMicroseconds    float64 `json:"fs_mkdir_microseconds"`
-	FewestTxnsPerUnit      float64 `json:"fewest_txns_per_unit"`
-	CeilingUnitsPerSecond  float64 `json:"ceiling_units_per_second"`
-	RatioToCeiling         float64 `json:"ratio_to_ceiling"`
-	RatioToCeilingDestroy  float64 `json:"ratio_to_ceiling_destroy"`
-	ControllerRSSBytes     int64   `json:"controller_rss_bytes"`
-	ControllerBytesPerUnit float64 `json:"controller_bytes_per_unit"`
-	ControllerCPUSeconds   float64 `json:"controller_cpu_seconds"`
+	FSMkdirMicroseconds float64 `json:"fs_mkdir_microseconds"`
+	// SpeedBefore and SpeedAfter are the machine's speed before the run
+	// and once everything is measured (speedprobe.go): runs whose figures
+	// differ were made on a machine of a different speed.
+	SpeedBefore            speedProbe `json:"speed_before"`
+	SpeedAfter             speedProbe `json:"speed_after"`
+	FewestTxnsPerUnit      float64    `json:"fewest_txns_per_unit"`
+	CeilingUnitsPerSecond  float64    `json:"ceiling_units_per_second"`
+	RatioToCeiling         float64    `json:"ratio_to_ceiling"`
+	RatioToCeilingDestroy  float64    `json:"ratio_to_ceiling_destroy"`
+	ControllerRSSBytes     int64      `json:"controller_rss_bytes"`
+	ControllerBytesPerUnit float64    `json:"controller_bytes_per_unit"`
+	ControllerCPUSeconds   float64    `json:"controller_cpu_seconds"`
 	// The controller's CPU in each phase, and the fraction of the
 	// machine's CPU time (all its cores) that was busy in each.
 	ControllerCPUSecondsDeploy  float64 `json:"controller_cpu_seconds_deploy"`
@@ -218,6 +223,7 @@ func (r *results) print(w io.Writer) {
 	}
 	row("raw etcd txn/s", "%.0f: ceiling %.0f units/s at %.2f txns a unit; %s", r.RawTxnPerSecond, r.CeilingUnitsPerSecond, r.FewestTxnsPerUnit, after)
 	row("filesystem", "%.0f µs of CPU a directory made, before the run", r.FSMkdirMicroseconds)
+	row("machine's speed", "%s before the run, %s after", r.SpeedBefore, r.SpeedAfter)
 	row("ratio to ceiling", "%.2f deploying, %.2f destroying", r.RatioToCeiling, r.RatioToCeilingDestroy)
 	row("etcd txns", "%d, %.1f a unit, largest %d ops; %d retried after a conflict, %d refused as too many and sent again",
 		r.EtcdTxnsTotal, r.EtcdTxnsPerUnit, r.MaxTxnOps, r.EtcdTxnRetries, r.EtcdBusyRetries)

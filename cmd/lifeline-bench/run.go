@@ -56,6 +56,8 @@ func run(ctx context.Context, c config) (*results, error) {
 	}
 	res.FSMkdirMicroseconds = float64(cost) / float64(time.Microsecond)
 	say("a directory takes %.0f µs of CPU to make in %s (recently freed inodes slow it: docs/PERFORMANCE.md)", res.FSMkdirMicroseconds, dir)
+	res.SpeedBefore = measureSpeed()
+	say("the machine's speed: %s (speedprobe.go)", res.SpeedBefore)
 
 	say("starting the controller (embedded etcd, fsync on) in %s", dir)
 	ctl, err := startController(ctx, c.lifelined, dir)
@@ -375,6 +377,8 @@ func run(ctx context.Context, c config) (*results, error) {
 	} else {
 		say("  %.0f txn/s (%.0f before the run)", res.RawTxnPerSecondAfter, res.RawTxnPerSecond)
 	}
+	res.SpeedAfter = measureSpeed()
+	say("the machine's speed after the run: %s (%s before)", res.SpeedAfter, res.SpeedBefore)
 	return res, fl.err()
 }
 
