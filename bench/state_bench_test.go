@@ -106,6 +106,16 @@ func BenchmarkAssignUnit(b *testing.B) {
 // BenchmarkEnterScope puts one pre-made unit per op into a pre-made
 // relation's scope, with 100 bytes of initial settings.
 func BenchmarkEnterScope(b *testing.B) {
+	st, ctx, rel, units := relatedUnits(b)
+	run(b, ctx, 1, stateCounts(st), func(ctx context.Context, i int) error {
+		return st.EnterScope(ctx, rel.Id, units[i], settings)
+	})
+}
+
+// relatedUnits makes services app and kv, the relation app:db kv:server,
+// and b.N assigned units of app.
+func relatedUnits(b *testing.B) (*state.State, context.Context, *pb.Relation, []string) {
+	b.Helper()
 	st, ctx := newState(b)
 	addService(b, ctx, st, "app", appEndpoints)
 	addService(b, ctx, st, "kv", kvEndpoints)
@@ -113,9 +123,28 @@ func BenchmarkEnterScope(b *testing.B) {
 	if err != nil {
 		b.Fatalf("AddRelation(app:db, kv:server): %v", err)
 	}
-	units := assignedUnits(b, ctx, st, "app", b.N)
+	return st, ctx, rel, assignedUnits(b, ctx, st, "app", b.N)
+}
+
+// BenchmarkLeaveDyingScope takes one unit per op out of a dying
+// relation's scope that held all b.N of them, side by side as a destroyed
+// service's units leave: each LeaveScope reads the unit's neighbours in
+// the scope to find a witness that the scope stays occupied (the relation
+// is not removed with it), and the last removes the relation. The
+// witness reads are a destroy's largest share of the controller's reads
+// (docs/PERFORMANCE.md, twenty-second round).
+func BenchmarkLeaveDyingScope(b *testing.B) {
+	st, ctx, rel, units := relatedUnits(b)
+	for _, u := range units {
+		if err := st.EnterScope(ctx, rel.Id, u, settings); err != nil {
+			b.Fatalf("EnterScope(%s): %v", u, err)
+		}
+	}
+	if err := st.DestroyRelation(ctx, rel.Id); err != nil {
+		b.Fatalf("DestroyRelation: %v", err)
+	}
 	run(b, ctx, 1, stateCounts(st), func(ctx context.Context, i int) error {
-		return st.EnterScope(ctx, rel.Id, units[i], settings)
+		return st.LeaveScope(ctx, rel.Id, units[i])
 	})
 }
 
