@@ -95,9 +95,7 @@ func (b *batcher[T]) send() {
 		direct := b.direct
 		b.mu.Unlock()
 		if direct {
-			for _, r := range batch {
-				r.done <- r.own(r.ctx)
-			}
+			sendOwn(batch)
 			continue
 		}
 		b.send1(batch)
@@ -145,9 +143,7 @@ func (b *batcher[T]) send1(batch []*pending[T]) {
 		b.mu.Lock()
 		b.direct = true
 		b.mu.Unlock()
-		for _, r := range batch {
-			r.done <- r.own(r.ctx)
-		}
+		sendOwn(batch)
 		return
 	case err == nil && len(results) != len(batch):
 		err = status.Errorf(codes.Internal, "the controller answered %d of %d requests", len(results), len(batch))
@@ -158,6 +154,13 @@ func (b *batcher[T]) send1(batch []*pending[T]) {
 			continue
 		}
 		r.done <- resultErr(results[i])
+	}
+}
+
+// sendOwn sends each request of batch as its own call, and answers it.
+func sendOwn[T any](batch []*pending[T]) {
+	for _, r := range batch {
+		r.done <- r.own(r.ctx)
 	}
 }
 

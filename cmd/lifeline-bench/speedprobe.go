@@ -78,8 +78,8 @@ func measureSpeedOf(rounds, slots, loads int) speedProbe {
 	runtime.KeepAlive(p) // the chase's result is used
 
 	return speedProbe{
-		HashNanosPerKiB:   float64(hash) / float64(time.Nanosecond) / float64(rounds*hashProbeBlock/1024),
-		ChaseNanosPerLoad: float64(chase) / float64(time.Nanosecond) / float64(loads),
+		HashNanosPerKiB:   float64(hash.Nanoseconds()) / float64(rounds*hashProbeBlock/1024),
+		ChaseNanosPerLoad: float64(chase.Nanoseconds()) / float64(loads),
 	}
 }
 
