@@ -77,11 +77,13 @@ func (s *State) LeaveScope(ctx context.Context, id int64, unit string) error {
 		scopeKey := func(u string) string { return ScopeKey(id, u) }
 		key := scopeKey(unit)
 		// The scope's other members, should the relation be dying: first
-		// the unit's neighbours by number (point reads, which spread the
-		// witnesses of units leaving at once; the first keys of the scope
-		// were every leaver's witnesses, and a range read costs as many
-		// keys as the scope holds, whatever its limit).
-		probes, probeGets := neighbourProbes(unit, scopeKey)
+		// the unit's farthest neighbours by number (point reads, which
+		// spread the witnesses of units leaving at once; the first keys
+		// of the scope were every leaver's witnesses, and a range read
+		// costs as many keys as the scope holds, whatever its limit),
+		// then, only when none of those is there, the nearer ones.
+		first, later := probeStages(unit)
+		probes, probeGets := neighbourProbes(unit, scopeKey, first)
 		gets := append([]getOp{get(key), get(RelationKey(id))}, probeGets...)
 		r, err := s.read(ctx, gets...)
 		if err != nil {
@@ -106,8 +108,7 @@ func (s *State) LeaveScope(ctx context.Context, id int64, unit string) error {
 		}
 		probed := farthestProbes(r.existing(2, probes), unit)
 		if len(probed) == 0 {
-			// No neighbour: any member will do, at the cost of a range.
-			probed, err = s.rangeWitnesses(ctx, unit, scopeKey, ScopePrefix(id))
+			probed, err = s.moreWitnesses(ctx, unit, later, scopeKey, ScopePrefix(id))
 			if err != nil {
 				return nil, err
 			}

@@ -294,16 +294,51 @@ type serviceView struct {
 }
 
 // witnessProbes are the unit numbers, relative to a unit being removed,
-// whose keys readServiceView tries as witnesses that the service has other
-// units, in pairs, nearest first. Point reads of neighbours cost little
-// and spread the witnesses of concurrent removals; a range read of the
-// service's units costs as much as the service has units, because etcd
-// counts the whole range whatever the limit. The witness is one of the
-// farthest pair there (farthestProbes): units added together are numbered
-// one after the other and tend to go together (to one machine, set dying
-// in one of the cleaner's batches), and a removal whose witness goes
-// meanwhile conflicts and is tried again.
+// whose keys are tried as witnesses that the service has other units, in
+// pairs, nearest first. Point reads of neighbours cost little and spread
+// the witnesses of concurrent removals; a range read of the service's
+// units costs as much as the service has units, because etcd counts the
+// whole range whatever the limit. The witness is one of the farthest pair
+// there (farthestProbes): units added together are numbered one after the
+// other and tend to go together (to one machine, set dying in one of the
+// cleaner's batches), and a removal whose witness goes meanwhile conflicts
+// and is tried again.
+//
+// The farthest probes a unit can have are read with the change's other
+// reads, the nearer ones only when none of those is there (probeStages).
+// Until most of the service's units are gone one of the farthest is, and
+// the witness is one of it anyway: read at once, the nearer probes were
+// eight of the twelve keys a departure from a dying relation read.
 var witnessProbes = []int64{1, -1, 16, -16, 64, -64, 256, -256, 1024, -1024}
+
+// probeStages splits witnessProbes for unit into the probes read first,
+// with the change's other reads, and the rest, read only when none of the
+// first exists. First come those as far as the farthest pair that has a
+// neighbour below unit (units are numbered from 0), or farther: for
+// bench/5000 the pair at 1024, for bench/100 those at 1024, 256 and 64,
+// the only ones of those far that can be there. So the witness chosen is
+// the one that reading every probe at once would choose, one of the
+// farthest there.
+func probeStages(unit string) (first, rest []int64) {
+	n, err := strconv.ParseInt(lastSegment(unit), 10, 64)
+	if err != nil {
+		return witnessProbes, nil
+	}
+	near := int64(1)
+	for _, d := range witnessProbes {
+		if d > 0 && d <= n {
+			near = max(near, d)
+		}
+	}
+	for _, d := range witnessProbes {
+		if max(d, -d) >= near {
+			first = append(first, d)
+		} else {
+			rest = append(rest, d)
+		}
+	}
+	return first, rest
+}
 
 // siblingKeys returns key(u) for the units u of unit's service numbered
 // one below and one above it: units added together to one machine, which
@@ -316,13 +351,14 @@ func siblingKeys(unit string, key func(unit string) string) []string {
 }
 
 // neighbourProbes returns key(u) for the units u of unit's service whose
-// numbers are unit's plus each of witnessProbes, the candidate witnesses of
-// a removal or a departure, and the reads of whether each exists. A
-// witness need only exist when the change commits (change.ifExists), so
-// its existence is all that is read: from etcd's index, where reading the
-// key itself read its record from etcd's database too.
-func neighbourProbes(unit string, key func(unit string) string) ([]string, []getOp) {
-	keys := neighbourKeys(unit, key, witnessProbes)
+// numbers are unit's plus each of deltas (one of probeStages), the
+// candidate witnesses of a removal or a departure, and the reads of
+// whether each exists. A witness need only exist when the change commits
+// (change.ifExists), so its existence is all that is read: from etcd's
+// index, where reading the key itself read its record from etcd's
+// database too.
+func neighbourProbes(unit string, key func(unit string) string, deltas []int64) ([]string, []getOp) {
+	keys := neighbourKeys(unit, key, deltas)
 	gets := make([]getOp, len(keys))
 	for i, k := range keys {
 		gets[i] = getExists(k)
@@ -377,15 +413,18 @@ func neighbourKeys(unit string, key func(unit string) string, deltas []int64) []
 
 // readServiceView reads, in one round trip with the extra gets (whose
 // answers it returns), what S3 needs to decide on the named service when
-// unit (possibly "") is removed. Only when the service is dying and no
-// neighbour of unit exists does it read the service's units by range, in a
-// second round trip.
+// unit (possibly "") is removed. Only when the service is dying and none
+// of unit's neighbours probed first exists does it read more
+// (moreWitnesses), in a second round trip or more.
 func (s *State) readServiceView(ctx context.Context, name, unit string, extra ...getOp) (*serviceView, *reads, error) {
 	gets := append(extra, get(ServiceKey(name)), getKeys(serviceRelationsPrefix(name), 2))
 	var probes []string
+	var later []int64
 	if unit != "" {
+		var first []int64
 		var probeGets []getOp
-		probes, probeGets = neighbourProbes(unit, UnitKey)
+		first, later = probeStages(unit)
+		probes, probeGets = neighbourProbes(unit, UnitKey, first)
 		gets = append(gets, probeGets...)
 	}
 	r, err := s.read(ctx, gets...)
@@ -402,7 +441,7 @@ func (s *State) readServiceView(ctx context.Context, name, unit string, extra ..
 		v.siblings = siblingKeys(unit, UnitKey)
 	}
 	if svc.v.Life != pb.Life_LIFE_ALIVE && len(v.units) == 0 {
-		more, err := s.rangeWitnesses(ctx, unit, UnitKey, ServiceUnitsPrefix(name))
+		more, err := s.moreWitnesses(ctx, unit, later, UnitKey, ServiceUnitsPrefix(name))
 		if err != nil {
 			return nil, r, err
 		}
@@ -425,9 +464,28 @@ func witnessWindows(unit string, keyOf func(string) string) []string {
 	return out
 }
 
+// moreWitnesses reads candidate witnesses of unit's removal from prefix
+// (which holds keyOf of its service's units) when none of the neighbours
+// probed first exists: the neighbours at the later probes (probeStages)
+// in one round trip, and only when none of them exists either, a range
+// (rangeWitnesses).
+func (s *State) moreWitnesses(ctx context.Context, unit string, later []int64, keyOf func(string) string, prefix string) ([]*mvccpb.KeyValue, error) {
+	probes, gets := neighbourProbes(unit, keyOf, later)
+	if len(gets) > 0 {
+		r, err := s.read(ctx, gets...)
+		if err != nil {
+			return nil, err
+		}
+		if found := farthestProbes(r.existing(0, probes), unit); len(found) > 0 {
+			return found, nil
+		}
+	}
+	return s.rangeWitnesses(ctx, unit, keyOf, prefix)
+}
+
 // rangeWitnesses reads up to two keys by range as candidate witnesses of
 // unit's removal from prefix (which holds keyOf of its service's units),
-// when none of its neighbours was one: under the narrowest of unit's
+// when none of its probed neighbours was one: under the narrowest of unit's
 // witnessWindows that holds another key, else under the whole prefix. A
 // range read costs as many keys as the range holds, deleted ones too
 // until etcd compacts them, whatever its limit: late in a large destroy,

@@ -89,3 +89,25 @@ func TestFarthestProbes(t *testing.T) {
 		}
 	}
 }
+
+// A removal reads its unit's farthest neighbours first and the nearer
+// ones only when none of those is there; for a unit numbered low, the
+// first are all those that could be farther than its farthest below.
+func TestProbeStages(t *testing.T) {
+	for _, tt := range []struct {
+		unit        string
+		first, rest []int64
+	}{
+		{"bench/5000", []int64{1024, -1024}, []int64{1, -1, 16, -16, 64, -64, 256, -256}},
+		{"bench/1024", []int64{1024, -1024}, []int64{1, -1, 16, -16, 64, -64, 256, -256}},
+		{"bench/1023", []int64{256, -256, 1024, -1024}, []int64{1, -1, 16, -16, 64, -64}},
+		{"bench/100", []int64{64, -64, 256, -256, 1024, -1024}, []int64{1, -1, 16, -16}},
+		{"bench/0", witnessProbes, nil},
+		{"bench/x", witnessProbes, nil},
+	} {
+		first, rest := probeStages(tt.unit)
+		if !slices.Equal(first, tt.first) || !slices.Equal(rest, tt.rest) {
+			t.Errorf("probeStages(%s) = %v, %v; want %v, %v", tt.unit, first, rest, tt.first, tt.rest)
+		}
+	}
+}
