@@ -26,9 +26,16 @@ type handlerWorkers struct {
 	n  int
 }
 
-// maxHandlerWorkers bounds a Server's handler workers: as many as the
+// maxHandlerWorkers bounds a Server's handler workers: four times the
 // writes a State has in etcd at once (state.DefaultMaxWritesInFlight).
-const maxHandlerWorkers = state.DefaultMaxWritesInFlight
+// A call waiting for its turn to write holds its worker, and while 10,000
+// units left a relation as many as there were writes in flight did: with
+// as many workers as that, the calls beyond them ran on goroutines of
+// their own and grew their stacks as before (copystack 6% of the
+// controller's CPU destroying; docs/PERFORMANCE.md, twenty-third round).
+// An idle worker costs its stack, which the collector shrinks, until it
+// ends.
+const maxHandlerWorkers = 4 * state.DefaultMaxWritesInFlight
 
 // workerIdle is how long a handler worker waits for a call before it ends.
 const workerIdle = 30 * time.Second
