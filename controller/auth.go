@@ -106,13 +106,16 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	start := time.Now()
 	ctx, err := s.authorize(ctx, info.FullMethod)
 	if err == nil {
-		if callerFrom(ctx).kind == names.KindAdmin {
+		ahead := callerFrom(ctx).kind == names.KindAdmin
+		if ahead {
 			// The operator waits on the answer; the agents' writes
 			// queued for etcd can wait a moment longer.
 			ctx = state.Ahead(ctx)
 		}
 		var resp any
-		s.workers.run(func() { resp, err = handler(ctx, req) })
+		if werr := s.workers.call(ctx, ahead, func() { resp, err = handler(ctx, req) }); werr != nil {
+			err = werr
+		}
 		err = toStatus(err)
 		s.metrics.observeUnary(info.FullMethod, err, start)
 		return resp, err

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -14,9 +15,13 @@ import (
 // were deployed and destroyed (runtime.copystack; docs/PERFORMANCE.md,
 // nineteenth round). A kept goroutine keeps its grown stack (the collector
 // shrinks an idle one now and then). A call finds an idle worker, or
-// starts one while there are fewer than max, or else runs on its own
-// goroutine as before: the workers add no queue and bound nothing. A
-// worker idle for a while ends.
+// starts one while there are fewer than max, or else waits for one: on
+// its own goroutine it would grow a stack as before (still 4–6% of the
+// controller's CPU destroying, twenty-third round), where waiting costs
+// only the small stack it has. An operator's call, which goes ahead of
+// the agents' (state.Ahead), runs on its own goroutine rather than wait.
+// The items of a call (sideBySide) never wait: the call they belong to
+// holds a worker. A worker idle for a while ends.
 type handlerWorkers struct {
 	jobs chan func()
 	max  int
@@ -26,15 +31,14 @@ type handlerWorkers struct {
 	n  int
 }
 
-// maxHandlerWorkers bounds a Server's handler workers: four times the
-// writes a State has in etcd at once (state.DefaultMaxWritesInFlight).
-// A call waiting for its turn to write holds its worker, and while 10,000
-// units left a relation as many as there were writes in flight did: with
-// as many workers as that, the calls beyond them ran on goroutines of
-// their own and grew their stacks as before (copystack 6% of the
-// controller's CPU destroying; docs/PERFORMANCE.md, twenty-third round).
-// An idle worker costs its stack, which the collector shrinks, until it
-// ends.
+// maxHandlerWorkers bounds a Server's handler workers, and so the unary
+// calls it handles at once: four times the writes a State has in etcd at
+// once (state.DefaultMaxWritesInFlight). A call waiting for its turn to
+// write holds its worker; with only as many workers as writes in flight,
+// while 10,000 units left a relation every worker was busy and the calls
+// beyond ran on goroutines of their own (copystack 6% of the controller's
+// CPU destroying; docs/PERFORMANCE.md, twenty-third round). An idle worker
+// costs its stack, which the collector shrinks, until it ends.
 const maxHandlerWorkers = 4 * state.DefaultMaxWritesInFlight
 
 // workerIdle is how long a handler worker waits for a call before it ends.
@@ -42,6 +46,37 @@ const workerIdle = 30 * time.Second
 
 func newHandlerWorkers(max int, idle time.Duration) *handlerWorkers {
 	return &handlerWorkers{jobs: make(chan func()), max: max, idle: idle}
+}
+
+// call runs a unary call's handler f on a worker and returns once f has
+// returned. With every worker busy and max of them, it waits for one, or,
+// when ahead is set, runs f on the caller's goroutine. When ctx ends
+// while it waits it returns ctx's error and f does not run.
+func (w *handlerWorkers) call(ctx context.Context, ahead bool, f func()) error {
+	done := make(chan struct{})
+	job := func() {
+		defer close(done)
+		f()
+	}
+	select {
+	case w.jobs <- job:
+	default:
+		switch {
+		case w.start():
+			go w.work(job)
+		case ahead:
+			f()
+			return nil
+		default:
+			select {
+			case w.jobs <- job:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	<-done
+	return nil
 }
 
 // run runs f on a worker, or on the caller's goroutine when every worker
@@ -55,19 +90,24 @@ func (w *handlerWorkers) run(f func()) {
 	select {
 	case w.jobs <- job:
 	default:
-		w.mu.Lock()
-		start := w.n < w.max
-		if start {
-			w.n++
-		}
-		w.mu.Unlock()
-		if !start {
+		if !w.start() {
 			f()
 			return
 		}
 		go w.work(job)
 	}
 	<-done
+}
+
+// start counts a new worker and reports true, unless there are max.
+func (w *handlerWorkers) start() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n >= w.max {
+		return false
+	}
+	w.n++
+	return true
 }
 
 // work runs job, then the jobs it is given, until it waits w.idle for
@@ -84,7 +124,16 @@ func (w *handlerWorkers) work(job func()) {
 			w.mu.Lock()
 			w.n--
 			w.mu.Unlock()
-			return
+			// A call that found every worker busy as this one's
+			// time ran out waits for a worker: it gets this one.
+			select {
+			case job = <-w.jobs:
+				w.mu.Lock()
+				w.n++
+				w.mu.Unlock()
+			default:
+				return
+			}
 		}
 	}
 }

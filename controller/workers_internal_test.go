@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -93,4 +95,64 @@ func TestHandlerWorkersSideBySide(t *testing.T) {
 		}
 	}
 	w.sideBySide(0, func(int) { t.Error("an item of none ran") })
+}
+
+// With every worker busy, a call waits for one rather than running on a
+// goroutine of its own, unless it goes ahead of the queue; a call whose
+// context ends while it waits does not run.
+func TestHandlerWorkersCallWaits(t *testing.T) {
+	w := newHandlerWorkers(2, time.Second)
+	ctx := context.Background()
+	release := make(chan struct{})
+	var inside atomic.Int64
+	var busy sync.WaitGroup
+	for range 2 {
+		busy.Add(1)
+		go func() {
+			defer busy.Done()
+			if err := w.call(ctx, false, func() { inside.Add(1); <-release }); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	for deadline := time.Now().Add(10 * time.Second); inside.Load() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 2 calls on the workers", inside.Load())
+		}
+	}
+
+	// An operator's call goes ahead, on its own goroutine.
+	if err := w.call(ctx, true, func() {}); err != nil {
+		t.Fatalf("call ahead: %v", err)
+	}
+
+	// An agent's waits for a worker.
+	var ran atomic.Bool
+	waited := make(chan error, 1)
+	go func() { waited <- w.call(ctx, false, func() { ran.Store(true) }) }()
+	time.Sleep(50 * time.Millisecond)
+	if ran.Load() {
+		t.Fatal("a call ran while every worker was busy")
+	}
+
+	// One whose context ends while it waits returns without running.
+	cctx, cancel := context.WithCancel(ctx)
+	cancelled := make(chan error, 1)
+	go func() { cancelled <- w.call(cctx, false, func() { t.Error("a cancelled call ran") }) }()
+	cancel()
+	if err := <-cancelled; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled call: %v, want context.Canceled", err)
+	}
+
+	close(release)
+	busy.Wait()
+	if err := <-waited; err != nil || !ran.Load() {
+		t.Fatalf("waiting call: %v, ran %v", err, ran.Load())
+	}
+	w.mu.Lock()
+	n := w.n
+	w.mu.Unlock()
+	if n != 2 {
+		t.Errorf("%d workers, want 2", n)
+	}
 }
