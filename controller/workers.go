@@ -80,23 +80,10 @@ func (w *handlerWorkers) call(ctx context.Context, ahead bool, f func()) error {
 }
 
 // run runs f on a worker, or on the caller's goroutine when every worker
-// is busy and there are max of them, and returns once f has returned.
+// is busy and there are max of them, and returns once f has returned: a
+// call that never waits.
 func (w *handlerWorkers) run(f func()) {
-	done := make(chan struct{})
-	job := func() {
-		defer close(done)
-		f()
-	}
-	select {
-	case w.jobs <- job:
-	default:
-		if !w.start() {
-			f()
-			return
-		}
-		go w.work(job)
-	}
-	<-done
+	_ = w.call(context.Background(), true, f)
 }
 
 // start counts a new worker and reports true, unless there are max.
