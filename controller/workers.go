@@ -29,6 +29,8 @@ type handlerWorkers struct {
 
 	mu sync.Mutex
 	n  int
+	// waiting counts the calls waiting for a worker.
+	waiting int
 }
 
 // maxHandlerWorkers bounds a Server's handler workers, and so the unary
@@ -61,13 +63,14 @@ func (w *handlerWorkers) call(ctx context.Context, ahead bool, f func()) error {
 	select {
 	case w.jobs <- job:
 	default:
-		switch {
-		case w.start():
+		switch w.startOrWait(ahead) {
+		case started:
 			go w.work(job)
-		case ahead:
+		case busy:
 			f()
 			return nil
-		default:
+		case waiting:
+			defer w.doneWaiting()
 			select {
 			case w.jobs <- job:
 			case <-ctx.Done():
@@ -86,15 +89,35 @@ func (w *handlerWorkers) run(f func()) {
 	_ = w.call(context.Background(), true, f)
 }
 
-// start counts a new worker and reports true, unless there are max.
-func (w *handlerWorkers) start() bool {
+// What startOrWait found.
+const (
+	started = iota // a new worker is counted
+	busy           // every worker is busy and there are max
+	waiting        // as busy, and the caller is counted as waiting
+)
+
+// startOrWait counts a new worker unless there are max; then, unless
+// ahead, it counts the caller as waiting for one until doneWaiting. While
+// a caller waits no worker ends.
+func (w *handlerWorkers) startOrWait(ahead bool) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.n >= w.max {
-		return false
+	switch {
+	case w.n < w.max:
+		w.n++
+		return started
+	case ahead:
+		return busy
+	default:
+		w.waiting++
+		return waiting
 	}
-	w.n++
-	return true
+}
+
+func (w *handlerWorkers) doneWaiting() {
+	w.mu.Lock()
+	w.waiting--
+	w.mu.Unlock()
 }
 
 // work runs job, then the jobs it is given, until it waits w.idle for
@@ -102,27 +125,39 @@ func (w *handlerWorkers) start() bool {
 func (w *handlerWorkers) work(job func()) {
 	idle := time.NewTimer(w.idle)
 	defer idle.Stop()
-	for {
+	for job != nil {
 		job()
+		job = w.next(idle)
+	}
+}
+
+// next returns the worker's next job, or nil once it has waited w.idle
+// for one while no call waited for a worker (a call that waits gets this
+// worker or another sooner than that).
+func (w *handlerWorkers) next(idle *time.Timer) func() {
+	for {
 		idle.Reset(w.idle)
 		select {
-		case job = <-w.jobs:
+		case job := <-w.jobs:
+			return job
 		case <-idle.C:
-			w.mu.Lock()
-			w.n--
-			w.mu.Unlock()
-			// A call that found every worker busy as this one's
-			// time ran out waits for a worker: it gets this one.
-			select {
-			case job = <-w.jobs:
-				w.mu.Lock()
-				w.n++
-				w.mu.Unlock()
-			default:
-				return
+			if w.end() {
+				return nil
 			}
 		}
 	}
+}
+
+// end uncounts an idle worker and reports true, unless a call waits for
+// a worker: then the worker stays.
+func (w *handlerWorkers) end() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.waiting > 0 {
+		return false
+	}
+	w.n--
+	return true
 }
 
 // sideBySide runs f(0) to f(n-1) side by side and returns once all have:

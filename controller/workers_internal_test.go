@@ -156,3 +156,32 @@ func TestHandlerWorkersCallWaits(t *testing.T) {
 		t.Errorf("%d workers, want 2", n)
 	}
 }
+
+// A worker whose idle time runs out while calls wait for one stays for
+// them: with a single worker idling for no time at all, every waiting
+// call still runs.
+func TestHandlerWorkersWaitersNotStranded(t *testing.T) {
+	w := newHandlerWorkers(1, time.Nanosecond)
+	var ran atomic.Int64
+	var wg sync.WaitGroup
+	for range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := w.call(ctx, false, func() { ran.Add(1) }); err != nil {
+				t.Errorf("call: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if ran.Load() != 200 {
+		t.Fatalf("%d calls ran, want 200", ran.Load())
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.waiting != 0 || w.n > 1 {
+		t.Errorf("%d waiting and %d workers after the calls, want 0 and at most 1", w.waiting, w.n)
+	}
+}
