@@ -21,7 +21,7 @@ import (
 // only the small stack it has. An operator's call, which goes ahead of
 // the agents' (state.Ahead), runs on its own goroutine rather than wait.
 // The items of a call (sideBySide) never wait: the call they belong to
-// holds a worker. A worker idle for a while ends.
+// holds a worker. A worker idle for a while ends, unless a call waits.
 type handlerWorkers struct {
 	jobs chan func()
 	max  int
