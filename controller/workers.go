@@ -64,12 +64,12 @@ func (w *handlerWorkers) call(ctx context.Context, ahead bool, f func()) error {
 	case w.jobs <- job:
 	default:
 		switch w.startOrWait(ahead) {
-		case started:
+		case workerStarted:
 			go w.work(job)
-		case busy:
+		case workersBusy:
 			f()
 			return nil
-		case waiting:
+		case callWaits:
 			defer w.doneWaiting()
 			select {
 			case w.jobs <- job:
@@ -89,28 +89,30 @@ func (w *handlerWorkers) run(f func()) {
 	_ = w.call(context.Background(), true, f)
 }
 
-// What startOrWait found.
+// workerTurn is what startOrWait found for a call.
+type workerTurn int
+
 const (
-	started = iota // a new worker is counted
-	busy           // every worker is busy and there are max
-	waiting        // as busy, and the caller is counted as waiting
+	workerStarted workerTurn = iota // a new worker is counted
+	workersBusy                     // every worker is busy and there are max
+	callWaits                       // as workersBusy, and the call is counted as waiting
 )
 
 // startOrWait counts a new worker unless there are max; then, unless
 // ahead, it counts the caller as waiting for one until doneWaiting. While
 // a caller waits no worker ends.
-func (w *handlerWorkers) startOrWait(ahead bool) int {
+func (w *handlerWorkers) startOrWait(ahead bool) workerTurn {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
 	case w.n < w.max:
 		w.n++
-		return started
+		return workerStarted
 	case ahead:
-		return busy
+		return workersBusy
 	default:
 		w.waiting++
-		return waiting
+		return callWaits
 	}
 }
 
