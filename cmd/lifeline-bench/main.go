@@ -42,6 +42,7 @@ type config struct {
 	concurrency              int
 	addConcurrency           int
 	keep                     bool
+	allowMemoryFS            bool
 	pprofDir                 string
 	pprofSeconds             int
 	fleetProcs               int
@@ -65,6 +66,7 @@ func main() {
 	flag.IntVar(&c.concurrency, "concurrency", 0, "clients of the raw etcd measurement (default: the number of machines, at most 256)")
 	flag.IntVar(&c.addConcurrency, "add-concurrency", 16, "AddUnits calls at once (one a machine) while deploying")
 	flag.BoolVar(&c.keep, "keep", false, "keep the working directory")
+	flag.BoolVar(&c.allowMemoryFS, "allow-memory-fs", false, "run even when the working directory is on tmpfs or ramfs, where fsync returns at once: the figures are then not a disk's, and not comparable with docs/PERFORMANCE.md's")
 	flag.StringVar(&c.pprofDir, "pprof", "", "write CPU profiles of the controller and of the fleet (each of its processes) for the first -pprof-seconds of deploying, of the tail (when only the related units are busy) and of destroying, and heap profiles of both before deploying, once the units run and once everything is removed (what was allocated between two of them, by pprof -diff_base, is a phase's), into this directory")
 	flag.IntVar(&c.pprofSeconds, "pprof-seconds", 15, "how long each CPU profile of -pprof lasts")
 	flag.IntVar(&c.fleetProcs, "fleet-procs", 1, "run the machine agents in this many processes of their own (0: in the harness's process, whose watch of the model and clock the agents' bursts then starve)")

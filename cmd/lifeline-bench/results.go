@@ -43,6 +43,10 @@ type results struct {
 	// FSMkdirMicroseconds is the CPU a directory took to make in the
 	// run's directory before the run (fsprobe.go).
 	FSMkdirMicroseconds float64 `json:"fs_mkdir_microseconds"`
+	// Filesystem is the kind of filesystem the run's directory (etcd's
+	// data, the agents') is on: with tmpfs (-allow-memory-fs) etcd's
+	// fsyncs cost nothing, and the figures are not a disk's.
+	Filesystem string `json:"filesystem"`
 	// SpeedBefore and SpeedAfter are the machine's speed before the run
 	// and once everything is measured (speedprobe.go): runs whose figures
 	// differ were made on a machine of a different speed.
@@ -222,7 +226,7 @@ func (r *results) print(w io.Writer) {
 		after = fmt.Sprintf("%.0f after the run", r.RawTxnPerSecondAfter)
 	}
 	row("raw etcd txn/s", "%.0f: ceiling %.0f units/s at %.2f txns a unit; %s", r.RawTxnPerSecond, r.CeilingUnitsPerSecond, r.FewestTxnsPerUnit, after)
-	row("filesystem", "%.0f µs of CPU a directory made, before the run", r.FSMkdirMicroseconds)
+	row("filesystem", "%s, %.0f µs of CPU a directory made, before the run", r.Filesystem, r.FSMkdirMicroseconds)
 	row("machine's speed", "%s before the run, %s after", r.SpeedBefore, r.SpeedAfter)
 	row("ratio to ceiling", "%.2f deploying, %.2f destroying", r.RatioToCeiling, r.RatioToCeilingDestroy)
 	row("etcd txns", "%d, %.1f a unit, largest %d ops; %d retried after a conflict, %d refused as too many and sent again",

@@ -50,12 +50,23 @@ func run(ctx context.Context, c config) (*results, error) {
 		}
 	}
 	res := &results{Units: c.units, Machines: c.machines, Related: c.related, Hooks: c.hooks, FleetProcs: min(c.fleetProcs, c.machines), FleetNice: c.fleetNice, FleetGC: c.fleetGC}
+	fsName, inMemory, err := filesystemOf(dir)
+	if err != nil {
+		return nil, fmt.Errorf("filesystem of %s: %w", dir, err)
+	}
+	if inMemory && !c.allowMemoryFS {
+		return nil, fmt.Errorf("%s is on %s, where fsync returns at once: etcd would pay nothing for its disk and the figures would not be a disk's; give -dir on a disk (or TMPDIR), or -allow-memory-fs to measure anyway", dir, fsName)
+	}
+	res.Filesystem = fsName
 	cost, err := mkdirCost(dir)
 	if err != nil {
 		return nil, fmt.Errorf("filesystem probe: %w", err)
 	}
 	res.FSMkdirMicroseconds = float64(cost) / float64(time.Microsecond)
-	say("a directory takes %.0f µs of CPU to make in %s (recently freed inodes slow it: docs/PERFORMANCE.md)", res.FSMkdirMicroseconds, dir)
+	say("a directory takes %.0f µs of CPU to make in %s, on %s (recently freed inodes slow it: docs/PERFORMANCE.md)", res.FSMkdirMicroseconds, dir, fsName)
+	if inMemory {
+		say("WARNING: %s keeps its files in memory and fsync there returns at once: these figures are not a disk's (-allow-memory-fs)", fsName)
+	}
 	res.SpeedBefore = measureSpeed()
 	say("the machine's speed: %s (speedprobe.go)", res.SpeedBefore)
 
