@@ -233,14 +233,20 @@ func (f *fleet) rss() int64 {
 // hook the charm can have is that executable.
 func writeCharm(dir, name, metadata string, endpoints []string, hook []byte) (string, error) {
 	cdir := filepath.Join(dir, "charms", name)
-	if err := os.MkdirAll(filepath.Join(cdir, "hooks"), 0o755); err != nil {
+	if err := os.MkdirAll(cdir, 0o755); err != nil {
 		return "", err
 	}
 	if err := os.WriteFile(filepath.Join(cdir, "metadata.yaml"), []byte(metadata), 0o644); err != nil {
 		return "", err
 	}
 	if hook == nil {
+		// A charm without hooks has no hooks directory either: an
+		// empty one would be a directory more for every unit to make
+		// and remove, which no hook needs.
 		return cdir, nil
+	}
+	if err := os.Mkdir(filepath.Join(cdir, "hooks"), 0o755); err != nil {
+		return "", err
 	}
 	names := []string{"install", "config-changed", "start", "stop", "remove"}
 	for _, ep := range endpoints {
