@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -42,4 +43,42 @@ func mkdirCost(dir string) (time.Duration, error) {
 		}
 	}
 	return (currentUsage().cpu - start) / fsProbeDirs, nil
+}
+
+// A run removes its tens of thousands of files at its end, and on ext4
+// without a journal the next run's agents, making theirs in the same
+// block groups, pay for them for minutes (find_inode_bit passes over
+// every inode freed in the last minute, or in the last six while its
+// inode table block waits to be written back). So a run that removes its
+// directory leaves the time beside it, and the next run in the same
+// parent says how long ago that was: runs minutes apart in one directory
+// are not comparable with runs on a settled disk (docs/PERFORMANCE.md,
+// twenty-fourth round).
+
+// removedStampName is the file, in the parent of a run's directory, that
+// holds when the last run there removed its directory.
+const removedStampName = ".lifeline-bench-removed"
+
+// settleTime is how long after a removal the disk counts as settled.
+const settleTime = 6 * time.Minute
+
+// removeRunDir removes a run's directory and leaves the time beside it.
+func removeRunDir(dir string) {
+	os.RemoveAll(dir)
+	stamp := filepath.Join(filepath.Dir(dir), removedStampName)
+	_ = os.WriteFile(stamp, []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644)
+}
+
+// sinceLastRemoval returns how long ago a run removed its directory from
+// parent, when the harness left the time there; false when it did not.
+func sinceLastRemoval(parent string) (time.Duration, bool) {
+	b, err := os.ReadFile(filepath.Join(parent, removedStampName))
+	if err != nil {
+		return 0, false
+	}
+	t, err := time.Parse(time.RFC3339, strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, false
+	}
+	return time.Since(t), true
 }

@@ -47,6 +47,10 @@ type results struct {
 	// data, the agents') is on: with tmpfs (-allow-memory-fs) etcd's
 	// fsyncs cost nothing, and the figures are not a disk's.
 	Filesystem string `json:"filesystem"`
+	// PreviousRunRemovedSecondsAgo is how long before this run the last
+	// run in the same parent directory removed its files (fsprobe.go); 0
+	// when no run left the time there.
+	PreviousRunRemovedSecondsAgo float64 `json:"previous_run_removed_seconds_ago,omitempty"`
 	// SpeedBefore and SpeedAfter are the machine's speed before the run
 	// and once everything is measured (speedprobe.go): runs whose figures
 	// differ were made on a machine of a different speed.
@@ -226,7 +230,11 @@ func (r *results) print(w io.Writer) {
 		after = fmt.Sprintf("%.0f after the run", r.RawTxnPerSecondAfter)
 	}
 	row("raw etcd txn/s", "%.0f: ceiling %.0f units/s at %.2f txns a unit; %s", r.RawTxnPerSecond, r.CeilingUnitsPerSecond, r.FewestTxnsPerUnit, after)
-	row("filesystem", "%s, %.0f µs of CPU a directory made, before the run", r.Filesystem, r.FSMkdirMicroseconds)
+	previous := ""
+	if r.PreviousRunRemovedSecondsAgo > 0 {
+		previous = fmt.Sprintf("; the run before in this directory removed its files %.0f s before", r.PreviousRunRemovedSecondsAgo)
+	}
+	row("filesystem", "%s, %.0f µs of CPU a directory made, before the run%s", r.Filesystem, r.FSMkdirMicroseconds, previous)
 	row("machine's speed", "%s before the run, %s after", r.SpeedBefore, r.SpeedAfter)
 	row("ratio to ceiling", "%.2f deploying, %.2f destroying", r.RatioToCeiling, r.RatioToCeilingDestroy)
 	row("etcd txns", "%d, %.1f a unit, largest %d ops; %d retried after a conflict, %d refused as too many and sent again",

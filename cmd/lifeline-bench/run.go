@@ -46,7 +46,7 @@ func run(ctx context.Context, c config) (*results, error) {
 		}
 		dir = d
 		if !c.keep {
-			defer os.RemoveAll(dir)
+			defer removeRunDir(dir)
 		}
 	}
 	res := &results{Units: c.units, Machines: c.machines, Related: c.related, Hooks: c.hooks, FleetProcs: min(c.fleetProcs, c.machines), FleetNice: c.fleetNice, FleetGC: c.fleetGC}
@@ -66,6 +66,12 @@ func run(ctx context.Context, c config) (*results, error) {
 	say("a directory takes %.0f µs of CPU to make in %s, on %s (recently freed inodes slow it: docs/PERFORMANCE.md)", res.FSMkdirMicroseconds, dir, fsName)
 	if inMemory {
 		say("WARNING: %s keeps its files in memory and fsync there returns at once: these figures are not a disk's (-allow-memory-fs)", fsName)
+	}
+	if ago, ok := sinceLastRemoval(filepath.Dir(dir)); ok {
+		res.PreviousRunRemovedSecondsAgo = ago.Seconds()
+		if ago < settleTime {
+			say("WARNING: a run removed its files from %s %s ago: the agents' directories made now pay for them (on ext4 without a journal, for up to %s): these figures are not a settled disk's", filepath.Dir(dir), ago.Round(time.Second), settleTime)
+		}
 	}
 	res.SpeedBefore = measureSpeed()
 	say("the machine's speed: %s (speedprobe.go)", res.SpeedBefore)
