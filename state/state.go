@@ -68,6 +68,8 @@ type State struct {
 	stats   stats
 	// hot queues this process's writers of the id sequences.
 	hot keyLocks
+	// resv coalesces the reservations of numbers from the id sequences.
+	resv reservations
 	// presences are the leases the agents' presence keys are bound to.
 	presences presenceLeases
 }

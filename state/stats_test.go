@@ -10,8 +10,9 @@ import (
 
 // TestConflictsByOp: conflicts are counted under the method whose
 // transaction failed. Two States over one model (two controllers) add units
-// to one service at once; their transactions collide on the service's unit
-// sequence, which each State only queues its own writers of.
+// to one service at once; their reservations of numbers collide on the
+// service's unit sequence, which each State only queues its own writers
+// of, and are counted under the method that writes them (reserve.go).
 func TestConflictsByOp(t *testing.T) {
 	ns, ctx := etcdtest.Namespace(t), etcdtest.Context(t)
 	a, err := state.New(etcdtest.Client(t), state.Config{Namespace: ns})
@@ -45,8 +46,8 @@ func TestConflictsByOp(t *testing.T) {
 	}
 	for _, s := range []*state.State{a, b} {
 		by := s.ConflictsByOp()
-		if got, want := by["AddUnits"], s.Stats().Conflicts; got != want || len(by) > 1 {
-			t.Errorf("conflicts by operation %v, want all %d under AddUnits", by, want)
+		if got, want := by["reserveNumbers"], s.Stats().Conflicts; got != want || len(by) > 1 {
+			t.Errorf("conflicts by operation %v, want all %d under reserveNumbers", by, want)
 		}
 	}
 }

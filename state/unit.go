@@ -10,8 +10,8 @@ import (
 )
 
 // unitsPerTxn bounds AddUnits' batches: at most four writes a unit (a new
-// machine, the unit and its two machine references) plus five for the
-// service and the sequences.
+// machine, the unit and its two machine references) plus the comparisons
+// of the service and the machine.
 const unitsPerTxn = 14
 
 // Placement says where AddUnits puts new principal units.
@@ -25,8 +25,11 @@ type Placement struct {
 
 // AddUnits adds n alive principal units to the named service and places
 // them. The service must be alive (U1, S1) and a given machine alive (M1).
-// Units are added in batches, each in one transaction; on an error the
-// units already added are returned with it.
+// Their numbers (and new machines') are reserved first, in a transaction
+// shared with other callers waiting at the same time (reserve.go); the
+// units are then added in batches, each in one transaction. On an error
+// the units already added are returned with it, and numbers reserved but
+// not used are a gap in the service's sequence.
 func (s *State) AddUnits(ctx context.Context, service string, n int, p Placement) ([]*pb.Unit, error) {
 	if n < 1 {
 		return nil, invalidf("cannot add %d units: want at least 1", n)
@@ -43,16 +46,46 @@ func (s *State) AddUnits(ctx context.Context, service string, n int, p Placement
 		}
 	}
 	newMachines := p.Machine == "" && !p.Unassigned
+	// The numbers first, reserved together with other callers' (reserve.go),
+	// then the units, in transactions that need not wait for anyone's.
+	// What the units' transactions assert is checked here too, so that a
+	// refusal seen now costs no numbers.
+	check := []getOp{get(ServiceKey(service))}
+	if p.Machine != "" {
+		check = append(check, get(MachineKey(p.Machine)))
+	}
+	nextUnit, err := s.reserve(ctx, seqUnitKey(service), int64(n), func(r *reads) error {
+		svc, err := serviceFrom(r.one(1), service)
+		if err != nil {
+			return err
+		}
+		if err := canAddUnits(svc.v); err != nil {
+			return err
+		}
+		if p.Machine == "" {
+			return nil
+		}
+		m, err := machineFrom(r.one(2), p.Machine)
+		if err != nil {
+			return err
+		}
+		return machineTakesUnits(m.v)
+	}, check...)
+	if err != nil {
+		return nil, err
+	}
+	var nextMachine int64
+	if newMachines {
+		if nextMachine, err = s.reserve(ctx, seqMachine, int64(n), nil); err != nil {
+			return nil, err
+		}
+	}
 	var added []*pb.Unit
 	for len(added) < n {
 		batch := min(n-len(added), unitsPerTxn)
 		var units []*pb.Unit
-		unlock, err := s.lockSeqs(ctx, seqUnitKey(service), newMachines)
-		if err != nil {
-			return added, err
-		}
 		err = s.apply(ctx, "add units to "+service, func(ctx context.Context) (*change, error) {
-			gets := []getOp{get(ServiceKey(service)), get(seqUnitKey(service)), get(seqMachine)}
+			gets := []getOp{get(ServiceKey(service))}
 			if p.Machine != "" {
 				gets = append(gets, get(MachineKey(p.Machine)))
 			}
@@ -69,36 +102,22 @@ func (s *State) AddUnits(ctx context.Context, service string, n int, p Placement
 			}
 			c := &change{}
 			c.ifMod(svc.key, svc.mod)
-			nextUnit, unitSeqRev, err := seqValue(r.one(1))
-			if err != nil {
-				return nil, err
-			}
-			c.ifMod(seqUnitKey(service), unitSeqRev)
-			c.putRaw(seqUnitKey(service), strconv.FormatInt(nextUnit+int64(batch), 10))
-			var nextMachine int64
-			if newMachines {
-				var machineSeqRev int64
-				if nextMachine, machineSeqRev, err = seqValue(r.one(2)); err != nil {
-					return nil, err
-				}
-				c.ifMod(seqMachine, machineSeqRev)
-				c.putRaw(seqMachine, strconv.FormatInt(nextMachine+int64(batch), 10))
-			}
 			if p.Machine != "" {
-				m, err := machineFrom(r.one(3), p.Machine)
+				m, err := machineFrom(r.one(1), p.Machine)
 				if err != nil {
 					return nil, err
 				}
-				if m.v.Life != pb.Life_LIFE_ALIVE {
-					return nil, refused("M1", "machine %s is %s: units can be assigned only to an alive machine", p.Machine, lifeName(m.v.Life))
+				if err := machineTakesUnits(m.v); err != nil {
+					return nil, err
 				}
 				c.ifMod(m.key, m.mod)
 			}
 			units = units[:0]
 			for i := 0; i < batch; i++ {
-				u := &pb.Unit{Name: unitName(service, nextUnit+int64(i)), Service: service, Life: pb.Life_LIFE_ALIVE, MachineId: p.Machine}
+				num := nextUnit + int64(len(added)+i)
+				u := &pb.Unit{Name: unitName(service, num), Service: service, Life: pb.Life_LIFE_ALIVE, MachineId: p.Machine}
 				if newMachines {
-					u.MachineId = strconv.FormatInt(nextMachine+int64(i), 10)
+					u.MachineId = strconv.FormatInt(nextMachine+int64(len(added)+i), 10)
 					c.put(MachineKey(u.MachineId), &pb.Machine{Id: u.MachineId, Life: pb.Life_LIFE_ALIVE})
 				}
 				c.put(UnitKey(u.Name), u)
@@ -110,7 +129,6 @@ func (s *State) AddUnits(ctx context.Context, service string, n int, p Placement
 			}
 			return c, nil
 		})
-		unlock()
 		if err != nil {
 			return added, err
 		}
@@ -119,22 +137,12 @@ func (s *State) AddUnits(ctx context.Context, service string, n int, p Placement
 	return added, nil
 }
 
-// lockSeqs queues this process's writers of the unit sequence seq and, when
-// machines is set, of the machine sequence (always in that order).
-func (s *State) lockSeqs(ctx context.Context, seq string, machines bool) (unlock func(), err error) {
-	unlockUnits, err := s.hot.lock(ctx, seq)
-	if err != nil {
-		return nil, err
+// machineTakesUnits is M1: units are placed only on an alive machine.
+func machineTakesUnits(m *pb.Machine) error {
+	if m.Life != pb.Life_LIFE_ALIVE {
+		return refused("M1", "machine %s is %s: units can be assigned only to an alive machine", m.Id, lifeName(m.Life))
 	}
-	if !machines {
-		return unlockUnits, nil
-	}
-	unlockMachines, err := s.hot.lock(ctx, seqMachine)
-	if err != nil {
-		unlockUnits()
-		return nil, err
-	}
-	return func() { unlockMachines(); unlockUnits() }, nil
+	return nil
 }
 
 func canAddUnits(svc *pb.Service) error {
