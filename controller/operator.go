@@ -311,6 +311,31 @@ func (s *Server) DestroyMachine(ctx context.Context, req *pb.DestroyMachineReque
 	return &pb.DestroyMachineResponse{}, s.st.DestroyMachine(ctx, req.Machine, opts)
 }
 
+// maxMachineDestroys bounds the machines of a DestroyMachines call.
+const maxMachineDestroys = 1000
+
+// DestroyMachines destroys machines, several in a transaction
+// (state.DestroyMachines), each answered alone.
+func (s *Server) DestroyMachines(ctx context.Context, req *pb.DestroyMachinesRequest) (*pb.DestroyMachinesResponse, error) {
+	ids := req.GetMachines()
+	switch {
+	case len(ids) == 0:
+		return nil, invalid("DestroyMachines names no machine")
+	case len(ids) > maxMachineDestroys:
+		return nil, invalid("DestroyMachines names %d machines: at most %d a call", len(ids), maxMachineDestroys)
+	}
+	opts, err := s.destroyOptions(req.Force, req.MaxWaitMs)
+	if err != nil {
+		return nil, err
+	}
+	errs := s.st.DestroyMachines(ctx, ids, opts)
+	resp := &pb.DestroyMachinesResponse{Results: make([]*pb.StatusReportResult, len(ids))}
+	for i, err := range errs {
+		resp.Results[i] = reportResult(err)
+	}
+	return resp, nil
+}
+
 // DestroyService destroys a service.
 func (s *Server) DestroyService(ctx context.Context, req *pb.DestroyServiceRequest) (*pb.DestroyServiceResponse, error) {
 	return &pb.DestroyServiceResponse{}, s.st.DestroyService(ctx, req.Service)

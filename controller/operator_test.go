@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/lifelinehq/lifeline/charm"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -222,6 +223,25 @@ func TestOperatorRefusesBadInputAndChangesNothing(t *testing.T) {
 		{"destroy a machine with a unit", func() error {
 			_, err := op.DestroyMachine(ctx, &pb.DestroyMachineRequest{Machine: "0"})
 			return err
+		}, codes.FailedPrecondition, "machine 0 has unit kv/0 assigned"},
+		{"destroy no machines", func() error {
+			_, err := op.DestroyMachines(ctx, &pb.DestroyMachinesRequest{})
+			return err
+		}, codes.InvalidArgument, "DestroyMachines names no machine"},
+		{"destroy too many machines at once", func() error {
+			_, err := op.DestroyMachines(ctx, &pb.DestroyMachinesRequest{Machines: make([]string, 1001)})
+			return err
+		}, codes.InvalidArgument, "DestroyMachines names 1001 machines: at most 1000 a call"},
+		{"destroy machines, one with a unit", func() error {
+			resp, err := op.DestroyMachines(ctx, &pb.DestroyMachinesRequest{Machines: []string{"0", "9"}})
+			if err != nil {
+				return err
+			}
+			// Each answered alone; the call itself succeeds.
+			if r := resp.Results[1]; codes.Code(r.Code) != codes.NotFound || r.Message != "machine 9 not found" {
+				t.Errorf("machine 9's answer = %v, want NotFound", r)
+			}
+			return status.Error(codes.Code(resp.Results[0].Code), resp.Results[0].Message)
 		}, codes.FailedPrecondition, "machine 0 has unit kv/0 assigned"},
 		{"resolved of a unit not in error", func() error {
 			_, err := op.Resolved(ctx, &pb.ResolvedRequest{Unit: "kv/0"})

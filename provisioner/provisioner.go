@@ -313,31 +313,100 @@ func newRemover(p *Provisioner, atOnce int) *remover {
 	return &remover{p: p, turns: make(chan struct{}, atOnce), busy: map[string]bool{}}
 }
 
-// start removes each of the dead machines not being removed already. It
-// does not wait for them.
+// removalsAtOnce is how many dead machines handed over together a
+// removal takes: their instances are stopped, then the machines removed
+// in one transaction (state.RemoveMachines). A machine that fails there
+// is removed alone, and tried again (remove).
+const removalsAtOnce = 16
+
+// start removes the dead machines not being removed already, a batch of
+// up to removalsAtOnce at a time. It does not wait for them.
 func (r *remover) start(ctx context.Context, dead []*pb.Machine) {
+	var fresh []*pb.Machine
+	r.mu.Lock()
 	for _, m := range dead {
-		r.mu.Lock()
-		busy := r.busy[m.Id]
-		r.busy[m.Id] = true
-		r.mu.Unlock()
-		if busy {
-			continue
+		if !r.busy[m.Id] {
+			r.busy[m.Id] = true
+			fresh = append(fresh, m)
 		}
+	}
+	r.mu.Unlock()
+	for len(fresh) > 0 {
+		batch := fresh[:min(len(fresh), removalsAtOnce)]
+		fresh = fresh[len(batch):]
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
-			err := r.remove(ctx, m)
-			r.mu.Lock()
-			delete(r.busy, m.Id)
-			if err != nil {
-				r.errs = append(r.errs, err)
-			}
-			r.mu.Unlock()
-			if err != nil && ctx.Err() == nil {
-				r.p.logger.Warn("cannot remove dead machine", "machine", m.Id, "error", err)
+			for _, m := range r.removeBatch(ctx, batch) {
+				r.wg.Add(1)
+				go func() {
+					defer r.wg.Done()
+					r.ended(ctx, m, r.remove(ctx, m))
+				}()
 			}
 		}()
+	}
+}
+
+// removeBatch stops the instances of dead machines and removes them
+// together, in its turn, and returns those it did not remove; the others
+// are ended.
+func (r *remover) removeBatch(ctx context.Context, batch []*pb.Machine) (failed []*pb.Machine) {
+	select {
+	case r.turns <- struct{}{}:
+	case <-ctx.Done():
+		for _, m := range batch {
+			r.ended(ctx, m, ctx.Err())
+		}
+		return nil
+	}
+	defer func() { <-r.turns }()
+	ctx = state.Ahead(ctx) // as a pass's writes go (pass)
+	// The instances are stopped side by side (a provider's stop may take
+	// its time), then the machines removed together.
+	stopErrs := make([]error, len(batch))
+	var wg sync.WaitGroup
+	for i, m := range batch {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stopErrs[i] = r.p.stopInstance(ctx, m)
+		}()
+	}
+	wg.Wait()
+	var stopped []*pb.Machine
+	for i, m := range batch {
+		if stopErrs[i] != nil {
+			failed = append(failed, m)
+			continue
+		}
+		stopped = append(stopped, m)
+	}
+	ids := make([]string, len(stopped))
+	for i, m := range stopped {
+		ids[i] = m.Id
+	}
+	for i, err := range r.p.cfg.State.RemoveMachines(ctx, ids) {
+		if err != nil && !errors.Is(err, state.ErrNotFound) {
+			failed = append(failed, stopped[i])
+			continue
+		}
+		r.p.logger.Info("machine removed", "machine", stopped[i].Id)
+		r.ended(ctx, stopped[i], nil)
+	}
+	return failed
+}
+
+// ended records how the removal of machine m ended.
+func (r *remover) ended(ctx context.Context, m *pb.Machine, err error) {
+	r.mu.Lock()
+	delete(r.busy, m.Id)
+	if err != nil {
+		r.errs = append(r.errs, err)
+	}
+	r.mu.Unlock()
+	if err != nil && ctx.Err() == nil {
+		r.p.logger.Warn("cannot remove dead machine", "machine", m.Id, "error", err)
 	}
 }
 
@@ -390,16 +459,25 @@ func (r *remover) wait() error {
 // finds it gone).
 func (p *Provisioner) removeDead(ctx context.Context, m *pb.Machine) error {
 	ctx = state.Ahead(ctx) // as a pass's writes go (pass)
-	if m.InstanceId != "" {
-		if err := p.cfg.Provider.Stop(ctx, m.InstanceId); err != nil {
-			return fmt.Errorf("stop instance %s of machine %s: %w", m.InstanceId, m.Id, err)
-		}
-		p.logger.Info("instance stopped", "machine", m.Id, "instance", m.InstanceId)
+	if err := p.stopInstance(ctx, m); err != nil {
+		return err
 	}
 	if err := p.cfg.State.RemoveMachine(ctx, m.Id); err != nil && !errors.Is(err, state.ErrNotFound) {
 		return err
 	}
 	p.logger.Info("machine removed", "machine", m.Id)
+	return nil
+}
+
+// stopInstance stops dead machine m's instance, if it has one.
+func (p *Provisioner) stopInstance(ctx context.Context, m *pb.Machine) error {
+	if m.InstanceId == "" {
+		return nil
+	}
+	if err := p.cfg.Provider.Stop(ctx, m.InstanceId); err != nil {
+		return fmt.Errorf("stop instance %s of machine %s: %w", m.InstanceId, m.Id, err)
+	}
+	p.logger.Info("instance stopped", "machine", m.Id, "instance", m.InstanceId)
 	return nil
 }
 

@@ -2,6 +2,8 @@ package state
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -155,48 +157,123 @@ type DestroyOptions struct {
 // dead. Destroying a machine that is already dying or dead does nothing
 // (but may shorten a forced wait).
 func (s *State) DestroyMachine(ctx context.Context, id string, opts DestroyOptions) error {
-	return s.apply(ctx, "destroy machine "+id, func(ctx context.Context) (*change, error) {
-		if err := checkMachineID(id); err != nil {
-			return nil, err
+	return s.DestroyMachines(ctx, []string{id}, opts)[0]
+}
+
+// destroysPerTxn bounds DestroyMachines' batches: at most four
+// operations a machine (forced: its record and its cleanup item, each
+// compared and written).
+const destroysPerTxn = 16
+
+// DestroyMachines is DestroyMachine of each of ids, destroysPerTxn of them
+// in a transaction: an operator's destroy of many machines at once, or a
+// model's, costs a transaction a batch rather than one a machine. Each
+// machine is answered alone, errs[i] for ids[i], as DestroyMachine would
+// answer: one refused (M2) or not found is left out of its batch's
+// transaction, and does not stop the others.
+func (s *State) DestroyMachines(ctx context.Context, ids []string, opts DestroyOptions) (errs []error) {
+	return s.machineBatches(ctx, "destroy", ids, destroysPerTxn, func(id string) []getOp {
+		return []getOp{get(MachineKey(id)), getKeys(machineAlivePrefix(id), 4), get(cleanupKey(cleanupForceMachine, id))}
+	}, func(c *change, r *reads, i int, id string) error {
+		return s.destroyMachineOps(c, r, i, id, opts)
+	})
+}
+
+// machineBatches changes each machine of ids, perTxn of them in a
+// transaction: it reads gets(id) of each (the same number of reads for
+// every id), and ops adds the machine's change to the batch's from those
+// answers (r's from i on), or says why not: its error is the machine's
+// answer, errs[i] for ids[i] (errNothingToDo: nil, nothing done).
+func (s *State) machineBatches(ctx context.Context, verb string, ids []string, perTxn int, gets func(id string) []getOp, ops func(c *change, r *reads, i int, id string) error) (errs []error) {
+	errs = make([]error, len(ids))
+	seen := make(map[string]bool, len(ids))
+	var valid []int // indexes of the ids to change
+	for i, id := range ids {
+		switch {
+		case checkMachineID(id) != nil:
+			errs[i] = checkMachineID(id)
+		case seen[id]:
+			errs[i] = invalidf("machine %s is named twice", id)
+		default:
+			seen[id] = true
+			valid = append(valid, i)
 		}
-		r, err := s.read(ctx, get(MachineKey(id)), getKeys(machineAlivePrefix(id), 4), get(cleanupKey(cleanupForceMachine, id)))
-		if err != nil {
-			return nil, err
+	}
+	for len(valid) > 0 {
+		batch := valid[:min(len(valid), perTxn)]
+		valid = valid[len(batch):]
+		what := verb + " machine " + ids[batch[0]]
+		if len(batch) > 1 {
+			what = fmt.Sprintf("%s machines %s to %s", verb, ids[batch[0]], ids[batch[len(batch)-1]])
 		}
-		m, err := machineFrom(r.one(0), id)
-		if err != nil {
-			return nil, err
-		}
-		c := &change{}
-		if opts.Force {
-			if m.v.Life == pb.Life_LIFE_DEAD {
-				return nil, errNothingToDo
+		err := s.apply(ctx, what, func(ctx context.Context) (*change, error) {
+			var all []getOp
+			at := make([]int, len(batch)) // where each machine's answers start
+			for j, i := range batch {
+				at[j] = len(all)
+				all = append(all, gets(ids[i])...)
 			}
-			if !s.forceItem(c, r.one(2), pb.CleanupKind_CLEANUP_KIND_FORCE_MACHINE, id, opts.MaxWait) && m.v.Forced {
-				return nil, errNothingToDo
+			r, err := s.read(ctx, all...)
+			if err != nil {
+				return nil, err
 			}
-			if m.v.Life == pb.Life_LIFE_ALIVE || !m.v.Forced {
-				next := cloneMachine(m.v)
-				next.Life = pb.Life_LIFE_DYING
-				next.Forced = true
-				c.ifMod(m.key, m.mod)
-				c.put(m.key, next)
+			c := &change{}
+			for j, i := range batch {
+				errs[i] = ops(c, r, at[j], ids[i])
+			}
+			if c.empty() {
+				return nil, errNothingToDo
 			}
 			return c, nil
+		})
+		for _, i := range batch {
+			switch {
+			case errors.Is(errs[i], errNothingToDo):
+				errs[i] = nil
+			case err != nil && errs[i] == nil:
+				errs[i] = err
+			}
 		}
-		if m.v.Life != pb.Life_LIFE_ALIVE {
-			return nil, errNothingToDo
+	}
+	return errs
+}
+
+// destroyMachineOps adds to c the destroy of machine id, from what was
+// read of it from r's answer i on (the machine, its alive units' prefix,
+// its forced cleanup), or says why not (errNothingToDo when it is done).
+func (s *State) destroyMachineOps(c *change, r *reads, i int, id string, opts DestroyOptions) error {
+	m, err := machineFrom(r.one(i), id)
+	if err != nil {
+		return err
+	}
+	if opts.Force {
+		if m.v.Life == pb.Life_LIFE_DEAD {
+			return errNothingToDo
 		}
-		if alive := r.all(1); len(alive) > 0 {
-			return nil, refused("M2", "machine %s has %s assigned", id, unitList(keySuffixes(alive, machineAlivePrefix(id)), r.more(1)))
+		if !s.forceItem(c, r.one(i+2), pb.CleanupKind_CLEANUP_KIND_FORCE_MACHINE, id, opts.MaxWait) && m.v.Forced {
+			return errNothingToDo
 		}
-		next := cloneMachine(m.v)
-		next.Life = pb.Life_LIFE_DYING
-		c.ifMod(m.key, m.mod)
-		c.ifEmpty(machineAlivePrefix(id))
-		c.put(m.key, next)
-		return c, nil
-	})
+		if m.v.Life == pb.Life_LIFE_ALIVE || !m.v.Forced {
+			next := cloneMachine(m.v)
+			next.Life = pb.Life_LIFE_DYING
+			next.Forced = true
+			c.ifMod(m.key, m.mod)
+			c.put(m.key, next)
+		}
+		return nil
+	}
+	if m.v.Life != pb.Life_LIFE_ALIVE {
+		return errNothingToDo
+	}
+	if alive := r.all(i + 1); len(alive) > 0 {
+		return refused("M2", "machine %s has %s assigned", id, unitList(keySuffixes(alive, machineAlivePrefix(id)), r.more(i+1)))
+	}
+	next := cloneMachine(m.v)
+	next.Life = pb.Life_LIFE_DYING
+	c.ifMod(m.key, m.mod)
+	c.ifEmpty(machineAlivePrefix(id))
+	c.put(m.key, next)
+	return nil
 }
 
 // EnsureMachineDead sets dying machine id dead, once no unit is assigned to
@@ -237,22 +314,37 @@ func (s *State) EnsureMachineDead(ctx context.Context, id string) error {
 // RemoveMachine removes dead machine id from the model, once the
 // provisioner has released its instance (M4).
 func (s *State) RemoveMachine(ctx context.Context, id string) error {
-	return s.apply(ctx, "remove machine "+id, func(ctx context.Context) (*change, error) {
-		m, err := s.machine(ctx, id)
+	return s.RemoveMachines(ctx, []string{id})[0]
+}
+
+// removalsPerTxn bounds RemoveMachines' batches: four operations a
+// machine (its record compared and deleted, its status and credential
+// deleted).
+const removalsPerTxn = 16
+
+// RemoveMachines is RemoveMachine of each of ids, removalsPerTxn of them in
+// a transaction: the provisioner removes the machines set dead together
+// in a transaction a batch. Each machine is answered alone, errs[i] for
+// ids[i]: one refused (M4) or not found is left out of its batch's
+// transaction.
+func (s *State) RemoveMachines(ctx context.Context, ids []string) (errs []error) {
+	return s.machineBatches(ctx, "remove", ids, removalsPerTxn, func(id string) []getOp {
+		return []getOp{get(MachineKey(id))}
+	}, func(c *change, r *reads, i int, id string) error {
+		m, err := machineFrom(r.one(i), id)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if m.v.Life != pb.Life_LIFE_DEAD {
-			return nil, refused("M4", "machine %s is %s: only a dead machine can be removed", id, lifeName(m.v.Life))
+			return refused("M4", "machine %s is %s: only a dead machine can be removed", id, lifeName(m.v.Life))
 		}
-		c := &change{}
 		c.ifMod(m.key, m.mod)
 		c.del(m.key)
 		for _, k := range machineStatusKinds {
 			c.del(StatusKey(k, id))
 		}
 		c.del(credentialKey(names.MachineTag(id)))
-		return c, nil
+		return nil
 	})
 }
 

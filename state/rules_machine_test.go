@@ -198,3 +198,69 @@ func TestRuleM4_OnlyDeadMachinesAreRemoved(t *testing.T) {
 		})
 	}
 }
+
+// DestroyMachines and RemoveMachines change many machines a transaction,
+// and answer for each alone: one refused, missing or named twice is left
+// out, and the others go on.
+func TestMachinesTogether(t *testing.T) {
+	st, ctx := newState(t)
+	t.Cleanup(func() { checkInvariants(t, st) })
+	addService(t, ctx, st, "kv", kvEndpoints)
+	ms, err := st.AddMachines(ctx, 20)
+	must(t, "AddMachines", err)
+	addUnits(t, ctx, st, "kv", 1, state.Placement{Machine: ms[3].Id})
+	must(t, "DestroyMachine", st.DestroyMachine(ctx, ms[5].Id, state.DestroyOptions{}))
+	var ids []string
+	for _, m := range ms {
+		ids = append(ids, m.Id)
+	}
+	ids = append(ids, "77", ms[0].Id, "x/y")
+	before := st.Stats().Txns
+	errs := st.DestroyMachines(ctx, ids, state.DestroyOptions{})
+	if txns := st.Stats().Txns - before; txns != 2 {
+		t.Errorf("%d transactions for 20 machines, want 2 (16 a transaction)", txns)
+	}
+	for i, err := range errs {
+		switch ids[i] {
+		case ms[3].Id:
+			wantErr(t, "destroy a machine with an alive unit", err, state.ErrRefused, "M2", "machine 3 has unit kv/0 assigned")
+		case "77":
+			wantErr(t, "destroy a missing machine", err, state.ErrNotFound, "", "machine 77 not found")
+		case "x/y":
+			wantErr(t, "destroy a bad id", err, state.ErrInvalid, "", "")
+		default:
+			if i == len(ms)+1 {
+				wantErr(t, "name a machine twice", err, state.ErrInvalid, "", "machine 0 is named twice")
+			} else if err != nil {
+				t.Errorf("destroy machine %s: %v", ids[i], err)
+			}
+		}
+	}
+	var dead []string
+	for _, m := range ms {
+		got, err := st.Machine(ctx, m.Id)
+		must(t, "Machine", err)
+		want := "LIFE_DYING"
+		if m.Id == ms[3].Id {
+			want = "LIFE_ALIVE"
+		} else {
+			must(t, "EnsureMachineDead", st.EnsureMachineDead(ctx, m.Id))
+			dead = append(dead, m.Id)
+		}
+		if got.Life.String() != want {
+			t.Errorf("machine %s is %s, want %s", m.Id, got.Life, want)
+		}
+	}
+	errs = st.RemoveMachines(ctx, append(dead, ms[3].Id))
+	for i, err := range errs[:len(dead)] {
+		if err != nil {
+			t.Errorf("remove dead machine %s: %v", dead[i], err)
+		}
+	}
+	wantErr(t, "remove an alive machine", errs[len(dead)], state.ErrRefused, "M4", "machine 3 is alive: only a dead machine can be removed")
+	left, err := st.Machines(ctx)
+	must(t, "Machines", err)
+	if len(left) != 1 || left[0].Id != ms[3].Id {
+		t.Errorf("machines left %v, want only machine 3", left)
+	}
+}

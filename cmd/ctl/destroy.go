@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -114,6 +115,43 @@ func destroyEach(ctx context.Context, e *env, c *client, names []string, destroy
 	return nil
 }
 
+// machinesACall is how many machines ctl names in a DestroyMachines call
+// (the controller takes at most 1,000).
+const machinesACall = 1000
+
+// destroyMachines destroys the machines named with as few calls as it can
+// (DestroyMachines, several machines a transaction), and reports each as
+// destroyEach does. A call that fails whole stops it.
+func destroyMachines(ctx context.Context, e *env, c *client, ids []string, req *pb.DestroyMachinesRequest, describe string) error {
+	failed := 0
+	for len(ids) > 0 {
+		req.Machines = ids[:min(len(ids), machinesACall)]
+		ids = ids[len(req.Machines):]
+		cctx, cancel := callContext(ctx)
+		resp, err := c.op.DestroyMachines(cctx, req)
+		cancel()
+		if err != nil {
+			return c.check(err)
+		}
+		for i, id := range req.Machines {
+			r := &pb.StatusReportResult{Code: uint32(codes.Unknown), Message: "machine " + id + ": the controller gave no answer"}
+			if i < len(resp.GetResults()) {
+				r = resp.GetResults()[i]
+			}
+			if codes.Code(r.GetCode()) != codes.OK {
+				fmt.Fprintln(e.stderr, "ctl:", r.GetMessage())
+				failed++
+				continue
+			}
+			fmt.Fprintf(e.stdout, "destroying machine %s%s\n", id, describe)
+		}
+	}
+	if failed > 0 {
+		return exitError{code: 1}
+	}
+	return nil
+}
+
 func destroyUnitCommand(e *env) *cobra.Command {
 	var f forceFlags
 	cmd := &cobra.Command{
@@ -185,10 +223,7 @@ Example:
 				return err
 			}
 			defer c.close()
-			return destroyEach(cmd.Context(), e, c, args, func(ctx context.Context, id string) error {
-				_, err := c.op.DestroyMachine(ctx, &pb.DestroyMachineRequest{Machine: id, Force: f.force, MaxWaitMs: maxWait})
-				return err
-			}, func(id string) { fmt.Fprintf(e.stdout, "destroying machine %s%s\n", id, f.describe()) })
+			return destroyMachines(cmd.Context(), e, c, args, &pb.DestroyMachinesRequest{Force: f.force, MaxWaitMs: maxWait}, f.describe())
 		},
 	}
 	f.register(cmd, "machine's units")

@@ -22,7 +22,6 @@ import (
 	"github.com/lifelinehq/lifeline/state"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // namespace is where the controller keeps its model in etcd (lifelined's
@@ -436,10 +435,17 @@ func addUnits(ctx context.Context, op pb.OperatorServiceClient, svc string, per 
 	return errors.Join(errs...)
 }
 
+// machinesACall is how many machines destroyMachinesWhenFree names in a
+// call: as many as the controller destroys in one transaction.
+const machinesACall = 16
+
 // destroyMachinesWhenFree destroys each of the machines ids as soon as the
-// watch sees no alive unit on it, 16 calls at once, and returns once all
-// are destroyed. A machine the controller still finds an alive unit on
-// (the watch runs behind) is tried again later.
+// watch sees no alive unit on it, those free at once together, as an
+// operator's `ctl destroy-machine` of them all would (DestroyMachines,
+// machinesACall machines a call at most, which the controller writes in
+// one transaction; 16 calls at once), and returns once all are destroyed. A
+// machine the controller still finds an alive unit on (the watch runs
+// behind) is tried again later.
 func destroyMachinesWhenFree(ctx context.Context, op pb.OperatorServiceClient, f *follower, ids []string) error {
 	left := make(map[string]bool, len(ids))
 	for _, id := range ids {
@@ -460,20 +466,32 @@ func destroyMachinesWhenFree(ctx context.Context, op pb.OperatorServiceClient, f
 		if failed {
 			break
 		}
-		for _, id := range free {
+		for todo := free; len(todo) > 0; {
+			call := todo[:min(len(todo), machinesACall)]
+			todo = todo[len(call):]
 			wg.Add(1)
 			sem <- struct{}{}
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				_, err := op.DestroyMachine(ctx, &pb.DestroyMachineRequest{Machine: id})
+				resp, err := op.DestroyMachines(ctx, &pb.DestroyMachinesRequest{Machines: call})
 				mu.Lock()
 				defer mu.Unlock()
-				switch {
-				case status.Code(err) == codes.FailedPrecondition:
-					left[id] = true
-				case err != nil:
+				if err == nil && len(resp.GetResults()) != len(call) {
+					err = fmt.Errorf("DestroyMachines answered %d machines of %d", len(resp.GetResults()), len(call))
+				}
+				if err != nil {
 					errs = append(errs, err)
+					return
+				}
+				for i, id := range call {
+					switch r := resp.GetResults()[i]; codes.Code(r.GetCode()) {
+					case codes.OK:
+					case codes.FailedPrecondition:
+						left[id] = true
+					default:
+						errs = append(errs, fmt.Errorf("destroy machine %s: %s", id, r.GetMessage()))
+					}
 				}
 			}()
 		}

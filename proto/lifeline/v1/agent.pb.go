@@ -2909,62 +2909,6 @@ func (x *SetUnitStatusesResponse) GetResults() []*StatusReportResult {
 	return nil
 }
 
-// StatusReportResult is how one item of a call of several was answered (a
-// report of a SetUnitStatuses call, a unit of a RemoveUnits call): code is
-// its gRPC status code (0, OK: done), message the sentence the item's own
-// call (SetUnitStatus, RemoveUnit) would have answered.
-type StatusReportResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *StatusReportResult) Reset() {
-	*x = StatusReportResult{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[51]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *StatusReportResult) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*StatusReportResult) ProtoMessage() {}
-
-func (x *StatusReportResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[51]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use StatusReportResult.ProtoReflect.Descriptor instead.
-func (*StatusReportResult) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{51}
-}
-
-func (x *StatusReportResult) GetCode() uint32 {
-	if x != nil {
-		return x.Code
-	}
-	return 0
-}
-
-func (x *StatusReportResult) GetMessage() string {
-	if x != nil {
-		return x.Message
-	}
-	return ""
-}
-
 type ClearResolvedRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Unit          string                 `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
@@ -2974,7 +2918,7 @@ type ClearResolvedRequest struct {
 
 func (x *ClearResolvedRequest) Reset() {
 	*x = ClearResolvedRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[52]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2986,7 +2930,7 @@ func (x *ClearResolvedRequest) String() string {
 func (*ClearResolvedRequest) ProtoMessage() {}
 
 func (x *ClearResolvedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[52]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2999,7 +2943,7 @@ func (x *ClearResolvedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearResolvedRequest.ProtoReflect.Descriptor instead.
 func (*ClearResolvedRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ClearResolvedRequest) GetUnit() string {
@@ -3017,7 +2961,7 @@ type ClearResolvedResponse struct {
 
 func (x *ClearResolvedResponse) Reset() {
 	*x = ClearResolvedResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[53]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3029,7 +2973,7 @@ func (x *ClearResolvedResponse) String() string {
 func (*ClearResolvedResponse) ProtoMessage() {}
 
 func (x *ClearResolvedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[53]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3042,7 +2986,7 @@ func (x *ClearResolvedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearResolvedResponse.ProtoReflect.Descriptor instead.
 func (*ClearResolvedResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 type GetAgentSettingsRequest struct {
@@ -3053,7 +2997,7 @@ type GetAgentSettingsRequest struct {
 
 func (x *GetAgentSettingsRequest) Reset() {
 	*x = GetAgentSettingsRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[54]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3065,7 +3009,7 @@ func (x *GetAgentSettingsRequest) String() string {
 func (*GetAgentSettingsRequest) ProtoMessage() {}
 
 func (x *GetAgentSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[54]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3078,7 +3022,7 @@ func (x *GetAgentSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentSettingsRequest.ProtoReflect.Descriptor instead.
 func (*GetAgentSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 type GetAgentSettingsResponse struct {
@@ -3094,7 +3038,7 @@ type GetAgentSettingsResponse struct {
 
 func (x *GetAgentSettingsResponse) Reset() {
 	*x = GetAgentSettingsResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[55]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3106,7 +3050,7 @@ func (x *GetAgentSettingsResponse) String() string {
 func (*GetAgentSettingsResponse) ProtoMessage() {}
 
 func (x *GetAgentSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[55]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3119,7 +3063,7 @@ func (x *GetAgentSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentSettingsResponse.ProtoReflect.Descriptor instead.
 func (*GetAgentSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetAgentSettingsResponse) GetHookTimeoutMs() int64 {
@@ -3144,7 +3088,7 @@ type PresenceRequest struct {
 
 func (x *PresenceRequest) Reset() {
 	*x = PresenceRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[56]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3156,7 +3100,7 @@ func (x *PresenceRequest) String() string {
 func (*PresenceRequest) ProtoMessage() {}
 
 func (x *PresenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[56]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3169,7 +3113,7 @@ func (x *PresenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceRequest.ProtoReflect.Descriptor instead.
 func (*PresenceRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 type PresenceResponse struct {
@@ -3182,7 +3126,7 @@ type PresenceResponse struct {
 
 func (x *PresenceResponse) Reset() {
 	*x = PresenceResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[57]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +3138,7 @@ func (x *PresenceResponse) String() string {
 func (*PresenceResponse) ProtoMessage() {}
 
 func (x *PresenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[57]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,7 +3151,7 @@ func (x *PresenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceResponse.ProtoReflect.Descriptor instead.
 func (*PresenceResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PresenceResponse) GetPingIntervalMs() int64 {
@@ -3376,10 +3320,7 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x16SetUnitStatusesRequest\x12;\n" +
 	"\areports\x18\x01 \x03(\v2!.lifeline.v1.SetUnitStatusRequestR\areports\"T\n" +
 	"\x17SetUnitStatusesResponse\x129\n" +
-	"\aresults\x18\x01 \x03(\v2\x1f.lifeline.v1.StatusReportResultR\aresults\"B\n" +
-	"\x12StatusReportResult\x12\x12\n" +
-	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"*\n" +
+	"\aresults\x18\x01 \x03(\v2\x1f.lifeline.v1.StatusReportResultR\aresults\"*\n" +
 	"\x14ClearResolvedRequest\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\"\x17\n" +
 	"\x15ClearResolvedResponse\"\x19\n" +
@@ -3439,7 +3380,7 @@ func file_lifeline_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_lifeline_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lifeline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_lifeline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_lifeline_v1_agent_proto_goTypes = []any{
 	(UnitStatusKind)(0),                  // 0: lifeline.v1.UnitStatusKind
 	(*WatchSubject)(nil),                 // 1: lifeline.v1.WatchSubject
@@ -3493,23 +3434,23 @@ var file_lifeline_v1_agent_proto_goTypes = []any{
 	(*SetUnitStatusResponse)(nil),        // 49: lifeline.v1.SetUnitStatusResponse
 	(*SetUnitStatusesRequest)(nil),       // 50: lifeline.v1.SetUnitStatusesRequest
 	(*SetUnitStatusesResponse)(nil),      // 51: lifeline.v1.SetUnitStatusesResponse
-	(*StatusReportResult)(nil),           // 52: lifeline.v1.StatusReportResult
-	(*ClearResolvedRequest)(nil),         // 53: lifeline.v1.ClearResolvedRequest
-	(*ClearResolvedResponse)(nil),        // 54: lifeline.v1.ClearResolvedResponse
-	(*GetAgentSettingsRequest)(nil),      // 55: lifeline.v1.GetAgentSettingsRequest
-	(*GetAgentSettingsResponse)(nil),     // 56: lifeline.v1.GetAgentSettingsResponse
-	(*PresenceRequest)(nil),              // 57: lifeline.v1.PresenceRequest
-	(*PresenceResponse)(nil),             // 58: lifeline.v1.PresenceResponse
-	nil,                                  // 59: lifeline.v1.EnterScopeRequest.SettingsEntry
-	nil,                                  // 60: lifeline.v1.ReadSettingsResponse.SettingsEntry
-	nil,                                  // 61: lifeline.v1.SettingsUpdate.SetEntry
-	(*Machine)(nil),                      // 62: lifeline.v1.Machine
-	(*Unit)(nil),                         // 63: lifeline.v1.Unit
-	(*Service)(nil),                      // 64: lifeline.v1.Service
-	(*ServiceConfig)(nil),                // 65: lifeline.v1.ServiceConfig
-	(*Relation)(nil),                     // 66: lifeline.v1.Relation
-	(*Resolved)(nil),                     // 67: lifeline.v1.Resolved
-	(*Status)(nil),                       // 68: lifeline.v1.Status
+	(*ClearResolvedRequest)(nil),         // 52: lifeline.v1.ClearResolvedRequest
+	(*ClearResolvedResponse)(nil),        // 53: lifeline.v1.ClearResolvedResponse
+	(*GetAgentSettingsRequest)(nil),      // 54: lifeline.v1.GetAgentSettingsRequest
+	(*GetAgentSettingsResponse)(nil),     // 55: lifeline.v1.GetAgentSettingsResponse
+	(*PresenceRequest)(nil),              // 56: lifeline.v1.PresenceRequest
+	(*PresenceResponse)(nil),             // 57: lifeline.v1.PresenceResponse
+	nil,                                  // 58: lifeline.v1.EnterScopeRequest.SettingsEntry
+	nil,                                  // 59: lifeline.v1.ReadSettingsResponse.SettingsEntry
+	nil,                                  // 60: lifeline.v1.SettingsUpdate.SetEntry
+	(*Machine)(nil),                      // 61: lifeline.v1.Machine
+	(*Unit)(nil),                         // 62: lifeline.v1.Unit
+	(*Service)(nil),                      // 63: lifeline.v1.Service
+	(*ServiceConfig)(nil),                // 64: lifeline.v1.ServiceConfig
+	(*Relation)(nil),                     // 65: lifeline.v1.Relation
+	(*Resolved)(nil),                     // 66: lifeline.v1.Resolved
+	(*Status)(nil),                       // 67: lifeline.v1.Status
+	(*StatusReportResult)(nil),           // 68: lifeline.v1.StatusReportResult
 	(*Charm)(nil),                        // 69: lifeline.v1.Charm
 }
 var file_lifeline_v1_agent_proto_depIdxs = []int32{
@@ -3521,30 +3462,30 @@ var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	6,  // 5: lifeline.v1.WatchSubscribe.as:type_name -> lifeline.v1.AgentCredential
 	3,  // 6: lifeline.v1.WatchManyResponse.watch:type_name -> lifeline.v1.WatchResponse
 	9,  // 7: lifeline.v1.WatchManyResponse.end:type_name -> lifeline.v1.WatchEnd
-	62, // 8: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
-	63, // 9: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
-	64, // 10: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
-	65, // 11: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
-	66, // 12: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
-	67, // 13: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
-	62, // 14: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
-	68, // 15: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
+	61, // 8: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
+	62, // 9: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
+	63, // 10: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
+	64, // 11: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
+	65, // 12: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
+	66, // 13: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
+	61, // 14: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
+	67, // 15: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
 	19, // 16: lifeline.v1.IssueUnitCredentialsResponse.credentials:type_name -> lifeline.v1.UnitCredential
-	63, // 17: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
+	62, // 17: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
 	24, // 18: lifeline.v1.UnitScopesResponse.scopes:type_name -> lifeline.v1.UnitScope
-	52, // 19: lifeline.v1.RemoveUnitsResponse.results:type_name -> lifeline.v1.StatusReportResult
-	64, // 20: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
-	65, // 21: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
+	68, // 19: lifeline.v1.RemoveUnitsResponse.results:type_name -> lifeline.v1.StatusReportResult
+	63, // 20: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
+	64, // 21: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
 	69, // 22: lifeline.v1.GetServiceResponse.charm:type_name -> lifeline.v1.Charm
-	63, // 23: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
-	59, // 24: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
-	60, // 25: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
-	61, // 26: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
+	62, // 23: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
+	58, // 24: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
+	59, // 25: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
+	60, // 26: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
 	45, // 27: lifeline.v1.UpdateSettingsRequest.updates:type_name -> lifeline.v1.SettingsUpdate
 	0,  // 28: lifeline.v1.SetUnitStatusRequest.kind:type_name -> lifeline.v1.UnitStatusKind
-	68, // 29: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
+	67, // 29: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
 	48, // 30: lifeline.v1.SetUnitStatusesRequest.reports:type_name -> lifeline.v1.SetUnitStatusRequest
-	52, // 31: lifeline.v1.SetUnitStatusesResponse.results:type_name -> lifeline.v1.StatusReportResult
+	68, // 31: lifeline.v1.SetUnitStatusesResponse.results:type_name -> lifeline.v1.StatusReportResult
 	2,  // 32: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
 	4,  // 33: lifeline.v1.AgentService.WatchMany:input_type -> lifeline.v1.WatchManyRequest
 	11, // 34: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
@@ -3566,9 +3507,9 @@ var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	46, // 50: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
 	48, // 51: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
 	50, // 52: lifeline.v1.AgentService.SetUnitStatuses:input_type -> lifeline.v1.SetUnitStatusesRequest
-	53, // 53: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
-	57, // 54: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
-	55, // 55: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
+	52, // 53: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
+	56, // 54: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
+	54, // 55: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
 	3,  // 56: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
 	8,  // 57: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
 	12, // 58: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
@@ -3590,9 +3531,9 @@ var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	47, // 74: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
 	49, // 75: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
 	51, // 76: lifeline.v1.AgentService.SetUnitStatuses:output_type -> lifeline.v1.SetUnitStatusesResponse
-	54, // 77: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
-	58, // 78: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
-	56, // 79: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
+	53, // 77: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
+	57, // 78: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
+	55, // 79: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
 	56, // [56:80] is the sub-list for method output_type
 	32, // [32:56] is the sub-list for method input_type
 	32, // [32:32] is the sub-list for extension type_name
@@ -3640,7 +3581,7 @@ func file_lifeline_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_agent_proto_rawDesc), len(file_lifeline_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   61,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

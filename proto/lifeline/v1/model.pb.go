@@ -1527,6 +1527,63 @@ func (x *Resolved) GetMode() ResolvedMode {
 	return ResolvedMode_RESOLVED_MODE_UNSPECIFIED
 }
 
+// StatusReportResult is how one item of a call of several was answered (a
+// report of a SetUnitStatuses call, a unit of a RemoveUnits call, a
+// machine of a DestroyMachines call): code is its gRPC status code (0, OK:
+// done), message the sentence the item's own call (SetUnitStatus,
+// RemoveUnit, DestroyMachine) would have answered.
+type StatusReportResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusReportResult) Reset() {
+	*x = StatusReportResult{}
+	mi := &file_lifeline_v1_model_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusReportResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusReportResult) ProtoMessage() {}
+
+func (x *StatusReportResult) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_model_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusReportResult.ProtoReflect.Descriptor instead.
+func (*StatusReportResult) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *StatusReportResult) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *StatusReportResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_lifeline_v1_model_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_model_proto_rawDesc = "" +
@@ -1630,7 +1687,10 @@ const file_lifeline_v1_model_proto_rawDesc = "" +
 	"\x06chunks\x18\n" +
 	" \x01(\x05R\x06chunks\"9\n" +
 	"\bResolved\x12-\n" +
-	"\x04mode\x18\x01 \x01(\x0e2\x19.lifeline.v1.ResolvedModeR\x04mode*K\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x19.lifeline.v1.ResolvedModeR\x04mode\"B\n" +
+	"\x12StatusReportResult\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage*K\n" +
 	"\x04Life\x12\x14\n" +
 	"\x10LIFE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -1671,7 +1731,7 @@ func file_lifeline_v1_model_proto_rawDescGZIP() []byte {
 }
 
 var file_lifeline_v1_model_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_lifeline_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_lifeline_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_lifeline_v1_model_proto_goTypes = []any{
 	(Life)(0),                  // 0: lifeline.v1.Life
 	(Role)(0),                  // 1: lifeline.v1.Role
@@ -1695,9 +1755,10 @@ var file_lifeline_v1_model_proto_goTypes = []any{
 	(*ConfigOption)(nil),       // 19: lifeline.v1.ConfigOption
 	(*Charm)(nil),              // 20: lifeline.v1.Charm
 	(*Resolved)(nil),           // 21: lifeline.v1.Resolved
-	nil,                        // 22: lifeline.v1.ServiceConfig.ValuesEntry
-	nil,                        // 23: lifeline.v1.Settings.ValuesEntry
-	nil,                        // 24: lifeline.v1.Status.DataEntry
+	(*StatusReportResult)(nil), // 22: lifeline.v1.StatusReportResult
+	nil,                        // 23: lifeline.v1.ServiceConfig.ValuesEntry
+	nil,                        // 24: lifeline.v1.Settings.ValuesEntry
+	nil,                        // 25: lifeline.v1.Status.DataEntry
 }
 var file_lifeline_v1_model_proto_depIdxs = []int32{
 	0,  // 0: lifeline.v1.Machine.life:type_name -> lifeline.v1.Life
@@ -1706,14 +1767,14 @@ var file_lifeline_v1_model_proto_depIdxs = []int32{
 	0,  // 3: lifeline.v1.Service.life:type_name -> lifeline.v1.Life
 	6,  // 4: lifeline.v1.Service.charm:type_name -> lifeline.v1.CharmRef
 	7,  // 5: lifeline.v1.Service.endpoints:type_name -> lifeline.v1.Endpoint
-	22, // 6: lifeline.v1.ServiceConfig.values:type_name -> lifeline.v1.ServiceConfig.ValuesEntry
+	23, // 6: lifeline.v1.ServiceConfig.values:type_name -> lifeline.v1.ServiceConfig.ValuesEntry
 	0,  // 7: lifeline.v1.Unit.life:type_name -> lifeline.v1.Life
 	7,  // 8: lifeline.v1.RelationEndpoint.endpoint:type_name -> lifeline.v1.Endpoint
 	0,  // 9: lifeline.v1.Relation.life:type_name -> lifeline.v1.Life
 	12, // 10: lifeline.v1.Relation.endpoints:type_name -> lifeline.v1.RelationEndpoint
 	2,  // 11: lifeline.v1.Relation.scope:type_name -> lifeline.v1.Scope
-	23, // 12: lifeline.v1.Settings.values:type_name -> lifeline.v1.Settings.ValuesEntry
-	24, // 13: lifeline.v1.Status.data:type_name -> lifeline.v1.Status.DataEntry
+	24, // 12: lifeline.v1.Settings.values:type_name -> lifeline.v1.Settings.ValuesEntry
+	25, // 13: lifeline.v1.Status.data:type_name -> lifeline.v1.Status.DataEntry
 	16, // 14: lifeline.v1.StatusHistoryEntry.status:type_name -> lifeline.v1.Status
 	3,  // 15: lifeline.v1.Cleanup.kind:type_name -> lifeline.v1.CleanupKind
 	9,  // 16: lifeline.v1.ConfigOption.default:type_name -> lifeline.v1.ConfigValue
@@ -1745,7 +1806,7 @@ func file_lifeline_v1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_model_proto_rawDesc), len(file_lifeline_v1_model_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1667,6 +1667,113 @@ func (*DestroyMachineResponse) Descriptor() ([]byte, []int) {
 	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{26}
 }
 
+type DestroyMachinesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Machines, each at most once, at most 1,000.
+	Machines      []string `protobuf:"bytes,1,rep,name=machines,proto3" json:"machines,omitempty"`
+	Force         bool     `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	MaxWaitMs     *int64   `protobuf:"varint,3,opt,name=max_wait_ms,json=maxWaitMs,proto3,oneof" json:"max_wait_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DestroyMachinesRequest) Reset() {
+	*x = DestroyMachinesRequest{}
+	mi := &file_lifeline_v1_operator_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DestroyMachinesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DestroyMachinesRequest) ProtoMessage() {}
+
+func (x *DestroyMachinesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_operator_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DestroyMachinesRequest.ProtoReflect.Descriptor instead.
+func (*DestroyMachinesRequest) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *DestroyMachinesRequest) GetMachines() []string {
+	if x != nil {
+		return x.Machines
+	}
+	return nil
+}
+
+func (x *DestroyMachinesRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+func (x *DestroyMachinesRequest) GetMaxWaitMs() int64 {
+	if x != nil && x.MaxWaitMs != nil {
+		return *x.MaxWaitMs
+	}
+	return 0
+}
+
+type DestroyMachinesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One a machine, in the order of the request's: code 0 (OK) when it is
+	// dying (or was already), else what DestroyMachine would have answered.
+	Results       []*StatusReportResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DestroyMachinesResponse) Reset() {
+	*x = DestroyMachinesResponse{}
+	mi := &file_lifeline_v1_operator_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DestroyMachinesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DestroyMachinesResponse) ProtoMessage() {}
+
+func (x *DestroyMachinesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_operator_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DestroyMachinesResponse.ProtoReflect.Descriptor instead.
+func (*DestroyMachinesResponse) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *DestroyMachinesResponse) GetResults() []*StatusReportResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 type DestroyServiceRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
@@ -1676,7 +1783,7 @@ type DestroyServiceRequest struct {
 
 func (x *DestroyServiceRequest) Reset() {
 	*x = DestroyServiceRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[27]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +1795,7 @@ func (x *DestroyServiceRequest) String() string {
 func (*DestroyServiceRequest) ProtoMessage() {}
 
 func (x *DestroyServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[27]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +1808,7 @@ func (x *DestroyServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyServiceRequest.ProtoReflect.Descriptor instead.
 func (*DestroyServiceRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{27}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DestroyServiceRequest) GetService() string {
@@ -1719,7 +1826,7 @@ type DestroyServiceResponse struct {
 
 func (x *DestroyServiceResponse) Reset() {
 	*x = DestroyServiceResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[28]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +1838,7 @@ func (x *DestroyServiceResponse) String() string {
 func (*DestroyServiceResponse) ProtoMessage() {}
 
 func (x *DestroyServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[28]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,7 +1851,7 @@ func (x *DestroyServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyServiceResponse.ProtoReflect.Descriptor instead.
 func (*DestroyServiceResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{28}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{30}
 }
 
 type ResolvedRequest struct {
@@ -1757,7 +1864,7 @@ type ResolvedRequest struct {
 
 func (x *ResolvedRequest) Reset() {
 	*x = ResolvedRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[29]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +1876,7 @@ func (x *ResolvedRequest) String() string {
 func (*ResolvedRequest) ProtoMessage() {}
 
 func (x *ResolvedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[29]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +1889,7 @@ func (x *ResolvedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvedRequest.ProtoReflect.Descriptor instead.
 func (*ResolvedRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{29}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ResolvedRequest) GetUnit() string {
@@ -1807,7 +1914,7 @@ type ResolvedResponse struct {
 
 func (x *ResolvedResponse) Reset() {
 	*x = ResolvedResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[30]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +1926,7 @@ func (x *ResolvedResponse) String() string {
 func (*ResolvedResponse) ProtoMessage() {}
 
 func (x *ResolvedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[30]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +1939,7 @@ func (x *ResolvedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvedResponse.ProtoReflect.Descriptor instead.
 func (*ResolvedResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{30}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{32}
 }
 
 type GetConfigRequest struct {
@@ -1844,7 +1951,7 @@ type GetConfigRequest struct {
 
 func (x *GetConfigRequest) Reset() {
 	*x = GetConfigRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[31]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +1963,7 @@ func (x *GetConfigRequest) String() string {
 func (*GetConfigRequest) ProtoMessage() {}
 
 func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[31]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +1976,7 @@ func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{31}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetConfigRequest) GetService() string {
@@ -1891,7 +1998,7 @@ type GetConfigResponse struct {
 
 func (x *GetConfigResponse) Reset() {
 	*x = GetConfigResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[32]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +2010,7 @@ func (x *GetConfigResponse) String() string {
 func (*GetConfigResponse) ProtoMessage() {}
 
 func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[32]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2023,7 @@ func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{32}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetConfigResponse) GetOptions() []*ConfigOption {
@@ -1947,7 +2054,7 @@ type SetConfigRequest struct {
 
 func (x *SetConfigRequest) Reset() {
 	*x = SetConfigRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1959,7 +2066,7 @@ func (x *SetConfigRequest) String() string {
 func (*SetConfigRequest) ProtoMessage() {}
 
 func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1972,7 +2079,7 @@ func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{33}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SetConfigRequest) GetService() string {
@@ -2004,7 +2111,7 @@ type SetConfigResponse struct {
 
 func (x *SetConfigResponse) Reset() {
 	*x = SetConfigResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2016,7 +2123,7 @@ func (x *SetConfigResponse) String() string {
 func (*SetConfigResponse) ProtoMessage() {}
 
 func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2029,7 +2136,7 @@ func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{34}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{36}
 }
 
 type ShowStatusLogRequest struct {
@@ -2044,7 +2151,7 @@ type ShowStatusLogRequest struct {
 
 func (x *ShowStatusLogRequest) Reset() {
 	*x = ShowStatusLogRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2056,7 +2163,7 @@ func (x *ShowStatusLogRequest) String() string {
 func (*ShowStatusLogRequest) ProtoMessage() {}
 
 func (x *ShowStatusLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2069,7 +2176,7 @@ func (x *ShowStatusLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowStatusLogRequest.ProtoReflect.Descriptor instead.
 func (*ShowStatusLogRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{35}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ShowStatusLogRequest) GetUnit() string {
@@ -2096,7 +2203,7 @@ type ShowStatusLogResponse struct {
 
 func (x *ShowStatusLogResponse) Reset() {
 	*x = ShowStatusLogResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2215,7 @@ func (x *ShowStatusLogResponse) String() string {
 func (*ShowStatusLogResponse) ProtoMessage() {}
 
 func (x *ShowStatusLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2228,7 @@ func (x *ShowStatusLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowStatusLogResponse.ProtoReflect.Descriptor instead.
 func (*ShowStatusLogResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{36}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ShowStatusLogResponse) GetEntries() []*StatusLogEntry {
@@ -2147,7 +2254,7 @@ type StatusLogEntry struct {
 
 func (x *StatusLogEntry) Reset() {
 	*x = StatusLogEntry{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2159,7 +2266,7 @@ func (x *StatusLogEntry) String() string {
 func (*StatusLogEntry) ProtoMessage() {}
 
 func (x *StatusLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2172,7 +2279,7 @@ func (x *StatusLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusLogEntry.ProtoReflect.Descriptor instead.
 func (*StatusLogEntry) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{37}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StatusLogEntry) GetKind() string {
@@ -2331,7 +2438,14 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x05force\x18\x02 \x01(\bR\x05force\x12#\n" +
 	"\vmax_wait_ms\x18\x03 \x01(\x03H\x00R\tmaxWaitMs\x88\x01\x01B\x0e\n" +
 	"\f_max_wait_ms\"\x18\n" +
-	"\x16DestroyMachineResponse\"1\n" +
+	"\x16DestroyMachineResponse\"\x7f\n" +
+	"\x16DestroyMachinesRequest\x12\x1a\n" +
+	"\bmachines\x18\x01 \x03(\tR\bmachines\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\x12#\n" +
+	"\vmax_wait_ms\x18\x03 \x01(\x03H\x00R\tmaxWaitMs\x88\x01\x01B\x0e\n" +
+	"\f_max_wait_ms\"T\n" +
+	"\x17DestroyMachinesResponse\x129\n" +
+	"\aresults\x18\x01 \x03(\v2\x1f.lifeline.v1.StatusReportResultR\aresults\"1\n" +
 	"\x15DestroyServiceRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\"\x18\n" +
 	"\x16DestroyServiceResponse\"@\n" +
@@ -2368,7 +2482,8 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x0fsince_unix_nano\x18\x05 \x01(\x03R\rsinceUnixNano\x1a7\n" +
 	"\tDataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xcb\t\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xa9\n" +
+	"\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06Status\x12\x1a.lifeline.v1.StatusRequest\x1a\x1b.lifeline.v1.StatusResponse\x12R\n" +
 	"\vWatchStatus\x12\x1f.lifeline.v1.WatchStatusRequest\x1a .lifeline.v1.WatchStatusResponse0\x01\x12R\n" +
@@ -2379,7 +2494,8 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\vAddRelation\x12\x1f.lifeline.v1.AddRelationRequest\x1a .lifeline.v1.AddRelationResponse\x12\\\n" +
 	"\x0fDestroyRelation\x12#.lifeline.v1.DestroyRelationRequest\x1a$.lifeline.v1.DestroyRelationResponse\x12P\n" +
 	"\vDestroyUnit\x12\x1f.lifeline.v1.DestroyUnitRequest\x1a .lifeline.v1.DestroyUnitResponse\x12Y\n" +
-	"\x0eDestroyMachine\x12\".lifeline.v1.DestroyMachineRequest\x1a#.lifeline.v1.DestroyMachineResponse\x12Y\n" +
+	"\x0eDestroyMachine\x12\".lifeline.v1.DestroyMachineRequest\x1a#.lifeline.v1.DestroyMachineResponse\x12\\\n" +
+	"\x0fDestroyMachines\x12#.lifeline.v1.DestroyMachinesRequest\x1a$.lifeline.v1.DestroyMachinesResponse\x12Y\n" +
 	"\x0eDestroyService\x12\".lifeline.v1.DestroyServiceRequest\x1a#.lifeline.v1.DestroyServiceResponse\x12G\n" +
 	"\bResolved\x12\x1c.lifeline.v1.ResolvedRequest\x1a\x1d.lifeline.v1.ResolvedResponse\x12J\n" +
 	"\tGetConfig\x12\x1d.lifeline.v1.GetConfigRequest\x1a\x1e.lifeline.v1.GetConfigResponse\x12J\n" +
@@ -2398,7 +2514,7 @@ func file_lifeline_v1_operator_proto_rawDescGZIP() []byte {
 	return file_lifeline_v1_operator_proto_rawDescData
 }
 
-var file_lifeline_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_lifeline_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_lifeline_v1_operator_proto_goTypes = []any{
 	(*StatusRequest)(nil),           // 0: lifeline.v1.StatusRequest
 	(*StatusResponse)(nil),          // 1: lifeline.v1.StatusResponse
@@ -2427,28 +2543,31 @@ var file_lifeline_v1_operator_proto_goTypes = []any{
 	(*DestroyUnitResponse)(nil),     // 24: lifeline.v1.DestroyUnitResponse
 	(*DestroyMachineRequest)(nil),   // 25: lifeline.v1.DestroyMachineRequest
 	(*DestroyMachineResponse)(nil),  // 26: lifeline.v1.DestroyMachineResponse
-	(*DestroyServiceRequest)(nil),   // 27: lifeline.v1.DestroyServiceRequest
-	(*DestroyServiceResponse)(nil),  // 28: lifeline.v1.DestroyServiceResponse
-	(*ResolvedRequest)(nil),         // 29: lifeline.v1.ResolvedRequest
-	(*ResolvedResponse)(nil),        // 30: lifeline.v1.ResolvedResponse
-	(*GetConfigRequest)(nil),        // 31: lifeline.v1.GetConfigRequest
-	(*GetConfigResponse)(nil),       // 32: lifeline.v1.GetConfigResponse
-	(*SetConfigRequest)(nil),        // 33: lifeline.v1.SetConfigRequest
-	(*SetConfigResponse)(nil),       // 34: lifeline.v1.SetConfigResponse
-	(*ShowStatusLogRequest)(nil),    // 35: lifeline.v1.ShowStatusLogRequest
-	(*ShowStatusLogResponse)(nil),   // 36: lifeline.v1.ShowStatusLogResponse
-	(*StatusLogEntry)(nil),          // 37: lifeline.v1.StatusLogEntry
-	nil,                             // 38: lifeline.v1.DeployRequest.ConfigEntry
-	nil,                             // 39: lifeline.v1.GetConfigResponse.ValuesEntry
-	nil,                             // 40: lifeline.v1.SetConfigRequest.SetEntry
-	nil,                             // 41: lifeline.v1.StatusLogEntry.DataEntry
-	(*Charm)(nil),                   // 42: lifeline.v1.Charm
-	(*Service)(nil),                 // 43: lifeline.v1.Service
-	(*Unit)(nil),                    // 44: lifeline.v1.Unit
-	(*Machine)(nil),                 // 45: lifeline.v1.Machine
-	(*Relation)(nil),                // 46: lifeline.v1.Relation
-	(*ConfigOption)(nil),            // 47: lifeline.v1.ConfigOption
-	(*ConfigValue)(nil),             // 48: lifeline.v1.ConfigValue
+	(*DestroyMachinesRequest)(nil),  // 27: lifeline.v1.DestroyMachinesRequest
+	(*DestroyMachinesResponse)(nil), // 28: lifeline.v1.DestroyMachinesResponse
+	(*DestroyServiceRequest)(nil),   // 29: lifeline.v1.DestroyServiceRequest
+	(*DestroyServiceResponse)(nil),  // 30: lifeline.v1.DestroyServiceResponse
+	(*ResolvedRequest)(nil),         // 31: lifeline.v1.ResolvedRequest
+	(*ResolvedResponse)(nil),        // 32: lifeline.v1.ResolvedResponse
+	(*GetConfigRequest)(nil),        // 33: lifeline.v1.GetConfigRequest
+	(*GetConfigResponse)(nil),       // 34: lifeline.v1.GetConfigResponse
+	(*SetConfigRequest)(nil),        // 35: lifeline.v1.SetConfigRequest
+	(*SetConfigResponse)(nil),       // 36: lifeline.v1.SetConfigResponse
+	(*ShowStatusLogRequest)(nil),    // 37: lifeline.v1.ShowStatusLogRequest
+	(*ShowStatusLogResponse)(nil),   // 38: lifeline.v1.ShowStatusLogResponse
+	(*StatusLogEntry)(nil),          // 39: lifeline.v1.StatusLogEntry
+	nil,                             // 40: lifeline.v1.DeployRequest.ConfigEntry
+	nil,                             // 41: lifeline.v1.GetConfigResponse.ValuesEntry
+	nil,                             // 42: lifeline.v1.SetConfigRequest.SetEntry
+	nil,                             // 43: lifeline.v1.StatusLogEntry.DataEntry
+	(*Charm)(nil),                   // 44: lifeline.v1.Charm
+	(*Service)(nil),                 // 45: lifeline.v1.Service
+	(*Unit)(nil),                    // 46: lifeline.v1.Unit
+	(*Machine)(nil),                 // 47: lifeline.v1.Machine
+	(*Relation)(nil),                // 48: lifeline.v1.Relation
+	(*StatusReportResult)(nil),      // 49: lifeline.v1.StatusReportResult
+	(*ConfigOption)(nil),            // 50: lifeline.v1.ConfigOption
+	(*ConfigValue)(nil),             // 51: lifeline.v1.ConfigValue
 }
 var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	4,  // 0: lifeline.v1.StatusResponse.status:type_name -> lifeline.v1.ModelStatus
@@ -2459,54 +2578,57 @@ var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	5,  // 5: lifeline.v1.ModelStatus.controllers:type_name -> lifeline.v1.ControllerStatus
 	8,  // 6: lifeline.v1.ServiceStatus.units:type_name -> lifeline.v1.UnitStatus
 	11, // 7: lifeline.v1.UploadCharmRequest.header:type_name -> lifeline.v1.UploadCharmHeader
-	42, // 8: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
-	38, // 9: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
-	43, // 10: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
-	44, // 11: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
-	44, // 12: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
-	45, // 13: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
-	46, // 14: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
-	47, // 15: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
-	39, // 16: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
-	40, // 17: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
-	37, // 18: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
-	41, // 19: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
-	48, // 20: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
-	0,  // 21: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
-	2,  // 22: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
-	10, // 23: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
-	13, // 24: lifeline.v1.OperatorService.Deploy:input_type -> lifeline.v1.DeployRequest
-	15, // 25: lifeline.v1.OperatorService.AddUnits:input_type -> lifeline.v1.AddUnitsRequest
-	17, // 26: lifeline.v1.OperatorService.AddMachines:input_type -> lifeline.v1.AddMachinesRequest
-	19, // 27: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
-	21, // 28: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
-	23, // 29: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
-	25, // 30: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
-	27, // 31: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
-	29, // 32: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
-	31, // 33: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
-	33, // 34: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
-	35, // 35: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
-	1,  // 36: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
-	3,  // 37: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
-	12, // 38: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
-	14, // 39: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
-	16, // 40: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
-	18, // 41: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
-	20, // 42: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
-	22, // 43: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
-	24, // 44: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
-	26, // 45: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
-	28, // 46: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
-	30, // 47: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
-	32, // 48: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
-	34, // 49: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
-	36, // 50: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
-	36, // [36:51] is the sub-list for method output_type
-	21, // [21:36] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	44, // 8: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
+	40, // 9: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
+	45, // 10: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
+	46, // 11: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
+	46, // 12: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
+	47, // 13: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
+	48, // 14: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
+	49, // 15: lifeline.v1.DestroyMachinesResponse.results:type_name -> lifeline.v1.StatusReportResult
+	50, // 16: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
+	41, // 17: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
+	42, // 18: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
+	39, // 19: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
+	43, // 20: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
+	51, // 21: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
+	0,  // 22: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
+	2,  // 23: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
+	10, // 24: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
+	13, // 25: lifeline.v1.OperatorService.Deploy:input_type -> lifeline.v1.DeployRequest
+	15, // 26: lifeline.v1.OperatorService.AddUnits:input_type -> lifeline.v1.AddUnitsRequest
+	17, // 27: lifeline.v1.OperatorService.AddMachines:input_type -> lifeline.v1.AddMachinesRequest
+	19, // 28: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
+	21, // 29: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
+	23, // 30: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
+	25, // 31: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
+	27, // 32: lifeline.v1.OperatorService.DestroyMachines:input_type -> lifeline.v1.DestroyMachinesRequest
+	29, // 33: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
+	31, // 34: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
+	33, // 35: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
+	35, // 36: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
+	37, // 37: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
+	1,  // 38: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
+	3,  // 39: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
+	12, // 40: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
+	14, // 41: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
+	16, // 42: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
+	18, // 43: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
+	20, // 44: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
+	22, // 45: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
+	24, // 46: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
+	26, // 47: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
+	28, // 48: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
+	30, // 49: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
+	32, // 50: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
+	34, // 51: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
+	36, // 52: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
+	38, // 53: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
+	38, // [38:54] is the sub-list for method output_type
+	22, // [22:38] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_operator_proto_init() }
@@ -2521,13 +2643,14 @@ func file_lifeline_v1_operator_proto_init() {
 	}
 	file_lifeline_v1_operator_proto_msgTypes[23].OneofWrappers = []any{}
 	file_lifeline_v1_operator_proto_msgTypes[25].OneofWrappers = []any{}
+	file_lifeline_v1_operator_proto_msgTypes[27].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_operator_proto_rawDesc), len(file_lifeline_v1_operator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,7 @@ const (
 	OperatorService_DestroyRelation_FullMethodName = "/lifeline.v1.OperatorService/DestroyRelation"
 	OperatorService_DestroyUnit_FullMethodName     = "/lifeline.v1.OperatorService/DestroyUnit"
 	OperatorService_DestroyMachine_FullMethodName  = "/lifeline.v1.OperatorService/DestroyMachine"
+	OperatorService_DestroyMachines_FullMethodName = "/lifeline.v1.OperatorService/DestroyMachines"
 	OperatorService_DestroyService_FullMethodName  = "/lifeline.v1.OperatorService/DestroyService"
 	OperatorService_Resolved_FullMethodName        = "/lifeline.v1.OperatorService/Resolved"
 	OperatorService_GetConfig_FullMethodName       = "/lifeline.v1.OperatorService/GetConfig"
@@ -64,6 +65,9 @@ type OperatorServiceClient interface {
 	DestroyRelation(ctx context.Context, in *DestroyRelationRequest, opts ...grpc.CallOption) (*DestroyRelationResponse, error)
 	DestroyUnit(ctx context.Context, in *DestroyUnitRequest, opts ...grpc.CallOption) (*DestroyUnitResponse, error)
 	DestroyMachine(ctx context.Context, in *DestroyMachineRequest, opts ...grpc.CallOption) (*DestroyMachineResponse, error)
+	// DestroyMachines destroys machines as DestroyMachine does each, several
+	// in a transaction, and answers for each alone.
+	DestroyMachines(ctx context.Context, in *DestroyMachinesRequest, opts ...grpc.CallOption) (*DestroyMachinesResponse, error)
 	DestroyService(ctx context.Context, in *DestroyServiceRequest, opts ...grpc.CallOption) (*DestroyServiceResponse, error)
 	// Resolved answers a unit's failed hook: run it again, or count it done.
 	Resolved(ctx context.Context, in *ResolvedRequest, opts ...grpc.CallOption) (*ResolvedResponse, error)
@@ -194,6 +198,16 @@ func (c *operatorServiceClient) DestroyMachine(ctx context.Context, in *DestroyM
 	return out, nil
 }
 
+func (c *operatorServiceClient) DestroyMachines(ctx context.Context, in *DestroyMachinesRequest, opts ...grpc.CallOption) (*DestroyMachinesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DestroyMachinesResponse)
+	err := c.cc.Invoke(ctx, OperatorService_DestroyMachines_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *operatorServiceClient) DestroyService(ctx context.Context, in *DestroyServiceRequest, opts ...grpc.CallOption) (*DestroyServiceResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DestroyServiceResponse)
@@ -270,6 +284,9 @@ type OperatorServiceServer interface {
 	DestroyRelation(context.Context, *DestroyRelationRequest) (*DestroyRelationResponse, error)
 	DestroyUnit(context.Context, *DestroyUnitRequest) (*DestroyUnitResponse, error)
 	DestroyMachine(context.Context, *DestroyMachineRequest) (*DestroyMachineResponse, error)
+	// DestroyMachines destroys machines as DestroyMachine does each, several
+	// in a transaction, and answers for each alone.
+	DestroyMachines(context.Context, *DestroyMachinesRequest) (*DestroyMachinesResponse, error)
 	DestroyService(context.Context, *DestroyServiceRequest) (*DestroyServiceResponse, error)
 	// Resolved answers a unit's failed hook: run it again, or count it done.
 	Resolved(context.Context, *ResolvedRequest) (*ResolvedResponse, error)
@@ -317,6 +334,9 @@ func (UnimplementedOperatorServiceServer) DestroyUnit(context.Context, *DestroyU
 }
 func (UnimplementedOperatorServiceServer) DestroyMachine(context.Context, *DestroyMachineRequest) (*DestroyMachineResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DestroyMachine not implemented")
+}
+func (UnimplementedOperatorServiceServer) DestroyMachines(context.Context, *DestroyMachinesRequest) (*DestroyMachinesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DestroyMachines not implemented")
 }
 func (UnimplementedOperatorServiceServer) DestroyService(context.Context, *DestroyServiceRequest) (*DestroyServiceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DestroyService not implemented")
@@ -516,6 +536,24 @@ func _OperatorService_DestroyMachine_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_DestroyMachines_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DestroyMachinesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).DestroyMachines(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_DestroyMachines_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).DestroyMachines(ctx, req.(*DestroyMachinesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _OperatorService_DestroyService_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DestroyServiceRequest)
 	if err := dec(in); err != nil {
@@ -644,6 +682,10 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DestroyMachine",
 			Handler:    _OperatorService_DestroyMachine_Handler,
+		},
+		{
+			MethodName: "DestroyMachines",
+			Handler:    _OperatorService_DestroyMachines_Handler,
 		},
 		{
 			MethodName: "DestroyService",
