@@ -128,13 +128,14 @@ func (f *controllerFlags) validate() error {
 }
 
 // controllerGCPercent is the controller's garbage collection target
-// (GOGC) unless the environment sets one: the heap may grow to three
-// times what is live between collections, not twice. At 10,000 units the
-// collector and its scans of goroutine stacks were a fifth to a quarter
-// of the controller's CPU at Go's default; at this the controller used
-// 10-15% less CPU and peaked at 64-86 KiB a unit rather than 50-63 KiB,
-// within the 100 KiB the scale targets allow (docs/PERFORMANCE.md).
-const controllerGCPercent = 200
+// (GOGC) unless the environment sets one: the heap may grow to four times
+// what is live between collections. At 10,000 units the collector and its
+// scans of goroutine stacks were a fifth to a quarter of the controller's
+// CPU at Go's default; at 200 the controller used 10-15% less CPU and
+// peaked at 59-86 KiB a unit; at 300, about a sixth less again while
+// destroying, peaking at 78-89 KiB a unit, within the 100 KiB the scale
+// targets allow (docs/PERFORMANCE.md, eighteenth and twenty-fifth rounds).
+const controllerGCPercent = 300
 
 func runController(ctx context.Context, f controllerFlags) error {
 	if err := f.validate(); err != nil {
