@@ -285,7 +285,7 @@ func (fz *fuzzer) call(rnd *rand.Rand) {
 		req proto.Message
 		err error
 	)
-	switch rnd.IntN(15) {
+	switch rnd.IntN(16) {
 	case 0:
 		rpc, req = "Status", &pb.StatusRequest{}
 		_, err = fz.op.Status(ctx, req.(*pb.StatusRequest))
@@ -414,6 +414,25 @@ func (fz *fuzzer) call(rnd *rand.Rand) {
 		in := &pb.ShowStatusLogRequest{Unit: fz.name(rnd, "unit"), Limit: int32(int64Edge(rnd))}
 		req = in
 		_, err = fz.op.ShowStatusLog(ctx, in)
+	case 15:
+		rpc = "DestroyMachines"
+		in := &pb.DestroyMachinesRequest{Force: rnd.IntN(2) == 0}
+		for range rnd.IntN(6) {
+			in.Machines = append(in.Machines, fz.name(rnd, "machine"))
+		}
+		if rnd.IntN(2) == 0 {
+			w := int64Edge(rnd)
+			in.MaxWaitMs = &w
+		}
+		req = in
+		var resp *pb.DestroyMachinesResponse
+		resp, err = fz.op.DestroyMachines(ctx, in)
+		// Each machine's answer counts as a call's would.
+		for _, r := range resp.GetResults() {
+			if c := codes.Code(r.GetCode()); c == codes.Internal || c == codes.Unknown {
+				err = status.Error(c, r.GetMessage())
+			}
+		}
 	}
 	code := status.Code(err)
 	fz.mu.Lock()
@@ -519,8 +538,21 @@ func (fz *fuzzer) report(t *testing.T, r *run) {
 		r.count("answers: "+code.String(), k)
 	}
 	r.count("calls", total)
-	if len(rpcs) != 15 {
-		t.Errorf("the fuzzer called %d of the 15 RPCs: %v", len(rpcs), rpcs)
+	// Every RPC of the service, as its descriptor lists them, is called.
+	var missed []string
+	desc := pb.OperatorService_ServiceDesc
+	for _, m := range desc.Methods {
+		if fz.codes[m.MethodName] == nil {
+			missed = append(missed, m.MethodName)
+		}
+	}
+	for _, st := range desc.Streams {
+		if fz.codes[st.StreamName] == nil {
+			missed = append(missed, st.StreamName)
+		}
+	}
+	if n := len(desc.Methods) + len(desc.Streams); len(missed) > 0 || len(rpcs) != n {
+		t.Errorf("the fuzzer called %d of the %d RPCs (%v), never %v", len(rpcs), n, rpcs, missed)
 	}
 	for i, b := range fz.bad {
 		if i == 10 {

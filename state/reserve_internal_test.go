@@ -17,18 +17,7 @@ import (
 // reservation of their numbers: each gets its units' numbers in a row, no
 // two the same, and then writes its units in a transaction of its own.
 func TestAddUnitsShareReservation(t *testing.T) {
-	ns, ctx := etcdtest.Namespace(t), etcdtest.Context(t)
-	s, err := New(etcdtest.Client(t), Config{Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.AddService(ctx, AddServiceArgs{Name: "app", Charm: &pb.CharmRef{Name: "app"}}); err != nil {
-		t.Fatal(err)
-	}
-	ms, err := s.AddMachines(ctx, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, ctx, ms := appOnMachines(t, 8)
 	// Hold the sequence as a reservation in progress would, until every
 	// call has queued behind it.
 	unlock, err := s.hot.lock(ctx, seqUnitKey("app"))
@@ -99,18 +88,7 @@ func TestAddUnitsShareReservation(t *testing.T) {
 // A refusal seen by the reservation is every queued caller's, and costs
 // no numbers.
 func TestReservationRefusedCostsNoNumbers(t *testing.T) {
-	ns, ctx := etcdtest.Namespace(t), etcdtest.Context(t)
-	s, err := New(etcdtest.Client(t), Config{Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.AddService(ctx, AddServiceArgs{Name: "app", Charm: &pb.CharmRef{Name: "app"}}); err != nil {
-		t.Fatal(err)
-	}
-	ms, err := s.AddMachines(ctx, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, ctx, ms := appOnMachines(t, 2)
 	if err := s.DestroyMachine(ctx, ms[1].Id, DestroyOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -158,4 +136,23 @@ func TestReservationLeaderGone(t *testing.T) {
 	if len(q.m) != 0 {
 		t.Errorf("queues %v left after the only caller left", q.m)
 	}
+}
+
+// appOnMachines returns a State over a new model holding service app and
+// n machines.
+func appOnMachines(t *testing.T, n int) (*State, context.Context, []*pb.Machine) {
+	t.Helper()
+	ns, ctx := etcdtest.Namespace(t), etcdtest.Context(t)
+	s, err := New(etcdtest.Client(t), Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AddService(ctx, AddServiceArgs{Name: "app", Charm: &pb.CharmRef{Name: "app"}}); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := s.AddMachines(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, ctx, ms
 }
