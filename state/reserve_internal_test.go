@@ -156,3 +156,36 @@ func appOnMachines(t *testing.T, n int) (*State, context.Context, []*pb.Machine)
 	}
 	return s, ctx, ms
 }
+
+// A refusal of one caller's own placement is that caller's alone: it
+// comes before the caller queues for numbers, and the callers queued with
+// it get theirs.
+func TestReservationRefusalIsTheCallersOwn(t *testing.T) {
+	s, ctx, ms := appOnMachines(t, 2)
+	if err := s.DestroyMachine(ctx, ms[1].Id, DestroyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := s.hot.lock(ctx, seqUnitKey("app"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	var us []*pb.Unit
+	go func() {
+		var err error
+		us, err = s.AddUnits(ctx, "app", 2, Placement{Machine: ms[0].Id})
+		done <- err
+	}()
+	// Refused while the sequence is held, so without queueing.
+	_, err = s.AddUnits(ctx, "app", 2, Placement{Machine: ms[1].Id})
+	if RuleOf(err) != "M1" {
+		t.Errorf("AddUnits to a dying machine = %v, want refused by M1", err)
+	}
+	unlock()
+	if err := <-done; err != nil {
+		t.Fatalf("AddUnits queued beside the refused call: %v", err)
+	}
+	if us[0].Name != "app/0" || us[1].Name != "app/1" {
+		t.Errorf("units added %s and %s, want app/0 and app/1", us[0].Name, us[1].Name)
+	}
+}

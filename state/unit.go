@@ -48,29 +48,30 @@ func (s *State) AddUnits(ctx context.Context, service string, n int, p Placement
 	newMachines := p.Machine == "" && !p.Unassigned
 	// The numbers first, reserved together with other callers' (reserve.go),
 	// then the units, in transactions that need not wait for anyone's.
-	// What the units' transactions assert is checked here too, so that a
-	// refusal seen now costs no numbers.
-	check := []getOp{get(ServiceKey(service))}
+	// What the units' transactions assert is checked first too, so that a
+	// refusal seen now costs no numbers: this call's machine here, the
+	// service (the same for every caller of the sequence) as the numbers
+	// are reserved.
 	if p.Machine != "" {
-		check = append(check, get(MachineKey(p.Machine)))
+		r, err := s.read(ctx, get(MachineKey(p.Machine)))
+		if err != nil {
+			return nil, err
+		}
+		m, err := machineFrom(r.one(0), p.Machine)
+		if err != nil {
+			return nil, err
+		}
+		if err := machineTakesUnits(m.v); err != nil {
+			return nil, err
+		}
 	}
 	nextUnit, err := s.reserve(ctx, seqUnitKey(service), int64(n), func(r *reads) error {
 		svc, err := serviceFrom(r.one(1), service)
 		if err != nil {
 			return err
 		}
-		if err := canAddUnits(svc.v); err != nil {
-			return err
-		}
-		if p.Machine == "" {
-			return nil
-		}
-		m, err := machineFrom(r.one(2), p.Machine)
-		if err != nil {
-			return err
-		}
-		return machineTakesUnits(m.v)
-	}, check...)
+		return canAddUnits(svc.v)
+	}, get(ServiceKey(service)))
 	if err != nil {
 		return nil, err
 	}
