@@ -363,10 +363,14 @@ func (r *remover) removeBatch(ctx context.Context, batch []*pb.Machine) (failed 
 	defer func() { <-r.turns }()
 	ctx = state.Ahead(ctx) // as a pass's writes go (pass)
 	// The instances are stopped side by side (a provider's stop may take
-	// its time), then the machines removed together.
+	// its time), then the machines removed together. A manual machine has
+	// none to stop.
 	stopErrs := make([]error, len(batch))
 	var wg sync.WaitGroup
 	for i, m := range batch {
+		if m.InstanceId == "" {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -189,9 +189,9 @@ func (s *State) machineBatches(ctx context.Context, verb string, ids []string, p
 	seen := make(map[string]bool, len(ids))
 	var valid []int // indexes of the ids to change
 	for i, id := range ids {
-		switch {
-		case checkMachineID(id) != nil:
-			errs[i] = checkMachineID(id)
+		switch err := checkMachineID(id); {
+		case err != nil:
+			errs[i] = err
 		case seen[id]:
 			errs[i] = invalidf("machine %s is named twice", id)
 		default:

@@ -53,15 +53,11 @@ func (s *State) AddUnits(ctx context.Context, service string, n int, p Placement
 	// service (the same for every caller of the sequence) as the numbers
 	// are reserved.
 	if p.Machine != "" {
-		r, err := s.read(ctx, get(MachineKey(p.Machine)))
+		m, err := s.machine(ctx, p.Machine)
 		if err != nil {
 			return nil, err
 		}
-		m, err := machineFrom(r.one(0), p.Machine)
-		if err != nil {
-			return nil, err
-		}
-		if err := machineTakesUnits(m.v); err != nil {
+		if err := machineTakesUnits(p.Machine, m.v); err != nil {
 			return nil, err
 		}
 	}
@@ -108,7 +104,7 @@ func (s *State) AddUnits(ctx context.Context, service string, n int, p Placement
 				if err != nil {
 					return nil, err
 				}
-				if err := machineTakesUnits(m.v); err != nil {
+				if err := machineTakesUnits(p.Machine, m.v); err != nil {
 					return nil, err
 				}
 				c.ifMod(m.key, m.mod)
@@ -138,10 +134,11 @@ func (s *State) AddUnits(ctx context.Context, service string, n int, p Placement
 	return added, nil
 }
 
-// machineTakesUnits is M1: units are placed only on an alive machine.
-func machineTakesUnits(m *pb.Machine) error {
+// machineTakesUnits is M1: units are placed only on an alive machine; m
+// is machine id as read.
+func machineTakesUnits(id string, m *pb.Machine) error {
 	if m.Life != pb.Life_LIFE_ALIVE {
-		return refused("M1", "machine %s is %s: units can be assigned only to an alive machine", m.Id, lifeName(m.Life))
+		return refused("M1", "machine %s is %s: units can be assigned only to an alive machine", id, lifeName(m.Life))
 	}
 	return nil
 }
@@ -188,7 +185,7 @@ func (s *State) AssignUnit(ctx context.Context, unit, machine string) error {
 		case u.v.Life != pb.Life_LIFE_ALIVE:
 			return nil, refused("M1", "unit %s is %s: only an alive unit is assigned", unit, lifeName(u.v.Life))
 		case m.v.Life != pb.Life_LIFE_ALIVE:
-			return nil, refused("M1", "machine %s is %s: units can be assigned only to an alive machine", machine, lifeName(m.v.Life))
+			return nil, machineTakesUnits(machine, m.v)
 		}
 		next := protoClone(u.v)
 		next.MachineId = machine
