@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -137,6 +138,9 @@ type Agent struct {
 	// unpacked, and each is looked up on its own (hasHook).
 	hookNames map[string]bool
 	hookEach  bool
+	// newDir says the unit's directory was made by this process and
+	// holds no charm yet: the first download unpacks straight into it.
+	newDir bool
 }
 
 // New returns an agent for cfg.Unit.
@@ -164,14 +168,46 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("unit agent: %w", err)
 	}
 	cfg.DataDir = dir
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+	fresh, err := makeDataDir(cfg.DataDir)
+	if err != nil {
 		return nil, fmt.Errorf("unit agent: %w", err)
 	}
+	store := newStateStore(cfg.DataDir)
+	store.fresh = fresh
 	return &Agent{
 		cfg:    cfg,
 		logger: cfg.Logger.With("unit", cfg.Unit),
-		store:  newStateStore(cfg.DataDir),
+		store:  store,
+		newDir: fresh,
 	}, nil
+}
+
+// makeDataDir creates the unit's directory, and its parents if need be,
+// and reports whether this call made it (so that it holds nothing yet). A
+// machine's new unit costs one mkdir here, where os.MkdirAll would first
+// look for the directory and its parent.
+func makeDataDir(dir string) (fresh bool, err error) {
+	err = os.Mkdir(dir, 0o700)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+			return false, err
+		}
+		err = os.Mkdir(dir, 0o700)
+	}
+	if err == nil {
+		return true, nil
+	}
+	if !errors.Is(err, fs.ErrExist) {
+		return false, err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return false, err
+	}
+	if !fi.IsDir() {
+		return false, fmt.Errorf("%s is not a directory", dir)
+	}
+	return false, nil
 }
 
 // ErrDead is returned by Run when the unit is dead (or gone): the agent's

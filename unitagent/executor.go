@@ -355,12 +355,19 @@ func (ex *executor) resolve(ctx context.Context, mode pb.ResolvedMode) error {
 // download fetches the service's charm and unpacks it as the unit's charm
 // directory, replacing the previous one only once the new one is whole.
 // With the machine's cache of charms, a charm another unit of the machine
-// downloaded is not downloaded again.
+// downloaded is not downloaded again. A unit's first download, in the
+// directory its agent just made, unpacks in place: there is nothing to
+// replace, and a try cut short (an error, a crash) leaves the next try to
+// go the way of replacing.
 func (ex *executor) download(ctx context.Context, ref *pb.CharmRef) error {
 	a := ex.a
 	dir := a.charmDir()
 	tmp := dir + ".new"
-	if err := os.RemoveAll(tmp); err != nil {
+	inPlace := a.newDir
+	a.newDir = false
+	if inPlace {
+		tmp = dir
+	} else if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
 	var fetchErr error
@@ -381,11 +388,13 @@ func (ex *executor) download(ctx context.Context, ref *pb.CharmRef) error {
 	case err != nil:
 		return fmt.Errorf("unpack charm %s: %w", charmKey(ref), err)
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return err
+	if !inPlace {
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, dir); err != nil {
+			return err
+		}
 	}
 	a.l.Charm, a.hookNames, a.hookEach = charmKey(ref), nil, false
 	a.logger.Info("charm unpacked", "charm", a.l.Charm, "dir", dir)

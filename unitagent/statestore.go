@@ -97,6 +97,9 @@ type stateStore struct {
 	// a crash leaves the files in a state of their own; an error stops the
 	// save there, as a crash would.
 	crash func(point string) error
+	// fresh says the directory was made by this process just before, so
+	// that the first load has no files to read.
+	fresh bool
 }
 
 func newStateStore(dir string) *stateStore { return &stateStore{dir: dir} }
@@ -110,10 +113,28 @@ func (s *stateStore) crashPoint(point string) error {
 	return s.crash(point)
 }
 
-// load reads the state from the snapshot and the journal.
+// load reads the state from the snapshot and the journal (none to read
+// in a directory this process just made).
 func (s *stateStore) load() (*localState, error) {
+	fresh := s.fresh
 	*s = stateStore{dir: s.dir, crash: s.crash}
 	l := newLocalState()
+	if !fresh {
+		var err error
+		if l, err = s.read(l); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	if s.head, err = json.Marshal(l); err != nil {
+		return nil, fmt.Errorf("encode unit state: %w", err)
+	}
+	return l, nil
+}
+
+// read reads the snapshot, if any, and replays the journal, if any, over
+// it (over l when there is no snapshot).
+func (s *stateStore) read(l *localState) (*localState, error) {
 	data, err := os.ReadFile(s.path(snapshotName))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -136,9 +157,6 @@ func (s *stateStore) load() (*localState, error) {
 		if l, err = s.replay(l, data); err != nil {
 			return nil, fmt.Errorf("unit state journal %s is damaged: %w", s.path(journalName), err)
 		}
-	}
-	if s.head, err = json.Marshal(l); err != nil {
-		return nil, fmt.Errorf("encode unit state: %w", err)
 	}
 	return l, nil
 }
