@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 	"github.com/lifelinehq/lifeline/unitagent"
@@ -134,8 +137,16 @@ func TestFailingHooks(t *testing.T) {
 		s := w.agentStatus("kv/1")
 		return n >= before+3 && s.Agent == "error" && s.State == "start-error"
 	})
-	if _, err := w.op.Resolved(w.env.Ctx, &pb.ResolvedRequest{Unit: "kv/1", NoRetry: true}); err != nil {
-		t.Fatal(err)
+	// The status seen may still be the error before the retry, its new
+	// one not yet reported: the controller refuses resolved until the
+	// unit is in error again, as an operator would see it.
+	var resolveErr error
+	w.waitFor("kv/1 resolved with no retry", func() bool {
+		_, resolveErr = w.op.Resolved(w.env.Ctx, &pb.ResolvedRequest{Unit: "kv/1", NoRetry: true})
+		return status.Code(resolveErr) != codes.FailedPrecondition
+	})
+	if resolveErr != nil {
+		t.Fatal(resolveErr)
 	}
 	w.waitState("kv/1", "running")
 
