@@ -119,13 +119,12 @@ func (s *stateStore) load() (*localState, error) {
 	fresh := s.fresh
 	*s = stateStore{dir: s.dir, crash: s.crash}
 	l := newLocalState()
+	var err error
 	if !fresh {
-		var err error
 		if l, err = s.read(l); err != nil {
 			return nil, err
 		}
 	}
-	var err error
 	if s.head, err = json.Marshal(l); err != nil {
 		return nil, fmt.Errorf("encode unit state: %w", err)
 	}
