@@ -23,7 +23,7 @@ func unitScopes(unit string, want ...*pb.UnitScope) agentCall {
 }
 
 // A unit agent reads which scopes its unit is in, with its endpoint in
-// each: what it checks its record against after its machine restarted.
+// each: what it checks its record against as it starts over its files.
 func TestAgentUnitScopes(t *testing.T) {
 	m := newAgentModel(t)
 	runAgentCases(t, []agentCase{

@@ -7,9 +7,6 @@
 // (M3), then stops.
 //
 // Its data directory holds units/<unit>, each unit agent's own;
-// boot-id, the machine's boot as the agent last saw it, which tells the
-// unit agents already there after a restart of the machine to ask which
-// scopes their units are in (boot.go);
 // charms/, the charms its units deploy, downloaded and unpacked once
 // (charm.Cache): a unit's charm directory is made of hard links to those
 // files; tools/, the hook tools; and agent.sock, the socket on which its

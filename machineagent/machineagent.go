@@ -118,9 +118,6 @@ type Agent struct {
 	removals chan removal
 	removing chan struct{}
 	ctx      context.Context
-	// check holds, by directory name, the units whose agents check their
-	// scopes as they start (boot.go). Set as Run starts.
-	check map[string]bool
 }
 
 // worker is one unit's agent, running, or a dead unit being removed.
@@ -181,11 +178,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Join(a.cfg.DataDir, "units"), 0o700); err != nil {
 		return fmt.Errorf("machine agent: %w", err)
 	}
-	check, err := a.unitsToCheck()
-	if err != nil {
-		return err
-	}
-	a.check = check
 	if err := hooks.InstallTools(a.toolsDir, a.cfg.Lifelined); err != nil {
 		return fmt.Errorf("machine agent: %w", err)
 	}
@@ -485,7 +477,7 @@ func (a *Agent) startWorker(ctx context.Context, unit string, principal bool, is
 		Unit: unit, MachineID: a.cfg.MachineID, Address: a.cfg.Address, DataDir: a.unitDir(unit),
 		ToolsDir: a.toolsDir, API: api, Watches: a.mux.As(cred, api), Logger: a.cfg.Logger, HookLock: a.hookLock,
 		HookTimeout: a.unitHookTimeout(ctx), Retry: a.cfg.UnitRetry, Deployer: deployer{a}, Charms: a.charms,
-		Tools: a.tools, CheckScopes: a.mustCheck(unit),
+		Tools: a.tools,
 	})
 	if err != nil {
 		closer.Close()

@@ -18,13 +18,14 @@ import (
 	"github.com/lifelinehq/lifeline/unitagent"
 )
 
-// TestUnitLeavesScopeAfterMachineRestart: a unit agent does not sync its
-// record of entering a relation's scope. Its machine restarts and loses
-// it (here, all the unit's local state), and meanwhile the relation is
-// destroyed: the machine agent finds the boot changed, its unit agent asks
-// the controller which scopes its unit is in, and leaves this one, so that
-// the relation goes.
-func TestUnitLeavesScopeAfterMachineRestart(t *testing.T) {
+// TestUnitLeavesScopeAfterRestart: a unit agent does not save its mark of
+// entering a relation's scope on its own. Its machine agent restarts, as
+// after a crash of it or of the machine, with the unit's local state lost
+// (here, all of it), and meanwhile the relation is destroyed: the unit
+// agent, starting over a directory it did not make, asks the controller
+// which scopes its unit is in, and leaves this one, so that the relation
+// goes.
+func TestUnitLeavesScopeAfterRestart(t *testing.T) {
 	env := controllertest.New(t, controllertest.Options{Cleaner: true})
 	op := env.Operator()
 	charms := t.TempDir()
@@ -84,16 +85,13 @@ func TestUnitLeavesScopeAfterMachineRestart(t *testing.T) {
 	waitFor(t, "front/0 to enter the relation's scope", inScope)
 	stop()
 
-	// The machine restarts, losing what was not synced: here all of
+	// The agent restarts, having lost what was not saved: here all of
 	// front/0's state. The relation is destroyed meanwhile.
 	unitDir := filepath.Join(dir, "units", "front-0")
 	for _, f := range []string{"state.json", "state.log"} {
 		if err := os.Remove(filepath.Join(unitDir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			t.Fatal(err)
 		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "boot-id"), []byte("an earlier boot\n"), 0o600); err != nil {
-		t.Fatal(err)
 	}
 	if _, err := op.DestroyRelation(env.Ctx, &pb.DestroyRelationRequest{Endpoints: []string{"front", "store"}}); err != nil {
 		t.Fatal(err)

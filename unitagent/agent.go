@@ -102,11 +102,6 @@ type Config struct {
 	Tools *hooks.Server
 	// Clock is the time; time.Now when nil.
 	Clock func() time.Time
-	// CheckScopes says that records the agent wrote without syncing them
-	// may have been lost to a restart of the machine (machineagent's
-	// boot id): before it acts, the agent asks which scopes its unit is
-	// in and records each as entered (checkScopes).
-	CheckScopes bool
 }
 
 // Validate reports a configuration New cannot use.
@@ -216,6 +211,7 @@ var ErrDead = errors.New("unit is dead")
 
 // Run runs the unit until ctx ends or the unit is dead (ErrDead).
 func (a *Agent) Run(ctx context.Context) error {
+	fresh := a.store.fresh
 	l, err := a.store.load()
 	if err != nil {
 		return err
@@ -229,7 +225,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	if a.cfg.CheckScopes {
+	if !fresh {
+		// Starting over files it did not make, the agent may have lost
+		// its mark of a scope it entered (saveLater): it asks.
 		if err := a.checkScopes(ctx); err != nil {
 			return err
 		}
@@ -276,8 +274,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		if act.kind != actHook && act.kind != actEnterScope {
 			// A hook's end, saved unsynced, is made durable before the
 			// agent acts on anything else (entering a scope does so
-			// itself) or waits; before it waits, what was left for the
-			// next save is written too.
+			// itself) or waits; what was left for the next save stays
+			// left as it waits, unless it grew large (settle).
 			flush := a.store.flush
 			if act.kind == actWait {
 				flush = a.store.settle

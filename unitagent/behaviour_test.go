@@ -231,9 +231,12 @@ func TestTwoSavesAHook(t *testing.T) {
 	}
 }
 
-// TestNoSavesForHooksTheCharmLacks counts the journal's records on the way
-// to running with a charm that has no hooks: one, the charm unpacked and
-// the skipped hooks written together as the agent goes on to wait.
+// TestNoSavesForHooksTheCharmLacks: a unit of a charm with no hooks, in a
+// relation, reaches running and enters the relation's scope without
+// writing a record, nor asking which scopes it is in: its directory is
+// new. Started again over that directory, which holds no mark of the
+// scope, it asks the controller, and so leaves the scope when the relation
+// is destroyed, and the relation goes.
 func TestNoSavesForHooksTheCharmLacks(t *testing.T) {
 	w := newWorld(t)
 	dir := writeCharm(t, kvMeta, "server")
@@ -244,13 +247,35 @@ func TestNoSavesForHooksTheCharmLacks(t *testing.T) {
 	if _, err := w.op.Deploy(w.env.Ctx, &pb.DeployRequest{Charm: c.Name, NumUnits: 1}); err != nil {
 		t.Fatal(err)
 	}
+	w.deploy(appMeta, 1, "db")
+	rel := relate(t, w, "app", "kv")
+	inScope := func() bool {
+		scopes, err := w.env.State.UnitScopes(w.env.Ctx, "kv/0")
+		return err == nil && len(scopes) == 1
+	}
 	w.start("kv/0")
 	w.waitState("kv/0", "running")
+	w.waitFor("kv/0 to enter the relation's scope", inScope)
 	if err := w.stop("kv/0"); err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
-	if got := len(w.lines("kv/0", "state.log")); got != 1 {
-		t.Errorf("the journal holds %d records, want 1:\n%s", got, strings.Join(w.lines("kv/0", "state.log"), "\n"))
+	if got := w.lines("kv/0", "state.log"); len(got) != 0 {
+		t.Errorf("the journal holds %d records, want none:\n%s", len(got), strings.Join(got, "\n"))
+	}
+	if n := w.apis["kv/0"].scopeChecks.Load(); n != 0 {
+		t.Errorf("the agent of a new directory asked for its scopes %d times, want none", n)
+	}
+
+	if _, err := w.op.DestroyRelation(w.env.Ctx, &pb.DestroyRelationRequest{Endpoints: []string{"app", "kv"}}); err != nil {
+		t.Fatal(err)
+	}
+	w.start("kv/0")
+	w.waitFor("the relation to be removed", func() bool {
+		_, err := w.env.State.Relation(w.env.Ctx, rel.Id)
+		return errors.Is(err, state.ErrNotFound)
+	})
+	if n := w.apis["kv/0"].scopeChecks.Load(); n != 1 {
+		t.Errorf("the agent started again asked for its scopes %d times, want once", n)
 	}
 }
 

@@ -56,13 +56,10 @@ func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 		// Marked, so that whatever becomes of the call a unit that may
 		// be in the scope leaves it when the relation dies, but not
 		// saved on its own: the mark, and the answer, go with the next
-		// record, written as the agent waits and not synced. Lost to a
-		// crash of the agent, neither is: the record survives it. Lost
-		// to a crash of the machine, the agent asks the controller
-		// which scopes its unit is in as it starts again
-		// (Config.CheckScopes). A hook's end saved unsynced before it is
-		// synced first (flush): the hook is not run again once the unit
-		// acted on it.
+		// record, if any. Lost to a crash, the agent asks the controller
+		// which scopes its unit is in as it starts again (checkScopes).
+		// A hook's end saved unsynced before it is synced first (flush):
+		// the hook is not run again once the unit acted on it.
 		lr := a.l.Relations[act.relation]
 		lr.Entering = true
 		a.store.saveLater(a.l)
@@ -398,9 +395,9 @@ func (ex *executor) download(ctx context.Context, ref *pb.CharmRef) error {
 	}
 	a.l.Charm, a.hookNames, a.hookEach = charmKey(ref), nil, false
 	a.logger.Info("charm unpacked", "charm", a.l.Charm, "dir", dir)
-	// Written with the next record (the first hook's, or before the
-	// agent waits): a crash before then loses only the record of the
-	// download, and the charm is downloaded again.
+	// Written with the next record (the first hook's), if any: a crash
+	// before then loses only the record of the download, and the charm
+	// is downloaded again.
 	a.store.saveLater(a.l)
 	return nil
 }

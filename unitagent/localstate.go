@@ -62,9 +62,9 @@ type localRelation struct {
 	// InScope records that the unit entered the relation's scope.
 	InScope bool `json:"in_scope,omitempty"`
 	// Entering records that the unit asked to enter the scope and has not
-	// recorded the answer: it may be in the scope. Neither is synced: a
-	// crash of the machine may lose both, and the agent then asks the
-	// controller (checkScopes).
+	// recorded the answer: it may be in the scope. Neither is saved on its
+	// own: a crash may lose both, and the agent then asks the controller
+	// (checkScopes).
 	Entering bool `json:"entering,omitempty"`
 	// Members are the remote units joined, with the settings version
 	// relation-changed last ran for; 0 when joined ran but changed has not.

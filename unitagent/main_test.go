@@ -159,7 +159,7 @@ func newWorld(t *testing.T) *world {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		for _, d := range w.dirs {
-			os.RemoveAll(d)
+			os.RemoveAll(filepath.Dir(d))
 		}
 	})
 	t.Cleanup(w.stopAll)
@@ -175,7 +175,9 @@ func (w *world) deploy(metadata string, n int, endpoints ...string) {
 	}
 }
 
-// dir returns a unit's data directory, made short for its socket.
+// dir returns a unit's data directory, short for its socket, and not made
+// until its agent, or a steering file, makes it: an agent that makes it
+// knows it holds nothing yet.
 func (w *world) dir(unit string) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -186,6 +188,7 @@ func (w *world) dir(unit string) string {
 	if err != nil {
 		w.t.Fatal(err)
 	}
+	d = filepath.Join(d, "u")
 	w.dirs[unit] = d
 	return d
 }
@@ -219,11 +222,16 @@ func (w *world) start(unit string) {
 }
 
 // countingAPI is a unit agent's real client, counting the watch streams
-// it opens and its calls to set its unit dead.
+// it opens, its calls to set its unit dead and to ask for its scopes.
 type countingAPI struct {
 	pb.AgentServiceClient
-	watches, watchManys, ensureDeads atomic.Int32
-	watchDelay                       time.Duration
+	watches, watchManys, ensureDeads, scopeChecks atomic.Int32
+	watchDelay                                    time.Duration
+}
+
+func (c *countingAPI) UnitScopes(ctx context.Context, in *pb.UnitScopesRequest, opts ...grpc.CallOption) (*pb.UnitScopesResponse, error) {
+	c.scopeChecks.Add(1)
+	return c.AgentServiceClient.UnitScopes(ctx, in, opts...)
 }
 
 func (c *countingAPI) EnsureUnitDead(ctx context.Context, in *pb.EnsureUnitDeadRequest, opts ...grpc.CallOption) (*pb.EnsureUnitDeadResponse, error) {
@@ -327,6 +335,9 @@ func (d *deployer) Recall(unit string) error {
 // file writes a steering file in the unit's data directory.
 func (w *world) file(unit, name, content string) {
 	w.t.Helper()
+	if err := os.MkdirAll(w.dir(unit), 0o700); err != nil {
+		w.t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(w.dir(unit), name), []byte(content), 0o644); err != nil {
 		w.t.Fatal(err)
 	}

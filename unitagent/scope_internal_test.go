@@ -36,9 +36,9 @@ func (f *scopeAPI) LeaveScope(context.Context, *pb.LeaveScopeRequest, ...grpc.Ca
 
 // TestEnteringIsNotSavedOnItsOwn: the agent asks to enter a scope with
 // nothing written first; the mark that it may be in it, the answer, and
-// leaving go with the next record, which settling writes unsynced (a crash
-// of the machine may lose them: TestCheckScopes). A retry after a failed
-// call writes nothing.
+// leaving go with the next record, which settling does not write (a crash
+// may lose them: TestCheckScopes). A retry after a failed call writes
+// nothing.
 func TestEnteringIsNotSavedOnItsOwn(t *testing.T) {
 	dir := t.TempDir()
 	var synced int
@@ -96,11 +96,14 @@ func TestEnteringIsNotSavedOnItsOwn(t *testing.T) {
 	if err := a.store.settle(); err != nil {
 		t.Fatal(err)
 	}
-	if lr := onDisk(); lr == nil || lr.InScope || lr.Entering || !lr.Left {
-		t.Errorf("on disk once settled: %+v, want left", lr)
+	if lr := onDisk(); lr != nil || a.store.seq != 0 || synced != 0 {
+		t.Errorf("on disk once settled: %+v, %d records, %d syncs; want nothing", lr, a.store.seq, synced)
 	}
-	if synced != 0 {
-		t.Errorf("settling synced %d times, want none", synced)
+	if err := a.save(); err != nil {
+		t.Fatal(err)
+	}
+	if lr := onDisk(); lr == nil || lr.InScope || lr.Entering || !lr.Left {
+		t.Errorf("on disk with the next record: %+v, want left", lr)
 	}
 }
 
@@ -122,14 +125,15 @@ func (f *scopesAPI) UnitScopes(context.Context, *pb.UnitScopesRequest, ...grpc.C
 	return &pb.UnitScopesResponse{Scopes: f.scopes}, nil
 }
 
-// TestCheckScopes: after its machine restarted, the agent records as
-// entered, synced, each scope the controller says its unit is in, even
-// one of a relation it has no record of (lost with what was not synced),
-// so that it leaves it when the relation dies; it asks again while the
-// controller is away, and goes on as it is when the controller refuses.
+// TestCheckScopes: started again, the agent marks as entered each scope
+// the controller says its unit is in, even one of a relation it has no
+// record of (lost with what was not saved), so that it leaves it when the
+// relation dies; the marks go with the next record. It asks again while
+// the controller is away, and goes on as it is when the controller
+// refuses.
 func TestCheckScopes(t *testing.T) {
 	newAgent := func(api API) *Agent {
-		a := &Agent{cfg: Config{Unit: "app/0", API: api, CheckScopes: true}, logger: hclog.NewNullLogger(), store: newStateStore(t.TempDir())}
+		a := &Agent{cfg: Config{Unit: "app/0", API: api}, logger: hclog.NewNullLogger(), store: newStateStore(t.TempDir())}
 		var err error
 		if a.l, err = a.store.load(); err != nil {
 			t.Fatal(err)
@@ -147,6 +151,12 @@ func TestCheckScopes(t *testing.T) {
 	}
 	if api.calls != 2 {
 		t.Errorf("%d calls, want 2 (asked again after Unavailable)", api.calls)
+	}
+	if a.store.seq != 0 {
+		t.Errorf("checking wrote %d records, want none", a.store.seq)
+	}
+	if err := a.save(); err != nil { // the next record
+		t.Fatal(err)
 	}
 	l, err := newStateStore(a.store.dir).load()
 	if err != nil {

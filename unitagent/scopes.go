@@ -10,13 +10,15 @@ import (
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
-// checkScopes records as entered each scope the controller says the unit
-// is in: the agent does not sync its record of entering one (actEnterScope),
-// and a unit that lost it to its machine's restart would otherwise never
-// leave the scope when the relation, or the unit, dies, nor the relation
-// go. It asks until the controller answers or ctx ends; a controller that
-// refuses (the unit gone, or a controller without UnitScopes) leaves the
-// record as it is.
+// checkScopes marks as entered each scope the controller says the unit is
+// in. The agent does not save its mark of entering one on its own
+// (actEnterScope), and a unit that lost it to a crash would otherwise
+// never leave the scope when the relation, or the unit, dies, nor the
+// relation go. So an agent that starts over files it did not make asks
+// first (Run). It asks until the controller answers or ctx ends; a
+// controller that refuses (the unit gone, or a controller without
+// UnitScopes) leaves the state as it is. The marks go with the next
+// record, like the one they replace: lost again, they are asked for again.
 func (a *Agent) checkScopes(ctx context.Context) error {
 	var resp *pb.UnitScopesResponse
 	for pause := time.Second; ; pause = min(2*pause, time.Minute) {
@@ -53,8 +55,8 @@ func (a *Agent) checkScopes(ctx context.Context) error {
 			changed = true
 		}
 	}
-	if !changed {
-		return nil
+	if changed {
+		a.store.saveLater(a.l)
 	}
-	return a.save()
+	return nil
 }

@@ -327,16 +327,16 @@ func (s *stateStore) saveUnsynced(l *localState) error { return s.saveSync(l, fa
 
 // saveLater is for a change of l that needs no record of its own, since
 // doing it again after a crash costs nothing that matters: the next save
-// writes it with its own, or flush with a hook's end, or settle if the
-// agent waits first. A crash before then loses it. The agent uses it for
-// a hook the charm does not have (done again, it does nothing again), a
-// charm's download (downloaded again), and a scope entered or left (the
-// agent enters, or leaves, again: the controller does nothing the second
-// time; after a crash of the machine the agent asks the controller which
-// scopes its unit is in, checkScopes). A unit of a charm without hooks in
-// one relation wrote four records on the way to running, three of them
-// synced; then two, one synced (the mark of entering, before the call);
-// now one, not synced (settle).
+// writes it with its own, or flush with a hook's end. A crash of the agent
+// before then loses it. The agent uses it for a hook the charm does not
+// have (done again, it does nothing again), a charm's download (downloaded
+// again), and a scope entered or left (the agent enters, or leaves, again:
+// the controller does nothing the second time; and an agent that starts
+// over files it did not make asks the controller which scopes its unit is
+// in, checkScopes). A unit of a charm without hooks in one relation wrote
+// four records on the way to running, three of them synced; then two, one
+// synced (the mark of entering, before the call); then one, not synced, as
+// it went on to wait; now none, and no journal at all.
 func (s *stateStore) saveLater(l *localState) { s.later = l }
 
 // flush makes durable a record saveUnsynced wrote, if any (with what
@@ -369,15 +369,21 @@ func (s *stateStore) flush() error {
 	return nil
 }
 
-// settle is flush for an agent about to wait: what saveLater left is
-// written too, unsynced when nothing else needs syncing (it survives the
-// agent's crash, and a machine's crash costs only its doing again).
+// settleChanges is how many members' changes saveLater may leave in memory
+// alone (a variable for tests): beyond them, settle writes them.
+var settleChanges = 256
+
+// settle is flush for an agent about to wait. What saveLater left stays
+// left, unless it holds more than settleChanges members' changes: that is
+// written, unsynced (it survives the agent's crash, and a machine's crash
+// costs only its doing again), so that an agent whose charm has no hooks
+// does not keep every change of its relations' members since it started.
 func (s *stateStore) settle() error {
 	if s.unsynced {
 		return s.flush()
 	}
 	l := s.later
-	if l == nil {
+	if l == nil || len(l.changes) <= settleChanges {
 		return nil
 	}
 	err := s.saveSync(l, false)

@@ -689,9 +689,10 @@ func TestStateStoreWriterProcess(t *testing.T) {
 }
 
 // TestStateStoreSaveLater: a change left for later is not on disk until
-// the next save, or a flush of a hook's end, or a settle writes it, with
-// one record: synced but for the settle's. A flush with only such changes
-// left writes nothing.
+// the next save, or a flush of a hook's end, writes it, with one synced
+// record, or a settle once more than settleChanges members' changes are
+// left, with one unsynced record. A flush, or a settle, with fewer such
+// changes left writes nothing.
 func TestStateStoreSaveLater(t *testing.T) {
 	for _, then := range []string{"save", "flush", "settle"} {
 		t.Run(then, func(t *testing.T) {
@@ -730,6 +731,14 @@ func TestStateStoreSaveLater(t *testing.T) {
 					err = s.flush()
 				}
 			case "settle":
+				if err := s.settle(); err != nil || s.seq != records {
+					t.Fatalf("a settle of a few changes left for later wrote %d records (%v)", s.seq-records, err)
+				}
+				defer func(n int) { settleChanges = n }(settleChanges)
+				settleChanges = len(l.changes) + 2
+				for i := 0; i < 3; i++ {
+					l.setMember(1, fmt.Sprintf("many/%d", i), 1)
+				}
 				err = s.settle()
 			}
 			if err != nil {

@@ -88,8 +88,8 @@ type AgentServiceClient interface {
 	GetUnit(ctx context.Context, in *GetUnitRequest, opts ...grpc.CallOption) (*GetUnitResponse, error)
 	// UnitScopes returns the relations whose scope the caller's unit is in,
 	// with its endpoint in each: what its agent checks its own record
-	// against once its machine has restarted, since what the agent wrote
-	// without syncing it may be lost.
+	// against as it starts again, since it does not save its mark of
+	// entering a scope on its own, and a crash may lose it.
 	UnitScopes(ctx context.Context, in *UnitScopesRequest, opts ...grpc.CallOption) (*UnitScopesResponse, error)
 	// RemoveUnit removes a dead unit: a principal on the caller's machine (its
 	// machine agent) or a subordinate of the caller (its principal's agent).
@@ -454,8 +454,8 @@ type AgentServiceServer interface {
 	GetUnit(context.Context, *GetUnitRequest) (*GetUnitResponse, error)
 	// UnitScopes returns the relations whose scope the caller's unit is in,
 	// with its endpoint in each: what its agent checks its own record
-	// against once its machine has restarted, since what the agent wrote
-	// without syncing it may be lost.
+	// against as it starts again, since it does not save its mark of
+	// entering a scope on its own, and a crash may lose it.
 	UnitScopes(context.Context, *UnitScopesRequest) (*UnitScopesResponse, error)
 	// RemoveUnit removes a dead unit: a principal on the caller's machine (its
 	// machine agent) or a subordinate of the caller (its principal's agent).
