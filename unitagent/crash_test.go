@@ -44,10 +44,7 @@ func (l *lockedBuffer) String() string {
 
 func (w *world) spawn(unit string) *process {
 	w.t.Helper()
-	dir := w.dir(unit)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		w.t.Fatal(err)
-	}
+	dir := w.made(unit)
 	cfgPath := filepath.Join(dir, "agent.json")
 	if _, err := os.Stat(cfgPath); err != nil {
 		cred := w.env.Credential("unit-" + unit)

@@ -193,6 +193,17 @@ func (w *world) dir(unit string) string {
 	return d
 }
 
+// made returns the unit's data directory, made now if it was not (so that
+// its agent will not take it for new).
+func (w *world) made(unit string) string {
+	w.t.Helper()
+	d := w.dir(unit)
+	if err := os.MkdirAll(d, 0o700); err != nil {
+		w.t.Fatal(err)
+	}
+	return d
+}
+
 // start runs the named unit's agent in this process.
 func (w *world) start(unit string) {
 	w.t.Helper()
@@ -335,10 +346,7 @@ func (d *deployer) Recall(unit string) error {
 // file writes a steering file in the unit's data directory.
 func (w *world) file(unit, name, content string) {
 	w.t.Helper()
-	if err := os.MkdirAll(w.dir(unit), 0o700); err != nil {
-		w.t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(w.dir(unit), name), []byte(content), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(w.made(unit), name), []byte(content), 0o644); err != nil {
 		w.t.Fatal(err)
 	}
 }
