@@ -5,7 +5,8 @@
 // carries many on one stream (WatchMany): an agent's, and those of the
 // agents that follow as themselves on it (Mux.As), units of one service
 // sharing one subscription of each subject the controller serves them
-// alike (their service's, and their relations').
+// alike (their service's, and their relations'). A Group follows an
+// agent's subjects on a Mux with one goroutine for them all.
 //
 // It owns only the stream's life; what a change means is its caller's.
 package agentwatch

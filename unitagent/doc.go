@@ -9,10 +9,12 @@
 // unit's data directory: statestore.go; a step it can do again at no
 // cost, such as entering a scope, goes with the next record), and an
 // agent restarted after a crash resumes from it (a hook interrupted by the
-// crash counts as a failed attempt, never as a success). After a restart
-// of its machine, which may lose what it wrote without syncing, it first
-// asks the controller which scopes its unit is in (scopes.go). It reaches the controller only through the few AgentService
-// methods it declares (API), and runs hooks only through package hooks.
+// crash counts as a failed attempt, never as a success). Started over a
+// data directory it did not make, which may lack what it did not save, it
+// first asks the controller which scopes its unit is in (scopes.go). It
+// follows its watch subjects in one goroutine (agentwatch.Group). It
+// reaches the controller only through the few AgentService methods it
+// declares (API), and runs hooks only through package hooks.
 // It does not start unit agents of its own but asks its Deployer to run
 // its subordinates', and it never talks to etcd.
 package unitagent

@@ -125,9 +125,11 @@ func (w *watcher) snapshotLocked() *remote {
 
 // watcher keeps the remote picture current: a watch per subject, each
 // resuming from the last revision it saw after a lost connection, all on
-// the agent's one watch stream (its Mux, or its machine agent's).
+// the agent's one watch stream (its Mux, or its machine agent's), and all
+// applied in one goroutine (agentwatch.Group) when the Follower allows.
 type watcher struct {
 	follow agentwatch.Follower
+	group  *agentwatch.Group // nil: a goroutine a subject
 	unit   string
 	logger hclog.Logger
 
@@ -146,6 +148,14 @@ func newWatcher(ctx context.Context, follow agentwatch.Follower, unit string, lo
 		r:       &remote{relationIDs: map[int64]bool{}, relations: map[int64]*remoteRelation{}, subs: map[string]*pb.Unit{}},
 		changed: make(chan struct{}, 1), subject: map[string]context.CancelFunc{},
 		views: map[int64]*memberView{},
+	}
+	if g, ok := follow.(agentwatch.Grouper); ok {
+		w.group = g.NewGroup()
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			w.group.Run(ctx)
+		}()
 	}
 	w.start("unit", &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: unit}}, w.onUnit)
 	w.start("subordinates", &pb.WatchSubject{Subject: &pb.WatchSubject_UnitSubordinates{UnitSubordinates: unit}}, w.onSubordinates)
@@ -186,10 +196,14 @@ func (w *watcher) startLocked(key string, subject *pb.WatchSubject, apply func(*
 	}
 	ctx, cancel := context.WithCancel(w.ctx)
 	w.subject[key] = cancel
+	if w.group != nil {
+		w.group.Start(ctx, subject, w.applier(ctx, apply), w.logger.With("watch", key))
+		return
+	}
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		w.run(ctx, key, subject, apply)
+		w.follow.Follow(ctx, subject, w.applier(ctx, apply), w.logger.With("watch", key))
 	}()
 }
 
@@ -221,8 +235,10 @@ func (w *watcher) stop(key string) {
 	}
 }
 
-func (w *watcher) run(ctx context.Context, key string, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
-	w.follow.Follow(ctx, subject, func(resp *pb.WatchResponse) {
+// applier returns what applies a response of the watch ctx stops: apply,
+// under the lock, unless the watch was stopped.
+func (w *watcher) applier(ctx context.Context, apply func(*pb.WatchResponse)) func(*pb.WatchResponse) {
+	return func(resp *pb.WatchResponse) {
 		w.mu.Lock()
 		if ctx.Err() != nil {
 			// Stopped while this response was on its way: the picture
@@ -233,7 +249,7 @@ func (w *watcher) run(ctx context.Context, key string, subject *pb.WatchSubject,
 		apply(resp)
 		w.mu.Unlock()
 		w.notify()
-	}, w.logger.With("watch", key))
+	}
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -1,0 +1,213 @@
+package agentwatch
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// runGroup runs g until the test ends (after the Follows recorded later,
+// whose cleanups run first) or stop, which returns once Run has.
+func runGroup(t *testing.T, g *Group) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.Run(ctx)
+	}()
+	stop = func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return stop
+}
+
+// inGroup is a follow of subjects in g, shaped for record; the applies of
+// all of them are checked to come one at a time.
+func inGroup(t *testing.T, g *Group, logger hclog.Logger) func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
+	var busy atomic.Bool
+	return func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
+		g.Start(ctx, subject, func(resp *pb.WatchResponse) {
+			if !busy.CompareAndSwap(false, true) {
+				t.Errorf("two subjects of a Group applied at once")
+			}
+			defer busy.Store(false)
+			apply(resp)
+		}, logger)
+		<-ctx.Done()
+	}
+}
+
+// TestGroupDeliversWhatWatchDelivers: a Group's subjects get what a
+// stream a subject gets, each in order, one at a time, on one stream.
+func TestGroupDeliversWhatWatchDelivers(t *testing.T) {
+	m := newModel(t)
+	api := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
+	g := NewMux(api, nil).NewGroup()
+	runGroup(t, g)
+	grouped := inGroup(t, g, hclog.NewNullLogger())
+	single := func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
+		Follow(ctx, api, subject, apply, hclog.NewNullLogger())
+	}
+	subjects := machineSubjects()
+	var singles, inG []*recorder
+	for _, s := range subjects {
+		r, _ := record(t, single, s)
+		singles = append(singles, r)
+		r, _ = record(t, grouped, s)
+		inG = append(inG, r)
+	}
+	waitFor(t, "every listing", func() bool {
+		for _, r := range append(slices.Clone(singles), inG...) {
+			if len(r.changes()) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	m.addUnits(2, "0")
+	m.setConfig("kv2")
+	m.destroyUnit("kv/0")
+	waitFor(t, "every change, as Follow delivered it", func() bool {
+		for i := range subjects {
+			if !slices.Equal(inG[i].changes(), singles[i].changes()) {
+				return false
+			}
+		}
+		return len(singles[1].changes()) >= 4 && len(singles[4].changes()) >= 3
+	})
+	if n := api.watchManys.Load(); n != 1 {
+		t.Errorf("the Group's Mux opened %d WatchMany streams, want 1", n)
+	}
+}
+
+// TestGroupResumesAfterTheStreamBreaks: each subject gets every change
+// once, after one listing, however often the stream breaks.
+func TestGroupResumesAfterTheStreamBreaks(t *testing.T) {
+	m := newModel(t)
+	api := &countingAPI{AgentServiceClient: m.Agent("machine-0"), breakAfter: 3}
+	g := NewMux(api, nil).NewGroup()
+	runGroup(t, g)
+	grouped := inGroup(t, g, hclog.NewNullLogger())
+	units, _ := record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
+	config, _ := record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
+	waitFor(t, "the listings", func() bool { return len(units.changes()) == 2 && len(config.changes()) == 2 })
+	const rounds = 6
+	for i := range rounds {
+		m.addUnits(1, "0")
+		m.setConfig(fmt.Sprint("v", i))
+		m.addUnits(1, "1")
+		waitFor(t, "the round's changes", func() bool {
+			return len(units.changes()) == 3+i && len(config.changes()) == 3+i
+		})
+	}
+	for _, r := range []*recorder{units, config} {
+		got := r.changes()
+		if got[0] != "relisted" || slices.Contains(got[1:], "relisted") {
+			t.Errorf("delivered %v, want one listing first", got)
+		}
+		seen := map[string]bool{}
+		for _, c := range got[1:] {
+			if seen[c] {
+				t.Errorf("delivered %s twice: %v", c, got)
+			}
+			seen[c] = true
+		}
+	}
+	if n := api.watchManys.Load(); n < 3 {
+		t.Errorf("the Mux opened %d WatchMany streams, want at least 3 (each broke after 3 responses)", n)
+	}
+}
+
+// TestGroupRefusedSubjectIsAskedForAgain: a subject the controller
+// refuses is logged and subscribed again after a pause, again and again,
+// while the Group's others go on.
+func TestGroupRefusedSubjectIsAskedForAgain(t *testing.T) {
+	m := newModel(t)
+	api := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	logger := hclog.New(&hclog.LoggerOptions{Output: &lockedWriter{w: &logs, mu: &logMu}, Level: hclog.Debug})
+	g := NewMux(api, logger).NewGroup()
+	runGroup(t, g)
+	grouped := inGroup(t, g, logger)
+	refused, _ := record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_Machine{Machine: "1"}})
+	units, _ := record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
+	waitFor(t, "the listing", func() bool { return len(units.changes()) == 2 })
+	waitFor(t, "the refused subject asked for three times", func() bool { return api.subscribes.Load() >= 4 })
+	logMu.Lock()
+	if !strings.Contains(logs.String(), "watch refused") || !strings.Contains(logs.String(), "may not watch machine 1") {
+		t.Errorf("the refusal is not logged:\n%s", logs.String())
+	}
+	logMu.Unlock()
+	m.addUnits(1, "0")
+	waitFor(t, "the change", func() bool { return len(units.changes()) == 3 })
+	if got := refused.changes(); len(got) != 0 {
+		t.Errorf("the refused subject delivered %v", got)
+	}
+	if n := api.watchManys.Load(); n != 1 {
+		t.Errorf("the Mux opened %d WatchMany streams, want 1", n)
+	}
+}
+
+// TestGroupFollowsAControllerWithoutWatchManyAStreamASubject.
+func TestGroupFollowsAControllerWithoutWatchManyAStreamASubject(t *testing.T) {
+	m := newModel(t)
+	api := &countingAPI{AgentServiceClient: m.Agent("machine-0"), old: true}
+	g := NewMux(api, nil).NewGroup()
+	runGroup(t, g)
+	grouped := inGroup(t, g, hclog.NewNullLogger())
+	units, _ := record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
+	config, _ := record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
+	waitFor(t, "the listings", func() bool { return len(units.changes()) == 2 && len(config.changes()) == 2 })
+	m.addUnits(1, "0")
+	m.setConfig("kv2")
+	waitFor(t, "the changes", func() bool { return len(units.changes()) == 3 && len(config.changes()) == 3 })
+	if n := api.watches.Load(); n != 2 {
+		t.Errorf("the Group opened %d Watch streams, want 2", n)
+	}
+}
+
+// TestGroupEndsItsFollows: a subject whose context ends is unsubscribed
+// and applied no more; once Run returns, nothing is applied and the
+// stream closes.
+func TestGroupEndsItsFollows(t *testing.T) {
+	m := newModel(t)
+	api := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
+	mux := NewMux(api, nil)
+	g := mux.NewGroup()
+	stop := runGroup(t, g)
+	grouped := inGroup(t, g, hclog.NewNullLogger())
+	units, _ := record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
+	config, stopConfig := record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
+	waitFor(t, "the listings", func() bool { return len(units.changes()) == 2 && len(config.changes()) == 2 })
+	stopConfig()
+	waitFor(t, "the ended subject unsubscribed", func() bool {
+		mux.mu.Lock()
+		defer mux.mu.Unlock()
+		return len(mux.subs) == 1
+	})
+	m.setConfig("kv2")
+	m.addUnits(1, "0")
+	waitFor(t, "the change", func() bool { return len(units.changes()) == 3 })
+	if got := config.changes(); len(got) != 2 {
+		t.Errorf("an ended subject delivered %v, want only its listing", got)
+	}
+	stop()
+	waitFor(t, "the stream closed", func() bool {
+		mux.mu.Lock()
+		defer mux.mu.Unlock()
+		return !mux.running && len(mux.subs) == 0
+	})
+	m.addUnits(1, "0")
+	if got := units.changes(); len(got) != 3 {
+		t.Errorf("delivered %v after Run returned", got)
+	}
+}
