@@ -43,6 +43,8 @@ type follower struct {
 	// reports counts the unit agents' status reports seen since the
 	// last takeReports, by status, message and state.
 	reports map[string]int
+	// events counts the watch's events since the last takeEvents.
+	events int64
 	// rev is the revision of the model the follower has seen.
 	rev int64
 	// changed is signalled, without blocking, after every batch.
@@ -87,6 +89,7 @@ func (f *follower) apply(b state.WatchBatch) {
 		f.started = map[string]bool{}
 	}
 	timeline := !b.Reset && f.timeline.recording()
+	f.events += int64(len(b.Events))
 	for _, e := range b.Events {
 		if timeline {
 			f.timeline.event(e)
@@ -182,6 +185,15 @@ func (f *follower) takeReports(units int) map[string]float64 {
 	}
 	f.reports = map[string]int{}
 	return out
+}
+
+// takeEvents returns the watch's events since the last call.
+func (f *follower) takeEvents() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.events
+	f.events = 0
+	return n
 }
 
 // free returns those of ids on which the watch sees no alive unit.

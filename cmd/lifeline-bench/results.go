@@ -69,6 +69,13 @@ type results struct {
 	ControllerCPUSecondsDestroy float64 `json:"controller_cpu_seconds_destroy"`
 	MachineBusyDeploy           float64 `json:"machine_busy_deploy"`
 	MachineBusyDestroy          float64 `json:"machine_busy_destroy"`
+	// The harness's own CPU in each phase (its watch of the model, its
+	// calls, its clock; with -fleet-procs 0 the fleet's too), and the
+	// events its watch of the model received.
+	HarnessCPUSecondsDeploy   float64 `json:"harness_cpu_seconds_deploy"`
+	HarnessCPUSecondsDestroy  float64 `json:"harness_cpu_seconds_destroy"`
+	HarnessWatchEventsDeploy  int64   `json:"harness_watch_events_deploy"`
+	HarnessWatchEventsDestroy int64   `json:"harness_watch_events_destroy"`
 	// What the fleet (this process: the machine and unit agents) used
 	// from the deploy until every unit ran, and while destroying: its CPU,
 	// its hook processes' CPU, and the bytes it sent to the disk (the
@@ -241,6 +248,8 @@ func (r *results) print(w io.Writer) {
 		r.EtcdTxnsTotal, r.EtcdTxnsPerUnit, r.MaxTxnOps, r.EtcdTxnRetries, r.EtcdBusyRetries)
 	row("controller", "%.0f MiB peak RSS (%.1f KiB a unit), %.1f CPU s (%.1f deploying, %.1f destroying)", float64(r.ControllerRSSBytes)/(1<<20), r.ControllerBytesPerUnit/1024, r.ControllerCPUSeconds, r.ControllerCPUSecondsDeploy, r.ControllerCPUSecondsDestroy)
 	row("machine's CPUs busy", "%.0f%% deploying, %.0f%% destroying", 100*r.MachineBusyDeploy, 100*r.MachineBusyDestroy)
+	row("harness (this process)", "%.1f CPU s deploying, %.1f destroying; its watch of the model %d events deploying, %d destroying",
+		r.HarnessCPUSecondsDeploy, r.HarnessCPUSecondsDestroy, r.HarnessWatchEventsDeploy, r.HarnessWatchEventsDestroy)
 	where := "in the harness's process"
 	if r.FleetProcs > 0 {
 		where = fmt.Sprintf("in %d processes", r.FleetProcs)

@@ -208,6 +208,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	}
 	startUsage, startRelated := fleetUsage(), relatedUsage()
 	deployMeter := startPhase(ctl.cmd.Process.Pid)
+	model.takeEvents()
 	countsBefore, err := ctl.counters()
 	if err != nil {
 		return nil, err
@@ -244,7 +245,9 @@ func run(ctx context.Context, c config) (*results, error) {
 	}
 	deployUsage := fleetUsage().since(startUsage)
 	res.RelatedCPUSecondsDeploy = relatedUsage().since(startRelated).cpu.Seconds()
-	res.ControllerCPUSecondsDeploy, res.MachineBusyDeploy = deployMeter.end()
+	deployUse := deployMeter.end()
+	res.ControllerCPUSecondsDeploy, res.MachineBusyDeploy, res.HarnessCPUSecondsDeploy = deployUse.controller, deployUse.busy, deployUse.harness
+	res.HarnessWatchEventsDeploy = model.takeEvents()
 	res.FleetCPUSecondsDeploy, res.HookCPUSecondsDeploy = deployUsage.cpu.Seconds(), deployUsage.children.Seconds()
 	res.FleetWrittenBytesDeploy = deployUsage.written
 	res.SecondsToRunning = settled.Sub(start).Seconds()
@@ -307,6 +310,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	}
 	destroyUsage, destroyRelated := fleetUsage(), relatedUsage()
 	destroyMeter := startPhase(ctl.cmd.Process.Pid)
+	model.takeEvents()
 	prof.cpu(ctx, "destroy")
 	for _, svc := range []string{"bench", "front"} {
 		if _, err := ctl.op.DestroyService(ctx, &pb.DestroyServiceRequest{Service: svc}); err != nil {
@@ -340,7 +344,9 @@ func run(ctx context.Context, c config) (*results, error) {
 	res.SecondsToRemoved = empty.Sub(destroyStart).Seconds()
 	destroyUsage = fleetUsage().since(destroyUsage)
 	res.RelatedCPUSecondsDestroy = relatedUsage().since(destroyRelated).cpu.Seconds()
-	res.ControllerCPUSecondsDestroy, res.MachineBusyDestroy = destroyMeter.end()
+	destroyUse := destroyMeter.end()
+	res.ControllerCPUSecondsDestroy, res.MachineBusyDestroy, res.HarnessCPUSecondsDestroy = destroyUse.controller, destroyUse.busy, destroyUse.harness
+	res.HarnessWatchEventsDestroy = model.takeEvents()
 	res.FleetCPUSecondsDestroy, res.HookCPUSecondsDestroy = destroyUsage.cpu.Seconds(), destroyUsage.children.Seconds()
 	res.UnitsPerSecondDestroy = float64(c.units) / res.SecondsToRemoved
 	res.RatioToCeilingDestroy = res.UnitsPerSecondDestroy / res.CeilingUnitsPerSecond

@@ -116,15 +116,16 @@ func machineBusy() (busy, total int64) {
 }
 
 // phaseMeter measures what a phase of the run used beyond the fleet: the
-// controller's CPU and how busy the machine's CPUs were.
+// controller's CPU, the harness's own and how busy the machine's CPUs
+// were.
 type phaseMeter struct {
 	pid         int
-	ctl         time.Duration
+	ctl, self   time.Duration
 	busy, total int64
 }
 
 func startPhase(controllerPID int) phaseMeter {
-	m := phaseMeter{pid: controllerPID}
+	m := phaseMeter{pid: controllerPID, self: currentUsage().cpu}
 	if u, err := procCPU(controllerPID); err == nil {
 		m.ctl = u.cpu
 	}
@@ -132,17 +133,27 @@ func startPhase(controllerPID int) phaseMeter {
 	return m
 }
 
-// end returns the controller's CPU seconds since the start of the phase,
-// and the fraction of the machine's CPU time that was busy.
-func (m phaseMeter) end() (controllerCPU, busy float64) {
+// phaseUse is what a phase used beyond the fleet.
+type phaseUse struct {
+	// controller and harness are CPU seconds: the controller's process
+	// and the harness's own (with -fleet-procs 0, the fleet's too).
+	controller, harness float64
+	// busy is the fraction of the machine's CPU time that was busy.
+	busy float64
+}
+
+// end returns what was used since the start of the phase.
+func (m phaseMeter) end() phaseUse {
+	var p phaseUse
 	if u, err := procCPU(m.pid); err == nil {
-		controllerCPU = (u.cpu - m.ctl).Seconds()
+		p.controller = (u.cpu - m.ctl).Seconds()
 	}
+	p.harness = (currentUsage().cpu - m.self).Seconds()
 	b, t := machineBusy()
 	if t > m.total {
-		busy = float64(b-m.busy) / float64(t-m.total)
+		p.busy = float64(b-m.busy) / float64(t-m.total)
 	}
-	return controllerCPU, busy
+	return p
 }
 
 // reniceSelf sets every thread of this process to nice n. Linux keeps a
