@@ -30,16 +30,19 @@ type executor struct {
 
 func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 	a := ex.a
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	switch act.kind {
-	case actHook:
+	if act.kind == actHook {
 		if act.op != nil {
 			// Not saved yet: until it runs, a new hook records nothing
 			// the resolver would not decide again after a crash.
 			a.l.Op = act.op
 		}
 		return ex.runHook(ctx, r)
+	}
+	// A call's bound, made only for an action that calls: a hook the
+	// charm lacks (most of a charm without hooks' actions) needs no timer.
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	switch act.kind {
 	case actDownload:
 		return ex.download(cctx, r.service.Charm)
 	case actResolve:
