@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"maps"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -53,6 +54,15 @@ func ensureUnitDead(unit string) agentCall {
 	}
 }
 
+// ensureUnitDeadLeaving is ensureUnitDead carrying the departures from
+// the relations rels returns.
+func ensureUnitDeadLeaving(unit string, rels func(*agentModel) []int64) agentCall {
+	return func(t *testing.T, m *agentModel, c pb.AgentServiceClient) error {
+		_, err := c.EnsureUnitDead(m.ctx, &pb.EnsureUnitDeadRequest{Unit: unit, LeaveScopes: rels(m)})
+		return err
+	}
+}
+
 func TestAgentEnsureUnitDead(t *testing.T) {
 	leave := func(unit string) func(*agentModel) {
 		return func(m *agentModel) {
@@ -62,7 +72,48 @@ func TestAgentEnsureUnitDead(t *testing.T) {
 			m.ok("DestroyUnit", m.st.DestroyUnit(m.ctx, unit, state.DestroyOptions{}))
 		}
 	}
+	destroy := func(unit string) func(*agentModel) {
+		return func(m *agentModel) { m.ok("DestroyUnit", m.st.DestroyUnit(m.ctx, unit, state.DestroyOptions{})) }
+	}
+	rels := func(ids ...func(*agentModel) int64) func(*agentModel) []int64 {
+		return func(m *agentModel) []int64 {
+			out := make([]int64, len(ids))
+			for i, id := range ids {
+				out[i] = id(m)
+			}
+			return out
+		}
+	}
+	inGlobal := func(unit string, want bool) func(*testing.T, *agentModel) {
+		return func(t *testing.T, m *agentModel) {
+			members, err := m.st.ScopeMembers(m.ctx, m.global)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := slices.Contains(members, unit); got != want {
+				t.Errorf("unit %s in relation %d's scope: %v, want %v (members %v)", unit, m.global, got, want, members)
+			}
+		}
+	}
+	both := func(checks ...func(*testing.T, *agentModel)) func(*testing.T, *agentModel) {
+		return func(t *testing.T, m *agentModel) {
+			for _, c := range checks {
+				c(t, m)
+			}
+		}
+	}
+	tooMany := func(m *agentModel) []int64 { return make([]int64, 257) }
 	runAgentCases(t, []agentCase{
+		{name: "leaving its scope first", as: "unit-kv/0", setup: destroy("kv/0"), call: ensureUnitDeadLeaving("kv/0", rels(relGlobal)),
+			check: both(wantLife("kv/0", "dead"), inGlobal("kv/0", false))},
+		{name: "leaving a relation gone and its scope", as: "unit-kv/0", setup: destroy("kv/0"), call: ensureUnitDeadLeaving("kv/0", rels(relationID(99), relGlobal)),
+			check: wantLife("kv/0", "dead")},
+		{name: "leaving another scope than its own (U3)", as: "unit-kv/0", setup: destroy("kv/0"), call: ensureUnitDeadLeaving("kv/0", rels(relKVPeer)),
+			code: codes.FailedPrecondition, msg: "unit kv/0 is still in the scope of relation", check: both(wantLife("kv/0", "dying"), inGlobal("kv/0", true))},
+		{name: "leaving another service's relation", as: "unit-kv/0", setup: destroy("kv/0"), call: ensureUnitDeadLeaving("kv/0", rels(relContainer, relGlobal)),
+			code: codes.PermissionDenied, msg: "service kv is not in it", check: both(wantLife("kv/0", "dying"), inGlobal("kv/0", true))},
+		{name: "leaving too many", as: "unit-kv/0", setup: destroy("kv/0"), call: ensureUnitDeadLeaving("kv/0", tooMany),
+			code: codes.InvalidArgument, msg: "at most 256 scopes", check: both(wantLife("kv/0", "dying"), inGlobal("kv/0", true))},
 		{name: "out of scope", as: "unit-kv/0", setup: leave("kv/0"), call: ensureUnitDead("kv/0"), check: wantLife("kv/0", "dead")},
 		{name: "still in a scope (U3)", as: "unit-kv/0", call: ensureUnitDead("kv/0"), code: codes.FailedPrecondition, msg: "unit kv/0 is still in the scope of relation"},
 		{name: "with a subordinate (U3)", as: "unit-app/0", setup: leave("app/0"), call: ensureUnitDead("app/0"), code: codes.FailedPrecondition, msg: "unit app/0 still has subordinate logger/0"},

@@ -136,6 +136,12 @@ type Agent struct {
 	// newDir says the unit's directory was made by this process and
 	// holds no charm yet: the first download unpacks straight into it.
 	newDir bool
+	// leaving holds the relations whose scopes the dying unit has left in
+	// its local state but not yet at the controller: the call that sets
+	// it dead carries them, when nothing comes in between that another
+	// could see (a hook run, a wait, any other call); otherwise they are
+	// sent on their own first (executor.leaveNow).
+	leaving []int64
 }
 
 // New returns an agent for cfg.Unit.
@@ -290,6 +296,21 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		if act.kind == actExit {
 			return a.exitDead(ctx)
+		}
+		if len(a.leaving) > 0 && act.kind != actHook && act.kind != actLeaveScope && act.kind != actEnsureDead {
+			// The departures left for the death call go first: the
+			// agent does something else, or waits (runHook sends them
+			// before a hook the charm has).
+			if err := ex.leaveNow(ctx); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				a.logger.Warn("cannot leave a relation's scope; trying again", "error", err)
+				if !sleep(ctx, time.Second) {
+					return ctx.Err()
+				}
+				continue
+			}
 		}
 		if act.kind == actWait {
 			if !act.catchUp {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -276,6 +277,68 @@ func TestNoSavesForHooksTheCharmLacks(t *testing.T) {
 	})
 	if n := w.apis["kv/0"].scopeChecks.Load(); n != 1 {
 		t.Errorf("the agent started again asked for its scopes %d times, want once", n)
+	}
+}
+
+// TestDeparturesGoWithTheDeath destroys a unit of a charm without hooks
+// in a relation: its departure goes with the call that sets it dead, not
+// in one of its own. The other side sees it depart all the same.
+func TestDeparturesGoWithTheDeath(t *testing.T) {
+	w := newWorld(t)
+	dir := writeCharm(t, kvMeta, "server")
+	if err := os.RemoveAll(filepath.Join(dir, "hooks")); err != nil {
+		t.Fatal(err)
+	}
+	c := w.env.Upload(w.op, dir)
+	if _, err := w.op.Deploy(w.env.Ctx, &pb.DeployRequest{Charm: c.Name, NumUnits: 1}); err != nil {
+		t.Fatal(err)
+	}
+	w.deploy(appMeta, 1, "db")
+	rel := relate(t, w, "app", "kv")
+	w.start("kv/0")
+	w.start("app/0")
+	w.waitState("kv/0", "running")
+	w.waitHook("app/0", fmt.Sprintf("db-relation-changed db:%d kv/0", rel.Id))
+	if _, err := w.op.DestroyUnit(w.env.Ctx, &pb.DestroyUnitRequest{Unit: "kv/0"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.exited("kv/0"); !errors.Is(err, unitagent.ErrDead) {
+		t.Fatalf("kv/0's agent returned %v, want ErrDead", err)
+	}
+	api := w.apis["kv/0"]
+	if n, carried := api.leaves.Load(), api.carriedLeaves.Load(); n != 0 || carried != 1 {
+		t.Errorf("kv/0 left its scope in %d calls of their own and %d carried by its death call, want 0 and 1", n, carried)
+	}
+	w.waitHook("app/0", fmt.Sprintf("db-relation-departed db:%d kv/0", rel.Id))
+	members, err := w.env.State.ScopeMembers(w.env.Ctx, rel.Id)
+	if err != nil || len(members) != 1 || members[0] != "app/0" {
+		t.Errorf("relation %d's scope holds %v (%v), want app/0 alone", rel.Id, members, err)
+	}
+}
+
+// TestDeparturesGoBeforeAHook destroys a unit whose charm has hooks: its
+// departure goes at once, before relation-broken runs, as the hook may
+// tell others; the death call carries none.
+func TestDeparturesGoBeforeAHook(t *testing.T) {
+	w := newWorld(t)
+	w.deploy(kvMeta, 1, "server")
+	w.deploy(appMeta, 1, "db")
+	rel := relate(t, w, "app", "kv")
+	w.start("kv/0")
+	w.waitHook("kv/0", fmt.Sprintf("server-relation-created server:%d", rel.Id))
+	w.waitState("kv/0", "running")
+	if _, err := w.op.DestroyUnit(w.env.Ctx, &pb.DestroyUnitRequest{Unit: "kv/0"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.exited("kv/0"); !errors.Is(err, unitagent.ErrDead) {
+		t.Fatalf("kv/0's agent returned %v, want ErrDead", err)
+	}
+	api := w.apis["kv/0"]
+	if n, carried := api.leaves.Load(), api.carriedLeaves.Load(); n != 1 || carried != 0 {
+		t.Errorf("kv/0 left its scope in %d calls of their own and %d carried by its death call, want 1 and 0", n, carried)
+	}
+	if got := w.hooks("kv/0"); !slices.Contains(got, fmt.Sprintf("server-relation-broken server:%d -", rel.Id)) {
+		t.Errorf("kv/0 ran %v, want server-relation-broken among them", got)
 	}
 }
 

@@ -78,10 +78,17 @@ func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 		a.store.saveLater(a.l)
 		return nil
 	case actLeaveScope:
-		if _, err := a.cfg.API.LeaveScope(cctx, &pb.LeaveScopeRequest{Relation: act.relation, Unit: a.cfg.Unit}); err != nil {
+		if r != nil && r.unit != nil && r.unit.Life != pb.Life_LIFE_ALIVE && len(a.leaving) < maxCarriedLeaves {
+			// The unit is dying: the call that sets it dead carries the
+			// departure, unless something comes first (Agent.leaving).
+			a.leaving = append(a.leaving, act.relation)
+		} else if _, err := a.cfg.API.LeaveScope(cctx, &pb.LeaveScopeRequest{Relation: act.relation, Unit: a.cfg.Unit}); err != nil {
 			return err
 		}
-		// Lost to a crash, the agent leaves again, which does nothing.
+		// Lost to a crash, the agent leaves again, which does nothing:
+		// every agent that starts over files it did not make asks which
+		// scopes its unit is in (checkScopes), a departure it had left
+		// for later included.
 		lr := a.l.Relations[act.relation]
 		lr.InScope, lr.Entering, lr.Left = false, false, true
 		a.store.saveLater(a.l)
@@ -107,10 +114,41 @@ func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 		return ignoreCode(err, codes.NotFound)
 	case actEnsureDead:
 		a.logger.Info("setting the unit dead")
-		_, err := a.cfg.API.EnsureUnitDead(cctx, &pb.EnsureUnitDeadRequest{Unit: a.cfg.Unit})
+		_, err := a.cfg.API.EnsureUnitDead(cctx, &pb.EnsureUnitDeadRequest{Unit: a.cfg.Unit, LeaveScopes: a.leaving})
+		if err != nil && len(a.leaving) > 0 {
+			// Refused (or not answered): the departures go on their own
+			// before the next try, which carries none.
+			if lerr := ex.leaveNow(ctx); lerr != nil {
+				return lerr
+			}
+		}
+		if err == nil {
+			a.leaving = nil
+		}
 		return err
 	}
 	return fmt.Errorf("unknown action %v", act)
+}
+
+// maxCarriedLeaves is the most departures one EnsureUnitDead call carries
+// (the controller's bound): beyond them, each goes in a call of its own.
+const maxCarriedLeaves = 256
+
+// leaveNow leaves, each in a call of its own, the scopes the agent left
+// for its death call to carry (Agent.leaving).
+func (ex *executor) leaveNow(ctx context.Context) error {
+	a := ex.a
+	for len(a.leaving) > 0 {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := a.cfg.API.LeaveScope(cctx, &pb.LeaveScopeRequest{Relation: a.leaving[0], Unit: a.cfg.Unit})
+		cancel()
+		if err != nil {
+			return err
+		}
+		a.leaving = a.leaving[1:]
+	}
+	a.leaving = nil
+	return nil
 }
 
 func ignoreCode(err error, c codes.Code) error {
@@ -139,6 +177,11 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 		// and saved with the next save (stateStore.saveLater).
 		op.Step, op.Settings = stepDone, nil
 		return ex.commit(ctx, op, false)
+	}
+	// A hook runs: another unit may see what it does, so the departures
+	// left for the death call go first.
+	if err := ex.leaveNow(ctx); err != nil {
+		return err
 	}
 	select {
 	case a.cfg.HookLock <- struct{}{}:

@@ -233,11 +233,18 @@ func (w *world) start(unit string) {
 }
 
 // countingAPI is a unit agent's real client, counting the watch streams
-// it opens, its calls to set its unit dead and to ask for its scopes.
+// it opens, its calls to set its unit dead and to ask for its scopes, its
+// calls to leave a scope and the departures its death calls carried.
 type countingAPI struct {
 	pb.AgentServiceClient
 	watches, watchManys, ensureDeads, scopeChecks atomic.Int32
+	leaves, carriedLeaves                         atomic.Int32
 	watchDelay                                    time.Duration
+}
+
+func (c *countingAPI) LeaveScope(ctx context.Context, in *pb.LeaveScopeRequest, opts ...grpc.CallOption) (*pb.LeaveScopeResponse, error) {
+	c.leaves.Add(1)
+	return c.AgentServiceClient.LeaveScope(ctx, in, opts...)
 }
 
 func (c *countingAPI) UnitScopes(ctx context.Context, in *pb.UnitScopesRequest, opts ...grpc.CallOption) (*pb.UnitScopesResponse, error) {
@@ -247,6 +254,7 @@ func (c *countingAPI) UnitScopes(ctx context.Context, in *pb.UnitScopesRequest, 
 
 func (c *countingAPI) EnsureUnitDead(ctx context.Context, in *pb.EnsureUnitDeadRequest, opts ...grpc.CallOption) (*pb.EnsureUnitDeadResponse, error) {
 	c.ensureDeads.Add(1)
+	c.carriedLeaves.Add(int32(len(in.GetLeaveScopes())))
 	return c.AgentServiceClient.EnsureUnitDead(ctx, in, opts...)
 }
 
@@ -399,6 +407,13 @@ func (w *world) waitState(unit, state string) {
 		s := w.agentStatus(unit)
 		return s != nil && s.State == state && s.Agent == "idle"
 	})
+}
+
+// waitHook waits until the unit has run the hook of line want (a prefix,
+// as index takes it).
+func (w *world) waitHook(unit, want string) {
+	w.t.Helper()
+	w.waitFor(unit+" to run "+want, func() bool { return index(w.hooks(unit), want) >= 0 })
 }
 
 // index returns where hook line want (a prefix) first appears, or -1.

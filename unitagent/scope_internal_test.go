@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
@@ -221,5 +222,86 @@ func TestEnteringMarkLeavesTheScope(t *testing.T) {
 		case !entering && (act.kind != actHook || act.op.Hook != "db-relation-broken"):
 			t.Errorf("never entered: %v, want db-relation-broken", act)
 		}
+	}
+}
+
+// deathAPI answers LeaveScope, counting the calls, and EnsureUnitDead,
+// keeping the departures each call carried and refusing with its errors
+// first.
+type deathAPI struct {
+	API
+	leaves  []int64
+	carried [][]int64
+	errs    []error
+}
+
+func (f *deathAPI) LeaveScope(_ context.Context, in *pb.LeaveScopeRequest, _ ...grpc.CallOption) (*pb.LeaveScopeResponse, error) {
+	f.leaves = append(f.leaves, in.GetRelation())
+	return &pb.LeaveScopeResponse{}, nil
+}
+
+func (f *deathAPI) EnsureUnitDead(_ context.Context, in *pb.EnsureUnitDeadRequest, _ ...grpc.CallOption) (*pb.EnsureUnitDeadResponse, error) {
+	f.carried = append(f.carried, in.GetLeaveScopes())
+	if len(f.errs) > 0 {
+		err := f.errs[0]
+		f.errs = f.errs[1:]
+		return nil, err
+	}
+	return &pb.EnsureUnitDeadResponse{}, nil
+}
+
+// TestCarriedDepartures: a dying unit's departures wait for its death
+// call, which carries them; refused (a controller that did not leave
+// them), they go in calls of their own before the next try. An alive
+// unit leaving a dying relation's scope leaves at once.
+func TestCarriedDepartures(t *testing.T) {
+	api := &deathAPI{errs: []error{status.Error(codes.FailedPrecondition, "unit app/0 is still in the scope of relation 4")}}
+	a := &Agent{cfg: Config{Unit: "app/0", API: api}, logger: hclog.NewNullLogger(), store: newStateStore(t.TempDir())}
+	var err error
+	if a.l, err = a.store.load(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []int64{4, 5} {
+		a.l.Relations[id] = &localRelation{Endpoint: "db", Created: true, InScope: true, Members: map[string]int64{}}
+	}
+	ex := &executor{a: a}
+	ctx := context.Background()
+	dying := &remote{unit: &pb.Unit{Name: "app/0", Life: pb.Life_LIFE_DYING}}
+	for _, id := range []int64{4, 5} {
+		if err := ex.do(ctx, action{kind: actLeaveScope, relation: id}, dying); err != nil {
+			t.Fatal(err)
+		}
+		if lr := a.l.Relations[id]; lr.InScope || !lr.Left {
+			t.Errorf("relation %d after leaving: %+v, want left", id, lr)
+		}
+	}
+	if len(api.leaves) != 0 {
+		t.Errorf("the dying unit left in calls of their own: %v, want none yet", api.leaves)
+	}
+	refused := ex.do(ctx, action{kind: actEnsureDead}, dying)
+	if status.Code(refused) != codes.FailedPrecondition {
+		t.Fatalf("first death call = %v, want the refusal", refused)
+	}
+	if len(api.carried) != 1 || !slices.Equal(api.carried[0], []int64{4, 5}) {
+		t.Errorf("the death call carried %v, want [4 5]", api.carried)
+	}
+	if !slices.Equal(api.leaves, []int64{4, 5}) || len(a.leaving) != 0 {
+		t.Errorf("after the refusal: left %v on their own, %v still held; want [4 5], none", api.leaves, a.leaving)
+	}
+	if err := ex.do(ctx, action{kind: actEnsureDead}, dying); err != nil {
+		t.Fatal(err)
+	}
+	if len(api.carried) != 2 || len(api.carried[1]) != 0 {
+		t.Errorf("the second death call carried %v, want none", api.carried[1:])
+	}
+
+	api.leaves = nil
+	a.l.Relations[6] = &localRelation{Endpoint: "db", Created: true, InScope: true, Members: map[string]int64{}}
+	alive := &remote{unit: &pb.Unit{Name: "app/0", Life: pb.Life_LIFE_ALIVE}}
+	if err := ex.do(ctx, action{kind: actLeaveScope, relation: 6}, alive); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(api.leaves, []int64{6}) || len(a.leaving) != 0 {
+		t.Errorf("the alive unit left %v on their own, held %v; want [6], none", api.leaves, a.leaving)
 	}
 }

@@ -2100,8 +2100,16 @@ func (*SetUnitDyingResponse) Descriptor() ([]byte, []int) {
 }
 
 type EnsureUnitDeadRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Unit          string                 `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Unit  string                 `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
+	// Relations whose scopes the unit leaves first, in order, each as
+	// LeaveScope would (R3: the last to leave a dying relation removes it);
+	// one the unit is not in is skipped. A dying unit's agent that has no
+	// hook to run between leaving its last scopes and its death sends them
+	// here rather than in calls of their own (at most 256). Each leave is a
+	// transaction of its own, committed whether or not the unit can then be
+	// set dead.
+	LeaveScopes   []int64 `protobuf:"varint,2,rep,packed,name=leave_scopes,json=leaveScopes,proto3" json:"leave_scopes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2141,6 +2149,13 @@ func (x *EnsureUnitDeadRequest) GetUnit() string {
 		return x.Unit
 	}
 	return ""
+}
+
+func (x *EnsureUnitDeadRequest) GetLeaveScopes() []int64 {
+	if x != nil {
+		return x.LeaveScopes
+	}
+	return nil
 }
 
 type EnsureUnitDeadResponse struct {
@@ -3270,9 +3285,10 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x05chunk\x18\x01 \x01(\fR\x05chunk\")\n" +
 	"\x13SetUnitDyingRequest\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\"\x16\n" +
-	"\x14SetUnitDyingResponse\"+\n" +
+	"\x14SetUnitDyingResponse\"N\n" +
 	"\x15EnsureUnitDeadRequest\x12\x12\n" +
-	"\x04unit\x18\x01 \x01(\tR\x04unit\"\x18\n" +
+	"\x04unit\x18\x01 \x01(\tR\x04unit\x12!\n" +
+	"\fleave_scopes\x18\x02 \x03(\x03R\vleaveScopes\"\x18\n" +
 	"\x16EnsureUnitDeadResponse\"O\n" +
 	"\x15AddSubordinateRequest\x12\x1c\n" +
 	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x18\n" +

@@ -107,7 +107,7 @@ type AgentServiceClient interface {
 	// SetUnitDying sets the caller's unit (or one of its subordinates) dying.
 	SetUnitDying(ctx context.Context, in *SetUnitDyingRequest, opts ...grpc.CallOption) (*SetUnitDyingResponse, error)
 	// EnsureUnitDead sets the caller's unit dead once it is out of every
-	// relation and has no subordinates.
+	// relation and has no subordinates, after leaving the scopes it names.
 	EnsureUnitDead(ctx context.Context, in *EnsureUnitDeadRequest, opts ...grpc.CallOption) (*EnsureUnitDeadResponse, error)
 	// AddSubordinate returns (creating it if need be) the caller's unit of a
 	// subordinate service it is related to in container scope.
@@ -473,7 +473,7 @@ type AgentServiceServer interface {
 	// SetUnitDying sets the caller's unit (or one of its subordinates) dying.
 	SetUnitDying(context.Context, *SetUnitDyingRequest) (*SetUnitDyingResponse, error)
 	// EnsureUnitDead sets the caller's unit dead once it is out of every
-	// relation and has no subordinates.
+	// relation and has no subordinates, after leaving the scopes it names.
 	EnsureUnitDead(context.Context, *EnsureUnitDeadRequest) (*EnsureUnitDeadResponse, error)
 	// AddSubordinate returns (creating it if need be) the caller's unit of a
 	// subordinate service it is related to in container scope.
