@@ -1,12 +1,9 @@
 package agentwatch
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"slices"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -43,6 +40,17 @@ func inGroup(t *testing.T, g *Group, logger hclog.Logger) func(ctx context.Conte
 		}, logger)
 		<-ctx.Done()
 	}
+}
+
+// followUnitsAndConfig follows machine 0's units and service kv's config
+// in g and waits for both listings; stopConfig ends the config's follow.
+func followUnitsAndConfig(t *testing.T, g *Group) (units, config *recorder, stopConfig context.CancelFunc) {
+	t.Helper()
+	grouped := inGroup(t, g, hclog.NewNullLogger())
+	units, _ = record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
+	config, stopConfig = record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
+	waitFor(t, "the listings", func() bool { return len(units.changes()) == 2 && len(config.changes()) == 2 })
+	return units, config, stopConfig
 }
 
 // TestGroupDeliversWhatWatchDelivers: a Group's subjects get what a
@@ -95,10 +103,7 @@ func TestGroupResumesAfterTheStreamBreaks(t *testing.T) {
 	api := &countingAPI{AgentServiceClient: m.Agent("machine-0"), breakAfter: 3}
 	g := NewMux(api, nil).NewGroup()
 	runGroup(t, g)
-	grouped := inGroup(t, g, hclog.NewNullLogger())
-	units, _ := record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
-	config, _ := record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
-	waitFor(t, "the listings", func() bool { return len(units.changes()) == 2 && len(config.changes()) == 2 })
+	units, config, _ := followUnitsAndConfig(t, g)
 	const rounds = 6
 	for i := range rounds {
 		m.addUnits(1, "0")
@@ -108,19 +113,7 @@ func TestGroupResumesAfterTheStreamBreaks(t *testing.T) {
 			return len(units.changes()) == 3+i && len(config.changes()) == 3+i
 		})
 	}
-	for _, r := range []*recorder{units, config} {
-		got := r.changes()
-		if got[0] != "relisted" || slices.Contains(got[1:], "relisted") {
-			t.Errorf("delivered %v, want one listing first", got)
-		}
-		seen := map[string]bool{}
-		for _, c := range got[1:] {
-			if seen[c] {
-				t.Errorf("delivered %s twice: %v", c, got)
-			}
-			seen[c] = true
-		}
-	}
+	deliveredOnce(t, units, config)
 	if n := api.watchManys.Load(); n < 3 {
 		t.Errorf("the Mux opened %d WatchMany streams, want at least 3 (each broke after 3 responses)", n)
 	}
@@ -132,9 +125,7 @@ func TestGroupResumesAfterTheStreamBreaks(t *testing.T) {
 func TestGroupRefusedSubjectIsAskedForAgain(t *testing.T) {
 	m := newModel(t)
 	api := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
-	var logs bytes.Buffer
-	var logMu sync.Mutex
-	logger := hclog.New(&hclog.LoggerOptions{Output: &lockedWriter{w: &logs, mu: &logMu}, Level: hclog.Debug})
+	logger, logs := debugLogger()
 	g := NewMux(api, logger).NewGroup()
 	runGroup(t, g)
 	grouped := inGroup(t, g, logger)
@@ -142,11 +133,9 @@ func TestGroupRefusedSubjectIsAskedForAgain(t *testing.T) {
 	units, _ := record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
 	waitFor(t, "the listing", func() bool { return len(units.changes()) == 2 })
 	waitFor(t, "the refused subject asked for three times", func() bool { return api.subscribes.Load() >= 4 })
-	logMu.Lock()
-	if !strings.Contains(logs.String(), "watch refused") || !strings.Contains(logs.String(), "may not watch machine 1") {
-		t.Errorf("the refusal is not logged:\n%s", logs.String())
+	if !logs.has("watch refused", "may not watch machine 1") {
+		t.Errorf("the refusal is not logged:\n%s", logs)
 	}
-	logMu.Unlock()
 	m.addUnits(1, "0")
 	waitFor(t, "the change", func() bool { return len(units.changes()) == 3 })
 	if got := refused.changes(); len(got) != 0 {
@@ -163,10 +152,7 @@ func TestGroupFollowsAControllerWithoutWatchManyAStreamASubject(t *testing.T) {
 	api := &countingAPI{AgentServiceClient: m.Agent("machine-0"), old: true}
 	g := NewMux(api, nil).NewGroup()
 	runGroup(t, g)
-	grouped := inGroup(t, g, hclog.NewNullLogger())
-	units, _ := record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
-	config, _ := record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
-	waitFor(t, "the listings", func() bool { return len(units.changes()) == 2 && len(config.changes()) == 2 })
+	units, config, _ := followUnitsAndConfig(t, g)
 	m.addUnits(1, "0")
 	m.setConfig("kv2")
 	waitFor(t, "the changes", func() bool { return len(units.changes()) == 3 && len(config.changes()) == 3 })
@@ -184,10 +170,7 @@ func TestGroupEndsItsFollows(t *testing.T) {
 	mux := NewMux(api, nil)
 	g := mux.NewGroup()
 	stop := runGroup(t, g)
-	grouped := inGroup(t, g, hclog.NewNullLogger())
-	units, _ := record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
-	config, stopConfig := record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
-	waitFor(t, "the listings", func() bool { return len(units.changes()) == 2 && len(config.changes()) == 2 })
+	units, config, stopConfig := followUnitsAndConfig(t, g)
 	stopConfig()
 	waitFor(t, "the ended subject unsubscribed", func() bool {
 		mux.mu.Lock()

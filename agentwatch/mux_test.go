@@ -373,7 +373,72 @@ func TestMuxResumesAfterTheStreamBreaks(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	for _, r := range []*recorder{units, config, unit} {
+	deliveredOnce(t, units, config, unit)
+	if n := api.watchManys.Load(); n < 5 {
+		t.Errorf("the Mux opened %d WatchMany streams, want at least 5 (each broke after 3 responses)", n)
+	}
+}
+
+func TestMuxRefusedSubjectEndsOnlyItsSubscription(t *testing.T) {
+	m := newModel(t)
+	api := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
+	logger, logs := debugLogger()
+	mux := NewMux(api, logger)
+	refused, _ := record(t, mux.follower(logger), &pb.WatchSubject{Subject: &pb.WatchSubject_Machine{Machine: "1"}})
+	units, _ := record(t, mux.follower(logger), &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
+	waitFor(t, "the listing", func() bool { return len(units.changes()) == 2 })
+	waitFor(t, "the refusal logged", func() bool { return logs.has("watch refused", "may not watch machine 1") })
+	m.addUnits(1, "0")
+	waitFor(t, "the change", func() bool { return len(units.changes()) == 3 })
+	if got := refused.changes(); len(got) != 0 {
+		t.Errorf("the refused subject delivered %v", got)
+	}
+	if n := api.watchManys.Load(); n != 1 {
+		t.Errorf("the Mux opened %d WatchMany streams, want 1: a refused subject ends only its subscription", n)
+	}
+}
+
+// logBuffer holds what a logger wrote, safe to read while it writes.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// has reports whether every one of words was logged.
+func (l *logBuffer) has(words ...string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, w := range words {
+		if !strings.Contains(l.b.String(), w) {
+			return false
+		}
+	}
+	return true
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// debugLogger returns a logger at debug level and what it writes.
+func debugLogger() (hclog.Logger, *logBuffer) {
+	logs := &logBuffer{}
+	return hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug}), logs
+}
+
+// deliveredOnce checks that each recorder got one listing, first, and no
+// change twice.
+func deliveredOnce(t *testing.T, rs ...*recorder) {
+	t.Helper()
+	for _, r := range rs {
 		got := r.changes()
 		if got[0] != "relisted" || slices.Contains(got[1:], "relisted") {
 			t.Errorf("delivered %v, want one listing first", got)
@@ -386,45 +451,6 @@ func TestMuxResumesAfterTheStreamBreaks(t *testing.T) {
 			seen[c] = true
 		}
 	}
-	if n := api.watchManys.Load(); n < 5 {
-		t.Errorf("the Mux opened %d WatchMany streams, want at least 5 (each broke after 3 responses)", n)
-	}
-}
-
-func TestMuxRefusedSubjectEndsOnlyItsSubscription(t *testing.T) {
-	m := newModel(t)
-	api := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
-	var logs bytes.Buffer
-	var logMu sync.Mutex
-	logger := hclog.New(&hclog.LoggerOptions{Output: &lockedWriter{w: &logs, mu: &logMu}, Level: hclog.Debug})
-	mux := NewMux(api, logger)
-	refused, _ := record(t, mux.follower(logger), &pb.WatchSubject{Subject: &pb.WatchSubject_Machine{Machine: "1"}})
-	units, _ := record(t, mux.follower(logger), &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
-	waitFor(t, "the listing", func() bool { return len(units.changes()) == 2 })
-	waitFor(t, "the refusal logged", func() bool {
-		logMu.Lock()
-		defer logMu.Unlock()
-		return strings.Contains(logs.String(), "watch refused") && strings.Contains(logs.String(), "may not watch machine 1")
-	})
-	m.addUnits(1, "0")
-	waitFor(t, "the change", func() bool { return len(units.changes()) == 3 })
-	if got := refused.changes(); len(got) != 0 {
-		t.Errorf("the refused subject delivered %v", got)
-	}
-	if n := api.watchManys.Load(); n != 1 {
-		t.Errorf("the Mux opened %d WatchMany streams, want 1: a refused subject ends only its subscription", n)
-	}
-}
-
-type lockedWriter struct {
-	w  *bytes.Buffer
-	mu *sync.Mutex
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 func TestMuxUnsubscribesWhenFollowEnds(t *testing.T) {

@@ -232,6 +232,22 @@ func TestTwoSavesAHook(t *testing.T) {
 	}
 }
 
+// hooklessKV deploys one unit of kv, of a charm without hooks, and one of
+// app, and relates them.
+func (w *world) hooklessKV() *pb.Relation {
+	w.t.Helper()
+	dir := writeCharm(w.t, kvMeta, "server")
+	if err := os.RemoveAll(filepath.Join(dir, "hooks")); err != nil {
+		w.t.Fatal(err)
+	}
+	c := w.env.Upload(w.op, dir)
+	if _, err := w.op.Deploy(w.env.Ctx, &pb.DeployRequest{Charm: c.Name, NumUnits: 1}); err != nil {
+		w.t.Fatal(err)
+	}
+	w.deploy(appMeta, 1, "db")
+	return relate(w.t, w, "app", "kv")
+}
+
 // TestNoSavesForHooksTheCharmLacks: a unit of a charm with no hooks, in a
 // relation, reaches running and enters the relation's scope without
 // writing a record, nor asking which scopes it is in: its directory is
@@ -240,16 +256,7 @@ func TestTwoSavesAHook(t *testing.T) {
 // is destroyed, and the relation goes.
 func TestNoSavesForHooksTheCharmLacks(t *testing.T) {
 	w := newWorld(t)
-	dir := writeCharm(t, kvMeta, "server")
-	if err := os.RemoveAll(filepath.Join(dir, "hooks")); err != nil {
-		t.Fatal(err)
-	}
-	c := w.env.Upload(w.op, dir)
-	if _, err := w.op.Deploy(w.env.Ctx, &pb.DeployRequest{Charm: c.Name, NumUnits: 1}); err != nil {
-		t.Fatal(err)
-	}
-	w.deploy(appMeta, 1, "db")
-	rel := relate(t, w, "app", "kv")
+	rel := w.hooklessKV()
 	inScope := func() bool {
 		scopes, err := w.env.State.UnitScopes(w.env.Ctx, "kv/0")
 		return err == nil && len(scopes) == 1
@@ -285,16 +292,7 @@ func TestNoSavesForHooksTheCharmLacks(t *testing.T) {
 // in one of its own. The other side sees it depart all the same.
 func TestDeparturesGoWithTheDeath(t *testing.T) {
 	w := newWorld(t)
-	dir := writeCharm(t, kvMeta, "server")
-	if err := os.RemoveAll(filepath.Join(dir, "hooks")); err != nil {
-		t.Fatal(err)
-	}
-	c := w.env.Upload(w.op, dir)
-	if _, err := w.op.Deploy(w.env.Ctx, &pb.DeployRequest{Charm: c.Name, NumUnits: 1}); err != nil {
-		t.Fatal(err)
-	}
-	w.deploy(appMeta, 1, "db")
-	rel := relate(t, w, "app", "kv")
+	rel := w.hooklessKV()
 	w.start("kv/0")
 	w.start("app/0")
 	w.waitState("kv/0", "running")
