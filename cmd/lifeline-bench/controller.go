@@ -182,6 +182,8 @@ type counters struct {
 	// calls that took at most each bound ("le"), in seconds.
 	buckets            map[string]map[float64]float64
 	listings, together float64
+	// gcs counts the controller's garbage collections.
+	gcs float64
 	// disk are etcd's own histograms of its disk writes, by
 	// diskHistograms' names for them: the same form as buckets.
 	disk map[string]map[float64]float64
@@ -212,6 +214,7 @@ func (c *controllerProc) counters() (counters, error) {
 	unlabelled := map[string]*float64{
 		"lifeline_watch_listings_total":          &out.listings,
 		"lifeline_watch_listings_together_total": &out.together,
+		"go_gc_duration_seconds_count":           &out.gcs,
 	}
 	err := c.scrape(func(line string) (bool, error) {
 		if name, value, ok := strings.Cut(line, " "); ok && unlabelled[name] != nil {

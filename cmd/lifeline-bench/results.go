@@ -76,6 +76,9 @@ type results struct {
 	HarnessCPUSecondsDestroy  float64 `json:"harness_cpu_seconds_destroy"`
 	HarnessWatchEventsDeploy  int64   `json:"harness_watch_events_deploy"`
 	HarnessWatchEventsDestroy int64   `json:"harness_watch_events_destroy"`
+	// The controller's garbage collections in each phase.
+	ControllerGCsDeploy  int64 `json:"controller_gc_cycles_deploy"`
+	ControllerGCsDestroy int64 `json:"controller_gc_cycles_destroy"`
 	// What the fleet (this process: the machine and unit agents) used
 	// from the deploy until every unit ran, and while destroying: its CPU,
 	// its hook processes' CPU, and the bytes it sent to the disk (the
@@ -246,7 +249,7 @@ func (r *results) print(w io.Writer) {
 	row("ratio to ceiling", "%.2f deploying, %.2f destroying", r.RatioToCeiling, r.RatioToCeilingDestroy)
 	row("etcd txns", "%d, %.1f a unit, largest %d ops; %d retried after a conflict, %d refused as too many and sent again",
 		r.EtcdTxnsTotal, r.EtcdTxnsPerUnit, r.MaxTxnOps, r.EtcdTxnRetries, r.EtcdBusyRetries)
-	row("controller", "%.0f MiB peak RSS (%.1f KiB a unit), %.1f CPU s (%.1f deploying, %.1f destroying)", float64(r.ControllerRSSBytes)/(1<<20), r.ControllerBytesPerUnit/1024, r.ControllerCPUSeconds, r.ControllerCPUSecondsDeploy, r.ControllerCPUSecondsDestroy)
+	row("controller", "%.0f MiB peak RSS (%.1f KiB a unit), %.1f CPU s (%.1f deploying, %.1f destroying); %d garbage collections deploying, %d destroying", float64(r.ControllerRSSBytes)/(1<<20), r.ControllerBytesPerUnit/1024, r.ControllerCPUSeconds, r.ControllerCPUSecondsDeploy, r.ControllerCPUSecondsDestroy, r.ControllerGCsDeploy, r.ControllerGCsDestroy)
 	row("machine's CPUs busy", "%.0f%% deploying, %.0f%% destroying", 100*r.MachineBusyDeploy, 100*r.MachineBusyDestroy)
 	row("harness (this process)", "%.1f CPU s deploying, %.1f destroying; its watch of the model %d events deploying, %d destroying",
 		r.HarnessCPUSecondsDeploy, r.HarnessCPUSecondsDestroy, r.HarnessWatchEventsDeploy, r.HarnessWatchEventsDestroy)

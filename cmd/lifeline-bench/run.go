@@ -267,6 +267,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	res.FailedCallsDeploy = perUnit(countsBefore.failed, countsRunning.failed, 1)
 	res.CallP99Deploy = slowest(countsBefore, countsRunning)
 	res.ListingsDeploy = int64(countsRunning.listings - countsBefore.listings)
+	res.ControllerGCsDeploy = int64(countsRunning.gcs - countsBefore.gcs)
 	res.ListedTogetherDeploy = int64(countsRunning.together - countsBefore.together)
 	res.ReportsPerUnitDeploy = model.takeReports(total)
 	say("  all %d units running and idle after %.1f s", total, res.SecondsToRunning)
@@ -355,6 +356,7 @@ func run(ctx context.Context, c config) (*results, error) {
 		return res, err
 	}
 	res.DiskDestroy = diskWrites(countsRunning, countsEnd)
+	res.ControllerGCsDestroy = int64(countsEnd.gcs - countsRunning.gcs)
 	res.RetriesDestroy = perUnit(countsRunning.retries, countsEnd.retries, 1)
 	res.CallsPerUnitDestroy = perUnit(countsRunning.calls, countsEnd.calls, total)
 	res.FailedCallsDestroy = perUnit(countsRunning.failed, countsEnd.failed, 1)
