@@ -317,19 +317,7 @@ func TestMuxResumesAfterTheControllerRestarts(t *testing.T) {
 			return len(units.changes()) == 2+2*(round+1) && len(config.changes()) == 2+2*(round+1)
 		})
 	}
-	for _, r := range []*recorder{units, config} {
-		got := r.changes()
-		if got[0] != "relisted" || slices.Contains(got[1:], "relisted") {
-			t.Errorf("delivered %v, want one listing first", got)
-		}
-		seen := map[string]bool{}
-		for _, c := range got[1:] {
-			if seen[c] {
-				t.Errorf("delivered %s twice: %v", c, got)
-			}
-			seen[c] = true
-		}
-	}
+	deliveredOnce(t, units, config)
 	want := []string{"relisted", "kv/0@"}
 	for i := range 6 {
 		want = append(want, fmt.Sprintf("kv/%d@", []int{1, 3, 4, 6, 7, 9}[i]))
