@@ -277,40 +277,18 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		r.serviceDyingSince = serviceDyingSince
 		act := next(a.l, r, a.cfg.Unit, now)
-		if act.kind != actHook && act.kind != actEnterScope {
-			// A hook's end, saved unsynced, is made durable before the
-			// agent acts on anything else (entering a scope does so
-			// itself) or waits; what was left for the next save stays
-			// left as it waits, unless it grew large (settle).
-			flush := a.store.flush
-			if act.kind == actWait {
-				flush = a.store.settle
+		if err := ex.ready(ctx, act); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
 			}
-			if err := flush(); err != nil {
-				a.logger.Warn("cannot sync the unit's state; trying again", "error", err)
-				if !sleep(ctx, time.Second) {
-					return ctx.Err()
-				}
-				continue
+			a.logger.Warn("not ready to act; trying again", "step", act.String(), "error", err)
+			if !sleep(ctx, time.Second) {
+				return ctx.Err()
 			}
+			continue
 		}
 		if act.kind == actExit {
 			return a.exitDead(ctx)
-		}
-		if len(a.leaving) > 0 && act.kind != actHook && act.kind != actLeaveScope && act.kind != actEnsureDead {
-			// The departures left for the death call go first: the
-			// agent does something else, or waits (runHook sends them
-			// before a hook the charm has).
-			if err := ex.leaveNow(ctx); err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				a.logger.Warn("cannot leave a relation's scope; trying again", "error", err)
-				if !sleep(ctx, time.Second) {
-					return ctx.Err()
-				}
-				continue
-			}
 		}
 		if act.kind == actWait {
 			if !act.catchUp {

@@ -297,13 +297,7 @@ func TestDeparturesGoWithTheDeath(t *testing.T) {
 	w.start("app/0")
 	w.waitState("kv/0", "running")
 	w.waitHook("app/0", fmt.Sprintf("db-relation-changed db:%d kv/0", rel.Id))
-	if _, err := w.op.DestroyUnit(w.env.Ctx, &pb.DestroyUnitRequest{Unit: "kv/0"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.exited("kv/0"); !errors.Is(err, unitagent.ErrDead) {
-		t.Fatalf("kv/0's agent returned %v, want ErrDead", err)
-	}
-	api := w.apis["kv/0"]
+	api := w.destroyed("kv/0")
 	if n, carried := api.leaves.Load(), api.carriedLeaves.Load(); n != 0 || carried != 1 {
 		t.Errorf("kv/0 left its scope in %d calls of their own and %d carried by its death call, want 0 and 1", n, carried)
 	}
@@ -325,13 +319,7 @@ func TestDeparturesGoBeforeAHook(t *testing.T) {
 	w.start("kv/0")
 	w.waitHook("kv/0", fmt.Sprintf("server-relation-created server:%d", rel.Id))
 	w.waitState("kv/0", "running")
-	if _, err := w.op.DestroyUnit(w.env.Ctx, &pb.DestroyUnitRequest{Unit: "kv/0"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.exited("kv/0"); !errors.Is(err, unitagent.ErrDead) {
-		t.Fatalf("kv/0's agent returned %v, want ErrDead", err)
-	}
-	api := w.apis["kv/0"]
+	api := w.destroyed("kv/0")
 	if n, carried := api.leaves.Load(), api.carriedLeaves.Load(); n != 1 || carried != 0 {
 		t.Errorf("kv/0 left its scope in %d calls of their own and %d carried by its death call, want 1 and 0", n, carried)
 	}
@@ -348,15 +336,7 @@ func TestDeadIsTheEnd(t *testing.T) {
 	w.deploy(kvMeta, 1, "server")
 	w.start("kv/0")
 	w.waitState("kv/0", "running")
-	w.mu.Lock()
-	api := w.apis["kv/0"]
-	w.mu.Unlock()
-	if _, err := w.op.DestroyUnit(w.env.Ctx, &pb.DestroyUnitRequest{Unit: "kv/0"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.exited("kv/0"); !errors.Is(err, unitagent.ErrDead) {
-		t.Fatalf("kv/0's agent returned %v, want ErrDead", err)
-	}
+	api := w.destroyed("kv/0")
 	if n := api.ensureDeads.Load(); n != 1 {
 		t.Errorf("kv/0's agent set its unit dead %d times, want 1", n)
 	}

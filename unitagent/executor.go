@@ -28,6 +28,34 @@ type executor struct {
 	w     *watcher
 }
 
+// ready does what must come before the agent takes act (a hook sees to
+// its own, in runHook). A hook's end, saved unsynced, is made durable
+// before the agent acts on anything else (entering a scope does so
+// itself) or waits; what was left for the next save stays left as it
+// waits, unless it grew large (settle). The departures held for the death
+// call go first when the agent does anything else but leave or die, or
+// waits.
+func (ex *executor) ready(ctx context.Context, act action) error {
+	a := ex.a
+	if act.kind != actHook && act.kind != actEnterScope {
+		flush := a.store.flush
+		if act.kind == actWait {
+			flush = a.store.settle
+		}
+		if err := flush(); err != nil {
+			return fmt.Errorf("sync the unit's state: %w", err)
+		}
+	}
+	switch act.kind {
+	case actHook, actLeaveScope, actEnsureDead, actExit:
+		return nil
+	}
+	if err := ex.leaveNow(ctx); err != nil {
+		return fmt.Errorf("leave a relation's scope: %w", err)
+	}
+	return nil
+}
+
 func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 	a := ex.a
 	if act.kind == actHook {
@@ -78,7 +106,7 @@ func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 		a.store.saveLater(a.l)
 		return nil
 	case actLeaveScope:
-		if r != nil && r.unit != nil && r.unit.Life != pb.Life_LIFE_ALIVE && len(a.leaving) < maxCarriedLeaves {
+		if r.unit != nil && r.unit.Life != pb.Life_LIFE_ALIVE && len(a.leaving) < maxCarriedLeaves {
 			// The unit is dying: the call that sets it dead carries the
 			// departure, unless something comes first (Agent.leaving).
 			a.leaving = append(a.leaving, act.relation)
@@ -115,15 +143,14 @@ func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 	case actEnsureDead:
 		a.logger.Info("setting the unit dead")
 		_, err := a.cfg.API.EnsureUnitDead(cctx, &pb.EnsureUnitDeadRequest{Unit: a.cfg.Unit, LeaveScopes: a.leaving})
-		if err != nil && len(a.leaving) > 0 {
-			// Refused (or not answered): the departures go on their own
-			// before the next try, which carries none.
-			if lerr := ex.leaveNow(ctx); lerr != nil {
-				return lerr
-			}
-		}
 		if err == nil {
 			a.leaving = nil
+			return nil
+		}
+		// Refused (or not answered): the departures go on their own
+		// before the next try, which carries none.
+		if lerr := ex.leaveNow(ctx); lerr != nil {
+			return lerr
 		}
 		return err
 	}

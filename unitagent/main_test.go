@@ -284,6 +284,22 @@ func (s *slowStream) Recv() (*pb.WatchManyResponse, error) {
 	return resp, err
 }
 
+// destroyed destroys the named unit and waits for its agent to stop on
+// it dead; it returns the agent's client, with its counts.
+func (w *world) destroyed(unit string) *countingAPI {
+	w.t.Helper()
+	w.mu.Lock()
+	api := w.apis[unit]
+	w.mu.Unlock()
+	if _, err := w.op.DestroyUnit(w.env.Ctx, &pb.DestroyUnitRequest{Unit: unit}); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := w.exited(unit); !errors.Is(err, unitagent.ErrDead) {
+		w.t.Fatalf("%s's agent returned %v, want ErrDead", unit, err)
+	}
+	return api
+}
+
 // exited waits for the named unit's agent to stop on its own, and
 // returns what it returned.
 func (w *world) exited(unit string) error {

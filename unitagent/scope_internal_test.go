@@ -72,20 +72,20 @@ func TestEnteringIsNotSavedOnItsOwn(t *testing.T) {
 		}
 		return refused
 	}
-	if err := ex.do(context.Background(), enter, nil); !errors.Is(err, refused) {
+	if err := ex.do(context.Background(), enter, &remote{}); !errors.Is(err, refused) {
 		t.Fatalf("enter = %v, want the controller's refusal", err)
 	}
 	if lr := a.l.Relations[4]; !lr.Entering || lr.InScope {
 		t.Errorf("refused: %+v, want entering", lr)
 	}
 	api.onEnter = func() error { return nil }
-	if err := ex.do(context.Background(), enter, nil); err != nil {
+	if err := ex.do(context.Background(), enter, &remote{}); err != nil {
 		t.Fatal(err)
 	}
 	if lr := a.l.Relations[4]; !lr.InScope || lr.Entering {
 		t.Errorf("entered: %+v, want in scope", lr)
 	}
-	if err := ex.do(context.Background(), action{kind: actLeaveScope, relation: 4}, nil); err != nil {
+	if err := ex.do(context.Background(), action{kind: actLeaveScope, relation: 4}, &remote{}); err != nil {
 		t.Fatal(err)
 	}
 	if lr := a.l.Relations[4]; lr.InScope || lr.Entering || !lr.Left {
