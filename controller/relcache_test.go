@@ -21,15 +21,23 @@ func TestAgentRelationCheckRemembered(t *testing.T) {
 	wantCode(t, "kv/1 leaving the container relation", leave(m.container), codes.PermissionDenied, msg)
 	// The calls again read no more than calls refused before any read
 	// (the caller's credential may be read for each, and the
-	// controller's own workers may read meanwhile, now and then).
+	// controller's own workers may read meanwhile, now and then: the
+	// fewest of three rounds of 20 calls is counted, since a worker's
+	// pass within one round once read 11 times under make test's load).
 	reads := func(rel int64, code codes.Code) int64 {
-		before := m.st.Stats().Reads
-		for range 20 {
-			wantCode(t, "kv/1 leaving", leave(rel), code, "")
+		fewest := int64(-1)
+		for range 3 {
+			before := m.st.Stats().Reads
+			for range 20 {
+				wantCode(t, "kv/1 leaving", leave(rel), code, "")
+			}
+			if n := m.st.Stats().Reads - before; fewest < 0 || n < fewest {
+				fewest = n
+			}
 		}
-		return m.st.Stats().Reads - before
+		return fewest
 	}
 	if again, none := reads(m.container, codes.PermissionDenied), reads(-1, codes.InvalidArgument); again > none+5 {
-		t.Errorf("refused again, 20 calls read %d times; refused before any read, %d", again, none)
+		t.Errorf("refused again, 20 calls read %d times at fewest; refused before any read, %d", again, none)
 	}
 }
