@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -278,5 +279,26 @@ func runAgentCases(t *testing.T, cases []agentCase) {
 				tt.check(t, m)
 			}
 		})
+	}
+}
+
+// result is a batched call's answer to one of its items, as a test wants
+// it: its code, and what its message says (nothing at all when msg is "").
+type result struct {
+	code codes.Code
+	msg  string
+}
+
+// wantResults checks a batched call's answers, one an item, in order.
+func wantResults(t *testing.T, got []*pb.StatusReportResult, want []result) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d results, want %d", len(got), len(want))
+	}
+	for i, r := range got {
+		msg := r.GetMessage()
+		if codes.Code(r.GetCode()) != want[i].code || !strings.Contains(msg, want[i].msg) || want[i].msg == "" && msg != "" {
+			t.Errorf("result %d: %v %q, want %v %q", i, codes.Code(r.GetCode()), msg, want[i].code, want[i].msg)
+		}
 	}
 }

@@ -3,7 +3,6 @@ package controller_test
 import (
 	"bytes"
 	"fmt"
-	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -225,23 +224,12 @@ func TestAgentRemoveUnits(t *testing.T) {
 		m.kill("logger/0")
 		resp, err := m.as("machine-0").RemoveUnits(m.ctx, &pb.RemoveUnitsRequest{Units: []string{"kv/0", "kv/1", "kv/9", "logger/0"}})
 		m.ok("RemoveUnits", err)
-		want := []struct {
-			code codes.Code
-			msg  string
-		}{
+		wantResults(t, resp.GetResults(), []result{
 			{codes.OK, ""},
 			{codes.PermissionDenied, "machine 0's agent may not remove unit kv/1: it is not on machine 0"},
 			{codes.NotFound, "unit kv/9 not found"},
 			{codes.PermissionDenied, "may not remove unit logger/0"},
-		}
-		if len(resp.GetResults()) != len(want) {
-			t.Fatalf("%d results, want %d", len(resp.GetResults()), len(want))
-		}
-		for i, r := range resp.GetResults() {
-			if codes.Code(r.GetCode()) != want[i].code || !strings.Contains(r.GetMessage(), want[i].msg) || want[i].msg == "" && r.GetMessage() != "" {
-				t.Errorf("result %d: %v %q, want %v %q", i, codes.Code(r.GetCode()), r.GetMessage(), want[i].code, want[i].msg)
-			}
-		}
+		})
 		for unit, life := range map[string]string{"kv/0": "removed", "kv/1": "dead", "logger/0": "dead"} {
 			if got := m.life(unit); got != life {
 				t.Errorf("unit %s is %s, want %s", unit, got, life)

@@ -363,18 +363,7 @@ func TestAgentSetUnitStatuses(t *testing.T) {
 			report("app/0", idle), report("logger/0", &pb.Status{Status: "executing"}), report("kv/0", idle), report("kv/9", idle),
 		}})
 		m.ok("SetUnitStatuses", err)
-		want := []struct {
-			code codes.Code
-			msg  string
-		}{{codes.OK, ""}, {codes.OK, ""}, {codes.PermissionDenied, "machine 2's agent may not set the status of unit kv/0: it is not on machine 2"}, {codes.NotFound, "unit kv/9 not found"}}
-		if len(resp.GetResults()) != len(want) {
-			t.Fatalf("%d results, want %d", len(resp.GetResults()), len(want))
-		}
-		for i, r := range resp.GetResults() {
-			if codes.Code(r.GetCode()) != want[i].code || r.GetMessage() != want[i].msg {
-				t.Errorf("result %d: %v %q, want %v %q", i, codes.Code(r.GetCode()), r.GetMessage(), want[i].code, want[i].msg)
-			}
-		}
+		wantResults(t, resp.GetResults(), []result{{codes.OK, ""}, {codes.OK, ""}, {codes.PermissionDenied, "machine 2's agent may not set the status of unit kv/0: it is not on machine 2"}, {codes.NotFound, "unit kv/9 not found"}})
 		wantStatus(state.StatusUnitAgent, "app/0", "idle")(t, m)
 		wantStatus(state.StatusUnitAgent, "logger/0", "executing")(t, m)
 		if st, err := m.st.Status(m.ctx, state.StatusUnitAgent, "kv/0"); err != nil || st != nil {
