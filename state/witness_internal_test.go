@@ -33,13 +33,6 @@ func TestWitnessAvoidsSiblings(t *testing.T) {
 	if got := siblingKeys("bench/0", UnitKey); !slices.Equal(got, []string{"units/bench/1"}) {
 		t.Errorf("siblingKeys(bench/0) = %q", got)
 	}
-	kvs := func(keys ...string) []*mvccpb.KeyValue {
-		var out []*mvccpb.KeyValue
-		for _, k := range keys {
-			out = append(out, &mvccpb.KeyValue{Key: []byte(k)})
-		}
-		return out
-	}
 	self, sibs := "units/bench/40", siblingKeys("bench/40", UnitKey)
 	for range 50 {
 		if w := witness(kvs(self, "units/bench/41", "units/bench/56", "units/bench/39"), self, sibs...); string(w.Key) != "units/bench/56" {
@@ -59,13 +52,6 @@ func TestWitnessAvoidsSiblings(t *testing.T) {
 // together, and a witness gone before the change commits costs another
 // attempt.
 func TestFarthestProbes(t *testing.T) {
-	kvs := func(keys ...string) []*mvccpb.KeyValue {
-		var out []*mvccpb.KeyValue
-		for _, k := range keys {
-			out = append(out, &mvccpb.KeyValue{Key: []byte(k)})
-		}
-		return out
-	}
 	keys := func(kvs []*mvccpb.KeyValue) []string {
 		var out []string
 		for _, kv := range kvs {
@@ -110,4 +96,13 @@ func TestProbeStages(t *testing.T) {
 			t.Errorf("probeStages(%s) = %v, %v; want %v, %v", tt.unit, first, rest, tt.first, tt.rest)
 		}
 	}
+}
+
+// kvs returns key-values of the keys, as a read returns them.
+func kvs(keys ...string) []*mvccpb.KeyValue {
+	var out []*mvccpb.KeyValue
+	for _, k := range keys {
+		out = append(out, &mvccpb.KeyValue{Key: []byte(k)})
+	}
+	return out
 }
