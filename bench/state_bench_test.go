@@ -148,6 +148,48 @@ func BenchmarkLeaveDyingScope(b *testing.B) {
 	})
 }
 
+// BenchmarkLeaveThenDie and BenchmarkDieLeaving take one destroyed unit
+// per op out of a dying relation's scope that held all b.N of them, and
+// set it dead: the first with LeaveScope then EnsureUnitDead, the second
+// with one EnsureUnitDead naming the scope, as a dying unit's agent with
+// no hook in between asks it. Both make two transactions; the second
+// reads once where the first reads twice (reads/op).
+func BenchmarkLeaveThenDie(b *testing.B) {
+	st, ctx, rel, units := dyingScope(b)
+	run(b, ctx, 1, stateCounts(st), func(ctx context.Context, i int) error {
+		if err := st.LeaveScope(ctx, rel.Id, units[i]); err != nil {
+			return err
+		}
+		return st.EnsureUnitDead(ctx, units[i])
+	})
+}
+
+func BenchmarkDieLeaving(b *testing.B) {
+	st, ctx, rel, units := dyingScope(b)
+	run(b, ctx, 1, stateCounts(st), func(ctx context.Context, i int) error {
+		return st.EnsureUnitDead(ctx, units[i], rel.Id)
+	})
+}
+
+// dyingScope is relatedUnits with every unit in the relation's scope,
+// then destroyed, and the relation destroyed.
+func dyingScope(b *testing.B) (*state.State, context.Context, *pb.Relation, []string) {
+	b.Helper()
+	st, ctx, rel, units := relatedUnits(b)
+	for _, u := range units {
+		if err := st.EnterScope(ctx, rel.Id, u, settings); err != nil {
+			b.Fatalf("EnterScope(%s): %v", u, err)
+		}
+		if err := st.DestroyUnit(ctx, u, state.DestroyOptions{}); err != nil {
+			b.Fatalf("DestroyUnit(%s): %v", u, err)
+		}
+	}
+	if err := st.DestroyRelation(ctx, rel.Id); err != nil {
+		b.Fatalf("DestroyRelation: %v", err)
+	}
+	return st, ctx, rel, units
+}
+
 // BenchmarkDestroyToRemoved takes one pre-made assigned unit per op from
 // alive to removed, as the controller and the agents do: DestroyUnit,
 // EnsureUnitDead, RemoveUnit, three transactions.

@@ -351,8 +351,9 @@ const maxLeaveScopes = 256
 
 // EnsureUnitDead sets the caller's unit dead once it is out of every
 // relation and has no subordinates (U3), after leaving the scopes the
-// request names, each as LeaveScope would: a dying unit's agent with no
-// hook to run in between sends its last departures here, in one call.
+// request names, each as LeaveScope would (state.EnsureUnitDead): a dying
+// unit's agent with no hook to run in between sends its last departures
+// here, in one call.
 func (a *agentServer) EnsureUnitDead(ctx context.Context, req *pb.EnsureUnitDeadRequest) (*pb.EnsureUnitDeadResponse, error) {
 	c := callerFrom(ctx)
 	if err := ownUnit(c, req.GetUnit(), "set dead"); err != nil {
@@ -361,12 +362,20 @@ func (a *agentServer) EnsureUnitDead(ctx context.Context, req *pb.EnsureUnitDead
 	if n := len(req.GetLeaveScopes()); n > maxLeaveScopes {
 		return nil, status.Errorf(codes.InvalidArgument, "a call may leave at most %d scopes before setting the unit dead, not %d", maxLeaveScopes, n)
 	}
+	// Every departure is checked before any is made; a relation gone has
+	// no scope left to leave.
+	var leave []int64
 	for _, id := range req.GetLeaveScopes() {
-		if err := a.leaveScope(ctx, c, id, req.GetUnit()); err != nil {
+		err := a.unitInRelation(ctx, c, id, "leave")
+		if isNotFound(err) {
+			continue
+		}
+		if err != nil {
 			return nil, err
 		}
+		leave = append(leave, id)
 	}
-	if err := a.s.st.EnsureUnitDead(ctx, req.GetUnit()); err != nil {
+	if err := a.s.st.EnsureUnitDead(ctx, req.GetUnit(), leave...); err != nil {
 		return nil, err
 	}
 	return &pb.EnsureUnitDeadResponse{}, nil
@@ -444,23 +453,17 @@ func (a *agentServer) LeaveScope(ctx context.Context, req *pb.LeaveScopeRequest)
 	if err := ownUnit(c, req.GetUnit(), "leave a relation as"); err != nil {
 		return nil, err
 	}
-	if err := a.leaveScope(ctx, c, req.GetRelation(), req.GetUnit()); err != nil {
+	err := a.unitInRelation(ctx, c, req.GetRelation(), "leave")
+	if isNotFound(err) {
+		return &pb.LeaveScopeResponse{}, nil // a relation gone is left already
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := a.s.st.LeaveScope(ctx, req.GetRelation(), req.GetUnit()); err != nil {
 		return nil, err
 	}
 	return &pb.LeaveScopeResponse{}, nil
-}
-
-// leaveScope takes unit, the caller's own, out of relation id's scope; a
-// relation gone is left already.
-func (a *agentServer) leaveScope(ctx context.Context, c caller, id int64, unit string) error {
-	err := a.unitInRelation(ctx, c, id, "leave")
-	if isNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	return a.s.st.LeaveScope(ctx, id, unit)
 }
 
 // ReadSettings returns a unit's settings in a relation the caller's service

@@ -276,3 +276,44 @@ func TestRaceFarApartLastHolds(t *testing.T) {
 		}
 	}
 }
+
+// (g) A unit leaving its scopes and dying in one EnsureUnitDead, while it
+// enters another relation: the death is made from what the last leave
+// read, and its comparisons must catch the entry. Never a dead unit in a
+// scope: either the entry is refused or the death is.
+func TestRaceDeathLeavingWhileEnteringAnother(t *testing.T) {
+	st, ctx := newState(t)
+	mon := statetest.Start(t, st)
+	addService(t, ctx, st, "app", appEndpoints)
+	addService(t, ctx, st, "kv", kvEndpoints)
+	addService(t, ctx, st, "logger", loggerEndpoints)
+	db := relate(t, ctx, st, "app", "kv")
+	host := relate(t, ctx, st, "app", "logger")
+	var dead, refused int
+	for round := 0; round < 2*raceRounds; round++ {
+		u := addUnits(t, ctx, st, "app", 1, state.Placement{})[0].Name
+		must(t, "EnterScope", st.EnterScope(ctx, db.Id, u, nil))
+		errs := parallel(
+			func() error { return st.EnsureUnitDead(ctx, u, db.Id) },
+			func() error { return st.EnterScope(ctx, host.Id, u, nil) },
+		)
+		for _, err := range errs {
+			allowed(t, err, state.ErrRefused)
+		}
+		switch {
+		case errs[0] == nil && errs[1] == nil:
+			t.Errorf("round %d: %s both died and entered relation %d", round, u, host.Id)
+		case errs[0] == nil:
+			dead++
+		default:
+			refused++
+			must(t, "LeaveScope", st.LeaveScope(ctx, host.Id, u))
+			must(t, "EnsureUnitDead", st.EnsureUnitDead(ctx, u))
+		}
+		if got := life(t, ctx, st, "unit", u); got != "dead" {
+			t.Errorf("round %d: %s is %s, want dead", round, u, got)
+		}
+	}
+	mon.Stop(t)
+	t.Logf("died first %d times, refused %d times; %+v", dead, refused, st.Stats())
+}

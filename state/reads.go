@@ -180,6 +180,9 @@ func (r *reads) one(i int) *mvccpb.KeyValue {
 // all returns the keys of range i.
 func (r *reads) all(i int) []*mvccpb.KeyValue { return r.ranges[i].Kvs }
 
+// from returns the answers from the i-th on, numbered from 0.
+func (r *reads) from(i int) *reads { return &reads{rev: r.rev, ranges: r.ranges[i:]} }
+
 // existing returns, of keys, those that the answers of their getExists
 // reads, from i on and in keys' order, found: each as a KeyValue of its
 // key alone.

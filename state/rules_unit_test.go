@@ -3,6 +3,7 @@ package state_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -381,4 +382,58 @@ func TestAddUnitsSideBySide(t *testing.T) {
 		t.Errorf("app's unit sequence = %q, want %q", got, want)
 	}
 	checkInvariants(t, st)
+}
+
+// EnsureUnitDead takes the unit out of the scopes it names first, each as
+// LeaveScope would and committed on its own, then sets it dead when U3
+// allows: a scope it does not name, or a subordinate, still stops the
+// death, and the scopes it left stay left.
+func TestEnsureUnitDeadLeavingScopes(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		leave func(db, host int64) []int64
+		sub   bool
+		msg   string
+	}{
+		{"leaving both", func(db, host int64) []int64 { return []int64{db, host} }, false, ""},
+		{"leaving one", func(db, host int64) []int64 { return []int64{db} }, false, "unit app/0 is still in the scope of relation 2"},
+		{"leaving both, with a subordinate", func(db, host int64) []int64 { return []int64{host, db} }, true, "unit app/0 still has subordinate logger/0"},
+		{"leaving one not entered too", func(db, host int64) []int64 { return []int64{99, db, host} }, false, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st, ctx := newState(t)
+			addService(t, ctx, st, "app", appEndpoints)
+			addService(t, ctx, st, "kv", kvEndpoints)
+			addService(t, ctx, st, "logger", loggerEndpoints)
+			addUnits(t, ctx, st, "app", 1, state.Placement{})
+			db, host := relate(t, ctx, st, "app", "kv"), relate(t, ctx, st, "app", "logger")
+			for _, rel := range []int64{db.Id, host.Id} {
+				must(t, "EnterScope", st.EnterScope(ctx, rel, "app/0", nil))
+			}
+			if tt.sub {
+				_, err := st.AddSubordinate(ctx, "app/0", "logger")
+				must(t, "AddSubordinate", err)
+			}
+			must(t, "DestroyUnit", destroyApp0(ctx, st))
+			leave := tt.leave(db.Id, host.Id)
+			err := st.EnsureUnitDead(ctx, "app/0", leave...)
+			want := "dead"
+			if tt.msg != "" {
+				wantErr(t, "EnsureUnitDead", err, state.ErrRefused, "U3", tt.msg)
+				want = "dying"
+			} else {
+				must(t, "EnsureUnitDead", err)
+			}
+			if got := life(t, ctx, st, "unit", "app/0"); got != want {
+				t.Errorf("app/0 is %s, want %s", got, want)
+			}
+			for _, rel := range []int64{db.Id, host.Id} {
+				members, err := st.ScopeMembers(ctx, rel)
+				must(t, "ScopeMembers", err)
+				if in, left := slices.Contains(members, "app/0"), slices.Contains(leave, rel); in == left {
+					t.Errorf("app/0 in relation %d's scope: %v, having been asked to leave it: %v", rel, in, left)
+				}
+			}
+		})
+	}
 }

@@ -70,7 +70,15 @@ func relationHasService(rel *pb.Relation, svc string) bool {
 // the last thing holding (R3, S3). Leaving a scope the unit is not in does
 // nothing.
 func (s *State) LeaveScope(ctx context.Context, id int64, unit string) error {
-	return s.apply(ctx, fmt.Sprintf("take %s out of relation %d", unit, id), func(ctx context.Context) (*change, error) {
+	_, err := s.leaveScope(ctx, id, unit)
+	return err
+}
+
+// leaveScope is LeaveScope reading extra too, with the reads the change
+// was made from: it returns their answers (reads.from).
+func (s *State) leaveScope(ctx context.Context, id int64, unit string, extra ...getOp) (*reads, error) {
+	var read *reads
+	err := s.apply(ctx, fmt.Sprintf("take %s out of relation %d", unit, id), func(ctx context.Context) (*change, error) {
 		if err := checkUnitName(unit); err != nil {
 			return nil, err
 		}
@@ -84,11 +92,12 @@ func (s *State) LeaveScope(ctx context.Context, id int64, unit string) error {
 		// then, only when none of those is there, the nearer ones.
 		first, later := probeStages(unit)
 		probes, probeGets := neighbourProbes(unit, scopeKey, first)
-		gets := append([]getOp{get(key), get(RelationKey(id))}, probeGets...)
+		gets := append(append([]getOp{get(key), get(RelationKey(id))}, probeGets...), extra...)
 		r, err := s.read(ctx, gets...)
 		if err != nil {
 			return nil, err
 		}
+		read = r.from(len(gets) - len(extra))
 		entry := r.one(0)
 		if entry == nil {
 			return nil, errNothingToDo
@@ -123,6 +132,10 @@ func (s *State) LeaveScope(ctx context.Context, id int64, unit string) error {
 		}
 		return c, nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return read, nil
 }
 
 // ScopeMembers returns the units in relation id's scope.

@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"errors"
 	"strconv"
 
 	"github.com/lifelinehq/lifeline/names"
@@ -423,48 +424,89 @@ func unitDyingOps(c *change, u *record[*pb.Unit], firstSub *mvccpb.KeyValue) {
 // EnsureUnitDead sets the named unit dead, once it is in no relation scope
 // and has no subordinates (U3). Its own agent calls it after departing its
 // relations, removing its subordinates and running stop and remove (U4).
-func (s *State) EnsureUnitDead(ctx context.Context, name string) error {
+//
+// It first takes the unit out of the scopes of the relations leave names,
+// each as LeaveScope would, in a transaction of its own. The last of those
+// reads what the death needs too, and the death is made from that read
+// when it can be (the unit in no other scope, without subordinates): its
+// comparisons hold it to what was read, so that it fails and is made
+// again from a read of its own should anything else have changed. A unit
+// leaving its last scope and dying costs one read less.
+func (s *State) EnsureUnitDead(ctx context.Context, name string, leave ...int64) error {
+	if err := checkUnitName(name); err != nil {
+		return err
+	}
+	gets := []getOp{get(UnitKey(name)), getKeys(subordinatesPrefix(name), 4), getKeys(unitScopesPrefix(name), 4)}
+	var early *reads // gets' answers, read with the last leave
+	var left string  // the reference to the scope it took the unit out of
+	for i, id := range leave {
+		var extra []getOp
+		if i == len(leave)-1 {
+			extra, left = gets, unitScopeRef(name, id)
+		}
+		r, err := s.leaveScope(ctx, id, name, extra...)
+		if err != nil {
+			return err
+		}
+		early = r
+	}
 	return s.apply(ctx, "set unit "+name+" dead", func(ctx context.Context) (*change, error) {
-		if err := checkUnitName(name); err != nil {
-			return nil, err
+		if r := early; r != nil {
+			early = nil
+			if c, err := unitDeathChange(r, name, left); c != nil || errors.Is(err, errNothingToDo) {
+				return c, err
+			}
 		}
-		r, err := s.read(ctx, get(UnitKey(name)), getKeys(subordinatesPrefix(name), 4), getKeys(unitScopesPrefix(name), 4))
+		r, err := s.read(ctx, gets...)
 		if err != nil {
 			return nil, err
 		}
-		u, err := unitFrom(r.one(0), name)
-		if err != nil {
-			return nil, err
-		}
-		if u.v.Life == pb.Life_LIFE_DEAD {
-			return nil, errNothingToDo
-		}
-		if scopes := r.all(2); len(scopes) > 0 {
-			ids, err := relationIDs(scopes)
-			if err != nil {
-				return nil, err
-			}
-			rels := make([]string, len(ids))
-			for i, id := range ids {
-				rels[i] = strconv.FormatInt(id, 10)
-			}
-			return nil, refused("U3", "unit %s is still in the scope of relation %s", name, joinMore(rels, r.more(2)))
-		}
-		if subs := r.all(1); len(subs) > 0 {
-			return nil, refused("U3", "unit %s still has subordinate %s", name, joinMore(keySuffixes(subs, subordinatesPrefix(name)), r.more(1)))
-		}
-		next := protoClone(u.v)
-		next.Life = pb.Life_LIFE_DEAD
-		c := &change{}
-		c.ifMod(u.key, u.mod)
-		c.ifEmpty(subordinatesPrefix(name))
-		c.ifEmpty(unitScopesPrefix(name))
-		c.put(u.key, next)
-		if u.v.Principal == "" && u.v.MachineId != "" {
-			c.del(machineAliveRef(u.v.MachineId, name))
-		}
-		return c, nil
+		return unitDeathChange(r, name, "")
 	})
+}
+
+// unitDeathChange sets the unit dead from the answers to EnsureUnitDead's
+// gets, read after it left every scope but possibly left's, or refuses
+// (U3).
+func unitDeathChange(r *reads, name, left string) (*change, error) {
+	u, err := unitFrom(r.one(0), name)
+	if err != nil {
+		return nil, err
+	}
+	if u.v.Life == pb.Life_LIFE_DEAD {
+		return nil, errNothingToDo
+	}
+	var scopes []*mvccpb.KeyValue
+	for _, kv := range r.all(2) {
+		if string(kv.Key) != left {
+			scopes = append(scopes, kv)
+		}
+	}
+	if len(scopes) > 0 {
+		ids, err := relationIDs(scopes)
+		if err != nil {
+			return nil, err
+		}
+		rels := make([]string, len(ids))
+		for i, id := range ids {
+			rels[i] = strconv.FormatInt(id, 10)
+		}
+		return nil, refused("U3", "unit %s is still in the scope of relation %s", name, joinMore(rels, r.more(2)))
+	}
+	if subs := r.all(1); len(subs) > 0 {
+		return nil, refused("U3", "unit %s still has subordinate %s", name, joinMore(keySuffixes(subs, subordinatesPrefix(name)), r.more(1)))
+	}
+	next := protoClone(u.v)
+	next.Life = pb.Life_LIFE_DEAD
+	c := &change{}
+	c.ifMod(u.key, u.mod)
+	c.ifEmpty(subordinatesPrefix(name))
+	c.ifEmpty(unitScopesPrefix(name))
+	c.put(u.key, next)
+	if u.v.Principal == "" && u.v.MachineId != "" {
+		c.del(machineAliveRef(u.v.MachineId, name))
+	}
+	return c, nil
 }
 
 // RemoveUnit removes the named dead unit from the model (U5): the machine's
