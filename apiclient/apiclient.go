@@ -85,6 +85,12 @@ func DialConn(cfg Config, opts ...grpc.DialOption) (*Conn, error) {
 		}, MinConnectTimeout: 5 * time.Second}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
+		// Fixed flow-control windows, as the controller's: gRPC's dynamic
+		// ones have each side ping the other whenever data comes after a
+		// quiet spell, to estimate the link's bandwidth, and an agent's
+		// watch events come in small bursts (controller/server.go).
+		grpc.WithStaticStreamWindowSize(streamWindow),
+		grpc.WithStaticConnWindowSize(connWindow),
 	}, opts...)
 	conn, err := grpc.NewClient(r.Scheme()+":///controller", opts...)
 	if err != nil {
@@ -215,3 +221,12 @@ func (c credConn) Invoke(ctx context.Context, method string, args, reply any, op
 func (c credConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	return c.cc.NewStream(ctx, desc, method, append(opts, c.cred)...)
 }
+
+// streamWindow and connWindow are the flow-control windows of a stream and
+// of the connection: what the controller may send before the client reads
+// it. A charm download over a link of 50 ms round trip moves at up to 20
+// MiB a second.
+const (
+	streamWindow = 1 << 20
+	connWindow   = 4 << 20
+)
