@@ -212,6 +212,7 @@ func (f *fleet) usage() usage {
 			continue
 		}
 		wu.written = procWritten(w.cmd.Process.Pid)
+		wu.syscalls = procSyscalls(w.cmd.Process.Pid)
 		u = u.plus(wu)
 	}
 	return u

@@ -79,6 +79,13 @@ type results struct {
 	// The controller's garbage collections in each phase.
 	ControllerGCsDeploy  int64 `json:"controller_gc_cycles_deploy"`
 	ControllerGCsDestroy int64 `json:"controller_gc_cycles_destroy"`
+	// The read and write system calls (on sockets and files alike) of the
+	// controller and of the fleet's processes in each phase: most of them
+	// are their gRPC connections' and the controller's etcd's.
+	ControllerSyscallsDeploy  int64 `json:"controller_syscalls_deploy"`
+	ControllerSyscallsDestroy int64 `json:"controller_syscalls_destroy"`
+	FleetSyscallsDeploy       int64 `json:"fleet_syscalls_deploy"`
+	FleetSyscallsDestroy      int64 `json:"fleet_syscalls_destroy"`
 	// What the fleet (this process: the machine and unit agents) used
 	// from the deploy until every unit ran, and while destroying: its CPU,
 	// its hook processes' CPU, and the bytes it sent to the disk (the
@@ -251,6 +258,8 @@ func (r *results) print(w io.Writer) {
 		r.EtcdTxnsTotal, r.EtcdTxnsPerUnit, r.MaxTxnOps, r.EtcdTxnRetries, r.EtcdBusyRetries)
 	row("controller", "%.0f MiB peak RSS (%.1f KiB a unit), %.1f CPU s (%.1f deploying, %.1f destroying); %d garbage collections deploying, %d destroying", float64(r.ControllerRSSBytes)/(1<<20), r.ControllerBytesPerUnit/1024, r.ControllerCPUSeconds, r.ControllerCPUSecondsDeploy, r.ControllerCPUSecondsDestroy, r.ControllerGCsDeploy, r.ControllerGCsDestroy)
 	row("machine's CPUs busy", "%.0f%% deploying, %.0f%% destroying", 100*r.MachineBusyDeploy, 100*r.MachineBusyDestroy)
+	row("reads and writes (syscalls)", "the controller %d deploying, %d destroying; the fleet %d and %d",
+		r.ControllerSyscallsDeploy, r.ControllerSyscallsDestroy, r.FleetSyscallsDeploy, r.FleetSyscallsDestroy)
 	row("harness (this process)", "%.1f CPU s deploying, %.1f destroying; its watch of the model %d events deploying, %d destroying",
 		r.HarnessCPUSecondsDeploy, r.HarnessCPUSecondsDestroy, r.HarnessWatchEventsDeploy, r.HarnessWatchEventsDestroy)
 	where := "in the harness's process"

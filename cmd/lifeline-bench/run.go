@@ -250,6 +250,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	res.HarnessWatchEventsDeploy = model.takeEvents()
 	res.FleetCPUSecondsDeploy, res.HookCPUSecondsDeploy = deployUsage.cpu.Seconds(), deployUsage.children.Seconds()
 	res.FleetWrittenBytesDeploy = deployUsage.written
+	res.ControllerSyscallsDeploy, res.FleetSyscallsDeploy = deployUse.controllerSyscalls, deployUsage.syscalls
 	res.SecondsToRunning = settled.Sub(start).Seconds()
 	res.UnitsPerSecond = float64(c.units) / res.SecondsToRunning
 	res.RatioToCeiling = res.UnitsPerSecond / res.CeilingUnitsPerSecond
@@ -349,6 +350,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	res.ControllerCPUSecondsDestroy, res.MachineBusyDestroy, res.HarnessCPUSecondsDestroy = destroyUse.controller, destroyUse.busy, destroyUse.harness
 	res.HarnessWatchEventsDestroy = model.takeEvents()
 	res.FleetCPUSecondsDestroy, res.HookCPUSecondsDestroy = destroyUsage.cpu.Seconds(), destroyUsage.children.Seconds()
+	res.ControllerSyscallsDestroy, res.FleetSyscallsDestroy = destroyUse.controllerSyscalls, destroyUsage.syscalls
 	res.UnitsPerSecondDestroy = float64(c.units) / res.SecondsToRemoved
 	res.RatioToCeilingDestroy = res.UnitsPerSecondDestroy / res.CeilingUnitsPerSecond
 	countsEnd, err := ctl.counters()

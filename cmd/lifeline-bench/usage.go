@@ -15,6 +15,7 @@ type usage struct {
 	cpu      time.Duration // the process's user and system CPU
 	children time.Duration // its waited-for children's
 	written  int64         // bytes the process sent to storage (/proc/<pid>/io write_bytes)
+	syscalls int64         // its read and write system calls, sockets' and files' (procSyscalls)
 }
 
 // currentUsage is what this process and its waited-for children have
@@ -29,12 +30,21 @@ func currentUsage() usage {
 		u.children = time.Duration(children.Utime.Nano() + children.Stime.Nano())
 	}
 	u.written = procWritten(os.Getpid())
+	u.syscalls = procSyscalls(os.Getpid())
 	return u
 }
 
 // procWritten returns the bytes a process has sent to storage so far
 // (write_bytes of /proc/<pid>/io), 0 if unknown.
 func procWritten(pid int) int64 { return procField(pid, "io", "write_bytes") }
+
+// procSyscalls returns the read and write system calls a process has made
+// so far (syscr and syscw of /proc/<pid>/io: read, write and their kin, on
+// sockets and files alike), 0 if unknown. Over a run most are its gRPC
+// connections' and etcd's.
+func procSyscalls(pid int) int64 {
+	return procField(pid, "io", "syscr") + procField(pid, "io", "syscw")
+}
 
 // procField returns the number on the line "name: N" (or "name: N kB",
 // in bytes) of /proc/<pid>/<file>, 0 if unknown.
@@ -58,7 +68,7 @@ func procField(pid int, file, name string) int64 {
 
 // plus adds another's use.
 func (u usage) plus(o usage) usage {
-	return usage{cpu: u.cpu + o.cpu, children: u.children + o.children, written: u.written + o.written}
+	return usage{cpu: u.cpu + o.cpu, children: u.children + o.children, written: u.written + o.written, syscalls: u.syscalls + o.syscalls}
 }
 
 // procCPU returns what another process used so far: its CPU, and that of
@@ -89,7 +99,7 @@ const clockTicks = 100
 
 // since returns what was used between then and u.
 func (u usage) since(then usage) usage {
-	return usage{cpu: u.cpu - then.cpu, children: u.children - then.children, written: u.written - then.written}
+	return usage{cpu: u.cpu - then.cpu, children: u.children - then.children, written: u.written - then.written, syscalls: u.syscalls - then.syscalls}
 }
 
 // machineBusy returns the time the machine's CPUs have spent busy and in
@@ -116,16 +126,17 @@ func machineBusy() (busy, total int64) {
 }
 
 // phaseMeter measures what a phase of the run used beyond the fleet: the
-// controller's CPU, the harness's own and how busy the machine's CPUs
-// were.
+// controller's CPU and system calls, the harness's own CPU and how busy
+// the machine's CPUs were.
 type phaseMeter struct {
 	pid         int
 	ctl, self   time.Duration
+	ctlSyscalls int64
 	busy, total int64
 }
 
 func startPhase(controllerPID int) phaseMeter {
-	m := phaseMeter{pid: controllerPID, self: currentUsage().cpu}
+	m := phaseMeter{pid: controllerPID, self: currentUsage().cpu, ctlSyscalls: procSyscalls(controllerPID)}
 	if u, err := procCPU(controllerPID); err == nil {
 		m.ctl = u.cpu
 	}
@@ -138,6 +149,8 @@ type phaseUse struct {
 	// controller and harness are CPU seconds: the controller's process
 	// and the harness's own (with -fleet-procs 0, the fleet's too).
 	controller, harness float64
+	// controllerSyscalls are the controller's read and write system calls.
+	controllerSyscalls int64
 	// busy is the fraction of the machine's CPU time that was busy.
 	busy float64
 }
@@ -148,6 +161,7 @@ func (m phaseMeter) end() phaseUse {
 	if u, err := procCPU(m.pid); err == nil {
 		p.controller = (u.cpu - m.ctl).Seconds()
 	}
+	p.controllerSyscalls = procSyscalls(m.pid) - m.ctlSyscalls
 	p.harness = (currentUsage().cpu - m.self).Seconds()
 	b, t := machineBusy()
 	if t > m.total {
