@@ -174,22 +174,21 @@ func TestRuleU3_DeadOnlyOutOfScopeWithoutSubordinates(t *testing.T) {
 	tests := []struct {
 		name  string
 		setup func(t *testing.T, ctx context.Context, st *state.State)
-		want  error
-		msg   string
+		msg   string // the refusal's, "" for none
 	}{
 		{"in a relation scope", func(t *testing.T, ctx context.Context, st *state.State) {
 			rel := relate(t, ctx, st, "app", "kv")
 			must(t, "EnterScope", st.EnterScope(ctx, rel.Id, "app/0", nil))
-		}, state.ErrRefused, "unit app/0 is still in the scope of relation 1"},
+		}, "unit app/0 is still in the scope of relation 1"},
 		{"with an alive subordinate", func(t *testing.T, ctx context.Context, st *state.State) {
 			_, err := st.AddSubordinate(ctx, "app/0", "logger")
 			must(t, "AddSubordinate", err)
-		}, state.ErrRefused, "unit app/0 still has subordinate logger/0"},
+		}, "unit app/0 still has subordinate logger/0"},
 		{"with a dead subordinate not yet removed", func(t *testing.T, ctx context.Context, st *state.State) {
 			_, err := st.AddSubordinate(ctx, "app/0", "logger")
 			must(t, "AddSubordinate", err)
 			must(t, "EnsureUnitDead(logger/0)", st.EnsureUnitDead(ctx, "logger/0"))
-		}, state.ErrRefused, "unit app/0 still has subordinate logger/0"},
+		}, "unit app/0 still has subordinate logger/0"},
 		{"out of scope, subordinate removed", func(t *testing.T, ctx context.Context, st *state.State) {
 			rel := relate(t, ctx, st, "app", "kv")
 			must(t, "EnterScope", st.EnterScope(ctx, rel.Id, "app/0", nil))
@@ -198,29 +197,43 @@ func TestRuleU3_DeadOnlyOutOfScopeWithoutSubordinates(t *testing.T) {
 			must(t, "LeaveScope", st.LeaveScope(ctx, rel.Id, "app/0"))
 			must(t, "EnsureUnitDead(logger/0)", st.EnsureUnitDead(ctx, "logger/0"))
 			must(t, "RemoveUnit(logger/0)", st.RemoveUnit(ctx, "logger/0"))
-		}, nil, ""},
+		}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st, ctx := newState(t)
-			addService(t, ctx, st, "app", appEndpoints)
-			addService(t, ctx, st, "kv", kvEndpoints)
-			addService(t, ctx, st, "logger", loggerEndpoints)
-			addUnits(t, ctx, st, "app", 1, state.Placement{})
+			st, ctx := newDeathModel(t)
 			tt.setup(t, ctx, st)
 			must(t, "DestroyUnit", destroyApp0(ctx, st))
-			err := st.EnsureUnitDead(ctx, "app/0")
-			want := "dead"
-			if tt.want != nil {
-				wantErr(t, "EnsureUnitDead", err, tt.want, "U3", tt.msg)
-				want = "dying"
-			} else {
-				must(t, "EnsureUnitDead", err)
-			}
-			if got := life(t, ctx, st, "unit", "app/0"); got != want {
-				t.Errorf("app/0 is %s, want %s", got, want)
-			}
+			wantApp0Death(t, ctx, st, st.EnsureUnitDead(ctx, "app/0"), tt.msg)
 		})
+	}
+}
+
+// newDeathModel has services app, kv and logger, and unit app/0.
+func newDeathModel(t *testing.T) (*state.State, context.Context) {
+	t.Helper()
+	st, ctx := newState(t)
+	addService(t, ctx, st, "app", appEndpoints)
+	addService(t, ctx, st, "kv", kvEndpoints)
+	addService(t, ctx, st, "logger", loggerEndpoints)
+	addUnits(t, ctx, st, "app", 1, state.Placement{})
+	return st, ctx
+}
+
+// wantApp0Death checks err, EnsureUnitDead's answer for app/0: refused
+// under U3 saying msg and app/0 still dying, or (msg "") done and app/0
+// dead.
+func wantApp0Death(t *testing.T, ctx context.Context, st *state.State, err error, msg string) {
+	t.Helper()
+	want := "dead"
+	if msg != "" {
+		wantErr(t, "EnsureUnitDead", err, state.ErrRefused, "U3", msg)
+		want = "dying"
+	} else {
+		must(t, "EnsureUnitDead", err)
+	}
+	if got := life(t, ctx, st, "unit", "app/0"); got != want {
+		t.Errorf("app/0 is %s, want %s", got, want)
 	}
 }
 
@@ -401,11 +414,7 @@ func TestEnsureUnitDeadLeavingScopes(t *testing.T) {
 		{"leaving one not entered too", func(db, host int64) []int64 { return []int64{99, db, host} }, false, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			st, ctx := newState(t)
-			addService(t, ctx, st, "app", appEndpoints)
-			addService(t, ctx, st, "kv", kvEndpoints)
-			addService(t, ctx, st, "logger", loggerEndpoints)
-			addUnits(t, ctx, st, "app", 1, state.Placement{})
+			st, ctx := newDeathModel(t)
 			db, host := relate(t, ctx, st, "app", "kv"), relate(t, ctx, st, "app", "logger")
 			for _, rel := range []int64{db.Id, host.Id} {
 				must(t, "EnterScope", st.EnterScope(ctx, rel, "app/0", nil))
@@ -416,17 +425,7 @@ func TestEnsureUnitDeadLeavingScopes(t *testing.T) {
 			}
 			must(t, "DestroyUnit", destroyApp0(ctx, st))
 			leave := tt.leave(db.Id, host.Id)
-			err := st.EnsureUnitDead(ctx, "app/0", leave...)
-			want := "dead"
-			if tt.msg != "" {
-				wantErr(t, "EnsureUnitDead", err, state.ErrRefused, "U3", tt.msg)
-				want = "dying"
-			} else {
-				must(t, "EnsureUnitDead", err)
-			}
-			if got := life(t, ctx, st, "unit", "app/0"); got != want {
-				t.Errorf("app/0 is %s, want %s", got, want)
-			}
+			wantApp0Death(t, ctx, st, st.EnsureUnitDead(ctx, "app/0", leave...), tt.msg)
 			for _, rel := range []int64{db.Id, host.Id} {
 				members, err := st.ScopeMembers(ctx, rel)
 				must(t, "ScopeMembers", err)
