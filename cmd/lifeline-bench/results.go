@@ -103,7 +103,12 @@ type results struct {
 	// memory, Go heap in use, goroutine stacks, goroutines, and the
 	// watch subscriptions its agents keep open (the watch hub's streams),
 	// and the gRPC watch streams (Watch and WatchMany) that carry them.
-	RunningRSSBytes       int64   `json:"running_controller_rss_bytes"`
+	RunningRSSBytes int64 `json:"running_controller_rss_bytes"`
+	// The controller's peak resident memory so far (VmHWM) once every
+	// unit runs, and again after the timed ctl status: where in the run
+	// controller_rss_bytes, the whole run's peak, was reached.
+	PeakRSSBytesRunning   int64   `json:"controller_peak_rss_bytes_running"`
+	PeakRSSBytesStatus    int64   `json:"controller_peak_rss_bytes_after_status"`
 	RunningHeapInuseBytes int64   `json:"running_controller_heap_inuse_bytes"`
 	RunningStackBytes     int64   `json:"running_controller_stack_bytes"`
 	RunningGoroutines     int64   `json:"running_controller_goroutines"`
@@ -257,6 +262,7 @@ func (r *results) print(w io.Writer) {
 	row("etcd txns", "%d, %.1f a unit, largest %d ops; %d retried after a conflict, %d refused as too many and sent again",
 		r.EtcdTxnsTotal, r.EtcdTxnsPerUnit, r.MaxTxnOps, r.EtcdTxnRetries, r.EtcdBusyRetries)
 	row("controller", "%.0f MiB peak RSS (%.1f KiB a unit), %.1f CPU s (%.1f deploying, %.1f destroying); %d garbage collections deploying, %d destroying", float64(r.ControllerRSSBytes)/(1<<20), r.ControllerBytesPerUnit/1024, r.ControllerCPUSeconds, r.ControllerCPUSecondsDeploy, r.ControllerCPUSecondsDestroy, r.ControllerGCsDeploy, r.ControllerGCsDestroy)
+	row("controller's peak RSS so far", "%.0f MiB once every unit ran, %.0f MiB after ctl status", float64(r.PeakRSSBytesRunning)/(1<<20), float64(r.PeakRSSBytesStatus)/(1<<20))
 	row("machine's CPUs busy", "%.0f%% deploying, %.0f%% destroying", 100*r.MachineBusyDeploy, 100*r.MachineBusyDestroy)
 	row("reads and writes (syscalls)", "the controller %d deploying, %d destroying; the fleet %d and %d",
 		r.ControllerSyscallsDeploy, r.ControllerSyscallsDestroy, r.FleetSyscallsDeploy, r.FleetSyscallsDestroy)
