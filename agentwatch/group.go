@@ -23,7 +23,9 @@ type Grouper interface {
 
 // Group follows one agent's subjects on a Mux's stream, applying all of
 // their responses in the one goroutine that calls Run, where each Follow
-// takes a goroutine of its own while it lasts. A unit agent follows seven
+// takes a goroutine of its own while it lasts. Should the controller lack
+// WatchMany, each subject is followed on a stream of its own, in a
+// goroutine of its own, and its applies still never overlap another's. A unit agent follows seven
 // subjects or more: at 10,000 units on a host, the goroutines' stacks
 // alone, each grown as its Follow first ran, were a tenth of the agents'
 // CPU deploying (docs/PERFORMANCE.md, twenty-seventh round).
@@ -43,6 +45,10 @@ type Group struct {
 	members []*groupMember
 	// alone counts the Follows on streams of their own (no WatchMany).
 	alone sync.WaitGroup
+	// applying is held while a response is applied: by Run, and by the
+	// Follows on streams of their own, each in its own goroutine, so
+	// that no two of the Group's applies overlap either way.
+	applying sync.Mutex
 }
 
 // groupMember is one subject's Follow in a Group. Run alone touches its
@@ -95,7 +101,11 @@ func (g *Group) followAlone(ctx context.Context, subject *pb.WatchSubject, after
 	g.alone.Add(1)
 	go func() {
 		defer g.alone.Done()
-		follow(ctx, g.api, subject, after, apply, logger)
+		follow(ctx, g.api, subject, after, func(resp *pb.WatchResponse) {
+			g.applying.Lock()
+			defer g.applying.Unlock()
+			apply(resp)
+		}, logger)
 	}()
 }
 
@@ -184,7 +194,9 @@ func (g *Group) serve(mb *groupMember) bool {
 			return false
 		}
 		mb.bo.Reset()
+		g.applying.Lock()
 		mb.apply(resp)
+		g.applying.Unlock()
 	}
 	if ended == nil {
 		return true
