@@ -23,12 +23,13 @@ type Grouper interface {
 
 // Group follows one agent's subjects on a Mux's stream, applying all of
 // their responses in the one goroutine that calls Run, where each Follow
-// takes a goroutine of its own while it lasts. Should the controller lack
-// WatchMany, each subject is followed on a stream of its own, in a
-// goroutine of its own, and its applies still never overlap another's. A unit agent follows seven
+// takes a goroutine of its own while it lasts. A unit agent follows seven
 // subjects or more: at 10,000 units on a host, the goroutines' stacks
 // alone, each grown as its Follow first ran, were a tenth of the agents'
-// CPU deploying (docs/PERFORMANCE.md, twenty-seventh round).
+// CPU deploying (docs/PERFORMANCE.md, twenty-seventh round). Should the
+// controller lack WatchMany, each subject is followed on a stream of its
+// own, in a goroutine of its own, and its applies still never overlap
+// another's.
 //
 // Each subject's responses are applied in order, with the contract of
 // Follow: a subject is followed until its context ends, through every

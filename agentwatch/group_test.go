@@ -133,7 +133,7 @@ func TestGroupRefusedSubjectIsAskedForAgain(t *testing.T) {
 	units, _ := record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
 	waitFor(t, "the listing", func() bool { return len(units.changes()) == 2 })
 	waitFor(t, "the refused subject asked for three times", func() bool { return api.subscribes.Load() >= 4 })
-	if !logs.has("watch refused", "may not watch machine 1") {
+	if !logs.Has("watch refused", "may not watch machine 1") {
 		t.Errorf("the refusal is not logged:\n%s", logs)
 	}
 	m.addUnits(1, "0")

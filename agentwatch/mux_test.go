@@ -1,7 +1,6 @@
 package agentwatch
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -20,6 +19,7 @@ import (
 	"github.com/lifelinehq/lifeline/etcdtest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
+	"github.com/lifelinehq/lifeline/syncbuf"
 )
 
 func TestMain(m *testing.M) { etcdtest.Main(m) }
@@ -375,7 +375,7 @@ func TestMuxRefusedSubjectEndsOnlyItsSubscription(t *testing.T) {
 	refused, _ := record(t, mux.follower(logger), &pb.WatchSubject{Subject: &pb.WatchSubject_Machine{Machine: "1"}})
 	units, _ := record(t, mux.follower(logger), &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
 	waitFor(t, "the listing", func() bool { return len(units.changes()) == 2 })
-	waitFor(t, "the refusal logged", func() bool { return logs.has("watch refused", "may not watch machine 1") })
+	waitFor(t, "the refusal logged", func() bool { return logs.Has("watch refused", "may not watch machine 1") })
 	m.addUnits(1, "0")
 	waitFor(t, "the change", func() bool { return len(units.changes()) == 3 })
 	if got := refused.changes(); len(got) != 0 {
@@ -386,39 +386,9 @@ func TestMuxRefusedSubjectEndsOnlyItsSubscription(t *testing.T) {
 	}
 }
 
-// logBuffer holds what a logger wrote, safe to read while it writes.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// has reports whether every one of words was logged.
-func (l *logBuffer) has(words ...string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, w := range words {
-		if !strings.Contains(l.b.String(), w) {
-			return false
-		}
-	}
-	return true
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // debugLogger returns a logger at debug level and what it writes.
-func debugLogger() (hclog.Logger, *logBuffer) {
-	logs := &logBuffer{}
+func debugLogger() (hclog.Logger, *syncbuf.Buffer) {
+	logs := &syncbuf.Buffer{}
 	return hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug}), logs
 }
 

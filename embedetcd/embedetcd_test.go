@@ -1,36 +1,17 @@
 package embedetcd_test
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/lifelinehq/lifeline/embedetcd"
+	"github.com/lifelinehq/lifeline/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for etcd's goroutines to log into.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestQuietAtInfo starts, uses, restarts and stops a member with an
 // operator's log level: nothing but hclog lines, and no warnings.
@@ -40,7 +21,7 @@ func TestQuietAtInfo(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	var out syncBuffer
+	var out syncbuf.Buffer
 	logger := hclog.New(&hclog.LoggerOptions{Name: "etcd", Level: hclog.Info, Output: &out})
 	for round := 0; round < 2; round++ { // the second start finds existing data
 		s, err := embedetcd.Start(embedetcd.Config{Dir: dir, Logger: logger, NoFsync: true})

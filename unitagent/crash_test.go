@@ -8,12 +8,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/syncbuf"
 	"github.com/lifelinehq/lifeline/unitagent"
 )
 
@@ -21,25 +21,7 @@ import (
 // to be killed with SIGKILL.
 type process struct {
 	cmd *exec.Cmd
-	log *lockedBuffer
-}
-
-// lockedBuffer collects a process's output while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	log *syncbuf.Buffer
 }
 
 func (w *world) spawn(unit string) *process {
@@ -54,7 +36,7 @@ func (w *world) spawn(unit string) *process {
 	}
 	cmd := exec.Command(lifelined, "unit-agent", "--unit", unit, "--data-dir", dir, "--agent-config", cfgPath,
 		"--retry-delay", "50ms", "--hook-attempts", "1000", "--log-level", "debug")
-	p := &process{cmd: cmd, log: &lockedBuffer{}}
+	p := &process{cmd: cmd, log: &syncbuf.Buffer{}}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {
 		w.t.Fatal(err)

@@ -341,11 +341,14 @@ func perUnit(before, after map[string]float64, units int) map[string]float64 {
 // procUsage returns a process's peak resident memory and CPU time so far.
 func procUsage(pid int) (rss int64, cpu time.Duration, err error) {
 	u, err := procCPU(pid)
-	return procField(pid, "status", "VmHWM"), u.cpu, err
+	return peakRSS(pid), u.cpu, err
 }
 
 // currentRSS returns a process's resident memory now.
 func currentRSS(pid int) int64 { return procField(pid, "status", "VmRSS") }
+
+// peakRSS returns a process's peak resident memory so far.
+func peakRSS(pid int) int64 { return procField(pid, "status", "VmHWM") }
 
 // diskWrites says, for each of etcd's disk histograms, how many writes
 // there were between two readings, how long they took in all and the

@@ -279,12 +279,12 @@ func run(ctx context.Context, c config) (*results, error) {
 	if size, err := dbInUse(ctx, etcd, ctl.etcdEndpoint()); err == nil {
 		res.EtcdBytesPerUnit = float64(size-sizeBefore) / float64(total)
 	}
-	res.PeakRSSBytesRunning = procField(ctl.cmd.Process.Pid, "status", "VmHWM")
+	res.PeakRSSBytesRunning = peakRSS(ctl.cmd.Process.Pid)
 	res.StatusJSONSeconds, err = timeStatus(ctx, c.ctl, ctl.configPath)
 	if err != nil {
 		return res, err
 	}
-	res.PeakRSSBytesStatus = procField(ctl.cmd.Process.Pid, "status", "VmHWM")
+	res.PeakRSSBytesStatus = peakRSS(ctl.cmd.Process.Pid)
 	res.AgentRSSBytes = currentRSS(idle.cmd.Process.Pid)
 	res.FleetRSSPerMachine = float64(fl.rss()) / float64(c.machines)
 	res.RunningRSSBytes = currentRSS(ctl.cmd.Process.Pid)

@@ -43,27 +43,36 @@ func procWritten(pid int) int64 { return procField(pid, "io", "write_bytes") }
 // sockets and files alike), 0 if unknown. Over a run most are its gRPC
 // connections' and etcd's.
 func procSyscalls(pid int) int64 {
-	return procField(pid, "io", "syscr") + procField(pid, "io", "syscw")
+	n := procFields(pid, "io", "syscr", "syscw")
+	return n[0] + n[1]
 }
 
 // procField returns the number on the line "name: N" (or "name: N kB",
 // in bytes) of /proc/<pid>/<file>, 0 if unknown.
-func procField(pid int, file, name string) int64 {
+func procField(pid int, file, name string) int64 { return procFields(pid, file, name)[0] }
+
+// procFields is procField for several names, from one read of the file.
+func procFields(pid int, file string, names ...string) []int64 {
+	out := make([]int64, len(names))
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
 	if err != nil {
-		return 0
+		return out
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, name+":"); ok {
+		for i, name := range names {
+			rest, ok := strings.CutPrefix(line, name+":")
+			if !ok {
+				continue
+			}
 			v, kb := strings.CutSuffix(strings.TrimSpace(rest), " kB")
 			n, _ := strconv.ParseInt(v, 10, 64)
 			if kb {
 				n <<= 10
 			}
-			return n
+			out[i] = n
 		}
 	}
-	return 0
+	return out
 }
 
 // plus adds another's use.

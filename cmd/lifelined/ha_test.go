@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,35 +15,19 @@ import (
 	"github.com/lifelinehq/lifeline/embedetcd"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/syncbuf"
 )
 
 // haController is a controller process of a test.
 type haController struct {
 	name, addr, config string
 	cmd                *exec.Cmd
-	logs               *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	logs               *syncbuf.Buffer
 }
 
 func startHAController(t *testing.T, dir, name, endpoint string) *haController {
 	t.Helper()
-	c := &haController{name: name, addr: freeAddr(t), config: filepath.Join(dir, name+".json"), logs: &lockedBuffer{}}
+	c := &haController{name: name, addr: freeAddr(t), config: filepath.Join(dir, name+".json"), logs: &syncbuf.Buffer{}}
 	c.cmd = exec.Command(lifelined, "controller", "--data-dir", filepath.Join(dir, name), "--api-addr", c.addr,
 		"--metrics-addr", "", "--client-config", c.config, "--etcd-endpoints", endpoint, "--namespace", "/ha/",
 		"--provider", "manual", "--presence-timeout", "3s")
@@ -163,7 +146,7 @@ func TestTwoControllersShareOneModel(t *testing.T) {
 	// A manual machine's agent, on the leader first.
 	agent := exec.Command(lifelined, "machine-agent", "--join", added.JoinTokens[0], "--controller", leaderProc.addr,
 		"--data-dir", filepath.Join(dir, "machine-0"))
-	agentLogs := &lockedBuffer{}
+	agentLogs := &syncbuf.Buffer{}
 	agent.Stdout, agent.Stderr = agentLogs, agentLogs
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)
