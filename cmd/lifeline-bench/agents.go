@@ -211,8 +211,7 @@ func (f *fleet) usage() usage {
 		if err != nil {
 			continue
 		}
-		wu.written = procWritten(w.cmd.Process.Pid)
-		wu.syscalls = procSyscalls(w.cmd.Process.Pid)
+		wu.written, wu.syscalls = procIO(w.cmd.Process.Pid)
 		u = u.plus(wu)
 	}
 	return u

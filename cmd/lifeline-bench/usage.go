@@ -15,7 +15,7 @@ type usage struct {
 	cpu      time.Duration // the process's user and system CPU
 	children time.Duration // its waited-for children's
 	written  int64         // bytes the process sent to storage (/proc/<pid>/io write_bytes)
-	syscalls int64         // its read and write system calls, sockets' and files' (procSyscalls)
+	syscalls int64         // its read and write system calls, sockets' and files' (procIO)
 }
 
 // currentUsage is what this process and its waited-for children have
@@ -29,22 +29,24 @@ func currentUsage() usage {
 	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children) == nil {
 		u.children = time.Duration(children.Utime.Nano() + children.Stime.Nano())
 	}
-	u.written = procWritten(os.Getpid())
-	u.syscalls = procSyscalls(os.Getpid())
+	u.written, u.syscalls = procIO(os.Getpid())
 	return u
 }
 
-// procWritten returns the bytes a process has sent to storage so far
-// (write_bytes of /proc/<pid>/io), 0 if unknown.
-func procWritten(pid int) int64 { return procField(pid, "io", "write_bytes") }
+// procIO returns, from one read of /proc/<pid>/io, the bytes a process
+// has sent to storage so far (write_bytes) and the read and write system
+// calls it has made (syscr and syscw: read, write and their kin, on
+// sockets and files alike; over a run most are its gRPC connections' and
+// etcd's), 0 if unknown.
+func procIO(pid int) (written, syscalls int64) {
+	n := procFields(pid, "io", "write_bytes", "syscr", "syscw")
+	return n[0], n[1] + n[2]
+}
 
-// procSyscalls returns the read and write system calls a process has made
-// so far (syscr and syscw of /proc/<pid>/io: read, write and their kin, on
-// sockets and files alike), 0 if unknown. Over a run most are its gRPC
-// connections' and etcd's.
-func procSyscalls(pid int) int64 {
-	n := procFields(pid, "io", "syscr", "syscw")
-	return n[0] + n[1]
+// ioSyscalls is procIO's system calls alone.
+func ioSyscalls(pid int) int64 {
+	_, n := procIO(pid)
+	return n
 }
 
 // procField returns the number on the line "name: N" (or "name: N kB",
@@ -145,7 +147,7 @@ type phaseMeter struct {
 }
 
 func startPhase(controllerPID int) phaseMeter {
-	m := phaseMeter{pid: controllerPID, self: currentUsage().cpu, ctlSyscalls: procSyscalls(controllerPID)}
+	m := phaseMeter{pid: controllerPID, self: currentUsage().cpu, ctlSyscalls: ioSyscalls(controllerPID)}
 	if u, err := procCPU(controllerPID); err == nil {
 		m.ctl = u.cpu
 	}
@@ -170,7 +172,7 @@ func (m phaseMeter) end() phaseUse {
 	if u, err := procCPU(m.pid); err == nil {
 		p.controller = (u.cpu - m.ctl).Seconds()
 	}
-	p.controllerSyscalls = procSyscalls(m.pid) - m.ctlSyscalls
+	p.controllerSyscalls = ioSyscalls(m.pid) - m.ctlSyscalls
 	p.harness = (currentUsage().cpu - m.self).Seconds()
 	b, t := machineBusy()
 	if t > m.total {
