@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -201,8 +202,36 @@ func HTTPGet(url string) (int, string, error) {
 	return resp.StatusCode, string(body), err
 }
 
+// handedOut holds every port this test process has handed out. A port
+// is free when chosen but only bound later, by another process; without
+// this, a later choice (an etcd member's) could repeat an earlier one (a
+// controller's) that is not bound yet.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// claim records port as handed out; it reports false when it was already.
+func claim(ports ...int) bool {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = make(map[int]bool)
+	}
+	for _, p := range ports {
+		if handedOut.ports[p] {
+			return false
+		}
+	}
+	for _, p := range ports {
+		handedOut.ports[p] = true
+	}
+	return true
+}
+
 // FreePorts returns a free loopback port whose next port is free too (a
-// controller's metrics port).
+// controller's metrics port). Neither has been handed out before by this
+// process.
 func FreePorts(t testing.TB) int {
 	t.Helper()
 	for range 50 {
@@ -215,24 +244,32 @@ func FreePorts(t testing.TB) int {
 		l.Close()
 		if err == nil {
 			l2.Close()
-			return port
+			if claim(port, port+1) {
+				return port
+			}
 		}
 	}
 	t.Fatal("no two free consecutive ports")
 	return 0
 }
 
-// FreeLoopbackPorts returns n distinct free loopback ports.
+// FreeLoopbackPorts returns n distinct free loopback ports that this
+// process has not handed out before.
 func FreeLoopbackPorts(t testing.TB, n int) []int {
 	t.Helper()
 	var ports []int
-	for range n {
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 50*n {
+			t.Fatalf("no %d free loopback ports", n)
+		}
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer l.Close() // held until all are chosen, so that none repeats
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		if port := l.Addr().(*net.TCPAddr).Port; claim(port) {
+			ports = append(ports, port)
+		}
 	}
 	return ports
 }
