@@ -30,44 +30,35 @@ func (a *agentServer) Presence(stream pb.AgentService_PresenceServer) error {
 	}
 	defer p.Close()
 	interval := max(ttl/3, 100*time.Millisecond)
-	pings := make(chan error, 1)
-	go func() {
-		for {
-			_, err := stream.Recv()
-			select {
-			case pings <- err:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
 	if err := stream.Send(&pb.PresenceResponse{PingIntervalMs: interval.Milliseconds()}); err != nil {
 		return err
 	}
-	timer := time.NewTimer(ttl)
-	defer timer.Stop()
+	// An agent silent for ttl (stopped, or cut off with its connection
+	// still up) is absent from then on: the timer takes its key away.
+	// The stream itself ends at the agent's next ping, or with its
+	// connection, so that waiting for either costs no goroutine beside
+	// the handler's (a thousand agents' pings had one each).
+	expire := time.AfterFunc(ttl, p.Close)
+	defer expire.Stop()
 	for {
-		select {
-		case <-ctx.Done():
+		_, err := stream.Recv()
+		if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
 			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !expire.Stop() {
+			return status.Errorf(codes.DeadlineExceeded, "no ping from %s for %s", c, ttl)
+		}
+		select {
 		case <-p.Lost():
 			return status.Error(codes.Unavailable, "presence lapsed: reconnect")
-		case <-timer.C:
-			return status.Errorf(codes.DeadlineExceeded, "no ping from %s for %s", c, ttl)
-		case err := <-pings:
-			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			timer.Reset(ttl)
-			if err := stream.Send(&pb.PresenceResponse{PingIntervalMs: interval.Milliseconds()}); err != nil {
-				return err
-			}
+		default:
+		}
+		expire.Reset(ttl)
+		if err := stream.Send(&pb.PresenceResponse{PingIntervalMs: interval.Milliseconds()}); err != nil {
+			return err
 		}
 	}
 }

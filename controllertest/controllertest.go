@@ -50,6 +50,9 @@ type Options struct {
 	// Busy stands for the State's own report of its writes queueing
 	// (controller.Config.Busy).
 	Busy func() bool
+	// PresenceTimeout is controller.Config.PresenceTimeout (its default
+	// when zero).
+	PresenceTimeout time.Duration
 }
 
 // New starts a controller for the test; it stops with the test, and the
@@ -75,7 +78,7 @@ func New(t testing.TB, opts Options) *Env {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
 	e := &Env{T: t, Ctx: ctx, State: st, CA: ca, anonymous: opts.Anonymous, watchQueue: opts.WatchQueue}
-	e.cfg = controller.Config{State: st, TLS: pki.ServerTLSConfig(cert), Busy: opts.Busy}
+	e.cfg = controller.Config{State: st, TLS: pki.ServerTLSConfig(cert), Busy: opts.Busy, PresenceTimeout: opts.PresenceTimeout}
 	if !opts.Anonymous {
 		e.cfg.CACert = ca.CertPEM()
 	}
