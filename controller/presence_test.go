@@ -16,7 +16,7 @@ import (
 // stream DeadlineExceeded, so that it reconnects; closing the stream takes
 // the presence away at once.
 func TestPresenceLapsesWithoutPings(t *testing.T) {
-	const ttl = 600 * time.Millisecond
+	const ttl = 1500 * time.Millisecond
 	ce := controllertest.New(t, controllertest.Options{Anonymous: true, PresenceTimeout: ttl})
 	e := &env{Env: ce, t: t, ctx: ce.Ctx, st: ce.State, addr: ce.Addr, ca: ce.CA}
 	ok := func(what string, err error) {
