@@ -18,19 +18,18 @@ import (
 func TestPresenceLapsesWithoutPings(t *testing.T) {
 	const ttl = 1500 * time.Millisecond
 	ce := controllertest.New(t, controllertest.Options{Anonymous: true, PresenceTimeout: ttl})
-	e := &env{Env: ce, t: t, ctx: ce.Ctx, st: ce.State, addr: ce.Addr, ca: ce.CA}
 	ok := func(what string, err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
-	_, err := e.st.AddMachines(e.ctx, 1)
+	_, err := ce.State.AddMachines(ce.Ctx, 1)
 	ok("AddMachines", err)
-	agent := e.agent("machine-0")
+	agent := ce.Agent("machine-0")
 	present := func() bool {
 		t.Helper()
-		p, err := e.st.Presences(e.ctx)
+		p, err := ce.State.Presences(ce.Ctx)
 		ok("Presences", err)
 		return p["machine-0"]
 	}
@@ -45,7 +44,7 @@ func TestPresenceLapsesWithoutPings(t *testing.T) {
 		}
 	}
 
-	stream, err := agent.Presence(e.ctx)
+	stream, err := agent.Presence(ce.Ctx)
 	ok("Presence", err)
 	ok("first ping", stream.Send(&pb.PresenceRequest{}))
 	resp, err := stream.Recv()
@@ -87,7 +86,7 @@ func TestPresenceLapsesWithoutPings(t *testing.T) {
 	}
 
 	// A new stream makes it present; closing it makes it absent at once.
-	stream, err = agent.Presence(e.ctx)
+	stream, err = agent.Presence(ce.Ctx)
 	ok("Presence again", err)
 	ok("ping", stream.Send(&pb.PresenceRequest{}))
 	_, err = stream.Recv()

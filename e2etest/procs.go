@@ -206,18 +206,15 @@ func HTTPGet(url string) (int, string, error) {
 // is free when chosen but only bound later, by another process; without
 // this, a later choice (an etcd member's) could repeat an earlier one (a
 // controller's) that is not bound yet.
-var handedOut struct {
+var handedOut = struct {
 	sync.Mutex
 	ports map[int]bool
-}
+}{ports: make(map[int]bool)}
 
 // claim records port as handed out; it reports false when it was already.
 func claim(ports ...int) bool {
 	handedOut.Lock()
 	defer handedOut.Unlock()
-	if handedOut.ports == nil {
-		handedOut.ports = make(map[int]bool)
-	}
 	for _, p := range ports {
 		if handedOut.ports[p] {
 			return false
