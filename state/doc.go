@@ -7,7 +7,9 @@
 // transaction whose comparisons assert exactly what it read and relied on
 // (a key's mod revision, a prefix being empty, a witness key still
 // existing). When a comparison fails it reads again and decides again, a
-// bounded number of times. No transaction grows with the size of the model:
+// bounded number of times. A witness is chosen, where there is a choice,
+// among keys none of the State's own transactions in flight is deleting
+// (deleting.go). No transaction grows with the size of the model:
 // work on many entities goes through cleanup items, which the Cleaner works
 // off in small batches.
 //

@@ -436,7 +436,7 @@ func (s *State) readServiceView(ctx context.Context, name, unit string, extra ..
 	if err != nil {
 		return nil, r, err
 	}
-	v := &serviceView{name: name, svc: svc, rels: r.all(i + 1), units: farthestProbes(r.existing(i+2, probes), unit)}
+	v := &serviceView{name: name, svc: svc, rels: r.all(i + 1), units: farthestProbes(s.deleting.staying(r.existing(i+2, probes)), unit)}
 	if unit != "" {
 		v.siblings = siblingKeys(unit, UnitKey)
 	}
@@ -476,7 +476,7 @@ func (s *State) moreWitnesses(ctx context.Context, unit string, later []int64, k
 		if err != nil {
 			return nil, err
 		}
-		if found := farthestProbes(r.existing(0, probes), unit); len(found) > 0 {
+		if found := farthestProbes(s.deleting.staying(r.existing(0, probes)), unit); len(found) > 0 {
 			return found, nil
 		}
 	}

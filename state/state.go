@@ -72,6 +72,9 @@ type State struct {
 	resv reservations
 	// presences are the leases the agents' presence keys are bound to.
 	presences presenceLeases
+	// deleting are the keys the State's transactions in flight delete,
+	// which a witness had better not be (deleting.go).
+	deleting deletions
 }
 
 // New returns a State over the client's cluster, confined to cfg.Namespace.

@@ -129,6 +129,8 @@ func (s *State) commit(ctx context.Context, c *change) (bool, error) {
 	}
 	req := s.txnRequest(c)
 	var resp *etcdserverpb.TxnResponse
+	deleting := s.deleting.add(c)
+	defer s.deleting.done(deleting)
 	err := s.gate.write(ctx, func() (err error) {
 		resp, err = s.remote.Txn(ctx, req, callOpts...)
 		return clientv3.ContextError(ctx, err)

@@ -1,0 +1,130 @@
+package state
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/lifelinehq/lifeline/etcdtest"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+)
+
+func TestDeletionsInFlight(t *testing.T) {
+	var d deletions
+	del := func(keys ...string) *change {
+		c := &change{}
+		for _, k := range keys {
+			c.del(k)
+		}
+		c.delPrefix("units/app/9/") // a range: not counted
+		return c
+	}
+	got := func(in ...string) []string {
+		var out []string
+		for _, kv := range d.staying(kvs(in...)) {
+			out = append(out, string(kv.Key))
+		}
+		return out
+	}
+	a := d.add(del("units/app/56", "units/app/41"))
+	b := d.add(del("units/app/56"))
+	if want := []string{"units/app/39"}; !slices.Equal(got("units/app/41", "units/app/56", "units/app/39"), want) {
+		t.Errorf("staying = %q, want %q", got("units/app/41", "units/app/56", "units/app/39"), want)
+	}
+	if want := []string{"units/app/56", "units/app/41"}; !slices.Equal(got("units/app/56", "units/app/41"), want) {
+		t.Errorf("staying = %q, want %q: every one going, all of them", got("units/app/56", "units/app/41"), want)
+	}
+	d.done(a)
+	if want := []string{"units/app/41"}; !slices.Equal(got("units/app/41", "units/app/56"), want) {
+		t.Errorf("staying = %q, want %q: 56 still in flight once", got("units/app/41", "units/app/56"), want)
+	}
+	d.done(b)
+	if want := []string{"units/app/41", "units/app/56"}; !slices.Equal(got("units/app/41", "units/app/56"), want) {
+		t.Errorf("staying = %q, want %q: nothing in flight", got("units/app/41", "units/app/56"), want)
+	}
+	if len(d.keys) != 0 {
+		t.Errorf("keys in flight left: %v", d.keys)
+	}
+}
+
+// txnRecorder keeps the transactions a State sends.
+type txnRecorder struct {
+	etcdserverpb.KVClient
+	mu   sync.Mutex
+	txns []*etcdserverpb.TxnRequest
+}
+
+func (k *txnRecorder) Txn(ctx context.Context, r *etcdserverpb.TxnRequest, opts ...grpc.CallOption) (*etcdserverpb.TxnResponse, error) {
+	k.mu.Lock()
+	k.txns = append(k.txns, r)
+	k.mu.Unlock()
+	return k.KVClient.Txn(ctx, r, opts...)
+}
+
+// witnesses returns the keys the recorded transactions assert exist
+// (change.ifExists), without the namespace.
+func (k *txnRecorder) witnesses(ns string) []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []string
+	for _, r := range k.txns {
+		for _, c := range r.Compare {
+			if c.Target == etcdserverpb.Compare_CREATE && c.Result == etcdserverpb.Compare_GREATER && len(c.RangeEnd) == 0 {
+				out = append(out, strings.TrimPrefix(string(c.Key), ns))
+			}
+		}
+	}
+	return out
+}
+
+// A removal from a dying service takes as its witness a unit that none of
+// the State's transactions in flight is removing, when there is one: the
+// farthest neighbour there, app/26, unless a removal of it is in flight.
+func TestWitnessNotBeingDeleted(t *testing.T) {
+	ns := etcdtest.Namespace(t)
+	ctx := etcdtest.Context(t)
+	st, err := New(etcdtest.Client(t), Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	_, err = st.AddService(ctx, AddServiceArgs{Name: "app", Charm: &pb.CharmRef{Name: "app"}})
+	step("AddService", err)
+	_, err = st.AddUnits(ctx, "app", 30, Placement{})
+	step("AddUnits", err)
+	step("DestroyService", st.DestroyService(ctx, "app"))
+	rec := &txnRecorder{KVClient: st.remote}
+	st.remote = rec
+	for _, tt := range []struct {
+		unit      string
+		inFlight  []string
+		witnesses []string
+	}{
+		{"app/10", nil, []string{"units/app/26"}},
+		{"app/12", []string{"units/app/28"}, []string{"units/app/11", "units/app/13"}},
+	} {
+		step("DestroyUnit", st.DestroyUnit(ctx, tt.unit, DestroyOptions{}))
+		step("EnsureUnitDead", st.EnsureUnitDead(ctx, tt.unit))
+		c := &change{}
+		for _, k := range tt.inFlight {
+			c.del(k)
+		}
+		going := st.deleting.add(c)
+		rec.txns = nil
+		step("RemoveUnit", st.RemoveUnit(ctx, tt.unit))
+		st.deleting.done(going)
+		got := rec.witnesses(ns)
+		if len(got) != 1 || !slices.Contains(tt.witnesses, got[0]) {
+			t.Errorf("removing %s with %q in flight: witnesses %q, want one of %q", tt.unit, tt.inFlight, got, tt.witnesses)
+		}
+	}
+}
