@@ -13,6 +13,9 @@ import (
 	"google.golang.org/grpc"
 )
 
+// Candidate witnesses are taken from the keys no transaction in flight
+// deletes, when there are any; a key deleted by two transactions stays
+// going until both are done; a range deletion counts for no key.
 func TestDeletionsInFlight(t *testing.T) {
 	var d deletions
 	del := func(keys ...string) *change {
@@ -20,32 +23,28 @@ func TestDeletionsInFlight(t *testing.T) {
 		for _, k := range keys {
 			c.del(k)
 		}
-		c.delPrefix("units/app/9/") // a range: not counted
+		c.delPrefix("units/app/9/")
 		return c
 	}
-	got := func(in ...string) []string {
-		var out []string
+	check := func(why string, in, want []string) {
+		t.Helper()
+		var got []string
 		for _, kv := range d.staying(kvs(in...)) {
-			out = append(out, string(kv.Key))
+			got = append(got, string(kv.Key))
 		}
-		return out
+		if !slices.Equal(got, want) {
+			t.Errorf("staying(%q) = %q, want %q: %s", in, got, want, why)
+		}
 	}
 	a := d.add(del("units/app/56", "units/app/41"))
 	b := d.add(del("units/app/56"))
-	if want := []string{"units/app/39"}; !slices.Equal(got("units/app/41", "units/app/56", "units/app/39"), want) {
-		t.Errorf("staying = %q, want %q", got("units/app/41", "units/app/56", "units/app/39"), want)
-	}
-	if want := []string{"units/app/56", "units/app/41"}; !slices.Equal(got("units/app/56", "units/app/41"), want) {
-		t.Errorf("staying = %q, want %q: every one going, all of them", got("units/app/56", "units/app/41"), want)
-	}
+	check("41 and 56 going", []string{"units/app/41", "units/app/56", "units/app/39"}, []string{"units/app/39"})
+	check("every one going", []string{"units/app/56", "units/app/41"}, []string{"units/app/56", "units/app/41"})
+	check("the range deleted counts for no key", []string{"units/app/9/x", "units/app/56"}, []string{"units/app/9/x"})
 	d.done(a)
-	if want := []string{"units/app/41"}; !slices.Equal(got("units/app/41", "units/app/56"), want) {
-		t.Errorf("staying = %q, want %q: 56 still in flight once", got("units/app/41", "units/app/56"), want)
-	}
+	check("56 still going once", []string{"units/app/41", "units/app/56"}, []string{"units/app/41"})
 	d.done(b)
-	if want := []string{"units/app/41", "units/app/56"}; !slices.Equal(got("units/app/41", "units/app/56"), want) {
-		t.Errorf("staying = %q, want %q: nothing in flight", got("units/app/41", "units/app/56"), want)
-	}
+	check("nothing in flight", []string{"units/app/41", "units/app/56"}, []string{"units/app/41", "units/app/56"})
 	if len(d.keys) != 0 {
 		t.Errorf("keys in flight left: %v", d.keys)
 	}
@@ -63,6 +62,13 @@ func (k *txnRecorder) Txn(ctx context.Context, r *etcdserverpb.TxnRequest, opts 
 	k.txns = append(k.txns, r)
 	k.mu.Unlock()
 	return k.KVClient.Txn(ctx, r, opts...)
+}
+
+// reset forgets the transactions recorded so far.
+func (k *txnRecorder) reset() {
+	k.mu.Lock()
+	k.txns = nil
+	k.mu.Unlock()
 }
 
 // witnesses returns the keys the recorded transactions assert exist
@@ -119,7 +125,7 @@ func TestWitnessNotBeingDeleted(t *testing.T) {
 			c.del(k)
 		}
 		going := st.deleting.add(c)
-		rec.txns = nil
+		rec.reset()
 		step("RemoveUnit", st.RemoveUnit(ctx, tt.unit))
 		st.deleting.done(going)
 		got := rec.witnesses(ns)
