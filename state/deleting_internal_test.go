@@ -7,8 +7,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/lifelinehq/lifeline/etcdtest"
-	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 )
@@ -91,21 +89,14 @@ func (k *txnRecorder) witnesses(ns string) []string {
 // the State's transactions in flight is removing, when there is one: the
 // farthest neighbour there, app/26, unless a removal of it is in flight.
 func TestWitnessNotBeingDeleted(t *testing.T) {
-	ns := etcdtest.Namespace(t)
-	ctx := etcdtest.Context(t)
-	st, err := New(etcdtest.Client(t), Config{Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, ctx, _ := appOnMachines(t, 1)
 	step := func(what string, err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
-	_, err = st.AddService(ctx, AddServiceArgs{Name: "app", Charm: &pb.CharmRef{Name: "app"}})
-	step("AddService", err)
-	_, err = st.AddUnits(ctx, "app", 30, Placement{})
+	_, err := st.AddUnits(ctx, "app", 30, Placement{})
 	step("AddUnits", err)
 	step("DestroyService", st.DestroyService(ctx, "app"))
 	rec := &txnRecorder{KVClient: st.remote}
@@ -128,7 +119,7 @@ func TestWitnessNotBeingDeleted(t *testing.T) {
 		rec.reset()
 		step("RemoveUnit", st.RemoveUnit(ctx, tt.unit))
 		st.deleting.done(going)
-		got := rec.witnesses(ns)
+		got := rec.witnesses(st.cfg.Namespace)
 		if len(got) != 1 || !slices.Contains(tt.witnesses, got[0]) {
 			t.Errorf("removing %s with %q in flight: witnesses %q, want one of %q", tt.unit, tt.inFlight, got, tt.witnesses)
 		}

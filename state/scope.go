@@ -115,7 +115,7 @@ func (s *State) leaveScope(ctx context.Context, id int64, unit string, extra ...
 		if rel.v.Life == pb.Life_LIFE_ALIVE {
 			return c, nil
 		}
-		probed := farthestProbes(s.deleting.staying(r.existing(2, probes)), unit)
+		probed := s.witnessCandidates(r.existing(2, probes), unit)
 		if len(probed) == 0 {
 			probed, err = s.moreWitnesses(ctx, unit, later, scopeKey, ScopePrefix(id))
 			if err != nil {

@@ -394,6 +394,13 @@ func farthestProbes(found []*mvccpb.KeyValue, unit string) []*mvccpb.KeyValue {
 	return out
 }
 
+// witnessCandidates returns the witnesses to choose from among found, the
+// neighbours probed that exist: the farthest of those no transaction in
+// flight deletes (deletions.staying), when there are any.
+func (s *State) witnessCandidates(found []*mvccpb.KeyValue, unit string) []*mvccpb.KeyValue {
+	return farthestProbes(s.deleting.staying(found), unit)
+}
+
 // neighbourKeys returns key(u) for the units u of unit's service whose
 // numbers are unit's plus each of deltas, in their order, none below 0.
 func neighbourKeys(unit string, key func(unit string) string, deltas []int64) []string {
@@ -436,7 +443,7 @@ func (s *State) readServiceView(ctx context.Context, name, unit string, extra ..
 	if err != nil {
 		return nil, r, err
 	}
-	v := &serviceView{name: name, svc: svc, rels: r.all(i + 1), units: farthestProbes(s.deleting.staying(r.existing(i+2, probes)), unit)}
+	v := &serviceView{name: name, svc: svc, rels: r.all(i + 1), units: s.witnessCandidates(r.existing(i+2, probes), unit)}
 	if unit != "" {
 		v.siblings = siblingKeys(unit, UnitKey)
 	}
@@ -476,7 +483,7 @@ func (s *State) moreWitnesses(ctx context.Context, unit string, later []int64, k
 		if err != nil {
 			return nil, err
 		}
-		if found := farthestProbes(s.deleting.staying(r.existing(0, probes)), unit); len(found) > 0 {
+		if found := s.witnessCandidates(r.existing(0, probes), unit); len(found) > 0 {
 			return found, nil
 		}
 	}
