@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -13,10 +14,15 @@ import (
 	"github.com/lifelinehq/lifeline/state"
 )
 
-// follower keeps what the harness waits on (the units, their agents'
-// statuses, the entity keys left) current from one watch of the whole
-// model, so that waiting costs etcd one watcher rather than a read of the
-// whole model twice a second.
+// follower keeps what the harness waits on (the units, the machines, the
+// agents' statuses) current from watches of those prefixes alone, so that
+// waiting costs etcd a few watchers rather than a read of the whole model
+// twice a second. It does not watch the rest of the model (scopes,
+// settings, references, the units' own statuses): those were two thirds
+// of the events a watch of everything carried, 11.6 a unit destroying,
+// each sent by the controller and decoded here while the harness measures
+// the controller (docs/PERFORMANCE.md, thirty-third round). Whether the
+// whole model is gone is read from etcd at the end instead (waitEmpty).
 type follower struct {
 	mu sync.Mutex
 	// units says of each unit whether it is alive; aliveOn counts the
@@ -25,7 +31,7 @@ type follower struct {
 	aliveOn  map[string]int
 	machine  map[string]string // each unit's machine
 	agents   map[string]*pb.Status
-	entities map[string]bool
+	machines map[string]bool // the machine keys
 	// running and idle count the agents whose status says so, kept as
 	// statuses change so that checking costs nothing.
 	running, idle int
@@ -45,8 +51,8 @@ type follower struct {
 	reports map[string]int
 	// events counts the watch's events since the last takeEvents.
 	events int64
-	// rev is the revision of the model the follower has seen.
-	rev int64
+	// rev is the revision each watch (by its prefix) has seen.
+	rev map[string]int64
 	// changed is signalled, without blocking, after every batch.
 	changed chan struct{}
 	// timeline keeps the phase's changes by their revisions.
@@ -63,30 +69,38 @@ var (
 	machineStatusPrefix = state.StatusKey(state.StatusMachine, "")
 )
 
-// follow starts following the model until ctx ends. Start it while the
-// model is small: it begins with a listing of everything.
-func follow(ctx context.Context, st *state.State) *follower {
+// followed are the prefixes the follower watches.
+var followed = []string{unitsPrefix, machinesPrefix, machineStatusPrefix, agentStatusPrefix}
+
+// follow starts following the model until ctx ends; with timeline, the
+// scopes too, for the timeline's counts. Start it while the model is
+// small: each watch begins with a listing of its prefix.
+func follow(ctx context.Context, st *state.State, timeline bool) *follower {
 	f := &follower{
 		units: map[string]bool{}, aliveOn: map[string]int{}, machine: map[string]string{},
-		agents: map[string]*pb.Status{}, entities: map[string]bool{}, firstRunning: map[string]time.Time{}, changed: make(chan struct{}, 1), reports: map[string]int{},
-		started: map[string]bool{},
+		agents: map[string]*pb.Status{}, machines: map[string]bool{}, firstRunning: map[string]time.Time{}, changed: make(chan struct{}, 1), reports: map[string]int{},
+		started: map[string]bool{}, rev: map[string]int64{},
 	}
-	go func() {
-		for b := range st.Watch(ctx, "", 0) {
-			f.apply(b)
-		}
-	}()
+	prefixes := followed
+	if timeline {
+		prefixes = append(slices.Clip(prefixes), scopesPrefix)
+	}
+	for _, p := range prefixes {
+		go func() {
+			for b := range st.Watch(ctx, p, 0) {
+				f.apply(p, b)
+			}
+		}()
+	}
 	return f
 }
 
-func (f *follower) apply(b state.WatchBatch) {
+// apply takes in a batch of the watch of prefix.
+func (f *follower) apply(prefix string, b state.WatchBatch) {
 	now := time.Now()
 	f.mu.Lock()
 	if b.Reset {
-		f.units, f.agents, f.entities = map[string]bool{}, map[string]*pb.Status{}, map[string]bool{}
-		f.aliveOn, f.machine = map[string]int{}, map[string]string{}
-		f.running, f.idle = 0, 0
-		f.started = map[string]bool{}
+		f.reset(prefix)
 	}
 	timeline := !b.Reset && f.timeline.recording()
 	f.events += int64(len(b.Events))
@@ -95,14 +109,13 @@ func (f *follower) apply(b state.WatchBatch) {
 			f.timeline.event(e)
 		}
 		put := e.Type == state.EventPut
-		if isEntityKey(e.Key) {
-			if put {
-				f.entities[e.Key] = true
-			} else {
-				delete(f.entities, e.Key)
-			}
-		}
 		switch {
+		case strings.HasPrefix(e.Key, machinesPrefix):
+			if put {
+				f.machines[e.Key] = true
+			} else {
+				delete(f.machines, e.Key)
+			}
 		case strings.HasPrefix(e.Key, machineStatusPrefix):
 			id := e.Key[len(machineStatusPrefix):]
 			s := &pb.Status{}
@@ -164,13 +177,28 @@ func (f *follower) apply(b state.WatchBatch) {
 			}
 		}
 	}
-	if b.Revision > f.rev {
-		f.rev = b.Revision
+	if b.Revision > f.rev[prefix] {
+		f.rev[prefix] = b.Revision
 	}
 	f.mu.Unlock()
 	select {
 	case f.changed <- struct{}{}:
 	default:
+	}
+}
+
+// reset forgets what the watch of prefix told, before a listing of it.
+func (f *follower) reset(prefix string) {
+	switch prefix {
+	case unitsPrefix:
+		f.units, f.aliveOn, f.machine = map[string]bool{}, map[string]int{}, map[string]string{}
+	case machinesPrefix:
+		f.machines = map[string]bool{}
+	case machineStatusPrefix:
+		f.started = map[string]bool{}
+	case agentStatusPrefix:
+		f.agents = map[string]*pb.Status{}
+		f.running, f.idle = 0, 0
 	}
 }
 
@@ -218,15 +246,6 @@ func (f *follower) notAlive() int {
 		}
 	}
 	return n
-}
-
-func isEntityKey(k string) bool {
-	for _, p := range state.EntityPrefixes {
-		if strings.HasPrefix(k, p) {
-			return true
-		}
-	}
-	return false
 }
 
 // count adds d to the counts s is in; a nil s is in none.

@@ -174,7 +174,7 @@ func run(ctx context.Context, c config) (*results, error) {
 
 	fctx, stopFollowing := context.WithCancel(ctx)
 	defer stopFollowing()
-	model := follow(fctx, st)
+	model := follow(fctx, st, c.timeline)
 	// The clock has a connection of its own, so that its reads never
 	// wait behind changes the watch has yet to take in. (Its gaps of up
 	// to 1.5 s while destroying came from sharing the harness's process
@@ -338,7 +338,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	if err := <-machinesDone; err != nil {
 		return res, err
 	}
-	emptyRev, err := waitEmpty(ctx, model, destroyStart)
+	emptyRev, err := waitEmpty(ctx, model, etcd, destroyStart)
 	if err != nil {
 		return res, err
 	}
@@ -595,9 +595,9 @@ func waitUnits(ctx context.Context, f *follower, etcd *clientv3.Client, start ti
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		if inEtcd != "" {
-			p.say("%d units left as the watch sees them (%d dying or dead; %s in etcd), %d entity keys", len(f.units), f.notAlive(), inEtcd, len(f.entities))
+			p.say("%d units left as the watch sees them (%d dying or dead; %s in etcd), %d machines", len(f.units), f.notAlive(), inEtcd, len(f.machines))
 		}
-		rev = f.rev
+		rev = f.rev[unitsPrefix]
 		return len(f.units) == 0
 	}); err != nil {
 		f.mu.Lock()
@@ -608,22 +608,93 @@ func waitUnits(ctx context.Context, f *follower, etcd *clientv3.Client, start ti
 }
 
 // waitEmpty waits until etcd holds no entity keys, saying how many are
-// left as it goes, and returns the revision at which the watch saw the
-// last go.
-func waitEmpty(ctx context.Context, f *follower, start time.Time) (rev int64, err error) {
+// left as it goes, and returns the first revision at which it held none.
+// The follower does not watch every entity prefix: once it has seen the
+// units and the machines go, the others are counted from etcd, at its
+// current revision until none is left, then at each revision since the
+// last that still held one, so that the revision is the one at which the
+// last key went, as a watch of everything would have seen it.
+func waitEmpty(ctx context.Context, f *follower, etcd *clientv3.Client, start time.Time) (rev int64, err error) {
 	p := newProgress(start)
-	if err := f.wait(ctx, time.Second, func() bool {
+	var checked int64 // the latest revision known to hold an entity key
+	var readErr error
+	if err := f.wait(ctx, 20*time.Millisecond, func() bool {
 		f.mu.Lock()
-		defer f.mu.Unlock()
-		if p.due() {
-			p.say("%d entity keys left", len(f.entities))
+		machines := len(f.machines)
+		seen := max(f.rev[unitsPrefix], f.rev[machinesPrefix])
+		f.mu.Unlock()
+		if machines > 0 {
+			if p.due() {
+				p.say("%d machines left", machines)
+			}
+			return false
 		}
-		rev = f.rev
-		return len(f.entities) == 0
+		if checked == 0 {
+			checked = seen - 1
+		}
+		empty, left, cur, err := emptyAfter(ctx, etcd, namespace, checked)
+		if err != nil {
+			readErr = err
+			return true
+		}
+		if left > 0 {
+			checked = cur
+			if p.due() {
+				p.say("%d entity keys left", left)
+			}
+			return false
+		}
+		rev = empty
+		return true
 	}); err != nil {
 		return 0, fmt.Errorf("waiting for the model to empty: %w", err)
 	}
+	if readErr != nil {
+		return 0, fmt.Errorf("waiting for the model to empty: %w", readErr)
+	}
 	return rev, nil
+}
+
+// emptyAfter counts the keys under the model's entity prefixes in
+// namespace ns. When there are some, it returns how many (left) and the
+// current revision (cur), the next call's after. When there are none, it
+// returns the first revision after after at which there were none (empty),
+// reading each revision since in turn.
+func emptyAfter(ctx context.Context, etcd *clientv3.Client, ns string, after int64) (empty, left, cur int64, err error) {
+	left, cur, err = entityKeysAt(ctx, etcd, ns, 0)
+	if err != nil || left > 0 {
+		return 0, left, cur, err
+	}
+	for r := after + 1; r < cur; r++ {
+		n, _, err := entityKeysAt(ctx, etcd, ns, r)
+		if err != nil {
+			return 0, 0, cur, err
+		}
+		if n == 0 {
+			return r, 0, cur, nil
+		}
+	}
+	return cur, 0, cur, nil
+}
+
+// entityKeysAt counts the keys under the model's entity prefixes in
+// namespace ns at revision rev (the current one when 0), and returns the
+// revision read.
+func entityKeysAt(ctx context.Context, etcd *clientv3.Client, ns string, rev int64) (n, at int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ops := make([]clientv3.Op, len(state.EntityPrefixes))
+	for i, p := range state.EntityPrefixes {
+		ops[i] = clientv3.OpGet(ns+p, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(rev))
+	}
+	resp, err := etcd.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, r := range resp.Responses {
+		n += r.GetResponseRange().Count
+	}
+	return n, resp.Header.Revision, nil
 }
 
 // progress says how a wait is going every progressEvery, with the seconds
