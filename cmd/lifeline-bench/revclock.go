@@ -24,7 +24,13 @@ type revSample struct {
 	rev int64
 }
 
-const revClockEvery = 100 * time.Millisecond
+// revClockEvery is how often the clock reads etcd's revision. A revision
+// is timed by the first reading at or past it, so a time is late by half
+// of this on average: at 100 ms, a twentieth of a second in every destroy
+// of about four (docs/PERFORMANCE.md, thirty-third round). Fifty reads a
+// second are little beside the thousands of transactions a second a run
+// makes.
+const revClockEvery = 20 * time.Millisecond
 
 // startRevClock reads etcd's revision until ctx ends. A read of one absent
 // key costs etcd next to nothing.
