@@ -51,7 +51,9 @@ type follower struct {
 	reports map[string]int
 	// events counts the watch's events since the last takeEvents.
 	events int64
-	// rev is the revision each watch (by its prefix) has seen.
+	// rev is, for each watch (by its prefix), the revision of its last
+	// listing or change: when what it follows last changed, whatever
+	// progress reports came since.
 	rev map[string]int64
 	// changed is signalled, without blocking, after every batch.
 	changed chan struct{}
@@ -177,7 +179,7 @@ func (f *follower) apply(prefix string, b state.WatchBatch) {
 			}
 		}
 	}
-	if b.Revision > f.rev[prefix] {
+	if (b.Reset || len(b.Events) > 0) && b.Revision > f.rev[prefix] {
 		f.rev[prefix] = b.Revision
 	}
 	f.mu.Unlock()
