@@ -4,9 +4,13 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/lifelinehq/lifeline/embedetcd"
 	"github.com/lifelinehq/lifeline/etcdtest"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -87,4 +91,41 @@ func prefixEndOf(prefix string) string {
 	b := []byte(prefix)
 	b[len(b)-1]++
 	return string(b)
+}
+
+// A State whose Config.AtLeast names a revision not yet visible reads
+// again until it is, and then finds what was written at it: a unit an
+// agent was handed by the watch hub is there when the agent asks.
+func TestReadAtLeast(t *testing.T) {
+	ctx, raw, ns := etcdtest.Context(t), etcdtest.Client(t), etcdtest.Namespace(t)
+	now, err := raw.Get(ctx, "absent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	need := now.Header.Revision + 1 // the put below
+	st, err := state.New(raw, state.Config{Namespace: ns, AtLeast: func() int64 { return need }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &pb.Unit{Name: "app/0", Service: "app", Life: pb.Life_LIFE_ALIVE}
+	data, err := proto.Marshal(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		if _, err := raw.Put(ctx, ns+state.UnitKey("app/0"), string(data)); err != nil {
+			t.Error(err)
+		}
+	}()
+	found, err := st.UnitsNamed(ctx, "app/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found[0] == nil || found[0].Name != "app/0" {
+		t.Errorf("UnitsNamed = %v, want app/0", found)
+	}
+	if st.Stats().ReadAgain == 0 {
+		t.Error("no read was read again")
+	}
 }

@@ -39,6 +39,11 @@ type Config struct {
 	Clock func() time.Time
 	// Logger is for the cleaner; silent when nil.
 	Logger hclog.Logger
+	// AtLeast, when not nil, returns a revision every read must be at or
+	// past: one read at an earlier revision is read again (reads.go). A
+	// controller passes its watch hub's: an agent acting on a change the
+	// hub handed it must find the change when it calls.
+	AtLeast func() int64
 }
 
 // Validate reports a configuration New cannot use.
@@ -117,8 +122,9 @@ type Stats struct {
 	Conflicts int64
 	// Aborted is the number of operations that ran out of retries.
 	Aborted int64
-	// Reads is the number of read round trips.
-	Reads int64
+	// Reads is the number of read round trips, and ReadAgain how many of
+	// them were read again for being at a revision before Config.AtLeast.
+	Reads, ReadAgain int64
 	// MaxOps is the largest number of operations in one write transaction.
 	MaxOps int64
 	// Busy is the number of writes etcd refused while it caught up
@@ -131,7 +137,7 @@ type Stats struct {
 }
 
 type stats struct {
-	txns, conflicts, aborted, reads, maxOps, busy atomic.Int64
+	txns, conflicts, aborted, reads, readAgain, maxOps, busy atomic.Int64
 	// byOp maps a method's name to its *atomic.Int64 of conflicts.
 	byOp sync.Map
 }
@@ -175,6 +181,7 @@ func (s *State) Stats() Stats {
 		Conflicts: s.stats.conflicts.Load(),
 		Aborted:   s.stats.aborted.Load(),
 		Reads:     s.stats.reads.Load(),
+		ReadAgain: s.stats.readAgain.Load(),
 		MaxOps:    s.stats.maxOps.Load(),
 		Busy:      s.stats.busy.Load(),
 		Holding:   int64(len(s.gate.slots) + len(s.gate.lead)),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -68,8 +69,12 @@ type Hub struct {
 	ready chan struct{} // closed once Run knows the revision it starts from
 	done  chan struct{} // closed when Run ends
 
+	// handed is rev, for reading without the lock (Revision).
+	handed atomic.Int64
+
 	mu sync.Mutex
-	// rev is the revision the hub has handed out every change up to.
+	// rev is the revision the hub has handed out every change up to
+	// (setRev).
 	rev  int64
 	ring *ring
 	// exact and prefixes index the registered subscribers by key and by
@@ -161,7 +166,7 @@ func (h *Hub) Run(ctx context.Context) error {
 		}
 	}
 	h.mu.Lock()
-	h.rev = rev
+	h.setRev(rev)
 	h.ring.reset(rev)
 	h.mu.Unlock()
 	close(h.ready)
@@ -177,6 +182,19 @@ func (h *Hub) close() {
 	h.mu.Unlock()
 	close(h.done)
 }
+
+// setRev records that the hub has handed out every change up to rev. The
+// hub's lock is held.
+func (h *Hub) setRev(rev int64) {
+	h.rev = rev
+	h.handed.Store(rev)
+}
+
+// Revision returns the revision the hub has handed out every change up
+// to. A client acting on a change it was handed reads at or past it: etcd
+// hands a change to its watchers a moment before reads see it
+// (state.Config.AtLeast).
+func (h *Hub) Revision() int64 { return h.handed.Load() }
 
 // Done is closed when the hub stops: every stream's next batch is then
 // ErrClosed.
@@ -249,7 +267,7 @@ func (h *Hub) dispatch(b state.WatchBatch) {
 			}
 		}
 		h.ring.reset(b.Revision)
-		h.rev = b.Revision
+		h.setRev(b.Revision)
 		return
 	case len(b.Events) == 0:
 		// Progress: tell every stream, so that its clients resume from a
@@ -258,7 +276,7 @@ func (h *Hub) dispatch(b state.WatchBatch) {
 		if b.Revision <= h.rev {
 			return
 		}
-		h.rev = b.Revision
+		h.setRev(b.Revision)
 		for _, set := range []map[string]map[*sub]struct{}{h.exact, h.prefixes} {
 			for _, subs := range set {
 				for s := range subs {
@@ -286,7 +304,7 @@ func (h *Hub) dispatch(b state.WatchBatch) {
 			}
 		}
 	}
-	h.rev = b.Revision
+	h.setRev(b.Revision)
 	for i, s := range touched {
 		s.notify()
 		touched[i] = nil

@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -204,7 +205,17 @@ func runController(ctx context.Context, f controllerFlags) error {
 	}
 	defer etcdClient.Close()
 
-	st, err := state.New(etcdClient, state.Config{Namespace: f.namespace, Logger: logger})
+	// The State's reads are at or past what the watch hub (made below)
+	// handed out: an agent's call about a change it was just handed finds
+	// the change.
+	var hubOf atomic.Pointer[watchhub.Hub]
+	handed := func() int64 {
+		if h := hubOf.Load(); h != nil {
+			return h.Revision()
+		}
+		return 0
+	}
+	st, err := state.New(etcdClient, state.Config{Namespace: f.namespace, Logger: logger, AtLeast: handed})
 	if err != nil {
 		return err
 	}
@@ -263,6 +274,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 	if err != nil {
 		return err
 	}
+	hubOf.Store(hub)
 	hctx, hcancel := context.WithCancel(context.Background())
 	g.Add(func() error { return hub.Run(hctx) }, func(error) { hcancel() })
 
