@@ -33,7 +33,10 @@ type results struct {
 	EtcdTxnRetries        int64   `json:"etcd_txn_retries"`
 	// EtcdBusyRetries counts the writes etcd refused as too many (behind
 	// applying), each sent again by the controller.
-	EtcdBusyRetries int64   `json:"etcd_busy_retries"`
+	EtcdBusyRetries int64 `json:"etcd_busy_retries"`
+	// EtcdReadsAgain counts the controller's reads made again for being
+	// before what its watch hub had handed out.
+	EtcdReadsAgain  int64   `json:"etcd_reads_again"`
 	MaxTxnOps       int64   `json:"max_txn_ops"`
 	RawTxnPerSecond float64 `json:"raw_etcd_txn_per_second"`
 	// RawTxnPerSecondAfter is raw etcd measured again once everything
@@ -259,8 +262,8 @@ func (r *results) print(w io.Writer) {
 	row("filesystem", "%s, %.0f µs of CPU a directory made, before the run%s", r.Filesystem, r.FSMkdirMicroseconds, previous)
 	row("machine's speed", "%s before the run, %s after", r.SpeedBefore, r.SpeedAfter)
 	row("ratio to ceiling", "%.2f deploying, %.2f destroying", r.RatioToCeiling, r.RatioToCeilingDestroy)
-	row("etcd txns", "%d, %.1f a unit, largest %d ops; %d retried after a conflict, %d refused as too many and sent again",
-		r.EtcdTxnsTotal, r.EtcdTxnsPerUnit, r.MaxTxnOps, r.EtcdTxnRetries, r.EtcdBusyRetries)
+	row("etcd txns", "%d, %.1f a unit, largest %d ops; %d retried after a conflict, %d refused as too many and sent again; %d reads made again",
+		r.EtcdTxnsTotal, r.EtcdTxnsPerUnit, r.MaxTxnOps, r.EtcdTxnRetries, r.EtcdBusyRetries, r.EtcdReadsAgain)
 	row("controller", "%.0f MiB peak RSS (%.1f KiB a unit), %.1f CPU s (%.1f deploying, %.1f destroying); %d garbage collections deploying, %d destroying", float64(r.ControllerRSSBytes)/(1<<20), r.ControllerBytesPerUnit/1024, r.ControllerCPUSeconds, r.ControllerCPUSecondsDeploy, r.ControllerCPUSecondsDestroy, r.ControllerGCsDeploy, r.ControllerGCsDestroy)
 	row("controller's peak RSS so far", "%.0f MiB once every unit ran, %.0f MiB after ctl status", float64(r.PeakRSSBytesRunning)/(1<<20), float64(r.PeakRSSBytesStatus)/(1<<20))
 	row("machine's CPUs busy", "%.0f%% deploying, %.0f%% destroying", 100*r.MachineBusyDeploy, 100*r.MachineBusyDestroy)

@@ -388,6 +388,9 @@ func run(ctx context.Context, c config) (*results, error) {
 	if busy, err := ctl.metric("lifeline_etcd_busy_retries_total"); err == nil {
 		res.EtcdBusyRetries = int64(busy)
 	}
+	if again, err := ctl.metric("lifeline_etcd_reads_again_total"); err == nil {
+		res.EtcdReadsAgain = int64(again)
+	}
 	rss, cpu, err := procUsage(ctl.cmd.Process.Pid)
 	if err != nil {
 		return res, err
