@@ -153,15 +153,17 @@ func (s *State) readRange(ctx context.Context, g getOp) (*etcdserverpb.RangeResp
 // credentials in that moment, was told they did not exist, and started
 // them two seconds later, the deploy's last (docs/PERFORMANCE.md,
 // thirty-third round). The moment is short; the pause before each read
-// again doubles from 100 µs to at most 10 ms.
+// again doubles from 100 µs to at most 10 ms, and after maxReadsAgain the
+// last read stands (should etcd's revision ever go back, restored from an
+// older backup under a running controller, reads go on).
 func (s *State) atLeast(ctx context.Context, read func() (int64, error)) error {
 	var need int64
 	if s.cfg.AtLeast != nil {
 		need = s.cfg.AtLeast()
 	}
-	for wait := 100 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+	for i, wait := 0, 100*time.Microsecond; ; i, wait = i+1, min(2*wait, 10*time.Millisecond) {
 		rev, err := read()
-		if err != nil || rev >= need {
+		if err != nil || rev >= need || i == maxReadsAgain {
 			return err
 		}
 		s.stats.readAgain.Add(1)
@@ -174,6 +176,10 @@ func (s *State) atLeast(ctx context.Context, read func() (int64, error)) error {
 		}
 	}
 }
+
+// maxReadsAgain bounds how often atLeast reads again: about 43 ms of
+// pauses in all.
+const maxReadsAgain = 10
 
 // fillRange makes r the request of g, in the State's namespace.
 func (s *State) fillRange(r *etcdserverpb.RangeRequest, g getOp) {

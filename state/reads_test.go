@@ -129,3 +129,21 @@ func TestReadAtLeast(t *testing.T) {
 		t.Error("no read was read again")
 	}
 }
+
+// A revision the store never reaches (etcd restored from an older backup
+// under a running controller) holds a read up only so long: it is read
+// again maxReadsAgain times, then stands.
+func TestReadAtLeastGivesUp(t *testing.T) {
+	ctx, raw, ns := etcdtest.Context(t), etcdtest.Client(t), etcdtest.Namespace(t)
+	st, err := state.New(raw, state.Config{Namespace: ns, AtLeast: func() int64 { return 1 << 62 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found, err := st.UnitsNamed(ctx, "app/0")
+	if err != nil || found[0] != nil {
+		t.Fatalf("UnitsNamed = %v, %v; want no unit", found, err)
+	}
+	if n := st.Stats().ReadAgain; n != 10 {
+		t.Errorf("read again %d times, want 10", n)
+	}
+}
