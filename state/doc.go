@@ -21,7 +21,10 @@
 // many (it is behind applying) is sent again after a pause
 // (backpressure.go). Its reads and
 // transactions go to etcd as requests it builds itself, in its namespace
-// (reads.go, writes.go).
+// (reads.go, writes.go). Given Config.AtLeast (a controller passes its
+// watch hub's revision), a read at an earlier revision is made again: etcd
+// sends a change to its watchers a moment before reads can see it, and an
+// agent acting on a change it was sent must find it.
 //
 // The package also keeps the invariant checkers (CheckInvariants over a
 // snapshot, LifeChecker over a watch stream) that tests use to show the rules
