@@ -69,7 +69,7 @@ func newMetrics(reg prometheus.Registerer, st *state.State, hub *watchhub.Hub) *
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "lifeline", Name: "etcd_reads_again_total",
 			Help: "Reads made again because they were at a revision before what the watch hub had handed out (etcd hands a change to its watchers a moment before reads see it).",
-		}, stat(func(s state.Stats) int64 { return s.ReadAgain })),
+		}, stat(func(s state.Stats) int64 { return s.ReadsAgain })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "lifeline", Name: "etcd_write_slots_held",
 			Help: "Operations holding one of the slots that bound the controller's writes in etcd at once.",

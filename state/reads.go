@@ -166,7 +166,7 @@ func (s *State) atLeast(ctx context.Context, read func() (int64, error)) error {
 		if err != nil || rev >= need || i == maxReadsAgain {
 			return err
 		}
-		s.stats.readAgain.Add(1)
+		s.stats.readsAgain.Add(1)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

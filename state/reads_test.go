@@ -125,7 +125,7 @@ func TestReadAtLeast(t *testing.T) {
 	if found[0] == nil || found[0].Name != "app/0" {
 		t.Errorf("UnitsNamed = %v, want app/0", found)
 	}
-	if st.Stats().ReadAgain == 0 {
+	if st.Stats().ReadsAgain == 0 {
 		t.Error("no read was read again")
 	}
 }
@@ -143,7 +143,7 @@ func TestReadAtLeastGivesUp(t *testing.T) {
 	if err != nil || found[0] != nil {
 		t.Fatalf("UnitsNamed = %v, %v; want no unit", found, err)
 	}
-	if n := st.Stats().ReadAgain; n != 10 {
+	if n := st.Stats().ReadsAgain; n != 10 {
 		t.Errorf("read again %d times, want 10", n)
 	}
 }

@@ -122,9 +122,9 @@ type Stats struct {
 	Conflicts int64
 	// Aborted is the number of operations that ran out of retries.
 	Aborted int64
-	// Reads is the number of read round trips, and ReadAgain how many of
-	// them were read again for being at a revision before Config.AtLeast.
-	Reads, ReadAgain int64
+	// Reads is the number of read round trips, and ReadsAgain how many of
+	// them were made again for being at a revision before Config.AtLeast.
+	Reads, ReadsAgain int64
 	// MaxOps is the largest number of operations in one write transaction.
 	MaxOps int64
 	// Busy is the number of writes etcd refused while it caught up
@@ -137,7 +137,7 @@ type Stats struct {
 }
 
 type stats struct {
-	txns, conflicts, aborted, reads, readAgain, maxOps, busy atomic.Int64
+	txns, conflicts, aborted, reads, readsAgain, maxOps, busy atomic.Int64
 	// byOp maps a method's name to its *atomic.Int64 of conflicts.
 	byOp sync.Map
 }
@@ -177,15 +177,15 @@ func methodName(full string) string {
 // Stats returns the counts so far.
 func (s *State) Stats() Stats {
 	return Stats{
-		Txns:      s.stats.txns.Load(),
-		Conflicts: s.stats.conflicts.Load(),
-		Aborted:   s.stats.aborted.Load(),
-		Reads:     s.stats.reads.Load(),
-		ReadAgain: s.stats.readAgain.Load(),
-		MaxOps:    s.stats.maxOps.Load(),
-		Busy:      s.stats.busy.Load(),
-		Holding:   int64(len(s.gate.slots) + len(s.gate.lead)),
-		Waiting:   s.gate.waiting.Load(),
+		Txns:       s.stats.txns.Load(),
+		Conflicts:  s.stats.conflicts.Load(),
+		Aborted:    s.stats.aborted.Load(),
+		Reads:      s.stats.reads.Load(),
+		ReadsAgain: s.stats.readsAgain.Load(),
+		MaxOps:     s.stats.maxOps.Load(),
+		Busy:       s.stats.busy.Load(),
+		Holding:    int64(len(s.gate.slots) + len(s.gate.lead)),
+		Waiting:    s.gate.waiting.Load(),
 	}
 }
 

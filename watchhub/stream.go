@@ -266,7 +266,8 @@ func (s *Stream) relist(ctx context.Context) (state.WatchBatch, error) {
 // through the listing. etcd sends a write's change to its watchers a
 // moment before the write is visible to reads (the watchable store
 // notifies, then ends the write), so a listing read in that moment is
-// read again.
+// read again. A controller's State reads at or past Hub.Revision already
+// (state.Config.AtLeast); the hub does not count on its Source doing so.
 func (h *Hub) listAtLeast(ctx context.Context, specs []state.ListSpec, need int64) ([][]state.Event, int64, error) {
 	for wait := 100 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
 		evs, at, err := h.cfg.Source.ListMany(ctx, specs)
