@@ -285,6 +285,17 @@ func Extract(data []byte, dir string) error {
 	return extractChecked(data, dir)
 }
 
+// HasHooks reports whether the charm archive in data has hooks: anything
+// named hooks at its top. A unit of a charm without them needs no copy of
+// it (Cache.DeployHooksFrom). It checks the archive as Extract does.
+func HasHooks(data []byte) (bool, error) {
+	t, err := archiveTree(data)
+	if err != nil {
+		return false, err
+	}
+	return t.hooked(), nil
+}
+
 // extractChecked is Extract of an archive archiveTree has checked.
 func extractChecked(data []byte, dir string) error {
 	if err := emptyDir(dir, "extract charm"); err != nil {

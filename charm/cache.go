@@ -65,7 +65,8 @@ func NewCache(dir string) *Cache {
 // files hard links to the Cache's copy. It checks the whole archive first;
 // on error dir may hold part of the charm.
 func (c *Cache) Deploy(data []byte, dir string) error {
-	return c.deploy(data, sha256Hex(data), dir)
+	_, err := c.deploy(data, sha256Hex(data), dir, true)
+	return err
 }
 
 // sha256Hex is data's SHA-256, in hex: the key of its copy in a Cache.
@@ -74,26 +75,33 @@ func sha256Hex(data []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// deploy is Deploy of data whose key is key.
-func (c *Cache) deploy(data []byte, key, dir string) error {
+// deploy is Deploy of data whose key is key; unless always, a charm
+// without hooks is not deployed (DeployHooksFrom). It reports whether it
+// made dir.
+func (c *Cache) deploy(data []byte, key, dir string, always bool) (bool, error) {
 	t, err := archiveTree(data)
 	if err != nil {
-		return err
+		return false, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !always && !t.hooked() {
+		// No unit links to its copy: none is made.
+		c.trees[key] = t
+		return false, nil
+	}
 	if err := c.start(); err != nil {
-		return err
+		return false, err
 	}
 	src := filepath.Join(c.dir, key)
 	if !cachedIntact(src, t) {
 		if err := c.unpack(data, key); err != nil {
-			return err
+			return false, err
 		}
 		c.prune(key)
 	}
 	c.trees[key] = t
-	return linkTree(t, src, dir)
+	return true, linkTree(t, src, dir)
 }
 
 // DeployFrom makes dir as Deploy does, from the archive whose SHA-256
@@ -105,6 +113,22 @@ func (c *Cache) deploy(data []byte, key, dir string) error {
 // download it once. An archive named by no SHA-256 (want empty) is
 // fetched each time. A fetch's error is returned as it is.
 func (c *Cache) DeployFrom(want, dir string, fetch func() ([]byte, error)) error {
+	_, err := c.deployFrom(want, dir, fetch, true)
+	return err
+}
+
+// DeployHooksFrom is DeployFrom of a charm with hooks (anything named
+// hooks at its top), and reports whether it made dir. A charm without
+// hooks is not deployed: no hook of it will run, which is all a unit's
+// copy of its charm is for, and a unit of it then costs its machine no
+// directory or link to make and remove. Such a charm's archive is still
+// fetched once, as DeployFrom would, to read what it holds.
+func (c *Cache) DeployHooksFrom(want, dir string, fetch func() ([]byte, error)) (bool, error) {
+	return c.deployFrom(want, dir, fetch, false)
+}
+
+// deployFrom is DeployFrom, or DeployHooksFrom unless always.
+func (c *Cache) deployFrom(want, dir string, fetch func() ([]byte, error), always bool) (bool, error) {
 	if want != "" {
 		c.mu.Lock()
 		l := c.fetching[want]
@@ -115,38 +139,41 @@ func (c *Cache) DeployFrom(want, dir string, fetch func() ([]byte, error)) error
 		c.mu.Unlock()
 		l.Lock()
 		defer l.Unlock()
-		if ok, err := c.deployCached(want, dir); ok || err != nil {
-			return err
+		if ok, made, err := c.deployCached(want, dir, always); ok || err != nil {
+			return made, err
 		}
 	}
 	data, err := fetch()
 	if err != nil {
-		return err
+		return false, err
 	}
 	key := sha256Hex(data)
 	if want != "" && key != want {
-		return fmt.Errorf("charm archive has SHA-256 %s, want %s", key, want)
+		return false, fmt.Errorf("charm archive has SHA-256 %s, want %s", key, want)
 	}
-	return c.deploy(data, key, dir)
+	return c.deploy(data, key, dir, always)
 }
 
-// deployCached makes dir from the Cache's copy of the archive whose
-// SHA-256 is key, when this Cache was given the archive before and its
-// copy is intact, and reports whether it did. When it reports false it
-// has changed nothing.
-func (c *Cache) deployCached(key, dir string) (bool, error) {
+// deployCached deploys, as deploy would, the archive whose SHA-256 is key
+// when this Cache was given the archive before, from its copy when that
+// is intact, and reports whether it did (ok) and whether it made dir.
+// When it reports !ok it has changed nothing.
+func (c *Cache) deployCached(key, dir string, always bool) (ok, made bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := c.trees[key]
 	if t == nil {
-		return false, nil
+		return false, false, nil
+	}
+	if !always && !t.hooked() {
+		return true, false, nil
 	}
 	src := filepath.Join(c.dir, key)
 	if !cachedIntact(src, t) {
 		delete(c.trees, key)
-		return false, nil
+		return false, false, nil
 	}
-	return true, linkTree(t, src, dir)
+	return true, true, linkTree(t, src, dir)
 }
 
 // linkTree makes dir, which is created if absent and must otherwise be

@@ -313,3 +313,65 @@ func TestCacheDeployConcurrently(t *testing.T) {
 		t.Error("units deployed at once do not share the charm's files")
 	}
 }
+
+// A charm without hooks is not deployed by DeployHooksFrom: its archive is
+// fetched once, and no unit's directory, link or cached copy is made. A
+// charm with hooks is deployed as DeployFrom would, a symlink named hooks
+// counting as hooks.
+func TestCacheDeployHooksFrom(t *testing.T) {
+	root := t.TempDir()
+	c := NewCache(filepath.Join(root, "charms"))
+	keyOf := func(data []byte) string {
+		sum := sha256.Sum256(data)
+		return hex.EncodeToString(sum[:])
+	}
+	hookless := makeArchive(t, file("metadata.yaml", okMeta), file("data/seed.txt", "seed"))
+	var fetches atomic.Int32
+	fetch := func(data []byte) func() ([]byte, error) {
+		return func() ([]byte, error) { fetches.Add(1); return data, nil }
+	}
+	for i := range 3 {
+		dir := filepath.Join(root, fmt.Sprint("u", i), "charm")
+		made, err := c.DeployHooksFrom(keyOf(hookless), dir, fetch(hookless))
+		if err != nil || made {
+			t.Fatalf("unit %d: DeployHooksFrom of a charm without hooks = %v, %v; want false, nil", i, made, err)
+		}
+		if _, err := os.Lstat(filepath.Join(root, fmt.Sprint("u", i))); !os.IsNotExist(err) {
+			t.Errorf("unit %d: its directory was made (%v)", i, err)
+		}
+	}
+	if n := fetches.Load(); n != 1 {
+		t.Errorf("%d fetches for three units of a charm without hooks, want 1", n)
+	}
+	if names, err := os.ReadDir(filepath.Join(root, "charms")); err == nil && len(names) > 0 {
+		t.Errorf("the cache holds %v for a charm without hooks", names)
+	}
+	// DeployFrom still deploys it.
+	if err := c.DeployFrom(keyOf(hookless), filepath.Join(root, "all"), fetch(hookless)); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(root, "all", "data", "seed.txt")); got != "seed" {
+		t.Errorf("DeployFrom's seed reads %q", got)
+	}
+	// HasHooks says the same of the archive.
+	if has, err := HasHooks(hookless); err != nil || has {
+		t.Errorf("HasHooks of a charm without hooks = %v, %v", has, err)
+	}
+
+	for _, data := range [][]byte{
+		cacheArchive(t, "#!/bin/sh\nexit 0\n"),
+		makeArchive(t, file("metadata.yaml", okMeta), dirEntry("bin"), link("hooks", "bin")),
+	} {
+		dir := filepath.Join(root, "h-"+keyOf(data)[:8])
+		made, err := c.DeployHooksFrom(keyOf(data), dir, fetch(data))
+		if err != nil || !made {
+			t.Fatalf("DeployHooksFrom of a charm with hooks = %v, %v; want true, nil", made, err)
+		}
+		if _, err := os.Lstat(filepath.Join(dir, "hooks")); err != nil {
+			t.Errorf("the charm with hooks deployed without them: %v", err)
+		}
+		if has, err := HasHooks(data); err != nil || !has {
+			t.Errorf("HasHooks of a charm with hooks = %v, %v", has, err)
+		}
+	}
+}

@@ -90,7 +90,9 @@
 // directories and symlinks and of hard links to the copy's files, which are
 // read-only. Cache.DeployFrom does the same from an archive named by its
 // SHA-256, fetching it only when no intact copy is there, once for the
-// units that want it at once. It is the package's only state, and lives on
+// units that want it at once; Cache.DeployHooksFrom only when the charm
+// has hooks (HasHooks), for a unit needs its copy only to run them. It is
+// the package's only state, and lives on
 // the disk of the machine that uses it (cache.go says why and what it
 // checks).
 package charm

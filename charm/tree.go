@@ -208,6 +208,10 @@ func (t *tree) regular(name string) (*entry, error) {
 	return e, nil
 }
 
+// hooked reports whether the charm has anything named hooks at its top: a
+// charm without is one no hook of which can run.
+func (t *tree) hooked() bool { return t.entries["hooks"] != nil }
+
 // hooks returns the names of the executable files (or symlinks to them) in
 // hooks/, sorted.
 func (t *tree) hooks() ([]string, error) {

@@ -44,11 +44,21 @@ func (s *chunks) Recv() (*pb.DownloadCharmResponse, error) {
 	return resp, nil
 }
 
-func packedCharm(t *testing.T) []byte {
+// packedCharm is a charm archive of a metadata.yaml and, withHooks, an
+// install hook.
+func packedCharm(t *testing.T, withHooks bool) []byte {
 	t.Helper()
 	src := t.TempDir()
 	if err := os.WriteFile(filepath.Join(src, "metadata.yaml"), []byte("name: app\n"), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	if withHooks {
+		if err := os.Mkdir(filepath.Join(src, "hooks"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(src, "hooks", "install"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var buf bytes.Buffer
 	if _, err := charm.Pack(src, &buf); err != nil {
@@ -95,7 +105,7 @@ func TestFirstDownloadInPlace(t *testing.T) {
 		if withCache {
 			cache = charm.NewCache(filepath.Join(root, "cache"))
 		}
-		api := &charmAPI{archive: packedCharm(t)}
+		api := &charmAPI{archive: packedCharm(t, true)}
 		dir := filepath.Join(root, "units", "app-0")
 		a := newDownloadAgent(t, dir, api, cache)
 		if !a.newDir {
@@ -138,7 +148,7 @@ func TestFirstDownloadInPlace(t *testing.T) {
 // charm's directory does not stay.
 func TestFirstDownloadCutShort(t *testing.T) {
 	ref := &pb.CharmRef{Name: "app", Revision: 1}
-	api := &charmAPI{archive: packedCharm(t), fail: true}
+	api := &charmAPI{archive: packedCharm(t, true), fail: true}
 	dir := filepath.Join(t.TempDir(), "app-0")
 	a := newDownloadAgent(t, dir, api, nil)
 	ex := &executor{a: a}
@@ -146,15 +156,15 @@ func TestFirstDownloadCutShort(t *testing.T) {
 		t.Fatal("a failed fetch downloaded")
 	}
 	// What a try cut short after it began to unpack would leave.
-	if err := os.MkdirAll(filepath.Join(a.charmDir(), "hooks"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(a.charmDir(), "partial"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	api.fail = false
 	if err := ex.download(context.Background(), ref); err != nil {
 		t.Fatal(err)
 	}
-	if got := entries(t, a.charmDir()); len(got) != 1 || got[0] != "metadata.yaml" {
-		t.Errorf("the charm's directory holds %v, want [metadata.yaml]", got)
+	if got := entries(t, a.charmDir()); len(got) != 2 || got[0] != "hooks" || got[1] != "metadata.yaml" {
+		t.Errorf("the charm's directory holds %v, want [hooks metadata.yaml]", got)
 	}
 	if got := entries(t, dir); len(got) != 1 || got[0] != "charm" {
 		t.Errorf("the unit's directory holds %v, want [charm]", got)
@@ -169,5 +179,55 @@ func TestNewOverAFile(t *testing.T) {
 	}
 	if _, err := New(Config{Unit: "app/0", DataDir: dir, API: &charmAPI{}, HookLock: make(chan struct{}, 1)}); err == nil {
 		t.Fatal("New over a file succeeded")
+	}
+}
+
+// TestHooklessCharmNotUnpacked: a charm without hooks gives the unit no
+// charm directory, with the machine's cache or without, and every hook of
+// it is missing; a charm with hooks after it is unpacked as usual, and one
+// without after that removes it.
+func TestHooklessCharmNotUnpacked(t *testing.T) {
+	for _, withCache := range []bool{false, true} {
+		root := t.TempDir()
+		var cache *charm.Cache
+		if withCache {
+			cache = charm.NewCache(filepath.Join(root, "cache"))
+		}
+		dir := filepath.Join(root, "units", "app-0")
+		hookless := &charmAPI{archive: packedCharm(t, false)}
+		a := newDownloadAgent(t, dir, hookless, cache)
+		if err := (&executor{a: a}).download(context.Background(), &pb.CharmRef{Name: "app", Revision: 1}); err != nil {
+			t.Fatalf("cache %v: %v", withCache, err)
+		}
+		if got := entries(t, dir); len(got) != 0 {
+			t.Errorf("cache %v: the unit of a charm without hooks holds %v, want nothing", withCache, got)
+		}
+		if a.l.Charm != "app/1" {
+			t.Errorf("cache %v: charm recorded %q, want app/1", withCache, a.l.Charm)
+		}
+		if a.hasHook("install") {
+			t.Errorf("cache %v: a charm without hooks has an install hook", withCache)
+		}
+
+		// Upgraded to a charm with hooks: unpacked.
+		b := newDownloadAgent(t, dir, &charmAPI{archive: packedCharm(t, true)}, cache)
+		if err := (&executor{a: b}).download(context.Background(), &pb.CharmRef{Name: "app", Revision: 2}); err != nil {
+			t.Fatalf("cache %v: %v", withCache, err)
+		}
+		if got := entries(t, b.charmDir()); len(got) != 2 {
+			t.Errorf("cache %v: the charm with hooks unpacked as %v, want [hooks metadata.yaml]", withCache, got)
+		}
+		if !b.hasHook("install") {
+			t.Errorf("cache %v: the charm with hooks has no install hook", withCache)
+		}
+
+		// And back to one without: its directory goes.
+		c := newDownloadAgent(t, dir, hookless, cache)
+		if err := (&executor{a: c}).download(context.Background(), &pb.CharmRef{Name: "app", Revision: 3}); err != nil {
+			t.Fatalf("cache %v: %v", withCache, err)
+		}
+		if got := entries(t, dir); len(got) != 0 {
+			t.Errorf("cache %v: after a charm without hooks again the unit holds %v, want nothing", withCache, got)
+		}
 	}
 }

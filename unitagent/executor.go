@@ -423,7 +423,10 @@ func (ex *executor) resolve(ctx context.Context, mode pb.ResolvedMode) error {
 }
 
 // download fetches the service's charm and unpacks it as the unit's charm
-// directory, replacing the previous one only once the new one is whole.
+// directory, replacing the previous one only once the new one is whole. A
+// charm without hooks is not unpacked, and the unit then has no charm
+// directory (a previous charm's is removed): a unit's copy of its charm
+// is where its hooks run, and nothing else reads it.
 // With the machine's cache of charms, a charm another unit of the machine
 // downloaded is not downloaded again. A unit's first download, in the
 // directory its agent just made, unpacks in place: there is nothing to
@@ -447,10 +450,13 @@ func (ex *executor) download(ctx context.Context, ref *pb.CharmRef) error {
 		return data, err
 	}
 	var err error
+	made := false
 	if a.cfg.Charms != nil {
-		err = a.cfg.Charms.DeployFrom(ref.Sha256, tmp, fetch)
+		made, err = a.cfg.Charms.DeployHooksFrom(ref.Sha256, tmp, fetch)
 	} else if data, ferr := fetch(); ferr == nil {
-		err = charm.Extract(data, tmp)
+		if made, err = charm.HasHooks(data); made {
+			err = charm.Extract(data, tmp)
+		}
 	}
 	switch {
 	case fetchErr != nil:
@@ -462,12 +468,21 @@ func (ex *executor) download(ctx context.Context, ref *pb.CharmRef) error {
 		if err := os.RemoveAll(dir); err != nil {
 			return err
 		}
-		if err := os.Rename(tmp, dir); err != nil {
-			return err
+		if made {
+			if err := os.Rename(tmp, dir); err != nil {
+				return err
+			}
 		}
 	}
 	a.l.Charm, a.hookNames, a.hookEach = charmKey(ref), nil, false
-	a.logger.Info("charm unpacked", "charm", a.l.Charm, "dir", dir)
+	if !made {
+		// A charm without hooks gets no directory: nothing would run
+		// there. Its hooks are all missing, and skipped.
+		a.hookNames = map[string]bool{}
+		a.logger.Info("charm has no hooks: not unpacked", "charm", a.l.Charm)
+	} else {
+		a.logger.Info("charm unpacked", "charm", a.l.Charm, "dir", dir)
+	}
 	// Written with the next record (the first hook's), if any: a crash
 	// before then loses only the record of the download, and the charm
 	// is downloaded again.
