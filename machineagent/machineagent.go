@@ -521,7 +521,7 @@ func (a *Agent) stopWorker(unit string, clean bool) {
 		<-w.done
 	}
 	if clean {
-		if err := removeTree(a.unitDir(unit)); err != nil {
+		if err := removeTree(a.unitDir(unit), unitagent.DataFiles...); err != nil {
 			a.logger.Warn("cannot remove unit files", "unit", unit, "error", err)
 		}
 	}
@@ -605,7 +605,7 @@ func (a *Agent) removeDead(ctx context.Context, unit string) bool {
 	// the model, and nothing else would remove them.
 	a.removing <- struct{}{}
 	defer func() { <-a.removing }()
-	if err := removeTree(a.unitDir(unit)); err != nil {
+	if err := removeTree(a.unitDir(unit), unitagent.DataFiles...); err != nil {
 		a.logger.Warn("cannot remove unit files", "unit", unit, "error", err)
 	}
 	return true

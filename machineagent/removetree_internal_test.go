@@ -74,6 +74,64 @@ func TestRemoveTreeRemovesAUnitsFilesAndNothingElse(t *testing.T) {
 	}
 }
 
+// With the names of the files the directory usually holds, it is removed
+// whatever it holds: those files alone, more (a charm directory), a known
+// name that is a directory, or nothing at all.
+func TestRemoveTreeKnownFiles(t *testing.T) {
+	root := t.TempDir()
+	outside := filepath.Join(root, "cache")
+	if err := os.Mkdir(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "metadata.yaml"), []byte("name: x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	known := []string{"state.log", "state.json", "state.json.tmp"}
+	for name, fill := range map[string]func(dir string){
+		"journal alone": func(dir string) { writeFiles(t, dir, "state.log") },
+		"both files":    func(dir string) { writeFiles(t, dir, "state.json", "state.log") },
+		"snapshot only": func(dir string) { writeFiles(t, dir, "state.json") },
+		"a unit's tree": func(dir string) { unitTree(t, dir, outside) },
+		"a known name a directory": func(dir string) {
+			writeFiles(t, dir, "state.log", "state.json/inside")
+		},
+		"empty": func(string) {},
+	} {
+		dir := filepath.Join(root, "units", "u")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		fill(dir)
+		if err := removeTree(dir, known...); err != nil {
+			t.Fatalf("%s: removeTree: %v", name, err)
+		}
+		if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+			t.Fatalf("%s: directory still there: %v", name, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(outside, "metadata.yaml")); err != nil || string(b) != "name: x\n" {
+		t.Fatalf("the linked file outside went too: %q, %v", b, err)
+	}
+	if err := removeTree(filepath.Join(root, "units", "u"), known...); err != nil {
+		t.Fatalf("removeTree of a directory not there: %v", err)
+	}
+}
+
+// writeFiles writes each of names (slash-separated, under dir), making
+// their directories.
+func writeFiles(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		p := filepath.Join(dir, filepath.FromSlash(n))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestRemoveTreeFallsBackOnAFile(t *testing.T) {
 	// Not a directory: os.RemoveAll's way removes it all the same.
 	f := filepath.Join(t.TempDir(), "f")
@@ -95,7 +153,7 @@ func BenchmarkRemoveUnitDir(b *testing.B) {
 	for _, way := range []struct {
 		name string
 		rm   func(string) error
-	}{{"os.RemoveAll", os.RemoveAll}, {"removeTree", removeTree}} {
+	}{{"os.RemoveAll", os.RemoveAll}, {"removeTree", func(dir string) error { return removeTree(dir) }}} {
 		b.Run(way.name, func(b *testing.B) {
 			root := b.TempDir()
 			if err := os.WriteFile(filepath.Join(root, "metadata.yaml"), []byte("name: x\n"), 0o644); err != nil {
@@ -117,6 +175,34 @@ func BenchmarkRemoveUnitDir(b *testing.B) {
 				}
 				b.StartTimer()
 				if err := way.rm(dir); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRemoveJournalDir compares removing a unit's directory that
+// holds its journal alone (a unit of a charm without hooks) by reading it
+// and by the names of the files it usually holds, on the disk of TMPDIR.
+func BenchmarkRemoveJournalDir(b *testing.B) {
+	for _, way := range []struct {
+		name  string
+		known []string
+	}{{"read", nil}, {"known", []string{"state.log", "state.json", "state.json.tmp"}}} {
+		b.Run(way.name, func(b *testing.B) {
+			root := b.TempDir()
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				dir := filepath.Join(root, fmt.Sprint(i))
+				if err := os.Mkdir(dir, 0o700); err != nil {
+					b.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, "state.log"), []byte("x"), 0o600); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if err := removeTree(dir, way.known...); err != nil {
 					b.Fatal(err)
 				}
 			}

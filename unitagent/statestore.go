@@ -45,6 +45,12 @@ const (
 	stateFormat  = 2
 )
 
+// DataFiles are the names of the files a unit agent keeps in its data
+// directory besides its charm directory, the journal first: what a dead
+// unit's directory usually holds, for its machine agent to remove
+// without reading the directory.
+var DataFiles = []string{journalName, snapshotName, snapshotName + ".tmp"}
+
 // compactMinBytes is the size the journal may reach before it is folded
 // into a new snapshot, whatever the snapshot's size (a variable for tests).
 var compactMinBytes int64 = 64 << 10
