@@ -503,7 +503,8 @@ func unitDeathChange(r *reads, name, left string) (*change, error) {
 	c.ifEmpty(subordinatesPrefix(name))
 	c.ifEmpty(unitScopesPrefix(name))
 	c.put(u.key, next)
-	if u.v.Principal == "" && u.v.MachineId != "" {
+	if u.v.Life == pb.Life_LIFE_ALIVE && u.v.Principal == "" && u.v.MachineId != "" {
+		// A dying unit's went when it became dying (unitDyingOps).
 		c.del(machineAliveRef(u.v.MachineId, name))
 	}
 	return c, nil
@@ -552,14 +553,19 @@ func (s *State) RemoveUnitIf(ctx context.Context, name string, allow func(*pb.Un
 	})
 }
 
-// removeUnitOps removes a unit, its references and its records.
+// removeUnitOps removes a unit, its references and its records: a dead
+// unit, or an alive one no machine or principal runs. The reference that
+// says a unit of a machine is alive went when it became dying or dead: a
+// deletion of a key not there still costs etcd a lookup.
 func removeUnitOps(c *change, u *pb.Unit) {
 	c.del(UnitKey(u.Name))
 	if u.Principal != "" {
 		c.del(subordinateRef(u.Principal, u.Name))
 	} else if u.MachineId != "" {
 		c.del(machineUnitRef(u.MachineId, u.Name))
-		c.del(machineAliveRef(u.MachineId, u.Name))
+		if u.Life == pb.Life_LIFE_ALIVE {
+			c.del(machineAliveRef(u.MachineId, u.Name))
+		}
 	}
 	for _, k := range unitStatusKinds {
 		c.del(StatusKey(k, u.Name))
