@@ -22,22 +22,31 @@ import (
 // os.RemoveAll, which finishes the job or says why
 // not. A dir that is not there is no error.
 //
-// The files named known, which dir usually holds alone, are unlinked
-// first and dir removed without reading it (a unit of a charm without
-// hooks leaves its journal alone: two calls, where opening, reading and
-// closing the directory took four more); only when dir holds anything
-// else is it read.
+// With known, the names of the files dir usually holds alone, dir is
+// first removed as it is, then after each of those files in turn, without
+// reading it: a unit of a charm without hooks usually leaves its directory
+// empty (one call, where opening, reading and closing it took four more),
+// or its journal alone. Only when dir holds anything else is it read.
 func removeTree(dir string, known ...string) error {
-	// Each known file in turn, then the directory: the first of them is
-	// often all there is.
-	for _, name := range known {
-		if err := unix.Unlinkat(unix.AT_FDCWD, filepath.Join(dir, name), 0); err != nil && err != unix.ENOENT {
-			break // a directory, say: the walk below removes it
+	// The directory, then each known file in turn and the directory
+	// again: a unit of a charm without hooks usually leaves its directory
+	// empty, and otherwise its journal is often all there is.
+	if len(known) > 0 {
+		err := unix.Rmdir(dir)
+		for _, name := range known {
+			if err == nil || err == unix.ENOENT {
+				return nil
+			}
+			if err != unix.ENOTEMPTY && err != unix.EEXIST {
+				break // not a directory, say: the walk below says so
+			}
+			if err := unix.Unlinkat(unix.AT_FDCWD, filepath.Join(dir, name), 0); err != nil && err != unix.ENOENT {
+				break // a directory, say: the walk below removes it
+			}
+			err = unix.Rmdir(dir)
 		}
-		if err := unix.Rmdir(dir); err == nil || err == unix.ENOENT {
+		if err == nil || err == unix.ENOENT {
 			return nil
-		} else if err != unix.ENOTEMPTY && err != unix.EEXIST {
-			break
 		}
 	}
 	err := removeTreeAt(unix.AT_FDCWD, dir)

@@ -183,13 +183,18 @@ func BenchmarkRemoveUnitDir(b *testing.B) {
 }
 
 // BenchmarkRemoveJournalDir compares removing a unit's directory that
-// holds its journal alone (a unit of a charm without hooks) by reading it
-// and by the names of the files it usually holds, on the disk of TMPDIR.
+// holds its journal alone, or nothing (units of a charm without hooks), by
+// reading it and by the names of the files it usually holds, on the disk
+// of TMPDIR.
 func BenchmarkRemoveJournalDir(b *testing.B) {
 	for _, way := range []struct {
-		name  string
-		known []string
-	}{{"read", nil}, {"known", []string{"state.log", "state.json", "state.json.tmp"}}} {
+		name    string
+		known   []string
+		journal bool
+	}{
+		{"journal/read", nil, true}, {"journal/known", []string{"state.log", "state.json", "state.json.tmp"}, true},
+		{"empty/read", nil, false}, {"empty/known", []string{"state.log", "state.json", "state.json.tmp"}, false},
+	} {
 		b.Run(way.name, func(b *testing.B) {
 			root := b.TempDir()
 			for i := 0; b.Loop(); i++ {
@@ -198,8 +203,10 @@ func BenchmarkRemoveJournalDir(b *testing.B) {
 				if err := os.Mkdir(dir, 0o700); err != nil {
 					b.Fatal(err)
 				}
-				if err := os.WriteFile(filepath.Join(dir, "state.log"), []byte("x"), 0o600); err != nil {
-					b.Fatal(err)
+				if way.journal {
+					if err := os.WriteFile(filepath.Join(dir, "state.log"), []byte("x"), 0o600); err != nil {
+						b.Fatal(err)
+					}
 				}
 				b.StartTimer()
 				if err := removeTree(dir, way.known...); err != nil {
