@@ -65,7 +65,7 @@ func NewCache(dir string) *Cache {
 // files hard links to the Cache's copy. It checks the whole archive first;
 // on error dir may hold part of the charm.
 func (c *Cache) Deploy(data []byte, dir string) error {
-	_, err := c.deploy(data, sha256Hex(data), dir, true)
+	_, err := c.deploy(data, sha256Hex(data), dir, true, nil)
 	return err
 }
 
@@ -76,9 +76,9 @@ func sha256Hex(data []byte) string {
 }
 
 // deploy is Deploy of data whose key is key; unless always, a charm
-// without hooks is not deployed (DeployHooksFrom). It reports whether it
-// made dir.
-func (c *Cache) deploy(data []byte, key, dir string, always bool) (bool, error) {
+// without hooks is not deployed (DeployHooksFrom). It calls before, when
+// not nil, before it makes dir, and reports whether it made dir.
+func (c *Cache) deploy(data []byte, key, dir string, always bool, before func() error) (bool, error) {
 	t, err := archiveTree(data)
 	if err != nil {
 		return false, err
@@ -101,7 +101,17 @@ func (c *Cache) deploy(data []byte, key, dir string, always bool) (bool, error) 
 		c.prune(key)
 	}
 	c.trees[key] = t
-	return true, linkTree(t, src, dir)
+	return true, linkTreeAfter(t, src, dir, before)
+}
+
+// linkTreeAfter is linkTree after before, when not nil.
+func linkTreeAfter(t *tree, src, dir string, before func() error) error {
+	if before != nil {
+		if err := before(); err != nil {
+			return err
+		}
+	}
+	return linkTree(t, src, dir)
 }
 
 // DeployFrom makes dir as Deploy does, from the archive whose SHA-256
@@ -113,7 +123,7 @@ func (c *Cache) deploy(data []byte, key, dir string, always bool) (bool, error) 
 // download it once. An archive named by no SHA-256 (want empty) is
 // fetched each time. A fetch's error is returned as it is.
 func (c *Cache) DeployFrom(want, dir string, fetch func() ([]byte, error)) error {
-	_, err := c.deployFrom(want, dir, fetch, true)
+	_, err := c.deployFrom(want, dir, fetch, true, nil)
 	return err
 }
 
@@ -122,13 +132,15 @@ func (c *Cache) DeployFrom(want, dir string, fetch func() ([]byte, error)) error
 // hooks is not deployed: no hook of it will run, which is all a unit's
 // copy of its charm is for, and a unit of it then costs its machine no
 // directory or link to make and remove. Such a charm's archive is still
-// fetched once, as DeployFrom would, to read what it holds.
-func (c *Cache) DeployHooksFrom(want, dir string, fetch func() ([]byte, error)) (bool, error) {
-	return c.deployFrom(want, dir, fetch, false)
+// fetched once, as DeployFrom would, to read what it holds. before, when
+// not nil, is called just before dir is made (to make its parent, say),
+// and not when it is not.
+func (c *Cache) DeployHooksFrom(want, dir string, fetch func() ([]byte, error), before func() error) (bool, error) {
+	return c.deployFrom(want, dir, fetch, false, before)
 }
 
 // deployFrom is DeployFrom, or DeployHooksFrom unless always.
-func (c *Cache) deployFrom(want, dir string, fetch func() ([]byte, error), always bool) (bool, error) {
+func (c *Cache) deployFrom(want, dir string, fetch func() ([]byte, error), always bool, before func() error) (bool, error) {
 	if want != "" {
 		c.mu.Lock()
 		l := c.fetching[want]
@@ -139,7 +151,7 @@ func (c *Cache) deployFrom(want, dir string, fetch func() ([]byte, error), alway
 		c.mu.Unlock()
 		l.Lock()
 		defer l.Unlock()
-		if ok, made, err := c.deployCached(want, dir, always); ok || err != nil {
+		if ok, made, err := c.deployCached(want, dir, always, before); ok || err != nil {
 			return made, err
 		}
 	}
@@ -151,14 +163,14 @@ func (c *Cache) deployFrom(want, dir string, fetch func() ([]byte, error), alway
 	if want != "" && key != want {
 		return false, fmt.Errorf("charm archive has SHA-256 %s, want %s", key, want)
 	}
-	return c.deploy(data, key, dir, always)
+	return c.deploy(data, key, dir, always, before)
 }
 
 // deployCached deploys, as deploy would, the archive whose SHA-256 is key
 // when this Cache was given the archive before, from its copy when that
 // is intact, and reports whether it did (ok) and whether it made dir.
 // When it reports !ok it has changed nothing.
-func (c *Cache) deployCached(key, dir string, always bool) (ok, made bool, err error) {
+func (c *Cache) deployCached(key, dir string, always bool, before func() error) (ok, made bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := c.trees[key]
@@ -173,7 +185,7 @@ func (c *Cache) deployCached(key, dir string, always bool) (ok, made bool, err e
 		delete(c.trees, key)
 		return false, false, nil
 	}
-	return true, true, linkTree(t, src, dir)
+	return true, true, linkTreeAfter(t, src, dir, before)
 }
 
 // linkTree makes dir, which is created if absent and must otherwise be

@@ -332,7 +332,7 @@ func TestCacheDeployHooksFrom(t *testing.T) {
 	}
 	for i := range 3 {
 		dir := filepath.Join(root, fmt.Sprint("u", i), "charm")
-		made, err := c.DeployHooksFrom(keyOf(hookless), dir, fetch(hookless))
+		made, err := c.DeployHooksFrom(keyOf(hookless), dir, fetch(hookless), func() error { t.Error("before called for a charm without hooks"); return nil })
 		if err != nil || made {
 			t.Fatalf("unit %d: DeployHooksFrom of a charm without hooks = %v, %v; want false, nil", i, made, err)
 		}
@@ -363,7 +363,11 @@ func TestCacheDeployHooksFrom(t *testing.T) {
 		makeArchive(t, file("metadata.yaml", okMeta), dirEntry("bin"), link("hooks", "bin")),
 	} {
 		dir := filepath.Join(root, "h-"+keyOf(data)[:8])
-		made, err := c.DeployHooksFrom(keyOf(data), dir, fetch(data))
+		befores := 0
+		made, err := c.DeployHooksFrom(keyOf(data), dir, fetch(data), func() error { befores++; return nil })
+		if befores != 1 {
+			t.Errorf("before called %d times for a charm with hooks, want 1", befores)
+		}
 		if err != nil || !made {
 			t.Fatalf("DeployHooksFrom of a charm with hooks = %v, %v; want true, nil", made, err)
 		}

@@ -6,7 +6,9 @@
 // a few at once), and sets its dying machine dead once no unit is left
 // (M3), then stops.
 //
-// Its data directory holds units/<unit>, each unit agent's own;
+// Its data directory holds units/<unit>, each unit agent's own, made when
+// that agent first writes there (a unit assigned while the agent watched
+// starts as new: unitagent.Config.New);
 // charms/, the charms its units deploy, downloaded and unpacked once
 // (charm.Cache): a unit's charm directory is made of hard links to those
 // files (a unit of a charm without hooks has none); tools/, the hook tools; and agent.sock, the socket on which its

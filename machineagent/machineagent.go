@@ -112,7 +112,13 @@ type Agent struct {
 	// machine's units may still show: not to be started again. Only the
 	// agent's loop uses it.
 	removed map[string]bool
-	exited  chan exit // workers report here when they stop
+	// fresh are the units assigned to the machine while the agent
+	// watched (after its watch's first listing), whose agents it has not
+	// started: no agent of them ran here before, so theirs starts as new
+	// (unitagent.Config.New), without looking for a directory or asking
+	// for its scopes. Only the agent's loop uses it.
+	fresh  map[string]bool
+	exited chan exit // workers report here when they stop
 	// removals report here when a dead unit's removal ends (removeDead);
 	// removing bounds how many run at once.
 	removals chan removal
@@ -164,6 +170,7 @@ func New(cfg Config) (*Agent, error) {
 		toolsDir: filepath.Join(dir, "tools"), hookLock: make(chan struct{}, 1),
 		charms:  charm.NewCache(filepath.Join(dir, "charms")),
 		workers: map[string]*worker{}, exited: make(chan exit, 16), removed: map[string]bool{},
+		fresh:    map[string]bool{},
 		removals: make(chan removal), removing: make(chan struct{}, maxRemovals),
 		mux: agentwatch.NewMux(cfg.API, cfg.Logger.With("machine", cfg.MachineID)),
 	}, nil
@@ -219,6 +226,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	machineKnown := false
 	units := map[string]bool{}
 	unitsKnown := false
+	// arrived are the units the watch showed assigned after a listing
+	// that did not hold them; a listing again (Relisted) may hold units
+	// assigned meanwhile, which are not known to be new.
+	arrived := map[string]bool{}
 	changed := make(chan struct{}, 1)
 	notify := func() {
 		select {
@@ -258,7 +269,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			for _, ch := range resp.Changes {
 				if ch.Removed {
 					delete(units, ch.Id)
+					delete(arrived, ch.Id)
 				} else {
+					if unitsKnown && !resp.Relisted && !units[ch.Id] {
+						arrived[ch.Id] = true
+					}
 					units[ch.Id] = true
 				}
 			}
@@ -284,6 +299,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		mu.Lock()
 		m, mk, want, uk := machine, machineKnown, copySet(units), unitsKnown
+		for name := range arrived {
+			a.fresh[name] = true
+		}
+		clear(arrived)
 		mu.Unlock()
 		if !mk || !uk {
 			continue
@@ -349,6 +368,11 @@ func (a *Agent) reconcile(ctx context.Context, want map[string]bool) bool {
 			delete(a.removed, name) // the watch has seen it go
 		}
 	}
+	for name := range a.fresh {
+		if !want[name] {
+			delete(a.fresh, name)
+		}
+	}
 	var start []string
 	a.mu.Lock()
 	for name := range want {
@@ -377,9 +401,13 @@ func (a *Agent) reconcile(ctx context.Context, want map[string]bool) bool {
 			if creds != nil {
 				cred = &creds[i]
 			}
-			if err := a.startWorker(ctx, name, true, cred); err != nil {
+			err := a.startWorker(ctx, name, true, cred, a.fresh[name])
+			if err != nil {
 				a.logger.Warn("cannot start unit agent", "unit", name, "error", err)
 				again = true
+			}
+			if err == nil {
+				delete(a.fresh, name) // a start that failed ran nothing
 			}
 		}
 	}
@@ -453,7 +481,7 @@ func (a *Agent) unitHookTimeout(ctx context.Context) time.Duration {
 
 // startWorker runs the named unit's agent, unless it runs already, with
 // issued, a credential just issued to it, or (nil) one it asks for.
-func (a *Agent) startWorker(ctx context.Context, unit string, principal bool, issued *pki.Credential) error {
+func (a *Agent) startWorker(ctx context.Context, unit string, principal bool, issued *pki.Credential, isNew bool) error {
 	a.mu.Lock()
 	if _, ok := a.workers[unit]; ok {
 		a.mu.Unlock()
@@ -477,7 +505,7 @@ func (a *Agent) startWorker(ctx context.Context, unit string, principal bool, is
 		Unit: unit, MachineID: a.cfg.MachineID, Address: a.cfg.Address, DataDir: a.unitDir(unit),
 		ToolsDir: a.toolsDir, API: api, Watches: a.mux.As(cred, api), Logger: a.cfg.Logger, HookLock: a.hookLock,
 		HookTimeout: a.unitHookTimeout(ctx), Retry: a.cfg.UnitRetry, Deployer: deployer{a}, Charms: a.charms,
-		Tools: a.tools,
+		Tools: a.tools, New: isNew,
 	})
 	if err != nil {
 		closer.Close()
@@ -494,7 +522,7 @@ func (a *Agent) startWorker(ctx context.Context, unit string, principal bool, is
 	}
 	a.workers[unit] = w
 	a.mu.Unlock()
-	a.logger.Info("unit agent started", "unit", unit)
+	a.logger.Info("unit agent started", "unit", unit, "new", isNew)
 	go func() {
 		defer close(w.done)
 		defer closer.Close()
@@ -555,7 +583,7 @@ func (a *Agent) workerExited(ctx context.Context, e exit, wg *sync.WaitGroup) {
 	if !errors.Is(e.err, unitagent.ErrDead) {
 		a.logger.Warn("unit agent stopped; restarting it", "unit", e.unit, "error", e.err)
 		time.AfterFunc(time.Second, func() {
-			if err := a.startWorker(ctx, e.unit, w.principal, nil); err != nil {
+			if err := a.startWorker(ctx, e.unit, w.principal, nil, false); err != nil {
 				a.logger.Warn("cannot restart unit agent", "unit", e.unit, "error", err)
 			}
 		})
@@ -633,7 +661,7 @@ func closedChan() chan struct{} {
 // deployer runs principals' subordinates' agents on this machine.
 type deployer struct{ a *Agent }
 
-func (d deployer) Deploy(unit string) error { return d.a.startWorker(d.a.ctx, unit, false, nil) }
+func (d deployer) Deploy(unit string) error { return d.a.startWorker(d.a.ctx, unit, false, nil, false) }
 
 func (d deployer) Recall(unit string) error {
 	d.a.stopWorker(unit, true)

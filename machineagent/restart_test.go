@@ -22,10 +22,23 @@ import (
 // entering a relation's scope on its own. Its machine agent restarts, as
 // after a crash of it or of the machine, with the unit's local state lost
 // (here, all of it), and meanwhile the relation is destroyed: the unit
-// agent, starting over a directory it did not make, asks the controller
-// which scopes its unit is in, and leaves this one, so that the relation
-// goes.
+// agent, not known to be new to the machine, asks the controller which
+// scopes its unit is in, and leaves this one, so that the relation goes.
+// So it does when the unit was assigned while the machine agent watched,
+// and its agent started as new: its charm has no hooks, and it made no
+// directory at all, the mark of an agent that ran before until issue 6's
+// thirty-fourth round.
 func TestUnitLeavesScopeAfterRestart(t *testing.T) {
+	for _, assignedWatched := range []bool{false, true} {
+		name := "assigned before the agent started"
+		if assignedWatched {
+			name = "assigned while the agent watched"
+		}
+		t.Run(name, func(t *testing.T) { testUnitLeavesScopeAfterRestart(t, assignedWatched) })
+	}
+}
+
+func testUnitLeavesScopeAfterRestart(t *testing.T, assignedWatched bool) {
 	env := controllertest.New(t, controllertest.Options{Cleaner: true})
 	op := env.Operator()
 	charms := t.TempDir()
@@ -43,10 +56,20 @@ func TestUnitLeavesScopeAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := ms[0].Id
-	if _, err := op.Deploy(env.Ctx, &pb.DeployRequest{Charm: "front", NumUnits: 1, To: m}); err != nil {
+	frontUnits := int32(1)
+	if assignedWatched {
+		frontUnits = 0
+	}
+	if _, err := op.Deploy(env.Ctx, &pb.DeployRequest{Charm: "front", NumUnits: frontUnits, To: m}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := op.Deploy(env.Ctx, &pb.DeployRequest{Charm: "store"}); err != nil {
+	storeTo := &pb.DeployRequest{Charm: "store"}
+	if assignedWatched {
+		// A unit the machine agent's first listing holds: once it is in
+		// the scope, the agent watches.
+		storeTo.NumUnits, storeTo.To = 1, m
+	}
+	if _, err := op.Deploy(env.Ctx, storeTo); err != nil {
 		t.Fatal(err)
 	}
 	rel, err := op.AddRelation(env.Ctx, &pb.AddRelationRequest{Endpoints: []string{"front", "store"}})
@@ -82,12 +105,24 @@ func TestUnitLeavesScopeAfterRestart(t *testing.T) {
 		return err == nil && len(scopes) == 1
 	}
 	stop := run()
+	unitDir := filepath.Join(dir, "units", "front-0")
+	if assignedWatched {
+		waitFor(t, "store/0 to enter the relation's scope", func() bool {
+			scopes, err := env.State.UnitScopes(env.Ctx, "store/0")
+			return err == nil && len(scopes) == 1
+		})
+		if _, err := op.AddUnits(env.Ctx, &pb.AddUnitsRequest{Service: "front", NumUnits: 1, To: m}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	waitFor(t, "front/0 to enter the relation's scope", inScope)
+	if _, err := os.Lstat(unitDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("front/0, of a charm without hooks, has a directory (%v)", err)
+	}
 	stop()
 
 	// The agent restarts, having lost what was not saved: here all of
 	// front/0's state. The relation is destroyed meanwhile.
-	unitDir := filepath.Join(dir, "units", "front-0")
 	for _, f := range []string{"state.json", "state.log"} {
 		if err := os.Remove(filepath.Join(unitDir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			t.Fatal(err)

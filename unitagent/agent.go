@@ -71,8 +71,16 @@ type Config struct {
 	MachineID string
 	Address   string
 	// DataDir is the unit's own directory: its state file, its charm, its
-	// hook tools' socket.
+	// hook tools' socket. It is made when the agent first writes there: a
+	// unit of a charm without hooks, which writes nothing, has none.
 	DataDir string
+	// New says that no agent of the unit has run on this machine before
+	// (a machine agent knows it of a unit assigned to its machine while it
+	// watched): the agent has nothing on disk to read and nothing to ask
+	// the controller about (checkScopes). Otherwise an agent that finds no
+	// data directory cannot tell a unit never run from one whose agent
+	// wrote nothing before it stopped, and asks.
+	New bool
 	// ToolsDir holds the hook tools (symlinks to lifelined); it leads each
 	// hook's PATH.
 	ToolsDir string
@@ -133,9 +141,12 @@ type Agent struct {
 	// unpacked, and each is looked up on its own (hasHook).
 	hookNames map[string]bool
 	hookEach  bool
-	// newDir says the unit's directory was made by this process and
-	// holds no charm yet: the first download unpacks straight into it.
+	// newDir says the unit's directory holds nothing yet (it is not
+	// there): the first download unpacks straight into place.
 	newDir bool
+	// fresh says no agent of the unit ran on this machine before
+	// (Config.New): it has lost no mark of a scope.
+	fresh bool
 	// leaving holds the relations whose scopes the dying unit has left in
 	// its local state but not yet at the controller: the call that sets
 	// it dead carries them, when nothing comes in between that another
@@ -169,43 +180,36 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("unit agent: %w", err)
 	}
 	cfg.DataDir = dir
-	fresh, err := makeDataDir(cfg.DataDir)
-	if err != nil {
-		return nil, fmt.Errorf("unit agent: %w", err)
+	empty := cfg.New
+	if !empty {
+		if empty, err = dataDirAbsent(cfg.DataDir); err != nil {
+			return nil, fmt.Errorf("unit agent: %w", err)
+		}
 	}
 	store := newStateStore(cfg.DataDir)
-	store.fresh = fresh
+	store.empty, store.dirMade = empty, !empty
 	return &Agent{
 		cfg:    cfg,
 		logger: cfg.Logger.With("unit", cfg.Unit),
 		store:  store,
-		newDir: fresh,
+		newDir: empty,
+		fresh:  cfg.New,
 	}, nil
 }
 
-// makeDataDir creates the unit's directory, and its parents if need be,
-// and reports whether this call made it (so that it holds nothing yet). A
-// machine's new unit costs one mkdir here, where os.MkdirAll would first
-// look for the directory and its parent.
-func makeDataDir(dir string) (fresh bool, err error) {
-	err = os.Mkdir(dir, 0o700)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
-			return false, err
-		}
-		err = os.Mkdir(dir, 0o700)
-	}
-	if err == nil {
-		return true, nil
-	}
-	if !errors.Is(err, fs.ErrExist) {
-		return false, err
-	}
+// dataDirAbsent reports whether the unit's directory is not there, and
+// refuses one that is not a directory. A new unit's agent (Config.New)
+// does not look: its directory is made when it first writes there
+// (stateStore.makeDir), which a unit of a charm without hooks never does,
+// and so costs its machine no directory to make and remove.
+func dataDirAbsent(dir string) (bool, error) {
 	fi, err := os.Stat(dir)
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return true, nil
+	case err != nil:
 		return false, err
-	}
-	if !fi.IsDir() {
+	case !fi.IsDir():
 		return false, fmt.Errorf("%s is not a directory", dir)
 	}
 	return false, nil
@@ -217,7 +221,7 @@ var ErrDead = errors.New("unit is dead")
 
 // Run runs the unit until ctx ends or the unit is dead (ErrDead).
 func (a *Agent) Run(ctx context.Context) error {
-	fresh := a.store.fresh
+	fresh := a.fresh
 	l, err := a.store.load()
 	if err != nil {
 		return err
@@ -232,8 +236,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	if !fresh {
-		// Starting over files it did not make, the agent may have lost
-		// its mark of a scope it entered (saveLater): it asks.
+		// Not new to the machine, the agent may have lost its mark of a
+		// scope it entered (saveLater): it asks.
 		if err := a.checkScopes(ctx); err != nil {
 			return err
 		}

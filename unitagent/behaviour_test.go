@@ -250,10 +250,10 @@ func (w *world) hooklessKV() *pb.Relation {
 
 // TestNoSavesForHooksTheCharmLacks: a unit of a charm with no hooks, in a
 // relation, reaches running and enters the relation's scope without
-// writing a record, nor asking which scopes it is in: its directory is
-// new. Started again over that directory, which holds no mark of the
-// scope, it asks the controller, and so leaves the scope when the relation
-// is destroyed, and the relation goes.
+// writing a file, nor asking which scopes it is in: it is new
+// (Config.New). Started again, not new, with no mark of
+// the scope, it asks the controller, and so leaves the scope when the
+// relation is destroyed, and the relation goes.
 func TestNoSavesForHooksTheCharmLacks(t *testing.T) {
 	w := newWorld(t)
 	rel := w.hooklessKV()
@@ -270,8 +270,18 @@ func TestNoSavesForHooksTheCharmLacks(t *testing.T) {
 	if got := w.lines("kv/0", "state.log"); len(got) != 0 {
 		t.Errorf("the journal holds %d records, want none:\n%s", len(got), strings.Join(got, "\n"))
 	}
+	// Its directory holds at most its tools' socket (a unit agent run
+	// alone serves its own; a machine's share the machine agent's, and
+	// then it has none: machineagent's TestUnitLeavesScopeAfterRestart).
+	if des, err := os.ReadDir(w.dir("kv/0")); err == nil {
+		for _, de := range des {
+			if de.Name() != "agent.sock" {
+				t.Errorf("the unit's directory holds %s", de.Name())
+			}
+		}
+	}
 	if n := w.apis["kv/0"].scopeChecks.Load(); n != 0 {
-		t.Errorf("the agent of a new directory asked for its scopes %d times, want none", n)
+		t.Errorf("the agent of a new unit asked for its scopes %d times, want none", n)
 	}
 
 	if _, err := w.op.DestroyRelation(w.env.Ctx, &pb.DestroyRelationRequest{Endpoints: []string{"app", "kv"}}); err != nil {

@@ -9,9 +9,11 @@
 // unit's data directory: statestore.go; a step it can do again at no
 // cost, such as entering a scope, goes with the next record), and an
 // agent restarted after a crash resumes from it (a hook interrupted by the
-// crash counts as a failed attempt, never as a success). Started over a
-// data directory it did not make, which may lack what it did not save, it
-// first asks the controller which scopes its unit is in (scopes.go). It
+// crash counts as a failed attempt, never as a success). Its directory is
+// made when it first writes there. Unless it is known to be new to its
+// machine (Config.New), it may have run before and lost what it did not
+// save, and it first asks the controller which scopes its unit is in
+// (scopes.go). It
 // follows its watch subjects in one goroutine (agentwatch.Group). It
 // reaches the controller only through the few AgentService methods it
 // declares (API), and runs hooks only through package hooks.

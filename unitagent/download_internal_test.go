@@ -183,9 +183,10 @@ func TestNewOverAFile(t *testing.T) {
 }
 
 // TestHooklessCharmNotUnpacked: a charm without hooks gives the unit no
-// charm directory, with the machine's cache or without, and every hook of
-// it is missing; a charm with hooks after it is unpacked as usual, and one
-// without after that removes it.
+// charm directory (nor a directory of its own, which nothing else made),
+// with the machine's cache or without, and every hook of it is missing; a
+// charm with hooks after it is unpacked as usual, the unit's directory
+// made for it, and one without after that removes it.
 func TestHooklessCharmNotUnpacked(t *testing.T) {
 	for _, withCache := range []bool{false, true} {
 		root := t.TempDir()
@@ -199,8 +200,8 @@ func TestHooklessCharmNotUnpacked(t *testing.T) {
 		if err := (&executor{a: a}).download(context.Background(), &pb.CharmRef{Name: "app", Revision: 1}); err != nil {
 			t.Fatalf("cache %v: %v", withCache, err)
 		}
-		if got := entries(t, dir); len(got) != 0 {
-			t.Errorf("cache %v: the unit of a charm without hooks holds %v, want nothing", withCache, got)
+		if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+			t.Errorf("cache %v: the unit of a charm without hooks has a directory (%v), want none", withCache, err)
 		}
 		if a.l.Charm != "app/1" {
 			t.Errorf("cache %v: charm recorded %q, want app/1", withCache, a.l.Charm)
@@ -228,6 +229,55 @@ func TestHooklessCharmNotUnpacked(t *testing.T) {
 		}
 		if got := entries(t, dir); len(got) != 0 {
 			t.Errorf("cache %v: after a charm without hooks again the unit holds %v, want nothing", withCache, got)
+		}
+	}
+}
+
+// TestDirectoryMadeOnFirstWrite: no agent makes its unit's directory as it
+// starts. A new unit's agent (Config.New) does not look for it and takes
+// itself as fresh; another takes an absent directory as empty but not
+// fresh (it may have run before without writing). The first save makes
+// the directory, its parents too, readable by its owner alone.
+func TestDirectoryMadeOnFirstWrite(t *testing.T) {
+	for _, isNew := range []bool{false, true} {
+		dir := filepath.Join(t.TempDir(), "units", "app-0")
+		a, err := New(Config{Unit: "app/0", DataDir: dir, API: &charmAPI{}, HookLock: make(chan struct{}, 1), New: isNew})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+			t.Fatalf("new %v: New made the directory (%v)", isNew, err)
+		}
+		if !a.newDir || a.fresh != isNew {
+			t.Errorf("new %v: empty %v, fresh %v; want true, %v", isNew, a.newDir, a.fresh, isNew)
+		}
+		if a.l, err = a.store.load(); err != nil {
+			t.Fatal(err)
+		}
+		a.l.State = StateReady
+		if err := a.store.save(a.l); err != nil {
+			t.Fatalf("new %v: %v", isNew, err)
+		}
+		fi, err := os.Stat(dir)
+		if err != nil {
+			t.Fatalf("new %v: %v", isNew, err)
+		}
+		if fi.Mode().Perm() != 0o700 {
+			t.Errorf("new %v: the directory's mode is %v, want 0700", isNew, fi.Mode().Perm())
+		}
+		if got := entries(t, dir); len(got) != 1 || got[0] != journalName {
+			t.Errorf("new %v: the directory holds %v, want [%s]", isNew, got, journalName)
+		}
+		// Over the directory now there: neither empty nor fresh.
+		b, err := New(Config{Unit: "app/0", DataDir: dir, API: &charmAPI{}, HookLock: make(chan struct{}, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.newDir || b.fresh {
+			t.Errorf("new %v: over a directory there, empty %v, fresh %v; want false, false", isNew, b.newDir, b.fresh)
+		}
+		if b.l, err = b.store.load(); err != nil || b.l.State != StateReady {
+			t.Errorf("new %v: loaded %v, %v; want the saved state", isNew, b.l, err)
 		}
 	}
 }

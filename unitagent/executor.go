@@ -452,10 +452,12 @@ func (ex *executor) download(ctx context.Context, ref *pb.CharmRef) error {
 	var err error
 	made := false
 	if a.cfg.Charms != nil {
-		made, err = a.cfg.Charms.DeployHooksFrom(ref.Sha256, tmp, fetch)
+		made, err = a.cfg.Charms.DeployHooksFrom(ref.Sha256, tmp, fetch, a.store.makeDir)
 	} else if data, ferr := fetch(); ferr == nil {
 		if made, err = charm.HasHooks(data); made {
-			err = charm.Extract(data, tmp)
+			if err = a.store.makeDir(); err == nil {
+				err = charm.Extract(data, tmp)
+			}
 		}
 	}
 	switch {

@@ -133,8 +133,13 @@ type world struct {
 	dirs   map[string]string
 	// apis are the agents' controller clients, the latest started of
 	// each unit.
-	apis  map[string]*countingAPI
-	retry unitagent.RetryPolicy
+	apis map[string]*countingAPI
+	// started are the units whose agents started before: as a machine
+	// agent would, the world starts a unit's agent as new
+	// (unitagent.Config.New) only the first time, and only when its
+	// directory was not made for it (made).
+	started map[string]bool
+	retry   unitagent.RetryPolicy
 	// hookTimeout is the agents' hook timeout; the controller's when zero.
 	hookTimeout time.Duration
 	// watchDelay holds back what the agents' watch streams bring for so
@@ -152,7 +157,8 @@ func newWorld(t *testing.T) *world {
 	w := &world{
 		t: t, env: env, op: env.Operator(), lock: make(chan struct{}, 1),
 		agents: map[string]*runningAgent{}, dirs: map[string]string{}, apis: map[string]*countingAPI{},
-		retry: unitagent.RetryPolicy{Initial: 50 * time.Millisecond, Max: 200 * time.Millisecond, Attempts: 3},
+		started: map[string]bool{},
+		retry:   unitagent.RetryPolicy{Initial: 50 * time.Millisecond, Max: 200 * time.Millisecond, Attempts: 3},
 	}
 	// Cleanups run last first: the agents stop, then their directories go.
 	t.Cleanup(func() {
@@ -212,12 +218,15 @@ func (w *world) start(unit string) {
 		w.t.Fatal(err)
 	}
 	api := &countingAPI{AgentServiceClient: w.env.Agent("unit-" + unit), watchDelay: w.watchDelay}
+	_, statErr := os.Stat(w.dir(unit))
 	w.mu.Lock()
 	w.apis[unit] = api
+	isNew := !w.started[unit] && errors.Is(statErr, os.ErrNotExist)
+	w.started[unit] = true
 	w.mu.Unlock()
 	a, err := unitagent.New(unitagent.Config{
 		Unit: unit, MachineID: u.MachineId, Address: "10.0.0." + strings.ReplaceAll(unit, "/", "-"),
-		DataDir: w.dir(unit), ToolsDir: toolsDir, API: api, HookLock: w.lock,
+		DataDir: w.dir(unit), ToolsDir: toolsDir, API: api, HookLock: w.lock, New: isNew,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Warn, Output: testWriter{w.t}}),
 		Retry:  w.retry, Deployer: (*deployer)(w), HookTimeout: w.hookTimeout,
 	})

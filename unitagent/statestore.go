@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -103,9 +104,12 @@ type stateStore struct {
 	// a crash leaves the files in a state of their own; an error stops the
 	// save there, as a crash would.
 	crash func(point string) error
-	// fresh says the directory was made by this process just before, so
+	// empty says the directory is not there (or new: Config.New), so
 	// that the first load has no files to read.
-	fresh bool
+	empty bool
+	// dirMade says the directory is there: until then the first write
+	// makes it (makeDir).
+	dirMade bool
 }
 
 func newStateStore(dir string) *stateStore { return &stateStore{dir: dir} }
@@ -119,14 +123,35 @@ func (s *stateStore) crashPoint(point string) error {
 	return s.crash(point)
 }
 
+// makeDir makes the unit's directory, and its parents if need be, unless
+// it is there: each write calls it first, so that an agent that never
+// writes never makes one.
+func (s *stateStore) makeDir() error {
+	if s.dirMade {
+		return nil
+	}
+	err := os.Mkdir(s.dir, 0o700)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(s.dir), 0o700); err != nil {
+			return fmt.Errorf("unit directory: %w", err)
+		}
+		err = os.Mkdir(s.dir, 0o700)
+	}
+	if err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("unit directory: %w", err)
+	}
+	s.dirMade = true
+	return nil
+}
+
 // load reads the state from the snapshot and the journal (none to read
-// in a directory this process just made).
+// in a directory that is not there).
 func (s *stateStore) load() (*localState, error) {
-	fresh := s.fresh
-	*s = stateStore{dir: s.dir, crash: s.crash}
+	empty := s.empty
+	*s = stateStore{dir: s.dir, crash: s.crash, dirMade: s.dirMade}
 	l := newLocalState()
 	var err error
-	if !fresh {
+	if !empty {
 		if l, err = s.read(l); err != nil {
 			return nil, err
 		}
@@ -442,6 +467,9 @@ func (s *stateStore) append(l *localState, head []byte, sync bool) error {
 	line = fmt.Appendf(line, "%08x ", crc32.Checksum(payload, castagnoli))
 	line = append(append(line, payload...), '\n')
 	s.rewrite = true // until the record is durable
+	if err := s.makeDir(); err != nil {
+		return err
+	}
 	f, err := os.OpenFile(s.path(journalName), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("write unit state journal: %w", err)
@@ -492,6 +520,9 @@ func (s *stateStore) writeSnapshot(l *localState, head []byte) error {
 	data = append(data, '\n')
 	path := s.path(snapshotName)
 	tmp := path + ".tmp"
+	if err := s.makeDir(); err != nil {
+		return err
+	}
 	w, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return fmt.Errorf("write unit state: %w", err)

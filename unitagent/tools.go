@@ -27,6 +27,9 @@ func (a *Agent) startTools(ctx context.Context) (*toolServer, error) {
 	if a.cfg.Tools != nil {
 		return &toolServer{srv: a.cfg.Tools}, nil
 	}
+	if err := a.store.makeDir(); err != nil {
+		return nil, fmt.Errorf("hook tools: %w", err)
+	}
 	srv, err := hooks.NewServer(hooks.ServerConfig{Socket: filepath.Join(a.cfg.DataDir, "agent.sock"), Logger: a.logger})
 	if err != nil {
 		return nil, fmt.Errorf("hook tools: %w", err)
