@@ -401,13 +401,12 @@ func (a *Agent) reconcile(ctx context.Context, want map[string]bool) bool {
 			if creds != nil {
 				cred = &creds[i]
 			}
-			err := a.startWorker(ctx, name, true, cred, a.fresh[name])
-			if err != nil {
+			// A start that failed ran no agent: the unit stays new.
+			if err := a.startWorker(ctx, name, true, cred, a.fresh[name]); err != nil {
 				a.logger.Warn("cannot start unit agent", "unit", name, "error", err)
 				again = true
-			}
-			if err == nil {
-				delete(a.fresh, name) // a start that failed ran nothing
+			} else {
+				delete(a.fresh, name)
 			}
 		}
 	}

@@ -428,10 +428,11 @@ func (ex *executor) resolve(ctx context.Context, mode pb.ResolvedMode) error {
 // directory (a previous charm's is removed): a unit's copy of its charm
 // is where its hooks run, and nothing else reads it.
 // With the machine's cache of charms, a charm another unit of the machine
-// downloaded is not downloaded again. A unit's first download, in the
-// directory its agent just made, unpacks in place: there is nothing to
-// replace, and a try cut short (an error, a crash) leaves the next try to
-// go the way of replacing.
+// downloaded is not downloaded again. A unit's first download, when the
+// unit's directory holds nothing (it is not there yet), unpacks in place,
+// the directory made first: there is nothing to replace, and a try cut
+// short (an error, a crash) leaves the next try to go the way of
+// replacing.
 func (ex *executor) download(ctx context.Context, ref *pb.CharmRef) error {
 	a := ex.a
 	dir := a.charmDir()
