@@ -46,11 +46,14 @@ const (
 	stateFormat  = 2
 )
 
-// DataFiles are the names of the files a unit agent keeps in its data
-// directory besides its charm directory, the journal first: what a dead
-// unit's directory usually holds, for its machine agent to remove
-// without reading the directory.
-var DataFiles = []string{journalName, snapshotName, snapshotName + ".tmp"}
+// DataFiles names what a dead unit's directory usually holds alone, if
+// anything: its journal (a unit of a charm without hooks has no charm
+// directory, and writes a snapshot only after many records). Its machine
+// agent removes such a directory without reading it; one that holds more
+// is read. Naming the snapshot too cost a unit of a charm with hooks,
+// whose directory holds its charm, two unlinks and two rmdirs more, each
+// failing.
+var DataFiles = []string{journalName}
 
 // compactMinBytes is the size the journal may reach before it is folded
 // into a new snapshot, whatever the snapshot's size (a variable for tests).
