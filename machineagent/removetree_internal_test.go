@@ -32,8 +32,10 @@ func unitTree(tb testing.TB, dir, outside string) {
 	}
 }
 
-func TestRemoveTreeRemovesAUnitsFilesAndNothingElse(t *testing.T) {
-	root := t.TempDir()
+// sharedCharm writes, under root, a machine's cached charm file that a
+// unit's tree links to (unitTree), and returns its directory.
+func sharedCharm(t *testing.T, root string) string {
+	t.Helper()
 	outside := filepath.Join(root, "cache")
 	if err := os.Mkdir(outside, 0o755); err != nil {
 		t.Fatal(err)
@@ -41,6 +43,12 @@ func TestRemoveTreeRemovesAUnitsFilesAndNothingElse(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(outside, "metadata.yaml"), []byte("name: x\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return outside
+}
+
+func TestRemoveTreeRemovesAUnitsFilesAndNothingElse(t *testing.T) {
+	root := t.TempDir()
+	outside := sharedCharm(t, root)
 	unit := filepath.Join(root, "units", "web-0")
 	unitTree(t, unit, outside)
 	// A socket, as a unit agent's tools socket would be (a short path:
@@ -79,13 +87,7 @@ func TestRemoveTreeRemovesAUnitsFilesAndNothingElse(t *testing.T) {
 // name that is a directory, or nothing at all.
 func TestRemoveTreeKnownFiles(t *testing.T) {
 	root := t.TempDir()
-	outside := filepath.Join(root, "cache")
-	if err := os.Mkdir(outside, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(outside, "metadata.yaml"), []byte("name: x\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	outside := sharedCharm(t, root)
 	known := []string{"state.log", "state.json", "state.json.tmp"}
 	for name, fill := range map[string]func(dir string){
 		"journal alone": func(dir string) { writeFiles(t, dir, "state.log") },
