@@ -11,8 +11,9 @@
 // starts as new: unitagent.Config.New);
 // charms/, the charms its units deploy, downloaded and unpacked once
 // (charm.Cache): a unit's charm directory is made of hard links to those
-// files (a unit of a charm without hooks has none); tools/, the hook tools; and agent.sock, the socket on which its
-// unit agents serve their hooks' tools (hooks.Server), one for all.
+// files (a unit of a charm without hooks has none); tools/, the hook
+// tools; and agent.sock, the socket on which its unit agents serve their
+// hooks' tools (hooks.Server), one for all.
 //
 // Its unit agents' reports of their own agent status go to the controller
 // through it, several to a call, as do its removals of its dead units
