@@ -2,11 +2,13 @@ package state
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -138,4 +140,14 @@ func (s *State) Revision(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	return r.rev, nil
+}
+
+// UnitCount returns how many units the model holds, whatever their life,
+// from a count of their keys that reads no value.
+func (s *State) UnitCount(ctx context.Context) (int64, error) {
+	resp, err := s.kv.Get(ctx, unitsPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("count units: %w", err)
+	}
+	return resp.Count, nil
 }

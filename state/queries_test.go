@@ -144,3 +144,18 @@ func TestRelationsBetween(t *testing.T) {
 		t.Errorf("RelationsBetween(kv, nosuch) = %v, want not found", err)
 	}
 }
+
+// TestUnitCount: every unit counts, subordinates and dying ones too, and
+// nothing else under the model does.
+func TestUnitCount(t *testing.T) {
+	st, ctx, _, _ := queriesModel(t)
+	n, err := st.UnitCount(ctx)
+	must(t, "UnitCount", err)
+	if n != 5 {
+		t.Errorf("UnitCount = %d, want 5 (kv/0, app/0, app/1, logger/0, logger/1)", n)
+	}
+	must(t, "DestroyUnit", st.DestroyUnit(ctx, "kv/0", state.DestroyOptions{}))
+	if n, err = st.UnitCount(ctx); err != nil || n != 5 {
+		t.Errorf("UnitCount with kv/0 dying = %d, %v; want 5", n, err)
+	}
+}

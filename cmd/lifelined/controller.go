@@ -56,6 +56,7 @@ type controllerFlags struct {
 	presence      time.Duration
 	pprof         bool
 	machinesDir   string
+	memoryLimit   string
 }
 
 func controllerCommand() *cobra.Command {
@@ -96,6 +97,7 @@ local provider, controllers on one host share --machines-dir.`,
 	fl.DurationVar(&f.hookTimeout, "hook-timeout", 5*time.Minute, "how long a hook may run before its agent kills it")
 	fl.DurationVar(&f.presence, "presence-timeout", 15*time.Second, "how long an agent may be silent before status shows it lost")
 	fl.StringVar(&f.machinesDir, "machines-dir", "", "where the local provider keeps its machines (default: machines in the data directory; controllers of one model on one host share it)")
+	fl.StringVar(&f.memoryLimit, "memory-limit", "auto", "soft limit on the controller's memory, as GOMEMLIMIT: auto (512 MiB and 36 KiB for each unit of the most the model has had; GOMEMLIMIT instead when set), none, or a size such as 2GiB")
 	fl.BoolVar(&f.pprof, "pprof", false, "also serve Go's profiles at /debug/pprof/ on the metrics address")
 	fl.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "an external etcd cluster's client URLs; embedded etcd when empty")
 	fl.StringVar(&f.etcdCA, "etcd-cacert", "", "CA certificate of the external etcd cluster")
@@ -118,6 +120,9 @@ func (f *controllerFlags) validate() error {
 	}
 	if len(f.etcdEndpoints) == 0 && (f.etcdCA != "" || f.etcdCert != "" || f.etcdKey != "") {
 		return usageError{errors.New("--etcd-cacert, --etcd-cert and --etcd-key need --etcd-endpoints")}
+	}
+	if _, err := parseMemoryLimit(f.memoryLimit); err != nil {
+		return usageError{err}
 	}
 	if hclog.LevelFromString(f.logLevel) == hclog.NoLevel {
 		return usageError{fmt.Errorf("unknown log level %q: use trace, debug, info, warn or error", f.logLevel)}
@@ -144,6 +149,10 @@ func runController(ctx context.Context, f controllerFlags) error {
 	}
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(controllerGCPercent)
+	}
+	memLimit, _ := parseMemoryLimit(f.memoryLimit) // validated
+	if memLimit != 0 {
+		debug.SetMemoryLimit(memLimit)
 	}
 	if f.clientConfig == "" {
 		p, err := pki.DefaultClientConfigPath()
@@ -323,6 +332,13 @@ func runController(ctx context.Context, f controllerFlags) error {
 			}
 			return nil
 		}, func(error) { hs.Close() })
+	}
+
+	if memLimit == 0 && os.Getenv("GOMEMLIMIT") == "" {
+		b := &memoryBudget{floor: budgetFloor, perUnit: budgetPerUnit, units: st.UnitCount,
+			live: liveHeap, set: debug.SetMemoryLimit, logger: logger}
+		bctx, bcancel := context.WithCancel(context.Background())
+		g.Add(func() error { return b.run(bctx) }, func(error) { bcancel() })
 	}
 
 	rctx, rcancel := context.WithCancel(context.Background())

@@ -183,6 +183,7 @@ func TestControllerUsageErrors(t *testing.T) {
 		{"controller", "--data-dir", "/tmp/x", "--provider", "cloud"},
 		{"controller", "--data-dir", "/tmp/x", "--api-addr", "nonsense"},
 		{"controller", "--data-dir", "/tmp/x", "--log-level", "loud"},
+		{"controller", "--data-dir", "/tmp/x", "--memory-limit", "2G"},
 		{"controller", "--no-such-flag"},
 	} {
 		out, err := exec.Command(lifelined, args...).CombinedOutput()
