@@ -85,7 +85,7 @@ func (c *Cache) deploy(data []byte, key, dir string, always bool, before func() 
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !always && !t.hooked() {
+	if t.skipped(always) {
 		// No unit links to its copy: none is made.
 		c.trees[key] = t
 		return false, nil
@@ -177,7 +177,7 @@ func (c *Cache) deployCached(key, dir string, always bool, before func() error) 
 	if t == nil {
 		return false, false, nil
 	}
-	if !always && !t.hooked() {
+	if t.skipped(always) {
 		return true, false, nil
 	}
 	src := filepath.Join(c.dir, key)

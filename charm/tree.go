@@ -212,6 +212,10 @@ func (t *tree) regular(name string) (*entry, error) {
 // charm without is one no hook of which can run.
 func (t *tree) hooked() bool { return t.entries["hooks"] != nil }
 
+// skipped reports whether a deploy of t makes no directory: only one of a
+// charm without hooks, and only unless always (DeployHooksFrom).
+func (t *tree) skipped(always bool) bool { return !always && !t.hooked() }
+
 // hooks returns the names of the executable files (or symlinks to them) in
 // hooks/, sorted.
 func (t *tree) hooks() ([]string, error) {
