@@ -141,6 +141,8 @@ func (f *controllerFlags) validate() error {
 // peaked at 59-86 KiB a unit; at 300, about a sixth less again while
 // destroying, peaking at 78-89 KiB a unit, within the 100 KiB the scale
 // targets allow (docs/PERFORMANCE.md, eighteenth and twenty-fifth rounds).
+// The soft memory limit (--memory-limit, memlimit.go) bounds the peak
+// when a collection finds more live than usual.
 const controllerGCPercent = 300
 
 func runController(ctx context.Context, f controllerFlags) error {

@@ -21,13 +21,14 @@ import (
 // destroy sometimes found 180 MiB or more live (a burst of retried
 // transactions, the agents' watches all sending), and the peak went past
 // the 100 KiB the scale targets allow. At 10,000 units the budget is 864
-// MiB, which bounds such a peak and leaves an ordinary run's collections
-// as they were (docs/PERFORMANCE.md, thirty-fifth round). A budget of
-// 192 MiB and 52 KiB a unit (700 MiB there) held the peak near 67 KiB a
-// unit but was reached in every run, and cost the destroy's CPU
-// (twenty-sixth round). The floor is higher than any small model needs,
-// so that the limit, counted a second behind a deploy, is never what
-// starts a collection while units arrive.
+// MiB: in most runs the heap's goal stays under it, and in the others it
+// caps one goal or two of a destroy's three collections
+// (docs/PERFORMANCE.md, thirty-fifth round). A budget of 192 MiB and 52
+// KiB a unit (700 MiB there) held the peak near 67 KiB a unit but was
+// reached in every run, and cost the destroy's CPU (twenty-sixth round).
+// The floor is above what a small model needs, and high enough that the
+// limit, counted a second behind a deploy, seldom caps a collection's
+// goal while units arrive.
 const (
 	budgetFloor   = 512 << 20
 	budgetPerUnit = 36 << 10
