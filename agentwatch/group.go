@@ -90,6 +90,18 @@ func (g *Group) Start(ctx context.Context, subject *pb.WatchSubject, apply func(
 	g.mu.Lock()
 	g.members = append(g.members, mb)
 	g.mu.Unlock()
+	// add may have queued something for f already (a late joiner's
+	// listing, or a first response quick to come) and woken a Run that
+	// did not find mb among the members yet. Run is woken again, or what
+	// is queued would wait for the Group's next news: for a unit agent in
+	// an error state, whose resolved mark is all it follows that changes,
+	// for ever. Anything queued after this look wakes a Run that finds mb.
+	g.m.mu.Lock()
+	pending := len(f.queue) > 0 || f.ended != nil
+	g.m.mu.Unlock()
+	if pending {
+		g.notify()
+	}
 	context.AfterFunc(ctx, func() {
 		g.m.remove(f)
 		g.notify()

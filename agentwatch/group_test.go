@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -192,5 +193,32 @@ func TestGroupEndsItsFollows(t *testing.T) {
 	m.addUnits(1, "0")
 	if got := units.changes(); len(got) != 3 {
 		t.Errorf("delivered %v after Run returned", got)
+	}
+}
+
+// TestGroupLateJoinersGetTheirListings: units of one service that start
+// following a shared subject after it was listed each get the listing
+// the Mux makes for them, in Groups of their own with nothing else to
+// wake them.
+func TestGroupLateJoinersGetTheirListings(t *testing.T) {
+	m := newModel(t)
+	const late = 100
+	m.addUnits(late, "0") // kv/1..kv/100
+	mux := NewMux(&countingAPI{AgentServiceClient: m.Agent("machine-0")}, nil)
+	config := &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}}
+	first, _ := record(t, m.asUnit(mux, "kv/0"), config)
+	waitFor(t, "the first listing", func() bool { return len(first.changes()) == 2 })
+	for i := 1; i <= late; i++ {
+		cred := m.Credential(fmt.Sprintf("unit-kv/%d", i))
+		g := mux.As(cred, pb.NewAgentServiceClient(m.Dial(cred))).(Grouper).NewGroup()
+		runGroup(t, g)
+		r, _ := record(t, inGroup(t, g, hclog.NewNullLogger()), config)
+		deadline := time.Now().Add(5 * time.Second)
+		for len(r.changes()) != 2 {
+			if time.Now().After(deadline) {
+				t.Fatalf("kv/%d, joining late, got %v, want the listing", i, r.changes())
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
 }
