@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -213,12 +212,6 @@ func TestGroupLateJoinersGetTheirListings(t *testing.T) {
 		g := mux.As(cred, pb.NewAgentServiceClient(m.Dial(cred))).(Grouper).NewGroup()
 		runGroup(t, g)
 		r, _ := record(t, inGroup(t, g, hclog.NewNullLogger()), config)
-		deadline := time.Now().Add(5 * time.Second)
-		for len(r.changes()) != 2 {
-			if time.Now().After(deadline) {
-				t.Fatalf("kv/%d, joining late, got %v, want the listing", i, r.changes())
-			}
-			time.Sleep(time.Millisecond)
-		}
+		waitFor(t, fmt.Sprintf("kv/%d's listing, joining late", i), func() bool { return len(r.changes()) == 2 })
 	}
 }
