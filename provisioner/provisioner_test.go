@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -234,9 +235,16 @@ func TestLocalProviderSessions(t *testing.T) {
 		insts, _ := l.Instances(context.Background())
 		return len(insts) == 1 && insts[0].Running
 	})
-	waitFor(t, "the daemon to start", func() bool { _, err := os.Stat(marker); return err == nil })
-	data, _ := os.ReadFile(marker)
-	daemon := strings.TrimSpace(string(data))
+	// The shell creates the marker before it writes the pid into it, so
+	// wait for a pid, not for the file: an empty one would make the path
+	// below /proc/stat, which is never gone.
+	daemon := ""
+	waitFor(t, "the daemon to start", func() bool {
+		data, _ := os.ReadFile(marker)
+		daemon = strings.TrimSpace(string(data))
+		pid, err := strconv.Atoi(daemon)
+		return err == nil && pid > 0
+	})
 	if err := l.Stop(context.Background(), in.ID); err != nil {
 		t.Fatal(err)
 	}
