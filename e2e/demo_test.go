@@ -96,6 +96,9 @@ func TestDemoFlow(t *testing.T) {
 	for round := range 2 {
 		for _, name := range []string{"app/0", "app/1"} {
 			u, _ := doc.Unit(name)
+			if !strings.HasPrefix(u.Address, s.Network+".") {
+				t.Fatalf("%s is at %q, want an address of the sandbox's network %s", name, u.Address, s.Network)
+			}
 			url := "http://" + u.Address + ":8080/"
 			code, body, err := e2etest.HTTPGet(url)
 			if err != nil || code != 200 {

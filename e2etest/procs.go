@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -248,6 +249,34 @@ func FreePorts(t testing.TB) int {
 	}
 	t.Fatal("no two free consecutive ports")
 	return 0
+}
+
+// LocalNetwork returns a loopback network, 127.N, for the test's local
+// machines that no other test on this host holds while this one runs: the
+// demo charms bind fixed ports on their machine's address, so two suites
+// at once (or a suite and make demo) on one network collide. The test
+// holds an flock on a file of the network's in the temporary directory,
+// which the kernel releases when the process ends, however it ends. 127.1,
+// the default, is left to controllers bootstrapped by hand.
+func LocalNetwork(t testing.TB) string {
+	t.Helper()
+	first := rand.IntN(253)
+	for i := range 253 {
+		network := fmt.Sprintf("127.%d", 2+(first+i)%253)
+		path := filepath.Join(os.TempDir(), "lifeline-test-network-"+network+".lock")
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			f.Close()
+			continue
+		}
+		t.Cleanup(func() { f.Close() })
+		return network
+	}
+	t.Fatal("no local network free: other tests hold 127.2 to 127.254")
+	return ""
 }
 
 // FreeLoopbackPorts returns n distinct free loopback ports that this

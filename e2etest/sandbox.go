@@ -35,6 +35,9 @@ type Sandbox struct {
 	// metrics.
 	DataDir string
 	Port    int
+	// Network is the loopback network of the sandbox's local machines
+	// (LocalNetwork), given to every controller with the local provider.
+	Network string
 	// KeepOnFailure keeps the directory of a failed test (its logs, the
 	// machines' and units' files) for a look; its processes are stopped
 	// all the same.
@@ -56,9 +59,9 @@ func NewSandbox(t testing.TB, bin Binaries) *Sandbox {
 	}
 	s := &Sandbox{
 		t: t, Bin: bin, Dir: dir, Config: filepath.Join(dir, "client.json"), DataDir: filepath.Join(dir, "data"),
-		Port: FreePorts(t),
+		Port: FreePorts(t), Network: LocalNetwork(t),
 	}
-	t.Cleanup(s.teardown)
+	t.Cleanup(s.teardown) // before the network's release, which Cleanup runs after it
 	return s
 }
 
@@ -84,7 +87,7 @@ func (s *Sandbox) MachinesDir() string { return filepath.Join(s.DataDir, "machin
 // Bootstrap starts the sandbox's controller with ctl bootstrap.
 func (s *Sandbox) Bootstrap(t testing.TB) {
 	t.Helper()
-	s.OK(t, "bootstrap", "--data-dir", s.DataDir, "--api-port", strconv.Itoa(s.Port))
+	s.OK(t, "bootstrap", "--data-dir", s.DataDir, "--api-port", strconv.Itoa(s.Port), "--local-network", s.Network)
 }
 
 // Controller is a lifelined controller the test started itself, in its
@@ -127,11 +130,30 @@ func (s *Sandbox) StartController(t testing.TB, extra ...string) *Controller {
 	}
 	s.controllers = append(s.controllers, c)
 	s.mu.Unlock()
-	c.Args = append([]string{"controller",
+	c.Args = []string{"controller",
 		"--data-dir", c.DataDir, "--api-addr", c.Addr(),
-		"--metrics-addr", "", "--client-config", s.Config}, extra...)
+		"--metrics-addr", "", "--client-config", s.Config}
+	if localProvider(extra) {
+		c.Args = append(c.Args, "--local-network", s.Network)
+	}
+	c.Args = append(c.Args, extra...)
 	c.Start(t)
 	return c
+}
+
+// localProvider says whether lifelined's flags args leave the provider
+// local, the default.
+func localProvider(args []string) bool {
+	local := true
+	for i, a := range args {
+		switch {
+		case a == "--provider" && i+1 < len(args):
+			local = args[i+1] == "local"
+		case strings.HasPrefix(a, "--provider="):
+			local = a == "--provider=local"
+		}
+	}
+	return local
 }
 
 // Controllers lists the controllers the test started, in order.

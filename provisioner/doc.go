@@ -2,7 +2,8 @@
 // every alive machine that has none, and for a dead machine stops its
 // instance and removes the machine from the model (M4). Providers say what
 // an instance is: Local runs each machine's agent as a process on this
-// host, with its own data directory and loopback address; Manual starts
+// host, with its own data directory and loopback address (in the network
+// its machines' directory records: ClaimLocalNetwork); Manual starts
 // nothing (operators bring their hosts with a join token).
 //
 // It follows the machines through one watch, keeping them in memory, and

@@ -20,8 +20,8 @@ import (
 
 // Local is the local provider: each machine is a machine agent process on
 // this host, in its own session, with its own data directory under Dir and
-// its own loopback address (127.1.X.Y), so that units on different
-// machines can bind the same port. Instances outlive the controller; a
+// its own loopback address (127.1.X.Y, or another Network), so that units
+// on different machines can bind the same port. Instances outlive the controller; a
 // restarted controller finds them again by their pid files.
 type Local struct {
 	// Dir holds a directory per machine.
@@ -31,14 +31,101 @@ type Local struct {
 	Logger    hclog.Logger
 	// Args are extra arguments for every machine agent (its log level).
 	Args []string
+	// Network is the first half of the machines' loopback addresses,
+	// 127.N (DefaultLocalNetwork when empty): two controllers on one
+	// host whose machines have different networks can run units that
+	// bind the same port (ClaimLocalNetwork).
+	Network string
 }
 
 const localPrefix = "local:"
 
-// LocalAddress is machine id's loopback address.
-func LocalAddress(id string) string {
+// DefaultLocalNetwork is the local provider's network unless told
+// otherwise: machine 0 is 127.1.0.1.
+const DefaultLocalNetwork = "127.1"
+
+// localNetworkFile, in the machines' directory, records their network.
+const localNetworkFile = "network"
+
+// LocalAddress is machine id's loopback address in network (127.N; the
+// default when empty): 250 machines to each third part, from .1.
+func LocalAddress(network, id string) string {
+	if network == "" {
+		network = DefaultLocalNetwork
+	}
 	n, _ := strconv.Atoi(id)
-	return fmt.Sprintf("127.1.%d.%d", n/250, n%250+1)
+	return fmt.Sprintf("%s.%d.%d", network, n/250, n%250+1)
+}
+
+// CheckLocalNetwork says whether network is one the local provider can
+// use: 127.N, N from 1 to 254 (127.0 holds 127.0.0.1, which other
+// programs use).
+func CheckLocalNetwork(network string) error {
+	rest, ok := strings.CutPrefix(network, "127.")
+	n, err := strconv.Atoi(rest)
+	if !ok || err != nil || n < 1 || n > 254 || strconv.Itoa(n) != rest {
+		return fmt.Errorf("local network %q: want 127.N with N from 1 to 254, such as %s", network, DefaultLocalNetwork)
+	}
+	return nil
+}
+
+// ClaimLocalNetwork returns the network of the local machines under dir:
+// the one its network file records, or, when there is none yet, want
+// (DefaultLocalNetwork when empty), which it records. Machines made
+// before the file existed have the default network, which is recorded
+// for them. A want that differs from the machines' network is refused:
+// they have their addresses, and the agents running there keep them.
+func ClaimLocalNetwork(dir, want string) (string, error) {
+	if want != "" {
+		if err := CheckLocalNetwork(want); err != nil {
+			return "", err
+		}
+	}
+	path := filepath.Join(dir, localNetworkFile)
+	data, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		have := strings.TrimSpace(string(data))
+		if err := CheckLocalNetwork(have); err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		if want != "" && want != have {
+			return "", fmt.Errorf("the local machines in %s have network %s (as %s records): give that, or another machines directory, not %s", dir, have, path, want)
+		}
+		return have, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return "", err
+	}
+	have := want
+	if hasMachines(dir) || have == "" {
+		if have != "" && have != DefaultLocalNetwork {
+			return "", fmt.Errorf("the local machines in %s were made with network %s: give that, or another machines directory, not %s", dir, DefaultLocalNetwork, want)
+		}
+		have = DefaultLocalNetwork
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	// Written whole or not at all, like a machine's pid file.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(have+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", err
+	}
+	return have, nil
+}
+
+// hasMachines says whether dir holds a machine's directory.
+func hasMachines(dir string) bool {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() {
+			return true
+		}
+	}
+	return false
 }
 
 func (l *Local) machineDir(id string) string { return filepath.Join(l.Dir, id) }
@@ -67,7 +154,7 @@ func (l *Local) Start(ctx context.Context, spec MachineSpec) (Instance, error) {
 	if pid := l.findAgent(spec.ID); pid > 0 {
 		killSession(pid, 10*time.Second)
 	}
-	addr := LocalAddress(spec.ID)
+	addr := LocalAddress(l.Network, spec.ID)
 	args := append([]string{"machine-agent", "--data-dir", dir, "--agent-config", cfgPath, "--address", addr}, l.Args...)
 	cmd := exec.Command(l.Lifelined, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -107,7 +194,7 @@ func (l *Local) Instances(ctx context.Context) ([]Instance, error) {
 		if _, err := os.Stat(filepath.Join(l.machineDir(e.Name()), "agent.json")); err != nil {
 			continue
 		}
-		out = append(out, Instance{ID: localPrefix + e.Name(), MachineID: e.Name(), Address: LocalAddress(e.Name()), Running: l.pid(e.Name()) > 0})
+		out = append(out, Instance{ID: localPrefix + e.Name(), MachineID: e.Name(), Address: LocalAddress(l.Network, e.Name()), Running: l.pid(e.Name()) > 0})
 	}
 	return out, nil
 }
@@ -263,6 +350,9 @@ func (l *Local) StopAll() int {
 	}
 	n := 0
 	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
 		for _, sid := range []int{l.session(e.Name()), l.findAgent(e.Name())} {
 			if sid > 0 && len(sessionPids(sid)) > 0 {
 				killSession(sid, 10*time.Second)

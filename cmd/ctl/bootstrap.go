@@ -40,6 +40,7 @@ type bootstrapFlags struct {
 	apiPort  int
 	portSet  bool // --api-port given
 	provider string
+	network  string // --local-network
 }
 
 func bootstrapCommand(e *env) *cobra.Command {
@@ -59,13 +60,19 @@ lifeline/client.json under the user's config directory; every other command
 reads it from there. Next to it, client.controller.json records the data
 directory for ctl kill-controller.
 
+With the local provider each machine has a loopback address, 127.1.X.Y by
+default: a second local controller on the same host needs its own
+--local-network (127.2, say) for its units to bind the ports the first
+one's bind. A data directory keeps the network it was made with.
+
 bootstrap refuses to replace a client config whose controller still answers.
 Run against a data directory kept by ctl kill-controller --keep-data, it
 starts that controller again, model and credentials included.
 
 Example:
   ctl bootstrap
-  ctl bootstrap --data-dir /srv/lifeline --api-port 17080`,
+  ctl bootstrap --data-dir /srv/lifeline --api-port 17080
+  ctl bootstrap --data-dir /tmp/second --api-port 17170 --local-network 127.2`,
 		Args: argsRange(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.apiPort < 1 || f.apiPort > 65534 {
@@ -76,6 +83,14 @@ Example:
 			default:
 				return usagef(cmd, "--provider %q: want local or manual", f.provider)
 			}
+			if f.network != "" {
+				if f.provider != "local" {
+					return usagef(cmd, "--local-network is for --provider local")
+				}
+				if err := provisioner.CheckLocalNetwork(f.network); err != nil {
+					return usagef(cmd, "--local-network: %v", err)
+				}
+			}
 			f.portSet = cmd.Flags().Changed("api-port")
 			return bootstrap(cmd, e, f)
 		},
@@ -84,6 +99,7 @@ Example:
 	fl.StringVar(&f.dataDir, "data-dir", e.defaultDataDir, "the controller's data directory `DIR` (etcd, certificates, log)")
 	fl.IntVar(&f.apiPort, "api-port", defaultAPIPort, "the `PORT` the API listens on, on 127.0.0.1 (metrics on the next)")
 	fl.StringVar(&f.provider, "provider", "local", "machine provider: local (each machine an agent process on this host) or manual (hosts join with a token)")
+	fl.StringVar(&f.network, "local-network", "", "the local machines' loopback addresses, `127.N`.X.Y (default: what the data directory was made with, else "+provisioner.DefaultLocalNetwork+")")
 	return cmd
 }
 
@@ -129,6 +145,9 @@ func bootstrap(cmd *cobra.Command, e *env, f bootstrapFlags) error {
 	proc := exec.Command(e.lifelined, "controller",
 		"--data-dir", dataDir, "--api-addr", addr, "--metrics-addr", metricsAddr,
 		"--client-config", e.configPath, "--provider", f.provider)
+	if f.network != "" {
+		proc.Args = append(proc.Args, "--local-network", f.network)
+	}
 	proc.Dir = dataDir
 	proc.Stdout, proc.Stderr = logf, logf
 	proc.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // its own session: no terminal, no signals from it

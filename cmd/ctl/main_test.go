@@ -188,6 +188,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"wait", "--timeout", "-1s"},
 		{"bootstrap", "--provider", "lxd"},
 		{"bootstrap", "--api-port", "0"},
+		{"bootstrap", "--local-network", "127.256"},
+		{"bootstrap", "--provider", "manual", "--local-network", "127.2"},
 		{"kill-controller", "now"},
 	}
 	for _, args := range tests {

@@ -56,6 +56,7 @@ type controllerFlags struct {
 	presence      time.Duration
 	pprof         bool
 	machinesDir   string
+	localNetwork  string
 	memoryLimit   string
 }
 
@@ -97,6 +98,7 @@ local provider, controllers on one host share --machines-dir.`,
 	fl.DurationVar(&f.hookTimeout, "hook-timeout", 5*time.Minute, "how long a hook may run before its agent kills it")
 	fl.DurationVar(&f.presence, "presence-timeout", 15*time.Second, "how long an agent may be silent before status shows it lost")
 	fl.StringVar(&f.machinesDir, "machines-dir", "", "where the local provider keeps its machines (default: machines in the data directory; controllers of one model on one host share it)")
+	fl.StringVar(&f.localNetwork, "local-network", "", "the local provider's machines' loopback addresses, 127.N.X.Y: give another 127.N to a second local controller on one host (default: the one its machines directory records, else "+provisioner.DefaultLocalNetwork+")")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "auto", "soft limit on the controller's memory, as GOMEMLIMIT: auto (512 MiB and 36 KiB for each unit of the most the model has had; GOMEMLIMIT instead when set), none, or a size such as 2GiB")
 	fl.BoolVar(&f.pprof, "pprof", false, "also serve Go's profiles at /debug/pprof/ on the metrics address")
 	fl.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "an external etcd cluster's client URLs; embedded etcd when empty")
@@ -117,6 +119,14 @@ func (f *controllerFlags) validate() error {
 	case "manual", "local":
 	default:
 		return usageError{fmt.Errorf("unknown provider %q: use local or manual", f.provider)}
+	}
+	if f.localNetwork != "" {
+		if f.provider != "local" {
+			return usageError{errors.New("--local-network is for --provider local")}
+		}
+		if err := provisioner.CheckLocalNetwork(f.localNetwork); err != nil {
+			return usageError{fmt.Errorf("--local-network: %w", err)}
+		}
 	}
 	if len(f.etcdEndpoints) == 0 && (f.etcdCA != "" || f.etcdCert != "" || f.etcdKey != "") {
 		return usageError{errors.New("--etcd-cacert, --etcd-cert and --etcd-key need --etcd-endpoints")}
@@ -165,6 +175,16 @@ func runController(ctx context.Context, f controllerFlags) error {
 	}
 	if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
 		return fmt.Errorf("create data directory: %w", err)
+	}
+	if f.provider == "local" {
+		if f.machinesDir == "" {
+			f.machinesDir = filepath.Join(f.dataDir, "machines")
+		}
+		network, err := provisioner.ClaimLocalNetwork(f.machinesDir, f.localNetwork)
+		if err != nil {
+			return err
+		}
+		f.localNetwork = network
 	}
 	logger, err := newLogger("controller", f.logLevel, os.Stderr)
 	if err != nil {
@@ -352,11 +372,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 		if err != nil {
 			return err
 		}
-		dir := f.machinesDir
-		if dir == "" {
-			dir = filepath.Join(f.dataDir, "machines")
-		}
-		provider = &provisioner.Local{Dir: dir, Lifelined: self, Logger: logger,
+		provider = &provisioner.Local{Dir: f.machinesDir, Lifelined: self, Logger: logger, Network: f.localNetwork,
 			Args: []string{"--log-level", f.logLevel}}
 	}
 	prov, err := provisioner.New(provisioner.Config{

@@ -184,6 +184,9 @@ func TestControllerUsageErrors(t *testing.T) {
 		{"controller", "--data-dir", "/tmp/x", "--api-addr", "nonsense"},
 		{"controller", "--data-dir", "/tmp/x", "--log-level", "loud"},
 		{"controller", "--data-dir", "/tmp/x", "--memory-limit", "2G"},
+		{"controller", "--data-dir", "/tmp/x", "--local-network", "10.1"},
+		{"controller", "--data-dir", "/tmp/x", "--local-network", "127.0"},
+		{"controller", "--data-dir", "/tmp/x", "--provider", "manual", "--local-network", "127.2"},
 		{"controller", "--no-such-flag"},
 	} {
 		out, err := exec.Command(lifelined, args...).CombinedOutput()
@@ -194,5 +197,33 @@ func TestControllerUsageErrors(t *testing.T) {
 		if strings.Count(strings.TrimSpace(string(out)), "\n") > 0 {
 			t.Errorf("lifelined %v said %q, want one line", args, out)
 		}
+	}
+}
+
+// TestControllerKeepsItsLocalNetwork: a controller whose machines
+// directory records one loopback network refuses another, in a line, and
+// changes nothing.
+func TestControllerKeepsItsLocalNetwork(t *testing.T) {
+	dir := t.TempDir()
+	machines := filepath.Join(dir, "machines")
+	if err := os.MkdirAll(machines, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(machines, "network"), []byte("127.5\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(lifelined, "controller", "--data-dir", dir, "--local-network", "127.6").CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("lifelined with --local-network 127.6 on 127.5's machines = %v (%s), want exit 1", err, out)
+	}
+	if strings.Count(strings.TrimSpace(string(out)), "\n") > 0 || !strings.Contains(string(out), "network 127.5") {
+		t.Errorf("lifelined said %q, want one line naming the machines' network", out)
+	}
+	if data, _ := os.ReadFile(filepath.Join(machines, "network")); string(data) != "127.5\n" {
+		t.Errorf("the network file holds %q after the refusal, want it as it was", data)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "etcd")); err == nil {
+		t.Error("etcd's directory was made: the refusal came after the controller started")
 	}
 }
