@@ -203,8 +203,10 @@ func run(ctx context.Context, c config) (*results, error) {
 	prof.heap(ctx, "before")
 	say("deploying %d units of bench on %d machines, related to %d of front", c.units, c.machines, c.related)
 	start := time.Now()
+	stopSampling := func() {}
 	if c.timeline {
 		model.timeline.begin(start)
+		stopSampling = sampleRetries(ctx, &model.timeline, ctl)
 	}
 	startUsage, startRelated := fleetUsage(), relatedUsage()
 	deployMeter := startPhase(ctl.cmd.Process.Pid)
@@ -273,6 +275,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	res.ReportsPerUnitDeploy = model.takeReports(total)
 	say("  all %d units running and idle after %.1f s", total, res.SecondsToRunning)
 	if c.timeline {
+		stopSampling()
 		model.timeline.print(os.Stdout, "deploying", clock)
 	}
 
@@ -311,6 +314,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	destroyStart := time.Now()
 	if c.timeline {
 		model.timeline.begin(destroyStart)
+		stopSampling = sampleRetries(ctx, &model.timeline, ctl)
 	}
 	destroyUsage, destroyRelated := fleetUsage(), relatedUsage()
 	destroyMeter := startPhase(ctl.cmd.Process.Pid)
@@ -368,6 +372,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	res.ReportsPerUnitDestroy = model.takeReports(total)
 	say("  the keyspace holds no entity keys after %.1f s", res.SecondsToRemoved)
 	if c.timeline {
+		stopSampling()
 		model.timeline.print(os.Stdout, "destroying", clock)
 	}
 
@@ -869,4 +874,16 @@ func (a *agentProc) stop() {
 		syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
 		<-a.done
 	}
+}
+
+// sampleRetries starts t's sampling of the controller's retries, and
+// returns what stops it and waits until it has.
+func sampleRetries(ctx context.Context, t *timeline, ctl *controllerProc) (stop func()) {
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t.sampleRetries(sctx, func() (float64, error) { return ctl.metric("lifeline_etcd_txn_retries_total") })
+	}()
+	return func() { cancel(); <-done }
 }

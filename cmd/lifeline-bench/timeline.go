@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -23,6 +24,14 @@ type timeline struct {
 	mu     sync.Mutex
 	start  time.Time
 	events []timelineEvent
+	// retries are the controller's count of transactions retried after a
+	// conflict, read every timelineStep of the phase (sampleRetries).
+	retries []retrySample
+}
+
+type retrySample struct {
+	at    time.Time
+	total float64
 }
 
 type timelineEvent struct {
@@ -38,7 +47,51 @@ var timelineKinds = []string{"unit alive", "unit dying", "unit dead", "unit remo
 func (t *timeline) begin(at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.start, t.events = at, nil
+	t.start, t.events, t.retries = at, nil, nil
+}
+
+// sampleRetries reads the controller's count of retried transactions
+// (read) every timelineStep until ctx ends, for the timeline's last
+// column: when in a phase the retries came. A read costs the controller
+// a scrape of its /metrics, four a second.
+func (t *timeline) sampleRetries(ctx context.Context, read func() (float64, error)) {
+	tick := time.NewTicker(timelineStep)
+	defer tick.Stop()
+	for {
+		if v, err := read(); err == nil {
+			t.mu.Lock()
+			t.retries = append(t.retries, retrySample{time.Now(), v})
+			t.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// retriesIn returns the retries in the step of the timeline's i-th row,
+// by the samples around it, and whether there are samples on both sides.
+func (t *timeline) retriesIn(i int) (float64, bool) {
+	from := t.start.Add(time.Duration(i) * timelineStep)
+	to := from.Add(timelineStep)
+	var before, after *retrySample
+	for j := range t.retries {
+		r := &t.retries[j]
+		if !r.at.After(from) {
+			before = r
+		}
+		if after == nil && !r.at.Before(to) {
+			after = r
+		}
+	}
+	if before == nil || after == nil {
+		return 0, false
+	}
+	// The samples bracket the step: share their difference by time.
+	span := after.at.Sub(before.at).Seconds()
+	return (after.total - before.total) * timelineStep.Seconds() / span, true
 }
 
 func (t *timeline) add(rev int64, kind string) {
@@ -106,17 +159,21 @@ func (t *timeline) print(w io.Writer, title string, clock *revClock) {
 		}
 		counts[i][e.kind]++
 	}
-	fmt.Fprintf(w, "timeline, %s (changes by when etcd made them, every %s)\n", title, timelineStep)
+	fmt.Fprintf(w, "timeline, %s (changes by when etcd made them, every %s; retried: transactions retried after a conflict, by the controller's count read every step)\n", title, timelineStep)
 	fmt.Fprintf(w, "%6s", "s")
 	for _, k := range timelineKinds {
 		fmt.Fprintf(w, " %8s", strings.Fields(k)[0][:1]+" "+strings.Fields(k)[1])
 	}
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, " %8s\n", "retried")
 	for i, c := range counts {
 		fmt.Fprintf(w, "%6.2f", (time.Duration(i) * timelineStep).Seconds())
 		for _, k := range timelineKinds {
 			fmt.Fprintf(w, " %8d", c[k])
 		}
-		fmt.Fprintln(w)
+		if n, ok := t.retriesIn(i); ok {
+			fmt.Fprintf(w, " %8.0f\n", n)
+		} else {
+			fmt.Fprintf(w, " %8s\n", "-")
+		}
 	}
 }
