@@ -151,10 +151,10 @@ func LoadOrCreateCA(dir string) (ca *CA, created bool, err error) {
 	if err != nil {
 		return nil, false, err
 	}
-	if err := writeFileAtomic(keyPath, keyPEM, 0o600); err != nil {
+	if err := WriteFileAtomic(keyPath, keyPEM, 0o600); err != nil {
 		return nil, false, fmt.Errorf("save CA key: %w", err)
 	}
-	if err := writeFileAtomic(certPath, ca.certPEM, 0o644); err != nil {
+	if err := WriteFileAtomic(certPath, ca.certPEM, 0o644); err != nil {
 		return nil, false, fmt.Errorf("save CA certificate: %w", err)
 	}
 	return ca, true, nil
@@ -224,10 +224,10 @@ func SaveCA(dir string, ca *CA) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, CAKeyFile), keyPEM, 0o600); err != nil {
+	if err := WriteFileAtomic(filepath.Join(dir, CAKeyFile), keyPEM, 0o600); err != nil {
 		return fmt.Errorf("save CA key: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, CACertFile), ca.certPEM, 0o644); err != nil {
+	if err := WriteFileAtomic(filepath.Join(dir, CACertFile), ca.certPEM, 0o644); err != nil {
 		return fmt.Errorf("save CA certificate: %w", err)
 	}
 	return nil

@@ -92,7 +92,7 @@ func WriteClientConfig(path string, c ClientConfig) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("write client config: %w", err)
 	}
-	if err := writeFileAtomic(path, data, 0o600); err != nil {
+	if err := WriteFileAtomic(path, data, 0o600); err != nil {
 		return fmt.Errorf("write client config: %w", err)
 	}
 	return nil

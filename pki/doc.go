@@ -11,7 +11,9 @@
 //     secrets that the controller stores in place of the secrets themselves;
 //   - the operator's client config file (JSON, mode 0600, written
 //     atomically), which holds the controller addresses, the CA certificate
-//     and the operator's credential.
+//     and the operator's credential;
+//   - WriteFileAtomic, the synced replace-by-rename these files are written
+//     with, which other packages' durable records use too.
 //
 // It provides primitives and stores nothing but files in directories its
 // caller names. It must not touch etcd (storing, replacing and deleting the

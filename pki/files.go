@@ -19,11 +19,11 @@ import (
 // certificate, a key or a client config is a few kilobytes.
 const maxFileSize = 1 << 20
 
-// writeFileAtomic replaces path with data so that a reader, or the next start
+// WriteFileAtomic replaces path with data so that a reader, or the next start
 // after a crash, sees either the old content or the new, never a part: it
 // writes a temporary file with mode perm in the same directory, syncs it,
 // renames it over path and syncs the directory.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {

@@ -124,10 +124,10 @@ func LoadOrCreateServerCert(dir string, ca *CA, hosts []string) (tls.Certificate
 	if err != nil {
 		return tls.Certificate{}, err
 	}
-	if err := writeFileAtomic(keyPath, keyPEM, 0o600); err != nil {
+	if err := WriteFileAtomic(keyPath, keyPEM, 0o600); err != nil {
 		return tls.Certificate{}, fmt.Errorf("save server key: %w", err)
 	}
-	if err := writeFileAtomic(certPath, certPEM, 0o644); err != nil {
+	if err := WriteFileAtomic(certPath, certPEM, 0o644); err != nil {
 		return tls.Certificate{}, fmt.Errorf("save server certificate: %w", err)
 	}
 	cert, err = tls.X509KeyPair(certPEM, keyPEM)

@@ -97,21 +97,16 @@ func ClaimLocalNetwork(dir, want string) (string, error) {
 		return "", err
 	}
 	have := want
-	if hasMachines(dir) || have == "" {
-		if have != "" && have != DefaultLocalNetwork {
-			return "", fmt.Errorf("the local machines in %s were made with network %s: give that, or another machines directory, not %s", dir, DefaultLocalNetwork, want)
-		}
+	if have == "" {
 		have = DefaultLocalNetwork
+	}
+	if have != DefaultLocalNetwork && hasMachines(dir) {
+		return "", fmt.Errorf("the local machines in %s were made with network %s: give that, or another machines directory, not %s", dir, DefaultLocalNetwork, want)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	// Written whole or not at all, like a machine's pid file.
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(have+"\n"), 0o600); err != nil {
-		return "", err
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := pki.WriteFileAtomic(path, []byte(have+"\n"), 0o600); err != nil {
 		return "", err
 	}
 	return have, nil

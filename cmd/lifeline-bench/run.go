@@ -203,10 +203,11 @@ func run(ctx context.Context, c config) (*results, error) {
 	prof.heap(ctx, "before")
 	say("deploying %d units of bench on %d machines, related to %d of front", c.units, c.machines, c.related)
 	start := time.Now()
+	retries := func() (float64, error) { return ctl.metric("lifeline_etcd_txn_retries_total") }
 	stopSampling := func() {}
 	if c.timeline {
 		model.timeline.begin(start)
-		stopSampling = sampleRetries(ctx, &model.timeline, ctl)
+		stopSampling = model.timeline.sampleRetries(ctx, retries)
 	}
 	startUsage, startRelated := fleetUsage(), relatedUsage()
 	deployMeter := startPhase(ctl.cmd.Process.Pid)
@@ -314,7 +315,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	destroyStart := time.Now()
 	if c.timeline {
 		model.timeline.begin(destroyStart)
-		stopSampling = sampleRetries(ctx, &model.timeline, ctl)
+		stopSampling = model.timeline.sampleRetries(ctx, retries)
 	}
 	destroyUsage, destroyRelated := fleetUsage(), relatedUsage()
 	destroyMeter := startPhase(ctl.cmd.Process.Pid)
@@ -874,16 +875,4 @@ func (a *agentProc) stop() {
 		syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
 		<-a.done
 	}
-}
-
-// sampleRetries starts t's sampling of the controller's retries, and
-// returns what stops it and waits until it has.
-func sampleRetries(ctx context.Context, t *timeline, ctl *controllerProc) (stop func()) {
-	sctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t.sampleRetries(sctx, func() (float64, error) { return ctl.metric("lifeline_etcd_txn_retries_total") })
-	}()
-	return func() { cancel(); <-done }
 }

@@ -50,25 +50,31 @@ func (t *timeline) begin(at time.Time) {
 	t.start, t.events, t.retries = at, nil, nil
 }
 
-// sampleRetries reads the controller's count of retried transactions
-// (read) every timelineStep until ctx ends, for the timeline's last
-// column: when in a phase the retries came. A read costs the controller
-// a scrape of its /metrics, four a second.
-func (t *timeline) sampleRetries(ctx context.Context, read func() (float64, error)) {
-	tick := time.NewTicker(timelineStep)
-	defer tick.Stop()
-	for {
-		if v, err := read(); err == nil {
-			t.mu.Lock()
-			t.retries = append(t.retries, retrySample{time.Now(), v})
-			t.mu.Unlock()
+// sampleRetries starts reading the controller's count of retried
+// transactions (read) every timelineStep, for the timeline's last column:
+// when in a phase the retries came. A read costs the controller a scrape
+// of its /metrics, four a second. stop ends the reading and waits for it.
+func (t *timeline) sampleRetries(ctx context.Context, read func() (float64, error)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(timelineStep)
+		defer tick.Stop()
+		for {
+			if v, err := read(); err == nil {
+				t.mu.Lock()
+				t.retries = append(t.retries, retrySample{time.Now(), v})
+				t.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // retriesIn returns the retries in the step of the timeline's i-th row,
