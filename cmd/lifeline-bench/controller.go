@@ -148,21 +148,36 @@ func (c *controllerProc) scrape(line func(string) (done bool, err error)) error 
 // metric returns the value of a metric line from the controller's
 // /metrics, such as "lifeline_etcd_txns_total".
 func (c *controllerProc) metric(name string) (float64, error) {
-	v, found := 0.0, false
+	vs, err := c.metrics(name)
+	if err == nil && math.IsNaN(vs[0]) {
+		err = fmt.Errorf("/metrics has no %s", name)
+	}
+	return vs[0], err
+}
+
+// metrics returns the values of metric lines from one scrape of the
+// controller's /metrics, in the order of names: NaN for one it has not.
+func (c *controllerProc) metrics(names ...string) ([]float64, error) {
+	vs := make([]float64, len(names))
+	for i := range vs {
+		vs[i] = math.NaN()
+	}
+	left := len(names)
 	err := c.scrape(func(line string) (bool, error) {
-		rest, ok := strings.CutPrefix(line, name+" ")
+		name, rest, ok := strings.Cut(line, " ")
 		if !ok {
 			return false, nil
 		}
-		var err error
-		v, err = strconv.ParseFloat(strings.TrimSpace(rest), 64)
-		found = true
-		return true, err
+		i := slices.Index(names, name)
+		if i < 0 || !math.IsNaN(vs[i]) {
+			return false, nil
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		vs[i] = v
+		left--
+		return left == 0, err
 	})
-	if err == nil && !found {
-		err = fmt.Errorf("/metrics has no %s", name)
-	}
-	return v, err
+	return vs, err
 }
 
 // counters are the controller's counters the harness reads at each

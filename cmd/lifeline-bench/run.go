@@ -203,11 +203,11 @@ func run(ctx context.Context, c config) (*results, error) {
 	prof.heap(ctx, "before")
 	say("deploying %d units of bench on %d machines, related to %d of front", c.units, c.machines, c.related)
 	start := time.Now()
-	retries := func() (float64, error) { return ctl.metric("lifeline_etcd_txn_retries_total") }
+	sampled := func() ([]float64, error) { return ctl.metrics(sampledMetrics()...) }
 	stopSampling := func() {}
 	if c.timeline {
 		model.timeline.begin(start)
-		stopSampling = model.timeline.sampleRetries(ctx, retries)
+		stopSampling = model.timeline.sample(ctx, sampled)
 	}
 	startUsage, startRelated := fleetUsage(), relatedUsage()
 	deployMeter := startPhase(ctl.cmd.Process.Pid)
@@ -315,7 +315,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	destroyStart := time.Now()
 	if c.timeline {
 		model.timeline.begin(destroyStart)
-		stopSampling = model.timeline.sampleRetries(ctx, retries)
+		stopSampling = model.timeline.sample(ctx, sampled)
 	}
 	destroyUsage, destroyRelated := fleetUsage(), relatedUsage()
 	destroyMeter := startPhase(ctl.cmd.Process.Pid)

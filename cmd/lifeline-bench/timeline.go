@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -24,14 +25,36 @@ type timeline struct {
 	mu     sync.Mutex
 	start  time.Time
 	events []timelineEvent
-	// retries are the controller's count of transactions retried after a
-	// conflict, read every timelineStep of the phase (sampleRetries).
-	retries []retrySample
+	// samples are the controller's sampledCounters, read every
+	// timelineStep of the phase (sample).
+	samples []counterSample
 }
 
-type retrySample struct {
-	at    time.Time
-	total float64
+// counterSample is one reading of the sampledCounters, in their order
+// (NaN for one the controller does not serve).
+type counterSample struct {
+	at     time.Time
+	totals []float64
+}
+
+// sampledCounters are the controller's counters the timeline reads every
+// step, for its last columns: when in a phase the transactions retried
+// after a conflict came, and the CPU the controller's garbage collector
+// used. Go counts the collector's CPU as each collection ends (the
+// runtime's /cpu/classes/gc/total:cpu-seconds), so a collection shows in
+// the step where it ended, and its marking ran in the steps before.
+var sampledCounters = []struct{ metric, column, format string }{
+	{"lifeline_etcd_txn_retries_total", "retried", " %8.0f"},
+	{"go_cpu_classes_gc_total_cpu_seconds_total", "gc cpu s", " %8.2f"},
+}
+
+// sampledMetrics are sampledCounters' metric names, in their order.
+func sampledMetrics() []string {
+	out := make([]string, len(sampledCounters))
+	for i, c := range sampledCounters {
+		out[i] = c.metric
+	}
+	return out
 }
 
 type timelineEvent struct {
@@ -47,14 +70,13 @@ var timelineKinds = []string{"unit alive", "unit dying", "unit dead", "unit remo
 func (t *timeline) begin(at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.start, t.events, t.retries = at, nil, nil
+	t.start, t.events, t.samples = at, nil, nil
 }
 
-// sampleRetries starts reading the controller's count of retried
-// transactions (read) every timelineStep, for the timeline's last column:
-// when in a phase the retries came. A read costs the controller a scrape
-// of its /metrics, four a second. stop ends the reading and waits for it.
-func (t *timeline) sampleRetries(ctx context.Context, read func() (float64, error)) (stop func()) {
+// sample starts reading the controller's sampledCounters (read, in one
+// scrape of its /metrics) every timelineStep, for the timeline's last
+// columns: four scrapes a second. stop ends the reading and waits for it.
+func (t *timeline) sample(ctx context.Context, read func() ([]float64, error)) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -62,9 +84,9 @@ func (t *timeline) sampleRetries(ctx context.Context, read func() (float64, erro
 		tick := time.NewTicker(timelineStep)
 		defer tick.Stop()
 		for {
-			if v, err := read(); err == nil {
+			if vs, err := read(); err == nil {
 				t.mu.Lock()
-				t.retries = append(t.retries, retrySample{time.Now(), v})
+				t.samples = append(t.samples, counterSample{time.Now(), vs})
 				t.mu.Unlock()
 			}
 			select {
@@ -77,14 +99,18 @@ func (t *timeline) sampleRetries(ctx context.Context, read func() (float64, erro
 	return func() { cancel(); <-done }
 }
 
-// retriesIn returns the retries in the step of the timeline's i-th row,
-// by the samples around it, and whether there are samples on both sides.
-func (t *timeline) retriesIn(i int) (float64, bool) {
+// countIn returns how much the k-th of the sampledCounters grew in the
+// step of the timeline's i-th row, by the samples around it, and whether
+// there are samples on both sides that have it.
+func (t *timeline) countIn(i, k int) (float64, bool) {
 	from := t.start.Add(time.Duration(i) * timelineStep)
 	to := from.Add(timelineStep)
-	var before, after *retrySample
-	for j := range t.retries {
-		r := &t.retries[j]
+	var before, after *counterSample
+	for j := range t.samples {
+		r := &t.samples[j]
+		if k >= len(r.totals) || math.IsNaN(r.totals[k]) {
+			continue
+		}
 		if !r.at.After(from) {
 			before = r
 		}
@@ -97,7 +123,7 @@ func (t *timeline) retriesIn(i int) (float64, bool) {
 	}
 	// The samples bracket the step: share their difference by time.
 	span := after.at.Sub(before.at).Seconds()
-	return (after.total - before.total) * timelineStep.Seconds() / span, true
+	return (after.totals[k] - before.totals[k]) * timelineStep.Seconds() / span, true
 }
 
 func (t *timeline) add(rev int64, kind string) {
@@ -165,21 +191,27 @@ func (t *timeline) print(w io.Writer, title string, clock *revClock) {
 		}
 		counts[i][e.kind]++
 	}
-	fmt.Fprintf(w, "timeline, %s (changes by when etcd made them, every %s; retried: transactions retried after a conflict, by the controller's count read every step)\n", title, timelineStep)
+	fmt.Fprintf(w, "timeline, %s (changes by when etcd made them, every %s; retried: transactions retried after a conflict, and gc cpu s: the controller's collector's CPU, as of the collections ended in the step, by the controller's counts read every step)\n", title, timelineStep)
 	fmt.Fprintf(w, "%6s", "s")
 	for _, k := range timelineKinds {
 		fmt.Fprintf(w, " %8s", strings.Fields(k)[0][:1]+" "+strings.Fields(k)[1])
 	}
-	fmt.Fprintf(w, " %8s\n", "retried")
+	for _, c := range sampledCounters {
+		fmt.Fprintf(w, " %8s", c.column)
+	}
+	fmt.Fprintln(w)
 	for i, c := range counts {
 		fmt.Fprintf(w, "%6.2f", (time.Duration(i) * timelineStep).Seconds())
 		for _, k := range timelineKinds {
 			fmt.Fprintf(w, " %8d", c[k])
 		}
-		if n, ok := t.retriesIn(i); ok {
-			fmt.Fprintf(w, " %8.0f\n", n)
-		} else {
-			fmt.Fprintf(w, " %8s\n", "-")
+		for k, sc := range sampledCounters {
+			if n, ok := t.countIn(i, k); ok {
+				fmt.Fprintf(w, sc.format, n)
+			} else {
+				fmt.Fprintf(w, " %8s", "-")
+			}
 		}
+		fmt.Fprintln(w)
 	}
 }
