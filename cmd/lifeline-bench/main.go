@@ -72,7 +72,7 @@ func main() {
 	flag.IntVar(&c.fleetProcs, "fleet-procs", 1, "run the machine agents in this many processes of their own (0: in the harness's process, whose watch of the model and clock the agents' bursts then starve)")
 	flag.IntVar(&c.fleetNice, "fleet-nice", 0, "run the fleet (its agents, their hooks, the related units' agents) at this nice value, the controller at 0: on one host the hooks' processes otherwise take the controller's CPU, which machines of their own would not (0: the same)")
 	flag.StringVar(&c.fleetGC, "fleet-gc", "agents", "how the fleet's processes collect garbage: agents (as seldom as its machines' agents would, each in a process of its own: heapfloor.go) or process (as any one Go process would, whenever its heap doubles)")
-	flag.BoolVar(&c.timeline, "timeline", false, "print, for deploying and for destroying, the life changes of units and machines and the scope entries made and removed that the harness's watch saw in each quarter second, and the transactions the controller retried after a conflict")
+	flag.BoolVar(&c.timeline, "timeline", false, "print, for deploying and for destroying, the life changes of units and machines and the scope entries made and removed that the harness's watch saw in each quarter second, the transactions the controller retried after a conflict, and its garbage collector's CPU")
 	worker := flag.String("fleet-worker", "", "run as a process of the fleet, as this spec says (the harness starts these)")
 	flag.Parse()
 	if *worker != "" {
