@@ -203,7 +203,8 @@ func run(ctx context.Context, c config) (*results, error) {
 	prof.heap(ctx, "before")
 	say("deploying %d units of bench on %d machines, related to %d of front", c.units, c.machines, c.related)
 	start := time.Now()
-	sampled := func() ([]float64, error) { return ctl.metrics(sampledMetrics()...) }
+	sampledNames := sampledMetrics()
+	sampled := func() ([]float64, error) { return ctl.metrics(sampledNames...) }
 	stopSampling := func() {}
 	if c.timeline {
 		model.timeline.begin(start)

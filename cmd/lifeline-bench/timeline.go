@@ -43,9 +43,9 @@ type counterSample struct {
 // used. Go counts the collector's CPU as each collection ends (the
 // runtime's /cpu/classes/gc/total:cpu-seconds), so a collection shows in
 // the step where it ended, and its marking ran in the steps before.
-var sampledCounters = []struct{ metric, column, format string }{
-	{"lifeline_etcd_txn_retries_total", "retried", " %8.0f"},
-	{"go_cpu_classes_gc_total_cpu_seconds_total", "gc cpu s", " %8.2f"},
+var sampledCounters = []struct{ metric, column, about, format string }{
+	{"lifeline_etcd_txn_retries_total", "retried", "transactions retried after a conflict", " %8.0f"},
+	{"go_cpu_classes_gc_total_cpu_seconds_total", "gc cpu s", "the controller's collector's CPU, as of the collections ended in the step", " %8.2f"},
 }
 
 // sampledMetrics are sampledCounters' metric names, in their order.
@@ -191,7 +191,11 @@ func (t *timeline) print(w io.Writer, title string, clock *revClock) {
 		}
 		counts[i][e.kind]++
 	}
-	fmt.Fprintf(w, "timeline, %s (changes by when etcd made them, every %s; retried: transactions retried after a conflict, and gc cpu s: the controller's collector's CPU, as of the collections ended in the step, by the controller's counts read every step)\n", title, timelineStep)
+	abouts := make([]string, len(sampledCounters))
+	for i, c := range sampledCounters {
+		abouts[i] = c.column + ": " + c.about
+	}
+	fmt.Fprintf(w, "timeline, %s (changes by when etcd made them, every %s; %s, by the controller's counts read every step)\n", title, timelineStep, strings.Join(abouts, ", and "))
 	fmt.Fprintf(w, "%6s", "s")
 	for _, k := range timelineKinds {
 		fmt.Fprintf(w, " %8s", strings.Fields(k)[0][:1]+" "+strings.Fields(k)[1])
