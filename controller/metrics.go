@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/status"
 
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 	"github.com/lifelinehq/lifeline/watchhub"
 )
@@ -141,8 +142,8 @@ func (c *conflictCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// entityCollector counts the model's entities when scraped, from a model
-// read at most every few seconds.
+// entityCollector counts the model's entities when scraped, from a census
+// (State.Census) taken at most every few seconds.
 type entityCollector struct {
 	st   *state.State
 	desc *prometheus.Desc
@@ -160,19 +161,12 @@ func (e *entityCollector) Collect(ch chan<- prometheus.Metric) {
 	if time.Since(e.at) > 5*time.Second {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if m, err := e.st.Model(ctx); err == nil {
+		if c, err := e.st.Census(ctx); err == nil {
 			e.counts = map[[2]string]int{}
-			for _, x := range m.Machines {
-				e.counts[[2]string{"machine", state.LifeName(x.Life)}]++
-			}
-			for _, x := range m.Services {
-				e.counts[[2]string{"service", state.LifeName(x.Life)}]++
-			}
-			for _, x := range m.Units {
-				e.counts[[2]string{"unit", state.LifeName(x.Life)}]++
-			}
-			for _, x := range m.Relations {
-				e.counts[[2]string{"relation", state.LifeName(x.Life)}]++
+			for kind, lives := range map[string]map[pb.Life]int{"machine": c.Machines, "service": c.Services, "unit": c.Units, "relation": c.Relations} {
+				for l, n := range lives {
+					e.counts[[2]string{kind, state.LifeName(l)}] += n
+				}
 			}
 			e.at = time.Now()
 		}

@@ -151,3 +151,54 @@ func (s *State) UnitCount(ctx context.Context) (int64, error) {
 	}
 	return resp.Count, nil
 }
+
+// Census is how many of each kind of entity the model holds, by life.
+type Census struct {
+	Machines, Services, Units, Relations map[pb.Life]int
+}
+
+// Census counts the model's machines, services, units and relations by
+// life, at one revision. It reads their records alone, not their
+// statuses, scopes or presence: at 10,000 units a fifth of the keys
+// Model reads.
+func (s *State) Census(ctx context.Context) (*Census, error) {
+	c := &Census{Machines: map[pb.Life]int{}, Services: map[pb.Life]int{}, Units: map[pb.Life]int{}, Relations: map[pb.Life]int{}}
+	var rev int64
+	for _, k := range []struct {
+		prefix string
+		into   map[pb.Life]int
+		life   func(*mvccpb.KeyValue) (pb.Life, error)
+	}{
+		{machinesPrefix, c.Machines, lifeOf[pb.Machine]},
+		{servicesPrefix, c.Services, lifeOf[pb.Service]},
+		{unitsPrefix, c.Units, lifeOf[pb.Unit]},
+		{relationsPrefix, c.Relations, lifeOf[pb.Relation]},
+	} {
+		kvs, at, err := s.listRevAt(ctx, k.prefix, false, rev)
+		if err != nil {
+			return nil, err
+		}
+		rev = at
+		for _, kv := range kvs {
+			l, err := k.life(kv)
+			if err != nil {
+				return nil, err
+			}
+			k.into[l]++
+		}
+	}
+	return c, nil
+}
+
+// lifeOf decodes an entity's record and returns its life.
+func lifeOf[T any, P interface {
+	*T
+	proto.Message
+	GetLife() pb.Life
+}](kv *mvccpb.KeyValue) (pb.Life, error) {
+	rec, err := decode[T, P](kv)
+	if err != nil {
+		return 0, err
+	}
+	return rec.v.GetLife(), nil
+}

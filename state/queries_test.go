@@ -3,6 +3,7 @@ package state_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"testing"
 
@@ -157,5 +158,44 @@ func TestUnitCount(t *testing.T) {
 	must(t, "DestroyUnit", st.DestroyUnit(ctx, "kv/0", state.DestroyOptions{}))
 	if n, err = st.UnitCount(ctx); err != nil || n != 5 {
 		t.Errorf("UnitCount with kv/0 dying = %d, %v; want 5", n, err)
+	}
+}
+
+// TestCensus: the census counts what the whole model holds, by life.
+func TestCensus(t *testing.T) {
+	st, ctx, _, _ := queriesModel(t)
+	must(t, "DestroyUnit", st.DestroyUnit(ctx, "kv/0", state.DestroyOptions{}))
+	must(t, "EnsureUnitDead", st.EnsureUnitDead(ctx, "logger/1"))
+	must(t, "DestroyRelation", st.DestroyRelation(ctx, 1))
+	c, err := st.Census(ctx)
+	must(t, "Census", err)
+	m, err := st.Model(ctx)
+	must(t, "Model", err)
+	want := &state.Census{Machines: map[pb.Life]int{}, Services: map[pb.Life]int{}, Units: map[pb.Life]int{}, Relations: map[pb.Life]int{}}
+	for _, x := range m.Machines {
+		want.Machines[x.Life]++
+	}
+	for _, x := range m.Services {
+		want.Services[x.Life]++
+	}
+	for _, x := range m.Units {
+		want.Units[x.Life]++
+	}
+	for _, x := range m.Relations {
+		want.Relations[x.Life]++
+	}
+	for _, k := range []struct {
+		kind      string
+		got, want map[pb.Life]int
+	}{
+		{"machines", c.Machines, want.Machines}, {"services", c.Services, want.Services},
+		{"units", c.Units, want.Units}, {"relations", c.Relations, want.Relations},
+	} {
+		if !maps.Equal(k.got, k.want) {
+			t.Errorf("census of %s = %v, the model's %v", k.kind, k.got, k.want)
+		}
+	}
+	if c.Units[pb.Life_LIFE_DYING] != 1 || c.Units[pb.Life_LIFE_DEAD] != 1 || c.Units[pb.Life_LIFE_ALIVE] != 3 {
+		t.Errorf("census of units = %v, want 3 alive, kv/0 dying and logger/1 dead", c.Units)
 	}
 }
