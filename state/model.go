@@ -159,8 +159,8 @@ type Census struct {
 
 // Census counts the model's machines, services, units and relations by
 // life, at one revision. It reads their records alone, not their
-// statuses, scopes or presence: at 10,000 units a fifth of the keys
-// Model reads.
+// statuses, scopes or presence: at 10,000 units on 1,000 machines,
+// 11,000 keys where Model reads 33,000 or more.
 func (s *State) Census(ctx context.Context) (*Census, error) {
 	c := &Census{Machines: map[pb.Life]int{}, Services: map[pb.Life]int{}, Units: map[pb.Life]int{}, Relations: map[pb.Life]int{}}
 	var rev int64
