@@ -190,15 +190,16 @@ func (s *State) Census(ctx context.Context) (*Census, error) {
 	return c, nil
 }
 
-// lifeOf decodes an entity's record and returns its life.
+// lifeOf decodes an entity's record and returns its life: decode's
+// error, without the record and the copy of its key that decode makes.
 func lifeOf[T any, P interface {
 	*T
 	proto.Message
 	GetLife() pb.Life
 }](kv *mvccpb.KeyValue) (pb.Life, error) {
-	rec, err := decode[T, P](kv)
-	if err != nil {
-		return 0, err
+	var m P = new(T)
+	if err := proto.Unmarshal(kv.Value, m); err != nil {
+		return 0, fmt.Errorf("decode %s: %w", kv.Key, err)
 	}
-	return rec.v.GetLife(), nil
+	return m.GetLife(), nil
 }
