@@ -24,12 +24,12 @@ test: lint proto-check
 	$(GO) test -race ./...
 	$(GO) test -race -count=20 -run '^TestRace' ./state/
 
-## test-faults: the fault suite (faults/, docs/RELIABILITY.md) at the issue's
-## sizes: a 3-member etcd cluster (its server built from tools/etcd) whose
+## test-faults: the fault suite (faults/, docs/RELIABILITY.md) at full
+## size: a 3-member etcd cluster (its server built from tools/etcd) whose
 ## leader is killed during a deploy of 200 units and a destroy of 100, machine
 ## agents killed during a 300-unit workload, agents partitioned, 60 s of random
 ## API requests. make test runs its short form. SOAK=30m loops the scenarios
-## for that long instead (short sizes; FULL=1 for the issue's), within
+## for that long instead (short sizes; FULL=1 for full ones), within
 ## FAULTS_TIMEOUT; the figures go to SUMMARY as JSON.
 FAULTS_TIMEOUT ?= 2h
 SUMMARY        ?= $(BIN)/faults-summary.json

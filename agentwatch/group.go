@@ -26,7 +26,7 @@ type Grouper interface {
 // takes a goroutine of its own while it lasts. A unit agent follows seven
 // subjects or more: at 10,000 units on a host, the goroutines' stacks
 // alone, each grown as its Follow first ran, were a tenth of the agents'
-// CPU deploying (docs/PERFORMANCE.md, twenty-seventh round). Should the
+// CPU deploying, on the scale harness. Should the
 // controller lack WatchMany, each subject is followed on a stream of its
 // own, in a goroutine of its own, and its applies still never overlap
 // another's.

@@ -494,7 +494,7 @@ func (m *Mux) serve(ctx context.Context, bo backoff.BackOff) error {
 // and ends when its context does. The sends run on one goroutine's stack,
 // grown once, rather than on each new Follow's, grown afresh for its
 // subscription: that growing was 8% of the agents' CPU deploying 10,000
-// units without hooks (docs/PERFORMANCE.md, twelfth round).
+// units without hooks, on the scale harness.
 type muxStream struct {
 	stream grpc.BidiStreamingClient[pb.WatchManyRequest, pb.WatchManyResponse]
 	mu     sync.Mutex

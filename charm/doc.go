@@ -2,7 +2,7 @@
 // directory (metadata.yaml, config.yaml, hooks/), packs it into a
 // deterministic archive, reads and validates an archive in memory, extracts
 // one safely, types configuration values against config.yaml and parses
-// KEY=VALUE arguments (DESIGN.md §9).
+// KEY=VALUE arguments (docs/DESIGN.md, Charms).
 //
 // It must not touch etcd, the network or gRPC, and keeps no state but a
 // machine's cache of unpacked charms (below): storing charms by content

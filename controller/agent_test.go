@@ -412,7 +412,7 @@ func TestAgentCredentials(t *testing.T) {
 	wantCode(t, "GetUnit with a removed unit's credential", err, codes.Unauthenticated, "not valid")
 }
 
-// TestAgentCredentialsAreConfined is the issue's own list: a unit agent's
+// TestAgentCredentialsAreConfined: a unit agent's
 // credential cannot read another service's units, write another unit's
 // settings, or destroy anything; a machine agent's cannot touch another
 // machine. None of the refused calls changes the model.

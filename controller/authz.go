@@ -14,7 +14,7 @@ import (
 	"github.com/lifelinehq/lifeline/state"
 )
 
-// Authorization of agents (DESIGN.md §5): a machine agent may act only on
+// Authorization of agents (docs/DESIGN.md, The API): a machine agent may act only on
 // its machine and the units on it; a unit agent only on its unit (and its
 // subordinates), the relations its service is in, and its own settings,
 // reading those of the units it is related to.

@@ -12,8 +12,7 @@ import (
 // added, so facts read once hold for good. A unit agent's EnterScope and
 // LeaveScope read the relation for their check and again in their state
 // call: the check's read was 4–5% of the controller's CPU while 10,000
-// units entered and left a relation (docs/PERFORMANCE.md, nineteenth
-// round).
+// units entered and left a relation.
 type relationFacts struct {
 	id       int64
 	key      string

@@ -119,9 +119,9 @@ const readBufferSize = 8 << 10
 // default 32 KiB: 31 MiB live, which the collector at GOGC=300 let grow
 // to four times that before collecting. At 8 KiB the controller's peak
 // fell from 86–115 KiB a unit (mean 97) to 75–92 (mean 83) in five runs
-// each, the destroy's CPU and system calls the same (docs/PERFORMANCE.md,
-// thirtieth round). An agent's messages are small; a long answer (a
-// status of 10,000 units) is sent in more writes.
+// each, the destroy's CPU and system calls the same. An agent's messages
+// are small; a long answer (a status of 10,000 units) is sent in more
+// writes.
 const writeBufferSize = 8 << 10
 
 // streamWindow and connWindow are the flow-control windows of a stream

@@ -12,16 +12,16 @@ import (
 // calls. gRPC starts each call on a goroutine of its own, whose stack
 // starts small and is grown, a copy at each doubling, on the way down to
 // etcd's store and back: 7–9% of the controller's CPU while 10,000 units
-// were deployed and destroyed (runtime.copystack; docs/PERFORMANCE.md,
-// nineteenth round). A kept goroutine keeps its grown stack (the collector
-// shrinks an idle one now and then). A call finds an idle worker, or
-// starts one while there are fewer than max, or else waits for one: on
-// its own goroutine it would grow a stack as before (still 4–6% of the
-// controller's CPU destroying, twenty-third round), where waiting costs
-// only the small stack it has. An operator's call, which goes ahead of
-// the agents' (state.Ahead), runs on its own goroutine rather than wait.
-// The items of a call (sideBySide) never wait: the call they belong to
-// holds a worker. A worker idle for a while ends, unless a call waits.
+// were deployed and destroyed (runtime.copystack). A kept goroutine
+// keeps its grown stack (the collector shrinks an idle one now and
+// then). A call finds an idle worker, or starts one while there are
+// fewer than max, or else waits for one: on its own goroutine it would
+// grow a stack as before (still 4–6% of the controller's CPU
+// destroying), where waiting costs only the small stack it has. An
+// operator's call, which goes ahead of the agents' (state.Ahead), runs
+// on its own goroutine rather than wait. The items of a call
+// (sideBySide) never wait: the call they belong to holds a worker. A
+// worker idle for a while ends, unless a call waits.
 type handlerWorkers struct {
 	jobs chan func()
 	max  int
@@ -39,7 +39,7 @@ type handlerWorkers struct {
 // write holds its worker; with only as many workers as writes in flight,
 // while 10,000 units left a relation every worker was busy and the calls
 // beyond ran on goroutines of their own (copystack 6% of the controller's
-// CPU destroying; docs/PERFORMANCE.md, twenty-third round). An idle worker
+// CPU destroying). An idle worker
 // costs its stack, which the collector shrinks, until it ends.
 const maxHandlerWorkers = 4 * state.DefaultMaxWritesInFlight
 

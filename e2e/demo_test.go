@@ -116,7 +116,7 @@ func TestDemoFlow(t *testing.T) {
 		}
 	}
 
-	// Tear down: the services (in DESIGN.md §3's order, by the agents),
+	// Tear down: the services (in the life rules' order, by the agents),
 	// then the empty machines, which the provisioner releases.
 	s.OK(t, "destroy-service", "app", "kv", "logger")
 	s.OK(t, "wait", "--timeout", "2m")

@@ -55,7 +55,7 @@ func TestDestroyMachineRefusedWhileUnitsAssigned(t *testing.T) {
 
 // TestDestroyRelatedServicesLeavesNothing destroys the related demo
 // services and their machines with a monitor on the whole keyspace: every
-// rule and invariant of DESIGN.md §3 holds at every committed revision (so
+// life rule and invariant (docs/DESIGN.md) holds at every committed revision (so
 // things went in the order the rules allow), and nothing is left.
 func TestDestroyRelatedServicesLeavesNothing(t *testing.T) {
 	needCharms(t)

@@ -336,9 +336,7 @@ func startObserver(t *testing.T, st *state.State, r *run) *observer {
 		// too until its lease runs out; of those, only a key written
 		// since the watch last saw it is news. A listing ignored whole
 		// would miss a restarted agent's presence written meanwhile, and
-		// time it by a later write, if any (one agent of the
-		// thirty-fourth round's runs showed present 62 s after its
-		// restart where others took 12 at most; this may be why).
+		// time it by a later write, if any.
 		seen := map[string]int64{}
 		for b := range presence {
 			for _, e := range b.Events {

@@ -21,7 +21,7 @@
 // an etcd client of the test's own.
 //
 // By default (go test ./..., make test) the scenarios run once at a small
-// size. make test-faults runs them at the sizes (-faults.full), and
+// size. make test-faults runs them at full size (-faults.full), and
 // make test-faults SOAK=30m loops them for that long (-faults.soak).
 // -faults.summary FILE writes what was injected, the recovery times and
 // what was checked as JSON; docs/RELIABILITY.md records the figures.

@@ -36,7 +36,7 @@ func runEtcdLeaderLoss(t *testing.T, sz sizes) {
 	r.size("units destroyed", d)
 	r.size("etcd members", 3)
 	f := newFixture(t, fixtureOptions{monitor: true, coalesce: sz.monitorCoalesce()})
-	// Two controllers, as the issue asks, their local machines in one
+	// Two controllers, their local machines in one
 	// directory: either may lead (run the provisioner) after a kill.
 	machinesDir := filepath.Join(f.Dir, "machines")
 	f.AddMachinesDir(machinesDir)

@@ -23,7 +23,7 @@ func TestControllerFailover(t *testing.T) {
 	runControllerFailover(t, currentSizes())
 }
 
-// failoverTakeover is the bound on the takeover.
+// failoverTakeover bounds the takeover: the survivor leads within it.
 const failoverTakeover = 15 * time.Second
 
 func runControllerFailover(t *testing.T, sz sizes) {

@@ -16,7 +16,7 @@ import (
 )
 
 var (
-	fullFlag    = flag.Bool("faults.full", false, "run the scenarios at the issue's sizes (200 units, 300 units, 60 s of fuzzing), not the short form")
+	fullFlag    = flag.Bool("faults.full", false, "run the scenarios at full size (200 units, 300 units, 60 s of fuzzing), not the short form")
 	soakFlag    = flag.Duration("faults.soak", 0, "loop the scenarios for this long (TestSoak); the other tests skip")
 	keepFlag    = flag.Bool("faults.keep", false, "keep a failed test's sandbox directory (logs, machines' and units' files); its processes are stopped all the same")
 	seedFlag    = flag.Uint64("faults.seed", 0, "the fuzzer's seed (a random one when 0; each run logs its seed)")

@@ -21,7 +21,7 @@ var scenarios = []struct {
 // soakMaxFailures ends a soak early: the failures so far are the evidence.
 const soakMaxFailures = 3
 
-// TestSoak loops the scenarios, at the short sizes (or the issue's, with
+// TestSoak loops the scenarios, at the short sizes (or the full ones, with
 // -faults.full), one after the other, each run a subtest with a sandbox of
 // its own, until -faults.soak has passed; it starts no run once the test
 // binary's deadline is less than half an hour away.

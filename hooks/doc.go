@@ -1,5 +1,5 @@
 // Package hooks owns a charm's hooks as processes and the hook tools they
-// call (DESIGN.md §6): running one hook executable, and the unit agent's
+// call (docs/DESIGN.md, The unit agent): running one hook executable, and the unit agent's
 // end of the tools (relation-get, relation-set, ...) over a unix socket,
 // with the tools' client side, which lifelined runs when invoked through a
 // tool's symlink.

@@ -1,6 +1,6 @@
 package hooks
 
-// The environment of a hook (DESIGN.md §6). The unit agent sets these in
+// The environment of a hook (docs/DESIGN.md, The unit agent). The unit agent sets these in
 // Spec.Env; Run adds PATH, HOME and LANG and passes nothing else.
 const (
 	// EnvUnitName is the unit's name, "kv/0".

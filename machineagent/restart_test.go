@@ -26,8 +26,7 @@ import (
 // scopes its unit is in, and leaves this one, so that the relation goes.
 // So it does when the unit was assigned while the machine agent watched,
 // and its agent started as new: its charm has no hooks, and it made no
-// directory at all, the mark of an agent that ran before until issue 6's
-// thirty-fourth round.
+// directory at all, which an agent that ran before always has.
 func TestUnitLeavesScopeAfterRestart(t *testing.T) {
 	for _, assignedWatched := range []bool{false, true} {
 		name := "assigned before the agent started"

@@ -1,5 +1,5 @@
 // Package pki owns Lifeline's transport security and credentials
-// (DESIGN.md §2, §5):
+// (docs/DESIGN.md, The API):
 //
 //   - the controller's certificate authority (a self-signed ECDSA P-256 CA,
 //     kept as ca.pem and ca-key.pem in the controller's data directory) and

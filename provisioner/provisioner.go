@@ -209,8 +209,7 @@ func (p *Provisioner) pass(ctx context.Context, machines []*pb.Machine, all bool
 	// The provisioner's writes go ahead of the agents' queued ones: they
 	// are few (a machine started, a dead one removed), and each is what an
 	// operator, or a machine's agent, waits on. Queued, the removals of
-	// 1,000 dead machines waited for the last of 10,000 units to go
-	// (docs/PERFORMANCE.md, twentieth round).
+	// 1,000 dead machines would wait for the last of 10,000 units to go.
 	ctx = state.Ahead(ctx)
 	st := p.cfg.State
 	insts, err := p.cfg.Provider.Instances(ctx)

@@ -27,7 +27,7 @@ import (
 // as the scale harness's raw measurement, which keep etcd busy batching
 // writes into each append to its log. More in flight adds nothing but
 // waiting in etcd: with 1,000, a write took up to four times as long in
-// the harness's bursts (docs/PERFORMANCE.md, ninth round).
+// the harness's bursts.
 const DefaultMaxWritesInFlight = 256
 
 // leadSlots is how many writes that go ahead of the queue (Ahead) may
@@ -35,12 +35,12 @@ const DefaultMaxWritesInFlight = 256
 // release (the departures of the units set dying before them), a
 // cascade's batches set the pace of the start of a destroy: 10,000 units
 // took 8-10 s to be set dying while the machine's CPUs were 86% busy;
-// ahead of the queue, all are dying within 5 s (docs/PERFORMANCE.md,
-// seventeenth round). Queued behind every agent's writes, an operator's
-// destroy-machine took up to 4 s while 10,000 units went, and the
-// provisioner's removals of dead machines waited for the last unit
-// (twentieth round). Such writes are few at any time (eight batches of a
-// cascade, sixteen removals), so going first holds nobody back for long.
+// ahead of the queue, all are dying within 5 s. Queued behind every
+// agent's writes, an operator's destroy-machine took up to 4 s while
+// 10,000 units went, and the provisioner's removals of dead machines
+// waited for the last unit. Such writes are few at any time (eight
+// batches of a cascade, sixteen removals), so going first holds nobody
+// back for long.
 const leadSlots = 64
 
 // maxBusyPause bounds the pause before a write etcd refused is sent again.

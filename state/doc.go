@@ -1,6 +1,6 @@
 // Package state owns Lifeline's model in etcd: the keyspace, the values
 // stored under it, and the life rules of machines, services, units and
-// relations (DESIGN.md §3–§4).
+// relations (docs/DESIGN.md, Life and Storage).
 //
 // Every rule is checked inside the etcd transaction that makes the change:
 // an operation reads what the rule depends on, decides, and commits a

@@ -22,7 +22,7 @@ var (
 	ErrAborted = errors.New("too many conflicting changes")
 )
 
-// RuleError is a refusal by one of DESIGN.md §3's rules. It matches
+// RuleError is a refusal by one of the life rules (docs/DESIGN.md). It matches
 // ErrRefused with errors.Is.
 type RuleError struct {
 	// Rule names the rule, such as "M2".

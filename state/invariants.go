@@ -74,7 +74,7 @@ type model struct {
 }
 
 // CheckInvariants checks the model in snap against invariants I2–I7 of
-// DESIGN.md §3, the consistency of the reference keys the rules rely on,
+// docs/DESIGN.md, the consistency of the reference keys the rules rely on,
 // and that nothing dying is stranded with nobody left to remove it. It
 // returns every violation found, joined.
 func CheckInvariants(snap *Snapshot) error {

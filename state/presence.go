@@ -22,8 +22,7 @@ import (
 // etcd's backend, and etcd commits its backend at once after any such
 // delete, an fsync that holds up applying every other write while it
 // runs; deleting a key is an ordinary write. A thousand machines' agents
-// going as a destroy ended made a thousand of those commits
-// (docs/PERFORMANCE.md, twentieth round).
+// going as a destroy ends would make a thousand of those commits.
 const presencePrefix = "presence/"
 
 func presenceKey(tag string) string { return presencePrefix + tag }

@@ -15,9 +15,8 @@ import (
 // namespace's prefix, and not through clientv3's Op and its namespace
 // wrapper: those made each request three times over (an Op, the Op again
 // with the prefix, then the request), some 300 MB of the 1,940 MB the
-// controller allocated deploying 10,000 units (docs/PERFORMANCE.md,
-// twelfth round). Transactions that write are built the same way
-// (writes.go).
+// controller allocated deploying 10,000 units. Transactions that write
+// are built the same way (writes.go).
 
 // getOp is one read: a key, or the keys of a range.
 type getOp struct {
@@ -151,11 +150,11 @@ func (s *State) readRange(ctx context.Context, g getOp) (*etcdserverpb.RangeResp
 // to reads (its watchable store notifies, then ends the write): a machine
 // agent handed new units by the controller's watch hub asked for their
 // credentials in that moment, was told they did not exist, and started
-// them two seconds later, the deploy's last (docs/PERFORMANCE.md,
-// thirty-third round). The moment is short; the pause before each read
-// again doubles from 100 µs to at most 10 ms, and after maxReadsAgain the
-// last read stands (should etcd's revision ever go back, restored from an
-// older backup under a running controller, reads go on).
+// them two seconds later, the deploy's last. The moment is short; the
+// pause before each read again doubles from 100 µs to at most 10 ms, and
+// after maxReadsAgain the last read stands (should etcd's revision ever
+// go back, restored from an older backup under a running controller,
+// reads go on).
 func (s *State) atLeast(ctx context.Context, read func() (int64, error)) error {
 	var need int64
 	if s.cfg.AtLeast != nil {

@@ -11,11 +11,11 @@ import (
 // (keyLocks) takes every request queued by then and reserves numbers for
 // all of them in one transaction, and each caller then writes what it
 // numbered in transactions of its own, side by side with the others'.
-// A thousand AddUnits calls of ten units, sixteen at a time, were a chain
-// of a thousand commits one after another on the service's sequence, each
-// writing its units; now each link serves every call that queued while
-// the one before it committed, and the units are written in parallel
-// (docs/PERFORMANCE.md, twenty-fifth round).
+// A thousand AddUnits calls of ten units, sixteen at a time, would be a
+// chain of a thousand commits one after another on the service's
+// sequence, each writing its units; instead each link serves every call
+// that queued while the one before it committed, and the units are
+// written in parallel.
 //
 // Numbers reserved are never given out again, used or not: a caller whose
 // units cannot be written after all (the service died meanwhile, or its

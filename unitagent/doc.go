@@ -1,5 +1,5 @@
-// Package unitagent runs one unit: the persisted state machine of DESIGN.md
-// §6 (new, ready, running and the error states), the hooks in the order
+// Package unitagent runs one unit: the persisted state machine of
+// docs/DESIGN.md, The unit agent (new, ready, running and the error states), the hooks in the order
 // charm authors rely on, the unit's relations (entering and leaving their
 // scopes, joined/changed/departed/broken), its subordinates, and its way
 // from dying to dead.

@@ -2,7 +2,7 @@ package unitagent
 
 import "time"
 
-// The unit agent's states (DESIGN.md §6).
+// The unit agent's states (docs/DESIGN.md, The unit agent).
 const (
 	StateNew          = "new"
 	StateReady        = "ready"

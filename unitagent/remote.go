@@ -62,7 +62,7 @@ type memberView struct {
 	// local record of the relation; members changed since join it at each
 	// snapshot, and a member the agent runs a hook for stays in it until
 	// found up to date. That is what lets a decision look at the members
-	// not yet up to date instead of at every member (DESIGN.md §6 hook
+	// not yet up to date instead of at every member (docs/DESIGN.md's hook
 	// order is kept: see nextMemberHook).
 	pending map[string]struct{}
 	seeded  *localRelation // the local record pending was seeded against

@@ -66,7 +66,7 @@ const cleanerGrace = 30 * time.Second
 // next decides what to do next from the local state and the remote
 // picture. It is a pure function: the agent acts on its decision, records
 // the result, and asks again. The order of its checks is the hook order
-// charm authors rely on (DESIGN.md §6).
+// charm authors rely on (docs/DESIGN.md, The unit agent).
 func next(l *localState, r *remote, self string, now time.Time) action {
 	if r.unitKnown && r.unit == nil {
 		return action{kind: actExit} // removed

@@ -21,7 +21,7 @@ import (
 // settings, references, the units' own statuses): those were two thirds
 // of the events a watch of everything carried, 11.6 a unit destroying,
 // each sent by the controller and decoded here while the harness measures
-// the controller (docs/PERFORMANCE.md, thirty-third round). Whether the
+// the controller. Whether the
 // whole model is gone is read from etcd at the end instead (waitEmpty).
 type follower struct {
 	mu sync.Mutex

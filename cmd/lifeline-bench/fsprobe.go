@@ -10,8 +10,8 @@ import (
 
 // The agents make a few directories and files a unit (its data
 // directory, its charm's, the journal of its state): tens of thousands a
-// run, each an inode to allocate. On ext4 without a journal (this
-// harness's VM, docs/PERFORMANCE.md, twelfth round), allocating one
+// run, each an inode to allocate. On ext4 without a journal (the
+// reference machine of docs/PERFORMANCE.md), allocating one
 // passes over every inode of its group freed in the last 30 s (five and a
 // half minutes while their table block is not yet written back), which a
 // destroyed run's units leave by the tens of thousands: a directory then
@@ -52,8 +52,7 @@ func mkdirCost(dir string) (time.Duration, error) {
 // inode table block waits to be written back). So a run that removes its
 // directory leaves the time beside it, and the next run in the same
 // parent says how long ago that was: runs minutes apart in one directory
-// are not comparable with runs on a settled disk (docs/PERFORMANCE.md,
-// twenty-fourth round).
+// are not comparable with runs on a settled disk.
 
 // removedStampName is the file, in the parent of a run's directory, that
 // holds when the last run there removed its directory.

@@ -11,7 +11,8 @@ import (
 	"text/tabwriter"
 )
 
-// results are the harness's figures; the JSON names are the issue's.
+// results are the harness's figures; the JSON names are stable, as
+// scripts and docs/PERFORMANCE.md read them.
 type results struct {
 	Units                 int     `json:"units"`
 	Machines              int     `json:"machines"`

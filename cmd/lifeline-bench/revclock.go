@@ -27,7 +27,7 @@ type revSample struct {
 // revClockEvery is how often the clock reads etcd's revision. A revision
 // is timed by the first reading at or past it, so a time is late by half
 // of this on average: at 100 ms, a twentieth of a second in every destroy
-// of about four (docs/PERFORMANCE.md, thirty-third round). Fifty reads a
+// of about four seconds. Fifty reads a
 // second are little beside the thousands of transactions a second a run
 // makes.
 const revClockEvery = 20 * time.Millisecond

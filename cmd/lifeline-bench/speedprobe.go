@@ -10,9 +10,8 @@ import (
 
 // The VM the harness runs on has slower stretches, of ten minutes or
 // more, in which every run is slower: the same work takes more CPU
-// seconds, and raw etcd falls further than the harness's own work does
-// (docs/PERFORMANCE.md, twenty-first and twenty-second rounds). The
-// kernel shows no steal time then, so the harness measures the machine's
+// seconds, and raw etcd falls further than the harness's own work does.
+// The kernel shows no steal time then, so the harness measures the machine's
 // speed itself, before the run and after it, with two fixed pieces of
 // work: one bound by the core (hashing, in cache) and one bound by memory
 // (a chase of dependent loads through a table far larger than the

@@ -151,7 +151,7 @@ func (f *controllerFlags) validate() error {
 // CPU at Go's default; at 200 the controller used 10-15% less CPU and
 // peaked at 59-86 KiB a unit; at 300, about a sixth less again while
 // destroying, peaking at 78-89 KiB a unit, within the 100 KiB the scale
-// targets allow (docs/PERFORMANCE.md, eighteenth and twenty-fifth rounds).
+// targets allow (docs/PERFORMANCE.md).
 // The soft memory limit (--memory-limit, memlimit.go) bounds the peak
 // when a collection finds more live than usual.
 const controllerGCPercent = 300

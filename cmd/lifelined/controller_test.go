@@ -85,7 +85,7 @@ func TestControllerOnExternalEtcd(t *testing.T) {
 	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Key) != "/ext/machines/0" {
 		t.Errorf("the external etcd holds %v, want /ext/machines/0", resp.Kvs)
 	}
-	// The metrics the issue names: API calls by method and code, etcd
+	// The metrics operators rely on: API calls by method and code, etcd
 	// transaction retries, entities by kind and life.
 	body := getMetrics(t, metricsAddr)
 	if strings.Contains(body, "etcd_disk_wal_fsync_duration_seconds") {

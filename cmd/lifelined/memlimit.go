@@ -22,10 +22,9 @@ import (
 // transactions, the agents' watches all sending), and the peak went past
 // the 100 KiB the scale targets allow. At 10,000 units the budget is 864
 // MiB: in most runs the heap's goal stays under it, and in the others it
-// caps one goal or two of a destroy's three collections
-// (docs/PERFORMANCE.md, thirty-fifth round). A budget of 192 MiB and 52
-// KiB a unit (700 MiB there) held the peak near 67 KiB a unit but was
-// reached in every run, and cost the destroy's CPU (twenty-sixth round).
+// caps one goal or two of a destroy's three collections. A tighter
+// budget (192 MiB and 52 KiB a unit, 700 MiB there) holds the peak near
+// 67 KiB a unit but is reached in every run, and costs the destroy CPU.
 // The floor is above what a small model needs, and high enough that the
 // limit, counted a second behind a deploy, seldom caps a collection's
 // goal while units arrive.
