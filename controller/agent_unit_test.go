@@ -391,6 +391,7 @@ func clearResolved(unit string) agentCall {
 func TestAgentClearResolved(t *testing.T) {
 	resolved := func(unit string) func(*agentModel) {
 		return func(m *agentModel) {
+			m.ok("SetStatus", m.st.SetStatus(m.ctx, state.StatusUnitAgent, unit, &pb.Status{Status: "error"}))
 			m.ok("SetResolved", m.st.SetResolved(m.ctx, unit, pb.ResolvedMode_RESOLVED_MODE_RETRY))
 		}
 	}

@@ -402,6 +402,7 @@ func TestAgentWatchContainerScopeShowsOnlyTheMachine(t *testing.T) {
 func TestAgentWatchSingleKeyIsExact(t *testing.T) {
 	m := newAgentModel(t)
 	m.addUnits("kv", 9, state.Placement{Unassigned: true}) // kv/2 ... kv/10
+	m.ok("SetStatus(kv/10)", m.st.SetStatus(m.ctx, state.StatusUnitAgent, "kv/10", &pb.Status{Status: "error"}))
 	m.ok("SetResolved(kv/10)", m.st.SetResolved(m.ctx, "kv/10", pb.ResolvedMode_RESOLVED_MODE_RETRY))
 	w := m.watch("unit-kv/1", &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/1"}}, 0)
 	first := w.next()
@@ -428,6 +429,7 @@ func TestAgentWatchSingleKeyIsExact(t *testing.T) {
 		t.Errorf("revision = %d, want it past %d", w.revision, first.Revision)
 	}
 
+	m.ok("SetStatus(kv/1)", m.st.SetStatus(m.ctx, state.StatusUnitAgent, "kv/1", &pb.Status{Status: "error"}))
 	m.ok("SetResolved(kv/1)", m.st.SetResolved(m.ctx, "kv/1", pb.ResolvedMode_RESOLVED_MODE_NO_RETRY))
 	resp = r.next()
 	if got := changeList(resp, false); !slices.Equal(got, []string{"kv/1"}) || resp.Changes[0].GetResolved().GetMode() != pb.ResolvedMode_RESOLVED_MODE_NO_RETRY {

@@ -27,8 +27,10 @@ func toStatus(err error) error {
 		code = codes.NotFound
 	case errors.Is(err, state.ErrAlreadyExists):
 		code = codes.AlreadyExists
-	case errors.Is(err, state.ErrRefused):
+	case errors.Is(err, state.ErrRefused), errors.Is(err, state.ErrNotInError):
 		code = codes.FailedPrecondition
+	case errors.Is(err, state.ErrAlreadyResolved):
+		code = codes.AlreadyExists
 	case errors.Is(err, state.ErrInvalid), errors.Is(err, charm.ErrInvalid), errors.Is(err, charm.ErrTooLarge):
 		code = codes.InvalidArgument
 	case errors.Is(err, state.ErrAborted):

@@ -21,6 +21,8 @@ func TestToStatusCodes(t *testing.T) {
 		{fmt.Errorf("take x out of relation 0: %w", rpctypes.ErrTooManyRequests), codes.Unavailable},
 		{fmt.Errorf("set x dead: %w", rpctypes.ErrNoLeader), codes.Unavailable},
 		{fmt.Errorf("x: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
+		{fmt.Errorf("resolve x: %w", state.ErrNotInError), codes.FailedPrecondition},
+		{fmt.Errorf("resolve x: %w", state.ErrAlreadyResolved), codes.AlreadyExists},
 		{fmt.Errorf("something unforeseen"), codes.Internal},
 	} {
 		got := status.Convert(toStatus(c.err))

@@ -341,23 +341,34 @@ func (s *Server) DestroyService(ctx context.Context, req *pb.DestroyServiceReque
 	return &pb.DestroyServiceResponse{}, s.st.DestroyService(ctx, req.Service)
 }
 
-// Resolved answers a unit's failed hook.
+// Resolved answers a unit's failed hook, or with All every unit's in
+// error. Whether a unit may be answered is the State's to decide, in the
+// transaction that sets its mark.
 func (s *Server) Resolved(ctx context.Context, req *pb.ResolvedRequest) (*pb.ResolvedResponse, error) {
-	if _, err := s.st.Unit(ctx, req.Unit); err != nil {
-		return nil, err
-	}
-	agent, err := s.st.Status(ctx, state.StatusUnitAgent, req.Unit)
-	if err != nil {
-		return nil, err
-	}
-	if agent.GetStatus() != "error" {
-		return nil, status.Errorf(codes.FailedPrecondition, "unit %s is not in an error state", req.Unit)
-	}
 	mode := pb.ResolvedMode_RESOLVED_MODE_RETRY
 	if req.NoRetry {
 		mode = pb.ResolvedMode_RESOLVED_MODE_NO_RETRY
 	}
-	return &pb.ResolvedResponse{}, s.st.SetResolved(ctx, req.Unit, mode)
+	if !req.All {
+		return &pb.ResolvedResponse{}, s.st.SetResolved(ctx, req.Unit, mode)
+	}
+	if req.Unit != "" {
+		return nil, invalid("Resolved names unit %s and asks for all units in error: one or the other", req.Unit)
+	}
+	units, err := s.st.UnitsInError(ctx)
+	if err != nil {
+		return nil, err
+	}
+	resp := &pb.ResolvedResponse{Results: make([]*pb.ResolvedResult, 0, len(units))}
+	for _, u := range units {
+		err := s.st.SetResolved(ctx, u, mode)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		st := status.Convert(toStatus(err))
+		resp.Results = append(resp.Results, &pb.ResolvedResult{Unit: u, Code: uint32(st.Code()), Message: st.Message()})
+	}
+	return resp, nil
 }
 
 // GetConfig returns a service's options and settings.

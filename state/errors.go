@@ -20,6 +20,12 @@ var (
 	// ErrAborted: the transaction kept conflicting with concurrent changes
 	// and the retries ran out. Trying again later is safe.
 	ErrAborted = errors.New("too many conflicting changes")
+	// ErrNotInError: an answer to a failed hook (SetResolved) for a unit
+	// whose agent is not in an error state.
+	ErrNotInError = errors.New("not in an error state")
+	// ErrAlreadyResolved: an answer to a failed hook for a unit already
+	// answered, whose agent has yet to act on it.
+	ErrAlreadyResolved = errors.New("already resolved")
 )
 
 // RuleError is a refusal by one of the life rules (docs/DESIGN.md). It matches
@@ -55,6 +61,14 @@ func notFoundf(format string, args ...any) error {
 
 func existsf(format string, args ...any) error {
 	return &kindError{kind: ErrAlreadyExists, msg: fmt.Sprintf(format, args...)}
+}
+
+func notInErrorf(format string, args ...any) error {
+	return &kindError{kind: ErrNotInError, msg: fmt.Sprintf(format, args...)}
+}
+
+func alreadyResolvedf(format string, args ...any) error {
+	return &kindError{kind: ErrAlreadyResolved, msg: fmt.Sprintf(format, args...)}
 }
 
 func invalidf(format string, args ...any) error {

@@ -86,6 +86,7 @@ func TestCredentialsGoWithTheirEntity(t *testing.T) {
 	if h, err := st.CredentialHash(ctx, "unit-app/0"); err != nil || h != "h2" {
 		t.Errorf("CredentialHash(unit-app/0) = %q, %v; want h2", h, err)
 	}
+	must(t, "SetStatus", st.SetStatus(ctx, state.StatusUnitAgent, "app/0", &pb.Status{Status: "error"}))
 	must(t, "SetResolved", st.SetResolved(ctx, "app/0", pb.ResolvedMode_RESOLVED_MODE_RETRY))
 	if mode, err := st.Resolved(ctx, "app/0"); err != nil || mode != pb.ResolvedMode_RESOLVED_MODE_RETRY {
 		t.Errorf("Resolved = %v, %v; want retry", mode, err)

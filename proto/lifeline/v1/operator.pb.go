@@ -1855,9 +1855,12 @@ func (*DestroyServiceResponse) Descriptor() ([]byte, []int) {
 }
 
 type ResolvedRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Unit          string                 `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
-	NoRetry       bool                   `protobuf:"varint,2,opt,name=no_retry,json=noRetry,proto3" json:"no_retry,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Unit    string                 `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
+	NoRetry bool                   `protobuf:"varint,2,opt,name=no_retry,json=noRetry,proto3" json:"no_retry,omitempty"`
+	// all answers every unit whose agent is in an error state, one by one,
+	// instead of unit (which must then be empty).
+	All           bool `protobuf:"varint,3,opt,name=all,proto3" json:"all,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1906,8 +1909,17 @@ func (x *ResolvedRequest) GetNoRetry() bool {
 	return false
 }
 
+func (x *ResolvedRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
 type ResolvedResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// With all, one result a unit that was in error, in name order.
+	Results       []*ResolvedResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1942,6 +1954,76 @@ func (*ResolvedResponse) Descriptor() ([]byte, []int) {
 	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{32}
 }
 
+func (x *ResolvedResponse) GetResults() []*ResolvedResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// ResolvedResult is the answer for one unit of a Resolved call with all:
+// code 0 (OK) when it is resolved, else what Resolved of that unit alone
+// would have answered.
+type ResolvedResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Unit          string                 `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
+	Code          uint32                 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolvedResult) Reset() {
+	*x = ResolvedResult{}
+	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolvedResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolvedResult) ProtoMessage() {}
+
+func (x *ResolvedResult) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolvedResult.ProtoReflect.Descriptor instead.
+func (*ResolvedResult) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ResolvedResult) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *ResolvedResult) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ResolvedResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type GetConfigRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
@@ -1951,7 +2033,7 @@ type GetConfigRequest struct {
 
 func (x *GetConfigRequest) Reset() {
 	*x = GetConfigRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2045,7 @@ func (x *GetConfigRequest) String() string {
 func (*GetConfigRequest) ProtoMessage() {}
 
 func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2058,7 @@ func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{33}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetConfigRequest) GetService() string {
@@ -1998,7 +2080,7 @@ type GetConfigResponse struct {
 
 func (x *GetConfigResponse) Reset() {
 	*x = GetConfigResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2092,7 @@ func (x *GetConfigResponse) String() string {
 func (*GetConfigResponse) ProtoMessage() {}
 
 func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2105,7 @@ func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{34}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetConfigResponse) GetOptions() []*ConfigOption {
@@ -2054,7 +2136,7 @@ type SetConfigRequest struct {
 
 func (x *SetConfigRequest) Reset() {
 	*x = SetConfigRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2148,7 @@ func (x *SetConfigRequest) String() string {
 func (*SetConfigRequest) ProtoMessage() {}
 
 func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2161,7 @@ func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{35}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetConfigRequest) GetService() string {
@@ -2111,7 +2193,7 @@ type SetConfigResponse struct {
 
 func (x *SetConfigResponse) Reset() {
 	*x = SetConfigResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2123,7 +2205,7 @@ func (x *SetConfigResponse) String() string {
 func (*SetConfigResponse) ProtoMessage() {}
 
 func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2136,7 +2218,7 @@ func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{36}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{37}
 }
 
 type ShowStatusLogRequest struct {
@@ -2151,7 +2233,7 @@ type ShowStatusLogRequest struct {
 
 func (x *ShowStatusLogRequest) Reset() {
 	*x = ShowStatusLogRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2245,7 @@ func (x *ShowStatusLogRequest) String() string {
 func (*ShowStatusLogRequest) ProtoMessage() {}
 
 func (x *ShowStatusLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2258,7 @@ func (x *ShowStatusLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowStatusLogRequest.ProtoReflect.Descriptor instead.
 func (*ShowStatusLogRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{37}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ShowStatusLogRequest) GetUnit() string {
@@ -2203,7 +2285,7 @@ type ShowStatusLogResponse struct {
 
 func (x *ShowStatusLogResponse) Reset() {
 	*x = ShowStatusLogResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[38]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2215,7 +2297,7 @@ func (x *ShowStatusLogResponse) String() string {
 func (*ShowStatusLogResponse) ProtoMessage() {}
 
 func (x *ShowStatusLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[38]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2228,7 +2310,7 @@ func (x *ShowStatusLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowStatusLogResponse.ProtoReflect.Descriptor instead.
 func (*ShowStatusLogResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{38}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ShowStatusLogResponse) GetEntries() []*StatusLogEntry {
@@ -2254,7 +2336,7 @@ type StatusLogEntry struct {
 
 func (x *StatusLogEntry) Reset() {
 	*x = StatusLogEntry{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[39]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2266,7 +2348,7 @@ func (x *StatusLogEntry) String() string {
 func (*StatusLogEntry) ProtoMessage() {}
 
 func (x *StatusLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[39]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2279,7 +2361,7 @@ func (x *StatusLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusLogEntry.ProtoReflect.Descriptor instead.
 func (*StatusLogEntry) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{39}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StatusLogEntry) GetKind() string {
@@ -2448,11 +2530,17 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\aresults\x18\x01 \x03(\v2\x1f.lifeline.v1.StatusReportResultR\aresults\"1\n" +
 	"\x15DestroyServiceRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\"\x18\n" +
-	"\x16DestroyServiceResponse\"@\n" +
+	"\x16DestroyServiceResponse\"R\n" +
 	"\x0fResolvedRequest\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\x12\x19\n" +
-	"\bno_retry\x18\x02 \x01(\bR\anoRetry\"\x12\n" +
-	"\x10ResolvedResponse\",\n" +
+	"\bno_retry\x18\x02 \x01(\bR\anoRetry\x12\x10\n" +
+	"\x03all\x18\x03 \x01(\bR\x03all\"I\n" +
+	"\x10ResolvedResponse\x125\n" +
+	"\aresults\x18\x01 \x03(\v2\x1b.lifeline.v1.ResolvedResultR\aresults\"R\n" +
+	"\x0eResolvedResult\x12\x12\n" +
+	"\x04unit\x18\x01 \x01(\tR\x04unit\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\",\n" +
 	"\x10GetConfigRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\"\xe1\x01\n" +
 	"\x11GetConfigResponse\x123\n" +
@@ -2514,7 +2602,7 @@ func file_lifeline_v1_operator_proto_rawDescGZIP() []byte {
 	return file_lifeline_v1_operator_proto_rawDescData
 }
 
-var file_lifeline_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_lifeline_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_lifeline_v1_operator_proto_goTypes = []any{
 	(*StatusRequest)(nil),           // 0: lifeline.v1.StatusRequest
 	(*StatusResponse)(nil),          // 1: lifeline.v1.StatusResponse
@@ -2549,25 +2637,26 @@ var file_lifeline_v1_operator_proto_goTypes = []any{
 	(*DestroyServiceResponse)(nil),  // 30: lifeline.v1.DestroyServiceResponse
 	(*ResolvedRequest)(nil),         // 31: lifeline.v1.ResolvedRequest
 	(*ResolvedResponse)(nil),        // 32: lifeline.v1.ResolvedResponse
-	(*GetConfigRequest)(nil),        // 33: lifeline.v1.GetConfigRequest
-	(*GetConfigResponse)(nil),       // 34: lifeline.v1.GetConfigResponse
-	(*SetConfigRequest)(nil),        // 35: lifeline.v1.SetConfigRequest
-	(*SetConfigResponse)(nil),       // 36: lifeline.v1.SetConfigResponse
-	(*ShowStatusLogRequest)(nil),    // 37: lifeline.v1.ShowStatusLogRequest
-	(*ShowStatusLogResponse)(nil),   // 38: lifeline.v1.ShowStatusLogResponse
-	(*StatusLogEntry)(nil),          // 39: lifeline.v1.StatusLogEntry
-	nil,                             // 40: lifeline.v1.DeployRequest.ConfigEntry
-	nil,                             // 41: lifeline.v1.GetConfigResponse.ValuesEntry
-	nil,                             // 42: lifeline.v1.SetConfigRequest.SetEntry
-	nil,                             // 43: lifeline.v1.StatusLogEntry.DataEntry
-	(*Charm)(nil),                   // 44: lifeline.v1.Charm
-	(*Service)(nil),                 // 45: lifeline.v1.Service
-	(*Unit)(nil),                    // 46: lifeline.v1.Unit
-	(*Machine)(nil),                 // 47: lifeline.v1.Machine
-	(*Relation)(nil),                // 48: lifeline.v1.Relation
-	(*StatusReportResult)(nil),      // 49: lifeline.v1.StatusReportResult
-	(*ConfigOption)(nil),            // 50: lifeline.v1.ConfigOption
-	(*ConfigValue)(nil),             // 51: lifeline.v1.ConfigValue
+	(*ResolvedResult)(nil),          // 33: lifeline.v1.ResolvedResult
+	(*GetConfigRequest)(nil),        // 34: lifeline.v1.GetConfigRequest
+	(*GetConfigResponse)(nil),       // 35: lifeline.v1.GetConfigResponse
+	(*SetConfigRequest)(nil),        // 36: lifeline.v1.SetConfigRequest
+	(*SetConfigResponse)(nil),       // 37: lifeline.v1.SetConfigResponse
+	(*ShowStatusLogRequest)(nil),    // 38: lifeline.v1.ShowStatusLogRequest
+	(*ShowStatusLogResponse)(nil),   // 39: lifeline.v1.ShowStatusLogResponse
+	(*StatusLogEntry)(nil),          // 40: lifeline.v1.StatusLogEntry
+	nil,                             // 41: lifeline.v1.DeployRequest.ConfigEntry
+	nil,                             // 42: lifeline.v1.GetConfigResponse.ValuesEntry
+	nil,                             // 43: lifeline.v1.SetConfigRequest.SetEntry
+	nil,                             // 44: lifeline.v1.StatusLogEntry.DataEntry
+	(*Charm)(nil),                   // 45: lifeline.v1.Charm
+	(*Service)(nil),                 // 46: lifeline.v1.Service
+	(*Unit)(nil),                    // 47: lifeline.v1.Unit
+	(*Machine)(nil),                 // 48: lifeline.v1.Machine
+	(*Relation)(nil),                // 49: lifeline.v1.Relation
+	(*StatusReportResult)(nil),      // 50: lifeline.v1.StatusReportResult
+	(*ConfigOption)(nil),            // 51: lifeline.v1.ConfigOption
+	(*ConfigValue)(nil),             // 52: lifeline.v1.ConfigValue
 }
 var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	4,  // 0: lifeline.v1.StatusResponse.status:type_name -> lifeline.v1.ModelStatus
@@ -2578,57 +2667,58 @@ var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	5,  // 5: lifeline.v1.ModelStatus.controllers:type_name -> lifeline.v1.ControllerStatus
 	8,  // 6: lifeline.v1.ServiceStatus.units:type_name -> lifeline.v1.UnitStatus
 	11, // 7: lifeline.v1.UploadCharmRequest.header:type_name -> lifeline.v1.UploadCharmHeader
-	44, // 8: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
-	40, // 9: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
-	45, // 10: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
-	46, // 11: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
-	46, // 12: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
-	47, // 13: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
-	48, // 14: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
-	49, // 15: lifeline.v1.DestroyMachinesResponse.results:type_name -> lifeline.v1.StatusReportResult
-	50, // 16: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
-	41, // 17: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
-	42, // 18: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
-	39, // 19: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
-	43, // 20: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
-	51, // 21: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
-	0,  // 22: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
-	2,  // 23: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
-	10, // 24: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
-	13, // 25: lifeline.v1.OperatorService.Deploy:input_type -> lifeline.v1.DeployRequest
-	15, // 26: lifeline.v1.OperatorService.AddUnits:input_type -> lifeline.v1.AddUnitsRequest
-	17, // 27: lifeline.v1.OperatorService.AddMachines:input_type -> lifeline.v1.AddMachinesRequest
-	19, // 28: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
-	21, // 29: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
-	23, // 30: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
-	25, // 31: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
-	27, // 32: lifeline.v1.OperatorService.DestroyMachines:input_type -> lifeline.v1.DestroyMachinesRequest
-	29, // 33: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
-	31, // 34: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
-	33, // 35: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
-	35, // 36: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
-	37, // 37: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
-	1,  // 38: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
-	3,  // 39: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
-	12, // 40: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
-	14, // 41: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
-	16, // 42: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
-	18, // 43: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
-	20, // 44: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
-	22, // 45: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
-	24, // 46: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
-	26, // 47: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
-	28, // 48: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
-	30, // 49: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
-	32, // 50: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
-	34, // 51: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
-	36, // 52: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
-	38, // 53: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
-	38, // [38:54] is the sub-list for method output_type
-	22, // [22:38] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	45, // 8: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
+	41, // 9: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
+	46, // 10: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
+	47, // 11: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
+	47, // 12: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
+	48, // 13: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
+	49, // 14: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
+	50, // 15: lifeline.v1.DestroyMachinesResponse.results:type_name -> lifeline.v1.StatusReportResult
+	33, // 16: lifeline.v1.ResolvedResponse.results:type_name -> lifeline.v1.ResolvedResult
+	51, // 17: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
+	42, // 18: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
+	43, // 19: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
+	40, // 20: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
+	44, // 21: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
+	52, // 22: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
+	0,  // 23: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
+	2,  // 24: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
+	10, // 25: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
+	13, // 26: lifeline.v1.OperatorService.Deploy:input_type -> lifeline.v1.DeployRequest
+	15, // 27: lifeline.v1.OperatorService.AddUnits:input_type -> lifeline.v1.AddUnitsRequest
+	17, // 28: lifeline.v1.OperatorService.AddMachines:input_type -> lifeline.v1.AddMachinesRequest
+	19, // 29: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
+	21, // 30: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
+	23, // 31: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
+	25, // 32: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
+	27, // 33: lifeline.v1.OperatorService.DestroyMachines:input_type -> lifeline.v1.DestroyMachinesRequest
+	29, // 34: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
+	31, // 35: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
+	34, // 36: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
+	36, // 37: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
+	38, // 38: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
+	1,  // 39: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
+	3,  // 40: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
+	12, // 41: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
+	14, // 42: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
+	16, // 43: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
+	18, // 44: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
+	20, // 45: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
+	22, // 46: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
+	24, // 47: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
+	26, // 48: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
+	28, // 49: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
+	30, // 50: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
+	32, // 51: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
+	35, // 52: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
+	37, // 53: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
+	39, // 54: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
+	39, // [39:55] is the sub-list for method output_type
+	23, // [23:39] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_operator_proto_init() }
@@ -2650,7 +2740,7 @@ func file_lifeline_v1_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_operator_proto_rawDesc), len(file_lifeline_v1_operator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   44,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

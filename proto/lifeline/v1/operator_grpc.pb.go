@@ -70,6 +70,9 @@ type OperatorServiceClient interface {
 	DestroyMachines(ctx context.Context, in *DestroyMachinesRequest, opts ...grpc.CallOption) (*DestroyMachinesResponse, error)
 	DestroyService(ctx context.Context, in *DestroyServiceRequest, opts ...grpc.CallOption) (*DestroyServiceResponse, error)
 	// Resolved answers a unit's failed hook: run it again, or count it done.
+	// A unit whose agent is not in an error state is refused with
+	// FailedPrecondition; one already answered, whose agent has yet to act on
+	// the answer, with AlreadyExists.
 	Resolved(ctx context.Context, in *ResolvedRequest, opts ...grpc.CallOption) (*ResolvedResponse, error)
 	GetConfig(ctx context.Context, in *GetConfigRequest, opts ...grpc.CallOption) (*GetConfigResponse, error)
 	SetConfig(ctx context.Context, in *SetConfigRequest, opts ...grpc.CallOption) (*SetConfigResponse, error)
@@ -289,6 +292,9 @@ type OperatorServiceServer interface {
 	DestroyMachines(context.Context, *DestroyMachinesRequest) (*DestroyMachinesResponse, error)
 	DestroyService(context.Context, *DestroyServiceRequest) (*DestroyServiceResponse, error)
 	// Resolved answers a unit's failed hook: run it again, or count it done.
+	// A unit whose agent is not in an error state is refused with
+	// FailedPrecondition; one already answered, whose agent has yet to act on
+	// the answer, with AlreadyExists.
 	Resolved(context.Context, *ResolvedRequest) (*ResolvedResponse, error)
 	GetConfig(context.Context, *GetConfigRequest) (*GetConfigResponse, error)
 	SetConfig(context.Context, *SetConfigRequest) (*SetConfigResponse, error)
