@@ -89,8 +89,9 @@ func (f *forceFlags) describe() string {
 	return " (forced if its agent does not finish in time)"
 }
 
-// destroyEach calls destroy for every name, one call each; it prints each
-// failure on its own line and fails (exit status 1) when any did.
+// destroyEach calls destroy for every name, one call each (a destroy
+// command's, or resolved's answer to each unit); it prints each failure on
+// its own line and fails (exit status 1) when any did.
 func destroyEach(ctx context.Context, e *env, c *client, names []string, destroy func(ctx context.Context, name string) error, done func(name string)) error {
 	failed := 0
 	for _, name := range names {
@@ -259,37 +260,89 @@ Example:
 }
 
 func resolvedCommand(e *env) *cobra.Command {
-	var noRetry bool
+	var noRetry, all bool
 	cmd := &cobra.Command{
-		Use:   "resolved UNIT",
+		Use:   "resolved UNIT... | --all",
 		Short: "Answer a unit's failed hook: run it again, or count it done",
 		Long: `Answer a unit whose hook failed (its agent in error): its agent runs the
-failed hook again, or, with --no-retry, counts it as done and moves on. A
-unit that is not in error is refused.
+failed hook again, or, with --no-retry, counts it as done and moves on.
+A unit is answered once: one that is not in error, or whose answer its
+agent has yet to act on, is refused. Each unit named is tried; each
+refusal is reported on its own line.
+
+With --all, every unit in error is answered, and each is reported; one
+answered already, or out of error by the time its turn comes, is reported
+and left as it is.
 
 Example:
   ctl resolved kv/0
-  ctl resolved kv/0 --no-retry`,
-		Args: argsRange(1, 1),
+  ctl resolved kv/1 --no-retry
+  ctl resolved --all`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case all && len(args) > 0:
+				return usagef(cmd, "--all answers every unit in error: name no unit with it")
+			case !all && len(args) == 0:
+				return usagef(cmd, "name the units to answer, or give --all")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := e.connect()
 			if err != nil {
 				return err
 			}
 			defer c.close()
-			ctx, cancel := callContext(cmd.Context())
-			defer cancel()
-			if _, err := c.op.Resolved(ctx, &pb.ResolvedRequest{Unit: args[0], NoRetry: noRetry}); err != nil {
-				return c.check(err)
+			done := func(unit string) {
+				if noRetry {
+					fmt.Fprintf(e.stdout, "unit %s: its failed hook counts as done\n", unit)
+				} else {
+					fmt.Fprintf(e.stdout, "unit %s: its failed hook will run again\n", unit)
+				}
 			}
-			if noRetry {
-				fmt.Fprintf(e.stdout, "unit %s: its failed hook counts as done\n", args[0])
-			} else {
-				fmt.Fprintf(e.stdout, "unit %s: its failed hook will run again\n", args[0])
+			if all {
+				return resolveAll(cmd.Context(), e, c, noRetry, done)
 			}
-			return nil
+			return destroyEach(cmd.Context(), e, c, args, func(ctx context.Context, unit string) error {
+				_, err := c.op.Resolved(ctx, &pb.ResolvedRequest{Unit: unit, NoRetry: noRetry})
+				return err
+			}, done)
 		},
 	}
 	cmd.Flags().BoolVar(&noRetry, "no-retry", false, "count the failed hook as done instead of running it again")
+	cmd.Flags().BoolVar(&all, "all", false, "answer every unit in error")
 	return cmd
+}
+
+// resolveAll answers every unit in error and reports each: done for those
+// answered; the controller's sentence for a unit answered already, out of
+// error or gone by its turn (nothing to do for it); an error for any other
+// failure.
+func resolveAll(ctx context.Context, e *env, c *client, noRetry bool, done func(unit string)) error {
+	ctx, cancel := callContext(ctx)
+	defer cancel()
+	resp, err := c.op.Resolved(ctx, &pb.ResolvedRequest{All: true, NoRetry: noRetry})
+	if err != nil {
+		return c.check(err)
+	}
+	if len(resp.Results) == 0 {
+		fmt.Fprintln(e.stdout, "no unit is in an error state")
+		return nil
+	}
+	failed := 0
+	for _, r := range resp.Results {
+		switch codes.Code(r.Code) {
+		case codes.OK:
+			done(r.Unit)
+		case codes.AlreadyExists, codes.FailedPrecondition, codes.NotFound:
+			fmt.Fprintln(e.stdout, r.Message)
+		default:
+			fmt.Fprintln(e.stderr, "ctl:", r.Message)
+			failed++
+		}
+	}
+	if failed > 0 {
+		return exitError{code: 1}
+	}
+	return nil
 }

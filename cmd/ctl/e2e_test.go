@@ -240,6 +240,13 @@ func TestCommandsAgainstAController(t *testing.T) {
 	t.Run("resolved refused for a unit not in error", func(t *testing.T) {
 		s.fails(t, 1, []string{"ctl: unit kv/0 is not in an error state"}, "resolved", "kv/0")
 		s.fails(t, 1, []string{"ctl: unit kv/0 is not in an error state"}, "resolved", "--no-retry", "kv/0")
+		r := s.fails(t, 1, []string{"ctl: unit kv/0 is not in an error state", "ctl: unit kv/9 not found"}, "resolved", "kv/0", "kv/9")
+		if n := strings.Count(r.stderr, "\n"); n != 2 {
+			t.Errorf("%v\nwant one line per refusal", r)
+		}
+		if out := s.ok(t, "resolved", "--all"); out != "no unit is in an error state\n" {
+			t.Errorf("ctl resolved --all with no unit in error said %q, want that none is", out)
+		}
 	})
 	t.Run("wait times out naming what is unsettled", func(t *testing.T) {
 		r := s.fails(t, 1, []string{"timed out after 2s", "kv/0 (allocating, new)", "app/1 (allocating, new)"}, "wait", "--timeout", "2s")
