@@ -36,11 +36,13 @@ const (
 )
 
 type bootstrapFlags struct {
-	dataDir  string
-	apiPort  int
-	portSet  bool // --api-port given
-	provider string
-	network  string // --local-network
+	dataDir     string
+	dataDirSet  bool // --data-dir given
+	apiPort     int
+	portSet     bool // --api-port given
+	provider    string
+	providerSet bool   // --provider given
+	network     string // --local-network
 }
 
 func bootstrapCommand(e *env) *cobra.Command {
@@ -66,8 +68,11 @@ default: a second local controller on the same host needs its own
 one's bind. A data directory keeps the network it was made with.
 
 bootstrap refuses to replace a client config whose controller still answers.
-Run against a data directory kept by ctl kill-controller --keep-data, it
-starts that controller again, model and credentials included.
+When the client config's controller was stopped with its data kept (ctl
+kill-controller --keep-data, or a crash), bootstrap starts that controller
+again on its data directory, with its model, credentials and provider: no
+--data-dir is needed, and another one is refused rather than leave that
+data without a client config.
 
 Example:
   ctl bootstrap
@@ -92,6 +97,8 @@ Example:
 				}
 			}
 			f.portSet = cmd.Flags().Changed("api-port")
+			f.dataDirSet = cmd.Flags().Changed("data-dir")
+			f.providerSet = cmd.Flags().Changed("provider")
 			return bootstrap(cmd, e, f)
 		},
 	}
@@ -111,6 +118,13 @@ func bootstrap(cmd *cobra.Command, e *env, f bootstrapFlags) error {
 	if e.lifelinedErr != nil {
 		return e.lifelinedErr
 	}
+	kept, err := keptController(e, &f)
+	if err != nil {
+		return err
+	}
+	if f.network != "" && f.provider != "local" {
+		return usagef(cmd, "--local-network is for --provider local, and the controller kept in %s has provider %s", f.dataDir, f.provider)
+	}
 	if f.dataDir == "" {
 		return usagef(cmd, "no default data directory (no home directory): give --data-dir")
 	}
@@ -126,6 +140,13 @@ func bootstrap(cmd *cobra.Command, e *env, f bootstrapFlags) error {
 		return err
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	restart := madeBefore(dataDir)
+	switch {
+	case kept && !f.dataDirSet:
+		fmt.Fprintf(e.stdout, "the controller of %s was stopped with its data kept in %s: restarting it there\n", e.configPath, dataDir)
+	case restart:
+		fmt.Fprintf(e.stdout, "restarting the controller on its data in %s\n", dataDir)
+	}
 
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("create the data directory: %w", err)
@@ -173,14 +194,69 @@ func bootstrap(cmd *cobra.Command, e *env, f bootstrapFlags) error {
 		return fmt.Errorf("%w; stopped it (its log: %s)", err, logPath)
 	}
 
-	fmt.Fprintf(e.stdout, "controller started (pid %d): API at %s, provider %s\n", proc.Process.Pid, addr, f.provider)
+	what := "started"
+	if restart {
+		what = "restarted on its data (its model, credentials and machines as they were)"
+	}
+	fmt.Fprintf(e.stdout, "controller %s, pid %d: API at %s, provider %s\n", what, proc.Process.Pid, addr, f.provider)
 	fmt.Fprintf(e.stdout, "  client config:  %s\n", e.configPath)
 	fmt.Fprintf(e.stdout, "  data directory: %s (log: %s)\n", dataDir, logFile)
+	if restart {
+		return nil
+	}
 	fmt.Fprintln(e.stdout, "next:")
-	fmt.Fprintln(e.stdout, "  ctl add-machine --manual   add a machine: prints the command that starts its agent on the host")
-	fmt.Fprintln(e.stdout, "  ctl deploy ./charms/kv     deploy a charm; then ctl status --watch")
-	fmt.Fprintln(e.stdout, "  ctl kill-controller        stop the controller and remove its data")
+	fmt.Fprintln(e.stdout, "  ctl add-machine --manual        add a machine: prints the command that starts its agent on the host")
+	fmt.Fprintln(e.stdout, "  ctl deploy examples/charms/kv   deploy a charm directory (the demo charms are in Lifeline's source); then ctl status --watch")
+	fmt.Fprintln(e.stdout, "  ctl kill-controller             stop the controller and remove its data")
 	return nil
+}
+
+// keptController finds the controller recorded for the client config (by
+// the bootstrap that started it) that is stopped with its data kept, and
+// has f start that one: its data directory unless --data-dir names it too,
+// its provider unless --provider names the same. It refuses a --data-dir
+// or --provider that would start another controller in its place: the
+// client config and the record would then be the new one's, and nothing
+// would lead to the kept data any more. It says whether there is one.
+func keptController(e *env, f *bootstrapFlags) (bool, error) {
+	recPath := recordPath(e.configPath)
+	rec, err := readRecord(recPath)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("%w: fix or remove it", err)
+	}
+	if !looksLikeDataDir(rec.DataDir) {
+		return false, nil // its data is gone: the record is stale
+	}
+	if _, ok := runningController(rec.DataDir); ok {
+		return false, nil // not stopped: bootstrap refuses a controller that answers
+	}
+	if f.dataDirSet {
+		dir, err := filepath.Abs(f.dataDir)
+		if err != nil {
+			return false, err
+		}
+		if !sameDir(dir, rec.DataDir) {
+			return false, fmt.Errorf("the controller of %s was stopped with its data kept in %s: `ctl bootstrap` without --data-dir starts it again, `ctl kill-controller` removes it, or set LIFELINE_CONFIG to bootstrap another controller beside it", e.configPath, rec.DataDir)
+		}
+	}
+	if rec.Provider != "" {
+		if f.providerSet && f.provider != rec.Provider {
+			return false, fmt.Errorf("the controller kept in %s has provider %s, not %s: `ctl bootstrap` without --provider starts it again, or `ctl kill-controller` removes it", rec.DataDir, rec.Provider, f.provider)
+		}
+		f.provider = rec.Provider
+	}
+	f.dataDir = rec.DataDir
+	return true, nil
+}
+
+// madeBefore says whether a controller was started with dataDir before:
+// it made its CA there.
+func madeBefore(dataDir string) bool {
+	_, err := os.Stat(filepath.Join(dataDir, "pki", pki.CACertFile))
+	return err == nil
 }
 
 // claimClientConfig deals with a client config already at the path the new
@@ -221,7 +297,6 @@ func claimClientConfig(ctx context.Context, e *env, dataDir string, f bootstrapF
 			return 0, err
 		}
 	}
-	fmt.Fprintf(e.stdout, "restarting the controller of %s\n", dataDir)
 	return port, nil
 }
 
@@ -350,7 +425,12 @@ func killController(ctx context.Context, e *env, keep bool) error {
 		fmt.Fprintf(e.stdout, "stopped the controller (pid %d)\n", pid)
 	}
 	if keep {
-		fmt.Fprintf(e.stdout, "kept its data directory %s and the client config %s: ctl bootstrap starts it again\n", rec.DataDir, e.configPath)
+		machines := ""
+		if rec.Provider == "local" {
+			machines = "; its local machines keep running"
+		}
+		fmt.Fprintf(e.stdout, "kept its data directory %s, the client config %s and its record%s\n", rec.DataDir, e.configPath, machines)
+		fmt.Fprintln(e.stdout, "`ctl bootstrap` with this client config starts this controller again on its data")
 		return nil
 	}
 	// The local provider's machines outlive their controller (a restarted

@@ -301,16 +301,44 @@ func TestCommandsAgainstAController(t *testing.T) {
 	})
 	t.Run("kill-controller --keep-data, then bootstrap again", func(t *testing.T) {
 		pid := s.pid(t)
-		s.ok(t, "kill-controller", "--keep-data")
+		out := s.ok(t, "kill-controller", "--keep-data")
+		for _, want := range []string{"kept its data directory " + s.dataDir, "the client config " + s.config, "`ctl bootstrap` with this client config starts this controller again"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("ctl kill-controller --keep-data said:\n%s\nwant %q in it", out, want)
+			}
+		}
 		if processAlive(pid) {
 			t.Fatalf("controller %d still runs after kill-controller", pid)
 		}
 		s.fails(t, 1, []string{"ctl: cannot reach the controller at " + addr}, "status")
-		if out := s.ok(t, "bootstrap", "--data-dir", s.dataDir); !strings.Contains(out, addr) {
-			t.Errorf("restarted controller said:\n%s\nwant it at %s again", out, addr)
+
+		// Another data directory, or another provider, would start a
+		// new controller and leave the kept one's data behind.
+		other := s.dataDir + "2"
+		s.fails(t, 1, []string{"ctl: the controller of " + s.config + " was stopped with its data kept in " + s.dataDir, "without --data-dir", "ctl kill-controller"},
+			"bootstrap", "--data-dir", other)
+		s.fails(t, 1, []string{"ctl: the controller kept in " + s.dataDir + " has provider manual, not local"}, "bootstrap", "--provider", "local")
+		if _, err := os.Stat(other); !os.IsNotExist(err) {
+			t.Errorf("a refused bootstrap made %s (%v)", other, err)
+		}
+
+		// The plain command, as kill-controller said: the same controller,
+		// its data directory, address and provider.
+		out = s.ok(t, "bootstrap")
+		for _, want := range []string{"the controller of " + s.config + " was stopped with its data kept in " + s.dataDir + ": restarting it there",
+			"controller restarted on its data", "API at " + addr + ", provider manual", "data directory: " + s.dataDir} {
+			if !strings.Contains(out, want) {
+				t.Errorf("ctl bootstrap after kill-controller --keep-data said:\n%s\nwant %q in it", out, want)
+			}
+		}
+		if !isController(s.pid(t), s.dataDir) {
+			t.Errorf("pid %d is not the controller of %s", s.pid(t), s.dataDir)
 		}
 		if _, ok := object(t, s.statusJSON(t), "services")["kv"]; !ok {
 			t.Errorf("after a restart, service kv is gone")
+		}
+		if m := object(t, s.statusJSON(t), "machines", "0"); m["instance"] != "" {
+			t.Errorf("machine 0 = %v after the restart, want no instance (the manual provider starts none)", m)
 		}
 	})
 	t.Run("kill-controller", func(t *testing.T) {
