@@ -386,8 +386,9 @@ directory, the client config and the record stay: ctl bootstrap then starts
 the same controller again, with its model.
 
 Example:
-  ctl kill-controller
-  ctl kill-controller --keep-data`,
+  ctl kill-controller --keep-data
+  ctl bootstrap                      # the same controller again, on its data
+  ctl kill-controller`,
 		Args: argsRange(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return killController(cmd.Context(), e, keep)

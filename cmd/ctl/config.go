@@ -29,8 +29,8 @@ and changing do not mix.
 Example:
   ctl config kv
   ctl config kv port
-  ctl config kv port=9000 debug=true
-  ctl config kv --reset port --reset debug`,
+  ctl config kv port=7071
+  ctl config kv --reset port`,
 		Args: argsRange(1, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			service, rest := args[0], args[1:]

@@ -44,10 +44,9 @@ A subordinate charm is deployed with no units: its units come with the
 principals it is related to (ctl add-relation), so -n is refused for it.
 
 Example:
-  ctl deploy ./charms/kv
-  ctl deploy ./charms/kv cache -n 3 --config port=9000 --config debug=true
-  ctl deploy ./charms/app --to 0
-  ctl deploy ./charms/logger`,
+  ctl deploy examples/charms/logger
+  ctl deploy examples/charms/kv cache -n 2 --config port=9000
+  ctl deploy examples/charms/app web --to 0`,
 		Args: argsRange(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.numUnits < 0 {
@@ -178,8 +177,7 @@ machine --to. Subordinate services get units by relation, not this way.
 
 Example:
   ctl add-unit kv
-  ctl add-unit kv -n 2
-  ctl add-unit app --to 0`,
+  ctl add-unit app --to 1`,
 		Args: argsRange(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if n < 1 {
@@ -223,7 +221,7 @@ The token holds the machine's credential: pass it to the host privately.
 
 Example:
   ctl add-machine
-  ctl add-machine -n 3 --manual`,
+  ctl add-machine -n 2 --manual`,
 		Args: argsRange(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if n < 1 {
@@ -272,9 +270,8 @@ Relating a subordinate service to a principal over a container-scoped
 endpoint gives each principal unit a subordinate unit on its machine.
 
 Example:
-  ctl add-relation app kv
-  ctl add-relation app:db kv:server
-  ctl add-relation app logger`,
+  ctl add-relation app logger
+  ctl add-relation web:db kv:server`,
 		Args: argsRange(2, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := e.connect()

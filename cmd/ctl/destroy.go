@@ -22,8 +22,8 @@ relation-broken and leave, and the last to leave removes it. Name the
 endpoints when the services are related in more than one way.
 
 Example:
-  ctl destroy-relation app kv
-  ctl destroy-relation app:db kv:server`,
+  ctl destroy-relation app logger
+  ctl destroy-relation web:db kv:server`,
 		Args: argsRange(2, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := e.connect()
@@ -169,9 +169,9 @@ agents that are gone or stuck.
 Every unit is tried; each failure is reported on its own line.
 
 Example:
-  ctl destroy-unit kv/1
-  ctl destroy-unit kv/1 kv/2 --force --max-wait 30s
-  ctl destroy-unit app/0 --force --no-wait`,
+  ctl destroy-unit kv/2
+  ctl destroy-unit kv/1 app/1 --force --max-wait 30s
+  ctl destroy-unit web/0 --force --no-wait`,
 		Args: argsRange(1, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			maxWait, err := f.maxWaitMs(cmd)
@@ -210,9 +210,9 @@ machine dead.
 Every machine is tried; each failure is reported on its own line.
 
 Example:
-  ctl destroy-machine 3
-  ctl destroy-machine 1 2 --force
-  ctl destroy-machine 4 --force --no-wait`,
+  ctl destroy-machine 6
+  ctl destroy-machine 7 8 --force
+  ctl destroy-machine 1 --force --no-wait`,
 		Args: argsRange(1, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			maxWait, err := f.maxWaitMs(cmd)
@@ -242,8 +242,8 @@ of them to go removes it.
 Every service is tried; each failure is reported on its own line.
 
 Example:
-  ctl destroy-service app
-  ctl destroy-service app kv logger`,
+  ctl destroy-service cache
+  ctl destroy-service app web kv logger`,
 		Args: argsRange(1, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := e.connect()
@@ -275,8 +275,8 @@ answered already, or out of error by the time its turn comes, is reported
 and left as it is.
 
 Example:
-  ctl resolved kv/0
-  ctl resolved kv/1 --no-retry
+  ctl resolved cache/0
+  ctl resolved cache/1 --no-retry
   ctl resolved --all`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {

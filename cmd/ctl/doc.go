@@ -27,7 +27,10 @@
 //	{"data_dir": "...", "api_addr": "127.0.0.1:17070", "provider": "manual", "lifelined": "..."}
 //
 // so that ctl kill-controller finds the data directory, and in it the
-// controller's pid file (controller.pid) and log (controller.log). The
+// controller's pid file (controller.pid) and log (controller.log), and
+// that ctl bootstrap, given the same client config, finds the controller
+// stopped with its data kept (kill-controller --keep-data) and starts it
+// again there rather than a new one elsewhere. The
 // default data directory is $XDG_DATA_HOME/lifeline/controller, or
 // ~/.local/share/lifeline/controller. The controller listens on
 // 127.0.0.1:--api-port (17070) and serves /metrics on the next port.

@@ -139,8 +139,8 @@ local controller and writes it; every other command calls that controller.
 
 Example:
   ctl bootstrap
-  ctl deploy ./charms/kv -n 2
-  ctl deploy ./charms/app
+  ctl deploy examples/charms/kv -n 2
+  ctl deploy examples/charms/app
   ctl add-relation app kv
   ctl status --watch`,
 		SilenceUsage:  true,

@@ -30,7 +30,7 @@ wait exits 0 once settled with no unit in error; 1 when units are in error
 settled). --timeout 0 waits for ever.
 
 Example:
-  ctl deploy ./charms/kv -n 3 && ctl wait
+  ctl deploy examples/charms/kv -n 3 && ctl wait
   ctl wait --timeout 30m`,
 		Args: argsRange(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
