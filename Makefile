@@ -19,9 +19,11 @@ build:
 	$(GO) build -o $(BIN)/ ./cmd/ctl ./cmd/lifelined
 
 ## test: vet, staticcheck, gofmt, buf lint, generated-code freshness, then every test with
-## the race detector (end-to-end tests included) and the race tests 20 times
+## the race detector (end-to-end tests included) and the race tests 20 times. A package
+## may take TEST_TIMEOUT (the end-to-end one runs several minutes on 2 cores).
+TEST_TIMEOUT ?= 30m
 test: lint proto-check
-	$(GO) test -race ./...
+	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
 	$(GO) test -race -count=20 -run '^TestRace' ./state/
 
 ## test-faults: the fault suite (faults/, docs/RELIABILITY.md) at full
