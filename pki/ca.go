@@ -160,6 +160,17 @@ func LoadOrCreateCA(dir string) (ca *CA, created bool, err error) {
 	return ca, true, nil
 }
 
+// LoadCA loads the CA kept in dir, checked as LoadOrCreateCA checks it;
+// the error matches fs.ErrNotExist when dir holds no CA certificate.
+func LoadCA(dir string) (*CA, error) {
+	certPath := filepath.Join(dir, CACertFile)
+	certPEM, err := os.ReadFile(certPath)
+	if err != nil {
+		return nil, fmt.Errorf("read CA certificate: %w", err)
+	}
+	return loadCA(certPath, certPEM, filepath.Join(dir, CAKeyFile), time.Now())
+}
+
 // loadCA parses a CA from its certificate (already read) and its key file,
 // and checks that they belong together and that the CA is usable at now.
 func loadCA(certPath string, certPEM []byte, keyPath string, now time.Time) (*CA, error) {

@@ -4,6 +4,11 @@
 //   - the controller's certificate authority (a self-signed ECDSA P-256 CA,
 //     kept as ca.pem and ca-key.pem in the controller's data directory) and
 //     the server certificate it issues (server.pem, server-key.pem);
+//   - the key-encryption key (KEK, kept as ca-kek beside the CA) with which
+//     the controllers seal the CA key (AES-256-GCM) before it is stored in
+//     etcd, so that whoever reads etcd cannot sign as the controller;
+//   - the one-time token with which a controller joins the others
+//     (ControllerJoin) to receive that key-encryption key;
 //   - the TLS configurations of the server and of its clients, which pin the
 //     controller's CA instead of trusting the system roots;
 //   - credentials: an entity's tag (whose syntax package names owns: "admin",
