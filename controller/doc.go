@@ -1,8 +1,10 @@
 // Package controller owns Lifeline's gRPC API: the OperatorService that ctl
-// calls and the AgentService that machine and unit agents call, the
-// authentication of every call by its credential and its authorization by
-// what the caller is, the mapping of state's errors to status codes, the
-// status ctl shows, and the API's metrics.
+// calls, the AgentService that machine and unit agents call, and the
+// ControllerJoinService that a controller being added calls with its join
+// token to receive the key-encryption key of the model's CA key; the
+// authentication of every call by its credential (a join's by its token)
+// and its authorization by what the caller is, the mapping of state's
+// errors to status codes, the status ctl shows, and the API's metrics.
 //
 // It changes the model only through package state, never by writing to etcd
 // itself, and it starts no listeners and no workers of its own: the

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 	"github.com/lifelinehq/lifeline/watchhub"
@@ -44,6 +45,15 @@ type Config struct {
 	// Busy reports whether the controller's writes queue, when it
 	// declines progress reports; State.Busy when nil.
 	Busy func() bool
+	// ID is this controller's id, recorded in the join tokens it issues.
+	ID string
+	// KEK is the key-encryption key of the model's CA key, which
+	// JoinController hands a controller that presents a join token; zero
+	// when this controller holds none that opens the key stored.
+	KEK pki.KEK
+	// Etcd says how this controller reaches the model's etcd, for the
+	// command ctl add-controller prints.
+	Etcd EtcdAccess
 }
 
 // Validate reports a configuration New cannot use.
@@ -133,8 +143,9 @@ const (
 	connWindow   = 4 << 20
 )
 
-// GRPCServer returns a gRPC server with both services registered, serving
-// TLS only and authenticating every call. The caller serves and stops it.
+// GRPCServer returns a gRPC server with the services registered, serving
+// TLS only and authenticating every call (ControllerJoinService's by the
+// join token it carries). The caller serves and stops it.
 func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	opts = append([]grpc.ServerOption{
 		grpc.Creds(credentials.NewTLS(s.cfg.TLS)),
@@ -161,5 +172,6 @@ func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	g := grpc.NewServer(opts...)
 	pb.RegisterOperatorServiceServer(g, s)
 	pb.RegisterAgentServiceServer(g, &s.agentServer)
+	pb.RegisterControllerJoinServiceServer(g, &joinServer{s: s})
 	return g
 }

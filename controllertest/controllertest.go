@@ -53,6 +53,9 @@ type Options struct {
 	// PresenceTimeout is controller.Config.PresenceTimeout (its default
 	// when zero).
 	PresenceTimeout time.Duration
+	// KEK is the key-encryption key the controller hands a controller
+	// that joins (controller.Config.KEK): none when zero.
+	KEK pki.KEK
 }
 
 // New starts a controller for the test; it stops with the test, and the
@@ -78,7 +81,8 @@ func New(t testing.TB, opts Options) *Env {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
 	e := &Env{T: t, Ctx: ctx, State: st, CA: ca, anonymous: opts.Anonymous, watchQueue: opts.WatchQueue}
-	e.cfg = controller.Config{State: st, TLS: pki.ServerTLSConfig(cert), Busy: opts.Busy, PresenceTimeout: opts.PresenceTimeout}
+	e.cfg = controller.Config{State: st, TLS: pki.ServerTLSConfig(cert), Busy: opts.Busy, PresenceTimeout: opts.PresenceTimeout,
+		ID: "c-test", KEK: opts.KEK}
 	if !opts.Anonymous {
 		e.cfg.CACert = ca.CertPEM()
 	}

@@ -120,6 +120,9 @@ type Controller struct {
 // Several controllers of one model share --etcd-endpoints and --namespace
 // in extra; each has its own local machines under its data directory
 // unless extra says otherwise (AddMachinesDir has the teardown stop those).
+// Every controller after the first joins the model's controllers as an
+// operator's would: with a join token from ctl add-controller
+// (--join-token-file), which it needs on its first start only.
 func (s *Sandbox) StartController(t testing.TB, extra ...string) *Controller {
 	t.Helper()
 	s.mu.Lock()
@@ -137,6 +140,13 @@ func (s *Sandbox) StartController(t testing.TB, extra ...string) *Controller {
 		c.Args = append(c.Args, "--local-network", s.Network)
 	}
 	c.Args = append(c.Args, extra...)
+	if c.Index > 0 {
+		token := filepath.Join(s.Dir, fmt.Sprintf("join-%d.token", c.Index))
+		if r := s.Ctl("add-controller", "--token-file", token); r.Code != 0 {
+			t.Fatalf("a join token for controller %d: %v", c.Index, r)
+		}
+		c.Args = append(c.Args, "--join-token-file", token)
+	}
 	c.Start(t)
 	return c
 }

@@ -225,6 +225,7 @@ func CheckInvariants(snap *Snapshot) error {
 		}
 	}
 	checkStatusHistory(snap, bad)
+	checkControllerKeys(snap, bad)
 	for k := range snap.Values {
 		var ek string
 		switch {

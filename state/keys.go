@@ -40,8 +40,9 @@ var EntityPrefixes = []string{
 	resolvedPrefix, statusHistoryPrefix,
 }
 
-// modelPrefixes are what Snapshot reads: everything but charm archives.
-var modelPrefixes = append([]string{seqPrefix, credentialsPrefix, charmsPrefix, charmShasPrefix}, EntityPrefixes...)
+// modelPrefixes are what Snapshot reads: everything but charm archives,
+// and of the controllers' keys the model's CA and the join tokens.
+var modelPrefixes = append([]string{seqPrefix, credentialsPrefix, charmsPrefix, charmShasPrefix, caPrefix, controllerJoinsPrefix}, EntityPrefixes...)
 
 // MachineKey is the key of machine id.
 func MachineKey(id string) string { return machinesPrefix + id }

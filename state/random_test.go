@@ -286,9 +286,20 @@ func (r *randomWorker) step(ctx context.Context, ops *atomic.Int64) error {
 			return nil
 		}
 		err = st.SetStatus(ctx, state.StatusUnit, u.Name, &pb.Status{Status: "active"})
-	default:
+	case n < 98:
 		op = "cleaner-pass"
 		_, err = state.NewCleaner(st, 0).Pass(ctx)
+	default:
+		// The controllers' join tokens, among a few ids: issued, used
+		// once, refused.
+		id := fmt.Sprintf("%016x", rng.IntN(8))
+		if rng.IntN(2) == 0 {
+			op = "add-controller-join"
+			err = st.AddControllerJoin(ctx, id, &pb.ControllerJoin{SecretHash: "sha256:x", ExpiresUnixNano: time.Now().Add(time.Hour).UnixNano()})
+		} else {
+			op = "use-controller-join"
+			err = st.UseControllerJoin(ctx, id, func(*pb.ControllerJoin) error { return nil })
+		}
 	}
 	r.counts[op]++
 	ops.Add(1)

@@ -2,7 +2,7 @@
 // and stops a local controller (bootstrap, kill-controller), and calls the
 // controller's OperatorService for everything else (status, deploy,
 // add-unit, add-machine, add-relation, destroy-*, resolved, config, wait,
-// show-status-log).
+// show-status-log, add-controller).
 //
 // It owns the command line: flags, arguments, how refusals and the model's
 // status are shown, and the exit statuses:

@@ -161,6 +161,31 @@ func TestCommandsAgainstAController(t *testing.T) {
 			}
 		}
 	})
+	t.Run("add-controller", func(t *testing.T) {
+		token := s.dir + "/controller.token"
+		out := s.ok(t, "add-controller", "--token-file", token, "--valid-for", "10m")
+		for _, want := range []string{"wrote a controller join token to " + token, "works once",
+			"lifelined controller --join-token-file " + token, "--etcd-endpoints unix://", "--namespace /lifeline/"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("ctl add-controller said:\n%s\nwant %q in it", out, want)
+			}
+		}
+		fi, err := os.Stat(token)
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("the token file: %v, %v; want mode 0600", fi, err)
+		}
+		data, _ := os.ReadFile(token)
+		j, err := pki.DecodeControllerJoin(string(data))
+		if err != nil {
+			t.Fatalf("the token file holds no controller join token: %v", err)
+		}
+		if len(j.Controllers) != 1 || j.Controllers[0] != addr || time.Until(j.Expires) > 10*time.Minute || time.Until(j.Expires) < 9*time.Minute {
+			t.Errorf("the token names %v until %s, want %s for 10 minutes", j.Controllers, j.Expires, addr)
+		}
+		if strings.Contains(out, j.Secret) {
+			t.Errorf("ctl add-controller printed the token's secret:\n%s", out)
+		}
+	})
 	t.Run("add-relation", func(t *testing.T) {
 		if out := s.ok(t, "add-relation", "app", "kv"); !strings.Contains(out, "app:db kv:server") {
 			t.Errorf("ctl add-relation app kv said %q, want the relation's key", out)

@@ -171,6 +171,7 @@ Example:
 		showStatusLogCommand(e),
 		configCommand(e),
 		waitCommand(e),
+		addControllerCommand(e),
 	)
 	return root
 }

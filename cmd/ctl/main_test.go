@@ -192,6 +192,9 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"bootstrap", "--local-network", "127.256"},
 		{"bootstrap", "--provider", "manual", "--local-network", "127.2"},
 		{"kill-controller", "now"},
+		{"add-controller"},
+		{"add-controller", "extra", "--token-file", "t"},
+		{"add-controller", "--token-file", "t", "--valid-for", "25h"},
 	}
 	for _, args := range tests {
 		r := s.ctl(t, args...)

@@ -59,6 +59,8 @@ type controllerFlags struct {
 	machinesDir   string
 	localNetwork  string
 	memoryLimit   string
+	joinToken     string
+	resealCAKey   bool
 }
 
 func controllerCommand() *cobra.Command {
@@ -77,7 +79,10 @@ credential, whenever it is missing at start.
 
 Several controllers may serve one model: start each with the same
 --etcd-endpoints and --namespace and its own --data-dir and addresses. The
-first one's CA is stored in etcd and used by all; agents learn every live
+first one's CA is stored in etcd and used by all, its key sealed with a
+key-encryption key that only the controllers hold (ca-kek in the data
+directory): a controller joins the others, the first time, with the join
+token ctl add-controller prints (--join-token-file). Agents learn every live
 controller's address and move to another when theirs goes. One controller,
 elected through etcd, runs the provisioner and the cleaner; when it stops,
 another takes over (within 8 s if it died without resigning). With the
@@ -101,6 +106,8 @@ local provider, controllers on one host share --machines-dir.`,
 	fl.StringVar(&f.machinesDir, "machines-dir", "", "where the local provider keeps its machines (default: machines in the data directory; controllers of one model on one host share it)")
 	fl.StringVar(&f.localNetwork, "local-network", "", "the local provider's machines' loopback addresses, 127.N.X.Y: give another 127.N to a second local controller on one host (default: the one its machines directory records, else "+provisioner.DefaultLocalNetwork+")")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "auto", "soft limit on the controller's memory, as GOMEMLIMIT: auto (512 MiB and 36 KiB for each unit of the most the model has had; GOMEMLIMIT instead when set), none, or a size such as 2GiB")
+	fl.StringVar(&f.joinToken, "join-token-file", "", "file holding a controller join token (ctl add-controller), or - for stdin: how a new controller joins the model's controllers; not read once the data directory holds the key-encryption key")
+	fl.BoolVar(&f.resealCAKey, "reseal-ca-key", false, "make a new key-encryption key and seal the model's CA key with it, from the CA in the data directory: for when no controller holds the key-encryption key any more")
 	fl.BoolVar(&f.pprof, "pprof", false, "also serve Go's profiles at /debug/pprof/ on the metrics address")
 	fl.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "an external etcd cluster's client URLs; embedded etcd when empty")
 	fl.StringVar(&f.etcdCA, "etcd-cacert", "", "CA certificate of the external etcd cluster")
@@ -128,6 +135,12 @@ func (f *controllerFlags) validate() error {
 		if err := provisioner.CheckLocalNetwork(f.localNetwork); err != nil {
 			return usageError{fmt.Errorf("--local-network: %w", err)}
 		}
+	}
+	if len(f.etcdEndpoints) == 0 && f.joinToken != "" {
+		return usageError{errors.New("--join-token-file needs --etcd-endpoints: a controller joins the others on the model's etcd")}
+	}
+	if f.joinToken != "" && f.resealCAKey {
+		return usageError{errors.New("--join-token-file and --reseal-ca-key exclude each other")}
 	}
 	if len(f.etcdEndpoints) == 0 && (f.etcdCA != "" || f.etcdCert != "" || f.etcdKey != "") {
 		return usageError{errors.New("--etcd-cacert, --etcd-cert and --etcd-key need --etcd-endpoints")}
@@ -196,12 +209,14 @@ func runController(ctx context.Context, f controllerFlags) error {
 	// etcd: embedded in the data directory, or a client of a cluster.
 	var g run.Group
 	var etcdClient *clientv3.Client
+	etcdAccess := controller.EtcdAccess{Namespace: f.namespace, Endpoints: f.etcdEndpoints, TLS: f.etcdCert != ""}
 	if len(f.etcdEndpoints) == 0 {
 		srv, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(f.dataDir, "etcd"), Logger: logger.Named("etcd")})
 		if err != nil {
 			return err
 		}
 		defer srv.Close()
+		etcdAccess.Endpoints = []string{srv.Endpoint()}
 		if etcdClient, err = srv.Client(); err != nil {
 			return err
 		}
@@ -262,7 +277,9 @@ func runController(ctx context.Context, f controllerFlags) error {
 		return err
 	}
 	logger = logger.With("controller", id)
-	ca, err := sharedCA(ctx, st, filepath.Join(f.dataDir, "pki"), logger)
+	ca, kek, err := (&caSetup{
+		st: st, dir: filepath.Join(f.dataDir, "pki"), joinToken: f.joinToken, stdin: os.Stdin, reseal: f.resealCAKey, logger: logger,
+	}).run(ctx)
 	if err != nil {
 		return err
 	}
@@ -320,6 +337,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 	api, err := controller.New(controller.Config{
 		State: st, Watches: hub, Logger: logger, TLS: pki.ServerTLSConfig(cert), Metrics: reg,
 		Addresses: advertise, CACert: ca.CertPEM(), HookTimeout: f.hookTimeout, PresenceTimeout: f.presence,
+		ID: id, KEK: kek, Etcd: etcdAccess,
 	})
 	if err != nil {
 		return err

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -15,13 +14,12 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/lifelinehq/lifeline/pki"
 	"github.com/lifelinehq/lifeline/state"
 )
 
 // What lets several controllers serve one model: the CA they share through
-// etcd, each one's id and registration, and (in controller.go) the election
-// of the one that runs the singleton workers.
+// etcd (cakey.go), each one's id and registration, and (in controller.go)
+// the election of the one that runs the singleton workers.
 
 // controllerTTL is how long a controller that stopped keeping its leases
 // (a crash, a partition) still counts: as a live controller agents may
@@ -53,43 +51,6 @@ func controllerID(dataDir string) (string, error) {
 		return "", fmt.Errorf("controller id: %w", err)
 	}
 	return id, nil
-}
-
-// sharedCA returns the model's CA and keeps a copy in dir: the one stored
-// in etcd, or, for the model's first controller, the one in dir (made now
-// if there is none), which it stores for the others.
-func sharedCA(ctx context.Context, st *state.State, dir string, logger hclog.Logger) (*pki.CA, error) {
-	local, created, err := pki.LoadOrCreateCA(dir)
-	if err != nil {
-		return nil, err
-	}
-	keyPEM, err := local.KeyPEM()
-	if err != nil {
-		return nil, err
-	}
-	certPEM, storedKey, err := st.SharedCA(ctx, local.CertPEM(), keyPEM)
-	if err != nil {
-		return nil, err
-	}
-	if bytes.Equal(certPEM, local.CertPEM()) {
-		if created {
-			logger.Info("created the model's CA", "dir", dir)
-		}
-		return local, nil
-	}
-	ca, err := pki.ParseCA(certPEM, storedKey)
-	if err != nil {
-		return nil, fmt.Errorf("the model's CA stored in etcd: %w", err)
-	}
-	if err := pki.SaveCA(dir, ca); err != nil {
-		return nil, err
-	}
-	if created {
-		logger.Info("joined the model: using its CA", "dir", dir)
-	} else {
-		logger.Warn("this data directory's CA is not the model's: replaced by the model's (clients that trusted the old one need the model's CA)", "dir", dir)
-	}
-	return ca, nil
 }
 
 // register keeps this controller listed among the live ones until ctx

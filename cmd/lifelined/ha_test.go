@@ -25,12 +25,12 @@ type haController struct {
 	logs               *syncbuf.Buffer
 }
 
-func startHAController(t *testing.T, dir, name, endpoint string) *haController {
+func startHAController(t *testing.T, dir, name, endpoint string, extra ...string) *haController {
 	t.Helper()
 	c := &haController{name: name, addr: freeAddr(t), config: filepath.Join(dir, name+".json"), logs: &syncbuf.Buffer{}}
-	c.cmd = exec.Command(lifelined, "controller", "--data-dir", filepath.Join(dir, name), "--api-addr", c.addr,
+	c.cmd = exec.Command(lifelined, append([]string{"controller", "--data-dir", filepath.Join(dir, name), "--api-addr", c.addr,
 		"--metrics-addr", "", "--client-config", c.config, "--etcd-endpoints", endpoint, "--namespace", "/ha/",
-		"--provider", "manual", "--presence-timeout", "3s")
+		"--provider", "manual", "--presence-timeout", "3s"}, extra...)...)
 	c.cmd.Stdout, c.cmd.Stderr = c.logs, c.logs
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -73,6 +73,25 @@ func dialOnly(t *testing.T, cfg pki.ClientConfig, addr string) pb.OperatorServic
 	return pb.NewOperatorServiceClient(conn)
 }
 
+// joinToken asks the controller at addr, as the operator of cfg, for a
+// controller join token, and writes it to a file (mode 0600) in dir.
+func joinToken(t *testing.T, ctx context.Context, cfg pki.ClientConfig, addr, dir string) string {
+	t.Helper()
+	resp, err := dialOnly(t, cfg, addr).AddController(ctx, &pb.AddControllerRequest{}, waitForReady()...)
+	if err != nil {
+		t.Fatalf("AddController: %v", err)
+	}
+	f, err := os.CreateTemp(dir, "join-*.token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(resp.Token + "\n"); err != nil {
+		t.Fatal(err)
+	}
+	return f.Name()
+}
+
 // controllersOf returns the status's controllers as "id[*]" (the leader
 // starred), sorted by id.
 func controllersOf(st *pb.ModelStatus) (ids []string, leader string) {
@@ -107,7 +126,7 @@ func TestTwoControllersShareOneModel(t *testing.T) {
 	defer cancel()
 	a := startHAController(t, dir, "a", etcd.Endpoint())
 	cfgA := a.clientConfig(t)
-	b := startHAController(t, dir, "b", etcd.Endpoint())
+	b := startHAController(t, dir, "b", etcd.Endpoint(), "--join-token-file", joinToken(t, ctx, cfgA, a.addr, dir))
 	waitUntil(t, ctx, "b to join", func() (bool, string) {
 		return strings.Contains(b.logs.String(), "API serving"), ""
 	})

@@ -1584,6 +1584,75 @@ func (x *StatusReportResult) GetMessage() string {
 	return ""
 }
 
+// ControllerJoin is stored at controller-joins/<id> while a controller
+// join token (ctl add-controller) may be used: a controller checks it
+// before handing the joining controller the key-encryption key of the
+// model's CA key, and deletes it in the same transaction, so that the
+// token works once. It is bound to a lease that ends a minute after it
+// expires.
+type ControllerJoin struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// secret_hash is the hash of the token's secret ("sha256:...").
+	SecretHash string `protobuf:"bytes,1,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	// expires_unix_nano is when the token stops being accepted.
+	ExpiresUnixNano int64 `protobuf:"varint,2,opt,name=expires_unix_nano,json=expiresUnixNano,proto3" json:"expires_unix_nano,omitempty"`
+	// issued_by is the id of the controller that issued it.
+	IssuedBy      string `protobuf:"bytes,3,opt,name=issued_by,json=issuedBy,proto3" json:"issued_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControllerJoin) Reset() {
+	*x = ControllerJoin{}
+	mi := &file_lifeline_v1_model_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControllerJoin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControllerJoin) ProtoMessage() {}
+
+func (x *ControllerJoin) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_model_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControllerJoin.ProtoReflect.Descriptor instead.
+func (*ControllerJoin) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ControllerJoin) GetSecretHash() string {
+	if x != nil {
+		return x.SecretHash
+	}
+	return ""
+}
+
+func (x *ControllerJoin) GetExpiresUnixNano() int64 {
+	if x != nil {
+		return x.ExpiresUnixNano
+	}
+	return 0
+}
+
+func (x *ControllerJoin) GetIssuedBy() string {
+	if x != nil {
+		return x.IssuedBy
+	}
+	return ""
+}
+
 var File_lifeline_v1_model_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_model_proto_rawDesc = "" +
@@ -1690,7 +1759,12 @@ const file_lifeline_v1_model_proto_rawDesc = "" +
 	"\x04mode\x18\x01 \x01(\x0e2\x19.lifeline.v1.ResolvedModeR\x04mode\"B\n" +
 	"\x12StatusReportResult\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage*K\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"z\n" +
+	"\x0eControllerJoin\x12\x1f\n" +
+	"\vsecret_hash\x18\x01 \x01(\tR\n" +
+	"secretHash\x12*\n" +
+	"\x11expires_unix_nano\x18\x02 \x01(\x03R\x0fexpiresUnixNano\x12\x1b\n" +
+	"\tissued_by\x18\x03 \x01(\tR\bissuedBy*K\n" +
 	"\x04Life\x12\x14\n" +
 	"\x10LIFE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -1731,7 +1805,7 @@ func file_lifeline_v1_model_proto_rawDescGZIP() []byte {
 }
 
 var file_lifeline_v1_model_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_lifeline_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_lifeline_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_lifeline_v1_model_proto_goTypes = []any{
 	(Life)(0),                  // 0: lifeline.v1.Life
 	(Role)(0),                  // 1: lifeline.v1.Role
@@ -1756,9 +1830,10 @@ var file_lifeline_v1_model_proto_goTypes = []any{
 	(*Charm)(nil),              // 20: lifeline.v1.Charm
 	(*Resolved)(nil),           // 21: lifeline.v1.Resolved
 	(*StatusReportResult)(nil), // 22: lifeline.v1.StatusReportResult
-	nil,                        // 23: lifeline.v1.ServiceConfig.ValuesEntry
-	nil,                        // 24: lifeline.v1.Settings.ValuesEntry
-	nil,                        // 25: lifeline.v1.Status.DataEntry
+	(*ControllerJoin)(nil),     // 23: lifeline.v1.ControllerJoin
+	nil,                        // 24: lifeline.v1.ServiceConfig.ValuesEntry
+	nil,                        // 25: lifeline.v1.Settings.ValuesEntry
+	nil,                        // 26: lifeline.v1.Status.DataEntry
 }
 var file_lifeline_v1_model_proto_depIdxs = []int32{
 	0,  // 0: lifeline.v1.Machine.life:type_name -> lifeline.v1.Life
@@ -1767,14 +1842,14 @@ var file_lifeline_v1_model_proto_depIdxs = []int32{
 	0,  // 3: lifeline.v1.Service.life:type_name -> lifeline.v1.Life
 	6,  // 4: lifeline.v1.Service.charm:type_name -> lifeline.v1.CharmRef
 	7,  // 5: lifeline.v1.Service.endpoints:type_name -> lifeline.v1.Endpoint
-	23, // 6: lifeline.v1.ServiceConfig.values:type_name -> lifeline.v1.ServiceConfig.ValuesEntry
+	24, // 6: lifeline.v1.ServiceConfig.values:type_name -> lifeline.v1.ServiceConfig.ValuesEntry
 	0,  // 7: lifeline.v1.Unit.life:type_name -> lifeline.v1.Life
 	7,  // 8: lifeline.v1.RelationEndpoint.endpoint:type_name -> lifeline.v1.Endpoint
 	0,  // 9: lifeline.v1.Relation.life:type_name -> lifeline.v1.Life
 	12, // 10: lifeline.v1.Relation.endpoints:type_name -> lifeline.v1.RelationEndpoint
 	2,  // 11: lifeline.v1.Relation.scope:type_name -> lifeline.v1.Scope
-	24, // 12: lifeline.v1.Settings.values:type_name -> lifeline.v1.Settings.ValuesEntry
-	25, // 13: lifeline.v1.Status.data:type_name -> lifeline.v1.Status.DataEntry
+	25, // 12: lifeline.v1.Settings.values:type_name -> lifeline.v1.Settings.ValuesEntry
+	26, // 13: lifeline.v1.Status.data:type_name -> lifeline.v1.Status.DataEntry
 	16, // 14: lifeline.v1.StatusHistoryEntry.status:type_name -> lifeline.v1.Status
 	3,  // 15: lifeline.v1.Cleanup.kind:type_name -> lifeline.v1.CleanupKind
 	9,  // 16: lifeline.v1.ConfigOption.default:type_name -> lifeline.v1.ConfigValue
@@ -1806,7 +1881,7 @@ func file_lifeline_v1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_model_proto_rawDesc), len(file_lifeline_v1_model_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

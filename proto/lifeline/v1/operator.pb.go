@@ -2399,6 +2399,133 @@ func (x *StatusLogEntry) GetSinceUnixNano() int64 {
 	return 0
 }
 
+type AddControllerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// valid_for_ms is how long the token may be used: an hour when zero, at
+	// most a day.
+	ValidForMs    int64 `protobuf:"varint,1,opt,name=valid_for_ms,json=validForMs,proto3" json:"valid_for_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddControllerRequest) Reset() {
+	*x = AddControllerRequest{}
+	mi := &file_lifeline_v1_operator_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddControllerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddControllerRequest) ProtoMessage() {}
+
+func (x *AddControllerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_operator_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddControllerRequest.ProtoReflect.Descriptor instead.
+func (*AddControllerRequest) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *AddControllerRequest) GetValidForMs() int64 {
+	if x != nil {
+		return x.ValidForMs
+	}
+	return 0
+}
+
+type AddControllerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// token is the controller join token (secret: hand it over privately).
+	Token           string `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	ExpiresUnixNano int64  `protobuf:"varint,2,opt,name=expires_unix_nano,json=expiresUnixNano,proto3" json:"expires_unix_nano,omitempty"`
+	// namespace, etcd_endpoints and etcd_tls say how the issuing controller
+	// reaches the model's etcd, for the command ctl prints: the new
+	// controller needs the same etcd and namespace (and, with etcd_tls, the
+	// etcd client certificate flags of its own host).
+	Namespace     string   `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	EtcdEndpoints []string `protobuf:"bytes,4,rep,name=etcd_endpoints,json=etcdEndpoints,proto3" json:"etcd_endpoints,omitempty"`
+	EtcdTls       bool     `protobuf:"varint,5,opt,name=etcd_tls,json=etcdTls,proto3" json:"etcd_tls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddControllerResponse) Reset() {
+	*x = AddControllerResponse{}
+	mi := &file_lifeline_v1_operator_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddControllerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddControllerResponse) ProtoMessage() {}
+
+func (x *AddControllerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_operator_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddControllerResponse.ProtoReflect.Descriptor instead.
+func (*AddControllerResponse) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *AddControllerResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *AddControllerResponse) GetExpiresUnixNano() int64 {
+	if x != nil {
+		return x.ExpiresUnixNano
+	}
+	return 0
+}
+
+func (x *AddControllerResponse) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *AddControllerResponse) GetEtcdEndpoints() []string {
+	if x != nil {
+		return x.EtcdEndpoints
+	}
+	return nil
+}
+
+func (x *AddControllerResponse) GetEtcdTls() bool {
+	if x != nil {
+		return x.EtcdTls
+	}
+	return false
+}
+
 var File_lifeline_v1_operator_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_operator_proto_rawDesc = "" +
@@ -2570,8 +2697,16 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x0fsince_unix_nano\x18\x05 \x01(\x03R\rsinceUnixNano\x1a7\n" +
 	"\tDataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xa9\n" +
-	"\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"8\n" +
+	"\x14AddControllerRequest\x12 \n" +
+	"\fvalid_for_ms\x18\x01 \x01(\x03R\n" +
+	"validForMs\"\xb9\x01\n" +
+	"\x15AddControllerResponse\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12*\n" +
+	"\x11expires_unix_nano\x18\x02 \x01(\x03R\x0fexpiresUnixNano\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12%\n" +
+	"\x0eetcd_endpoints\x18\x04 \x03(\tR\retcdEndpoints\x12\x19\n" +
+	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\x81\v\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06Status\x12\x1a.lifeline.v1.StatusRequest\x1a\x1b.lifeline.v1.StatusResponse\x12R\n" +
 	"\vWatchStatus\x12\x1f.lifeline.v1.WatchStatusRequest\x1a .lifeline.v1.WatchStatusResponse0\x01\x12R\n" +
@@ -2588,7 +2723,8 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\bResolved\x12\x1c.lifeline.v1.ResolvedRequest\x1a\x1d.lifeline.v1.ResolvedResponse\x12J\n" +
 	"\tGetConfig\x12\x1d.lifeline.v1.GetConfigRequest\x1a\x1e.lifeline.v1.GetConfigResponse\x12J\n" +
 	"\tSetConfig\x12\x1d.lifeline.v1.SetConfigRequest\x1a\x1e.lifeline.v1.SetConfigResponse\x12V\n" +
-	"\rShowStatusLog\x12!.lifeline.v1.ShowStatusLogRequest\x1a\".lifeline.v1.ShowStatusLogResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
+	"\rShowStatusLog\x12!.lifeline.v1.ShowStatusLogRequest\x1a\".lifeline.v1.ShowStatusLogResponse\x12V\n" +
+	"\rAddController\x12!.lifeline.v1.AddControllerRequest\x1a\".lifeline.v1.AddControllerResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
 
 var (
 	file_lifeline_v1_operator_proto_rawDescOnce sync.Once
@@ -2602,7 +2738,7 @@ func file_lifeline_v1_operator_proto_rawDescGZIP() []byte {
 	return file_lifeline_v1_operator_proto_rawDescData
 }
 
-var file_lifeline_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_lifeline_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_lifeline_v1_operator_proto_goTypes = []any{
 	(*StatusRequest)(nil),           // 0: lifeline.v1.StatusRequest
 	(*StatusResponse)(nil),          // 1: lifeline.v1.StatusResponse
@@ -2645,18 +2781,20 @@ var file_lifeline_v1_operator_proto_goTypes = []any{
 	(*ShowStatusLogRequest)(nil),    // 38: lifeline.v1.ShowStatusLogRequest
 	(*ShowStatusLogResponse)(nil),   // 39: lifeline.v1.ShowStatusLogResponse
 	(*StatusLogEntry)(nil),          // 40: lifeline.v1.StatusLogEntry
-	nil,                             // 41: lifeline.v1.DeployRequest.ConfigEntry
-	nil,                             // 42: lifeline.v1.GetConfigResponse.ValuesEntry
-	nil,                             // 43: lifeline.v1.SetConfigRequest.SetEntry
-	nil,                             // 44: lifeline.v1.StatusLogEntry.DataEntry
-	(*Charm)(nil),                   // 45: lifeline.v1.Charm
-	(*Service)(nil),                 // 46: lifeline.v1.Service
-	(*Unit)(nil),                    // 47: lifeline.v1.Unit
-	(*Machine)(nil),                 // 48: lifeline.v1.Machine
-	(*Relation)(nil),                // 49: lifeline.v1.Relation
-	(*StatusReportResult)(nil),      // 50: lifeline.v1.StatusReportResult
-	(*ConfigOption)(nil),            // 51: lifeline.v1.ConfigOption
-	(*ConfigValue)(nil),             // 52: lifeline.v1.ConfigValue
+	(*AddControllerRequest)(nil),    // 41: lifeline.v1.AddControllerRequest
+	(*AddControllerResponse)(nil),   // 42: lifeline.v1.AddControllerResponse
+	nil,                             // 43: lifeline.v1.DeployRequest.ConfigEntry
+	nil,                             // 44: lifeline.v1.GetConfigResponse.ValuesEntry
+	nil,                             // 45: lifeline.v1.SetConfigRequest.SetEntry
+	nil,                             // 46: lifeline.v1.StatusLogEntry.DataEntry
+	(*Charm)(nil),                   // 47: lifeline.v1.Charm
+	(*Service)(nil),                 // 48: lifeline.v1.Service
+	(*Unit)(nil),                    // 49: lifeline.v1.Unit
+	(*Machine)(nil),                 // 50: lifeline.v1.Machine
+	(*Relation)(nil),                // 51: lifeline.v1.Relation
+	(*StatusReportResult)(nil),      // 52: lifeline.v1.StatusReportResult
+	(*ConfigOption)(nil),            // 53: lifeline.v1.ConfigOption
+	(*ConfigValue)(nil),             // 54: lifeline.v1.ConfigValue
 }
 var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	4,  // 0: lifeline.v1.StatusResponse.status:type_name -> lifeline.v1.ModelStatus
@@ -2667,21 +2805,21 @@ var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	5,  // 5: lifeline.v1.ModelStatus.controllers:type_name -> lifeline.v1.ControllerStatus
 	8,  // 6: lifeline.v1.ServiceStatus.units:type_name -> lifeline.v1.UnitStatus
 	11, // 7: lifeline.v1.UploadCharmRequest.header:type_name -> lifeline.v1.UploadCharmHeader
-	45, // 8: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
-	41, // 9: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
-	46, // 10: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
-	47, // 11: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
-	47, // 12: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
-	48, // 13: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
-	49, // 14: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
-	50, // 15: lifeline.v1.DestroyMachinesResponse.results:type_name -> lifeline.v1.StatusReportResult
+	47, // 8: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
+	43, // 9: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
+	48, // 10: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
+	49, // 11: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
+	49, // 12: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
+	50, // 13: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
+	51, // 14: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
+	52, // 15: lifeline.v1.DestroyMachinesResponse.results:type_name -> lifeline.v1.StatusReportResult
 	33, // 16: lifeline.v1.ResolvedResponse.results:type_name -> lifeline.v1.ResolvedResult
-	51, // 17: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
-	42, // 18: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
-	43, // 19: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
+	53, // 17: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
+	44, // 18: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
+	45, // 19: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
 	40, // 20: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
-	44, // 21: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
-	52, // 22: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
+	46, // 21: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
+	54, // 22: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
 	0,  // 23: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
 	2,  // 24: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
 	10, // 25: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
@@ -2698,24 +2836,26 @@ var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	34, // 36: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
 	36, // 37: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
 	38, // 38: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
-	1,  // 39: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
-	3,  // 40: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
-	12, // 41: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
-	14, // 42: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
-	16, // 43: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
-	18, // 44: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
-	20, // 45: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
-	22, // 46: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
-	24, // 47: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
-	26, // 48: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
-	28, // 49: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
-	30, // 50: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
-	32, // 51: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
-	35, // 52: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
-	37, // 53: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
-	39, // 54: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
-	39, // [39:55] is the sub-list for method output_type
-	23, // [23:39] is the sub-list for method input_type
+	41, // 39: lifeline.v1.OperatorService.AddController:input_type -> lifeline.v1.AddControllerRequest
+	1,  // 40: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
+	3,  // 41: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
+	12, // 42: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
+	14, // 43: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
+	16, // 44: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
+	18, // 45: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
+	20, // 46: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
+	22, // 47: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
+	24, // 48: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
+	26, // 49: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
+	28, // 50: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
+	30, // 51: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
+	32, // 52: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
+	35, // 53: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
+	37, // 54: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
+	39, // 55: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
+	42, // 56: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
+	40, // [40:57] is the sub-list for method output_type
+	23, // [23:40] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
 	23, // [23:23] is the sub-list for extension extendee
 	0,  // [0:23] is the sub-list for field type_name
@@ -2740,7 +2880,7 @@ func file_lifeline_v1_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_operator_proto_rawDesc), len(file_lifeline_v1_operator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,6 +37,7 @@ const (
 	OperatorService_GetConfig_FullMethodName       = "/lifeline.v1.OperatorService/GetConfig"
 	OperatorService_SetConfig_FullMethodName       = "/lifeline.v1.OperatorService/SetConfig"
 	OperatorService_ShowStatusLog_FullMethodName   = "/lifeline.v1.OperatorService/ShowStatusLog"
+	OperatorService_AddController_FullMethodName   = "/lifeline.v1.OperatorService/AddController"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -79,6 +80,11 @@ type OperatorServiceClient interface {
 	// ShowStatusLog returns a unit's status history: the last changes of its
 	// agent's and its workload's status, oldest first.
 	ShowStatusLog(ctx context.Context, in *ShowStatusLogRequest, opts ...grpc.CallOption) (*ShowStatusLogResponse, error)
+	// AddController issues a one-time join token for a new controller of the
+	// model: the new controller presents it to ControllerJoinService (once,
+	// before it expires) to receive the key-encryption key of the model's CA
+	// key.
+	AddController(ctx context.Context, in *AddControllerRequest, opts ...grpc.CallOption) (*AddControllerResponse, error)
 }
 
 type operatorServiceClient struct {
@@ -261,6 +267,16 @@ func (c *operatorServiceClient) ShowStatusLog(ctx context.Context, in *ShowStatu
 	return out, nil
 }
 
+func (c *operatorServiceClient) AddController(ctx context.Context, in *AddControllerRequest, opts ...grpc.CallOption) (*AddControllerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddControllerResponse)
+	err := c.cc.Invoke(ctx, OperatorService_AddController_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -301,6 +317,11 @@ type OperatorServiceServer interface {
 	// ShowStatusLog returns a unit's status history: the last changes of its
 	// agent's and its workload's status, oldest first.
 	ShowStatusLog(context.Context, *ShowStatusLogRequest) (*ShowStatusLogResponse, error)
+	// AddController issues a one-time join token for a new controller of the
+	// model: the new controller presents it to ControllerJoinService (once,
+	// before it expires) to receive the key-encryption key of the model's CA
+	// key.
+	AddController(context.Context, *AddControllerRequest) (*AddControllerResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -358,6 +379,9 @@ func (UnimplementedOperatorServiceServer) SetConfig(context.Context, *SetConfigR
 }
 func (UnimplementedOperatorServiceServer) ShowStatusLog(context.Context, *ShowStatusLogRequest) (*ShowStatusLogResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ShowStatusLog not implemented")
+}
+func (UnimplementedOperatorServiceServer) AddController(context.Context, *AddControllerRequest) (*AddControllerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddController not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -650,6 +674,24 @@ func _OperatorService_ShowStatusLog_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_AddController_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddControllerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).AddController(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_AddController_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).AddController(ctx, req.(*AddControllerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -712,6 +754,10 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ShowStatusLog",
 			Handler:    _OperatorService_ShowStatusLog_Handler,
+		},
+		{
+			MethodName: "AddController",
+			Handler:    _OperatorService_AddController_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
