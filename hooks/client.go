@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -34,7 +36,8 @@ const (
 // request is what a hook tool sends.
 type request struct {
 	Version int `json:"version"`
-	// ContextID is the caller's LIFELINE_CONTEXT_ID.
+	// ContextID is the caller's context id, read from the file
+	// LIFELINE_CONTEXT_FILE names.
 	ContextID string `json:"context_id"`
 	// Tool is the tool's name ("relation-get"), Args its arguments without
 	// argv[0].
@@ -72,9 +75,10 @@ func ToolNames() []string {
 
 // RunTool is a hook tool's main: args is its argv (argv[0] names the
 // tool), getenv reads its environment (os.Getenv). It sends the call to the
-// unit agent over LIFELINE_AGENT_SOCKET with LIFELINE_CONTEXT_ID, copies
-// what the agent answers to stdout and stderr, and returns the exit code.
-// The agent parses the arguments; RunTool only carries them.
+// unit agent over LIFELINE_AGENT_SOCKET with the context id read from the
+// file LIFELINE_CONTEXT_FILE names, copies what the agent answers to stdout
+// and stderr, and returns the exit code. The agent parses the arguments;
+// RunTool only carries them.
 func RunTool(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	tool := "hook-tool"
 	if len(args) > 0 {
@@ -85,12 +89,20 @@ func RunTool(args []string, getenv func(string) string, stdout, stderr io.Writer
 		fmt.Fprintf(stderr, "%s: %s\n", tool, fmt.Sprintf(format, a...))
 		return 1
 	}
-	socket, id := getenv(EnvAgentSocket), getenv(EnvContextID)
+	socket, file := getenv(EnvAgentSocket), getenv(EnvContextFile)
 	switch {
 	case socket == "":
 		return fail("not running inside a hook: %s is not set", EnvAgentSocket)
-	case id == "":
-		return fail("not running inside a hook: %s is not set", EnvContextID)
+	case file == "":
+		return fail("not running inside a hook: %s is not set", EnvContextFile)
+	}
+	id, err := readContextID(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		// Removed when its hook ended.
+		return fail("%s", errExpired)
+	}
+	if err != nil {
+		return fail("%v", err)
 	}
 	for i, a := range args {
 		if !utf8.ValidString(a) {
@@ -120,6 +132,27 @@ func RunTool(args []string, getenv func(string) string, stdout, stderr io.Writer
 	io.WriteString(stdout, resp.Stdout)
 	io.WriteString(stderr, resp.Stderr)
 	return resp.Code
+}
+
+// readContextID reads a hook's context id from its context file.
+func readContextID(path string) (string, error) {
+	if !filepath.IsAbs(path) {
+		return "", fmt.Errorf("%s %q is not an absolute path", EnvContextFile, path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("read the hook's context: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxContextFile))
+	if err != nil {
+		return "", fmt.Errorf("read the hook's context: %w", err)
+	}
+	id := strings.TrimSpace(string(b))
+	if id == "" {
+		return "", fmt.Errorf("the hook's context file %s is empty", path)
+	}
+	return id, nil
 }
 
 // send sends one request line to the agent at socket and reads its

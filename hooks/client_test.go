@@ -14,8 +14,7 @@ import (
 
 func TestRunToolFailures(t *testing.T) {
 	a := startAgent(t)
-	id := a.srv.Begin(newFakeContext())
-	defer a.srv.End(id)
+	file := a.begin(t, newFakeContext()).Env[hooks.EnvContextFile]
 	dir := tempDir(t)
 	tests := []struct {
 		name    string
@@ -23,15 +22,21 @@ func TestRunToolFailures(t *testing.T) {
 		args    []string
 		wantErr string
 	}{
-		{"no socket", map[string]string{hooks.EnvContextID: id}, []string{"/x/relation-get"},
+		{"no socket", map[string]string{hooks.EnvContextFile: file}, []string{"/x/relation-get"},
 			"relation-get: not running inside a hook: LIFELINE_AGENT_SOCKET is not set\n"},
 		{"no context", map[string]string{hooks.EnvAgentSocket: a.srv.Socket()}, []string{"config-get"},
-			"config-get: not running inside a hook: LIFELINE_CONTEXT_ID is not set\n"},
-		{"no agent", map[string]string{hooks.EnvAgentSocket: filepath.Join(dir, "gone.sock"), hooks.EnvContextID: id}, []string{"log", "x"},
+			"config-get: not running inside a hook: LIFELINE_CONTEXT_FILE is not set\n"},
+		{"context file gone", map[string]string{hooks.EnvAgentSocket: a.srv.Socket(), hooks.EnvContextFile: filepath.Join(dir, "gone")}, []string{"config-get"},
+			"config-get: " + expiredMessage + "\n"},
+		{"context file relative", map[string]string{hooks.EnvAgentSocket: a.srv.Socket(), hooks.EnvContextFile: "context"}, []string{"config-get"},
+			`config-get: LIFELINE_CONTEXT_FILE "context" is not an absolute path` + "\n"},
+		{"context file empty", map[string]string{hooks.EnvAgentSocket: a.srv.Socket(), hooks.EnvContextFile: contextFile(t, "")}, []string{"config-get"},
+			"config-get: the hook's context file "},
+		{"no agent", map[string]string{hooks.EnvAgentSocket: filepath.Join(dir, "gone.sock"), hooks.EnvContextFile: file}, []string{"log", "x"},
 			"log: cannot reach the unit agent at " + filepath.Join(dir, "gone.sock") + ": no such file or directory\n"},
-		{"not utf-8", map[string]string{hooks.EnvAgentSocket: a.srv.Socket(), hooks.EnvContextID: id}, []string{"relation-set", "a=1", "b=\xff"},
+		{"not utf-8", map[string]string{hooks.EnvAgentSocket: a.srv.Socket(), hooks.EnvContextFile: file}, []string{"relation-set", "a=1", "b=\xff"},
 			"relation-set: argument 2 is not valid UTF-8\n"},
-		{"too large", map[string]string{hooks.EnvAgentSocket: a.srv.Socket(), hooks.EnvContextID: id}, []string{"relation-set", "a=" + strings.Repeat("x", hooks.MaxRequestBytes)},
+		{"too large", map[string]string{hooks.EnvAgentSocket: a.srv.Socket(), hooks.EnvContextFile: file}, []string{"relation-set", "a=" + strings.Repeat("x", hooks.MaxRequestBytes)},
 			"relation-set: request of "},
 	}
 	for _, tt := range tests {

@@ -27,13 +27,28 @@
 // A unit agent runs one Server (NewServer, Serve, Close) on a socket in
 // the unit's data directory, created with mode 0600; the unit agents of a
 // machine agent share the machine's, in its data directory. For each hook
-// run the unit agent calls Begin with the hook's Context, putting the
-// returned id in the hook's LIFELINE_CONTEXT_ID and Server.Socket in
-// LIFELINE_AGENT_SOCKET, and End when the hook has exited. A tool call
-// presenting any other id is refused: "context expired: this hook tool was
-// called outside the hook that received it". After End returns no Context
-// method runs any more, so the agent may then commit the buffered relation
-// settings.
+// run the unit agent calls Begin with the hook's Context and puts the
+// returned Hook.Env in the hook's environment: LIFELINE_AGENT_SOCKET, the
+// socket, and LIFELINE_CONTEXT_FILE, a file (mode 0600, under a random name
+// in hook-contexts/ beside the socket, mode 0700) holding the hook's
+// context id, which the tools read and present. It calls End when the hook
+// has exited, which removes the file. A tool call presenting any other id,
+// or whose context file is gone, is refused: "context expired: this hook
+// tool was called outside the hook that received it". After End returns no
+// Context method runs any more, so the agent may then commit the buffered
+// relation settings.
+//
+// The id is kept out of the hook's environment, which every process of the
+// machine's user may read (/proc/<pid>/environ), which every process the
+// hook starts (daemons included) inherits for good, and which a hook that
+// prints its environment puts in its output and so in the unit's status
+// history. A file, not an inherited descriptor: the tools run from the
+// hook's children too, and many programs close the descriptors they do not
+// know before starting a child (Python's subprocess does by default), while
+// none drops the environment variable naming the file. This does not
+// isolate the units of a machine from one another: hooks run as one user,
+// who can read the file (and every unit's files) as well; a machine is one
+// trust domain (docs/OPERATIONS.md).
 //
 // InstallTools links each tool name (ToolNames) to the lifelined binary;
 // lifelined, seeing a tool name in argv[0] (IsTool), runs RunTool.

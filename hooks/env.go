@@ -13,9 +13,14 @@ const (
 	EnvHookName = "LIFELINE_HOOK_NAME"
 	// EnvCharmDir is the charm directory, the hook's working directory.
 	EnvCharmDir = "LIFELINE_CHARM_DIR"
-	// EnvContextID is the id Server.Begin returned for this hook: the hook
-	// tools present it, and it is valid only until Server.End.
-	EnvContextID = "LIFELINE_CONTEXT_ID"
+	// EnvContextFile is the path of the file holding the hook's context id
+	// (Server.Begin), which the hook tools read and present; the file is
+	// removed, and the id no longer valid, at Server.End. The id itself is
+	// kept out of the environment, which other processes of the user may
+	// read (/proc/<pid>/environ), which every process the hook starts
+	// inherits for good, and which a hook printing its environment puts in
+	// its output.
+	EnvContextFile = "LIFELINE_CONTEXT_FILE"
 	// EnvAgentSocket is the path of the unit agent's hook tool socket
 	// (Server.Socket).
 	EnvAgentSocket = "LIFELINE_AGENT_SOCKET"

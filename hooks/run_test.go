@@ -62,7 +62,7 @@ func TestRunEnvironment(t *testing.T) {
 		hooks.EnvService:     "kv",
 		hooks.EnvMachineID:   "3",
 		hooks.EnvHookName:    "db-relation-changed",
-		hooks.EnvContextID:   "ctx-1",
+		hooks.EnvContextFile: "/run/ll/hook-contexts/x",
 		hooks.EnvAgentSocket: "/run/ll/agent.sock",
 		hooks.EnvRelation:    "db",
 		hooks.EnvRelationID:  "db:3",

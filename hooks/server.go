@@ -85,12 +85,25 @@ const (
 	connTimeout = 10 * time.Second
 )
 
+// ContextDirName is the directory, beside the socket, that holds the
+// hooks' context files (EnvContextFile), unless ServerConfig.ContextDir
+// names another.
+const ContextDirName = "hook-contexts"
+
+// maxContextFile bounds what a tool reads of its context file.
+const maxContextFile = 256
+
 // ServerConfig configures a Server.
 type ServerConfig struct {
 	// Socket is the absolute path of the unix socket to listen on, inside
 	// the agent's data directory (which must exist and should be private
 	// to the agent's user); at most 107 bytes long.
 	Socket string
+	// ContextDir is the directory of the hooks' context files, made with
+	// mode 0700 when the first hook begins, and emptied of an earlier
+	// agent's files when the Server starts: ContextDirName beside Socket
+	// when empty.
+	ContextDir string
 	// Logger receives the server's own messages (each tool call at debug
 	// level). Nil discards them.
 	Logger hclog.Logger
@@ -105,6 +118,8 @@ func (c ServerConfig) Validate() error {
 		return fmt.Errorf("hook tool socket %q is not an absolute path", c.Socket)
 	case len(c.Socket) > maxSocketPath:
 		return fmt.Errorf("hook tool socket %s is %d bytes long: a unix socket's path is at most %d", c.Socket, len(c.Socket), maxSocketPath)
+	case c.ContextDir != "" && !filepath.IsAbs(c.ContextDir):
+		return fmt.Errorf("hook context directory %q is not an absolute path", c.ContextDir)
 	}
 	return nil
 }
@@ -114,20 +129,24 @@ func (c ServerConfig) Validate() error {
 // whose context id it presents (Begin, End). It is safe for concurrent
 // use.
 type Server struct {
-	socket string
-	logger hclog.Logger
-	ln     *net.UnixListener
-	wg     sync.WaitGroup // the connections' handlers
+	socket     string
+	contextDir string
+	logger     hclog.Logger
+	ln         *net.UnixListener
+	wg         sync.WaitGroup // the connections' handlers
 
-	mu       sync.Mutex
-	closed   bool
-	contexts map[string]*hookContext
-	conns    map[net.Conn]context.CancelCauseFunc
+	mu             sync.Mutex
+	closed         bool
+	contextDirMade bool
+	contexts       map[string]*hookContext
+	conns          map[net.Conn]context.CancelCauseFunc
 }
 
 // hookContext is one hook run's Context, between Begin and End.
 type hookContext struct {
 	c Context
+	// file holds the context id for the hook's tools.
+	file string
 	// turn is held while a call runs: calls take turns, and End waits for
 	// the running one.
 	turn sync.Mutex
@@ -170,38 +189,111 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		ln.Close()
 		return nil, fmt.Errorf("hook tool socket: %w", err)
 	}
+	contextDir := cfg.ContextDir
+	if contextDir == "" {
+		contextDir = filepath.Join(filepath.Dir(path), ContextDirName)
+	}
+	if err := clearContextDir(contextDir); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
 	return &Server{
-		socket:   path,
-		logger:   logger,
-		ln:       ln,
-		contexts: map[string]*hookContext{},
-		conns:    map[net.Conn]context.CancelCauseFunc{},
+		socket:     path,
+		contextDir: contextDir,
+		logger:     logger,
+		ln:         ln,
+		contexts:   map[string]*hookContext{},
+		conns:      map[net.Conn]context.CancelCauseFunc{},
 	}, nil
 }
 
 // Socket returns the socket's path, for the hooks' LIFELINE_AGENT_SOCKET.
 func (s *Server) Socket() string { return s.socket }
 
-// Begin registers c for a hook run about to start and returns its context
-// id, for the hook's LIFELINE_CONTEXT_ID: the tools' calls that present it
-// act on c until End(id).
-func (s *Server) Begin(c Context) string {
-	id := rand.Text()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.contexts[id] = &hookContext{c: c}
-	return id
+// clearContextDir removes the files an earlier agent left in dir, if it
+// exists: their hooks are over.
+func clearContextDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("hook context directory: %w", err)
+	}
+	for _, e := range entries {
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("hook context directory: %w", err)
+		}
+	}
+	return nil
 }
 
-// End expires context id once its hook has ended: later calls presenting
-// it are refused, a call still running (from a process the hook left
-// behind) has its ctx cancelled, and End waits for it to return. After End
-// the server calls none of the Context's methods, so the agent may commit
-// its buffered relation settings. Ending an unknown id does nothing.
+// makeContextDir makes the context directory, private to the agent's user
+// (0700), unless made already: an agent that runs no hook makes none.
+func (s *Server) makeContextDir() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.contextDirMade {
+		return nil
+	}
+	if err := os.MkdirAll(s.contextDir, 0o700); err != nil {
+		return fmt.Errorf("hook context directory: %w", err)
+	}
+	if err := os.Chmod(s.contextDir, 0o700); err != nil {
+		return fmt.Errorf("hook context directory: %w", err)
+	}
+	s.contextDirMade = true
+	return nil
+}
+
+// Hook is a hook run registered with a Server (Begin).
+type Hook struct {
+	// ID is the hook's context id, for End.
+	ID string
+	// Env is what the hook's environment needs for its tools to reach the
+	// Server: EnvAgentSocket and EnvContextFile.
+	Env map[string]string
+}
+
+// Begin registers c for a hook run about to start: the tools' calls that
+// present its context id act on c until End. The id is written to a file
+// of its own (mode 0600, in the Server's context directory, under a random
+// name) that the hook's environment names (Hook.Env); the hook's tools,
+// and those its child processes run, read it from there.
+func (s *Server) Begin(c Context) (Hook, error) {
+	if err := s.makeContextDir(); err != nil {
+		return Hook{}, err
+	}
+	id := rand.Text()
+	file := filepath.Join(s.contextDir, rand.Text())
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return Hook{}, fmt.Errorf("hook context: %w", err)
+	}
+	_, err = f.WriteString(id + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(file)
+		return Hook{}, fmt.Errorf("hook context: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.contexts[id] = &hookContext{c: c, file: file}
+	return Hook{ID: id, Env: map[string]string{EnvAgentSocket: s.socket, EnvContextFile: file}}, nil
+}
+
+// End expires context id once its hook has ended: its context file is
+// removed, later calls presenting it are refused, a call still running
+// (from a process the hook left behind) has its ctx cancelled, and End
+// waits for it to return. After End the server calls none of the Context's
+// methods, so the agent may commit its buffered relation settings. Ending
+// an unknown id does nothing.
 func (s *Server) End(id string) {
 	s.mu.Lock()
 	hc := s.contexts[id]
@@ -214,6 +306,9 @@ func (s *Server) End(id string) {
 	}
 	s.mu.Unlock()
 	if hc != nil {
+		if err := os.Remove(hc.file); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.logger.Warn("remove a hook's context file", "error", err)
+		}
 		// Wait for the running call, if there is one.
 		hc.turn.Lock()
 		defer hc.turn.Unlock()

@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -41,18 +43,17 @@ echo done
 	spec := charmWithHook(t, "db-relation-changed", script, 0o755)
 	spec.ToolsDir = a.toolsDir
 	f := newFakeContext()
-	id := a.srv.Begin(f)
+	h := a.begin(t, f)
 	spec.Env = map[string]string{
-		hooks.EnvUnitName:    "kv/0",
-		hooks.EnvHookName:    spec.Hook,
-		hooks.EnvContextID:   id,
-		hooks.EnvAgentSocket: a.srv.Socket(),
-		hooks.EnvRelation:    "db",
-		hooks.EnvRelationID:  "db:2",
-		hooks.EnvRemoteUnit:  "pg/0",
+		hooks.EnvUnitName:   "kv/0",
+		hooks.EnvHookName:   spec.Hook,
+		hooks.EnvRelation:   "db",
+		hooks.EnvRelationID: "db:2",
+		hooks.EnvRemoteUnit: "pg/0",
 	}
+	maps.Copy(spec.Env, h.Env)
 	res, err := hooks.Run(context.Background(), spec)
-	a.srv.End(id)
+	a.srv.End(h.ID)
 	if err != nil || !res.Succeeded() {
 		t.Fatalf("Run() = %+v, %v, want success", res, err)
 	}
@@ -86,29 +87,39 @@ echo done
 }
 
 // TestExpiredContext: a tool presenting an id that was ended, or never
-// begun, is refused; other hooks' ids still work.
+// begun, is refused, and the context file of an ended hook is gone; other
+// hooks' ids still work.
 func TestExpiredContext(t *testing.T) {
 	a := startAgent(t)
 	f := newFakeContext()
-	ended := a.srv.Begin(f)
-	a.srv.End(ended)
-	a.srv.End(ended) // ending twice does nothing
-	live := a.srv.Begin(newFakeContext())
-	defer a.srv.End(live)
+	ended, err := a.srv.Begin(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	endedFile := ended.Env[hooks.EnvContextFile]
+	copied := contextFile(t, readFile(t, endedFile)) // as a process that read it in time holds it
+	a.srv.End(ended.ID)
+	a.srv.End(ended.ID) // ending twice does nothing
+	if _, err := os.Stat(endedFile); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the ended hook's context file: %v, want it gone", err)
+	}
+	live := a.begin(t, newFakeContext())
 	tests := []struct {
-		id       string
+		name     string
+		file     string
 		wantOut  string
 		wantErr  string
 		wantCode int
 	}{
-		{ended, "", "relation-ids: " + expiredMessage + "\n", 1},
-		{"bogus", "", "relation-ids: " + expiredMessage + "\n", 1},
-		{live, "db:2\ndb:3\nwebsite:11\n", "", 0},
+		{"ended", endedFile, "", "relation-ids: " + expiredMessage + "\n", 1},
+		{"ended, its id kept", copied, "", "relation-ids: " + expiredMessage + "\n", 1},
+		{"bogus", contextFile(t, "bogus"), "", "relation-ids: " + expiredMessage + "\n", 1},
+		{"live", live.Env[hooks.EnvContextFile], "db:2\ndb:3\nwebsite:11\n", "", 0},
 	}
 	for _, tt := range tests {
-		out, errOut, code := a.tool(t, tt.id, nil, "relation-ids")
+		out, errOut, code := a.tool(t, tt.file, nil, "relation-ids")
 		if out != tt.wantOut || errOut != tt.wantErr || code != tt.wantCode {
-			t.Errorf("relation-ids with context %q = %q, %q, exit %d; want %q, %q, %d", tt.id, out, errOut, code, tt.wantOut, tt.wantErr, tt.wantCode)
+			t.Errorf("relation-ids with a context %s = %q, %q, exit %d; want %q, %q, %d", tt.name, out, errOut, code, tt.wantOut, tt.wantErr, tt.wantCode)
 		}
 	}
 	if f.calls != 0 {
@@ -122,8 +133,8 @@ func TestEndWaitsForRunningCalls(t *testing.T) {
 	a := startAgent(t)
 	f := newFakeContext()
 	f.getStarted = make(chan struct{})
-	id := a.srv.Begin(f)
-	cmd := a.command(id, inRelationHook, "relation-get", "host")
+	h := a.begin(t, f)
+	cmd := a.command(h.Env[hooks.EnvContextFile], inRelationHook, "relation-get", "host")
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Start(); err != nil {
@@ -135,7 +146,7 @@ func TestEndWaitsForRunningCalls(t *testing.T) {
 		cmd.Process.Kill()
 		t.Fatal("relation-get never reached the Context")
 	}
-	a.srv.End(id)
+	a.srv.End(h.ID)
 	f.mu.Lock()
 	active := f.active
 	f.mu.Unlock()
@@ -230,8 +241,7 @@ func TestServeStops(t *testing.T) {
 // client would.
 func TestBadRequests(t *testing.T) {
 	a := startAgent(t)
-	id := a.srv.Begin(newFakeContext())
-	defer a.srv.End(id)
+	id := a.begin(t, newFakeContext()).ID
 	req := func(v map[string]any) string {
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -276,5 +286,50 @@ func TestBadRequests(t *testing.T) {
 				t.Errorf("response = %+v, want stderr starting %q, code 1", resp, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestContextFiles: a hook's context id is in a file of its own, private to
+// the agent's user, made when the hook begins and removed when it ends; a
+// new Server removes the files an earlier agent left.
+func TestContextFiles(t *testing.T) {
+	dir := tempDir(t)
+	socket := filepath.Join(dir, "agent.sock")
+	contexts := filepath.Join(dir, hooks.ContextDirName)
+	writeFile(t, filepath.Join(contexts, "left-by-a-crash"), "OLDID\n", 0o600)
+	srv, err := hooks.NewServer(hooks.ServerConfig{Socket: socket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if entries, _ := os.ReadDir(contexts); len(entries) != 0 {
+		t.Errorf("NewServer left %d files of an earlier agent in %s", len(entries), contexts)
+	}
+	h, err := srv.Begin(newFakeContext())
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := h.Env[hooks.EnvContextFile]
+	if filepath.Dir(file) != contexts || h.Env[hooks.EnvAgentSocket] != socket {
+		t.Errorf("Begin().Env = %v, want the socket and a file in %s", h.Env, contexts)
+	}
+	if got := strings.TrimSpace(readFile(t, file)); got != h.ID {
+		t.Errorf("the context file holds %q, want the hook's id", got)
+	}
+	if strings.Contains(file, h.ID) {
+		t.Errorf("the context file's name %s holds the id", file)
+	}
+	for path, want := range map[string]os.FileMode{contexts: 0o700, file: 0o600} {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != want {
+			t.Errorf("mode of %s = %04o, want %04o", path, fi.Mode().Perm(), want)
+		}
+	}
+	srv.End(h.ID)
+	if _, err := os.Stat(file); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the context file after End: %v, want it gone", err)
 	}
 }

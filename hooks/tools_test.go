@@ -42,11 +42,30 @@ func startAgent(t *testing.T) *agent {
 	return &agent{srv: srv, toolsDir: toolsDir}
 }
 
-// tool runs a hook tool through its symlink, as a hook would, with
-// context id and the variables in env.
-func (a *agent) tool(t *testing.T, id string, env map[string]string, args ...string) (stdout, stderr string, code int) {
+// begin registers f for a hook run, ended when the test ends.
+func (a *agent) begin(t *testing.T, f hooks.Context) hooks.Hook {
 	t.Helper()
-	cmd := a.command(id, env, args...)
+	h, err := a.srv.Begin(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.srv.End(h.ID) })
+	return h
+}
+
+// contextFile writes a context file holding id, as Begin does.
+func contextFile(t *testing.T, id string) string {
+	t.Helper()
+	path := filepath.Join(tempDir(t), "context")
+	writeFile(t, path, id+"\n", 0o600)
+	return path
+}
+
+// tool runs a hook tool through its symlink, as a hook would, with the
+// context file and the variables in env.
+func (a *agent) tool(t *testing.T, file string, env map[string]string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := a.command(file, env, args...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
@@ -57,9 +76,9 @@ func (a *agent) tool(t *testing.T, id string, env map[string]string, args ...str
 	return out.String(), errOut.String(), cmd.ProcessState.ExitCode()
 }
 
-func (a *agent) command(id string, env map[string]string, args ...string) *exec.Cmd {
+func (a *agent) command(file string, env map[string]string, args ...string) *exec.Cmd {
 	cmd := exec.Command(filepath.Join(a.toolsDir, args[0]), args[1:]...)
-	cmd.Env = []string{hooks.EnvAgentSocket + "=" + a.srv.Socket(), hooks.EnvContextID + "=" + id}
+	cmd.Env = []string{hooks.EnvAgentSocket + "=" + a.srv.Socket(), hooks.EnvContextFile + "=" + file}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -173,9 +192,8 @@ func TestTools(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFakeContext()
-			id := a.srv.Begin(f)
-			defer a.srv.End(id)
-			out, errOut, code := a.tool(t, id, tt.env, tt.args...)
+			h := a.begin(t, f)
+			out, errOut, code := a.tool(t, h.Env[hooks.EnvContextFile], tt.env, tt.args...)
 			if out != tt.wantOut || errOut != tt.wantErr || code != tt.wantCode {
 				t.Errorf("%s = stdout %q, stderr %q, exit %d; want %q, %q, %d",
 					strings.Join(tt.args, " "), out, errOut, code, tt.wantOut, tt.wantErr, tt.wantCode)
@@ -218,11 +236,10 @@ func wantLogs(want ...[2]string) func(*testing.T, *fakeContext) {
 func TestToolsHelp(t *testing.T) {
 	a := startAgent(t)
 	f := newFakeContext()
-	id := a.srv.Begin(f)
-	defer a.srv.End(id)
+	h := a.begin(t, f)
 	for _, name := range hooks.ToolNames() {
 		for _, flag := range []string{"--help", "-h"} {
-			out, errOut, code := a.tool(t, id, nil, name, "-r", "db:2", flag)
+			out, errOut, code := a.tool(t, h.Env[hooks.EnvContextFile], nil, name, "-r", "db:2", flag)
 			if !strings.HasPrefix(out, "Usage: "+name+" ") || !strings.Contains(out, "-h, --help") || errOut != "" || code != 0 {
 				t.Errorf("%s %s = stdout %q, stderr %q, exit %d; want its usage, exit 0", name, flag, out, errOut, code)
 			}

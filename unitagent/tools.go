@@ -56,16 +56,20 @@ func (t *toolServer) close() {
 
 // run runs op's hook with hc behind its tools.
 func (t *toolServer) run(ctx context.Context, a *Agent, op *hookOp, hc *hookContext) (hookResult, error) {
-	id := t.srv.Begin(hc)
-	defer t.srv.End(id)
+	h, err := t.srv.Begin(hc)
+	if err != nil {
+		return hookResult{}, err
+	}
+	defer t.srv.End(h.ID)
 	env := map[string]string{
-		hooks.EnvUnitName:    a.cfg.Unit,
-		hooks.EnvService:     names.UnitService(a.cfg.Unit),
-		hooks.EnvMachineID:   hc.machine,
-		hooks.EnvHookName:    op.Hook,
-		hooks.EnvCharmDir:    a.charmDir(),
-		hooks.EnvContextID:   id,
-		hooks.EnvAgentSocket: t.srv.Socket(),
+		hooks.EnvUnitName:  a.cfg.Unit,
+		hooks.EnvService:   names.UnitService(a.cfg.Unit),
+		hooks.EnvMachineID: hc.machine,
+		hooks.EnvHookName:  op.Hook,
+		hooks.EnvCharmDir:  a.charmDir(),
+	}
+	for k, v := range h.Env {
+		env[k] = v
 	}
 	if op.isRelationHook() {
 		env[hooks.EnvRelation] = op.Endpoint

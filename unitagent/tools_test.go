@@ -22,7 +22,7 @@ func TestHookToolsAreConfined(t *testing.T) {
 echo "ids: $(relation-ids)"
 relation-get -r db:%d - kv/0 && echo "read it"
 relation-list -r db:%d
-echo "$LIFELINE_AGENT_SOCKET $LIFELINE_CONTEXT_ID" > "$LIFELINE_CHARM_DIR/../context"
+echo "$LIFELINE_AGENT_SOCKET $LIFELINE_CONTEXT_FILE $(cat "$LIFELINE_CONTEXT_FILE")" > "$LIFELINE_CHARM_DIR/../context"
 config-get colour
 `, rel.Id, rel.Id))
 	w.start("app/0")
@@ -38,16 +38,72 @@ config-get colour
 		t.Errorf("a hook read the settings of a relation its unit is not in")
 	}
 
-	// The start hook is over: its context id is stale.
+	// The start hook is over: its context file is gone, and its context
+	// id, kept by a process that read it in time, is stale.
 	data, err := os.ReadFile(filepath.Join(w.dir("app/0"), "context"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	socket, id, _ := strings.Cut(strings.TrimSpace(string(data)), " ")
-	cmd := exec.Command(filepath.Join(toolsDir, "config-get"), "colour")
-	cmd.Env = []string{"LIFELINE_AGENT_SOCKET=" + socket, "LIFELINE_CONTEXT_ID=" + id}
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "context expired") {
-		t.Errorf("config-get with a stale context = %v, %q; want refused, context expired", err, out)
+	fields := strings.Fields(string(data))
+	if len(fields) != 3 {
+		t.Fatalf("the hook saw socket, context file and id %q", fields)
+	}
+	socket, file, id := fields[0], fields[1], fields[2]
+	kept := filepath.Join(t.TempDir(), "kept")
+	if err := os.WriteFile(kept, []byte(id), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{file, kept} {
+		cmd := exec.Command(filepath.Join(toolsDir, "config-get"), "colour")
+		cmd.Env = []string{"LIFELINE_AGENT_SOCKET=" + socket, "LIFELINE_CONTEXT_FILE=" + f}
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "context expired") {
+			t.Errorf("config-get with the context file %s of an ended hook = %v, %q; want refused, context expired", f, err, out)
+		}
+	}
+}
+
+// TestContextIDNotInHookEnvironment: the context id that lets a hook's
+// tools act as its unit is not in the hook's environment, where any
+// process of the machine's user could read it (/proc/<pid>/environ) and
+// every process the hook starts would inherit it; the tools still work
+// from the hook, from a child of the hook and from the child's child.
+func TestContextIDNotInHookEnvironment(t *testing.T) {
+	w := newWorld(t)
+	w.deploy(kvMeta, 1, "server")
+	// The recorder (the hook) runs the probe as a child: sh probe-start.
+	w.file("kv/0", "probe-start", `
+dir="$LIFELINE_CHARM_DIR/.."
+tr '\0' '\n' < /proc/$PPID/environ > "$dir/hook.env"
+tr '\0' '\n' < /proc/$$/environ > "$dir/child.env"
+cat "$LIFELINE_CONTEXT_FILE" > "$dir/context-id"
+echo "child: $(config-get colour)"
+sh -c 'echo "grandchild: $(config-get colour)"; status-set active "from a grandchild" && echo "grandchild: status set"'
+`)
+	w.start("kv/0")
+	w.waitState("kv/0", "running")
+	probe := strings.Join(w.lines("kv/0", "probe.log"), "\n")
+	for _, want := range []string{"child: red", "grandchild: red", "grandchild: status set"} {
+		if !strings.Contains(probe, want) {
+			t.Errorf("probe.log lacks %q:\n%s", want, probe)
+		}
+	}
+	id := strings.Join(w.lines("kv/0", "context-id"), "")
+	if id == "" {
+		t.Errorf("the hook's context file gave no context id")
+	}
+	for _, env := range []string{"hook.env", "child.env"} {
+		lines := w.lines("kv/0", env)
+		if len(lines) == 0 {
+			t.Fatalf("%s is empty", env)
+		}
+		for _, line := range lines {
+			if strings.HasPrefix(line, "LIFELINE_CONTEXT_ID=") || id != "" && strings.Contains(line, id) {
+				t.Errorf("%s holds the context id: %s", env, line)
+			}
+		}
+	}
+	if hooks := w.hooks("kv/0"); len(hooks) == 0 {
+		t.Errorf("no hook succeeded")
 	}
 }
