@@ -109,7 +109,7 @@ func TestKEKFile(t *testing.T) {
 	if err != nil || !ok || got != k {
 		t.Fatalf("LoadKEK(SaveKEK(k)) = %t, %v; want k", ok, err)
 	}
-	for _, s := range []string{fmt.Sprint(k), fmt.Sprintf("%s", k), fmt.Sprintf("%#v", k), fmt.Sprintf("%v", &k)} {
+	for _, s := range []string{fmt.Sprint(k), k.String(), fmt.Sprintf("%#v", k), fmt.Sprintf("%v", &k)} {
 		if strings.Contains(s, fmt.Sprint(k.b[:4])) || len(s) > 40 {
 			t.Errorf("a KEK formats as %q", s)
 		}

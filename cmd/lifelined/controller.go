@@ -209,7 +209,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 	// etcd: embedded in the data directory, or a client of a cluster.
 	var g run.Group
 	var etcdClient *clientv3.Client
-	etcdAccess := controller.EtcdAccess{Namespace: f.namespace, Endpoints: f.etcdEndpoints, TLS: f.etcdCert != ""}
+	etcdAccess := controller.EtcdAccess{Namespace: f.namespace, Endpoints: f.etcdEndpoints, TLS: f.etcdCA != "" || f.etcdCert != ""}
 	if len(f.etcdEndpoints) == 0 {
 		srv, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(f.dataDir, "etcd"), Logger: logger.Named("etcd")})
 		if err != nil {
