@@ -138,7 +138,7 @@ func (c *caSetup) fromStored(ctx context.Context, stored state.StoredCA, local *
 			return nil, pki.KEK{}, fmt.Errorf("seal the model's CA key: it changed %d times while this controller tried", attempt)
 		}
 		var err error
-		if stored, kek, haveKEK, err = c.sealClear(ctx, stored, kek, haveKEK); err != nil {
+		if stored, local, kek, haveKEK, err = c.sealClear(ctx, stored, local, kek, haveKEK); err != nil {
 			return nil, pki.KEK{}, err
 		}
 	}
@@ -157,7 +157,7 @@ func (c *caSetup) fromStored(ctx context.Context, stored state.StoredCA, local *
 	} else if opened != nil && c.joinToken != "" {
 		c.logger.Info("the data directory holds the key-encryption key of the model's CA key already: --join-token-file is not used")
 	}
-	isLocal := local != nil && bytes.Equal(bytes.TrimSpace(local.CertPEM()), bytes.TrimSpace(stored.Cert))
+	isLocal := sameCert(local, stored.Cert)
 	switch {
 	case c.reseal && opened != nil:
 		c.logger.Info("--reseal-ca-key: this controller's key-encryption key opens the model's CA key: nothing to seal anew")
@@ -177,13 +177,8 @@ func (c *caSetup) fromStored(ctx context.Context, stored state.StoredCA, local *
 	case opened == nil:
 		return nil, pki.KEK{}, errNeedJoin
 	}
-	if err := pki.SaveCA(c.dir, opened); err != nil {
+	if err := c.keepCA(opened, local); err != nil {
 		return nil, pki.KEK{}, err
-	}
-	if local == nil {
-		c.logger.Info("joined the model: using its CA", "dir", c.dir)
-	} else {
-		c.logger.Warn("this data directory's CA is not the model's: replaced by the model's (clients that trusted the old one need the model's CA)", "dir", c.dir)
 	}
 	return opened, kek, nil
 }
@@ -199,40 +194,68 @@ func kekIf(ok bool, k pki.KEK) pki.KEK {
 // were sealed) with this controller's KEK, made and saved now if it has
 // none, in a transaction that asserts the key is still the one read: of
 // controllers sealing at once, one succeeds and the others read its
-// sealed key, so none overwrites a key another sealed. It returns the CA
-// stored now and the KEK it holds.
-func (c *caSetup) sealClear(ctx context.Context, stored state.StoredCA, kek pki.KEK, haveKEK bool) (state.StoredCA, pki.KEK, bool, error) {
+// sealed key, so none overwrites a key another sealed. The CA read in
+// clear is the model's: it is kept in the data directory first, unless it
+// is there already, so that a controller that loses the race serves with
+// it all the same. It returns the CA stored now, the data directory's CA,
+// and the KEK it holds.
+func (c *caSetup) sealClear(ctx context.Context, stored state.StoredCA, local *pki.CA, kek pki.KEK, haveKEK bool) (state.StoredCA, *pki.CA, pki.KEK, bool, error) {
 	ca, err := pki.ParseCA(stored.Cert, stored.Key)
 	if err != nil {
-		return stored, kek, haveKEK, fmt.Errorf("the model's CA stored in etcd: %w", err)
+		return stored, local, kek, haveKEK, fmt.Errorf("the model's CA stored in etcd: %w", err)
+	}
+	if !sameCert(local, stored.Cert) {
+		if err := c.keepCA(ca, local); err != nil {
+			return stored, local, kek, haveKEK, err
+		}
+		local = ca
 	}
 	made := false
 	if !haveKEK {
 		if kek, err = c.newKEK(); err != nil {
-			return stored, kek, haveKEK, err
+			return stored, local, kek, haveKEK, err
 		}
 		made = true
 	}
 	sealed, err := ca.SealKey(kek)
 	if err != nil {
-		return stored, kek, haveKEK, err
+		return stored, local, kek, haveKEK, err
 	}
 	now, ok, err := c.st.ReplaceCAKey(ctx, stored, sealed)
 	if err != nil {
-		return stored, kek, haveKEK, err
+		return stored, local, kek, haveKEK, err
 	}
 	if ok {
 		c.logger.Info("sealed the model's CA key, stored in clear in etcd until now, with this controller's key-encryption key")
-		return now, kek, true, nil
+		return now, local, kek, true, nil
 	}
 	if made {
 		// Another sealed it first: this key seals nothing.
 		if err := pki.RemoveKEK(c.dir); err != nil {
-			return now, kek, haveKEK, err
+			return now, local, kek, haveKEK, err
 		}
-		return now, pki.KEK{}, false, nil
+		return now, local, pki.KEK{}, false, nil
 	}
-	return now, kek, haveKEK, nil
+	return now, local, kek, haveKEK, nil
+}
+
+// sameCert says whether ca is the CA of certPEM.
+func sameCert(ca *pki.CA, certPEM []byte) bool {
+	return ca != nil && bytes.Equal(bytes.TrimSpace(ca.CertPEM()), bytes.TrimSpace(certPEM))
+}
+
+// keepCA writes the model's CA into the data directory, in place of old
+// (nil when the directory held none).
+func (c *caSetup) keepCA(ca, old *pki.CA) error {
+	if err := pki.SaveCA(c.dir, ca); err != nil {
+		return err
+	}
+	if old == nil {
+		c.logger.Info("joined the model: using its CA", "dir", c.dir)
+	} else {
+		c.logger.Warn("this data directory's CA is not the model's: replaced by the model's (clients that trusted the old one need the model's CA)", "dir", c.dir)
+	}
+	return nil
 }
 
 // open opens the stored CA key with this controller's KEK: nil when it has

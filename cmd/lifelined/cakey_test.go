@@ -219,7 +219,8 @@ func TestCASetupJoin(t *testing.T) {
 // A model stored before keys were sealed holds its CA key in clear. The
 // controllers that start on it seal it, several at once: exactly one
 // seals it, with the KEK it keeps, and the others neither overwrite its
-// sealed key nor keep a KEK that opens nothing.
+// sealed key nor keep a KEK that opens nothing. Each serves with the
+// model's CA, a new one too (which read the key while it was in clear).
 func TestCASetupSealsAClearKey(t *testing.T) {
 	st, ctx := newCAState(t)
 	root := t.TempDir()
@@ -238,7 +239,7 @@ func TestCASetupSealsAClearKey(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		setups[i] = setup(st, root, string(rune('a'+i)), logs)
-		if i > 0 { // the controllers of the old model kept its CA
+		if i%2 == 1 { // the old model's controllers kept its CA; a and c are new
 			if err := pki.SaveCA(setups[i].dir, model); err != nil {
 				t.Fatal(err)
 			}
@@ -267,6 +268,9 @@ func TestCASetupSealsAClearKey(t *testing.T) {
 	}
 	holders := 0
 	for i, s := range setups {
+		if local, err := pki.LoadCA(s.dir); err != nil || !bytes.Equal(local.CertPEM(), model.CertPEM()) {
+			t.Errorf("controller %d's data directory holds no copy of the model's CA: %v", i, err)
+		}
 		_, ok, err := pki.LoadKEK(s.dir)
 		if err != nil {
 			t.Fatal(err)
