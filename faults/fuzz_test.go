@@ -285,7 +285,7 @@ func (fz *fuzzer) call(rnd *rand.Rand) {
 		req proto.Message
 		err error
 	)
-	switch rnd.IntN(16) {
+	switch rnd.IntN(17) {
 	case 0:
 		rpc, req = "Status", &pb.StatusRequest{}
 		_, err = fz.op.Status(ctx, req.(*pb.StatusRequest))
@@ -409,6 +409,11 @@ func (fz *fuzzer) call(rnd *rand.Rand) {
 			req = in
 			_, err = fz.op.SetConfig(ctx, in)
 		}
+	case 16:
+		rpc = "AddController"
+		in := &pb.AddControllerRequest{ValidForMs: int64Edge(rnd)}
+		req = in
+		_, err = fz.op.AddController(ctx, in)
 	case 14:
 		rpc = "ShowStatusLog"
 		in := &pb.ShowStatusLogRequest{Unit: fz.name(rnd, "unit"), Limit: int32(int64Edge(rnd))}
