@@ -112,10 +112,9 @@ func (s *State) UseControllerJoin(ctx context.Context, id string, accept func(*p
 	return nil
 }
 
-// checkControllerKeys checks the controllers' keys a snapshot holds: the
-// model's CA is whole, and its key is not in clear; every join token's
-// record is well-formed.
-func checkControllerKeys(snap *Snapshot, bad func(string, ...any)) {
+// checkCA checks the model's CA in a snapshot: whole, its key not in
+// clear.
+func checkCA(snap *Snapshot, bad func(string, ...any)) {
 	cert, hasCert := snap.Values[caCertKey]
 	key, hasKey := snap.Values[caKeyKey]
 	switch {
@@ -126,20 +125,18 @@ func checkControllerKeys(snap *Snapshot, bad func(string, ...any)) {
 	case hasKey && clearKeyPEM(key):
 		bad("%s holds the CA's private key in clear: whoever reads etcd may sign as the controller", caKeyKey)
 	}
-	for k, v := range snap.Values {
-		id, ok := strings.CutPrefix(k, controllerJoinsPrefix)
-		if !ok {
-			continue
-		}
-		j := &pb.ControllerJoin{}
-		switch err := proto.Unmarshal(v, j); {
-		case !validControllerJoinID(id):
-			bad("%s: invalid controller join token id", k)
-		case err != nil:
-			bad("%s: undecodable value: %v", k, err)
-		case j.SecretHash == "" || j.ExpiresUnixNano <= 0:
-			bad("%s: a controller join token without a secret hash or expiry", k)
-		}
+}
+
+// checkControllerJoin checks the record k of a controller join token.
+func checkControllerJoin(k string, v []byte, bad func(string, ...any)) {
+	j := &pb.ControllerJoin{}
+	switch err := proto.Unmarshal(v, j); {
+	case !validControllerJoinID(strings.TrimPrefix(k, controllerJoinsPrefix)):
+		bad("%s: invalid controller join token id", k)
+	case err != nil:
+		bad("%s: undecodable value: %v", k, err)
+	case j.SecretHash == "" || j.ExpiresUnixNano <= 0:
+		bad("%s: a controller join token without a secret hash or expiry", k)
 	}
 }
 

@@ -225,12 +225,14 @@ func CheckInvariants(snap *Snapshot) error {
 		}
 	}
 	checkStatusHistory(snap, bad)
-	checkControllerKeys(snap, bad)
+	checkCA(snap, bad)
 	for k := range snap.Values {
 		var ek string
 		switch {
 		case strings.HasPrefix(k, resolvedPrefix):
 			ek = UnitKey(strings.TrimPrefix(k, resolvedPrefix))
+		case strings.HasPrefix(k, controllerJoinsPrefix):
+			checkControllerJoin(k, snap.Values[k], bad)
 		case strings.HasPrefix(k, credentialsPrefix):
 			kind, id, err := names.ParseTag(strings.TrimPrefix(k, credentialsPrefix))
 			switch {

@@ -286,7 +286,7 @@ func (r *randomWorker) step(ctx context.Context, ops *atomic.Int64) error {
 			return nil
 		}
 		err = st.SetStatus(ctx, state.StatusUnit, u.Name, &pb.Status{Status: "active"})
-	case n < 98:
+	case n < 99:
 		op = "cleaner-pass"
 		_, err = state.NewCleaner(st, 0).Pass(ctx)
 	default:
