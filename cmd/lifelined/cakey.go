@@ -124,7 +124,7 @@ func (c *caSetup) first(ctx context.Context, local *pki.CA, kek pki.KEK, haveKEK
 		if err := pki.RemoveKEK(c.dir); err != nil {
 			return nil, pki.KEK{}, err
 		}
-		kek, made, haveKEK = pki.KEK{}, false, false
+		kek, haveKEK = pki.KEK{}, false
 	}
 	return c.fromStored(ctx, stored, local, kek, haveKEK)
 }
