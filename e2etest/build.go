@@ -14,6 +14,9 @@ import (
 type Binaries struct {
 	Ctl       string
 	Lifelined string
+	// Reaper ends a sandbox's processes if the test binary dies without
+	// its cleanup (e2etest/reaper); none is started when it is empty.
+	Reaper string
 }
 
 // RepoRoot returns the main module's directory, as go env GOMOD finds it
@@ -42,16 +45,16 @@ func goBuild(dir string, env []string, args ...string) error {
 	return nil
 }
 
-// BuildBinaries builds ctl and lifelined into dir.
+// BuildBinaries builds ctl, lifelined and the sandboxes' reaper into dir.
 func BuildBinaries(dir string) (Binaries, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return Binaries{}, err
 	}
-	if err := goBuild(root, nil, "-o", dir+string(filepath.Separator), "./cmd/ctl", "./cmd/lifelined"); err != nil {
+	if err := goBuild(root, nil, "-o", dir+string(filepath.Separator), "./cmd/ctl", "./cmd/lifelined", "./e2etest/reaper"); err != nil {
 		return Binaries{}, err
 	}
-	return Binaries{Ctl: filepath.Join(dir, "ctl"), Lifelined: filepath.Join(dir, "lifelined")}, nil
+	return Binaries{Ctl: filepath.Join(dir, "ctl"), Lifelined: filepath.Join(dir, "lifelined"), Reaper: filepath.Join(dir, "reaper")}, nil
 }
 
 // BuildEtcd builds the etcd server of tools/etcd (a module of its own, at

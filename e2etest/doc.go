@@ -3,7 +3,8 @@
 // tools/etcd), gives each test a sandbox (a short temporary directory with
 // its client config, its controllers and their local machines, and a
 // teardown that stops everything started there and fails the test if any
-// process outlives it), runs ctl and decodes its status, finds the
+// process outlives it, and a reaper process that ends everything there if the
+// test binary dies first), runs ctl and decodes its status, finds the
 // processes of machines and units, and runs a real etcd cluster as separate
 // processes over TLS.
 //

@@ -43,6 +43,8 @@ type Sandbox struct {
 	// all the same.
 	KeepOnFailure bool
 
+	reaper *exec.Cmd
+
 	mu           sync.Mutex
 	controllers  []*Controller
 	machinesDirs []string
@@ -61,8 +63,37 @@ func NewSandbox(t testing.TB, bin Binaries) *Sandbox {
 		t: t, Bin: bin, Dir: dir, Config: filepath.Join(dir, "client.json"), DataDir: filepath.Join(dir, "data"),
 		Port: FreePorts(t), Network: LocalNetwork(t),
 	}
+	s.startReaper(t)
 	t.Cleanup(s.teardown) // before the network's release, which Cleanup runs after it
 	return s
+}
+
+// startReaper starts the sandbox's reaper (e2etest/reaper), which kills
+// what runs in the sandbox if this test binary dies without its cleanup.
+// It runs in a process group of its own, so that the terminal's interrupt
+// reaches the test binary but not it.
+func (s *Sandbox) startReaper(t testing.TB) {
+	if s.Bin.Reaper == "" {
+		return
+	}
+	cmd := exec.Command(s.Bin.Reaper)
+	cmd.Dir = "/"
+	cmd.Env = append(os.Environ(), "LIFELINE_REAP_DIR="+s.Dir, "LIFELINE_REAP_PARENT="+strconv.Itoa(os.Getpid()))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the sandbox's reaper: %v", err)
+	}
+	s.reaper = cmd
+}
+
+// stopReaper ends the reaper of a sandbox whose cleanup runs.
+func (s *Sandbox) stopReaper() {
+	if s.reaper == nil {
+		return
+	}
+	_ = s.reaper.Process.Kill()
+	_ = s.reaper.Wait()
+	s.reaper = nil
 }
 
 // OnStop registers f to run once the controllers and their machines are
@@ -338,6 +369,7 @@ func (s *Sandbox) teardown() {
 	for i := len(after) - 1; i >= 0; i-- {
 		after[i]()
 	}
+	s.stopReaper()
 	if left := SandboxProcs(s.Dir); len(left) > 0 {
 		t.Errorf("teardown: processes outlived their controller and machines; killing them:\n%s", ProcList(left))
 		for _, p := range left {
