@@ -31,6 +31,16 @@
 // it), and the changes queued meanwhile that the listing already shows
 // are dropped: nothing is lost, nothing repeated, revisions only grow.
 //
+// A stream made through a Budget is charged for what is held for it:
+// its queue, what etcd sent ahead of its reader while it catches up, a
+// listing read for it by List. A budget may have a parent bounding its
+// children together, and the hub may bound all of them (QueueBytes).
+// Past a limit the budget is cut: what its streams hold is dropped at
+// once, whatever their readers are doing, and each returns a CutError;
+// their clients resume after the revisions they last received. Queued
+// changes stay in the hub's queue, counted, until a reader takes them, a
+// batch at a time.
+//
 // A stream is read with Next, which waits, by a goroutine of its own; or,
 // made with Polled, with TryNext, which does not wait but has the hub call
 // a function when there may be news, so that one goroutine serves many

@@ -45,7 +45,11 @@ type Config struct {
 	// zero.
 	BatchEvents int
 	BatchBytes  int
-	Logger      hclog.Logger
+	// QueueBytes bounds what the streams charged to budgets hold
+	// together (Budget); past it, the budget holding the most is cut.
+	// None when zero.
+	QueueBytes int64
+	Logger     hclog.Logger
 }
 
 // Validate reports a configuration New cannot use.
@@ -53,7 +57,7 @@ func (c Config) Validate() error {
 	switch {
 	case c.Source == nil:
 		return errors.New("watchhub: no source")
-	case c.RingEvents < 0 || c.RingBytes < 0 || c.QueueEvents < 0 || c.BatchEvents < 0 || c.BatchBytes < 0:
+	case c.RingEvents < 0 || c.RingBytes < 0 || c.QueueEvents < 0 || c.BatchEvents < 0 || c.BatchBytes < 0 || c.QueueBytes < 0:
 		return errors.New("watchhub: negative bound")
 	}
 	return nil
@@ -88,6 +92,10 @@ type Hub struct {
 	closed   bool
 	stats    Stats
 	touched  []*sub // scratch for dispatch
+	// held is what every stream holds (Budget); budgets are the
+	// budgets with streams, not closed: those a cut may choose.
+	held    int64
+	budgets map[*Budget]struct{}
 }
 
 // Stats are the hub's counts so far.
@@ -113,6 +121,14 @@ type Stats struct {
 	ListedAgain int64
 	// RingEvents and RingBytes are what the ring holds now.
 	RingEvents, RingBytes int
+	// Held is the bytes of changes the streams hold now (queued, read
+	// ahead from etcd, listed), as budgets count them; MostHeld the most
+	// one budget with streams has held at once.
+	Held, MostHeld int64
+	// CutsStream, CutsParent and CutsHub count the budgets cut because
+	// they, their parent, or every stream together (Config.QueueBytes)
+	// went past a limit.
+	CutsStream, CutsParent, CutsHub int64
 }
 
 // New returns a Hub; Run starts it.
@@ -142,6 +158,7 @@ func New(cfg Config) (*Hub, error) {
 		cfg: cfg, ready: make(chan struct{}), done: make(chan struct{}),
 		ring:  newRing(cfg.RingEvents, cfg.RingBytes),
 		exact: map[string]map[*sub]struct{}{}, prefixes: map[string]map[*sub]struct{}{}, lenCount: map[int]int{},
+		budgets: map[*Budget]struct{}{},
 	}, nil
 }
 
@@ -205,7 +222,7 @@ func (h *Hub) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.stats
-	s.Revision, s.Streams, s.RingEvents, s.RingBytes = h.rev, h.subs, h.ring.n, h.ring.bytes
+	s.Revision, s.Streams, s.RingEvents, s.RingBytes, s.Held = h.rev, h.subs, h.ring.n, h.ring.bytes, h.held
 	return s
 }
 
@@ -215,9 +232,16 @@ type sub struct {
 	key    string
 	prefix bool
 	// queue holds the changes for the stream, in order, one batch per
-	// batch of the hub's watch with changes for it; queued counts them.
+	// batch of the hub's watch with changes for it; queued counts them,
+	// and bytes counts what they hold (eventBytes).
 	queue  []state.WatchBatch
 	queued int
+	bytes  int64
+	// budget is what the stream is charged to, nil for none.
+	budget *Budget
+	// stopFallback, while set, stops the etcd watch the stream catches
+	// up with (Stream.fallback).
+	stopFallback context.CancelFunc
 	// reset says the queue overflowed and was dropped: nothing is queued
 	// until the stream lists again.
 	reset bool
@@ -322,6 +346,11 @@ func (h *Hub) enqueue(s *sub, rev int64, e *state.Event, touched []*sub) []*sub 
 		h.overflow(s)
 		return touched
 	}
+	size := int64(eventBytes(e))
+	if !h.chargeLocked(s, size) {
+		return touched // cut: s returns why
+	}
+	s.bytes += size
 	n := len(s.queue)
 	if n == 0 || s.queue[n-1].Revision != rev {
 		s.queue = append(s.queue, state.WatchBatch{Revision: rev})
@@ -339,7 +368,8 @@ func (h *Hub) overflow(s *sub) {
 	if !s.reset {
 		h.stats.Overflows++
 	}
-	s.queue, s.queued, s.reset = nil, 0, true
+	h.dropQueueLocked(s)
+	s.reset = true
 	s.notify()
 }
 
@@ -386,7 +416,7 @@ func (h *Hub) unregister(s *sub) {
 	if len(set[s.key]) == 0 {
 		delete(set, s.key)
 	}
-	s.queue, s.queued = nil, 0
+	h.dropQueueLocked(s)
 }
 
 // resume registers s to receive the changes after rev, queueing those the
@@ -396,7 +426,8 @@ func (h *Hub) resume(s *sub, rev int64) bool {
 	if rev < h.ring.base {
 		return false
 	}
-	s.reset, s.queue, s.queued = false, nil, 0
+	s.reset = false
+	h.dropQueueLocked(s)
 	h.register(s)
 	for i := h.ring.after(rev); i < h.ring.n; i++ {
 		e := h.ring.at(i)

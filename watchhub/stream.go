@@ -2,6 +2,7 @@ package watchhub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -18,15 +19,14 @@ type Stream struct {
 	after int64
 	// list says the stream must list its keys before anything else.
 	list bool
-	// listed is a listing Hub.List read, to return before anything else.
-	listed *state.WatchBatch
-	// pending are batches taken from the hub's queue, not yet returned.
-	pending []state.WatchBatch
+	// listed is a listing Hub.List read, to return before anything else;
+	// listedBytes what it is charged for.
+	listed      *state.WatchBatch
+	listedBytes int64
 	// fallback, while set, is the etcd watch the stream catches up with,
 	// because the ring no longer held what it had to resume from.
-	fallback     <-chan state.WatchBatch
-	stopFallback context.CancelFunc
-	closed       bool
+	fallback <-chan state.WatchBatch
+	closed   bool
 }
 
 // Watch returns a stream of the changes under prefix (state.Watch's
@@ -34,12 +34,12 @@ type Stream struct {
 // zero. It waits for the hub to start, until ctx ends; a stream catching
 // up from etcd does so until ctx ends or Close.
 func (h *Hub) Watch(ctx context.Context, prefix string, after int64) (*Stream, error) {
-	return h.watch(ctx, prefix, true, after, nil)
+	return h.watch(ctx, prefix, true, after, nil, nil)
 }
 
 // WatchKey is Watch of exactly one key.
 func (h *Hub) WatchKey(ctx context.Context, key string, after int64) (*Stream, error) {
-	return h.watch(ctx, key, false, after, nil)
+	return h.watch(ctx, key, false, after, nil, nil)
 }
 
 // Polled returns a stream to be read with TryNext rather than Next, so
@@ -49,10 +49,10 @@ func (h *Hub) WatchKey(ctx context.Context, key string, after int64) (*Stream, e
 // stream's while it catches up from etcd: it must return at once and not
 // call the hub.
 func (h *Hub) Polled(ctx context.Context, key string, prefix bool, after int64, wake func()) (*Stream, error) {
-	return h.watch(ctx, key, prefix, after, wake)
+	return h.watch(ctx, key, prefix, after, wake, nil)
 }
 
-func (h *Hub) watch(ctx context.Context, key string, prefix bool, after int64, wake func()) (*Stream, error) {
+func (h *Hub) watch(ctx context.Context, key string, prefix bool, after int64, wake func(), b *Budget) (*Stream, error) {
 	if after < 0 {
 		return nil, fmt.Errorf("watch %s after revision %d: want 0 or a revision received earlier", key, after)
 	}
@@ -63,7 +63,7 @@ func (h *Hub) watch(ctx context.Context, key string, prefix bool, after int64, w
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	s := &Stream{h: h, sub: &sub{key: key, prefix: prefix, onWake: wake}, after: after}
+	s := &Stream{h: h, sub: &sub{key: key, prefix: prefix, onWake: wake, budget: b}, after: after}
 	if wake == nil {
 		s.sub.wake = make(chan struct{}, 1)
 	}
@@ -71,6 +71,16 @@ func (h *Hub) watch(ctx context.Context, key string, prefix bool, after int64, w
 	defer h.mu.Unlock()
 	if h.closed {
 		return nil, ErrClosed
+	}
+	if b != nil {
+		switch {
+		case b.cut != nil:
+			return nil, b.cut
+		case b.closed:
+			return nil, errors.New("watch budget closed")
+		}
+		b.subs[s.sub] = struct{}{}
+		h.budgets[b] = struct{}{}
 	}
 	switch {
 	case after == 0:
@@ -80,30 +90,64 @@ func (h *Hub) watch(ctx context.Context, key string, prefix bool, after int64, w
 	default:
 		h.stats.Fallbacks++
 		fctx, cancel := context.WithCancel(ctx)
-		s.stopFallback = cancel
+		s.sub.stopFallback = cancel
+		var in <-chan state.WatchBatch
 		if prefix {
-			s.fallback = h.cfg.Source.Watch(fctx, key, after)
+			in = h.cfg.Source.Watch(fctx, key, after)
 		} else {
-			s.fallback = h.cfg.Source.WatchKey(fctx, key, after)
+			in = h.cfg.Source.WatchKey(fctx, key, after)
 		}
-		if wake != nil {
-			s.fallback = forward(fctx, s.fallback, wake)
-		}
+		s.fallback = h.forward(fctx, in, s.sub)
 	}
 	return s, nil
 }
 
-// forward hands on the batches of in, one at a time, calling wake each
-// time one is ready, until in closes (its watch's context ended).
-func forward(ctx context.Context, in <-chan state.WatchBatch, wake func()) <-chan state.WatchBatch {
+// forward reads the batches of in, an etcd watch catching s up, as they
+// come, and holds them, charged to s's budget, until the stream takes
+// them: etcd's client would otherwise hold, uncounted, all that the
+// stream's reader does not take. It wakes s each time one is ready, and
+// ends when ctx does (in closes then) or s's budget is cut.
+func (h *Hub) forward(ctx context.Context, in <-chan state.WatchBatch, s *sub) <-chan state.WatchBatch {
 	out := make(chan state.WatchBatch, 1)
 	go func() {
-		defer wake() // after the close: TryNext sees the end
-		defer close(out)
-		for b := range in {
+		var held []state.WatchBatch
+		var bytes int64 // what held is charged for
+		defer func() {
+			h.mu.Lock()
+			h.releaseLocked(s, bytes)
+			h.mu.Unlock()
+			close(out)
+			s.notify() // after the close: the stream sees the end
+		}()
+		for {
+			var send chan<- state.WatchBatch
+			var head state.WatchBatch
+			if len(held) > 0 {
+				send, head = out, held[0]
+			}
 			select {
-			case out <- b:
-				wake()
+			case b, ok := <-in:
+				if !ok {
+					return
+				}
+				n := batchBytes(&b)
+				h.mu.Lock()
+				ok = h.chargeLocked(s, n)
+				h.mu.Unlock()
+				if !ok {
+					return
+				}
+				held = append(held, b)
+				bytes += n
+			case send <- head:
+				n := batchBytes(&head)
+				h.mu.Lock()
+				h.releaseLocked(s, n)
+				h.mu.Unlock()
+				bytes -= n
+				held[0] = state.WatchBatch{}
+				held = held[1:]
+				s.notify()
 			case <-ctx.Done():
 				return
 			}
@@ -118,12 +162,27 @@ func (s *Stream) Close() {
 		return
 	}
 	s.closed = true
-	if s.stopFallback != nil {
-		s.stopFallback()
+	h := s.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s.sub.stopFallback != nil {
+		s.sub.stopFallback()
+		s.sub.stopFallback = nil
 	}
-	s.h.mu.Lock()
-	s.h.unregister(s.sub)
-	s.h.mu.Unlock()
+	h.unregister(s.sub)
+	s.dropListedLocked()
+	if b := s.sub.budget; b != nil {
+		delete(b.subs, s.sub)
+	}
+}
+
+// dropListedLocked drops the listing Hub.List read for the stream, if it
+// holds one. The hub's lock is held.
+func (s *Stream) dropListedLocked() {
+	if s.listed != nil {
+		s.h.releaseLocked(s.sub, s.listedBytes)
+		s.listed, s.listedBytes = nil, 0
+	}
 }
 
 // Next returns the next batch: changes, a Reset listing, or progress (no
@@ -144,44 +203,50 @@ func (s *Stream) TryNext(ctx context.Context) (state.WatchBatch, bool, error) {
 }
 
 func (s *Stream) next(ctx context.Context, wait bool) (state.WatchBatch, bool, error) {
+	h := s.h
 	for {
 		switch {
 		case s.closed:
 			return state.WatchBatch{}, false, ErrClosed
 		case s.fallback != nil:
 			return s.nextFallback(ctx, wait)
-		case s.listed != nil:
-			b := *s.listed
-			s.listed = nil
-			return b, true, nil
-		case s.list:
-			b, err := s.relist(ctx)
-			return b, err == nil, err
-		case len(s.pending) > 0:
-			if b, ok := s.take(); ok {
-				return b, true, nil
-			}
-			continue
 		}
-		h := s.h
 		h.mu.Lock()
 		switch {
 		case h.closed:
 			h.mu.Unlock()
 			return state.WatchBatch{}, false, ErrClosed
+		case s.sub.budget != nil && s.sub.budget.cut != nil:
+			err := s.sub.budget.cut
+			s.dropListedLocked()
+			h.mu.Unlock()
+			return state.WatchBatch{}, false, err
+		case s.listed != nil:
+			b := *s.listed
+			s.dropListedLocked()
+			h.mu.Unlock()
+			return b, true, nil
+		case s.list:
+			h.mu.Unlock()
+			b, err := s.relist(ctx)
+			return b, err == nil, err
 		case s.sub.reset:
 			s.list = true
+			h.mu.Unlock()
+			continue
 		case len(s.sub.queue) > 0:
-			s.pending, s.sub.queue, s.sub.queued = s.sub.queue, nil, 0
+			b, ok := s.takeLocked()
+			h.mu.Unlock()
+			if ok {
+				return b, true, nil
+			}
+			continue
 		case s.sub.progress > s.after:
 			s.after = s.sub.progress
 			h.mu.Unlock()
 			return state.WatchBatch{Revision: s.after}, true, nil
 		}
 		h.mu.Unlock()
-		if s.list || len(s.pending) > 0 {
-			continue
-		}
 		if !wait {
 			return state.WatchBatch{}, false, nil
 		}
@@ -194,21 +259,28 @@ func (s *Stream) next(ctx context.Context, wait bool) (state.WatchBatch, bool, e
 	}
 }
 
-// take returns what is pending after s.after, as one batch within the
-// configured bounds, and false when nothing was.
-func (s *Stream) take() (state.WatchBatch, bool) {
+// takeLocked takes from the stream's queue what is after s.after, as one
+// batch within the configured bounds, and reports false when nothing was.
+// What it takes is no longer held for the stream. The hub's lock is held:
+// the queue stays the hub's, and counted, until a batch is returned, so
+// that a cut drops all of it whatever the stream's reader is doing.
+func (s *Stream) takeLocked() (state.WatchBatch, bool) {
+	q := s.sub.queue
 	var out state.WatchBatch
 	size := 0
+	var released int64
 	n := 0
-	for ; n < len(s.pending); n++ {
-		b := &s.pending[n]
+	for ; n < len(q); n++ {
+		b := &q[n]
 		if b.Revision <= s.after {
-			continue // all of it in a listing already
+			released += batchBytes(b) // all of it in a listing already
+			continue
 		}
 		// A batch may hold several revisions, a listing may have read up
 		// to the middle of it: keep only what is after.
 		evs := b.Events
 		for len(evs) > 0 && evs[0].ModRevision <= s.after {
+			released += int64(eventBytes(&evs[0]))
 			evs = evs[1:]
 		}
 		bsize := 0
@@ -226,16 +298,21 @@ func (s *Stream) take() (state.WatchBatch, bool) {
 			out.Events = append(out.Events, evs...)
 		}
 		size += bsize
+		released += int64(bsize)
 		out.Revision = b.Revision
 		s.after = b.Revision
 	}
+	taken := 0
 	for i := 0; i < n; i++ {
-		s.pending[i] = state.WatchBatch{}
+		taken += len(q[i].Events)
+		q[i] = state.WatchBatch{}
 	}
-	s.pending = s.pending[n:]
-	if len(s.pending) == 0 {
-		s.pending = nil
+	if s.sub.queue = q[n:]; len(s.sub.queue) == 0 {
+		s.sub.queue = nil
 	}
+	s.sub.queued -= taken
+	s.sub.bytes -= released
+	s.h.releaseLocked(s.sub, released)
 	return out, out.Revision != 0
 }
 
@@ -290,10 +367,10 @@ func (h *Hub) listAtLeast(ctx context.Context, specs []state.ListSpec, need int6
 // startListingLocked registers the stream, with an empty queue, before a
 // listing is read. The hub's lock is held.
 func (s *Stream) startListingLocked() {
-	s.sub.reset, s.sub.queue, s.sub.queued, s.sub.progress = false, nil, 0, 0
+	s.sub.reset, s.sub.progress = false, 0
+	s.h.dropQueueLocked(s.sub)
 	s.h.register(s.sub)
 	s.h.stats.Listings++
-	s.pending = nil
 }
 
 // spec is what a listing of the stream reads.
@@ -347,9 +424,14 @@ func (h *Hub) List(ctx context.Context, streams []*Stream) {
 	if err != nil {
 		return
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	for i, s := range listing {
 		b := s.listedAt(at, evs[i])
-		s.listed = &b
+		n := batchBytes(&b)
+		if h.chargeLocked(s.sub, n) {
+			s.listed, s.listedBytes = &b, n
+		}
 	}
 }
 
@@ -375,7 +457,14 @@ func (s *Stream) nextFallback(ctx context.Context, wait bool) (state.WatchBatch,
 		}
 	}
 	if !ok {
-		if ctx.Err() != nil {
+		h := s.h
+		h.mu.Lock()
+		cut := s.sub.budget != nil && s.sub.budget.cut != nil
+		h.mu.Unlock()
+		switch {
+		case cut:
+			return state.WatchBatch{}, false, s.sub.budget.Err()
+		case ctx.Err() != nil:
 			return state.WatchBatch{}, false, ctx.Err()
 		}
 		return state.WatchBatch{}, false, context.Canceled // the context Watch was given ended
@@ -384,8 +473,8 @@ func (s *Stream) nextFallback(ctx context.Context, wait bool) (state.WatchBatch,
 	h := s.h
 	h.mu.Lock()
 	if !h.closed && h.resume(s.sub, s.after) {
-		s.stopFallback()
-		s.fallback, s.stopFallback = nil, nil
+		s.sub.stopFallback()
+		s.fallback, s.sub.stopFallback = nil, nil
 	}
 	h.mu.Unlock()
 	return b, true, nil
