@@ -59,13 +59,16 @@ type Budget struct {
 	parent *Budget
 	onCut  func(*CutError)
 	// Guarded by the hub's lock: what is held for the budget's streams
-	// (for a parent, its children's); the most it held; its streams; the
-	// cut, once cut; closed once closed.
-	used   int64
-	peak   int64
-	subs   map[*sub]struct{}
-	cut    *CutError
-	closed bool
+	// (for a parent, its children's); the most it held; the revision
+	// last queued for its streams and what was queued of it; its
+	// streams; the cut, once cut; closed once closed.
+	used     int64
+	peak     int64
+	rev      int64
+	revBytes int64
+	subs     map[*sub]struct{}
+	cut      *CutError
+	closed   bool
 }
 
 // NewBudget returns a budget of limit bytes (none when zero or less),
@@ -118,10 +121,15 @@ func (b *Budget) Polled(ctx context.Context, key string, prefix bool, after int6
 	return b.h.watch(ctx, key, prefix, after, wake, b)
 }
 
-// chargeLocked counts n more bytes held for s's budget (and the hub's),
-// cutting what goes past a limit; it reports false when s's budget is
-// cut (now or before), and then counts nothing. The hub's lock is held.
-func (h *Hub) chargeLocked(s *sub, n int64) bool {
+// chargeLocked counts n more bytes queued for s, of the change at
+// revision rev, for s's budget (and the hub's), cutting what goes past a
+// limit; it reports false when s's budget is cut (now or before), and
+// then counts nothing. A budget is cut only when it holds changes of an
+// earlier revision than the one queued now: a stream whose reader has
+// taken everything before is not cut for one revision, however big, so
+// that a client that reads as fast as it can always makes progress. The
+// hub's lock is held.
+func (h *Hub) chargeLocked(s *sub, n, rev int64) bool {
 	b := s.budget
 	if b != nil && b.cut != nil {
 		return false
@@ -132,14 +140,21 @@ func (h *Hub) chargeLocked(s *sub, n int64) bool {
 	}
 	b.add(n)
 	h.stats.MostHeld = max(h.stats.MostHeld, b.used)
+	if b.rev != rev {
+		b.rev, b.revBytes = rev, 0
+	}
+	b.revBytes += n
+	behind := b.used > b.revBytes
 	switch p := b.parent; {
+	case !behind:
 	case b.limit > 0 && b.used > b.limit:
 		h.cutLocked(b, &CutError{Over: OverStream, Limit: b.limit})
 	case p != nil && p.limit > 0 && p.used > p.limit:
 		h.cutLocked(b, &CutError{Over: OverParent, Limit: p.limit})
-	case h.cfg.QueueBytes > 0 && h.held > h.cfg.QueueBytes:
+	}
+	if q := h.cfg.QueueBytes; q > 0 && h.held > q {
 		if most := h.mostLocked(); most != nil {
-			h.cutLocked(most, &CutError{Over: OverHub, Limit: h.cfg.QueueBytes})
+			h.cutLocked(most, &CutError{Over: OverHub, Limit: q})
 		}
 	}
 	if b.cut != nil {
@@ -149,6 +164,41 @@ func (h *Hub) chargeLocked(s *sub, n int64) bool {
 		return false
 	}
 	return true
+}
+
+// holdLocked counts n more bytes held for s other than in its queue (read
+// ahead from etcd, a listing read for it) and reports true when they fit
+// within s's budget, its parent's and the hub's, or when s's budget holds
+// nothing else; otherwise it counts nothing and reports false, and the
+// caller holds nothing: such a stream lists afresh when read, rather than
+// being cut for what a client catching up needs. The hub's lock is held.
+func (h *Hub) holdLocked(s *sub, n int64) bool {
+	b := s.budget
+	if !h.fitsLocked(b, n) {
+		return false
+	}
+	h.held += n
+	if b != nil {
+		b.add(n)
+		h.stats.MostHeld = max(h.stats.MostHeld, b.used)
+	}
+	return true
+}
+
+// fitsLocked says whether b (nil: none), not cut, can hold n more bytes
+// within its limit, its parent's and the hub's, or holds nothing. The
+// hub's lock is held.
+func (h *Hub) fitsLocked(b *Budget, n int64) bool {
+	switch {
+	case b == nil:
+		return true
+	case b.cut != nil:
+		return false
+	case b.used == 0:
+		return true
+	}
+	over := func(x *Budget) bool { return x != nil && x.limit > 0 && x.used+n > x.limit }
+	return !over(b) && !over(b.parent) && (h.cfg.QueueBytes <= 0 || h.held+n <= h.cfg.QueueBytes)
 }
 
 // releaseLocked counts n bytes charged for s as no longer held.

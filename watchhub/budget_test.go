@@ -162,20 +162,31 @@ func TestBudgetReleasesWhatStreamsTake(t *testing.T) {
 	}
 }
 
-// TestBudgetCountsWhatIsReadAheadFromEtcd: a stream resuming from a
+// TestStreamCatchingUpPastItsBudgetListsAfresh: a stream resuming from a
 // revision the ring no longer holds catches up from etcd; what etcd sends
-// it ahead of its reader is held for it, counted, and cut like a queue.
-func TestBudgetCountsWhatIsReadAheadFromEtcd(t *testing.T) {
+// it ahead of its reader is held for it, within its budget. Past the
+// budget the stream is not cut: it stops reading etcd and, when read,
+// lists afresh, so that a client that fell behind always catches up.
+func TestStreamCatchingUpPastItsBudgetListsAfresh(t *testing.T) {
 	f := newFixture(t, watchhub.Config{RingEvents: 4})
 	start := f.put("k/start", "x")
 	var rev int64
-	for i := range 40 {
-		rev = f.put("k/"+strconv.Itoa(i%3), value(4<<10))
+	// More revisions than etcd sends a watcher catching up in two
+	// batches (1,000 revisions each): one handed to the stream, one held
+	// for it, and the next past its budget.
+	for i := range 2500 {
+		rev = f.put("k/"+strconv.Itoa(i%3), value(1<<10))
 	}
 	f.caughtUp(rev)
 	b := f.hub.NewBudget(64<<10, nil, nil)
 	defer b.Close()
-	s, err := b.Polled(f.ctx, "k/", true, start, func() {})
+	wake := make(chan struct{}, 1)
+	s, err := b.Polled(f.ctx, "k/", true, start, func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,26 +194,55 @@ func TestBudgetCountsWhatIsReadAheadFromEtcd(t *testing.T) {
 	if f.hub.Stats().Fallbacks != 1 {
 		t.Fatalf("hub Stats() = %+v, want one fallback to etcd", f.hub.Stats())
 	}
-	// Never read: etcd's 40 changes are read ahead, up to the budget.
-	if cut := waitCut(t, s); cut.Over != watchhub.OverStream {
-		t.Errorf("cut = %v, want over the stream's budget", cut)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		now, _ := b.Used()
-		if now == 0 && f.hub.Stats().Held == 0 {
-			break
-		}
+	// Not read yet: what etcd sends is read ahead, a batch whatever its
+	// size while the budget holds nothing, and no further.
+	deadline := time.Now().Add(30 * time.Second)
+	for f.hub.Stats().Afresh == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("after the cut the budget holds %d, the hub %d; want nothing", now, f.hub.Stats().Held)
+			t.Fatalf("hub Stats() = %+v after 30 s, want the stream's read-ahead stopped (Afresh 1)", f.hub.Stats())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	if now, peak := b.Used(); peak > 1200<<10 || now > 1200<<10 {
+		t.Errorf("read ahead: Used() = %d now, %d at most; want no more than etcd's first batch, about 1 MiB", now, peak)
+	}
+	// Read: changes in order, then, the budget having been full, a
+	// listing of every key at its latest.
+	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
+	defer cancel()
+	last := start
+	for {
+		batch, err := pollNext(ctx, s, wake)
+		if err != nil {
+			t.Fatalf("TryNext: %v", err)
+		}
+		if batch.Revision < last {
+			t.Fatalf("batch at revision %d after %d", batch.Revision, last)
+		}
+		last = batch.Revision
+		if batch.Reset {
+			if !slices.Equal(keys(batch), []string{"k/0", "k/1", "k/2", "k/start"}) || batch.Revision < rev {
+				t.Errorf("listing = %v at %d, want every key at %d or later", keys(batch), batch.Revision, rev)
+			}
+			break
+		}
+		if batch.Revision >= rev {
+			t.Fatalf("caught up to %d without listing afresh: the read-ahead went past the budget", batch.Revision)
+		}
+	}
+	if err := b.Err(); err != nil {
+		t.Errorf("budget of a stream catching up: %v, want it not cut", err)
+	}
+	if now, _ := b.Used(); now != 0 {
+		t.Errorf("Used() = %d once caught up, want 0", now)
+	}
 }
 
-// TestBudgetCountsListingsReadTogether: listings Hub.List reads for
-// streams about to list are held for them until returned, and count.
-func TestBudgetCountsListingsReadTogether(t *testing.T) {
+// TestListingsReadTogetherWithinTheBudget: listings Hub.List reads for
+// streams about to list are held for them until returned, within their
+// budget; those it cannot hold are left for each stream to list on its
+// own. None is cut, and each lists.
+func TestListingsReadTogetherWithinTheBudget(t *testing.T) {
 	f := newFixture(t, watchhub.Config{})
 	var rev int64
 	for i := range 8 {
@@ -221,13 +261,40 @@ func TestBudgetCountsListingsReadTogether(t *testing.T) {
 		streams = append(streams, s)
 	}
 	f.hub.List(f.ctx, streams)
-	if cut := waitCut(t, streams[3]); cut.Over != watchhub.OverStream {
-		t.Errorf("cut = %v, want over the stream's budget", cut)
+	if now, _ := b.Used(); now == 0 || now > 64<<10 {
+		t.Errorf("after List, Used() = %d, want the listings it could hold, within 64 KiB", now)
 	}
-	for _, s := range streams {
-		waitCut(t, s)
+	for i, s := range streams {
+		batch, ok, err := s.TryNext(f.ctx)
+		if err != nil || !ok || !batch.Reset || len(batch.Events) != 8 {
+			t.Errorf("stream %d's TryNext = %v, %v, %d events; want its listing of 8", i, ok, err, len(batch.Events))
+		}
 	}
-	if now, _ := b.Used(); now != 0 {
-		t.Errorf("Used() = %d once every stream returned its cut, want 0", now)
+	if now, _ := b.Used(); now != 0 || b.Err() != nil {
+		t.Errorf("once listed: Used() = %d, Err() = %v; want 0, nil", now, b.Err())
+	}
+}
+
+// TestOneRevisionPastTheBudgetDoesNotCut: a change bigger than its
+// stream's budget is queued and delivered to a reader that had taken
+// everything before: only a reader that is behind is cut.
+func TestOneRevisionPastTheBudgetDoesNotCut(t *testing.T) {
+	f := newFixture(t, watchhub.Config{})
+	b := f.hub.NewBudget(16<<10, nil, nil)
+	defer b.Close()
+	s, err := b.Watch(f.ctx, "k/", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	next(t, s) // listing
+	for i := range 3 {
+		rev := f.put("k/"+strconv.Itoa(i), value(48<<10))
+		if batch := next(t, s); batch.Revision != rev || len(batch.Events[0].Value) != 48<<10 {
+			t.Fatalf("batch at %d, want the change at %d", batch.Revision, rev)
+		}
+	}
+	if err := b.Err(); err != nil {
+		t.Errorf("Err() = %v, want the stream not cut", err)
 	}
 }

@@ -125,6 +125,9 @@ type Stats struct {
 	// ahead from etcd, listed), as budgets count them; MostHeld the most
 	// one budget with streams has held at once.
 	Held, MostHeld int64
+	// Afresh counts the streams catching up from etcd that stopped
+	// reading ahead, their budget full, to list afresh.
+	Afresh int64
 	// CutsStream, CutsParent and CutsHub count the budgets cut because
 	// they, their parent, or every stream together (Config.QueueBytes)
 	// went past a limit.
@@ -240,8 +243,11 @@ type sub struct {
 	// budget is what the stream is charged to, nil for none.
 	budget *Budget
 	// stopFallback, while set, stops the etcd watch the stream catches
-	// up with (Stream.fallback).
+	// up with (Stream.fallback); listAfresh says that watch stopped
+	// because the stream's budget could not hold what it read ahead:
+	// the stream lists afresh instead.
 	stopFallback context.CancelFunc
+	listAfresh   bool
 	// reset says the queue overflowed and was dropped: nothing is queued
 	// until the stream lists again.
 	reset bool
@@ -347,7 +353,7 @@ func (h *Hub) enqueue(s *sub, rev int64, e *state.Event, touched []*sub) []*sub 
 		return touched
 	}
 	size := int64(eventBytes(e))
-	if !h.chargeLocked(s, size) {
+	if !h.chargeLocked(s, size, rev) {
 		return touched // cut: s returns why
 	}
 	s.bytes += size
@@ -421,10 +427,24 @@ func (h *Hub) unregister(s *sub) {
 
 // resume registers s to receive the changes after rev, queueing those the
 // ring holds, and reports true; or, when the ring no longer holds all of
-// them, reports false and leaves s unregistered.
+// them, or s's budget could not hold them, reports false and leaves s
+// unregistered.
 func (h *Hub) resume(s *sub, rev int64) bool {
 	if rev < h.ring.base {
 		return false
+	}
+	if s.budget != nil {
+		// What the ring holds for s must fit s's budget; otherwise s
+		// catches up as if the ring did not hold it.
+		n := int64(0)
+		for i := h.ring.after(rev); i < h.ring.n; i++ {
+			if e := h.ring.at(i); s.matches(e.Key) {
+				n += int64(eventBytes(e))
+			}
+		}
+		if !h.fitsLocked(s.budget, n) {
+			return false
+		}
 	}
 	s.reset = false
 	h.dropQueueLocked(s)

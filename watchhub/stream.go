@@ -106,7 +106,8 @@ func (h *Hub) watch(ctx context.Context, key string, prefix bool, after int64, w
 // come, and holds them, charged to s's budget, until the stream takes
 // them: etcd's client would otherwise hold, uncounted, all that the
 // stream's reader does not take. It wakes s each time one is ready, and
-// ends when ctx does (in closes then) or s's budget is cut.
+// ends when ctx does (in closes then), when s's budget is cut, or when
+// the budget cannot hold the next batch (s then lists afresh).
 func (h *Hub) forward(ctx context.Context, in <-chan state.WatchBatch, s *sub) <-chan state.WatchBatch {
 	out := make(chan state.WatchBatch, 1)
 	go func() {
@@ -132,7 +133,10 @@ func (h *Hub) forward(ctx context.Context, in <-chan state.WatchBatch, s *sub) <
 				}
 				n := batchBytes(&b)
 				h.mu.Lock()
-				ok = h.chargeLocked(s, n)
+				if ok = h.holdLocked(s, n); !ok {
+					s.listAfresh = true
+					h.stats.Afresh++
+				}
 				h.mu.Unlock()
 				if !ok {
 					return
@@ -427,9 +431,11 @@ func (h *Hub) List(ctx context.Context, streams []*Stream) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i, s := range listing {
-		b := s.listedAt(at, evs[i])
-		n := batchBytes(&b)
-		if h.chargeLocked(s.sub, n) {
+		// A listing its budget cannot hold is not kept: the stream lists
+		// on its own when read.
+		b := state.WatchBatch{Revision: at, Reset: true, Events: evs[i]}
+		if n := batchBytes(&b); h.holdLocked(s.sub, n) {
+			s.listedAt(at, evs[i])
 			s.listed, s.listedBytes = &b, n
 		}
 	}
@@ -460,10 +466,19 @@ func (s *Stream) nextFallback(ctx context.Context, wait bool) (state.WatchBatch,
 		h := s.h
 		h.mu.Lock()
 		cut := s.sub.budget != nil && s.sub.budget.cut != nil
+		afresh := s.sub.listAfresh
+		if afresh && !cut {
+			s.sub.listAfresh = false
+			s.sub.stopFallback()
+			s.fallback, s.sub.stopFallback = nil, nil
+			s.list = true
+		}
 		h.mu.Unlock()
 		switch {
 		case cut:
 			return state.WatchBatch{}, false, s.sub.budget.Err()
+		case afresh:
+			return s.next(ctx, wait)
 		case ctx.Err() != nil:
 			return state.WatchBatch{}, false, ctx.Err()
 		}
