@@ -49,6 +49,8 @@ func follow(ctx context.Context, api Watcher, subject *pb.WatchSubject, after in
 		switch status.Code(err) {
 		case codes.PermissionDenied, codes.NotFound, codes.InvalidArgument, codes.Unauthenticated:
 			logger.Warn("watch refused", "subject", subject.String(), "error", err)
+		case codes.ResourceExhausted:
+			logger.Warn("watch cut by the controller; resuming", "subject", subject.String(), "after", after, "error", err)
 		default:
 			if !errors.Is(err, io.EOF) {
 				logger.Debug("watch interrupted; resuming", "subject", subject.String(), "after", after, "error", err)

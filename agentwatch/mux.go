@@ -432,6 +432,10 @@ func (m *Mux) run() {
 			switch status.Code(err) {
 			case codes.PermissionDenied, codes.Unauthenticated:
 				m.logger.Warn("watch stream refused", "error", err)
+			case codes.ResourceExhausted:
+				// Cut by the controller, its watch limits passed: the
+				// subscriptions resume on a new stream.
+				m.logger.Warn("watch stream cut by the controller; resuming after the last revisions received", "error", err)
 			default:
 				if !errors.Is(err, io.EOF) {
 					m.logger.Debug("watch stream interrupted; resuming", "error", err)

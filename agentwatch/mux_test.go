@@ -33,7 +33,13 @@ type model struct {
 
 func newModel(t *testing.T) *model {
 	t.Helper()
-	m := &model{Env: controllertest.New(t, controllertest.Options{}), t: t}
+	return newModelWith(t, controllertest.Options{})
+}
+
+// newModelWith is newModel with a controller of those options.
+func newModelWith(t *testing.T, opts controllertest.Options) *model {
+	t.Helper()
+	m := &model{Env: controllertest.New(t, opts), t: t}
 	if _, err := m.State.AddMachines(m.Ctx, 2); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lifelinehq/lifeline/names"
@@ -45,8 +47,9 @@ func (p *progressThrottle) hold(resp *pb.WatchResponse) bool {
 // revision to resume after; a batch that carries no change for the caller
 // (a progress report, or changes filtered out) is sent too, so that the
 // client's revision advances, but at most once every progressEvery. The
-// stream ends when the client goes away, or with Unavailable when the
-// controller stops.
+// stream ends when the client goes away, with Unavailable when the
+// controller stops, or with ResourceExhausted when the changes held for
+// it pass its budget (watchlimit.go).
 func (a *agentServer) Watch(req *pb.WatchRequest, stream pb.AgentService_WatchServer) error {
 	ctx := stream.Context()
 	if req.GetAfterRevision() < 0 {
@@ -56,14 +59,19 @@ func (a *agentServer) Watch(req *pb.WatchRequest, stream pb.AgentService_WatchSe
 	if err != nil {
 		return err
 	}
+	budget, end, err := a.s.watchers.open(callerFrom(ctx))
+	if err != nil {
+		return err
+	}
+	defer end()
 	a.s.metrics.watchRPCs.Add(1)
 	defer a.s.metrics.watchRPCs.Add(-1)
 	var progress progressThrottle
 	var sub *watchhub.Stream
 	if w.key != "" {
-		sub, err = a.s.cfg.Watches.WatchKey(ctx, w.key, req.GetAfterRevision())
+		sub, err = budget.WatchKey(ctx, w.key, req.GetAfterRevision())
 	} else {
-		sub, err = a.s.cfg.Watches.Watch(ctx, w.prefix, req.GetAfterRevision())
+		sub, err = budget.Watch(ctx, w.prefix, req.GetAfterRevision())
 	}
 	if err != nil {
 		return watchErr(ctx, err)
@@ -95,6 +103,9 @@ func watchErr(ctx context.Context, err error) error {
 	}
 	if errors.Is(err, watchhub.ErrClosed) {
 		return errHubStopped
+	}
+	if errors.Is(err, watchhub.ErrCut) {
+		return status.Error(codes.ResourceExhausted, err.Error())
 	}
 	return readErr(err, "watch")
 }

@@ -47,7 +47,10 @@ const (
 // sends, reading the subscriptions' hub streams (watchhub's polled
 // streams, which wake it when they have news). A client slow to read
 // holds up only its own stream; meanwhile its subscriptions' hub streams
-// queue, up to the hub's bound, past which they list again.
+// queue, each up to the hub's bound, past which it lists again, and all
+// of them up to the stream's and its credential's budgets (watchlimit.go),
+// past which the stream is cut with ResourceExhausted. A credential may
+// hold only so many watch streams at once.
 func (a *agentServer) WatchMany(stream pb.AgentService_WatchManyServer) error {
 	ctx := stream.Context()
 	m := &watchMany{
@@ -55,6 +58,12 @@ func (a *agentServer) WatchMany(stream pb.AgentService_WatchManyServer) error {
 		wake: make(chan struct{}, 1),
 		subs: map[int64]*subscription{}, held: map[caller]int{},
 	}
+	budget, end, err := a.s.watchers.open(m.c)
+	if err != nil {
+		return err
+	}
+	defer end() // after close, below: once its hub streams are closed
+	m.budget = budget
 	a.s.metrics.watchRPCs.Add(1)
 	defer a.s.metrics.watchRPCs.Add(-1)
 	// The receiver reads until the stream ends, which is after this
@@ -107,6 +116,9 @@ type watchMany struct {
 	a   *agentServer
 	c   caller
 	hub *watchhub.Hub
+	// budget is what the stream's hub streams are charged to: past it,
+	// the stream is cut (watchlimit.go).
+	budget *watchhub.Budget
 	// wake is signalled, without blocking, when the sender has work:
 	// ends, subscriptions to close or to poll.
 	wake chan struct{}
@@ -233,9 +245,9 @@ func (m *watchMany) subscribe(ctx context.Context, req *pb.WatchSubscribe) {
 		m.signal()
 	}
 	if w.key != "" {
-		s.hs, err = m.hub.Polled(ctx, w.key, false, after, wake)
+		s.hs, err = m.budget.Polled(ctx, w.key, false, after, wake)
 	} else {
-		s.hs, err = m.hub.Polled(ctx, w.prefix, true, after, wake)
+		s.hs, err = m.budget.Polled(ctx, w.prefix, true, after, wake)
 	}
 	if err != nil {
 		m.refuse(id, watchErr(ctx, err))
@@ -329,6 +341,9 @@ func (m *watchMany) poll(ctx context.Context, stream pb.AgentService_WatchManySe
 		if err != nil {
 			if errors.Is(err, watchhub.ErrClosed) {
 				return errHubStopped
+			}
+			if errors.Is(err, watchhub.ErrCut) {
+				return watchErr(ctx, err) // the whole stream
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()

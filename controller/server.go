@@ -54,6 +54,21 @@ type Config struct {
 	// Etcd says how this controller reaches the model's etcd, for the
 	// command ctl add-controller prints.
 	Etcd EtcdAccess
+	// Connections bound the connections Listener admits; none when
+	// zero.
+	Connections ConnLimits
+	// HandshakeTimeout bounds how long a new connection may take to
+	// complete its TLS handshake and start HTTP/2 (the client's preface
+	// and settings): a connection that sends nothing is closed then;
+	// 10 s when zero.
+	HandshakeTimeout time.Duration
+	// IdleTimeout closes a connection that has carried no call for that
+	// long (an agent's always carries its presence and watch streams);
+	// 5 minutes when zero.
+	IdleTimeout time.Duration
+	// Watch bounds the agents' watch streams: what they may hold queued
+	// and how many each may open (watchlimit.go).
+	Watch WatchLimits
 }
 
 // Validate reports a configuration New cannot use.
@@ -83,6 +98,11 @@ type Server struct {
 	rels relationCache
 	// workers run the unary calls' handlers.
 	workers *handlerWorkers
+	// conns count the API's connections (Listener).
+	conns *connMetrics
+	// watchers are the agents' watch streams, each charged to its
+	// caller's budget (watchlimit.go).
+	watchers *watchers
 	// addrs is the list of controller addresses last read
 	// (controllerAddresses).
 	addrs struct {
@@ -112,7 +132,16 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Busy == nil {
 		cfg.Busy = cfg.State.Busy
 	}
+	if cfg.HandshakeTimeout == 0 {
+		cfg.HandshakeTimeout = 10 * time.Second
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 5 * time.Minute
+	}
+	cfg.Watch = cfg.Watch.withDefaults()
 	s := &Server{st: cfg.State, logger: cfg.Logger.Named("api"), cfg: cfg, metrics: newMetrics(cfg.Metrics, cfg.State, cfg.Watches)}
+	s.conns = newConnMetrics(cfg.Metrics, cfg.Connections)
+	s.watchers = newWatchers(cfg.Watches, cfg.Watch, cfg.Metrics, s.logger)
 	s.creds = newCredMirror(cfg.Watches, s.logger)
 	s.workers = newHandlerWorkers(maxHandlerWorkers, workerIdle)
 	s.agentServer.s = s
@@ -143,6 +172,13 @@ const (
 	connWindow   = 4 << 20
 )
 
+// keepaliveTime and keepaliveTimeout are when the controller pings a
+// silent connection, and how long it waits for the answer.
+const (
+	keepaliveTime    = time.Minute
+	keepaliveTimeout = 20 * time.Second
+)
+
 // GRPCServer returns a gRPC server with the services registered, serving
 // TLS only and authenticating every call (ControllerJoinService's by the
 // join token it carries). The caller serves and stops it.
@@ -167,7 +203,21 @@ func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 		// fewer writes over a scale run, its agents 38% and 45% fewer.
 		grpc.StaticStreamWindowSize(streamWindow),
 		grpc.StaticConnWindowSize(connWindow),
+		// A client may ping every 10 s at most (the agents ping every
+		// 30 s, with or without a call); one that pings more often is
+		// sent away.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// A connection silent for a minute is pinged, and closed when the
+		// ping is not answered within 20 s: a peer gone without closing
+		// (a machine powered off, a cut link) frees its descriptor and
+		// its streams. One that carries no call for IdleTimeout is
+		// closed too (GOAWAY; a client dials again for its next call).
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: s.cfg.IdleTimeout, Time: keepaliveTime, Timeout: keepaliveTimeout,
+		}),
+		// A connection that has not completed its TLS handshake and
+		// started HTTP/2 within HandshakeTimeout is closed.
+		grpc.ConnectionTimeout(s.cfg.HandshakeTimeout),
 	}, opts...)
 	g := grpc.NewServer(opts...)
 	pb.RegisterOperatorServiceServer(g, s)

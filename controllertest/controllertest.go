@@ -30,6 +30,8 @@ type Env struct {
 	cfg        controller.Config
 	anonymous  bool
 	watchQueue int
+	watchBytes int64
+	hub        *watchhub.Hub
 	lis        net.Listener
 	srv        *grpc.Server
 	cleaner    context.CancelFunc
@@ -56,6 +58,11 @@ type Options struct {
 	// KEK is the key-encryption key the controller hands a controller
 	// that joins (controller.Config.KEK): none when zero.
 	KEK pki.KEK
+	// Watch is controller.Config.Watch (its defaults when zero), and
+	// WatchBytes the hub's bound on what all the streams hold
+	// (watchhub.Config.QueueBytes; none when zero).
+	Watch      controller.WatchLimits
+	WatchBytes int64
 }
 
 // New starts a controller for the test; it stops with the test, and the
@@ -80,9 +87,9 @@ func New(t testing.TB, opts Options) *Env {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
-	e := &Env{T: t, Ctx: ctx, State: st, CA: ca, anonymous: opts.Anonymous, watchQueue: opts.WatchQueue}
+	e := &Env{T: t, Ctx: ctx, State: st, CA: ca, anonymous: opts.Anonymous, watchQueue: opts.WatchQueue, watchBytes: opts.WatchBytes}
 	e.cfg = controller.Config{State: st, TLS: pki.ServerTLSConfig(cert), Busy: opts.Busy, PresenceTimeout: opts.PresenceTimeout,
-		ID: "c-test", KEK: opts.KEK}
+		ID: "c-test", KEK: opts.KEK, Watch: opts.Watch}
 	if !opts.Anonymous {
 		e.cfg.CACert = ca.CertPEM()
 	}
@@ -131,7 +138,7 @@ func (e *Env) Start() {
 	}
 	// A watch hub of its own, as a restarted controller has: agents
 	// resume their watches from what they saw before.
-	hub, err := watchhub.New(watchhub.Config{Source: e.State, QueueEvents: e.watchQueue})
+	hub, err := watchhub.New(watchhub.Config{Source: e.State, QueueEvents: e.watchQueue, QueueBytes: e.watchBytes})
 	if err != nil {
 		e.T.Fatal(err)
 	}
@@ -139,7 +146,7 @@ func (e *Env) Start() {
 	done := make(chan struct{})
 	go func() { hub.Run(hctx); close(done) }()
 	e.stopHub = func() { cancel(); <-done }
-	e.cfg.Watches = hub
+	e.cfg.Watches, e.hub = hub, hub
 	srv, err := controller.New(e.cfg)
 	if err != nil {
 		e.T.Fatal(err)
@@ -147,6 +154,9 @@ func (e *Env) Start() {
 	e.lis, e.srv = lis, srv.GRPCServer()
 	go e.srv.Serve(lis)
 }
+
+// Hub is the watch hub of the controller served now.
+func (e *Env) Hub() *watchhub.Hub { return e.hub }
 
 // Stop stops serving the API (the model stays): agents see the controller
 // go away.

@@ -61,6 +61,7 @@ type controllerFlags struct {
 	memoryLimit   string
 	joinToken     string
 	resealCAKey   bool
+	limits        limitFlags
 }
 
 func controllerCommand() *cobra.Command {
@@ -113,6 +114,7 @@ local provider, controllers on one host share --machines-dir.`,
 	fl.StringVar(&f.etcdCA, "etcd-cacert", "", "CA certificate of the external etcd cluster")
 	fl.StringVar(&f.etcdCert, "etcd-cert", "", "client certificate for the external etcd cluster")
 	fl.StringVar(&f.etcdKey, "etcd-key", "", "client key for the external etcd cluster")
+	f.limits.register(fl)
 	return cmd
 }
 
@@ -180,6 +182,17 @@ func runController(ctx context.Context, f controllerFlags) error {
 	if memLimit != 0 {
 		debug.SetMemoryLimit(memLimit)
 	}
+	// The API's connections take at most part of the process's
+	// descriptors; the rest are etcd's, which exits when it cannot open
+	// what it needs.
+	nofile, err := raiseDescriptorLimit()
+	if err != nil {
+		return err
+	}
+	lim, err := f.limits.resolve(nofile)
+	if err != nil {
+		return usageError{err}
+	}
 	if f.clientConfig == "" {
 		p, err := pki.DefaultClientConfigPath()
 		if err != nil {
@@ -205,6 +218,8 @@ func runController(ctx context.Context, f controllerFlags) error {
 		return err
 	}
 	quietGRPC(logger)
+	logger.Info("limits", "descriptors", nofile, "api_max_connections", lim.conns.Max,
+		"api_max_connections_per_address", lim.conns.PerAddress)
 
 	// etcd: embedded in the data directory, or a client of a cluster.
 	var g run.Group
@@ -319,7 +334,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 	// streams. Added before the API, it is interrupted first (run.Group
 	// interrupts in the order of Add): its streams end with Unavailable,
 	// so that the API's graceful stop need not wait for them.
-	hub, err := watchhub.New(watchhub.Config{Source: st, Logger: logger.Named("watchhub")})
+	hub, err := watchhub.New(watchhub.Config{Source: st, Logger: logger.Named("watchhub"), QueueBytes: lim.watchTotal})
 	if err != nil {
 		return err
 	}
@@ -338,6 +353,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 		State: st, Watches: hub, Logger: logger, TLS: pki.ServerTLSConfig(cert), Metrics: reg,
 		Addresses: advertise, CACert: ca.CertPEM(), HookTimeout: f.hookTimeout, PresenceTimeout: f.presence,
 		ID: id, KEK: kek, Etcd: etcdAccess,
+		Connections: lim.conns, HandshakeTimeout: lim.handshake, IdleTimeout: lim.idle, Watch: lim.watch,
 	})
 	if err != nil {
 		return err
@@ -345,7 +361,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 	gs := api.GRPCServer()
 	g.Add(func() error {
 		logger.Info("API serving", "addr", lis.Addr().String())
-		return gs.Serve(lis)
+		return gs.Serve(api.Listener(lis))
 	}, func(error) {
 		// Give calls a moment to finish, then cut the streams.
 		done := make(chan struct{})

@@ -3,6 +3,7 @@ package main_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -133,10 +134,22 @@ func TestControllerServesEtcdMetrics(t *testing.T) {
 // controller is stopped when the test ends, its log shown if it failed.
 func startController(t *testing.T, dir string, extra ...string) (metricsAddr string, cfg pki.ClientConfig) {
 	t.Helper()
+	return startControllerLimited(t, dir, 0, extra...)
+}
+
+// startControllerLimited is startController with the process's limit on
+// open descriptors (soft and hard) set to nofile; the test's own when 0.
+func startControllerLimited(t *testing.T, dir string, nofile int, extra ...string) (metricsAddr string, cfg pki.ClientConfig) {
+	t.Helper()
 	cfgPath := filepath.Join(dir, "client.json")
 	metricsAddr = freeAddr(t)
-	cmd := exec.Command(lifelined, append([]string{"controller", "--data-dir", filepath.Join(dir, "ctl"), "--api-addr", freeAddr(t),
-		"--metrics-addr", metricsAddr, "--client-config", cfgPath, "--provider", "manual"}, extra...)...)
+	args := append([]string{"controller", "--data-dir", filepath.Join(dir, "ctl"), "--api-addr", freeAddr(t),
+		"--metrics-addr", metricsAddr, "--client-config", cfgPath, "--provider", "manual"}, extra...)
+	cmd := exec.Command(lifelined, args...)
+	if nofile > 0 {
+		// The shell sets the limit and becomes lifelined.
+		cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, nofile), lifelined}, args...)...)
+	}
 	var logs strings.Builder
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
