@@ -32,7 +32,11 @@ type CutError struct {
 
 func (e *CutError) Error() string {
 	what := map[string]string{OverStream: "the stream", OverParent: "the streams of its client", OverHub: "all the watch streams"}[e.Over]
-	return fmt.Sprintf("watch stream cut: it fell too far behind, with more than %d MiB of changes queued for %s; resume after the last revision received", e.Limit>>20, what)
+	size := fmt.Sprintf("%d MiB", e.Limit>>20)
+	if e.Limit < 1<<20 {
+		size = fmt.Sprintf("%d KiB", e.Limit>>10)
+	}
+	return fmt.Sprintf("watch stream cut: it fell too far behind, with more than %s of changes queued for %s; resume after the last revision received", size, what)
 }
 
 func (e *CutError) Is(target error) bool { return target == ErrCut }
@@ -173,28 +177,35 @@ func (h *Hub) chargeLocked(s *sub, n, rev int64) bool {
 // caller holds nothing: such a stream lists afresh when read, rather than
 // being cut for what a client catching up needs. The hub's lock is held.
 func (h *Hub) holdLocked(s *sub, n int64) bool {
-	b := s.budget
-	if !h.fitsLocked(b, n) {
+	if !h.fitsLocked(s.budget, n, false) {
 		return false
 	}
-	h.held += n
-	if b != nil {
-		b.add(n)
-		h.stats.MostHeld = max(h.stats.MostHeld, b.used)
-	}
+	h.countLocked(s, n)
 	return true
 }
 
+// countLocked counts n more bytes held for s, cutting nothing. The hub's
+// lock is held.
+func (h *Hub) countLocked(s *sub, n int64) {
+	h.held += n
+	if b := s.budget; b != nil {
+		b.add(n)
+		h.stats.MostHeld = max(h.stats.MostHeld, b.used)
+	}
+}
+
 // fitsLocked says whether b (nil: none), not cut, can hold n more bytes
-// within its limit, its parent's and the hub's, or holds nothing. The
-// hub's lock is held.
-func (h *Hub) fitsLocked(b *Budget, n int64) bool {
+// within its limit, its parent's and the hub's; or, unless strict,
+// whether it holds nothing (so that a stream whose reader has taken
+// everything can always be handed the next batch, whatever its size).
+// The hub's lock is held.
+func (h *Hub) fitsLocked(b *Budget, n int64, strict bool) bool {
 	switch {
 	case b == nil:
 		return true
 	case b.cut != nil:
 		return false
-	case b.used == 0:
+	case b.used == 0 && !strict:
 		return true
 	}
 	over := func(x *Budget) bool { return x != nil && x.limit > 0 && x.used+n > x.limit }

@@ -34,9 +34,12 @@ type Source interface {
 type Config struct {
 	Source Source
 	// RingEvents and RingBytes bound the ring of recent events that
-	// streams resume from; 65,536 events and 32 MiB when zero.
+	// streams resume from; 65,536 events and 32 MiB when zero. RingAge
+	// bounds how long it keeps them: a burst of large changes does not
+	// stay in memory until later ones push it out; 2 minutes when zero.
 	RingEvents int
 	RingBytes  int
+	RingAge    time.Duration
 	// QueueEvents bounds the events waiting for one stream; a stream with
 	// more is reset (it lists again). 4,096 when zero.
 	QueueEvents int
@@ -57,7 +60,7 @@ func (c Config) Validate() error {
 	switch {
 	case c.Source == nil:
 		return errors.New("watchhub: no source")
-	case c.RingEvents < 0 || c.RingBytes < 0 || c.QueueEvents < 0 || c.BatchEvents < 0 || c.BatchBytes < 0 || c.QueueBytes < 0:
+	case c.RingEvents < 0 || c.RingBytes < 0 || c.RingAge < 0 || c.QueueEvents < 0 || c.BatchEvents < 0 || c.BatchBytes < 0 || c.QueueBytes < 0:
 		return errors.New("watchhub: negative bound")
 	}
 	return nil
@@ -145,6 +148,9 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.RingBytes == 0 {
 		cfg.RingBytes = 32 << 20
 	}
+	if cfg.RingAge == 0 {
+		cfg.RingAge = 2 * time.Minute
+	}
 	if cfg.QueueEvents == 0 {
 		cfg.QueueEvents = 4096
 	}
@@ -190,10 +196,22 @@ func (h *Hub) Run(ctx context.Context) error {
 	h.ring.reset(rev)
 	h.mu.Unlock()
 	close(h.ready)
-	for b := range h.cfg.Source.WatchChanges(ctx, "", rev) {
-		h.dispatch(b)
+	expire := time.NewTicker(h.cfg.RingAge / 8)
+	defer expire.Stop()
+	changes := h.cfg.Source.WatchChanges(ctx, "", rev)
+	for {
+		select {
+		case b, ok := <-changes:
+			if !ok {
+				return nil
+			}
+			h.dispatch(b)
+		case now := <-expire.C:
+			h.mu.Lock()
+			h.ring.expire(now.Add(-h.cfg.RingAge))
+			h.mu.Unlock()
+		}
 	}
-	return nil
 }
 
 func (h *Hub) close() {
@@ -318,7 +336,7 @@ func (h *Hub) dispatch(b state.WatchBatch) {
 		return
 	}
 	h.stats.Events += int64(len(b.Events))
-	h.ring.push(b.Events)
+	h.ring.push(b.Events, time.Now())
 	touched := h.touched[:0]
 	for i := range b.Events {
 		e := &b.Events[i]
@@ -343,8 +361,19 @@ func (h *Hub) dispatch(b state.WatchBatch) {
 }
 
 // enqueue queues e, of the batch at rev, for s, and adds s to touched the
-// first time; a queue that overflows is dropped and s reset.
+// first time; a queue that overflows is dropped and s reset, a budget
+// past its limit cut (chargeLocked).
 func (h *Hub) enqueue(s *sub, rev int64, e *state.Event, touched []*sub) []*sub {
+	return h.enqueueCounted(s, rev, e, touched, false)
+}
+
+// enqueueCatchingUp is enqueue of a change from the ring, for a stream
+// resuming, whose budget resume has checked: it cuts nothing.
+func (h *Hub) enqueueCatchingUp(s *sub, rev int64, e *state.Event) {
+	h.enqueueCounted(s, rev, e, nil, true)
+}
+
+func (h *Hub) enqueueCounted(s *sub, rev int64, e *state.Event, touched []*sub, catchingUp bool) []*sub {
 	if s.reset {
 		return touched
 	}
@@ -353,7 +382,9 @@ func (h *Hub) enqueue(s *sub, rev int64, e *state.Event, touched []*sub) []*sub 
 		return touched
 	}
 	size := int64(eventBytes(e))
-	if !h.chargeLocked(s, size, rev) {
+	if catchingUp {
+		h.countLocked(s, size)
+	} else if !h.chargeLocked(s, size, rev) {
 		return touched // cut: s returns why
 	}
 	s.bytes += size
@@ -434,15 +465,16 @@ func (h *Hub) resume(s *sub, rev int64) bool {
 		return false
 	}
 	if s.budget != nil {
-		// What the ring holds for s must fit s's budget; otherwise s
-		// catches up as if the ring did not hold it.
+		// What the ring holds for s must fit s's budget, with room to
+		// spare: otherwise s catches up as if the ring did not hold it,
+		// from etcd, a batch at a time, or with a listing.
 		n := int64(0)
 		for i := h.ring.after(rev); i < h.ring.n; i++ {
 			if e := h.ring.at(i); s.matches(e.Key) {
 				n += int64(eventBytes(e))
 			}
 		}
-		if !h.fitsLocked(s.budget, n) {
+		if !h.fitsLocked(s.budget, n, true) {
 			return false
 		}
 	}
@@ -452,7 +484,7 @@ func (h *Hub) resume(s *sub, rev int64) bool {
 	for i := h.ring.after(rev); i < h.ring.n; i++ {
 		e := h.ring.at(i)
 		if s.matches(e.Key) {
-			h.enqueue(s, e.ModRevision, e, nil)
+			h.enqueueCatchingUp(s, e.ModRevision, e)
 		}
 	}
 	return true

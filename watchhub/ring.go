@@ -2,6 +2,7 @@ package watchhub
 
 import (
 	"sort"
+	"time"
 
 	"github.com/lifelinehq/lifeline/state"
 )
@@ -21,6 +22,15 @@ type ring struct {
 	maxBytes int
 	// base is the revision after which the ring holds every event.
 	base int64
+	// pushed are the last revision of each push and when it came, oldest
+	// first (some may be at or before base already), for expire.
+	pushed []pushMark
+}
+
+// pushMark is when the ring was handed the events up to rev.
+type pushMark struct {
+	rev int64
+	at  time.Time
 }
 
 func newRing(maxEvents, maxBytes int) *ring {
@@ -36,12 +46,14 @@ func (r *ring) reset(rev int64) {
 		*r.at(i) = state.Event{}
 	}
 	r.head, r.n, r.bytes, r.base = 0, 0, 0, rev
+	r.pushed = nil
 }
 
-// push appends the events of whole revisions, the newest so far, making
-// room by dropping the oldest revisions. Revisions too big to hold at all
-// empty the ring, which then holds what follows them.
-func (r *ring) push(evs []state.Event) {
+// push appends the events of whole revisions, the newest so far, handed
+// to the hub at now, making room by dropping the oldest revisions.
+// Revisions too big to hold at all empty the ring, which then holds what
+// follows them.
+func (r *ring) push(evs []state.Event, now time.Time) {
 	size := 0
 	for i := range evs {
 		size += eventBytes(&evs[i])
@@ -58,6 +70,28 @@ func (r *ring) push(evs []state.Event) {
 		r.n++
 	}
 	r.bytes += size
+	for len(r.pushed) > 0 && r.pushed[0].rev <= r.base {
+		r.pushed = r.pushed[1:]
+	}
+	r.pushed = append(r.pushed, pushMark{rev: evs[len(evs)-1].ModRevision, at: now})
+}
+
+// expire drops the revisions handed to the hub before the given time: a
+// stream resuming after one of them catches up from etcd. The ring holds
+// what a burst of large changes left in it only for so long, rather than
+// until later changes push it out.
+func (r *ring) expire(before time.Time) {
+	for len(r.pushed) > 0 && r.pushed[0].at.Before(before) {
+		rev := r.pushed[0].rev
+		r.pushed[0] = pushMark{}
+		r.pushed = r.pushed[1:]
+		for r.n > 0 && r.at(0).ModRevision <= rev {
+			r.dropOldest()
+		}
+	}
+	if len(r.pushed) == 0 {
+		r.pushed = nil
+	}
 }
 
 // dropOldest drops the oldest revision's events.
