@@ -90,6 +90,15 @@ type sizes struct {
 	// fuzzing: for how long, from how many clients.
 	fuzzFor     time.Duration
 	fuzzClients int
+
+	// resource attacks: how long the connection flood lasts and how many
+	// connections it holds from each of its addresses; how long the slow
+	// readers' agent writes, with how many streams of how many
+	// subscriptions.
+	floodFor              time.Duration
+	floodConns            int
+	slowFor               time.Duration
+	slowStreams, slowSubs int
 }
 
 func currentSizes() sizes {
@@ -101,6 +110,8 @@ func currentSizes() sizes {
 			chaosDownMin: time.Second, chaosDownMax: 5 * time.Second, chaosFailPercent: 5,
 			partitionUnits: 10, partitioned: 3, partitionFor: time.Minute,
 			fuzzFor: time.Minute, fuzzClients: 4,
+			floodFor: 30 * time.Second, floodConns: 5000,
+			slowFor: 30 * time.Second, slowStreams: 200, slowSubs: 400,
 		}
 	}
 	return sizes{
@@ -110,6 +121,8 @@ func currentSizes() sizes {
 		chaosDownMin: 500 * time.Millisecond, chaosDownMax: 2 * time.Second, chaosFailPercent: 5,
 		partitionUnits: 3, partitioned: 1, partitionFor: 3 * time.Second,
 		fuzzFor: 5 * time.Second, fuzzClients: 2,
+		floodFor: 5 * time.Second, floodConns: 400,
+		slowFor: 10 * time.Second, slowStreams: 20, slowSubs: 400,
 	}
 }
 

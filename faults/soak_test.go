@@ -16,6 +16,8 @@ var scenarios = []struct {
 	{"PartitionedAgents", runPartitionedAgents},
 	{"FuzzOperatorAPI", runFuzzOperatorAPI},
 	{"ControllerFailover", runControllerFailover},
+	{"ConnectionFlood", runConnectionFlood},
+	{"SlowWatchReaders", runSlowWatchReaders},
 }
 
 // soakMaxFailures ends a soak early: the failures so far are the evidence.
