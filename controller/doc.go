@@ -4,7 +4,9 @@
 // token to receive the key-encryption key of the model's CA key; the
 // authentication of every call by its credential (a join's by its token)
 // and its authorization by what the caller is, the mapping of state's
-// errors to status codes, the status ctl shows, and the API's metrics.
+// errors to status codes, the status ctl shows, the API's metrics, and the
+// limits on what clients can make it hold: connections (connlimit.go) and
+// what the watch hub holds for the agents' watch streams (watchlimit.go).
 //
 // It changes the model only through package state, never by writing to etcd
 // itself, and it starts no listeners and no workers of its own: the
