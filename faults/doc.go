@@ -14,7 +14,12 @@
 //     OperatorService RPC;
 //   - of two controllers sharing the model, the one running the singleton
 //     workers killed (SIGKILL): the other leads within 15 s, the agents
-//     reconnect to it, and the model keeps working.
+//     reconnect to it, and the model keeps working;
+//   - resource attacks: a flood of idle connections without a credential,
+//     and one machine credential's watch streams never read while its
+//     unit rewrites large settings: another agent's calls keep answering,
+//     the operator can destroy, and the controller's memory returns
+//     within twice its baseline.
 //
 // After each, the model's invariants are checked (state.CheckInvariants on
 // a snapshot, and statetest.Monitor at every committed revision), through

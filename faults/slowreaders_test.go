@@ -34,7 +34,7 @@ func runSlowWatchReaders(t *testing.T, sz sizes) {
 	r.size("streams opened", sz.slowStreams)
 	r.size("subscriptions a stream", sz.slowSubs)
 	r.size("settings size (KiB)", 60)
-	r.size("seconds of writes", int(sz.slowFor.Seconds()))
+	r.size("seconds of writes at least", int(sz.slowFor.Seconds()))
 	f := newResourceFixture(t, sz)
 	attacker, attackerConn := f.addMachine(t)
 	agentMachine, agentConn := f.addMachine(t)
@@ -104,10 +104,20 @@ func runSlowWatchReaders(t *testing.T, sz sizes) {
 		}
 	}
 	r.inject("watch streams opened and never read")
+	// Writes for the attack's length, and on until a stream is cut
+	// (the streams' flow-control windows must fill first, however slowly
+	// a loaded machine writes), four times as long at most.
 	big := strings.Repeat("x", 60<<10)
-	end := time.Now().Add(sz.slowFor)
+	start := time.Now()
+	cuts := func() int {
+		body, err := f.scrape()
+		if err != nil {
+			return 0
+		}
+		return int(metric(body, `lifeline_watch_streams_cut_total{limit="stream"}`) + metric(body, `lifeline_watch_streams_cut_total{limit="credential"}`) + metric(body, `lifeline_watch_streams_cut_total{limit="total"}`))
+	}
 	writes := 0
-	for ; time.Now().Before(end); writes++ {
+	for ; time.Since(start) < 4*sz.slowFor && (time.Since(start) < sz.slowFor || writes%10 != 0 || cuts() == 0); writes++ {
 		if _, err := unit["fsrv/0"].UpdateSettings(ctx, &pb.UpdateSettingsRequest{Unit: "fsrv/0", Updates: []*pb.SettingsUpdate{{
 			Relation: rel, Set: map[string]string{"v": string(rune('a'+writes%26)) + big},
 		}}}); err != nil {
@@ -119,11 +129,12 @@ func runSlowWatchReaders(t *testing.T, sz sizes) {
 	}
 	r.count("settings written", writes)
 	checkAgentCalls(t, r, calls, "slow watch readers")
+	r.count("seconds of writes", int(time.Since(start).Seconds()))
 	body, err := f.scrape()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cut := int(metric(body, `lifeline_watch_streams_cut_total{limit="stream"}`) + metric(body, `lifeline_watch_streams_cut_total{limit="credential"}`) + metric(body, `lifeline_watch_streams_cut_total{limit="total"}`))
+	cut := cuts()
 	refused := int(metric(body, "lifeline_watch_streams_refused_total"))
 	r.count("streams cut", cut)
 	r.count("streams refused (past the credential's limit)", refused)
