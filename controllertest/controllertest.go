@@ -63,6 +63,11 @@ type Options struct {
 	// (watchhub.Config.QueueBytes; none when zero).
 	Watch      controller.WatchLimits
 	WatchBytes int64
+	// Connections and HandshakeTimeout are controller.Config's (none,
+	// and its default, when zero): the API is served on the Listener
+	// they limit.
+	Connections      controller.ConnLimits
+	HandshakeTimeout time.Duration
 }
 
 // New starts a controller for the test; it stops with the test, and the
@@ -89,7 +94,7 @@ func New(t testing.TB, opts Options) *Env {
 	t.Cleanup(cancel)
 	e := &Env{T: t, Ctx: ctx, State: st, CA: ca, anonymous: opts.Anonymous, watchQueue: opts.WatchQueue, watchBytes: opts.WatchBytes}
 	e.cfg = controller.Config{State: st, TLS: pki.ServerTLSConfig(cert), Busy: opts.Busy, PresenceTimeout: opts.PresenceTimeout,
-		ID: "c-test", KEK: opts.KEK, Watch: opts.Watch}
+		ID: "c-test", KEK: opts.KEK, Watch: opts.Watch, Connections: opts.Connections, HandshakeTimeout: opts.HandshakeTimeout}
 	if !opts.Anonymous {
 		e.cfg.CACert = ca.CertPEM()
 	}
@@ -152,7 +157,7 @@ func (e *Env) Start() {
 		e.T.Fatal(err)
 	}
 	e.lis, e.srv = lis, srv.GRPCServer()
-	go e.srv.Serve(lis)
+	go e.srv.Serve(srv.Listener(lis))
 }
 
 // Hub is the watch hub of the controller served now.
