@@ -22,6 +22,16 @@
 // grace period. A missing hook file is skipped (Result.Skipped); a file
 // that is not executable is an error naming it.
 //
+// # A unit's session
+//
+// The unit agent marks every hook with its unit's session (EnvSession, the
+// unit's data directory; a subordinate's also with its principal's,
+// EnvPrincipalSession), which whatever the hook starts inherits.
+// StopSession ends a unit's session on the host: the processes so marked,
+// and those in a process group or POSIX session they made (a hook's group,
+// a session whose leader is marked), never the caller's own; SIGTERM, then
+// SIGKILL after a grace period. They are found by reading /proc.
+//
 // # The tools and their socket
 //
 // A unit agent runs one Server (NewServer, Serve, Close) on a socket in

@@ -24,6 +24,15 @@ const (
 	// EnvAgentSocket is the path of the unit agent's hook tool socket
 	// (Server.Socket).
 	EnvAgentSocket = "LIFELINE_AGENT_SOCKET"
+	// EnvSession marks every process of one unit on its host: the unit
+	// agent gives each hook the same value (its data directory), and
+	// whatever a hook starts inherits it, a daemon under nohup or setsid
+	// included. StopSession ends a unit's processes by it.
+	EnvSession = "LIFELINE_UNIT_SESSION"
+	// EnvPrincipalSession, in a subordinate's hooks, is its principal's
+	// EnvSession: a principal's session holds its subordinates', and
+	// StopSession of the principal's ends theirs too.
+	EnvPrincipalSession = "LIFELINE_PRINCIPAL_SESSION"
 
 	// In relation hooks only:
 
