@@ -3,8 +3,10 @@
 // unit assigned to its machine and for their subordinates, each with its own
 // credential and data directory, removes its dead principal units (U5;
 // beside its other work, those that die together in one call, their files
-// a few at once), and sets its dying machine dead once no unit is left
-// (M3), then stops.
+// a few at once), ends the units forced out (forced.go: their agents, the
+// processes of their sessions, their files; also those that went while it
+// was away, by the directories they left), and sets its dying machine dead
+// once no unit is left (M3), then stops.
 //
 // Its data directory holds units/<unit>, each unit agent's own, made when
 // that agent first writes there (a unit assigned while the agent watched

@@ -117,7 +117,25 @@ type Agent struct {
 	// started: no agent of them ran here before, so theirs starts as new
 	// (unitagent.Config.New), without looking for a directory or asking
 	// for its scopes. Only the agent's loop uses it.
-	fresh  map[string]bool
+	fresh map[string]bool
+	// subs are the subordinates each principal's agent last told it has
+	// (unitagent.Deployer.Subordinates), under mu.
+	subs map[string][]string
+	// leftovers are the units whose directories it found at start and
+	// has not yet placed: an assigned principal, a subordinate some
+	// principal tells, or neither (forced out while the agent was away:
+	// ended). looked says it has looked. Only the agent's loop uses them.
+	leftovers map[string]bool
+	looked    bool
+	// ending are the units to end (forced out: stopped, their sessions'
+	// processes ended, their files removed), which the ender takes in
+	// batches, under mu; endWake wakes it, and it reports each unit ended
+	// on ended.
+	ending  []string
+	endWake chan struct{}
+	ended   chan string
+	// wake wakes the agent's loop: a principal told its subordinates.
+	wake   chan struct{}
 	exited chan exit // workers report here when they stop
 	// removals report here when a dead unit's removal ends (removeDead);
 	// removing bounds how many run at once.
@@ -126,15 +144,22 @@ type Agent struct {
 	ctx      context.Context
 }
 
-// worker is one unit's agent, running, or a dead unit being removed.
+// worker is one unit's agent, running, or a dead unit being removed, or
+// a unit being ended.
 type worker struct {
 	principal bool
-	cancel    context.CancelFunc
-	done      chan struct{}
+	// owner is the principal whose agent deployed this subordinate.
+	owner  string
+	cancel context.CancelFunc
+	done   chan struct{}
 	// dead is set once the agent has stopped on a dead unit, which is
 	// being removed: the unit is not started again meanwhile, nor is the
 	// machine idle.
 	dead bool
+	// going is set once the unit is to be ended (forced out): the ender
+	// stops its agent, its processes and its files; nobody else touches
+	// the worker meanwhile, and the machine is not idle.
+	going bool
 }
 
 // removal is how a dead unit's removal ended.
@@ -170,7 +195,8 @@ func New(cfg Config) (*Agent, error) {
 		toolsDir: filepath.Join(dir, "tools"), hookLock: make(chan struct{}, 1),
 		charms:  charm.NewCache(filepath.Join(dir, "charms")),
 		workers: map[string]*worker{}, exited: make(chan exit, 16), removed: map[string]bool{},
-		fresh:    map[string]bool{},
+		fresh: map[string]bool{}, subs: map[string][]string{},
+		endWake: make(chan struct{}, 1), ended: make(chan string), wake: make(chan struct{}, 1),
 		removals: make(chan removal), removing: make(chan struct{}, maxRemovals),
 		mux: agentwatch.NewMux(cfg.API, cfg.Logger.With("machine", cfg.MachineID)),
 	}, nil
@@ -217,8 +243,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); a.keepPresent(ctx) }()
+	go func() { defer wg.Done(); a.runEnder(ctx) }()
 	a.setStatus(ctx, "started", "")
 
 	var mu sync.Mutex
@@ -295,6 +322,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.workerExited(ctx, e, &wg)
 		case r := <-a.removals:
 			a.removalEnded(r)
+		case u := <-a.ended:
+			a.endDone(u)
+		case <-a.wake:
 		case <-retry.C:
 		}
 		mu.Lock()
@@ -346,23 +376,11 @@ func copySet(m map[string]bool) map[string]bool {
 	return out
 }
 
-// reconcile runs an agent for every principal assigned, and stops those of
-// units no longer assigned. It reports whether something is to be tried
-// again.
+// reconcile runs an agent for every principal assigned, and ends the units
+// forced out (forgone). It reports whether something is to be tried again.
 func (a *Agent) reconcile(ctx context.Context, want map[string]bool) bool {
 	again := false
-	a.mu.Lock()
-	var stale []string
-	for name, w := range a.workers {
-		if w.principal && !want[name] && !w.dead {
-			stale = append(stale, name)
-		}
-	}
-	a.mu.Unlock()
-	for _, name := range stale {
-		a.logger.Info("unit is no longer assigned: stopping its agent", "unit", name)
-		a.stopWorker(name, true)
-	}
+	a.forgone(want)
 	for name := range a.removed {
 		if !want[name] {
 			delete(a.removed, name) // the watch has seen it go
@@ -402,7 +420,7 @@ func (a *Agent) reconcile(ctx context.Context, want map[string]bool) bool {
 				cred = &creds[i]
 			}
 			// A start that failed ran no agent: the unit stays new.
-			if err := a.startWorker(ctx, name, true, cred, a.fresh[name]); err != nil {
+			if err := a.startWorker(ctx, name, "", cred, a.fresh[name]); err != nil {
 				a.logger.Warn("cannot start unit agent", "unit", name, "error", err)
 				again = true
 			} else {
@@ -479,8 +497,9 @@ func (a *Agent) unitHookTimeout(ctx context.Context) time.Duration {
 }
 
 // startWorker runs the named unit's agent, unless it runs already, with
-// issued, a credential just issued to it, or (nil) one it asks for.
-func (a *Agent) startWorker(ctx context.Context, unit string, principal bool, issued *pki.Credential, isNew bool) error {
+// issued, a credential just issued to it, or (nil) one it asks for: a
+// principal's, or (owner set) a subordinate's, deployed by owner's agent.
+func (a *Agent) startWorker(ctx context.Context, unit, owner string, issued *pki.Credential, isNew bool) error {
 	a.mu.Lock()
 	if _, ok := a.workers[unit]; ok {
 		a.mu.Unlock()
@@ -500,10 +519,14 @@ func (a *Agent) startWorker(ctx context.Context, unit string, principal bool, is
 		return err
 	}
 	api = batchedAPI{API: api, unit: unit, b: a.statuses}
+	var principalDir string
+	if owner != "" {
+		principalDir = a.unitDir(owner)
+	}
 	ua, err := unitagent.New(unitagent.Config{
-		Unit: unit, MachineID: a.cfg.MachineID, Address: a.cfg.Address, DataDir: a.unitDir(unit),
+		Unit: unit, MachineID: a.cfg.MachineID, Address: a.cfg.Address, DataDir: a.unitDir(unit), PrincipalDir: principalDir,
 		ToolsDir: a.toolsDir, API: api, Watches: a.mux.As(cred, api), Logger: a.cfg.Logger, HookLock: a.hookLock,
-		HookTimeout: a.unitHookTimeout(ctx), Retry: a.cfg.UnitRetry, Deployer: deployer{a}, Charms: a.charms,
+		HookTimeout: a.unitHookTimeout(ctx), Retry: a.cfg.UnitRetry, Deployer: deployer{a: a, principal: unit}, Charms: a.charms,
 		Tools: a.tools, New: isNew,
 	})
 	if err != nil {
@@ -511,7 +534,7 @@ func (a *Agent) startWorker(ctx context.Context, unit string, principal bool, is
 		return err
 	}
 	wctx, wcancel := context.WithCancel(a.ctx)
-	w := &worker{principal: principal, cancel: wcancel, done: make(chan struct{})}
+	w := &worker{principal: owner == "", owner: owner, cancel: wcancel, done: make(chan struct{})}
 	a.mu.Lock()
 	if _, ok := a.workers[unit]; ok { // started meanwhile
 		a.mu.Unlock()
@@ -541,6 +564,10 @@ func (a *Agent) startWorker(ctx context.Context, unit string, principal bool, is
 func (a *Agent) stopWorker(unit string, clean bool) {
 	a.mu.Lock()
 	w := a.workers[unit]
+	if w != nil && w.going {
+		a.mu.Unlock()
+		return // the ender stops it, and removes its files
+	}
 	delete(a.workers, unit)
 	a.mu.Unlock()
 	if w != nil {
@@ -569,35 +596,41 @@ func (a *Agent) stopAll() {
 // workerExited handles a unit agent that stopped on its own: a dead
 // principal is removed (its machine agent's job, U5) with its files, by a
 // goroutine of wg (removeDead), so that dead units are removed side by
-// side and the agent goes on meanwhile; a subordinate waits for its
-// principal's agent to recall it; any other stop is restarted.
+// side and the agent goes on meanwhile; a dead subordinate waits for its
+// principal's agent to recall it, unless it was forced out, which the
+// ender ends at once; any other stop is restarted.
 func (a *Agent) workerExited(ctx context.Context, e exit, wg *sync.WaitGroup) {
 	a.mu.Lock()
 	w := a.workers[e.unit]
+	if w == nil || w.going {
+		a.mu.Unlock()
+		return // the ender's
+	}
 	delete(a.workers, e.unit)
 	a.mu.Unlock()
-	if w == nil {
-		return
-	}
 	if !errors.Is(e.err, unitagent.ErrDead) {
 		a.logger.Warn("unit agent stopped; restarting it", "unit", e.unit, "error", e.err)
 		time.AfterFunc(time.Second, func() {
-			if err := a.startWorker(ctx, e.unit, w.principal, nil, false); err != nil {
+			if err := a.startWorker(ctx, e.unit, w.owner, nil, false); err != nil {
 				a.logger.Warn("cannot restart unit agent", "unit", e.unit, "error", err)
 			}
 		})
 		return
 	}
+	forced := errors.Is(e.err, unitagent.ErrForcedOut)
 	a.mu.Lock()
-	a.workers[e.unit] = &worker{principal: w.principal, cancel: func() {}, done: closedChan(), dead: true}
+	a.workers[e.unit] = &worker{principal: w.principal, owner: w.owner, cancel: func() {}, done: closedChan(), dead: true}
 	a.mu.Unlock()
 	if !w.principal {
+		if forced {
+			a.end(e.unit) // its principal's agent will not recall it
+		}
 		return // its principal's agent removes it (Recall)
 	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		r := removal{unit: e.unit, removed: a.removeDead(ctx, e.unit)}
+		r := removal{unit: e.unit, removed: a.removeDead(ctx, e.unit, forced)}
 		select {
 		case a.removals <- r:
 		case <-ctx.Done():
@@ -607,8 +640,10 @@ func (a *Agent) workerExited(ctx context.Context, e exit, wg *sync.WaitGroup) {
 
 // removeDead removes a dead principal unit, then its files, and reports
 // whether it did. The removal goes with the others of the moment in one
-// call (unitRemovals); the files of a few units are removed at once.
-func (a *Agent) removeDead(ctx context.Context, unit string) bool {
+// call (unitRemovals); the files of a few units are removed at once. A
+// unit forced out has the processes of its session ended before its files
+// go.
+func (a *Agent) removeDead(ctx context.Context, unit string, forced bool) bool {
 	own := func(ctx context.Context) error {
 		_, err := a.cfg.API.RemoveUnit(ctx, &pb.RemoveUnitRequest{Unit: unit})
 		return err
@@ -632,6 +667,9 @@ func (a *Agent) removeDead(ctx context.Context, unit string) bool {
 	// the model, and nothing else would remove them.
 	a.removing <- struct{}{}
 	defer func() { <-a.removing }()
+	if forced && !a.stopSessions(ctx, []string{unit}) {
+		return true // its files stay, for a later start to end them
+	}
 	if err := removeTree(a.unitDir(unit), unitagent.DataFiles...); err != nil {
 		a.logger.Warn("cannot remove unit files", "unit", unit, "error", err)
 	}
@@ -657,14 +695,29 @@ func closedChan() chan struct{} {
 	return c
 }
 
-// deployer runs principals' subordinates' agents on this machine.
-type deployer struct{ a *Agent }
+// deployer runs a principal's subordinates' agents on this machine.
+type deployer struct {
+	a         *Agent
+	principal string
+}
 
-func (d deployer) Deploy(unit string) error { return d.a.startWorker(d.a.ctx, unit, false, nil, false) }
+func (d deployer) Deploy(unit string) error {
+	return d.a.startWorker(d.a.ctx, unit, d.principal, nil, false)
+}
 
 func (d deployer) Recall(unit string) error {
 	d.a.stopWorker(unit, true)
 	return nil
+}
+
+func (d deployer) Subordinates(units []string) {
+	d.a.mu.Lock()
+	d.a.subs[d.principal] = units
+	d.a.mu.Unlock()
+	select {
+	case d.a.wake <- struct{}{}:
+	default:
+	}
 }
 
 // setStatus reports the machine agent's status, trying a few times.

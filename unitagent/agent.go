@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync/atomic"
 	"time"
 
@@ -41,7 +42,7 @@ type API interface {
 }
 
 // Deployer runs the agents of a principal's subordinate units beside it.
-// The machine agent provides it.
+// The machine agent provides it, one for each principal's agent.
 type Deployer interface {
 	// Deploy makes sure the named subordinate's agent runs; it is called
 	// again and again and must be idempotent.
@@ -49,6 +50,12 @@ type Deployer interface {
 	// Recall stops the named subordinate's agent and removes its files: the
 	// unit is dead and about to be removed.
 	Recall(unit string) error
+	// Subordinates tells every subordinate the principal has (dead ones
+	// included), once the agent knows them and again whenever they
+	// change. A subordinate the deployer runs, or has files of, that is
+	// not among them was removed without its principal (forced out): the
+	// deployer ends what is left of it on the host.
+	Subordinates(units []string)
 }
 
 // RetryPolicy says how failing hooks are retried before the unit enters
@@ -72,8 +79,14 @@ type Config struct {
 	Address   string
 	// DataDir is the unit's own directory: its state file, its charm, its
 	// hook tools' socket. It is made when the agent first writes there: a
-	// unit of a charm without hooks, which writes nothing, has none.
+	// unit of a charm without hooks, which writes nothing, has none. Every
+	// hook carries it as the unit's session mark (hooks.EnvSession).
 	DataDir string
+	// PrincipalDir is, for a subordinate, the data directory of its
+	// principal on the machine: its hooks carry it as their principal's
+	// session mark (hooks.EnvPrincipalSession), so that ending the
+	// principal's processes ends the subordinate's too.
+	PrincipalDir string
 	// New says that no agent of the unit has run on this machine before
 	// (a machine agent knows it of a unit assigned to its machine while it
 	// watched): the agent has nothing on disk to read and nothing to ask
@@ -153,6 +166,9 @@ type Agent struct {
 	// could see (a hook run, a wait, any other call); otherwise they are
 	// sent on their own first (executor.leaveNow).
 	leaving []int64
+	// toldSubs are the subordinates last told the deployer, sorted; nil
+	// before the first time.
+	toldSubs []string
 }
 
 // New returns an agent for cfg.Unit.
@@ -218,6 +234,13 @@ func dataDirAbsent(dir string) (bool, error) {
 // ErrDead is returned by Run when the unit is dead (or gone): the agent's
 // work is over and its files may be removed.
 var ErrDead = errors.New("unit is dead")
+
+// ErrForcedOut is returned by Run, and matches ErrDead, when the unit is
+// dead or gone though its agent did not take it there: it has not run its
+// remove hook (nor, so, its stop hook), and a unit that ran hooks may
+// have left processes behind. The controller forced it out (destroy
+// --force), or took its records while the agent was away.
+var ErrForcedOut = fmt.Errorf("%w: forced out before its agent finished", ErrDead)
 
 // Run runs the unit until ctx ends or the unit is dead (ErrDead).
 func (a *Agent) Run(ctx context.Context) error {
@@ -292,7 +315,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			continue
 		}
 		if act.kind == actExit {
-			return a.exitDead(ctx)
+			return a.exitDead(ctx, !a.tornDown())
 		}
 		if act.kind == actWait {
 			if !act.catchUp {
@@ -321,7 +344,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if err == nil && act.kind == actEnsureDead {
 			// Dead, by the controller's word: nothing is left to decide,
 			// whatever the watches say yet.
-			return a.exitDead(ctx)
+			return a.exitDead(ctx, false)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -344,14 +367,40 @@ func (a *Agent) Run(ctx context.Context) error {
 // costs nothing.
 func (a *Agent) save() error { return a.store.save(a.l) }
 
-// exitDead ends the agent of a dead unit. No status says so: the unit's
-// life does, and its statuses go with it when it is removed, moments
-// later; only the reports worth keeping that are not sent yet (a hook's
-// output, an error) are waited for, briefly.
-func (a *Agent) exitDead(ctx context.Context) error {
-	a.logger.Info("unit is dead: the agent's work is done")
+// exitDead ends the agent of a dead unit, forced out or not. No status
+// says so: the unit's life does, and its statuses go with it when it is
+// removed, moments later; only the reports worth keeping that are not sent
+// yet (a hook's output, an error) are waited for, briefly.
+func (a *Agent) exitDead(ctx context.Context, forced bool) error {
+	if forced {
+		a.logger.Info("unit was forced out: the agent stops")
+	} else {
+		a.logger.Info("unit is dead: the agent's work is done")
+	}
 	a.rep.flushKept(ctx)
+	if forced {
+		return ErrForcedOut
+	}
 	return ErrDead
+}
+
+// tornDown says whether the unit's way out is done on this host: its
+// remove hook ran (after stop), or no hook ever ran for it.
+func (a *Agent) tornDown() bool {
+	return a.l.Removed || (a.l.State == StateNew && a.l.Op == nil)
+}
+
+// subsTold says whether subs are the subordinates last told the deployer.
+func (a *Agent) subsTold(subs map[string]*pb.Unit) bool {
+	if a.toldSubs == nil || len(subs) != len(a.toldSubs) {
+		return false
+	}
+	for _, name := range a.toldSubs {
+		if _, ok := subs[name]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // reportWaiting reports the agent idle (or in error) with its state.
@@ -365,11 +414,21 @@ func (a *Agent) reportWaiting(act action) {
 	a.rep.set(st)
 }
 
-// deploySubordinates has the deployer run the agents of this principal's
-// living subordinates.
+// deploySubordinates tells the deployer this principal's subordinates,
+// when they changed (a subordinate has none to tell), and has it run the
+// agents of the living ones.
 func (a *Agent) deploySubordinates(r *remote) {
 	if a.cfg.Deployer == nil {
 		return
+	}
+	if r.subsKnown && r.unit != nil && r.unit.Principal == "" && !a.subsTold(r.subs) {
+		told := make([]string, 0, len(r.subs))
+		for name := range r.subs {
+			told = append(told, name)
+		}
+		sort.Strings(told)
+		a.cfg.Deployer.Subordinates(told)
+		a.toldSubs = told
 	}
 	for name, u := range r.subs {
 		if u != nil && u.Life != pb.Life_LIFE_DEAD {

@@ -18,5 +18,9 @@
 // reaches the controller only through the few AgentService methods it
 // declares (API), and runs hooks only through package hooks.
 // It does not start unit agents of its own but asks its Deployer to run
-// its subordinates', and it never talks to etcd.
+// its subordinates' (and tells it which subordinates it has), and it never
+// talks to etcd. Its hooks carry the unit's session mark (its data
+// directory), by which its machine agent ends what they started when the
+// unit is forced out: Run says so with ErrForcedOut, where a unit taken to
+// dead by its agent ends it with ErrDead.
 package unitagent

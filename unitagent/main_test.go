@@ -145,6 +145,9 @@ type world struct {
 	// watchDelay holds back what the agents' watch streams bring for so
 	// long after each stream opens, as a busy controller may.
 	watchDelay time.Duration
+	// told are the subordinates the principals' agents told their
+	// deployer, in order.
+	told [][]string
 }
 
 type runningAgent struct {
@@ -374,6 +377,13 @@ func (d *deployer) Recall(unit string) error {
 		return err
 	}
 	return nil
+}
+
+func (d *deployer) Subordinates(units []string) {
+	w := (*world)(d)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.told = append(w.told, units)
 }
 
 // file writes a steering file in the unit's data directory.

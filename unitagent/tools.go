@@ -67,6 +67,10 @@ func (t *toolServer) run(ctx context.Context, a *Agent, op *hookOp, hc *hookCont
 		hooks.EnvMachineID: hc.machine,
 		hooks.EnvHookName:  op.Hook,
 		hooks.EnvCharmDir:  a.charmDir(),
+		hooks.EnvSession:   a.cfg.DataDir,
+	}
+	if a.cfg.PrincipalDir != "" {
+		env[hooks.EnvPrincipalSession] = a.cfg.PrincipalDir
 	}
 	for k, v := range h.Env {
 		env[k] = v
