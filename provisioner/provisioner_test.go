@@ -143,8 +143,12 @@ func TestProvisionerStartsAndRemoves(t *testing.T) {
 	if err := p.Pass(ctx); err != nil || len(fp.started) != 2 {
 		t.Fatalf("second pass: %v, started %v", err, fp.started)
 	}
-	// Dead machines are stopped and removed; the manual one has nothing to
-	// stop.
+	// Dead machines are stopped and removed; the manual one, whose agent
+	// joined (a manual machine that never joined goes at once when
+	// destroyed), has nothing to stop.
+	if err := st.SetStatus(ctx, state.StatusMachine, manual[0].Id, &pb.Status{Status: "started"}); err != nil {
+		t.Fatal(err)
+	}
 	for _, id := range []string{ms[0].Id, manual[0].Id} {
 		if err := st.DestroyMachine(ctx, id, state.DestroyOptions{}); err != nil {
 			t.Fatal(err)
@@ -395,6 +399,10 @@ func TestProvisionerTriesARefusedRemovalAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := ms[0].Id
+	// Its agent joined: it is not removed at once.
+	if err := st.SetStatus(ctx, state.StatusMachine, id, &pb.Status{Status: "started"}); err != nil {
+		t.Fatal(err)
+	}
 	if err := st.DestroyMachine(ctx, id, state.DestroyOptions{}); err != nil {
 		t.Fatal(err)
 	}

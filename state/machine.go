@@ -151,11 +151,12 @@ type DestroyOptions struct {
 }
 
 // DestroyMachine sets machine id dying. Without Force it is refused while
-// any unit assigned to the machine is alive (M2). With Force the machine
-// becomes dying whatever its units, and a cleanup item has the cleaner set
-// its units dying and, after MaxWait, force them out and set the machine
-// dead. Destroying a machine that is already dying or dead does nothing
-// (but may shorten a forced wait).
+// any unit assigned to the machine is alive (M2); a manual machine that
+// never joined (neverJoined) is removed at once instead. With Force the
+// machine becomes dying whatever its units, and a cleanup item has the
+// cleaner set its units dying and, after MaxWait, force them out and set
+// the machine dead. Destroying a machine that is already dying or dead
+// does nothing (but may shorten a forced wait).
 func (s *State) DestroyMachine(ctx context.Context, id string, opts DestroyOptions) error {
 	return s.DestroyMachines(ctx, []string{id}, opts)[0]
 }
@@ -170,14 +171,27 @@ const destroysPerTxn = 16
 // model's, costs a transaction a batch rather than one a machine. Each
 // machine is answered alone, errs[i] for ids[i], as DestroyMachine would
 // answer: one refused (M2) or not found is left out of its batch's
-// transaction, and does not stop the others.
+// transaction, and does not stop the others. An alive manual machine
+// without an instance, which may never have joined, is left out of its
+// batch too, and destroyed in a transaction of its own
+// (destroyManualMachine), which reads what that depends on.
 func (s *State) DestroyMachines(ctx context.Context, ids []string, opts DestroyOptions) (errs []error) {
-	return s.machineBatches(ctx, "destroy", ids, destroysPerTxn, func(id string) []getOp {
+	errs = s.machineBatches(ctx, "destroy", ids, destroysPerTxn, func(id string) []getOp {
 		return []getOp{get(MachineKey(id)), getKeys(machineAlivePrefix(id), 4), get(cleanupKey(cleanupForceMachine, id))}
 	}, func(c *change, r *reads, i int, id string) error {
 		return s.destroyMachineOps(c, r, i, id, opts)
 	})
+	for i, err := range errs {
+		if errors.Is(err, errManualMachine) {
+			errs[i] = s.destroyManualMachine(ctx, ids[i])
+		}
+	}
+	return errs
 }
+
+// errManualMachine says a machine is to be destroyed in a transaction of
+// its own (destroyManualMachine).
+var errManualMachine = errors.New("a manual machine without an instance")
 
 // machineBatches changes each machine of ids, perTxn of them in a
 // transaction: it reads gets(id) of each (the same number of reads for
@@ -268,12 +282,67 @@ func (s *State) destroyMachineOps(c *change, r *reads, i int, id string, opts De
 	if alive := r.all(i + 1); len(alive) > 0 {
 		return refused("M2", "machine %s has %s assigned", id, unitList(keySuffixes(alive, machineAlivePrefix(id)), r.more(i+1)))
 	}
+	if m.v.Manual && m.v.InstanceId == "" {
+		return errManualMachine
+	}
+	dyingMachineOps(c, m)
+	return nil
+}
+
+// dyingMachineOps adds to c setting alive machine m dying, with no alive
+// unit assigned (M2).
+func dyingMachineOps(c *change, m *record[*pb.Machine]) {
 	next := cloneMachine(m.v)
 	next.Life = pb.Life_LIFE_DYING
 	c.ifMod(m.key, m.mod)
-	c.ifEmpty(machineAlivePrefix(id))
+	c.ifEmpty(machineAlivePrefix(m.v.Id))
 	c.put(m.key, next)
-	return nil
+}
+
+// destroyManualMachine destroys alive manual machine id without Force.
+// One that never joined (neverJoined) is removed at once: no unit is
+// assigned to it, so it can be dead at once (M3), and it has no instance
+// to release and no agent to wait for (M4). Any other becomes dying, as
+// DestroyMachine has every machine do (M2).
+func (s *State) destroyManualMachine(ctx context.Context, id string) error {
+	tag := names.MachineTag(id)
+	return s.apply(ctx, "destroy machine "+id, func(ctx context.Context) (*change, error) {
+		r, err := s.read(ctx, get(MachineKey(id)), getKeys(machineAlivePrefix(id), 4), getKeys(machineUnitsPrefix(id), 1),
+			getExists(StatusKey(StatusMachine, id)), getExists(presenceKey(tag)))
+		if err != nil {
+			return nil, err
+		}
+		m, err := machineFrom(r.one(0), id)
+		if err != nil {
+			return nil, err
+		}
+		if m.v.Life != pb.Life_LIFE_ALIVE {
+			return nil, errNothingToDo
+		}
+		if alive := r.all(1); len(alive) > 0 {
+			return nil, refused("M2", "machine %s has %s assigned", id, unitList(keySuffixes(alive, machineAlivePrefix(id)), r.more(1)))
+		}
+		c := &change{}
+		if !neverJoined(m.v, len(r.all(2)) > 0, r.ranges[3].Count > 0, r.ranges[4].Count > 0) {
+			dyingMachineOps(c, m)
+			return c, nil
+		}
+		c.ifMod(m.key, m.mod)
+		c.ifEmpty(machineUnitsPrefix(id))
+		c.ifAbsent(StatusKey(StatusMachine, id))
+		c.ifAbsent(presenceKey(tag))
+		c.del(m.key)
+		c.del(credentialKey(tag))
+		return c, nil
+	})
+}
+
+// neverJoined says whether machine m is a manual machine whose agent
+// never joined: no instance recorded, no unit assigned, and its agent has
+// never reported a status (its first act once it runs: SetMachineStatus
+// "started") nor holds its presence now.
+func neverJoined(m *pb.Machine, units, reported, present bool) bool {
+	return m.Manual && m.InstanceId == "" && !units && !reported && !present
 }
 
 // EnsureMachineDead sets dying machine id dead, once no unit is assigned to

@@ -91,6 +91,51 @@ func TestRaceAssignWhileDestroyingMachine(t *testing.T) {
 	t.Logf("%+v", st.Stats())
 }
 
+// (a') Assigning units to a manual machine that never joined while it is
+// destroyed: it is removed only with no unit assigned, and otherwise
+// becomes dying (or the destroy is refused) as any machine would.
+func TestRaceAssignWhileDestroyingManualMachine(t *testing.T) {
+	st, ctx := newState(t)
+	mon := statetest.Start(t, st)
+	addService(t, ctx, st, "app", appEndpoints)
+	removed := 0
+	for round := 0; round < raceRounds; round++ {
+		ms, err := st.AddMachinesWith(ctx, 1, state.MachineOptions{Manual: true})
+		must(t, "AddMachines", err)
+		m := ms[0].Id
+		us := addUnits(t, ctx, st, "app", 2, state.Placement{Unassigned: true})
+		fs := []func() error{func() error { return st.DestroyMachine(ctx, m, state.DestroyOptions{}) }}
+		for _, u := range us {
+			fs = append(fs, func() error { return st.AssignUnit(ctx, u.Name, m) })
+		}
+		fs = append(fs, func() error { _, err := st.AddUnits(ctx, "app", 1, state.Placement{Machine: m}); return err })
+		errs := parallel(fs...)
+		for _, err := range errs {
+			allowed(t, err, state.ErrRefused, state.ErrNotFound)
+		}
+		assigned, err := st.MachineUnits(ctx, m)
+		must(t, "MachineUnits", err)
+		mach, err := st.Machine(ctx, m)
+		switch {
+		case errors.Is(err, state.ErrNotFound):
+			removed++
+			if errs[0] != nil || len(assigned) != 0 {
+				t.Errorf("round %d: machine %s removed with %v assigned, DestroyMachine = %v", round, m, assigned, errs[0])
+			}
+		case err != nil:
+			t.Fatal(err)
+		case mach.Life == pb.Life_LIFE_DYING:
+			if errs[0] != nil || len(assigned) == 0 {
+				t.Errorf("round %d: machine %s dying with %v assigned, DestroyMachine = %v", round, m, assigned, errs[0])
+			}
+		case errs[0] == nil || len(assigned) == 0:
+			t.Errorf("round %d: machine %s alive with %v assigned, DestroyMachine = %v", round, m, assigned, errs[0])
+		}
+	}
+	mon.Stop(t)
+	t.Logf("removed at once in %d of %d rounds; %+v", removed, raceRounds, st.Stats())
+}
+
 // (b) Units entering a relation's scope while the relation is destroyed:
 // the relation is removed exactly when its last unit leaves, never while
 // one is in scope.

@@ -149,7 +149,9 @@ func (r *randomWorker) step(ctx context.Context, ops *atomic.Int64) error {
 	switch n := rng.IntN(100); {
 	case n < 3:
 		op = "add-machines"
-		_, err = st.AddMachines(ctx, 1+rng.IntN(2))
+		// A third manual: destroyed before a unit is placed there, it
+		// goes at once (its agent never joined).
+		_, err = st.AddMachinesWith(ctx, 1+rng.IntN(2), state.MachineOptions{Manual: rng.IntN(3) == 0})
 	case n < 7:
 		op = "add-service"
 		eps := randomCharms[rng.IntN(len(randomCharms))]

@@ -2,8 +2,12 @@ package state_test
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
 
+	"github.com/lifelinehq/lifeline/names"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 )
 
@@ -263,4 +267,94 @@ func TestMachinesTogether(t *testing.T) {
 	if len(left) != 1 || left[0].Id != ms[3].Id {
 		t.Errorf("machines left %v, want only machine 3", left)
 	}
+}
+
+// TestDestroyManualMachineThatNeverJoined: a manual machine whose agent
+// never joined (no instance, no unit, no status ever reported, no
+// presence) is removed at once by a plain destroy, its credential with it;
+// any other machine becomes dying, and waits for its agent.
+func TestDestroyManualMachineThatNeverJoined(t *testing.T) {
+	tests := []struct {
+		name   string
+		manual bool
+		setup  func(t *testing.T, ctx context.Context, st *state.State, id string)
+		force  bool
+		want   string // the machine's life after the destroy: "removed", "dying"
+		err    string // a refusal (M2) instead
+	}{
+		{name: "never joined", manual: true, want: "removed"},
+		{name: "its agent reported a status", manual: true, want: "dying", setup: func(t *testing.T, ctx context.Context, st *state.State, id string) {
+			must(t, "SetStatus", st.SetStatus(ctx, state.StatusMachine, id, &pb.Status{Status: "started"}))
+		}},
+		{name: "its agent is present", manual: true, want: "dying", setup: func(t *testing.T, ctx context.Context, st *state.State, id string) {
+			p, err := st.Present(ctx, names.MachineTag(id), time.Minute)
+			must(t, "Present", err)
+			t.Cleanup(p.Close)
+		}},
+		{name: "a dying unit assigned", manual: true, want: "dying", setup: func(t *testing.T, ctx context.Context, st *state.State, id string) {
+			addUnits(t, ctx, st, "kv", 1, state.Placement{Machine: id})
+			must(t, "DestroyUnit", st.DestroyUnit(ctx, "kv/0", state.DestroyOptions{}))
+		}},
+		{name: "an alive unit assigned", manual: true, err: "machine 0 has unit kv/0 assigned", setup: func(t *testing.T, ctx context.Context, st *state.State, id string) {
+			addUnits(t, ctx, st, "kv", 1, state.Placement{Machine: id})
+		}},
+		{name: "an instance recorded", manual: true, want: "dying", setup: func(t *testing.T, ctx context.Context, st *state.State, id string) {
+			must(t, "SetMachineInstance", st.SetMachineInstance(ctx, id, "i-0", "10.0.0.1"))
+		}},
+		{name: "not manual", want: "dying"},
+		{name: "forced", manual: true, force: true, want: "dying"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, ctx := newState(t)
+			addService(t, ctx, st, "kv", kvEndpoints)
+			ms, err := st.AddMachinesWith(ctx, 1, state.MachineOptions{Manual: tt.manual})
+			must(t, "AddMachines", err)
+			id := ms[0].Id
+			tag := names.MachineTag(id)
+			must(t, "SetCredential", st.SetCredential(ctx, tag, "hash"))
+			if tt.setup != nil {
+				tt.setup(t, ctx, st, id)
+			}
+			err = st.DestroyMachine(ctx, id, state.DestroyOptions{Force: tt.force, MaxWait: time.Hour})
+			if tt.err != "" {
+				wantErr(t, "DestroyMachine", err, state.ErrRefused, "M2", tt.err)
+				if got := life(t, ctx, st, "machine", id); got != "alive" {
+					t.Errorf("machine %s is %s after a refusal, want alive", id, got)
+				}
+				return
+			}
+			must(t, "DestroyMachine", err)
+			if got := life(t, ctx, st, "machine", id); got != tt.want {
+				t.Errorf("after DestroyMachine(%s), the machine is %s, want %s", id, got, tt.want)
+			}
+			_, err = st.CredentialHash(ctx, tag)
+			if gone := errors.Is(err, state.ErrNotFound); gone != (tt.want == "removed") {
+				t.Errorf("CredentialHash(%s) = %v after DestroyMachine: want it gone %v", tag, err, tt.want == "removed")
+			}
+			err = st.DestroyMachine(ctx, id, state.DestroyOptions{})
+			if tt.want == "removed" {
+				wantErr(t, "DestroyMachine again", err, state.ErrNotFound, "", "machine 0 not found")
+			} else {
+				must(t, "DestroyMachine again", err)
+			}
+		})
+	}
+	t.Run("among others", func(t *testing.T) {
+		st, ctx := newState(t)
+		plain, err := st.AddMachines(ctx, 2)
+		must(t, "AddMachines", err)
+		manual, err := st.AddMachinesWith(ctx, 2, state.MachineOptions{Manual: true})
+		must(t, "AddMachines", err)
+		must(t, "SetStatus", st.SetStatus(ctx, state.StatusMachine, manual[1].Id, &pb.Status{Status: "started"}))
+		ids := []string{plain[0].Id, manual[0].Id, manual[1].Id, plain[1].Id}
+		for i, err := range st.DestroyMachines(ctx, ids, state.DestroyOptions{}) {
+			must(t, "DestroyMachines of "+ids[i], err)
+		}
+		for i, want := range []string{"dying", "removed", "dying", "dying"} {
+			if got := life(t, ctx, st, "machine", ids[i]); got != want {
+				t.Errorf("after DestroyMachines(%v), machine %s is %s, want %s", ids, ids[i], got, want)
+			}
+		}
+	})
 }
