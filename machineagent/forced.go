@@ -36,7 +36,9 @@ import (
 //     was away.
 //
 // Its files go only once its processes are gone: when the agent stops
-// first, the next start finds the directory and ends the unit again.
+// first, the next start finds the directory and ends the unit again. A
+// machine made dead with its units (destroy-machine --force) has its
+// agent end them before it stops, for a minute at most (deadWait).
 
 // forgone marks the units forced out for the ender: the principals no
 // longer assigned while their agents run, the subordinates of principals

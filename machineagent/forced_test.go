@@ -273,3 +273,50 @@ func TestRestartEndsWhatWentMeanwhile(t *testing.T) {
 	d.runs("front/1")
 	d.runs(subOf["front/1"])
 }
+
+// TestForcedMachineEndsItsUnitsFirst: a machine destroyed with --force,
+// no wait, while its agent runs: its units are forced out with it, and
+// its agent ends them (their daemons, a subordinate's too) before it
+// stops on its dead machine.
+func TestForcedMachineEndsItsUnitsFirst(t *testing.T) {
+	env := controllertest.New(t, controllertest.Options{Cleaner: true})
+	op := env.Operator()
+	daemonCharms(t, env, op)
+	ms, err := env.State.AddMachines(env.Ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ms[0].Id
+	if _, err := op.Deploy(env.Ctx, &pb.DeployRequest{Charm: "front", NumUnits: 1, To: m}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := op.Deploy(env.Ctx, &pb.DeployRequest{Charm: "side"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := op.AddRelation(env.Ctx, &pb.AddRelationRequest{Endpoints: []string{"front", "side"}}); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "ll-m-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	d := newDaemons(t, dir)
+	agent := startAgent(t, env, m, dir)
+	d.started("front/0")
+	d.started("side/0")
+
+	zero := int64(0)
+	if _, err := op.DestroyMachine(env.Ctx, &pb.DestroyMachineRequest{Machine: m, Force: true, MaxWaitMs: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-agent.done; !errors.Is(err, machineagent.ErrMachineDead) {
+		t.Fatalf("Run = %v, want ErrMachineDead", err)
+	}
+	agent.cancel = nil
+	for _, u := range []string{"front/0", "side/0"} {
+		if running(d.pids[u]) {
+			t.Errorf("%s's daemon (pid %d) runs after its machine's agent stopped on its dead machine", u, d.pids[u])
+		}
+	}
+}

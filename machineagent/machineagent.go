@@ -172,6 +172,10 @@ type removal struct {
 // once.
 const maxRemovals = 4
 
+// deadWait bounds how long the agent of a dead machine waits for its units
+// to be ended and removed before it stops.
+const deadWait = time.Minute
+
 type exit struct {
 	unit string
 	err  error
@@ -313,6 +317,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
 	setDead := false
+	var deadSince time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -338,6 +343,17 @@ func (a *Agent) Run(ctx context.Context) error {
 			continue
 		}
 		if m == nil || m.Life == pb.Life_LIFE_DEAD {
+			// Units forced out with their machine (destroy-machine
+			// --force) are ended first, and the removals under way
+			// finish, for a minute at most: the host keeps nothing of
+			// them.
+			if deadSince.IsZero() {
+				deadSince = time.Now()
+			}
+			if a.forgone(want); !a.idle() && time.Since(deadSince) < deadWait {
+				retry.Reset(time.Second)
+				continue
+			}
 			// It says nothing as it goes: the machine's status goes with
 			// the machine moments later, and a dead machine's agent
 			// shows down meanwhile. Its report cost one write a machine
@@ -693,31 +709,6 @@ func closedChan() chan struct{} {
 	c := make(chan struct{})
 	close(c)
 	return c
-}
-
-// deployer runs a principal's subordinates' agents on this machine.
-type deployer struct {
-	a         *Agent
-	principal string
-}
-
-func (d deployer) Deploy(unit string) error {
-	return d.a.startWorker(d.a.ctx, unit, d.principal, nil, false)
-}
-
-func (d deployer) Recall(unit string) error {
-	d.a.stopWorker(unit, true)
-	return nil
-}
-
-func (d deployer) Subordinates(units []string) {
-	d.a.mu.Lock()
-	d.a.subs[d.principal] = units
-	d.a.mu.Unlock()
-	select {
-	case d.a.wake <- struct{}{}:
-	default:
-	}
 }
 
 // setStatus reports the machine agent's status, trying a few times.
