@@ -39,7 +39,11 @@ func TestRandomized(t *testing.T) {
 			t.Logf("TestRandomized failed with -seed=%d", seed)
 		}
 	})
-	st, ctx := newState(t)
+	st, _ := newState(t)
+	// The deadline only ends a hang: with the race detector on a loaded
+	// 2-core machine the operations and the drain take minutes.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
 	mon := statetest.Start(t, st)
 
 	var opCount, failures atomic.Int64

@@ -112,7 +112,10 @@ func TestReadAtLeast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	done := make(chan struct{})
+	defer func() { <-done }()
 	go func() {
+		defer close(done)
 		time.Sleep(20 * time.Millisecond)
 		if _, err := raw.Put(ctx, ns+state.UnitKey("app/0"), string(data)); err != nil {
 			t.Error(err)
