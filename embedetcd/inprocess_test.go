@@ -117,7 +117,7 @@ func TestInProcessClientSurvivesTheServerStopping(t *testing.T) {
 // therefore go through the socket.
 func TestInProcessClientWatchesChurn(t *testing.T) {
 	c := startMember(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const history = 200
 	for i := 0; i < history; i++ {
@@ -164,11 +164,13 @@ func TestInProcessClientWatchesChurn(t *testing.T) {
 			}()
 		}
 		go func() { wg.Wait(); close(done) }()
+		// A round takes well under a second on an idle machine; the
+		// bound is for a loaded one with the race detector.
 		select {
 		case <-done:
-		case <-ctx.Done():
+		case <-time.After(2 * time.Minute):
 			// Stuck for good: the deferred closes may not return either.
-			panic(fmt.Sprintf("round %d: watches still waiting for their history after 60 s", round))
+			panic(fmt.Sprintf("round %d: watches still waiting for their history after 2 minutes", round))
 		}
 	}
 }
