@@ -54,7 +54,7 @@ var docScenarios = []struct {
 	{name: "commands", groups: []string{
 		"ctl", "ctl deploy", "ctl add-unit", "ctl add-machine", "ctl add-relation", "ctl config", "ctl status",
 		"ctl show-status-log", "ctl resolved", "ctl destroy-relation", "ctl destroy-unit", "ctl destroy-machine",
-		"ctl destroy-service", "ctl kill-controller",
+		"ctl destroy-service", "ctl add-controller", "ctl kill-controller",
 	}},
 	{name: "wait", groups: []string{"ctl wait"}, bootstrap: true},
 	{name: "bootstrap", groups: []string{"ctl bootstrap"}, each: true},
