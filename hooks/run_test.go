@@ -314,7 +314,9 @@ func TestRunKillsTheProcessGroup(t *testing.T) {
 					}
 				}()
 			} else {
-				spec.Timeout = 300 * time.Millisecond
+				// Long enough for the hook to write its group's id on a
+				// loaded machine before it is killed.
+				spec.Timeout = 2 * time.Second
 			}
 			res, err := hooks.Run(ctx, spec)
 			if tt.cancel != errors.Is(err, context.Canceled) {

@@ -78,8 +78,8 @@ func newClient(t *testing.T) *clientv3.Client {
 	return c
 }
 
-// One of several candidates leads; when it stops, another takes over at
-// once (it resigns), and Leader names whoever leads.
+// One of several candidates leads; when it stops it resigns, so another
+// takes over without waiting for the TTL, and Leader names whoever leads.
 func TestOneLeaderAndHandover(t *testing.T) {
 	election := etcdtest.Namespace(t) + "workers"
 	var leading atomic.Int32
@@ -98,13 +98,14 @@ func TestOneLeaderAndHandover(t *testing.T) {
 			rest = append(rest, c)
 		}
 	}
-	start := time.Now()
 	first.stop()
-	next := waitLeader(t, 5*time.Second, rest...)
-	t.Logf("%s took over from %s in %s", next.id, first.id, time.Since(start).Round(time.Millisecond))
-	if time.Since(start) > 2*time.Second {
-		t.Errorf("handover after a resignation took %s, want well under the TTL", time.Since(start))
+	// Stopped, it has left the election (not waiting for its lease to
+	// lapse): the next candidate in line is the leader already.
+	if id, err := leader.Leader(ctx, etcdtest.Client(t), election); err != nil || id == first.id || id == "" {
+		t.Errorf("Leader after %s stopped = %q, %v; want one of the others at once", first.id, id, err)
 	}
+	next := waitLeader(t, time.Minute, rest...)
+	t.Logf("%s took over from %s", next.id, first.id)
 }
 
 // A leader whose process dies (its client gone without resigning) is
