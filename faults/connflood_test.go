@@ -59,13 +59,20 @@ func runConnectionFlood(t *testing.T, sz sizes) {
 	t.Logf("limits: %v connections, %d from one address", metric(body, `lifeline_api_connections_limit{limit="total"}`), perAddress)
 
 	peak := f.watchPeak()
-	ctx, cancel := context.WithTimeout(context.Background(), sz.floodFor)
+	// The flood lasts floodFor from when every address has dialed its
+	// connections once: on a loaded machine dialing them takes a while.
+	ctx, cancel := context.WithCancel(context.Background())
 	var dials, dialErrors atomic.Int64
-	var wg sync.WaitGroup
+	var wg, dialed sync.WaitGroup
 	for _, ip := range floodAddresses {
-		wg.Go(func() { flood(ctx, f.c.Addr(), ip, sz.floodConns, &dials, &dialErrors) })
+		dialed.Add(1)
+		wg.Go(func() { flood(ctx, f.c.Addr(), ip, sz.floodConns, &dials, &dialErrors, dialed.Done) })
 	}
 	r.inject("connection flood")
+	go func() {
+		dialed.Wait()
+		time.AfterFunc(sz.floodFor, cancel)
+	}()
 
 	// While it lasts: the flood is refused past the per-address limit,
 	// and the operator connects and destroys.
@@ -108,8 +115,11 @@ const floodDials = 20
 
 // flood holds n idle connections from ip to addr, dialing again each one
 // the controller closes, until ctx ends or it has dialed floodDials times
-// n; it counts its dials and those that failed.
-func flood(ctx context.Context, addr string, ip net.IP, n int, dials, failed *atomic.Int64) {
+// n; it counts its dials and those that failed, and calls dialedAll once
+// it has dialed n times (or ends before).
+func flood(ctx context.Context, addr string, ip net.IP, n int, dials, failed *atomic.Int64, dialedAll func()) {
+	var once sync.Once
+	defer once.Do(dialedAll)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}, Timeout: 5 * time.Second}
@@ -131,7 +141,9 @@ func flood(ctx context.Context, addr string, ip net.IP, n int, dials, failed *at
 				<-ctx.Done() // hold what is open until the flood ends
 				break
 			}
-			dials.Add(1)
+			if dials.Add(1); floodDials*n-left >= n {
+				once.Do(dialedAll)
+			}
 			c, err := d.DialContext(ctx, "tcp", addr)
 			if err != nil {
 				if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
