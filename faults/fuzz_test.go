@@ -285,7 +285,7 @@ func (fz *fuzzer) call(rnd *rand.Rand) {
 		req proto.Message
 		err error
 	)
-	switch rnd.IntN(17) {
+	switch rnd.IntN(18) {
 	case 0:
 		rpc, req = "Status", &pb.StatusRequest{}
 		_, err = fz.op.Status(ctx, req.(*pb.StatusRequest))
@@ -438,6 +438,14 @@ func (fz *fuzzer) call(rnd *rand.Rand) {
 				err = status.Error(c, r.GetMessage())
 			}
 		}
+	case 17:
+		rpc = "Barrier"
+		in := &pb.BarrierRequest{AtLeast: int64Edge(rnd)}
+		if rnd.IntN(2) == 0 {
+			in.AtLeast = 0
+		}
+		req = in
+		_, err = fz.op.Barrier(ctx, in)
 	}
 	code := status.Code(err)
 	fz.mu.Lock()

@@ -226,6 +226,7 @@ func CheckInvariants(snap *Snapshot) error {
 	}
 	checkStatusHistory(snap, bad)
 	checkCA(snap, bad)
+	checkBarrier(snap, m.statuses, bad)
 	for k := range snap.Values {
 		var ek string
 		switch {
@@ -265,6 +266,30 @@ func CheckInvariants(snap *Snapshot) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkBarrier checks that the barrier, if there is one, is a barrier
+// record with its time, and that no unit agent claims to have seen a
+// barrier of a revision the store has not reached.
+func checkBarrier(snap *Snapshot, statuses []string, bad func(string, ...any)) {
+	if v, ok := snap.Values[BarrierKey]; ok {
+		b := &pb.Barrier{}
+		if err := proto.Unmarshal(v, b); err != nil || b.UnixNano <= 0 {
+			bad("barrier: not a barrier record with its time (%v)", err)
+		}
+	}
+	prefix := StatusKey(StatusUnitAgent, "")
+	for _, k := range statuses {
+		if !strings.HasPrefix(k, prefix) {
+			continue
+		}
+		st := &pb.Status{}
+		if err := proto.Unmarshal(snap.Values[k], st); err != nil {
+			bad("%s: undecodable value: %v", k, err)
+		} else if st.SyncedRevision > snap.Revision {
+			bad("%s: synced to barrier %d, past the store's revision %d", k, st.SyncedRevision, snap.Revision)
+		}
+	}
 }
 
 // checkStatusHistory checks that every status history entry is of a unit

@@ -42,7 +42,7 @@ var EntityPrefixes = []string{
 
 // modelPrefixes are what Snapshot reads: everything but charm archives,
 // and of the controllers' keys the model's CA and the join tokens.
-var modelPrefixes = append([]string{seqPrefix, credentialsPrefix, charmsPrefix, charmShasPrefix, caPrefix, controllerJoinsPrefix}, EntityPrefixes...)
+var modelPrefixes = append([]string{seqPrefix, credentialsPrefix, charmsPrefix, charmShasPrefix, caPrefix, controllerJoinsPrefix, BarrierKey}, EntityPrefixes...)
 
 // MachineKey is the key of machine id.
 func MachineKey(id string) string { return machinesPrefix + id }

@@ -285,13 +285,21 @@ func (r *randomWorker) step(ctx context.Context, ops *atomic.Int64) error {
 			}
 			err = st.RemoveUnit(ctx, u.Name)
 		}
-	case n < 95:
+	case n < 94:
 		op = "set-status"
 		u, ok := pick(rng, v.units)
 		if !ok {
 			return nil
 		}
 		err = st.SetStatus(ctx, state.StatusUnit, u.Name, &pb.Status{Status: "active"})
+	case n < 95:
+		op = "barrier"
+		var rev int64
+		if rev, err = st.Barrier(ctx, 0); err == nil {
+			if u, ok := pick(rng, v.units); ok {
+				err = st.SetStatus(ctx, state.StatusUnitAgent, u.Name, &pb.Status{Status: "idle", SyncedRevision: rev})
+			}
+		}
 	case n < 99:
 		op = "cleaner-pass"
 		_, err = state.NewCleaner(st, 0).Pass(ctx)

@@ -43,7 +43,8 @@ func entityKey(kind StatusKind, id string) (string, error) {
 // A unit's statuses (StatusUnitAgent, StatusUnit) also go into its status
 // history, in the same transaction (see StatusHistory); setting a unit the
 // status it already has (the same status, message and data) changes
-// nothing but its seq. A unit's status with a seq (pb.Status.Seq) below the
+// nothing but its seq and the barrier its agent has seen
+// (pb.Status.SyncedRevision, never lowered so). A unit's status with a seq (pb.Status.Seq) below the
 // stored one's, by less than seqClockStep, is a report overtaken by a newer
 // one of the same agent, and is ignored.
 func (s *State) SetStatus(ctx context.Context, kind StatusKind, id string, st *pb.Status) error {

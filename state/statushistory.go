@@ -119,13 +119,16 @@ func unitStatusOps(c *change, r *reads, i int, kind StatusKind, unit string, st 
 		}
 		curMod = cur.mod
 		if sameStatus(cur.v, st) {
-			if st.Seq <= cur.v.Seq {
+			if st.Seq <= cur.v.Seq && st.SyncedRevision <= cur.v.SyncedRevision {
 				return nil
 			}
 			// Nothing new for the history, but a report older than
-			// this one, still on its way, must find it newer.
+			// this one, still on its way, must find it newer; and the
+			// barrier the agent has seen moves on (a report for ctl
+			// wait, which no one reads in the history).
 			kept := protoClone(cur.v)
-			kept.Seq = st.Seq
+			kept.Seq = max(st.Seq, cur.v.Seq)
+			kept.SyncedRevision = max(st.SyncedRevision, cur.v.SyncedRevision)
 			c.ifMod(statusKey, curMod)
 			c.put(statusKey, kept)
 			return nil

@@ -113,8 +113,15 @@ func (c *change) empty() bool { return len(c.ops) == 0 }
 
 // commit commits c, reporting whether its comparisons held.
 func (s *State) commit(ctx context.Context, c *change) (bool, error) {
+	ok, _, err := s.commitAt(ctx, c)
+	return ok, err
+}
+
+// commitAt is commit, returning too the revision the transaction was
+// answered at: the revision of its writes when it wrote.
+func (s *State) commitAt(ctx context.Context, c *change) (bool, int64, error) {
 	if c.empty() {
-		return true, nil
+		return true, 0, nil
 	}
 	n := int64(c.size())
 	if n > MaxTxnOps {
@@ -136,12 +143,12 @@ func (s *State) commit(ctx context.Context, c *change) (bool, error) {
 		return clientv3.ContextError(ctx, err)
 	})
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	if resp.Succeeded {
 		s.stats.txns.Add(1)
 	}
-	return resp.Succeeded, nil
+	return resp.Succeeded, resp.GetHeader().GetRevision(), nil
 }
 
 // txnRequest is c's transaction in the State's namespace, each part of it

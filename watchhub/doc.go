@@ -48,6 +48,14 @@
 // etcd has a goroutine forwarding etcd's batches, one at a time, until it
 // follows the hub.
 //
+// A mark key (Config.MarkKey) makes the hub tell every stream of each
+// write of that key: a stream returns a batch at the mark's revision once
+// it has returned the changes queued before it, so that its client knows
+// it has seen its subject up to there; a stream catching up from etcd that
+// is behind the latest mark lists again instead, since catching up would
+// not take it there while its subject is quiet. The controller writes the
+// barrier there for ctl wait.
+//
 // The hub owns no key and writes nothing; it reads through its Source
 // (state.State). It knows nothing of what a key means: authorization and
 // the meaning of changes are the controller's.

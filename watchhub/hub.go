@@ -52,7 +52,13 @@ type Config struct {
 	// together (Budget); past it, the budget holding the most is cut.
 	// None when zero.
 	QueueBytes int64
-	Logger     hclog.Logger
+	// MarkKey, when set, is a key whose writes are marks: each stream is
+	// told of a mark's revision (a batch without events, after the changes
+	// queued for it before), so that its client knows it has seen every
+	// change of its subject up to the mark; a stream that catches up from
+	// etcd, behind the latest mark, lists again instead.
+	MarkKey string
+	Logger  hclog.Logger
 }
 
 // Validate reports a configuration New cannot use.
@@ -78,6 +84,9 @@ type Hub struct {
 
 	// handed is rev, for reading without the lock (Revision).
 	handed atomic.Int64
+	// mark is the revision of the latest write of MarkKey the hub knows
+	// of (Mark).
+	mark atomic.Int64
 
 	mu sync.Mutex
 	// rev is the revision the hub has handed out every change up to
@@ -99,6 +108,9 @@ type Hub struct {
 	// budgets with streams, not closed: those a cut may choose.
 	held    int64
 	budgets map[*Budget]struct{}
+	// catchingUp are the subscriptions of the streams catching up from
+	// etcd: not registered, but told of marks.
+	catchingUp map[*sub]struct{}
 }
 
 // Stats are the hub's counts so far.
@@ -122,6 +134,8 @@ type Stats struct {
 	// before the changes the hub had handed out were visible to reads
 	// (listAtLeast).
 	ListedAgain int64
+	// Marks counts the writes of the mark key the hub handed out.
+	Marks int64
 	// RingEvents and RingBytes are what the ring holds now.
 	RingEvents, RingBytes int
 	// Held is the bytes of changes the streams hold now (queued, read
@@ -167,7 +181,8 @@ func New(cfg Config) (*Hub, error) {
 		cfg: cfg, ready: make(chan struct{}), done: make(chan struct{}),
 		ring:  newRing(cfg.RingEvents, cfg.RingBytes),
 		exact: map[string]map[*sub]struct{}{}, prefixes: map[string]map[*sub]struct{}{}, lenCount: map[int]int{},
-		budgets: map[*Budget]struct{}{},
+		budgets:    map[*Budget]struct{}{},
+		catchingUp: map[*sub]struct{}{},
 	}, nil
 }
 
@@ -176,10 +191,10 @@ func New(cfg Config) (*Hub, error) {
 func (h *Hub) Run(ctx context.Context) error {
 	defer h.close()
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
-	var rev int64
+	var rev, mark int64
 	for {
 		var err error
-		if rev, err = h.cfg.Source.Revision(ctx); err == nil {
+		if rev, mark, err = h.start(ctx); err == nil {
 			break
 		}
 		h.cfg.Logger.Warn("watch hub: cannot read the current revision; retrying", "error", err)
@@ -194,6 +209,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	h.mu.Lock()
 	h.setRev(rev)
 	h.ring.reset(rev)
+	h.mark.Store(mark)
 	h.mu.Unlock()
 	close(h.ready)
 	expire := time.NewTicker(h.cfg.RingAge / 8)
@@ -212,6 +228,25 @@ func (h *Hub) Run(ctx context.Context) error {
 			h.mu.Unlock()
 		}
 	}
+}
+
+// start reads the revision the hub starts from and, with a mark key, the
+// latest mark at or before it: a stream resuming from before that mark
+// lists again rather than catch up from etcd, which would not bring it to
+// the mark while its subject does not change.
+func (h *Hub) start(ctx context.Context) (rev, mark int64, err error) {
+	if h.cfg.MarkKey == "" {
+		rev, err = h.cfg.Source.Revision(ctx)
+		return rev, 0, err
+	}
+	evs, rev, err := h.cfg.Source.ListMany(ctx, []state.ListSpec{{Key: h.cfg.MarkKey}})
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, e := range evs[0] {
+		mark = e.ModRevision
+	}
+	return rev, mark, nil
 }
 
 func (h *Hub) close() {
@@ -233,6 +268,10 @@ func (h *Hub) setRev(rev int64) {
 // hands a change to its watchers a moment before reads see it
 // (state.Config.AtLeast).
 func (h *Hub) Revision() int64 { return h.handed.Load() }
+
+// Mark returns the revision of the latest write of the mark key the hub
+// has handed out (or found when it started); 0 when none.
+func (h *Hub) Mark() int64 { return h.mark.Load() }
 
 // Done is closed when the hub stops: every stream's next batch is then
 // ErrClosed.
@@ -262,8 +301,8 @@ type sub struct {
 	budget *Budget
 	// stopFallback, while set, stops the etcd watch the stream catches
 	// up with (Stream.fallback); listAfresh says that watch stopped
-	// because the stream's budget could not hold what it read ahead:
-	// the stream lists afresh instead.
+	// because the stream's budget could not hold what it read ahead, or
+	// because a mark came (Hub.markAll): the stream lists afresh instead.
 	stopFallback context.CancelFunc
 	listAfresh   bool
 	// reset says the queue overflowed and was dropped: nothing is queued
@@ -358,6 +397,38 @@ func (h *Hub) dispatch(b state.WatchBatch) {
 		touched[i] = nil
 	}
 	h.touched = touched[:0]
+	if h.cfg.MarkKey != "" {
+		for i := range b.Events {
+			if b.Events[i].Key == h.cfg.MarkKey {
+				h.markAll(b.Revision)
+				break
+			}
+		}
+	}
+}
+
+// markAll tells every stream of the mark at rev: each registered stream
+// returns a batch at rev once it has returned what was queued for it
+// before (unless what it returns takes it there anyway), and each stream
+// catching up from etcd lists again, which takes it past rev. The hub's
+// lock is held.
+func (h *Hub) markAll(rev int64) {
+	h.mark.Store(rev)
+	h.stats.Marks++
+	for _, set := range []map[string]map[*sub]struct{}{h.exact, h.prefixes} {
+		for _, subs := range set {
+			for s := range subs {
+				s.progress = max(s.progress, rev)
+				s.notify()
+			}
+		}
+	}
+	for s := range h.catchingUp {
+		// Its etcd watch stops; the stream sees it end and lists.
+		delete(h.catchingUp, s)
+		s.listAfresh = true
+		s.stopFallback()
+	}
 }
 
 // enqueue queues e, of the batch at rev, for s, and adds s to touched the
@@ -486,6 +557,11 @@ func (h *Hub) resume(s *sub, rev int64) bool {
 		if s.matches(e.Key) {
 			h.enqueueCatchingUp(s, e.ModRevision, e)
 		}
+	}
+	if m := h.mark.Load(); m > rev {
+		// The mark is in the ring, but the stream only sees its own
+		// keys there: it is told of the mark as the others were.
+		s.progress = max(s.progress, m)
 	}
 	return true
 }

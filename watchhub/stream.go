@@ -87,8 +87,14 @@ func (h *Hub) watch(ctx context.Context, key string, prefix bool, after int64, w
 		s.list = true
 	case h.resume(s.sub, after):
 		h.stats.Resumed++
+	case h.mark.Load() > after:
+		// Caught up from etcd, a subject that does not change would not
+		// come to the latest mark: the stream lists again (its client
+		// handles that as after a compaction).
+		s.list = true
 	default:
 		h.stats.Fallbacks++
+		h.catchingUp[s.sub] = struct{}{}
 		fctx, cancel := context.WithCancel(ctx)
 		s.sub.stopFallback = cancel
 		var in <-chan state.WatchBatch
@@ -174,6 +180,7 @@ func (s *Stream) Close() {
 		s.sub.stopFallback = nil
 	}
 	h.unregister(s.sub)
+	delete(h.catchingUp, s.sub)
 	s.dropListedLocked()
 	if b := s.sub.budget; b != nil {
 		delete(b.subs, s.sub)
@@ -468,6 +475,7 @@ func (s *Stream) nextFallback(ctx context.Context, wait bool) (state.WatchBatch,
 		cut := s.sub.budget != nil && s.sub.budget.cut != nil
 		afresh := s.sub.listAfresh
 		if afresh && !cut {
+			delete(h.catchingUp, s.sub)
 			s.sub.listAfresh = false
 			s.sub.stopFallback()
 			s.fallback, s.sub.stopFallback = nil, nil
@@ -488,6 +496,10 @@ func (s *Stream) nextFallback(ctx context.Context, wait bool) (state.WatchBatch,
 	h := s.h
 	h.mu.Lock()
 	if !h.closed && h.resume(s.sub, s.after) {
+		// Marks come to it from the hub now (resume tells it of the
+		// latest), and from its own etcd watch no more.
+		delete(h.catchingUp, s.sub)
+		s.sub.listAfresh = false
 		s.sub.stopFallback()
 		s.fallback, s.sub.stopFallback = nil, nil
 	}

@@ -91,6 +91,7 @@ type WatchSubject struct {
 	//	*WatchSubject_Relation
 	//	*WatchSubject_RelationScope
 	//	*WatchSubject_Resolved
+	//	*WatchSubject_Barrier
 	Subject       isWatchSubject_Subject `protobuf_oneof:"subject"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -223,6 +224,15 @@ func (x *WatchSubject) GetResolved() string {
 	return ""
 }
 
+func (x *WatchSubject) GetBarrier() bool {
+	if x != nil {
+		if x, ok := x.Subject.(*WatchSubject_Barrier); ok {
+			return x.Barrier
+		}
+	}
+	return false
+}
+
 type isWatchSubject_Subject interface {
 	isWatchSubject_Subject()
 }
@@ -280,6 +290,13 @@ type WatchSubject_Resolved struct {
 	Resolved string `protobuf:"bytes,10,opt,name=resolved,proto3,oneof"`
 }
 
+type WatchSubject_Barrier struct {
+	// The model's barrier (set true): its change's version is the
+	// barrier's revision, which every subscription of the caller's is
+	// brought to after the changes before it. Any agent may watch it.
+	Barrier bool `protobuf:"varint,11,opt,name=barrier,proto3,oneof"`
+}
+
 func (*WatchSubject_Machine) isWatchSubject_Subject() {}
 
 func (*WatchSubject_MachineUnits) isWatchSubject_Subject() {}
@@ -299,6 +316,8 @@ func (*WatchSubject_Relation) isWatchSubject_Subject() {}
 func (*WatchSubject_RelationScope) isWatchSubject_Subject() {}
 
 func (*WatchSubject_Resolved) isWatchSubject_Subject() {}
+
+func (*WatchSubject_Barrier) isWatchSubject_Subject() {}
 
 type WatchRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -3180,7 +3199,7 @@ var File_lifeline_v1_agent_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x17lifeline/v1/agent.proto\x12\vlifeline.v1\x1a\x17lifeline/v1/model.proto\"\xfa\x02\n" +
+	"\x17lifeline/v1/agent.proto\x12\vlifeline.v1\x1a\x17lifeline/v1/model.proto\"\x96\x03\n" +
 	"\fWatchSubject\x12\x1a\n" +
 	"\amachine\x18\x01 \x01(\tH\x00R\amachine\x12%\n" +
 	"\rmachine_units\x18\x02 \x01(\tH\x00R\fmachineUnits\x12\x14\n" +
@@ -3192,7 +3211,8 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\brelation\x18\b \x01(\x03H\x00R\brelation\x12'\n" +
 	"\x0erelation_scope\x18\t \x01(\x03H\x00R\rrelationScope\x12\x1c\n" +
 	"\bresolved\x18\n" +
-	" \x01(\tH\x00R\bresolvedB\t\n" +
+	" \x01(\tH\x00R\bresolved\x12\x1a\n" +
+	"\abarrier\x18\v \x01(\bH\x00R\abarrierB\t\n" +
 	"\asubject\"j\n" +
 	"\fWatchRequest\x123\n" +
 	"\asubject\x18\x01 \x01(\v2\x19.lifeline.v1.WatchSubjectR\asubject\x12%\n" +
@@ -3574,6 +3594,7 @@ func file_lifeline_v1_agent_proto_init() {
 		(*WatchSubject_Relation)(nil),
 		(*WatchSubject_RelationScope)(nil),
 		(*WatchSubject_Resolved)(nil),
+		(*WatchSubject_Barrier)(nil),
 	}
 	file_lifeline_v1_agent_proto_msgTypes[3].OneofWrappers = []any{
 		(*WatchManyRequest_Subscribe)(nil),

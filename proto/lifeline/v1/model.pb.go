@@ -1098,9 +1098,14 @@ type Status struct {
 	// the agent gave up waiting for it), unless by more than a clock step
 	// would explain (see state.SetStatus). 0 is not ordered: a status set
 	// without one always applies.
-	Seq           int64 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Seq int64 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	// synced_revision, on a unit agent's status, is the latest barrier (see
+	// Barrier) the agent had seen every change up to, and acted on, when it
+	// reported: ctl wait waits for it. 0 when it has seen none. A report that
+	// changes only this is recorded without a history entry.
+	SyncedRevision int64 `protobuf:"varint,6,opt,name=synced_revision,json=syncedRevision,proto3" json:"synced_revision,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Status) Reset() {
@@ -1168,6 +1173,62 @@ func (x *Status) GetSeq() int64 {
 	return 0
 }
 
+func (x *Status) GetSyncedRevision() int64 {
+	if x != nil {
+		return x.SyncedRevision
+	}
+	return 0
+}
+
+// Barrier is stored at barrier: a write of it is a mark every agent's
+// watches are brought to (the controllers' watch hubs tell every stream of
+// its revision), so that unit agents can say they have seen everything up
+// to it (Status.synced_revision). ctl wait writes it.
+type Barrier struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// unix_nano is when it was written.
+	UnixNano      int64 `protobuf:"varint,1,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Barrier) Reset() {
+	*x = Barrier{}
+	mi := &file_lifeline_v1_model_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Barrier) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Barrier) ProtoMessage() {}
+
+func (x *Barrier) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_model_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Barrier.ProtoReflect.Descriptor instead.
+func (*Barrier) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Barrier) GetUnixNano() int64 {
+	if x != nil {
+		return x.UnixNano
+	}
+	return 0
+}
+
 // StatusHistoryEntry is one change of a unit's status, stored at
 // status-history/<unit>/<seq>: seq counts the unit's changes from 1,
 // zero-padded to 20 digits so that keys sort in order. A unit keeps its last
@@ -1184,7 +1245,7 @@ type StatusHistoryEntry struct {
 
 func (x *StatusHistoryEntry) Reset() {
 	*x = StatusHistoryEntry{}
-	mi := &file_lifeline_v1_model_proto_msgTypes[12]
+	mi := &file_lifeline_v1_model_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1196,7 +1257,7 @@ func (x *StatusHistoryEntry) String() string {
 func (*StatusHistoryEntry) ProtoMessage() {}
 
 func (x *StatusHistoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_model_proto_msgTypes[12]
+	mi := &file_lifeline_v1_model_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1209,7 +1270,7 @@ func (x *StatusHistoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusHistoryEntry.ProtoReflect.Descriptor instead.
 func (*StatusHistoryEntry) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{12}
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StatusHistoryEntry) GetKind() string {
@@ -1241,7 +1302,7 @@ type Cleanup struct {
 
 func (x *Cleanup) Reset() {
 	*x = Cleanup{}
-	mi := &file_lifeline_v1_model_proto_msgTypes[13]
+	mi := &file_lifeline_v1_model_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1314,7 @@ func (x *Cleanup) String() string {
 func (*Cleanup) ProtoMessage() {}
 
 func (x *Cleanup) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_model_proto_msgTypes[13]
+	mi := &file_lifeline_v1_model_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1327,7 @@ func (x *Cleanup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cleanup.ProtoReflect.Descriptor instead.
 func (*Cleanup) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{13}
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Cleanup) GetKind() CleanupKind {
@@ -1305,7 +1366,7 @@ type ConfigOption struct {
 
 func (x *ConfigOption) Reset() {
 	*x = ConfigOption{}
-	mi := &file_lifeline_v1_model_proto_msgTypes[14]
+	mi := &file_lifeline_v1_model_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +1378,7 @@ func (x *ConfigOption) String() string {
 func (*ConfigOption) ProtoMessage() {}
 
 func (x *ConfigOption) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_model_proto_msgTypes[14]
+	mi := &file_lifeline_v1_model_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1391,7 @@ func (x *ConfigOption) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigOption.ProtoReflect.Descriptor instead.
 func (*ConfigOption) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{14}
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ConfigOption) GetName() string {
@@ -1384,7 +1445,7 @@ type Charm struct {
 
 func (x *Charm) Reset() {
 	*x = Charm{}
-	mi := &file_lifeline_v1_model_proto_msgTypes[15]
+	mi := &file_lifeline_v1_model_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +1457,7 @@ func (x *Charm) String() string {
 func (*Charm) ProtoMessage() {}
 
 func (x *Charm) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_model_proto_msgTypes[15]
+	mi := &file_lifeline_v1_model_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +1470,7 @@ func (x *Charm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Charm.ProtoReflect.Descriptor instead.
 func (*Charm) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{15}
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Charm) GetName() string {
@@ -1492,7 +1553,7 @@ type Resolved struct {
 
 func (x *Resolved) Reset() {
 	*x = Resolved{}
-	mi := &file_lifeline_v1_model_proto_msgTypes[16]
+	mi := &file_lifeline_v1_model_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1504,7 +1565,7 @@ func (x *Resolved) String() string {
 func (*Resolved) ProtoMessage() {}
 
 func (x *Resolved) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_model_proto_msgTypes[16]
+	mi := &file_lifeline_v1_model_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1517,7 +1578,7 @@ func (x *Resolved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resolved.ProtoReflect.Descriptor instead.
 func (*Resolved) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{16}
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Resolved) GetMode() ResolvedMode {
@@ -1542,7 +1603,7 @@ type StatusReportResult struct {
 
 func (x *StatusReportResult) Reset() {
 	*x = StatusReportResult{}
-	mi := &file_lifeline_v1_model_proto_msgTypes[17]
+	mi := &file_lifeline_v1_model_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1615,7 @@ func (x *StatusReportResult) String() string {
 func (*StatusReportResult) ProtoMessage() {}
 
 func (x *StatusReportResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_model_proto_msgTypes[17]
+	mi := &file_lifeline_v1_model_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1628,7 @@ func (x *StatusReportResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReportResult.ProtoReflect.Descriptor instead.
 func (*StatusReportResult) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{17}
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StatusReportResult) GetCode() uint32 {
@@ -1604,7 +1665,7 @@ type ControllerJoin struct {
 
 func (x *ControllerJoin) Reset() {
 	*x = ControllerJoin{}
-	mi := &file_lifeline_v1_model_proto_msgTypes[18]
+	mi := &file_lifeline_v1_model_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1677,7 @@ func (x *ControllerJoin) String() string {
 func (*ControllerJoin) ProtoMessage() {}
 
 func (x *ControllerJoin) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_model_proto_msgTypes[18]
+	mi := &file_lifeline_v1_model_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1690,7 @@ func (x *ControllerJoin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControllerJoin.ProtoReflect.Descriptor instead.
 func (*ControllerJoin) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{18}
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ControllerJoin) GetSecretHash() string {
@@ -1721,16 +1782,19 @@ const file_lifeline_v1_model_proto_rawDesc = "" +
 	"\x06values\x18\x01 \x03(\v2!.lifeline.v1.Settings.ValuesEntryR\x06values\x1a9\n" +
 	"\vValuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe0\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x89\x02\n" +
 	"\x06Status\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\tR\x06status\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12&\n" +
 	"\x0fsince_unix_nano\x18\x03 \x01(\x03R\rsinceUnixNano\x121\n" +
 	"\x04data\x18\x04 \x03(\v2\x1d.lifeline.v1.Status.DataEntryR\x04data\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x03R\x03seq\x1a7\n" +
+	"\x03seq\x18\x05 \x01(\x03R\x03seq\x12'\n" +
+	"\x0fsynced_revision\x18\x06 \x01(\x03R\x0esyncedRevision\x1a7\n" +
 	"\tDataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"&\n" +
+	"\aBarrier\x12\x1b\n" +
+	"\tunix_nano\x18\x01 \x01(\x03R\bunixNano\"U\n" +
 	"\x12StatusHistoryEntry\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12+\n" +
 	"\x06status\x18\x02 \x01(\v2\x13.lifeline.v1.StatusR\x06status\"\x80\x01\n" +
@@ -1805,7 +1869,7 @@ func file_lifeline_v1_model_proto_rawDescGZIP() []byte {
 }
 
 var file_lifeline_v1_model_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_lifeline_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_lifeline_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_lifeline_v1_model_proto_goTypes = []any{
 	(Life)(0),                  // 0: lifeline.v1.Life
 	(Role)(0),                  // 1: lifeline.v1.Role
@@ -1824,16 +1888,17 @@ var file_lifeline_v1_model_proto_goTypes = []any{
 	(*ScopeEntry)(nil),         // 14: lifeline.v1.ScopeEntry
 	(*Settings)(nil),           // 15: lifeline.v1.Settings
 	(*Status)(nil),             // 16: lifeline.v1.Status
-	(*StatusHistoryEntry)(nil), // 17: lifeline.v1.StatusHistoryEntry
-	(*Cleanup)(nil),            // 18: lifeline.v1.Cleanup
-	(*ConfigOption)(nil),       // 19: lifeline.v1.ConfigOption
-	(*Charm)(nil),              // 20: lifeline.v1.Charm
-	(*Resolved)(nil),           // 21: lifeline.v1.Resolved
-	(*StatusReportResult)(nil), // 22: lifeline.v1.StatusReportResult
-	(*ControllerJoin)(nil),     // 23: lifeline.v1.ControllerJoin
-	nil,                        // 24: lifeline.v1.ServiceConfig.ValuesEntry
-	nil,                        // 25: lifeline.v1.Settings.ValuesEntry
-	nil,                        // 26: lifeline.v1.Status.DataEntry
+	(*Barrier)(nil),            // 17: lifeline.v1.Barrier
+	(*StatusHistoryEntry)(nil), // 18: lifeline.v1.StatusHistoryEntry
+	(*Cleanup)(nil),            // 19: lifeline.v1.Cleanup
+	(*ConfigOption)(nil),       // 20: lifeline.v1.ConfigOption
+	(*Charm)(nil),              // 21: lifeline.v1.Charm
+	(*Resolved)(nil),           // 22: lifeline.v1.Resolved
+	(*StatusReportResult)(nil), // 23: lifeline.v1.StatusReportResult
+	(*ControllerJoin)(nil),     // 24: lifeline.v1.ControllerJoin
+	nil,                        // 25: lifeline.v1.ServiceConfig.ValuesEntry
+	nil,                        // 26: lifeline.v1.Settings.ValuesEntry
+	nil,                        // 27: lifeline.v1.Status.DataEntry
 }
 var file_lifeline_v1_model_proto_depIdxs = []int32{
 	0,  // 0: lifeline.v1.Machine.life:type_name -> lifeline.v1.Life
@@ -1842,19 +1907,19 @@ var file_lifeline_v1_model_proto_depIdxs = []int32{
 	0,  // 3: lifeline.v1.Service.life:type_name -> lifeline.v1.Life
 	6,  // 4: lifeline.v1.Service.charm:type_name -> lifeline.v1.CharmRef
 	7,  // 5: lifeline.v1.Service.endpoints:type_name -> lifeline.v1.Endpoint
-	24, // 6: lifeline.v1.ServiceConfig.values:type_name -> lifeline.v1.ServiceConfig.ValuesEntry
+	25, // 6: lifeline.v1.ServiceConfig.values:type_name -> lifeline.v1.ServiceConfig.ValuesEntry
 	0,  // 7: lifeline.v1.Unit.life:type_name -> lifeline.v1.Life
 	7,  // 8: lifeline.v1.RelationEndpoint.endpoint:type_name -> lifeline.v1.Endpoint
 	0,  // 9: lifeline.v1.Relation.life:type_name -> lifeline.v1.Life
 	12, // 10: lifeline.v1.Relation.endpoints:type_name -> lifeline.v1.RelationEndpoint
 	2,  // 11: lifeline.v1.Relation.scope:type_name -> lifeline.v1.Scope
-	25, // 12: lifeline.v1.Settings.values:type_name -> lifeline.v1.Settings.ValuesEntry
-	26, // 13: lifeline.v1.Status.data:type_name -> lifeline.v1.Status.DataEntry
+	26, // 12: lifeline.v1.Settings.values:type_name -> lifeline.v1.Settings.ValuesEntry
+	27, // 13: lifeline.v1.Status.data:type_name -> lifeline.v1.Status.DataEntry
 	16, // 14: lifeline.v1.StatusHistoryEntry.status:type_name -> lifeline.v1.Status
 	3,  // 15: lifeline.v1.Cleanup.kind:type_name -> lifeline.v1.CleanupKind
 	9,  // 16: lifeline.v1.ConfigOption.default:type_name -> lifeline.v1.ConfigValue
 	7,  // 17: lifeline.v1.Charm.endpoints:type_name -> lifeline.v1.Endpoint
-	19, // 18: lifeline.v1.Charm.options:type_name -> lifeline.v1.ConfigOption
+	20, // 18: lifeline.v1.Charm.options:type_name -> lifeline.v1.ConfigOption
 	4,  // 19: lifeline.v1.Resolved.mode:type_name -> lifeline.v1.ResolvedMode
 	9,  // 20: lifeline.v1.ServiceConfig.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
 	21, // [21:21] is the sub-list for method output_type
@@ -1881,7 +1946,7 @@ func file_lifeline_v1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_model_proto_rawDesc), len(file_lifeline_v1_model_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -23,6 +23,98 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type BarrierRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// at_least is the revision the barrier must be at or past: 0 for the
+	// model's current revision. A revision the model has not reached yet is
+	// refused (InvalidArgument).
+	AtLeast       int64 `protobuf:"varint,1,opt,name=at_least,json=atLeast,proto3" json:"at_least,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BarrierRequest) Reset() {
+	*x = BarrierRequest{}
+	mi := &file_lifeline_v1_operator_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BarrierRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BarrierRequest) ProtoMessage() {}
+
+func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_operator_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
+func (*BarrierRequest) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *BarrierRequest) GetAtLeast() int64 {
+	if x != nil {
+		return x.AtLeast
+	}
+	return 0
+}
+
+type BarrierResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// revision is the barrier's.
+	Revision      int64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BarrierResponse) Reset() {
+	*x = BarrierResponse{}
+	mi := &file_lifeline_v1_operator_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BarrierResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BarrierResponse) ProtoMessage() {}
+
+func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_operator_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BarrierResponse.ProtoReflect.Descriptor instead.
+func (*BarrierResponse) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BarrierResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -31,7 +123,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[0]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -43,7 +135,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[0]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -56,7 +148,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{0}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{2}
 }
 
 type StatusResponse struct {
@@ -68,7 +160,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[1]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -80,7 +172,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[1]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -93,7 +185,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{1}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *StatusResponse) GetStatus() *ModelStatus {
@@ -113,7 +205,7 @@ type WatchStatusRequest struct {
 
 func (x *WatchStatusRequest) Reset() {
 	*x = WatchStatusRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[2]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -125,7 +217,7 @@ func (x *WatchStatusRequest) String() string {
 func (*WatchStatusRequest) ProtoMessage() {}
 
 func (x *WatchStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[2]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -138,7 +230,7 @@ func (x *WatchStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchStatusRequest.ProtoReflect.Descriptor instead.
 func (*WatchStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{2}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *WatchStatusRequest) GetIntervalMs() int64 {
@@ -157,7 +249,7 @@ type WatchStatusResponse struct {
 
 func (x *WatchStatusResponse) Reset() {
 	*x = WatchStatusResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[3]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -169,7 +261,7 @@ func (x *WatchStatusResponse) String() string {
 func (*WatchStatusResponse) ProtoMessage() {}
 
 func (x *WatchStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[3]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -182,7 +274,7 @@ func (x *WatchStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchStatusResponse.ProtoReflect.Descriptor instead.
 func (*WatchStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{3}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WatchStatusResponse) GetStatus() *ModelStatus {
@@ -209,7 +301,7 @@ type ModelStatus struct {
 
 func (x *ModelStatus) Reset() {
 	*x = ModelStatus{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[4]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -221,7 +313,7 @@ func (x *ModelStatus) String() string {
 func (*ModelStatus) ProtoMessage() {}
 
 func (x *ModelStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[4]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -234,7 +326,7 @@ func (x *ModelStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelStatus.ProtoReflect.Descriptor instead.
 func (*ModelStatus) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{4}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ModelStatus) GetRevision() int64 {
@@ -287,7 +379,7 @@ type ControllerStatus struct {
 
 func (x *ControllerStatus) Reset() {
 	*x = ControllerStatus{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[5]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -299,7 +391,7 @@ func (x *ControllerStatus) String() string {
 func (*ControllerStatus) ProtoMessage() {}
 
 func (x *ControllerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[5]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -312,7 +404,7 @@ func (x *ControllerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControllerStatus.ProtoReflect.Descriptor instead.
 func (*ControllerStatus) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{5}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ControllerStatus) GetId() string {
@@ -356,7 +448,7 @@ type MachineStatus struct {
 
 func (x *MachineStatus) Reset() {
 	*x = MachineStatus{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[6]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -368,7 +460,7 @@ func (x *MachineStatus) String() string {
 func (*MachineStatus) ProtoMessage() {}
 
 func (x *MachineStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[6]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -381,7 +473,7 @@ func (x *MachineStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineStatus.ProtoReflect.Descriptor instead.
 func (*MachineStatus) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{6}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MachineStatus) GetId() string {
@@ -465,7 +557,7 @@ type ServiceStatus struct {
 
 func (x *ServiceStatus) Reset() {
 	*x = ServiceStatus{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[7]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -477,7 +569,7 @@ func (x *ServiceStatus) String() string {
 func (*ServiceStatus) ProtoMessage() {}
 
 func (x *ServiceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[7]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -490,7 +582,7 @@ func (x *ServiceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceStatus.ProtoReflect.Descriptor instead.
 func (*ServiceStatus) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{7}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ServiceStatus) GetName() string {
@@ -570,18 +662,24 @@ type UnitStatus struct {
 	State string `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
 	// workload is what the charm said with status-set (unknown when it said
 	// nothing).
-	Workload      string   `protobuf:"bytes,7,opt,name=workload,proto3" json:"workload,omitempty"`
-	Message       string   `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
-	Subordinates  []string `protobuf:"bytes,9,rep,name=subordinates,proto3" json:"subordinates,omitempty"`
-	WaitingFor    []string `protobuf:"bytes,10,rep,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
-	Address       string   `protobuf:"bytes,11,opt,name=address,proto3" json:"address,omitempty"`
+	Workload     string   `protobuf:"bytes,7,opt,name=workload,proto3" json:"workload,omitempty"`
+	Message      string   `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
+	Subordinates []string `protobuf:"bytes,9,rep,name=subordinates,proto3" json:"subordinates,omitempty"`
+	WaitingFor   []string `protobuf:"bytes,10,rep,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
+	Address      string   `protobuf:"bytes,11,opt,name=address,proto3" json:"address,omitempty"`
+	// synced_revision is the latest barrier the unit's agent reported it had
+	// seen and acted on everything up to (0: none).
+	SyncedRevision int64 `protobuf:"varint,12,opt,name=synced_revision,json=syncedRevision,proto3" json:"synced_revision,omitempty"`
+	// agent_message is what the agent's status says beside agent: the hook
+	// it runs, or why it failed.
+	AgentMessage  string `protobuf:"bytes,13,opt,name=agent_message,json=agentMessage,proto3" json:"agent_message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UnitStatus) Reset() {
 	*x = UnitStatus{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[8]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -593,7 +691,7 @@ func (x *UnitStatus) String() string {
 func (*UnitStatus) ProtoMessage() {}
 
 func (x *UnitStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[8]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -606,7 +704,7 @@ func (x *UnitStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnitStatus.ProtoReflect.Descriptor instead.
 func (*UnitStatus) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{8}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UnitStatus) GetName() string {
@@ -686,6 +784,20 @@ func (x *UnitStatus) GetAddress() string {
 	return ""
 }
 
+func (x *UnitStatus) GetSyncedRevision() int64 {
+	if x != nil {
+		return x.SyncedRevision
+	}
+	return 0
+}
+
+func (x *UnitStatus) GetAgentMessage() string {
+	if x != nil {
+		return x.AgentMessage
+	}
+	return ""
+}
+
 type RelationStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -701,7 +813,7 @@ type RelationStatus struct {
 
 func (x *RelationStatus) Reset() {
 	*x = RelationStatus{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[9]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +825,7 @@ func (x *RelationStatus) String() string {
 func (*RelationStatus) ProtoMessage() {}
 
 func (x *RelationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[9]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +838,7 @@ func (x *RelationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelationStatus.ProtoReflect.Descriptor instead.
 func (*RelationStatus) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{9}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RelationStatus) GetId() int64 {
@@ -784,7 +896,7 @@ type UploadCharmRequest struct {
 
 func (x *UploadCharmRequest) Reset() {
 	*x = UploadCharmRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[10]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -796,7 +908,7 @@ func (x *UploadCharmRequest) String() string {
 func (*UploadCharmRequest) ProtoMessage() {}
 
 func (x *UploadCharmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[10]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -809,7 +921,7 @@ func (x *UploadCharmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadCharmRequest.ProtoReflect.Descriptor instead.
 func (*UploadCharmRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{10}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UploadCharmRequest) GetPart() isUploadCharmRequest_Part {
@@ -865,7 +977,7 @@ type UploadCharmHeader struct {
 
 func (x *UploadCharmHeader) Reset() {
 	*x = UploadCharmHeader{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[11]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +989,7 @@ func (x *UploadCharmHeader) String() string {
 func (*UploadCharmHeader) ProtoMessage() {}
 
 func (x *UploadCharmHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[11]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +1002,7 @@ func (x *UploadCharmHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadCharmHeader.ProtoReflect.Descriptor instead.
 func (*UploadCharmHeader) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{11}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UploadCharmHeader) GetSize() int64 {
@@ -916,7 +1028,7 @@ type UploadCharmResponse struct {
 
 func (x *UploadCharmResponse) Reset() {
 	*x = UploadCharmResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[12]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1040,7 @@ func (x *UploadCharmResponse) String() string {
 func (*UploadCharmResponse) ProtoMessage() {}
 
 func (x *UploadCharmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[12]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1053,7 @@ func (x *UploadCharmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadCharmResponse.ProtoReflect.Descriptor instead.
 func (*UploadCharmResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{12}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UploadCharmResponse) GetCharm() *Charm {
@@ -971,7 +1083,7 @@ type DeployRequest struct {
 
 func (x *DeployRequest) Reset() {
 	*x = DeployRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[13]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -983,7 +1095,7 @@ func (x *DeployRequest) String() string {
 func (*DeployRequest) ProtoMessage() {}
 
 func (x *DeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[13]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +1108,7 @@ func (x *DeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployRequest.ProtoReflect.Descriptor instead.
 func (*DeployRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{13}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeployRequest) GetCharm() string {
@@ -1051,7 +1163,7 @@ type DeployResponse struct {
 
 func (x *DeployResponse) Reset() {
 	*x = DeployResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[14]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1175,7 @@ func (x *DeployResponse) String() string {
 func (*DeployResponse) ProtoMessage() {}
 
 func (x *DeployResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[14]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1188,7 @@ func (x *DeployResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployResponse.ProtoReflect.Descriptor instead.
 func (*DeployResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{14}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeployResponse) GetService() *Service {
@@ -1104,7 +1216,7 @@ type AddUnitsRequest struct {
 
 func (x *AddUnitsRequest) Reset() {
 	*x = AddUnitsRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[15]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1228,7 @@ func (x *AddUnitsRequest) String() string {
 func (*AddUnitsRequest) ProtoMessage() {}
 
 func (x *AddUnitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[15]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1241,7 @@ func (x *AddUnitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddUnitsRequest.ProtoReflect.Descriptor instead.
 func (*AddUnitsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{15}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AddUnitsRequest) GetService() string {
@@ -1162,7 +1274,7 @@ type AddUnitsResponse struct {
 
 func (x *AddUnitsResponse) Reset() {
 	*x = AddUnitsResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[16]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1286,7 @@ func (x *AddUnitsResponse) String() string {
 func (*AddUnitsResponse) ProtoMessage() {}
 
 func (x *AddUnitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[16]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1299,7 @@ func (x *AddUnitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddUnitsResponse.ProtoReflect.Descriptor instead.
 func (*AddUnitsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{16}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AddUnitsResponse) GetUnits() []*Unit {
@@ -1209,7 +1321,7 @@ type AddMachinesRequest struct {
 
 func (x *AddMachinesRequest) Reset() {
 	*x = AddMachinesRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[17]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +1333,7 @@ func (x *AddMachinesRequest) String() string {
 func (*AddMachinesRequest) ProtoMessage() {}
 
 func (x *AddMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[17]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +1346,7 @@ func (x *AddMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMachinesRequest.ProtoReflect.Descriptor instead.
 func (*AddMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{17}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AddMachinesRequest) GetNumMachines() int32 {
@@ -1262,7 +1374,7 @@ type AddMachinesResponse struct {
 
 func (x *AddMachinesResponse) Reset() {
 	*x = AddMachinesResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[18]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1274,7 +1386,7 @@ func (x *AddMachinesResponse) String() string {
 func (*AddMachinesResponse) ProtoMessage() {}
 
 func (x *AddMachinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[18]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1287,7 +1399,7 @@ func (x *AddMachinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMachinesResponse.ProtoReflect.Descriptor instead.
 func (*AddMachinesResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{18}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AddMachinesResponse) GetMachines() []*Machine {
@@ -1314,7 +1426,7 @@ type AddRelationRequest struct {
 
 func (x *AddRelationRequest) Reset() {
 	*x = AddRelationRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[19]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1438,7 @@ func (x *AddRelationRequest) String() string {
 func (*AddRelationRequest) ProtoMessage() {}
 
 func (x *AddRelationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[19]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1451,7 @@ func (x *AddRelationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRelationRequest.ProtoReflect.Descriptor instead.
 func (*AddRelationRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{19}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AddRelationRequest) GetEndpoints() []string {
@@ -1358,7 +1470,7 @@ type AddRelationResponse struct {
 
 func (x *AddRelationResponse) Reset() {
 	*x = AddRelationResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[20]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1482,7 @@ func (x *AddRelationResponse) String() string {
 func (*AddRelationResponse) ProtoMessage() {}
 
 func (x *AddRelationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[20]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1495,7 @@ func (x *AddRelationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRelationResponse.ProtoReflect.Descriptor instead.
 func (*AddRelationResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{20}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AddRelationResponse) GetRelation() *Relation {
@@ -1402,7 +1514,7 @@ type DestroyRelationRequest struct {
 
 func (x *DestroyRelationRequest) Reset() {
 	*x = DestroyRelationRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[21]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1526,7 @@ func (x *DestroyRelationRequest) String() string {
 func (*DestroyRelationRequest) ProtoMessage() {}
 
 func (x *DestroyRelationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[21]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1539,7 @@ func (x *DestroyRelationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyRelationRequest.ProtoReflect.Descriptor instead.
 func (*DestroyRelationRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{21}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DestroyRelationRequest) GetEndpoints() []string {
@@ -1445,7 +1557,7 @@ type DestroyRelationResponse struct {
 
 func (x *DestroyRelationResponse) Reset() {
 	*x = DestroyRelationResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[22]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1569,7 @@ func (x *DestroyRelationResponse) String() string {
 func (*DestroyRelationResponse) ProtoMessage() {}
 
 func (x *DestroyRelationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[22]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1582,7 @@ func (x *DestroyRelationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyRelationResponse.ProtoReflect.Descriptor instead.
 func (*DestroyRelationResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{22}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{24}
 }
 
 type DestroyUnitRequest struct {
@@ -1486,7 +1598,7 @@ type DestroyUnitRequest struct {
 
 func (x *DestroyUnitRequest) Reset() {
 	*x = DestroyUnitRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[23]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1610,7 @@ func (x *DestroyUnitRequest) String() string {
 func (*DestroyUnitRequest) ProtoMessage() {}
 
 func (x *DestroyUnitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[23]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1623,7 @@ func (x *DestroyUnitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyUnitRequest.ProtoReflect.Descriptor instead.
 func (*DestroyUnitRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{23}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DestroyUnitRequest) GetUnit() string {
@@ -1543,7 +1655,7 @@ type DestroyUnitResponse struct {
 
 func (x *DestroyUnitResponse) Reset() {
 	*x = DestroyUnitResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[24]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +1667,7 @@ func (x *DestroyUnitResponse) String() string {
 func (*DestroyUnitResponse) ProtoMessage() {}
 
 func (x *DestroyUnitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[24]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +1680,7 @@ func (x *DestroyUnitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyUnitResponse.ProtoReflect.Descriptor instead.
 func (*DestroyUnitResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{24}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{26}
 }
 
 type DestroyMachineRequest struct {
@@ -1582,7 +1694,7 @@ type DestroyMachineRequest struct {
 
 func (x *DestroyMachineRequest) Reset() {
 	*x = DestroyMachineRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[25]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1594,7 +1706,7 @@ func (x *DestroyMachineRequest) String() string {
 func (*DestroyMachineRequest) ProtoMessage() {}
 
 func (x *DestroyMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[25]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1607,7 +1719,7 @@ func (x *DestroyMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyMachineRequest.ProtoReflect.Descriptor instead.
 func (*DestroyMachineRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{25}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DestroyMachineRequest) GetMachine() string {
@@ -1639,7 +1751,7 @@ type DestroyMachineResponse struct {
 
 func (x *DestroyMachineResponse) Reset() {
 	*x = DestroyMachineResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[26]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +1763,7 @@ func (x *DestroyMachineResponse) String() string {
 func (*DestroyMachineResponse) ProtoMessage() {}
 
 func (x *DestroyMachineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[26]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,7 +1776,7 @@ func (x *DestroyMachineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyMachineResponse.ProtoReflect.Descriptor instead.
 func (*DestroyMachineResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{26}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{28}
 }
 
 type DestroyMachinesRequest struct {
@@ -1679,7 +1791,7 @@ type DestroyMachinesRequest struct {
 
 func (x *DestroyMachinesRequest) Reset() {
 	*x = DestroyMachinesRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[27]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1803,7 @@ func (x *DestroyMachinesRequest) String() string {
 func (*DestroyMachinesRequest) ProtoMessage() {}
 
 func (x *DestroyMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[27]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1816,7 @@ func (x *DestroyMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyMachinesRequest.ProtoReflect.Descriptor instead.
 func (*DestroyMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{27}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DestroyMachinesRequest) GetMachines() []string {
@@ -1739,7 +1851,7 @@ type DestroyMachinesResponse struct {
 
 func (x *DestroyMachinesResponse) Reset() {
 	*x = DestroyMachinesResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[28]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1751,7 +1863,7 @@ func (x *DestroyMachinesResponse) String() string {
 func (*DestroyMachinesResponse) ProtoMessage() {}
 
 func (x *DestroyMachinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[28]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1764,7 +1876,7 @@ func (x *DestroyMachinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyMachinesResponse.ProtoReflect.Descriptor instead.
 func (*DestroyMachinesResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{28}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DestroyMachinesResponse) GetResults() []*StatusReportResult {
@@ -1783,7 +1895,7 @@ type DestroyServiceRequest struct {
 
 func (x *DestroyServiceRequest) Reset() {
 	*x = DestroyServiceRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[29]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +1907,7 @@ func (x *DestroyServiceRequest) String() string {
 func (*DestroyServiceRequest) ProtoMessage() {}
 
 func (x *DestroyServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[29]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +1920,7 @@ func (x *DestroyServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyServiceRequest.ProtoReflect.Descriptor instead.
 func (*DestroyServiceRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{29}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DestroyServiceRequest) GetService() string {
@@ -1826,7 +1938,7 @@ type DestroyServiceResponse struct {
 
 func (x *DestroyServiceResponse) Reset() {
 	*x = DestroyServiceResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[30]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +1950,7 @@ func (x *DestroyServiceResponse) String() string {
 func (*DestroyServiceResponse) ProtoMessage() {}
 
 func (x *DestroyServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[30]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +1963,7 @@ func (x *DestroyServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyServiceResponse.ProtoReflect.Descriptor instead.
 func (*DestroyServiceResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{30}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{32}
 }
 
 type ResolvedRequest struct {
@@ -1867,7 +1979,7 @@ type ResolvedRequest struct {
 
 func (x *ResolvedRequest) Reset() {
 	*x = ResolvedRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[31]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1879,7 +1991,7 @@ func (x *ResolvedRequest) String() string {
 func (*ResolvedRequest) ProtoMessage() {}
 
 func (x *ResolvedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[31]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1892,7 +2004,7 @@ func (x *ResolvedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvedRequest.ProtoReflect.Descriptor instead.
 func (*ResolvedRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{31}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ResolvedRequest) GetUnit() string {
@@ -1926,7 +2038,7 @@ type ResolvedResponse struct {
 
 func (x *ResolvedResponse) Reset() {
 	*x = ResolvedResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[32]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1938,7 +2050,7 @@ func (x *ResolvedResponse) String() string {
 func (*ResolvedResponse) ProtoMessage() {}
 
 func (x *ResolvedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[32]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1951,7 +2063,7 @@ func (x *ResolvedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvedResponse.ProtoReflect.Descriptor instead.
 func (*ResolvedResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{32}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ResolvedResponse) GetResults() []*ResolvedResult {
@@ -1975,7 +2087,7 @@ type ResolvedResult struct {
 
 func (x *ResolvedResult) Reset() {
 	*x = ResolvedResult{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1987,7 +2099,7 @@ func (x *ResolvedResult) String() string {
 func (*ResolvedResult) ProtoMessage() {}
 
 func (x *ResolvedResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2000,7 +2112,7 @@ func (x *ResolvedResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvedResult.ProtoReflect.Descriptor instead.
 func (*ResolvedResult) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{33}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ResolvedResult) GetUnit() string {
@@ -2033,7 +2145,7 @@ type GetConfigRequest struct {
 
 func (x *GetConfigRequest) Reset() {
 	*x = GetConfigRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2157,7 @@ func (x *GetConfigRequest) String() string {
 func (*GetConfigRequest) ProtoMessage() {}
 
 func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2170,7 @@ func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{34}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetConfigRequest) GetService() string {
@@ -2080,7 +2192,7 @@ type GetConfigResponse struct {
 
 func (x *GetConfigResponse) Reset() {
 	*x = GetConfigResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2204,7 @@ func (x *GetConfigResponse) String() string {
 func (*GetConfigResponse) ProtoMessage() {}
 
 func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2217,7 @@ func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{35}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetConfigResponse) GetOptions() []*ConfigOption {
@@ -2136,7 +2248,7 @@ type SetConfigRequest struct {
 
 func (x *SetConfigRequest) Reset() {
 	*x = SetConfigRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2148,7 +2260,7 @@ func (x *SetConfigRequest) String() string {
 func (*SetConfigRequest) ProtoMessage() {}
 
 func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2161,7 +2273,7 @@ func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{36}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetConfigRequest) GetService() string {
@@ -2193,7 +2305,7 @@ type SetConfigResponse struct {
 
 func (x *SetConfigResponse) Reset() {
 	*x = SetConfigResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2205,7 +2317,7 @@ func (x *SetConfigResponse) String() string {
 func (*SetConfigResponse) ProtoMessage() {}
 
 func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2218,7 +2330,7 @@ func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{37}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{39}
 }
 
 type ShowStatusLogRequest struct {
@@ -2233,7 +2345,7 @@ type ShowStatusLogRequest struct {
 
 func (x *ShowStatusLogRequest) Reset() {
 	*x = ShowStatusLogRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[38]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2357,7 @@ func (x *ShowStatusLogRequest) String() string {
 func (*ShowStatusLogRequest) ProtoMessage() {}
 
 func (x *ShowStatusLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[38]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2370,7 @@ func (x *ShowStatusLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowStatusLogRequest.ProtoReflect.Descriptor instead.
 func (*ShowStatusLogRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{38}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ShowStatusLogRequest) GetUnit() string {
@@ -2285,7 +2397,7 @@ type ShowStatusLogResponse struct {
 
 func (x *ShowStatusLogResponse) Reset() {
 	*x = ShowStatusLogResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[39]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2297,7 +2409,7 @@ func (x *ShowStatusLogResponse) String() string {
 func (*ShowStatusLogResponse) ProtoMessage() {}
 
 func (x *ShowStatusLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[39]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2310,7 +2422,7 @@ func (x *ShowStatusLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowStatusLogResponse.ProtoReflect.Descriptor instead.
 func (*ShowStatusLogResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{39}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ShowStatusLogResponse) GetEntries() []*StatusLogEntry {
@@ -2336,7 +2448,7 @@ type StatusLogEntry struct {
 
 func (x *StatusLogEntry) Reset() {
 	*x = StatusLogEntry{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[40]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2460,7 @@ func (x *StatusLogEntry) String() string {
 func (*StatusLogEntry) ProtoMessage() {}
 
 func (x *StatusLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[40]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2473,7 @@ func (x *StatusLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusLogEntry.ProtoReflect.Descriptor instead.
 func (*StatusLogEntry) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{40}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StatusLogEntry) GetKind() string {
@@ -2410,7 +2522,7 @@ type AddControllerRequest struct {
 
 func (x *AddControllerRequest) Reset() {
 	*x = AddControllerRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[41]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2422,7 +2534,7 @@ func (x *AddControllerRequest) String() string {
 func (*AddControllerRequest) ProtoMessage() {}
 
 func (x *AddControllerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[41]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2435,7 +2547,7 @@ func (x *AddControllerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddControllerRequest.ProtoReflect.Descriptor instead.
 func (*AddControllerRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{41}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AddControllerRequest) GetValidForMs() int64 {
@@ -2463,7 +2575,7 @@ type AddControllerResponse struct {
 
 func (x *AddControllerResponse) Reset() {
 	*x = AddControllerResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[42]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2475,7 +2587,7 @@ func (x *AddControllerResponse) String() string {
 func (*AddControllerResponse) ProtoMessage() {}
 
 func (x *AddControllerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[42]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2488,7 +2600,7 @@ func (x *AddControllerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddControllerResponse.ProtoReflect.Descriptor instead.
 func (*AddControllerResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{42}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AddControllerResponse) GetToken() string {
@@ -2530,7 +2642,11 @@ var File_lifeline_v1_operator_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\n" +
-	"\x1alifeline/v1/operator.proto\x12\vlifeline.v1\x1a\x17lifeline/v1/model.proto\"\x0f\n" +
+	"\x1alifeline/v1/operator.proto\x12\vlifeline.v1\x1a\x17lifeline/v1/model.proto\"+\n" +
+	"\x0eBarrierRequest\x12\x19\n" +
+	"\bat_least\x18\x01 \x01(\x03R\aatLeast\"-\n" +
+	"\x0fBarrierResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"\x0f\n" +
 	"\rStatusRequest\"B\n" +
 	"\x0eStatusResponse\x120\n" +
 	"\x06status\x18\x01 \x01(\v2\x18.lifeline.v1.ModelStatusR\x06status\"5\n" +
@@ -2570,7 +2686,7 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\vsubordinate\x18\a \x01(\bR\vsubordinate\x12-\n" +
 	"\x05units\x18\b \x03(\v2\x17.lifeline.v1.UnitStatusR\x05units\x12\x1f\n" +
 	"\vwaiting_for\x18\t \x03(\tR\n" +
-	"waitingFor\"\xad\x02\n" +
+	"waitingFor\"\xfb\x02\n" +
 	"\n" +
 	"UnitStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -2585,7 +2701,9 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\vwaiting_for\x18\n" +
 	" \x03(\tR\n" +
 	"waitingFor\x12\x18\n" +
-	"\aaddress\x18\v \x01(\tR\aaddress\"\x93\x01\n" +
+	"\aaddress\x18\v \x01(\tR\aaddress\x12'\n" +
+	"\x0fsynced_revision\x18\f \x01(\x03R\x0esyncedRevision\x12#\n" +
+	"\ragent_message\x18\r \x01(\tR\fagentMessage\"\x93\x01\n" +
 	"\x0eRelationStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -2706,7 +2824,7 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x11expires_unix_nano\x18\x02 \x01(\x03R\x0fexpiresUnixNano\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12%\n" +
 	"\x0eetcd_endpoints\x18\x04 \x03(\tR\retcdEndpoints\x12\x19\n" +
-	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\x81\v\n" +
+	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\xc7\v\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06Status\x12\x1a.lifeline.v1.StatusRequest\x1a\x1b.lifeline.v1.StatusResponse\x12R\n" +
 	"\vWatchStatus\x12\x1f.lifeline.v1.WatchStatusRequest\x1a .lifeline.v1.WatchStatusResponse0\x01\x12R\n" +
@@ -2724,7 +2842,8 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\tGetConfig\x12\x1d.lifeline.v1.GetConfigRequest\x1a\x1e.lifeline.v1.GetConfigResponse\x12J\n" +
 	"\tSetConfig\x12\x1d.lifeline.v1.SetConfigRequest\x1a\x1e.lifeline.v1.SetConfigResponse\x12V\n" +
 	"\rShowStatusLog\x12!.lifeline.v1.ShowStatusLogRequest\x1a\".lifeline.v1.ShowStatusLogResponse\x12V\n" +
-	"\rAddController\x12!.lifeline.v1.AddControllerRequest\x1a\".lifeline.v1.AddControllerResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
+	"\rAddController\x12!.lifeline.v1.AddControllerRequest\x1a\".lifeline.v1.AddControllerResponse\x12D\n" +
+	"\aBarrier\x12\x1b.lifeline.v1.BarrierRequest\x1a\x1c.lifeline.v1.BarrierResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
 
 var (
 	file_lifeline_v1_operator_proto_rawDescOnce sync.Once
@@ -2738,124 +2857,128 @@ func file_lifeline_v1_operator_proto_rawDescGZIP() []byte {
 	return file_lifeline_v1_operator_proto_rawDescData
 }
 
-var file_lifeline_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_lifeline_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_lifeline_v1_operator_proto_goTypes = []any{
-	(*StatusRequest)(nil),           // 0: lifeline.v1.StatusRequest
-	(*StatusResponse)(nil),          // 1: lifeline.v1.StatusResponse
-	(*WatchStatusRequest)(nil),      // 2: lifeline.v1.WatchStatusRequest
-	(*WatchStatusResponse)(nil),     // 3: lifeline.v1.WatchStatusResponse
-	(*ModelStatus)(nil),             // 4: lifeline.v1.ModelStatus
-	(*ControllerStatus)(nil),        // 5: lifeline.v1.ControllerStatus
-	(*MachineStatus)(nil),           // 6: lifeline.v1.MachineStatus
-	(*ServiceStatus)(nil),           // 7: lifeline.v1.ServiceStatus
-	(*UnitStatus)(nil),              // 8: lifeline.v1.UnitStatus
-	(*RelationStatus)(nil),          // 9: lifeline.v1.RelationStatus
-	(*UploadCharmRequest)(nil),      // 10: lifeline.v1.UploadCharmRequest
-	(*UploadCharmHeader)(nil),       // 11: lifeline.v1.UploadCharmHeader
-	(*UploadCharmResponse)(nil),     // 12: lifeline.v1.UploadCharmResponse
-	(*DeployRequest)(nil),           // 13: lifeline.v1.DeployRequest
-	(*DeployResponse)(nil),          // 14: lifeline.v1.DeployResponse
-	(*AddUnitsRequest)(nil),         // 15: lifeline.v1.AddUnitsRequest
-	(*AddUnitsResponse)(nil),        // 16: lifeline.v1.AddUnitsResponse
-	(*AddMachinesRequest)(nil),      // 17: lifeline.v1.AddMachinesRequest
-	(*AddMachinesResponse)(nil),     // 18: lifeline.v1.AddMachinesResponse
-	(*AddRelationRequest)(nil),      // 19: lifeline.v1.AddRelationRequest
-	(*AddRelationResponse)(nil),     // 20: lifeline.v1.AddRelationResponse
-	(*DestroyRelationRequest)(nil),  // 21: lifeline.v1.DestroyRelationRequest
-	(*DestroyRelationResponse)(nil), // 22: lifeline.v1.DestroyRelationResponse
-	(*DestroyUnitRequest)(nil),      // 23: lifeline.v1.DestroyUnitRequest
-	(*DestroyUnitResponse)(nil),     // 24: lifeline.v1.DestroyUnitResponse
-	(*DestroyMachineRequest)(nil),   // 25: lifeline.v1.DestroyMachineRequest
-	(*DestroyMachineResponse)(nil),  // 26: lifeline.v1.DestroyMachineResponse
-	(*DestroyMachinesRequest)(nil),  // 27: lifeline.v1.DestroyMachinesRequest
-	(*DestroyMachinesResponse)(nil), // 28: lifeline.v1.DestroyMachinesResponse
-	(*DestroyServiceRequest)(nil),   // 29: lifeline.v1.DestroyServiceRequest
-	(*DestroyServiceResponse)(nil),  // 30: lifeline.v1.DestroyServiceResponse
-	(*ResolvedRequest)(nil),         // 31: lifeline.v1.ResolvedRequest
-	(*ResolvedResponse)(nil),        // 32: lifeline.v1.ResolvedResponse
-	(*ResolvedResult)(nil),          // 33: lifeline.v1.ResolvedResult
-	(*GetConfigRequest)(nil),        // 34: lifeline.v1.GetConfigRequest
-	(*GetConfigResponse)(nil),       // 35: lifeline.v1.GetConfigResponse
-	(*SetConfigRequest)(nil),        // 36: lifeline.v1.SetConfigRequest
-	(*SetConfigResponse)(nil),       // 37: lifeline.v1.SetConfigResponse
-	(*ShowStatusLogRequest)(nil),    // 38: lifeline.v1.ShowStatusLogRequest
-	(*ShowStatusLogResponse)(nil),   // 39: lifeline.v1.ShowStatusLogResponse
-	(*StatusLogEntry)(nil),          // 40: lifeline.v1.StatusLogEntry
-	(*AddControllerRequest)(nil),    // 41: lifeline.v1.AddControllerRequest
-	(*AddControllerResponse)(nil),   // 42: lifeline.v1.AddControllerResponse
-	nil,                             // 43: lifeline.v1.DeployRequest.ConfigEntry
-	nil,                             // 44: lifeline.v1.GetConfigResponse.ValuesEntry
-	nil,                             // 45: lifeline.v1.SetConfigRequest.SetEntry
-	nil,                             // 46: lifeline.v1.StatusLogEntry.DataEntry
-	(*Charm)(nil),                   // 47: lifeline.v1.Charm
-	(*Service)(nil),                 // 48: lifeline.v1.Service
-	(*Unit)(nil),                    // 49: lifeline.v1.Unit
-	(*Machine)(nil),                 // 50: lifeline.v1.Machine
-	(*Relation)(nil),                // 51: lifeline.v1.Relation
-	(*StatusReportResult)(nil),      // 52: lifeline.v1.StatusReportResult
-	(*ConfigOption)(nil),            // 53: lifeline.v1.ConfigOption
-	(*ConfigValue)(nil),             // 54: lifeline.v1.ConfigValue
+	(*BarrierRequest)(nil),          // 0: lifeline.v1.BarrierRequest
+	(*BarrierResponse)(nil),         // 1: lifeline.v1.BarrierResponse
+	(*StatusRequest)(nil),           // 2: lifeline.v1.StatusRequest
+	(*StatusResponse)(nil),          // 3: lifeline.v1.StatusResponse
+	(*WatchStatusRequest)(nil),      // 4: lifeline.v1.WatchStatusRequest
+	(*WatchStatusResponse)(nil),     // 5: lifeline.v1.WatchStatusResponse
+	(*ModelStatus)(nil),             // 6: lifeline.v1.ModelStatus
+	(*ControllerStatus)(nil),        // 7: lifeline.v1.ControllerStatus
+	(*MachineStatus)(nil),           // 8: lifeline.v1.MachineStatus
+	(*ServiceStatus)(nil),           // 9: lifeline.v1.ServiceStatus
+	(*UnitStatus)(nil),              // 10: lifeline.v1.UnitStatus
+	(*RelationStatus)(nil),          // 11: lifeline.v1.RelationStatus
+	(*UploadCharmRequest)(nil),      // 12: lifeline.v1.UploadCharmRequest
+	(*UploadCharmHeader)(nil),       // 13: lifeline.v1.UploadCharmHeader
+	(*UploadCharmResponse)(nil),     // 14: lifeline.v1.UploadCharmResponse
+	(*DeployRequest)(nil),           // 15: lifeline.v1.DeployRequest
+	(*DeployResponse)(nil),          // 16: lifeline.v1.DeployResponse
+	(*AddUnitsRequest)(nil),         // 17: lifeline.v1.AddUnitsRequest
+	(*AddUnitsResponse)(nil),        // 18: lifeline.v1.AddUnitsResponse
+	(*AddMachinesRequest)(nil),      // 19: lifeline.v1.AddMachinesRequest
+	(*AddMachinesResponse)(nil),     // 20: lifeline.v1.AddMachinesResponse
+	(*AddRelationRequest)(nil),      // 21: lifeline.v1.AddRelationRequest
+	(*AddRelationResponse)(nil),     // 22: lifeline.v1.AddRelationResponse
+	(*DestroyRelationRequest)(nil),  // 23: lifeline.v1.DestroyRelationRequest
+	(*DestroyRelationResponse)(nil), // 24: lifeline.v1.DestroyRelationResponse
+	(*DestroyUnitRequest)(nil),      // 25: lifeline.v1.DestroyUnitRequest
+	(*DestroyUnitResponse)(nil),     // 26: lifeline.v1.DestroyUnitResponse
+	(*DestroyMachineRequest)(nil),   // 27: lifeline.v1.DestroyMachineRequest
+	(*DestroyMachineResponse)(nil),  // 28: lifeline.v1.DestroyMachineResponse
+	(*DestroyMachinesRequest)(nil),  // 29: lifeline.v1.DestroyMachinesRequest
+	(*DestroyMachinesResponse)(nil), // 30: lifeline.v1.DestroyMachinesResponse
+	(*DestroyServiceRequest)(nil),   // 31: lifeline.v1.DestroyServiceRequest
+	(*DestroyServiceResponse)(nil),  // 32: lifeline.v1.DestroyServiceResponse
+	(*ResolvedRequest)(nil),         // 33: lifeline.v1.ResolvedRequest
+	(*ResolvedResponse)(nil),        // 34: lifeline.v1.ResolvedResponse
+	(*ResolvedResult)(nil),          // 35: lifeline.v1.ResolvedResult
+	(*GetConfigRequest)(nil),        // 36: lifeline.v1.GetConfigRequest
+	(*GetConfigResponse)(nil),       // 37: lifeline.v1.GetConfigResponse
+	(*SetConfigRequest)(nil),        // 38: lifeline.v1.SetConfigRequest
+	(*SetConfigResponse)(nil),       // 39: lifeline.v1.SetConfigResponse
+	(*ShowStatusLogRequest)(nil),    // 40: lifeline.v1.ShowStatusLogRequest
+	(*ShowStatusLogResponse)(nil),   // 41: lifeline.v1.ShowStatusLogResponse
+	(*StatusLogEntry)(nil),          // 42: lifeline.v1.StatusLogEntry
+	(*AddControllerRequest)(nil),    // 43: lifeline.v1.AddControllerRequest
+	(*AddControllerResponse)(nil),   // 44: lifeline.v1.AddControllerResponse
+	nil,                             // 45: lifeline.v1.DeployRequest.ConfigEntry
+	nil,                             // 46: lifeline.v1.GetConfigResponse.ValuesEntry
+	nil,                             // 47: lifeline.v1.SetConfigRequest.SetEntry
+	nil,                             // 48: lifeline.v1.StatusLogEntry.DataEntry
+	(*Charm)(nil),                   // 49: lifeline.v1.Charm
+	(*Service)(nil),                 // 50: lifeline.v1.Service
+	(*Unit)(nil),                    // 51: lifeline.v1.Unit
+	(*Machine)(nil),                 // 52: lifeline.v1.Machine
+	(*Relation)(nil),                // 53: lifeline.v1.Relation
+	(*StatusReportResult)(nil),      // 54: lifeline.v1.StatusReportResult
+	(*ConfigOption)(nil),            // 55: lifeline.v1.ConfigOption
+	(*ConfigValue)(nil),             // 56: lifeline.v1.ConfigValue
 }
 var file_lifeline_v1_operator_proto_depIdxs = []int32{
-	4,  // 0: lifeline.v1.StatusResponse.status:type_name -> lifeline.v1.ModelStatus
-	4,  // 1: lifeline.v1.WatchStatusResponse.status:type_name -> lifeline.v1.ModelStatus
-	6,  // 2: lifeline.v1.ModelStatus.machines:type_name -> lifeline.v1.MachineStatus
-	7,  // 3: lifeline.v1.ModelStatus.services:type_name -> lifeline.v1.ServiceStatus
-	9,  // 4: lifeline.v1.ModelStatus.relations:type_name -> lifeline.v1.RelationStatus
-	5,  // 5: lifeline.v1.ModelStatus.controllers:type_name -> lifeline.v1.ControllerStatus
-	8,  // 6: lifeline.v1.ServiceStatus.units:type_name -> lifeline.v1.UnitStatus
-	11, // 7: lifeline.v1.UploadCharmRequest.header:type_name -> lifeline.v1.UploadCharmHeader
-	47, // 8: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
-	43, // 9: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
-	48, // 10: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
-	49, // 11: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
-	49, // 12: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
-	50, // 13: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
-	51, // 14: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
-	52, // 15: lifeline.v1.DestroyMachinesResponse.results:type_name -> lifeline.v1.StatusReportResult
-	33, // 16: lifeline.v1.ResolvedResponse.results:type_name -> lifeline.v1.ResolvedResult
-	53, // 17: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
-	44, // 18: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
-	45, // 19: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
-	40, // 20: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
-	46, // 21: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
-	54, // 22: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
-	0,  // 23: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
-	2,  // 24: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
-	10, // 25: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
-	13, // 26: lifeline.v1.OperatorService.Deploy:input_type -> lifeline.v1.DeployRequest
-	15, // 27: lifeline.v1.OperatorService.AddUnits:input_type -> lifeline.v1.AddUnitsRequest
-	17, // 28: lifeline.v1.OperatorService.AddMachines:input_type -> lifeline.v1.AddMachinesRequest
-	19, // 29: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
-	21, // 30: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
-	23, // 31: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
-	25, // 32: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
-	27, // 33: lifeline.v1.OperatorService.DestroyMachines:input_type -> lifeline.v1.DestroyMachinesRequest
-	29, // 34: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
-	31, // 35: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
-	34, // 36: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
-	36, // 37: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
-	38, // 38: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
-	41, // 39: lifeline.v1.OperatorService.AddController:input_type -> lifeline.v1.AddControllerRequest
-	1,  // 40: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
-	3,  // 41: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
-	12, // 42: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
-	14, // 43: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
-	16, // 44: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
-	18, // 45: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
-	20, // 46: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
-	22, // 47: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
-	24, // 48: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
-	26, // 49: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
-	28, // 50: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
-	30, // 51: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
-	32, // 52: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
-	35, // 53: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
-	37, // 54: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
-	39, // 55: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
-	42, // 56: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
-	40, // [40:57] is the sub-list for method output_type
-	23, // [23:40] is the sub-list for method input_type
+	6,  // 0: lifeline.v1.StatusResponse.status:type_name -> lifeline.v1.ModelStatus
+	6,  // 1: lifeline.v1.WatchStatusResponse.status:type_name -> lifeline.v1.ModelStatus
+	8,  // 2: lifeline.v1.ModelStatus.machines:type_name -> lifeline.v1.MachineStatus
+	9,  // 3: lifeline.v1.ModelStatus.services:type_name -> lifeline.v1.ServiceStatus
+	11, // 4: lifeline.v1.ModelStatus.relations:type_name -> lifeline.v1.RelationStatus
+	7,  // 5: lifeline.v1.ModelStatus.controllers:type_name -> lifeline.v1.ControllerStatus
+	10, // 6: lifeline.v1.ServiceStatus.units:type_name -> lifeline.v1.UnitStatus
+	13, // 7: lifeline.v1.UploadCharmRequest.header:type_name -> lifeline.v1.UploadCharmHeader
+	49, // 8: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
+	45, // 9: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
+	50, // 10: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
+	51, // 11: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
+	51, // 12: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
+	52, // 13: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
+	53, // 14: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
+	54, // 15: lifeline.v1.DestroyMachinesResponse.results:type_name -> lifeline.v1.StatusReportResult
+	35, // 16: lifeline.v1.ResolvedResponse.results:type_name -> lifeline.v1.ResolvedResult
+	55, // 17: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
+	46, // 18: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
+	47, // 19: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
+	42, // 20: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
+	48, // 21: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
+	56, // 22: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
+	2,  // 23: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
+	4,  // 24: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
+	12, // 25: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
+	15, // 26: lifeline.v1.OperatorService.Deploy:input_type -> lifeline.v1.DeployRequest
+	17, // 27: lifeline.v1.OperatorService.AddUnits:input_type -> lifeline.v1.AddUnitsRequest
+	19, // 28: lifeline.v1.OperatorService.AddMachines:input_type -> lifeline.v1.AddMachinesRequest
+	21, // 29: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
+	23, // 30: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
+	25, // 31: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
+	27, // 32: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
+	29, // 33: lifeline.v1.OperatorService.DestroyMachines:input_type -> lifeline.v1.DestroyMachinesRequest
+	31, // 34: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
+	33, // 35: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
+	36, // 36: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
+	38, // 37: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
+	40, // 38: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
+	43, // 39: lifeline.v1.OperatorService.AddController:input_type -> lifeline.v1.AddControllerRequest
+	0,  // 40: lifeline.v1.OperatorService.Barrier:input_type -> lifeline.v1.BarrierRequest
+	3,  // 41: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
+	5,  // 42: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
+	14, // 43: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
+	16, // 44: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
+	18, // 45: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
+	20, // 46: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
+	22, // 47: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
+	24, // 48: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
+	26, // 49: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
+	28, // 50: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
+	30, // 51: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
+	32, // 52: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
+	34, // 53: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
+	37, // 54: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
+	39, // 55: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
+	41, // 56: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
+	44, // 57: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
+	1,  // 58: lifeline.v1.OperatorService.Barrier:output_type -> lifeline.v1.BarrierResponse
+	41, // [41:59] is the sub-list for method output_type
+	23, // [23:41] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
 	23, // [23:23] is the sub-list for extension extendee
 	0,  // [0:23] is the sub-list for field type_name
@@ -2867,20 +2990,20 @@ func file_lifeline_v1_operator_proto_init() {
 		return
 	}
 	file_lifeline_v1_model_proto_init()
-	file_lifeline_v1_operator_proto_msgTypes[10].OneofWrappers = []any{
+	file_lifeline_v1_operator_proto_msgTypes[12].OneofWrappers = []any{
 		(*UploadCharmRequest_Header)(nil),
 		(*UploadCharmRequest_Chunk)(nil),
 	}
-	file_lifeline_v1_operator_proto_msgTypes[23].OneofWrappers = []any{}
 	file_lifeline_v1_operator_proto_msgTypes[25].OneofWrappers = []any{}
 	file_lifeline_v1_operator_proto_msgTypes[27].OneofWrappers = []any{}
+	file_lifeline_v1_operator_proto_msgTypes[29].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_operator_proto_rawDesc), len(file_lifeline_v1_operator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   47,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,7 @@ const (
 	OperatorService_SetConfig_FullMethodName       = "/lifeline.v1.OperatorService/SetConfig"
 	OperatorService_ShowStatusLog_FullMethodName   = "/lifeline.v1.OperatorService/ShowStatusLog"
 	OperatorService_AddController_FullMethodName   = "/lifeline.v1.OperatorService/AddController"
+	OperatorService_Barrier_FullMethodName         = "/lifeline.v1.OperatorService/Barrier"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -85,6 +86,13 @@ type OperatorServiceClient interface {
 	// before it expires) to receive the key-encryption key of the model's CA
 	// key.
 	AddController(ctx context.Context, in *AddControllerRequest, opts ...grpc.CallOption) (*AddControllerResponse, error)
+	// Barrier returns a barrier revision at or past the model's current
+	// revision (or at_least): every agent's watch subscriptions are brought
+	// to it, each after the changes before it, and each unit agent, once it
+	// has seen and acted on everything up to it, reports so with its status
+	// (UnitStatus.synced_revision). The barrier is written unless one at or
+	// past the revision asked for is there already. ctl wait calls it.
+	Barrier(ctx context.Context, in *BarrierRequest, opts ...grpc.CallOption) (*BarrierResponse, error)
 }
 
 type operatorServiceClient struct {
@@ -277,6 +285,16 @@ func (c *operatorServiceClient) AddController(ctx context.Context, in *AddContro
 	return out, nil
 }
 
+func (c *operatorServiceClient) Barrier(ctx context.Context, in *BarrierRequest, opts ...grpc.CallOption) (*BarrierResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BarrierResponse)
+	err := c.cc.Invoke(ctx, OperatorService_Barrier_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -322,6 +340,13 @@ type OperatorServiceServer interface {
 	// before it expires) to receive the key-encryption key of the model's CA
 	// key.
 	AddController(context.Context, *AddControllerRequest) (*AddControllerResponse, error)
+	// Barrier returns a barrier revision at or past the model's current
+	// revision (or at_least): every agent's watch subscriptions are brought
+	// to it, each after the changes before it, and each unit agent, once it
+	// has seen and acted on everything up to it, reports so with its status
+	// (UnitStatus.synced_revision). The barrier is written unless one at or
+	// past the revision asked for is there already. ctl wait calls it.
+	Barrier(context.Context, *BarrierRequest) (*BarrierResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -382,6 +407,9 @@ func (UnimplementedOperatorServiceServer) ShowStatusLog(context.Context, *ShowSt
 }
 func (UnimplementedOperatorServiceServer) AddController(context.Context, *AddControllerRequest) (*AddControllerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AddController not implemented")
+}
+func (UnimplementedOperatorServiceServer) Barrier(context.Context, *BarrierRequest) (*BarrierResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Barrier not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -692,6 +720,24 @@ func _OperatorService_AddController_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_Barrier_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BarrierRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).Barrier(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_Barrier_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).Barrier(ctx, req.(*BarrierRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -758,6 +804,10 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AddController",
 			Handler:    _OperatorService_AddController_Handler,
+		},
+		{
+			MethodName: "Barrier",
+			Handler:    _OperatorService_Barrier_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
