@@ -44,7 +44,8 @@ type Follower interface {
 // Units of one service on the machine see their service, its
 // configuration, its relations, and each relation and its scope alike
 // (the controller serves those by the unit's service and machine), so
-// their Follows of such a subject share one subscription (shareKey): the
+// their Follows of such a subject share one subscription (shareKey), as
+// do all Follows of the model's barrier: the
 // controller lists and serves it once for all of them, not once for each
 // unit. A Follow that joins a shared subscription already listed starts
 // with a listing the Mux makes of what the subscription has delivered so
@@ -138,8 +139,12 @@ func (f *muxFollower) notify() {
 
 // shareKey says which Follows may share a subscription of subject: those
 // of units of one service (as), for the subjects the controller serves
-// alike to every unit of a service on a machine. "" for any other.
+// alike to every unit of a service on a machine; and every Follow of the
+// model's barrier, which is the same for every agent. "" for any other.
 func shareKey(as *pb.AgentCredential, subject *pb.WatchSubject) string {
+	if subject.GetBarrier() {
+		return "barrier"
+	}
 	if as == nil {
 		return ""
 	}

@@ -672,6 +672,7 @@ func TestShareKey(t *testing.T) {
 	unit := func(name string) *pb.AgentCredential { return &pb.AgentCredential{Tag: "unit-" + name} }
 	service := &pb.WatchSubject{Subject: &pb.WatchSubject_Service{Service: "kv"}}
 	scope := &pb.WatchSubject{Subject: &pb.WatchSubject_RelationScope{RelationScope: 7}}
+	barrier := &pb.WatchSubject{Subject: &pb.WatchSubject_Barrier{Barrier: true}}
 	for _, c := range []struct {
 		as1, as2 *pb.AgentCredential
 		s1, s2   *pb.WatchSubject
@@ -687,6 +688,9 @@ func TestShareKey(t *testing.T) {
 		{unit("kv/0"), unit("kv/1"), &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/0"}}, &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/0"}}, false},
 		{nil, nil, service, service, false},
 		{&pb.AgentCredential{Tag: "machine-0"}, &pb.AgentCredential{Tag: "machine-0"}, service, service, false},
+		// The barrier is every agent's.
+		{unit("kv/0"), unit("app/0"), barrier, barrier, true},
+		{nil, unit("app/0"), barrier, barrier, true},
 	} {
 		k1, k2 := shareKey(c.as1, c.s1), shareKey(c.as2, c.s2)
 		if got := k1 != "" && k1 == k2; got != c.share {

@@ -26,18 +26,27 @@ import (
 const progressEvery = time.Second
 
 // progressThrottle holds back a watch's responses that carry no change,
-// but for one every progressEvery.
-type progressThrottle struct{ last time.Time }
+// but for one every progressEvery, and but for one that brings the client
+// to the latest barrier (mark): the client is waited on to say it has
+// seen everything up to there.
+type progressThrottle struct {
+	last time.Time
+	// sent is the revision of the last response not held back.
+	sent int64
+}
 
-// hold says whether resp is to be held back.
-func (p *progressThrottle) hold(resp *pb.WatchResponse) bool {
-	if resp.Relisted || len(resp.Changes) > 0 {
-		return false
-	}
-	if time.Since(p.last) < progressEvery {
+// hold says whether resp is to be held back, mark being the latest
+// barrier's revision.
+func (p *progressThrottle) hold(resp *pb.WatchResponse, mark int64) bool {
+	switch {
+	case resp.Relisted || len(resp.Changes) > 0:
+	case mark > p.sent && resp.Revision >= mark:
+	case time.Since(p.last) < progressEvery:
 		return true
+	default:
+		p.last = time.Now()
 	}
-	p.last = time.Now()
+	p.sent = resp.Revision
 	return false
 }
 
@@ -86,7 +95,7 @@ func (a *agentServer) Watch(req *pb.WatchRequest, stream pb.AgentService_WatchSe
 		if err != nil {
 			return err
 		}
-		if progress.hold(resp) {
+		if progress.hold(resp, a.s.cfg.Watches.Mark()) {
 			continue
 		}
 		if err := stream.Send(resp); err != nil {
@@ -200,6 +209,13 @@ func (a *agentServer) watchOf(ctx context.Context, c caller, subject *pb.WatchSu
 		return single(state.RelationKey(s.Relation), id, decodeInto(func(ch *pb.WatchChange, rel *pb.Relation) {
 			ch.Value = &pb.WatchChange_Relation{Relation: rel}
 		})), nil
+	case *pb.WatchSubject_Barrier:
+		// Every agent's watches are brought to the barrier; any agent
+		// may know where it is.
+		if c.kind != names.KindMachine && c.kind != names.KindUnit {
+			return nil, denied("%s may not watch the barrier", c)
+		}
+		return single(state.BarrierKey, "barrier", nil), nil
 	case *pb.WatchSubject_RelationScope:
 		rel, err := a.unitRelation(ctx, c, s.RelationScope, "watch the scope of")
 		if err != nil {

@@ -357,7 +357,7 @@ func (m *watchMany) poll(ctx context.Context, stream pb.AgentService_WatchManySe
 		if err != nil {
 			return m.fail(stream, s, err)
 		}
-		if s.progress.hold(resp) {
+		if s.progress.hold(resp, m.hub.Mark()) {
 			continue
 		}
 		if err := stream.Send(&pb.WatchManyResponse{Id: s.id, Response: &pb.WatchManyResponse_Watch{Watch: resp}}); err != nil {

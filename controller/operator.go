@@ -443,6 +443,18 @@ func (s *Server) joinToken(ctx context.Context, id string) (string, error) {
 	return pki.EncodeJoinToken(pki.ClientConfig{Controllers: addrs, CACert: string(s.cfg.CACert), Tag: cred.Tag, Secret: cred.Secret})
 }
 
+// Barrier returns a barrier at or past the model's current revision (or
+// the revision asked for), writing one unless it is there already: the
+// watch hubs of every controller bring their agents' streams to it, and
+// the unit agents report once they have acted on everything up to it.
+func (s *Server) Barrier(ctx context.Context, req *pb.BarrierRequest) (*pb.BarrierResponse, error) {
+	rev, err := s.st.Barrier(ctx, req.GetAtLeast())
+	if err != nil {
+		return nil, err
+	}
+	return &pb.BarrierResponse{Revision: rev}, nil
+}
+
 // Status returns the whole model's status.
 func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
 	st, err := s.modelStatus(ctx)

@@ -22,7 +22,9 @@ import (
 type Config struct {
 	State *state.State
 	// Watches serves the agents' watch streams from one watch of the
-	// model; required. The caller runs it.
+	// model; required. The caller runs it, with state.BarrierKey as its
+	// mark key: the barriers ctl wait asks for reach the agents through
+	// it.
 	Watches *watchhub.Hub
 	Logger  hclog.Logger
 	// TLS is the server's TLS configuration; required.

@@ -154,7 +154,7 @@ func unitStatus(m *state.Model, u *pb.Unit, mach *pb.Machine) *pb.UnitStatus {
 		Agent: "allocating", State: "new", Workload: "unknown", Address: mach.GetAddress(),
 	}
 	if st := m.Status(state.StatusUnitAgent, u.Name); st != nil {
-		us.Agent = st.Status
+		us.Agent, us.AgentMessage, us.SyncedRevision = st.Status, st.Message, st.SyncedRevision
 		if s := st.Data["state"]; s != "" {
 			us.State = s
 		}

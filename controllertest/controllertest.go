@@ -143,7 +143,7 @@ func (e *Env) Start() {
 	}
 	// A watch hub of its own, as a restarted controller has: agents
 	// resume their watches from what they saw before.
-	hub, err := watchhub.New(watchhub.Config{Source: e.State, QueueEvents: e.watchQueue, QueueBytes: e.watchBytes})
+	hub, err := watchhub.New(watchhub.Config{Source: e.State, QueueEvents: e.watchQueue, QueueBytes: e.watchBytes, MarkKey: state.BarrierKey})
 	if err != nil {
 		e.T.Fatal(err)
 	}

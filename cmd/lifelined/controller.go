@@ -334,7 +334,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 	// streams. Added before the API, it is interrupted first (run.Group
 	// interrupts in the order of Add): its streams end with Unavailable,
 	// so that the API's graceful stop need not wait for them.
-	hub, err := watchhub.New(watchhub.Config{Source: st, Logger: logger.Named("watchhub"), QueueBytes: lim.watchTotal})
+	hub, err := watchhub.New(watchhub.Config{Source: st, MarkKey: state.BarrierKey, Logger: logger.Named("watchhub"), QueueBytes: lim.watchTotal})
 	if err != nil {
 		return err
 	}
