@@ -63,15 +63,17 @@ var docScenarios = []struct {
 // docSetups are the test's own steps before a group of examples: what
 // the examples rely on that no example before them does.
 var docSetups = map[string]func(t *testing.T, s *e2etest.Sandbox){
-	// resolved's examples answer cache's units, in error once their
-	// hooks have failed five times (over a minute): the port kv-server
-	// cannot listen on is set well before, while other groups run.
+	// resolved's examples answer cache's units, in an error state once
+	// their hooks have failed five times (over a minute; before that they
+	// show error too, but a retry could run between the cause's fix and
+	// the example): the port kv-server cannot listen on is set well
+	// before, while other groups run.
 	"ctl add-unit": func(t *testing.T, s *e2etest.Sandbox) { s.OK(t, "config", "cache", "port=70000") },
 	"ctl resolved": func(t *testing.T, s *e2etest.Sandbox) {
 		for _, u := range []string{"cache/0", "cache/1"} {
-			s.WaitStatus(t, u+" in error", 3*time.Minute, func(doc *e2etest.StatusDoc) bool {
+			s.WaitStatus(t, u+" in an error state", 3*time.Minute, func(doc *e2etest.StatusDoc) bool {
 				d, _ := doc.Unit(u)
-				return d.Agent == "error"
+				return d.Agent == "error" && strings.HasSuffix(d.State, "-error")
 			})
 		}
 		s.OK(t, "config", "cache", "--reset", "port") // the cause fixed, as an operator would first

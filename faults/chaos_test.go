@@ -301,8 +301,7 @@ type observer struct {
 }
 
 var (
-	hookFailedRE   = regexp.MustCompile(`^hook "(.+)" failed$`)
-	hookRetryingRE = regexp.MustCompile(`^hook "(.+)" failed \d+ times: retrying$`)
+	hookRetryingRE = regexp.MustCompile(`^hook failed: "(.+)" \(retry \d+ of \d+ in .+\)$`)
 	hookErrorRE    = regexp.MustCompile(`^hook failed: "(.+)"$`)
 	hookRunningRE  = regexp.MustCompile(`^running (.+) hook$`)
 )
@@ -367,14 +366,10 @@ func (o *observer) status(unit string, s *pb.Status) {
 	open, isOpen := o.open[unit]
 	var m []string
 	switch {
-	case s.Status == "executing" && hookFailedRE.MatchString(s.Message):
-		m = hookFailedRE.FindStringSubmatch(s.Message)
-	case s.Status == "idle" && hookRetryingRE.MatchString(s.Message):
-		// Also how a hook cut short by a crash shows, once counted.
+	case s.Status == "error" && hookRetryingRE.MatchString(s.Message):
+		// A failure to be retried; also how a hook cut short by a crash
+		// shows.
 		m = hookRetryingRE.FindStringSubmatch(s.Message)
-		if isOpen && open == m[1] {
-			return // the failure already counted
-		}
 	case s.Status == "error":
 		if m := hookErrorRE.FindStringSubmatch(s.Message); m != nil && isOpen {
 			o.shown++

@@ -168,8 +168,9 @@ func (f *fixture) checkNoPanic(t *testing.T, r *run) {
 	}
 }
 
-// settled says whether every unit is settled (idle and running, or in
-// error) and nothing is dying, as ctl wait judges.
+// settled says whether every unit is settled (idle and running, or in an
+// error state its hook's retries ran out into) and nothing is dying, as
+// ctl wait judges.
 func settled(doc *e2etest.StatusDoc) bool {
 	for _, m := range doc.Machines {
 		if m.Life != "alive" {
@@ -181,7 +182,7 @@ func settled(doc *e2etest.StatusDoc) bool {
 			return false
 		}
 		for _, u := range svc.Units {
-			if u.Life != "alive" || !(u.Agent == "idle" && u.State == "running" || u.Agent == "error") {
+			if u.Life != "alive" || !(u.Agent == "idle" && u.State == "running" || u.Agent == "error" && strings.HasSuffix(u.State, "-error")) {
 				return false
 			}
 		}

@@ -8,11 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/lifelinehq/lifeline/agentwatch"
 	"github.com/lifelinehq/lifeline/charm"
@@ -160,6 +162,14 @@ type Agent struct {
 	// fresh says no agent of the unit ran on this machine before
 	// (Config.New): it has lost no mark of a scope.
 	fresh bool
+	// synced is the latest barrier the agent has seen everything up to
+	// and acted on, as it last went on to wait: every report carries it
+	// (pb.Status.SyncedRevision), for ctl wait.
+	synced int64
+	// failed is the status reported when failedOp last failed: its
+	// message says when it runs again, and its output is the hook's.
+	failed   *pb.Status
+	failedOp *hookOp
 	// leaving holds the relations whose scopes the dying unit has left in
 	// its local state but not yet at the controller: the call that sets
 	// it dead carries them, when nothing comes in between that another
@@ -295,7 +305,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	var idleSince string
 	var serviceDyingSince time.Time
 	for {
-		w.watchResolved(a.l.inError())
+		w.watchResolved(a.l.inError() || a.l.retrying())
 		r := w.snapshot()
 		a.deploySubordinates(r)
 		now := a.cfg.Clock()
@@ -303,6 +313,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			serviceDyingSince = now
 		}
 		r.serviceDyingSince = serviceDyingSince
+		w.forgetRelations(r, a.l)
 		act := next(a.l, r, a.cfg.Unit, now)
 		if err := ex.ready(ctx, act); err != nil {
 			if ctx.Err() != nil {
@@ -320,7 +331,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		if act.kind == actWait {
 			if !act.catchUp {
 				// Waiting for its watches, the agent is not idle: a
-				// new unit shows its first report when it acts.
+				// new unit shows its first report when it acts. It
+				// has acted on everything up to the barrier once its
+				// picture holds every change up to there.
+				if r.barrier > 0 && r.synced >= r.barrier {
+					a.synced = max(a.synced, r.barrier)
+				}
 				a.reportWaiting(act)
 			}
 			if idleSince != act.why {
@@ -403,15 +419,41 @@ func (a *Agent) subsTold(subs map[string]*pb.Unit) bool {
 	return true
 }
 
-// reportWaiting reports the agent idle (or in error) with its state.
+// reportWaiting reports the agent idle, or in error: in an error state,
+// or waiting to run a failed hook again. Either way it says which barrier
+// it is synced to.
 func (a *Agent) reportWaiting(act action) {
-	st := &pb.Status{Status: "idle", Data: map[string]string{"state": a.l.State}}
-	if a.l.inError() && a.l.Op != nil {
-		st.Status, st.Message = "error", fmt.Sprintf("hook failed: %q", a.l.Op.Hook)
-	} else if op := a.l.Op; op != nil && op.Step == stepQueued && op.Attempts > 0 {
-		st.Message = fmt.Sprintf("hook %q failed %d times: retrying", op.Hook, op.Attempts)
+	op := a.l.Op
+	var st *pb.Status
+	switch {
+	case op != nil && (a.l.inError() || a.l.retrying()):
+		if op != a.failedOp {
+			// Failed before the agent started again: said once, not
+			// with a new pause at each look.
+			a.failed, a.failedOp = a.failureStatus(op, nil), op
+		}
+		st = proto.Clone(a.failed).(*pb.Status)
+	default:
+		st = &pb.Status{Status: "idle", Data: map[string]string{"state": a.l.State}}
 	}
+	st.SyncedRevision = a.synced
 	a.rep.set(st)
+}
+
+// failureStatus is the agent's status once op failed (hookFailed): error,
+// with when it runs again, or that the unit is in its error state; the
+// hook's last lines of output, if any.
+func (a *Agent) failureStatus(op *hookOp, output []string) *pb.Status {
+	msg := fmt.Sprintf("hook failed: %q", op.Hook)
+	if !a.l.inError() {
+		in := max(op.NotBefore.Sub(a.cfg.Clock()), 0).Round(time.Second)
+		msg += fmt.Sprintf(" (retry %d of %d in %s)", op.Attempts+1, a.cfg.Retry.Attempts, in)
+	}
+	st := &pb.Status{Status: "error", Message: msg, Data: map[string]string{"state": a.l.State}, SyncedRevision: a.synced}
+	if len(output) > 0 {
+		st.Data["output"] = strings.Join(output, "\n")
+	}
+	return st
 }
 
 // deploySubordinates tells the deployer this principal's subordinates,

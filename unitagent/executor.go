@@ -210,17 +210,26 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 	if err := ex.leaveNow(ctx); err != nil {
 		return err
 	}
+	executing := func(msg string) {
+		a.rep.progress(&pb.Status{Status: "executing", Message: msg, Data: map[string]string{"state": a.l.State}, SyncedRevision: a.synced})
+	}
 	select {
 	case a.cfg.HookLock <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	default:
+		// Queued behind another unit's hook: executing all the same.
+		executing(fmt.Sprintf("waiting to run %s hook", op.Hook))
+		select {
+		case a.cfg.HookLock <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	defer func() { <-a.cfg.HookLock }()
 	op.Step = stepRunning
 	if err := a.save(); err != nil {
 		return err
 	}
-	a.rep.progress(&pb.Status{Status: "executing", Message: fmt.Sprintf("running %s hook", op.Hook), Data: map[string]string{"state": a.l.State}})
+	executing(fmt.Sprintf("running %s hook", op.Hook))
 	hc := newHookContext(a, op, r)
 	res, err := ex.tools.run(ctx, a, op, hc)
 	a.hookNames, a.hookEach = nil, true
@@ -233,20 +242,16 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 	if err != nil || !res.ok {
 		a.logger.Warn("hook failed", "hook", op.Hook, "attempt", op.Attempts+1, "error", errString(err, res))
 		a.hookFailed(op)
-		st := &pb.Status{Status: "executing", Message: fmt.Sprintf("hook %q failed", op.Hook), Data: map[string]string{"state": a.l.State}}
-		if a.l.inError() {
-			st.Status, st.Message = "error", fmt.Sprintf("hook failed: %q", op.Hook)
-		}
-		if len(res.lastLines) > 0 {
-			st.Data["output"] = strings.Join(res.lastLines, "\n")
-		}
-		a.rep.set(st)
+		// Shown at once, as it will be while the agent waits to run
+		// it again (reportWaiting).
+		a.failed, a.failedOp = a.failureStatus(op, res.lastLines), op
+		a.rep.set(a.failed)
 		return a.save()
 	}
 	if len(res.lastLines) > 0 {
 		// The hook's last words go into the unit's status history.
 		a.rep.set(&pb.Status{Status: "executing", Message: fmt.Sprintf("ran %s hook", op.Hook),
-			Data: map[string]string{"state": a.l.State, "output": strings.Join(res.lastLines, "\n")}})
+			Data: map[string]string{"state": a.l.State, "output": strings.Join(res.lastLines, "\n")}, SyncedRevision: a.synced})
 	}
 	op.Step, op.Settings = stepDone, hc.buffered()
 	if len(op.Settings) > 0 {

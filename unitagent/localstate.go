@@ -141,6 +141,13 @@ func (l *localState) inError() bool {
 	return false
 }
 
+// retrying says whether a failed hook waits to run again (its unit not
+// yet in an error state): the agent shows it in error meanwhile, and acts
+// on a resolved mark at once.
+func (l *localState) retrying() bool {
+	return l.Op != nil && l.Op.Attempts > 0 && l.Op.Step == stepQueued && !l.inError()
+}
+
 // createRelation records that relation-created ran for relation id: a new
 // record of it, with no members.
 func (l *localState) createRelation(id int64, endpoint string) {

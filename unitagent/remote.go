@@ -32,6 +32,12 @@ type remote struct {
 	resolved          pb.ResolvedMode
 	subs              map[string]*pb.Unit // nil value: name known, unit not yet seen
 	subsKnown         bool
+	// barrier is the revision of the model's latest barrier known (0:
+	// none), and synced, in a snapshot, the revision every subject's
+	// watch had brought the picture to (0 while one has not answered):
+	// the picture holds every change up to the barrier once synced is at
+	// or past it.
+	barrier, synced int64
 }
 
 type remoteRelation struct {
@@ -120,7 +126,21 @@ func (w *watcher) snapshotLocked() *remote {
 	for k, v := range r.subs {
 		c.subs[k] = v
 	}
+	c.synced = w.syncedLocked()
 	return &c
+}
+
+// syncedLocked is the revision every subject's watch has brought the
+// picture to: the lowest, 0 while one has not answered. Call with the
+// lock held.
+func (w *watcher) syncedLocked() int64 {
+	low := int64(-1)
+	for key := range w.subject {
+		if rev := w.revs[key]; low < 0 || rev < low {
+			low = rev
+		}
+	}
+	return max(low, 0)
 }
 
 // watcher keeps the remote picture current: a watch per subject, each
@@ -138,8 +158,12 @@ type watcher struct {
 	views   map[int64]*memberView // the agent's copies of the scopes
 	changed chan struct{}         // signalled, without blocking, on every change
 	subject map[string]context.CancelFunc
-	ctx     context.Context
-	wg      sync.WaitGroup
+	// revs are the revisions each subject's watch has brought the
+	// picture to, by key: a change, a listing, or only progress (the
+	// controller brings every watch to each barrier).
+	revs map[string]int64
+	ctx  context.Context
+	wg   sync.WaitGroup
 }
 
 func newWatcher(ctx context.Context, follow agentwatch.Follower, unit string, logger hclog.Logger) *watcher {
@@ -147,7 +171,7 @@ func newWatcher(ctx context.Context, follow agentwatch.Follower, unit string, lo
 		follow: follow, unit: unit, logger: logger, ctx: ctx,
 		r:       &remote{relationIDs: map[int64]bool{}, relations: map[int64]*remoteRelation{}, subs: map[string]*pb.Unit{}},
 		changed: make(chan struct{}, 1), subject: map[string]context.CancelFunc{},
-		views: map[int64]*memberView{},
+		views: map[int64]*memberView{}, revs: map[string]int64{},
 	}
 	if g, ok := follow.(agentwatch.Grouper); ok {
 		w.group = g.NewGroup()
@@ -159,6 +183,7 @@ func newWatcher(ctx context.Context, follow agentwatch.Follower, unit string, lo
 	}
 	w.start("unit", &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: unit}}, w.onUnit)
 	w.start("subordinates", &pb.WatchSubject{Subject: &pb.WatchSubject_UnitSubordinates{UnitSubordinates: unit}}, w.onSubordinates)
+	w.start("barrier", &pb.WatchSubject{Subject: &pb.WatchSubject_Barrier{Barrier: true}}, w.onBarrier)
 	return w
 }
 
@@ -197,22 +222,22 @@ func (w *watcher) startLocked(key string, subject *pb.WatchSubject, apply func(*
 	ctx, cancel := context.WithCancel(w.ctx)
 	w.subject[key] = cancel
 	if w.group != nil {
-		w.group.Start(ctx, subject, w.applier(ctx, apply), w.logger.With("watch", key))
+		w.group.Start(ctx, subject, w.applier(ctx, key, apply), w.logger.With("watch", key))
 		return
 	}
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		w.follow.Follow(ctx, subject, w.applier(ctx, apply), w.logger.With("watch", key))
+		w.follow.Follow(ctx, subject, w.applier(ctx, key, apply), w.logger.With("watch", key))
 	}()
 }
 
 // watchResolved starts the watch of the unit's resolved mark, or stops
-// it. Only a unit in an error state acts on the mark, so the agent
-// watches it only then: a unit whose hooks never fail into an error
-// state never subscribes it (one subscription in eight, 10,000 at 10,000
-// units). Stopped, the mark is forgotten: the next error starts from the
-// mark its watch lists then.
+// it. Only a unit in an error state, or waiting to run a failed hook
+// again, acts on the mark, so the agent watches it only then: a unit
+// whose hooks never fail never subscribes it (one subscription in eight,
+// 10,000 at 10,000 units). Stopped, the mark is forgotten: the next
+// failure starts from the mark its watch lists then.
 func (w *watcher) watchResolved(on bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -232,12 +257,14 @@ func (w *watcher) stop(key string) {
 	if cancel, ok := w.subject[key]; ok {
 		cancel()
 		delete(w.subject, key)
+		delete(w.revs, key)
 	}
 }
 
-// applier returns what applies a response of the watch ctx stops: apply,
-// under the lock, unless the watch was stopped.
-func (w *watcher) applier(ctx context.Context, apply func(*pb.WatchResponse)) func(*pb.WatchResponse) {
+// applier returns what applies a response of the watch ctx stops, under
+// key: apply, under the lock, unless the watch was stopped, and the
+// revision it brings the subject to.
+func (w *watcher) applier(ctx context.Context, key string, apply func(*pb.WatchResponse)) func(*pb.WatchResponse) {
 	return func(resp *pb.WatchResponse) {
 		w.mu.Lock()
 		if ctx.Err() != nil {
@@ -247,6 +274,7 @@ func (w *watcher) applier(ctx context.Context, apply func(*pb.WatchResponse)) fu
 			return
 		}
 		apply(resp)
+		w.revs[key] = resp.Revision
 		w.mu.Unlock()
 		w.notify()
 	}
@@ -303,6 +331,15 @@ func (w *watcher) onConfig(resp *pb.WatchResponse) {
 		}
 	}
 	w.r.configSeen = true
+}
+
+// onBarrier follows the model's barrier: its version is its revision.
+func (w *watcher) onBarrier(resp *pb.WatchResponse) {
+	for _, ch := range resp.Changes {
+		if !ch.Removed {
+			w.r.barrier = max(w.r.barrier, ch.Version)
+		}
+	}
 }
 
 func (w *watcher) onResolved(resp *pb.WatchResponse) {
@@ -378,6 +415,22 @@ func (rr *remoteRelation) applyScope(resp *pb.WatchResponse) {
 		rr.changed[ch.Id] = struct{}{}
 	}
 	rr.scoped = true
+}
+
+// forgetRelations stops the watches of the relations gone from the
+// service's that the unit has no record of (never took part in): nothing
+// is left to do in them, and a watch of a relation removed would be
+// refused once its stream breaks, and never bring the picture to the
+// next barrier.
+func (w *watcher) forgetRelations(r *remote, l *localState) {
+	if !r.relsKnown {
+		return
+	}
+	for id := range r.relations {
+		if !r.relationIDs[id] && l.Relations[id] == nil {
+			w.forgetRelation(id)
+		}
+	}
 }
 
 // forgetRelation stops a relation's watches once the unit is done with it.

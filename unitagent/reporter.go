@@ -21,21 +21,14 @@ import (
 const statusLinger = 200 * time.Millisecond
 
 // progressEvery spaces a unit's reports of the hook it runs: a report
-// that only says the agent runs another hook waits until this long after
-// the last such report, and meanwhile the latest replaces it. A unit whose
-// hooks queue for its machine's hook lock reports each hook otherwise,
-// and the unit of a service related to thousands runs hooks for minutes.
-// Any other report (idle, an error, a hook's output) is not held back.
+// that only says the agent runs another hook (the controller shows it
+// executing already) waits until this long after the last report, and
+// meanwhile the latest replaces it. A unit whose hooks queue for its
+// machine's hook lock reports each hook otherwise, and the unit of a
+// service related to thousands runs hooks for minutes. Any other report
+// (executing after idle or an error, idle, an error, a hook's output) is
+// not held back.
 const progressEvery = 2 * time.Second
-
-// progressGrace is how long a run of hooks (from the first hook after
-// any other report) goes unreported: a run that ends within it is
-// reported where it ends (idle, say), never as executing. A new unit runs
-// six hooks or so, a departing one four, each in milliseconds when the
-// hooks have little to do: reporting the first of them was a transaction
-// and a history entry a unit each way that no one had time to see. A
-// hook that takes longer shows as executing once the grace is over.
-const progressGrace = 2 * time.Second
 
 // progressPace spaces progress reports by how long the controller took to
 // acknowledge the last report, this many times over, when that is longer
@@ -49,15 +42,18 @@ const progressPace = 10
 // and while the controller cannot be reached the latest waits and is sent
 // when it can. A status worth keeping in the unit's history (an error, or
 // one carrying a hook's output) is sent even when a later one follows
-// quickly. The controller's copy is for ctl status; the local state file
-// is what counts.
+// quickly. A change of the agent's status (executing, idle, error) is
+// always sent; only a report that names another hook while the
+// controller shows the agent executing already is progress, paced and
+// declinable. The controller's copy is for ctl status and ctl wait; the
+// local state file is what counts.
 type reporter struct {
 	api    API
 	unit   string
 	logger hclog.Logger
 
-	// progressEvery and progressGrace are the package's, but for tests.
-	progressEvery, progressGrace time.Duration
+	// progressEvery is the package's, but for tests.
+	progressEvery time.Duration
 
 	mu   sync.Mutex
 	want *pb.Status // latest status to report
@@ -68,13 +64,13 @@ type reporter struct {
 	// not sent again, a later report replaces it.
 	declined *pb.Status
 	lastSeq  int64 // the seq of the last status set
-	// wantProgress and sentProgress say whether want and sent only say
-	// which hook runs (progress); sentAt is when sent was acknowledged,
-	// sentTook how long that took; runSince is when want last became
-	// progress after a report of another kind: the run of hooks began.
-	wantProgress, sentProgress bool
-	sentAt, runSince           time.Time
-	sentTook                   time.Duration
+	// wantProgress says want names the hook the agent runs (or waits to
+	// run): progress, once the controller shows the agent executing;
+	// sentAt is when the last report was acknowledged (or declined),
+	// sentTook how long that took.
+	wantProgress bool
+	sentAt       time.Time
+	sentTook     time.Duration
 	// sending is the status on its way to the controller, if any.
 	sending *pb.Status
 	pending chan struct{}
@@ -91,26 +87,33 @@ func worthKeeping(st *pb.Status) bool {
 }
 
 func newReporter(api API, unit string, logger hclog.Logger) *reporter {
-	return &reporter{api: api, unit: unit, logger: logger, progressEvery: progressEvery, progressGrace: progressGrace,
+	return &reporter{api: api, unit: unit, logger: logger, progressEvery: progressEvery,
 		pending: make(chan struct{}, 1), done: make(chan struct{}, 1)}
 }
 
-// progress is set for a status that only says which hook the agent runs:
-// it is reported no sooner than progressGrace after the run of hooks
-// began, and then no more often than every progressEvery.
+// progress is set for a status that names the hook the agent runs (or
+// waits to run). The first of a run of hooks, after any other status, is
+// reported as any status is: the unit shows executing. The next ones only
+// name another hook, and go no more often than every progressEvery.
 func (r *reporter) progress(st *pb.Status) { r.setStatus(st, true) }
+
+// isProgress says whether want, set by progress, only names another hook
+// while the controller's copy already shows the same agent status. r.mu
+// is held.
+func (r *reporter) isProgress() bool {
+	return r.wantProgress && r.sent != nil && r.want != nil && r.sent.Status == r.want.Status
+}
 
 // progressEnded says the hook that progress named has ended. Its report,
 // if not sent yet, is dropped when the controller already shows the agent
-// executing (the report before was progress too): it would say that a
-// hook runs which no longer does, one transaction a hook for a unit whose
-// hooks queue for the machine's hook lock. The first report of a run of
-// hooks, after idle, stays: sent once the run outlasts progressGrace, it
-// shows that the unit is executing.
+// executing: it would say that a hook runs which no longer does, one
+// transaction a hook for a unit whose hooks queue for the machine's hook
+// lock. The first report of a run of hooks, after idle, stays: it shows
+// that the unit is executing.
 func (r *reporter) progressEnded() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.wantProgress && r.sentProgress && len(r.keep) == 0 && r.want != r.sending && !proto.Equal(r.want, r.sent) {
+	if r.isProgress() && len(r.keep) == 0 && r.want != r.sending && !proto.Equal(r.want, r.sent) {
 		r.want = r.sent
 	}
 }
@@ -128,18 +131,23 @@ func (r *reporter) setStatus(st *pb.Status, progress bool) {
 		r.mu.Unlock()
 		return
 	}
-	st = proto.Clone(st).(*pb.Status)
-	r.lastSeq = max(time.Now().UnixNano(), r.lastSeq+1)
-	st.Seq = r.lastSeq
 	if worthKeeping(r.want) && !proto.Equal(r.want, r.sent) {
 		r.keep = append(r.keep, r.want)
 		if len(r.keep) > maxKept {
 			r.keep = r.keep[1:]
 		}
 	}
-	if progress && !r.wantProgress {
-		r.runSince = time.Now()
+	if r.sending == nil && len(r.keep) == 0 && sameReport(st, r.sent) {
+		// Back to what the controller has, with nothing on its way that
+		// it must overtake (a hook run over before it was reported):
+		// nothing to send.
+		r.want, r.wantProgress = r.sent, false
+		r.mu.Unlock()
+		return
 	}
+	st = proto.Clone(st).(*pb.Status)
+	r.lastSeq = max(time.Now().UnixNano(), r.lastSeq+1)
+	st.Seq = r.lastSeq
 	r.want, r.wantProgress = st, progress
 	r.mu.Unlock()
 	select {
@@ -219,13 +227,10 @@ func (r *reporter) run(ctx context.Context) {
 				st = r.keep[0]
 			}
 			sent := !kept && r.settled(st)
-			progress := !kept && r.wantProgress
+			progress := !kept && r.isProgress()
 			var hold time.Duration
-			switch {
-			case progress && r.sentProgress:
+			if progress {
 				hold = max(r.progressEvery, progressPace*r.sentTook) - time.Since(r.sentAt)
-			case progress:
-				hold = max(r.progressGrace, progressPace*r.sentTook) - time.Since(r.runSince)
 			}
 			if !sent && st != nil && hold <= 0 {
 				r.sending = st
@@ -235,9 +240,9 @@ func (r *reporter) run(ctx context.Context) {
 				break
 			}
 			if hold > 0 {
-				// Progress too soon after the last, or within the
-				// run's grace: wait, unless something else is set
-				// meanwhile, which lingers as usual.
+				// Progress too soon after the last report: wait,
+				// unless something else is set meanwhile, which
+				// lingers as usual.
 				t := time.NewTimer(hold)
 				select {
 				case <-ctx.Done():
@@ -273,7 +278,6 @@ func (r *reporter) run(ctx context.Context) {
 				}
 				r.sentAt = time.Now()
 				r.sentTook = r.sentAt.Sub(called)
-				r.sentProgress = progress
 				if kept || len(r.keep) > 0 && r.keep[0] == st {
 					// Sent from the queue, or queued by set while it was
 					// on its way: either way, sent once.

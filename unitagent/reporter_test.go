@@ -51,12 +51,11 @@ func (s *statusRecorder) SetUnitStatus(_ context.Context, req *pb.SetUnitStatusR
 }
 
 // runReporter runs a reporter to api, its progress reports spaced by
-// every, a run of hooks reported once it has lasted grace, until the test
-// ends.
-func runReporter(t *testing.T, api API, every, grace time.Duration) (*reporter, context.Context) {
+// every, until the test ends.
+func runReporter(t *testing.T, api API, every time.Duration) (*reporter, context.Context) {
 	t.Helper()
 	r := newReporter(api, "kv/0", hclog.NewNullLogger())
-	r.progressEvery, r.progressGrace = every, grace
+	r.progressEvery = every
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go r.run(ctx)
@@ -157,7 +156,7 @@ func TestReporterSendsAKeptStatusOnce(t *testing.T) {
 // meanwhile; any other report is not held back by them.
 func TestReporterSpacesHookProgress(t *testing.T) {
 	api := &statusRecorder{}
-	r, ctx := runReporter(t, api, time.Hour, 0)
+	r, ctx := runReporter(t, api, time.Hour)
 
 	r.progress(&pb.Status{Status: "executing", Message: "running install hook"})
 	r.flush(ctx)
@@ -183,7 +182,7 @@ func TestReporterSpacesHookProgress(t *testing.T) {
 // long, when that is longer than progressEvery.
 func TestReporterPacesHookProgressByTheController(t *testing.T) {
 	api := &statusRecorder{delay: 100 * time.Millisecond}
-	r, ctx := runReporter(t, api, time.Millisecond, 0)
+	r, ctx := runReporter(t, api, time.Millisecond)
 
 	r.progress(&pb.Status{Status: "executing", Message: "running install hook"})
 	r.flush(ctx)
@@ -207,7 +206,7 @@ func TestReporterPacesHookProgressByTheController(t *testing.T) {
 // longer running. The first of a run of hooks, after idle, is sent.
 func TestReporterDropsTheReportOfAHookEnded(t *testing.T) {
 	api := &statusRecorder{}
-	r, ctx := runReporter(t, api, 0, 0) // no spacing: what is not sent was dropped
+	r, ctx := runReporter(t, api, 0) // no spacing: what is not sent was dropped
 
 	r.set(&pb.Status{Status: "idle"})
 	r.flush(ctx)
@@ -230,14 +229,17 @@ func TestReporterDropsTheReportOfAHookEnded(t *testing.T) {
 
 // A progress report the controller declines, busy, is not sent again: the
 // next report replaces it, and waiting for the reports to settle does not
-// wait for it.
+// wait for it. The first report of a run of hooks is no progress: it says
+// the agent is executing, and is recorded busy or not.
 func TestReporterLetsADeclinedProgressReportGo(t *testing.T) {
 	api := &statusRecorder{busy: true}
-	r, ctx := runReporter(t, api, 0, 0)
+	r, ctx := runReporter(t, api, 0)
 
 	r.set(&pb.Status{Status: "idle"})
 	r.flush(ctx)
 	r.progress(&pb.Status{Status: "executing", Message: "running install hook"})
+	r.flush(ctx)
+	r.progress(&pb.Status{Status: "executing", Message: "running start hook"})
 	start := time.Now()
 	r.flush(ctx)
 	if d := time.Since(start); d > 2*time.Second {
@@ -246,46 +248,44 @@ func TestReporterLetsADeclinedProgressReportGo(t *testing.T) {
 	time.Sleep(3 * statusLinger)
 	r.set(&pb.Status{Status: "idle", Message: "done"})
 	r.flush(ctx)
-	if got, want := api.got(), []string{"idle:", "idle:done"}; !slices.Equal(got, want) {
+	if got, want := api.got(), []string{"idle:", "executing:running install hook", "idle:done"}; !slices.Equal(got, want) {
 		t.Fatalf("recorded %q, want %q", got, want)
 	}
 	api.mu.Lock()
 	defer api.mu.Unlock()
-	if api.made != 3 {
-		t.Errorf("%d calls, want 3: the declined report sent once", api.made)
+	if api.made != 4 {
+		t.Errorf("%d calls, want 4: the declined report sent once", api.made)
 	}
 }
 
-// A run of hooks that ends within the grace is reported where it ends,
-// never as executing; one that lasts longer shows the hook it runs then,
-// once the grace is over, and only then.
-func TestReporterLetsAShortRunOfHooksGo(t *testing.T) {
+// A run of hooks shows as executing as soon as the report settles (a
+// run that ends sooner is reported where it ends): no grace hides it.
+func TestReporterShowsARunOfHooks(t *testing.T) {
 	api := &statusRecorder{}
-	r, ctx := runReporter(t, api, 0, time.Hour)
-	for _, hook := range []string{"install", "config-changed", "start"} {
-		r.progress(&pb.Status{Status: "executing", Message: "running " + hook + " hook"})
-		r.progressEnded()
-	}
-	time.Sleep(3 * statusLinger)
+	r, ctx := runReporter(t, api, time.Hour)
 	r.set(&pb.Status{Status: "idle"})
 	r.flush(ctx)
-	if got, want := api.got(), []string{"idle:"}; !slices.Equal(got, want) {
-		t.Fatalf("sent %q, want %q: the run was within its grace", got, want)
-	}
-
-	api = &statusRecorder{}
-	const grace = 3 * statusLinger
-	r, ctx = runReporter(t, api, time.Hour, grace)
 	began := time.Now()
 	r.progress(&pb.Status{Status: "executing", Message: "running install hook"})
 	r.progressEnded()
-	time.Sleep(statusLinger)
 	r.progress(&pb.Status{Status: "executing", Message: "running start hook"})
 	r.flush(ctx)
-	if d := time.Since(began); d < grace {
-		t.Errorf("the run was reported after %v, within its grace of %v", d, grace)
+	if got, want := api.got(), []string{"idle:", "executing:running start hook"}; !slices.Equal(got, want) {
+		t.Fatalf("sent %q, want %q: the run shown with the hook it runs", got, want)
 	}
-	if got, want := api.got(), []string{"executing:running start hook"}; !slices.Equal(got, want) {
-		t.Fatalf("sent %q, want %q: the hook running when the grace ended", got, want)
+	if d := time.Since(began); d > 10*statusLinger {
+		t.Errorf("the run was shown after %v, want about %v", d, statusLinger)
+	}
+
+	// A quick run, over before the report settles, goes unreported.
+	r.set(&pb.Status{Status: "idle", Message: "again"})
+	r.flush(ctx)
+	r.progress(&pb.Status{Status: "executing", Message: "running config-changed hook"})
+	r.progressEnded()
+	r.set(&pb.Status{Status: "idle", Message: "again"})
+	r.flush(ctx)
+	time.Sleep(2 * statusLinger)
+	if got, want := api.got(), []string{"idle:", "executing:running start hook", "idle:again"}; !slices.Equal(got, want) {
+		t.Fatalf("sent %q, want %q", got, want)
 	}
 }

@@ -87,6 +87,11 @@ func next(l *localState, r *remote, self string, now time.Time) action {
 		return action{kind: actWait, why: "the service's configuration", catchUp: true}
 	}
 	if op := l.Op; op != nil {
+		if l.retrying() && r.resolved != pb.ResolvedMode_RESOLVED_MODE_UNSPECIFIED {
+			// The operator answered the failure before the retries ran
+			// out: run it again now, or count it done.
+			return action{kind: actResolve}
+		}
 		if op.Step == stepQueued && now.Before(op.NotBefore) {
 			return action{kind: actWait, until: op.NotBefore, why: "retry of " + op.Hook}
 		}
