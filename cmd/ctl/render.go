@@ -50,6 +50,9 @@ func renderStatus(w io.Writer, st *pb.ModelStatus, format string) error {
 // promises is always there (empty lists as []); extras are omitted when
 // empty.
 type statusDoc struct {
+	// Revision is the model's revision the status was read at (what ctl
+	// wait --since-revision takes).
+	Revision  int64                 `json:"revision,omitempty" yaml:"revision,omitempty"`
 	Machines  map[string]machineDoc `json:"machines" yaml:"machines"`
 	Services  map[string]serviceDoc `json:"services" yaml:"services"`
 	Relations []relationDoc         `json:"relations" yaml:"relations"`
@@ -108,6 +111,7 @@ type relationDoc struct {
 
 func statusDocument(st *pb.ModelStatus) statusDoc {
 	doc := statusDoc{
+		Revision:  st.GetRevision(),
 		Machines:  map[string]machineDoc{},
 		Services:  map[string]serviceDoc{},
 		Relations: []relationDoc{},

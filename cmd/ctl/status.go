@@ -29,12 +29,13 @@ dying entity is still waiting for.
 --format tabular (the default) reads like juju status; json and yaml give the
 same data as one document:
 
-  {"machines": {"0": {"life", "instance", "address", "agent", "units"}},
+  {"revision", "machines": {"0": {"life", "instance", "address", "agent", "units"}},
    "services": {"kv": {"charm", "revision", "life", "status",
                        "units": {"kv/0": {"life", "machine", "principal",
                                           "agent", "state", "workload", "message"}}}},
    "relations": [{"id", "key", "life", "scope"}]}
 
+revision is the model's as read (what ctl wait --since-revision takes).
 A machine's agent is pending, started, lost or down; a unit's agent is
 allocating, executing, idle, error or lost, its state the unit agent's state
 (new, ready, running, install-error...), its workload what the charm said.

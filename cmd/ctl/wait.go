@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,98 +15,97 @@ import (
 
 func waitCommand(e *env) *cobra.Command {
 	var timeout time.Duration
+	var since int64
+	var tolerate bool
 	cmd := &cobra.Command{
-		Use:   "wait",
-		Short: "Wait until the model settles",
-		Long: `Wait until the model settles, showing what it still waits for.
+		Use:   "wait [SERVICE|UNIT]...",
+		Short: "Wait until the agents have acted on the model as it is now",
+		Long: `Wait until every agent has seen the model as it is now (or as of
+--since-revision) and finished acting on it, showing what it still waits for.
 
-The model is settled when every unit is settled (its agent idle with the
-unit running, or its agent in error; removed units are gone) and nothing is
-on its way out: no machine, service, unit or relation is dying, and no dead
-machine waits for the provisioner.
+wait first asks the controller for a barrier: a revision at or past the
+model's current one (or --since-revision), which every agent's watches are
+brought to. It then waits until
 
-wait exits 0 once settled with no unit in error; 1 when units are in error
-(it names them), and 1 when --timeout passes first (it names what is not
-settled). --timeout 0 waits for ever.
+  - every unit's agent has reported that it saw every change up to the
+    barrier and has nothing left to do: idle with the unit running, or in
+    an error state (a hook failed and its retries ran out: it waits for
+    ctl resolved); a unit removed meanwhile is done with;
+  - and nothing is on its way out: no unit, service or relation is dying,
+    and no machine is dying or dead.
+
+Named SERVICEs and UNITs narrow it to those units (a unit's subordinates
+with it), the lives of the services named, the relations of those units'
+services, and the machines of those units. A name the model does not hold
+counts as done with.
+
+A unit whose hook failed shows in error at once, with when the hook runs
+again ("in error: kv/0 (hook failed: ...)" in the progress line); it is
+waited for until the hook succeeds or its retries run out.
+
+wait exits 0 once settled with no unit in error; 1 once settled with units
+in error (it names them); 1 at once when a unit in error holds up something
+dying (the unit itself, its service, machine, principal or subordinates, a
+relation it must depart), unless --tolerate-errors, when it keeps waiting;
+1 when --timeout passes first (it names what is not settled). --timeout 0
+waits for ever.
 
 Example:
   ctl deploy examples/charms/kv -n 3 && ctl wait
-  ctl wait --timeout 30m`,
-		Args: argsRange(0, 0),
-		RunE: func(cmd *cobra.Command, _ []string) error {
+  ctl config kv port=7071 && ctl wait kv
+  ctl wait kv/0 --timeout 30m
+  ctl destroy-service kv && ctl wait --tolerate-errors`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if _, err := newSelection(args); err != nil {
+				return usagef(cmd, "%v", err)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if timeout < 0 {
 				return usagef(cmd, "--timeout %s: want a duration of 0 or more", timeout)
 			}
+			if since < 0 {
+				return usagef(cmd, "--since-revision %d: want a revision of the model, or 0 for now", since)
+			}
+			sel, _ := newSelection(args)
 			c, err := e.connect()
 			if err != nil {
 				return err
 			}
 			defer c.close()
-			return waitSettled(cmd.Context(), e, c, timeout)
+			return waitSettled(cmd.Context(), e, c, waitOptions{timeout: timeout, since: since, tolerate: tolerate, sel: sel})
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "give up after this long (0: never)")
+	cmd.Flags().Int64Var(&since, "since-revision", 0, "wait for the model as of this revision (ctl status --format json shows the model's), not as it is now")
+	cmd.Flags().BoolVar(&tolerate, "tolerate-errors", false, "keep waiting when a unit in error holds up something dying")
 	return cmd
 }
 
-// settlement is how far a model is from settled.
-type settlement struct {
-	// unsettled names what is not settled: units on their way, and
-	// anything dying (or dead, for machines).
-	unsettled []string
-	// errors names the units whose agents are in error, with their messages.
-	errors []string
-	units  int
+// waitOptions are ctl wait's flags and arguments.
+type waitOptions struct {
+	timeout  time.Duration
+	since    int64
+	tolerate bool
+	sel      selection
 }
 
-func (s settlement) settled() bool { return len(s.unsettled) == 0 }
-
-// settle says what in st is not settled. A unit in error counts as settled
-// (it goes nowhere until an operator answers), and is listed in errors.
-func settle(st *pb.ModelStatus) settlement {
-	var s settlement
-	for _, m := range sortedMachines(st.GetMachines()) {
-		if m.Life == "dying" || m.Life == "dead" {
-			s.unsettled = append(s.unsettled, fmt.Sprintf("machine %s (%s)", m.Id, m.Life))
-		}
-	}
-	var units []*pb.UnitStatus
-	for _, svc := range st.GetServices() {
-		if svc.Life == "dying" {
-			s.unsettled = append(s.unsettled, fmt.Sprintf("service %s (dying)", svc.Name))
-		}
-		units = append(units, svc.Units...)
-	}
-	sort.Slice(units, func(i, j int) bool { return lessUnit(units[i].Name, units[j].Name) })
-	s.units = len(units)
-	for _, u := range units {
-		switch {
-		case u.Agent == "error":
-			msg := u.Message
-			if msg == "" {
-				msg = u.State
-			}
-			s.errors = append(s.errors, fmt.Sprintf("%s (%s)", u.Name, msg))
-		case u.Life != "alive":
-			s.unsettled = append(s.unsettled, fmt.Sprintf("%s (%s)", u.Name, u.Life))
-		case u.Agent == "idle" && u.State == "running":
-		default:
-			s.unsettled = append(s.unsettled, fmt.Sprintf("%s (%s, %s)", u.Name, u.Agent, u.State))
-		}
-	}
-	for _, r := range st.GetRelations() {
-		if r.Life == "dying" {
-			s.unsettled = append(s.unsettled, fmt.Sprintf("relation %d %q (dying)", r.Id, r.Key))
-		}
-	}
-	return s
-}
-
-// waitSettled follows the model's status until it settles, the timeout
-// passes (0: none) or ctx ends.
-func waitSettled(ctx context.Context, e *env, c *client, timeout time.Duration) error {
+// waitSettled asks for a barrier, then follows the model's status until
+// its selected part settles as of the barrier, an error holds up
+// something dying (unless tolerated), the timeout passes (0: none) or ctx
+// ends.
+func waitSettled(ctx context.Context, e *env, c *client, o waitOptions) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	start := time.Now()
+	bctx, bcancel := callContext(ctx)
+	b, err := c.op.Barrier(bctx, &pb.BarrierRequest{AtLeast: o.since})
+	bcancel()
+	if err != nil {
+		return c.check(err)
+	}
+	barrier := b.Revision
 	stream, err := c.op.WatchStatus(ctx, &pb.WatchStatusRequest{IntervalMs: 500})
 	if err != nil {
 		return c.check(err)
@@ -130,10 +129,9 @@ func waitSettled(ctx context.Context, e *env, c *client, timeout time.Duration) 
 		}
 	}()
 
-	start := time.Now()
 	var deadline <-chan time.Time
-	if timeout > 0 {
-		timer := time.NewTimer(timeout)
+	if o.timeout > 0 {
+		timer := time.NewTimer(o.timeout)
 		defer timer.Stop()
 		deadline = timer.C
 	}
@@ -147,7 +145,7 @@ func waitSettled(ctx context.Context, e *env, c *client, timeout time.Duration) 
 			p.update(fmt.Sprintf("waiting for the model's status (%s)", seconds(time.Since(start))))
 			return
 		}
-		p.update(fmt.Sprintf("waiting (%s): %d not settled: %s", seconds(time.Since(start)), len(last.unsettled), listSome(last.unsettled, 10)))
+		p.update(waitingLine(*last, time.Since(start)))
 	}
 	for {
 		select {
@@ -161,13 +159,22 @@ func waitSettled(ctx context.Context, e *env, c *client, timeout time.Duration) 
 				}
 				return c.check(u.err)
 			}
-			s := settle(u.st)
+			s := settle(u.st, barrier, o.sel)
+			if len(s.blocking) > 0 && !o.tolerate {
+				p.done()
+				return fmt.Errorf("%s in error, holding up what is dying: %s (answer with ctl resolved, or wait with --tolerate-errors)",
+					plural(len(s.blocking), "unit"), strings.Join(s.blocking, "; "))
+			}
 			if s.settled() {
 				p.done()
 				if len(s.errors) > 0 {
 					return fmt.Errorf("settled with %s in error: %s", plural(len(s.errors), "unit"), listSome(s.errors, 20))
 				}
-				fmt.Fprintf(e.stdout, "settled: %s idle, nothing dying (%s)\n", plural(s.units, "unit"), seconds(time.Since(start)))
+				done := fmt.Sprintf("settled: %s idle, nothing dying, as of revision %d (%s)", plural(s.units, "unit"), barrier, seconds(time.Since(start)))
+				if len(s.missing) > 0 {
+					done += "; not in the model: " + strings.Join(s.missing, ", ")
+				}
+				fmt.Fprintln(e.stdout, done)
 				return nil
 			}
 			last = &s
@@ -177,9 +184,12 @@ func waitSettled(ctx context.Context, e *env, c *client, timeout time.Duration) 
 		case <-deadline:
 			p.done()
 			if last == nil {
-				return fmt.Errorf("timed out after %s: no status from the controller", timeout)
+				return fmt.Errorf("timed out after %s: no status from the controller", o.timeout)
 			}
-			msg := fmt.Sprintf("timed out after %s: not settled: %s", timeout, listSome(last.unsettled, 20))
+			msg := fmt.Sprintf("timed out after %s", o.timeout)
+			if len(last.unsettled) > 0 {
+				msg += ": not settled: " + listSome(last.unsettled, 20)
+			}
 			if len(last.errors) > 0 {
 				msg += "; in error: " + listSome(last.errors, 20)
 			}
@@ -188,4 +198,19 @@ func waitSettled(ctx context.Context, e *env, c *client, timeout time.Duration) 
 			return errors.New("interrupted")
 		}
 	}
+}
+
+// waitingLine is the progress line of a wait that has gone on for d:
+// what is not settled, and the units in error.
+func waitingLine(s settlement, d time.Duration) string {
+	line := fmt.Sprintf("waiting (%s)", seconds(d))
+	sep := ": "
+	if len(s.unsettled) > 0 {
+		line += fmt.Sprintf("%s%d not settled: %s", sep, len(s.unsettled), listSome(s.unsettled, 10))
+		sep = "; "
+	}
+	if len(s.errors) > 0 {
+		line += sep + "in error: " + listSome(s.errors, 10)
+	}
+	return line
 }

@@ -3,45 +3,92 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
 func TestSettle(t *testing.T) {
+	const barrier = 100
 	unit := func(name, life, agent, state string) *pb.UnitStatus {
-		return &pb.UnitStatus{Name: name, Life: life, Agent: agent, State: state}
+		return &pb.UnitStatus{Name: name, Life: life, Agent: agent, State: state, SyncedRevision: barrier}
 	}
+	synced := func(u *pb.UnitStatus, rev int64) *pb.UnitStatus { u.SyncedRevision = rev; return u }
+	failed := func(u *pb.UnitStatus, msg string) *pb.UnitStatus { u.AgentMessage = msg; return u }
 	svc := func(name, life string, units ...*pb.UnitStatus) *pb.ServiceStatus {
 		return &pb.ServiceStatus{Name: name, Life: life, Units: units}
 	}
+	model := func(svcs ...*pb.ServiceStatus) *pb.ModelStatus { return &pb.ModelStatus{Services: svcs} }
+	retrying := `hook failed: "config-changed" (retry 2 of 5 in 20s)`
 	tests := []struct {
-		name          string
-		st            *pb.ModelStatus
-		settled       bool
-		unsettled     string
-		errors        string
-		wantUnitCount int
+		name      string
+		st        *pb.ModelStatus
+		sel       []string
+		settled   bool
+		unsettled string
+		errors    string
+		blocking  string
+		missing   string
+		units     int
 	}{
 		{name: "empty model", st: &pb.ModelStatus{}, settled: true},
 		{
-			name:    "idle running units",
-			st:      &pb.ModelStatus{Services: []*pb.ServiceStatus{svc("kv", "alive", unit("kv/0", "alive", "idle", "running"), unit("kv/1", "alive", "idle", "running"))}},
-			settled: true, wantUnitCount: 2,
+			name:    "idle running units synced to the barrier",
+			st:      model(svc("kv", "alive", unit("kv/0", "alive", "idle", "running"), synced(unit("kv/1", "alive", "idle", "running"), barrier+7))),
+			settled: true, units: 2,
 		},
 		{
-			name:      "allocating and executing units",
-			st:        &pb.ModelStatus{Services: []*pb.ServiceStatus{svc("kv", "alive", unit("kv/0", "alive", "allocating", "new"), unit("kv/1", "alive", "executing", "ready"))}},
-			unsettled: "kv/0 (allocating, new), kv/1 (executing, ready)", wantUnitCount: 2,
+			// The unit has not reported seeing the change before the
+			// barrier (a configuration set just before ctl wait).
+			name:      "an idle unit not yet synced",
+			st:        model(svc("kv", "alive", synced(unit("kv/0", "alive", "idle", "running"), barrier-1))),
+			unsettled: "kv/0 (idle, catching up)", units: 1,
 		},
 		{
-			name:    "a unit in error is settled, and reported",
-			st:      &pb.ModelStatus{Services: []*pb.ServiceStatus{svc("kv", "alive", &pb.UnitStatus{Name: "kv/0", Life: "alive", Agent: "error", State: "install-error", Message: `hook failed: "install"`})}},
-			settled: true, errors: `kv/0 (hook failed: "install")`, wantUnitCount: 1,
+			name: "allocating and executing units",
+			st: model(svc("kv", "alive", synced(unit("kv/0", "alive", "allocating", "new"), 0),
+				failed(unit("kv/1", "alive", "executing", "ready"), "running config-changed hook"), unit("kv/2", "alive", "executing", "ready"))),
+			unsettled: "kv/0 (allocating, new), kv/1 (running config-changed hook), kv/2 (executing, ready)", units: 3,
+		},
+		{
+			name:    "a unit in an error state is settled, and reported",
+			st:      model(svc("kv", "alive", failed(unit("kv/0", "alive", "error", "install-error"), `hook failed: "install"`))),
+			settled: true, errors: `kv/0 (hook failed: "install")`, units: 1,
+		},
+		{
+			// It shows in error at once, but its hook runs again.
+			name:   "a unit whose failed hook will run again is waited for",
+			st:     model(svc("kv", "alive", unit("kv/1", "alive", "idle", "running"), failed(unit("kv/0", "alive", "error", "running"), retrying))),
+			errors: "kv/0 (" + retrying + ")", units: 2,
+		},
+		{
+			// Its report is from before the barrier: ctl resolved may
+			// have answered it since.
+			name:   "an error state reported before the barrier is waited for",
+			st:     model(svc("kv", "alive", synced(failed(unit("kv/0", "alive", "error", "hook-error"), `hook failed: "start"`), barrier-1))),
+			errors: `kv/0 (hook failed: "start")`, units: 1,
 		},
 		{
 			name:      "an idle unit that is dying",
-			st:        &pb.ModelStatus{Services: []*pb.ServiceStatus{svc("kv", "alive", unit("kv/0", "dying", "idle", "running"))}},
-			unsettled: "kv/0 (dying)", wantUnitCount: 1,
+			st:        model(svc("kv", "alive", unit("kv/0", "dying", "idle", "running"))),
+			unsettled: "kv/0 (dying)", units: 1,
+		},
+		{
+			name: "a unit in error holds up its own death, its service's and a relation's",
+			st: &pb.ModelStatus{
+				Services:  []*pb.ServiceStatus{svc("app", "dying", failed(unit("app/0", "dying", "error", "running"), `hook failed: "stop" (retry 2 of 5 in 5s)`))},
+				Relations: []*pb.RelationStatus{{Id: 4, Key: "app:db kv:server", Life: "dying", Units: []string{"app/0"}}},
+			},
+			unsettled: `service app (dying), app/0 (dying), relation 4 "app:db kv:server" (dying)`,
+			errors:    `app/0 (hook failed: "stop" (retry 2 of 5 in 5s))`,
+			blocking:  `app/0 (hook failed: "stop" (retry 2 of 5 in 5s)) holds up unit app/0 (dying), service app (dying), relation 4 "app:db kv:server" (dying)`,
+			units:     1,
+		},
+		{
+			name: "an error reported before the barrier holds up nothing yet",
+			st: model(svc("app", "alive",
+				synced(failed(unit("app/0", "dying", "error", "stop-error"), `hook failed: "stop"`), barrier-1))),
+			unsettled: "app/0 (dying)", errors: `app/0 (hook failed: "stop")`, units: 1,
 		},
 		{
 			name: "dying machine, dead machine, dying service and relation",
@@ -52,23 +99,91 @@ func TestSettle(t *testing.T) {
 			},
 			unsettled: `machine 1 (dying), machine 3 (dead), service app (dying), relation 4 "app:db kv:server" (dying)`,
 		},
+		{
+			name: "a service named: only its units, its relations and their machines",
+			st: &pb.ModelStatus{
+				Machines: []*pb.MachineStatus{{Id: "0", Life: "dying"}, {Id: "1", Life: "dying"}},
+				Services: []*pb.ServiceStatus{
+					svc("kv", "alive", &pb.UnitStatus{Name: "kv/0", Life: "alive", Agent: "idle", State: "running", SyncedRevision: barrier, Machine: "0"}),
+					svc("app", "alive", failed(unit("app/0", "alive", "error", "running"), retrying)),
+					svc("db", "dying"),
+				},
+				Relations: []*pb.RelationStatus{{Id: 4, Key: "app:db db:server", Life: "dying"}, {Id: 5, Key: "kv:cluster", Life: "dying"}},
+			},
+			sel:       []string{"kv"},
+			unsettled: `machine 0 (dying), relation 5 "kv:cluster" (dying)`, units: 1,
+		},
+		{
+			name: "a unit named, and its subordinate",
+			st: model(
+				svc("app", "alive", unit("app/0", "alive", "idle", "running"), unit("app/1", "alive", "executing", "running")),
+				svc("logger", "alive", &pb.UnitStatus{Name: "logger/0", Principal: "app/0", Life: "alive", Agent: "executing", State: "ready"}),
+			),
+			sel:       []string{"app/0"},
+			unsettled: "logger/0 (executing, ready)", units: 2,
+		},
+		{
+			name:    "names the model does not hold",
+			st:      model(svc("kv", "alive", unit("kv/0", "alive", "idle", "running"))),
+			sel:     []string{"kv", "gone", "kv/9"},
+			settled: true, missing: "gone, kv/9", units: 1,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := settle(tt.st)
+			sel, err := newSelection(tt.sel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := settle(tt.st, barrier, sel)
 			if s.settled() != tt.settled {
-				t.Errorf("settle().settled() = %v, want %v (unsettled: %v)", s.settled(), tt.settled, s.unsettled)
+				t.Errorf("settle().settled() = %v, want %v (unsettled: %v, errors %v)", s.settled(), tt.settled, s.unsettled, s.errors)
 			}
-			if got := strings.Join(s.unsettled, ", "); got != tt.unsettled {
-				t.Errorf("unsettled = %q, want %q", got, tt.unsettled)
+			for _, c := range []struct{ what, got, want string }{
+				{"unsettled", strings.Join(s.unsettled, ", "), tt.unsettled},
+				{"errors", strings.Join(s.errors, ", "), tt.errors},
+				{"blocking", strings.Join(s.blocking, "; "), tt.blocking},
+				{"missing", strings.Join(s.missing, ", "), tt.missing},
+			} {
+				if c.got != c.want {
+					t.Errorf("settle().%s = %q, want %q", c.what, c.got, c.want)
+				}
 			}
-			if got := strings.Join(s.errors, ", "); got != tt.errors {
-				t.Errorf("errors = %q, want %q", got, tt.errors)
-			}
-			if s.units != tt.wantUnitCount {
-				t.Errorf("units = %d, want %d", s.units, tt.wantUnitCount)
+			if s.units != tt.units {
+				t.Errorf("settle().units = %d, want %d", s.units, tt.units)
 			}
 		})
+	}
+}
+
+func TestWaitingLine(t *testing.T) {
+	tests := []struct {
+		s    settlement
+		want string
+	}{
+		{settlement{unsettled: []string{"kv/0 (running config-changed hook)"}}, "waiting (12s): 1 not settled: kv/0 (running config-changed hook)"},
+		{
+			settlement{unsettled: []string{"kv/0 (idle, catching up)"}, errors: []string{`app/1 (hook failed: "install" (retry 2 of 5 in 20s))`}},
+			`waiting (12s): 1 not settled: kv/0 (idle, catching up); in error: app/1 (hook failed: "install" (retry 2 of 5 in 20s))`,
+		},
+		{settlement{errors: []string{`app/1 (hook failed: "install")`}, retrying: 1}, `waiting (12s): in error: app/1 (hook failed: "install")`},
+	}
+	for _, tt := range tests {
+		if got := waitingLine(tt.s, 12*time.Second); got != tt.want {
+			t.Errorf("waitingLine(%+v) = %q, want %q", tt.s, got, tt.want)
+		}
+	}
+}
+
+func TestNewSelection(t *testing.T) {
+	sel, err := newSelection([]string{"kv", "app/3"})
+	if err != nil || !sel.services["kv"] || !sel.units["app/3"] || sel.all() {
+		t.Errorf("newSelection(kv app/3) = %+v, %v; want service kv and unit app/3", sel, err)
+	}
+	for _, bad := range []string{"Kv", "kv/x", "kv/0/1", ""} {
+		if _, err := newSelection([]string{bad}); err == nil {
+			t.Errorf("newSelection(%q) accepted, want an error", bad)
+		}
 	}
 }
 
