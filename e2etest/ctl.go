@@ -87,6 +87,8 @@ func (s *Sandbox) Fails(t testing.TB, code int, msg string, args ...string) {
 
 // StatusDoc is the shape of ctl status --format json.
 type StatusDoc struct {
+	// Revision is the model's revision the status was read at.
+	Revision    int64                    `json:"revision"`
 	Machines    map[string]MachineDoc    `json:"machines"`
 	Services    map[string]ServiceDoc    `json:"services"`
 	Relations   []RelationDoc            `json:"relations"`
