@@ -41,6 +41,13 @@ func (p *progress) update(line string) {
 	fmt.Fprintln(p.w, line)
 }
 
+// now shows line at once, on a terminal or not: news the reader must not
+// wait for (a unit that has just failed).
+func (p *progress) now(line string) {
+	p.last = time.Time{}
+	p.update(line)
+}
+
 // done clears a redrawn line, so that what follows starts on a clean line.
 func (p *progress) done() {
 	if p.tty && p.shown {

@@ -147,6 +147,9 @@ func waitSettled(ctx context.Context, e *env, c *client, o waitOptions) error {
 		}
 		p.update(waitingLine(*last, time.Since(start)))
 	}
+	// named are the errors the progress line has shown: a new one (a
+	// unit that failed, or failed again) is shown at once, in a log too.
+	named := map[string]bool{}
 	for {
 		select {
 		case u := <-updates:
@@ -178,7 +181,16 @@ func waitSettled(ctx context.Context, e *env, c *client, o waitOptions) error {
 				return nil
 			}
 			last = &s
-			show()
+			fresh := false
+			for _, e := range s.errors {
+				fresh = fresh || !named[e]
+				named[e] = true
+			}
+			if fresh {
+				p.now(waitingLine(s, time.Since(start)))
+			} else {
+				show()
+			}
 		case <-tick.C:
 			show()
 		case <-deadline:

@@ -175,6 +175,21 @@ func TestWaitingLine(t *testing.T) {
 	}
 }
 
+// Away from a terminal a progress line goes at most every interval, but
+// one shown now goes at once.
+func TestProgressNow(t *testing.T) {
+	var out strings.Builder
+	p := newProgress(&out, false)
+	p.interval = time.Hour
+	p.update("one")
+	p.update("two")
+	p.now("three")
+	p.update("four")
+	if got, want := out.String(), "one\nthree\n"; got != want {
+		t.Errorf("progress printed %q, want %q", got, want)
+	}
+}
+
 func TestNewSelection(t *testing.T) {
 	sel, err := newSelection([]string{"kv", "app/3"})
 	if err != nil || !sel.services["kv"] || !sel.units["app/3"] || sel.all() {
