@@ -60,8 +60,10 @@ func TestResolvedOnce(t *testing.T) {
 	}
 }
 
-// waitInError waits until unit's agent is in error on hook, its attempts
-// spent (5, with pauses doubling from 5 s: up to 75 s).
+// waitInError waits until unit is in an error state on hook, its attempts
+// spent (5, with pauses doubling from 5 s: up to 75 s): its agent shows
+// error from the first failure, with the retry to come ("hook failed:
+// \"HOOK\" (retry 2 of 5 in 10s)"), and the hook alone once none is.
 func waitInError(t *testing.T, s *e2etest.Sandbox, unit, hook string) {
 	t.Helper()
 	s.WaitStatus(t, unit+" in error", 3*time.Minute, func(doc *e2etest.StatusDoc) bool {

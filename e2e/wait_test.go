@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/lifelinehq/lifeline/e2etest"
+	"github.com/lifelinehq/lifeline/embedetcd"
 	"github.com/lifelinehq/lifeline/syncbuf"
 )
 
@@ -216,4 +220,123 @@ func TestWaitSelectors(t *testing.T) {
 	}
 	s.Fails(t, 1, `in error: app/0 (hook failed: "config-changed"`, "wait", "app", "--timeout", "10s")
 	s.Fails(t, 2, `"Bad/x" is neither a service nor a unit name`, "wait", "Bad/x")
+}
+
+// TestWaitAcrossControllers: with two controllers of one model, ctl wait
+// through the one the agents are not connected to (they follow the
+// leader's address first) still waits for them: the barrier it writes
+// reaches their watches through the other controller's hub.
+func TestWaitAcrossControllers(t *testing.T) {
+	needCharms(t)
+	s := newSandbox(t)
+	srv, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(s.Dir, "etcd"), TickMs: 10, NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.OnStop(srv.Close)
+	machines := filepath.Join(s.Dir, "machines")
+	s.AddMachinesDir(machines)
+	flags := []string{"--etcd-endpoints", srv.Endpoint(), "--namespace", "/lifeline/", "--machines-dir", machines}
+	ctrls := []*e2etest.Controller{s.StartController(t, flags...), s.StartController(t, flags...)}
+	s.OK(t, "deploy", charmPath(t, "kv"))
+	s.OK(t, "deploy", charmPath(t, "app"))
+	s.OK(t, "add-relation", "app", "kv")
+	s.OK(t, "wait", "--timeout", "2m")
+	doc := s.WaitStatus(t, "two controllers, one leading", time.Minute, func(doc *e2etest.StatusDoc) bool {
+		_, _, led := doc.Leader()
+		return len(doc.Controllers) == 2 && led
+	})
+	_, addrs, _ := doc.Leader()
+	other := ctrls[0]
+	if slices.Contains(addrs, other.Addr()) {
+		other = ctrls[1]
+	}
+	kv, app := unitAddress(t, s, "kv/0"), unitAddress(t, s, "app/0")
+	if r := s.CtlVia(other.ClientConfig(), "config", "kv", "port=7071"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	if r := s.CtlVia(other.ClientConfig(), "wait", "--timeout", "2m"); r.Code != 0 || !strings.Contains(r.Stdout, "settled") {
+		t.Fatalf("%v\nwant settled", r)
+	}
+	answers(t, "http://"+kv+":7071/health", "ok")
+	answers(t, "http://"+app+":8080/", "counter kept in kv at "+kv+":7071")
+}
+
+// heldKV is a copy of the built kv charm whose config-changed, once the
+// port is set to port, waits until the file gate exists: a hook that runs
+// for as long as the test wants.
+func heldKV(t *testing.T, gate string, port int) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "kv")
+	src := charmPath(t, "kv")
+	if err := e2etest.CopyCharm(src, dir); err != nil {
+		t.Fatal(err)
+	}
+	server, err := os.ReadFile(filepath.Join(src, "bin", "kv-server"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bin", "kv-server"), server, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hook := filepath.Join(dir, "hooks", "config-changed")
+	data, err := os.ReadFile(hook)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := fmt.Sprintf("set -eu\nif [ \"$(config-get port)\" = %d ]; then\n\twhile [ ! -e %q ]; do sleep 0.1; done\nfi\n", port, gate)
+	text, ok := strings.CutPrefix(string(data), "#!/bin/sh\n")
+	if !ok {
+		t.Fatalf("%s does not start with #!/bin/sh", hook)
+	}
+	if err := os.WriteFile(hook, []byte("#!/bin/sh\n"+held+text), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestHookShowsExecuting: a hook that runs shows its unit's agent
+// executing, for as long as it runs, and so does a hook queued behind it
+// for the machine's hook lock; ctl wait names both while it waits, and
+// settles once they have run.
+func TestHookShowsExecuting(t *testing.T) {
+	needCharms(t)
+	s := newSandbox(t)
+	s.Bootstrap(t)
+	gate := filepath.Join(t.TempDir(), "gate")
+	s.OK(t, "deploy", heldKV(t, gate, 7079))
+	s.OK(t, "wait", "--timeout", "2m")
+	kvDoc, _ := s.Status(t).Unit("kv/0")
+	s.OK(t, "deploy", charmPath(t, "app"), "--to", kvDoc.Machine)
+	s.OK(t, "wait", "--timeout", "2m")
+
+	executing := func(unit string) func(*e2etest.StatusDoc) bool {
+		return func(doc *e2etest.StatusDoc) bool {
+			u, _ := doc.Unit(unit)
+			return u.Agent == "executing"
+		}
+	}
+	s.OK(t, "config", "kv", "port=7079")
+	s.WaitStatus(t, "kv/0 executing its held config-changed", time.Minute, executing("kv/0"))
+	w := startCtl(t, s, "wait", "--timeout", "5m")
+	s.OK(t, "config", "app", "port=8081")
+	doc := s.WaitStatus(t, "app/0 executing, its config-changed queued behind kv/0's", time.Minute, executing("app/0"))
+	if u, _ := doc.Unit("kv/0"); u.Agent != "executing" {
+		t.Fatalf("kv/0 = %+v while its config-changed is held, want agent executing", u)
+	}
+	e2etest.WaitFor(t, "ctl wait to name both hooks", time.Minute, func() (bool, string) {
+		w.running(t)
+		return w.stderr.Has("kv/0 (running config-changed hook)") && w.stderr.Has("app/0 (waiting to run config-changed hook)"), w.String()
+	})
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := w.end(t, 3*time.Minute); code != 0 || !strings.Contains(w.stdout.String(), "settled: 2 units idle") {
+		t.Fatalf("%v\nexit %d, want 0 and both units settled once the hooks ran", w, code)
+	}
+	answers(t, "http://"+kvDoc.Address+":7079/health", "ok")
+	answers(t, "http://"+kvDoc.Address+":8081/health", "ok")
 }
