@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -166,6 +167,21 @@ func TestStopSessionSparesOthersGroups(t *testing.T) {
 		_ = cmd.Wait()
 	})
 	waitAlive(t, pids)
+	// A background child is the shell's fork until it execs sleep, and
+	// only sleep's environment holds the mark.
+	for _, f := range []string{"a.pid", "b.pid"} {
+		deadline := time.Now().Add(time.Minute)
+		for {
+			cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pids[f]), "cmdline"))
+			if strings.HasPrefix(string(cmdline), "sleep\x00") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: process %d has not run sleep within a minute: %q", f, pids[f], cmdline)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
