@@ -27,7 +27,7 @@ func benchDying(n int) (*watcher, *localState) {
 		u := fmt.Sprintf("bench/%d", i)
 		rr.members[u] = 1
 		rr.changed[u] = struct{}{}
-		l.setMember(1, u, 1)
+		l.setMember(1, u, 1, nil)
 	}
 	l.changes = nil
 	return w, l
@@ -60,7 +60,7 @@ func TestDepartsEveryMemberInNameOrder(t *testing.T) {
 		t.Fatalf("first decision %s, want bench/0 departed", describe(a))
 	}
 	l.departMember(1, "bench/0")
-	l.setMember(1, "bench/15a", 1) // recorded late (a replayed join, say)
+	l.setMember(1, "bench/15a", 1, nil) // recorded late (a replayed join, say)
 	got := departAll(t, w, l)
 	if len(got) != 30 || got[0] != "bench/1" || got[6] != "bench/15" || got[7] != "bench/15a" || got[29] != "bench/9" {
 		t.Errorf("departed %v", got)

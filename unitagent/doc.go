@@ -9,14 +9,18 @@
 // unit's data directory: statestore.go; a step it can do again at no
 // cost, such as entering a scope, goes with the next record), and an
 // agent restarted after a crash resumes from it (a hook interrupted by the
-// crash counts as a failed attempt, never as a success). Its directory is
-// made when it first writes there. Unless it is known to be new to its
-// machine (Config.New), it may have run before and lost what it did not
-// save, and it first asks the controller which scopes its unit is in
-// (scopes.go). It
-// follows its watch subjects in one goroutine (agentwatch.Group). It
-// reaches the controller only through the few AgentService methods it
-// declares (API), and runs hooks only through package hooks.
+// crash counts as a failed attempt, never as a success). The local state
+// keeps, with each member of a relation, the settings its last
+// relation-changed delivered, and the unit's own settings there, so that
+// the hooks read a unit that has left the relation's scope (whose
+// settings the controller deleted then) as last seen (kept.go, hookctx.go).
+// Its directory is made when it first writes there. Unless it is known to
+// be new to its machine (Config.New), it may have run before and lost what
+// it did not save, and it first asks the controller which scopes its unit
+// is in (scopes.go). It follows its watch subjects in one goroutine
+// (agentwatch.Group). It reaches the controller only through the few
+// AgentService methods it declares (API), and runs hooks only through
+// package hooks.
 // It does not start unit agents of its own but asks its Deployer to run
 // its subordinates' (and tells it which subordinates it has), and it never
 // talks to etcd. Its hooks carry the unit's session mark (its data

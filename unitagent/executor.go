@@ -97,15 +97,23 @@ func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 		if err := a.store.flush(); err != nil {
 			return err
 		}
-		_, err := a.cfg.API.EnterScope(cctx, &pb.EnterScopeRequest{Relation: act.relation, Unit: a.cfg.Unit,
-			Settings: map[string]string{"private-address": a.cfg.Address}})
+		settings := map[string]string{"private-address": a.cfg.Address}
+		_, err := a.cfg.API.EnterScope(cctx, &pb.EnterScopeRequest{Relation: act.relation, Unit: a.cfg.Unit, Settings: settings})
 		if err != nil {
 			return err
 		}
 		lr.InScope, lr.Entering = true, false
+		if lr.own == nil {
+			if err := a.keepOwn(act.relation, settings); err != nil {
+				return err
+			}
+		}
 		a.store.saveLater(a.l)
 		return nil
 	case actLeaveScope:
+		if err := ex.leaving(cctx, act.relation); err != nil {
+			return err
+		}
 		if r.unit != nil && r.unit.Life != pb.Life_LIFE_ALIVE && len(a.leaving) < maxCarriedLeaves {
 			// The unit is dying: the call that sets it dead carries the
 			// departure, unless something comes first (Agent.leaving).
@@ -198,11 +206,15 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 	if op.Step == stepDone {
 		return ex.commit(ctx, op, true)
 	}
+	seen, values, err := ex.deliver(ctx, op, r)
+	if err != nil {
+		return err
+	}
 	if !a.hasHook(op.Hook) {
 		// Nothing to run (the charm has no such hook): done at once,
 		// without the machine's hook lock and without a status report,
 		// and saved with the next save (stateStore.saveLater).
-		op.Step, op.Settings = stepDone, nil
+		op.Step, op.Settings, op.Seen = stepDone, nil, seen
 		return ex.commit(ctx, op, false)
 	}
 	// A hook runs: another unit may see what it does, so the departures
@@ -231,6 +243,9 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 	}
 	executing(fmt.Sprintf("running %s hook", op.Hook))
 	hc := newHookContext(a, op, r)
+	if values != nil {
+		hc.preset(op.Relation, op.Remote, values)
+	}
 	res, err := ex.tools.run(ctx, a, op, hc)
 	a.hookNames, a.hookEach = nil, true
 	a.rep.progressEnded()
@@ -253,7 +268,7 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 		a.rep.set(&pb.Status{Status: "executing", Message: fmt.Sprintf("ran %s hook", op.Hook),
 			Data: map[string]string{"state": a.l.State, "output": strings.Join(res.lastLines, "\n")}, SyncedRevision: a.synced})
 	}
-	op.Step, op.Settings = stepDone, hc.buffered()
+	op.Step, op.Settings, op.Seen = stepDone, hc.buffered(), seen
 	if len(op.Settings) > 0 {
 		// Kept until committed, even if the controller is away meanwhile.
 		if err := a.save(); err != nil {
@@ -309,6 +324,9 @@ func (ex *executor) commit(ctx context.Context, op *hookOp, ran bool) error {
 		cancel()
 		switch status.Code(err) {
 		case codes.OK:
+			if err := ex.wrote(op.Settings); err != nil {
+				return err
+			}
 		case codes.FailedPrecondition, codes.NotFound, codes.PermissionDenied:
 			// The unit left the relation meanwhile: its settings went
 			// with it.
@@ -383,9 +401,9 @@ func applySuccess(l *localState, op *hookOp) {
 			l.createRelation(op.Relation, op.Endpoint)
 		case l.Relations[op.Relation] == nil:
 		case strings.HasSuffix(op.Hook, "-relation-joined"):
-			l.setMember(op.Relation, op.Remote, 0)
+			l.setMember(op.Relation, op.Remote, 0, nil)
 		case strings.HasSuffix(op.Hook, "-relation-changed"):
-			l.setMember(op.Relation, op.Remote, op.Version)
+			l.setMember(op.Relation, op.Remote, op.Version, op.Seen)
 		case strings.HasSuffix(op.Hook, "-relation-departed"):
 			l.departMember(op.Relation, op.Remote)
 		case strings.HasSuffix(op.Hook, "-relation-broken"):

@@ -2,12 +2,17 @@ package unitagent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -16,6 +21,16 @@ import (
 // unit's relations as the agent has delivered them, its configuration as
 // of the hook's start, and a buffer of its relation-set calls, committed
 // only if the hook succeeds.
+//
+// The relation tools present one view of the relations for the whole
+// hook: every unit relation-list names, and the departing unit in
+// relation-departed, can be read with relation-get, and a unit's settings
+// once read are what the hook reads of it again. A unit is read from the
+// controller while it is in the relation's scope as the agent last heard,
+// which is fresher; once it has left (the controller deleted its
+// settings then), as the agent keeps them (kept.go): a member's as of the
+// last relation-changed delivered for it (none before: empty), the
+// unit's own as it wrote them.
 type hookContext struct {
 	a  *Agent
 	op *hookOp
@@ -28,6 +43,14 @@ type hookContext struct {
 
 	mu  sync.Mutex
 	set map[int64]*settingsChange
+	// seen holds the settings the hook has read, by relation and unit.
+	seen map[settingsOf]map[string]string
+}
+
+// settingsOf names a unit's settings in a relation.
+type settingsOf struct {
+	relation int64
+	unit     string
 }
 
 // ctxRelation is a relation as the hook sees it: the members the unit
@@ -39,6 +62,11 @@ type ctxRelation struct {
 	members   map[string]int64
 	joining   string
 	departing string
+	// lr is the local record (nil in relation-created, which runs before
+	// there is one); scope, the members of the scope as the agent last
+	// heard (nil when it has heard of none), read only like members.
+	lr    *localRelation
+	scope map[string]int64
 }
 
 func (cr *ctxRelation) has(unit string) bool {
@@ -63,14 +91,30 @@ func (cr *ctxRelation) list() []string {
 	return out
 }
 
+// inScope says whether unit is in the relation's scope, as far as the
+// agent knows: its own unit once entered and until it leaves, another
+// while the scope's watch lists it.
+func (cr *ctxRelation) inScope(unit string, self bool) bool {
+	if self {
+		return cr.lr != nil && cr.lr.InScope && !cr.lr.Left
+	}
+	_, ok := cr.scope[unit]
+	return ok
+}
+
 func newHookContext(a *Agent, op *hookOp, r *remote) *hookContext {
-	hc := &hookContext{a: a, op: op, relations: map[int64]*ctxRelation{}, config: r.config, set: map[int64]*settingsChange{}}
+	hc := &hookContext{a: a, op: op, relations: map[int64]*ctxRelation{}, config: r.config,
+		set: map[int64]*settingsChange{}, seen: map[settingsOf]map[string]string{}}
 	hc.machine = a.cfg.MachineID
 	if hc.machine == "" && r.unit != nil {
 		hc.machine = r.unit.MachineId
 	}
 	for id, lr := range a.l.Relations {
-		hc.relations[id] = &ctxRelation{endpoint: lr.Endpoint, members: lr.Members}
+		cr := &ctxRelation{endpoint: lr.Endpoint, members: lr.Members, lr: lr}
+		if rr := r.relations[id]; rr != nil {
+			cr.scope = rr.members
+		}
+		hc.relations[id] = cr
 	}
 	if op.isRelationHook() {
 		cr := hc.relations[op.Relation]
@@ -131,19 +175,14 @@ func (hc *hookContext) RelationGet(ctx context.Context, rid, unit string) (map[s
 		return nil, err
 	}
 	self := unit == hc.a.cfg.Unit
-	if !self && !cr.has(unit) && unit != hc.op.Departing {
+	if !self && !cr.has(unit) && unit != cr.departing {
 		return nil, fmt.Errorf("unit %s is not a member of relation %s", unit, rid)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	resp, err := hc.a.cfg.API.ReadSettings(ctx, &pb.ReadSettingsRequest{Relation: id, Unit: unit})
+	seen, err := hc.settings(ctx, id, cr, unit, self)
 	if err != nil {
 		return nil, fmt.Errorf("read %s's settings in %s: %w", unit, rid, err)
 	}
-	out := resp.Settings
-	if out == nil {
-		out = map[string]string{}
-	}
+	out := maps.Clone(seen)
 	if self {
 		// The hook sees its own relation-set calls at once.
 		hc.mu.Lock()
@@ -158,6 +197,82 @@ func (hc *hookContext) RelationGet(ctx context.Context, rid, unit string) (map[s
 		hc.mu.Unlock()
 	}
 	return out, nil
+}
+
+// settings returns unit's settings in relation id as the hook sees them:
+// read once, the same for the rest of the hook.
+func (hc *hookContext) settings(ctx context.Context, id int64, cr *ctxRelation, unit string, self bool) (map[string]string, error) {
+	key := settingsOf{id, unit}
+	hc.mu.Lock()
+	v, ok := hc.seen[key]
+	hc.mu.Unlock()
+	if ok {
+		return v, nil
+	}
+	v, err := hc.read(ctx, id, cr, unit, self)
+	if err != nil {
+		return nil, err
+	}
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	if old, ok := hc.seen[key]; ok { // read at the same time by another tool
+		return old, nil
+	}
+	hc.seen[key] = v
+	return v, nil
+}
+
+// read reads unit's settings in relation id: from the controller while
+// the unit is in the scope as far as the agent knows, else (or when the
+// controller finds it has left since) as the agent keeps them.
+func (hc *hookContext) read(ctx context.Context, id int64, cr *ctxRelation, unit string, self bool) (map[string]string, error) {
+	if cr.inScope(unit, self) {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		resp, err := hc.a.cfg.API.ReadSettings(ctx, &pb.ReadSettingsRequest{Relation: id, Unit: unit})
+		if err == nil {
+			if resp.Settings == nil {
+				return map[string]string{}, nil
+			}
+			return resp.Settings, nil
+		}
+		if status.Code(err) != codes.NotFound {
+			return nil, err
+		}
+	}
+	return hc.a.kept(cr.lr, id, unit, self)
+}
+
+// kept returns unit's settings in relation id as the agent keeps them
+// (lr, its record, may be nil): empty when it keeps none.
+func (a *Agent) kept(lr *localRelation, id int64, unit string, self bool) (map[string]string, error) {
+	out := map[string]string{}
+	switch {
+	case lr == nil:
+	case self:
+		if lr.own != nil {
+			if err := json.Unmarshal(lr.own, &out); err != nil {
+				return nil, fmt.Errorf("kept settings of %s in relation %d: %w", unit, id, err)
+			}
+		}
+	default:
+		v, ok, err := a.store.keptOf(lr, id, unit)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = v
+		}
+	}
+	return out, nil
+}
+
+// preset makes the hook see v as unit's settings in relation id, as the
+// agent read them for it before it ran.
+func (hc *hookContext) preset(id int64, unit string, v map[string]string) {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	hc.seen[settingsOf{id, unit}] = v
 }
 
 func (hc *hookContext) RelationSet(_ context.Context, rid string, set map[string]string, unset []string) error {

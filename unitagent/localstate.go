@@ -1,6 +1,9 @@
 package unitagent
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // The unit agent's states (docs/DESIGN.md, The unit agent).
 const (
@@ -86,6 +89,16 @@ type localRelation struct {
 	// Left records that the unit left a dying relation's scope; broken
 	// runs next, then the record goes.
 	Left bool `json:"left,omitempty"`
+	// kept holds, by member, the member's settings as of the version
+	// relation-changed last ran for (none before its first), which the
+	// hooks read once the member has left the scope (kept.go). Saved, like
+	// Members, apart from the head; dropped with the member's departure.
+	kept map[string]*keptSettings
+	// own is the unit's own settings in the relation, as it wrote them
+	// (entering the scope, then its hooks' committed relation-set calls),
+	// which its hooks read once it has left the scope; nil when not known
+	// (not entered yet, or lost to a crash). Saved apart from the head.
+	own json.RawMessage
 }
 
 // hookOp is one hook to run, persisted through its steps.
@@ -106,6 +119,10 @@ type hookOp struct {
 	// Settings are the hook's relation-set changes, kept once it succeeded
 	// until they are committed.
 	Settings []settingsChange `json:"settings,omitempty"`
+	// Seen, in a relation-changed done, are the remote unit's settings
+	// the hook was delivered (kept.go), kept with the hook until it is
+	// recorded done; not set while it runs, nor when the agent keeps none.
+	Seen json.RawMessage `json:"seen,omitempty"`
 }
 
 type settingsChange struct {
@@ -118,14 +135,21 @@ func (op *hookOp) isRelationHook() bool { return op.Endpoint != "" }
 
 // memberChange is one change of a relation's members: remote unit Unit
 // joined, or was delivered settings version Version (0: joined, changed
-// not yet run), or departed (Departed); Clear empties the relation's
-// members first (a relation recreated under the same id).
+// not yet run) with Settings when the agent keeps them, or departed
+// (Departed); Clear empties the relation's members first (a relation
+// recreated under the same id); Own sets the unit's own settings to
+// Settings, the members untouched.
 type memberChange struct {
-	Relation int64  `json:"r"`
-	Unit     string `json:"u,omitempty"`
-	Version  int64  `json:"v,omitempty"`
-	Departed bool   `json:"departed,omitempty"`
-	Clear    bool   `json:"clear,omitempty"`
+	Relation int64           `json:"r"`
+	Unit     string          `json:"u,omitempty"`
+	Version  int64           `json:"v,omitempty"`
+	Departed bool            `json:"departed,omitempty"`
+	Clear    bool            `json:"clear,omitempty"`
+	Own      bool            `json:"own,omitempty"`
+	Settings json.RawMessage `json:"s,omitempty"`
+	// kept is the member's entry holding Settings in memory, which the
+	// save that writes this change points at the disk (stateStore.append).
+	kept *keptSettings
 }
 
 func newLocalState() *localState {
@@ -151,7 +175,7 @@ func (l *localState) retrying() bool {
 // createRelation records that relation-created ran for relation id: a new
 // record of it, with no members.
 func (l *localState) createRelation(id int64, endpoint string) {
-	if old := l.Relations[id]; old != nil && len(old.Members) > 0 {
+	if old := l.Relations[id]; old != nil && old.saved() {
 		l.changes = append(l.changes, memberChange{Relation: id, Clear: true})
 	}
 	l.Relations[id] = &localRelation{Endpoint: endpoint, Created: true, Members: map[string]int64{}}
@@ -160,7 +184,7 @@ func (l *localState) createRelation(id int64, endpoint string) {
 // breakRelation records that relation-broken ran for relation id: its
 // record goes, members and all.
 func (l *localState) breakRelation(id int64) {
-	if lr := l.Relations[id]; lr != nil && len(lr.Members) > 0 {
+	if lr := l.Relations[id]; lr != nil && lr.saved() {
 		// Replayed onto a relation of the same id created later in the
 		// same save, if there ever were one.
 		l.changes = append(l.changes, memberChange{Relation: id, Clear: true})
@@ -169,18 +193,40 @@ func (l *localState) breakRelation(id int64) {
 	delete(l.AddedSubordinates, id)
 }
 
+// saved says whether the relation holds anything saved apart from the
+// head: members, their settings or its own.
+func (lr *localRelation) saved() bool {
+	return len(lr.Members) > 0 || len(lr.kept) > 0 || lr.own != nil
+}
+
 // setMember records that unit joined relation id (version 0) or that
-// relation-changed ran for its settings version v.
-func (l *localState) setMember(id int64, unit string, v int64) {
+// relation-changed ran for its settings version v, with the settings it
+// was delivered (a JSON object) when the agent keeps them (else nil: the
+// settings kept before stay).
+func (l *localState) setMember(id int64, unit string, v int64, settings json.RawMessage) {
 	lr := l.Relations[id]
 	if lr == nil {
 		return
 	}
-	if old, ok := lr.Members[unit]; ok && old == v {
+	if old, ok := lr.Members[unit]; ok && old == v && settings == nil {
 		return
 	}
 	lr.set(unit, v)
-	l.changes = append(l.changes, memberChange{Relation: id, Unit: unit, Version: v})
+	c := memberChange{Relation: id, Unit: unit, Version: v}
+	if settings != nil {
+		c.Settings, c.kept = settings, lr.keep(unit, &keptSettings{data: settings})
+	}
+	l.changes = append(l.changes, c)
+}
+
+// setOwn records the unit's own settings in relation id (a JSON object).
+func (l *localState) setOwn(id int64, settings json.RawMessage) {
+	lr := l.Relations[id]
+	if lr == nil {
+		return
+	}
+	lr.own = settings
+	l.changes = append(l.changes, memberChange{Relation: id, Own: true, Settings: settings})
 }
 
 // departMember records that unit departed relation id.
@@ -211,11 +257,21 @@ func (lr *localRelation) set(unit string, v int64) {
 	}
 }
 
-// depart removes unit from the members, keeping joined (byName passes
-// over it).
+// depart removes unit from the members, its kept settings with it,
+// keeping joined (byName passes over it).
 func (lr *localRelation) depart(unit string) {
 	delete(lr.Members, unit)
 	delete(lr.joined, unit)
+	delete(lr.kept, unit)
+}
+
+// keep records k as unit's kept settings, and returns it.
+func (lr *localRelation) keep(unit string, k *keptSettings) *keptSettings {
+	if lr.kept == nil {
+		lr.kept = map[string]*keptSettings{}
+	}
+	lr.kept[unit] = k
+	return k
 }
 
 // joinedUnchanged returns the members at version 0: joined, and no
@@ -232,17 +288,23 @@ func (lr *localRelation) joinedUnchanged() map[string]struct{} {
 	return lr.joined
 }
 
-// apply replays a recorded change onto l; changes of relations l does not
-// hold (broken since) are ignored, as they were when made.
-func (l *localState) apply(c memberChange) {
+// apply replays a recorded change onto l, its settings, if any, found
+// on disk at ref; changes of relations l does not hold (broken since) are
+// ignored, as they were when made.
+func (l *localState) apply(c memberChange, ref diskRef) {
 	lr := l.Relations[c.Relation]
 	switch {
 	case lr == nil:
 	case c.Clear:
-		lr.Members, lr.byName, lr.joined = map[string]int64{}, nil, nil
+		lr.Members, lr.byName, lr.joined, lr.kept, lr.own = map[string]int64{}, nil, nil, nil, nil
+	case c.Own:
+		lr.own = c.Settings
 	case c.Departed:
 		lr.depart(c.Unit)
 	default:
 		lr.set(c.Unit, c.Version)
+		if c.Settings != nil {
+			lr.keep(c.Unit, &keptSettings{at: ref})
+		}
 	}
 }

@@ -85,9 +85,9 @@ func checkMemberIndex(t *testing.T, rnd *rand.Rand, peer bool) {
 				}
 				switch op := got.op; op.Hook {
 				case "db-relation-joined":
-					l.setMember(1, op.Remote, 0)
+					l.setMember(1, op.Remote, 0, nil)
 				case "db-relation-changed":
-					l.setMember(1, op.Remote, op.Version)
+					l.setMember(1, op.Remote, op.Version, nil)
 				case "db-relation-departed":
 					l.departMember(1, op.Remote)
 				}
@@ -282,7 +282,7 @@ func benchmarkDecision(b *testing.B, n int, decide func(*localState, *remote, st
 		u := fmt.Sprintf("bench/%d", i)
 		rr.applyScope(&pb.WatchResponse{Changes: []*pb.WatchChange{{Id: u, Version: int64(10 + i)}}})
 		if i%2 == 0 {
-			l.setMember(1, u, int64(10+i))
+			l.setMember(1, u, int64(10+i), nil)
 		}
 	}
 	w.snapshotLocked()
@@ -304,9 +304,9 @@ func benchmarkDecision(b *testing.B, n int, decide func(*localState, *remote, st
 func commitMemberHook(l *localState, op *hookOp) {
 	switch op.Hook {
 	case "db-relation-joined":
-		l.setMember(1, op.Remote, 0)
+		l.setMember(1, op.Remote, 0, nil)
 	case "db-relation-changed":
-		l.setMember(1, op.Remote, op.Version)
+		l.setMember(1, op.Remote, op.Version, nil)
 	}
 	l.changes = l.changes[:0]
 }

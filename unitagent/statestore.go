@@ -1,12 +1,14 @@
 package unitagent
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,34 +18,39 @@ import (
 // a journal of what changed since:
 //
 //	state.json  the snapshot, replaced atomically (temp file, fsync,
-//	            rename, fsync of the directory):
-//	            {"format":2,"seq":S,"state":{…},"members":{"<rel>":{"<unit>":<version>}}}
+//	            rename, fsync of the directory): a first line
+//	            {"format":3,"seq":S,"state":{…},"members":{"<rel>":{"<unit>":<version>}},"own":{"<rel>":{…}}}
+//	            then a line for each member's kept settings (kept.go):
+//	            <CRC-32C of the JSON, 8 hex digits> {"r":<rel>,"u":"<unit>","s":{…}}
 //	state.log   the journal, appended to and fsynced, one record a line:
 //	            <CRC-32C of the JSON, 8 hex digits> {"seq":S+1,"state":{…},"members":[<changes>]}
 //
-// "state" is the head: the whole local state but the relations' members,
-// a few hundred bytes whatever their number. Each save appends one record
-// holding the head and the members' changes since the previous save (one
-// for a relation hook), so that saving costs the same at 10 members or at
-// 10,000; the state is the snapshot's, then each record's head in turn
-// with its changes applied to the members. A record is durable once
-// fsynced, and whole or not there: one cut short by a crash is the last
-// line, and its checksum (or its missing newline) tells it, so it is
-// ignored as if never written. Anything wrong before the last line is
-// damage, reported as such.
+// "state" is the head: the whole local state but the relations' members
+// and their settings, a few hundred bytes whatever their number. Each
+// save appends one record holding the head and the members' changes
+// since the previous save (one for a relation hook, with the settings it
+// delivered), so that saving costs the same at 10 members or at 10,000;
+// the state is the snapshot's, then each record's head in turn with its
+// changes applied to the members. Both files are read a line at a time,
+// and a member's kept settings stay where they are on disk. A record is
+// durable once fsynced, and whole or not there: one cut short by a crash
+// is the last line, and its checksum (or its missing newline) tells it,
+// so it is ignored as if never written. Anything wrong before the last
+// line is damage, reported as such.
 //
 // Once the journal outgrows both compactMinBytes and twice the snapshot,
 // the next save writes a new snapshot with a higher seq, then empties the
 // journal: a crash between the two leaves records the snapshot already
 // holds (their seq is not above its own), which loading skips. The first
 // save after loading a journal with a torn or stale tail, a state.json of
-// before the journal (which held everything, members within their
-// relations: it still loads), or a failed write also writes a snapshot, so
-// that nothing is ever appended after bytes that are not a whole record.
+// an earlier format (format 2, without settings; or of before the
+// journal, which held everything, members within their relations: both
+// still load), or a failed write also writes a snapshot, so that nothing
+// is ever appended after bytes that are not a whole record.
 const (
 	snapshotName = "state.json"
 	journalName  = "state.log"
-	stateFormat  = 2
+	stateFormat  = 3
 )
 
 // DataFiles names what a dead unit's directory usually holds alone, if
@@ -61,12 +68,13 @@ var compactMinBytes int64 = 64 << 10
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// snapshotFile is state.json's content.
+// snapshotFile is state.json's first line.
 type snapshotFile struct {
 	Format  int                        `json:"format"`
 	Seq     uint64                     `json:"seq"`
 	State   json.RawMessage            `json:"state"`
 	Members map[int64]map[string]int64 `json:"members,omitempty"`
+	Own     map[int64]json.RawMessage  `json:"own,omitempty"`
 }
 
 // journalRecord is one line of state.log, after its checksum.
@@ -168,18 +176,19 @@ func (s *stateStore) load() (*localState, error) {
 // read reads the snapshot, if any, and replays the journal, if any, over
 // it (over l when there is no snapshot).
 func (s *stateStore) read(l *localState) (*localState, error) {
-	data, err := os.ReadFile(s.path(snapshotName))
+	f, err := os.Open(s.path(snapshotName))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
 		return nil, fmt.Errorf("read unit state: %w", err)
 	default:
-		if l, err = s.decodeSnapshot(data); err != nil {
+		l, err = s.readSnapshot(bufio.NewReaderSize(f, readBuffer))
+		f.Close()
+		if err != nil {
 			return nil, fmt.Errorf("unit state %s is damaged: %w", s.path(snapshotName), err)
 		}
-		s.snapshotBytes = int64(len(data))
 	}
-	data, err = os.ReadFile(s.path(journalName))
+	f, err = os.Open(s.path(journalName))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
@@ -187,10 +196,71 @@ func (s *stateStore) read(l *localState) (*localState, error) {
 	default:
 		// Found, but perhaps created by an agent that died before it
 		// synced the directory: the first append syncs it.
-		if l, err = s.replay(l, data); err != nil {
+		l, err = s.replay(l, bufio.NewReaderSize(f, readBuffer))
+		f.Close()
+		if err != nil {
 			return nil, fmt.Errorf("unit state journal %s is damaged: %w", s.path(journalName), err)
 		}
 	}
+	return l, nil
+}
+
+// readBuffer is the size of the buffers the files are read through.
+const readBuffer = 64 << 10
+
+// readSnapshot reads state.json: its first line, then the members' kept
+// settings, a line each, which it leaves where they are (a state.json of
+// an earlier format has neither: it is read whole).
+func (s *stateStore) readSnapshot(br *bufio.Reader) (*localState, error) {
+	first, err := br.ReadBytes('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	var probe struct {
+		Format int `json:"format"`
+	}
+	if json.Unmarshal(first, &probe) != nil || probe.Format != stateFormat {
+		// An earlier format, perhaps on several lines, or damage.
+		rest, err := io.ReadAll(br)
+		if err != nil {
+			return nil, err
+		}
+		data := append(first, rest...)
+		s.snapshotBytes = int64(len(data))
+		return s.decodeSnapshot(data)
+	}
+	l, err := s.decodeSnapshot(first)
+	if err != nil {
+		return nil, err
+	}
+	off := int64(len(first))
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) == 0 && errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		payload, err := checkLine(line)
+		if err != nil {
+			return nil, fmt.Errorf("kept settings at byte %d: %w", off, err)
+		}
+		var c struct {
+			Relation int64  `json:"r"`
+			Unit     string `json:"u"`
+		}
+		if err := json.Unmarshal(payload, &c); err != nil {
+			return nil, fmt.Errorf("kept settings at byte %d: %w", off, err)
+		}
+		lr := l.Relations[c.Relation]
+		if lr == nil {
+			return nil, fmt.Errorf("kept settings at byte %d: of relation %d, which the state does not hold", off, c.Relation)
+		}
+		lr.keep(c.Unit, &keptSettings{at: diskRef{off: off, n: int32(len(line)), idx: snapshotLine}})
+		off += int64(len(line))
+	}
+	s.snapshotBytes = off
 	return l, nil
 }
 
@@ -227,7 +297,9 @@ func (s *stateStore) decodeSnapshot(data []byte) (*localState, error) {
 		}
 		s.rewrite = true
 		return l, nil
-	case stateFormat:
+	case 2, stateFormat:
+		// Format 2 is format 3 without settings, on one line: rewritten in
+		// format 3 by the first save.
 		var snap snapshotFile
 		if err := json.Unmarshal(data, &snap); err != nil {
 			return nil, err
@@ -241,25 +313,39 @@ func (s *stateStore) decodeSnapshot(data []byte) (*localState, error) {
 				lr.Members = m
 			}
 		}
+		for id, own := range snap.Own {
+			if lr := l.Relations[id]; lr != nil {
+				lr.own = own
+			}
+		}
 		s.seq = snap.Seq
+		s.rewrite = s.rewrite || probe.Format != stateFormat
 		return l, nil
 	}
 	return nil, fmt.Errorf("unknown format %d", probe.Format)
 }
 
-// replay applies the journal's records to l, the snapshot's state.
-func (s *stateStore) replay(l *localState, data []byte) (*localState, error) {
+// replay applies the journal's records, read from br, to l, the
+// snapshot's state.
+func (s *stateStore) replay(l *localState, br *bufio.Reader) (*localState, error) {
 	snapSeq := s.seq
 	fresh := false
-	for off := 0; off < len(data); {
-		end := bytes.IndexByte(data[off:], '\n')
-		next := len(data)
-		if end >= 0 {
-			next = off + end + 1
+	for off := int64(0); ; {
+		line, err := br.ReadBytes('\n')
+		if len(line) == 0 && errors.Is(err, io.EOF) {
+			return l, nil
 		}
-		rec, err := decodeRecord(data[off:next])
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("read at byte %d: %w", off, err)
+		}
+		last := err != nil
+		if !last {
+			_, err := br.Peek(1)
+			last = errors.Is(err, io.EOF)
+		}
+		rec, err := decodeRecord(line)
 		if err != nil {
-			if next == len(data) {
+			if last {
 				// The last record, cut short by a crash: it was never
 				// saved. The next save starts afresh.
 				s.rewrite = true
@@ -275,29 +361,21 @@ func (s *stateStore) replay(l *localState, data []byte) (*localState, error) {
 		case rec.Seq != s.seq+1:
 			return nil, fmt.Errorf("record at byte %d is number %d, want %d", off, rec.Seq, s.seq+1)
 		default:
-			if l, err = replayRecord(l, rec); err != nil {
+			if l, err = replayRecord(l, rec, off, len(line)); err != nil {
 				return nil, fmt.Errorf("record at byte %d: %w", off, err)
 			}
 			s.seq, fresh = rec.Seq, true
 		}
-		s.journalBytes = int64(next)
-		off = next
+		off += int64(len(line))
+		s.journalBytes = off
 	}
-	return l, nil
 }
 
 // decodeRecord decodes one line of the journal, newline included.
 func decodeRecord(line []byte) (*journalRecord, error) {
-	if len(line) < 10 || line[len(line)-1] != '\n' || line[8] != ' ' {
-		return nil, errors.New("not a whole record")
-	}
-	var sum [4]byte
-	if _, err := hex.Decode(sum[:], line[:8]); err != nil {
-		return nil, errors.New("not a whole record")
-	}
-	payload := line[9 : len(line)-1]
-	if crc32.Checksum(payload, castagnoli) != uint32(sum[0])<<24|uint32(sum[1])<<16|uint32(sum[2])<<8|uint32(sum[3]) {
-		return nil, errors.New("checksum mismatch")
+	payload, err := checkLine(line)
+	if err != nil {
+		return nil, err
 	}
 	rec := &journalRecord{}
 	if err := json.Unmarshal(payload, rec); err != nil {
@@ -306,24 +384,43 @@ func decodeRecord(line []byte) (*journalRecord, error) {
 	return rec, nil
 }
 
-// replayRecord returns the state after rec: its head, with the members of
-// the relations it still holds carried over from l and its changes
-// applied.
-func replayRecord(l *localState, rec *journalRecord) (*localState, error) {
-	n := newLocalState()
-	if err := json.Unmarshal(rec.State, n); err != nil {
+// checkLine returns the payload of a line frame made, newline included,
+// once its checksum is checked.
+func checkLine(line []byte) ([]byte, error) {
+	if len(line) < 10 || line[len(line)-1] != '\n' || line[8] != ' ' {
+		return nil, errors.New("not a whole record")
+	}
+	var sum [4]byte
+	if _, err := hex.Decode(sum[:], line[:8]); err != nil {
+		return nil, errors.New("not a whole record")
+	}
+	payload := line[9 : len(line)-1]
+	if crc32Of(payload) != uint32(sum[0])<<24|uint32(sum[1])<<16|uint32(sum[2])<<8|uint32(sum[3]) {
+		return nil, errors.New("checksum mismatch")
+	}
+	return payload, nil
+}
+
+func crc32Of(payload []byte) uint32 { return crc32.Checksum(payload, castagnoli) }
+
+// replayRecord returns the state after rec, the line of n bytes at off
+// of the journal: its head, with the members (and settings) of the
+// relations it still holds carried over from l and its changes applied.
+func replayRecord(l *localState, rec *journalRecord, off int64, n int) (*localState, error) {
+	next := newLocalState()
+	if err := json.Unmarshal(rec.State, next); err != nil {
 		return nil, err
 	}
-	normalize(n)
-	for id, lr := range n.Relations {
+	normalize(next)
+	for id, lr := range next.Relations {
 		if old := l.Relations[id]; old != nil {
-			lr.Members = old.Members
+			lr.Members, lr.kept, lr.own = old.Members, old.kept, old.own
 		}
 	}
-	for _, c := range rec.Members {
-		n.apply(c)
+	for i, c := range rec.Members {
+		next.apply(c, diskRef{off: off, n: int32(n), idx: int32(i)})
 	}
-	return n, nil
+	return next, nil
 }
 
 // normalize gives a decoded state the maps the agent writes into.
@@ -466,9 +563,7 @@ func (s *stateStore) append(l *localState, head []byte, sync bool) error {
 	if err != nil {
 		return fmt.Errorf("encode unit state: %w", err)
 	}
-	line := make([]byte, 0, len(payload)+10)
-	line = fmt.Appendf(line, "%08x ", crc32.Checksum(payload, castagnoli))
-	line = append(append(line, payload...), '\n')
+	line := frame(payload)
 	s.rewrite = true // until the record is durable
 	if err := s.makeDir(); err != nil {
 		return err
@@ -501,13 +596,20 @@ func (s *stateStore) append(l *localState, head []byte, sync bool) error {
 		}
 	}
 	s.seq++
+	// The settings the record carries are read from it from now on.
+	for i, c := range l.changes {
+		if c.kept != nil {
+			c.kept.at, c.kept.data = diskRef{off: s.journalBytes, n: int32(len(line)), idx: int32(i)}, nil
+		}
+	}
 	s.journalBytes += int64(len(line))
 	s.head, s.rewrite, l.changes = head, false, nil
 	return nil
 }
 
 // writeSnapshot replaces state.json with the whole of l, then empties the
-// journal.
+// journal. The members' kept settings are copied from where they are
+// (memory, or the files being replaced), a line each.
 func (s *stateStore) writeSnapshot(l *localState, head []byte) error {
 	s.rewrite = true // until the journal is empty
 	snap := snapshotFile{Format: stateFormat, Seq: s.seq + 1, State: head, Members: map[int64]map[string]int64{}}
@@ -515,12 +617,18 @@ func (s *stateStore) writeSnapshot(l *localState, head []byte) error {
 		if len(lr.Members) > 0 {
 			snap.Members[id] = lr.Members
 		}
+		if lr.own != nil {
+			if snap.Own == nil {
+				snap.Own = map[int64]json.RawMessage{}
+			}
+			snap.Own[id] = lr.own
+		}
 	}
-	data, err := json.Marshal(snap)
+	first, err := json.Marshal(snap)
 	if err != nil {
 		return fmt.Errorf("encode unit state: %w", err)
 	}
-	data = append(data, '\n')
+	first = append(first, '\n')
 	path := s.path(snapshotName)
 	tmp := path + ".tmp"
 	if err := s.makeDir(); err != nil {
@@ -530,9 +638,10 @@ func (s *stateStore) writeSnapshot(l *localState, head []byte) error {
 	if err != nil {
 		return fmt.Errorf("write unit state: %w", err)
 	}
-	if _, err := w.Write(data); err != nil {
+	size, moved, err := s.writeSnapshotLines(w, first, l)
+	if err != nil {
 		w.Close()
-		return fmt.Errorf("write unit state: %w", err)
+		return err
 	}
 	if err := syncFile(w); err != nil {
 		w.Close()
@@ -547,8 +656,12 @@ func (s *stateStore) writeSnapshot(l *localState, head []byte) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("replace unit state: %w", err)
 	}
-	// From here on the snapshot may be the one loaded: its seq is used.
+	// From here on the snapshot may be the one loaded: its seq is used,
+	// and the kept settings are read from it.
 	s.seq = snap.Seq
+	for _, m := range moved {
+		m.k.at, m.k.data = m.at, nil
+	}
 	if err := syncDir(s.dir); err != nil {
 		return err
 	}
@@ -577,7 +690,7 @@ func (s *stateStore) writeSnapshot(l *localState, head []byte) error {
 		}
 		s.journalSynced = true
 	}
-	s.journalBytes, s.snapshotBytes = 0, int64(len(data))
+	s.journalBytes, s.snapshotBytes = 0, size
 	s.head, s.rewrite, s.unsynced, l.changes = head, false, false, nil
 	return nil
 }

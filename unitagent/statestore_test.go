@@ -16,86 +16,6 @@ import (
 	"time"
 )
 
-// canon is a state's content, for comparisons: its head and its members.
-func canon(t testing.TB, l *localState) string {
-	t.Helper()
-	head, err := json.Marshal(l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	members := map[int64]map[string]int64{}
-	for id, lr := range l.Relations {
-		members[id] = lr.Members
-	}
-	m, err := json.Marshal(members)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(head) + " " + string(m)
-}
-
-// step changes l as the agent might in its i-th step, the same way for
-// the same i: a configuration version that grows with i, members joining,
-// changing and departing, hooks starting and finishing, a second relation
-// created and broken.
-func step(l *localState, i int) {
-	r := rand.New(rand.NewPCG(uint64(i), 1))
-	l.ConfigVersion = int64(i)
-	if l.Relations[1] == nil {
-		l.createRelation(1, "db")
-		l.State = StateRunning
-	}
-	unit := fmt.Sprintf("bench/%d", r.IntN(1000))
-	switch k := r.IntN(20); {
-	case k < 12:
-		l.setMember(1, unit, int64(r.IntN(3)))
-	case k < 14:
-		l.departMember(1, unit)
-	case k < 16:
-		l.Op = &hookOp{Hook: "db-relation-changed", Relation: 1, Endpoint: "db", Remote: unit, Version: int64(i), Step: stepRunning,
-			Settings: []settingsChange{{Relation: 1, Set: map[string]string{"port": strconv.Itoa(i)}}}}
-	case k < 17:
-		l.Op = nil
-	default:
-		switch lr := l.Relations[2]; {
-		case lr == nil:
-			l.createRelation(2, "peer")
-		case r.IntN(5) == 0:
-			l.breakRelation(2)
-		case r.IntN(5) == 0:
-			l.createRelation(2, "peer") // created again: its members cleared
-		case r.IntN(5) == 0:
-			l.breakRelation(2) // broken and created again in one save
-			l.createRelation(2, "peer")
-			l.setMember(2, "front/9", int64(i))
-		default:
-			l.setMember(2, "front/"+strconv.Itoa(r.IntN(5)), int64(i))
-		}
-	}
-}
-
-// states returns the states after steps 1..n from a new state, by the
-// content canon gives.
-func states(t testing.TB, n int) []string {
-	l := newLocalState()
-	out := []string{canon(t, l)}
-	for i := 1; i <= n; i++ {
-		step(l, i)
-		out = append(out, canon(t, l))
-	}
-	return out
-}
-
-func loadCanon(t *testing.T, dir string) (string, *localState, *stateStore) {
-	t.Helper()
-	s := newStateStore(dir)
-	l, err := s.load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return canon(t, l), l, s
-}
-
 // TestStateStoreSavesAndLoads saves a state after each of many steps, the
 // journal folded into snapshots now and then, every third save unsynced
 // (as a hook's end is), and loads each back whole: a record written
@@ -131,7 +51,7 @@ func TestStateStoreSavesAndLoads(t *testing.T) {
 				t.Fatalf("step %d: flush = %v, still unsynced %v", i, err, s.unsynced)
 			}
 		}
-		if got := canon(t, l); got != want[i] {
+		if got := canon(t, l, dir); got != want[i] {
 			t.Fatalf("step %d: the state in memory is not what the steps make", i)
 		}
 		if got, _, _ := loadCanon(t, dir); got != want[i] {
@@ -203,8 +123,8 @@ func TestStateStoreSyncs(t *testing.T) {
 				t.Errorf("%s: synced %s, want %s", st.name, got, st.want)
 			}
 		}
-		if got, _, _ := loadCanon(t, dir); got != canon(t, l) {
-			t.Errorf("loaded\n%s\nwant\n%s", got, canon(t, l))
+		if got, _, _ := loadCanon(t, dir); got != canon(t, l, dir) {
+			t.Errorf("loaded\n%s\nwant\n%s", got, canon(t, l, dir))
 		}
 	}
 }
@@ -221,7 +141,7 @@ func TestStateStoreSaveCostsTheSameWhateverTheMembers(t *testing.T) {
 	l.State = StateRunning
 	l.createRelation(7, "db")
 	for i := 0; i < 5000; i++ {
-		l.setMember(7, fmt.Sprintf("bench/%d", i), int64(1000+i))
+		l.setMember(7, fmt.Sprintf("bench/%d", i), int64(1000+i), nil)
 	}
 	s.rewrite = true // these in a snapshot, as after a restart
 	if err := s.save(l); err != nil {
@@ -240,7 +160,7 @@ func TestStateStoreSaveCostsTheSameWhateverTheMembers(t *testing.T) {
 			}
 		}
 		l.Op = nil
-		l.setMember(7, unit, 0)
+		l.setMember(7, unit, 0, nil)
 		if err := s.save(l); err != nil {
 			t.Fatal(err)
 		}
@@ -254,7 +174,7 @@ func TestStateStoreSaveCostsTheSameWhateverTheMembers(t *testing.T) {
 		t.Errorf("a save with nothing new wrote %d bytes", s.journalBytes-before)
 	}
 	got, loaded, _ := loadCanon(t, dir)
-	if got != canon(t, l) || len(loaded.Relations[7].Members) != 5010 {
+	if got != canon(t, l, dir) || len(loaded.Relations[7].Members) != 5010 {
 		t.Errorf("loaded %d members, want 5010", len(loaded.Relations[7].Members))
 	}
 }
@@ -426,7 +346,7 @@ func TestStateStoreWriteFailure(t *testing.T) {
 						t.Fatalf("save %d again: %v", i, err)
 					}
 				}
-				if got, _, _ := loadCanon(t, dir); got != canon(t, l) {
+				if got, _, _ := loadCanon(t, dir); got != canon(t, l, dir) {
 					t.Fatalf("save %d: loaded another state", i)
 				}
 			}
@@ -494,7 +414,7 @@ func TestStateStoreLoadsTheOldStateFile(t *testing.T) {
 	if lr := l.Relations[5]; lr == nil || lr.Members == nil || len(lr.Members) != 0 {
 		t.Errorf("relation 5 loaded as %+v", lr)
 	}
-	before := canon(t, l)
+	before := canon(t, l, dir)
 	// Nothing changed, but the first save writes the new format.
 	if err := s.save(l); err != nil {
 		t.Fatal(err)
@@ -511,15 +431,15 @@ func TestStateStoreLoadsTheOldStateFile(t *testing.T) {
 	if got != before {
 		t.Errorf("after migrating, loaded\n%s\nwant\n%s", got, before)
 	}
-	l2.setMember(4, "bench/2", 0)
+	l2.setMember(4, "bench/2", 0, nil)
 	if err := s2.save(l2); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Stat(filepath.Join(dir, journalName)); err != nil || fi.Size() == 0 {
 		t.Errorf("a save after migrating did not go to the journal (%v)", err)
 	}
-	if got, _, _ := loadCanon(t, dir); got != canon(t, l2) {
-		t.Errorf("after a save to the journal, loaded\n%s\nwant\n%s", got, canon(t, l2))
+	if got, _, _ := loadCanon(t, dir); got != canon(t, l2, dir) {
+		t.Errorf("after a save to the journal, loaded\n%s\nwant\n%s", got, canon(t, l2, dir))
 	}
 }
 
@@ -566,8 +486,8 @@ func TestStateStoreDamage(t *testing.T) {
 	})
 	t.Run("an unknown format", func(t *testing.T) {
 		dir := t.TempDir()
-		write(t, dir, snapshotName, `{"format":3,"seq":1,"state":{}}`)
-		if _, err := newStateStore(dir).load(); err == nil || !strings.Contains(err.Error(), "unknown format 3") {
+		write(t, dir, snapshotName, `{"format":4,"seq":1,"state":{}}`)
+		if _, err := newStateStore(dir).load(); err == nil || !strings.Contains(err.Error(), "unknown format 4") {
 			t.Errorf("load = %v, want an unknown format", err)
 		}
 	})
@@ -641,7 +561,7 @@ func TestStateStoreKilled(t *testing.T) {
 		if got != acked && got != acked+1 {
 			t.Fatalf("round %d: loaded the state of step %d; the process had saved step %d", round, got, acked)
 		}
-		if canon(t, l) != stateAt(t, got) {
+		if canon(t, l, dir) != stateAt(t, got) {
 			t.Fatalf("round %d: loaded a state other than step %d's", round, got)
 		}
 		if got >= writerSteps-200 {
@@ -660,7 +580,7 @@ func stateAt(t testing.TB, i int) string {
 	for j := 1; j <= i; j++ {
 		step(l, j)
 	}
-	return canon(t, l)
+	return canon(t, l, "")
 }
 
 // TestStateStoreWriterProcess is the process TestStateStoreKilled kills:
@@ -706,7 +626,7 @@ func TestStateStoreSaveLater(t *testing.T) {
 			if err := s.save(l); err != nil {
 				t.Fatal(err)
 			}
-			saved := canon(t, l)
+			saved := canon(t, l, dir)
 			records := s.seq
 			for i := 2; i < 5; i++ {
 				step(l, i)
@@ -737,7 +657,7 @@ func TestStateStoreSaveLater(t *testing.T) {
 				defer func(n int) { settleChanges = n }(settleChanges)
 				settleChanges = len(l.changes) + 2
 				for i := 0; i < 3; i++ {
-					l.setMember(1, fmt.Sprintf("many/%d", i), 1)
+					l.setMember(1, fmt.Sprintf("many/%d", i), 1, nil)
 				}
 				err = s.settle()
 			}
@@ -750,8 +670,8 @@ func TestStateStoreSaveLater(t *testing.T) {
 			if s.seq != records+1 {
 				t.Errorf("the %s wrote %d records, want 1", then, s.seq-records)
 			}
-			if got, _, _ := loadCanon(t, dir); got != canon(t, l) {
-				t.Errorf("loaded\n%s\nwant\n%s", got, canon(t, l))
+			if got, _, _ := loadCanon(t, dir); got != canon(t, l, dir) {
+				t.Errorf("loaded\n%s\nwant\n%s", got, canon(t, l, dir))
 			}
 			for _, f := range []func() error{s.flush, s.settle} {
 				if err := f(); err != nil || s.seq != records+1 {

@@ -1,0 +1,135 @@
+package unitagent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// What the agent reads and records of relation settings around its
+// hooks, for the settings it keeps (kept.go). A unit of a charm without
+// hooks keeps none: nothing would read them.
+
+// deliver reads, for a relation-changed, the remote unit's settings the
+// hook is delivered: the hook reads them (relation-get) without a call of
+// its own, and the agent keeps them with the member once the hook is
+// done. It returns them encoded (to keep, nil when there is nothing new
+// to keep) and as the hook is to see them (nil: as it finds them). A
+// unit that has left the scope is not read: the hook sees it as kept.
+func (ex *executor) deliver(ctx context.Context, op *hookOp, r *remote) (json.RawMessage, map[string]string, error) {
+	a := ex.a
+	if !strings.HasSuffix(op.Hook, "-relation-changed") || op.Remote == "" || !a.hasHooks() {
+		return nil, nil, nil
+	}
+	if rr := r.relations[op.Relation]; rr == nil {
+		return nil, nil, nil
+	} else if _, ok := rr.members[op.Remote]; !ok {
+		return nil, nil, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	resp, err := a.cfg.API.ReadSettings(cctx, &pb.ReadSettingsRequest{Relation: op.Relation, Unit: op.Remote})
+	cancel()
+	if status.Code(err) == codes.NotFound {
+		// It left the scope since the agent last heard: the hook sees it
+		// as kept.
+		values, err := a.kept(a.l.Relations[op.Relation], op.Relation, op.Remote, false)
+		return nil, values, err
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s's settings in relation %d: %w", op.Remote, op.Relation, err)
+	}
+	values := resp.Settings
+	if values == nil {
+		values = map[string]string{}
+	}
+	data, err := json.Marshal(values)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode %s's settings: %w", op.Remote, err)
+	}
+	return data, values, nil
+}
+
+// hasHooks reports whether the charm has any hook.
+func (a *Agent) hasHooks() bool {
+	if !a.hookEach && a.hookNames == nil {
+		a.hasHook("install") // reads the hooks directory
+	}
+	if a.hookNames != nil {
+		return len(a.hookNames) > 0
+	}
+	return true // a hook ran since the charm was unpacked, or the directory cannot be listed
+}
+
+// keepOwn records the unit's own settings in relation id: those it
+// entered the scope with, or read there.
+func (a *Agent) keepOwn(id int64, settings map[string]string) error {
+	if !a.hasHooks() {
+		return nil
+	}
+	data, err := json.Marshal(settings)
+	if err != nil {
+		return fmt.Errorf("encode the unit's settings: %w", err)
+	}
+	a.l.setOwn(id, data)
+	return nil
+}
+
+// wrote records the unit's own settings after the controller applied a
+// hook's relation-set calls, where it knows them.
+func (ex *executor) wrote(changes []settingsChange) error {
+	for _, c := range changes {
+		lr := ex.a.l.Relations[c.Relation]
+		if lr == nil || lr.own == nil {
+			continue
+		}
+		own := map[string]string{}
+		if err := json.Unmarshal(lr.own, &own); err != nil {
+			return fmt.Errorf("kept settings of relation %d: %w", c.Relation, err)
+		}
+		for k, v := range c.Set {
+			own[k] = v
+		}
+		for _, k := range c.Unset {
+			delete(own, k)
+		}
+		data, err := json.Marshal(own)
+		if err != nil {
+			return fmt.Errorf("encode the unit's settings: %w", err)
+		}
+		if !bytes.Equal(data, lr.own) {
+			ex.a.l.setOwn(c.Relation, data)
+		}
+	}
+	return nil
+}
+
+// leaving reads the unit's own settings in relation id before it leaves
+// the scope, when the agent does not know them (it lost them to a crash):
+// its hooks read them once it has left.
+func (ex *executor) leaving(ctx context.Context, id int64) error {
+	a := ex.a
+	lr := a.l.Relations[id]
+	if lr == nil || lr.own != nil || !a.hasHooks() {
+		return nil
+	}
+	resp, err := a.cfg.API.ReadSettings(ctx, &pb.ReadSettingsRequest{Relation: id, Unit: a.cfg.Unit})
+	switch status.Code(err) {
+	case codes.OK:
+		values := resp.Settings
+		if values == nil {
+			values = map[string]string{}
+		}
+		return a.keepOwn(id, values)
+	case codes.NotFound:
+		return nil // not in the scope: nothing to read
+	}
+	return fmt.Errorf("read the unit's settings in relation %d: %w", id, err)
+}
