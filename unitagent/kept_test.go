@@ -98,3 +98,45 @@ func TestHooksReadUnitsThatLeft(t *testing.T) {
 		t.Errorf("app/0's hooks read\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestSubordinateReadsItsPrincipalThatLeft: in a container-scoped
+// relation too, a unit departed after it left reads as last delivered.
+// logger/0's agent is held down while its principal, app/0, is destroyed
+// and leaves the relation's scope; started again, logger/0 departs app/0
+// and reads its settings, and its own, then goes (app/0's agent, which
+// waits for it, removes it).
+func TestSubordinateReadsItsPrincipalThatLeft(t *testing.T) {
+	w := newWorld(t)
+	w.deploy(appMeta, 1, "db", "lifeline-info")
+	w.deploy(loggerMeta, 0, "host")
+	rel := relate(t, w, "app", "logger")
+	w.start("app/0")
+	host := fmt.Sprintf("host:%d", rel.Id)
+	w.waitFor("logger/0 to be delivered app/0's settings", func() bool {
+		return index(w.hooks("logger/0"), "host-relation-changed "+host+" app/0") >= 0
+	})
+	w.waitState("logger/0", "running")
+	w.mu.Lock()
+	w.held = map[string]bool{"logger/0": true}
+	w.mu.Unlock()
+	w.stop("logger/0")
+	w.file("logger/0", "probe-host-relation-departed",
+		`echo "$LIFELINE_REMOTE_UNIT $(relation-get private-address "$LIFELINE_REMOTE_UNIT") own $(relation-get private-address "$LIFELINE_UNIT_NAME")"`+"\n")
+
+	if _, err := w.op.DestroyUnit(w.env.Ctx, &pb.DestroyUnitRequest{Unit: "app/0"}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitFor("app/0 to leave the relation's scope", func() bool {
+		_, _, err := w.env.State.Settings(w.env.Ctx, rel.Id, "app/0")
+		return err != nil
+	})
+	w.start("logger/0") // still held: the deployer does not start it too
+	w.waitFor("logger/0 to be removed", func() bool {
+		_, err := w.env.State.Unit(w.env.Ctx, "logger/0")
+		return err != nil
+	})
+	want := "app/0 10.0.0.app-0 own 10.0.0.logger-0"
+	if got := strings.Join(w.lines("logger/0", "probe.log"), "\n"); got != want {
+		t.Errorf("logger/0's host-relation-departed read\n%s\nwant\n%s", got, want)
+	}
+}

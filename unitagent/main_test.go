@@ -148,6 +148,9 @@ type world struct {
 	// told are the subordinates the principals' agents told their
 	// deployer, in order.
 	told [][]string
+	// held are subordinates whose agents the deployer does not start,
+	// as a machine agent that is down would not.
+	held map[string]bool
 }
 
 type runningAgent struct {
@@ -364,8 +367,9 @@ func (d *deployer) Deploy(unit string) error {
 	w := (*world)(d)
 	w.mu.Lock()
 	_, running := w.agents[unit]
+	held := w.held[unit]
 	w.mu.Unlock()
-	if !running {
+	if !running && !held {
 		w.start(unit)
 	}
 	return nil
