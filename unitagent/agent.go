@@ -302,6 +302,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer w.wait()
 	defer cancel()
 	ex := &executor{a: a, tools: tools, w: w}
+	defer ex.endPrefetch()
 	var idleSince string
 	var serviceDyingSince time.Time
 	for {

@@ -26,6 +26,10 @@ type executor struct {
 	a     *Agent
 	tools *toolServer
 	w     *watcher
+	// pre is the read of a member's settings under way, if any
+	// (prefetchFor): its goroutine is the executor's, ended by
+	// endPrefetch.
+	pre *prefetch
 }
 
 // ready does what must come before the agent takes act (a hook sees to
@@ -210,6 +214,7 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 	if err != nil {
 		return err
 	}
+	pre := ex.prefetchFor(ctx, op, r)
 	if !a.hasHook(op.Hook) {
 		// Nothing to run (the charm has no such hook): done at once,
 		// without the machine's hook lock and without a status report,
@@ -246,6 +251,7 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 	if values != nil {
 		hc.preset(op.Relation, op.Remote, values)
 	}
+	hc.pre = pre
 	res, err := ex.tools.run(ctx, a, op, hc)
 	a.hookNames, a.hookEach = nil, true
 	a.rep.progressEnded()

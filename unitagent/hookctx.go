@@ -45,6 +45,10 @@ type hookContext struct {
 	set map[int64]*settingsChange
 	// seen holds the settings the hook has read, by relation and unit.
 	seen map[settingsOf]map[string]string
+	// pre, in relation-joined, is the read of the joining unit's
+	// settings the agent started (prefetch), which the hook's first
+	// relation-get of it waits for rather than read again.
+	pre *prefetch
 }
 
 // settingsOf names a unit's settings in a relation.
@@ -229,7 +233,15 @@ func (hc *hookContext) read(ctx context.Context, id int64, cr *ctxRelation, unit
 	if cr.inScope(unit, self) {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		resp, err := hc.a.cfg.API.ReadSettings(ctx, &pb.ReadSettingsRequest{Relation: id, Unit: unit})
+		var resp *pb.ReadSettingsResponse
+		var err error
+		if p := hc.pre; p != nil && p.relation == id && p.unit == unit {
+			p.wait(ctx)
+			resp, err = p.resp, p.err
+		}
+		if resp == nil && status.Code(err) != codes.NotFound {
+			resp, err = hc.a.cfg.API.ReadSettings(ctx, &pb.ReadSettingsRequest{Relation: id, Unit: unit})
+		}
 		if err == nil {
 			if resp.Settings == nil {
 				return map[string]string{}, nil

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
@@ -21,17 +22,21 @@ import (
 // for a unit it has none of: not in the scope), counting the calls.
 type settingsAPI struct {
 	API
+	mu       sync.Mutex
 	settings map[string]map[string]string
+	version  int64 // of every unit's settings
 	reads    []string
 }
 
 func (f *settingsAPI) ReadSettings(_ context.Context, in *pb.ReadSettingsRequest, _ ...grpc.CallOption) (*pb.ReadSettingsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.reads = append(f.reads, in.GetUnit())
 	s, ok := f.settings[in.GetUnit()]
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "unit %s has no settings in relation %d: it is not in its scope", in.GetUnit(), in.GetRelation())
 	}
-	return &pb.ReadSettingsResponse{Settings: maps.Clone(s)}, nil
+	return &pb.ReadSettingsResponse{Settings: maps.Clone(s), Version: f.version}, nil
 }
 
 // keptAgent is an agent of app/0 (a charm with hooks) in relation 4 with
@@ -298,4 +303,49 @@ func TestKeptSettingsStayOnDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("departed one", loaded)
+}
+
+// TestJoinedReadsForChanged: the read of the joining unit's settings
+// starts as relation-joined runs, which reads them from it, and the
+// relation-changed that follows uses it when it is of the version delivered or later (one read for
+// both hooks), or reads again when the unit changed its settings since.
+func TestJoinedReadsForChanged(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		read, delivered int64
+		wantReads       int
+	}{
+		{"the version delivered", 9, 9, 1},
+		{"a later version", 10, 9, 1},
+		{"an earlier version", 8, 9, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			api := &settingsAPI{settings: map[string]map[string]string{"kv/3": {"port": "7300"}}, version: c.read}
+			a := keptAgent(t, api)
+			ex := &executor{a: a}
+			defer ex.endPrefetch()
+			r := &remote{relations: map[int64]*remoteRelation{4: {members: map[string]int64{"kv/3": c.delivered}}}}
+			joined := &hookOp{Hook: "db-relation-joined", Relation: 4, Endpoint: "db", Remote: "kv/3"}
+			pre := ex.prefetchFor(context.Background(), joined, r)
+			if pre == nil {
+				t.Fatal("no read started for relation-joined")
+			}
+			hc := newHookContext(a, joined, r)
+			hc.pre = pre
+			if got, err := hc.RelationGet(context.Background(), "db:4", "kv/3"); err != nil || got["port"] != "7300" || len(api.reads) != 1 {
+				t.Errorf("relation-get in relation-joined = %v, %v after %d reads; want port 7300 after the one", got, err, len(api.reads))
+			}
+			changed := &hookOp{Hook: "db-relation-changed", Relation: 4, Endpoint: "db", Remote: "kv/3", Version: c.delivered}
+			data, values, err := ex.deliver(context.Background(), changed, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fmt.Sprint(values); len(api.reads) != c.wantReads || got != "map[port:7300]" || string(data) != `{"port":"7300"}` {
+				t.Errorf("deliver = %s, %s with %d reads; want port 7300 with %d", data, got, len(api.reads), c.wantReads)
+			}
+			if ex.pre != nil {
+				t.Errorf("the read started for relation-joined is still held")
+			}
+		})
+	}
 }

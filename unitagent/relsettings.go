@@ -24,19 +24,23 @@ import (
 // done. It returns them encoded (to keep, nil when there is nothing new
 // to keep) and as the hook is to see them (nil: as it finds them). A
 // unit that has left the scope is not read: the hook sees it as kept.
+// The read made while relation-joined ran (prefetch) is used when it is
+// of the version delivered or later.
 func (ex *executor) deliver(ctx context.Context, op *hookOp, r *remote) (json.RawMessage, map[string]string, error) {
 	a := ex.a
-	if !strings.HasSuffix(op.Hook, "-relation-changed") || op.Remote == "" || !a.hasHooks() {
+	if !strings.HasSuffix(op.Hook, "-relation-changed") || op.Remote == "" || !a.hasHooks() || !inPicture(r, op) {
 		return nil, nil, nil
 	}
-	if rr := r.relations[op.Relation]; rr == nil {
-		return nil, nil, nil
-	} else if _, ok := rr.members[op.Remote]; !ok {
-		return nil, nil, nil
+	var resp *pb.ReadSettingsResponse
+	var err error
+	if p := ex.takePrefetch(ctx, op.Relation, op.Remote); p != nil && (status.Code(p.err) == codes.NotFound ||
+		p.err == nil && p.resp.Version >= op.Version) {
+		resp, err = p.resp, p.err
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		resp, err = a.cfg.API.ReadSettings(cctx, &pb.ReadSettingsRequest{Relation: op.Relation, Unit: op.Remote})
+		cancel()
 	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	resp, err := a.cfg.API.ReadSettings(cctx, &pb.ReadSettingsRequest{Relation: op.Relation, Unit: op.Remote})
-	cancel()
 	if status.Code(err) == codes.NotFound {
 		// It left the scope since the agent last heard: the hook sees it
 		// as kept.
@@ -55,6 +59,83 @@ func (ex *executor) deliver(ctx context.Context, op *hookOp, r *remote) (json.Ra
 		return nil, nil, fmt.Errorf("encode %s's settings: %w", op.Remote, err)
 	}
 	return data, values, nil
+}
+
+// inPicture says whether op's remote unit is in its relation's scope as
+// the agent last heard.
+func inPicture(r *remote, op *hookOp) bool {
+	rr := r.relations[op.Relation]
+	if rr == nil {
+		return false
+	}
+	_, ok := rr.members[op.Remote]
+	return ok
+}
+
+// prefetch is a read of a member's settings made while the agent runs
+// the member's relation-joined, for the relation-changed that follows it
+// at once (and for the joined hook, should it read them): a unit related
+// to thousands runs their hooks one after another, and the round trip
+// between its hooks would add up.
+type prefetch struct {
+	relation int64
+	unit     string
+	cancel   context.CancelFunc
+	done     chan struct{} // closed once resp and err are set
+	resp     *pb.ReadSettingsResponse
+	err      error
+}
+
+// wait waits for p's answer, or gives it up when ctx ends.
+func (p *prefetch) wait(ctx context.Context) {
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		p.cancel()
+		<-p.done
+	}
+}
+
+// prefetchFor starts, for op, a relation-joined of a charm with hooks, a
+// read of the joining unit's settings; it ends the one started before,
+// if any (a hook run again reads afresh). Only one runs at a time.
+func (ex *executor) prefetchFor(ctx context.Context, op *hookOp, r *remote) *prefetch {
+	a := ex.a
+	if !strings.HasSuffix(op.Hook, "-relation-joined") || op.Remote == "" || !a.hasHooks() || !inPicture(r, op) {
+		return nil
+	}
+	ex.endPrefetch()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	p := &prefetch{relation: op.Relation, unit: op.Remote, cancel: cancel, done: make(chan struct{})}
+	ex.pre = p
+	api := a.cfg.API
+	go func() {
+		defer close(p.done)
+		p.resp, p.err = api.ReadSettings(ctx, &pb.ReadSettingsRequest{Relation: p.relation, Unit: p.unit})
+	}()
+	return p
+}
+
+// takePrefetch returns the read of unit's settings in relation started
+// before, once answered, and forgets it; nil when there is none.
+func (ex *executor) takePrefetch(ctx context.Context, relation int64, unit string) *prefetch {
+	p := ex.pre
+	if p == nil || p.relation != relation || p.unit != unit {
+		return nil
+	}
+	ex.pre = nil
+	p.wait(ctx)
+	p.cancel()
+	return p
+}
+
+// endPrefetch ends the read started before, if any, and waits for it.
+func (ex *executor) endPrefetch() {
+	if p := ex.pre; p != nil {
+		p.cancel()
+		<-p.done
+		ex.pre = nil
+	}
 }
 
 // hasHooks reports whether the charm has any hook.
