@@ -26,11 +26,11 @@ import (
 // hook: every unit relation-list names, and the departing unit in
 // relation-departed, can be read with relation-get, and a unit's settings
 // once read are what the hook reads of it again. A unit is read from the
-// controller while it is in the relation's scope as the agent last heard,
-// which is fresher; once it has left (the controller deleted its
-// settings then), as the agent keeps them (kept.go): a member's as of the
-// last relation-changed delivered for it (none before: empty), the
-// unit's own as it wrote them.
+// controller, which is fresher, while it is in the relation's scope as
+// the agent last heard or the agent has not heard yet (after a restart);
+// once it has left (the controller deleted its settings then), as the
+// agent keeps them (kept.go): a member's as of the last relation-changed
+// delivered for it (none before: empty), the unit's own as it wrote them.
 type hookContext struct {
 	a  *Agent
 	op *hookOp
@@ -68,9 +68,11 @@ type ctxRelation struct {
 	departing string
 	// lr is the local record (nil in relation-created, which runs before
 	// there is one); scope, the members of the scope as the agent last
-	// heard (nil when it has heard of none), read only like members.
-	lr    *localRelation
-	scope map[string]int64
+	// heard, read only like members, and scoped whether it has heard
+	// (the scope's watch answered).
+	lr     *localRelation
+	scope  map[string]int64
+	scoped bool
 }
 
 func (cr *ctxRelation) has(unit string) bool {
@@ -95,12 +97,16 @@ func (cr *ctxRelation) list() []string {
 	return out
 }
 
-// inScope says whether unit is in the relation's scope, as far as the
-// agent knows: its own unit once entered and until it leaves, another
-// while the scope's watch lists it.
+// inScope says whether unit may be in the relation's scope, as far as
+// the agent knows: its own unit once entered and until it leaves, another
+// while the scope's watch lists it or has not answered yet (a hook in
+// progress runs again after a restart before it answers).
 func (cr *ctxRelation) inScope(unit string, self bool) bool {
 	if self {
 		return cr.lr != nil && cr.lr.InScope && !cr.lr.Left
+	}
+	if !cr.scoped {
+		return true
 	}
 	_, ok := cr.scope[unit]
 	return ok
@@ -115,8 +121,8 @@ func newHookContext(a *Agent, op *hookOp, r *remote) *hookContext {
 	}
 	for id, lr := range a.l.Relations {
 		cr := &ctxRelation{endpoint: lr.Endpoint, members: lr.Members, lr: lr}
-		if rr := r.relations[id]; rr != nil {
-			cr.scope = rr.members
+		if rr := r.relations[id]; rr != nil && rr.scoped {
+			cr.scope, cr.scoped = rr.members, true
 		}
 		hc.relations[id] = cr
 	}

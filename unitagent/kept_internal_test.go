@@ -84,7 +84,7 @@ func TestHookReadsOneView(t *testing.T) {
 	a := keptAgent(t, api)
 	// kv/1 is departing: it, and kv/2, have left the scope; the agent
 	// has not heard kv/2 go.
-	r := &remote{relations: map[int64]*remoteRelation{4: {members: map[string]int64{"kv/0": 7, "kv/2": 3}}}}
+	r := &remote{relations: map[int64]*remoteRelation{4: {scoped: true, members: map[string]int64{"kv/0": 7, "kv/2": 3}}}}
 	op := &hookOp{Hook: "db-relation-departed", Relation: 4, Endpoint: "db", Remote: "kv/1", Departing: "kv/1"}
 	hc := newHookContext(a, op, r)
 	get := func(unit string) string {
@@ -111,6 +111,24 @@ func TestHookReadsOneView(t *testing.T) {
 		api.reads = nil
 		if got := get(c.unit); got != c.want || !slices.Equal(api.reads, c.reads) {
 			t.Errorf("relation-get %s = %s reading %v at the controller, want %s reading %v", c.unit, got, api.reads, c.want, c.reads)
+		}
+	}
+
+	// Started again, a hook in progress runs before the scope's watch
+	// answers: the units relation-list names are read at the controller,
+	// as kept only when it finds them gone.
+	op = &hookOp{Hook: "db-relation-changed", Relation: 4, Endpoint: "db", Remote: "kv/2"}
+	for _, r := range []*remote{{relations: map[int64]*remoteRelation{4: {members: map[string]int64{}}}}, {}} {
+		hc = newHookContext(a, op, r)
+		for _, c := range []struct{ unit, want string }{
+			{"kv/0", "map[port:7100]"}, // in the scope
+			{"kv/1", "map[port:7001]"}, // gone at the controller: as kept
+			{"kv/2", "map[]"},          // gone, never delivered
+		} {
+			api.reads = nil
+			if got := get(c.unit); got != c.want || !slices.Equal(api.reads, []string{c.unit}) {
+				t.Errorf("relation-get %s before the scope's watch answered = %s reading %v at the controller, want %s reading it", c.unit, got, api.reads, c.want)
+			}
 		}
 	}
 
@@ -143,6 +161,7 @@ func TestChangedDeliversWhatItRead(t *testing.T) {
 	for _, c := range []struct {
 		name      string
 		inScope   bool
+		unheard   bool // the scope's watch has not answered
 		atCtl     map[string]string
 		noHooks   bool
 		wantReads int
@@ -152,6 +171,8 @@ func TestChangedDeliversWhatItRead(t *testing.T) {
 		{name: "in the scope", inScope: true, atCtl: map[string]string{"port": "7200"}, wantReads: 1, wantSeen: "map[port:7200]", wantKept: `{"port":"7200"}`},
 		{name: "gone at the controller", inScope: true, wantReads: 1, wantSeen: "map[port:7001]", wantKept: `{"port":"7001"}`},
 		{name: "left as the agent heard", wantSeen: "<none>", wantKept: `{"port":"7001"}`},
+		{name: "in the scope, not heard yet", unheard: true, atCtl: map[string]string{"port": "7200"}, wantReads: 1, wantSeen: "map[port:7200]", wantKept: `{"port":"7200"}`},
+		{name: "gone, not heard yet", unheard: true, wantReads: 1, wantSeen: "map[port:7001]", wantKept: `{"port":"7001"}`},
 		{name: "a charm without hooks", inScope: true, atCtl: map[string]string{"port": "7200"}, noHooks: true, wantSeen: "<none>", wantKept: `{"port":"7001"}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -163,7 +184,7 @@ func TestChangedDeliversWhatItRead(t *testing.T) {
 			if c.noHooks {
 				a.hookNames = map[string]bool{}
 			}
-			r := &remote{relations: map[int64]*remoteRelation{4: {members: map[string]int64{"kv/0": 7}}}}
+			r := &remote{relations: map[int64]*remoteRelation{4: {scoped: !c.unheard, members: map[string]int64{"kv/0": 7}}}}
 			if c.inScope {
 				r.relations[4].members["kv/1"] = 9
 			}
@@ -324,7 +345,7 @@ func TestJoinedReadsForChanged(t *testing.T) {
 			a := keptAgent(t, api)
 			ex := &executor{a: a}
 			defer ex.endPrefetch()
-			r := &remote{relations: map[int64]*remoteRelation{4: {members: map[string]int64{"kv/3": c.delivered}}}}
+			r := &remote{relations: map[int64]*remoteRelation{4: {scoped: true, members: map[string]int64{"kv/3": c.delivered}}}}
 			joined := &hookOp{Hook: "db-relation-joined", Relation: 4, Endpoint: "db", Remote: "kv/3"}
 			pre := ex.prefetchFor(context.Background(), joined, r)
 			if pre == nil {

@@ -61,12 +61,14 @@ func (ex *executor) deliver(ctx context.Context, op *hookOp, r *remote) (json.Ra
 	return data, values, nil
 }
 
-// inPicture says whether op's remote unit is in its relation's scope as
-// the agent last heard.
+// inPicture says whether op's remote unit may be in its relation's
+// scope: the scope's watch lists it, or has not answered yet (a hook in
+// progress runs again after a restart before it answers; the controller
+// then tells).
 func inPicture(r *remote, op *hookOp) bool {
 	rr := r.relations[op.Relation]
-	if rr == nil {
-		return false
+	if rr == nil || !rr.scoped {
+		return true
 	}
 	_, ok := rr.members[op.Remote]
 	return ok
