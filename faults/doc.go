@@ -19,14 +19,23 @@
 //     and one machine credential's watch streams never read while its
 //     unit rewrites large settings: another agent's calls keep answering,
 //     the operator can destroy, and the controller's memory returns
-//     within twice its baseline.
+//     within twice its baseline;
+//   - the teardown soak: random topologies of the demo charms (kv, app
+//     and the logger subordinate, 2 to 4 services, related at random)
+//     destroyed in random orders (relations, units, services, machines,
+//     some forced, some while still deploying), each to an empty model
+//     with no unit in error and no process of a removed unit left on its
+//     host. Each topology comes from a seed, logged; -faults.seed replays
+//     one.
 //
 // After each, the model's invariants are checked (state.CheckInvariants on
 // a snapshot, and statetest.Monitor at every committed revision), through
 // an etcd client of the test's own.
 //
 // By default (go test ./..., make test) the scenarios run once at a small
-// size. make test-faults runs them at full size (-faults.full), and
+// size (the teardown soak: 3 topologies of up to 4 units a service). make
+// test-faults runs them at full size (-faults.full; the teardown soak: 50
+// topologies of up to 12 units a service), and
 // make test-faults SOAK=30m loops them for that long (-faults.soak).
 // -faults.summary FILE writes what was injected, the recovery times and
 // what was checked as JSON; docs/RELIABILITY.md records the figures.

@@ -19,7 +19,7 @@ var (
 	fullFlag    = flag.Bool("faults.full", false, "run the scenarios at full size (200 units, 300 units, 60 s of fuzzing), not the short form")
 	soakFlag    = flag.Duration("faults.soak", 0, "loop the scenarios for this long (TestSoak); the other tests skip")
 	keepFlag    = flag.Bool("faults.keep", false, "keep a failed test's sandbox directory (logs, machines' and units' files); its processes are stopped all the same")
-	seedFlag    = flag.Uint64("faults.seed", 0, "the fuzzer's seed (a random one when 0; each run logs its seed)")
+	seedFlag    = flag.Uint64("faults.seed", 0, "the fuzzer's seed, and the one topology the teardown soak then replays (random ones when 0; each run logs its seed)")
 	summaryFlag = flag.String("faults.summary", "", "write a JSON summary of every scenario run to this file")
 )
 
@@ -28,6 +28,9 @@ var (
 	bins     e2etest.Binaries
 	etcdBin  string
 	charmDir string // testdata/charms, absolute
+	// demoDir holds copies of the demo charms (examples/charms: kv, app,
+	// logger) with their servers built in, for the teardown soak.
+	demoDir string
 )
 
 func TestMain(m *testing.M) {
@@ -50,6 +53,11 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "faults:", err)
 		return 1
 	}
+	demoDir = filepath.Join(dir, "charms")
+	if err := e2etest.BuildDemoCharms(demoDir); err != nil {
+		fmt.Fprintln(os.Stderr, "faults: the demo charms:", err)
+		return 1
+	}
 	if charmDir, err = filepath.Abs(filepath.Join("testdata", "charms")); err != nil {
 		fmt.Fprintln(os.Stderr, "faults:", err)
 		return 1
@@ -66,6 +74,9 @@ func testMain(m *testing.M) int {
 
 // testCharm is the path of a test charm (fnode, fsrv, fsub).
 func testCharm(name string) string { return filepath.Join(charmDir, name) }
+
+// demoCharm is the path of a built demo charm (kv, app, logger).
+func demoCharm(name string) string { return filepath.Join(demoDir, name) }
 
 // sizes are how big the scenarios are.
 type sizes struct {
@@ -99,6 +110,9 @@ type sizes struct {
 	floodConns            int
 	slowFor               time.Duration
 	slowStreams, slowSubs int
+	// teardown soak: how many random topologies, and how many units each
+	// principal service has at most (2 at least).
+	teardownTopologies, teardownUnits int
 }
 
 func currentSizes() sizes {
@@ -112,6 +126,7 @@ func currentSizes() sizes {
 			fuzzFor: time.Minute, fuzzClients: 4,
 			floodFor: 30 * time.Second, floodConns: 5000,
 			slowFor: 30 * time.Second, slowStreams: 200, slowSubs: 400,
+			teardownTopologies: 50, teardownUnits: 12,
 		}
 	}
 	return sizes{
@@ -123,6 +138,7 @@ func currentSizes() sizes {
 		fuzzFor: 5 * time.Second, fuzzClients: 2,
 		floodFor: 5 * time.Second, floodConns: 400,
 		slowFor: 10 * time.Second, slowStreams: 20, slowSubs: 400,
+		teardownTopologies: 3, teardownUnits: 4,
 	}
 }
 

@@ -18,6 +18,7 @@ var scenarios = []struct {
 	{"ControllerFailover", runControllerFailover},
 	{"ConnectionFlood", runConnectionFlood},
 	{"SlowWatchReaders", runSlowWatchReaders},
+	{"TeardownSoak", runTeardownSoak},
 }
 
 // soakMaxFailures ends a soak early: the failures so far are the evidence.
