@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -282,4 +283,48 @@ func unitProcs(dirs map[string]string) map[string][]e2etest.Proc {
 		return false
 	})
 	return out
+}
+
+// TestUnitProcs: the processes of a unit are found by its session mark,
+// its principal's, their command line or their working directory, and a
+// unit whose name extends another's is not taken for it.
+func TestUnitProcs(t *testing.T) {
+	units := filepath.Join(t.TempDir(), "units")
+	dir, other := filepath.Join(units, "kv-1"), filepath.Join(units, "kv-10")
+	for _, d := range []string{dir, other} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := func(cmd *exec.Cmd) int {
+		t.Helper()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd.Process.Pid
+	}
+	sleep := func(env string, dir string, args ...string) *exec.Cmd {
+		cmd := exec.Command("sh", append([]string{"-c", "exec sleep 1000"}, args...)...)
+		cmd.Env = append(os.Environ(), env)
+		cmd.Dir = dir
+		return cmd
+	}
+	want := []int{
+		start(sleep(hooks.EnvSession+"="+dir, "/")),
+		start(sleep(hooks.EnvPrincipalSession+"="+dir, "/")),
+		start(sleep("X=1", dir)),
+		start(exec.Command("sh", "-c", "while :; do sleep 1; done", filepath.Join(dir, "charm", "bin", "kv-server"))),
+	}
+	start(sleep(hooks.EnvSession+"="+other, other, filepath.Join(other, "charm")))
+	var got []int
+	e2etest.WaitFor(t, "the unit's processes", 30*time.Second, func() (bool, string) {
+		got = got[:0]
+		for _, p := range unitProcs(map[string]string{dir: "kv/1"})["kv/1"] {
+			got = append(got, p.PID)
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		return slices.Equal(got, want), fmt.Sprintf("found %v, want %v", got, want)
+	})
 }
