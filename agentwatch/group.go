@@ -36,7 +36,7 @@ type Grouper interface {
 // interruption. Responses of different subjects come in no set order.
 type Group struct {
 	m   *Mux
-	as  *pb.AgentCredential
+	as  Credential
 	api Watcher
 	// wake is shared by the Group's followers: any of them with
 	// something to apply wakes Run.
@@ -72,7 +72,7 @@ func (m *Mux) NewGroup() *Group { return m.newGroup(nil, m.api) }
 // NewGroup returns a Group following as the agent f follows as.
 func (f muxAs) NewGroup() *Group { return f.m.newGroup(f.as, f.api) }
 
-func (m *Mux) newGroup(as *pb.AgentCredential, api Watcher) *Group {
+func (m *Mux) newGroup(as Credential, api Watcher) *Group {
 	return &Group{m: m, as: as, api: api, wake: make(chan struct{}, 1)}
 }
 
@@ -80,7 +80,7 @@ func (m *Mux) newGroup(as *pb.AgentCredential, api Watcher) *Group {
 // returns at once. Should the controller lack WatchMany, the subject is
 // followed on a stream of its own, in a goroutine of its own (Follow).
 func (g *Group) Start(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse), logger hclog.Logger) {
-	f := &muxFollower{as: g.as, api: g.api, wake: g.wake}
+	f := newFollower(g.as, g.api, g.wake)
 	if !g.m.add(f, subject) {
 		g.followAlone(ctx, subject, 0, apply, logger)
 		return

@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -214,4 +218,73 @@ func TestGroupLateJoinersGetTheirListings(t *testing.T) {
 		r, _ := record(t, inGroup(t, g, hclog.NewNullLogger()), config)
 		waitFor(t, fmt.Sprintf("kv/%d's listing, joining late", i), func() bool { return len(r.changes()) == 2 })
 	}
+}
+
+// TestGroupRenewsARefusedCredential: a unit whose credential was replaced
+// while it followed its subjects has them refused once its stream breaks
+// (here the controller restarts). The refusal is reported with the
+// credential the subscription carried; once the holder has a new one, the
+// subject is subscribed again with it and resumes where it was: a change
+// made meanwhile reaches the unit.
+func TestGroupRenewsARefusedCredential(t *testing.T) {
+	m := newModel(t)
+	mux := NewMux(&countingAPI{AgentServiceClient: m.Agent("machine-0")}, nil)
+	old := m.Credential("unit-kv/0")
+	cred := &renewedCredential{cur: old, refused: make(chan pki.Credential, 16)}
+	g := mux.AsRenewable(cred, pb.NewAgentServiceClient(m.Dial(old))).(Grouper).NewGroup()
+	runGroup(t, g)
+	config, _ := record(t, inGroup(t, g, hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
+	waitFor(t, "the listing", func() bool { return len(config.changes()) == 2 })
+
+	// Issued again behind the unit's back, then the stream breaks.
+	fresh := m.Credential("unit-kv/0")
+	m.Stop()
+	m.Start()
+	m.setConfig("kv2")
+	select {
+	case got := <-cred.refused:
+		if got != old {
+			t.Errorf("Refused(%#v), want the credential replaced", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the refusal of the replaced credential was not reported")
+	}
+	cred.set(fresh)
+	waitFor(t, "the change made meanwhile", func() bool { return len(config.changes()) == 3 })
+	// Resumed after the revision it had: no listing again.
+	if got := config.changes(); got[0] != "relisted" || got[2] == "relisted" || !strings.HasPrefix(got[2], "kv@") {
+		t.Errorf("kv/0's config = %v, want its listing then the change", got)
+	}
+	for len(cred.refused) > 0 {
+		if got := <-cred.refused; got != old {
+			t.Errorf("Refused(%#v) after the renewal, want only the replaced credential refused", got)
+		}
+	}
+}
+
+// renewedCredential is a Credential the test replaces, reporting each
+// refusal on refused.
+type renewedCredential struct {
+	mu      sync.Mutex
+	cur     pki.Credential
+	refused chan pki.Credential
+}
+
+func (r *renewedCredential) Current() pki.Credential {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur
+}
+
+func (r *renewedCredential) Refused(c pki.Credential) {
+	select {
+	case r.refused <- c:
+	default:
+	}
+}
+
+func (r *renewedCredential) set(c pki.Credential) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cur = c
 }

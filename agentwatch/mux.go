@@ -101,6 +101,11 @@ type muxSub struct {
 	after int64
 	// id is the subscription's on the current stream, 0 when it has none.
 	id int64
+	// sentBy is the Follow whose credential the subscription carried
+	// when last subscribed, sentAs that credential: the one to report
+	// should the controller refuse it.
+	sentBy *muxFollower
+	sentAs pki.Credential
 	// parked says the controller ended the subscription: it waits for a
 	// Follow to subscribe again, after a pause.
 	parked bool
@@ -116,9 +121,10 @@ type muxSub struct {
 type muxFollower struct {
 	sub *muxSub
 	// as is the credential of the agent the Follow is for, nil for the
-	// Mux's own; api watches for that agent on a stream a subject,
-	// should the controller lack WatchMany.
-	as  *pb.AgentCredential
+	// Mux's own, and tag its tag; api watches for that agent on a stream
+	// a subject, should the controller lack WatchMany.
+	as  Credential
+	tag string
 	api Watcher
 	// gone says the Follow left its subscription.
 	gone bool
@@ -130,6 +136,14 @@ type muxFollower struct {
 	wake  chan struct{}
 }
 
+func newFollower(as Credential, api Watcher, wake chan struct{}) *muxFollower {
+	f := &muxFollower{as: as, api: api, wake: wake}
+	if as != nil {
+		f.tag = as.Current().Tag
+	}
+	return f
+}
+
 func (f *muxFollower) notify() {
 	select {
 	case f.wake <- struct{}{}:
@@ -138,17 +152,18 @@ func (f *muxFollower) notify() {
 }
 
 // shareKey says which Follows may share a subscription of subject: those
-// of units of one service (as), for the subjects the controller serves
-// alike to every unit of a service on a machine; and every Follow of the
-// model's barrier, which is the same for every agent. "" for any other.
-func shareKey(as *pb.AgentCredential, subject *pb.WatchSubject) string {
+// of units of one service (tag, the agent's), for the subjects the
+// controller serves alike to every unit of a service on a machine; and
+// every Follow of the model's barrier, which is the same for every agent.
+// "" for any other.
+func shareKey(tag string, subject *pb.WatchSubject) string {
 	if subject.GetBarrier() {
 		return "barrier"
 	}
-	if as == nil {
+	if tag == "" {
 		return ""
 	}
-	kind, unit, err := names.ParseTag(as.GetTag())
+	kind, unit, err := names.ParseTag(tag)
 	if err != nil || kind != names.KindUnit {
 		return ""
 	}
@@ -190,12 +205,38 @@ func (m *Mux) Follow(ctx context.Context, subject *pb.WatchSubject, apply func(*
 // serves them for that agent. api is that agent's own client (calls made
 // with cred), used only should the controller lack WatchMany.
 func (m *Mux) As(cred pki.Credential, api Watcher) Follower {
-	return muxAs{m: m, as: &pb.AgentCredential{Tag: cred.Tag, Secret: cred.Secret}, api: api}
+	return m.AsRenewable(fixedCredential{cred}, api)
 }
+
+// Credential is the credential of an agent whose subjects a Mux follows
+// (AsRenewable), which its holder may replace while they are followed
+// (apiclient.Renewable's methods).
+type Credential interface {
+	// Current is the credential a subscription made now carries.
+	Current() pki.Credential
+	// Refused says that the controller refused cred, which a
+	// subscription carried, as Unauthenticated.
+	Refused(cred pki.Credential)
+}
+
+// AsRenewable is As with a credential that may be replaced: each
+// subscription carries the Current one as it is made, a subscription the
+// controller ends as Unauthenticated is reported to Refused with the
+// credential it carried, and is made again, after a pause, with the
+// credential current then.
+func (m *Mux) AsRenewable(cred Credential, api Watcher) Follower {
+	return muxAs{m: m, as: cred, api: api}
+}
+
+// fixedCredential is a credential that is never replaced.
+type fixedCredential struct{ c pki.Credential }
+
+func (f fixedCredential) Current() pki.Credential { return f.c }
+func (fixedCredential) Refused(pki.Credential)    {}
 
 type muxAs struct {
 	m   *Mux
-	as  *pb.AgentCredential
+	as  Credential
 	api Watcher
 }
 
@@ -205,8 +246,8 @@ func (f muxAs) Follow(ctx context.Context, subject *pb.WatchSubject, apply func(
 
 // follow is Follow as the agent whose credential is as (nil: the Mux's
 // own), watching through api should the controller lack WatchMany.
-func (m *Mux) follow(ctx context.Context, subject *pb.WatchSubject, as *pb.AgentCredential, api Watcher, apply func(*pb.WatchResponse), logger hclog.Logger) {
-	f := &muxFollower{as: as, api: api, wake: make(chan struct{}, 1)}
+func (m *Mux) follow(ctx context.Context, subject *pb.WatchSubject, as Credential, api Watcher, apply func(*pb.WatchResponse), logger hclog.Logger) {
+	f := newFollower(as, api, make(chan struct{}, 1))
 	if !m.add(f, subject) {
 		Follow(ctx, api, subject, apply, logger)
 		return
@@ -260,7 +301,7 @@ func (m *Mux) add(f *muxFollower, subject *pb.WatchSubject) bool {
 		m.mu.Unlock()
 		return false
 	}
-	key := shareKey(f.as, subject)
+	key := shareKey(f.tag, subject)
 	s := m.shared[key]
 	switch {
 	case s == nil:
@@ -315,8 +356,14 @@ func (m *Mux) subscribeLocked(s *muxSub) (*muxStream, *pb.WatchManyRequest) {
 	m.nextID++
 	s.id = m.nextID
 	m.byID[s.id] = s
+	var as *pb.AgentCredential
+	s.sentBy, s.sentAs = s.followers[0], pki.Credential{}
+	if s.sentBy.as != nil {
+		s.sentAs = s.sentBy.as.Current()
+		as = &pb.AgentCredential{Tag: s.sentAs.Tag, Secret: s.sentAs.Secret}
+	}
 	return m.stream, &pb.WatchManyRequest{Request: &pb.WatchManyRequest_Subscribe{Subscribe: &pb.WatchSubscribe{
-		Id: s.id, Subject: s.subject, AfterRevision: s.after, As: s.followers[0].as,
+		Id: s.id, Subject: s.subject, AfterRevision: s.after, As: as,
 	}}}
 }
 
@@ -379,7 +426,13 @@ func (s *muxSub) deliverLocked(resp *pb.WatchResponse) {
 
 // endLocked hands the controller's end of s to every Follow of s, and
 // puts another's credential first, should the end be the credential's.
-func (s *muxSub) endLocked(err error) {
+// It returns the report to make, the Mux's lock released, of the
+// credential the controller refused, if it ended s for that.
+func (s *muxSub) endLocked(err error) (refused func()) {
+	if status.Code(err) == codes.Unauthenticated && s.sentBy != nil && s.sentBy.as != nil {
+		as, cred := s.sentBy.as, s.sentAs
+		refused = func() { as.Refused(cred) }
+	}
 	s.id, s.parked = 0, true
 	for _, f := range s.followers {
 		f.ended = err
@@ -388,6 +441,7 @@ func (s *muxSub) endLocked(err error) {
 	if len(s.followers) > 1 {
 		s.followers = append(s.followers[1:], s.followers[0])
 	}
+	return refused
 }
 
 // listing is a shared subscription's items as a listing at its revision,
@@ -486,14 +540,18 @@ func (m *Mux) serve(ctx context.Context, bo backoff.BackOff) error {
 			m.mu.Unlock()
 			continue
 		}
+		var refused func()
 		switch r := resp.GetResponse().(type) {
 		case *pb.WatchManyResponse_Watch:
 			s.deliverLocked(r.Watch)
 		case *pb.WatchManyResponse_End:
 			delete(m.byID, s.id)
-			s.endLocked(status.Error(codes.Code(r.End.GetCode()), r.End.GetMessage()))
+			refused = s.endLocked(status.Error(codes.Code(r.End.GetCode()), r.End.GetMessage()))
 		}
 		m.mu.Unlock()
+		if refused != nil {
+			refused()
+		}
 	}
 }
 

@@ -669,12 +669,12 @@ func TestMuxSharesASubjectAmongUnitsOfAService(t *testing.T) {
 }
 
 func TestShareKey(t *testing.T) {
-	unit := func(name string) *pb.AgentCredential { return &pb.AgentCredential{Tag: "unit-" + name} }
+	unit := func(name string) string { return "unit-" + name }
 	service := &pb.WatchSubject{Subject: &pb.WatchSubject_Service{Service: "kv"}}
 	scope := &pb.WatchSubject{Subject: &pb.WatchSubject_RelationScope{RelationScope: 7}}
 	barrier := &pb.WatchSubject{Subject: &pb.WatchSubject_Barrier{Barrier: true}}
 	for _, c := range []struct {
-		as1, as2 *pb.AgentCredential
+		as1, as2 string
 		s1, s2   *pb.WatchSubject
 		share    bool
 	}{
@@ -686,15 +686,15 @@ func TestShareKey(t *testing.T) {
 		{unit("kv/0"), unit("kv/1"), scope, &pb.WatchSubject{Subject: &pb.WatchSubject_RelationScope{RelationScope: 8}}, false},
 		// A unit's own subjects, and the machine's, are not shared.
 		{unit("kv/0"), unit("kv/1"), &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/0"}}, &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/0"}}, false},
-		{nil, nil, service, service, false},
-		{&pb.AgentCredential{Tag: "machine-0"}, &pb.AgentCredential{Tag: "machine-0"}, service, service, false},
+		{"", "", service, service, false},
+		{"machine-0", "machine-0", service, service, false},
 		// The barrier is every agent's.
 		{unit("kv/0"), unit("app/0"), barrier, barrier, true},
-		{nil, unit("app/0"), barrier, barrier, true},
+		{"", unit("app/0"), barrier, barrier, true},
 	} {
 		k1, k2 := shareKey(c.as1, c.s1), shareKey(c.as2, c.s2)
 		if got := k1 != "" && k1 == k2; got != c.share {
-			t.Errorf("%v %v and %v %v share: %v (%q, %q), want %v", c.as1.GetTag(), c.s1, c.as2.GetTag(), c.s2, got, k1, k2, c.share)
+			t.Errorf("%v %v and %v %v share: %v (%q, %q), want %v", c.as1, c.s1, c.as2, c.s2, got, k1, k2, c.share)
 		}
 	}
 }

@@ -10,9 +10,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/status"
 
 	"github.com/lifelinehq/lifeline/pki"
 )
@@ -220,6 +222,67 @@ func (c credConn) Invoke(ctx context.Context, method string, args, reply any, op
 
 func (c credConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	return c.cc.NewStream(ctx, desc, method, append(opts, c.cred)...)
+}
+
+// Renewable is a credential its holder may replace while calls use it:
+// a unit agent's, which its machine agent has issued again when the
+// controller stops accepting it.
+type Renewable interface {
+	// Current is the credential a call starting now carries.
+	Current() pki.Credential
+	// Refused says that the controller refused cred, which a call
+	// carried, as Unauthenticated.
+	Refused(cred pki.Credential)
+}
+
+// AsRenewable is As with a credential that may be replaced: each call
+// carries cred's Current credential as the call starts, and a call the
+// controller refuses as Unauthenticated (a unary call's answer, or a
+// stream's end) is reported to cred's Refused with the credential it
+// carried, so that a refusal of a credential already replaced can be told
+// from one of the current.
+func AsRenewable(cc grpc.ClientConnInterface, cred Renewable) grpc.ClientConnInterface {
+	return renewingConn{cc: cc, cred: cred}
+}
+
+type renewingConn struct {
+	cc   grpc.ClientConnInterface
+	cred Renewable
+}
+
+func (c renewingConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	cred := c.cred.Current()
+	err := c.cc.Invoke(ctx, method, args, reply, append(opts, grpc.PerRPCCredentials(cred))...)
+	if status.Code(err) == codes.Unauthenticated {
+		c.cred.Refused(cred)
+	}
+	return err
+}
+
+func (c renewingConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	cred := c.cred.Current()
+	s, err := c.cc.NewStream(ctx, desc, method, append(opts, grpc.PerRPCCredentials(cred))...)
+	if err != nil {
+		if status.Code(err) == codes.Unauthenticated {
+			c.cred.Refused(cred)
+		}
+		return nil, err
+	}
+	return renewingStream{ClientStream: s, refused: func() { c.cred.Refused(cred) }}, nil
+}
+
+// renewingStream reports a stream the controller ends as Unauthenticated.
+type renewingStream struct {
+	grpc.ClientStream
+	refused func()
+}
+
+func (s renewingStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if status.Code(err) == codes.Unauthenticated {
+		s.refused()
+	}
+	return err
 }
 
 // streamWindow and connWindow are the flow-control windows of a stream and

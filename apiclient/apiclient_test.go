@@ -4,14 +4,17 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/lifelinehq/lifeline/apiclient"
 	"github.com/lifelinehq/lifeline/pki"
@@ -109,6 +112,122 @@ func TestAsSharesAConnection(t *testing.T) {
 			t.Errorf("the server saw tags %v, want exactly [%s]", got, tag)
 		}
 	}
+}
+
+// TestAsRenewableReportsRefusals: calls made with a renewable credential
+// carry the one current as each starts; a unary call or a stream the
+// controller refuses as Unauthenticated is reported with the credential it
+// carried, and once the holder replaced it the calls go through.
+func TestAsRenewableReportsRefusals(t *testing.T) {
+	ca, err := pki.NewCA("test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, _, err := pki.NewCredential("unit-kv/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, _, err := pki.NewCredential("unit-kv/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(ctx context.Context) error {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if got := md.Get(pki.MetadataSecret); len(got) != 1 || got[0] != fresh.Secret {
+			return status.Error(codes.Unauthenticated, "credential of unit-kv/0 is not valid")
+		}
+		return nil
+	}
+	addr, _ := healthServer(t, ca,
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if err := check(ctx); err != nil {
+				return nil, err
+			}
+			return h(ctx, req)
+		}),
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if err := check(ss.Context()); err != nil {
+				return err
+			}
+			return h(srv, ss)
+		}))
+	conn, err := apiclient.Dial(apiclient.Config{Addresses: []string{addr}, CACert: ca.CertPEM()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cred := &heldCredential{cur: stale}
+	client := healthpb.NewHealthClient(apiclient.AsRenewable(conn, cred))
+	watch := func() error {
+		wctx, wcancel := context.WithCancel(ctx)
+		defer wcancel()
+		stream, err := client.Watch(wctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		return err
+	}
+	for _, call := range []struct {
+		name string
+		do   func() error
+	}{
+		{"Check", func() error {
+			_, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+			return err
+		}},
+		{"Watch", watch},
+	} {
+		cred.set(stale)
+		if err := call.do(); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("%s with the stale credential = %v, want Unauthenticated", call.name, err)
+		}
+		if got := cred.takeRefused(); len(got) != 1 || got[0] != stale {
+			t.Errorf("%s refused: reported %v, want the stale credential once", call.name, got)
+		}
+		cred.set(fresh)
+		if err := call.do(); err != nil {
+			t.Errorf("%s with the fresh credential = %v, want nil", call.name, err)
+		}
+		if got := cred.takeRefused(); len(got) != 0 {
+			t.Errorf("%s accepted: reported %v refused, want none", call.name, got)
+		}
+	}
+}
+
+// heldCredential is a Renewable whose credential the test sets, recording
+// the refusals reported.
+type heldCredential struct {
+	mu      sync.Mutex
+	cur     pki.Credential
+	refused []pki.Credential
+}
+
+func (h *heldCredential) Current() pki.Credential {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cur
+}
+
+func (h *heldCredential) Refused(c pki.Credential) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.refused = append(h.refused, c)
+}
+
+func (h *heldCredential) set(c pki.Credential) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cur = c
+}
+
+func (h *heldCredential) takeRefused() []pki.Credential {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := h.refused
+	h.refused = nil
+	return r
 }
 
 // healthServer serves the health service over TLS with a certificate of ca

@@ -1,5 +1,6 @@
 // Package apiclient connects ctl and the agents to a controller: TLS pinned
-// to the controller's CA, the caller's credential on every call, every
+// to the controller's CA, the caller's credential on every call (one its
+// holder may replace, told of the calls refused with it: AsRenewable), every
 // known controller address to fail over between, and fixed flow-control
 // windows (no bandwidth pings on connections that carry small bursts).
 //
