@@ -158,7 +158,8 @@ func unitStatus(m *state.Model, u *pb.Unit, mach *pb.Machine) *pb.UnitStatus {
 		if s := st.Data["state"]; s != "" {
 			us.State = s
 		}
-		if st.Status == "error" {
+		if st.Status == "error" || st.Status == "unauthenticated" {
+			// Why the agent is stuck comes before what the charm says.
 			us.Message = st.Message
 		}
 	}

@@ -202,20 +202,27 @@ func newRemovalBatcher(ctx context.Context, api API) *removalBatcher {
 }
 
 // batchedAPI is a unit agent's API whose reports of its own agent status
-// go through its machine's statusBatcher; everything else is its own.
+// go through its machine's statusBatcher, changed to say so while the unit
+// is stuck without a credential the controller accepts (UnitCredential);
+// everything else is its own.
 type batchedAPI struct {
 	unitagent.API
 	unit string
 	b    *statusBatcher
+	cred *UnitCredential
 }
 
 func (a batchedAPI) SetUnitStatus(ctx context.Context, req *pb.SetUnitStatusRequest, opts ...grpc.CallOption) (*pb.SetUnitStatusResponse, error) {
+	if req.GetKind() != pb.UnitStatusKind_UNIT_STATUS_KIND_AGENT || req.GetUnit() != a.unit {
+		return a.API.SetUnitStatus(ctx, req, opts...)
+	}
+	a.cred.mu.Lock()
+	a.cred.report = req
+	req = a.cred.asStuckLocked(req)
+	a.cred.mu.Unlock()
 	own := func(ctx context.Context) error {
 		_, err := a.API.SetUnitStatus(ctx, req, opts...)
 		return err
-	}
-	if req.GetKind() != pb.UnitStatusKind_UNIT_STATUS_KIND_AGENT || req.GetUnit() != a.unit {
-		return a.API.SetUnitStatus(ctx, req, opts...)
 	}
 	if err := a.b.do(ctx, req, own); err != nil {
 		return nil, err

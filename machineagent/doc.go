@@ -20,7 +20,9 @@
 // Its unit agents' reports of their own agent status go to the controller
 // through it, several to a call, as do its removals of its dead units
 // (batch.go). Its unit agents make their other calls themselves, each with
-// its own credential.
+// its own credential, which it has issued again when the controller
+// refuses it (unitcred.go): a unit that cannot have a new one shows
+// unauthenticated.
 //
 // It reaches the controller only through the AgentService methods it
 // declares, and never talks to etcd. It does not start instances: that is

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,10 +15,8 @@ import (
 
 	"github.com/lifelinehq/lifeline/controllertest"
 	"github.com/lifelinehq/lifeline/machineagent"
-	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
-	"github.com/lifelinehq/lifeline/unitagent"
 )
 
 // daemonHook is a start hook that leaves a daemon running in a session of
@@ -69,9 +66,7 @@ func startAgent(t *testing.T, env *controllertest.Env, m, dir string) *agentRun 
 	t.Helper()
 	a, err := machineagent.New(machineagent.Config{
 		MachineID: m, DataDir: dir, Address: "127.0.0.1", API: env.Agent("machine-" + m),
-		DialUnit: func(cred pki.Credential) (unitagent.API, io.Closer, error) {
-			return pb.NewAgentServiceClient(env.Dial(cred)), io.NopCloser(nil), nil
-		},
+		DialUnit:  dialUnits(env),
 		Lifelined: lifelined, Logger: hclog.NewNullLogger(),
 	})
 	if err != nil {

@@ -51,8 +51,11 @@ type Config struct {
 	Address string
 	API     API
 	// DialUnit connects a unit agent to the controller with the unit's own
-	// credential; closing the Closer ends the connection.
-	DialUnit func(cred pki.Credential) (unitagent.API, io.Closer, error)
+	// credential, which the machine agent replaces should the controller
+	// refuse it: each call carries cred's current one and reports a
+	// refusal (apiclient.AsRenewable). Closing the Closer ends the
+	// connection.
+	DialUnit func(cred *UnitCredential) (unitagent.API, io.Closer, error)
 	// Lifelined is the lifelined binary, which serves as the hook tools.
 	Lifelined string
 	Logger    hclog.Logger
@@ -529,19 +532,19 @@ func (a *Agent) startWorker(ctx context.Context, unit, owner string, issued *pki
 		}
 		issued = &creds[0]
 	}
-	cred := *issued
+	cred := newUnitCredential(unit, *issued)
 	api, closer, err := a.cfg.DialUnit(cred)
 	if err != nil {
 		return err
 	}
-	api = batchedAPI{API: api, unit: unit, b: a.statuses}
+	api = batchedAPI{API: api, unit: unit, b: a.statuses, cred: cred}
 	var principalDir string
 	if owner != "" {
 		principalDir = a.unitDir(owner)
 	}
 	ua, err := unitagent.New(unitagent.Config{
 		Unit: unit, MachineID: a.cfg.MachineID, Address: a.cfg.Address, DataDir: a.unitDir(unit), PrincipalDir: principalDir,
-		ToolsDir: a.toolsDir, API: api, Watches: a.mux.As(cred, api), Logger: a.cfg.Logger, HookLock: a.hookLock,
+		ToolsDir: a.toolsDir, API: api, Watches: a.mux.AsRenewable(cred, api), Logger: a.cfg.Logger, HookLock: a.hookLock,
 		HookTimeout: a.unitHookTimeout(ctx), Retry: a.cfg.UnitRetry, Deployer: deployer{a: a, principal: unit}, Charms: a.charms,
 		Tools: a.tools, New: isNew,
 	})
@@ -564,6 +567,15 @@ func (a *Agent) startWorker(ctx context.Context, unit, owner string, issued *pki
 	go func() {
 		defer close(w.done)
 		defer closer.Close()
+		// The unit's credential is issued again, should the controller
+		// refuse it, while its agent runs.
+		rctx, rcancel := context.WithCancel(wctx)
+		renewing := make(chan struct{})
+		go func() {
+			defer close(renewing)
+			a.renewUnitCredentials(rctx, cred)
+		}()
+		defer func() { rcancel(); <-renewing }()
 		err := ua.Run(wctx)
 		if wctx.Err() == nil {
 			select {

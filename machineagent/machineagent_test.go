@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lifelinehq/lifeline/apiclient"
 	"github.com/lifelinehq/lifeline/controllertest"
 	"github.com/lifelinehq/lifeline/etcdtest"
 	"github.com/lifelinehq/lifeline/machineagent"
@@ -70,8 +71,9 @@ func TestMachineAgentLifecycle(t *testing.T) {
 	var downloads, unitSettings atomic.Int32
 	a, err := machineagent.New(machineagent.Config{
 		MachineID: m, DataDir: dir, Address: "127.0.0.1", API: api,
-		DialUnit: func(cred pki.Credential) (unitagent.API, io.Closer, error) {
-			return unitCalls{pb.NewAgentServiceClient(env.Dial(cred)), &downloads, &unitSettings}, io.NopCloser(nil), nil
+		DialUnit: func(cred *machineagent.UnitCredential) (unitagent.API, io.Closer, error) {
+			api, closer, err := dialUnits(env)(cred)
+			return unitCalls{api.(pb.AgentServiceClient), &downloads, &unitSettings}, closer, err
 		},
 		Lifelined: lifelined, Logger: hclog.NewNullLogger(),
 	})
@@ -181,6 +183,15 @@ func TestMachineAgentLifecycle(t *testing.T) {
 	}
 	if agent != "down" {
 		t.Errorf("machine agent = %s, want down", agent)
+	}
+}
+
+// dialUnits connects unit agents to env's controller, each with its own
+// credential, over one connection, as lifelined machine-agent does.
+func dialUnits(env *controllertest.Env) func(cred *machineagent.UnitCredential) (unitagent.API, io.Closer, error) {
+	conn := env.Dial(pki.Credential{})
+	return func(cred *machineagent.UnitCredential) (unitagent.API, io.Closer, error) {
+		return pb.NewAgentServiceClient(apiclient.AsRenewable(conn, cred)), io.NopCloser(nil), nil
 	}
 }
 
@@ -405,9 +416,7 @@ func runInstalled(t *testing.T, env *controllertest.Env, m string, api machineag
 	}
 	a, err := machineagent.New(machineagent.Config{
 		MachineID: m, DataDir: dir, Address: "127.0.0.1", API: api,
-		DialUnit: func(cred pki.Credential) (unitagent.API, io.Closer, error) {
-			return pb.NewAgentServiceClient(env.Dial(cred)), io.NopCloser(nil), nil
-		},
+		DialUnit:  dialUnits(env),
 		Lifelined: lifelined, Logger: hclog.NewNullLogger(),
 	})
 	if err != nil {

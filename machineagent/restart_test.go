@@ -3,7 +3,6 @@ package machineagent_test
 import (
 	"context"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,10 +11,8 @@ import (
 
 	"github.com/lifelinehq/lifeline/controllertest"
 	"github.com/lifelinehq/lifeline/machineagent"
-	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
-	"github.com/lifelinehq/lifeline/unitagent"
 )
 
 // TestUnitLeavesScopeAfterRestart: a unit agent does not save its mark of
@@ -81,9 +78,7 @@ func testUnitLeavesScopeAfterRestart(t *testing.T, assignedWatched bool) {
 	run := func() (stop func()) {
 		a, err := machineagent.New(machineagent.Config{
 			MachineID: m, DataDir: dir, Address: "127.0.0.1", API: env.Agent("machine-" + m),
-			DialUnit: func(cred pki.Credential) (unitagent.API, io.Closer, error) {
-				return pb.NewAgentServiceClient(env.Dial(cred)), io.NopCloser(nil), nil
-			},
+			DialUnit:  dialUnits(env),
 			Lifelined: lifelined, Logger: hclog.NewNullLogger(),
 		})
 		if err != nil {

@@ -111,8 +111,8 @@ func runAgents(spec workerSpec, logger hclog.Logger, report func(error)) (stop f
 		a, err := machineagent.New(machineagent.Config{
 			MachineID: id, DataDir: filepath.Join(spec.Dir, "m", id), Address: "127.0.0.1",
 			API: pb.NewAgentServiceClient(apiclient.As(conn, cfg.Credential())),
-			DialUnit: func(cred pki.Credential) (unitagent.API, io.Closer, error) {
-				return pb.NewAgentServiceClient(apiclient.As(conn, cred)), io.NopCloser(nil), nil
+			DialUnit: func(cred *machineagent.UnitCredential) (unitagent.API, io.Closer, error) {
+				return pb.NewAgentServiceClient(apiclient.AsRenewable(conn, cred)), io.NopCloser(nil), nil
 			},
 			Lifelined: spec.Lifelined, Logger: logger.With("machine", id),
 			UnitRetry: unitagent.RetryPolicy{Initial: time.Second, Attempts: 3},

@@ -124,8 +124,8 @@ func runMachineAgent(ctx context.Context, f machineAgentFlags) error {
 	a, err := machineagent.New(machineagent.Config{
 		MachineID: id, DataDir: f.dataDir, Address: f.address,
 		API: pb.NewAgentServiceClient(apiclient.As(conn, cfg.Credential())),
-		DialUnit: func(cred pki.Credential) (unitagent.API, io.Closer, error) {
-			return pb.NewAgentServiceClient(apiclient.As(conn, cred)), io.NopCloser(nil), nil
+		DialUnit: func(cred *machineagent.UnitCredential) (unitagent.API, io.Closer, error) {
+			return pb.NewAgentServiceClient(apiclient.AsRenewable(conn, cred)), io.NopCloser(nil), nil
 		},
 		Lifelined: self, Logger: logger,
 	})
