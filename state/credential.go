@@ -27,8 +27,10 @@ func (s *State) SetCredential(ctx context.Context, tag, hash string) error {
 }
 
 // MaxCredentialsAtOnce is the most credentials SetCredentials stores in
-// one transaction: each is a comparison (its holder exists) and a write.
-const MaxCredentialsAtOnce = MaxTxnOps / 2
+// one transaction: each is a comparison (its holder exists) and a write,
+// beside one comparison of the asking agent's presence
+// (SetCredentialsWhilePresent).
+const MaxCredentialsAtOnce = (MaxTxnOps - 1) / 2
 
 // SetCredentials stores the hashes of the secrets of several holders, by
 // tag, each as SetCredential does, in one transaction: all of them, or
@@ -79,6 +81,68 @@ func (s *State) SetCredentials(ctx context.Context, hashes map[string]string) er
 	// Every holder is there now: the one missing at the commit was
 	// added since.
 	return fmt.Errorf("set credentials: %w", ErrAborted)
+}
+
+// SetCredentialsWhilePresent is SetCredentials for the agent instance
+// instance of agent (a tag): the credentials are stored only while that
+// instance is agent's present one (PresentAs), which the transaction
+// compares. Otherwise they are refused (ErrRefused): an agent of a machine
+// fenced out by another does not issue its units' credentials, which
+// would revoke the other's.
+func (s *State) SetCredentialsWhilePresent(ctx context.Context, hashes map[string]string, agent, instance string) error {
+	if len(hashes) > MaxCredentialsAtOnce {
+		return invalidf("%d credentials at once: at most %d", len(hashes), MaxCredentialsAtOnce)
+	}
+	kind, id, err := names.ParseTag(agent)
+	if err != nil {
+		return invalidf("%v", err)
+	}
+	tags := slices.Sorted(maps.Keys(hashes))
+	type holder struct{ kind, id, key string }
+	var holders []holder // the machines and units among them
+	for _, tag := range tags {
+		kind, id, err := names.ParseTag(tag)
+		if err != nil {
+			return invalidf("%v", err)
+		}
+		switch kind {
+		case names.KindMachine:
+			holders = append(holders, holder{kind, id, MachineKey(id)})
+		case names.KindUnit:
+			holders = append(holders, holder{kind, id, UnitKey(id)})
+		}
+	}
+	return s.apply(ctx, "set credentials for "+agent, func(ctx context.Context) (*change, error) {
+		gets := []getOp{get(presenceKey(agent))}
+		for _, h := range holders {
+			gets = append(gets, getExists(h.key))
+		}
+		r, err := s.read(ctx, gets...)
+		if err != nil {
+			return nil, err
+		}
+		p := r.one(0)
+		switch {
+		case p == nil:
+			return nil, refused("presence", "the agent of %s %s is not present (instance %q): it issues no credentials until it is", kind, id, instance)
+		case string(p.Value) != instance:
+			return nil, refused("presence", "another agent of %s %s is present (instance %q, not %q): this one issues no credentials", kind, id, p.Value, instance)
+		}
+		for i, h := range holders {
+			if r.ranges[i+1].Count == 0 {
+				return nil, notFoundf("%s %s not found", h.kind, h.id)
+			}
+		}
+		c := &change{}
+		c.ifMod(presenceKey(agent), p.ModRevision)
+		for _, h := range holders {
+			c.ifExists(h.key)
+		}
+		for _, tag := range tags {
+			c.putRaw(credentialKey(tag), hashes[tag])
+		}
+		return c, nil
+	})
 }
 
 // CredentialHash returns the stored hash of tag's secret.

@@ -26,6 +26,9 @@ var (
 	// ErrAlreadyResolved: an answer to a failed hook for a unit already
 	// answered, whose agent has yet to act on it.
 	ErrAlreadyResolved = errors.New("already resolved")
+	// ErrBadJoinToken: a join token that does not join (used, expired,
+	// or not the one issued).
+	ErrBadJoinToken = errors.New("join token not valid")
 )
 
 // RuleError is a refusal by one of the life rules (docs/DESIGN.md). It matches

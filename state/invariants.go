@@ -234,6 +234,9 @@ func CheckInvariants(snap *Snapshot) error {
 			ek = UnitKey(strings.TrimPrefix(k, resolvedPrefix))
 		case strings.HasPrefix(k, controllerJoinsPrefix):
 			checkControllerJoin(k, snap.Values[k], bad)
+		case strings.HasPrefix(k, machineJoinsPrefix):
+			ek = MachineKey(strings.TrimPrefix(k, machineJoinsPrefix))
+			checkJoinToken(m, k, snap.Values[k], bad)
 		case strings.HasPrefix(k, credentialsPrefix):
 			kind, id, err := names.ParseTag(strings.TrimPrefix(k, credentialsPrefix))
 			switch {
@@ -289,6 +292,25 @@ func checkBarrier(snap *Snapshot, statuses []string, bad func(string, ...any)) {
 		} else if st.SyncedRevision > snap.Revision {
 			bad("%s: synced to barrier %d, past the store's revision %d", k, st.SyncedRevision, snap.Revision)
 		}
+	}
+}
+
+// checkJoinToken checks a join token: its machine, if it exists (its
+// absence is reported with the other records'), is manual, and the token
+// holds a hash and an expiry. (A machine may be dead with a token it
+// never used: its removal deletes it.)
+func checkJoinToken(m *model, k string, v []byte, bad func(string, ...any)) {
+	tok := &pb.MachineJoin{}
+	if err := proto.Unmarshal(v, tok); err != nil {
+		bad("%s: undecodable value: %v", k, err)
+		return
+	}
+	if tok.Hash == "" || tok.ExpiresUnixNano == 0 {
+		bad("join token %s has no hash or no expiry", k)
+	}
+	id := strings.TrimPrefix(k, machineJoinsPrefix)
+	if mach := m.machines[id]; mach != nil && !mach.Manual {
+		bad("join token %s of machine %s, which is not manual", k, id)
 	}
 }
 

@@ -37,7 +37,7 @@ const (
 var EntityPrefixes = []string{
 	machinesPrefix, servicesPrefix, unitsPrefix, relationsPrefix, scopesPrefix,
 	settingsPrefix, configPrefix, relkeysPrefix, statusPrefix, cleanupsPrefix, "refs/",
-	resolvedPrefix, statusHistoryPrefix,
+	resolvedPrefix, statusHistoryPrefix, machineJoinsPrefix,
 }
 
 // modelPrefixes are what Snapshot reads: everything but charm archives,

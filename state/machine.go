@@ -333,6 +333,7 @@ func (s *State) destroyManualMachine(ctx context.Context, id string) error {
 		c.ifAbsent(presenceKey(tag))
 		c.del(m.key)
 		c.del(credentialKey(tag))
+		c.del(MachineJoinKey(id)) // its join token, not used
 		return c, nil
 	})
 }
@@ -386,10 +387,10 @@ func (s *State) RemoveMachine(ctx context.Context, id string) error {
 	return s.RemoveMachines(ctx, []string{id})[0]
 }
 
-// removalsPerTxn bounds RemoveMachines' batches: four operations a
-// machine (its record compared and deleted, its status and credential
-// deleted).
-const removalsPerTxn = 16
+// removalsPerTxn bounds RemoveMachines' batches: five operations a
+// machine (its record compared and deleted, its status, credential and
+// join token deleted).
+const removalsPerTxn = 12
 
 // RemoveMachines is RemoveMachine of each of ids, removalsPerTxn of them in
 // a transaction: the provisioner removes the machines set dead together
@@ -413,6 +414,7 @@ func (s *State) RemoveMachines(ctx context.Context, ids []string) (errs []error)
 			c.del(StatusKey(k, id))
 		}
 		c.del(credentialKey(names.MachineTag(id)))
+		c.del(MachineJoinKey(id))
 		return nil
 	})
 }

@@ -27,12 +27,21 @@ const presencePrefix = "presence/"
 
 func presenceKey(tag string) string { return presencePrefix + tag }
 
+// PresencePrefix is where the presence keys are, for watching them: the
+// key of tag's presence is PresencePrefix+tag, its value the instance of
+// the agent holding it ("" for one that names none).
+const PresencePrefix = presencePrefix
+
 // Presence is a key held until Close: an agent's presence, or a
 // controller's registration (RegisterController).
 type Presence struct {
 	close func()
 	lost  <-chan struct{}
+	rev   int64
 }
+
+// Revision is the revision at which the key was put.
+func (p *Presence) Revision() int64 { return p.rev }
 
 // Close ends the presence at once.
 func (p *Presence) Close() { p.close() }
@@ -44,7 +53,34 @@ func (p *Presence) Lost() <-chan struct{} { return p.lost }
 // Present makes the agent with tag present until the returned Presence is
 // closed, or until ttl after this process stops keeping it (a crash).
 func (s *State) Present(ctx context.Context, tag string, ttl time.Duration) (*Presence, error) {
-	if _, _, err := names.ParseTag(tag); err != nil {
+	return s.PresentAs(ctx, tag, PresenceClaim{}, ttl)
+}
+
+// PresenceClaim names the agent process that claims a presence.
+type PresenceClaim struct {
+	// Instance is the agent process's: random, new each time it starts.
+	// None leaves the presence unfenced.
+	Instance string
+	// Previous is the instance of the agent that ran before it with the
+	// same data directory, if it knows one.
+	Previous string
+}
+
+// presenceTries bounds PresentAs's attempts when the key changes between
+// its read and its write.
+const presenceTries = 8
+
+// PresentAs is Present for the agent instance claim names, fenced: the
+// key holds the instance, and is taken only when it is absent, holds this
+// instance (the agent reconnecting, through this controller or another),
+// or holds claim.Previous (the agent restarted, taking over from its own
+// previous run at once rather than when that one's presence lapses). Held
+// by any other, it is refused (ErrRefused) for as long as that one is
+// present: one agent process a machine. The key's read, the decision and
+// its write are one transaction (the write compares the key as read).
+func (s *State) PresentAs(ctx context.Context, tag string, claim PresenceClaim, ttl time.Duration) (*Presence, error) {
+	kind, id, err := names.ParseTag(tag)
+	if err != nil {
 		return nil, invalidf("%v", err)
 	}
 	l, err := s.presences.acquire(ctx, s.lease, ttl)
@@ -52,14 +88,47 @@ func (s *State) Present(ctx context.Context, tag string, ttl time.Duration) (*Pr
 		return nil, fmt.Errorf("presence of %s: %w", tag, err)
 	}
 	key := presenceKey(tag)
-	put, err := s.kv.Put(ctx, key, "", clientv3.WithLease(l.id))
-	if err != nil {
-		s.presences.release(l)
-		return nil, fmt.Errorf("presence of %s: %w", tag, err)
+	var rev int64
+	for try := 0; ; try++ {
+		if claim.Instance == "" {
+			put, err := s.kv.Put(ctx, key, "", clientv3.WithLease(l.id))
+			if err != nil {
+				s.presences.release(l)
+				return nil, fmt.Errorf("presence of %s: %w", tag, err)
+			}
+			rev = put.Header.Revision
+			break
+		}
+		got, err := s.kv.Get(ctx, key)
+		if err != nil {
+			s.presences.release(l)
+			return nil, fmt.Errorf("presence of %s: %w", tag, err)
+		}
+		cond := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+		if len(got.Kvs) > 0 {
+			held := string(got.Kvs[0].Value)
+			if held != claim.Instance && (claim.Previous == "" || held != claim.Previous) {
+				s.presences.release(l)
+				return nil, refused("presence", "another agent of %s %s is present (instance %q): a second one is refused while it is", kind, id, held)
+			}
+			cond = clientv3.Compare(clientv3.ModRevision(key), "=", got.Kvs[0].ModRevision)
+		}
+		resp, err := s.kv.Txn(ctx).If(cond).Then(clientv3.OpPut(key, claim.Instance, clientv3.WithLease(l.id))).Commit()
+		if err != nil {
+			s.presences.release(l)
+			return nil, fmt.Errorf("presence of %s: %w", tag, err)
+		}
+		if resp.Succeeded {
+			rev = resp.Header.Revision
+			break
+		}
+		if try+1 == presenceTries {
+			s.presences.release(l)
+			return nil, fmt.Errorf("presence of %s: %w", tag, ErrAborted)
+		}
 	}
-	rev := put.Header.Revision
 	var once sync.Once
-	return &Presence{lost: l.done, close: func() {
+	return &Presence{lost: l.done, rev: rev, close: func() {
 		once.Do(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()

@@ -285,6 +285,23 @@ func (r *randomWorker) step(ctx context.Context, ops *atomic.Int64) error {
 			}
 			err = st.RemoveUnit(ctx, u.Name)
 		}
+	case n < 92:
+		// Join tokens for random machines (refused for those not
+		// manual), some expired; joins with them, some with the wrong
+		// secret, racing the machines' destruction and removal.
+		m, ok := pick(rng, v.machines)
+		if !ok {
+			return nil
+		}
+		hash := fmt.Sprintf("t%d", rng.IntN(3))
+		if rng.IntN(2) == 0 {
+			op = "join-token"
+			expires := time.Now().Add(time.Duration(rng.IntN(3)-1) * time.Hour)
+			err = st.SetJoinTokens(ctx, map[string]*pb.MachineJoin{m: {Hash: hash, ExpiresUnixNano: expires.UnixNano()}})
+		} else {
+			op = "join"
+			err = st.JoinMachine(ctx, m, func(h string) bool { return h == hash }, time.Now(), "c-"+hash)
+		}
 	case n < 94:
 		op = "set-status"
 		u, ok := pick(rng, v.units)
@@ -321,7 +338,8 @@ func (r *randomWorker) step(ctx context.Context, ops *atomic.Int64) error {
 	case err == nil:
 		r.counts["ok"]++
 	case errors.Is(err, state.ErrRefused), errors.Is(err, state.ErrNotFound),
-		errors.Is(err, state.ErrAlreadyExists), errors.Is(err, state.ErrInvalid):
+		errors.Is(err, state.ErrAlreadyExists), errors.Is(err, state.ErrInvalid),
+		errors.Is(err, state.ErrBadJoinToken):
 		r.counts["refused"]++
 	case errors.Is(err, state.ErrAborted):
 		r.counts["aborted"]++

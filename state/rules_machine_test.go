@@ -271,8 +271,9 @@ func TestMachinesTogether(t *testing.T) {
 
 // TestDestroyManualMachineThatNeverJoined: a manual machine whose agent
 // never joined (no instance, no unit, no status ever reported, no
-// presence) is removed at once by a plain destroy, its credential with it;
-// any other machine becomes dying, and waits for its agent.
+// presence) is removed at once by a plain destroy, its credential and its
+// join token with it; any other machine becomes dying, and waits for its
+// agent.
 func TestDestroyManualMachineThatNeverJoined(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -313,6 +314,9 @@ func TestDestroyManualMachineThatNeverJoined(t *testing.T) {
 			id := ms[0].Id
 			tag := names.MachineTag(id)
 			must(t, "SetCredential", st.SetCredential(ctx, tag, "hash"))
+			if tt.manual {
+				must(t, "SetJoinTokens", st.SetJoinTokens(ctx, map[string]*pb.MachineJoin{id: {Hash: "token", ExpiresUnixNano: time.Now().Add(time.Hour).UnixNano()}}))
+			}
 			if tt.setup != nil {
 				tt.setup(t, ctx, st, id)
 			}
@@ -331,6 +335,11 @@ func TestDestroyManualMachineThatNeverJoined(t *testing.T) {
 			_, err = st.CredentialHash(ctx, tag)
 			if gone := errors.Is(err, state.ErrNotFound); gone != (tt.want == "removed") {
 				t.Errorf("CredentialHash(%s) = %v after DestroyMachine: want it gone %v", tag, err, tt.want == "removed")
+			}
+			snap, err := st.Snapshot(ctx)
+			must(t, "Snapshot", err)
+			if _, kept := snap.Values[state.MachineJoinKey(id)]; tt.manual && kept == (tt.want == "removed") {
+				t.Errorf("machine %s's join token kept %v after DestroyMachine, want kept %v", id, kept, tt.want != "removed")
 			}
 			err = st.DestroyMachine(ctx, id, state.DestroyOptions{})
 			if tt.want == "removed" {

@@ -9,10 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/etcdtest"
-	"github.com/lifelinehq/lifeline/state"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/namespace"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lifelinehq/lifeline/etcdtest"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/state"
 )
 
 func next(t *testing.T, ch <-chan state.WatchBatch) state.WatchBatch {
@@ -208,6 +211,9 @@ func TestCheckInvariantsCatchesBrokenModels(t *testing.T) {
 		{"relation of a missing service", func(v map[string][]byte) { delete(v, "services/kv"); delete(v, "config/kv") }, "I6: relation 1 (app:db kv:server): service kv does not exist"},
 		{"sequence behind", func(v map[string][]byte) { v["seq/machine"] = []byte("1") }, "I7: machine 1 is not below its sequence 1"},
 		{"missing reference", func(v map[string][]byte) { delete(v, "refs/machine-alive-units/0/app/0") }, "alive reference from machine 0 is false"},
+		{"join token of a missing machine", func(v map[string][]byte) { v["machine-joins/9"] = joinToken(t) }, "machine-joins/9 outlives its entity"},
+		{"join token of a provided machine", func(v map[string][]byte) { v["machine-joins/0"] = joinToken(t) }, "join token machine-joins/0 of machine 0, which is not manual"},
+		{"join token without an expiry", func(v map[string][]byte) { v["machine-joins/9"] = []byte{} }, "join token machine-joins/9 has no hash or no expiry"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -245,6 +251,15 @@ func TestCheckInvariantsCatchesBrokenModels(t *testing.T) {
 			}
 		})
 	}
+}
+
+// joinToken is a stored join token's value.
+func joinToken(t *testing.T) []byte {
+	b, err := proto.Marshal(&pb.MachineJoin{Hash: "h", ExpiresUnixNano: time.Now().UnixNano()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // TestListManyIsListAtOneRevision lists many keys and prefixes at once:

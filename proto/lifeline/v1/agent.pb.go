@@ -1290,8 +1290,13 @@ func (*SetMachineStatusResponse) Descriptor() ([]byte, []int) {
 }
 
 type IssueUnitCredentialsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Units         []string               `protobuf:"bytes,1,rep,name=units,proto3" json:"units,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Units []string               `protobuf:"bytes,1,rep,name=units,proto3" json:"units,omitempty"`
+	// instance, when set, is the asking machine agent's instance (its
+	// PresenceRequest's): the credentials are issued only while that
+	// instance is the machine's present one, in the same transaction, and
+	// refused (FailedPrecondition) otherwise.
+	Instance      string `protobuf:"bytes,2,opt,name=instance,proto3" json:"instance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1331,6 +1336,13 @@ func (x *IssueUnitCredentialsRequest) GetUnits() []string {
 		return x.Units
 	}
 	return nil
+}
+
+func (x *IssueUnitCredentialsRequest) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
 }
 
 type IssueUnitCredentialsResponse struct {
@@ -3115,9 +3127,19 @@ func (x *GetAgentSettingsResponse) GetControllerAddresses() []string {
 }
 
 type PresenceRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// instance, read from the first request of a stream, names the agent
+	// process: random, new each time the agent starts. A machine is held
+	// by one instance at a time: another is refused (FailedPrecondition)
+	// while the one that holds it is present. An agent that sends none
+	// is not fenced.
+	Instance string `protobuf:"bytes,1,opt,name=instance,proto3" json:"instance,omitempty"`
+	// previous_instance is the instance of the agent that ran before this
+	// one with the same data directory: it takes the machine over at once,
+	// without waiting for that one's presence to lapse.
+	PreviousInstance string `protobuf:"bytes,2,opt,name=previous_instance,json=previousInstance,proto3" json:"previous_instance,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PresenceRequest) Reset() {
@@ -3148,6 +3170,20 @@ func (x *PresenceRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use PresenceRequest.ProtoReflect.Descriptor instead.
 func (*PresenceRequest) Descriptor() ([]byte, []int) {
 	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *PresenceRequest) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
+}
+
+func (x *PresenceRequest) GetPreviousInstance() string {
+	if x != nil {
+		return x.PreviousInstance
+	}
+	return ""
 }
 
 type PresenceResponse struct {
@@ -3265,9 +3301,10 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x17SetMachineStatusRequest\x12\x18\n" +
 	"\amachine\x18\x01 \x01(\tR\amachine\x12+\n" +
 	"\x06status\x18\x02 \x01(\v2\x13.lifeline.v1.StatusR\x06status\"\x1a\n" +
-	"\x18SetMachineStatusResponse\"3\n" +
+	"\x18SetMachineStatusResponse\"O\n" +
 	"\x1bIssueUnitCredentialsRequest\x12\x14\n" +
-	"\x05units\x18\x01 \x03(\tR\x05units\"]\n" +
+	"\x05units\x18\x01 \x03(\tR\x05units\x12\x1a\n" +
+	"\binstance\x18\x02 \x01(\tR\binstance\"]\n" +
 	"\x1cIssueUnitCredentialsResponse\x12=\n" +
 	"\vcredentials\x18\x01 \x03(\v2\x1b.lifeline.v1.UnitCredentialR\vcredentials\"N\n" +
 	"\x0eUnitCredential\x12\x12\n" +
@@ -3363,8 +3400,10 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x17GetAgentSettingsRequest\"u\n" +
 	"\x18GetAgentSettingsResponse\x12&\n" +
 	"\x0fhook_timeout_ms\x18\x01 \x01(\x03R\rhookTimeoutMs\x121\n" +
-	"\x14controller_addresses\x18\x02 \x03(\tR\x13controllerAddresses\"\x11\n" +
-	"\x0fPresenceRequest\"<\n" +
+	"\x14controller_addresses\x18\x02 \x03(\tR\x13controllerAddresses\"Z\n" +
+	"\x0fPresenceRequest\x12\x1a\n" +
+	"\binstance\x18\x01 \x01(\tR\binstance\x12+\n" +
+	"\x11previous_instance\x18\x02 \x01(\tR\x10previousInstance\"<\n" +
 	"\x10PresenceResponse\x12(\n" +
 	"\x10ping_interval_ms\x18\x01 \x01(\x03R\x0epingIntervalMs*m\n" +
 	"\x0eUnitStatusKind\x12 \n" +

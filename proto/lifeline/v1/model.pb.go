@@ -1351,6 +1351,62 @@ func (x *Cleanup) GetNotBeforeUnixNano() int64 {
 	return 0
 }
 
+// MachineJoin is a manual machine's join token waiting for its host, at
+// machine-joins/<machine>: the hash of the token's secret and when it
+// expires. The join that uses it deletes it, in the transaction that
+// stores the machine's credential; it goes with the machine too.
+type MachineJoin struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Hash            string                 `protobuf:"bytes,1,opt,name=hash,proto3" json:"hash,omitempty"`
+	ExpiresUnixNano int64                  `protobuf:"varint,2,opt,name=expires_unix_nano,json=expiresUnixNano,proto3" json:"expires_unix_nano,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *MachineJoin) Reset() {
+	*x = MachineJoin{}
+	mi := &file_lifeline_v1_model_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MachineJoin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MachineJoin) ProtoMessage() {}
+
+func (x *MachineJoin) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_model_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MachineJoin.ProtoReflect.Descriptor instead.
+func (*MachineJoin) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *MachineJoin) GetHash() string {
+	if x != nil {
+		return x.Hash
+	}
+	return ""
+}
+
+func (x *MachineJoin) GetExpiresUnixNano() int64 {
+	if x != nil {
+		return x.ExpiresUnixNano
+	}
+	return 0
+}
+
 // ConfigOption is one option a charm's config.yaml declares.
 type ConfigOption struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1366,7 +1422,7 @@ type ConfigOption struct {
 
 func (x *ConfigOption) Reset() {
 	*x = ConfigOption{}
-	mi := &file_lifeline_v1_model_proto_msgTypes[15]
+	mi := &file_lifeline_v1_model_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1434,7 @@ func (x *ConfigOption) String() string {
 func (*ConfigOption) ProtoMessage() {}
 
 func (x *ConfigOption) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_model_proto_msgTypes[15]
+	mi := &file_lifeline_v1_model_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1447,7 @@ func (x *ConfigOption) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigOption.ProtoReflect.Descriptor instead.
 func (*ConfigOption) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{15}
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ConfigOption) GetName() string {
@@ -1445,7 +1501,7 @@ type Charm struct {
 
 func (x *Charm) Reset() {
 	*x = Charm{}
-	mi := &file_lifeline_v1_model_proto_msgTypes[16]
+	mi := &file_lifeline_v1_model_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1513,7 @@ func (x *Charm) String() string {
 func (*Charm) ProtoMessage() {}
 
 func (x *Charm) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_model_proto_msgTypes[16]
+	mi := &file_lifeline_v1_model_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1526,7 @@ func (x *Charm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Charm.ProtoReflect.Descriptor instead.
 func (*Charm) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{16}
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Charm) GetName() string {
@@ -1553,7 +1609,7 @@ type Resolved struct {
 
 func (x *Resolved) Reset() {
 	*x = Resolved{}
-	mi := &file_lifeline_v1_model_proto_msgTypes[17]
+	mi := &file_lifeline_v1_model_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1621,7 @@ func (x *Resolved) String() string {
 func (*Resolved) ProtoMessage() {}
 
 func (x *Resolved) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_model_proto_msgTypes[17]
+	mi := &file_lifeline_v1_model_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1634,7 @@ func (x *Resolved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resolved.ProtoReflect.Descriptor instead.
 func (*Resolved) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{17}
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Resolved) GetMode() ResolvedMode {
@@ -1603,7 +1659,7 @@ type StatusReportResult struct {
 
 func (x *StatusReportResult) Reset() {
 	*x = StatusReportResult{}
-	mi := &file_lifeline_v1_model_proto_msgTypes[18]
+	mi := &file_lifeline_v1_model_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1615,7 +1671,7 @@ func (x *StatusReportResult) String() string {
 func (*StatusReportResult) ProtoMessage() {}
 
 func (x *StatusReportResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_model_proto_msgTypes[18]
+	mi := &file_lifeline_v1_model_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1628,7 +1684,7 @@ func (x *StatusReportResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReportResult.ProtoReflect.Descriptor instead.
 func (*StatusReportResult) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{18}
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StatusReportResult) GetCode() uint32 {
@@ -1665,7 +1721,7 @@ type ControllerJoin struct {
 
 func (x *ControllerJoin) Reset() {
 	*x = ControllerJoin{}
-	mi := &file_lifeline_v1_model_proto_msgTypes[19]
+	mi := &file_lifeline_v1_model_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1677,7 +1733,7 @@ func (x *ControllerJoin) String() string {
 func (*ControllerJoin) ProtoMessage() {}
 
 func (x *ControllerJoin) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_model_proto_msgTypes[19]
+	mi := &file_lifeline_v1_model_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1690,7 +1746,7 @@ func (x *ControllerJoin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControllerJoin.ProtoReflect.Descriptor instead.
 func (*ControllerJoin) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{19}
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ControllerJoin) GetSecretHash() string {
@@ -1801,7 +1857,10 @@ const file_lifeline_v1_model_proto_rawDesc = "" +
 	"\aCleanup\x12,\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x18.lifeline.v1.CleanupKindR\x04kind\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12/\n" +
-	"\x14not_before_unix_nano\x18\x03 \x01(\x03R\x11notBeforeUnixNano\"\x8c\x01\n" +
+	"\x14not_before_unix_nano\x18\x03 \x01(\x03R\x11notBeforeUnixNano\"M\n" +
+	"\vMachineJoin\x12\x12\n" +
+	"\x04hash\x18\x01 \x01(\tR\x04hash\x12*\n" +
+	"\x11expires_unix_nano\x18\x02 \x01(\x03R\x0fexpiresUnixNano\"\x8c\x01\n" +
 	"\fConfigOption\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x122\n" +
@@ -1869,7 +1928,7 @@ func file_lifeline_v1_model_proto_rawDescGZIP() []byte {
 }
 
 var file_lifeline_v1_model_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_lifeline_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_lifeline_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_lifeline_v1_model_proto_goTypes = []any{
 	(Life)(0),                  // 0: lifeline.v1.Life
 	(Role)(0),                  // 1: lifeline.v1.Role
@@ -1891,14 +1950,15 @@ var file_lifeline_v1_model_proto_goTypes = []any{
 	(*Barrier)(nil),            // 17: lifeline.v1.Barrier
 	(*StatusHistoryEntry)(nil), // 18: lifeline.v1.StatusHistoryEntry
 	(*Cleanup)(nil),            // 19: lifeline.v1.Cleanup
-	(*ConfigOption)(nil),       // 20: lifeline.v1.ConfigOption
-	(*Charm)(nil),              // 21: lifeline.v1.Charm
-	(*Resolved)(nil),           // 22: lifeline.v1.Resolved
-	(*StatusReportResult)(nil), // 23: lifeline.v1.StatusReportResult
-	(*ControllerJoin)(nil),     // 24: lifeline.v1.ControllerJoin
-	nil,                        // 25: lifeline.v1.ServiceConfig.ValuesEntry
-	nil,                        // 26: lifeline.v1.Settings.ValuesEntry
-	nil,                        // 27: lifeline.v1.Status.DataEntry
+	(*MachineJoin)(nil),        // 20: lifeline.v1.MachineJoin
+	(*ConfigOption)(nil),       // 21: lifeline.v1.ConfigOption
+	(*Charm)(nil),              // 22: lifeline.v1.Charm
+	(*Resolved)(nil),           // 23: lifeline.v1.Resolved
+	(*StatusReportResult)(nil), // 24: lifeline.v1.StatusReportResult
+	(*ControllerJoin)(nil),     // 25: lifeline.v1.ControllerJoin
+	nil,                        // 26: lifeline.v1.ServiceConfig.ValuesEntry
+	nil,                        // 27: lifeline.v1.Settings.ValuesEntry
+	nil,                        // 28: lifeline.v1.Status.DataEntry
 }
 var file_lifeline_v1_model_proto_depIdxs = []int32{
 	0,  // 0: lifeline.v1.Machine.life:type_name -> lifeline.v1.Life
@@ -1907,19 +1967,19 @@ var file_lifeline_v1_model_proto_depIdxs = []int32{
 	0,  // 3: lifeline.v1.Service.life:type_name -> lifeline.v1.Life
 	6,  // 4: lifeline.v1.Service.charm:type_name -> lifeline.v1.CharmRef
 	7,  // 5: lifeline.v1.Service.endpoints:type_name -> lifeline.v1.Endpoint
-	25, // 6: lifeline.v1.ServiceConfig.values:type_name -> lifeline.v1.ServiceConfig.ValuesEntry
+	26, // 6: lifeline.v1.ServiceConfig.values:type_name -> lifeline.v1.ServiceConfig.ValuesEntry
 	0,  // 7: lifeline.v1.Unit.life:type_name -> lifeline.v1.Life
 	7,  // 8: lifeline.v1.RelationEndpoint.endpoint:type_name -> lifeline.v1.Endpoint
 	0,  // 9: lifeline.v1.Relation.life:type_name -> lifeline.v1.Life
 	12, // 10: lifeline.v1.Relation.endpoints:type_name -> lifeline.v1.RelationEndpoint
 	2,  // 11: lifeline.v1.Relation.scope:type_name -> lifeline.v1.Scope
-	26, // 12: lifeline.v1.Settings.values:type_name -> lifeline.v1.Settings.ValuesEntry
-	27, // 13: lifeline.v1.Status.data:type_name -> lifeline.v1.Status.DataEntry
+	27, // 12: lifeline.v1.Settings.values:type_name -> lifeline.v1.Settings.ValuesEntry
+	28, // 13: lifeline.v1.Status.data:type_name -> lifeline.v1.Status.DataEntry
 	16, // 14: lifeline.v1.StatusHistoryEntry.status:type_name -> lifeline.v1.Status
 	3,  // 15: lifeline.v1.Cleanup.kind:type_name -> lifeline.v1.CleanupKind
 	9,  // 16: lifeline.v1.ConfigOption.default:type_name -> lifeline.v1.ConfigValue
 	7,  // 17: lifeline.v1.Charm.endpoints:type_name -> lifeline.v1.Endpoint
-	20, // 18: lifeline.v1.Charm.options:type_name -> lifeline.v1.ConfigOption
+	21, // 18: lifeline.v1.Charm.options:type_name -> lifeline.v1.ConfigOption
 	4,  // 19: lifeline.v1.Resolved.mode:type_name -> lifeline.v1.ResolvedMode
 	9,  // 20: lifeline.v1.ServiceConfig.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
 	21, // [21:21] is the sub-list for method output_type
@@ -1946,7 +2006,7 @@ func file_lifeline_v1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_model_proto_rawDesc), len(file_lifeline_v1_model_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

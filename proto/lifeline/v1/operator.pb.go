@@ -1312,11 +1312,14 @@ func (x *AddUnitsResponse) GetUnits() []*Unit {
 type AddMachinesRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	NumMachines int32                  `protobuf:"varint,1,opt,name=num_machines,json=numMachines,proto3" json:"num_machines,omitempty"`
-	// manual machines are not provisioned: each comes with a one-time join
-	// token for lifelined machine-agent --join.
-	Manual        bool `protobuf:"varint,2,opt,name=manual,proto3" json:"manual,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// manual machines are not provisioned: each comes with a join token for
+	// lifelined machine-agent --join-file, good for one join.
+	Manual bool `protobuf:"varint,2,opt,name=manual,proto3" json:"manual,omitempty"`
+	// join_token_ttl_ms is how long the join tokens stay good (1 hour when
+	// 0; at most 7 days).
+	JoinTokenTtlMs int64 `protobuf:"varint,3,opt,name=join_token_ttl_ms,json=joinTokenTtlMs,proto3" json:"join_token_ttl_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AddMachinesRequest) Reset() {
@@ -1361,6 +1364,13 @@ func (x *AddMachinesRequest) GetManual() bool {
 		return x.Manual
 	}
 	return false
+}
+
+func (x *AddMachinesRequest) GetJoinTokenTtlMs() int64 {
+	if x != nil {
+		return x.JoinTokenTtlMs
+	}
+	return 0
 }
 
 type AddMachinesResponse struct {
@@ -1416,6 +1426,104 @@ func (x *AddMachinesResponse) GetJoinTokens() []string {
 	return nil
 }
 
+type IssueJoinTokenRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Machine string                 `protobuf:"bytes,1,opt,name=machine,proto3" json:"machine,omitempty"`
+	// ttl_ms is how long the token stays good (1 hour when 0; at most 7
+	// days).
+	TtlMs         int64 `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueJoinTokenRequest) Reset() {
+	*x = IssueJoinTokenRequest{}
+	mi := &file_lifeline_v1_operator_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueJoinTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueJoinTokenRequest) ProtoMessage() {}
+
+func (x *IssueJoinTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_operator_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueJoinTokenRequest.ProtoReflect.Descriptor instead.
+func (*IssueJoinTokenRequest) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *IssueJoinTokenRequest) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+func (x *IssueJoinTokenRequest) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+type IssueJoinTokenResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JoinToken     string                 `protobuf:"bytes,1,opt,name=join_token,json=joinToken,proto3" json:"join_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueJoinTokenResponse) Reset() {
+	*x = IssueJoinTokenResponse{}
+	mi := &file_lifeline_v1_operator_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueJoinTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueJoinTokenResponse) ProtoMessage() {}
+
+func (x *IssueJoinTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_operator_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueJoinTokenResponse.ProtoReflect.Descriptor instead.
+func (*IssueJoinTokenResponse) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *IssueJoinTokenResponse) GetJoinToken() string {
+	if x != nil {
+		return x.JoinToken
+	}
+	return ""
+}
+
 type AddRelationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// endpoints are two "SERVICE" or "SERVICE:ENDPOINT".
@@ -1426,7 +1534,7 @@ type AddRelationRequest struct {
 
 func (x *AddRelationRequest) Reset() {
 	*x = AddRelationRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[21]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1546,7 @@ func (x *AddRelationRequest) String() string {
 func (*AddRelationRequest) ProtoMessage() {}
 
 func (x *AddRelationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[21]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1559,7 @@ func (x *AddRelationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRelationRequest.ProtoReflect.Descriptor instead.
 func (*AddRelationRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{21}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AddRelationRequest) GetEndpoints() []string {
@@ -1470,7 +1578,7 @@ type AddRelationResponse struct {
 
 func (x *AddRelationResponse) Reset() {
 	*x = AddRelationResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[22]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1590,7 @@ func (x *AddRelationResponse) String() string {
 func (*AddRelationResponse) ProtoMessage() {}
 
 func (x *AddRelationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[22]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1603,7 @@ func (x *AddRelationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRelationResponse.ProtoReflect.Descriptor instead.
 func (*AddRelationResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{22}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AddRelationResponse) GetRelation() *Relation {
@@ -1514,7 +1622,7 @@ type DestroyRelationRequest struct {
 
 func (x *DestroyRelationRequest) Reset() {
 	*x = DestroyRelationRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[23]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1634,7 @@ func (x *DestroyRelationRequest) String() string {
 func (*DestroyRelationRequest) ProtoMessage() {}
 
 func (x *DestroyRelationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[23]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1647,7 @@ func (x *DestroyRelationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyRelationRequest.ProtoReflect.Descriptor instead.
 func (*DestroyRelationRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{23}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DestroyRelationRequest) GetEndpoints() []string {
@@ -1557,7 +1665,7 @@ type DestroyRelationResponse struct {
 
 func (x *DestroyRelationResponse) Reset() {
 	*x = DestroyRelationResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[24]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1677,7 @@ func (x *DestroyRelationResponse) String() string {
 func (*DestroyRelationResponse) ProtoMessage() {}
 
 func (x *DestroyRelationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[24]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1690,7 @@ func (x *DestroyRelationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyRelationResponse.ProtoReflect.Descriptor instead.
 func (*DestroyRelationResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{24}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{26}
 }
 
 type DestroyUnitRequest struct {
@@ -1598,7 +1706,7 @@ type DestroyUnitRequest struct {
 
 func (x *DestroyUnitRequest) Reset() {
 	*x = DestroyUnitRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[25]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1718,7 @@ func (x *DestroyUnitRequest) String() string {
 func (*DestroyUnitRequest) ProtoMessage() {}
 
 func (x *DestroyUnitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[25]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1731,7 @@ func (x *DestroyUnitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyUnitRequest.ProtoReflect.Descriptor instead.
 func (*DestroyUnitRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{25}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DestroyUnitRequest) GetUnit() string {
@@ -1655,7 +1763,7 @@ type DestroyUnitResponse struct {
 
 func (x *DestroyUnitResponse) Reset() {
 	*x = DestroyUnitResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[26]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +1775,7 @@ func (x *DestroyUnitResponse) String() string {
 func (*DestroyUnitResponse) ProtoMessage() {}
 
 func (x *DestroyUnitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[26]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +1788,7 @@ func (x *DestroyUnitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyUnitResponse.ProtoReflect.Descriptor instead.
 func (*DestroyUnitResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{26}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{28}
 }
 
 type DestroyMachineRequest struct {
@@ -1694,7 +1802,7 @@ type DestroyMachineRequest struct {
 
 func (x *DestroyMachineRequest) Reset() {
 	*x = DestroyMachineRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[27]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1706,7 +1814,7 @@ func (x *DestroyMachineRequest) String() string {
 func (*DestroyMachineRequest) ProtoMessage() {}
 
 func (x *DestroyMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[27]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1719,7 +1827,7 @@ func (x *DestroyMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyMachineRequest.ProtoReflect.Descriptor instead.
 func (*DestroyMachineRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{27}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DestroyMachineRequest) GetMachine() string {
@@ -1751,7 +1859,7 @@ type DestroyMachineResponse struct {
 
 func (x *DestroyMachineResponse) Reset() {
 	*x = DestroyMachineResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[28]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +1871,7 @@ func (x *DestroyMachineResponse) String() string {
 func (*DestroyMachineResponse) ProtoMessage() {}
 
 func (x *DestroyMachineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[28]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +1884,7 @@ func (x *DestroyMachineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyMachineResponse.ProtoReflect.Descriptor instead.
 func (*DestroyMachineResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{28}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{30}
 }
 
 type DestroyMachinesRequest struct {
@@ -1791,7 +1899,7 @@ type DestroyMachinesRequest struct {
 
 func (x *DestroyMachinesRequest) Reset() {
 	*x = DestroyMachinesRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[29]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1803,7 +1911,7 @@ func (x *DestroyMachinesRequest) String() string {
 func (*DestroyMachinesRequest) ProtoMessage() {}
 
 func (x *DestroyMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[29]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1816,7 +1924,7 @@ func (x *DestroyMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyMachinesRequest.ProtoReflect.Descriptor instead.
 func (*DestroyMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{29}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DestroyMachinesRequest) GetMachines() []string {
@@ -1851,7 +1959,7 @@ type DestroyMachinesResponse struct {
 
 func (x *DestroyMachinesResponse) Reset() {
 	*x = DestroyMachinesResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[30]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1863,7 +1971,7 @@ func (x *DestroyMachinesResponse) String() string {
 func (*DestroyMachinesResponse) ProtoMessage() {}
 
 func (x *DestroyMachinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[30]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1876,7 +1984,7 @@ func (x *DestroyMachinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyMachinesResponse.ProtoReflect.Descriptor instead.
 func (*DestroyMachinesResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{30}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DestroyMachinesResponse) GetResults() []*StatusReportResult {
@@ -1895,7 +2003,7 @@ type DestroyServiceRequest struct {
 
 func (x *DestroyServiceRequest) Reset() {
 	*x = DestroyServiceRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[31]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +2015,7 @@ func (x *DestroyServiceRequest) String() string {
 func (*DestroyServiceRequest) ProtoMessage() {}
 
 func (x *DestroyServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[31]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,7 +2028,7 @@ func (x *DestroyServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyServiceRequest.ProtoReflect.Descriptor instead.
 func (*DestroyServiceRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{31}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DestroyServiceRequest) GetService() string {
@@ -1938,7 +2046,7 @@ type DestroyServiceResponse struct {
 
 func (x *DestroyServiceResponse) Reset() {
 	*x = DestroyServiceResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[32]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2058,7 @@ func (x *DestroyServiceResponse) String() string {
 func (*DestroyServiceResponse) ProtoMessage() {}
 
 func (x *DestroyServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[32]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2071,7 @@ func (x *DestroyServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyServiceResponse.ProtoReflect.Descriptor instead.
 func (*DestroyServiceResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{32}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{34}
 }
 
 type ResolvedRequest struct {
@@ -1979,7 +2087,7 @@ type ResolvedRequest struct {
 
 func (x *ResolvedRequest) Reset() {
 	*x = ResolvedRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1991,7 +2099,7 @@ func (x *ResolvedRequest) String() string {
 func (*ResolvedRequest) ProtoMessage() {}
 
 func (x *ResolvedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2004,7 +2112,7 @@ func (x *ResolvedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvedRequest.ProtoReflect.Descriptor instead.
 func (*ResolvedRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{33}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ResolvedRequest) GetUnit() string {
@@ -2038,7 +2146,7 @@ type ResolvedResponse struct {
 
 func (x *ResolvedResponse) Reset() {
 	*x = ResolvedResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2158,7 @@ func (x *ResolvedResponse) String() string {
 func (*ResolvedResponse) ProtoMessage() {}
 
 func (x *ResolvedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2171,7 @@ func (x *ResolvedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvedResponse.ProtoReflect.Descriptor instead.
 func (*ResolvedResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{34}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ResolvedResponse) GetResults() []*ResolvedResult {
@@ -2087,7 +2195,7 @@ type ResolvedResult struct {
 
 func (x *ResolvedResult) Reset() {
 	*x = ResolvedResult{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2099,7 +2207,7 @@ func (x *ResolvedResult) String() string {
 func (*ResolvedResult) ProtoMessage() {}
 
 func (x *ResolvedResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2112,7 +2220,7 @@ func (x *ResolvedResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvedResult.ProtoReflect.Descriptor instead.
 func (*ResolvedResult) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{35}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ResolvedResult) GetUnit() string {
@@ -2145,7 +2253,7 @@ type GetConfigRequest struct {
 
 func (x *GetConfigRequest) Reset() {
 	*x = GetConfigRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2157,7 +2265,7 @@ func (x *GetConfigRequest) String() string {
 func (*GetConfigRequest) ProtoMessage() {}
 
 func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2170,7 +2278,7 @@ func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{36}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetConfigRequest) GetService() string {
@@ -2192,7 +2300,7 @@ type GetConfigResponse struct {
 
 func (x *GetConfigResponse) Reset() {
 	*x = GetConfigResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2204,7 +2312,7 @@ func (x *GetConfigResponse) String() string {
 func (*GetConfigResponse) ProtoMessage() {}
 
 func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2217,7 +2325,7 @@ func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{37}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetConfigResponse) GetOptions() []*ConfigOption {
@@ -2248,7 +2356,7 @@ type SetConfigRequest struct {
 
 func (x *SetConfigRequest) Reset() {
 	*x = SetConfigRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[38]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2260,7 +2368,7 @@ func (x *SetConfigRequest) String() string {
 func (*SetConfigRequest) ProtoMessage() {}
 
 func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[38]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2273,7 +2381,7 @@ func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{38}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SetConfigRequest) GetService() string {
@@ -2305,7 +2413,7 @@ type SetConfigResponse struct {
 
 func (x *SetConfigResponse) Reset() {
 	*x = SetConfigResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[39]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2317,7 +2425,7 @@ func (x *SetConfigResponse) String() string {
 func (*SetConfigResponse) ProtoMessage() {}
 
 func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[39]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2330,7 +2438,7 @@ func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{39}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{41}
 }
 
 type ShowStatusLogRequest struct {
@@ -2345,7 +2453,7 @@ type ShowStatusLogRequest struct {
 
 func (x *ShowStatusLogRequest) Reset() {
 	*x = ShowStatusLogRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[40]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2357,7 +2465,7 @@ func (x *ShowStatusLogRequest) String() string {
 func (*ShowStatusLogRequest) ProtoMessage() {}
 
 func (x *ShowStatusLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[40]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2370,7 +2478,7 @@ func (x *ShowStatusLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowStatusLogRequest.ProtoReflect.Descriptor instead.
 func (*ShowStatusLogRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{40}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ShowStatusLogRequest) GetUnit() string {
@@ -2397,7 +2505,7 @@ type ShowStatusLogResponse struct {
 
 func (x *ShowStatusLogResponse) Reset() {
 	*x = ShowStatusLogResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[41]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2409,7 +2517,7 @@ func (x *ShowStatusLogResponse) String() string {
 func (*ShowStatusLogResponse) ProtoMessage() {}
 
 func (x *ShowStatusLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[41]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2422,7 +2530,7 @@ func (x *ShowStatusLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowStatusLogResponse.ProtoReflect.Descriptor instead.
 func (*ShowStatusLogResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{41}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ShowStatusLogResponse) GetEntries() []*StatusLogEntry {
@@ -2448,7 +2556,7 @@ type StatusLogEntry struct {
 
 func (x *StatusLogEntry) Reset() {
 	*x = StatusLogEntry{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[42]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2460,7 +2568,7 @@ func (x *StatusLogEntry) String() string {
 func (*StatusLogEntry) ProtoMessage() {}
 
 func (x *StatusLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[42]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2473,7 +2581,7 @@ func (x *StatusLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusLogEntry.ProtoReflect.Descriptor instead.
 func (*StatusLogEntry) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{42}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StatusLogEntry) GetKind() string {
@@ -2522,7 +2630,7 @@ type AddControllerRequest struct {
 
 func (x *AddControllerRequest) Reset() {
 	*x = AddControllerRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[43]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2534,7 +2642,7 @@ func (x *AddControllerRequest) String() string {
 func (*AddControllerRequest) ProtoMessage() {}
 
 func (x *AddControllerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[43]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2547,7 +2655,7 @@ func (x *AddControllerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddControllerRequest.ProtoReflect.Descriptor instead.
 func (*AddControllerRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{43}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AddControllerRequest) GetValidForMs() int64 {
@@ -2575,7 +2683,7 @@ type AddControllerResponse struct {
 
 func (x *AddControllerResponse) Reset() {
 	*x = AddControllerResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[44]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2587,7 +2695,7 @@ func (x *AddControllerResponse) String() string {
 func (*AddControllerResponse) ProtoMessage() {}
 
 func (x *AddControllerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[44]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2600,7 +2708,7 @@ func (x *AddControllerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddControllerResponse.ProtoReflect.Descriptor instead.
 func (*AddControllerResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{44}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AddControllerResponse) GetToken() string {
@@ -2739,14 +2847,21 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\tnum_units\x18\x02 \x01(\x05R\bnumUnits\x12\x0e\n" +
 	"\x02to\x18\x03 \x01(\tR\x02to\";\n" +
 	"\x10AddUnitsResponse\x12'\n" +
-	"\x05units\x18\x01 \x03(\v2\x11.lifeline.v1.UnitR\x05units\"O\n" +
+	"\x05units\x18\x01 \x03(\v2\x11.lifeline.v1.UnitR\x05units\"z\n" +
 	"\x12AddMachinesRequest\x12!\n" +
 	"\fnum_machines\x18\x01 \x01(\x05R\vnumMachines\x12\x16\n" +
-	"\x06manual\x18\x02 \x01(\bR\x06manual\"h\n" +
+	"\x06manual\x18\x02 \x01(\bR\x06manual\x12)\n" +
+	"\x11join_token_ttl_ms\x18\x03 \x01(\x03R\x0ejoinTokenTtlMs\"h\n" +
 	"\x13AddMachinesResponse\x120\n" +
 	"\bmachines\x18\x01 \x03(\v2\x14.lifeline.v1.MachineR\bmachines\x12\x1f\n" +
 	"\vjoin_tokens\x18\x02 \x03(\tR\n" +
-	"joinTokens\"2\n" +
+	"joinTokens\"H\n" +
+	"\x15IssueJoinTokenRequest\x12\x18\n" +
+	"\amachine\x18\x01 \x01(\tR\amachine\x12\x15\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\"7\n" +
+	"\x16IssueJoinTokenResponse\x12\x1d\n" +
+	"\n" +
+	"join_token\x18\x01 \x01(\tR\tjoinToken\"2\n" +
 	"\x12AddRelationRequest\x12\x1c\n" +
 	"\tendpoints\x18\x01 \x03(\tR\tendpoints\"H\n" +
 	"\x13AddRelationResponse\x121\n" +
@@ -2824,14 +2939,15 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x11expires_unix_nano\x18\x02 \x01(\x03R\x0fexpiresUnixNano\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12%\n" +
 	"\x0eetcd_endpoints\x18\x04 \x03(\tR\retcdEndpoints\x12\x19\n" +
-	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\xc7\v\n" +
+	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\xa2\f\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06Status\x12\x1a.lifeline.v1.StatusRequest\x1a\x1b.lifeline.v1.StatusResponse\x12R\n" +
 	"\vWatchStatus\x12\x1f.lifeline.v1.WatchStatusRequest\x1a .lifeline.v1.WatchStatusResponse0\x01\x12R\n" +
 	"\vUploadCharm\x12\x1f.lifeline.v1.UploadCharmRequest\x1a .lifeline.v1.UploadCharmResponse(\x01\x12A\n" +
 	"\x06Deploy\x12\x1a.lifeline.v1.DeployRequest\x1a\x1b.lifeline.v1.DeployResponse\x12G\n" +
 	"\bAddUnits\x12\x1c.lifeline.v1.AddUnitsRequest\x1a\x1d.lifeline.v1.AddUnitsResponse\x12P\n" +
-	"\vAddMachines\x12\x1f.lifeline.v1.AddMachinesRequest\x1a .lifeline.v1.AddMachinesResponse\x12P\n" +
+	"\vAddMachines\x12\x1f.lifeline.v1.AddMachinesRequest\x1a .lifeline.v1.AddMachinesResponse\x12Y\n" +
+	"\x0eIssueJoinToken\x12\".lifeline.v1.IssueJoinTokenRequest\x1a#.lifeline.v1.IssueJoinTokenResponse\x12P\n" +
 	"\vAddRelation\x12\x1f.lifeline.v1.AddRelationRequest\x1a .lifeline.v1.AddRelationResponse\x12\\\n" +
 	"\x0fDestroyRelation\x12#.lifeline.v1.DestroyRelationRequest\x1a$.lifeline.v1.DestroyRelationResponse\x12P\n" +
 	"\vDestroyUnit\x12\x1f.lifeline.v1.DestroyUnitRequest\x1a .lifeline.v1.DestroyUnitResponse\x12Y\n" +
@@ -2857,7 +2973,7 @@ func file_lifeline_v1_operator_proto_rawDescGZIP() []byte {
 	return file_lifeline_v1_operator_proto_rawDescData
 }
 
-var file_lifeline_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_lifeline_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_lifeline_v1_operator_proto_goTypes = []any{
 	(*BarrierRequest)(nil),          // 0: lifeline.v1.BarrierRequest
 	(*BarrierResponse)(nil),         // 1: lifeline.v1.BarrierResponse
@@ -2880,42 +2996,44 @@ var file_lifeline_v1_operator_proto_goTypes = []any{
 	(*AddUnitsResponse)(nil),        // 18: lifeline.v1.AddUnitsResponse
 	(*AddMachinesRequest)(nil),      // 19: lifeline.v1.AddMachinesRequest
 	(*AddMachinesResponse)(nil),     // 20: lifeline.v1.AddMachinesResponse
-	(*AddRelationRequest)(nil),      // 21: lifeline.v1.AddRelationRequest
-	(*AddRelationResponse)(nil),     // 22: lifeline.v1.AddRelationResponse
-	(*DestroyRelationRequest)(nil),  // 23: lifeline.v1.DestroyRelationRequest
-	(*DestroyRelationResponse)(nil), // 24: lifeline.v1.DestroyRelationResponse
-	(*DestroyUnitRequest)(nil),      // 25: lifeline.v1.DestroyUnitRequest
-	(*DestroyUnitResponse)(nil),     // 26: lifeline.v1.DestroyUnitResponse
-	(*DestroyMachineRequest)(nil),   // 27: lifeline.v1.DestroyMachineRequest
-	(*DestroyMachineResponse)(nil),  // 28: lifeline.v1.DestroyMachineResponse
-	(*DestroyMachinesRequest)(nil),  // 29: lifeline.v1.DestroyMachinesRequest
-	(*DestroyMachinesResponse)(nil), // 30: lifeline.v1.DestroyMachinesResponse
-	(*DestroyServiceRequest)(nil),   // 31: lifeline.v1.DestroyServiceRequest
-	(*DestroyServiceResponse)(nil),  // 32: lifeline.v1.DestroyServiceResponse
-	(*ResolvedRequest)(nil),         // 33: lifeline.v1.ResolvedRequest
-	(*ResolvedResponse)(nil),        // 34: lifeline.v1.ResolvedResponse
-	(*ResolvedResult)(nil),          // 35: lifeline.v1.ResolvedResult
-	(*GetConfigRequest)(nil),        // 36: lifeline.v1.GetConfigRequest
-	(*GetConfigResponse)(nil),       // 37: lifeline.v1.GetConfigResponse
-	(*SetConfigRequest)(nil),        // 38: lifeline.v1.SetConfigRequest
-	(*SetConfigResponse)(nil),       // 39: lifeline.v1.SetConfigResponse
-	(*ShowStatusLogRequest)(nil),    // 40: lifeline.v1.ShowStatusLogRequest
-	(*ShowStatusLogResponse)(nil),   // 41: lifeline.v1.ShowStatusLogResponse
-	(*StatusLogEntry)(nil),          // 42: lifeline.v1.StatusLogEntry
-	(*AddControllerRequest)(nil),    // 43: lifeline.v1.AddControllerRequest
-	(*AddControllerResponse)(nil),   // 44: lifeline.v1.AddControllerResponse
-	nil,                             // 45: lifeline.v1.DeployRequest.ConfigEntry
-	nil,                             // 46: lifeline.v1.GetConfigResponse.ValuesEntry
-	nil,                             // 47: lifeline.v1.SetConfigRequest.SetEntry
-	nil,                             // 48: lifeline.v1.StatusLogEntry.DataEntry
-	(*Charm)(nil),                   // 49: lifeline.v1.Charm
-	(*Service)(nil),                 // 50: lifeline.v1.Service
-	(*Unit)(nil),                    // 51: lifeline.v1.Unit
-	(*Machine)(nil),                 // 52: lifeline.v1.Machine
-	(*Relation)(nil),                // 53: lifeline.v1.Relation
-	(*StatusReportResult)(nil),      // 54: lifeline.v1.StatusReportResult
-	(*ConfigOption)(nil),            // 55: lifeline.v1.ConfigOption
-	(*ConfigValue)(nil),             // 56: lifeline.v1.ConfigValue
+	(*IssueJoinTokenRequest)(nil),   // 21: lifeline.v1.IssueJoinTokenRequest
+	(*IssueJoinTokenResponse)(nil),  // 22: lifeline.v1.IssueJoinTokenResponse
+	(*AddRelationRequest)(nil),      // 23: lifeline.v1.AddRelationRequest
+	(*AddRelationResponse)(nil),     // 24: lifeline.v1.AddRelationResponse
+	(*DestroyRelationRequest)(nil),  // 25: lifeline.v1.DestroyRelationRequest
+	(*DestroyRelationResponse)(nil), // 26: lifeline.v1.DestroyRelationResponse
+	(*DestroyUnitRequest)(nil),      // 27: lifeline.v1.DestroyUnitRequest
+	(*DestroyUnitResponse)(nil),     // 28: lifeline.v1.DestroyUnitResponse
+	(*DestroyMachineRequest)(nil),   // 29: lifeline.v1.DestroyMachineRequest
+	(*DestroyMachineResponse)(nil),  // 30: lifeline.v1.DestroyMachineResponse
+	(*DestroyMachinesRequest)(nil),  // 31: lifeline.v1.DestroyMachinesRequest
+	(*DestroyMachinesResponse)(nil), // 32: lifeline.v1.DestroyMachinesResponse
+	(*DestroyServiceRequest)(nil),   // 33: lifeline.v1.DestroyServiceRequest
+	(*DestroyServiceResponse)(nil),  // 34: lifeline.v1.DestroyServiceResponse
+	(*ResolvedRequest)(nil),         // 35: lifeline.v1.ResolvedRequest
+	(*ResolvedResponse)(nil),        // 36: lifeline.v1.ResolvedResponse
+	(*ResolvedResult)(nil),          // 37: lifeline.v1.ResolvedResult
+	(*GetConfigRequest)(nil),        // 38: lifeline.v1.GetConfigRequest
+	(*GetConfigResponse)(nil),       // 39: lifeline.v1.GetConfigResponse
+	(*SetConfigRequest)(nil),        // 40: lifeline.v1.SetConfigRequest
+	(*SetConfigResponse)(nil),       // 41: lifeline.v1.SetConfigResponse
+	(*ShowStatusLogRequest)(nil),    // 42: lifeline.v1.ShowStatusLogRequest
+	(*ShowStatusLogResponse)(nil),   // 43: lifeline.v1.ShowStatusLogResponse
+	(*StatusLogEntry)(nil),          // 44: lifeline.v1.StatusLogEntry
+	(*AddControllerRequest)(nil),    // 45: lifeline.v1.AddControllerRequest
+	(*AddControllerResponse)(nil),   // 46: lifeline.v1.AddControllerResponse
+	nil,                             // 47: lifeline.v1.DeployRequest.ConfigEntry
+	nil,                             // 48: lifeline.v1.GetConfigResponse.ValuesEntry
+	nil,                             // 49: lifeline.v1.SetConfigRequest.SetEntry
+	nil,                             // 50: lifeline.v1.StatusLogEntry.DataEntry
+	(*Charm)(nil),                   // 51: lifeline.v1.Charm
+	(*Service)(nil),                 // 52: lifeline.v1.Service
+	(*Unit)(nil),                    // 53: lifeline.v1.Unit
+	(*Machine)(nil),                 // 54: lifeline.v1.Machine
+	(*Relation)(nil),                // 55: lifeline.v1.Relation
+	(*StatusReportResult)(nil),      // 56: lifeline.v1.StatusReportResult
+	(*ConfigOption)(nil),            // 57: lifeline.v1.ConfigOption
+	(*ConfigValue)(nil),             // 58: lifeline.v1.ConfigValue
 }
 var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	6,  // 0: lifeline.v1.StatusResponse.status:type_name -> lifeline.v1.ModelStatus
@@ -2926,59 +3044,61 @@ var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	7,  // 5: lifeline.v1.ModelStatus.controllers:type_name -> lifeline.v1.ControllerStatus
 	10, // 6: lifeline.v1.ServiceStatus.units:type_name -> lifeline.v1.UnitStatus
 	13, // 7: lifeline.v1.UploadCharmRequest.header:type_name -> lifeline.v1.UploadCharmHeader
-	49, // 8: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
-	45, // 9: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
-	50, // 10: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
-	51, // 11: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
-	51, // 12: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
-	52, // 13: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
-	53, // 14: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
-	54, // 15: lifeline.v1.DestroyMachinesResponse.results:type_name -> lifeline.v1.StatusReportResult
-	35, // 16: lifeline.v1.ResolvedResponse.results:type_name -> lifeline.v1.ResolvedResult
-	55, // 17: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
-	46, // 18: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
-	47, // 19: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
-	42, // 20: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
-	48, // 21: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
-	56, // 22: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
+	51, // 8: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
+	47, // 9: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
+	52, // 10: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
+	53, // 11: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
+	53, // 12: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
+	54, // 13: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
+	55, // 14: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
+	56, // 15: lifeline.v1.DestroyMachinesResponse.results:type_name -> lifeline.v1.StatusReportResult
+	37, // 16: lifeline.v1.ResolvedResponse.results:type_name -> lifeline.v1.ResolvedResult
+	57, // 17: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
+	48, // 18: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
+	49, // 19: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
+	44, // 20: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
+	50, // 21: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
+	58, // 22: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
 	2,  // 23: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
 	4,  // 24: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
 	12, // 25: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
 	15, // 26: lifeline.v1.OperatorService.Deploy:input_type -> lifeline.v1.DeployRequest
 	17, // 27: lifeline.v1.OperatorService.AddUnits:input_type -> lifeline.v1.AddUnitsRequest
 	19, // 28: lifeline.v1.OperatorService.AddMachines:input_type -> lifeline.v1.AddMachinesRequest
-	21, // 29: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
-	23, // 30: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
-	25, // 31: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
-	27, // 32: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
-	29, // 33: lifeline.v1.OperatorService.DestroyMachines:input_type -> lifeline.v1.DestroyMachinesRequest
-	31, // 34: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
-	33, // 35: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
-	36, // 36: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
-	38, // 37: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
-	40, // 38: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
-	43, // 39: lifeline.v1.OperatorService.AddController:input_type -> lifeline.v1.AddControllerRequest
-	0,  // 40: lifeline.v1.OperatorService.Barrier:input_type -> lifeline.v1.BarrierRequest
-	3,  // 41: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
-	5,  // 42: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
-	14, // 43: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
-	16, // 44: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
-	18, // 45: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
-	20, // 46: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
-	22, // 47: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
-	24, // 48: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
-	26, // 49: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
-	28, // 50: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
-	30, // 51: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
-	32, // 52: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
-	34, // 53: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
-	37, // 54: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
-	39, // 55: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
-	41, // 56: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
-	44, // 57: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
-	1,  // 58: lifeline.v1.OperatorService.Barrier:output_type -> lifeline.v1.BarrierResponse
-	41, // [41:59] is the sub-list for method output_type
-	23, // [23:41] is the sub-list for method input_type
+	21, // 29: lifeline.v1.OperatorService.IssueJoinToken:input_type -> lifeline.v1.IssueJoinTokenRequest
+	23, // 30: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
+	25, // 31: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
+	27, // 32: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
+	29, // 33: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
+	31, // 34: lifeline.v1.OperatorService.DestroyMachines:input_type -> lifeline.v1.DestroyMachinesRequest
+	33, // 35: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
+	35, // 36: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
+	38, // 37: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
+	40, // 38: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
+	42, // 39: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
+	45, // 40: lifeline.v1.OperatorService.AddController:input_type -> lifeline.v1.AddControllerRequest
+	0,  // 41: lifeline.v1.OperatorService.Barrier:input_type -> lifeline.v1.BarrierRequest
+	3,  // 42: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
+	5,  // 43: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
+	14, // 44: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
+	16, // 45: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
+	18, // 46: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
+	20, // 47: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
+	22, // 48: lifeline.v1.OperatorService.IssueJoinToken:output_type -> lifeline.v1.IssueJoinTokenResponse
+	24, // 49: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
+	26, // 50: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
+	28, // 51: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
+	30, // 52: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
+	32, // 53: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
+	34, // 54: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
+	36, // 55: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
+	39, // 56: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
+	41, // 57: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
+	43, // 58: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
+	46, // 59: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
+	1,  // 60: lifeline.v1.OperatorService.Barrier:output_type -> lifeline.v1.BarrierResponse
+	42, // [42:61] is the sub-list for method output_type
+	23, // [23:42] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
 	23, // [23:23] is the sub-list for extension extendee
 	0,  // [0:23] is the sub-list for field type_name
@@ -2994,16 +3114,16 @@ func file_lifeline_v1_operator_proto_init() {
 		(*UploadCharmRequest_Header)(nil),
 		(*UploadCharmRequest_Chunk)(nil),
 	}
-	file_lifeline_v1_operator_proto_msgTypes[25].OneofWrappers = []any{}
 	file_lifeline_v1_operator_proto_msgTypes[27].OneofWrappers = []any{}
 	file_lifeline_v1_operator_proto_msgTypes[29].OneofWrappers = []any{}
+	file_lifeline_v1_operator_proto_msgTypes[31].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_operator_proto_rawDesc), len(file_lifeline_v1_operator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   49,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	OperatorService_Deploy_FullMethodName          = "/lifeline.v1.OperatorService/Deploy"
 	OperatorService_AddUnits_FullMethodName        = "/lifeline.v1.OperatorService/AddUnits"
 	OperatorService_AddMachines_FullMethodName     = "/lifeline.v1.OperatorService/AddMachines"
+	OperatorService_IssueJoinToken_FullMethodName  = "/lifeline.v1.OperatorService/IssueJoinToken"
 	OperatorService_AddRelation_FullMethodName     = "/lifeline.v1.OperatorService/AddRelation"
 	OperatorService_DestroyRelation_FullMethodName = "/lifeline.v1.OperatorService/DestroyRelation"
 	OperatorService_DestroyUnit_FullMethodName     = "/lifeline.v1.OperatorService/DestroyUnit"
@@ -63,6 +64,11 @@ type OperatorServiceClient interface {
 	Deploy(ctx context.Context, in *DeployRequest, opts ...grpc.CallOption) (*DeployResponse, error)
 	AddUnits(ctx context.Context, in *AddUnitsRequest, opts ...grpc.CallOption) (*AddUnitsResponse, error)
 	AddMachines(ctx context.Context, in *AddMachinesRequest, opts ...grpc.CallOption) (*AddMachinesResponse, error)
+	// IssueJoinToken issues a new join token for a manual machine that is
+	// not dead, replacing any it has not used: for a token that expired
+	// unused, or a host rebuilt (the join replaces the machine's
+	// credential).
+	IssueJoinToken(ctx context.Context, in *IssueJoinTokenRequest, opts ...grpc.CallOption) (*IssueJoinTokenResponse, error)
 	AddRelation(ctx context.Context, in *AddRelationRequest, opts ...grpc.CallOption) (*AddRelationResponse, error)
 	DestroyRelation(ctx context.Context, in *DestroyRelationRequest, opts ...grpc.CallOption) (*DestroyRelationResponse, error)
 	DestroyUnit(ctx context.Context, in *DestroyUnitRequest, opts ...grpc.CallOption) (*DestroyUnitResponse, error)
@@ -169,6 +175,16 @@ func (c *operatorServiceClient) AddMachines(ctx context.Context, in *AddMachines
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AddMachinesResponse)
 	err := c.cc.Invoke(ctx, OperatorService_AddMachines_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) IssueJoinToken(ctx context.Context, in *IssueJoinTokenRequest, opts ...grpc.CallOption) (*IssueJoinTokenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IssueJoinTokenResponse)
+	err := c.cc.Invoke(ctx, OperatorService_IssueJoinToken_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -317,6 +333,11 @@ type OperatorServiceServer interface {
 	Deploy(context.Context, *DeployRequest) (*DeployResponse, error)
 	AddUnits(context.Context, *AddUnitsRequest) (*AddUnitsResponse, error)
 	AddMachines(context.Context, *AddMachinesRequest) (*AddMachinesResponse, error)
+	// IssueJoinToken issues a new join token for a manual machine that is
+	// not dead, replacing any it has not used: for a token that expired
+	// unused, or a host rebuilt (the join replaces the machine's
+	// credential).
+	IssueJoinToken(context.Context, *IssueJoinTokenRequest) (*IssueJoinTokenResponse, error)
 	AddRelation(context.Context, *AddRelationRequest) (*AddRelationResponse, error)
 	DestroyRelation(context.Context, *DestroyRelationRequest) (*DestroyRelationResponse, error)
 	DestroyUnit(context.Context, *DestroyUnitRequest) (*DestroyUnitResponse, error)
@@ -374,6 +395,9 @@ func (UnimplementedOperatorServiceServer) AddUnits(context.Context, *AddUnitsReq
 }
 func (UnimplementedOperatorServiceServer) AddMachines(context.Context, *AddMachinesRequest) (*AddMachinesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AddMachines not implemented")
+}
+func (UnimplementedOperatorServiceServer) IssueJoinToken(context.Context, *IssueJoinTokenRequest) (*IssueJoinTokenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method IssueJoinToken not implemented")
 }
 func (UnimplementedOperatorServiceServer) AddRelation(context.Context, *AddRelationRequest) (*AddRelationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AddRelation not implemented")
@@ -518,6 +542,24 @@ func _OperatorService_AddMachines_Handler(srv interface{}, ctx context.Context, 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(OperatorServiceServer).AddMachines(ctx, req.(*AddMachinesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_IssueJoinToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IssueJoinTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).IssueJoinToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_IssueJoinToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).IssueJoinToken(ctx, req.(*IssueJoinTokenRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -760,6 +802,10 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AddMachines",
 			Handler:    _OperatorService_AddMachines_Handler,
+		},
+		{
+			MethodName: "IssueJoinToken",
+			Handler:    _OperatorService_IssueJoinToken_Handler,
 		},
 		{
 			MethodName: "AddRelation",
