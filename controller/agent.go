@@ -77,7 +77,8 @@ func (a *agentServer) SetMachineStatus(ctx context.Context, req *pb.SetMachineSt
 // IssueUnitCredentials gives units on the caller's machine new
 // credentials, revoking any earlier ones, in one transaction: to all of
 // them, or to none when any is not the caller's to ask for. Only the hash
-// of each secret is stored.
+// of each secret is stored. An agent that names its instance is refused
+// unless that instance holds its machine's presence.
 func (a *agentServer) IssueUnitCredentials(ctx context.Context, req *pb.IssueUnitCredentialsRequest) (*pb.IssueUnitCredentialsResponse, error) {
 	c := callerFrom(ctx)
 	units := req.GetUnits()
@@ -118,7 +119,14 @@ func (a *agentServer) IssueUnitCredentials(ctx context.Context, req *pb.IssueUni
 		resp.Credentials[i] = &pb.UnitCredential{Unit: u.Name, Tag: cred.Tag, Secret: cred.Secret}
 		hashes[cred.Tag] = hash
 	}
-	if err := a.s.st.SetCredentials(ctx, hashes); err != nil {
+	if req.GetInstance() != "" {
+		// The agent's instance must be its machine's present one, or a
+		// second agent of the machine would revoke the first's units.
+		err = a.s.st.SetCredentialsWhilePresent(ctx, hashes, names.MachineTag(c.id), req.GetInstance())
+	} else {
+		err = a.s.st.SetCredentials(ctx, hashes)
+	}
+	if err != nil {
 		return nil, err
 	}
 	a.s.logger.Info("issued unit credentials", "units", units, "machine", c.id)

@@ -92,9 +92,10 @@ func admits(kind, method string) bool {
 }
 
 func (s *Server) authorize(ctx context.Context, method string) (context.Context, error) {
-	if strings.HasPrefix(method, controllerJoinMethods) {
-		// A controller being added has no credential yet: the join
-		// token in its request is the proof (JoinController).
+	if strings.HasPrefix(method, controllerJoinMethods) || strings.HasPrefix(method, machineJoinMethods) {
+		// A controller being added, or a manual machine's host, has no
+		// credential yet: the join token in its request is the proof
+		// (JoinController, JoinMachine).
 		return ctx, nil
 	}
 	c, err := s.authenticate(ctx)

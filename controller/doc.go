@@ -1,7 +1,8 @@
 // Package controller owns Lifeline's gRPC API: the OperatorService that ctl
 // calls, the AgentService that machine and unit agents call, and the
 // ControllerJoinService that a controller being added calls with its join
-// token to receive the key-encryption key of the model's CA key; the
+// token to receive the key-encryption key of the model's CA key, and the
+// MachineJoinService a manual machine's host calls to join; the
 // authentication of every call by its credential (a join's by its token)
 // and its authorization by what the caller is, the mapping of state's
 // errors to status codes, the status ctl shows, the API's metrics, and the
@@ -12,5 +13,7 @@
 // itself, and it starts no listeners and no workers of its own: the
 // composition root (cmd/lifelined) serves it and runs the cleaner. The
 // goroutines it keeps between calls (workers.go) only run calls' handlers,
-// and end when idle.
+// and end when idle; its copies of the credentials (credmirror.go) and of
+// the presence keys' changes (presence.go) each follow one stream of the
+// watch hub until the hub stops.
 package controller

@@ -35,6 +35,8 @@ func toStatus(err error) error {
 		code = codes.InvalidArgument
 	case errors.Is(err, state.ErrAborted):
 		code = codes.Aborted
+	case errors.Is(err, state.ErrBadJoinToken):
+		code = codes.Unauthenticated
 	case errors.Is(err, context.Canceled):
 		code = codes.Canceled
 	case errors.Is(err, context.DeadlineExceeded):

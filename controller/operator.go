@@ -16,7 +16,6 @@ import (
 
 	"github.com/lifelinehq/lifeline/charm"
 	"github.com/lifelinehq/lifeline/names"
-	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 )
@@ -176,18 +175,28 @@ func (s *Server) AddMachines(ctx context.Context, req *pb.AddMachinesRequest) (*
 	if req.NumMachines > maxAtOnce {
 		return nil, invalid("cannot add %d machines at once: at most %d", req.NumMachines, maxAtOnce)
 	}
+	var ttl time.Duration
+	if req.Manual {
+		var err error
+		if ttl, err = joinTokenTTL(req.JoinTokenTtlMs); err != nil {
+			return nil, err
+		}
+		if err := s.canMakeJoinTokens(); err != nil {
+			return nil, err
+		}
+	}
 	ms, err := s.st.AddMachinesWith(ctx, int(req.NumMachines), state.MachineOptions{Manual: req.Manual})
 	resp := &pb.AddMachinesResponse{Machines: ms}
 	if err != nil {
 		return nil, err
 	}
 	if req.Manual {
-		for _, m := range ms {
-			token, err := s.joinToken(ctx, m.Id)
-			if err != nil {
-				return nil, err
-			}
-			resp.JoinTokens = append(resp.JoinTokens, token)
+		ids := make([]string, len(ms))
+		for i, m := range ms {
+			ids[i] = m.Id
+		}
+		if resp.JoinTokens, err = s.joinTokens(ctx, ids, ttl); err != nil {
+			return nil, err
 		}
 	}
 	return resp, nil
@@ -424,23 +433,6 @@ func (s *Server) SetConfig(ctx context.Context, req *pb.SetConfigRequest) (*pb.S
 		}
 	}
 	return &pb.SetConfigResponse{}, s.st.UpdateServiceConfig(ctx, req.Service, values, unset)
-}
-
-// joinToken issues machine id's credential and packs it, with the
-// controller's addresses and CA, into a token for a manual machine.
-func (s *Server) joinToken(ctx context.Context, id string) (string, error) {
-	addrs := s.controllerAddresses(ctx)
-	if len(addrs) == 0 || len(s.cfg.CACert) == 0 {
-		return "", status.Error(codes.FailedPrecondition, "this controller does not know its own addresses and CA: it cannot make join tokens")
-	}
-	cred, hash, err := pki.NewCredential(names.MachineTag(id))
-	if err != nil {
-		return "", err
-	}
-	if err := s.st.SetCredential(ctx, cred.Tag, hash); err != nil {
-		return "", err
-	}
-	return pki.EncodeJoinToken(pki.ClientConfig{Controllers: addrs, CACert: string(s.cfg.CACert), Tag: cred.Tag, Secret: cred.Secret})
 }
 
 // Barrier returns a barrier at or past the model's current revision (or

@@ -9,7 +9,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 )
@@ -28,27 +27,6 @@ func TestAddManualMachinesGivesJoinTokens(t *testing.T) {
 	}
 	_, err = op.AddMachines(e.ctx, &pb.AddMachinesRequest{NumMachines: 0})
 	wantCode(t, "AddMachines 0", err, codes.InvalidArgument, "cannot add 0 machines")
-}
-
-func TestJoinTokenIsTheMachinesCredential(t *testing.T) {
-	e := newEnvWithAddresses(t)
-	op := e.admin()
-	resp, err := op.AddMachines(e.ctx, &pb.AddMachinesRequest{NumMachines: 1, Manual: true})
-	must(t, "AddMachines --manual", err)
-	if len(resp.JoinTokens) != 1 {
-		t.Fatalf("AddMachines --manual gave %d tokens, want 1", len(resp.JoinTokens))
-	}
-	cfg, err := pki.DecodeJoinToken(resp.JoinTokens[0])
-	must(t, "DecodeJoinToken", err)
-	if cfg.Tag != "machine-"+resp.Machines[0].Id {
-		t.Errorf("join token tag = %s, want machine-%s", cfg.Tag, resp.Machines[0].Id)
-	}
-	agent := pb.NewAgentServiceClient(e.dial(cfg.Credential()))
-	got, err := agent.GetMachine(e.ctx, &pb.GetMachineRequest{Machine: resp.Machines[0].Id})
-	must(t, "GetMachine with the token's credential", err)
-	if got.Machine.Id != resp.Machines[0].Id {
-		t.Errorf("GetMachine = %v", got.Machine)
-	}
 }
 
 func TestResolvedAndForcedDestroy(t *testing.T) {

@@ -96,6 +96,9 @@ type Server struct {
 	cfg     Config
 	metrics *metrics
 	creds   *credMirror
+	// holders is the copy of the presence keys' last changes that ends
+	// presence streams taken over.
+	holders *presenceHolders
 	// rels keeps what authorization needs of the relations it read.
 	rels relationCache
 	// workers run the unary calls' handlers.
@@ -145,6 +148,7 @@ func New(cfg Config) (*Server, error) {
 	s.conns = newConnMetrics(cfg.Metrics, cfg.Connections)
 	s.watchers = newWatchers(cfg.Watches, cfg.Watch, cfg.Metrics, s.logger)
 	s.creds = newCredMirror(cfg.Watches, s.logger)
+	s.holders = newPresenceHolders(cfg.Watches, s.logger)
 	s.workers = newHandlerWorkers(maxHandlerWorkers, workerIdle)
 	s.agentServer.s = s
 	return s, nil
@@ -182,8 +186,8 @@ const (
 )
 
 // GRPCServer returns a gRPC server with the services registered, serving
-// TLS only and authenticating every call (ControllerJoinService's by the
-// join token it carries). The caller serves and stops it.
+// TLS only and authenticating every call (ControllerJoinService's and
+// MachineJoinService's by the join token it carries). The caller serves and stops it.
 func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	opts = append([]grpc.ServerOption{
 		grpc.Creds(credentials.NewTLS(s.cfg.TLS)),
@@ -225,5 +229,6 @@ func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	pb.RegisterOperatorServiceServer(g, s)
 	pb.RegisterAgentServiceServer(g, &s.agentServer)
 	pb.RegisterControllerJoinServiceServer(g, &joinServer{s: s})
+	pb.RegisterMachineJoinServiceServer(g, &machineJoinServer{s: s})
 	return g
 }

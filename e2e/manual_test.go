@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,60 +14,107 @@ import (
 	"time"
 
 	"github.com/lifelinehq/lifeline/e2etest"
+	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/syncbuf"
 )
 
-// TestManualMachineJoins brings a host the manual way: ctl add-machine
-// --manual prints a join token and a command; the agent started with it
-// joins, runs a unit placed on its machine, and stops once its machine is
-// destroyed; a later start needs only its data directory.
+// TestManualMachineJoins brings hosts the manual way: ctl add-machine
+// --manual prints a join token and a command; the agent started with the
+// token in a file joins, runs a unit placed on its machine, and stops once
+// its machine is destroyed; a later start needs only its data directory.
+// The token joins once: a second host with it is refused, as is an expired
+// token. A second agent for the joined machine (its credential copied to
+// another data directory) is refused while the first runs, and runs
+// nothing; the first, stopped or killed, starts again at once. A token on
+// stdin joins too; one on the command line is refused.
 func TestManualMachineJoins(t *testing.T) {
 	needCharms(t)
 	s := newSandbox(t)
 	s.OK(t, "bootstrap", "--data-dir", s.DataDir, "--api-port", strconv.Itoa(s.Port), "--provider", "manual")
-	out := s.OK(t, "add-machine", "--manual")
-	m := regexp.MustCompile(`--join (\S+) --controller (\S+)`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("add-machine --manual printed no join command:\n%s", out)
-	}
-	id := regexp.MustCompile(`machine (\d+)`).FindStringSubmatch(out)
-	if id == nil {
-		t.Fatalf("add-machine --manual named no machine:\n%s", out)
+	id, token, addr := addManual(t, s)
+	tokenFile := filepath.Join(s.Dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	host := filepath.Join(s.Dir, "host")
-	start := func(args ...string) *exec.Cmd {
-		logf, err := os.OpenFile(filepath.Join(s.Dir, "host.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer logf.Close()
-		cmd := exec.Command(s.Bin.Lifelined, append([]string{"machine-agent", "--data-dir", host, "--address", "127.1.9.1"}, args...)...)
-		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		s.OnStop(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
-		return cmd
-	}
-	agent := start("--join", m[1], "--controller", m[2])
+	agent, _ := startAgent(t, s, host, "", "--join-file", tokenFile, "--controller", addr)
 	s.WaitStatus(t, "the manual machine's agent to connect", time.Minute, func(d *e2etest.StatusDoc) bool {
-		return d.Machines[id[1]].Agent == "started"
+		return d.Machines[id].Agent == "started"
 	})
-	s.OK(t, "deploy", charmPath(t, "kv"), "--to", id[1])
+
+	// The token again, on another host: refused, joining nothing.
+	refused(t, s, filepath.Join(s.Dir, "host2"), "", 1, "the join token of machine "+id+" is not valid: used already", "--join-file", tokenFile, "--controller", addr)
+	if _, err := os.Stat(filepath.Join(s.Dir, "host2", "agent.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused host has an agent config (%v)", err)
+	}
+
+	s.OK(t, "deploy", charmPath(t, "kv"), "--to", id)
 	s.OK(t, "wait", "--timeout", "2m")
-	if u, _ := s.Status(t).Unit("kv/0"); u.State != "running" || u.Machine != id[1] {
-		t.Fatalf("kv/0 = %+v, want running on manual machine %s", u, id[1])
+	if u, _ := s.Status(t).Unit("kv/0"); u.State != "running" || u.Machine != id {
+		t.Fatalf("kv/0 = %+v, want running on manual machine %s", u, id)
+	}
+
+	// A second agent of the machine, its credential copied: refused
+	// while the first runs, having run nothing.
+	copied := filepath.Join(s.Dir, "copy")
+	if err := os.MkdirAll(copied, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := os.ReadFile(filepath.Join(host, "agent.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(copied, "agent.json"), cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	refused(t, s, copied, "", 1, "another agent of machine "+id+" is present", "--address", "127.1.9.2")
+	if _, err := os.Stat(filepath.Join(copied, "units", "kv-0")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused agent ran kv/0 (%v)", err)
+	}
+	if d := s.Status(t); d.Machines[id].Agent != "started" {
+		t.Errorf("machine %s's agent is %s after a second one was refused, want started", id, d.Machines[id].Agent)
 	}
 
 	// Restarted, it needs only its data directory: the credential stayed.
 	_ = syscall.Kill(-agent.Process.Pid, syscall.SIGTERM)
 	_ = agent.Wait()
-	s.WaitStatus(t, "the agent to be gone", time.Minute, func(d *e2etest.StatusDoc) bool { return d.Machines[id[1]].Agent == "lost" })
-	agent = start()
-	s.WaitStatus(t, "the agent to be back", time.Minute, func(d *e2etest.StatusDoc) bool { return d.Machines[id[1]].Agent == "started" })
+	s.WaitStatus(t, "the agent to be gone", time.Minute, func(d *e2etest.StatusDoc) bool { return d.Machines[id].Agent == "lost" })
+	agent, _ = startAgent(t, s, host, "")
+	s.WaitStatus(t, "the agent to be back", time.Minute, func(d *e2etest.StatusDoc) bool { return d.Machines[id].Agent == "started" })
+	// Killed and started again at once, it takes its machine back from
+	// its previous run, whose presence the controller may still hold.
+	_ = agent.Process.Signal(syscall.SIGKILL)
+	_ = agent.Wait()
+	agent, logs := startAgent(t, s, host, "")
+	s.WaitStatus(t, "the agent to be back after a kill", time.Minute, func(d *e2etest.StatusDoc) bool { return d.Machines[id].Agent == "started" })
+	if strings.Contains(logs.String(), "another agent") {
+		t.Errorf("the agent started again after a kill was fenced out by its previous run:\n%s", logs)
+	}
+
+	// A token on stdin joins; a token expired, or on the command line,
+	// does not.
+	id2, token2, _ := addManual(t, s)
+	startAgent(t, s, filepath.Join(s.Dir, "host3"), token2+"\n", "--join-file", "-", "--controller", addr, "--address", "127.1.9.3")
+	s.WaitStatus(t, "the agent joined with its token on stdin", time.Minute, func(d *e2etest.StatusDoc) bool {
+		return d.Machines[id2].Agent == "started"
+	})
+	out := s.OK(t, "add-machine", "--manual", "--expires", "1s")
+	token3 := regexp.MustCompile(`(?m)^  (lifeline-join-\S+)$`).FindStringSubmatch(out)
+	if token3 == nil {
+		t.Fatalf("ctl add-machine --manual said:\n%s\nwant a join token", out)
+	}
+	if tok, err := pki.DecodeJoinToken(token3[1]); err != nil {
+		t.Fatal(err)
+	} else {
+		for time.Now().Before(tok.Expires.Add(100 * time.Millisecond)) {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	refused(t, s, filepath.Join(s.Dir, "host4"), token3[1], 1, "expired at", "--join-file", "-", "--controller", addr)
+	refused(t, s, filepath.Join(s.Dir, "host5"), "", 2, "give it in a file, or on stdin", "--join", token2, "--controller", addr)
 
 	s.OK(t, "destroy-unit", "kv/0")
-	s.OK(t, "destroy-machine", id[1])
+	s.OK(t, "destroy-machine", id)
 	done := make(chan error, 1)
 	go func() { done <- agent.Wait() }()
 	select {
@@ -76,8 +125,74 @@ func TestManualMachineJoins(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the manual machine's agent did not stop once its machine was destroyed")
 	}
-	s.WaitStatus(t, "the machine to be removed", time.Minute, func(d *e2etest.StatusDoc) bool { return d.Empty() || len(d.Machines) == 0 })
+	s.WaitStatus(t, "the machine to be removed", time.Minute, func(d *e2etest.StatusDoc) bool {
+		_, ok := d.Machines[id]
+		return !ok
+	})
 	if data, _ := os.ReadFile(filepath.Join(s.Dir, "host.log")); !strings.Contains(string(data), "joined") {
 		t.Errorf("the agent's log does not say it joined:\n%s", data)
 	}
+}
+
+// addManual adds a manual machine and returns its id, its join token and
+// the controller address ctl printed.
+func addManual(t *testing.T, s *e2etest.Sandbox) (id, token, addr string) {
+	t.Helper()
+	out := s.OK(t, "add-machine", "--manual")
+	m := regexp.MustCompile(`join token for machine (\d+) \(joins one host, once, until \S+\):\n  (\S+)\n.*\n  lifelined machine-agent --join-file FILE --controller (\S+) `).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("add-machine --manual printed no join token and command:\n%s", out)
+	}
+	return m[1], m[2], m[3]
+}
+
+// startAgent starts a machine agent with data directory dir (its log in
+// dir's name with .log) and stdin, stopped with the sandbox.
+func startAgent(t *testing.T, s *e2etest.Sandbox, dir, stdin string, args ...string) (*exec.Cmd, *syncbuf.Buffer) {
+	t.Helper()
+	cmd, logs := agentCommand(t, s, dir, stdin, args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s.OnStop(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	return cmd, logs
+}
+
+// refused runs a machine agent that must exit with code, saying msg.
+func refused(t *testing.T, s *e2etest.Sandbox, dir, stdin string, code int, msg string, args ...string) {
+	t.Helper()
+	cmd, logs := agentCommand(t, s, dir, stdin, args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		t.Fatalf("machine-agent %v still runs after a minute, want exit status %d:\n%s", args, code, logs)
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != code || !strings.Contains(logs.String(), msg) {
+		t.Errorf("machine-agent %v = %v:\n%s\nwant exit status %d saying %q", args, err, logs, code, msg)
+	}
+}
+
+func agentCommand(t *testing.T, s *e2etest.Sandbox, dir, stdin string, args ...string) (*exec.Cmd, *syncbuf.Buffer) {
+	t.Helper()
+	logf, err := os.OpenFile(dir+".log", os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncbuf.Buffer{}
+	cmd := exec.Command(s.Bin.Lifelined, append([]string{"machine-agent", "--data-dir", dir, "--address", "127.1.9.1"}, args...)...)
+	w := io.MultiWriter(logf, logs)
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.Stdin = strings.NewReader(stdin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	t.Cleanup(func() { logf.Close() })
+	return cmd, logs
 }

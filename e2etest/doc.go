@@ -6,7 +6,8 @@
 // process outlives it, and a reaper process that ends everything there if the
 // test binary dies first), runs ctl and decodes its status, finds the
 // processes of machines and units, and runs a real etcd cluster as separate
-// processes over TLS.
+// processes over TLS; JoinMachine joins a manual machine as its agent
+// would, for tests that call as the machine.
 //
 // Only tests import it (e2e, faults); production code never does.
 package e2etest

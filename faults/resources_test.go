@@ -68,7 +68,7 @@ func newResourceFixture(t *testing.T, sz sizes, extra ...string) *resourceFixtur
 }
 
 // addMachine adds a manual machine and returns its id and a connection
-// with its credential, from its join token, as its agent would have.
+// with its credential, joined with its join token as its agent joins.
 func (f *resourceFixture) addMachine(t *testing.T) (string, *grpc.ClientConn) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -77,7 +77,7 @@ func (f *resourceFixture) addMachine(t *testing.T) (string, *grpc.ClientConn) {
 	if err != nil {
 		t.Fatalf("AddMachines: %v", err)
 	}
-	cfg, err := pki.DecodeJoinToken(resp.JoinTokens[0])
+	cfg, err := e2etest.JoinMachine(ctx, resp.JoinTokens[0])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,14 @@
 // was away, by the directories they left), and sets its dying machine dead
 // once no unit is left (M3), then stops.
 //
-// Its data directory holds units/<unit>, each unit agent's own, made when
+// One agent instance runs a machine at a time (instance.go): its presence
+// names its instance, and another is refused while it is present; the
+// agent runs nothing until it is present, and stops (ErrFenced) once
+// refused. A manual machine's host joins with a join token (Join).
+//
+// Its data directory holds agent.lock (one process a directory) and
+// instance (the id of the run in progress, which the next run names to
+// take its machine back at once); units/<unit>, each unit agent's own, made when
 // that agent first writes there (a unit assigned while the agent watched
 // starts as new: unitagent.Config.New);
 // charms/, the charms its units deploy, downloaded and unpacked once

@@ -145,6 +145,18 @@ type Agent struct {
 	removals chan removal
 	removing chan struct{}
 	ctx      context.Context
+
+	// instance is this run's id, previous the one before it on the data
+	// directory (instance.go), while Run runs.
+	instance, previous string
+	// presentMu guards presentNow, which is closed while the agent holds
+	// its machine's presence, and replaced when it loses it.
+	presentMu  sync.Mutex
+	presentNow chan struct{}
+	present    bool
+	// fenced receives the controller's refusal of the machine's presence
+	// to this instance: another one holds it.
+	fenced chan error
 }
 
 // worker is one unit's agent, running, or a dead unit being removed, or
@@ -205,7 +217,8 @@ func New(cfg Config) (*Agent, error) {
 		fresh: map[string]bool{}, subs: map[string][]string{},
 		endWake: make(chan struct{}, 1), ended: make(chan string), wake: make(chan struct{}, 1),
 		removals: make(chan removal), removing: make(chan struct{}, maxRemovals),
-		mux: agentwatch.NewMux(cfg.API, cfg.Logger.With("machine", cfg.MachineID)),
+		mux:        agentwatch.NewMux(cfg.API, cfg.Logger.With("machine", cfg.MachineID)),
+		presentNow: make(chan struct{}), fenced: make(chan error, 1),
 	}, nil
 }
 
@@ -213,11 +226,20 @@ func New(cfg Config) (*Agent, error) {
 // the agent's work is over.
 var ErrMachineDead = errors.New("machine is dead")
 
-// Run runs the machine until ctx ends or the machine is dead.
+// Run runs the machine until ctx ends or the machine is dead. It runs
+// nothing until the controller holds the machine's presence for it, and
+// stops everything it runs, returning ErrFenced, once the controller says
+// another instance of the machine's agent holds it.
 func (a *Agent) Run(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Join(a.cfg.DataDir, "units"), 0o700); err != nil {
 		return fmt.Errorf("machine agent: %w", err)
 	}
+	instance, previous, release, err := claimDataDir(a.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer release()
+	a.instance, a.previous = instance, previous
 	if err := hooks.InstallTools(a.toolsDir, a.cfg.Lifelined); err != nil {
 		return fmt.Errorf("machine agent: %w", err)
 	}
@@ -253,6 +275,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Add(2)
 	go func() { defer wg.Done(); a.keepPresent(ctx) }()
 	go func() { defer wg.Done(); a.runEnder(ctx) }()
+	a.logger.Info("machine agent instance", "instance", instance, "previous", previous)
+	select {
+	case <-a.whenPresent():
+	case err := <-a.fenced:
+		return fenced(err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	a.setStatus(ctx, "started", "")
 
 	var mu sync.Mutex
@@ -325,6 +355,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case err := <-a.fenced:
+			return fenced(err)
 		case <-changed:
 		case e := <-a.exited:
 			a.workerExited(ctx, e, &wg)
@@ -461,7 +493,7 @@ const credentialBatch = 25
 func (a *Agent) issueCredentials(ctx context.Context, units []string) ([]pki.Credential, error) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	resp, err := a.cfg.API.IssueUnitCredentials(cctx, &pb.IssueUnitCredentialsRequest{Units: units})
+	resp, err := a.cfg.API.IssueUnitCredentials(cctx, &pb.IssueUnitCredentialsRequest{Units: units, Instance: a.instance})
 	if err != nil {
 		return nil, fmt.Errorf("credentials for %s: %w", strings.Join(units, ", "), err)
 	}
@@ -734,67 +766,5 @@ func (a *Agent) setStatus(ctx context.Context, st, msg string) {
 		}
 		a.logger.Debug("cannot report machine status yet", "error", err)
 		time.Sleep(time.Second)
-	}
-}
-
-// keepPresent keeps a presence stream open to the controller, pinging as
-// often as it asks, reconnecting with backoff forever.
-func (a *Agent) keepPresent(ctx context.Context) {
-	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
-	for ctx.Err() == nil {
-		err := a.presence(ctx, bo)
-		if ctx.Err() != nil {
-			return
-		}
-		a.logger.Debug("presence interrupted; reconnecting", "error", err)
-		t := time.NewTimer(bo.NextBackOff())
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
-}
-
-func (a *Agent) presence(ctx context.Context, bo backoff.BackOff) error {
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := a.cfg.API.Presence(pctx)
-	if err != nil {
-		return err
-	}
-	if err := stream.Send(&pb.PresenceRequest{}); err != nil {
-		return err
-	}
-	resp, err := stream.Recv()
-	if err != nil {
-		return err
-	}
-	bo.Reset()
-	interval := time.Duration(resp.PingIntervalMs) * time.Millisecond
-	errs := make(chan error, 1)
-	go func() {
-		for {
-			if _, err := stream.Recv(); err != nil {
-				errs <- err
-				return
-			}
-		}
-	}()
-	t := time.NewTicker(max(interval, 100*time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			stream.CloseSend()
-			return ctx.Err()
-		case err := <-errs:
-			return err
-		case <-t.C:
-			if err := stream.Send(&pb.PresenceRequest{}); err != nil {
-				return err
-			}
-		}
 	}
 }

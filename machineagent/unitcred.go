@@ -110,6 +110,13 @@ func (a *Agent) renewUnitCredentials(ctx context.Context, c *UnitCredential) {
 				return
 			}
 		}
+		// Credentials are issued only to the instance present: while it
+		// reconnects, the controller would refuse.
+		select {
+		case <-a.whenPresent():
+		case <-ctx.Done():
+			return
+		}
 		last = time.Now()
 		creds, err := a.issueCredentials(ctx, []string{c.unit})
 		if ctx.Err() != nil {

@@ -14,6 +14,9 @@
 //   - credentials: an entity's tag (whose syntax package names owns: "admin",
 //     "machine-3", "unit-kv/0") with a random secret, and the hashes of
 //     secrets that the controller stores in place of the secrets themselves;
+//   - join tokens: what a manual machine's host needs to join (the
+//     controllers, their CA, the machine, a secret the controller takes
+//     once, an expiry), which are not credentials;
 //   - the operator's client config file (JSON, mode 0600, written
 //     atomically), which holds the controller addresses, the CA certificate
 //     and the operator's credential;

@@ -169,8 +169,11 @@ func TestControllerJoinRoundTrip(t *testing.T) {
 			t.Errorf("a controller join token formats with its secret: %s", s)
 		}
 	}
-	cred, _, _ := NewCredential("machine-1")
-	machine, err := EncodeJoinToken(ClientConfig{Controllers: []string{"10.0.0.1:17070"}, CACert: string(ca.CertPEM()), Tag: cred.Tag, Secret: cred.Secret})
+	mtok, _, err := NewJoinToken([]string{"10.0.0.1:17070"}, ca.CertPEM(), "1", expires)
+	if err != nil {
+		t.Fatal(err)
+	}
+	machine, err := EncodeJoinToken(mtok)
 	if err != nil {
 		t.Fatal(err)
 	}

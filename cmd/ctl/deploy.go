@@ -203,61 +203,6 @@ Example:
 	return cmd
 }
 
-func addMachineCommand(e *env) *cobra.Command {
-	var n int
-	var manual bool
-	cmd := &cobra.Command{
-		Use:   "add-machine",
-		Short: "Add machines to the model",
-		Long: `Add -n machines (1 by default) for the provisioner to start.
-
-With --manual the machines are hosts you bring yourself: for each, ctl prints
-a one-time join token and the command to run on the host, which starts its
-machine agent:
-
-  lifelined machine-agent --join TOKEN --controller ADDR --data-dir DIR
-
-The token holds the machine's credential: pass it to the host privately.
-
-Example:
-  ctl add-machine
-  ctl add-machine -n 2 --manual`,
-		Args: argsRange(0, 0),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if n < 1 {
-				return usagef(cmd, "-n %d: want at least 1 machine", n)
-			}
-			c, err := e.connect()
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			ctx, cancel := callContext(cmd.Context())
-			defer cancel()
-			resp, err := c.op.AddMachines(ctx, &pb.AddMachinesRequest{NumMachines: int32(n), Manual: manual})
-			if err != nil {
-				return c.check(err)
-			}
-			for i, m := range resp.Machines {
-				if !manual {
-					fmt.Fprintf(e.stdout, "created machine %s\n", m.Id)
-					continue
-				}
-				if i >= len(resp.JoinTokens) {
-					return fmt.Errorf("the controller sent no join token for machine %s", m.Id)
-				}
-				fmt.Fprintf(e.stdout, "created manual machine %s: to start its agent, run on the host:\n", m.Id)
-				fmt.Fprintf(e.stdout, "  lifelined machine-agent --join %s --controller %s --data-dir /var/lib/lifeline/machine-%s\n",
-					resp.JoinTokens[i], c.addrs[0], m.Id)
-			}
-			return nil
-		},
-	}
-	cmd.Flags().IntVarP(&n, "num-machines", "n", 1, "`N` machines to add")
-	cmd.Flags().BoolVar(&manual, "manual", false, "hosts you bring yourself: print a join token for each")
-	return cmd
-}
-
 func addRelationCommand(e *env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "add-relation SERVICE[:ENDPOINT] SERVICE[:ENDPOINT]",

@@ -144,22 +144,29 @@ func TestCommandsAgainstAController(t *testing.T) {
 			t.Fatalf("ctl add-machine said %q, want the machine's id", out)
 		}
 		emptyMachine = m[1]
-		out = s.ok(t, "add-machine", "-n", "2", "--manual")
-		cmds := regexp.MustCompile(`lifelined machine-agent --join (\S+) --controller (\S+) --data-dir (\S+)`).FindAllStringSubmatch(out, -1)
+		out = s.ok(t, "add-machine", "-n", "2", "--manual", "--expires", "10m")
+		cmds := regexp.MustCompile(`join token for machine (\d+) \(joins one host, once, until \S+\):\n  (\S+)\n.*\n  lifelined machine-agent --join-file FILE --controller (\S+) --data-dir (\S+)`).FindAllStringSubmatch(out, -1)
 		if len(cmds) != 2 {
-			t.Fatalf("ctl add-machine -n 2 --manual said:\n%s\nwant two machine-agent commands", out)
+			t.Fatalf("ctl add-machine -n 2 --manual said:\n%s\nwant two join tokens and machine-agent commands", out)
 		}
 		for _, c := range cmds {
-			cfg, err := pki.DecodeJoinToken(c[1])
+			tok, err := pki.DecodeJoinToken(c[2])
 			if err != nil {
-				t.Errorf("join token %q: %v", c[1], err)
-			} else if !strings.HasPrefix(cfg.Tag, "machine-") {
-				t.Errorf("join token for %s, want a machine's", cfg.Tag)
+				t.Errorf("join token %q: %v", c[2], err)
+			} else if tok.Machine != c[1] || time.Until(tok.Expires) > 10*time.Minute {
+				t.Errorf("join token for machine %s until %s, want machine %s within 10m", tok.Machine, tok.Expires, c[1])
 			}
-			if c[2] != addr {
-				t.Errorf("--controller %s, want %s", c[2], addr)
+			if c[3] != addr {
+				t.Errorf("--controller %s, want %s", c[3], addr)
 			}
 		}
+		out = s.ok(t, "join-token", cmds[0][1])
+		if !strings.Contains(out, "join token for machine "+cmds[0][1]) {
+			t.Errorf("ctl join-token %s said:\n%s\nwant a new join token", cmds[0][1], out)
+		}
+		s.fails(t, 1, []string{"ctl: machine " + emptyMachine + " is not a manual machine: the provisioner starts its agent"}, "join-token", emptyMachine)
+		s.fails(t, 2, nil, "join-token")
+		s.fails(t, 2, nil, "add-machine", "--expires", "1h")
 	})
 	t.Run("add-controller", func(t *testing.T) {
 		token := s.dir + "/controller.token"

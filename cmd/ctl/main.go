@@ -162,6 +162,7 @@ Example:
 		deployCommand(e),
 		addUnitCommand(e),
 		addMachineCommand(e),
+		joinTokenCommand(e),
 		addRelationCommand(e),
 		destroyRelationCommand(e),
 		destroyUnitCommand(e),

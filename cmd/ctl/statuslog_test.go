@@ -164,15 +164,15 @@ func TestShowStatusLogAgainstAController(t *testing.T) {
 	defer s.ok(t, "kill-controller")
 
 	out := s.ok(t, "add-machine", "--manual")
-	m := regexp.MustCompile(`--join (\S+)`).FindStringSubmatch(out)
+	m := regexp.MustCompile(`(?m)^  (lifeline-join-\S+)$`).FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("ctl add-machine --manual said:\n%s\nwant a join token", out)
 	}
-	machineCfg, err := pki.DecodeJoinToken(m[1])
+	tok, err := pki.DecodeJoinToken(m[1])
 	if err != nil {
 		t.Fatal(err)
 	}
-	machineID := strings.TrimPrefix(machineCfg.Tag, "machine-")
+	machineID := tok.Machine
 	if out := s.ok(t, "deploy", "testdata/kv", "--to", machineID); !strings.Contains(out, "kv/0 on machine "+machineID) {
 		t.Fatalf("ctl deploy kv --to %s said:\n%s\nwant kv/0 on it", machineID, out)
 	}
@@ -196,6 +196,20 @@ func TestShowStatusLogAgainstAController(t *testing.T) {
 		}
 		t.Cleanup(func() { conn.Close() })
 		return pb.NewAgentServiceClient(conn)
+	}
+	// Joined as a host joins: its credential made here, the token taken.
+	machineCred, hash, err := pki.NewCredential("machine-" + machineID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	machineCfg := pki.ClientConfig{Controllers: tok.Controllers, CACert: tok.CACert, Tag: machineCred.Tag, Secret: machineCred.Secret}
+	joinConn, err := apiclient.Dial(apiclient.Config{Addresses: tok.Controllers, CACert: []byte(tok.CACert)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer joinConn.Close()
+	if _, err := pb.NewMachineJoinServiceClient(joinConn).JoinMachine(ctx, &pb.JoinMachineRequest{Machine: machineID, TokenSecret: tok.Secret, CredentialHash: hash}); err != nil {
+		t.Fatalf("Join: %v", err)
 	}
 	machine := agentClient(apiclient.FromClientConfig(machineCfg))
 	set := func(c pb.AgentServiceClient, kind pb.UnitStatusKind, st *pb.Status) {

@@ -36,11 +36,15 @@ func startAgentProc(ctx context.Context, c *controllerProc, dir, lifelined, name
 	if _, err := pki.DecodeJoinToken(resp.JoinTokens[0]); err != nil {
 		return nil, err
 	}
+	tokenFile := filepath.Join(dir, name+"-join")
+	if err := os.WriteFile(tokenFile, []byte(resp.JoinTokens[0]), 0o600); err != nil {
+		return nil, err
+	}
 	logf, err := os.Create(filepath.Join(dir, name+"-agent.log"))
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(lifelined, "machine-agent", "--data-dir", filepath.Join(dir, name), "--join", resp.JoinTokens[0], "--log-level", "warn")
+	cmd := exec.Command(lifelined, "machine-agent", "--data-dir", filepath.Join(dir, name), "--join-file", tokenFile, "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

@@ -95,22 +95,33 @@ func runAgents(spec workerSpec, logger hclog.Logger, report func(error)) (stop f
 	}
 	for i, token := range spec.Tokens {
 		id := spec.IDs[i]
-		cfg, err := pki.DecodeJoinToken(token)
+		tok, err := pki.DecodeJoinToken(token)
 		if err != nil {
 			stop()
 			return nil, err
 		}
-		dial := apiclient.FromClientConfig(cfg)
-		dial.Credential = pki.Credential{}
-		conn, err := apiclient.Dial(dial)
+		conn, err := apiclient.Dial(apiclient.Config{Addresses: tok.Controllers, CACert: []byte(tok.CACert)})
 		if err != nil {
 			stop()
 			return nil, err
 		}
 		conns = append(conns, conn)
+		// Each machine joins as a host would: its credential made here.
+		cred, _, err := pki.NewCredential("machine-" + id)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		jctx, jcancel := context.WithTimeout(ctx, time.Minute)
+		err = machineagent.Join(jctx, pb.NewMachineJoinServiceClient(conn), tok, cred)
+		jcancel()
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("machine %s: %w", id, err)
+		}
 		a, err := machineagent.New(machineagent.Config{
 			MachineID: id, DataDir: filepath.Join(spec.Dir, "m", id), Address: "127.0.0.1",
-			API: pb.NewAgentServiceClient(apiclient.As(conn, cfg.Credential())),
+			API: pb.NewAgentServiceClient(apiclient.As(conn, cred)),
 			DialUnit: func(cred *machineagent.UnitCredential) (unitagent.API, io.Closer, error) {
 				return pb.NewAgentServiceClient(apiclient.AsRenewable(conn, cred)), io.NopCloser(nil), nil
 			},

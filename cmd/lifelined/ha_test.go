@@ -163,8 +163,9 @@ func TestTwoControllersShareOneModel(t *testing.T) {
 	}
 
 	// A manual machine's agent, on the leader first.
-	agent := exec.Command(lifelined, "machine-agent", "--join", added.JoinTokens[0], "--controller", leaderProc.addr,
+	agent := exec.Command(lifelined, "machine-agent", "--join-file", "-", "--controller", leaderProc.addr,
 		"--data-dir", filepath.Join(dir, "machine-0"))
+	agent.Stdin = strings.NewReader(added.JoinTokens[0] + "\n")
 	agentLogs := &syncbuf.Buffer{}
 	agent.Stdout, agent.Stderr = agentLogs, agentLogs
 	if err := agent.Start(); err != nil {

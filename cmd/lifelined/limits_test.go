@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/lifelinehq/lifeline/apiclient"
-	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/e2etest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -80,7 +80,7 @@ func TestConnectionFloodIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatalf("AddMachines: %v", err)
 	}
-	agentCfg, err := pki.DecodeJoinToken(added.JoinTokens[0])
+	agentCfg, err := e2etest.JoinMachine(ctx, added.JoinTokens[0])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ const followEvery = 30 * time.Second
 type machineAgentFlags struct {
 	dataDir     string
 	agentConfig string
+	joinFile    string
 	join        string
 	controllers []string
 	address     string
@@ -45,18 +46,25 @@ stops once the machine is dead.
 
 A machine the local provider starts gets its agent config from the
 controller. On a host you bring yourself (ctl add-machine --manual), start
-it with the join token ctl printed; the agent keeps its credential in the
+it once with the join token ctl printed, in a file or on stdin (never on
+the command line, where ps shows it): the token joins once, before it
+expires, and the agent makes the machine's credential and keeps it in the
 data directory, so later starts need only --data-dir:
 
-  lifelined machine-agent --join TOKEN --controller 10.0.0.1:17070 --data-dir /var/lib/lifeline/machine
-  lifelined machine-agent --data-dir /var/lib/lifeline/machine`,
+  lifelined machine-agent --join-file token.txt --controller 10.0.0.1:17070 --data-dir /var/lib/lifeline/machine
+  lifelined machine-agent --data-dir /var/lib/lifeline/machine
+
+One agent runs a machine: another started for it (a copy of the host, or
+of the data directory) is refused while the first is present, and stops.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runMachineAgent(cmd.Context(), f) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.dataDir, "data-dir", "", "the machine agent's directory (required)")
 	fl.StringVar(&f.agentConfig, "agent-config", "", "file with the controllers, their CA and the machine's credential (default: agent.json in the data directory)")
-	fl.StringVar(&f.join, "join", "", "a join token from ctl add-machine --manual (first start only)")
+	fl.StringVar(&f.joinFile, "join-file", "", "a file holding a join token from ctl add-machine --manual or ctl join-token, - for stdin (first start only)")
+	fl.StringVar(&f.join, "join", "", "")
+	_ = fl.MarkHidden("join") // refused with a sentence: see runMachineAgent
 	fl.StringSliceVar(&f.controllers, "controller", nil, "controller addresses to dial, before those the token or config names")
 	fl.StringVar(&f.address, "address", "127.0.0.1", "the machine's address, given to its units")
 	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
@@ -66,6 +74,9 @@ data directory, so later starts need only --data-dir:
 func runMachineAgent(ctx context.Context, f machineAgentFlags) error {
 	if f.dataDir == "" {
 		return usageError{errors.New("--data-dir is required")}
+	}
+	if f.join != "" {
+		return usageError{errors.New("--join puts the token on the command line, which every user of the host can read (ps): give it in a file, or on stdin (--join-file FILE, --join-file -)")}
 	}
 	logger, err := newLogger("machine-agent", f.logLevel, os.Stderr)
 	if err != nil {
@@ -79,18 +90,19 @@ func runMachineAgent(ctx context.Context, f machineAgentFlags) error {
 	if path == "" {
 		path = filepath.Join(f.dataDir, "agent.json")
 	}
-	if f.join != "" {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if f.joinFile != "" {
 		if _, err := os.Stat(path); err == nil {
 			logger.Warn("already joined: the join token is ignored, the agent config is used", "config", path)
 		} else {
-			cfg, err := pki.DecodeJoinToken(f.join)
+			tok, err := readJoinToken(f.joinFile, os.Stdin)
 			if err != nil {
-				return usageError{err}
-			}
-			if err := pki.WriteClientConfig(path, cfg); err != nil {
 				return err
 			}
-			logger.Info("joined", "machine", cfg.Tag, "config", path)
+			if err := joinMachine(ctx, logger, path, tok, f.controllers); err != nil {
+				return err
+			}
 		}
 	}
 	cfg, err := pki.ReadClientConfig(path)
@@ -132,8 +144,6 @@ func runMachineAgent(ctx context.Context, f machineAgentFlags) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	// Controllers come and go: dial the live ones, and remember them for
 	// the next start.
 	api := pb.NewAgentServiceClient(apiclient.As(conn, cfg.Credential()))
