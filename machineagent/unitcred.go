@@ -47,8 +47,11 @@ type UnitCredential struct {
 	// held is not known to be refused or a new one was had since.
 	stuck error
 	// report is the unit agent's last report of its agent status, as it
-	// made it: sent again as made once the unit is no longer stuck.
+	// made it (the unit agent's own, never changed here): sent again once
+	// the unit is no longer stuck. seq is the seq of the last report the
+	// machine agent made for the unit, which the next must pass.
 	report *pb.SetUnitStatusRequest
+	seq    int64
 }
 
 func newUnitCredential(unit string, cred pki.Credential) *UnitCredential {
@@ -152,8 +155,8 @@ func (a *Agent) renewed(ctx context.Context, c *UnitCredential, cred pki.Credent
 	var again *pb.SetUnitStatusRequest
 	if wasStuck && c.report != nil {
 		again = proto.Clone(c.report).(*pb.SetUnitStatusRequest)
-		again.Status.Seq = nextSeq(c.report.Status.GetSeq())
-		c.report = again
+		again.Status.Seq = nextSeq(max(c.report.Status.GetSeq(), c.seq))
+		c.seq = again.Status.Seq
 	}
 	c.mu.Unlock()
 	if again != nil {
@@ -162,9 +165,13 @@ func (a *Agent) renewed(ctx context.Context, c *UnitCredential, cred pki.Credent
 }
 
 // stuck records why c's unit cannot have a new credential and reports it
-// unauthenticated.
+// unauthenticated, unless it has for the same reason already.
 func (a *Agent) stuck(ctx context.Context, c *UnitCredential, why error) {
 	c.mu.Lock()
+	if c.stuck != nil && statusMessage(c.stuck) == statusMessage(why) {
+		c.mu.Unlock()
+		return
+	}
 	c.stuck = why
 	var req *pb.SetUnitStatusRequest
 	if c.report != nil {
@@ -172,11 +179,9 @@ func (a *Agent) stuck(ctx context.Context, c *UnitCredential, why error) {
 	} else {
 		req = &pb.SetUnitStatusRequest{Unit: c.unit, Kind: pb.UnitStatusKind_UNIT_STATUS_KIND_AGENT, Status: &pb.Status{}}
 	}
-	req.Status.Seq = nextSeq(req.Status.GetSeq())
+	req.Status.Seq = nextSeq(max(req.Status.GetSeq(), c.seq))
+	c.seq = req.Status.Seq
 	req = c.asStuckLocked(req)
-	if c.report != nil {
-		c.report.Status.Seq = req.Status.Seq
-	}
 	c.mu.Unlock()
 	a.sendUnitStatus(ctx, c, req)
 }
