@@ -347,8 +347,21 @@ func (fz *fuzzer) call(rnd *rand.Rand) {
 			}
 		}
 	case 6:
+		if rnd.IntN(3) == 0 {
+			rpc = "IssueJoinToken"
+			in := &pb.IssueJoinTokenRequest{Machine: fz.name(rnd, "machine")}
+			if rnd.IntN(2) == 0 {
+				in.TtlMs = int64Edge(rnd)
+			}
+			req = in
+			_, err = fz.op.IssueJoinToken(ctx, in)
+			break
+		}
 		rpc = "AddMachines"
 		in := &pb.AddMachinesRequest{NumMachines: count32(rnd), Manual: rnd.IntN(2) == 0}
+		if rnd.IntN(3) == 0 {
+			in.JoinTokenTtlMs = int64Edge(rnd)
+		}
 		req = in
 		var resp *pb.AddMachinesResponse
 		if resp, err = fz.op.AddMachines(ctx, in); err == nil {
