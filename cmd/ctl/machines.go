@@ -35,7 +35,7 @@ privately, and not on a command line, where ps shows it.
 
 Example:
   ctl add-machine
-  ctl add-machine -n 3 --manual --expires 24h`,
+  ctl add-machine -n 2 --manual --expires 24h`,
 		Args: argsRange(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if n < 1 {
@@ -96,7 +96,7 @@ credential, and the agent still running with the old one, if any, is
 refused from then on.
 
 Example:
-  ctl join-token 3 --expires 30m`,
+  ctl join-token 7 --expires 30m`,
 		Args: argsRange(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if expires <= 0 {
