@@ -145,8 +145,48 @@ func TestParseConfigAliasBomb(t *testing.T) {
 		fmt.Fprintf(&b, "  o%d: *b\n", i)
 	}
 	_, err := ParseConfig([]byte(b.String()))
-	if want := "aliases expand the file too much"; err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, ErrInvalid) {
+	if want := "aliases expand the file"; err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, ErrInvalid) {
 		t.Errorf("ParseConfig(alias bomb) = %v, want %q", err, want)
+	}
+}
+
+// TestParseConfigAliasedDefaults has aliases stand for one long default in
+// many options: a file a few hundred bytes compressed whose options,
+// written out, are megabytes, too large to store. It is refused, naming
+// the limit, as the same file written out would be.
+func TestParseConfigAliasedDefaults(t *testing.T) {
+	tests := []struct {
+		name    string
+		long    int // bytes of the aliased default
+		options int
+		wantErr bool
+	}{
+		{"within the limit", 4 << 10, 100, false},
+		{"past the limit", 60 << 10, 100, true},
+		{"one alias past the limit", maxYAMLSize - 100, 2, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b strings.Builder
+			fmt.Fprintf(&b, "long: &l %q\noptions:\n", strings.Repeat("a", tt.long))
+			for i := range tt.options {
+				fmt.Fprintf(&b, "  o%d: {default: *l}\n", i)
+			}
+			c, err := ParseConfig([]byte(b.String()))
+			if !tt.wantErr {
+				if err != nil {
+					t.Fatalf("ParseConfig(%d options aliasing %d bytes) = %v, want no error", tt.options, tt.long, err)
+				}
+				if len(c.Options) != tt.options {
+					t.Errorf("ParseConfig(%d options aliasing %d bytes) has %d options, want %d", tt.options, tt.long, len(c.Options), tt.options)
+				}
+				return
+			}
+			want := "aliases expand the file past the 1 MiB limit of a file"
+			if err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, ErrInvalid) {
+				t.Errorf("ParseConfig(%d options aliasing %d bytes) = %v, want %q", tt.options, tt.long, err, want)
+			}
+		})
 	}
 }
 

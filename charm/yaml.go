@@ -22,6 +22,13 @@ type yamlFile struct {
 	// the file's size, which a file without aliases never exceeds, so that
 	// aliases cannot make a small file expensive to walk.
 	budget int
+	// expanded is the file's size with the aliases walked so far written
+	// out in full: at most maxYAMLSize, the limit of a file, so that
+	// aliases cannot make a small file's values large either (a config.yaml
+	// of a few hundred bytes compressed naming one long default a
+	// hundred times). sizes keeps each aliased node's size.
+	expanded int
+	sizes    map[*yaml.Node]int
 }
 
 // pair is one entry of a YAML mapping.
@@ -46,6 +53,7 @@ func (f *yamlFile) parse(data []byte) (*yaml.Node, error) {
 		return nil, f.errorf("", "file is over the %s limit", sizeString(maxYAMLSize))
 	}
 	f.budget = len(data)
+	f.expanded = len(data)
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		msg := strings.TrimPrefix(err.Error(), "yaml: ")
@@ -61,15 +69,53 @@ func (f *yamlFile) parse(data []byte) (*yaml.Node, error) {
 	return top, nil
 }
 
-// deref follows an alias to the node it names.
+// deref follows an alias to the node it names, counting what the alias
+// stands for in the file's expanded size.
 func (f *yamlFile) deref(field string, n *yaml.Node) (*yaml.Node, error) {
 	for range maxAliasDepth {
 		if n == nil || n.Kind != yaml.AliasNode {
 			return n, nil
 		}
 		n = n.Alias
+		f.expanded += f.size(n, 0)
+		if f.expanded > maxYAMLSize {
+			return nil, f.errorf(field, "aliases expand the file past the %s limit of a file", sizeString(maxYAMLSize))
+		}
 	}
 	return nil, f.errorf(field, "too many nested aliases")
+}
+
+// size is the bytes of text n holds, its aliases written out: more than
+// maxYAMLSize is reported as maxYAMLSize+1, so that no nesting of aliases
+// overflows the count.
+func (f *yamlFile) size(n *yaml.Node, depth int) int {
+	if n == nil {
+		return 0
+	}
+	if depth > maxAliasDepth*4 {
+		return maxYAMLSize + 1 // deeper than any charm's file: refused
+	}
+	if got, ok := f.sizes[n]; ok {
+		return got
+	}
+	total := len(n.Value) + len(n.Anchor) + len(n.Tag)
+	switch n.Kind {
+	case yaml.AliasNode:
+		total = f.size(n.Alias, depth+1)
+	case yaml.MappingNode, yaml.SequenceNode, yaml.DocumentNode:
+		for _, c := range n.Content {
+			total += f.size(c, depth+1)
+			if total > maxYAMLSize {
+				break
+			}
+		}
+	}
+	total = min(total, maxYAMLSize+1)
+	if f.sizes == nil {
+		f.sizes = map[*yaml.Node]int{}
+	}
+	f.sizes[n] = total
+	return total
 }
 
 func isNull(n *yaml.Node) bool {

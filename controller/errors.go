@@ -31,7 +31,10 @@ func toStatus(err error) error {
 		code = codes.FailedPrecondition
 	case errors.Is(err, state.ErrAlreadyResolved):
 		code = codes.AlreadyExists
-	case errors.Is(err, state.ErrInvalid), errors.Is(err, charm.ErrInvalid), errors.Is(err, charm.ErrTooLarge):
+	case errors.Is(err, state.ErrInvalid), errors.Is(err, charm.ErrInvalid), errors.Is(err, charm.ErrTooLarge),
+		// Every record's size is checked before etcd (state's limits);
+		// should a request still reach it too large, it is the caller's.
+		etcdTooLarge(err):
 		code = codes.InvalidArgument
 	case errors.Is(err, state.ErrAborted):
 		code = codes.Aborted
@@ -53,6 +56,16 @@ func toStatus(err error) error {
 		}
 	}
 	return status.Error(code, err.Error())
+}
+
+// etcdTooLarge says whether etcd refused a request as over its size limit,
+// as clientv3 reports it or as its gRPC status.
+func etcdTooLarge(err error) bool {
+	if errors.Is(err, rpctypes.ErrRequestTooLarge) || errors.Is(err, rpctypes.ErrGRPCRequestTooLarge) {
+		return true
+	}
+	var se interface{ GRPCStatus() *status.Status }
+	return errors.As(err, &se) && se.GRPCStatus().Message() == rpctypes.ErrorDesc(rpctypes.ErrGRPCRequestTooLarge)
 }
 
 func invalid(format string, args ...any) error {

@@ -23,6 +23,9 @@ func TestToStatusCodes(t *testing.T) {
 		{fmt.Errorf("x: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
 		{fmt.Errorf("resolve x: %w", state.ErrNotInError), codes.FailedPrecondition},
 		{fmt.Errorf("resolve x: %w", state.ErrAlreadyResolved), codes.AlreadyExists},
+		{fmt.Errorf("configure x: %w", rpctypes.ErrGRPCRequestTooLarge), codes.InvalidArgument},
+		{fmt.Errorf("configure x: %w", rpctypes.ErrRequestTooLarge), codes.InvalidArgument},
+		{fmt.Errorf("configure x: %w", status.Error(codes.InvalidArgument, "etcdserver: request is too large")), codes.InvalidArgument},
 		{fmt.Errorf("something unforeseen"), codes.Internal},
 	} {
 		got := status.Convert(toStatus(c.err))

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strconv"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -51,6 +53,9 @@ func (s *State) AddCharm(ctx context.Context, c *pb.Charm, archive []byte) (*pb.
 	}
 	if existing, err := s.charmBySha(ctx, c.Name, sha); err == nil || !isNotFound(err) {
 		return existing, err
+	}
+	if n := proto.Size(c); n > MaxCharmRecordBytes {
+		return nil, tooLarge(fmt.Sprintf("the record of charm %s (its metadata and config options)", c.Name), n, MaxCharmRecordBytes)
 	}
 	// The chunks first, each its own small write: an archive whose record
 	// never lands is garbage, never a dangling reference.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 
+	"google.golang.org/protobuf/proto"
+
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -16,6 +18,9 @@ const maxSettingsChanges = 16
 // settings. The relation and the unit must be alive (R1), and the unit's
 // service one of the relation's. Entering again does nothing.
 func (s *State) EnterScope(ctx context.Context, id int64, unit string, settings map[string]string) error {
+	if n := proto.Size(&pb.Settings{Values: settings}); n > MaxSettingsBytes {
+		return tooLarge(fmt.Sprintf("the settings of unit %s in relation %d", unit, id), n, MaxSettingsBytes)
+	}
 	return s.apply(ctx, fmt.Sprintf("enter %s into relation %d", unit, id), func(ctx context.Context) (*change, error) {
 		if err := checkUnitName(unit); err != nil {
 			return nil, err
@@ -221,6 +226,9 @@ func (s *State) UpdateSettings(ctx context.Context, unit string, changes []Setti
 				// The same settings again: no new version, so that no
 				// remote unit runs relation-changed for nothing.
 				continue
+			}
+			if n := proto.Size(next); n > MaxSettingsBytes {
+				return nil, tooLarge(fmt.Sprintf("the settings of unit %s in relation %d", unit, ch.Relation), n, MaxSettingsBytes)
 			}
 			c.ifSame(string(scope.Key), scope.CreateRevision)
 			c.ifMod(SettingsKey(ch.Relation, unit), mod)

@@ -11,6 +11,7 @@ import (
 	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // maxEndpoints bounds a charm's endpoints, and so the size of the
@@ -37,6 +38,9 @@ func (a AddServiceArgs) validate() error {
 	}
 	if a.Charm == nil || a.Charm.Name == "" {
 		return invalidf("service %s needs a charm", a.Name)
+	}
+	if n := proto.Size(&pb.ServiceConfig{Values: a.Config}); n > MaxConfigBytes {
+		return tooLarge("the configuration of service "+a.Name, n, MaxConfigBytes)
 	}
 	if len(a.Endpoints) > maxEndpoints {
 		return invalidf("service %s has %d endpoints: at most %d", a.Name, len(a.Endpoints), maxEndpoints)
@@ -220,6 +224,9 @@ func (s *State) UpdateServiceConfig(ctx context.Context, name string, set map[st
 		}
 		for _, k := range unset {
 			delete(next.Values, k)
+		}
+		if n := proto.Size(next); n > MaxConfigBytes {
+			return nil, tooLarge("the configuration of service "+name, n, MaxConfigBytes)
 		}
 		c := &change{}
 		c.ifExists(ServiceKey(name))

@@ -111,6 +111,17 @@ func (c *change) size() int { return len(c.cmps) + len(c.ops) }
 
 func (c *change) empty() bool { return len(c.ops) == 0 }
 
+// bytes is what c's puts write: their keys and values.
+func (c *change) bytes() int {
+	n := 0
+	for _, w := range c.ops {
+		if !w.del {
+			n += len(w.key) + len(w.value)
+		}
+	}
+	return n
+}
+
 // commit commits c, reporting whether its comparisons held.
 func (s *State) commit(ctx context.Context, c *change) (bool, error) {
 	ok, _, err := s.commitAt(ctx, c)
@@ -133,6 +144,9 @@ func (s *State) commitAt(ctx context.Context, c *change) (bool, int64, error) {
 		if n <= cur || s.stats.maxOps.CompareAndSwap(cur, n) {
 			break
 		}
+	}
+	if n := c.bytes(); n > MaxTxnBytes {
+		return false, 0, tooLarge("a transaction's writes", n, MaxTxnBytes)
 	}
 	req := s.txnRequest(c)
 	var resp *etcdserverpb.TxnResponse
