@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/lifelinehq/lifeline/controllertest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 )
@@ -51,7 +52,13 @@ var agentModelEndpoints = map[string][]*pb.Endpoint{
 
 func newAgentModel(t *testing.T) *agentModel {
 	t.Helper()
-	m := &agentModel{env: newEnv(t), t: t, charms: map[string][]byte{}, clients: map[string]pb.AgentServiceClient{}}
+	return newAgentModelWith(t, controllertest.Options{Anonymous: true})
+}
+
+// newAgentModelWith is newAgentModel served by a controller with opts.
+func newAgentModelWith(t *testing.T, opts controllertest.Options) *agentModel {
+	t.Helper()
+	m := &agentModel{env: newEnvWith(t, opts), t: t, charms: map[string][]byte{}, clients: map[string]pb.AgentServiceClient{}}
 	for _, name := range []string{"kv", "app", "logger"} {
 		m.addService(name, name, []byte(name+" charm archive"))
 	}

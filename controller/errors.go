@@ -34,8 +34,12 @@ func toStatus(err error) error {
 	case errors.Is(err, state.ErrInvalid), errors.Is(err, charm.ErrInvalid), errors.Is(err, charm.ErrTooLarge),
 		// Every record's size is checked before etcd (state's limits);
 		// should a request still reach it too large, it is the caller's.
-		etcdTooLarge(err):
+		etcdRefused(err, rpctypes.ErrRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge):
 		code = codes.InvalidArgument
+	case etcdRefused(err, rpctypes.ErrNoSpace, rpctypes.ErrGRPCNoSpace):
+		// etcd's database is full (its NOSPACE alarm): the status
+		// says so, and the controller frees it where it can.
+		code = codes.ResourceExhausted
 	case errors.Is(err, state.ErrAborted):
 		code = codes.Aborted
 	case errors.Is(err, state.ErrBadJoinToken):
@@ -58,14 +62,15 @@ func toStatus(err error) error {
 	return status.Error(code, err.Error())
 }
 
-// etcdTooLarge says whether etcd refused a request as over its size limit,
-// as clientv3 reports it or as its gRPC status.
-func etcdTooLarge(err error) bool {
-	if errors.Is(err, rpctypes.ErrRequestTooLarge) || errors.Is(err, rpctypes.ErrGRPCRequestTooLarge) {
+// etcdRefused says whether err is etcd's refusal, as clientv3 reports it
+// (asClient) or as its gRPC status (asGRPC), which the State's own requests
+// get.
+func etcdRefused(err, asClient, asGRPC error) bool {
+	if errors.Is(err, asClient) || errors.Is(err, asGRPC) {
 		return true
 	}
 	var se interface{ GRPCStatus() *status.Status }
-	return errors.As(err, &se) && se.GRPCStatus().Message() == rpctypes.ErrorDesc(rpctypes.ErrGRPCRequestTooLarge)
+	return errors.As(err, &se) && se.GRPCStatus().Message() == rpctypes.ErrorDesc(asGRPC)
 }
 
 func invalid(format string, args ...any) error {

@@ -26,6 +26,8 @@ func TestToStatusCodes(t *testing.T) {
 		{fmt.Errorf("configure x: %w", rpctypes.ErrGRPCRequestTooLarge), codes.InvalidArgument},
 		{fmt.Errorf("configure x: %w", rpctypes.ErrRequestTooLarge), codes.InvalidArgument},
 		{fmt.Errorf("configure x: %w", status.Error(codes.InvalidArgument, "etcdserver: request is too large")), codes.InvalidArgument},
+		{fmt.Errorf("destroy unit x: %w", rpctypes.ErrGRPCNoSpace), codes.ResourceExhausted},
+		{fmt.Errorf("destroy unit x: %w", rpctypes.ErrNoSpace), codes.ResourceExhausted},
 		{fmt.Errorf("something unforeseen"), codes.Internal},
 	} {
 		got := status.Convert(toStatus(c.err))

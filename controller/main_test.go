@@ -36,7 +36,13 @@ func newEnvWithAddresses(t *testing.T) *env { return startEnv(t, true) }
 
 func startEnv(t *testing.T, withAddresses bool) *env {
 	t.Helper()
-	ce := controllertest.New(t, controllertest.Options{Anonymous: !withAddresses})
+	return newEnvWith(t, controllertest.Options{Anonymous: !withAddresses})
+}
+
+// newEnvWith is newEnv with the controller's options.
+func newEnvWith(t *testing.T, opts controllertest.Options) *env {
+	t.Helper()
+	ce := controllertest.New(t, opts)
 	return &env{Env: ce, t: t, ctx: ce.Ctx, st: ce.State, addr: ce.Addr, ca: ce.CA}
 }
 

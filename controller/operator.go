@@ -470,6 +470,11 @@ func (s *Server) modelStatus(ctx context.Context) (*pb.ModelStatus, error) {
 	for _, c := range cs {
 		st.Controllers = append(st.Controllers, &pb.ControllerStatus{Id: c.ID, Addresses: c.Addresses, Leader: c.Leader})
 	}
+	if s.cfg.Storage != nil {
+		if a := s.cfg.Storage().Alarm(); a != "" {
+			st.Alarms = append(st.Alarms, a)
+		}
+	}
 	return st, nil
 }
 

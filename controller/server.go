@@ -71,6 +71,12 @@ type Config struct {
 	// Watch bounds the agents' watch streams: what they may hold queued
 	// and how many each may open (watchlimit.go).
 	Watch WatchLimits
+	// Budgets bound what each agent credential writes (budget.go).
+	Budgets Budgets
+	// Storage reports etcd's database space (storage.go): while it is
+	// near its quota the controller takes only writes that shrink the
+	// model. Never tight when nil.
+	Storage func() Storage
 }
 
 // Validate reports a configuration New cannot use.
@@ -108,6 +114,10 @@ type Server struct {
 	// watchers are the agents' watch streams, each charged to its
 	// caller's budget (watchlimit.go).
 	watchers *watchers
+	// budgets keep the agents' budgets, and limits count what they and
+	// the storage refuse.
+	budgets *budgetBook
+	limits  *limitMetrics
 	// addrs is the list of controller addresses last read
 	// (controllerAddresses).
 	addrs struct {
@@ -150,6 +160,8 @@ func New(cfg Config) (*Server, error) {
 	s.creds = newCredMirror(cfg.Watches, s.logger)
 	s.holders = newPresenceHolders(cfg.Watches, s.logger)
 	s.workers = newHandlerWorkers(maxHandlerWorkers, workerIdle)
+	s.budgets = newBudgetBook(cfg.Budgets, s.logger)
+	s.limits = newLimitMetrics(cfg.Metrics, cfg.Storage)
 	s.agentServer.s = s
 	return s, nil
 }
@@ -191,8 +203,8 @@ const (
 func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	opts = append([]grpc.ServerOption{
 		grpc.Creds(credentials.NewTLS(s.cfg.TLS)),
-		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
-		grpc.ChainStreamInterceptor(s.streamInterceptor),
+		grpc.ChainUnaryInterceptor(s.unaryInterceptor, s.budgetUnary),
+		grpc.ChainStreamInterceptor(s.streamInterceptor, s.budgetStream),
 		grpc.MaxRecvMsgSize(4 << 20),
 		// Each connection keeps its read buffer for as long as it lives:
 		// 32 KiB by default, 41 MiB for 1,250 agents at 10,000 units. The

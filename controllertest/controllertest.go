@@ -68,6 +68,11 @@ type Options struct {
 	// they limit.
 	Connections      controller.ConnLimits
 	HandshakeTimeout time.Duration
+	// Budgets and Storage are controller.Config's: the agents' budgets
+	// (their defaults when zero) and etcd's database space as the
+	// controller is told it (never tight when nil).
+	Budgets controller.Budgets
+	Storage func() controller.Storage
 }
 
 // New starts a controller for the test; it stops with the test, and the
@@ -94,7 +99,8 @@ func New(t testing.TB, opts Options) *Env {
 	t.Cleanup(cancel)
 	e := &Env{T: t, Ctx: ctx, State: st, CA: ca, anonymous: opts.Anonymous, watchQueue: opts.WatchQueue, watchBytes: opts.WatchBytes}
 	e.cfg = controller.Config{State: st, TLS: pki.ServerTLSConfig(cert), Busy: opts.Busy, PresenceTimeout: opts.PresenceTimeout,
-		ID: "c-test", KEK: opts.KEK, Watch: opts.Watch, Connections: opts.Connections, HandshakeTimeout: opts.HandshakeTimeout}
+		ID: "c-test", KEK: opts.KEK, Watch: opts.Watch, Connections: opts.Connections, HandshakeTimeout: opts.HandshakeTimeout,
+		Budgets: opts.Budgets, Storage: opts.Storage}
 	if !opts.Anonymous {
 		e.cfg.CACert = ca.CertPEM()
 	}

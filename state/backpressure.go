@@ -69,6 +69,9 @@ func (k *gatedKV) Put(ctx context.Context, key, val string, opts ...clientv3.OpO
 		resp, err = k.KV.Put(ctx, key, val, opts...)
 		return err
 	})
+	if err == nil {
+		metered(ctx, len(key)+len(val))
+	}
 	return resp, err
 }
 

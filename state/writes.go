@@ -161,6 +161,7 @@ func (s *State) commitAt(ctx context.Context, c *change) (bool, int64, error) {
 	}
 	if resp.Succeeded {
 		s.stats.txns.Add(1)
+		metered(ctx, c.bytes())
 	}
 	return resp.Succeeded, resp.GetHeader().GetRevision(), nil
 }

@@ -58,6 +58,9 @@ type statusDoc struct {
 	Relations []relationDoc         `json:"relations" yaml:"relations"`
 	// Controllers, by id, when any has registered.
 	Controllers map[string]controllerDoc `json:"controllers,omitempty" yaml:"controllers,omitempty"`
+	// Alarms, when the controller raises any (etcd's database near its
+	// quota or full).
+	Alarms []string `json:"alarms,omitempty" yaml:"alarms,omitempty"`
 }
 
 type controllerDoc struct {
@@ -142,6 +145,7 @@ func statusDocument(st *pb.ModelStatus) statusDoc {
 		}
 		doc.Controllers[c.Id] = controllerDoc{Addresses: nonNil(c.Addresses), Leader: c.Leader}
 	}
+	doc.Alarms = st.GetAlarms()
 	rels := append([]*pb.RelationStatus(nil), st.GetRelations()...)
 	sort.Slice(rels, func(i, j int) bool { return rels[i].Id < rels[j].Id })
 	for _, r := range rels {
@@ -163,6 +167,15 @@ func nonNil(s []string) []string {
 // machines, services, units (subordinates indented under their
 // principals) and relations, the empty ones left out.
 func renderTabular(w io.Writer, st *pb.ModelStatus) error {
+	// The controller's alarms head the status, whatever the model holds.
+	for _, a := range st.GetAlarms() {
+		if _, err := fmt.Fprintf(w, "Alarm: %s\n", a); err != nil {
+			return err
+		}
+	}
+	if len(st.GetAlarms()) > 0 && len(st.GetMachines())+len(st.GetServices())+len(st.GetRelations()) > 0 {
+		fmt.Fprintln(w)
+	}
 	if len(st.GetMachines())+len(st.GetServices())+len(st.GetRelations()) == 0 {
 		_, err := fmt.Fprintln(w, "The model is empty: deploy a charm with ctl deploy.")
 		return err

@@ -321,3 +321,30 @@ func TestMergeControllers(t *testing.T) {
 		t.Errorf("mergeControllers of known addresses = %v, want %v unchanged", got, have)
 	}
 }
+
+// TestRenderAlarms shows the controller's alarms first in the tabular
+// status, an empty model's too, and under "alarms" in JSON.
+func TestRenderAlarms(t *testing.T) {
+	const alarm = "etcd's database is full"
+	for _, st := range []*pb.ModelStatus{sampleStatus(), {}} {
+		st.Alarms = []string{alarm}
+		var buf bytes.Buffer
+		if err := renderStatus(&buf, st, formatTabular); err != nil {
+			t.Fatal(err)
+		}
+		if first, _, _ := strings.Cut(buf.String(), "\n"); first != "Alarm: "+alarm {
+			t.Errorf("tabular status starts with %q, want the alarm:\n%s", first, buf.String())
+		}
+		buf.Reset()
+		if err := renderStatus(&buf, st, formatJSON); err != nil {
+			t.Fatal(err)
+		}
+		var doc struct{ Alarms []string }
+		if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+			t.Fatal(err)
+		}
+		if len(doc.Alarms) != 1 || doc.Alarms[0] != alarm {
+			t.Errorf("JSON alarms = %q, want [%q]", doc.Alarms, alarm)
+		}
+	}
+}

@@ -294,7 +294,10 @@ type ModelStatus struct {
 	Services  []*ServiceStatus  `protobuf:"bytes,3,rep,name=services,proto3" json:"services,omitempty"`
 	Relations []*RelationStatus `protobuf:"bytes,4,rep,name=relations,proto3" json:"relations,omitempty"`
 	// controllers are the live controllers of the model.
-	Controllers   []*ControllerStatus `protobuf:"bytes,5,rep,name=controllers,proto3" json:"controllers,omitempty"`
+	Controllers []*ControllerStatus `protobuf:"bytes,5,rep,name=controllers,proto3" json:"controllers,omitempty"`
+	// alarms are what the controller reports of itself that needs the
+	// operator: etcd's database near its quota, or full.
+	Alarms        []string `protobuf:"bytes,6,rep,name=alarms,proto3" json:"alarms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -360,6 +363,13 @@ func (x *ModelStatus) GetRelations() []*RelationStatus {
 func (x *ModelStatus) GetControllers() []*ControllerStatus {
 	if x != nil {
 		return x.Controllers
+	}
+	return nil
+}
+
+func (x *ModelStatus) GetAlarms() []string {
+	if x != nil {
+		return x.Alarms
 	}
 	return nil
 }
@@ -2762,13 +2772,14 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\vinterval_ms\x18\x01 \x01(\x03R\n" +
 	"intervalMs\"G\n" +
 	"\x13WatchStatusResponse\x120\n" +
-	"\x06status\x18\x01 \x01(\v2\x18.lifeline.v1.ModelStatusR\x06status\"\x95\x02\n" +
+	"\x06status\x18\x01 \x01(\v2\x18.lifeline.v1.ModelStatusR\x06status\"\xad\x02\n" +
 	"\vModelStatus\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x126\n" +
 	"\bmachines\x18\x02 \x03(\v2\x1a.lifeline.v1.MachineStatusR\bmachines\x126\n" +
 	"\bservices\x18\x03 \x03(\v2\x1a.lifeline.v1.ServiceStatusR\bservices\x129\n" +
 	"\trelations\x18\x04 \x03(\v2\x1b.lifeline.v1.RelationStatusR\trelations\x12?\n" +
-	"\vcontrollers\x18\x05 \x03(\v2\x1d.lifeline.v1.ControllerStatusR\vcontrollers\"X\n" +
+	"\vcontrollers\x18\x05 \x03(\v2\x1d.lifeline.v1.ControllerStatusR\vcontrollers\x12\x16\n" +
+	"\x06alarms\x18\x06 \x03(\tR\x06alarms\"X\n" +
 	"\x10ControllerStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\taddresses\x18\x02 \x03(\tR\taddresses\x12\x16\n" +

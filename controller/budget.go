@@ -1,0 +1,325 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/lifelinehq/lifeline/names"
+	"github.com/lifelinehq/lifeline/state"
+)
+
+// Budgets bound what each agent credential may write: the calls that
+// write, a second, and the bytes they write to etcd, a minute. Every
+// version etcd keeps of a key until the next compaction takes space in
+// its database, whose quota, once full, stops every write of the model;
+// one unit's agent rewriting its relation settings as fast as it could
+// filled 2 GiB in 80 s. A call over its credential's budget is answered
+// ResourceExhausted with a sentence, and does nothing; the agent tries
+// again later, as after any refusal.
+//
+// A machine agent sends its units' status reports and removals together,
+// one call at a time, so an honest credential writes a few calls a second
+// at most; the defaults leave ample room above what the scale harness's
+// agents write (docs/PERFORMANCE.md).
+type Budgets struct {
+	// Writes is how many calls that write a credential may make a second
+	// on average, and Burst how many at once; DefaultAgentWrites and
+	// DefaultAgentBurst when zero, no limit when Writes is negative.
+	Writes float64
+	Burst  int
+	// Bytes is how many bytes a credential's calls may write to etcd a
+	// minute (the keys and values of its puts: state.Metered), at most a
+	// minute's worth at once; DefaultAgentBytes when zero, no limit when
+	// negative.
+	Bytes int64
+}
+
+// The default budgets of an agent credential.
+const (
+	DefaultAgentWrites = 20
+	DefaultAgentBurst  = 200
+	DefaultAgentBytes  = 4 << 20
+)
+
+func (b Budgets) withDefaults() Budgets {
+	if b.Writes == 0 {
+		b.Writes = DefaultAgentWrites
+	}
+	if b.Burst <= 0 {
+		b.Burst = DefaultAgentBurst
+	}
+	if b.Bytes == 0 {
+		b.Bytes = DefaultAgentBytes
+	}
+	return b
+}
+
+// callKind is what a method does to the model.
+type callKind int
+
+const (
+	// callRead writes nothing.
+	callRead callKind = iota
+	// callGrow may add to the model: refused while the storage is tight.
+	callGrow
+	// callKeep shrinks the model, or writes a little to keep it as it is
+	// (presence, a resolved mark): taken while the storage is tight, so
+	// that a model can be destroyed out of trouble.
+	callKeep
+)
+
+// callKinds says what each method of the API does. A method missing here
+// counts as callGrow (TestEveryMethodHasAKind).
+var callKinds = map[string]callKind{
+	"/lifeline.v1.AgentService/Watch":                callRead,
+	"/lifeline.v1.AgentService/WatchMany":            callRead,
+	"/lifeline.v1.AgentService/GetMachine":           callRead,
+	"/lifeline.v1.AgentService/EnsureMachineDead":    callKeep,
+	"/lifeline.v1.AgentService/SetMachineStatus":     callGrow,
+	"/lifeline.v1.AgentService/IssueUnitCredentials": callGrow,
+	"/lifeline.v1.AgentService/GetUnit":              callRead,
+	"/lifeline.v1.AgentService/UnitScopes":           callRead,
+	"/lifeline.v1.AgentService/RemoveUnit":           callKeep,
+	"/lifeline.v1.AgentService/RemoveUnits":          callKeep,
+	"/lifeline.v1.AgentService/GetService":           callRead,
+	"/lifeline.v1.AgentService/DownloadCharm":        callRead,
+	"/lifeline.v1.AgentService/SetUnitDying":         callKeep,
+	"/lifeline.v1.AgentService/EnsureUnitDead":       callKeep,
+	"/lifeline.v1.AgentService/AddSubordinate":       callGrow,
+	"/lifeline.v1.AgentService/EnterScope":           callGrow,
+	"/lifeline.v1.AgentService/LeaveScope":           callKeep,
+	"/lifeline.v1.AgentService/ReadSettings":         callRead,
+	"/lifeline.v1.AgentService/UpdateSettings":       callGrow,
+	"/lifeline.v1.AgentService/SetUnitStatus":        callGrow,
+	"/lifeline.v1.AgentService/SetUnitStatuses":      callGrow,
+	"/lifeline.v1.AgentService/ClearResolved":        callKeep,
+	"/lifeline.v1.AgentService/Presence":             callKeep,
+	"/lifeline.v1.AgentService/GetAgentSettings":     callRead,
+
+	"/lifeline.v1.OperatorService/Status":          callRead,
+	"/lifeline.v1.OperatorService/WatchStatus":     callRead,
+	"/lifeline.v1.OperatorService/UploadCharm":     callGrow,
+	"/lifeline.v1.OperatorService/Deploy":          callGrow,
+	"/lifeline.v1.OperatorService/AddUnits":        callGrow,
+	"/lifeline.v1.OperatorService/AddMachines":     callGrow,
+	"/lifeline.v1.OperatorService/AddRelation":     callGrow,
+	"/lifeline.v1.OperatorService/DestroyRelation": callKeep,
+	"/lifeline.v1.OperatorService/DestroyUnit":     callKeep,
+	"/lifeline.v1.OperatorService/DestroyMachine":  callKeep,
+	"/lifeline.v1.OperatorService/DestroyMachines": callKeep,
+	"/lifeline.v1.OperatorService/DestroyService":  callKeep,
+	"/lifeline.v1.OperatorService/Resolved":        callKeep,
+	"/lifeline.v1.OperatorService/GetConfig":       callRead,
+	"/lifeline.v1.OperatorService/SetConfig":       callGrow,
+	"/lifeline.v1.OperatorService/ShowStatusLog":   callRead,
+}
+
+func kindOf(method string) callKind {
+	if k, ok := callKinds[method]; ok {
+		return k
+	}
+	return callGrow
+}
+
+// budgetUnary admits an authenticated unary call by its caller's budget
+// and the storage, and meters what it writes. It runs after
+// unaryInterceptor, which put the caller in ctx.
+func (s *Server) budgetUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	kind := kindOf(info.FullMethod)
+	if kind == callRead {
+		return handler(ctx, req)
+	}
+	c := callerFrom(ctx)
+	if err := s.admitStorage(c, kind); err != nil {
+		return nil, err
+	}
+	b, err := s.budgets.admit(c, time.Now())
+	if err != nil {
+		s.limits.refused(budgetName(err))
+		return nil, err
+	}
+	if b == nil {
+		return handler(ctx, req)
+	}
+	var n atomic.Int64
+	resp, err := handler(state.Metered(ctx, &n), req)
+	b.charge(n.Load())
+	return resp, err
+}
+
+// budgetStream is budgetUnary for streams: a stream that writes (an
+// agent's presence, an operator's charm upload) counts as one call when it
+// opens, and is metered while it lives.
+func (s *Server) budgetStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	kind := kindOf(info.FullMethod)
+	if kind == callRead {
+		return handler(srv, ss)
+	}
+	c := callerFrom(ss.Context())
+	if err := s.admitStorage(c, kind); err != nil {
+		return err
+	}
+	b, err := s.budgets.admit(c, time.Now())
+	if err != nil {
+		s.limits.refused(budgetName(err))
+		return err
+	}
+	if b == nil {
+		return handler(srv, ss)
+	}
+	var n atomic.Int64
+	err = handler(srv, &authedStream{ServerStream: ss, ctx: state.Metered(ss.Context(), &n)})
+	b.charge(n.Load())
+	return err
+}
+
+// budgetBook keeps each agent credential's budget.
+type budgetBook struct {
+	b      Budgets
+	logger hclog.Logger
+
+	mu    sync.Mutex
+	byTag map[string]*bucket
+	swept time.Time
+}
+
+// bucket is one credential's budget: tokens for calls and for bytes,
+// filled as time passes up to their bursts. Bytes are charged once a call
+// has written them, and may go below zero: the credential then waits
+// until the debt is paid.
+type bucket struct {
+	mu     sync.Mutex
+	writes float64
+	bytes  float64
+	at     time.Time
+	// warned is when a refusal was last logged.
+	warned time.Time
+	b      *Budgets
+}
+
+func newBudgetBook(b Budgets, logger hclog.Logger) *budgetBook {
+	return &budgetBook{b: b.withDefaults(), logger: logger, byTag: map[string]*bucket{}}
+}
+
+// sweepEvery is how often the book forgets the credentials that have not
+// written for long enough to have full budgets again.
+const sweepEvery = time.Minute
+
+// admit takes one call from c's budget, or says why it cannot. The
+// operator has no budget (nil, nil); nor has anyone when both budgets are
+// off.
+func (k *budgetBook) admit(c caller, now time.Time) (*bucket, error) {
+	if c.kind == names.KindAdmin || (k.b.Writes < 0 && k.b.Bytes < 0) {
+		return nil, nil
+	}
+	tag := names.MachineTag(c.id)
+	if c.kind == names.KindUnit {
+		tag = names.UnitTag(c.id)
+	}
+	k.mu.Lock()
+	if now.Sub(k.swept) > sweepEvery {
+		k.sweep(now)
+	}
+	b := k.byTag[tag]
+	if b == nil {
+		b = &bucket{writes: float64(k.b.Burst), bytes: float64(k.b.Bytes), at: now, b: &k.b}
+		k.byTag[tag] = b
+	}
+	k.mu.Unlock()
+	return b, b.take(c, now, k.logger)
+}
+
+// sweep forgets the buckets that are full again. Under k.mu.
+func (k *budgetBook) sweep(now time.Time) {
+	k.swept = now
+	for tag, b := range k.byTag {
+		b.mu.Lock()
+		b.refill(now)
+		full := (k.b.Writes < 0 || b.writes >= float64(k.b.Burst)) && (k.b.Bytes < 0 || b.bytes >= float64(k.b.Bytes))
+		b.mu.Unlock()
+		if full {
+			delete(k.byTag, tag)
+		}
+	}
+}
+
+// refill adds the tokens earned since b.at. Under b.mu.
+func (b *bucket) refill(now time.Time) {
+	dt := now.Sub(b.at).Seconds()
+	if dt <= 0 {
+		return
+	}
+	b.at = now
+	if b.b.Writes > 0 {
+		b.writes = min(b.writes+dt*b.b.Writes, float64(b.b.Burst))
+	}
+	if b.b.Bytes > 0 {
+		b.bytes = min(b.bytes+dt*float64(b.b.Bytes)/60, float64(b.b.Bytes))
+	}
+}
+
+// take takes one call's token, or refuses the call with a sentence.
+func (b *bucket) take(c caller, now time.Time, logger hclog.Logger) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refill(now)
+	var err error
+	switch {
+	case b.b.Writes > 0 && b.writes < 1:
+		err = &budgetError{what: "writes", msg: fmt.Sprintf("%s is over its budget of %g writes a second (%d at once): try again in a moment",
+			c, b.b.Writes, b.b.Burst)}
+	case b.b.Bytes > 0 && b.bytes < 0:
+		wait := time.Duration(-b.bytes / (float64(b.b.Bytes) / 60) * float64(time.Second)).Round(time.Second)
+		err = &budgetError{what: "bytes", msg: fmt.Sprintf("%s is over its budget of %s written a minute: try again in %s",
+			c, sizeOf(b.b.Bytes), max(wait, time.Second))}
+	}
+	if err != nil {
+		if now.Sub(b.warned) > time.Minute {
+			b.warned = now
+			logger.Warn("an agent is over its write budget: its writes are refused for now", "agent", c.String(), "budget", err.(*budgetError).what)
+		}
+		return err
+	}
+	if b.b.Writes > 0 {
+		b.writes--
+	}
+	return nil
+}
+
+// charge takes the bytes a call wrote from its credential's budget.
+func (b *bucket) charge(n int64) {
+	if n == 0 || b.b.Bytes <= 0 {
+		return
+	}
+	b.mu.Lock()
+	b.bytes -= float64(n)
+	b.mu.Unlock()
+}
+
+// budgetError is a refusal for a budget: ResourceExhausted, saying which.
+type budgetError struct {
+	what string // "writes" or "bytes"
+	msg  string
+}
+
+func (e *budgetError) Error() string { return e.msg }
+
+func (e *budgetError) GRPCStatus() *status.Status {
+	return status.New(codes.ResourceExhausted, e.msg)
+}
+
+// budgetName is the metric label of a budget's refusal.
+func budgetName(err error) string {
+	if be, ok := err.(*budgetError); ok {
+		return be.what
+	}
+	return "writes"
+}

@@ -1,0 +1,44 @@
+package controller
+
+import (
+	"testing"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// TestEveryMethodHasAKind checks that callKinds says what every method of
+// the API does, so that a new method is budgeted and guarded on purpose.
+func TestEveryMethodHasAKind(t *testing.T) {
+	n := 0
+	for _, sd := range []struct {
+		name    string
+		methods []string
+	}{
+		{pb.AgentService_ServiceDesc.ServiceName, methodNames(pb.AgentService_ServiceDesc.Methods, pb.AgentService_ServiceDesc.Streams)},
+		{pb.OperatorService_ServiceDesc.ServiceName, methodNames(pb.OperatorService_ServiceDesc.Methods, pb.OperatorService_ServiceDesc.Streams)},
+	} {
+		for _, m := range sd.methods {
+			full := "/" + sd.name + "/" + m
+			if _, ok := callKinds[full]; !ok {
+				t.Errorf("callKinds lacks %s", full)
+			}
+			n++
+		}
+	}
+	if n != len(callKinds) {
+		t.Errorf("callKinds has %d methods, the services %d", len(callKinds), n)
+	}
+}
+
+func methodNames(unary []grpc.MethodDesc, streams []grpc.StreamDesc) []string {
+	var out []string
+	for _, m := range unary {
+		out = append(out, m.MethodName)
+	}
+	for _, s := range streams {
+		out = append(out, s.StreamName)
+	}
+	return out
+}
