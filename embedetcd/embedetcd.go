@@ -34,6 +34,10 @@ type Config struct {
 	// StartTimeout bounds the wait for the server to become ready; 1 minute
 	// when zero.
 	StartTimeout time.Duration
+	// QuotaBytes is the size of the database past which the member
+	// refuses writes (etcd's --quota-backend-bytes): etcd's 2 GiB when
+	// zero. Keep looks after it.
+	QuotaBytes int64
 }
 
 // Validate reports a configuration the server cannot start with.
@@ -62,6 +66,8 @@ type Server struct {
 	endpoint string
 	closing  *atomic.Bool
 	readers  readers // the in-process clients' reads (directReads)
+	// quota is the member's quota (space.go).
+	quota int64
 }
 
 // Start starts the member and waits until it serves clients.
@@ -106,6 +112,7 @@ func Start(cfg Config) (*Server, error) {
 	// each time, 5,000 entries by default: a twelfth of what the controller
 	// allocated deploying 10,000 units went to those copies.
 	ec.SnapshotCatchUpEntries = 100
+	ec.QuotaBackendBytes = quotaOf(cfg.QuotaBytes)
 	ec.AutoCompactionMode = embed.CompactorModePeriodic
 	ec.AutoCompactionRetention = cfg.CompactionRetention
 	if ec.AutoCompactionRetention == "" {
@@ -134,7 +141,7 @@ func Start(cfg Config) (*Server, error) {
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd not ready after %s", timeout)
 	}
-	return &Server{etcd: e, endpoint: "unix://" + sock, closing: closing}, nil
+	return &Server{etcd: e, endpoint: "unix://" + sock, closing: closing, quota: quotaOf(cfg.QuotaBytes)}, nil
 }
 
 // Endpoint is the URL clients use to reach the member.

@@ -62,6 +62,10 @@ type controllerFlags struct {
 	joinToken     string
 	resealCAKey   bool
 	limits        limitFlags
+	budgets       budgetFlags
+	// set says whether a flag was given (for those that only apply to
+	// embedded etcd).
+	set func(name string) bool
 }
 
 func controllerCommand() *cobra.Command {
@@ -90,10 +94,12 @@ another takes over (within 8 s if it died without resigning). With the
 local provider, controllers on one host share --machines-dir.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.set = func(name string) bool { return cmd.Flags().Changed(name) }
 			return runController(cmd.Context(), f)
 		},
 	}
 	fl := cmd.Flags()
+	f.budgets.add(fl)
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory for the controller's state: etcd data, certificates, logs (required)")
 	fl.StringVar(&f.apiAddr, "api-addr", "127.0.0.1:17070", "address the API listens on")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "127.0.0.1:17071", "address /metrics is served on; empty for none")
@@ -148,6 +154,13 @@ func (f *controllerFlags) validate() error {
 		return usageError{errors.New("--etcd-cacert, --etcd-cert and --etcd-key need --etcd-endpoints")}
 	}
 	if _, err := parseMemoryLimit(f.memoryLimit); err != nil {
+		return usageError{err}
+	}
+	set := f.set
+	if set == nil {
+		set = func(string) bool { return false }
+	}
+	if err := f.budgets.validate(len(f.etcdEndpoints) > 0, set); err != nil {
 		return usageError{err}
 	}
 	if hclog.LevelFromString(f.logLevel) == hclog.NoLevel {
@@ -225,13 +238,35 @@ func runController(ctx context.Context, f controllerFlags) error {
 	var g run.Group
 	var etcdClient *clientv3.Client
 	etcdAccess := controller.EtcdAccess{Namespace: f.namespace, Endpoints: f.etcdEndpoints, TLS: f.etcdCA != "" || f.etcdCert != ""}
+	// The watch hub, made below: the embedded member's compaction leaves
+	// what it has not handed out, and the State's reads are at or past
+	// it.
+	var hubOf atomic.Pointer[watchhub.Hub]
+	handed := func() int64 {
+		if h := hubOf.Load(); h != nil {
+			return h.Revision()
+		}
+		return 0
+	}
+	var storage func() controller.Storage
 	if len(f.etcdEndpoints) == 0 {
-		srv, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(f.dataDir, "etcd"), Logger: logger.Named("etcd")})
+		// The member's own hourly compaction is off: the controller
+		// compacts it (Keep).
+		srv, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(f.dataDir, "etcd"), Logger: logger.Named("etcd"),
+			QuotaBytes: f.budgets.quota(), CompactionRetention: "0"})
 		if err != nil {
 			return err
 		}
 		defer srv.Close()
 		etcdAccess.Endpoints = []string{srv.Endpoint()}
+		storage = func() controller.Storage {
+			sp := srv.Space()
+			return controller.Storage{Size: sp.Size, InUse: sp.InUse, Quota: sp.Quota, NoSpace: sp.NoSpace, Tight: sp.Tight}
+		}
+		kctx, kcancel := context.WithCancel(context.Background())
+		g.Add(func() error {
+			return srv.Keep(kctx, embedetcd.SpaceConfig{Floor: handed, History: f.budgets.history(), Logger: logger.Named("etcd")})
+		}, func(error) { kcancel() })
 		if etcdClient, err = srv.Client(); err != nil {
 			return err
 		}
@@ -267,16 +302,8 @@ func runController(ctx context.Context, f controllerFlags) error {
 	}
 	defer etcdClient.Close()
 
-	// The State's reads are at or past what the watch hub (made below)
-	// handed out: an agent's call about a change it was just handed finds
-	// the change.
-	var hubOf atomic.Pointer[watchhub.Hub]
-	handed := func() int64 {
-		if h := hubOf.Load(); h != nil {
-			return h.Revision()
-		}
-		return 0
-	}
+	// The State's reads are at or past what the watch hub handed out: an
+	// agent's call about a change it was just handed finds the change.
 	st, err := state.New(etcdClient, state.Config{Namespace: f.namespace, Logger: logger, AtLeast: handed})
 	if err != nil {
 		return err
@@ -358,6 +385,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 		Addresses: advertise, CACert: ca.CertPEM(), HookTimeout: f.hookTimeout, PresenceTimeout: f.presence,
 		ID: id, KEK: kek, Etcd: etcdAccess,
 		Connections: lim.conns, HandshakeTimeout: lim.handshake, IdleTimeout: lim.idle, Watch: lim.watch,
+		Budgets: f.budgets.budgets(), Storage: storage,
 	})
 	if err != nil {
 		return err

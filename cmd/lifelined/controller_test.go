@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/lifelinehq/lifeline/embedetcd"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/syncbuf"
 )
 
 var lifelined string
@@ -141,6 +143,15 @@ func startController(t *testing.T, dir string, extra ...string) (metricsAddr str
 // open descriptors (soft and hard) set to nofile; the test's own when 0.
 func startControllerLimited(t *testing.T, dir string, nofile int, extra ...string) (metricsAddr string, cfg pki.ClientConfig) {
 	t.Helper()
+	metricsAddr, cfg, _ = startStoppable(t, dir, nofile, extra...)
+	return metricsAddr, cfg
+}
+
+// startStoppable is startControllerLimited that also returns a function
+// that stops the controller (at once, or when the test ends) and returns
+// its log so far.
+func startStoppable(t *testing.T, dir string, nofile int, extra ...string) (metricsAddr string, cfg pki.ClientConfig, stop func() string) {
+	t.Helper()
 	cfgPath := filepath.Join(dir, "client.json")
 	metricsAddr = freeAddr(t)
 	args := append([]string{"controller", "--data-dir", filepath.Join(dir, "ctl"), "--api-addr", freeAddr(t),
@@ -150,14 +161,21 @@ func startControllerLimited(t *testing.T, dir string, nofile int, extra ...strin
 		// The shell sets the limit and becomes lifelined.
 		cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, nofile), lifelined}, args...)...)
 	}
-	var logs strings.Builder
+	var logs syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	var once sync.Once
+	stop = func() string {
+		once.Do(func() {
+			cmd.Process.Signal(os.Interrupt)
+			cmd.Wait()
+		})
+		return logs.String()
+	}
 	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		cmd.Wait()
+		stop()
 		if t.Failed() {
 			t.Logf("controller log:\n%s", logs.String())
 		}
@@ -166,7 +184,7 @@ func startControllerLimited(t *testing.T, dir string, nofile int, extra ...strin
 	for {
 		var err error
 		if cfg, err = pki.ReadClientConfig(cfgPath); err == nil {
-			return metricsAddr, cfg
+			return metricsAddr, cfg, stop
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no client config: %v", err)
