@@ -36,7 +36,8 @@ func toStatus(err error) error {
 		// should a request still reach it too large, it is the caller's.
 		etcdRefused(err, rpctypes.ErrRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge):
 		code = codes.InvalidArgument
-	case etcdRefused(err, rpctypes.ErrNoSpace, rpctypes.ErrGRPCNoSpace):
+	case errors.Is(err, state.ErrFull),
+		etcdRefused(err, rpctypes.ErrNoSpace, rpctypes.ErrGRPCNoSpace):
 		// etcd's database is full (its NOSPACE alarm): the status
 		// says so, and the controller frees it where it can.
 		code = codes.ResourceExhausted

@@ -28,6 +28,7 @@ func TestToStatusCodes(t *testing.T) {
 		{fmt.Errorf("configure x: %w", status.Error(codes.InvalidArgument, "etcdserver: request is too large")), codes.InvalidArgument},
 		{fmt.Errorf("destroy unit x: %w", rpctypes.ErrGRPCNoSpace), codes.ResourceExhausted},
 		{fmt.Errorf("destroy unit x: %w", rpctypes.ErrNoSpace), codes.ResourceExhausted},
+		{fmt.Errorf("add charm x: %w", state.ErrFull), codes.ResourceExhausted},
 		{fmt.Errorf("something unforeseen"), codes.Internal},
 	} {
 		got := status.Convert(toStatus(c.err))

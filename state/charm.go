@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -27,6 +28,11 @@ const (
 	charmChunk = 1 << 20
 )
 
+// DefaultCharmStoreLimit is how many bytes of charm archives a State
+// stores unless its Config says otherwise: a quarter of etcd's default
+// quota, sixteen of the largest charms.
+const DefaultCharmStoreLimit = 512 << 20
+
 // CharmKey is the key of a charm revision.
 func CharmKey(name string, rev int64) string {
 	return charmsPrefix + name + "/" + strconv.FormatInt(rev, 10)
@@ -41,7 +47,9 @@ func seqCharmKey(name string) string      { return seqPrefix + "charm/" + name }
 // AddCharm stores a charm's archive and record under the next revision of
 // its name (the first is 1), and returns the record. The same archive uploaded again gets
 // the revision it already has. The caller has parsed and validated the
-// charm; c describes it (its revision and chunk count are set here).
+// charm; c describes it (its revision and chunk count are set here). An
+// archive that would take the store past its limit
+// (Config.CharmStoreLimit) is refused as ErrFull.
 func (s *State) AddCharm(ctx context.Context, c *pb.Charm, archive []byte) (*pb.Charm, error) {
 	if !names.ValidService(c.GetName()) {
 		return nil, invalidf("invalid charm name %q", c.GetName())
@@ -57,8 +65,31 @@ func (s *State) AddCharm(ctx context.Context, c *pb.Charm, archive []byte) (*pb.
 	if n := proto.Size(c); n > MaxCharmRecordBytes {
 		return nil, tooLarge(fmt.Sprintf("the record of charm %s (its metadata and config options)", c.Name), n, MaxCharmRecordBytes)
 	}
-	// The chunks first, each its own small write: an archive whose record
-	// never lands is garbage, never a dangling reference.
+	if n := (len(archive) + charmChunk - 1) / charmChunk; n > maxCharmChunks {
+		return nil, tooLarge(fmt.Sprintf("the archive of charm %s", c.Name), len(archive), maxCharmChunks*charmChunk)
+	}
+	if err := s.charmRoom(ctx, c.Name, int64(len(archive))); err != nil {
+		return nil, err
+	}
+	rec, err := s.storeCharm(ctx, c, archive, sha)
+	if err != nil {
+		// What this upload wrote is removed, unless a record names it
+		// (the same archive uploaded at once by someone else).
+		s.dropArchive(ctx, c.Name, sha)
+		return nil, err
+	}
+	return s.Charm(ctx, c.Name, rec.Revision)
+}
+
+// maxCharmChunks bounds an archive's chunks: the record's transaction
+// asserts each is there.
+const maxCharmChunks = 48
+
+// storeCharm writes the archive's chunks, each its own small write, then
+// the record, in a transaction that asserts every chunk is there: an
+// archive whose record never lands is garbage (dropArchive, the
+// CharmCollector), never a dangling reference.
+func (s *State) storeCharm(ctx context.Context, c *pb.Charm, archive []byte, sha string) (*pb.Charm, error) {
 	chunks := 0
 	for off := 0; off < len(archive) || chunks == 0; off += charmChunk {
 		end := min(off+charmChunk, len(archive))
@@ -89,15 +120,67 @@ func (s *State) AddCharm(ctx context.Context, c *pb.Charm, archive []byte) (*pb.
 		ch := &change{}
 		ch.ifMod(seqCharmKey(c.Name), seqRev)
 		ch.ifAbsent(charmShaKey(c.Name, sha))
+		for i := range chunks {
+			ch.ifExists(charmChunkKey(sha, i))
+		}
 		ch.putRaw(seqCharmKey(c.Name), strconv.FormatInt(next, 10))
 		ch.put(CharmKey(c.Name, next), rec)
 		ch.putRaw(charmShaKey(c.Name, sha), strconv.FormatInt(next, 10))
 		return ch, nil
 	})
-	if err != nil {
-		return nil, err
+	return rec, err
+}
+
+// dropArchive removes the chunks of an upload of charm name that failed,
+// unless a revision of the charm names them. A transaction that only
+// deletes works even when etcd refuses puts (its NOSPACE alarm), the
+// likeliest reason for the upload to have failed. It has a few seconds of
+// its own, the upload's context perhaps ended; should it fail too, the
+// CharmCollector removes the chunks later.
+func (s *State) dropArchive(ctx context.Context, name, sha string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	c := &change{}
+	c.ifAbsent(charmShaKey(name, sha))
+	c.delPrefix(charmBlobsPrefix + sha + "/")
+	if _, err := s.commitOnce(ctx, "remove the archive of a failed upload of charm "+name, c); err != nil {
+		s.cfg.Logger.Warn("cannot remove the archive of a failed charm upload: the charm collector will", "charm", name, "sha256", sha, "error", err)
 	}
-	return s.Charm(ctx, c.Name, rec.Revision)
+}
+
+// charmRoom refuses an archive of n bytes that would take the store past
+// its limit.
+func (s *State) charmRoom(ctx context.Context, name string, n int64) error {
+	limit := s.cfg.CharmStoreLimit
+	if limit < 0 {
+		return nil
+	}
+	held, err := s.CharmStoreBytes(ctx)
+	if err != nil {
+		return err
+	}
+	if held+n > limit {
+		return fullf("the charm store holds %s of its %s limit: charm %s's archive of %s does not fit (remove the services of charms no longer needed, whose revisions then go, or raise --charm-store-limit)",
+			sizeString(held), sizeString(limit), name, sizeString(n))
+	}
+	return nil
+}
+
+// CharmStoreBytes is what the stored charm revisions' archives take.
+func (s *State) CharmStoreBytes(ctx context.Context) (int64, error) {
+	kvs, err := s.listAll(ctx, charmsPrefix, false)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, kv := range kvs {
+		c, err := decode[pb.Charm](kv)
+		if err != nil {
+			return 0, err
+		}
+		n += c.v.Size
+	}
+	return n, nil
 }
 
 func (s *State) charmBySha(ctx context.Context, name, sha string) (*pb.Charm, error) {

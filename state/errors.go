@@ -29,6 +29,9 @@ var (
 	// ErrBadJoinToken: a join token that does not join (used, expired,
 	// or not the one issued).
 	ErrBadJoinToken = errors.New("join token not valid")
+	// ErrFull: a store the request would add to is at its limit (the
+	// charm store); the message names it.
+	ErrFull = errors.New("full")
 )
 
 // RuleError is a refusal by one of the life rules (docs/DESIGN.md). It matches
@@ -72,6 +75,10 @@ func notInErrorf(format string, args ...any) error {
 
 func alreadyResolvedf(format string, args ...any) error {
 	return &kindError{kind: ErrAlreadyResolved, msg: fmt.Sprintf(format, args...)}
+}
+
+func fullf(format string, args ...any) error {
+	return &kindError{kind: ErrFull, msg: fmt.Sprintf(format, args...)}
 }
 
 func invalidf(format string, args ...any) error {

@@ -39,6 +39,9 @@ type Config struct {
 	Clock func() time.Time
 	// Logger is for the cleaner; silent when nil.
 	Logger hclog.Logger
+	// CharmStoreLimit bounds the bytes of the charm archives stored;
+	// DefaultCharmStoreLimit when zero, none when negative.
+	CharmStoreLimit int64
 	// AtLeast, when not nil, returns a revision every read must be at or
 	// past: one read at an earlier revision is read again (reads.go). A
 	// controller passes its watch hub's: an agent acting on a change the
@@ -96,6 +99,9 @@ func New(c *clientv3.Client, cfg Config) (*State, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
+	}
+	if cfg.CharmStoreLimit == 0 {
+		cfg.CharmStoreLimit = DefaultCharmStoreLimit
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()

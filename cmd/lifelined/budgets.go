@@ -10,6 +10,7 @@ import (
 
 	"github.com/lifelinehq/lifeline/controller"
 	"github.com/lifelinehq/lifeline/embedetcd"
+	"github.com/lifelinehq/lifeline/state"
 )
 
 // budgetFlags are the controller's limits and budgets: what one agent may
@@ -30,6 +31,7 @@ func (l *budgetFlags) add(fl *pflag.FlagSet) {
 	fl.Float64Var(&l.agentWrites, "agent-writes-per-second", controller.DefaultAgentWrites, "calls that write each agent credential may make a second; 0 for no limit")
 	fl.IntVar(&l.agentBurst, "agent-write-burst", controller.DefaultAgentBurst, "calls that write each agent credential may make at once")
 	fl.StringVar(&l.agentBytes, "agent-write-bytes-per-minute", byteSizeFlag(controller.DefaultAgentBytes), "bytes each agent credential's calls may write to etcd a minute; 0 for no limit")
+	fl.StringVar(&l.charmStore, "charm-store-limit", byteSizeFlag(state.DefaultCharmStoreLimit), "bytes of charm archives the model stores (revisions no service uses go, but the latest of each charm); 0 for no limit")
 }
 
 // validate checks the flags; external says the model is in an external
@@ -61,7 +63,19 @@ func (l *budgetFlags) validate(external bool, set func(string) bool) error {
 	if _, err := parseByteSize("--agent-write-bytes-per-minute", l.agentBytes); err != nil {
 		return err
 	}
+	if _, err := parseByteSize("--charm-store-limit", l.charmStore); err != nil {
+		return err
+	}
 	return nil
+}
+
+// charmStoreLimit is state.Config.CharmStoreLimit. The flags are valid.
+func (l *budgetFlags) charmStoreLimit() int64 {
+	n, _ := parseByteSize("", l.charmStore)
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // quota is the embedded member's quota. The flags are valid.

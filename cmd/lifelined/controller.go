@@ -304,7 +304,8 @@ func runController(ctx context.Context, f controllerFlags) error {
 
 	// The State's reads are at or past what the watch hub handed out: an
 	// agent's call about a change it was just handed finds the change.
-	st, err := state.New(etcdClient, state.Config{Namespace: f.namespace, Logger: logger, AtLeast: handed})
+	st, err := state.New(etcdClient, state.Config{Namespace: f.namespace, Logger: logger, AtLeast: handed,
+		CharmStoreLimit: f.budgets.charmStoreLimit()})
 	if err != nil {
 		return err
 	}
@@ -464,6 +465,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 			wctx, stop := context.WithCancel(ctx)
 			workers.Add(func() error { <-wctx.Done(); return nil }, func(error) { stop() })
 			workers.Add(func() error { return state.NewCleaner(st, 0).Run(wctx) }, func(error) { stop() })
+			workers.Add(func() error { return state.NewCharmCollector(st, 0).Run(wctx) }, func(error) { stop() })
 			workers.Add(func() error { return prov.Run(wctx) }, func(error) { stop() })
 			return workers.Run()
 		})

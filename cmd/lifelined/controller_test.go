@@ -219,6 +219,14 @@ func TestControllerUsageErrors(t *testing.T) {
 		{"controller", "--data-dir", "/tmp/x", "--local-network", "10.1"},
 		{"controller", "--data-dir", "/tmp/x", "--local-network", "127.0"},
 		{"controller", "--data-dir", "/tmp/x", "--provider", "manual", "--local-network", "127.2"},
+		{"controller", "--data-dir", "/tmp/x", "--etcd-quota-bytes", "2G"},
+		{"controller", "--data-dir", "/tmp/x", "--etcd-quota-bytes", "512KiB"},
+		{"controller", "--data-dir", "/tmp/x", "--etcd-quota-bytes", "1GiB", "--etcd-endpoints", "http://127.0.0.1:2379"},
+		{"controller", "--data-dir", "/tmp/x", "--etcd-history-revisions", "-1"},
+		{"controller", "--data-dir", "/tmp/x", "--agent-writes-per-second", "-1"},
+		{"controller", "--data-dir", "/tmp/x", "--agent-write-burst", "0"},
+		{"controller", "--data-dir", "/tmp/x", "--agent-write-bytes-per-minute", "lots"},
+		{"controller", "--data-dir", "/tmp/x", "--charm-store-limit", "-5"},
 		{"controller", "--no-such-flag"},
 	} {
 		out, err := exec.Command(lifelined, args...).CombinedOutput()
