@@ -114,6 +114,10 @@ type sizes struct {
 	// teardown soak: how many random topologies, and how many units each
 	// principal service has at most (2 at least).
 	teardownTopologies, teardownUnits int
+	// the quota attack: units of the workload, the embedded etcd
+	// member's quota, and how long the flood lasts.
+	quotaUnits, quotaMiB int
+	quotaFor             time.Duration
 }
 
 func currentSizes() sizes {
@@ -128,6 +132,7 @@ func currentSizes() sizes {
 			floodFor: 30 * time.Second, floodConns: 5000,
 			slowFor: 30 * time.Second, slowStreams: 200, slowSubs: 400,
 			teardownTopologies: 50, teardownUnits: 12,
+			quotaUnits: 10, quotaMiB: 64, quotaFor: time.Minute,
 		}
 	}
 	return sizes{
@@ -140,6 +145,7 @@ func currentSizes() sizes {
 		floodFor: 5 * time.Second, floodConns: 400,
 		slowFor: 10 * time.Second, slowStreams: 20, slowSubs: 400,
 		teardownTopologies: 3, teardownUnits: 4,
+		quotaUnits: 2, quotaMiB: 64, quotaFor: 20 * time.Second,
 	}
 }
 

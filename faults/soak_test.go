@@ -19,6 +19,7 @@ var scenarios = []struct {
 	{"ConnectionFlood", runConnectionFlood},
 	{"SlowWatchReaders", runSlowWatchReaders},
 	{"TeardownSoak", runTeardownSoak},
+	{"QuotaAttack", runQuotaAttack},
 }
 
 // soakMaxFailures ends a soak early: the failures so far are the evidence.
