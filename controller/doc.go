@@ -7,7 +7,10 @@
 // and its authorization by what the caller is, the mapping of state's
 // errors to status codes, the status ctl shows, the API's metrics, and the
 // limits on what clients can make it hold: connections (connlimit.go) and
-// what the watch hub holds for the agents' watch streams (watchlimit.go).
+// what the watch hub holds for the agents' watch streams (watchlimit.go);
+// and what one caller may write: each agent credential's budgets of writes
+// a second and bytes a minute (budget.go), and, while etcd's database is
+// near its quota, only the writes that shrink the model (storage.go).
 //
 // It changes the model only through package state, never by writing to etcd
 // itself, and it starts no listeners and no workers of its own: the

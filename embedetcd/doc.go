@@ -5,7 +5,9 @@
 // It owns the server's configuration, the client that calls the member in
 // the same process (Server.Client: reads answered from the member's store,
 // writes through its request handler and raft), the client of a member or
-// cluster over a connection (NewClient), and the bridge from etcd's zap
-// logger into hclog. It decides no key to read or write: that is package
-// state's job.
+// cluster over a connection (NewClient), the bridge from etcd's zap
+// logger into hclog, and the member's database space (Server.Keep and
+// Space: compaction to a bounded history, defragmentation, and recovery
+// from the NOSPACE alarm, within the member's quota). It decides no key to
+// read or write: that is package state's job.
 package embedetcd

@@ -26,6 +26,14 @@
 // sends a change to its watchers a moment before reads can see it, and an
 // agent acting on a change it was sent must find it.
 //
+// Every record it writes has a size limit of its own (limits.go), checked
+// before etcd and refused as ErrInvalid naming it. A caller that budgets
+// writes passes a context made with Metered, which counts the bytes each
+// committed write puts. The charm store has a limit (Config.CharmStoreLimit,
+// ErrFull past it); an upload that fails removes the chunks it wrote, and
+// the CharmCollector removes the revisions no service uses and the
+// archives no revision names.
+//
 // The package also keeps the invariant checkers (CheckInvariants over a
 // snapshot, LifeChecker over a watch stream) that tests use to show the rules
 // hold.
