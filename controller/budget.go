@@ -50,7 +50,7 @@ type Budgets struct {
 const (
 	DefaultAgentWrites = 50
 	DefaultAgentBurst  = 500
-	DefaultAgentBytes  = 8 << 20
+	DefaultAgentBytes  = 4 << 20
 )
 
 func (b Budgets) withDefaults() Budgets {

@@ -3,10 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -44,25 +41,34 @@ func runQuotaAttack(t *testing.T, sz sizes) {
 	r.size("flood (s)", int(sz.quotaFor.Seconds()))
 	f, c, metrics := newEmbeddedFixture(t, fixtureOptions{monitor: true, coalesce: sz.monitorCoalesce()},
 		"--etcd-quota-bytes", strconv.Itoa(sz.quotaMiB)+"MiB")
+	rf := &resourceFixture{fixture: f, c: c, metrics: metrics}
 	quota := float64(sz.quotaMiB << 20)
 
 	f.OK(t, "deploy", testCharm("fsrv"))
 	f.OK(t, "deploy", testCharm("fnode"), "-n", strconv.Itoa(sz.quotaUnits))
-	f.OK(t, "relate", "fnode", "fsrv")
+	f.OK(t, "add-relation", "fnode", "fsrv")
+	want := map[string]string{"fnode": "db: 1", "fsrv": "db: " + strconv.Itoa(sz.quotaUnits)}
 	f.waitModel(t, "the workload running, related", 10*time.Minute, func(doc *e2etest.StatusDoc) bool {
-		return settled(doc) && convergedFor(doc, func(name string, u e2etest.UnitDoc) bool {
-			return !strings.HasPrefix(name, "fnode/") || u.Message == "db: 1"
-		}) && count(doc, "", isRunning) == sz.quotaUnits+1
+		return len(doc.Units()) == sz.quotaUnits+1 && convergedFor(doc, func(name string, u e2etest.UnitDoc) bool {
+			svc, _, _ := strings.Cut(name, "/")
+			return u.Message == want[svc]
+		})
 	})
 	m := e2etest.AddManualUnits(t, f.Config, 2)
-	base := rss(t, c.PID())
-	r.count("controller RSS before the flood (MiB)", int(base>>20))
+
+	// Another agent calls throughout, from before the baseline until
+	// the controller's memory has returned: its status reports move the
+	// model on after the flood, as the workload would.
+	pctx, stopProbes := context.WithCancel(context.Background())
+	defer stopProbes()
+	var probes e2etest.Latencies
+	probed := make(chan struct{})
+	go func() { defer close(probed); m.Probe(pctx, m.Units[1], 100*time.Millisecond, &probes) }()
+	base := rf.baseline(t, r)
+	peak := rf.watchPeak()
 
 	ctx, cancel := context.WithTimeout(context.Background(), sz.quotaFor)
 	defer cancel()
-	var probes e2etest.Latencies
-	probed := make(chan struct{})
-	go func() { defer close(probed); m.Probe(ctx, m.Units[1], 100*time.Millisecond, &probes) }()
 	flood := make(chan e2etest.FloodResult, 1)
 	go func() { flood <- m.FloodSettings(ctx, m.Units[0], 16, 60<<10, 1<<30) }()
 	r.inject("a unit's agent flooding its settings (16 writers, 60 KiB a write)")
@@ -77,48 +83,43 @@ func runQuotaAttack(t *testing.T, sz sizes) {
 	})
 	r.recovered("destroy-unit during the flood: from the command to the unit gone", time.Since(destroyed))
 	res := <-flood
-	<-probed
-	n, p50, p99, worst, fails := probes.Summary()
 	t.Logf("flood: %v", res)
-	t.Logf("the other agent during the flood: %d probes (a read and a status report each), p50 %s, p99 %s, max %s, %d failed",
-		n, p50, p99, worst, len(fails))
 	r.count("flood: calls", res.Calls)
 	r.count("flood: calls done", res.OK)
 	r.count("flood: calls refused (ResourceExhausted)", res.Refused)
-	r.count("the other agent: probes", n)
-	r.count("the other agent: probe p50 (ms)", int(p50.Milliseconds()))
-	r.count("the other agent: probe p99 (ms)", int(p99.Milliseconds()))
-	r.count("the other agent: probe max (ms)", int(worst.Milliseconds()))
 	if res.Refused == 0 || !strings.Contains(res.Refusal, "is over its budget of") {
 		t.Errorf("the flood was never refused for its credential's budget: %v", res)
 	}
 	if len(res.Other) > 0 {
 		t.Errorf("the flood's calls had answers other than OK, ResourceExhausted and Aborted: %v", res)
 	}
-	if n == 0 || len(fails) > 0 {
-		t.Errorf("the other agent's probes: %d made, %d failed (%v)", n, len(fails), fails)
-	}
 	if !t.Failed() {
-		r.checked(fmt.Sprintf("the flood refused for its budget (%q); the other agent's calls all answered (p99 %s); the operator's destroy-unit went through during it",
-			res.Refusal, p99.Round(time.Millisecond)))
+		r.checked(fmt.Sprintf("the flood refused for its budget (%q); the operator's destroy-unit went through during it", res.Refusal))
 	}
 
-	size, alarm := storage(t, metrics)
+	size, alarm := storage(t, rf)
 	r.count("etcd database after the flood (KiB)", int(size)>>10)
 	if alarm != 0 || size >= quota-quota/10 {
 		t.Errorf("after the flood etcd's database is %.0f bytes of %.0f, NOSPACE alarm %v: want below the quota's reserve, no alarm", size, quota, alarm)
 	} else {
 		r.checked("etcd's database below its quota's reserve, no NOSPACE alarm")
 	}
-	ended := time.Now()
-	var now int64
-	e2etest.WaitFor(t, "the controller's memory within twice its baseline", 3*time.Minute, func() (bool, string) {
-		now = rss(t, c.PID())
-		return now <= 2*base, fmt.Sprintf("RSS %d MiB, baseline %d MiB", now>>20, base>>20)
-	})
-	r.recovered("memory: from the flood's end to the controller's RSS within twice its baseline", time.Since(ended))
-	r.count("controller RSS after the flood (MiB)", int(now>>20))
-	r.checked(fmt.Sprintf("the controller's memory back within twice its baseline (%d MiB, baseline %d MiB)", now>>20, base>>20))
+	rf.checkMemoryReturns(t, r, base, peak.stop(), "quota attack")
+
+	stopProbes()
+	<-probed
+	n, p50, p99, worst, fails := probes.Summary()
+	t.Logf("the other agent, from before the flood until memory returned: %d probes (a read and a status report each), p50 %s, p99 %s, max %s, %d failed",
+		n, p50, p99, worst, len(fails))
+	r.count("the other agent: probes", n)
+	r.count("the other agent: probe p50 (ms)", int(p50.Milliseconds()))
+	r.count("the other agent: probe p99 (ms)", int(p99.Milliseconds()))
+	r.count("the other agent: probe max (ms)", int(worst.Milliseconds()))
+	if n == 0 || len(fails) > 0 {
+		t.Errorf("the other agent's probes: %d made, %d failed (%v)", n, len(fails), fails)
+	} else {
+		r.checked(fmt.Sprintf("the other agent's calls all answered (p99 %s)", p99.Round(time.Millisecond)))
+	}
 	f.checkModel(t, r)
 	f.checkNoPanic(t, r)
 }
@@ -157,44 +158,17 @@ func newEmbeddedFixture(t *testing.T, opts fixtureOptions, extra ...string) (*fi
 	return f, c, metrics
 }
 
-// rss is a process's resident memory in bytes.
-func rss(t *testing.T, pid int) int64 {
-	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				t.Fatalf("VmRSS of %d: %q: %v", pid, rest, err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("no VmRSS for process %d", pid)
-	return 0
-}
-
 // storage reads etcd's database size and NOSPACE alarm from the
 // controller's /metrics.
-func storage(t *testing.T, addr string) (size, alarm float64) {
+func storage(t *testing.T, f *resourceFixture) (size, alarm float64) {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
+	page, err := f.scrape()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	page, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if size, err = e2etest.Metric(string(page), "lifeline_etcd_db_size_bytes"); err != nil {
-		t.Fatal(err)
-	}
-	if alarm, err = e2etest.Metric(string(page), "lifeline_etcd_nospace_alarm"); err != nil {
-		t.Fatal(err)
+	size, alarm = metric(page, "lifeline_etcd_db_size_bytes"), metric(page, "lifeline_etcd_nospace_alarm")
+	if size < 0 || alarm < 0 {
+		t.Fatalf("no lifeline_etcd_db_size_bytes (%v) or lifeline_etcd_nospace_alarm (%v) on /metrics", size, alarm)
 	}
 	return size, alarm
 }
