@@ -475,8 +475,10 @@ func (a *agentServer) LeaveScope(ctx context.Context, req *pb.LeaveScopeRequest)
 }
 
 // ReadSettings returns a unit's settings in a relation the caller's service
-// is in: the caller's own, or those of a unit in the relation's scope; in a
-// container-scoped relation only of a unit on the caller's machine.
+// is in: the caller's own, or those of a unit in the relation's scope on
+// the other side (any other unit of a peer relation), as relation-get
+// allows; in a container-scoped relation only of a unit on the caller's
+// machine.
 func (a *agentServer) ReadSettings(ctx context.Context, req *pb.ReadSettingsRequest) (*pb.ReadSettingsResponse, error) {
 	c := callerFrom(ctx)
 	id, name := req.GetRelation(), req.GetUnit()
@@ -486,6 +488,12 @@ func (a *agentServer) ReadSettings(ctx context.Context, req *pb.ReadSettingsRequ
 	rel, err := a.unitRelation(ctx, c, id, "read the settings of")
 	if err != nil {
 		return nil, err
+	}
+	if name != c.id && len(rel.Endpoints) > 1 && names.UnitService(name) == names.UnitService(c.id) {
+		// A unit's side of a relation sees only the other side's
+		// settings: two units of one service share nothing through it.
+		return nil, denied("%s may not read the settings of unit %s in relation %d (%s): it is on its own side of the relation",
+			c, name, id, rel.Key)
 	}
 	if name != c.id && rel.Scope == pb.Scope_SCOPE_CONTAINER {
 		us, err := a.s.st.UnitsNamed(ctx, name, c.id)

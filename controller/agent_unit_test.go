@@ -254,7 +254,20 @@ func TestAgentReadSettings(t *testing.T) {
 			msg: "unit logger/0's agent may not read the settings of unit app/1 in relation 2 (app:juju-info logger:host): the relation is container-scoped and app/1 is on another machine"},
 		{name: "a relation its service is not in", as: "unit-kv/0", call: readSettings(relContainer, "app/0", nil), code: codes.PermissionDenied, msg: "unit kv/0's agent may not read the settings of relation 2"},
 		{name: "by a machine agent", as: "machine-0", call: readSettings(relGlobal, "kv/0", nil), code: codes.PermissionDenied, msg: "machine 0's agent may not read the settings of relation"},
-		{name: "a unit not in scope", as: "unit-kv/0", call: readSettings(relGlobal, "kv/1", nil), code: codes.NotFound, msg: "unit kv/1 has no settings in relation 1: it is not in its scope"},
+		{name: "a unit not in scope", as: "unit-kv/0", call: readSettings(relGlobal, "app/1", nil), code: codes.NotFound, msg: "unit app/1 has no settings in relation 1: it is not in its scope"},
+		// relation-get names only the other side's units: a unit of the
+		// caller's own service in a relation that is not a peer one is
+		// refused, in scope or not.
+		{name: "its own side in a global relation", as: "unit-kv/0", setup: func(m *agentModel) {
+			m.enter(m.global, "kv/1", map[string]string{"host": "kv1"})
+		}, call: readSettings(relGlobal, "kv/1", nil), code: codes.PermissionDenied,
+			msg: "unit kv/0's agent may not read the settings of unit kv/1 in relation 1 (app:db kv:server): it is on its own side of the relation"},
+		{name: "its own side in a container relation", as: "unit-logger/0", call: readSettings(relContainer, "logger/1", nil), code: codes.PermissionDenied,
+			msg: "unit logger/0's agent may not read the settings of unit logger/1 in relation 2 (app:juju-info logger:host): it is on its own side of the relation"},
+		{name: "another unit in a peer relation", as: "unit-kv/0", setup: func(m *agentModel) {
+			m.enter(m.kvPeer, "kv/0", map[string]string{"host": "kv0"})
+			m.enter(m.kvPeer, "kv/1", map[string]string{"host": "kv1"})
+		}, call: readSettings(relKVPeer, "kv/1", map[string]string{"host": "kv1"})},
 		{name: "no such relation", as: "unit-kv/0", call: readSettings(relationID(99), "kv/0", nil), code: codes.NotFound, msg: "relation 99 not found"},
 		{name: "no such unit in a container relation", as: "unit-logger/0", call: readSettings(relContainer, "app/9", nil), code: codes.NotFound, msg: "unit app/9 not found"},
 		{name: "malformed name", as: "unit-kv/0", call: readSettings(relGlobal, "app", nil), code: codes.InvalidArgument, msg: "invalid unit name"},
