@@ -100,7 +100,9 @@
 //	log [-l LEVEL] MESSAGE...
 //
 // relation-get's UNIT defaults to LIFELINE_REMOTE_UNIT when the relation
-// is the hook's own. A key that is not set prints nothing in text and null
+// is the hook's own. relation-set refuses, exiting 1, changes whose values
+// for one relation would pass MaxSettingsBytes, the controller's limit of
+// a unit's settings in a relation. A key that is not set prints nothing in text and null
 // in json, and succeeds. Lists are sorted: units by service and number,
 // relation ids by number.
 package hooks

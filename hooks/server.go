@@ -45,7 +45,8 @@ type Context interface {
 	// RelationSet buffers changes to the hook's own unit's settings in
 	// relation relationID: set these keys, delete those in unset. The agent
 	// commits the buffered changes only if the hook succeeds. Later calls
-	// override earlier ones key by key.
+	// override earlier ones key by key. Changes whose values would pass
+	// MaxSettingsBytes are refused and leave the buffer as it was.
 	RelationSet(ctx context.Context, relationID string, set map[string]string, unset []string) error
 	// RelationList returns the remote units of relation relationID that the
 	// hook's unit has seen join (and not yet depart).

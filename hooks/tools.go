@@ -30,6 +30,13 @@ type tool struct {
 	run   func(c *call, ctx context.Context) error
 }
 
+// MaxSettingsBytes bounds a unit's settings in one relation, encoded as
+// the controller stores them (a protobuf map of the keys and values), as
+// the controller does: a Context refuses the relation-set calls of a hook
+// whose values for one relation would pass it, at once, rather than have
+// the controller refuse them after the hook.
+const MaxSettingsBytes = 64 << 10
+
 // workloadStatuses returns the workload statuses status-set accepts.
 func workloadStatuses() []string { return []string{"maintenance", "blocked", "waiting", "active"} }
 
@@ -49,7 +56,8 @@ settings.`,
 		"relation-set": {
 			usage: "[-r ID] KEY=VALUE...",
 			doc: `Sets this unit's settings in the relation; an empty VALUE deletes KEY.
-The changes take effect only if the hook succeeds, all at once.`,
+The changes take effect only if the hook succeeds, all at once. A unit's
+settings in a relation hold at most 64 KiB.`,
 			flags: []string{"relation"},
 			run:   (*call).relationSet,
 		},

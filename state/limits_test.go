@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lifelinehq/lifeline/hooks"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 )
@@ -48,5 +49,13 @@ func TestSizeLimits(t *testing.T) {
 	}
 	if len(snap.Values) != 0 {
 		t.Errorf("refused writes left %d keys: %v", len(snap.Values), snap.EntityKeys())
+	}
+}
+
+// TestHookToolsKnowTheSettingsLimit: relation-set refuses what the State
+// would, at the same size.
+func TestHookToolsKnowTheSettingsLimit(t *testing.T) {
+	if hooks.MaxSettingsBytes != state.MaxSettingsBytes {
+		t.Errorf("hooks.MaxSettingsBytes = %d, want state.MaxSettingsBytes, %d", hooks.MaxSettingsBytes, state.MaxSettingsBytes)
 	}
 }

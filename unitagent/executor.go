@@ -337,6 +337,12 @@ func (ex *executor) commit(ctx context.Context, op *hookOp, ran bool) error {
 			// The unit left the relation meanwhile: its settings went
 			// with it.
 			a.logger.Warn("relation settings dropped", "hook", op.Hook, "error", err)
+		case codes.InvalidArgument:
+			// The controller will not take these settings however
+			// often asked (too large, say): the hook failed, for the
+			// operator to resolve, rather than be committed again and
+			// again.
+			return ex.settingsRefused(op, err)
 		default:
 			return err
 		}
@@ -357,6 +363,24 @@ func (ex *executor) commit(ctx context.Context, op *hookOp, ran bool) error {
 	return nil
 }
 
+// settingsRefused ends a hook whose relation settings the controller
+// refused as it ends a hook that failed its last attempt: the unit enters
+// the error state of the transition, the settings dropped, and waits for
+// the operator (ctl resolved runs the hook again; --no-retry counts it
+// done without them). The refusal is the error's output.
+func (ex *executor) settingsRefused(op *hookOp, refusal error) error {
+	a := ex.a
+	a.logger.Error("relation settings refused: waiting for ctl resolved", "hook", op.Hook, "error", refusal)
+	op.Attempts++
+	op.Step, op.Settings, op.NotBefore = stepQueued, nil, time.Time{}
+	a.enterError(op)
+	a.rep.set(&pb.Status{Status: "error", Message: fmt.Sprintf("hook failed: %q", op.Hook), Data: map[string]string{
+		"state":  a.l.State,
+		"output": "the controller refused the hook's relation settings: " + status.Convert(refusal).Message(),
+	}})
+	return a.save()
+}
+
 // hookFailed counts a failed run of op: it is retried after a pause that
 // doubles each time, until the attempts run out and the unit enters the
 // error state of the transition.
@@ -366,17 +390,7 @@ func (a *Agent) hookFailed(op *hookOp) {
 	op.Settings = nil
 	if op.Attempts >= a.cfg.Retry.Attempts {
 		op.NotBefore = time.Time{}
-		prev := a.l.State
-		switch op.Hook {
-		case "install":
-			a.l.State = StateInstallError
-		case "start":
-			a.l.State = StateStartError
-		case "stop":
-			a.l.State = StateStopError
-		default:
-			a.l.State, a.l.Resume = StateHookError, prev
-		}
+		a.enterError(op)
 		a.logger.Error("hook failed: waiting for ctl resolved", "hook", op.Hook, "attempts", op.Attempts)
 		return
 	}
@@ -386,6 +400,20 @@ func (a *Agent) hookFailed(op *hookOp) {
 	}
 	d = d/2 + time.Duration(rand.Int64N(int64(d/2)+1)) // jitter
 	op.NotBefore = a.cfg.Clock().Add(d)
+}
+
+// enterError puts the unit in the error state of op's transition.
+func (a *Agent) enterError(op *hookOp) {
+	switch prev := a.l.State; op.Hook {
+	case "install":
+		a.l.State = StateInstallError
+	case "start":
+		a.l.State = StateStartError
+	case "stop":
+		a.l.State = StateStopError
+	default:
+		a.l.State, a.l.Resume = StateHookError, prev
+	}
 }
 
 // applySuccess records a hook done in the local state.

@@ -13,7 +13,9 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/lifelinehq/lifeline/hooks"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -294,13 +296,29 @@ func (hc *hookContext) preset(id int64, unit string, v map[string]string) {
 }
 
 func (hc *hookContext) RelationSet(_ context.Context, rid string, set map[string]string, unset []string) error {
-	id, _, err := hc.relation(rid)
+	id, cr, err := hc.relation(rid)
 	if err != nil {
 		return err
 	}
 	hc.mu.Lock()
 	defer hc.mu.Unlock()
 	c := hc.set[id]
+	// The values the hook sets are part of the settings the controller
+	// would be asked to store: if they alone pass its limit, the commit
+	// would be refused after the hook. (Settings the unit holds already
+	// count too; a commit they make too large is refused then.)
+	values := map[string]string{}
+	if c != nil {
+		maps.Copy(values, c.Set)
+	}
+	maps.Copy(values, set)
+	for _, k := range unset {
+		delete(values, k)
+	}
+	if n := proto.Size(&pb.Settings{Values: values}); n > hooks.MaxSettingsBytes {
+		return fmt.Errorf("the settings of this unit in %s would hold %.1f KiB: at most %d KiB",
+			relationID(cr.endpoint, id), float64(n)/(1<<10), hooks.MaxSettingsBytes>>10)
+	}
 	if c == nil {
 		c = &settingsChange{Relation: id, Set: map[string]string{}}
 		hc.set[id] = c

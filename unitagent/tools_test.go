@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
 // TestHookToolsAreConfined: a hook cannot read a relation its unit is not
@@ -105,5 +107,65 @@ sh -c 'echo "grandchild: $(config-get colour)"; status-set active "from a grandc
 	}
 	if hooks := w.hooks("kv/0"); len(hooks) == 0 {
 		t.Errorf("no hook succeeded")
+	}
+}
+
+// TestOversizedSettings: relation-set refuses at once (exit 1, one
+// sentence) values past the controller's limit of a unit's settings in a
+// relation, and the hook goes on; settings the controller refuses after a
+// hook (the unit's settings held already, with the hook's, past the
+// limit) fail the hook into the error state, which resolved clears.
+func TestOversizedSettings(t *testing.T) {
+	w := newWorld(t)
+	w.deploy(kvMeta, 1, "server")
+	w.deploy(appMeta, 1, "db")
+	rel := relate(t, w, "app", "kv")
+	// blob is a relation-set argument setting key to kib KiB.
+	blob := func(key string, kib int) string {
+		return fmt.Sprintf(`%s="$(head -c %d /dev/zero | tr '\0' x)"`, key, kib<<10)
+	}
+	w.file("kv/0", "probe-server-relation-joined", "relation-set "+blob("big", 70)+" || echo refused $?\nrelation-set "+blob("a", 40)+"\n")
+	w.start("kv/0")
+	w.start("app/0")
+	w.waitHook("kv/0", "server-relation-joined")
+	settings := func() map[string]string {
+		vals, _, err := w.env.State.Settings(w.env.Ctx, rel.Id, "kv/0")
+		if err != nil {
+			t.Fatalf("Settings(%d, kv/0): %v", rel.Id, err)
+		}
+		return vals
+	}
+	w.waitFor("kv/0's settings to hold a", func() bool { return len(settings()["a"]) == 40<<10 })
+	probe := strings.Join(w.lines("kv/0", "probe.log"), "\n")
+	want := fmt.Sprintf("relation-set: the settings of this unit in server:%d would hold 70.0 KiB: at most 64 KiB\nrefused 1", rel.Id)
+	if !strings.Contains(probe, want) {
+		t.Errorf("relation-set of 70 KiB printed %q, want %q", probe, want)
+	}
+	if _, ok := settings()["big"]; ok {
+		t.Errorf("kv/0's settings hold big, refused by relation-set")
+	}
+
+	// config-changed sets 40 KiB more: within relation-set's reach, but
+	// with a's past the controller's limit.
+	w.file("kv/0", "probe-config-changed", `relation-set -r "$(relation-ids server)" `+blob("b", 40)+"\n")
+	if _, err := w.op.SetConfig(w.env.Ctx, &pb.SetConfigRequest{Service: "kv", Set: map[string]string{"colour": "blue"}}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitFor("kv/0 in hook-error", func() bool {
+		s := w.agentStatus("kv/0")
+		return s.Agent == "error" && s.State == "hook-error" && s.Message == `hook failed: "config-changed"`
+	})
+	if _, ok := settings()["b"]; ok {
+		t.Errorf("kv/0's settings hold b, refused by the controller")
+	}
+	// The operator has the charm make room (a goes) and resolves it: the
+	// hook runs again, and its settings are committed.
+	w.file("kv/0", "probe-config-changed", `relation-set -r "$(relation-ids server)" a= `+blob("b", 40)+"\n")
+	if _, err := w.op.Resolved(w.env.Ctx, &pb.ResolvedRequest{Unit: "kv/0"}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitState("kv/0", "running")
+	if got := settings(); len(got["b"]) != 40<<10 || got["a"] != "" {
+		t.Errorf("kv/0's settings after resolved hold a of %d bytes, b of %d; want b of %d, no a", len(got["a"]), len(got["b"]), 40<<10)
 	}
 }
