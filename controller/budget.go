@@ -124,6 +124,7 @@ var callKinds = map[string]callKind{
 	"/lifeline.v1.OperatorService/GetConfig":       callRead,
 	"/lifeline.v1.OperatorService/SetConfig":       callGrow,
 	"/lifeline.v1.OperatorService/ShowStatusLog":   callRead,
+	"/lifeline.v1.OperatorService/AddController":   callGrow,
 }
 
 func kindOf(method string) callKind {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lifelinehq/lifeline/controller"
 	"github.com/lifelinehq/lifeline/controllertest"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -41,7 +42,8 @@ func TestSlowWatchStreamsOfOneCredentialAreCut(t *testing.T) {
 		credentialBytes = 128 << 20
 		maxStreams      = 16
 	)
-	e := controllertest.New(t, controllertest.Options{})
+	// The agents' write budgets off: kv/0 writes as fast as it can.
+	e := controllertest.New(t, controllertest.Options{Budgets: controller.Budgets{Writes: -1, Bytes: -1}})
 	if _, err := e.State.AddMachines(e.Ctx, 2); err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,9 @@ func runSlowWatchReaders(t *testing.T, sz sizes) {
 	r.size("subscriptions a stream", sz.slowSubs)
 	r.size("settings size (KiB)", 60)
 	r.size("seconds of writes at least", int(sz.slowFor.Seconds()))
-	f := newResourceFixture(t, sz)
+	// The agents' write budgets off: fsrv/0 writes as fast as the
+	// controller takes it, the streams' budgets are what is tried here.
+	f := newResourceFixture(t, sz, "--agent-writes-per-second", "0", "--agent-write-bytes-per-minute", "0")
 	attacker, attackerConn := f.addMachine(t)
 	agentMachine, agentConn := f.addMachine(t)
 	spare, _ := f.addMachine(t)
