@@ -168,6 +168,24 @@ func (r FloodResult) String() string {
 	return fmt.Sprintf("%d calls: %d OK, %d refused (%q), %d aborted, other: %s (first: %v)", r.Calls, r.OK, r.Refused, r.Refusal, r.Aborted, strings.Join(other, ", "), r.FirstOther)
 }
 
+// Add returns what r and o were answered together.
+func (r FloodResult) Add(o FloodResult) FloodResult {
+	out := FloodResult{Calls: r.Calls + o.Calls, OK: r.OK + o.OK, Refused: r.Refused + o.Refused, Aborted: r.Aborted + o.Aborted,
+		Refusal: r.Refusal, Other: map[codes.Code]int{}, FirstOther: r.FirstOther}
+	if out.Refusal == "" {
+		out.Refusal = o.Refusal
+	}
+	if out.FirstOther == nil {
+		out.FirstOther = o.FirstOther
+	}
+	for _, m := range []map[codes.Code]int{r.Other, o.Other} {
+		for c, n := range m {
+			out.Other[c] += n
+		}
+	}
+	return out
+}
+
 // FloodSettings has writers goroutines rewrite unit's settings in its
 // relation with size-byte values, each call a new value, as fast as the
 // controller answers, until ctx ends or max calls are made. Each call has

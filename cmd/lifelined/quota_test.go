@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -181,7 +183,10 @@ func operator(t *testing.T, dir string) pb.OperatorServiceClient {
 // controller stopped, and writes to it until it refuses a write for want
 // of space (its NOSPACE alarm): 64 KiB versions of one key when history
 // is set (what compaction frees), else 64 KiB keys of their own (what it
-// cannot).
+// cannot). Keys of their own are written again after a defragmentation
+// that gave back enough of the file for the controller to disarm the
+// alarm (how much the file's free pages hold varies with how etcd
+// batched the writes), until one does not.
 func fillMember(t *testing.T, dir string, history bool) {
 	t.Helper()
 	srv, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(dir, "ctl", "etcd"), NoFsync: true, QuotaBytes: quota, CompactionRetention: "0"})
@@ -194,20 +199,36 @@ func fillMember(t *testing.T, dir string, history bool) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	v := strings.Repeat("x", 64<<10)
 	for i := range 4 * quota / len(v) {
 		key := "/filler"
 		if !history {
 			key = fmt.Sprintf("/filler/%d", i)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_, err := c.Put(ctx, key, v)
-		cancel()
 		if errors.Is(err, rpctypes.ErrNoSpace) {
 			if sp := srv.Space(); !sp.NoSpace {
 				t.Fatalf("the member refused a write for want of space without its alarm: %+v", sp)
 			}
-			return
+			if history {
+				return
+			}
+			if _, err := c.Defragment(ctx, srv.Endpoint()); err != nil {
+				t.Fatal(err)
+			}
+			if sp := srv.Space(); sp.Size >= sp.Quota-sp.Quota/20 {
+				return
+			}
+			members, err := c.MemberList(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: members.Members[0].ID, Alarm: etcdserverpb.AlarmType_NOSPACE}); err != nil {
+				t.Fatal(err)
+			}
+			continue
 		}
 		if err != nil {
 			t.Fatal(err)
