@@ -125,6 +125,8 @@ var callKinds = map[string]callKind{
 	"/lifeline.v1.OperatorService/SetConfig":       callGrow,
 	"/lifeline.v1.OperatorService/ShowStatusLog":   callRead,
 	"/lifeline.v1.OperatorService/AddController":   callGrow,
+	// One key rewritten, for ctl wait (after a destroy too).
+	"/lifeline.v1.OperatorService/Barrier": callKeep,
 }
 
 func kindOf(method string) callKind {
