@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -30,8 +29,8 @@ func (l *budgetFlags) add(fl *pflag.FlagSet) {
 	fl.Int64Var(&l.etcdHistory, "etcd-history-revisions", embedetcd.DefaultHistory, "revisions of history the embedded etcd member keeps for watches to resume from; the controller compacts what is older (all of it while the database holds half its quota)")
 	fl.Float64Var(&l.agentWrites, "agent-writes-per-second", controller.DefaultAgentWrites, "calls that write each agent credential may make a second; 0 for no limit")
 	fl.IntVar(&l.agentBurst, "agent-write-burst", controller.DefaultAgentBurst, "calls that write each agent credential may make at once")
-	fl.StringVar(&l.agentBytes, "agent-write-bytes-per-minute", byteSizeFlag(controller.DefaultAgentBytes), "bytes each agent credential's calls may write to etcd a minute; 0 for no limit")
-	fl.StringVar(&l.charmStore, "charm-store-limit", byteSizeFlag(state.DefaultCharmStoreLimit), "bytes of charm archives the model stores (revisions no service uses go, but the latest of each charm); 0 for no limit")
+	fl.StringVar(&l.agentBytes, "agent-write-bytes-per-minute", byteSizeFlag(controller.DefaultAgentBytes), "bytes each agent credential's calls may write to etcd a minute; 0 or none for no limit")
+	fl.StringVar(&l.charmStore, "charm-store-limit", byteSizeFlag(state.DefaultCharmStoreLimit), "bytes of charm archives the model stores (revisions no service uses go, but the latest of each charm); 0 or none for no limit")
 }
 
 // validate checks the flags; external says the model is in an external
@@ -44,7 +43,7 @@ func (l *budgetFlags) validate(external bool, set func(string) bool) error {
 			}
 		}
 	}
-	q, err := parseByteSize("--etcd-quota-bytes", l.etcdQuota)
+	q, err := parseSizeFlag("--etcd-quota-bytes", l.etcdQuota, false)
 	if err != nil {
 		return err
 	}
@@ -60,10 +59,10 @@ func (l *budgetFlags) validate(external bool, set func(string) bool) error {
 	if l.agentBurst < 1 {
 		return fmt.Errorf("--agent-write-burst %d: want 1 or more", l.agentBurst)
 	}
-	if _, err := parseByteSize("--agent-write-bytes-per-minute", l.agentBytes); err != nil {
+	if _, err := parseSizeFlag("--agent-write-bytes-per-minute", l.agentBytes, true); err != nil {
 		return err
 	}
-	if _, err := parseByteSize("--charm-store-limit", l.charmStore); err != nil {
+	if _, err := parseSizeFlag("--charm-store-limit", l.charmStore, true); err != nil {
 		return err
 	}
 	return nil
@@ -71,16 +70,13 @@ func (l *budgetFlags) validate(external bool, set func(string) bool) error {
 
 // charmStoreLimit is state.Config.CharmStoreLimit. The flags are valid.
 func (l *budgetFlags) charmStoreLimit() int64 {
-	n, _ := parseByteSize("", l.charmStore)
-	if n == 0 {
-		return -1
-	}
+	n, _ := parseSizeFlag("", l.charmStore, true)
 	return n
 }
 
 // quota is the embedded member's quota. The flags are valid.
 func (l *budgetFlags) quota() int64 {
-	n, _ := parseByteSize("", l.etcdQuota)
+	n, _ := parseSizeFlag("", l.etcdQuota, false)
 	return n
 }
 
@@ -90,10 +86,7 @@ func (l *budgetFlags) budgets() controller.Budgets {
 	if b.Writes == 0 {
 		b.Writes = -1
 	}
-	b.Bytes, _ = parseByteSize("", l.agentBytes)
-	if b.Bytes == 0 {
-		b.Bytes = -1
-	}
+	b.Bytes, _ = parseSizeFlag("", l.agentBytes, true)
 	return b
 }
 
@@ -106,26 +99,7 @@ func (l *budgetFlags) history() int64 {
 	return l.etcdHistory
 }
 
-// parseByteSize reads a size: bytes, or a number with KiB, MiB, GiB or TiB.
-func parseByteSize(flag, s string) (int64, error) {
-	for _, u := range []struct {
-		suffix string
-		shift  uint
-	}{{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}, {"", 0}} {
-		num, ok := strings.CutSuffix(s, u.suffix)
-		if !ok {
-			continue
-		}
-		n, err := strconv.ParseInt(num, 10, 64)
-		if err != nil || n < 0 || n > math.MaxInt64>>u.shift {
-			break
-		}
-		return n << u.shift, nil
-	}
-	return 0, fmt.Errorf("%s %q: want a size such as 2GiB, 64MiB or 1048576", flag, s)
-}
-
-// byteSizeFlag writes a size as parseByteSize reads it.
+// byteSizeFlag writes a size as parseSizeFlag reads it.
 func byteSizeFlag(n int64) string {
 	for _, u := range []struct {
 		suffix string

@@ -75,13 +75,13 @@ func (l *limitFlags) resolve(nofile uint64) (limits, error) {
 	}
 	out.handshake, out.idle = l.handshakeTimeout, l.idleTimeout
 	var err error
-	if out.watch.StreamBytes, err = parseBytesFlag("--watch-stream-bytes", l.watchStream); err != nil {
+	if out.watch.StreamBytes, err = parseSizeFlag("--watch-stream-bytes", l.watchStream, true); err != nil {
 		return out, err
 	}
-	if out.watch.CredentialBytes, err = parseBytesFlag("--watch-credential-bytes", l.watchCredential); err != nil {
+	if out.watch.CredentialBytes, err = parseSizeFlag("--watch-credential-bytes", l.watchCredential, true); err != nil {
 		return out, err
 	}
-	if out.watchTotal, err = parseBytesFlag("--watch-total-bytes", l.watchTotal); err != nil {
+	if out.watchTotal, err = parseSizeFlag("--watch-total-bytes", l.watchTotal, true); err != nil {
 		return out, err
 	}
 	out.watchTotal = max(out.watchTotal, 0) // the hub's: zero is none
@@ -90,18 +90,6 @@ func (l *limitFlags) resolve(nofile uint64) (limits, error) {
 		out.watch.StreamsPerCredential = -1 // none
 	}
 	return out, nil
-}
-
-// parseBytesFlag reads a size flag: "none" (-1, no limit) or a size as
-// --memory-limit takes it.
-func parseBytesFlag(name, s string) (int64, error) {
-	if s == "none" {
-		return -1, nil
-	}
-	if n, ok := parseSize(s); ok {
-		return n, nil
-	}
-	return 0, fmt.Errorf("%s %q: want a size such as 64MiB or 1GiB, or none", name, s)
 }
 
 // raiseDescriptorLimit raises the process's soft limit on open
@@ -123,22 +111,29 @@ func raiseDescriptorLimit() (uint64, error) {
 	return l.Cur, nil
 }
 
-// parseSize reads a positive size in bytes with a suffix of B, KiB, MiB,
-// GiB or TiB, as GOMEMLIMIT takes it.
-func parseSize(s string) (int64, bool) {
+// parseSizeFlag reads a size flag: bytes, or a whole number with B, KiB,
+// MiB, GiB or TiB (as GOMEMLIMIT takes it). Where none allows it, "none"
+// and 0 are no limit, returned as -1.
+func parseSizeFlag(name, s string, none bool) (int64, error) {
+	if none && (s == "none" || s == "0") {
+		return -1, nil
+	}
 	for _, u := range []struct {
 		suffix string
 		shift  uint
-	}{{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}} {
+	}{{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}, {"", 0}} {
 		num, ok := strings.CutSuffix(s, u.suffix)
 		if !ok {
 			continue
 		}
 		n, err := strconv.ParseInt(num, 10, 64)
 		if err != nil || n <= 0 || n > math.MaxInt64>>u.shift {
-			return 0, false
+			break
 		}
-		return n << u.shift, true
+		return n << u.shift, nil
 	}
-	return 0, false
+	if none {
+		return 0, fmt.Errorf("%s %q: want a size such as 64MiB, 1GiB or 1048576, or none", name, s)
+	}
+	return 0, fmt.Errorf("%s %q: want a size such as 64MiB, 1GiB or 1048576", name, s)
 }

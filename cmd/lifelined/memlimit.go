@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"runtime/metrics"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -119,19 +117,9 @@ func parseMemoryLimit(s string) (int64, error) {
 	case "none":
 		return math.MaxInt64, nil
 	}
-	for _, u := range []struct {
-		suffix string
-		shift  uint
-	}{{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}} {
-		num, ok := strings.CutSuffix(s, u.suffix)
-		if !ok {
-			continue
-		}
-		n, err := strconv.ParseInt(num, 10, 64)
-		if err != nil || n <= 0 || n > math.MaxInt64>>u.shift {
-			break
-		}
-		return n << u.shift, nil
+	n, err := parseSizeFlag("--memory-limit", s, false)
+	if err != nil {
+		return 0, fmt.Errorf("--memory-limit %q: want auto, none, or a size such as 2GiB or 512MiB", s)
 	}
-	return 0, fmt.Errorf("--memory-limit %q: want auto, none, or a size such as 2GiB or 512MiB", s)
+	return n, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -65,6 +66,31 @@ func TestMemoryBudget(t *testing.T) {
 		}
 		if set != step.want || sets != step.wantSets {
 			t.Errorf("%+v: limit %d set %d times, want %d set %d times", step, set, sets, step.want, step.wantSets)
+		}
+	}
+}
+
+// TestParseSizeFlag: the size flags read bytes or a binary suffix, and
+// "none" or 0 as no limit where the flag has one.
+func TestParseSizeFlag(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		none bool
+		want int64
+	}{
+		{"64MiB", false, 64 << 20}, {"2GiB", true, 2 << 30}, {"1048576", false, 1 << 20},
+		{"512B", false, 512}, {"1TiB", false, 1 << 40}, {"none", true, -1}, {"0", true, -1},
+	} {
+		if got, err := parseSizeFlag("--x", tt.in, tt.none); err != nil || got != tt.want {
+			t.Errorf("parseSizeFlag(%q, %v) = %d, %v; want %d", tt.in, tt.none, got, err, tt.want)
+		}
+	}
+	for _, bad := range []struct {
+		in   string
+		none bool
+	}{{"none", false}, {"0", false}, {"", true}, {"2G", true}, {"-1MiB", true}, {"0MiB", true}, {"9999999999TiB", true}, {"lots", true}} {
+		if n, err := parseSizeFlag("--x", bad.in, bad.none); err == nil || !strings.HasPrefix(err.Error(), `--x "`+bad.in+`"`) {
+			t.Errorf("parseSizeFlag(%q, %v) = %d, %v; want an error naming the flag and the value", bad.in, bad.none, n, err)
 		}
 	}
 }
