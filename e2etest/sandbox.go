@@ -153,7 +153,7 @@ type Controller struct {
 // unless extra says otherwise (AddMachinesDir has the teardown stop those).
 // Every controller after the first joins the model's controllers as an
 // operator's would: with a join token from ctl add-controller
-// (--join-token-file), which it needs on its first start only.
+// (--join-file), which it needs on its first start only.
 func (s *Sandbox) StartController(t testing.TB, extra ...string) *Controller {
 	t.Helper()
 	s.mu.Lock()
@@ -176,7 +176,7 @@ func (s *Sandbox) StartController(t testing.TB, extra ...string) *Controller {
 		if r := s.Ctl("add-controller", "--token-file", token); r.Code != 0 {
 			t.Fatalf("a join token for controller %d: %v", c.Index, r)
 		}
-		c.Args = append(c.Args, "--join-token-file", token)
+		c.Args = append(c.Args, "--join-file", token)
 	}
 	c.Start(t)
 	return c

@@ -170,9 +170,9 @@ func TestCommandsAgainstAController(t *testing.T) {
 	})
 	t.Run("add-controller", func(t *testing.T) {
 		token := s.dir + "/controller.token"
-		out := s.ok(t, "add-controller", "--token-file", token, "--valid-for", "10m")
+		out := s.ok(t, "add-controller", "--token-file", token, "--expires", "10m")
 		for _, want := range []string{"wrote a controller join token to " + token, "works once",
-			"lifelined controller --join-token-file " + token, "--etcd-endpoints unix://", "--namespace /lifeline/"} {
+			"lifelined controller --join-file " + token, "--etcd-endpoints unix://", "--namespace /lifeline/"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("ctl add-controller said:\n%s\nwant %q in it", out, want)
 			}

@@ -194,7 +194,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"kill-controller", "now"},
 		{"add-controller"},
 		{"add-controller", "extra", "--token-file", "t"},
-		{"add-controller", "--token-file", "t", "--valid-for", "25h"},
+		{"add-controller", "--token-file", "t", "--expires", "25h"},
 	}
 	for _, args := range tests {
 		r := s.ctl(t, args...)

@@ -53,7 +53,7 @@ const maxSealAttempts = 8
 // errNeedJoin is the one line a controller that cannot read the model's
 // CA key stops with.
 var errNeedJoin = errors.New("this controller cannot read the model's CA key, which only its controllers can open: " +
-	"run `ctl add-controller` and start this one with --join-token-file FILE (FILE holding the token it prints)")
+	"run `ctl add-controller` and start this one with --join-file FILE (FILE holding the token it prints)")
 
 // run returns the model's CA and the KEK that opens the stored key (zero
 // when this controller holds none). A controller that starts a model
@@ -155,7 +155,7 @@ func (c *caSetup) fromStored(ctx context.Context, stored state.StoredCA, local *
 		}
 		c.logger.Info("joined the model's controllers with a join token: kept the key-encryption key of its CA key", "dir", c.dir)
 	} else if opened != nil && c.joinToken != "" {
-		c.logger.Info("the data directory holds the key-encryption key of the model's CA key already: --join-token-file is not used")
+		c.logger.Info("the data directory holds the key-encryption key of the model's CA key already: --join-file is not used")
 	}
 	isLocal := sameCert(local, stored.Cert)
 	switch {
@@ -170,7 +170,7 @@ func (c *caSetup) fromStored(ctx context.Context, stored state.StoredCA, local *
 	case isLocal:
 		if opened == nil {
 			c.logger.Warn("this controller has the model's CA but no key-encryption key that opens the copy in etcd: " +
-				"it serves, but cannot hand the key to controllers that join; give it the key with `ctl add-controller` and --join-token-file, " +
+				"it serves, but cannot hand the key to controllers that join; give it the key with `ctl add-controller` and --join-file, " +
 				"or, if no controller has it any more, restart this one with --reseal-ca-key")
 		}
 		return local, kekIf(opened != nil, kek), nil
@@ -284,7 +284,7 @@ func (c *caSetup) useToken(ctx context.Context, stored state.StoredCA) (pki.KEK,
 	}
 	j, err := pki.DecodeControllerJoin(text)
 	if err != nil {
-		return pki.KEK{}, fmt.Errorf("--join-token-file: %w", err)
+		return pki.KEK{}, fmt.Errorf("--join-file: %w", err)
 	}
 	if !bytes.Equal(bytes.TrimSpace([]byte(j.CACert)), bytes.TrimSpace(stored.Cert)) {
 		return pki.KEK{}, errors.New("the join token is another model's: its CA is not the one stored in etcd under --namespace")
@@ -313,14 +313,14 @@ func (c *caSetup) readToken() (string, error) {
 	if c.joinToken != "-" {
 		f, err := os.Open(c.joinToken)
 		if err != nil {
-			return "", fmt.Errorf("--join-token-file: %w", err)
+			return "", fmt.Errorf("--join-file: %w", err)
 		}
 		defer f.Close()
 		r = f
 	}
 	data, err := io.ReadAll(io.LimitReader(r, maxTokenBytes))
 	if err != nil {
-		return "", fmt.Errorf("--join-token-file: %w", err)
+		return "", fmt.Errorf("--join-file: %w", err)
 	}
 	return strings.TrimSpace(string(data)), nil
 }

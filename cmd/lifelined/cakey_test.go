@@ -151,8 +151,8 @@ func TestCASetupJoin(t *testing.T) {
 	if _, _, err := b.run(ctx); !errors.Is(err, errNeedJoin) {
 		t.Fatalf("joining without a token = %v, want %v", err, errNeedJoin)
 	}
-	if msg := errNeedJoin.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, "ctl add-controller") || !strings.Contains(msg, "--join-token-file") {
-		t.Errorf("the error without a token is %q: want one line naming ctl add-controller and --join-token-file", msg)
+	if msg := errNeedJoin.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, "ctl add-controller") || !strings.Contains(msg, "--join-file") {
+		t.Errorf("the error without a token is %q: want one line naming ctl add-controller and --join-file", msg)
 	}
 	if _, err := os.Stat(filepath.Join(b.dir, pki.CACertFile)); err == nil {
 		t.Errorf("a refused controller left a CA in its data directory")

@@ -87,7 +87,7 @@ Several controllers may serve one model: start each with the same
 first one's CA is stored in etcd and used by all, its key sealed with a
 key-encryption key that only the controllers hold (ca-kek in the data
 directory): a controller joins the others, the first time, with the join
-token ctl add-controller prints (--join-token-file). Agents learn every live
+token ctl add-controller prints (--join-file). Agents learn every live
 controller's address and move to another when theirs goes. One controller,
 elected through etcd, runs the provisioner and the cleaner; when it stops,
 another takes over (within 8 s if it died without resigning). With the
@@ -113,7 +113,7 @@ local provider, controllers on one host share --machines-dir.`,
 	fl.StringVar(&f.machinesDir, "machines-dir", "", "where the local provider keeps its machines (default: machines in the data directory; controllers of one model on one host share it)")
 	fl.StringVar(&f.localNetwork, "local-network", "", "the local provider's machines' loopback addresses, 127.N.X.Y: give another 127.N to a second local controller on one host (default: the one its machines directory records, else "+provisioner.DefaultLocalNetwork+")")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "auto", "soft limit on the controller's memory, as GOMEMLIMIT: auto (512 MiB and 36 KiB for each unit of the most the model has had; GOMEMLIMIT instead when set), none, or a size such as 2GiB")
-	fl.StringVar(&f.joinToken, "join-token-file", "", "file holding a controller join token (ctl add-controller), or - for stdin: how a new controller joins the model's controllers; not read once the data directory holds the key-encryption key")
+	fl.StringVar(&f.joinToken, "join-file", "", "file holding a controller join token (ctl add-controller), or - for stdin: how a new controller joins the model's controllers; not read once the data directory holds the key-encryption key")
 	fl.BoolVar(&f.resealCAKey, "reseal-ca-key", false, "make a new key-encryption key and seal the model's CA key with it, from the CA in the data directory: for when no controller holds the key-encryption key any more")
 	fl.BoolVar(&f.pprof, "pprof", false, "also serve Go's profiles at /debug/pprof/ on the metrics address")
 	fl.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "an external etcd cluster's client URLs; embedded etcd when empty")
@@ -145,10 +145,10 @@ func (f *controllerFlags) validate() error {
 		}
 	}
 	if len(f.etcdEndpoints) == 0 && f.joinToken != "" {
-		return usageError{errors.New("--join-token-file needs --etcd-endpoints: a controller joins the others on the model's etcd")}
+		return usageError{errors.New("--join-file needs --etcd-endpoints: a controller joins the others on the model's etcd")}
 	}
 	if f.joinToken != "" && f.resealCAKey {
-		return usageError{errors.New("--join-token-file and --reseal-ca-key exclude each other")}
+		return usageError{errors.New("--join-file and --reseal-ca-key exclude each other")}
 	}
 	if len(f.etcdEndpoints) == 0 && (f.etcdCA != "" || f.etcdCert != "" || f.etcdKey != "") {
 		return usageError{errors.New("--etcd-cacert, --etcd-cert and --etcd-key need --etcd-endpoints")}

@@ -126,7 +126,7 @@ func TestTwoControllersShareOneModel(t *testing.T) {
 	defer cancel()
 	a := startHAController(t, dir, "a", etcd.Endpoint())
 	cfgA := a.clientConfig(t)
-	b := startHAController(t, dir, "b", etcd.Endpoint(), "--join-token-file", joinToken(t, ctx, cfgA, a.addr, dir))
+	b := startHAController(t, dir, "b", etcd.Endpoint(), "--join-file", joinToken(t, ctx, cfgA, a.addr, dir))
 	waitUntil(t, ctx, "b to join", func() (bool, string) {
 		return strings.Contains(b.logs.String(), "API serving"), ""
 	})

@@ -60,7 +60,7 @@ func TestControllerJoinToken(t *testing.T) {
 	}
 
 	token := joinToken(t, ctx, cfgA, a.addr, dir)
-	b := startHAController(t, dir, "b", etcd.Endpoint(), "--join-token-file", token)
+	b := startHAController(t, dir, "b", etcd.Endpoint(), "--join-file", token)
 	waitUntil(t, ctx, "b to join", func() (bool, string) {
 		return strings.Contains(b.logs.String(), "API serving"), ""
 	})
@@ -68,7 +68,7 @@ func TestControllerJoinToken(t *testing.T) {
 		t.Errorf("Status through b with the operator's client config: %v", err)
 	}
 
-	out = controllerExits(t, ctx, dir, "again", etcd.Endpoint(), "--join-token-file", token)
+	out = controllerExits(t, ctx, dir, "again", etcd.Endpoint(), "--join-file", token)
 	if line := lastLine(out); !strings.Contains(line, "the join token was refused") || !strings.Contains(line, "used already") {
 		t.Errorf("a second controller with the same token ends with %q, want the token refused as used; it printed:\n%s", line, out)
 	}
@@ -76,11 +76,11 @@ func TestControllerJoinToken(t *testing.T) {
 	// b restarts with the same flags: its data directory holds the key.
 	b.cmd.Process.Signal(os.Interrupt)
 	b.cmd.Wait()
-	b2 := startHAController(t, dir, "b", etcd.Endpoint(), "--join-token-file", token)
+	b2 := startHAController(t, dir, "b", etcd.Endpoint(), "--join-file", token)
 	waitUntil(t, ctx, "b to start again", func() (bool, string) {
 		return strings.Contains(b2.logs.String(), "API serving"), b2.logs.String()
 	})
-	if !strings.Contains(b2.logs.String(), "--join-token-file is not used") {
+	if !strings.Contains(b2.logs.String(), "--join-file is not used") {
 		t.Errorf("b, started again, did not say it left the token alone:\n%s", b2.logs.String())
 	}
 }
