@@ -28,8 +28,10 @@ func (c caller) String() string {
 		return "the operator"
 	case names.KindMachine:
 		return "machine " + c.id + "'s agent"
+	case names.KindUnit:
+		return "unit " + c.id + "'s agent"
 	}
-	return "unit " + c.id + "'s agent"
+	return "a caller without a credential"
 }
 
 type callerKey struct{}

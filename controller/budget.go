@@ -125,8 +125,13 @@ var callKinds = map[string]callKind{
 	"/lifeline.v1.OperatorService/SetConfig":       callGrow,
 	"/lifeline.v1.OperatorService/ShowStatusLog":   callRead,
 	"/lifeline.v1.OperatorService/AddController":   callGrow,
+	"/lifeline.v1.OperatorService/IssueJoinToken":  callGrow,
 	// One key rewritten, for ctl wait (after a destroy too).
 	"/lifeline.v1.OperatorService/Barrier": callKeep,
+	// Made without a credential (the join token is the proof), all such
+	// calls on one budget.
+	"/lifeline.v1.MachineJoinService/JoinMachine":       callGrow,
+	"/lifeline.v1.ControllerJoinService/JoinController": callGrow,
 }
 
 func kindOf(method string) callKind {
@@ -222,13 +227,19 @@ const sweepEvery = time.Minute
 
 // admit takes one call from c's budget, or says why it cannot. The
 // operator has no budget (nil, nil); nor has anyone when both budgets are
-// off.
+// off. The callers without a credential (a machine's host or a controller
+// joining with a token) share one budget: whoever reaches the port can
+// make such calls, and each costs a read of etcd before its token is
+// known to be good.
 func (k *budgetBook) admit(c caller, now time.Time) (*bucket, error) {
 	if c.kind == names.KindAdmin || (k.b.Writes < 0 && k.b.Bytes < 0) {
 		return nil, nil
 	}
-	tag := names.MachineTag(c.id)
-	if c.kind == names.KindUnit {
+	var tag string // "" for the callers without a credential
+	switch c.kind {
+	case names.KindMachine:
+		tag = names.MachineTag(c.id)
+	case names.KindUnit:
 		tag = names.UnitTag(c.id)
 	}
 	k.mu.Lock()
@@ -278,15 +289,19 @@ func (b *bucket) take(c caller, now time.Time, logger hclog.Logger) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refill(now)
+	who := c.String() + " is over its"
+	if c.kind == "" {
+		who = "the calls made without a credential (joins) are over their"
+	}
 	var err error
 	switch {
 	case b.b.Writes > 0 && b.writes < 1:
-		err = &budgetError{what: "writes", msg: fmt.Sprintf("%s is over its budget of %g writes a second (%d at once): try again in a moment",
-			c, b.b.Writes, b.b.Burst)}
+		err = &budgetError{what: "writes", msg: fmt.Sprintf("%s budget of %g writes a second (%d at once): try again in a moment",
+			who, b.b.Writes, b.b.Burst)}
 	case b.b.Bytes > 0 && b.bytes < 0:
 		wait := time.Duration(-b.bytes / (float64(b.b.Bytes) / 60) * float64(time.Second)).Round(time.Second)
-		err = &budgetError{what: "bytes", msg: fmt.Sprintf("%s is over its budget of %s written a minute: try again in %s",
-			c, sizeOf(b.b.Bytes), max(wait, time.Second))}
+		err = &budgetError{what: "bytes", msg: fmt.Sprintf("%s budget of %s written a minute: try again in %s",
+			who, sizeOf(b.b.Bytes), max(wait, time.Second))}
 	}
 	if err != nil {
 		if now.Sub(b.warned) > time.Minute {

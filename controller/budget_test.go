@@ -10,6 +10,7 @@ import (
 
 	"github.com/lifelinehq/lifeline/controller"
 	"github.com/lifelinehq/lifeline/controllertest"
+	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -151,5 +152,38 @@ func TestStorageTight(t *testing.T) {
 	}
 	if a := resp.GetStatus().GetAlarms(); len(a) != 0 {
 		t.Errorf("status alarms once the space is back = %q, want none", a)
+	}
+}
+
+// TestJoinsShareABudget: calls made without a credential (a host joining
+// with a token) are budgeted together, whoever makes them, since anyone
+// who reaches the port can: past the budget they are refused before the
+// token is looked at, while the agents' calls go on.
+func TestJoinsShareABudget(t *testing.T) {
+	e := newEnvWith(t, controllertest.Options{Budgets: controller.Budgets{Writes: 0.01, Burst: 3, Bytes: -1}})
+	added, err := e.admin().AddMachines(e.ctx, &pb.AddMachinesRequest{NumMachines: 1})
+	must(t, "AddMachines", err)
+	id := added.Machines[0].Id
+	joins := []pb.MachineJoinServiceClient{
+		pb.NewMachineJoinServiceClient(e.dial(pki.Credential{})),
+		pb.NewMachineJoinServiceClient(e.dial(pki.Credential{})),
+	}
+	_, hash, err := pki.NewCredential("machine-" + id)
+	must(t, "NewCredential", err)
+	secret, err := pki.NewSecret()
+	must(t, "NewSecret", err)
+	ok, err := untilRefused(20, func(i int) error {
+		_, err := joins[i%2].JoinMachine(e.ctx, &pb.JoinMachineRequest{Machine: id, TokenSecret: secret, CredentialHash: hash})
+		if status.Code(err) == codes.Unauthenticated {
+			return nil // looked at, and refused for its token
+		}
+		return err
+	})
+	wantCode(t, "JoinMachine past the budget", err, codes.ResourceExhausted, "the calls made without a credential (joins) are over their budget of 0.01 writes a second (3 at once)")
+	if ok != 3 {
+		t.Errorf("%d joins were looked at before the refusal, want 3", ok)
+	}
+	if _, err := e.agent("machine-"+id).SetMachineStatus(e.ctx, &pb.SetMachineStatusRequest{Machine: id, Status: &pb.Status{Status: "started"}}); err != nil {
+		t.Errorf("an agent's call while the joins are over their budget = %v, want it answered", err)
 	}
 }
