@@ -10,7 +10,7 @@ STATICCHECK_VERSION        := v0.8.2
 
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all build test test-faults lint vet staticcheck fmt-check buf-lint proto proto-check tools bench charms demo bench-scale clean
+.PHONY: all build test test-faults lint vet deps-check staticcheck fmt-check buf-lint proto proto-check tools bench charms demo bench-scale clean
 
 all: build
 
@@ -18,7 +18,7 @@ all: build
 build:
 	$(GO) build -o $(BIN)/ ./cmd/ctl ./cmd/lifelined
 
-## test: vet, staticcheck, gofmt, buf lint, generated-code freshness, then every test with
+## test: vet, staticcheck, gofmt, buf lint, generated-code freshness, what ctl links, then every test with
 ## the race detector (end-to-end tests included) and the race tests 20 times. A package
 ## may take TEST_TIMEOUT (the end-to-end one runs several minutes on 2 cores).
 TEST_TIMEOUT ?= 30m
@@ -45,10 +45,16 @@ test-faults:
 	@echo "figures: $(SUMMARY)"
 
 ## lint: go vet, staticcheck, gofmt and buf lint
-lint: vet staticcheck fmt-check buf-lint
+lint: vet staticcheck fmt-check buf-lint deps-check
 
 vet:
 	$(GO) vet ./...
+
+## deps-check: ctl, the operator's client, reaches the model only through
+## the controller's API: it links neither package state nor etcd
+deps-check:
+	@bad=$$($(GO) list -deps ./cmd/ctl | grep -E '^go\.etcd\.io/etcd/|^github\.com/lifelinehq/lifeline/state$$'); \
+	if [ -n "$$bad" ]; then echo "cmd/ctl links packages it must not (it reaches the model through the controller's API):"; echo "$$bad"; exit 1; fi
 
 staticcheck: $(BIN)/.staticcheck-$(STATICCHECK_VERSION)
 	staticcheck ./...

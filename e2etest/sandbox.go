@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/lifelinehq/lifeline/pki"
-	"github.com/lifelinehq/lifeline/provisioner"
+	"github.com/lifelinehq/lifeline/provisioner/provider"
 )
 
 // Sandbox is the home of one test's controllers: their client config, data
@@ -364,7 +364,7 @@ func (s *Sandbox) teardown() {
 	}
 	dirs = append(dirs, s.MachinesDir())
 	for _, d := range dirs {
-		(&provisioner.Local{Dir: d}).StopAll()
+		(&provider.Local{Dir: d}).StopAll()
 	}
 	for i := len(after) - 1; i >= 0; i-- {
 		after[i]()

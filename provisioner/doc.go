@@ -1,10 +1,8 @@
 // Package provisioner starts an instance, running a machine agent, for
 // every alive machine that has none, and for a dead machine stops its
-// instance and removes the machine from the model (M4). Providers say what
-// an instance is: Local runs each machine's agent as a process on this
-// host, with its own data directory and loopback address (in the network
-// its machines' directory records: ClaimLocalNetwork); Manual starts
-// nothing (operators bring their hosts with a join token).
+// instance and removes the machine from the model (M4). Its providers
+// (package provider) say what an instance is: a process on this host
+// (Local) or nothing the controller starts (Manual).
 //
 // It follows the machines through one watch, keeping them in memory, and
 // looks at them all after each change; dead machines are removed a few at

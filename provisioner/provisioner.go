@@ -16,45 +16,14 @@ import (
 	"github.com/lifelinehq/lifeline/names"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/provisioner/provider"
 	"github.com/lifelinehq/lifeline/state"
 )
-
-// Provider starts and stops instances.
-type Provider interface {
-	// Start starts an instance running machine spec.ID's agent with the
-	// given agent config, or restarts the agent of the machine's existing
-	// instance. It returns ErrManual when the provider starts nothing.
-	Start(ctx context.Context, spec MachineSpec) (Instance, error)
-	// Stop stops an instance and everything on it; a missing one is no
-	// error.
-	Stop(ctx context.Context, instanceID string) error
-	// Instances lists the provider's instances, running or not.
-	Instances(ctx context.Context) ([]Instance, error)
-}
-
-// MachineSpec is what an instance is started for.
-type MachineSpec struct {
-	ID string
-	// Agent is the machine agent's config: controllers, CA, credential.
-	Agent pki.ClientConfig
-}
-
-// Instance is an instance the provider has.
-type Instance struct {
-	ID        string
-	MachineID string
-	Address   string
-	// Running says the machine's agent runs on it.
-	Running bool
-}
-
-// ErrManual is a provider's answer when it starts no instances.
-var ErrManual = errors.New("the provider starts no instances: machines join with a token")
 
 // Config configures a Provisioner.
 type Config struct {
 	State    *state.State
-	Provider Provider
+	Provider provider.Provider
 	// Controllers and CACert go into each machine agent's config.
 	Controllers []string
 	CACert      []byte
@@ -216,8 +185,8 @@ func (p *Provisioner) pass(ctx context.Context, machines []*pb.Machine, all bool
 	if err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
 	}
-	running := map[string]Instance{}   // every instance, by id
-	byMachine := map[string]Instance{} // and by machine
+	running := map[string]provider.Instance{}   // every instance, by id
+	byMachine := map[string]provider.Instance{} // and by machine
 	for _, in := range insts {
 		running[in.ID] = in
 		byMachine[in.MachineID] = in
@@ -256,7 +225,7 @@ func (p *Provisioner) pass(ctx context.Context, machines []*pb.Machine, all bool
 				}
 				continue
 			}
-			if err := p.start(ctx, m); err != nil && !errors.Is(err, ErrManual) {
+			if err := p.start(ctx, m); err != nil && !errors.Is(err, provider.ErrManual) {
 				errs = append(errs, err)
 			}
 		case pb.Life_LIFE_DEAD:
@@ -290,7 +259,7 @@ func (p *Provisioner) pass(ctx context.Context, machines []*pb.Machine, all bool
 // settled says machine m has its instance, and that instance needs
 // nothing: its agent runs, or it stopped after the first pass (the machine
 // shows lost until an operator acts).
-func (p *Provisioner) settled(m *pb.Machine, running map[string]Instance) bool {
+func (p *Provisioner) settled(m *pb.Machine, running map[string]provider.Instance) bool {
 	in, ok := running[m.InstanceId]
 	return m.InstanceId != "" && ok && (in.Running || p.restarted)
 }
@@ -502,7 +471,7 @@ func (p *Provisioner) start(ctx context.Context, m *pb.Machine) error {
 			controllers = live
 		}
 	}
-	in, err := p.cfg.Provider.Start(ctx, MachineSpec{ID: m.Id, Agent: pki.ClientConfig{
+	in, err := p.cfg.Provider.Start(ctx, provider.MachineSpec{ID: m.Id, Agent: pki.ClientConfig{
 		Controllers: controllers, CACert: string(p.cfg.CACert), Tag: cred.Tag, Secret: cred.Secret,
 	}})
 	if err != nil {

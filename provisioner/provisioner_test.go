@@ -14,6 +14,7 @@ import (
 	"github.com/lifelinehq/lifeline/etcdtest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/provisioner"
+	"github.com/lifelinehq/lifeline/provisioner/provider"
 	"github.com/lifelinehq/lifeline/state"
 )
 
@@ -23,7 +24,7 @@ func TestMain(m *testing.M) { etcdtest.Main(m) }
 // provisioner's decisions.
 type fakeProvider struct {
 	mu      sync.Mutex
-	insts   map[string]provisioner.Instance
+	insts   map[string]provider.Instance
 	started []string
 	stopped []string
 	// stopping, when set, holds every Stop until it is closed; inStop
@@ -35,7 +36,7 @@ type fakeProvider struct {
 	queued int
 }
 
-func (f *fakeProvider) Start(ctx context.Context, spec provisioner.MachineSpec) (provisioner.Instance, error) {
+func (f *fakeProvider) Start(ctx context.Context, spec provider.MachineSpec) (provider.Instance, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !state.IsAhead(ctx) {
@@ -44,7 +45,7 @@ func (f *fakeProvider) Start(ctx context.Context, spec provisioner.MachineSpec) 
 	if spec.Agent.Tag != "machine-"+spec.ID || spec.Agent.Secret == "" || len(spec.Agent.Controllers) == 0 {
 		panic("bad agent config: " + spec.Agent.String())
 	}
-	in := provisioner.Instance{ID: "fake-" + spec.ID, MachineID: spec.ID, Address: "10.0.0." + spec.ID, Running: true}
+	in := provider.Instance{ID: "fake-" + spec.ID, MachineID: spec.ID, Address: "10.0.0." + spec.ID, Running: true}
 	f.insts[in.ID] = in
 	f.started = append(f.started, spec.ID)
 	return in, nil
@@ -67,10 +68,10 @@ func (f *fakeProvider) Stop(ctx context.Context, id string) error {
 	return nil
 }
 
-func (f *fakeProvider) Instances(context.Context) ([]provisioner.Instance, error) {
+func (f *fakeProvider) Instances(context.Context) ([]provider.Instance, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []provisioner.Instance
+	var out []provider.Instance
 	for _, in := range f.insts {
 		out = append(out, in)
 	}
@@ -82,7 +83,7 @@ func setup(t *testing.T) (*state.State, context.Context, *fakeProvider, *provisi
 	if err != nil {
 		t.Fatal(err)
 	}
-	fp := &fakeProvider{insts: map[string]provisioner.Instance{}}
+	fp := &fakeProvider{insts: map[string]provider.Instance{}}
 	p, err := provisioner.New(provisioner.Config{State: st, Provider: fp, Controllers: []string{"127.0.0.1:1"}, CACert: []byte("ca")})
 	if err != nil {
 		t.Fatal(err)
@@ -187,14 +188,14 @@ func TestProvisionerRestartsStoppedInstancesOnlyAtFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The instance is there but its agent stopped (the host rebooted).
-	fp.insts["fake-"+id] = provisioner.Instance{ID: "fake-" + id, MachineID: id}
+	fp.insts["fake-"+id] = provider.Instance{ID: "fake-" + id, MachineID: id}
 	if err := p.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if len(fp.started) != 1 {
 		t.Fatalf("first pass started %v, want machine %s again", fp.started, id)
 	}
-	fp.insts["fake-"+id] = provisioner.Instance{ID: "fake-" + id, MachineID: id} // stopped again
+	fp.insts["fake-"+id] = provider.Instance{ID: "fake-" + id, MachineID: id} // stopped again
 	if err := p.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +203,7 @@ func TestProvisionerRestartsStoppedInstancesOnlyAtFirst(t *testing.T) {
 		t.Errorf("a later pass started %v again: a stopped agent should show lost, not be restarted", fp.started)
 	}
 	// An instance of no machine is stopped.
-	fp.insts["fake-99"] = provisioner.Instance{ID: "fake-99", MachineID: "99", Running: true}
+	fp.insts["fake-99"] = provider.Instance{ID: "fake-99", MachineID: "99", Running: true}
 	if err := p.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -226,8 +227,8 @@ func TestLocalProviderSessions(t *testing.T) {
 	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	l := &provisioner.Local{Dir: filepath.Join(dir, "machines"), Lifelined: fake}
-	in, err := l.Start(context.Background(), provisioner.MachineSpec{ID: "7", Agent: agentConfig()})
+	l := &provider.Local{Dir: filepath.Join(dir, "machines"), Lifelined: fake}
+	in, err := l.Start(context.Background(), provider.MachineSpec{ID: "7", Agent: agentConfig()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +335,7 @@ func TestProvisionerActsOnEtcdNotItsView(t *testing.T) {
 	}
 	// Machine 0's agent stops (killed); a later pass sees machine 0 as it
 	// was before its instance, and machine 1 not at all.
-	fp.insts["fake-"+old.Id] = provisioner.Instance{ID: "fake-" + old.Id, MachineID: old.Id}
+	fp.insts["fake-"+old.Id] = provider.Instance{ID: "fake-" + old.Id, MachineID: old.Id}
 	if err := p.PassOver(ctx, []*pb.Machine{old}); err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
-	"github.com/lifelinehq/lifeline/provisioner"
+	"github.com/lifelinehq/lifeline/provisioner/provider"
 )
 
 const (
@@ -92,7 +92,7 @@ Example:
 				if f.provider != "local" {
 					return usagef(cmd, "--local-network is for --provider local")
 				}
-				if err := provisioner.CheckLocalNetwork(f.network); err != nil {
+				if err := provider.CheckLocalNetwork(f.network); err != nil {
 					return usagef(cmd, "--local-network: %v", err)
 				}
 			}
@@ -106,7 +106,7 @@ Example:
 	fl.StringVar(&f.dataDir, "data-dir", e.defaultDataDir, "the controller's data directory `DIR` (etcd, certificates, log)")
 	fl.IntVar(&f.apiPort, "api-port", defaultAPIPort, "the `PORT` the API listens on, on 127.0.0.1 (metrics on the next)")
 	fl.StringVar(&f.provider, "provider", "local", "machine provider: local (each machine an agent process on this host) or manual (hosts join with a token)")
-	fl.StringVar(&f.network, "local-network", "", "the local machines' loopback addresses, `127.N`.X.Y (default: what the data directory was made with, else "+provisioner.DefaultLocalNetwork+")")
+	fl.StringVar(&f.network, "local-network", "", "the local machines' loopback addresses, `127.N`.X.Y (default: what the data directory was made with, else "+provider.DefaultLocalNetwork+")")
 	return cmd
 }
 
@@ -437,7 +437,7 @@ func killController(ctx context.Context, e *env, keep bool) error {
 	// The local provider's machines outlive their controller (a restarted
 	// one takes them back): with the controller gone for good, stop them
 	// and everything their units started.
-	if n := (&provisioner.Local{Dir: filepath.Join(rec.DataDir, "machines")}).StopAll(); n > 0 {
+	if n := (&provider.Local{Dir: filepath.Join(rec.DataDir, "machines")}).StopAll(); n > 0 {
 		fmt.Fprintf(e.stdout, "stopped %d local machines\n", n)
 	}
 	if _, err := os.Stat(rec.DataDir); err == nil {

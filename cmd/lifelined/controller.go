@@ -35,6 +35,7 @@ import (
 	"github.com/lifelinehq/lifeline/names"
 	"github.com/lifelinehq/lifeline/pki"
 	"github.com/lifelinehq/lifeline/provisioner"
+	"github.com/lifelinehq/lifeline/provisioner/provider"
 	"github.com/lifelinehq/lifeline/state"
 	"github.com/lifelinehq/lifeline/watchhub"
 )
@@ -111,7 +112,7 @@ local provider, controllers on one host share --machines-dir.`,
 	fl.DurationVar(&f.hookTimeout, "hook-timeout", 5*time.Minute, "how long a hook may run before its agent kills it")
 	fl.DurationVar(&f.presence, "presence-timeout", 15*time.Second, "how long an agent may be silent before status shows it lost")
 	fl.StringVar(&f.machinesDir, "machines-dir", "", "where the local provider keeps its machines (default: machines in the data directory; controllers of one model on one host share it)")
-	fl.StringVar(&f.localNetwork, "local-network", "", "the local provider's machines' loopback addresses, 127.N.X.Y: give another 127.N to a second local controller on one host (default: the one its machines directory records, else "+provisioner.DefaultLocalNetwork+")")
+	fl.StringVar(&f.localNetwork, "local-network", "", "the local provider's machines' loopback addresses, 127.N.X.Y: give another 127.N to a second local controller on one host (default: the one its machines directory records, else "+provider.DefaultLocalNetwork+")")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "auto", "soft limit on the controller's memory, as GOMEMLIMIT: auto (512 MiB and 36 KiB for each unit of the most the model has had; GOMEMLIMIT instead when set), none, or a size such as 2GiB")
 	fl.StringVar(&f.joinToken, "join-file", "", "file holding a controller join token (ctl add-controller), or - for stdin: how a new controller joins the model's controllers; not read once the data directory holds the key-encryption key")
 	fl.BoolVar(&f.resealCAKey, "reseal-ca-key", false, "make a new key-encryption key and seal the model's CA key with it, from the CA in the data directory: for when no controller holds the key-encryption key any more")
@@ -140,7 +141,7 @@ func (f *controllerFlags) validate() error {
 		if f.provider != "local" {
 			return usageError{errors.New("--local-network is for --provider local")}
 		}
-		if err := provisioner.CheckLocalNetwork(f.localNetwork); err != nil {
+		if err := provider.CheckLocalNetwork(f.localNetwork); err != nil {
 			return usageError{fmt.Errorf("--local-network: %w", err)}
 		}
 	}
@@ -220,7 +221,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 		if f.machinesDir == "" {
 			f.machinesDir = filepath.Join(f.dataDir, "machines")
 		}
-		network, err := provisioner.ClaimLocalNetwork(f.machinesDir, f.localNetwork)
+		network, err := provider.ClaimLocalNetwork(f.machinesDir, f.localNetwork)
 		if err != nil {
 			return err
 		}
@@ -439,17 +440,17 @@ func runController(ctx context.Context, f controllerFlags) error {
 	rctx, rcancel := context.WithCancel(context.Background())
 	g.Add(func() error { return register(rctx, st, id, advertise, logger) }, func(error) { rcancel() })
 
-	var provider provisioner.Provider = provisioner.Manual{}
+	var instances provider.Provider = provider.Manual{}
 	if f.provider == "local" {
 		self, err := os.Executable()
 		if err != nil {
 			return err
 		}
-		provider = &provisioner.Local{Dir: f.machinesDir, Lifelined: self, Logger: logger, Network: f.localNetwork,
+		instances = &provider.Local{Dir: f.machinesDir, Lifelined: self, Logger: logger, Network: f.localNetwork,
 			Args: []string{"--log-level", f.logLevel}}
 	}
 	prov, err := provisioner.New(provisioner.Config{
-		State: st, Provider: provider, Controllers: advertise, CACert: ca.CertPEM(), Logger: logger,
+		State: st, Provider: instances, Controllers: advertise, CACert: ca.CertPEM(), Logger: logger,
 		LiveControllers: st.ControllerAddresses,
 	})
 	if err != nil {

@@ -1,4 +1,4 @@
-package provisioner_test
+package provider_test
 
 import (
 	"context"
@@ -7,17 +7,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lifelinehq/lifeline/provisioner"
+	"github.com/lifelinehq/lifeline/provisioner/provider"
 )
 
 func TestCheckLocalNetwork(t *testing.T) {
 	for _, n := range []string{"127.1", "127.2", "127.254"} {
-		if err := provisioner.CheckLocalNetwork(n); err != nil {
+		if err := provider.CheckLocalNetwork(n); err != nil {
 			t.Errorf("CheckLocalNetwork(%q) = %v, want nil", n, err)
 		}
 	}
 	for _, n := range []string{"", "127", "127.", "127.0", "127.255", "127.01", "127.+1", "127.1.2", "10.1", " 127.1"} {
-		if err := provisioner.CheckLocalNetwork(n); err == nil {
+		if err := provider.CheckLocalNetwork(n); err == nil {
 			t.Errorf("CheckLocalNetwork(%q) = nil, want an error", n)
 		}
 	}
@@ -29,7 +29,7 @@ func TestCheckLocalNetwork(t *testing.T) {
 func TestClaimLocalNetwork(t *testing.T) {
 	claim := func(dir, want string) (string, error) {
 		t.Helper()
-		return provisioner.ClaimLocalNetwork(dir, want)
+		return provider.ClaimLocalNetwork(dir, want)
 	}
 	mustClaim := func(dir, want, expect string) {
 		t.Helper()
@@ -55,8 +55,8 @@ func TestClaimLocalNetwork(t *testing.T) {
 	root := t.TempDir()
 
 	fresh := filepath.Join(root, "fresh")
-	mustClaim(fresh, "", provisioner.DefaultLocalNetwork)
-	mustClaim(fresh, provisioner.DefaultLocalNetwork, provisioner.DefaultLocalNetwork)
+	mustClaim(fresh, "", provider.DefaultLocalNetwork)
+	mustClaim(fresh, provider.DefaultLocalNetwork, provider.DefaultLocalNetwork)
 	mustRefuse(fresh, "127.2", "have network 127.1")
 
 	chosen := filepath.Join(root, "chosen")
@@ -71,7 +71,7 @@ func TestClaimLocalNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustRefuse(old, "127.3", "were made with network 127.1")
-	mustClaim(old, "", provisioner.DefaultLocalNetwork)
+	mustClaim(old, "", provider.DefaultLocalNetwork)
 
 	// A machine's address, and the listing of instances, are in the
 	// network's addresses; the record is no machine of its own.
@@ -81,15 +81,15 @@ func TestClaimLocalNetwork(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(chosen, "3", "agent.json"), []byte("{}"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l := &provisioner.Local{Dir: chosen, Network: "127.7"}
+	l := &provider.Local{Dir: chosen, Network: "127.7"}
 	insts, err := l.Instances(context.Background())
 	if err != nil || len(insts) != 1 || insts[0].Address != "127.7.0.4" {
 		t.Fatalf("Instances = %+v, %v; want machine 3 at 127.7.0.4 alone", insts, err)
 	}
-	if got := provisioner.LocalAddress("127.7", "750"); got != "127.7.3.1" {
+	if got := provider.LocalAddress("127.7", "750"); got != "127.7.3.1" {
 		t.Errorf("LocalAddress(127.7, 750) = %s, want 127.7.3.1", got)
 	}
-	if got := provisioner.LocalAddress("", "7"); got != "127.1.0.8" {
+	if got := provider.LocalAddress("", "7"); got != "127.1.0.8" {
 		t.Errorf("LocalAddress(\"\", 7) = %s, want 127.1.0.8", got)
 	}
 }
