@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -98,24 +99,28 @@ func TestKilledAtRandomPoints(t *testing.T) {
 	w := newWorld(t)
 	w.deploy(kvMeta, units, "server")
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
-	done := make(chan string, units)
-	sem := make(chan struct{}, 5)
-	for i := 0; i < units; i++ {
-		unit := "kv/" + strconv.Itoa(i)
-		delay := time.Duration(rng.IntN(300)) * time.Millisecond
-		go func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
+	// Five agents at once: each is killed after its own random delay.
+	// Only the kills run off the test's goroutine, so that whatever fails
+	// (spawning, a damaged state) fails the test where it can stop it.
+	const atOnce = 5
+	for first := 0; first < units; first += atOnce {
+		var batch []string
+		var wg sync.WaitGroup
+		for i := first; i < min(first+atOnce, units); i++ {
+			unit := "kv/" + strconv.Itoa(i)
+			batch = append(batch, unit)
 			p := w.spawn(unit)
-			time.Sleep(delay)
-			p.kill()
+			delay := time.Duration(rng.IntN(300)) * time.Millisecond
+			wg.Go(func() {
+				time.Sleep(delay)
+				p.kill()
+			})
+		}
+		wg.Wait()
+		for _, unit := range batch {
 			w.localState(unit) // a consistent whole
 			w.spawn(unit)
-			done <- unit
-		}()
-	}
-	for i := 0; i < units; i++ {
-		<-done
+		}
 	}
 	for i := 0; i < units; i++ {
 		unit := "kv/" + strconv.Itoa(i)
