@@ -139,6 +139,8 @@ func settle(st *pb.ModelStatus, barrier int64, sel selection) settlement {
 			case !synced || !strings.HasSuffix(u.State, "-error"):
 				s.retrying++
 			}
+		case u.Agent == "unauthenticated":
+			s.unsettled = append(s.unsettled, fmt.Sprintf("%s (agent unauthenticated: %s)", u.Name, agentMessage(u)))
 		case u.Life != "alive":
 			s.unsettled = append(s.unsettled, fmt.Sprintf("%s (%s)", u.Name, u.Life))
 		case u.Agent == "idle" && u.State == "running" && synced:

@@ -41,7 +41,10 @@ counts as done with.
 
 A unit whose hook failed shows in error at once, with when the hook runs
 again ("in error: kv/0 (hook failed: ...)" in the progress line); it is
-waited for until the hook succeeds or its retries run out.
+waited for until the hook succeeds or its retries run out. A unit whose
+agent the controller refuses (its credential replaced, and its machine
+unable to get it a new one) is not settled, and named with why
+("kv/0 (agent unauthenticated: ...)").
 
 wait exits 0 once settled with no unit in error; 1 once settled with units
 in error (it names them); 1 at once when a unit in error holds up something

@@ -51,6 +51,13 @@ func TestSettle(t *testing.T) {
 			unsettled: "kv/0 (allocating, new), kv/1 (running config-changed hook), kv/2 (executing, ready)", units: 3,
 		},
 		{
+			// Its machine gets it a new credential, or cannot: either way
+			// the operator learns why it does not settle.
+			name:      "a unit whose agent the controller refuses",
+			st:        model(svc("kv", "alive", failed(synced(unit("kv/0", "alive", "unauthenticated", "running"), barrier), "the controller refuses the unit's credential"))),
+			unsettled: "kv/0 (agent unauthenticated: the controller refuses the unit's credential)", units: 1,
+		},
+		{
 			name:    "a unit in an error state is settled, and reported",
 			st:      model(svc("kv", "alive", failed(unit("kv/0", "alive", "error", "install-error"), `hook failed: "install"`))),
 			settled: true, errors: `kv/0 (hook failed: "install")`, units: 1,
