@@ -173,32 +173,7 @@ func forceOut(t *testing.T, env *controllertest.Env, unit string) {
 // its principal's daemon runs on. Its principal forced out in turn, the
 // machine is empty: its agent sets it dead once destroyed.
 func TestForcedSubordinateEnds(t *testing.T) {
-	env := controllertest.New(t, controllertest.Options{Cleaner: true})
-	op := env.Operator()
-	daemonCharms(t, env, op)
-	ms, err := env.State.AddMachines(env.Ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := ms[0].Id
-	if _, err := op.Deploy(env.Ctx, &pb.DeployRequest{Charm: "front", NumUnits: 1, To: m}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := op.Deploy(env.Ctx, &pb.DeployRequest{Charm: "side"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := op.AddRelation(env.Ctx, &pb.AddRelationRequest{Endpoints: []string{"front", "side"}}); err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "ll-m-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	d := newDaemons(t, dir)
-	agent := startAgent(t, env, m, dir)
-	d.started("front/0")
-	d.started("side/0")
+	env, op, m, d, agent := frontWithSide(t)
 
 	forceOut(t, env, "side/0")
 	d.ended("side/0")
@@ -274,6 +249,27 @@ func TestRestartEndsWhatWentMeanwhile(t *testing.T) {
 // its agent ends them (their daemons, a subordinate's too) before it
 // stops on its dead machine.
 func TestForcedMachineEndsItsUnitsFirst(t *testing.T) {
+	env, op, m, d, agent := frontWithSide(t)
+
+	zero := int64(0)
+	if _, err := op.DestroyMachine(env.Ctx, &pb.DestroyMachineRequest{Machine: m, Force: true, MaxWaitMs: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-agent.done; !errors.Is(err, machineagent.ErrMachineDead) {
+		t.Fatalf("Run = %v, want ErrMachineDead", err)
+	}
+	agent.cancel = nil
+	for _, u := range []string{"front/0", "side/0"} {
+		if running(d.pids[u]) {
+			t.Errorf("%s's daemon (pid %d) runs after its machine's agent stopped on its dead machine", u, d.pids[u])
+		}
+	}
+}
+
+// frontWithSide is a machine whose agent runs front/0 with its
+// subordinate side/0, each with its daemon started.
+func frontWithSide(t *testing.T) (*controllertest.Env, pb.OperatorServiceClient, string, *daemons, *agentRun) {
+	t.Helper()
 	env := controllertest.New(t, controllertest.Options{Cleaner: true})
 	op := env.Operator()
 	daemonCharms(t, env, op)
@@ -300,18 +296,5 @@ func TestForcedMachineEndsItsUnitsFirst(t *testing.T) {
 	agent := startAgent(t, env, m, dir)
 	d.started("front/0")
 	d.started("side/0")
-
-	zero := int64(0)
-	if _, err := op.DestroyMachine(env.Ctx, &pb.DestroyMachineRequest{Machine: m, Force: true, MaxWaitMs: &zero}); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-agent.done; !errors.Is(err, machineagent.ErrMachineDead) {
-		t.Fatalf("Run = %v, want ErrMachineDead", err)
-	}
-	agent.cancel = nil
-	for _, u := range []string{"front/0", "side/0"} {
-		if running(d.pids[u]) {
-			t.Errorf("%s's daemon (pid %d) runs after its machine's agent stopped on its dead machine", u, d.pids[u])
-		}
-	}
+	return env, op, m, d, agent
 }
