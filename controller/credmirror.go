@@ -54,11 +54,20 @@ func (m *credMirror) lookup(tag string) (string, bool) {
 
 // run follows the credentials until the hub stops.
 func (m *credMirror) run() {
-	defer m.forget()
+	followPrefix(m.hub, state.CredentialsPrefix, "credential mirror", "every call reads them", m.logger, m.apply, m.forget)
+}
+
+// followPrefix gives apply every batch of the hub's changes under prefix
+// until the hub stops, and calls forget when a listing fails (the
+// stream lists again; meanwhile the copy knows nothing) and at the end.
+// what names the copy in the log, and without says what its users do
+// without it.
+func followPrefix(hub *watchhub.Hub, prefix, what, without string, logger hclog.Logger, apply func(state.WatchBatch), forget func()) {
+	defer forget()
 	ctx := context.Background()
-	s, err := m.hub.Watch(ctx, state.CredentialsPrefix, 0)
+	s, err := hub.Watch(ctx, prefix, 0)
 	if err != nil {
-		m.logger.Warn("credential mirror: cannot watch the credentials; every call reads them", "error", err)
+		logger.Warn(what+": cannot watch its keys; "+without, "error", err)
 		return
 	}
 	defer s.Close()
@@ -68,14 +77,12 @@ func (m *credMirror) run() {
 			return
 		}
 		if err != nil {
-			// A listing could not be read: the stream lists again when
-			// asked. Meanwhile nothing is answered from the mirror.
-			m.forget()
-			m.logger.Debug("credential mirror: listing failed; retrying", "error", err)
+			forget()
+			logger.Debug(what+": listing failed; retrying", "error", err)
 			time.Sleep(time.Second)
 			continue
 		}
-		m.apply(b)
+		apply(b)
 	}
 }
 

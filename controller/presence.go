@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"errors"
 	"io"
 	"strings"
@@ -127,27 +126,7 @@ func (h *presenceHolders) changedSince(tag string, rev int64) bool {
 
 // run follows the presence keys until the hub stops.
 func (h *presenceHolders) run() {
-	defer h.forget()
-	ctx := context.Background()
-	s, err := h.hub.Watch(ctx, state.PresencePrefix, 0)
-	if err != nil {
-		h.logger.Warn("presence copy: cannot watch the presence keys; a presence taken over is noticed when its agent reconnects", "error", err)
-		return
-	}
-	defer s.Close()
-	for {
-		b, err := s.Next(ctx)
-		if errors.Is(err, watchhub.ErrClosed) {
-			return
-		}
-		if err != nil {
-			h.forget()
-			h.logger.Debug("presence copy: listing failed; retrying", "error", err)
-			time.Sleep(time.Second)
-			continue
-		}
-		h.apply(b)
-	}
+	followPrefix(h.hub, state.PresencePrefix, "presence copy", "a presence taken over is noticed when its agent reconnects", h.logger, h.apply, h.forget)
 }
 
 func (h *presenceHolders) apply(b state.WatchBatch) {
