@@ -29,7 +29,9 @@ func TestManyCallsAtOnceComplete(t *testing.T) {
 	defer c.Close()
 
 	const callers, calls = 1024, 4
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// A stalled connection never completes; a loaded machine with the
+	// race detector takes more than a minute for all of them.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	value := string(make([]byte, 1024))
 	// A watch of everything written, as the controller's hub keeps.
@@ -59,6 +61,6 @@ func TestManyCallsAtOnceComplete(t *testing.T) {
 	close(start)
 	wg.Wait()
 	if n := done.Load(); n != callers*calls {
-		t.Fatalf("%d of %d transactions completed within a minute", n, callers*calls)
+		t.Fatalf("%d of %d transactions completed within five minutes", n, callers*calls)
 	}
 }

@@ -199,7 +199,8 @@ func fillMember(t *testing.T, dir string, history bool) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// A bound for a stall: a loaded machine takes more than a minute.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	v := strings.Repeat("x", 64<<10)
 	for i := range 4 * quota / len(v) {
