@@ -49,6 +49,9 @@ type settlement struct {
 	// that will run again, or a report older than the barrier).
 	errors   []string
 	retrying int
+	// catchingUp counts the units in unsettled that are idle and have
+	// not yet reported the barrier: they have nothing to do but say so.
+	catchingUp int
 	// blocking names the units in error, as of the barrier, that hold up
 	// something dying, and what.
 	blocking []string
@@ -58,6 +61,9 @@ type settlement struct {
 }
 
 func (s settlement) settled() bool { return len(s.unsettled) == 0 && s.retrying == 0 }
+
+// busy says whether anything is on its way: more than units catching up.
+func (s settlement) busy() bool { return len(s.unsettled) > s.catchingUp || s.retrying > 0 }
 
 // settle says what of the selected part of st is not settled as of
 // barrier: each selected unit must have reported that its agent saw every
@@ -148,6 +154,7 @@ func settle(st *pb.ModelStatus, barrier int64, sel selection) settlement {
 			s.unsettled = append(s.unsettled, fmt.Sprintf("%s (%s)", u.Name, u.AgentMessage))
 		case u.Agent == "idle" && u.State == "running":
 			s.unsettled = append(s.unsettled, fmt.Sprintf("%s (idle, catching up)", u.Name))
+			s.catchingUp++
 		default:
 			s.unsettled = append(s.unsettled, fmt.Sprintf("%s (%s, %s)", u.Name, u.Agent, u.State))
 		}

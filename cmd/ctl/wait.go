@@ -34,6 +34,11 @@ brought to. It then waits until
   - and nothing is on its way out: no unit, service or relation is dying,
     and no machine is dying or dead.
 
+The hooks run for those changes may have written more after the barrier
+(a kv unit's new port, in the settings its clients read): once settled,
+wait takes another barrier and settles again, and again while a round
+finds a unit on its way.
+
 Named SERVICEs and UNITs narrow it to those units (a unit's subordinates
 with it), the lives of the services named, the relations of those units'
 services, and the machines of those units. A name the model does not hold
@@ -102,13 +107,27 @@ func waitSettled(ctx context.Context, e *env, c *client, o waitOptions) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	start := time.Now()
-	bctx, bcancel := callContext(ctx)
-	b, err := c.op.Barrier(bctx, &pb.BarrierRequest{AtLeast: o.since})
-	bcancel()
-	if err != nil {
-		return c.check(err)
+	takeBarrier := func(atLeast int64) (int64, error) {
+		bctx, bcancel := callContext(ctx)
+		defer bcancel()
+		b, err := c.op.Barrier(bctx, &pb.BarrierRequest{AtLeast: atLeast})
+		if err != nil {
+			return 0, c.check(err)
+		}
+		return b.Revision, nil
 	}
-	barrier := b.Revision
+	barrier, err := takeBarrier(o.since)
+	if err != nil {
+		return err
+	}
+	// Settled as of one barrier, the units have acted on every change up
+	// to it; but the hooks they ran for those changes wrote after it (a
+	// kv unit's config-changed sets the relation settings its clients
+	// read), and their readers need not have acted on that yet. So once
+	// settled, wait takes another barrier, past those writes, and settles
+	// again; and again while a round finds a unit on its way (more than
+	// catching up with the barrier), which shows hooks still ran in it.
+	rounds, busy := 1, false
 	stream, err := c.op.WatchStatus(ctx, &pb.WatchStatusRequest{IntervalMs: 500})
 	if err != nil {
 		return c.check(err)
@@ -171,6 +190,14 @@ func waitSettled(ctx context.Context, e *env, c *client, o waitOptions) error {
 				return fmt.Errorf("%s in error, holding up what is dying: %s (answer with ctl resolved, or wait with --tolerate-errors)",
 					plural(len(s.blocking), "unit"), strings.Join(s.blocking, "; "))
 			}
+			if s.settled() && len(s.errors) == 0 && (rounds == 1 || busy) {
+				if barrier, err = takeBarrier(0); err != nil {
+					return err
+				}
+				rounds++
+				busy = false
+				continue
+			}
 			if s.settled() {
 				p.done()
 				if len(s.errors) > 0 {
@@ -184,6 +211,7 @@ func waitSettled(ctx context.Context, e *env, c *client, o waitOptions) error {
 				return nil
 			}
 			last = &s
+			busy = busy || s.busy()
 			fresh := false
 			for _, e := range s.errors {
 				fresh = fresh || !named[e]

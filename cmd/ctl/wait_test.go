@@ -232,3 +232,29 @@ func TestCommandsHaveHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestSettlementBusy: a round of ctl wait is busy when a unit is on its
+// way, not when units only have the barrier to report.
+func TestSettlementBusy(t *testing.T) {
+	const barrier = 100
+	kv := func(units ...*pb.UnitStatus) *pb.ModelStatus {
+		return &pb.ModelStatus{Services: []*pb.ServiceStatus{{Name: "kv", Life: "alive", Units: units}}}
+	}
+	idle := func(name string, synced int64) *pb.UnitStatus {
+		return &pb.UnitStatus{Name: name, Life: "alive", Agent: "idle", State: "running", SyncedRevision: synced}
+	}
+	executing := &pb.UnitStatus{Name: "kv/1", Life: "alive", Agent: "executing", State: "running", AgentMessage: "running db-relation-changed hook", SyncedRevision: barrier - 1}
+	for _, tt := range []struct {
+		name string
+		st   *pb.ModelStatus
+		want bool
+	}{
+		{"idle units catching up", kv(idle("kv/0", barrier-1), idle("kv/1", barrier-1)), false},
+		{"settled", kv(idle("kv/0", barrier)), false},
+		{"a unit running a hook", kv(idle("kv/0", barrier-1), executing), true},
+	} {
+		if got := settle(tt.st, barrier, selection{}).busy(); got != tt.want {
+			t.Errorf("%s: busy() = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
