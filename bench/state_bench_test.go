@@ -131,8 +131,7 @@ func relatedUnits(b *testing.B) (*state.State, context.Context, *pb.Relation, []
 // service's units leave: each LeaveScope reads the unit's neighbours in
 // the scope to find a witness that the scope stays occupied (the relation
 // is not removed with it), and the last removes the relation. The
-// witness reads are a destroy's largest share of the controller's reads
-// (docs/PERFORMANCE.md, twenty-second round).
+// witness reads are a destroy's largest share of the controller's reads.
 func BenchmarkLeaveDyingScope(b *testing.B) {
 	st, ctx, rel, units := relatedUnits(b)
 	for _, u := range units {

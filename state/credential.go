@@ -32,6 +32,29 @@ func (s *State) SetCredential(ctx context.Context, tag, hash string) error {
 // (SetCredentialsWhilePresent).
 const MaxCredentialsAtOnce = (MaxTxnOps - 1) / 2
 
+// credentialHolder is a machine or unit a credential is stored for, and
+// its record's key.
+type credentialHolder struct{ kind, id, key string }
+
+// credentialHolders are the machines and units among the tags of hashes,
+// in the tags' order; a tag that does not parse is refused.
+func credentialHolders(hashes map[string]string) ([]credentialHolder, error) {
+	var holders []credentialHolder
+	for _, tag := range slices.Sorted(maps.Keys(hashes)) {
+		kind, id, err := names.ParseTag(tag)
+		if err != nil {
+			return nil, invalidf("%v", err)
+		}
+		switch kind {
+		case names.KindMachine:
+			holders = append(holders, credentialHolder{kind, id, MachineKey(id)})
+		case names.KindUnit:
+			holders = append(holders, credentialHolder{kind, id, UnitKey(id)})
+		}
+	}
+	return holders, nil
+}
+
 // SetCredentials stores the hashes of the secrets of several holders, by
 // tag, each as SetCredential does, in one transaction: all of them, or
 // none when any holder is missing (the first missing, in the tags' order,
@@ -40,21 +63,12 @@ func (s *State) SetCredentials(ctx context.Context, hashes map[string]string) er
 	if len(hashes) > MaxCredentialsAtOnce {
 		return invalidf("%d credentials at once: at most %d", len(hashes), MaxCredentialsAtOnce)
 	}
-	tags := slices.Sorted(maps.Keys(hashes))
+	holders, err := credentialHolders(hashes)
+	if err != nil {
+		return err
+	}
 	c := &change{}
-	type holder struct{ kind, id, key string }
-	var holders []holder // the machines and units among them
-	for _, tag := range tags {
-		kind, id, err := names.ParseTag(tag)
-		if err != nil {
-			return invalidf("%v", err)
-		}
-		switch kind {
-		case names.KindMachine:
-			holders = append(holders, holder{kind, id, MachineKey(id)})
-		case names.KindUnit:
-			holders = append(holders, holder{kind, id, UnitKey(id)})
-		}
+	for _, tag := range slices.Sorted(maps.Keys(hashes)) {
 		c.putRaw(credentialKey(tag), hashes[tag])
 	}
 	for _, h := range holders {
@@ -97,21 +111,11 @@ func (s *State) SetCredentialsWhilePresent(ctx context.Context, hashes map[strin
 	if err != nil {
 		return invalidf("%v", err)
 	}
-	tags := slices.Sorted(maps.Keys(hashes))
-	type holder struct{ kind, id, key string }
-	var holders []holder // the machines and units among them
-	for _, tag := range tags {
-		kind, id, err := names.ParseTag(tag)
-		if err != nil {
-			return invalidf("%v", err)
-		}
-		switch kind {
-		case names.KindMachine:
-			holders = append(holders, holder{kind, id, MachineKey(id)})
-		case names.KindUnit:
-			holders = append(holders, holder{kind, id, UnitKey(id)})
-		}
+	holders, err := credentialHolders(hashes)
+	if err != nil {
+		return err
 	}
+	tags := slices.Sorted(maps.Keys(hashes))
 	return s.apply(ctx, "set credentials for "+agent, func(ctx context.Context) (*change, error) {
 		gets := []getOp{get(presenceKey(agent))}
 		for _, h := range holders {
