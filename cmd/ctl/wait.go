@@ -185,18 +185,20 @@ func waitSettled(ctx context.Context, e *env, c *client, o waitOptions) error {
 				return c.check(u.err)
 			}
 			s := settle(u.st, barrier, o.sel)
-			if len(s.blocking) > 0 && !o.tolerate {
-				p.done()
-				return fmt.Errorf("%s in error, holding up what is dying: %s (answer with ctl resolved, or wait with --tolerate-errors)",
-					plural(len(s.blocking), "unit"), strings.Join(s.blocking, "; "))
-			}
-			if s.settled() && len(s.errors) == 0 && (rounds == 1 || busy) {
+			for s.settled() && len(s.errors) == 0 && (rounds == 1 || busy) {
+				// The status need not change for the new round (an
+				// empty model's does not): look at it again first.
 				if barrier, err = takeBarrier(0); err != nil {
 					return err
 				}
 				rounds++
 				busy = false
-				continue
+				s = settle(u.st, barrier, o.sel)
+			}
+			if len(s.blocking) > 0 && !o.tolerate {
+				p.done()
+				return fmt.Errorf("%s in error, holding up what is dying: %s (answer with ctl resolved, or wait with --tolerate-errors)",
+					plural(len(s.blocking), "unit"), strings.Join(s.blocking, "; "))
 			}
 			if s.settled() {
 				p.done()
