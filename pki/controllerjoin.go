@@ -2,9 +2,7 @@ package pki
 
 import (
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -107,11 +105,11 @@ func (j ControllerJoin) Encode() (string, error) {
 	if err := j.Validate(); err != nil {
 		return "", fmt.Errorf("controller join token: %w", err)
 	}
-	data, err := json.Marshal(j)
+	token, err := packToken(controllerJoinPrefix, j)
 	if err != nil {
 		return "", fmt.Errorf("controller join token: %w", err)
 	}
-	return controllerJoinPrefix + base64.RawURLEncoding.EncodeToString(data), nil
+	return token, nil
 }
 
 // DecodeControllerJoin unpacks a token made by Encode (surrounding space
@@ -125,11 +123,7 @@ func DecodeControllerJoin(token string) (ControllerJoin, error) {
 		}
 		return j, fmt.Errorf("not a controller join token: it should start with %q (ctl add-controller makes one)", controllerJoinPrefix)
 	}
-	data, err := base64.RawURLEncoding.DecodeString(rest)
-	if err != nil {
-		return j, fmt.Errorf("controller join token is damaged: %w", err)
-	}
-	if err := json.Unmarshal(data, &j); err != nil {
+	if err := unpackToken(rest, &j); err != nil {
 		return j, fmt.Errorf("controller join token is damaged: %w", err)
 	}
 	if err := j.Validate(); err != nil {

@@ -96,11 +96,30 @@ func EncodeJoinToken(t JoinToken) (string, error) {
 	if err := t.Validate(); err != nil {
 		return "", err
 	}
-	data, err := json.Marshal(t)
+	token, err := packToken(joinPrefix, t)
 	if err != nil {
 		return "", fmt.Errorf("join token: %w", err)
 	}
-	return joinPrefix + base64.RawURLEncoding.EncodeToString(data), nil
+	return token, nil
+}
+
+// packToken is prefix, then v as JSON in URL-safe base64: one line of
+// text to hand over privately.
+func packToken(prefix string, v any) (string, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	return prefix + base64.RawURLEncoding.EncodeToString(data), nil
+}
+
+// unpackToken reads into v what packToken wrote after its prefix.
+func unpackToken(rest string, v any) error {
+	data, err := base64.RawURLEncoding.DecodeString(rest)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(data, v)
 }
 
 // DecodeJoinToken unpacks a token made by EncodeJoinToken, with the space
@@ -126,11 +145,7 @@ func DecodeJoinToken(token string) (JoinToken, error) {
 	if !ok {
 		return t, fmt.Errorf("not a join token: it should start with %q", joinPrefix)
 	}
-	data, err := base64.RawURLEncoding.DecodeString(rest)
-	if err != nil {
-		return t, fmt.Errorf("join token is damaged: %w", err)
-	}
-	if err := json.Unmarshal(data, &t); err != nil {
+	if err := unpackToken(rest, &t); err != nil {
 		return t, fmt.Errorf("join token is damaged: %w", err)
 	}
 	if err := t.Validate(); err != nil {
