@@ -46,7 +46,12 @@ func TestOperatorCallsGoAhead(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := st.SetCredential(ctx, tc.tag, hash); err != nil {
+			if tc.tag == "admin" {
+				err = st.BootstrapAdmin(ctx, hash)
+			} else {
+				err = st.SetCredential(ctx, tc.tag, hash)
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 			kv, err := cred.GetRequestMetadata(ctx)

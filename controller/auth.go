@@ -18,13 +18,13 @@ import (
 
 // caller is who made a call, as its credential proved.
 type caller struct {
-	kind string // names.KindAdmin, KindMachine or KindUnit
+	kind string // names.KindUser, KindMachine or KindUnit
 	id   string // machine id or unit name; "" for admin
 }
 
 func (c caller) String() string {
 	switch c.kind {
-	case names.KindAdmin:
+	case names.KindUser:
 		return "the operator"
 	case names.KindMachine:
 		return "machine " + c.id + "'s agent"
@@ -86,7 +86,7 @@ func (s *Server) verify(ctx context.Context, cred pki.Credential) (caller, error
 func admits(kind, method string) bool {
 	switch {
 	case strings.HasPrefix(method, "/lifeline.v1.OperatorService/"):
-		return kind == names.KindAdmin
+		return kind == names.KindUser
 	case strings.HasPrefix(method, "/lifeline.v1.AgentService/"):
 		return kind == names.KindMachine || kind == names.KindUnit
 	}
@@ -114,7 +114,7 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	start := time.Now()
 	ctx, err := s.authorize(ctx, info.FullMethod)
 	if err == nil {
-		ahead := callerFrom(ctx).kind == names.KindAdmin
+		ahead := callerFrom(ctx).kind == names.KindUser
 		if ahead {
 			// The operator waits on the answer; the agents' writes
 			// queued for etcd can wait a moment longer.

@@ -128,10 +128,21 @@ var callKinds = map[string]callKind{
 	"/lifeline.v1.OperatorService/IssueJoinToken":  callGrow,
 	// One key rewritten, for ctl wait (after a destroy too).
 	"/lifeline.v1.OperatorService/Barrier": callKeep,
-	// Made without a credential (the join token is the proof), all such
-	// calls on one budget.
+	// The users: at most state.MaxUsers of them. A removal, a role or a
+	// credential replaced keeps the model as it is.
+	"/lifeline.v1.OperatorService/ListUsers":        callRead,
+	"/lifeline.v1.OperatorService/WhoAmI":           callRead,
+	"/lifeline.v1.OperatorService/Audit":            callRead,
+	"/lifeline.v1.OperatorService/AddUser":          callGrow,
+	"/lifeline.v1.OperatorService/RemoveUser":       callKeep,
+	"/lifeline.v1.OperatorService/SetUserRole":      callKeep,
+	"/lifeline.v1.OperatorService/RotateCredential": callKeep,
+	// Made without a credential (the join token, or the registration's
+	// one-time secret, is the proof), all such calls on one budget.
 	"/lifeline.v1.MachineJoinService/JoinMachine":       callGrow,
 	"/lifeline.v1.ControllerJoinService/JoinController": callGrow,
+	"/lifeline.v1.RegistrationService/GetCA":            callRead,
+	"/lifeline.v1.RegistrationService/Register":         callGrow,
 }
 
 func kindOf(method string) callKind {
@@ -225,14 +236,14 @@ func newBudgetBook(b Budgets, logger hclog.Logger) *budgetBook {
 // written for long enough to have full budgets again.
 const sweepEvery = time.Minute
 
-// admit takes one call from c's budget, or says why it cannot. The
-// operator has no budget (nil, nil); nor has anyone when both budgets are
-// off. The callers without a credential (a machine's host or a controller
-// joining with a token) share one budget: whoever reaches the port can
-// make such calls, and each costs a read of etcd before its token is
-// known to be good.
+// admit takes one call from c's budget, or says why it cannot. Users
+// (operators) have no budget (nil, nil); nor has anyone when both budgets
+// are off. The callers without a credential (a machine's host or a
+// controller joining with a token) share one budget: whoever reaches the
+// port can make such calls, and each costs a read of etcd before its
+// token is known to be good.
 func (k *budgetBook) admit(c caller, now time.Time) (*bucket, error) {
-	if c.kind == names.KindAdmin || (k.b.Writes < 0 && k.b.Bytes < 0) {
+	if c.kind == names.KindUser || (k.b.Writes < 0 && k.b.Bytes < 0) {
 		return nil, nil
 	}
 	var tag string // "" for the callers without a credential

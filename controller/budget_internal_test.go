@@ -20,6 +20,7 @@ func TestEveryMethodHasAKind(t *testing.T) {
 		{pb.OperatorService_ServiceDesc.ServiceName, methodNames(pb.OperatorService_ServiceDesc.Methods, pb.OperatorService_ServiceDesc.Streams)},
 		{pb.MachineJoinService_ServiceDesc.ServiceName, methodNames(pb.MachineJoinService_ServiceDesc.Methods, pb.MachineJoinService_ServiceDesc.Streams)},
 		{pb.ControllerJoinService_ServiceDesc.ServiceName, methodNames(pb.ControllerJoinService_ServiceDesc.Methods, pb.ControllerJoinService_ServiceDesc.Streams)},
+		{pb.RegistrationService_ServiceDesc.ServiceName, methodNames(pb.RegistrationService_ServiceDesc.Methods, pb.RegistrationService_ServiceDesc.Streams)},
 	} {
 		for _, m := range sd.methods {
 			full := "/" + sd.name + "/" + m

@@ -25,7 +25,7 @@ func TestCredMirrorFollowsTheCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetCredential(ctx, "admin", before); err != nil {
+	if err := st.BootstrapAdmin(ctx, before); err != nil {
 		t.Fatal(err)
 	}
 	hub, err := watchhub.New(watchhub.Config{Source: st})
@@ -58,7 +58,7 @@ func TestCredMirrorFollowsTheCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetCredential(ctx, "admin", after); err != nil {
+	if err := st.SetUserCredential(ctx, "admin", after); err != nil {
 		t.Fatal(err)
 	}
 	waitFor("the replacing hash", func(h string, found bool) bool { return found && h == after })
@@ -68,7 +68,7 @@ func TestCredMirrorFollowsTheCredentials(t *testing.T) {
 	}
 	waitFor("nothing once revoked", func(_ string, found bool) bool { return !found })
 
-	if err := st.SetCredential(ctx, "admin", before); err != nil {
+	if err := st.SetUserCredential(ctx, "admin", before); err != nil {
 		t.Fatal(err)
 	}
 	waitFor("the hash set again", func(h string, found bool) bool { return found && h == before })

@@ -12,6 +12,7 @@ import (
 	"github.com/lifelinehq/lifeline/apiclient"
 	"github.com/lifelinehq/lifeline/controller"
 	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/names"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
@@ -97,6 +98,10 @@ func New(t testing.TB, opts Options) *Env {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
+	// The model's first user, admin, as a controller's first start makes.
+	if err := st.BootstrapAdmin(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
 	e := &Env{T: t, Ctx: ctx, State: st, CA: ca, anonymous: opts.Anonymous, watchQueue: opts.WatchQueue, watchBytes: opts.WatchBytes}
 	e.cfg = controller.Config{State: st, TLS: pki.ServerTLSConfig(cert), Busy: opts.Busy, PresenceTimeout: opts.PresenceTimeout,
 		ID: "c-test", KEK: opts.KEK, Watch: opts.Watch, Connections: opts.Connections, HandshakeTimeout: opts.HandshakeTimeout,
@@ -179,16 +184,21 @@ func (e *Env) Stop() {
 	}
 }
 
-// Credential stores a new credential for tag (the entity must exist) and
-// returns it.
+// Credential stores a new credential for tag (the entity must exist; a
+// user must have registered) and returns it.
 func (e *Env) Credential(tag string) pki.Credential {
 	e.T.Helper()
 	cred, hash, err := pki.NewCredential(tag)
 	if err != nil {
 		e.T.Fatal(err)
 	}
-	if err := e.State.SetCredential(e.Ctx, tag, hash); err != nil {
-		e.T.Fatalf("SetCredential(%s): %v", tag, err)
+	if kind, name, _ := names.ParseTag(tag); kind == names.KindUser {
+		err = e.State.SetUserCredential(e.Ctx, name, hash)
+	} else {
+		err = e.State.SetCredential(e.Ctx, tag, hash)
+	}
+	if err != nil {
+		e.T.Fatalf("set the credential of %s: %v", tag, err)
 	}
 	return cred
 }

@@ -108,20 +108,40 @@ func Unit(service string, n int64) string { return fmt.Sprintf("%s/%d", service,
 
 // Tags name the holders of credentials:
 //
-//	admin              the operator
+//	admin              the user admin, whom the first controller makes
+//	user-<name>        any other user (an operator): "user-alice"
 //	machine-<id>       a machine agent: "machine-3"
 //	unit-<unit>        a unit agent: "unit-kv/0" (the unit's name as it is)
 //
 // The kind is what precedes the first "-" (kinds hold none) and the id all
 // that follows it, unchanged, so a tag maps back to its entity's name
-// whatever service names look like.
+// whatever service names look like. The user admin keeps the tag "admin"
+// that client configs carried before there were other users, so that they
+// go on working: "user-admin" is not a tag, and each user has one.
 const (
 	AdminTag = "admin"
 
-	KindAdmin   = "admin"
+	KindUser    = "user"
 	KindMachine = "machine"
 	KindUnit    = "unit"
 )
+
+// AdminUser is the name of the user the first controller makes, with the
+// admin role.
+const AdminUser = "admin"
+
+// ValidUser reports whether name can name a user: the syntax of service
+// names.
+func ValidUser(name string) bool { return ValidService(name) }
+
+// UserTag returns the tag of the named user: AdminTag for the user admin,
+// "user-<name>" for any other. It does not check name; ParseTag does.
+func UserTag(name string) string {
+	if name == AdminUser {
+		return AdminTag
+	}
+	return KindUser + "-" + name
+}
 
 // MachineTag returns the tag of machine id's agent. It does not check id;
 // ParseTag does.
@@ -131,15 +151,24 @@ func MachineTag(id string) string { return KindMachine + "-" + id }
 // check unit; ParseTag does.
 func UnitTag(unit string) string { return KindUnit + "-" + unit }
 
-// ParseTag splits tag into its kind (KindAdmin, KindMachine or KindUnit) and
-// id: "" for admin, the machine id ("3") for a machine, the unit name
-// ("kv/0") for a unit. Anything else is an error.
+// ParseTag splits tag into its kind (KindUser, KindMachine or KindUnit) and
+// id: the user's name ("admin" for AdminTag, "alice" for "user-alice"), the
+// machine id ("3") for a machine, the unit name ("kv/0") for a unit.
+// Anything else is an error.
 func ParseTag(tag string) (kind, id string, err error) {
 	if tag == AdminTag {
-		return KindAdmin, "", nil
+		return KindUser, AdminUser, nil
 	}
 	kind, id, _ = strings.Cut(tag, "-")
 	switch kind {
+	case KindUser:
+		if id == AdminUser {
+			return "", "", fmt.Errorf("invalid tag %q: the user admin's tag is %q", tag, AdminTag)
+		}
+		if ValidUser(id) {
+			return kind, id, nil
+		}
+		return "", "", fmt.Errorf("invalid tag %q: want user-<name>", tag)
 	case KindMachine:
 		if ValidMachine(id) {
 			return kind, id, nil
@@ -151,7 +180,15 @@ func ParseTag(tag string) (kind, id string, err error) {
 		}
 		return "", "", fmt.Errorf("invalid tag %q: want unit-<service>/<number>", tag)
 	}
-	return "", "", fmt.Errorf("invalid tag %q: want admin, machine-<number> or unit-<service>/<number>", tag)
+	return "", "", fmt.Errorf("invalid tag %q: want admin, user-<name>, machine-<number> or unit-<service>/<number>", tag)
+}
+
+// CheckUser explains why name cannot name a user, or returns nil.
+func CheckUser(name string) error {
+	if !ValidUser(name) {
+		return fmt.Errorf("invalid user name %q: use lowercase letters, digits and hyphens, starting with a letter", name)
+	}
+	return nil
 }
 
 // CheckService explains why name cannot name a service, or returns nil.

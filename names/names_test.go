@@ -13,7 +13,9 @@ func TestParseTag(t *testing.T) {
 		wantID   string
 		wantErr  bool
 	}{
-		{tag: "admin", wantKind: KindAdmin},
+		{tag: "admin", wantKind: KindUser, wantID: "admin"},
+		{tag: "user-alice", wantKind: KindUser, wantID: "alice"},
+		{tag: "user-ops-2b", wantKind: KindUser, wantID: "ops-2b"},
 		{tag: "machine-0", wantKind: KindMachine, wantID: "0"},
 		{tag: "machine-3", wantKind: KindMachine, wantID: "3"},
 		{tag: "machine-123456789012345678", wantKind: KindMachine, wantID: "123456789012345678"},
@@ -47,7 +49,12 @@ func TestParseTag(t *testing.T) {
 		{tag: "unit-" + strings.Repeat("a", 64) + "/0", wantErr: true},
 		{tag: "unit-kv/0\n", wantErr: true},
 		{tag: "service-kv", wantErr: true},
-		{tag: "user-bob", wantErr: true},
+		{tag: "user-admin", wantErr: true},
+		{tag: "user-", wantErr: true},
+		{tag: "user-Bob", wantErr: true},
+		{tag: "user-bob/0", wantErr: true},
+		{tag: "user-2bob", wantErr: true},
+		{tag: "users-bob", wantErr: true},
 		{tag: "-3", wantErr: true},
 	} {
 		t.Run(tc.tag, func(t *testing.T) {
@@ -76,7 +83,9 @@ func TestTagRoundTrip(t *testing.T) {
 		{MachineTag("3"), KindMachine, "3"},
 		{UnitTag("kv/0"), KindUnit, "kv/0"},
 		{UnitTag("my-app/7"), KindUnit, "my-app/7"},
-		{AdminTag, KindAdmin, ""},
+		{AdminTag, KindUser, AdminUser},
+		{UserTag("admin"), KindUser, "admin"},
+		{UserTag("alice"), KindUser, "alice"},
 	} {
 		kind, id, err := ParseTag(tc.tag)
 		if err != nil || kind != tc.kind || id != tc.id {

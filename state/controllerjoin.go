@@ -47,26 +47,30 @@ func (s *State) AddControllerJoin(ctx context.Context, id string, j *pb.Controll
 	case j.GetExpiresUnixNano() <= 0:
 		return invalidf("controller join token %s has no expiry", id)
 	}
-	v, err := proto.Marshal(j)
-	if err != nil {
-		return err
-	}
 	ttl := time.Until(time.Unix(0, j.ExpiresUnixNano)) + controllerJoinLinger
 	grant, err := s.lease.Grant(ctx, max(int64(ttl/time.Second), int64(controllerJoinLinger/time.Second)))
 	if err != nil {
 		return fmt.Errorf("store controller join token %s: %w", id, err)
 	}
 	key := controllerJoinKey(id)
-	resp, err := s.kv.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(v), clientv3.WithLease(grant.ID))).
-		Commit()
+	// Through apply, so that an operator's AddController writes its
+	// audit entry in the same transaction.
+	err = s.apply(ctx, "store controller join token "+id, func(ctx context.Context) (*change, error) {
+		r, err := s.read(ctx, getKeyOnly(key))
+		if err != nil {
+			return nil, err
+		}
+		if r.one(0) != nil {
+			return nil, existsf("controller join token %s exists already", id)
+		}
+		c := &change{}
+		c.ifAbsent(key)
+		c.putLeased(key, j, int64(grant.ID))
+		return c, nil
+	})
 	if err != nil {
-		return fmt.Errorf("store controller join token %s: %w", id, err)
-	}
-	if !resp.Succeeded {
 		_, _ = s.lease.Revoke(ctx, grant.ID)
-		return existsf("controller join token %s exists already", id)
+		return err
 	}
 	return nil
 }

@@ -21,7 +21,8 @@ const CredentialsPrefix = credentialsPrefix
 func credentialKey(tag string) string { return credentialsPrefix + tag }
 
 // SetCredential stores the hash of the secret of tag's holder, replacing
-// (and so revoking) any earlier one. A machine or unit must exist.
+// (and so revoking) any earlier one. A machine or unit must exist; a
+// user's credential is SetUserCredential's.
 func (s *State) SetCredential(ctx context.Context, tag, hash string) error {
 	return s.SetCredentials(ctx, map[string]string{tag: hash})
 }
@@ -37,7 +38,8 @@ const MaxCredentialsAtOnce = (MaxTxnOps - 1) / 2
 type credentialHolder struct{ kind, id, key string }
 
 // credentialHolders are the machines and units among the tags of hashes,
-// in the tags' order; a tag that does not parse is refused.
+// in the tags' order; a tag that does not parse is refused, and so is a
+// user's, which is SetUserCredential's to store.
 func credentialHolders(hashes map[string]string) ([]credentialHolder, error) {
 	var holders []credentialHolder
 	for _, tag := range slices.Sorted(maps.Keys(hashes)) {
@@ -46,6 +48,8 @@ func credentialHolders(hashes map[string]string) ([]credentialHolder, error) {
 			return nil, invalidf("%v", err)
 		}
 		switch kind {
+		case names.KindUser:
+			return nil, invalidf("the credential of user %s is its own to set (SetUserCredential)", id)
 		case names.KindMachine:
 			holders = append(holders, credentialHolder{kind, id, MachineKey(id)})
 		case names.KindUnit:

@@ -30,8 +30,11 @@ var (
 	// or not the one issued).
 	ErrBadJoinToken = errors.New("join token not valid")
 	// ErrFull: a store the request would add to is at its limit (the
-	// charm store); the message names it.
+	// charm store, the users); the message names it.
 	ErrFull = errors.New("full")
+	// ErrUnauthenticated: the proof a caller without a credential offered
+	// (a registration's one-time secret) does not hold.
+	ErrUnauthenticated = errors.New("unauthenticated")
 )
 
 // RuleError is a refusal by one of the life rules (docs/DESIGN.md). It matches

@@ -227,6 +227,8 @@ func CheckInvariants(snap *Snapshot) error {
 	checkStatusHistory(snap, bad)
 	checkCA(snap, bad)
 	checkBarrier(snap, m.statuses, bad)
+	checkUsers(snap, bad)
+	checkAudit(snap, bad)
 	for k := range snap.Values {
 		var ek string
 		switch {
@@ -246,6 +248,8 @@ func CheckInvariants(snap *Snapshot) error {
 				ek = MachineKey(id)
 			case kind == names.KindUnit:
 				ek = UnitKey(id)
+			case kind == names.KindUser:
+				ek = UserKey(id)
 			}
 		}
 		if _, ok := snap.Values[ek]; ek != "" && !ok {

@@ -14,8 +14,10 @@ import (
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
-// machinesPerTxn bounds AddMachines' batches: two writes a machine.
-const machinesPerTxn = 30
+// machinesPerTxn bounds AddMachines' batches: two writes a machine, the
+// sequence compared and written, and room for an operator's audit entry
+// (auditOps).
+const machinesPerTxn = (MaxTxnOps - 2 - auditOps) / 2
 
 // MachineOptions describe machines to add.
 type MachineOptions struct {
@@ -163,8 +165,9 @@ func (s *State) DestroyMachine(ctx context.Context, id string, opts DestroyOptio
 
 // destroysPerTxn bounds DestroyMachines' batches: at most four
 // operations a machine (forced: its record and its cleanup item, each
-// compared and written).
-const destroysPerTxn = 16
+// compared and written), and room for an operator's audit entry
+// (auditOps).
+const destroysPerTxn = (MaxTxnOps - auditOps) / 4
 
 // DestroyMachines is DestroyMachine of each of ids, destroysPerTxn of them
 // in a transaction: an operator's destroy of many machines at once, or a

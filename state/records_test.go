@@ -78,7 +78,8 @@ func TestCredentialsGoWithTheirEntity(t *testing.T) {
 	addService(t, ctx, st, "app", appEndpoints)
 	us := addUnits(t, ctx, st, "app", 1, state.Placement{})
 	m := us[0].MachineId
-	must(t, "SetCredential admin", st.SetCredential(ctx, "admin", "h0"))
+	must(t, "BootstrapAdmin", st.BootstrapAdmin(ctx, "h0"))
+	wantErr(t, "SetCredential of a user", st.SetCredential(ctx, "admin", "h"), state.ErrInvalid, "", "its own to set")
 	must(t, "SetCredential machine", st.SetCredential(ctx, "machine-"+m, "h1"))
 	must(t, "SetCredential unit", st.SetCredential(ctx, "unit-app/0", "h2"))
 	wantErr(t, "SetCredential of a missing unit", st.SetCredential(ctx, "unit-app/9", "h"), state.ErrNotFound, "", "unit app/9 not found")

@@ -222,7 +222,7 @@ func TestMachinesTogether(t *testing.T) {
 	before := st.Stats().Txns
 	errs := st.DestroyMachines(ctx, ids, state.DestroyOptions{})
 	if txns := st.Stats().Txns - before; txns != 2 {
-		t.Errorf("%d transactions for 20 machines, want 2 (16 a transaction)", txns)
+		t.Errorf("%d transactions for 20 machines, want 2 (15 a transaction)", txns)
 	}
 	for i, err := range errs {
 		switch ids[i] {

@@ -231,6 +231,14 @@ func (s *State) apply(ctx context.Context, what string, attempt func(ctx context
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	defer release()
+	// An operator's call writes its audit entry with its first change
+	// (audit.go): its operations commit one at a time, and the first to
+	// change something adds the entry to its transaction.
+	a := auditOf(ctx)
+	if a != nil {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+	}
 	for i := 0; i < s.cfg.MaxAttempts; i++ {
 		c, err := attempt(ctx)
 		if errors.Is(err, errNothingToDo) {
@@ -239,11 +247,22 @@ func (s *State) apply(ctx context.Context, what string, attempt func(ctx context
 		if err != nil {
 			return err
 		}
-		ok, err := s.commit(ctx, c)
+		if a != nil && a.seq == 0 && !c.empty() {
+			if err := s.attachAudit(ctx, c, a); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+		}
+		ok, rev, err := s.commitRev(ctx, c)
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		if ok {
+			if a != nil && !c.empty() {
+				if c.auditSeq != 0 {
+					a.seq = c.auditSeq
+				}
+				a.commits = append(a.commits, rev)
+			}
 			return nil
 		}
 		s.stats.conflict()

@@ -12,8 +12,9 @@ import (
 
 // unitsPerTxn bounds AddUnits' batches: at most four writes a unit (a new
 // machine, the unit and its two machine references) plus the comparisons
-// of the service and the machine.
-const unitsPerTxn = 14
+// of the service and the machine, and room for an operator's audit entry
+// (auditOps).
+const unitsPerTxn = (MaxTxnOps - 2 - auditOps) / 4
 
 // Placement says where AddUnits puts new principal units.
 type Placement struct {

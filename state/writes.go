@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -18,6 +19,8 @@ import (
 type change struct {
 	cmps []cmp
 	ops  []write
+	// auditSeq is the seq of the audit entry among ops, if any (audit.go).
+	auditSeq int64
 }
 
 // cmp is one comparison of a change: the create or mod revision of a key,
@@ -35,6 +38,7 @@ type write struct {
 	key, end string // end: "" for key alone
 	value    []byte
 	del      bool
+	lease    int64 // the lease a put binds its key to; 0 for none
 }
 
 // ifMod asserts that key is unchanged since it was read at modRev; a zero
@@ -90,6 +94,11 @@ func (c *change) put(key string, m proto.Message) {
 	c.ops = append(c.ops, write{key: key, value: mustMarshal(m)})
 }
 
+// putLeased puts m at key bound to lease: the key goes when the lease ends.
+func (c *change) putLeased(key string, m proto.Message, lease int64) {
+	c.ops = append(c.ops, write{key: key, value: mustMarshal(m), lease: lease})
+}
+
 func (c *change) putRaw(key, value string) {
 	c.ops = append(c.ops, write{key: key, value: []byte(value)})
 }
@@ -122,6 +131,11 @@ func (c *change) bytes() int {
 	return n
 }
 
+// clone returns a copy of c that can be added to without changing c.
+func (c *change) clone() *change {
+	return &change{cmps: slices.Clone(c.cmps), ops: slices.Clone(c.ops), auditSeq: c.auditSeq}
+}
+
 // commit commits c, reporting whether its comparisons held.
 func (s *State) commit(ctx context.Context, c *change) (bool, error) {
 	ok, _, err := s.commitAt(ctx, c)
@@ -129,8 +143,61 @@ func (s *State) commit(ctx context.Context, c *change) (bool, error) {
 }
 
 // commitAt is commit, returning too the revision the transaction was
-// answered at: the revision of its writes when it wrote.
+// answered at: the revision of its writes when it wrote. It is for the
+// changes made without apply, which commit once. In an operator's call
+// (an audited context) it writes the call's audit entry with the call's
+// first change, as apply does (audit.go): when the transaction fails
+// because another entry took the seq, it is tried again with the next
+// one, so that false still means that c's own comparisons failed.
 func (s *State) commitAt(ctx context.Context, c *change) (bool, int64, error) {
+	if c.empty() {
+		return true, 0, nil
+	}
+	a := auditOf(ctx)
+	if a == nil {
+		return s.commitRev(ctx, c)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.seq != 0 {
+		ok, rev, err := s.commitRev(ctx, c)
+		if ok {
+			a.commits = append(a.commits, rev)
+		}
+		return ok, rev, err
+	}
+	for i := 0; i < s.cfg.MaxAttempts; i++ {
+		audited := c.clone()
+		if err := s.attachAudit(ctx, audited, a); err != nil {
+			return false, 0, err
+		}
+		ok, rev, err := s.commitRev(ctx, audited)
+		if err != nil {
+			return false, 0, err
+		}
+		if ok {
+			a.seq = audited.auditSeq
+			a.commits = append(a.commits, rev)
+			return true, rev, nil
+		}
+		last, err := s.AuditSeq(ctx)
+		if err != nil {
+			return false, 0, err
+		}
+		if last == audited.auditSeq-1 {
+			// The audit log's seq held (it only grows): c's own
+			// comparisons failed.
+			return false, rev, nil
+		}
+		s.stats.conflict()
+	}
+	s.stats.aborted.Add(1)
+	return false, 0, fmt.Errorf("write the audit entry of %s: %w", a.rpc(), ErrAborted)
+}
+
+// commitRev commits c, reporting whether its comparisons held and, when
+// they did, the revision it committed at.
+func (s *State) commitRev(ctx context.Context, c *change) (bool, int64, error) {
 	if c.empty() {
 		return true, 0, nil
 	}
@@ -217,7 +284,7 @@ func (s *State) txnRequest(c *change) *etcdserverpb.TxnRequest {
 			ops[i].Request = o
 		} else {
 			p := grow(&puts)
-			p.Key, p.Value = key, w.value
+			p.Key, p.Value, p.Lease = key, w.value, w.lease
 			o := grow(&putOps)
 			o.RequestPut = p
 			ops[i].Request = o

@@ -490,11 +490,18 @@ func runController(ctx context.Context, f controllerFlags) error {
 	return g.Run()
 }
 
-// ensureAdmin issues the admin credential and writes the client config when
-// the client config is missing: on first start, or after it was lost. A
+// ensureAdmin makes sure the model has its first user, admin (a model
+// made before there were users gets it, keeping its operator's
+// credential), and issues the user admin a new credential and writes the
+// client config when the client config is missing: on first start, or
+// after it was lost (the user admin is then made an admin again, should it
+// have been demoted or removed: the recovery of a lost admin). A
 // controller joining others that serve the model leaves the admin
 // credential alone (a new one would revoke the one the operator holds).
 func ensureAdmin(ctx context.Context, st *state.State, self, path string, addrs []string, caPEM []byte, logger hclog.Logger) error {
+	if err := st.BootstrapAdmin(ctx, ""); err != nil {
+		return fmt.Errorf("make the user admin: %w", err)
+	}
 	if _, err := os.Stat(path); err == nil {
 		return nil
 	} else if !errors.Is(err, os.ErrNotExist) {
@@ -515,7 +522,7 @@ func ensureAdmin(ctx context.Context, st *state.State, self, path string, addrs 
 	if err != nil {
 		return err
 	}
-	if err := st.SetCredential(ctx, cred.Tag, hash); err != nil {
+	if err := st.BootstrapAdmin(ctx, hash); err != nil {
 		return fmt.Errorf("store the admin credential: %w", err)
 	}
 	if err := pki.WriteClientConfig(path, pki.ClientConfig{Controllers: addrs, CACert: string(caPEM), Tag: cred.Tag, Secret: cred.Secret}); err != nil {

@@ -4,7 +4,7 @@
 // 	protoc        (unknown)
 // source: lifeline/v1/operator.proto
 
-// The operator's API: what ctl calls, with the admin credential.
+// The operator's API: what ctl calls, with a user's credential.
 
 package lifelinev1
 
@@ -152,8 +152,12 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 }
 
 type StatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        *ModelStatus           `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status *ModelStatus           `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// controller is the id of the controller that answered, and user the
+	// caller's name.
+	Controller    string `protobuf:"bytes,2,opt,name=controller,proto3" json:"controller,omitempty"`
+	User          string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -193,6 +197,20 @@ func (x *StatusResponse) GetStatus() *ModelStatus {
 		return x.Status
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetController() string {
+	if x != nil {
+		return x.Controller
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
 }
 
 type WatchStatusRequest struct {
@@ -241,8 +259,12 @@ func (x *WatchStatusRequest) GetIntervalMs() int64 {
 }
 
 type WatchStatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        *ModelStatus           `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status *ModelStatus           `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// controller is the id of the controller that answered, and user the
+	// caller's name.
+	Controller    string `protobuf:"bytes,2,opt,name=controller,proto3" json:"controller,omitempty"`
+	User          string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -282,6 +304,20 @@ func (x *WatchStatusResponse) GetStatus() *ModelStatus {
 		return x.Status
 	}
 	return nil
+}
+
+func (x *WatchStatusResponse) GetController() string {
+	if x != nil {
+		return x.Controller
+	}
+	return ""
+}
+
+func (x *WatchStatusResponse) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
 }
 
 // ModelStatus is the model as ctl status shows it. Lives are lowercase:
@@ -2760,19 +2796,27 @@ var File_lifeline_v1_operator_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\n" +
-	"\x1alifeline/v1/operator.proto\x12\vlifeline.v1\x1a\x17lifeline/v1/model.proto\"+\n" +
+	"\x1alifeline/v1/operator.proto\x12\vlifeline.v1\x1a\x17lifeline/v1/model.proto\x1a\x17lifeline/v1/users.proto\"+\n" +
 	"\x0eBarrierRequest\x12\x19\n" +
 	"\bat_least\x18\x01 \x01(\x03R\aatLeast\"-\n" +
 	"\x0fBarrierResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\"\x0f\n" +
-	"\rStatusRequest\"B\n" +
+	"\rStatusRequest\"v\n" +
 	"\x0eStatusResponse\x120\n" +
-	"\x06status\x18\x01 \x01(\v2\x18.lifeline.v1.ModelStatusR\x06status\"5\n" +
+	"\x06status\x18\x01 \x01(\v2\x18.lifeline.v1.ModelStatusR\x06status\x12\x1e\n" +
+	"\n" +
+	"controller\x18\x02 \x01(\tR\n" +
+	"controller\x12\x12\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\"5\n" +
 	"\x12WatchStatusRequest\x12\x1f\n" +
 	"\vinterval_ms\x18\x01 \x01(\x03R\n" +
-	"intervalMs\"G\n" +
+	"intervalMs\"{\n" +
 	"\x13WatchStatusResponse\x120\n" +
-	"\x06status\x18\x01 \x01(\v2\x18.lifeline.v1.ModelStatusR\x06status\"\xad\x02\n" +
+	"\x06status\x18\x01 \x01(\v2\x18.lifeline.v1.ModelStatusR\x06status\x12\x1e\n" +
+	"\n" +
+	"controller\x18\x02 \x01(\tR\n" +
+	"controller\x12\x12\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\"\xad\x02\n" +
 	"\vModelStatus\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x126\n" +
 	"\bmachines\x18\x02 \x03(\v2\x1a.lifeline.v1.MachineStatusR\bmachines\x126\n" +
@@ -2950,7 +2994,7 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x11expires_unix_nano\x18\x02 \x01(\x03R\x0fexpiresUnixNano\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12%\n" +
 	"\x0eetcd_endpoints\x18\x04 \x03(\tR\retcdEndpoints\x12\x19\n" +
-	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\xa2\f\n" +
+	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\xbb\x10\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06Status\x12\x1a.lifeline.v1.StatusRequest\x1a\x1b.lifeline.v1.StatusResponse\x12R\n" +
 	"\vWatchStatus\x12\x1f.lifeline.v1.WatchStatusRequest\x1a .lifeline.v1.WatchStatusResponse0\x01\x12R\n" +
@@ -2970,7 +3014,15 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\tSetConfig\x12\x1d.lifeline.v1.SetConfigRequest\x1a\x1e.lifeline.v1.SetConfigResponse\x12V\n" +
 	"\rShowStatusLog\x12!.lifeline.v1.ShowStatusLogRequest\x1a\".lifeline.v1.ShowStatusLogResponse\x12V\n" +
 	"\rAddController\x12!.lifeline.v1.AddControllerRequest\x1a\".lifeline.v1.AddControllerResponse\x12D\n" +
-	"\aBarrier\x12\x1b.lifeline.v1.BarrierRequest\x1a\x1c.lifeline.v1.BarrierResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
+	"\aBarrier\x12\x1b.lifeline.v1.BarrierRequest\x1a\x1c.lifeline.v1.BarrierResponse\x12J\n" +
+	"\tListUsers\x12\x1d.lifeline.v1.ListUsersRequest\x1a\x1e.lifeline.v1.ListUsersResponse\x12D\n" +
+	"\aAddUser\x12\x1b.lifeline.v1.AddUserRequest\x1a\x1c.lifeline.v1.AddUserResponse\x12M\n" +
+	"\n" +
+	"RemoveUser\x12\x1e.lifeline.v1.RemoveUserRequest\x1a\x1f.lifeline.v1.RemoveUserResponse\x12P\n" +
+	"\vSetUserRole\x12\x1f.lifeline.v1.SetUserRoleRequest\x1a .lifeline.v1.SetUserRoleResponse\x12A\n" +
+	"\x06WhoAmI\x12\x1a.lifeline.v1.WhoAmIRequest\x1a\x1b.lifeline.v1.WhoAmIResponse\x12_\n" +
+	"\x10RotateCredential\x12$.lifeline.v1.RotateCredentialRequest\x1a%.lifeline.v1.RotateCredentialResponse\x12@\n" +
+	"\x05Audit\x12\x19.lifeline.v1.AuditRequest\x1a\x1a.lifeline.v1.AuditResponse0\x01B=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
 
 var (
 	file_lifeline_v1_operator_proto_rawDescOnce sync.Once
@@ -2986,65 +3038,79 @@ func file_lifeline_v1_operator_proto_rawDescGZIP() []byte {
 
 var file_lifeline_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_lifeline_v1_operator_proto_goTypes = []any{
-	(*BarrierRequest)(nil),          // 0: lifeline.v1.BarrierRequest
-	(*BarrierResponse)(nil),         // 1: lifeline.v1.BarrierResponse
-	(*StatusRequest)(nil),           // 2: lifeline.v1.StatusRequest
-	(*StatusResponse)(nil),          // 3: lifeline.v1.StatusResponse
-	(*WatchStatusRequest)(nil),      // 4: lifeline.v1.WatchStatusRequest
-	(*WatchStatusResponse)(nil),     // 5: lifeline.v1.WatchStatusResponse
-	(*ModelStatus)(nil),             // 6: lifeline.v1.ModelStatus
-	(*ControllerStatus)(nil),        // 7: lifeline.v1.ControllerStatus
-	(*MachineStatus)(nil),           // 8: lifeline.v1.MachineStatus
-	(*ServiceStatus)(nil),           // 9: lifeline.v1.ServiceStatus
-	(*UnitStatus)(nil),              // 10: lifeline.v1.UnitStatus
-	(*RelationStatus)(nil),          // 11: lifeline.v1.RelationStatus
-	(*UploadCharmRequest)(nil),      // 12: lifeline.v1.UploadCharmRequest
-	(*UploadCharmHeader)(nil),       // 13: lifeline.v1.UploadCharmHeader
-	(*UploadCharmResponse)(nil),     // 14: lifeline.v1.UploadCharmResponse
-	(*DeployRequest)(nil),           // 15: lifeline.v1.DeployRequest
-	(*DeployResponse)(nil),          // 16: lifeline.v1.DeployResponse
-	(*AddUnitsRequest)(nil),         // 17: lifeline.v1.AddUnitsRequest
-	(*AddUnitsResponse)(nil),        // 18: lifeline.v1.AddUnitsResponse
-	(*AddMachinesRequest)(nil),      // 19: lifeline.v1.AddMachinesRequest
-	(*AddMachinesResponse)(nil),     // 20: lifeline.v1.AddMachinesResponse
-	(*IssueJoinTokenRequest)(nil),   // 21: lifeline.v1.IssueJoinTokenRequest
-	(*IssueJoinTokenResponse)(nil),  // 22: lifeline.v1.IssueJoinTokenResponse
-	(*AddRelationRequest)(nil),      // 23: lifeline.v1.AddRelationRequest
-	(*AddRelationResponse)(nil),     // 24: lifeline.v1.AddRelationResponse
-	(*DestroyRelationRequest)(nil),  // 25: lifeline.v1.DestroyRelationRequest
-	(*DestroyRelationResponse)(nil), // 26: lifeline.v1.DestroyRelationResponse
-	(*DestroyUnitRequest)(nil),      // 27: lifeline.v1.DestroyUnitRequest
-	(*DestroyUnitResponse)(nil),     // 28: lifeline.v1.DestroyUnitResponse
-	(*DestroyMachineRequest)(nil),   // 29: lifeline.v1.DestroyMachineRequest
-	(*DestroyMachineResponse)(nil),  // 30: lifeline.v1.DestroyMachineResponse
-	(*DestroyMachinesRequest)(nil),  // 31: lifeline.v1.DestroyMachinesRequest
-	(*DestroyMachinesResponse)(nil), // 32: lifeline.v1.DestroyMachinesResponse
-	(*DestroyServiceRequest)(nil),   // 33: lifeline.v1.DestroyServiceRequest
-	(*DestroyServiceResponse)(nil),  // 34: lifeline.v1.DestroyServiceResponse
-	(*ResolvedRequest)(nil),         // 35: lifeline.v1.ResolvedRequest
-	(*ResolvedResponse)(nil),        // 36: lifeline.v1.ResolvedResponse
-	(*ResolvedResult)(nil),          // 37: lifeline.v1.ResolvedResult
-	(*GetConfigRequest)(nil),        // 38: lifeline.v1.GetConfigRequest
-	(*GetConfigResponse)(nil),       // 39: lifeline.v1.GetConfigResponse
-	(*SetConfigRequest)(nil),        // 40: lifeline.v1.SetConfigRequest
-	(*SetConfigResponse)(nil),       // 41: lifeline.v1.SetConfigResponse
-	(*ShowStatusLogRequest)(nil),    // 42: lifeline.v1.ShowStatusLogRequest
-	(*ShowStatusLogResponse)(nil),   // 43: lifeline.v1.ShowStatusLogResponse
-	(*StatusLogEntry)(nil),          // 44: lifeline.v1.StatusLogEntry
-	(*AddControllerRequest)(nil),    // 45: lifeline.v1.AddControllerRequest
-	(*AddControllerResponse)(nil),   // 46: lifeline.v1.AddControllerResponse
-	nil,                             // 47: lifeline.v1.DeployRequest.ConfigEntry
-	nil,                             // 48: lifeline.v1.GetConfigResponse.ValuesEntry
-	nil,                             // 49: lifeline.v1.SetConfigRequest.SetEntry
-	nil,                             // 50: lifeline.v1.StatusLogEntry.DataEntry
-	(*Charm)(nil),                   // 51: lifeline.v1.Charm
-	(*Service)(nil),                 // 52: lifeline.v1.Service
-	(*Unit)(nil),                    // 53: lifeline.v1.Unit
-	(*Machine)(nil),                 // 54: lifeline.v1.Machine
-	(*Relation)(nil),                // 55: lifeline.v1.Relation
-	(*StatusReportResult)(nil),      // 56: lifeline.v1.StatusReportResult
-	(*ConfigOption)(nil),            // 57: lifeline.v1.ConfigOption
-	(*ConfigValue)(nil),             // 58: lifeline.v1.ConfigValue
+	(*BarrierRequest)(nil),           // 0: lifeline.v1.BarrierRequest
+	(*BarrierResponse)(nil),          // 1: lifeline.v1.BarrierResponse
+	(*StatusRequest)(nil),            // 2: lifeline.v1.StatusRequest
+	(*StatusResponse)(nil),           // 3: lifeline.v1.StatusResponse
+	(*WatchStatusRequest)(nil),       // 4: lifeline.v1.WatchStatusRequest
+	(*WatchStatusResponse)(nil),      // 5: lifeline.v1.WatchStatusResponse
+	(*ModelStatus)(nil),              // 6: lifeline.v1.ModelStatus
+	(*ControllerStatus)(nil),         // 7: lifeline.v1.ControllerStatus
+	(*MachineStatus)(nil),            // 8: lifeline.v1.MachineStatus
+	(*ServiceStatus)(nil),            // 9: lifeline.v1.ServiceStatus
+	(*UnitStatus)(nil),               // 10: lifeline.v1.UnitStatus
+	(*RelationStatus)(nil),           // 11: lifeline.v1.RelationStatus
+	(*UploadCharmRequest)(nil),       // 12: lifeline.v1.UploadCharmRequest
+	(*UploadCharmHeader)(nil),        // 13: lifeline.v1.UploadCharmHeader
+	(*UploadCharmResponse)(nil),      // 14: lifeline.v1.UploadCharmResponse
+	(*DeployRequest)(nil),            // 15: lifeline.v1.DeployRequest
+	(*DeployResponse)(nil),           // 16: lifeline.v1.DeployResponse
+	(*AddUnitsRequest)(nil),          // 17: lifeline.v1.AddUnitsRequest
+	(*AddUnitsResponse)(nil),         // 18: lifeline.v1.AddUnitsResponse
+	(*AddMachinesRequest)(nil),       // 19: lifeline.v1.AddMachinesRequest
+	(*AddMachinesResponse)(nil),      // 20: lifeline.v1.AddMachinesResponse
+	(*IssueJoinTokenRequest)(nil),    // 21: lifeline.v1.IssueJoinTokenRequest
+	(*IssueJoinTokenResponse)(nil),   // 22: lifeline.v1.IssueJoinTokenResponse
+	(*AddRelationRequest)(nil),       // 23: lifeline.v1.AddRelationRequest
+	(*AddRelationResponse)(nil),      // 24: lifeline.v1.AddRelationResponse
+	(*DestroyRelationRequest)(nil),   // 25: lifeline.v1.DestroyRelationRequest
+	(*DestroyRelationResponse)(nil),  // 26: lifeline.v1.DestroyRelationResponse
+	(*DestroyUnitRequest)(nil),       // 27: lifeline.v1.DestroyUnitRequest
+	(*DestroyUnitResponse)(nil),      // 28: lifeline.v1.DestroyUnitResponse
+	(*DestroyMachineRequest)(nil),    // 29: lifeline.v1.DestroyMachineRequest
+	(*DestroyMachineResponse)(nil),   // 30: lifeline.v1.DestroyMachineResponse
+	(*DestroyMachinesRequest)(nil),   // 31: lifeline.v1.DestroyMachinesRequest
+	(*DestroyMachinesResponse)(nil),  // 32: lifeline.v1.DestroyMachinesResponse
+	(*DestroyServiceRequest)(nil),    // 33: lifeline.v1.DestroyServiceRequest
+	(*DestroyServiceResponse)(nil),   // 34: lifeline.v1.DestroyServiceResponse
+	(*ResolvedRequest)(nil),          // 35: lifeline.v1.ResolvedRequest
+	(*ResolvedResponse)(nil),         // 36: lifeline.v1.ResolvedResponse
+	(*ResolvedResult)(nil),           // 37: lifeline.v1.ResolvedResult
+	(*GetConfigRequest)(nil),         // 38: lifeline.v1.GetConfigRequest
+	(*GetConfigResponse)(nil),        // 39: lifeline.v1.GetConfigResponse
+	(*SetConfigRequest)(nil),         // 40: lifeline.v1.SetConfigRequest
+	(*SetConfigResponse)(nil),        // 41: lifeline.v1.SetConfigResponse
+	(*ShowStatusLogRequest)(nil),     // 42: lifeline.v1.ShowStatusLogRequest
+	(*ShowStatusLogResponse)(nil),    // 43: lifeline.v1.ShowStatusLogResponse
+	(*StatusLogEntry)(nil),           // 44: lifeline.v1.StatusLogEntry
+	(*AddControllerRequest)(nil),     // 45: lifeline.v1.AddControllerRequest
+	(*AddControllerResponse)(nil),    // 46: lifeline.v1.AddControllerResponse
+	nil,                              // 47: lifeline.v1.DeployRequest.ConfigEntry
+	nil,                              // 48: lifeline.v1.GetConfigResponse.ValuesEntry
+	nil,                              // 49: lifeline.v1.SetConfigRequest.SetEntry
+	nil,                              // 50: lifeline.v1.StatusLogEntry.DataEntry
+	(*Charm)(nil),                    // 51: lifeline.v1.Charm
+	(*Service)(nil),                  // 52: lifeline.v1.Service
+	(*Unit)(nil),                     // 53: lifeline.v1.Unit
+	(*Machine)(nil),                  // 54: lifeline.v1.Machine
+	(*Relation)(nil),                 // 55: lifeline.v1.Relation
+	(*StatusReportResult)(nil),       // 56: lifeline.v1.StatusReportResult
+	(*ConfigOption)(nil),             // 57: lifeline.v1.ConfigOption
+	(*ConfigValue)(nil),              // 58: lifeline.v1.ConfigValue
+	(*ListUsersRequest)(nil),         // 59: lifeline.v1.ListUsersRequest
+	(*AddUserRequest)(nil),           // 60: lifeline.v1.AddUserRequest
+	(*RemoveUserRequest)(nil),        // 61: lifeline.v1.RemoveUserRequest
+	(*SetUserRoleRequest)(nil),       // 62: lifeline.v1.SetUserRoleRequest
+	(*WhoAmIRequest)(nil),            // 63: lifeline.v1.WhoAmIRequest
+	(*RotateCredentialRequest)(nil),  // 64: lifeline.v1.RotateCredentialRequest
+	(*AuditRequest)(nil),             // 65: lifeline.v1.AuditRequest
+	(*ListUsersResponse)(nil),        // 66: lifeline.v1.ListUsersResponse
+	(*AddUserResponse)(nil),          // 67: lifeline.v1.AddUserResponse
+	(*RemoveUserResponse)(nil),       // 68: lifeline.v1.RemoveUserResponse
+	(*SetUserRoleResponse)(nil),      // 69: lifeline.v1.SetUserRoleResponse
+	(*WhoAmIResponse)(nil),           // 70: lifeline.v1.WhoAmIResponse
+	(*RotateCredentialResponse)(nil), // 71: lifeline.v1.RotateCredentialResponse
+	(*AuditResponse)(nil),            // 72: lifeline.v1.AuditResponse
 }
 var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	6,  // 0: lifeline.v1.StatusResponse.status:type_name -> lifeline.v1.ModelStatus
@@ -3089,27 +3155,41 @@ var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	42, // 39: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
 	45, // 40: lifeline.v1.OperatorService.AddController:input_type -> lifeline.v1.AddControllerRequest
 	0,  // 41: lifeline.v1.OperatorService.Barrier:input_type -> lifeline.v1.BarrierRequest
-	3,  // 42: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
-	5,  // 43: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
-	14, // 44: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
-	16, // 45: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
-	18, // 46: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
-	20, // 47: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
-	22, // 48: lifeline.v1.OperatorService.IssueJoinToken:output_type -> lifeline.v1.IssueJoinTokenResponse
-	24, // 49: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
-	26, // 50: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
-	28, // 51: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
-	30, // 52: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
-	32, // 53: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
-	34, // 54: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
-	36, // 55: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
-	39, // 56: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
-	41, // 57: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
-	43, // 58: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
-	46, // 59: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
-	1,  // 60: lifeline.v1.OperatorService.Barrier:output_type -> lifeline.v1.BarrierResponse
-	42, // [42:61] is the sub-list for method output_type
-	23, // [23:42] is the sub-list for method input_type
+	59, // 42: lifeline.v1.OperatorService.ListUsers:input_type -> lifeline.v1.ListUsersRequest
+	60, // 43: lifeline.v1.OperatorService.AddUser:input_type -> lifeline.v1.AddUserRequest
+	61, // 44: lifeline.v1.OperatorService.RemoveUser:input_type -> lifeline.v1.RemoveUserRequest
+	62, // 45: lifeline.v1.OperatorService.SetUserRole:input_type -> lifeline.v1.SetUserRoleRequest
+	63, // 46: lifeline.v1.OperatorService.WhoAmI:input_type -> lifeline.v1.WhoAmIRequest
+	64, // 47: lifeline.v1.OperatorService.RotateCredential:input_type -> lifeline.v1.RotateCredentialRequest
+	65, // 48: lifeline.v1.OperatorService.Audit:input_type -> lifeline.v1.AuditRequest
+	3,  // 49: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
+	5,  // 50: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
+	14, // 51: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
+	16, // 52: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
+	18, // 53: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
+	20, // 54: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
+	22, // 55: lifeline.v1.OperatorService.IssueJoinToken:output_type -> lifeline.v1.IssueJoinTokenResponse
+	24, // 56: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
+	26, // 57: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
+	28, // 58: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
+	30, // 59: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
+	32, // 60: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
+	34, // 61: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
+	36, // 62: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
+	39, // 63: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
+	41, // 64: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
+	43, // 65: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
+	46, // 66: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
+	1,  // 67: lifeline.v1.OperatorService.Barrier:output_type -> lifeline.v1.BarrierResponse
+	66, // 68: lifeline.v1.OperatorService.ListUsers:output_type -> lifeline.v1.ListUsersResponse
+	67, // 69: lifeline.v1.OperatorService.AddUser:output_type -> lifeline.v1.AddUserResponse
+	68, // 70: lifeline.v1.OperatorService.RemoveUser:output_type -> lifeline.v1.RemoveUserResponse
+	69, // 71: lifeline.v1.OperatorService.SetUserRole:output_type -> lifeline.v1.SetUserRoleResponse
+	70, // 72: lifeline.v1.OperatorService.WhoAmI:output_type -> lifeline.v1.WhoAmIResponse
+	71, // 73: lifeline.v1.OperatorService.RotateCredential:output_type -> lifeline.v1.RotateCredentialResponse
+	72, // 74: lifeline.v1.OperatorService.Audit:output_type -> lifeline.v1.AuditResponse
+	49, // [49:75] is the sub-list for method output_type
+	23, // [23:49] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
 	23, // [23:23] is the sub-list for extension extendee
 	0,  // [0:23] is the sub-list for field type_name
@@ -3121,6 +3201,7 @@ func file_lifeline_v1_operator_proto_init() {
 		return
 	}
 	file_lifeline_v1_model_proto_init()
+	file_lifeline_v1_users_proto_init()
 	file_lifeline_v1_operator_proto_msgTypes[12].OneofWrappers = []any{
 		(*UploadCharmRequest_Header)(nil),
 		(*UploadCharmRequest_Chunk)(nil),

@@ -4,7 +4,7 @@
 // - protoc             (unknown)
 // source: lifeline/v1/operator.proto
 
-// The operator's API: what ctl calls, with the admin credential.
+// The operator's API: what ctl calls, with a user's credential.
 
 package lifelinev1
 
@@ -21,33 +21,41 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OperatorService_Status_FullMethodName          = "/lifeline.v1.OperatorService/Status"
-	OperatorService_WatchStatus_FullMethodName     = "/lifeline.v1.OperatorService/WatchStatus"
-	OperatorService_UploadCharm_FullMethodName     = "/lifeline.v1.OperatorService/UploadCharm"
-	OperatorService_Deploy_FullMethodName          = "/lifeline.v1.OperatorService/Deploy"
-	OperatorService_AddUnits_FullMethodName        = "/lifeline.v1.OperatorService/AddUnits"
-	OperatorService_AddMachines_FullMethodName     = "/lifeline.v1.OperatorService/AddMachines"
-	OperatorService_IssueJoinToken_FullMethodName  = "/lifeline.v1.OperatorService/IssueJoinToken"
-	OperatorService_AddRelation_FullMethodName     = "/lifeline.v1.OperatorService/AddRelation"
-	OperatorService_DestroyRelation_FullMethodName = "/lifeline.v1.OperatorService/DestroyRelation"
-	OperatorService_DestroyUnit_FullMethodName     = "/lifeline.v1.OperatorService/DestroyUnit"
-	OperatorService_DestroyMachine_FullMethodName  = "/lifeline.v1.OperatorService/DestroyMachine"
-	OperatorService_DestroyMachines_FullMethodName = "/lifeline.v1.OperatorService/DestroyMachines"
-	OperatorService_DestroyService_FullMethodName  = "/lifeline.v1.OperatorService/DestroyService"
-	OperatorService_Resolved_FullMethodName        = "/lifeline.v1.OperatorService/Resolved"
-	OperatorService_GetConfig_FullMethodName       = "/lifeline.v1.OperatorService/GetConfig"
-	OperatorService_SetConfig_FullMethodName       = "/lifeline.v1.OperatorService/SetConfig"
-	OperatorService_ShowStatusLog_FullMethodName   = "/lifeline.v1.OperatorService/ShowStatusLog"
-	OperatorService_AddController_FullMethodName   = "/lifeline.v1.OperatorService/AddController"
-	OperatorService_Barrier_FullMethodName         = "/lifeline.v1.OperatorService/Barrier"
+	OperatorService_Status_FullMethodName           = "/lifeline.v1.OperatorService/Status"
+	OperatorService_WatchStatus_FullMethodName      = "/lifeline.v1.OperatorService/WatchStatus"
+	OperatorService_UploadCharm_FullMethodName      = "/lifeline.v1.OperatorService/UploadCharm"
+	OperatorService_Deploy_FullMethodName           = "/lifeline.v1.OperatorService/Deploy"
+	OperatorService_AddUnits_FullMethodName         = "/lifeline.v1.OperatorService/AddUnits"
+	OperatorService_AddMachines_FullMethodName      = "/lifeline.v1.OperatorService/AddMachines"
+	OperatorService_IssueJoinToken_FullMethodName   = "/lifeline.v1.OperatorService/IssueJoinToken"
+	OperatorService_AddRelation_FullMethodName      = "/lifeline.v1.OperatorService/AddRelation"
+	OperatorService_DestroyRelation_FullMethodName  = "/lifeline.v1.OperatorService/DestroyRelation"
+	OperatorService_DestroyUnit_FullMethodName      = "/lifeline.v1.OperatorService/DestroyUnit"
+	OperatorService_DestroyMachine_FullMethodName   = "/lifeline.v1.OperatorService/DestroyMachine"
+	OperatorService_DestroyMachines_FullMethodName  = "/lifeline.v1.OperatorService/DestroyMachines"
+	OperatorService_DestroyService_FullMethodName   = "/lifeline.v1.OperatorService/DestroyService"
+	OperatorService_Resolved_FullMethodName         = "/lifeline.v1.OperatorService/Resolved"
+	OperatorService_GetConfig_FullMethodName        = "/lifeline.v1.OperatorService/GetConfig"
+	OperatorService_SetConfig_FullMethodName        = "/lifeline.v1.OperatorService/SetConfig"
+	OperatorService_ShowStatusLog_FullMethodName    = "/lifeline.v1.OperatorService/ShowStatusLog"
+	OperatorService_AddController_FullMethodName    = "/lifeline.v1.OperatorService/AddController"
+	OperatorService_Barrier_FullMethodName          = "/lifeline.v1.OperatorService/Barrier"
+	OperatorService_ListUsers_FullMethodName        = "/lifeline.v1.OperatorService/ListUsers"
+	OperatorService_AddUser_FullMethodName          = "/lifeline.v1.OperatorService/AddUser"
+	OperatorService_RemoveUser_FullMethodName       = "/lifeline.v1.OperatorService/RemoveUser"
+	OperatorService_SetUserRole_FullMethodName      = "/lifeline.v1.OperatorService/SetUserRole"
+	OperatorService_WhoAmI_FullMethodName           = "/lifeline.v1.OperatorService/WhoAmI"
+	OperatorService_RotateCredential_FullMethodName = "/lifeline.v1.OperatorService/RotateCredential"
+	OperatorService_Audit_FullMethodName            = "/lifeline.v1.OperatorService/Audit"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// OperatorService is the API for the operator (ctl). Every call needs the
-// admin credential. Refusals come back as FailedPrecondition with a
+// OperatorService is the API for the operator (ctl). Every call needs a
+// user's credential and a role that allows it (controller/roles.go): a
+// call the role does not allow is PermissionDenied. Refusals come back as FailedPrecondition with a
 // sentence naming the blocker; bad input as InvalidArgument.
 type OperatorServiceClient interface {
 	// Status returns the whole model with each entity's agent and workload
@@ -99,6 +107,27 @@ type OperatorServiceClient interface {
 	// (UnitStatus.synced_revision). The barrier is written unless one at or
 	// past the revision asked for is there already. ctl wait calls it.
 	Barrier(ctx context.Context, in *BarrierRequest, opts ...grpc.CallOption) (*BarrierResponse, error)
+	// ListUsers lists the users, and those yet to register.
+	ListUsers(ctx context.Context, in *ListUsersRequest, opts ...grpc.CallOption) (*ListUsersResponse, error)
+	// AddUser adds a user who has yet to register, and returns the one-time
+	// secret of its registration token.
+	AddUser(ctx context.Context, in *AddUserRequest, opts ...grpc.CallOption) (*AddUserResponse, error)
+	// RemoveUser removes a user and revokes its credential at once: its open
+	// streams end with Unauthenticated. The last admin is not removed
+	// (FailedPrecondition).
+	RemoveUser(ctx context.Context, in *RemoveUserRequest, opts ...grpc.CallOption) (*RemoveUserResponse, error)
+	// SetUserRole changes a user's role. The last admin is not demoted
+	// (FailedPrecondition).
+	SetUserRole(ctx context.Context, in *SetUserRoleRequest, opts ...grpc.CallOption) (*SetUserRoleResponse, error)
+	// WhoAmI names the caller and the controller that answers.
+	WhoAmI(ctx context.Context, in *WhoAmIRequest, opts ...grpc.CallOption) (*WhoAmIResponse, error)
+	// RotateCredential replaces the caller's credential by one it made: the
+	// old one stops working at once.
+	RotateCredential(ctx context.Context, in *RotateCredentialRequest, opts ...grpc.CallOption) (*RotateCredentialResponse, error)
+	// Audit sends the audit log's entries, newest matching ones first
+	// collected and sent oldest first; with follow, then each new one as
+	// its call ends.
+	Audit(ctx context.Context, in *AuditRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AuditResponse], error)
 }
 
 type operatorServiceClient struct {
@@ -311,12 +340,92 @@ func (c *operatorServiceClient) Barrier(ctx context.Context, in *BarrierRequest,
 	return out, nil
 }
 
+func (c *operatorServiceClient) ListUsers(ctx context.Context, in *ListUsersRequest, opts ...grpc.CallOption) (*ListUsersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListUsersResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ListUsers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) AddUser(ctx context.Context, in *AddUserRequest, opts ...grpc.CallOption) (*AddUserResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddUserResponse)
+	err := c.cc.Invoke(ctx, OperatorService_AddUser_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) RemoveUser(ctx context.Context, in *RemoveUserRequest, opts ...grpc.CallOption) (*RemoveUserResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveUserResponse)
+	err := c.cc.Invoke(ctx, OperatorService_RemoveUser_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) SetUserRole(ctx context.Context, in *SetUserRoleRequest, opts ...grpc.CallOption) (*SetUserRoleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetUserRoleResponse)
+	err := c.cc.Invoke(ctx, OperatorService_SetUserRole_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) WhoAmI(ctx context.Context, in *WhoAmIRequest, opts ...grpc.CallOption) (*WhoAmIResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WhoAmIResponse)
+	err := c.cc.Invoke(ctx, OperatorService_WhoAmI_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) RotateCredential(ctx context.Context, in *RotateCredentialRequest, opts ...grpc.CallOption) (*RotateCredentialResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RotateCredentialResponse)
+	err := c.cc.Invoke(ctx, OperatorService_RotateCredential_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) Audit(ctx context.Context, in *AuditRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AuditResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &OperatorService_ServiceDesc.Streams[2], OperatorService_Audit_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[AuditRequest, AuditResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OperatorService_AuditClient = grpc.ServerStreamingClient[AuditResponse]
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
 //
-// OperatorService is the API for the operator (ctl). Every call needs the
-// admin credential. Refusals come back as FailedPrecondition with a
+// OperatorService is the API for the operator (ctl). Every call needs a
+// user's credential and a role that allows it (controller/roles.go): a
+// call the role does not allow is PermissionDenied. Refusals come back as FailedPrecondition with a
 // sentence naming the blocker; bad input as InvalidArgument.
 type OperatorServiceServer interface {
 	// Status returns the whole model with each entity's agent and workload
@@ -368,6 +477,27 @@ type OperatorServiceServer interface {
 	// (UnitStatus.synced_revision). The barrier is written unless one at or
 	// past the revision asked for is there already. ctl wait calls it.
 	Barrier(context.Context, *BarrierRequest) (*BarrierResponse, error)
+	// ListUsers lists the users, and those yet to register.
+	ListUsers(context.Context, *ListUsersRequest) (*ListUsersResponse, error)
+	// AddUser adds a user who has yet to register, and returns the one-time
+	// secret of its registration token.
+	AddUser(context.Context, *AddUserRequest) (*AddUserResponse, error)
+	// RemoveUser removes a user and revokes its credential at once: its open
+	// streams end with Unauthenticated. The last admin is not removed
+	// (FailedPrecondition).
+	RemoveUser(context.Context, *RemoveUserRequest) (*RemoveUserResponse, error)
+	// SetUserRole changes a user's role. The last admin is not demoted
+	// (FailedPrecondition).
+	SetUserRole(context.Context, *SetUserRoleRequest) (*SetUserRoleResponse, error)
+	// WhoAmI names the caller and the controller that answers.
+	WhoAmI(context.Context, *WhoAmIRequest) (*WhoAmIResponse, error)
+	// RotateCredential replaces the caller's credential by one it made: the
+	// old one stops working at once.
+	RotateCredential(context.Context, *RotateCredentialRequest) (*RotateCredentialResponse, error)
+	// Audit sends the audit log's entries, newest matching ones first
+	// collected and sent oldest first; with follow, then each new one as
+	// its call ends.
+	Audit(*AuditRequest, grpc.ServerStreamingServer[AuditResponse]) error
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -434,6 +564,27 @@ func (UnimplementedOperatorServiceServer) AddController(context.Context, *AddCon
 }
 func (UnimplementedOperatorServiceServer) Barrier(context.Context, *BarrierRequest) (*BarrierResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Barrier not implemented")
+}
+func (UnimplementedOperatorServiceServer) ListUsers(context.Context, *ListUsersRequest) (*ListUsersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListUsers not implemented")
+}
+func (UnimplementedOperatorServiceServer) AddUser(context.Context, *AddUserRequest) (*AddUserResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddUser not implemented")
+}
+func (UnimplementedOperatorServiceServer) RemoveUser(context.Context, *RemoveUserRequest) (*RemoveUserResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveUser not implemented")
+}
+func (UnimplementedOperatorServiceServer) SetUserRole(context.Context, *SetUserRoleRequest) (*SetUserRoleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetUserRole not implemented")
+}
+func (UnimplementedOperatorServiceServer) WhoAmI(context.Context, *WhoAmIRequest) (*WhoAmIResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WhoAmI not implemented")
+}
+func (UnimplementedOperatorServiceServer) RotateCredential(context.Context, *RotateCredentialRequest) (*RotateCredentialResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RotateCredential not implemented")
+}
+func (UnimplementedOperatorServiceServer) Audit(*AuditRequest, grpc.ServerStreamingServer[AuditResponse]) error {
+	return status.Error(codes.Unimplemented, "method Audit not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -780,6 +931,125 @@ func _OperatorService_Barrier_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_ListUsers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListUsersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ListUsers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ListUsers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ListUsers(ctx, req.(*ListUsersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_AddUser_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddUserRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).AddUser(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_AddUser_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).AddUser(ctx, req.(*AddUserRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_RemoveUser_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveUserRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).RemoveUser(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_RemoveUser_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).RemoveUser(ctx, req.(*RemoveUserRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_SetUserRole_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetUserRoleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).SetUserRole(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_SetUserRole_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).SetUserRole(ctx, req.(*SetUserRoleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_WhoAmI_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WhoAmIRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).WhoAmI(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_WhoAmI_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).WhoAmI(ctx, req.(*WhoAmIRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_RotateCredential_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RotateCredentialRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).RotateCredential(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_RotateCredential_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).RotateCredential(ctx, req.(*RotateCredentialRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_Audit_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(AuditRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(OperatorServiceServer).Audit(m, &grpc.GenericServerStream[AuditRequest, AuditResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OperatorService_AuditServer = grpc.ServerStreamingServer[AuditResponse]
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -855,6 +1125,30 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Barrier",
 			Handler:    _OperatorService_Barrier_Handler,
 		},
+		{
+			MethodName: "ListUsers",
+			Handler:    _OperatorService_ListUsers_Handler,
+		},
+		{
+			MethodName: "AddUser",
+			Handler:    _OperatorService_AddUser_Handler,
+		},
+		{
+			MethodName: "RemoveUser",
+			Handler:    _OperatorService_RemoveUser_Handler,
+		},
+		{
+			MethodName: "SetUserRole",
+			Handler:    _OperatorService_SetUserRole_Handler,
+		},
+		{
+			MethodName: "WhoAmI",
+			Handler:    _OperatorService_WhoAmI_Handler,
+		},
+		{
+			MethodName: "RotateCredential",
+			Handler:    _OperatorService_RotateCredential_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -866,6 +1160,11 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "UploadCharm",
 			Handler:       _OperatorService_UploadCharm_Handler,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "Audit",
+			Handler:       _OperatorService_Audit_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "lifeline/v1/operator.proto",
