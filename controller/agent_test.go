@@ -392,9 +392,9 @@ func TestAgentCredentials(t *testing.T) {
 
 	asAdmin := pb.NewAgentServiceClient(m.conn("admin"))
 	_, err = asAdmin.GetUnit(m.ctx, &pb.GetUnitRequest{Unit: "kv/0"})
-	wantCode(t, "GetUnit as the operator", err, codes.PermissionDenied, "the operator may not call GetUnit")
+	wantCode(t, "GetUnit as the operator", err, codes.PermissionDenied, "user admin may not call GetUnit")
 	_, _, err = downloadCharm(m.ctx, asAdmin, "kv", 1)
-	wantCode(t, "DownloadCharm as the operator", err, codes.PermissionDenied, "the operator may not call DownloadCharm")
+	wantCode(t, "DownloadCharm as the operator", err, codes.PermissionDenied, "user admin may not call DownloadCharm")
 
 	// A removed unit's credential goes with it.
 	m.kill("kv/0")

@@ -247,7 +247,7 @@ func TestAgentWatchManySubscribesAsAnotherAgent(t *testing.T) {
 	s.wantEnds([]wantEnd{
 		{2, codes.PermissionDenied, "machine 0's agent may not"},
 		{3, codes.Unauthenticated, "credential of unit-kv/0 is not valid"},
-		{4, codes.PermissionDenied, "the operator may not watch as an agent"},
+		{4, codes.PermissionDenied, "user admin may not watch as an agent"},
 		{5, codes.Unauthenticated, "credential of unit-kv/0 is not valid"},
 	})
 	m.addUnits("app", 1, state.Placement{Machine: "3"}) // app/2

@@ -1,16 +1,19 @@
 // Package controller owns Lifeline's gRPC API: the OperatorService that ctl
-// calls, the AgentService that machine and unit agents call, and the
+// calls, the AgentService that machine and unit agents call, the
 // ControllerJoinService that a controller being added calls with its join
-// token to receive the key-encryption key of the model's CA key, and the
-// MachineJoinService a manual machine's host calls to join; the
-// authentication of every call by its credential (a join's by its token)
-// and its authorization by what the caller is, the mapping of state's
-// errors to status codes, the status ctl shows, the API's metrics, and the
-// limits on what clients can make it hold: connections (connlimit.go) and
-// what the watch hub holds for the agents' watch streams (watchlimit.go);
-// and what one caller may write: each agent credential's budgets of writes
-// a second and bytes a minute (budget.go), and, while etcd's database is
-// near its quota, only the writes that shrink the model (storage.go).
+// token to receive the key-encryption key of the model's CA key, the
+// MachineJoinService a manual machine's host calls to join, and the
+// RegistrationService through which a new user binds its credential; the
+// authentication of every call by its credential (a join's by its token, a
+// registration's by its one-time secret) and its authorization by what the
+// caller is (a user's role: roles.go), the audit of users' calls
+// (audit.go), the mapping of state's errors to status codes, the status
+// ctl shows, the API's metrics, and the limits on what clients can make it
+// hold: connections (connlimit.go) and what the watch hub holds for the
+// agents' watch streams (watchlimit.go); and what one caller may write:
+// each agent credential's budgets of writes a second and bytes a minute
+// (budget.go), and, while etcd's database is near its quota, only the
+// writes that shrink the model (storage.go).
 //
 // It changes the model only through package state, never by writing to etcd
 // itself, and it starts no listeners and no workers of its own: the

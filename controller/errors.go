@@ -36,6 +36,8 @@ func toStatus(err error) error {
 		// should a request still reach it too large, it is the caller's.
 		etcdRefused(err, rpctypes.ErrRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge):
 		code = codes.InvalidArgument
+	case errors.Is(err, state.ErrUnauthenticated):
+		code = codes.Unauthenticated
 	case errors.Is(err, state.ErrFull),
 		etcdRefused(err, rpctypes.ErrNoSpace, rpctypes.ErrGRPCNoSpace):
 		// etcd's database is full (its NOSPACE alarm): the status

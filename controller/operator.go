@@ -65,6 +65,9 @@ func (s *Server) UploadCharm(stream pb.OperatorService_UploadCharmServer) error 
 	if err != nil {
 		return err
 	}
+	if a := state.AuditFrom(stream.Context()); a != nil {
+		a.AddTargets("charm:" + c.Meta.Name)
+	}
 	rec, err := s.st.AddCharm(stream.Context(), c.Record(), data)
 	if err != nil {
 		return err
@@ -453,7 +456,7 @@ func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRes
 	if err != nil {
 		return nil, err
 	}
-	return &pb.StatusResponse{Status: st}, nil
+	return &pb.StatusResponse{Status: st, Controller: s.cfg.ID, User: callerFrom(ctx).id}, nil
 }
 
 // modelStatus reads the model and the live controllers.
@@ -530,7 +533,7 @@ func (s *Server) WatchStatus(req *pb.WatchStatusRequest, stream pb.OperatorServi
 			if err != nil {
 				return err
 			}
-			if err := stream.Send(&pb.WatchStatusResponse{Status: st}); err != nil {
+			if err := stream.Send(&pb.WatchStatusResponse{Status: st, Controller: s.cfg.ID, User: callerFrom(ctx).id}); err != nil {
 				return err
 			}
 			last = st.Revision

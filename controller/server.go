@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -47,7 +48,8 @@ type Config struct {
 	// Busy reports whether the controller's writes queue, when it
 	// declines progress reports; State.Busy when nil.
 	Busy func() bool
-	// ID is this controller's id, recorded in the join tokens it issues.
+	// ID is this controller's id, recorded in the join tokens it issues
+	// and in audit entries, and named by WhoAmI and the status.
 	ID string
 	// KEK is the key-encryption key of the model's CA key, which
 	// JoinController hands a controller that presents a join token; zero
@@ -118,6 +120,13 @@ type Server struct {
 	// the storage refuse.
 	budgets *budgetBook
 	limits  *limitMetrics
+	// refusals rate-limits the refused calls recorded in the audit log.
+	refusals refusalLimits
+	// registrations rate-limits RegistrationService's calls, which come
+	// without a credential.
+	registrations *rate.Limiter
+	// follows bounds the open audit streams that follow the log.
+	follows chan struct{}
 	// addrs is the list of controller addresses last read
 	// (controllerAddresses).
 	addrs struct {
@@ -159,6 +168,8 @@ func New(cfg Config) (*Server, error) {
 	s.watchers = newWatchers(cfg.Watches, cfg.Watch, cfg.Metrics, s.logger)
 	s.creds = newCredMirror(cfg.Watches, s.logger)
 	s.holders = newPresenceHolders(cfg.Watches, s.logger)
+	s.registrations = rate.NewLimiter(registrationRate, registrationBurst)
+	s.follows = make(chan struct{}, maxAuditFollows)
 	s.workers = newHandlerWorkers(maxHandlerWorkers, workerIdle)
 	s.budgets = newBudgetBook(cfg.Budgets, s.logger)
 	s.limits = newLimitMetrics(cfg.Metrics, cfg.Storage)
@@ -242,5 +253,6 @@ func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	pb.RegisterAgentServiceServer(g, &s.agentServer)
 	pb.RegisterControllerJoinServiceServer(g, &joinServer{s: s})
 	pb.RegisterMachineJoinServiceServer(g, &machineJoinServer{s: s})
+	pb.RegisterRegistrationServiceServer(g, &registrationServer{s: s})
 	return g
 }

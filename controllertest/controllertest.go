@@ -203,6 +203,29 @@ func (e *Env) Credential(tag string) pki.Credential {
 	return cred
 }
 
+// User adds the named user with role, registers it with a new credential
+// as ctl register does, and returns the credential.
+func (e *Env) User(name string, role pb.UserRole) pki.Credential {
+	e.T.Helper()
+	secret, err := pki.NewSecret()
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	if _, err := e.State.AddUser(e.Ctx, state.NewUser{Name: name, Role: role, CreatedBy: names.AdminUser,
+		SecretHash: pki.HashSecret(secret), Expires: time.Now().Add(time.Hour)}); err != nil {
+		e.T.Fatalf("AddUser(%s): %v", name, err)
+	}
+	cred, hash, err := pki.NewCredential(names.UserTag(name))
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	prove := func(reg *pb.Registration) bool { return pki.VerifySecret(secret, reg.SecretHash) }
+	if _, err := e.State.Register(e.Ctx, name, prove, hash); err != nil {
+		e.T.Fatalf("Register(%s): %v", name, err)
+	}
+	return cred
+}
+
 // Dial connects to the controller with cred; the connection closes with
 // the test.
 func (e *Env) Dial(cred pki.Credential) *grpc.ClientConn {

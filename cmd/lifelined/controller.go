@@ -42,28 +42,29 @@ import (
 
 // controllerFlags are the controller's flags, as given.
 type controllerFlags struct {
-	dataDir       string
-	apiAddr       string
-	metricsAddr   string
-	advertise     []string
-	clientConfig  string
-	provider      string
-	namespace     string
-	logLevel      string
-	etcdEndpoints []string
-	etcdCA        string
-	etcdCert      string
-	etcdKey       string
-	hookTimeout   time.Duration
-	presence      time.Duration
-	pprof         bool
-	machinesDir   string
-	localNetwork  string
-	memoryLimit   string
-	joinToken     string
-	resealCAKey   bool
-	limits        limitFlags
-	budgets       budgetFlags
+	dataDir        string
+	apiAddr        string
+	metricsAddr    string
+	advertise      []string
+	clientConfig   string
+	provider       string
+	namespace      string
+	logLevel       string
+	etcdEndpoints  []string
+	etcdCA         string
+	etcdCert       string
+	etcdKey        string
+	hookTimeout    time.Duration
+	presence       time.Duration
+	pprof          bool
+	machinesDir    string
+	localNetwork   string
+	memoryLimit    string
+	joinToken      string
+	resealCAKey    bool
+	limits         limitFlags
+	budgets        budgetFlags
+	auditRetention string
 	// set says whether a flag was given (for those that only apply to
 	// embedded etcd).
 	set func(name string) bool
@@ -79,9 +80,9 @@ with the model in etcd (embedded in the data directory unless --etcd-endpoints
 names an external cluster).
 
 On first start it makes a CA and a server certificate in the data directory
-and an admin credential, and writes the client config that ctl reads
-(--client-config). The client config is written again, with a new admin
-credential, whenever it is missing at start.
+and the user admin with its credential, and writes the client config that
+ctl reads (--client-config). The client config is written again, with a new
+credential for admin (an admin again), whenever it is missing at start.
 
 Several controllers may serve one model: start each with the same
 --etcd-endpoints and --namespace and its own --data-dir and addresses. The
@@ -116,6 +117,7 @@ local provider, controllers on one host share --machines-dir.`,
 	fl.StringVar(&f.memoryLimit, "memory-limit", "auto", "soft limit on the controller's memory, as GOMEMLIMIT: auto (512 MiB and 36 KiB for each unit of the most the model has had; GOMEMLIMIT instead when set), none, or a size such as 2GiB")
 	fl.StringVar(&f.joinToken, "join-file", "", "file holding a controller join token (ctl add-controller), or - for stdin: how a new controller joins the model's controllers; not read once the data directory holds the key-encryption key")
 	fl.BoolVar(&f.resealCAKey, "reseal-ca-key", false, "make a new key-encryption key and seal the model's CA key with it, from the CA in the data directory: for when no controller holds the key-encryption key any more")
+	fl.StringVar(&f.auditRetention, "audit-retention", "90d,1000000", "how much of the audit log is kept: an age (90d, 2160h), a number of entries, or both separated by a comma; the leader prunes what is beyond")
 	fl.BoolVar(&f.pprof, "pprof", false, "also serve Go's profiles at /debug/pprof/ on the metrics address")
 	fl.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "an external etcd cluster's client URLs; embedded etcd when empty")
 	fl.StringVar(&f.etcdCA, "etcd-cacert", "", "CA certificate of the external etcd cluster")
@@ -155,6 +157,9 @@ func (f *controllerFlags) validate() error {
 		return usageError{errors.New("--etcd-cacert, --etcd-cert and --etcd-key need --etcd-endpoints")}
 	}
 	if _, err := parseMemoryLimit(f.memoryLimit); err != nil {
+		return usageError{err}
+	}
+	if _, err := parseRetention(f.auditRetention); err != nil {
 		return usageError{err}
 	}
 	set := f.set
@@ -456,6 +461,14 @@ func runController(ctx context.Context, f controllerFlags) error {
 	if err != nil {
 		return err
 	}
+	retention, err := parseRetention(f.auditRetention)
+	if err != nil {
+		return err
+	}
+	pruner, err := state.NewPruner(st, retention, 0)
+	if err != nil {
+		return err
+	}
 	// The singleton workers run in the elected controller only.
 	lctx, lcancel := context.WithCancel(context.Background())
 	g.Add(func() error {
@@ -468,6 +481,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 			workers.Add(func() error { return state.NewCleaner(st, 0).Run(wctx) }, func(error) { stop() })
 			workers.Add(func() error { return state.NewCharmCollector(st, 0).Run(wctx) }, func(error) { stop() })
 			workers.Add(func() error { return prov.Run(wctx) }, func(error) { stop() })
+			workers.Add(func() error { return pruner.Run(wctx) }, func(error) { stop() })
 			return workers.Run()
 		})
 	}, func(error) { lcancel() })
@@ -530,6 +544,37 @@ func ensureAdmin(ctx context.Context, st *state.State, self, path string, addrs 
 	}
 	logger.Info("wrote the operator's client config with a new admin credential", "path", path)
 	return nil
+}
+
+// parseRetention parses --audit-retention: an age ("90d", "2160h"), a
+// number of entries, or both separated by a comma; what is not given is
+// the default's.
+func parseRetention(v string) (state.AuditRetention, error) {
+	r := state.DefaultAuditRetention
+	for _, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		if n, err := strconv.ParseInt(part, 10, 64); err == nil {
+			r.MaxEntries = n
+			continue
+		}
+		if days, ok := strings.CutSuffix(part, "d"); ok {
+			n, err := strconv.Atoi(days)
+			if err != nil {
+				return r, fmt.Errorf("--audit-retention %q: %q is neither an age nor a number of entries", v, part)
+			}
+			r.MaxAge = time.Duration(n) * 24 * time.Hour
+			continue
+		}
+		d, err := time.ParseDuration(part)
+		if err != nil {
+			return r, fmt.Errorf("--audit-retention %q: %q is neither an age nor a number of entries", v, part)
+		}
+		r.MaxAge = d
+	}
+	if err := r.Validate(); err != nil {
+		return r, fmt.Errorf("--audit-retention %q: %w", v, err)
+	}
+	return r, nil
 }
 
 func writePID(path string) error {

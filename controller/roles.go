@@ -1,0 +1,60 @@
+package controller
+
+import (
+	"strings"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/state"
+)
+
+// access is what a call of OperatorService needs and does: the least role
+// that may make it (each role may do what the roles below it may), and
+// whether it changes the model. A change's audit entry is written with
+// its first transaction; a read is recorded only when it is refused.
+type access struct {
+	role    pb.UserRole
+	changes bool
+}
+
+const (
+	viewer   = pb.UserRole_USER_ROLE_VIEWER
+	operator = pb.UserRole_USER_ROLE_OPERATOR
+	admin    = pb.UserRole_USER_ROLE_ADMIN
+)
+
+// operatorAccess is the one table of the roles: what each OperatorService
+// method needs, by its name ("Deploy"). A method it does not name is
+// refused to everyone (TestEveryOperatorMethodHasARole fails first).
+func operatorAccess(method string) (access, bool) {
+	switch method {
+	// Reads: the model, its logs, the audit log, who one is.
+	case "Status", "WatchStatus", "GetConfig", "ShowStatusLog", "Audit", "WhoAmI":
+		return access{role: viewer}, true
+	// Rotating one's own credential is every user's, and so is waiting
+	// for the model to settle (ctl wait), whose barrier is a write but
+	// changes nothing in the model.
+	case "RotateCredential", "Barrier":
+		return access{role: viewer, changes: true}, true
+	// Every change of the model.
+	case "UploadCharm", "Deploy", "AddUnits", "AddMachines", "AddRelation", "DestroyRelation",
+		"DestroyUnit", "DestroyMachine", "DestroyMachines", "DestroyService", "Resolved", "SetConfig",
+		"IssueJoinToken":
+		return access{role: operator, changes: true}, true
+	// The users and the controllers.
+	case "ListUsers":
+		return access{role: admin}, true
+	case "AddUser", "RemoveUser", "SetUserRole", "AddController":
+		return access{role: admin, changes: true}, true
+	}
+	return access{}, false
+}
+
+// methodName is the last part of a full method name:
+// "/lifeline.v1.OperatorService/Deploy" is "Deploy".
+func methodName(full string) string { return full[strings.LastIndexByte(full, '/')+1:] }
+
+// allows says whether a user of role may make the call.
+func (a access) allows(role pb.UserRole) bool { return role >= a.role && a.role != 0 }
+
+// roleName is role as ctl names it.
+func roleName(role pb.UserRole) string { return state.RoleName(role) }
