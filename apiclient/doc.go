@@ -4,6 +4,10 @@
 // known controller address to fail over between, and fixed flow-control
 // windows (no bandwidth pings on connections that carry small bursts).
 //
-// It holds no state beyond the connection it returns, and knows nothing of
-// what the API's methods do.
+// The one call it makes itself is FetchCA's, a registration's first step:
+// the model's CA, from a connection not yet verified, accepted only if it
+// is the one a registration token pins.
+//
+// It holds no state beyond the connection it returns, and knows nothing
+// else of what the API's methods do.
 package apiclient

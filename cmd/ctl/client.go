@@ -41,14 +41,24 @@ type client struct {
 	addrs []string
 }
 
+// clientConfigPath is the client config every command but bootstrap
+// reads: --config, else $LIFELINE_CONFIG or the default.
+func (e *env) clientConfigPath() (string, error) {
+	if e.configFlag != "" {
+		return filepath.Abs(e.configFlag)
+	}
+	return e.configPath, e.configErr
+}
+
 // readConfig reads the client config, saying what to do when there is none.
 func (e *env) readConfig() (pki.ClientConfig, error) {
-	if e.configErr != nil {
-		return pki.ClientConfig{}, e.configErr
+	path, err := e.clientConfigPath()
+	if err != nil {
+		return pki.ClientConfig{}, err
 	}
-	cfg, err := pki.ReadClientConfig(e.configPath)
+	cfg, err := pki.ReadClientConfig(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return cfg, fmt.Errorf("no client config at %s: run `ctl bootstrap` to start a controller (or set LIFELINE_CONFIG to the client config of a running one)", e.configPath)
+		return cfg, fmt.Errorf("no client config at %s: run `ctl bootstrap` to start a controller, or `ctl register` with a registration token (or name the client config of a running one with --config or LIFELINE_CONFIG)", path)
 	}
 	return cfg, err
 }

@@ -28,6 +28,7 @@ func main() {
 
 // env is what ctl takes from its environment, read once by main.
 type env struct {
+	stdin          io.Reader
 	stdout, stderr io.Writer
 	// stdoutTTY and stderrTTY say whether they are terminals (progress lines
 	// and redraws use \r and escape codes only there).
@@ -36,6 +37,8 @@ type env struct {
 	// under the user's config directory; configErr says why there is none.
 	configPath string
 	configErr  error
+	// configFlag is --config, which wins over configPath when set.
+	configFlag string
 	// defaultDataDir is bootstrap's default --data-dir.
 	defaultDataDir string
 	// lifelined is the daemon's binary for bootstrap (lifelinedErr when not
@@ -46,6 +49,7 @@ type env struct {
 
 func newEnv() *env {
 	e := &env{
+		stdin:  os.Stdin,
 		stdout: os.Stdout, stderr: os.Stderr,
 		stdoutTTY: isTerminal(os.Stdout), stderrTTY: isTerminal(os.Stderr),
 	}
@@ -132,10 +136,13 @@ func rootCommand(e *env) *cobra.Command {
 		Short: "Operate a Lifeline model: deploy services, relate them, watch them",
 		Long: `ctl is the operator's client of a Lifeline controller.
 
-It reads the client config (the controller's address and CA, and the admin
-credential) from $LIFELINE_CONFIG when set, otherwise from
-lifeline/client.json under the user's config directory. ctl bootstrap starts a
-local controller and writes it; every other command calls that controller.
+It reads the client config (the controller's address and CA, and a user's
+credential) from --config when given, else $LIFELINE_CONFIG when set,
+otherwise from lifeline/client.json under the user's config directory. ctl
+bootstrap starts a local controller and writes it, for the user admin; ctl
+register writes another user's; every other command calls the controller.
+(ctl deploy's own --config sets the service's configuration: give deploy its
+client config with LIFELINE_CONFIG.)
 
 Example:
   ctl bootstrap
@@ -153,6 +160,7 @@ Example:
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
+	root.PersistentFlags().StringVar(&e.configFlag, "config", "", "the client config to use (default: $LIFELINE_CONFIG, or lifeline/client.json in the user's config dir)")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{cmd: cmd, err: err} })
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(
@@ -173,6 +181,14 @@ Example:
 		configCommand(e),
 		waitCommand(e),
 		addControllerCommand(e),
+		addUserCommand(e),
+		registerCommand(e),
+		usersCommand(e),
+		removeUserCommand(e),
+		setRoleCommand(e),
+		whoamiCommand(e),
+		rotateCredentialCommand(e),
+		auditCommand(e),
 	)
 	return root
 }

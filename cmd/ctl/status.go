@@ -69,6 +69,9 @@ Example:
 				return c.check(err)
 			}
 			e.learnControllers(resp.Status)
+			if format == formatTabular {
+				fmt.Fprint(e.stdout, statusHeader(resp.Controller, resp.User))
+			}
 			return renderStatus(e.stdout, resp.Status, format)
 		},
 	}
@@ -107,6 +110,9 @@ func watchStatus(ctx context.Context, e *env, c *client, format string) error {
 		case format == formatYAML && !first:
 			buf.WriteString("---\n")
 		}
+		if format == formatTabular {
+			buf.WriteString(statusHeader(resp.Controller, resp.User))
+		}
 		if err := renderStatus(&buf, resp.Status, format); err != nil {
 			return err
 		}
@@ -115,6 +121,15 @@ func watchStatus(ctx context.Context, e *env, c *client, format string) error {
 		}
 		first = false
 	}
+}
+
+// statusHeader is the line above the tabular status: the controller that
+// answered and the user asking.
+func statusHeader(controller, user string) string {
+	if controller == "" && user == "" {
+		return ""
+	}
+	return fmt.Sprintf("Controller %s, user %s\n\n", dash(controller), dash(user))
 }
 
 // errStreamEnded says the controller ended a status stream (it ends them
