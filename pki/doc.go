@@ -12,14 +12,17 @@
 //   - the TLS configurations of the server and of its clients, which pin the
 //     controller's CA instead of trusting the system roots;
 //   - credentials: an entity's tag (whose syntax package names owns: "admin",
-//     "machine-3", "unit-kv/0") with a random secret, and the hashes of
+//     "user-alice", "machine-3", "unit-kv/0") with a random secret, and the hashes of
 //     secrets that the controller stores in place of the secrets themselves;
 //   - join tokens: what a manual machine's host needs to join (the
 //     controllers, their CA, the machine, a secret the controller takes
 //     once, an expiry), which are not credentials;
 //   - the operator's client config file (JSON, mode 0600, written
 //     atomically), which holds the controller addresses, the CA certificate
-//     and the operator's credential;
+//     and the user's credential;
+//   - the tokens handed over by hand: a manual machine's join token, and a
+//     new user's registration token (addresses, the CA's fingerprint, a
+//     one-time secret; no credential);
 //   - WriteFileAtomic, the synced replace-by-rename these files are written
 //     with, which other packages' durable records use too.
 //
