@@ -126,7 +126,7 @@ type Server struct {
 	// without a credential.
 	registrations *rate.Limiter
 	// follows bounds the open audit streams that follow the log.
-	follows chan struct{}
+	follows auditFollows
 	// addrs is the list of controller addresses last read
 	// (controllerAddresses).
 	addrs struct {
@@ -169,7 +169,6 @@ func New(cfg Config) (*Server, error) {
 	s.creds = newCredMirror(cfg.Watches, s.logger)
 	s.holders = newPresenceHolders(cfg.Watches, s.logger)
 	s.registrations = rate.NewLimiter(registrationRate, registrationBurst)
-	s.follows = make(chan struct{}, maxAuditFollows)
 	s.workers = newHandlerWorkers(maxHandlerWorkers, workerIdle)
 	s.budgets = newBudgetBook(cfg.Budgets, s.logger)
 	s.limits = newLimitMetrics(cfg.Metrics, cfg.Storage)

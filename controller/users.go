@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -126,8 +127,10 @@ const (
 	auditPerMessage   = 100
 	maxAuditEntityLen = 200
 	// maxAuditFollows bounds the Audit streams that follow the log on a
-	// controller; more are ResourceExhausted.
-	maxAuditFollows = 32
+	// controller, and maxAuditFollowsPerUser those of one user (of its
+	// credential: a user has one); more are ResourceExhausted.
+	maxAuditFollows        = 32
+	maxAuditFollowsPerUser = 4
 	// auditPendingWait is how long a follower waits for a pending entry's
 	// result before it sends it pending (its controller may have died).
 	auditPendingWait = 30 * time.Second
@@ -160,12 +163,11 @@ func (s *Server) Audit(req *pb.AuditRequest, stream pb.OperatorService_AuditServ
 		q.Since = time.Unix(0, req.SinceUnixNano)
 	}
 	if req.Follow {
-		select {
-		case s.follows <- struct{}{}:
-			defer func() { <-s.follows }()
-		default:
-			return status.Errorf(codes.ResourceExhausted, "%d audit streams follow the log on this controller, the most it serves: try again later", maxAuditFollows)
+		user := callerFrom(ctx).id
+		if err := s.follows.take(user); err != nil {
+			return err
 		}
+		defer s.follows.release(user)
 	}
 	last, err := s.st.AuditSeq(ctx)
 	if err != nil {
@@ -189,6 +191,44 @@ func (s *Server) Audit(req *pb.AuditRequest, stream pb.OperatorService_AuditServ
 		return nil
 	}
 	return s.followAudit(ctx, q, last+1, stream)
+}
+
+// auditFollows counts the Audit streams that follow the log on this
+// controller, in all and by user: each holds a watch of the hub and reads
+// the log as it grows, so one user (or a script gone wrong) must not take
+// them all.
+type auditFollows struct {
+	mu     sync.Mutex
+	total  int
+	byUser map[string]int
+}
+
+// take counts one more stream of user's, or says why it cannot.
+func (f *auditFollows) take(user string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.total >= maxAuditFollows:
+		return status.Errorf(codes.ResourceExhausted, "%d audit streams follow the log on this controller, the most it serves: try again later", maxAuditFollows)
+	case f.byUser[user] >= maxAuditFollowsPerUser:
+		return status.Errorf(codes.ResourceExhausted, "user %s follows the audit log on %d streams of this controller, the most one user may: end one first", user, maxAuditFollowsPerUser)
+	}
+	if f.byUser == nil {
+		f.byUser = map[string]int{}
+	}
+	f.total++
+	f.byUser[user]++
+	return nil
+}
+
+// release counts one of user's streams ended.
+func (f *auditFollows) release(user string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.total--
+	if f.byUser[user]--; f.byUser[user] <= 0 {
+		delete(f.byUser, user)
+	}
 }
 
 // followAudit sends the entries from seq next on that q matches, in

@@ -358,3 +358,62 @@ func TestAuditFollowShowsAnotherUsersChange(t *testing.T) {
 		t.Errorf("Audit(entity machine:0) = %s, want %s", fmtList(got), want)
 	}
 }
+
+// One user may follow the audit log on a few streams of a controller at
+// once, not all it serves: more are ResourceExhausted, while another user
+// still follows; a stream that ends frees its place.
+func TestAuditFollowsAreBoundedPerUser(t *testing.T) {
+	e := newEnv(t)
+	vic := pb.NewOperatorServiceClient(e.Dial(e.User("vic", pb.UserRole_USER_ROLE_VIEWER)))
+	olga := pb.NewOperatorServiceClient(e.Dial(e.User("olga", pb.UserRole_USER_ROLE_OPERATOR)))
+	if _, err := olga.AddMachines(e.ctx, &pb.AddMachinesRequest{NumMachines: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// follow opens a stream following olga's entries and returns how its
+	// first answer went: the log so far, or a refusal.
+	follow := func(c pb.OperatorServiceClient) (context.CancelFunc, error) {
+		ctx, cancel := context.WithCancel(e.ctx)
+		f, err := c.Audit(ctx, &pb.AuditRequest{Follow: true, User: "olga"})
+		if err == nil {
+			_, err = f.Recv()
+		}
+		return cancel, err
+	}
+	var cancels []context.CancelFunc
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	for i := range 4 {
+		cancel, err := follow(vic)
+		cancels = append(cancels, cancel)
+		if err != nil {
+			t.Fatalf("vic's follow %d: %v", i+1, err)
+		}
+	}
+	cancel, err := follow(vic)
+	cancels = append(cancels, cancel)
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("vic's fifth follow = %v, want ResourceExhausted", err)
+	}
+	cancel, err = follow(olga)
+	cancels = append(cancels, cancel)
+	if err != nil {
+		t.Fatalf("olga's follow beside vic's four: %v", err)
+	}
+	cancels[0]()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cancel, err := follow(vic)
+		cancels = append(cancels, cancel)
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.ResourceExhausted || time.Now().After(deadline) {
+			t.Fatalf("vic's follow after one of four ended = %v, want it served", err)
+		}
+		cancel()
+		time.Sleep(10 * time.Millisecond)
+	}
+}
