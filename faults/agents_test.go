@@ -47,7 +47,7 @@ func runMachineAgentsKilled(t *testing.T, sz sizes) {
 			chaos.stop(t)
 		}
 	}()
-	f.OK(t, "deploy", testCharm("fnode"), "-n", strconv.Itoa(cli), "--config", "fail-percent="+strconv.Itoa(sz.chaosFailPercent))
+	f.OK(t, "deploy", testCharm("fnode"), "-n", strconv.Itoa(cli), "--service-config", "fail-percent="+strconv.Itoa(sz.chaosFailPercent))
 	f.OK(t, "deploy", testCharm("fsub"))
 	f.waitModel(t, "every unit running", 20*time.Minute, func(doc *e2etest.StatusDoc) bool {
 		resolver.resolve(t, doc)

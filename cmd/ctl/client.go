@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -48,6 +49,20 @@ func (e *env) clientConfigPath() (string, error) {
 		return filepath.Abs(e.configFlag)
 	}
 	return e.configPath, e.configErr
+}
+
+// configFlagNotASetting refuses a --config that names no file but reads
+// as a service's setting (port=9000): someone used to juju deploy
+// --config meant deploy's --service-config, and is told so rather than
+// that the client config "port=9000" is missing.
+func (e *env) configFlagNotASetting() error {
+	if !strings.Contains(e.configFlag, "=") {
+		return nil
+	}
+	if _, err := os.Stat(e.configFlag); err == nil {
+		return nil
+	}
+	return fmt.Errorf("--config %s: --config names the client config file; a service's setting is --service-config %s", e.configFlag, e.configFlag)
 }
 
 // readConfig reads the client config, saying what to do when there is none.

@@ -24,7 +24,7 @@ const uploadChunk = 1 << 20
 type deployFlags struct {
 	numUnits int
 	to       string
-	config   []string
+	settings []string
 }
 
 func deployCommand(e *env) *cobra.Command {
@@ -38,23 +38,29 @@ machine --to.
 
 The charm is validated and packed here, uploaded (the same charm again keeps
 its revision), and deployed at the revision the controller stored.
---config KEY=VALUE settings (repeatable) are typed by the charm's config.yaml.
+--service-config KEY=VALUE settings (repeatable) are typed by the charm's
+config.yaml. (Juju's deploy calls them --config; here --config, as for every
+command, names ctl's client config file, so the service's settings have a
+flag of their own.)
 
 A subordinate charm is deployed with no units: its units come with the
 principals it is related to (ctl add-relation), so -n is refused for it.
 
 Example:
   ctl deploy examples/charms/logger
-  ctl deploy examples/charms/kv cache -n 2 --config port=9000
+  ctl deploy examples/charms/kv cache -n 2 --service-config port=9000
   ctl deploy examples/charms/app web --to 0`,
 		Args: argsRange(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.numUnits < 0 {
 				return usagef(cmd, "-n %d: want 0 or more units", f.numUnits)
 			}
-			settings, err := charm.ParseKeyValues(f.config)
+			if err := e.configFlagNotASetting(); err != nil {
+				return usagef(cmd, "%v", err)
+			}
+			settings, err := charm.ParseKeyValues(f.settings)
 			if err != nil {
-				return usagef(cmd, "--config: %v", err)
+				return usagef(cmd, "--service-config: %v", err)
 			}
 			service := ""
 			if len(args) == 2 {
@@ -66,7 +72,7 @@ Example:
 	fl := cmd.Flags()
 	fl.IntVarP(&f.numUnits, "num-units", "n", 1, "`N` units to add (subordinates take none)")
 	fl.StringVar(&f.to, "to", "", "put every unit on `MACHINE` (default: a new machine each)")
-	fl.StringArrayVar(&f.config, "config", nil, "a `KEY=VALUE` setting (repeatable)")
+	fl.StringArrayVar(&f.settings, "service-config", nil, "a `KEY=VALUE` setting of the service (repeatable; --config is the client config)")
 	return cmd
 }
 

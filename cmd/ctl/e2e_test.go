@@ -114,7 +114,7 @@ func TestCommandsAgainstAController(t *testing.T) {
 		}
 	})
 	t.Run("deploy", func(t *testing.T) {
-		out := s.ok(t, "deploy", "testdata/kv", "-n", "2", "--config", "port=9000", "--config", "name=first")
+		out := s.ok(t, "deploy", "testdata/kv", "-n", "2", "--service-config", "port=9000", "--service-config", "name=first")
 		if !strings.Contains(out, "kv/0 on machine 0") || !strings.Contains(out, "kv/1 on machine 1") || !strings.Contains(out, "revision 1") {
 			t.Errorf("ctl deploy kv said:\n%s\nwant kv/0 and kv/1 on machines 0 and 1, revision 1", out)
 		}
@@ -126,7 +126,7 @@ func TestCommandsAgainstAController(t *testing.T) {
 			t.Errorf("ctl deploy logger said:\n%s\nwant a subordinate service", out)
 		}
 		s.fails(t, 1, []string{"ctl: service kv already exists"}, "deploy", "testdata/kv")
-		s.fails(t, 1, []string{`ctl: config option "port" wants an int, got "abc"`}, "deploy", "testdata/kv", "kv2", "--config", "port=abc")
+		s.fails(t, 1, []string{`ctl: config option "port" wants an int, got "abc"`}, "deploy", "testdata/kv", "kv2", "--service-config", "port=abc")
 		s.fails(t, 1, []string{"ctl: read charm: open testdata/nope: no such file"}, "deploy", "testdata/nope")
 		s.fails(t, 1, []string{"ctl: machine 42 not found"}, "deploy", "testdata/kv", "kv3", "--to", "42")
 	})

@@ -141,8 +141,8 @@ credential) from --config when given, else $LIFELINE_CONFIG when set,
 otherwise from lifeline/client.json under the user's config directory. ctl
 bootstrap starts a local controller and writes it, for the user admin; ctl
 register writes another user's; every other command calls the controller.
-(ctl deploy's own --config sets the service's configuration: give deploy its
-client config with LIFELINE_CONFIG.)
+(A service's settings at deploy are ctl deploy --service-config, not
+--config as in juju deploy: --config is the client config everywhere.)
 
 Example:
   ctl bootstrap

@@ -165,7 +165,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"deploy"},
 		{"deploy", "a", "b", "c"},
 		{"deploy", "testdata/kv", "-n", "-1"},
-		{"deploy", "testdata/kv", "--config", "no-equals-sign"},
+		{"deploy", "testdata/kv", "--service-config", "no-equals-sign"},
+		{"deploy", "testdata/kv", "--config", "port=9000"},
 		{"add-unit"},
 		{"add-unit", "kv", "-n", "0"},
 		{"add-machine", "-n", "x"},
@@ -211,7 +212,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 func TestHelp(t *testing.T) {
 	s := newSandbox(t)
 	out := s.ok(t, "deploy", "--help")
-	for _, want := range []string{"ctl deploy CHARM_DIR [SERVICE]", "Example:", "--config", "-n, --num-units"} {
+	for _, want := range []string{"ctl deploy CHARM_DIR [SERVICE]", "Example:", "--service-config", "-n, --num-units"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("ctl deploy --help says:\n%s\nwant %q in it", out, want)
 		}

@@ -95,10 +95,7 @@ func TestUsersAgainstAController(t *testing.T) {
 			lines <- sc.Text()
 		}
 	}()
-	// Deploy's own --config is the service's: its client config comes
-	// from the environment.
-	deploy := s.command(context.Background(), "deploy", "testdata/kv")
-	deploy.Env = append(deploy.Env, "LIFELINE_CONFIG="+alice)
+	deploy := s.command(context.Background(), "--config", alice, "deploy", "testdata/kv")
 	if b, err := deploy.CombinedOutput(); err != nil {
 		t.Fatalf("ctl deploy as alice: %v\n%s", err, b)
 	}
