@@ -57,6 +57,12 @@ var docScenarios = []struct {
 		"ctl destroy-service", "ctl add-controller", "ctl kill-controller",
 	}},
 	{name: "wait", groups: []string{"ctl wait"}, bootstrap: true},
+	// add-user writes bob's token, which register reads; the commands
+	// after run as admin or, with --config bob.json, as bob.
+	{name: "users", groups: []string{
+		"ctl add-user", "ctl register", "ctl users", "ctl whoami", "ctl set-role", "ctl rotate-credential",
+		"ctl audit", "ctl remove-user",
+	}, bootstrap: true},
 	{name: "bootstrap", groups: []string{"ctl bootstrap"}, each: true},
 }
 
@@ -92,7 +98,7 @@ var docRefusals = []struct {
 
 // docInterrupted are the examples that run until interrupted: each must
 // print something, then end with status 0 on SIGINT.
-var docInterrupted = []string{"ctl status --watch"}
+var docInterrupted = []string{"ctl status --watch", "ctl audit --entity bob --follow"}
 
 // docExample is one command line of the documentation.
 type docExample struct {

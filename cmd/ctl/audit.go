@@ -65,15 +65,15 @@ secret or a configuration's values) and its result (OK, PermissionDenied,
 FailedPrecondition...). Entries are numbered without gaps; the oldest go
 once beyond the controller's --audit-retention.
 
---user, --since and --entity (a service, unit or machine: kv, kv/0,
-machine:3; a service also selects its units') filter; --limit bounds the
+--user, --since and --entity (a service, unit, machine or user: kv, kv/0,
+machine:3, bob; a service also selects its units') filter; --limit bounds the
 newest entries shown first. --follow then shows each new entry as its call
 ends, until interrupted. --format json gives one JSON array (with --follow,
 one JSON object a line); yaml one document (with --follow, one an entry).
 
 Example:
-  ctl audit --user alice --since 24h
-  ctl audit --entity kv --follow`,
+  ctl audit --user admin --since 24h
+  ctl audit --entity bob --follow`,
 		Args: argsRange(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkFormat(cmd, format); err != nil {

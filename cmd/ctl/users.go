@@ -68,7 +68,7 @@ func unary[T any](ctx context.Context, e *env, call func(context.Context, pb.Ope
 }
 
 func addUserCommand(e *env) *cobra.Command {
-	var role string
+	var role, tokenFile string
 	var expires time.Duration
 	cmd := &cobra.Command{
 		Use:   "add-user NAME",
@@ -78,10 +78,12 @@ the one-time registration token to hand to them, and the command they run
 with it. The token holds the controllers' addresses, the fingerprint of
 their CA and a one-time secret; it works once, until it expires. It holds
 no credential: ctl register makes the user's own. A user who does not
-register in time is removed.
+register in time is removed. With --token-file the token is written to a
+file (mode 0600) rather than printed.
 
 Example:
-  ctl add-user alice --role operator --expires 2h`,
+  ctl add-user alice --role operator --expires 2h
+  ctl add-user bob --token-file bob.token`,
 		Args: argsRange(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := parseRole(cmd, role)
@@ -117,6 +119,14 @@ Example:
 				return err
 			}
 			at := time.Unix(0, resp.ExpiresUnixNano).Local().Format(time.RFC3339)
+			if tokenFile != "" {
+				if err := pki.WriteFileAtomic(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+					return fmt.Errorf("user %s is added, but its token cannot be written (remove the user and add it again): %w", args[0], err)
+				}
+				fmt.Fprintf(e.stdout, "added user %s (%s); wrote its registration token to %s: it works once, until %s\n", args[0], roleName(r), tokenFile, at)
+				fmt.Fprintf(e.stdout, "hand it over privately; the user runs:\n\n  ctl register - --config FILE < %s\n", tokenFile)
+				return nil
+			}
 			fmt.Fprintf(e.stdout, "added user %s (%s); its registration token works once, until %s:\n\n%s\n\n", args[0], roleName(r), at, token)
 			fmt.Fprintf(e.stdout, "hand it over; the user runs (reading the token from stdin keeps it out of shell history):\n\n  ctl register - --config FILE\n")
 			return nil
@@ -124,6 +134,7 @@ Example:
 	}
 	cmd.Flags().StringVar(&role, "role", "viewer", "viewer, operator or admin")
 	cmd.Flags().DurationVar(&expires, "expires", 24*time.Hour, "how long the registration token works (at most 720h)")
+	cmd.Flags().StringVar(&tokenFile, "token-file", "", "write the token to `FILE` (mode 0600) instead of printing it")
 	return cmd
 }
 
@@ -140,7 +151,7 @@ overwritten. With - the token is read from stdin, which keeps it out of
 the shell's history.
 
 Example:
-  ctl register - --config ~/.config/lifeline/prod.json < token`,
+  ctl register - --config bob.json < bob.token`,
 		Args: argsRange(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			raw := args[0]
@@ -239,7 +250,13 @@ func usersCommand(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "users",
 		Short: "List the users, their roles, and who has yet to register",
-		Args:  argsRange(0, 0),
+		Long: `List the users: each one's role, who added it and when it registered (or
+until when it can).
+
+Example:
+  ctl users
+  ctl users --format json`,
+		Args: argsRange(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkFormat(cmd, format); err != nil {
 				return err
@@ -306,7 +323,10 @@ func removeUserCommand(e *env) *cobra.Command {
 		Short: "Remove a user: its credential stops working at once",
 		Long: `Remove a user and revoke its credential at once: its calls are refused and its
 open streams (status --watch, audit --follow) end. The last admin cannot be
-removed.`,
+removed.
+
+Example:
+  ctl remove-user alice`,
 		Args: argsRange(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if _, err := unary(cmd.Context(), e, func(ctx context.Context, op pb.OperatorServiceClient) (*pb.RemoveUserResponse, error) {
@@ -326,7 +346,10 @@ func setRoleCommand(e *env) *cobra.Command {
 		Short: "Give a user a role: viewer, operator or admin",
 		Long: `Give a user a role: viewer (reads), operator (also changes the model) or admin
 (also manages users). It holds from the user's next call. The last admin
-cannot be given another role.`,
+cannot be given another role.
+
+Example:
+  ctl set-role bob operator`,
 		Args: argsRange(2, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := parseRole(cmd, args[1])
@@ -348,7 +371,13 @@ func whoamiCommand(e *env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "whoami",
 		Short: "Name the user this client config is, its role, and the controller",
-		Args:  argsRange(0, 0),
+		Long: `Name the user whose credential the client config holds, its role, and the
+controller that answers.
+
+Example:
+  ctl whoami
+  ctl --config bob.json whoami`,
+		Args: argsRange(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			resp, err := unary(cmd.Context(), e, func(ctx context.Context, op pb.OperatorServiceClient) (*pb.WhoAmIResponse, error) {
 				return op.WhoAmI(ctx, &pb.WhoAmIRequest{})
@@ -368,7 +397,10 @@ func rotateCredentialCommand(e *env) *cobra.Command {
 		Short: "Replace this client config's credential by a new one",
 		Long: `Make a new credential, have the controller store its hash in place of the
 current one's, and write it to the client config: the old credential stops
-working at once (and your open streams end).`,
+working at once (and your open streams end).
+
+Example:
+  ctl --config bob.json rotate-credential`,
 		Args: argsRange(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := e.readConfig()
