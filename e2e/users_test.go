@@ -115,6 +115,15 @@ func TestUsersRegisterAndTheirRoles(t *testing.T) {
 	oneLine(t, s.Ctl("--config", vic, "config", "kv", "port=7071"), 1, "ctl: user vic (viewer) may not call SetConfig")
 	s.OK(t, "set-role", "vic", "operator")
 	s.OK(t, "--config", vic, "config", "kv", "port=7071")
+	oneLine(t, s.Ctl("remove-user", "admin"), 1, "ctl: user admin is the last admin")
+	oneLine(t, s.Ctl("set-role", "admin", "viewer"), 1, "ctl: user admin is the last admin")
+	// The tabular audit log names who deployed and who changed the config.
+	out = s.OK(t, "audit", "--entity", "kv")
+	for _, want := range []string{"olga", "Deploy", "vic", "SetConfig", "PermissionDenied"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ctl audit --entity kv said:\n%s\nwant %q in it", out, want)
+		}
+	}
 }
 
 // TestRegistrationTokenWorksOnceAndNotAfterExpiry: a token registers its
