@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -64,14 +65,17 @@ func runFuzzOperatorAPI(t *testing.T, sz sizes) {
 		seed = rand.Uint64()
 	}
 	t.Logf("fuzz seed %d", seed)
-	fz := &fuzzer{op: op, charms: charms, codes: map[string]map[codes.Code]int{},
-		pool: map[string][]string{"service": {"fnode", "fsrv", "fsub"}, "unit": {"fnode/0"}, "machine": {"0"}, "charm": {"fnode", "fsrv", "fsub"}}}
+	fz := &fuzzer{op: op, charms: charms, codes: map[string]map[codes.Code]int{}, ownHash: pki.HashSecret(cfg.Secret),
+		pool: map[string][]string{"service": {"fnode", "fsrv", "fsub"}, "unit": {"fnode/0"}, "machine": {"0"}, "charm": {"fnode", "fsrv", "fsub"}, "user": {"admin"}}}
 	deadline := time.Now().Add(sz.fuzzFor)
+	hardDeadline := deadline.Add(2 * time.Minute)
 	var wg sync.WaitGroup
 	for i := range sz.fuzzClients {
 		rnd := rand.New(rand.NewPCG(seed, uint64(i)))
 		wg.Go(func() {
-			for time.Now().Before(deadline) {
+			// Past the deadline, until every RPC has been called (within
+			// a bound): a slow machine makes few calls in the time.
+			for time.Now().Before(deadline) || time.Now().Before(hardDeadline) && len(fz.missed()) > 0 {
 				fz.call(rnd)
 			}
 		})
@@ -132,6 +136,9 @@ func packCharms(t *testing.T) [][]byte {
 type fuzzer struct {
 	op     pb.OperatorServiceClient
 	charms [][]byte
+	// ownHash is the hash of the fuzzer's own secret: the one
+	// credential it may rotate to and go on calling.
+	ownHash string
 
 	fresh atomic.Int64 // numbers new service names
 
@@ -285,7 +292,7 @@ func (fz *fuzzer) call(rnd *rand.Rand) {
 		req proto.Message
 		err error
 	)
-	switch rnd.IntN(18) {
+	switch rnd.IntN(20) {
 	case 0:
 		rpc, req = "Status", &pb.StatusRequest{}
 		_, err = fz.op.Status(ctx, req.(*pb.StatusRequest))
@@ -459,6 +466,21 @@ func (fz *fuzzer) call(rnd *rand.Rand) {
 		}
 		req = in
 		_, err = fz.op.Barrier(ctx, in)
+	case 18:
+		rpc, req, err = fz.userCall(ctx, rnd)
+	case 19:
+		rpc = "Audit"
+		in := &pb.AuditRequest{User: fz.name(rnd, "user"), Limit: int32(int64Edge(rnd))}
+		switch rnd.IntN(4) {
+		case 0:
+			in.Entity = fz.name(rnd, []string{"service", "unit", "machine"}[rnd.IntN(3)])
+		case 1:
+			in.SinceUnixNano = int64Edge(rnd)
+		case 2:
+			in.User = ""
+		}
+		req = in
+		err = fz.audit(ctx, in)
 	}
 	code := status.Code(err)
 	fz.mu.Lock()
@@ -473,6 +495,70 @@ func (fz *fuzzer) call(rnd *rand.Rand) {
 			text = text[:300] + "..."
 		}
 		fz.bad = append(fz.bad, fmt.Sprintf("%s(%s): %v", rpc, text, err))
+	}
+}
+
+// userCall makes one call of the users' RPCs. The fuzzer's own user is
+// admin, the last admin: its removal and demotion are refused, and it
+// rotates its credential only to the one it holds (or to a malformed
+// hash), so that it goes on calling.
+func (fz *fuzzer) userCall(ctx context.Context, rnd *rand.Rand) (string, proto.Message, error) {
+	role := pb.UserRole(rnd.IntN(5) - 1)
+	switch rnd.IntN(6) {
+	case 0:
+		in := &pb.ListUsersRequest{}
+		_, err := fz.op.ListUsers(ctx, in)
+		return "ListUsers", in, err
+	case 1:
+		in := &pb.AddUserRequest{Name: fz.name(rnd, "user"), Role: role, ExpiresMs: int64Edge(rnd)}
+		if rnd.IntN(2) == 0 {
+			in.Name, in.ExpiresMs = fmt.Sprintf("u%d", fz.fresh.Add(1)), 0
+		}
+		resp, err := fz.op.AddUser(ctx, in)
+		if err == nil {
+			fz.remember("user", resp.GetUser().GetName())
+		}
+		return "AddUser", in, err
+	case 2:
+		in := &pb.RemoveUserRequest{Name: fz.name(rnd, "user")}
+		_, err := fz.op.RemoveUser(ctx, in)
+		return "RemoveUser", in, err
+	case 3:
+		in := &pb.SetUserRoleRequest{Name: fz.name(rnd, "user"), Role: role}
+		_, err := fz.op.SetUserRole(ctx, in)
+		return "SetUserRole", in, err
+	case 4:
+		in := &pb.WhoAmIRequest{}
+		_, err := fz.op.WhoAmI(ctx, in)
+		return "WhoAmI", in, err
+	}
+	in := &pb.RotateCredentialRequest{CredentialHash: fz.ownHash}
+	if rnd.IntN(2) == 0 {
+		in.CredentialHash = []string{"", "sha256:", "sha256:zz", randomString(rnd), fz.ownHash + "0"}[rnd.IntN(5)]
+	}
+	_, err := fz.op.RotateCredential(ctx, in)
+	return "RotateCredential", in, err
+}
+
+// audit reads the audit log, following it for a moment when asked to.
+func (fz *fuzzer) audit(ctx context.Context, in *pb.AuditRequest) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	in.Follow = in.Limit%2 == 0
+	stream, err := fz.op.Audit(ctx, in)
+	if err != nil {
+		return err
+	}
+	for {
+		if _, err := stream.Recv(); err != nil {
+			if ctx.Err() != nil && status.Code(err) == codes.DeadlineExceeded {
+				return nil
+			}
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
 	}
 }
 
@@ -536,6 +622,30 @@ func (fz *fuzzer) upload(ctx context.Context, rnd *rand.Rand) (proto.Message, er
 
 // report records the answers and fails the test on Internal or Unknown
 // ones.
+// missed lists the RPCs of the service, as its descriptor lists them,
+// that the fuzzer has yet to call.
+func (fz *fuzzer) missed() []string {
+	fz.mu.Lock()
+	defer fz.mu.Unlock()
+	return fz.missedLocked()
+}
+
+func (fz *fuzzer) missedLocked() []string {
+	var missed []string
+	desc := pb.OperatorService_ServiceDesc
+	for _, m := range desc.Methods {
+		if fz.codes[m.MethodName] == nil {
+			missed = append(missed, m.MethodName)
+		}
+	}
+	for _, st := range desc.Streams {
+		if fz.codes[st.StreamName] == nil {
+			missed = append(missed, st.StreamName)
+		}
+	}
+	return missed
+}
+
 func (fz *fuzzer) report(t *testing.T, r *run) {
 	t.Helper()
 	fz.mu.Lock()
@@ -565,18 +675,8 @@ func (fz *fuzzer) report(t *testing.T, r *run) {
 	}
 	r.count("calls", total)
 	// Every RPC of the service, as its descriptor lists them, is called.
-	var missed []string
+	missed := fz.missedLocked()
 	desc := pb.OperatorService_ServiceDesc
-	for _, m := range desc.Methods {
-		if fz.codes[m.MethodName] == nil {
-			missed = append(missed, m.MethodName)
-		}
-	}
-	for _, st := range desc.Streams {
-		if fz.codes[st.StreamName] == nil {
-			missed = append(missed, st.StreamName)
-		}
-	}
 	if n := len(desc.Methods) + len(desc.Streams); len(missed) > 0 || len(rpcs) != n {
 		t.Errorf("the fuzzer called %d of the %d RPCs (%v), never %v", len(rpcs), n, rpcs, missed)
 	}
