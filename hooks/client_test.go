@@ -96,7 +96,8 @@ func TestInstallTools(t *testing.T) {
 			t.Errorf("%s links to %q, %v; want %s", e.Name(), target, err, lifelined)
 		}
 	}
-	want := []string{"config-get", "log", "relation-get", "relation-ids", "relation-list", "relation-set", "status-get", "status-set", "unit-get"}
+	want := []string{"action-fail", "action-get", "action-log", "action-set", "checkpoint-get", "checkpoint-set",
+		"config-get", "log", "relation-get", "relation-ids", "relation-list", "relation-set", "status-get", "status-set", "unit-get"}
 	if !slices.Equal(got, want) || !slices.Equal(hooks.ToolNames(), want) {
 		t.Errorf("tools dir holds %q, ToolNames() = %q, want %q", got, hooks.ToolNames(), want)
 	}

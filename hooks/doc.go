@@ -99,6 +99,18 @@
 //	status-get [--format=text|json]               (text: the status; json: status and message)
 //	log [-l LEVEL] MESSAGE...
 //
+// In a run of a charm's action (ActionContext) the tools above work, and
+// so do the action tools, which fail in a hook ("not running an action"):
+//
+//	action-get [--format=text|json] [KEY]         (KEY dotted; text: strings as they are, the rest YAML)
+//	action-set KEY=VALUE...                       (results; dotted keys nest; stdout, stderr... reserved)
+//	action-fail [MESSAGE...]                      (the action goes on, and fails)
+//	action-log MESSAGE...
+//	checkpoint-get [--format=text|json] [KEY]
+//	checkpoint-set KEY=VALUE...                   (stored in the controller before it returns)
+//
+// Keys of action-set and checkpoint-set are ValidActionKey's.
+//
 // relation-get's UNIT defaults to LIFELINE_REMOTE_UNIT when the relation
 // is the hook's own. relation-set refuses, exiting 1, changes whose values
 // for one relation would pass MaxSettingsBytes, the controller's limit of

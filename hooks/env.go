@@ -48,6 +48,23 @@ const (
 	// EnvDepartingUnit is the unit leaving the relation, in
 	// relation-departed.
 	EnvDepartingUnit = "LIFELINE_DEPARTING_UNIT"
+
+	// In actions only (the hook's variables above are set too, but
+	// EnvHookName):
+
+	// EnvOperationID is the id of the operation the action's task is of,
+	// "7".
+	EnvOperationID = "LIFELINE_OPERATION_ID"
+	// EnvActionName is the action's name, "backup".
+	EnvActionName = "LIFELINE_ACTION_NAME"
+	// EnvActionResumed is "1" when the task was paused (or lost) and
+	// resumed: checkpoint-get has what the runs before stored.
+	EnvActionResumed = "LIFELINE_ACTION_RESUMED"
+	// EnvJujuActionName and EnvJujuActionUUID are Juju's names of the
+	// action and of its task ("<operation>-<unit>", "7-kv-0"), for charms
+	// written for Juju.
+	EnvJujuActionName = "JUJU_ACTION_NAME"
+	EnvJujuActionUUID = "JUJU_ACTION_UUID"
 )
 
 // The variables Run sets itself; Spec.Env must not hold PATH or HOME.

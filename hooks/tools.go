@@ -40,8 +40,15 @@ const MaxSettingsBytes = 64 << 10
 // workloadStatuses returns the workload statuses status-set accepts.
 func workloadStatuses() []string { return []string{"maintenance", "blocked", "waiting", "active"} }
 
-// tools returns the hook tools by name.
+// tools returns the hook tools by name, the action tools among them.
 func tools() map[string]tool {
+	t := hookTools()
+	maps.Copy(t, actionTools())
+	return t
+}
+
+// hookTools returns the tools of hooks (which actions may call too).
+func hookTools() map[string]tool {
 	return map[string]tool{
 		"relation-get": {
 			usage: "[-r ID] [--format=text|json] [KEY|-] [UNIT]",
