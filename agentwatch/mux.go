@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lifelinehq/lifeline/internal/pause"
 	"github.com/lifelinehq/lifeline/names"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -285,7 +286,7 @@ func (m *Mux) follow(ctx context.Context, subject *pb.WatchSubject, as Credentia
 		default:
 			logger.Debug("watch interrupted; resuming", "subject", subject.String(), "after", after, "error", ended)
 		}
-		if !sleep(ctx, bo.NextBackOff()) {
+		if !pause.For(ctx, bo.NextBackOff()) {
 			return
 		}
 		m.resubscribe(f)
@@ -500,7 +501,7 @@ func (m *Mux) run() {
 					m.logger.Debug("watch stream interrupted; resuming", "error", err)
 				}
 			}
-			sleep(ctx, bo.NextBackOff())
+			pause.For(ctx, bo.NextBackOff())
 		}
 		cancel()
 	}
@@ -610,16 +611,5 @@ func (st *muxStream) sender(ctx context.Context) {
 				return
 			}
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lifelinehq/lifeline/e2etest"
+	"github.com/lifelinehq/lifeline/internal/pause"
 )
 
 // TestConnectionFlood floods the controller with idle TCP connections,
@@ -79,7 +80,7 @@ func runConnectionFlood(t *testing.T, sz sizes) {
 	ended.Go(func() {
 		defer cancel()
 		dialed.Wait()
-		if !sleepCtx(ctx, sz.floodFor) {
+		if !pause.For(ctx, sz.floodFor) {
 			return
 		}
 		bound := time.Now().Add(time.Minute)
@@ -87,7 +88,7 @@ func runConnectionFlood(t *testing.T, sz sizes) {
 			if body, err := f.scrape(); err == nil && int(metric(body, `lifeline_api_connections_refused_total{limit="per_address"}`)) >= wantRefused {
 				return
 			}
-			if !sleepCtx(ctx, 100*time.Millisecond) {
+			if !pause.For(ctx, 100*time.Millisecond) {
 				return
 			}
 		}
@@ -169,7 +170,7 @@ func flood(ctx context.Context, addr string, ip net.IP, n int, dials, failed *at
 					failed.Add(1)
 				}
 				open--
-				if !sleepCtx(ctx, 10*time.Millisecond) {
+				if !pause.For(ctx, 10*time.Millisecond) {
 					break
 				}
 				continue

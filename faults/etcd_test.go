@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lifelinehq/lifeline/e2etest"
+	"github.com/lifelinehq/lifeline/internal/pause"
 )
 
 // TestEtcdLeaderLoss, under two controllers of the model, kills the etcd
@@ -178,7 +179,7 @@ func (f *fixture) killEtcdLeader(t *testing.T, r *run, phase string) time.Time {
 		return err == nil, errString(err)
 	})
 	r.recovered("API: ctl status answers", time.Since(killed))
-	sleepCtx(ctx, time.Until(killed.Add(etcdDownFor)))
+	pause.For(ctx, time.Until(killed.Add(etcdDownFor)))
 	back := time.Now()
 	if err := leader.Start(); err != nil {
 		t.Fatal(err)

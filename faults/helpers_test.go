@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/lifelinehq/lifeline/e2etest"
 )
@@ -126,17 +124,4 @@ func compact(list []string) string {
 		return strings.Join(list, " ")
 	}
 	return fmt.Sprintf("%s ... %s (%d)", strings.Join(list[:15], " "), strings.Join(list[len(list)-5:], " "), len(list))
-}
-
-// sleepCtx sleeps for d or until ctx ends, and says whether it slept
-// the whole time.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/lifelinehq/lifeline/apiclient"
 	"github.com/lifelinehq/lifeline/e2etest"
+	"github.com/lifelinehq/lifeline/internal/pause"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -199,7 +200,7 @@ func (f *resourceFixture) watchPeak() *peakWatcher {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for sleepCtx(ctx, 500*time.Millisecond) {
+		for pause.For(ctx, 500*time.Millisecond) {
 			if m, err := f.memory(); err == nil {
 				mu.Lock()
 				peak.rss, peak.heap, peak.live = max(peak.rss, m.rss), max(peak.heap, m.heap), max(peak.live, m.live)
@@ -260,7 +261,7 @@ func (f *resourceFixture) startAgentCalls(machine string, conn *grpc.ClientConn)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for sleepCtx(ctx, 20*time.Millisecond) {
+		for pause.For(ctx, 20*time.Millisecond) {
 			cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
 			start := time.Now()
 			_, err := agent.GetMachine(cctx, &pb.GetMachineRequest{Machine: machine})

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lifelinehq/lifeline/internal/pause"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -109,7 +110,7 @@ func (a *Agent) renewUnitCredentials(ctx context.Context, c *UnitCredential) {
 		if !last.IsZero() {
 			if time.Since(last) > renewCalm {
 				bo.Reset()
-			} else if !sleepCtx(ctx, bo.NextBackOff()) {
+			} else if !pause.For(ctx, bo.NextBackOff()) {
 				return
 			}
 		}
@@ -214,7 +215,7 @@ func (a *Agent) sendUnitStatus(ctx context.Context, c *UnitCredential, req *pb.S
 			return
 		}
 		a.logger.Debug("cannot report the unit's status yet", "unit", c.unit, "error", err)
-		if !sleepCtx(ctx, time.Second) {
+		if !pause.For(ctx, time.Second) {
 			return
 		}
 	}
@@ -234,14 +235,3 @@ func statusMessage(err error) string {
 // nanoseconds of its clock, and one made by the machine agent for it must
 // order after the report it replaces.
 func nextSeq(seq int64) int64 { return max(time.Now().UnixNano(), seq+1) }
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}

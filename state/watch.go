@@ -8,6 +8,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/lifelinehq/lifeline/internal/pause"
 )
 
 // EventType says whether an event wrote or deleted its key.
@@ -182,7 +184,7 @@ func (s *State) watchFrom(ctx context.Context, prefix string, isPrefix bool, rev
 				at, err = s.Revision(ctx)
 			}
 			if err != nil {
-				if !sleepCtx(ctx, bo.NextBackOff()) {
+				if !pause.For(ctx, bo.NextBackOff()) {
 					return
 				}
 				continue
@@ -242,19 +244,8 @@ func (s *State) watchFrom(ctx context.Context, prefix string, isPrefix bool, rev
 			}
 		}
 		cancel()
-		if !relist && !sleepCtx(ctx, bo.NextBackOff()) {
+		if !relist && !pause.For(ctx, bo.NextBackOff()) {
 			return
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

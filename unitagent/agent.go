@@ -19,6 +19,7 @@ import (
 	"github.com/lifelinehq/lifeline/agentwatch"
 	"github.com/lifelinehq/lifeline/charm"
 	"github.com/lifelinehq/lifeline/hooks"
+	"github.com/lifelinehq/lifeline/internal/pause"
 	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -321,7 +322,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				return ctx.Err()
 			}
 			a.logger.Warn("not ready to act; trying again", "step", act.String(), "error", err)
-			if !sleep(ctx, time.Second) {
+			if !pause.For(ctx, time.Second) {
 				return ctx.Err()
 			}
 			continue

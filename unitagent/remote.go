@@ -280,17 +280,6 @@ func (w *watcher) applier(ctx context.Context, key string, apply func(*pb.WatchR
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 func (w *watcher) onUnit(resp *pb.WatchResponse) {
 	if resp.Relisted {
 		w.r.unit = nil

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lifelinehq/lifeline/internal/pause"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -217,7 +218,7 @@ func (r *reporter) run(ctx context.Context) {
 			return
 		case <-r.pending:
 		}
-		if !r.urgent() && !sleep(ctx, statusLinger) {
+		if !r.urgent() && !pause.For(ctx, statusLinger) {
 			return
 		}
 		for {
@@ -251,7 +252,7 @@ func (r *reporter) run(ctx context.Context) {
 				case <-t.C:
 				case <-r.pending:
 					t.Stop()
-					if !r.urgent() && !sleep(ctx, statusLinger) {
+					if !r.urgent() && !pause.For(ctx, statusLinger) {
 						return
 					}
 				}
@@ -294,7 +295,7 @@ func (r *reporter) run(ctx context.Context) {
 				return
 			}
 			r.logger.Debug("cannot report status yet", "error", err)
-			if !sleep(ctx, bo.NextBackOff()) {
+			if !pause.For(ctx, bo.NextBackOff()) {
 				return
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lifelinehq/lifeline/internal/pause"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -21,7 +22,7 @@ import (
 // record, like the one they replace: lost again, they are asked for again.
 func (a *Agent) checkScopes(ctx context.Context) error {
 	var resp *pb.UnitScopesResponse
-	for pause := time.Second; ; pause = min(2*pause, time.Minute) {
+	for wait := time.Second; ; wait = min(2*wait, time.Minute) {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		var err error
 		resp, err = a.cfg.API.UnitScopes(cctx, &pb.UnitScopesRequest{Unit: a.cfg.Unit})
@@ -30,7 +31,7 @@ func (a *Agent) checkScopes(ctx context.Context) error {
 		case codes.OK:
 		case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted, codes.Internal:
 			a.logger.Warn("cannot ask the controller which scopes the unit is in; trying again", "error", err)
-			if !sleep(ctx, pause) {
+			if !pause.For(ctx, wait) {
 				return ctx.Err()
 			}
 			continue
