@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -278,25 +277,11 @@ func (c *call) checkpointGet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	key := ""
 	if len(c.args) == 1 {
-		v, ok := cp[c.args[0]]
-		switch {
-		case c.json() && !ok:
-			return c.printJSON(nil)
-		case c.json():
-			return c.printJSON(v)
-		case ok:
-			fmt.Fprintln(c.out, v)
-		}
-		return nil
+		key = c.args[0]
 	}
-	if c.json() {
-		return c.printJSON(cp)
-	}
-	for _, k := range slices.Sorted(maps.Keys(cp)) {
-		fmt.Fprintf(c.out, "%s: %s\n", k, cp[k])
-	}
-	return nil
+	return c.printMap(cp, key)
 }
 
 func (c *call) checkpointSet(ctx context.Context) error {

@@ -342,11 +342,18 @@ func (c *call) relationGet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if settings == nil {
-		settings = map[string]string{}
+	return c.printMap(settings, key)
+}
+
+// printMap prints key's value in m, or all of m when key is "": in text
+// "key: value" lines, sorted, and nothing for a key not there; in json
+// the value, null for a key not there, or the object.
+func (c *call) printMap(m map[string]string, key string) error {
+	if m == nil {
+		m = map[string]string{}
 	}
 	if key != "" {
-		v, ok := settings[key]
+		v, ok := m[key]
 		switch {
 		case c.json() && !ok:
 			return c.printJSON(nil)
@@ -358,10 +365,10 @@ func (c *call) relationGet(ctx context.Context) error {
 		return nil
 	}
 	if c.json() {
-		return c.printJSON(settings)
+		return c.printJSON(m)
 	}
-	for _, k := range slices.Sorted(maps.Keys(settings)) {
-		fmt.Fprintf(c.out, "%s: %s\n", k, settings[k])
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		fmt.Fprintf(c.out, "%s: %s\n", k, m[k])
 	}
 	return nil
 }

@@ -39,15 +39,7 @@ type auditedCall struct {
 // call that changed nothing has exactly one entry, with its code; no other
 // call has one; and the entries are numbered from 1 without gaps.
 func TestAuditRandomized(t *testing.T) {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("TestAuditRandomized failed with -seed=%d", seed)
-		}
-	})
+	seed := randomSeed(t)
 	st, _ := newState(t)
 	// Six hundred calls with the race detector on a loaded machine can take
 	// longer than etcdtest's minute: the deadline is only a backstop.

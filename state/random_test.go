@@ -19,26 +19,33 @@ import (
 )
 
 var (
-	seedFlag = flag.Uint64("seed", 0, "seed for TestRandomized (0: from the clock)")
+	seedFlag = flag.Uint64("seed", 0, "seed for the randomized tests (0: from the clock)")
 	opsFlag  = flag.Int("random-ops", 6000, "operations in TestRandomized, across all its goroutines")
 )
 
 const randomWorkers = 8
 
-// TestRandomized runs random operators' and agents' operations from eight
-// goroutines, with a monitor checking the invariants at every committed
-// revision; then the goroutines play the agents and drive everything to
-// removal, and the keyspace must hold no entity keys.
-func TestRandomized(t *testing.T) {
+// randomSeed is the seed of a randomized test: -seed, or one from the
+// clock; the test names it when it fails, to be run again with it.
+func randomSeed(t *testing.T) uint64 {
 	seed := *seedFlag
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("TestRandomized failed with -seed=%d", seed)
+			t.Logf("%s failed with -seed=%d", t.Name(), seed)
 		}
 	})
+	return seed
+}
+
+// TestRandomized runs random operators' and agents' operations from eight
+// goroutines, with a monitor checking the invariants at every committed
+// revision; then the goroutines play the agents and drive everything to
+// removal, and the keyspace must hold no entity keys.
+func TestRandomized(t *testing.T) {
+	seed := randomSeed(t)
 	st, _ := newState(t)
 	// The deadline only ends a hang: with the race detector on a loaded
 	// 2-core machine the operations and the drain take minutes.
