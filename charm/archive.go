@@ -137,7 +137,8 @@ func (l *limitWriter) Write(p []byte) (int, error) {
 
 // ReadArchive reads a packed charm of at most limit bytes (MaxSize when limit
 // is 0 or less) from r and validates it without extracting it: its tree (as
-// Extract would accept it), metadata.yaml and config.yaml. It returns the
+// Extract would accept it), metadata.yaml, config.yaml and actions.yaml
+// (and that each action has its executable). It returns the
 // charm and the archive's bytes.
 func ReadArchive(r io.Reader, limit int64) (*Charm, []byte, error) {
 	if limit <= 0 {
@@ -285,9 +286,10 @@ func Extract(data []byte, dir string) error {
 	return extractChecked(data, dir)
 }
 
-// HasHooks reports whether the charm archive in data has hooks: anything
-// named hooks at its top. A unit of a charm without them needs no copy of
-// it (Cache.DeployHooksFrom). It checks the archive as Extract does.
+// HasHooks reports whether the charm archive in data has hooks or actions:
+// anything named hooks or actions at its top. A unit of a charm without
+// them needs no copy of it (Cache.DeployHooksFrom). It checks the archive
+// as Extract does.
 func HasHooks(data []byte) (bool, error) {
 	t, err := archiveTree(data)
 	if err != nil {

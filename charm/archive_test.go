@@ -146,7 +146,17 @@ func TestReadDirTrees(t *testing.T) {
 		{name: "metadata.yaml is a symlink inside", files: map[string]string{"metadata.yaml": "->meta/m.yaml", "meta/m.yaml": okMeta}},
 		{name: "dangling symlink", files: map[string]string{"metadata.yaml": okMeta, "x": "->nowhere/at/all"}},
 		{name: "symlink to the root", files: map[string]string{"metadata.yaml": okMeta, "a/up": "->..", "b": "->a/up/a/up/metadata.yaml"}},
-		{name: "actions.yaml ignored", files: map[string]string{"metadata.yaml": okMeta, "actions.yaml": "{{{ not yaml"}},
+		{name: "actions", files: map[string]string{"metadata.yaml": okMeta, "actions.yaml": "a: {}\nb: {}\n",
+			"actions/a*": "", "actions/b": "->../lib/b", "lib/b*": "", "actions/README": "", "actions/lib/c*": ""}},
+		{name: "actions.yaml malformed", files: map[string]string{"metadata.yaml": okMeta, "actions.yaml": "{{{ not yaml"}, err: "actions.yaml: invalid yaml: line 1"},
+		{name: "actions.yaml too big", files: map[string]string{"metadata.yaml": okMeta, "actions.yaml": "#" + strings.Repeat("x", maxYAMLSize)}, err: "actions.yaml is over the 1 MiB limit"},
+		{name: "action missing", files: map[string]string{"metadata.yaml": okMeta, "actions.yaml": "a: {}\nb: {}\n", "actions/a*": ""}, err: "actions.yaml: b: actions/b is missing"},
+		{name: "action dangling", files: map[string]string{"metadata.yaml": okMeta, "actions.yaml": "a: {}\n", "actions/a": "->gone"}, err: "actions.yaml: a: actions/a is missing"},
+		{name: "action not executable", files: map[string]string{"metadata.yaml": okMeta, "actions.yaml": "a: {}\n", "actions/a": "#!/bin/sh\n"}, err: "actions.yaml: a: actions/a is not an executable file"},
+		{name: "action a directory", files: map[string]string{"metadata.yaml": okMeta, "actions.yaml": "a: {}\n", "actions/a/x*": ""}, err: "actions.yaml: a: actions/a is not an executable file"},
+		{name: "action undeclared", files: map[string]string{"metadata.yaml": okMeta, "actions.yaml": "a: {}\n", "actions/a*": "", "actions/b*": ""}, err: "actions/b is executable but actions.yaml does not declare it"},
+		{name: "actions without actions.yaml", files: map[string]string{"metadata.yaml": okMeta, "actions/a*": ""}, err: "actions/a is executable but actions.yaml does not declare it"},
+		{name: "action escapes", files: map[string]string{"metadata.yaml": okMeta, "actions.yaml": "a: {}\n", "actions/a": "->../../a"}, err: `symlink "actions/a": points outside the charm`},
 		{name: "metadata missing", files: map[string]string{"config.yaml": ""}, err: "metadata.yaml is missing"},
 		{name: "metadata dangling", files: map[string]string{"metadata.yaml": "->gone"}, err: "metadata.yaml is missing"},
 		{name: "metadata a directory", files: map[string]string{"metadata.yaml/x": ""}, err: "metadata.yaml is not a regular file"},
@@ -180,7 +190,7 @@ func TestReadDirTrees(t *testing.T) {
 			// What ReadDir accepts packs and reads back the same.
 			data, _ := packDir(t, dir)
 			back, _, err := ReadArchive(bytes.NewReader(data), MaxSize)
-			if err != nil || !reflect.DeepEqual(back, c) {
+			if err != nil || !sameCharm(back, c) {
 				t.Errorf("ReadArchive(Pack(%v)) = %+v, %v, want %+v", tt.files, back, err, c)
 			}
 		})

@@ -76,7 +76,7 @@ func sha256Hex(data []byte) string {
 }
 
 // deploy is Deploy of data whose key is key; unless always, a charm
-// without hooks is not deployed (DeployHooksFrom). It calls before, when
+// without hooks or actions is not deployed (DeployHooksFrom). It calls before, when
 // not nil, before it makes dir, and reports whether it made dir.
 func (c *Cache) deploy(data []byte, key, dir string, always bool, before func() error) (bool, error) {
 	t, err := archiveTree(data)
@@ -127,10 +127,11 @@ func (c *Cache) DeployFrom(want, dir string, fetch func() ([]byte, error)) error
 	return err
 }
 
-// DeployHooksFrom is DeployFrom of a charm with hooks (anything named
-// hooks at its top), and reports whether it made dir. A charm without
-// hooks is not deployed: no hook of it will run, which is all a unit's
-// copy of its charm is for, and a unit of it then costs its machine no
+// DeployHooksFrom is DeployFrom of a charm with hooks or actions (anything
+// named hooks or actions at its top), and reports whether it made dir. A
+// charm without either is not deployed: no hook or action of it will run,
+// which is all a unit's copy of its charm is for, and a unit of it then
+// costs its machine no
 // directory or link to make and remove. Such a charm's archive is still
 // fetched once, as DeployFrom would, to read what it holds. before, when
 // not nil, is called just before dir is made (to make its parent, say),

@@ -361,6 +361,9 @@ func TestCacheDeployHooksFrom(t *testing.T) {
 	for _, data := range [][]byte{
 		cacheArchive(t, "#!/bin/sh\nexit 0\n"),
 		makeArchive(t, file("metadata.yaml", okMeta), dirEntry("bin"), link("hooks", "bin")),
+		// A charm with actions but no hooks: its units run the actions.
+		makeArchive(t, file("metadata.yaml", okMeta), file("actions.yaml", "keys: {safe: true}\n"),
+			te{name: "actions/keys", typ: tar.TypeReg, body: "#!/bin/sh\n", mode: 0o755}),
 	} {
 		dir := filepath.Join(root, "h-"+keyOf(data)[:8])
 		befores := 0
@@ -371,8 +374,10 @@ func TestCacheDeployHooksFrom(t *testing.T) {
 		if err != nil || !made {
 			t.Fatalf("DeployHooksFrom of a charm with hooks = %v, %v; want true, nil", made, err)
 		}
-		if _, err := os.Lstat(filepath.Join(dir, "hooks")); err != nil {
-			t.Errorf("the charm with hooks deployed without them: %v", err)
+		_, errHooks := os.Lstat(filepath.Join(dir, "hooks"))
+		_, errActions := os.Lstat(filepath.Join(dir, "actions"))
+		if errHooks != nil && errActions != nil {
+			t.Errorf("the charm with hooks deployed without them: %v, %v", errHooks, errActions)
 		}
 		if has, err := HasHooks(data); err != nil || !has {
 			t.Errorf("HasHooks of a charm with hooks = %v, %v", has, err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 )
 
 // Charm is a parsed and validated charm.
@@ -15,10 +16,14 @@ type Charm struct {
 	// to executable files in the charm), sorted. A hook not listed is
 	// skipped when it would run.
 	Hooks []string
+	// Actions is never nil: a charm without actions.yaml has no actions.
+	// Each has its executable, actions/NAME (or a symlink to one in the
+	// charm), and every executable in actions/ is declared.
+	Actions *Actions
 }
 
-// ReadDir parses and validates the charm in dir: its metadata.yaml and
-// config.yaml, and a tree that Pack can archive (only regular files,
+// ReadDir parses and validates the charm in dir: its metadata.yaml,
+// config.yaml and actions.yaml, and a tree that Pack can archive (only regular files,
 // directories and symlinks that stay inside the charm).
 func ReadDir(dir string) (*Charm, error) {
 	c, _, err := scanDir(dir)
@@ -81,8 +86,8 @@ func scanDir(dir string) (*Charm, *tree, error) {
 	return c, t, nil
 }
 
-// load validates a charm's tree and parses its metadata.yaml and
-// config.yaml, whose contents read returns given their resolved names.
+// load validates a charm's tree and parses its metadata.yaml, config.yaml
+// and actions.yaml, whose contents read returns given their resolved names.
 func load(t *tree, read func(names []string) (map[string][]byte, error)) (*Charm, error) {
 	if err := t.check(); err != nil {
 		return nil, err
@@ -98,8 +103,12 @@ func load(t *tree, read func(names []string) (map[string][]byte, error)) (*Charm
 	if err != nil {
 		return nil, err
 	}
+	acts, err := t.regular(actionsFile)
+	if err != nil {
+		return nil, err
+	}
 	var names []string
-	for _, e := range []*entry{meta, cfg} {
+	for _, e := range []*entry{meta, cfg, acts} {
 		if e == nil {
 			continue
 		}
@@ -122,8 +131,46 @@ func load(t *tree, read func(names []string) (map[string][]byte, error)) (*Charm
 			return nil, err
 		}
 	}
-	if c.Hooks, err = t.hooks(); err != nil {
+	c.Actions = &Actions{Specs: map[string]ActionSpec{}}
+	if acts != nil {
+		if c.Actions, err = ParseActions(data[acts.name]); err != nil {
+			return nil, err
+		}
+	}
+	if c.Hooks, err = t.executables("hooks"); err != nil {
+		return nil, err
+	}
+	if err := checkActionFiles(t, c.Actions); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// checkActionFiles checks that every action declared has its executable in
+// actions/ and that every executable there is declared: a name misspelt on
+// either side is found when the charm is read, not when the action is run.
+func checkActionFiles(t *tree, a *Actions) error {
+	execs, err := t.executables("actions")
+	if err != nil {
+		return err
+	}
+	for _, name := range a.Names() {
+		if slices.Contains(execs, name) {
+			continue
+		}
+		e, err := t.lookup("actions/" + name)
+		if err != nil {
+			return err
+		}
+		if e == nil {
+			return invalidf("%s: %s: actions/%s is missing", actionsFile, name, name)
+		}
+		return invalidf("%s: %s: actions/%s is not an executable file", actionsFile, name, name)
+	}
+	for _, name := range execs {
+		if _, ok := a.Specs[name]; !ok {
+			return invalidf("actions/%s is executable but %s does not declare it", name, actionsFile)
+		}
+	}
+	return nil
 }

@@ -1,8 +1,9 @@
 // Package charm owns charms as files: it parses and validates a charm
-// directory (metadata.yaml, config.yaml, hooks/), packs it into a
-// deterministic archive, reads and validates an archive in memory, extracts
-// one safely, types configuration values against config.yaml and parses
-// KEY=VALUE arguments (docs/DESIGN.md, Charms).
+// directory (metadata.yaml, config.yaml, actions.yaml, hooks/, actions/),
+// packs it into a deterministic archive, reads and validates an archive in
+// memory, extracts one safely, types configuration values against
+// config.yaml, validates actions' parameters against actions.yaml and
+// parses KEY=VALUE arguments (docs/DESIGN.md, Charms).
 //
 // It must not touch etcd, the network or gRPC, and keeps no state but a
 // machine's cache of unpacked charms (below): storing charms by content
@@ -12,7 +13,8 @@
 //
 // # Errors
 //
-// Every error for bad input matches ErrInvalid (InvalidArgument at the API);
+// Every error for bad input (parameters and results of actions included)
+// matches ErrInvalid (InvalidArgument at the API);
 // an archive over the limit also matches ErrTooLarge. Messages are one line
 // and name the file and the field: `metadata.yaml: requires.db: interface
 // "Bad Name" is invalid: ...`; ReadDir and Pack put "charm <dir>: " before
@@ -68,13 +70,69 @@
 // not of the option's type are errors). FormatValue renders a value back to
 // text that ParseValues reads to the same value.
 //
+// # actions.yaml
+//
+// Juju's format, with Lifeline's keys:
+//
+//	backup:                       # the action's name; actions/backup runs it
+//	  description: ...            # text
+//	  params:                     # parameter name → its JSON Schema
+//	    name: {type: string, pattern: "^[a-z0-9-]+$"}
+//	    compress: {type: boolean, default: false}
+//	  required: [name]            # parameters that must be given
+//	  additionalProperties: false # default true: other parameters allowed
+//	  parallel: false             # true: runs beside hooks, not between them
+//	  safe: false                 # true: runs without approval
+//	  approvers: [alice, "@admin"] # default ["@admin"]; none for a safe action
+//	  timeout: 1h                 # a Go duration; the default
+//	  max-parallel: 2             # tasks of an operation running at once; default all
+//	  pause-grace: 30s            # SIGTERM to SIGKILL when paused; the default
+//
+// Optional; the file's rules are metadata.yaml's (unknown keys tolerated,
+// null as good as absent, no duplicate or merge keys, 1 MiB). Juju's
+// execution-group and title are among the keys tolerated and ignored.
+// Besides:
+//   - At most 64 actions. Names follow ValidActionName (lowercase letters,
+//     digits and "-", starting with a letter, not ending with "-", at most
+//     63 characters). Each action has its executable actions/NAME (or a
+//     symlink to one in the charm), and every executable in actions/ is
+//     declared, as Juju requires: a name misspelt on either side is an
+//     error when the charm is read. Other files in actions/ are ignored.
+//   - Parameter names are ASCII letters, digits, "-" and "_", starting with
+//     a letter, at most 63 characters, so that each can be set with
+//     KEY=VALUE. A parameter's schema is a mapping (or true, or false).
+//     required names declared parameters, each once.
+//   - Each action's parameters are the JSON Schema (draft 2020-12)
+//     {"type": "object", "properties": params, "required": required,
+//     "additionalProperties": additionalProperties}, at most 64 KiB as JSON,
+//     compiled when the file is read (santhosh-tekuri/jsonschema). A schema
+//     may refer to its own parts but to no file or URL; "format" is
+//     asserted. A parameter's default must satisfy its schema.
+//   - timeout is positive; pause-grace is 0 or more and at most timeout;
+//     max-parallel is from 1 to 2^31-1. approvers are user names (the
+//     syntax of service names), "@admin" (any admin) or "@operator" (any
+//     operator), each once, at least one; quote "@..." in YAML.
+//
+// Actions.Validate checks an operation's parameters against the schema,
+// listing every violation, and applies the defaults of absent parameters
+// (and of absent properties of objects given); parameters are at most 64
+// KiB as JSON. CanonicalJSON writes parameters in one form (sorted keys,
+// one spelling per number) for digests.
+//
+// ReadActionParams reads `ctl run`'s --params file (YAML or JSON) and
+// KEY=VALUE arguments over it: dotted keys nest, and a value that is one
+// YAML scalar is typed as YAML 1.2 reads it (n=3 an integer, x=true a
+// boolean, s="3" text). SetActionResults applies `action-set KEY=VALUE`
+// to a task's results as Juju does: dotted keys nest, values stay text,
+// stdout, stderr, stdout-encoding and stderr-encoding are reserved.
+//
 // # The charm tree and archives
 //
 // A charm may hold any regular files, directories and symlinks; a symlink
 // must be relative and resolve inside the charm (following other symlinks).
 // Devices, sockets, pipes and hard links are refused. hooks/ holds the
-// executable hooks; a hook that is absent is skipped. actions.yaml is
-// ignored for now.
+// executable hooks; a hook that is absent is skipped. actions/ holds the
+// actions' executables.
 //
 // Pack writes a gzip-compressed tar archive, deterministic for a given
 // directory and Go release, of at most MaxSize (32 MiB) bytes, unpacking to
@@ -91,7 +149,8 @@
 // read-only. Cache.DeployFrom does the same from an archive named by its
 // SHA-256, fetching it only when no intact copy is there, once for the
 // units that want it at once; Cache.DeployHooksFrom only when the charm
-// has hooks (HasHooks), for a unit needs its copy only to run them. It is
+// has hooks or actions (HasHooks), for a unit needs its copy only to run
+// them. It is
 // the package's only state, and lives on
 // the disk of the machine that uses it (cache.go says why and what it
 // checks).

@@ -280,7 +280,7 @@ func FuzzReadArchive(f *testing.F) {
 			t.Fatalf("Extract(accepted archive) = %v", err)
 		}
 		got, err := ReadDir(dir)
-		if err != nil || !reflect.DeepEqual(got, c) {
+		if err != nil || !sameCharm(got, c) {
 			t.Fatalf("ReadDir(Extract(data)) = %+v, %v, want %+v", got, err, c)
 		}
 	})
@@ -294,4 +294,93 @@ func checkInputError(t *testing.T, fn string, err error, prefix string) {
 	if !errors.Is(err, ErrInvalid) || !strings.HasPrefix(msg, prefix) || strings.ContainsAny(msg, "\n\r") {
 		t.Fatalf("%s error = %q, want one line starting %q, matching ErrInvalid", fn, msg, prefix)
 	}
+}
+
+var actionsSeeds = []string{
+	"",
+	"keys: {safe: true}\n",
+	backupActions,
+	"a: {params: {n: {type: integer, minimum: 1, default: 20}}, required: [n], max-parallel: 2, pause-grace: 5s}\n",
+	"a: {approvers: [alice, \"@admin\"], timeout: 10m}\n",
+	"a: {params: {x: {type: strin}}}\n",
+	"a: {params: {x: {$ref: \"file:///etc/passwd\"}}}\n",
+	"a: {params: {o: {type: object, properties: {p: {default: [1, {q: 2}]}}}}, additionalProperties: false}\n",
+	"a: &x {params: {n: {}}}\nb: *x\n",
+	"A: {}\n",
+	"a: {timeout: 0s}\n",
+}
+
+func FuzzParseActions(f *testing.F) {
+	for _, s := range actionsSeeds {
+		f.Add([]byte(s))
+	}
+	if b, err := os.ReadFile("testdata/kv/actions.yaml"); err == nil {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		a, err := ParseActions(data)
+		if err != nil {
+			checkInputError(t, "ParseActions", err, "actions.yaml: ")
+			return
+		}
+		if len(a.Specs) > MaxActions {
+			t.Fatalf("ParseActions accepted %d actions", len(a.Specs))
+		}
+		for name, s := range a.Specs {
+			if !ValidActionName(name) {
+				t.Fatalf("ParseActions accepted action name %q", name)
+			}
+			if s.Timeout <= 0 || s.PauseGrace < 0 || s.PauseGrace > s.Timeout || s.MaxParallel < 0 || s.schema == nil {
+				t.Fatalf("ParseActions(%q)[%s] = %+v", data, name, s)
+			}
+			if s.Safe != (len(s.Approvers) == 0) {
+				t.Fatalf("ParseActions(%q)[%s]: safe %v with approvers %q", data, name, s.Safe, s.Approvers)
+			}
+			b, err := CanonicalJSON(s.Schema)
+			if err != nil || len(b) > MaxParamsSchemaSize {
+				t.Fatalf("CanonicalJSON(schema of %s) = %d bytes, %v", name, len(b), err)
+			}
+			// With no parameters given, the defaults make the
+			// parameters, or the action needs some: either way the
+			// answer is one line, and what passes passes again as it is.
+			params, err := a.Validate(name, nil)
+			if err != nil {
+				checkInputError(t, "Validate", err, name+": ")
+				continue
+			}
+			again, err := a.Validate(name, params)
+			if err != nil || !reflect.DeepEqual(again, params) {
+				t.Fatalf("Validate(%s, Validate(%s, nil)) = %v, %v, want %v", name, name, again, err, params)
+			}
+		}
+	})
+}
+
+func FuzzReadActionParams(f *testing.F) {
+	f.Add([]byte(""), "")
+	f.Add([]byte("name: a\ntarget: {keep: 2}\n"), "name=b\x00target.keep=5\x00n=3")
+	f.Add([]byte(`{"a": [1, 2.50, null]}`), "a.b=true\x00s=\"3\"\x00t=a #b")
+	f.Add([]byte("a: 1\n"), "a=1\x00a.b=2")
+	f.Fuzz(func(t *testing.T, file []byte, joined string) {
+		var args []string
+		if joined != "" {
+			args = strings.Split(joined, "\x00")
+		}
+		params, err := ReadActionParams(file, args)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) || strings.ContainsAny(err.Error(), "\n\r") {
+				t.Fatalf("ReadActionParams error = %q, want one line matching ErrInvalid", err)
+			}
+			return
+		}
+		// What is read encodes, and reads back the same from its JSON.
+		b, err := CanonicalJSON(params)
+		if err != nil {
+			t.Fatalf("CanonicalJSON(ReadActionParams(%q, %q)) = %v", file, args, err)
+		}
+		back, err := ReadActionParams(b, nil)
+		if err != nil || !reflect.DeepEqual(back, params) {
+			t.Fatalf("ReadActionParams(%s) = %#v, %v, want %#v", b, back, err, params)
+		}
+	})
 }

@@ -208,24 +208,24 @@ func (t *tree) regular(name string) (*entry, error) {
 	return e, nil
 }
 
-// hooked reports whether the charm has anything named hooks at its top: a
-// charm without is one no hook of which can run.
-func (t *tree) hooked() bool { return t.entries["hooks"] != nil }
+// hooked reports whether the charm has anything named hooks or actions at
+// its top: a charm without either is one no hook or action of which can run.
+func (t *tree) hooked() bool { return t.entries["hooks"] != nil || t.entries["actions"] != nil }
 
 // skipped reports whether a deploy of t makes no directory: only one of a
-// charm without hooks, and only unless always (DeployHooksFrom).
+// charm without hooks or actions, and only unless always (DeployHooksFrom).
 func (t *tree) skipped(always bool) bool { return !always && !t.hooked() }
 
-// hooks returns the names of the executable files (or symlinks to them) in
-// hooks/, sorted.
-func (t *tree) hooks() ([]string, error) {
-	dir, err := t.lookup("hooks")
-	if err != nil || dir == nil || dir.kind != kindDir {
+// executables returns the names of the executable files (or symlinks to
+// them) in the directory dir ("hooks", "actions"), sorted.
+func (t *tree) executables(dir string) ([]string, error) {
+	d, err := t.lookup(dir)
+	if err != nil || d == nil || d.kind != kindDir {
 		return nil, err
 	}
 	var names []string
 	for _, e := range t.entries {
-		if parentOf(e.name) != dir.name || e.name == dir.name {
+		if parentOf(e.name) != d.name || e.name == d.name {
 			continue
 		}
 		f := e
