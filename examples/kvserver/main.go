@@ -4,6 +4,7 @@
 //
 //	kv-server -addr 127.1.0.1:7070 -data /path/to/data.json
 //	kv-server probe [-timeout 10s] http://127.1.0.1:7070/health
+//	kv-server get [-timeout 10s] http://127.1.0.1:7070/keys
 //
 // The API:
 //
@@ -23,6 +24,8 @@
 //
 // The probe subcommand gets a URL until it answers 200 OK: the charm's
 // start hook uses it to wait for the server, as the machines have no curl.
+// The get subcommand gets a URL once and prints the body of its 200 OK
+// answer: the charm's keys action lists the keys with it.
 package main
 
 import (
@@ -31,23 +34,28 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/lifelinehq/lifeline/examples/internal/daemon"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	code := run(ctx, os.Args[1:], os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
-func run(ctx context.Context, args []string, stderr io.Writer) int {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "probe" {
 		return daemon.ProbeMain(ctx, "kv-server", args[1:], stderr)
+	}
+	if len(args) > 0 && args[0] == "get" {
+		return getMain(ctx, args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("kv-server", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -57,7 +65,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 	if *data == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: kv-server -data FILE [-addr HOST:PORT] | kv-server probe [-timeout D] URL")
+		fmt.Fprintln(stderr, "usage: kv-server -data FILE [-addr HOST:PORT] | kv-server probe|get [-timeout D] URL")
 		return 2
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil)).With("server", "kv")
@@ -72,4 +80,52 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	logger.Info("stopped")
 	return 0
+}
+
+// getMain is the get subcommand: args are "[-timeout D] URL". It prints the
+// body of URL's 200 OK answer (at most 1 MiB) and returns 0; 1 when the
+// request fails or answers anything else, 2 for bad arguments.
+func getMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("kv-server get", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	timeout := fs.Duration("timeout", 10*time.Second, "how long the request may take")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: kv-server get [-timeout D] URL")
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	body, err := get(ctx, fs.Arg(0))
+	if err != nil {
+		fmt.Fprintf(stderr, "kv-server get: %v\n", err)
+		return 1
+	}
+	if _, err := stdout.Write(body); err != nil {
+		fmt.Fprintf(stderr, "kv-server get: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func get(ctx context.Context, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s answered %s", url, resp.Status)
+	}
+	return body, nil
 }

@@ -207,8 +207,8 @@ func TestRun(t *testing.T) {
 	serve := func() (stop func() int) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan int, 1)
-		go func() { done <- run(ctx, []string{"-addr", addr, "-data", data}, io.Discard) }()
-		if code := run(context.Background(), []string{"probe", "-timeout", "10s", base + "/health"}, io.Discard); code != 0 {
+		go func() { done <- run(ctx, []string{"-addr", addr, "-data", data}, io.Discard, io.Discard) }()
+		if code := run(context.Background(), []string{"probe", "-timeout", "10s", base + "/health"}, io.Discard, io.Discard); code != 0 {
 			cancel()
 			t.Fatalf("kv-server probe = %d, want 0", code)
 		}
@@ -224,12 +224,22 @@ func TestRun(t *testing.T) {
 	if code, got := do(t, "POST", base+"/keys/c/incr", ""); code != 200 || got != "2\n" {
 		t.Errorf("incr after a restart = %d %q, want 200 %q", code, got, "2\n")
 	}
+	// get prints what a 200 answer holds, and fails on anything else.
+	do(t, "PUT", base+"/keys/b", "x")
+	var out strings.Builder
+	if code := run(context.Background(), []string{"get", base + "/keys"}, &out, io.Discard); code != 0 || out.String() != "b\nc\n" {
+		t.Errorf("kv-server get /keys = exit %d, %q; want 0, %q", code, out.String(), "b\nc\n")
+	}
+	var stderr strings.Builder
+	if code := run(context.Background(), []string{"get", base + "/keys/nope"}, io.Discard, &stderr); code != 1 || !strings.Contains(stderr.String(), "404 Not Found") {
+		t.Errorf("kv-server get of a missing key = exit %d, %q; want 1 naming the 404", code, stderr.String())
+	}
 }
 
 func TestRunUsage(t *testing.T) {
 	ctx := context.Background()
-	for _, args := range [][]string{{}, {"-data"}, {"-data", "x", "extra"}, {"-nope"}, {"probe"}} {
-		if code := run(ctx, args, io.Discard); code != 2 {
+	for _, args := range [][]string{{}, {"-data"}, {"-data", "x", "extra"}, {"-nope"}, {"probe"}, {"get"}, {"get", "a", "b"}} {
+		if code := run(ctx, args, io.Discard, io.Discard); code != 2 {
 			t.Errorf("kv-server %q = exit %d, want 2", args, code)
 		}
 	}
@@ -238,10 +248,10 @@ func TestRunUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	if code := run(ctx, []string{"-addr", ln.Addr().String(), "-data", filepath.Join(t.TempDir(), "d")}, io.Discard); code != 1 {
+	if code := run(ctx, []string{"-addr", ln.Addr().String(), "-data", filepath.Join(t.TempDir(), "d")}, io.Discard, io.Discard); code != 1 {
 		t.Errorf("kv-server on a taken port = exit %d, want 1", code)
 	}
-	if code := run(ctx, []string{"probe", "-timeout", "300ms", "http://" + ln.Addr().String() + "/health"}, io.Discard); code != 1 {
+	if code := run(ctx, []string{"probe", "-timeout", "300ms", "http://" + ln.Addr().String() + "/health"}, io.Discard, io.Discard); code != 1 {
 		t.Errorf("kv-server probe of a silent port = exit %d, want 1", code)
 	}
 }
