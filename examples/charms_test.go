@@ -144,7 +144,11 @@ func TestShellSyntax(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files = append(append(files, libs...), "testdata/fake-tool")
+	actions, err := filepath.Glob("charms/*/actions/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(append(append(files, libs...), actions...), "testdata/fake-tool")
 	if len(files) < 20 {
 		t.Fatalf("found only %d shell files: %q", len(files), files)
 	}

@@ -103,7 +103,8 @@ func newUnit(t *testing.T, charmName, name string) *unit {
 		}
 	}
 	for _, tool := range []string{"relation-get", "relation-set", "relation-list", "relation-ids",
-		"config-get", "unit-get", "status-set", "status-get", "log"} {
+		"config-get", "unit-get", "status-set", "status-get", "log",
+		"action-get", "action-set", "action-log", "action-fail", "checkpoint-get", "checkpoint-set"} {
 		if err := os.Symlink(fakeTool, filepath.Join(u.tools, tool)); err != nil {
 			t.Fatal(err)
 		}
