@@ -196,6 +196,9 @@ const (
 	// Set the machine's units dying; after not_before force them and set the
 	// machine dead.
 	CleanupKind_CLEANUP_KIND_FORCE_MACHINE CleanupKind = 4
+	// Stop the open tasks of a removed unit (its operations' tasks): written
+	// by the unit's removal when it has any.
+	CleanupKind_CLEANUP_KIND_UNIT_TASKS CleanupKind = 5
 )
 
 // Enum value maps for CleanupKind.
@@ -206,6 +209,7 @@ var (
 		2: "CLEANUP_KIND_UNIT_DYING",
 		3: "CLEANUP_KIND_FORCE_UNIT",
 		4: "CLEANUP_KIND_FORCE_MACHINE",
+		5: "CLEANUP_KIND_UNIT_TASKS",
 	}
 	CleanupKind_value = map[string]int32{
 		"CLEANUP_KIND_UNSPECIFIED":   0,
@@ -213,6 +217,7 @@ var (
 		"CLEANUP_KIND_UNIT_DYING":    2,
 		"CLEANUP_KIND_FORCE_UNIT":    3,
 		"CLEANUP_KIND_FORCE_MACHINE": 4,
+		"CLEANUP_KIND_UNIT_TASKS":    5,
 	}
 )
 
@@ -1903,13 +1908,14 @@ const file_lifeline_v1_model_proto_rawDesc = "" +
 	"\x05Scope\x12\x15\n" +
 	"\x11SCOPE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fSCOPE_GLOBAL\x10\x01\x12\x13\n" +
-	"\x0fSCOPE_CONTAINER\x10\x02*\xa5\x01\n" +
+	"\x0fSCOPE_CONTAINER\x10\x02*\xc2\x01\n" +
 	"\vCleanupKind\x12\x1c\n" +
 	"\x18CLEANUP_KIND_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aCLEANUP_KIND_SERVICE_DYING\x10\x01\x12\x1b\n" +
 	"\x17CLEANUP_KIND_UNIT_DYING\x10\x02\x12\x1b\n" +
 	"\x17CLEANUP_KIND_FORCE_UNIT\x10\x03\x12\x1e\n" +
-	"\x1aCLEANUP_KIND_FORCE_MACHINE\x10\x04*b\n" +
+	"\x1aCLEANUP_KIND_FORCE_MACHINE\x10\x04\x12\x1b\n" +
+	"\x17CLEANUP_KIND_UNIT_TASKS\x10\x05*b\n" +
 	"\fResolvedMode\x12\x1d\n" +
 	"\x19RESOLVED_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13RESOLVED_MODE_RETRY\x10\x01\x12\x1a\n" +
