@@ -17,6 +17,7 @@ const (
 	cleanupUnitDying    = "unit-dying"
 	cleanupForceUnit    = "force-unit"
 	cleanupForceMachine = "force-machine"
+	cleanupUnitTasks    = "unit-tasks"
 )
 
 func cleanupKindKey(k pb.CleanupKind) string {
@@ -29,6 +30,8 @@ func cleanupKindKey(k pb.CleanupKind) string {
 		return cleanupForceUnit
 	case pb.CleanupKind_CLEANUP_KIND_FORCE_MACHINE:
 		return cleanupForceMachine
+	case pb.CleanupKind_CLEANUP_KIND_UNIT_TASKS:
+		return cleanupUnitTasks
 	}
 	return "unknown"
 }

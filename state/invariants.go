@@ -229,6 +229,7 @@ func CheckInvariants(snap *Snapshot) error {
 	checkBarrier(snap, m.statuses, bad)
 	checkUsers(snap, bad)
 	checkAudit(snap, bad)
+	checkOperations(snap, m, bad)
 	for k := range snap.Values {
 		var ek string
 		switch {
@@ -400,6 +401,8 @@ func checkRefs(m *model, bad func(string, ...any)) {
 			if rel := m.relations[id]; rel == nil || !relationHasService(rel, svc) {
 				bad("refs: %s names no relation of %s", ref, svc)
 			}
+		case isOperationRef(ref):
+			// checkOperations
 		default:
 			bad("refs: unknown reference %s", ref)
 		}

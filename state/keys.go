@@ -42,10 +42,11 @@ var EntityPrefixes = []string{
 
 // modelPrefixes are what Snapshot reads: everything but charm archives,
 // and of the controllers' keys the model's CA and the join tokens. The
-// users, their registrations and the audit log are read too, though not
-// among EntityPrefixes: they outlast the model's entities.
-var modelPrefixes = append([]string{seqPrefix, credentialsPrefix, charmsPrefix, charmShasPrefix, caPrefix, controllerJoinsPrefix, BarrierKey,
-	usersPrefix, registrationsPrefix, auditPrefix}, EntityPrefixes...)
+// users, their registrations, the audit log and the operations are read
+// too, though not among EntityPrefixes: they outlast the model's
+// entities.
+var modelPrefixes = append(append([]string{seqPrefix, credentialsPrefix, charmsPrefix, charmShasPrefix, caPrefix, controllerJoinsPrefix, BarrierKey,
+	usersPrefix, registrationsPrefix, auditPrefix}, operationPrefixes...), EntityPrefixes...)
 
 // MachineKey is the key of machine id.
 func MachineKey(id string) string { return machinesPrefix + id }

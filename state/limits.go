@@ -22,6 +22,25 @@ const (
 	// record above fits with room to spare; it is the last check, for a
 	// write that none of them covers.
 	MaxTxnBytes = 1<<20 + 256<<10
+
+	// The operations' limits (operations.go). MaxParamsBytes bounds an
+	// operation's parameters as canonical JSON, MaxResultsBytes a task's
+	// results and MaxCheckpointBytes its checkpoint, each keys and values
+	// together; MaxTaskMessageBytes a task's message (longer ones are cut,
+	// not refused: they come from an action's failure). MaxOperationBytes
+	// bounds an operation's record, with its targets.
+	MaxParamsBytes      = 64 << 10
+	MaxResultsBytes     = 64 << 10
+	MaxCheckpointBytes  = 64 << 10
+	MaxTaskMessageBytes = 1 << 10
+	MaxOperationBytes   = 512 << 10
+	// MaxOpenOperations bounds the operations awaiting approval, approved
+	// or running at once; MaxOperationTargets the units of one operation;
+	// MaxOpenTasksPerUnit the open tasks of one unit, of all operations
+	// (the unit's agent watches them all).
+	MaxOpenOperations   = 1000
+	MaxOperationTargets = 10_000
+	MaxOpenTasksPerUnit = 16
 )
 
 // sizeString writes a byte count for a sentence: "64 KiB", "1.5 MiB".

@@ -83,6 +83,8 @@ type State struct {
 	// deleting are the keys the State's transactions in flight delete,
 	// which a witness had better not be (deleting.go).
 	deleting deletions
+	// ops keeps the operations' records last read (opcache.go).
+	ops opCache
 }
 
 // New returns a State over the client's cluster, confined to cfg.Namespace.

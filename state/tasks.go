@@ -1,0 +1,447 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// A running operation has one task a target unit, tasks/<op>/<unit>. An
+// open task (not done, failed or stopped) has refs/op-open/<op>/<unit>
+// and refs/unit-tasks/<unit>/<op>, both valued with what its agent is to
+// do (taskRefValue); one on its machine (running, pausing, stopping) has
+// refs/machine-running/<machine>/<op>/<unit>; a lost one
+// refs/lost-tasks/<op>/<unit>; a closed one that failed or stopped has
+// operation-refs/failed or stopped/<op>/<unit>.
+//
+// With max_parallel > 0, at most that many tasks of the operation hold a
+// slot, refs/op-slots/<op>/<unit>: admitted pending, running, pausing and
+// stopping ones. A pending task without a slot is queued,
+// refs/op-queue/<op>/<unit>. A change that frees a slot admits the first
+// queued task (by key) in the same transaction; one that finds none
+// queued puts operation-refs/freed/<op>, which every change that queues a
+// task compares, with no slot added since its count: so no task is ever
+// queued while a slot is free, and no slot is ever taken beyond the
+// bound. With max_parallel = 0 every pending task is admitted and neither
+// reference is written.
+//
+// The change that closes an operation's last open task (its open
+// references compared: none added since they were counted) writes the
+// operation's end: DONE when none failed or stopped, FAILED when one
+// failed, else STOPPED. One that closes others asserts that another open
+// task remains (a witness). While the tasks are still being made
+// (tasks_created false), a closing change compares the operation's
+// record instead, which the last batch of tasks rewrites.
+
+// ledgerReads is how many reads of an operation's shared keys an
+// attempt makes first (ledgerGets).
+const ledgerReads = 8
+
+// ledgerGets reads operation id's shared keys, for an attempt that
+// changes up to k of its tasks.
+func (s *State) ledgerGets(id int64, k int) []getOp {
+	open := getKeys(opOpenPrefix(id), int64(k+2))
+	open.newestFirst = true
+	return []getOp{
+		s.getOperation(id),
+		{key: opSlotsPrefix(id), end: prefixEnd(opSlotsPrefix(id)), countOnly: true},
+		getKeyOnly(opFreedRef(id)),
+		getKeys(opQueuePrefix(id), int64(2*k+2)),
+		{key: opOpenPrefix(id), end: prefixEnd(opOpenPrefix(id)), countOnly: true},
+		open,
+		getKeys(opFailedPrefix(id), 1),
+		getKeys(opStoppedPrefix(id), 1),
+	}
+}
+
+// opLedger is what an attempt read of an operation's shared keys
+// (ledgerGets) and what its change does to them.
+type opLedger struct {
+	s   *State
+	c   *change
+	rev int64
+	op  *record[*pb.Operation]
+	id  int64
+	// next is the operation's record as the change writes it; nil when
+	// it does not.
+	next *pb.Operation
+	max  int64
+
+	slots     int64
+	freedMod  int64
+	queue     []*mvccpb.KeyValue
+	queueMore bool
+	used      map[string]bool // queue entries the change admits or removes
+	open      int64
+	openLast  []*mvccpb.KeyValue
+	failedAny bool
+	stopAny   bool
+
+	closing            map[string]bool
+	closed, opened     int
+	closedFailed       bool
+	closedStopped      bool
+	assertedSlots      bool
+	assertedFreed      bool
+	assertedQueueEmpty bool
+	assertedOp         bool
+}
+
+// newLedger reads r's answers to ledgerGets(id, …) from i on.
+func (s *State) newLedger(ctx context.Context, c *change, r *reads, i int, id int64) (*opLedger, error) {
+	op, err := s.operationRead(ctx, r.one(i), id)
+	if err != nil {
+		return nil, err
+	}
+	l := &opLedger{
+		s: s, c: c, rev: r.rev, op: op, id: id, max: int64(op.v.MaxParallel),
+		slots: r.ranges[i+1].Count, queue: r.all(i + 3), queueMore: r.more(i + 3),
+		used: map[string]bool{}, open: r.ranges[i+4].Count, openLast: r.all(i + 5),
+		failedAny: len(r.all(i+6)) > 0, stopAny: len(r.all(i+7)) > 0, closing: map[string]bool{},
+	}
+	if kv := r.one(i + 2); kv != nil {
+		l.freedMod = kv.ModRevision
+	}
+	return l, nil
+}
+
+// cur is the operation as the change leaves it.
+func (l *opLedger) cur() *pb.Operation {
+	if l.next != nil {
+		return l.next
+	}
+	return l.op.v
+}
+
+// rewrite returns the operation's record for the change to write,
+// asserting the one read.
+func (l *opLedger) rewrite() *pb.Operation {
+	if l.next == nil {
+		l.next = protoClone(l.op.v)
+	}
+	l.assertOp()
+	return l.next
+}
+
+func (l *opLedger) assertOp() {
+	if !l.assertedOp {
+		l.c.ifMod(l.op.key, l.op.mod)
+		l.assertedOp = true
+	}
+}
+
+// setRefs writes an open task's references' value.
+func (l *opLedger) setRefs(unit, value string) {
+	l.c.putRaw(opOpenRef(l.id, unit), value)
+	l.c.putRaw(unitTaskRef(unit, l.id), value)
+}
+
+// take gives a task becoming pending a slot if one is free, else queues
+// it, and reports whether it was admitted.
+func (l *opLedger) take(unit string) bool {
+	if l.max == 0 {
+		return true
+	}
+	if !l.assertedSlots {
+		l.c.ifNoNewer(opSlotsPrefix(l.id), l.rev)
+		l.assertedSlots = true
+	}
+	if l.slots < l.max {
+		l.slots++
+		l.c.putRaw(opSlotRef(l.id, unit), "")
+		return true
+	}
+	if !l.assertedFreed {
+		l.c.ifMod(opFreedRef(l.id), l.freedMod)
+		l.assertedFreed = true
+	}
+	l.c.putRaw(opQueueRef(l.id, unit), "")
+	return false
+}
+
+// release frees the slot of a task that held one and admits the first
+// queued task, if any.
+func (l *opLedger) release(unit string) error {
+	if l.max == 0 {
+		return nil
+	}
+	l.c.del(opSlotRef(l.id, unit))
+	l.slots--
+	for _, kv := range l.queue {
+		q := strings.TrimPrefix(string(kv.Key), opQueuePrefix(l.id))
+		if l.used[q] || l.closing[q] {
+			continue
+		}
+		l.used[q] = true
+		l.c.ifMod(string(kv.Key), kv.ModRevision)
+		l.c.del(string(kv.Key))
+		l.c.putRaw(opSlotRef(l.id, q), "")
+		l.setRefs(q, taskAdmitted)
+		l.slots++
+		return nil
+	}
+	if l.queueMore {
+		// ledgerGets reads more queued tasks than an attempt can use.
+		return fmt.Errorf("operation %d: its queue was read short", l.id)
+	}
+	if !l.assertedQueueEmpty {
+		// None queued but those the change admits or removes.
+		l.c.ifNoNewer(opQueuePrefix(l.id), l.rev)
+		l.c.putRaw(opFreedRef(l.id), "")
+		l.assertedQueueEmpty = true
+	}
+	return nil
+}
+
+// dequeue takes a queued task out of the queue.
+func (l *opLedger) dequeue(unit string) {
+	l.used[unit] = true
+	l.c.del(opQueueRef(l.id, unit))
+}
+
+// leave drops what an open task's state holds: its slot or queue place,
+// its machine's reference, its lost reference. t is the task as read,
+// admitted whether it held a slot while pending.
+func (l *opLedger) leave(t *pb.Task, admitted bool) error {
+	switch t.State {
+	case pb.TaskState_TASK_STATE_PENDING:
+		if !admitted {
+			l.dequeue(t.Unit)
+			return nil
+		}
+	case pb.TaskState_TASK_STATE_LOST:
+		l.c.del(lostRef(l.id, t.Unit))
+		return nil
+	case pb.TaskState_TASK_STATE_PAUSED:
+		return nil
+	default: // on its machine
+		l.c.del(machineRunningRef(t.Machine, l.id, t.Unit))
+	}
+	return l.release(t.Unit)
+}
+
+// close closes open task t (as read; admitted if it held a slot while
+// pending) as next (DONE, FAILED or STOPPED), adding the change's writes
+// but for next's record.
+func (l *opLedger) close(t *pb.Task, admitted bool, outcome pb.TaskState) error {
+	if err := l.leave(t, admitted); err != nil {
+		return err
+	}
+	l.c.del(opOpenRef(l.id, t.Unit))
+	l.c.del(unitTaskRef(t.Unit, l.id))
+	switch outcome {
+	case pb.TaskState_TASK_STATE_FAILED:
+		l.c.putRaw(opFailedRef(l.id, t.Unit), "")
+		l.closedFailed = true
+	case pb.TaskState_TASK_STATE_STOPPED:
+		l.c.putRaw(opStoppedRef(l.id, t.Unit), "")
+		l.closedStopped = true
+	}
+	l.closing[t.Unit] = true
+	l.closed++
+	return nil
+}
+
+// settle ends the change's work on the operation: when it closes tasks
+// or finishes making them, it writes the operation's end if no task is
+// left open, else keeps a witness that one is; then it writes the
+// operation's record if the change rewrote it.
+func (l *opLedger) settle() error {
+	created := l.next != nil && l.next.TasksCreated && !l.op.v.TasksCreated
+	if l.closed > 0 || created {
+		switch after := l.open - int64(l.closed) + int64(l.opened); {
+		case !l.cur().TasksCreated:
+			// The last batch of tasks rewrites the record: it and this
+			// change see each other.
+			l.assertOp()
+		case after > 0 && l.opened > 0:
+			// A task this change opens stays open.
+		case after > 0:
+			w := l.witness()
+			if w == "" {
+				return fmt.Errorf("operation %d: no open task read to witness", l.id)
+			}
+			l.c.ifExists(w)
+		default:
+			l.c.ifNoNewer(opOpenPrefix(l.id), l.rev)
+			next := l.rewrite()
+			switch {
+			case l.failedAny || l.closedFailed:
+				next.State = pb.OperationState_OPERATION_STATE_FAILED
+			case l.stopAny || l.closedStopped:
+				next.State = pb.OperationState_OPERATION_STATE_STOPPED
+			default:
+				next.State = pb.OperationState_OPERATION_STATE_DONE
+			}
+			next.FinishedUnixNano = l.s.now().UnixNano()
+			l.c.del(opOpenOpRef(l.id))
+		}
+	}
+	if l.next != nil {
+		l.assertOp()
+		l.c.put(l.op.key, l.next)
+	}
+	return nil
+}
+
+// witness picks an open task's reference the change does not close,
+// among those read, preferring one no transaction of the State in
+// flight deletes.
+func (l *opLedger) witness() string {
+	var cands []*mvccpb.KeyValue
+	for _, kv := range l.openLast {
+		if !l.closing[strings.TrimPrefix(string(kv.Key), opOpenPrefix(l.id))] {
+			cands = append(cands, kv)
+		}
+	}
+	if len(cands) == 0 {
+		return ""
+	}
+	if st := l.s.deleting.staying(cands); len(st) > 0 {
+		return string(st[0].Key)
+	}
+	return string(cands[0].Key)
+}
+
+// tasksPerBatch is how many tasks one transaction of materializeTasks
+// makes: six operations each at most, with the operation's own few and
+// an audit entry's.
+const tasksPerBatch = 8
+
+// materializeTasks makes running operation id's tasks, in batches of
+// tasksPerBatch targets in order, each batch a transaction: an alive
+// unit's task PENDING (admitted or queued), compared with the unit's
+// record and its open tasks; a unit that is gone, not alive, or has
+// MaxOpenTasksPerUnit open tasks gets a STOPPED task saying so. The last
+// batch sets tasks_created and, when no task is open, ends the operation.
+// It resumes after the last task made, so a run cut short by a crash is
+// finished by another (MaterializePending); two at once make each task
+// once.
+func (s *State) materializeTasks(ctx context.Context, id int64) error {
+	start := -1 // where the next batch is expected to start
+	for {
+		done := false
+		err := s.apply(ctx, fmt.Sprintf("make the tasks of operation %d", id), func(ctx context.Context) (*change, error) {
+			for {
+				c, at, err := s.materializeBatch(ctx, id, start)
+				if err != nil || c != nil {
+					done = errors.Is(err, errNothingToDo)
+					return c, err
+				}
+				start = at
+			}
+		})
+		if err != nil || done {
+			return err
+		}
+		start += tasksPerBatch
+	}
+}
+
+// materializeBatch is one attempt of a batch expected to start at target
+// index start (-1: not known). When the tasks made so far say the batch
+// starts elsewhere, it returns no change and where it starts; when none
+// is left to make, errNothingToDo.
+func (s *State) materializeBatch(ctx context.Context, id int64, start int) (*change, int, error) {
+	gets := append(s.ledgerGets(id, 0), getLastKey(TasksPrefix(id)))
+	var batch []string
+	if start >= 0 {
+		op, err := s.cachedOperation(ctx, id)
+		if err != nil {
+			return nil, 0, err
+		}
+		batch = op.Units[min(start, len(op.Units)):min(start+tasksPerBatch, len(op.Units))]
+		for _, u := range batch {
+			p := UnitTasksPrefix(u)
+			gets = append(gets, get(UnitKey(u)), getOp{key: p, end: prefixEnd(p), countOnly: true})
+		}
+	}
+	r, err := s.read(ctx, gets...)
+	if err != nil {
+		return nil, 0, err
+	}
+	c := &change{}
+	l, err := s.newLedger(ctx, c, r, 0, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	op := l.op.v
+	if op.State != pb.OperationState_OPERATION_STATE_RUNNING || op.TasksCreated {
+		return nil, 0, errNothingToDo
+	}
+	at := 0
+	if last := r.one(ledgerReads); last != nil {
+		i, found := slices.BinarySearch(op.Units, strings.TrimPrefix(string(last.Key), TasksPrefix(id)))
+		at = i
+		if found {
+			at++
+		}
+	}
+	if at != start {
+		return nil, at, nil
+	}
+	now := s.now().UnixNano()
+	for i, name := range batch {
+		u, err := decode[pb.Unit](r.one(ledgerReads + 1 + 2*i))
+		if err != nil {
+			return nil, 0, err
+		}
+		t := &pb.Task{Operation: id, Unit: name, ChangedUnixNano: now}
+		key := TaskKey(id, name)
+		var why string
+		switch {
+		case u == nil:
+			why = "unit gone"
+		case u.v.Life != pb.Life_LIFE_ALIVE:
+			why = "unit " + lifeName(u.v.Life)
+		case r.ranges[ledgerReads+2+2*i].Count >= MaxOpenTasksPerUnit:
+			why = fmt.Sprintf("unit %s has %d open tasks, the most a unit may have", name, MaxOpenTasksPerUnit)
+		}
+		if why != "" {
+			t.State, t.Message, t.FinishedUnixNano = pb.TaskState_TASK_STATE_STOPPED, why, now
+			if u != nil {
+				t.Machine = u.v.MachineId
+			}
+			c.ifAbsent(key)
+			c.put(key, t)
+			c.putRaw(opStoppedRef(id, name), "")
+			l.stopAny = true
+			continue
+		}
+		t.State, t.Machine = pb.TaskState_TASK_STATE_PENDING, u.v.MachineId
+		// The unit alive and its open tasks as counted: no task of this
+		// operation either.
+		c.ifMod(u.key, u.mod)
+		c.ifNoNewer(UnitTasksPrefix(name), r.rev)
+		c.put(key, t)
+		l.setRefs(name, taskRefValue(t.State, l.take(name)))
+		l.opened++
+	}
+	if start+len(batch) >= len(op.Units) {
+		l.rewrite().TasksCreated = true
+	}
+	if err := l.settle(); err != nil {
+		return nil, 0, err
+	}
+	return c, 0, nil
+}
+
+// cachedOperation reads operation id, from the copy kept when it is
+// unchanged.
+func (s *State) cachedOperation(ctx context.Context, id int64) (*pb.Operation, error) {
+	r, err := s.read(ctx, s.getOperation(id))
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.operationRead(ctx, r.one(0), id)
+	if err != nil {
+		return nil, err
+	}
+	return rec.v, nil
+}
