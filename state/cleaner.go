@@ -117,6 +117,8 @@ func (c *Cleaner) work(ctx context.Context, item *pb.Cleanup) (time.Time, error)
 		return time.Time{}, st.forceUnit(ctx, item.Target)
 	case pb.CleanupKind_CLEANUP_KIND_FORCE_MACHINE:
 		return st.forceMachine(ctx, item.Target, waiting, due)
+	case pb.CleanupKind_CLEANUP_KIND_UNIT_TASKS:
+		return time.Time{}, st.stopUnitTasks(ctx, item.Target)
 	}
 	return time.Time{}, fmt.Errorf("unknown cleanup kind %v", item.Kind)
 }

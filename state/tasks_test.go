@@ -257,6 +257,31 @@ func TestCheckpoints(t *testing.T) {
 	f.finish(t, op.Id, "kv/0", 2, pb.TaskState_TASK_STATE_DONE)
 }
 
+func TestRemovedUnitsTasksStop(t *testing.T) {
+	f := newOpsFixture(t, 2)
+	op := f.create(t, f.op(true, 1))
+	f.start(t, op.Id, "kv/0")
+	for _, u := range []string{"kv/0", "kv/1"} {
+		must(t, "DestroyUnit", f.st.DestroyUnit(f.ctx, u, state.DestroyOptions{}))
+		must(t, "EnsureUnitDead", f.st.EnsureUnitDead(f.ctx, u))
+		must(t, "RemoveUnit", f.st.RemoveUnit(f.ctx, u))
+	}
+	checkInvariants(t, f.st)
+	_, err := state.NewCleaner(f.st, time.Second).Pass(f.ctx)
+	must(t, "Cleaner.Pass", err)
+	wantStates(t, f, op.Id, map[string]string{"kv/0": "stopped", "kv/1": "stopped"}, "stopped")
+	task, err := f.st.Task(f.ctx, op.Id, "kv/1")
+	must(t, "Task", err)
+	if task.Message != "unit removed" {
+		t.Errorf("task message %q, want unit removed", task.Message)
+	}
+	// An operation made against a unit that is going stops its task.
+	f2 := newOpsFixture(t, 1)
+	must(t, "DestroyUnit", f2.st.DestroyUnit(f2.ctx, "kv/0", state.DestroyOptions{}))
+	op2 := f2.create(t, f2.op(true, 0))
+	wantStates(t, f2, op2.Id, map[string]string{"kv/0": "stopped"}, "stopped")
+}
+
 func TestPruneOperations(t *testing.T) {
 	f := newOpsFixture(t, 1)
 	done := f.create(t, f.op(true, 0))

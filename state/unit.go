@@ -369,7 +369,7 @@ func (s *State) DestroyUnit(ctx context.Context, name string, opts DestroyOption
 			return nil, err
 		}
 		r, err := s.read(ctx, get(UnitKey(name)), getKeys(subordinatesPrefix(name), 1), getKeys(unitScopesPrefix(name), 1),
-			get(cleanupKey(cleanupForceUnit, name)))
+			get(cleanupKey(cleanupForceUnit, name)), getKeys(UnitTasksPrefix(name), 1))
 		if err != nil {
 			return nil, err
 		}
@@ -388,6 +388,7 @@ func (s *State) DestroyUnit(ctx context.Context, name string, opts DestroyOption
 			c.ifEmpty(subordinatesPrefix(name))
 			c.ifEmpty(unitScopesPrefix(name))
 			removeUnitOps(c, u.v)
+			unitTasksOps(c, name, r.one(4))
 			v.settle(c, u.key, "")
 			return c, nil
 		}
@@ -527,7 +528,7 @@ func (s *State) RemoveUnitIf(ctx context.Context, name string, allow func(*pb.Un
 		if err := checkUnitName(name); err != nil {
 			return nil, err
 		}
-		v, r, err := s.readServiceView(ctx, names.UnitService(name), name, get(UnitKey(name)))
+		v, r, err := s.readServiceView(ctx, names.UnitService(name), name, get(UnitKey(name)), getKeys(UnitTasksPrefix(name), 1))
 		if r == nil {
 			return nil, err
 		}
@@ -549,9 +550,21 @@ func (s *State) RemoveUnitIf(ctx context.Context, name string, allow func(*pb.Un
 		c := &change{}
 		c.ifMod(u.key, u.mod)
 		removeUnitOps(c, u.v)
+		unitTasksOps(c, name, r.one(1))
 		v.settle(c, u.key, "")
 		return c, nil
 	})
+}
+
+// unitTasksOps adds to a unit's removal what its open tasks need: when
+// it has any (first is one of them), a unit-tasks cleanup item has the
+// cleaner stop them; else the removal asserts it has none.
+func unitTasksOps(c *change, name string, first *mvccpb.KeyValue) {
+	if first != nil {
+		c.put(cleanupKey(cleanupUnitTasks, name), &pb.Cleanup{Kind: pb.CleanupKind_CLEANUP_KIND_UNIT_TASKS, Target: name})
+		return
+	}
+	c.ifEmpty(UnitTasksPrefix(name))
 }
 
 // removeUnitOps removes a unit, its references and its records: a dead
