@@ -34,6 +34,10 @@
 // the CharmCollector removes the revisions no service uses and the
 // archives no revision names.
 //
+// It keeps the operations too (operations.go, tasks.go): charms' actions
+// run on units, their approvals and one task a unit, whose moves are
+// checked in the same way.
+//
 // The package also keeps the invariant checkers (CheckInvariants over a
 // snapshot, LifeChecker over a watch stream) that tests use to show the rules
 // hold.
