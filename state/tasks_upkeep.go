@@ -234,6 +234,7 @@ func (s *State) PruneOperations(ctx context.Context, retention time.Duration, ma
 		if string(kv.Value) == OperationStateName(pb.OperationState_OPERATION_STATE_RUNNING) {
 			continue
 		}
+		lapsed := false
 		id, err := parseOpID(strings.TrimPrefix(string(kv.Key), opRefOpen))
 		if err != nil {
 			return expired, 0, invalidf("corrupt reference %s", kv.Key)
@@ -251,11 +252,14 @@ func (s *State) PruneOperations(ctx context.Context, retention time.Duration, ma
 			}
 			c := &change{}
 			s.expireOps(c, op)
-			expired++
+			lapsed = true
 			return c, nil
 		})
 		if err != nil {
 			return expired, 0, err
+		}
+		if lapsed {
+			expired++
 		}
 	}
 	cutoff := s.now().Add(-retention).UnixNano()

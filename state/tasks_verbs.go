@@ -443,9 +443,11 @@ func (s *State) ResumeOperation(ctx context.Context, id int64, units []string) (
 const verbBatch = 16
 
 // verbBudget is what a verb's transaction may hold of the tasks' moves:
-// the rest is the operation's own (settle, the slots) and an audit
-// entry's.
-const verbBudget = MaxTxnOps - auditOps - 8
+// the rest is the operation's own (its record and open reference, the
+// slots' and the queue's comparisons, the freed marker, the witness or
+// the open tasks' comparison: 8 at most), a verb's guard (1) and an
+// audit entry's.
+const verbBudget = MaxTxnOps - auditOps - 10
 
 // taskCost bounds the operations of one task's move, from its state.
 func taskCost(st pb.TaskState, slots bool) int {
