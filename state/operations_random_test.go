@@ -32,15 +32,7 @@ const opsRandomSteps = 1500
 // revision that no operation has more tasks holding a slot, or running,
 // than its max_parallel.
 func TestOperationsRandomized(t *testing.T) {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("TestOperationsRandomized failed with -seed=%d", seed)
-		}
-	})
+	seed := randomSeed(t)
 	st, _ := newState(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
