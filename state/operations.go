@@ -424,7 +424,7 @@ func (s *State) ApproveOperation(ctx context.Context, id int64, approver, digest
 		case digest != op.v.Digest:
 			return nil, refused("A2", "%s's digest is %s, not %s: it is not what you saw; show it again", opName(id), op.v.Digest, digest)
 		case approver == op.v.Requester:
-			return nil, refused("A2", "%s cannot approve %s: they requested it", approver, opName(id))
+			return nil, refused("A2", "%s cannot approve %s: %s requested it", approver, opName(id), approver)
 		case u == nil || !mayApprove(op.v, u.v):
 			return nil, refused("A2", "%s cannot approve %s: only %s may", approver, opName(id), whoMay(op.v))
 		}
