@@ -54,16 +54,7 @@ func freeAddr(t *testing.T) string {
 // TestControllerOnExternalEtcd runs the controller against an etcd it does
 // not embed: the model lands in that etcd, under the namespace.
 func TestControllerOnExternalEtcd(t *testing.T) {
-	dir, err := os.MkdirTemp("", "ll-ext-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	etcd, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(dir, "etcd"), NoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { etcd.Close() }) // after the controller stops
+	dir, etcd := testEtcd(t, "ll-ext-")
 	metricsAddr, cfg := startController(t, dir, "--etcd-endpoints", etcd.Endpoint(), "--namespace", "/ext/")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -266,4 +257,23 @@ func TestControllerKeepsItsLocalNetwork(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "etcd")); err == nil {
 		t.Error("etcd's directory was made: the refusal came after the controller started")
 	}
+}
+
+// testEtcd starts an etcd of the test's own in a new directory (not the
+// test's TempDir: a unix socket's path must stay short) and returns the
+// directory and the server. Both go at the test's end, after the
+// controllers it starts (cleanups run last first), which need etcd to stop.
+func testEtcd(t *testing.T, prefix string) (string, *embedetcd.Server) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	etcd, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(dir, "etcd"), NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { etcd.Close() })
+	return dir, etcd
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/lifelinehq/lifeline/apiclient"
-	"github.com/lifelinehq/lifeline/embedetcd"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/syncbuf"
@@ -109,18 +108,7 @@ func controllersOf(st *pb.ModelStatus) (ids []string, leader string) {
 // listed with exactly one leader, and when the leader is killed the other
 // takes over within the registration TTL.
 func TestTwoControllersShareOneModel(t *testing.T) {
-	dir, err := os.MkdirTemp("", "ll-ha-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Cleanups, not defers: they run after the controllers' (registered
-	// later), which need etcd to stop.
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	etcd, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(dir, "etcd"), NoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { etcd.Close() })
+	dir, etcd := testEtcd(t, "ll-ha-")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

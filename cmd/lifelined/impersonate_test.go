@@ -21,7 +21,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lifelinehq/lifeline/apiclient"
-	"github.com/lifelinehq/lifeline/embedetcd"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -92,16 +91,7 @@ func collectsAdmin(t *testing.T, ctx context.Context, cfg pki.ClientConfig, addr
 // etcd in any form. The same steps with the key from the controller's
 // data directory show that the impersonation itself works.
 func TestEtcdReaderCannotPoseAsTheController(t *testing.T) {
-	dir, err := os.MkdirTemp("", "ll-imp-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	etcd, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(dir, "etcd"), NoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { etcd.Close() })
+	dir, etcd := testEtcd(t, "ll-imp-")
 	_, cfg := startController(t, dir, "--etcd-endpoints", etcd.Endpoint(), "--namespace", "/imp/")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/embedetcd"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -39,16 +38,7 @@ func lastLine(out string) string {
 // with a join token from the operator, and a token works once; a joined
 // controller starts again without it.
 func TestControllerJoinToken(t *testing.T) {
-	dir, err := os.MkdirTemp("", "ll-join-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	etcd, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(dir, "etcd"), NoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { etcd.Close() })
+	dir, etcd := testEtcd(t, "ll-join-")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	a := startHAController(t, dir, "a", etcd.Endpoint())
