@@ -226,6 +226,8 @@ type bucket struct {
 	// warned is when a refusal was last logged.
 	warned time.Time
 	b      *Budgets
+	// owner begins its refusals: "machine 3's agent is over its".
+	owner string
 }
 
 func newBudgetBook(b Budgets, logger hclog.Logger) *budgetBook {
@@ -246,12 +248,14 @@ func (k *budgetBook) admit(c caller, now time.Time) (*bucket, error) {
 	if c.kind == names.KindUser || (k.b.Writes < 0 && k.b.Bytes < 0) {
 		return nil, nil
 	}
-	var tag string // "" for the callers without a credential
+	// tag is "" for the callers without a credential, whose shared
+	// budget says so in its refusals.
+	tag, owner := "", "the calls made without a credential (joins) are over their"
 	switch c.kind {
 	case names.KindMachine:
-		tag = names.MachineTag(c.id)
+		tag, owner = names.MachineTag(c.id), c.String()+" is over its"
 	case names.KindUnit:
-		tag = names.UnitTag(c.id)
+		tag, owner = names.UnitTag(c.id), c.String()+" is over its"
 	}
 	k.mu.Lock()
 	if now.Sub(k.swept) > sweepEvery {
@@ -259,11 +263,11 @@ func (k *budgetBook) admit(c caller, now time.Time) (*bucket, error) {
 	}
 	b := k.byTag[tag]
 	if b == nil {
-		b = &bucket{writes: float64(k.b.Burst), bytes: float64(k.b.Bytes), at: now, b: &k.b}
+		b = &bucket{writes: float64(k.b.Burst), bytes: float64(k.b.Bytes), at: now, b: &k.b, owner: owner}
 		k.byTag[tag] = b
 	}
 	k.mu.Unlock()
-	return b, b.take(c, now, k.logger)
+	return b, b.take(now, k.logger)
 }
 
 // sweep forgets the buckets that are full again. Under k.mu.
@@ -296,14 +300,11 @@ func (b *bucket) refill(now time.Time) {
 }
 
 // take takes one call's token, or refuses the call with a sentence.
-func (b *bucket) take(c caller, now time.Time, logger hclog.Logger) error {
+func (b *bucket) take(now time.Time, logger hclog.Logger) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refill(now)
-	who := c.String() + " is over its"
-	if c.kind == "" {
-		who = "the calls made without a credential (joins) are over their"
-	}
+	who := b.owner
 	var err error
 	switch {
 	case b.b.Writes > 0 && b.writes < 1:
@@ -317,7 +318,7 @@ func (b *bucket) take(c caller, now time.Time, logger hclog.Logger) error {
 	if err != nil {
 		if now.Sub(b.warned) > time.Minute {
 			b.warned = now
-			logger.Warn("an agent is over its write budget: its writes are refused for now", "agent", c.String(), "budget", err.(*budgetError).what)
+			logger.Warn("writes refused for now: over a write budget", "refusal", err.Error())
 		}
 		return err
 	}
