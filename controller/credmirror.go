@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/lifelinehq/lifeline/internal/pause"
 	"github.com/lifelinehq/lifeline/state"
 	"github.com/lifelinehq/lifeline/watchhub"
 )
@@ -28,7 +29,6 @@ import (
 type credMirror struct {
 	hub    *watchhub.Hub
 	logger hclog.Logger
-	once   sync.Once
 
 	mu     sync.RWMutex
 	ready  bool
@@ -39,10 +39,8 @@ func newCredMirror(hub *watchhub.Hub, logger hclog.Logger) *credMirror {
 	return &credMirror{hub: hub, logger: logger}
 }
 
-// lookup returns the hash stored for tag, if the mirror holds one. The
-// first lookup starts the mirror's stream.
+// lookup returns the hash stored for tag, if the mirror holds one.
 func (m *credMirror) lookup(tag string) (string, bool) {
-	m.once.Do(func() { go m.run() })
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if !m.ready {
@@ -52,19 +50,18 @@ func (m *credMirror) lookup(tag string) (string, bool) {
 	return h, ok
 }
 
-// run follows the credentials until the hub stops.
-func (m *credMirror) run() {
-	followPrefix(m.hub, state.CredentialsPrefix, "credential mirror", "every call reads them", m.logger, m.apply, m.forget)
+// run follows the credentials until ctx ends or the hub stops.
+func (m *credMirror) run(ctx context.Context) {
+	followPrefix(ctx, m.hub, state.CredentialsPrefix, "credential mirror", "every call reads them", m.logger, m.apply, m.forget)
 }
 
 // followPrefix gives apply every batch of the hub's changes under prefix
-// until the hub stops, and calls forget when a listing fails (the
-// stream lists again; meanwhile the copy knows nothing) and at the end.
-// what names the copy in the log, and without says what its users do
-// without it.
-func followPrefix(hub *watchhub.Hub, prefix, what, without string, logger hclog.Logger, apply func(state.WatchBatch), forget func()) {
+// until ctx ends or the hub stops, and calls forget when a listing fails
+// (the stream lists again; meanwhile the copy knows nothing) and at the
+// end. what names the copy in the log, and without says what its users
+// do without it.
+func followPrefix(ctx context.Context, hub *watchhub.Hub, prefix, what, without string, logger hclog.Logger, apply func(state.WatchBatch), forget func()) {
 	defer forget()
-	ctx := context.Background()
 	s, err := hub.Watch(ctx, prefix, 0)
 	if err != nil {
 		logger.Warn(what+": cannot watch its keys; "+without, "error", err)
@@ -73,13 +70,15 @@ func followPrefix(hub *watchhub.Hub, prefix, what, without string, logger hclog.
 	defer s.Close()
 	for {
 		b, err := s.Next(ctx)
-		if errors.Is(err, watchhub.ErrClosed) {
+		if errors.Is(err, watchhub.ErrClosed) || ctx.Err() != nil {
 			return
 		}
 		if err != nil {
 			forget()
 			logger.Debug(what+": listing failed; retrying", "error", err)
-			time.Sleep(time.Second)
+			if !pause.For(ctx, time.Second) {
+				return
+			}
 			continue
 		}
 		apply(b)

@@ -38,6 +38,8 @@ func TestCredMirrorFollowsTheCredentials(t *testing.T) {
 	defer func() { stop(); <-done }()
 
 	m := newCredMirror(hub, hclog.NewNullLogger())
+	ran := make(chan struct{})
+	go func() { m.run(context.Background()); close(ran) }() // ends with the hub
 	waitFor := func(what string, ok func(hash string, found bool) bool) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
@@ -75,4 +77,5 @@ func TestCredMirrorFollowsTheCredentials(t *testing.T) {
 	stop()
 	<-done
 	waitFor("nothing once the hub stopped", func(_ string, found bool) bool { return !found })
+	<-ran
 }

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"io"
 	"strings"
@@ -103,7 +104,6 @@ func (a *agentServer) Presence(stream pb.AgentService_PresenceServer) error {
 type presenceHolders struct {
 	hub    *watchhub.Hub
 	logger hclog.Logger
-	once   sync.Once
 
 	mu      sync.RWMutex
 	ready   bool
@@ -115,18 +115,16 @@ func newPresenceHolders(hub *watchhub.Hub, logger hclog.Logger) *presenceHolders
 }
 
 // changedSince says whether tag's presence key is known to have changed
-// after revision rev (the revision at which a stream put it). The first
-// call starts the copy's stream.
+// after revision rev (the revision at which a stream put it).
 func (h *presenceHolders) changedSince(tag string, rev int64) bool {
-	h.once.Do(func() { go h.run() })
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return h.ready && h.changed[tag] > rev
 }
 
-// run follows the presence keys until the hub stops.
-func (h *presenceHolders) run() {
-	followPrefix(h.hub, state.PresencePrefix, "presence copy", "a presence taken over is noticed when its agent reconnects", h.logger, h.apply, h.forget)
+// run follows the presence keys until ctx ends or the hub stops.
+func (h *presenceHolders) run(ctx context.Context) {
+	followPrefix(ctx, h.hub, state.PresencePrefix, "presence copy", "a presence taken over is noticed when its agent reconnects", h.logger, h.apply, h.forget)
 }
 
 func (h *presenceHolders) apply(b state.WatchBatch) {

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"sync"
@@ -206,6 +207,20 @@ const (
 	keepaliveTime    = time.Minute
 	keepaliveTimeout = 20 * time.Second
 )
+
+// Run keeps the server's copies of the credentials and of the presence
+// keys' changes current, from the watch hub, until ctx ends (or the hub
+// stops, after which calls read etcd); it returns once ctx has ended and
+// both copies have stopped. Calls answer without them, reading etcd,
+// until their first listing.
+func (s *Server) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { s.creds.run(ctx) })
+	wg.Go(func() { s.holders.run(ctx) })
+	wg.Wait()
+	<-ctx.Done()
+	return nil
+}
 
 // GRPCServer returns a gRPC server with the services registered, serving
 // TLS only and authenticating every call (ControllerJoinService's and

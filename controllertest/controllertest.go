@@ -161,12 +161,17 @@ func (e *Env) Start() {
 	hctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { hub.Run(hctx); close(done) }()
-	e.stopHub = func() { cancel(); <-done }
 	e.cfg.Watches, e.hub = hub, hub
 	srv, err := controller.New(e.cfg)
 	if err != nil {
+		cancel()
+		<-done
 		e.T.Fatal(err)
 	}
+	// The server's copies of the model, run as lifelined runs them.
+	ran := make(chan struct{})
+	go func() { srv.Run(hctx); close(ran) }()
+	e.stopHub = func() { cancel(); <-done; <-ran }
 	e.lis, e.srv = lis, srv.GRPCServer()
 	go e.srv.Serve(srv.Listener(lis))
 }

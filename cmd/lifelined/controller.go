@@ -397,6 +397,8 @@ func runController(ctx context.Context, f controllerFlags) error {
 	if err != nil {
 		return err
 	}
+	actx, acancel := context.WithCancel(context.Background())
+	g.Add(func() error { return api.Run(actx) }, func(error) { acancel() })
 	gs := api.GRPCServer()
 	g.Add(func() error {
 		logger.Info("API serving", "addr", lis.Addr().String())
