@@ -19,7 +19,7 @@
 // itself, and it starts no listeners and no workers of its own: the
 // composition root (cmd/lifelined) serves it, runs Server.Run beside it,
 // and runs the cleaner. The goroutines it keeps between calls (workers.go)
-// only run calls' handlers, and end when idle. Run keeps its copies of the
+// only run calls' handlers, and end when idle or when Run ends. Run keeps its copies of the
 // credentials (credmirror.go) and of the presence keys' changes
 // (presence.go), each following one stream of the watch hub until Run's
 // context ends or the hub stops; without them (before their first

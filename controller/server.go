@@ -210,15 +210,17 @@ const (
 
 // Run keeps the server's copies of the credentials and of the presence
 // keys' changes current, from the watch hub, until ctx ends (or the hub
-// stops, after which calls read etcd); it returns once ctx has ended and
-// both copies have stopped. Calls answer without them, reading etcd,
-// until their first listing.
+// stops, after which calls read etcd). Calls answer without them, reading
+// etcd, until their first listing. When ctx ends it stops the handler
+// workers too, and returns once both copies and every worker have ended
+// (a worker after the call it runs).
 func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.creds.run(ctx) })
 	wg.Go(func() { s.holders.run(ctx) })
 	wg.Wait()
 	<-ctx.Done()
+	s.workers.stop()
 	return nil
 }
 

@@ -21,16 +21,21 @@ import (
 // operator's call, which goes ahead of the agents' (state.Ahead), runs
 // on its own goroutine rather than wait. The items of a call
 // (sideBySide) never wait: the call they belong to holds a worker. A
-// worker idle for a while ends, unless a call waits.
+// worker idle for a while ends, unless a call waits. Once stopped (its
+// owner's Server.Run ending), no worker starts, the idle ones end, and
+// stop returns when the busy ones have finished their calls.
 type handlerWorkers struct {
-	jobs chan func()
-	max  int
-	idle time.Duration
+	jobs    chan func()
+	max     int
+	idle    time.Duration
+	stopped chan struct{}
+	running sync.WaitGroup // the workers
 
 	mu sync.Mutex
 	n  int
 	// waiting counts the calls waiting for a worker.
 	waiting int
+	closed  bool
 }
 
 // maxHandlerWorkers bounds a Server's handler workers, and so the unary
@@ -47,7 +52,20 @@ const maxHandlerWorkers = 4 * state.DefaultMaxWritesInFlight
 const workerIdle = 30 * time.Second
 
 func newHandlerWorkers(max int, idle time.Duration) *handlerWorkers {
-	return &handlerWorkers{jobs: make(chan func()), max: max, idle: idle}
+	return &handlerWorkers{jobs: make(chan func()), max: max, idle: idle, stopped: make(chan struct{})}
+}
+
+// stop ends the workers: the idle ones at once, the busy ones after their
+// calls, for which it waits. Calls made after it run on their own
+// goroutines.
+func (w *handlerWorkers) stop() {
+	w.mu.Lock()
+	if !w.closed {
+		w.closed = true
+		close(w.stopped)
+	}
+	w.mu.Unlock()
+	w.running.Wait()
 }
 
 // call runs a unary call's handler f on a worker and returns once f has
@@ -73,6 +91,9 @@ func (w *handlerWorkers) call(ctx context.Context, ahead bool, f func()) error {
 			defer w.doneWaiting()
 			select {
 			case w.jobs <- job:
+			case <-w.stopped:
+				f()
+				return nil
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -98,15 +119,18 @@ const (
 	callWaits                       // as workersBusy, and the call is counted as waiting
 )
 
-// startOrWait counts a new worker unless there are max; then, unless
-// ahead, it counts the caller as waiting for one until doneWaiting. While
-// a caller waits no worker ends.
+// startOrWait counts a new worker unless there are max (or the workers
+// are stopped); then, unless ahead, it counts the caller as waiting for
+// one until doneWaiting. While a caller waits no worker ends.
 func (w *handlerWorkers) startOrWait(ahead bool) workerTurn {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
+	case w.closed:
+		return workersBusy
 	case w.n < w.max:
 		w.n++
+		w.running.Add(1)
 		return workerStarted
 	case ahead:
 		return workersBusy
@@ -123,8 +147,9 @@ func (w *handlerWorkers) doneWaiting() {
 }
 
 // work runs job, then the jobs it is given, until it waits w.idle for
-// one.
+// one or the workers stop.
 func (w *handlerWorkers) work(job func()) {
+	defer w.running.Done()
 	idle := time.NewTimer(w.idle)
 	defer idle.Stop()
 	for job != nil {
@@ -143,19 +168,22 @@ func (w *handlerWorkers) next(idle *time.Timer) func() {
 		case job := <-w.jobs:
 			return job
 		case <-idle.C:
-			if w.end() {
+			if w.end(false) {
 				return nil
 			}
+		case <-w.stopped:
+			w.end(true)
+			return nil
 		}
 	}
 }
 
 // end uncounts an idle worker and reports true, unless a call waits for
-// a worker: then the worker stays.
-func (w *handlerWorkers) end() bool {
+// a worker and the workers are not stopping: then the worker stays.
+func (w *handlerWorkers) end(stopping bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.waiting > 0 {
+	if w.waiting > 0 && !stopping {
 		return false
 	}
 	w.n--

@@ -185,3 +185,57 @@ func TestHandlerWorkersWaitersNotStranded(t *testing.T) {
 		t.Errorf("%d waiting and %d workers after the calls, want 0 and at most 1", w.waiting, w.n)
 	}
 }
+
+// Stopping the workers ends the idle ones at once and waits for the busy
+// ones' calls; a call waiting for a worker then runs on its own goroutine,
+// and so does any call after.
+func TestHandlerWorkersStop(t *testing.T) {
+	w := newHandlerWorkers(2, time.Hour)
+	counted := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			w.mu.Lock()
+			done := ok()
+			w.mu.Unlock()
+			if done {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s after 10 s", what)
+			}
+		}
+	}
+	// Two workers, both busy until release.
+	release := make(chan struct{})
+	for range 2 {
+		go w.run(func() { <-release })
+	}
+	counted("two workers", func() bool { return w.n == 2 })
+	waited := make(chan error, 1)
+	go func() { waited <- w.call(context.Background(), false, func() {}) }()
+	counted("call waiting for a worker", func() bool { return w.waiting == 1 })
+
+	stopped := make(chan struct{})
+	go func() { w.stop(); close(stopped) }()
+	if err := <-waited; err != nil {
+		t.Errorf("a call waiting for a worker when they stopped = %v, want it run", err)
+	}
+	select {
+	case <-stopped:
+		t.Fatal("stop returned while the workers' calls were running")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	<-stopped
+	w.mu.Lock()
+	n := w.n
+	w.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d workers counted after stop, want 0", n)
+	}
+	ran := false
+	w.run(func() { ran = true })
+	if !ran {
+		t.Error("a call after stop did not run")
+	}
+}
