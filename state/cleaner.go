@@ -173,7 +173,7 @@ func (s *State) forceMachine(ctx context.Context, id string, waiting bool, due t
 	if waiting {
 		return due, nil
 	}
-	units, err := s.MachineUnits(ctx, id)
+	units, err := s.MachinePrincipals(ctx, id)
 	if err != nil {
 		return time.Time{}, err
 	}

@@ -123,8 +123,9 @@ func (s *State) Machines(ctx context.Context) ([]*pb.Machine, error) {
 	return listDecoded[pb.Machine](ctx, s, machinesPrefix)
 }
 
-// MachineUnits returns the principal units assigned to machine id.
-func (s *State) MachineUnits(ctx context.Context, id string) ([]string, error) {
+// MachinePrincipals returns the principal units assigned to machine id
+// (MachineUnitNames adds their subordinates).
+func (s *State) MachinePrincipals(ctx context.Context, id string) ([]string, error) {
 	if err := checkMachineID(id); err != nil {
 		return nil, err
 	}

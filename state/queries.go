@@ -92,7 +92,7 @@ func (s *State) ServicesNamed(ctx context.Context, serviceNames ...string) ([]*p
 // machine holds: a range read of its principals and, when there are any, a
 // round trip reading their subordinates.
 func (s *State) MachineUnitNames(ctx context.Context, id string) ([]string, error) {
-	principals, err := s.MachineUnits(ctx, id)
+	principals, err := s.MachinePrincipals(ctx, id)
 	if err != nil {
 		return nil, err
 	}

@@ -72,7 +72,7 @@ func TestRaceAssignWhileDestroyingMachine(t *testing.T) {
 		}
 		mach, err := st.Machine(ctx, m)
 		must(t, "Machine", err)
-		assigned, err := st.MachineUnits(ctx, m)
+		assigned, err := st.MachinePrincipals(ctx, m)
 		must(t, "MachineUnits", err)
 		if mach.Life == pb.Life_LIFE_DYING {
 			if errs[0] != nil {
@@ -113,7 +113,7 @@ func TestRaceAssignWhileDestroyingManualMachine(t *testing.T) {
 		for _, err := range errs {
 			allowed(t, err, state.ErrRefused, state.ErrNotFound)
 		}
-		assigned, err := st.MachineUnits(ctx, m)
+		assigned, err := st.MachinePrincipals(ctx, m)
 		must(t, "MachineUnits", err)
 		mach, err := st.Machine(ctx, m)
 		switch {

@@ -51,8 +51,8 @@ func TestRuleM1_PrincipalsOnlyOnAliveMachines(t *testing.T) {
 			}
 			wantErr(t, "assign", err, tt.want, rule, tt.msg)
 			if tt.machine != "missing" {
-				if units, _ := st.MachineUnits(ctx, id); len(units) != 0 {
-					t.Errorf("MachineUnits(%s) = %v after a refusal, want none", id, units)
+				if units, _ := st.MachinePrincipals(ctx, id); len(units) != 0 {
+					t.Errorf("MachinePrincipals(%s) = %v after a refusal, want none", id, units)
 				}
 			}
 		})
@@ -65,7 +65,7 @@ func TestRuleM1_PrincipalsOnlyOnAliveMachines(t *testing.T) {
 		addUnits(t, ctx, st, "kv", 2, state.Placement{Machine: ms[0].Id})
 		us := addUnits(t, ctx, st, "kv", 1, state.Placement{Unassigned: true})
 		must(t, "AssignUnit", st.AssignUnit(ctx, us[0].Name, ms[0].Id))
-		units, err := st.MachineUnits(ctx, ms[0].Id)
+		units, err := st.MachinePrincipals(ctx, ms[0].Id)
 		must(t, "MachineUnits", err)
 		if len(units) != 3 {
 			t.Errorf("MachineUnits = %v, want 3 units", units)

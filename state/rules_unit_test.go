@@ -338,7 +338,7 @@ func TestRuleU5_OnlyDeadUnitsAreRemoved(t *testing.T) {
 				t.Errorf("%s is %s, want removed", tt.unit, got)
 			}
 			if tt.unit == "app/0" {
-				if units, _ := st.MachineUnits(ctx, us[0].MachineId); len(units) != 0 {
+				if units, _ := st.MachinePrincipals(ctx, us[0].MachineId); len(units) != 0 {
 					t.Errorf("machine %s still has %v", us[0].MachineId, units)
 				}
 			} else if subs, _ := st.Subordinates(ctx, "app/0"); len(subs) != 0 {

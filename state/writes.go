@@ -17,15 +17,15 @@ import (
 // change is what one attempt decided: the comparisons that must still hold
 // for the decision to be right, and the writes that carry it out.
 type change struct {
-	cmps []cmp
+	cmps []condition
 	ops  []write
 	// auditSeq is the seq of the audit entry among ops, if any (audit.go).
 	auditSeq int64
 }
 
-// cmp is one comparison of a change: the create or mod revision of a key,
+// condition is one comparison of a change: the create or mod revision of a key,
 // or of every key of a range, against rev.
-type cmp struct {
+type condition struct {
 	key, end string // end: "" for key alone
 	mod      bool   // the mod revision, else the create revision
 	result   etcdserverpb.Compare_CompareResult
@@ -48,19 +48,19 @@ func (c *change) ifMod(key string, modRev int64) {
 		c.ifAbsent(key)
 		return
 	}
-	c.cmps = append(c.cmps, cmp{key: key, mod: true, result: etcdserverpb.Compare_EQUAL, rev: modRev})
+	c.cmps = append(c.cmps, condition{key: key, mod: true, result: etcdserverpb.Compare_EQUAL, rev: modRev})
 }
 
 // ifAbsent asserts that key does not exist.
 func (c *change) ifAbsent(key string) {
-	c.cmps = append(c.cmps, cmp{key: key, result: etcdserverpb.Compare_EQUAL})
+	c.cmps = append(c.cmps, condition{key: key, result: etcdserverpb.Compare_EQUAL})
 }
 
 // ifSame asserts that key still exists as the incarnation created at
 // createRev, whatever has been written to it since. It keeps a witness:
 // "this prefix is not empty" stays true while the witness exists.
 func (c *change) ifSame(key string, createRev int64) {
-	c.cmps = append(c.cmps, cmp{key: key, result: etcdserverpb.Compare_EQUAL, rev: createRev})
+	c.cmps = append(c.cmps, condition{key: key, result: etcdserverpb.Compare_EQUAL, rev: createRev})
 }
 
 // ifExists asserts that key exists, whatever its incarnation. It keeps a
@@ -68,26 +68,26 @@ func (c *change) ifSame(key string, createRev int64) {
 // key under it exists when the change commits, and a key read as there
 // and still there, or there again, is one.
 func (c *change) ifExists(key string) {
-	c.cmps = append(c.cmps, cmp{key: key, result: etcdserverpb.Compare_GREATER})
+	c.cmps = append(c.cmps, condition{key: key, result: etcdserverpb.Compare_GREATER})
 }
 
 // ifEmpty asserts that no key has the prefix.
 func (c *change) ifEmpty(prefix string) {
-	c.cmps = append(c.cmps, cmp{key: prefix, end: prefixEnd(prefix), result: etcdserverpb.Compare_EQUAL})
+	c.cmps = append(c.cmps, condition{key: prefix, end: prefixEnd(prefix), result: etcdserverpb.Compare_EQUAL})
 }
 
 // ifOnly asserts that key is the only key with the prefix.
 func (c *change) ifOnly(prefix, key string) {
 	c.cmps = append(c.cmps,
-		cmp{key: prefix, end: key, result: etcdserverpb.Compare_EQUAL},
-		cmp{key: key + "\x00", end: prefixEnd(prefix), result: etcdserverpb.Compare_EQUAL},
+		condition{key: prefix, end: key, result: etcdserverpb.Compare_EQUAL},
+		condition{key: key + "\x00", end: prefixEnd(prefix), result: etcdserverpb.Compare_EQUAL},
 	)
 }
 
 // ifNoNewer asserts that no key with the prefix was created or changed after
 // revision rev: the set read at rev has not grown.
 func (c *change) ifNoNewer(prefix string, rev int64) {
-	c.cmps = append(c.cmps, cmp{key: prefix, end: prefixEnd(prefix), mod: true, result: etcdserverpb.Compare_LESS, rev: rev + 1})
+	c.cmps = append(c.cmps, condition{key: prefix, end: prefixEnd(prefix), mod: true, result: etcdserverpb.Compare_LESS, rev: rev + 1})
 }
 
 func (c *change) put(key string, m proto.Message) {
