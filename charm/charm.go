@@ -20,6 +20,10 @@ type Charm struct {
 	// Each has its executable, actions/NAME (or a symlink to one in the
 	// charm), and every executable in actions/ is declared.
 	Actions *Actions
+	// ActionsYAML is actions.yaml as read (nil without one): the
+	// controller keeps it with the charm's record and parses it again
+	// (ParseActions) when it needs the actions.
+	ActionsYAML []byte
 }
 
 // ReadDir parses and validates the charm in dir: its metadata.yaml,
@@ -136,6 +140,7 @@ func load(t *tree, read func(names []string) (map[string][]byte, error)) (*Charm
 		if c.Actions, err = ParseActions(data[acts.name]); err != nil {
 			return nil, err
 		}
+		c.ActionsYAML = data[acts.name]
 	}
 	if c.Hooks, err = t.executables("hooks"); err != nil {
 		return nil, err

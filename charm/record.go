@@ -7,7 +7,7 @@ import (
 )
 
 // Record describes the charm as the controller stores it: everything the
-// model needs without unpacking the archive. The name of the archive's
+// model needs without unpacking the archive (actions.yaml as read). The name of the archive's
 // revision, sha256 and size are the store's to fill in.
 func (c *Charm) Record() *pb.Charm {
 	return &pb.Charm{
@@ -17,6 +17,7 @@ func (c *Charm) Record() *pb.Charm {
 		Endpoints:   c.Meta.Endpoints(),
 		Options:     c.Config.OptionRecords(),
 		Hooks:       append([]string(nil), c.Hooks...),
+		ActionsYaml: c.ActionsYAML,
 	}
 }
 

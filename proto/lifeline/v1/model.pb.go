@@ -1499,7 +1499,10 @@ type Charm struct {
 	// hooks are the charm's executable hook files.
 	Hooks []string `protobuf:"bytes,9,rep,name=hooks,proto3" json:"hooks,omitempty"`
 	// chunks is how many chunks the archive is stored in.
-	Chunks        int32 `protobuf:"varint,10,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	Chunks int32 `protobuf:"varint,10,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	// actions_yaml is the charm's actions.yaml as uploaded; empty when it
+	// has none.
+	ActionsYaml   []byte `protobuf:"bytes,11,opt,name=actions_yaml,json=actionsYaml,proto3" json:"actions_yaml,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1602,6 +1605,13 @@ func (x *Charm) GetChunks() int32 {
 		return x.Chunks
 	}
 	return 0
+}
+
+func (x *Charm) GetActionsYaml() []byte {
+	if x != nil {
+		return x.ActionsYaml
+	}
+	return nil
 }
 
 // Resolved is stored at resolved/<unit> until the unit's agent acts on it.
@@ -1870,7 +1880,7 @@ const file_lifeline_v1_model_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x122\n" +
 	"\adefault\x18\x03 \x01(\v2\x18.lifeline.v1.ConfigValueR\adefault\x12 \n" +
-	"\vdescription\x18\x04 \x01(\tR\vdescription\"\xb7\x02\n" +
+	"\vdescription\x18\x04 \x01(\tR\vdescription\"\xda\x02\n" +
 	"\x05Charm\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x16\n" +
@@ -1882,7 +1892,8 @@ const file_lifeline_v1_model_proto_rawDesc = "" +
 	"\aoptions\x18\b \x03(\v2\x19.lifeline.v1.ConfigOptionR\aoptions\x12\x14\n" +
 	"\x05hooks\x18\t \x03(\tR\x05hooks\x12\x16\n" +
 	"\x06chunks\x18\n" +
-	" \x01(\x05R\x06chunks\"9\n" +
+	" \x01(\x05R\x06chunks\x12!\n" +
+	"\factions_yaml\x18\v \x01(\fR\vactionsYaml\"9\n" +
 	"\bResolved\x12-\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x19.lifeline.v1.ResolvedModeR\x04mode\"B\n" +
 	"\x12StatusReportResult\x12\x12\n" +

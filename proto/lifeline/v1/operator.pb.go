@@ -333,7 +333,9 @@ type ModelStatus struct {
 	Controllers []*ControllerStatus `protobuf:"bytes,5,rep,name=controllers,proto3" json:"controllers,omitempty"`
 	// alarms are what the controller reports of itself that needs the
 	// operator: etcd's database near its quota, or full.
-	Alarms        []string `protobuf:"bytes,6,rep,name=alarms,proto3" json:"alarms,omitempty"`
+	Alarms []string `protobuf:"bytes,6,rep,name=alarms,proto3" json:"alarms,omitempty"`
+	// operations counts the open operations and the lost tasks.
+	Operations    *OperationsStatus `protobuf:"bytes,7,opt,name=operations,proto3" json:"operations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -406,6 +408,13 @@ func (x *ModelStatus) GetControllers() []*ControllerStatus {
 func (x *ModelStatus) GetAlarms() []string {
 	if x != nil {
 		return x.Alarms
+	}
+	return nil
+}
+
+func (x *ModelStatus) GetOperations() *OperationsStatus {
+	if x != nil {
+		return x.Operations
 	}
 	return nil
 }
@@ -2796,7 +2805,7 @@ var File_lifeline_v1_operator_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\n" +
-	"\x1alifeline/v1/operator.proto\x12\vlifeline.v1\x1a\x17lifeline/v1/model.proto\x1a\x17lifeline/v1/users.proto\"+\n" +
+	"\x1alifeline/v1/operator.proto\x12\vlifeline.v1\x1a\x17lifeline/v1/model.proto\x1a\x1clifeline/v1/operations.proto\x1a\x17lifeline/v1/users.proto\"+\n" +
 	"\x0eBarrierRequest\x12\x19\n" +
 	"\bat_least\x18\x01 \x01(\x03R\aatLeast\"-\n" +
 	"\x0fBarrierResponse\x12\x1a\n" +
@@ -2816,14 +2825,17 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\n" +
 	"controller\x18\x02 \x01(\tR\n" +
 	"controller\x12\x12\n" +
-	"\x04user\x18\x03 \x01(\tR\x04user\"\xad\x02\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\"\xec\x02\n" +
 	"\vModelStatus\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x126\n" +
 	"\bmachines\x18\x02 \x03(\v2\x1a.lifeline.v1.MachineStatusR\bmachines\x126\n" +
 	"\bservices\x18\x03 \x03(\v2\x1a.lifeline.v1.ServiceStatusR\bservices\x129\n" +
 	"\trelations\x18\x04 \x03(\v2\x1b.lifeline.v1.RelationStatusR\trelations\x12?\n" +
 	"\vcontrollers\x18\x05 \x03(\v2\x1d.lifeline.v1.ControllerStatusR\vcontrollers\x12\x16\n" +
-	"\x06alarms\x18\x06 \x03(\tR\x06alarms\"X\n" +
+	"\x06alarms\x18\x06 \x03(\tR\x06alarms\x12=\n" +
+	"\n" +
+	"operations\x18\a \x01(\v2\x1d.lifeline.v1.OperationsStatusR\n" +
+	"operations\"X\n" +
 	"\x10ControllerStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\taddresses\x18\x02 \x03(\tR\taddresses\x12\x16\n" +
@@ -2994,7 +3006,7 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x11expires_unix_nano\x18\x02 \x01(\x03R\x0fexpiresUnixNano\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12%\n" +
 	"\x0eetcd_endpoints\x18\x04 \x03(\tR\retcdEndpoints\x12\x19\n" +
-	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\xbb\x10\n" +
+	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\xe2\x17\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06Status\x12\x1a.lifeline.v1.StatusRequest\x1a\x1b.lifeline.v1.StatusResponse\x12R\n" +
 	"\vWatchStatus\x12\x1f.lifeline.v1.WatchStatusRequest\x1a .lifeline.v1.WatchStatusResponse0\x01\x12R\n" +
@@ -3022,7 +3034,19 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\vSetUserRole\x12\x1f.lifeline.v1.SetUserRoleRequest\x1a .lifeline.v1.SetUserRoleResponse\x12A\n" +
 	"\x06WhoAmI\x12\x1a.lifeline.v1.WhoAmIRequest\x1a\x1b.lifeline.v1.WhoAmIResponse\x12_\n" +
 	"\x10RotateCredential\x12$.lifeline.v1.RotateCredentialRequest\x1a%.lifeline.v1.RotateCredentialResponse\x12@\n" +
-	"\x05Audit\x12\x19.lifeline.v1.AuditRequest\x1a\x1a.lifeline.v1.AuditResponse0\x01B=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
+	"\x05Audit\x12\x19.lifeline.v1.AuditRequest\x1a\x1a.lifeline.v1.AuditResponse0\x01\x12P\n" +
+	"\vListActions\x12\x1f.lifeline.v1.ListActionsRequest\x1a .lifeline.v1.ListActionsResponse\x12J\n" +
+	"\tRunAction\x12\x1d.lifeline.v1.RunActionRequest\x1a\x1e.lifeline.v1.RunActionResponse\x12Y\n" +
+	"\x0eListOperations\x12\".lifeline.v1.ListOperationsRequest\x1a#.lifeline.v1.ListOperationsResponse\x12V\n" +
+	"\rShowOperation\x12!.lifeline.v1.ShowOperationRequest\x1a\".lifeline.v1.ShowOperationResponse\x12G\n" +
+	"\bShowTask\x12\x1c.lifeline.v1.ShowTaskRequest\x1a\x1d.lifeline.v1.ShowTaskResponse\x12_\n" +
+	"\x10ApproveOperation\x12$.lifeline.v1.ApproveOperationRequest\x1a%.lifeline.v1.ApproveOperationResponse\x12\\\n" +
+	"\x0fRejectOperation\x12#.lifeline.v1.RejectOperationRequest\x1a$.lifeline.v1.RejectOperationResponse\x12_\n" +
+	"\x10ExecuteOperation\x12$.lifeline.v1.ExecuteOperationRequest\x1a%.lifeline.v1.ExecuteOperationResponse\x12M\n" +
+	"\n" +
+	"PauseTasks\x12\x1e.lifeline.v1.PauseTasksRequest\x1a\x1f.lifeline.v1.PauseTasksResponse\x12P\n" +
+	"\vResumeTasks\x12\x1f.lifeline.v1.ResumeTasksRequest\x1a .lifeline.v1.ResumeTasksResponse\x12J\n" +
+	"\tStopTasks\x12\x1d.lifeline.v1.StopTasksRequest\x1a\x1e.lifeline.v1.StopTasksResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
 
 var (
 	file_lifeline_v1_operator_proto_rawDescOnce sync.Once
@@ -3089,28 +3113,51 @@ var file_lifeline_v1_operator_proto_goTypes = []any{
 	nil,                              // 48: lifeline.v1.GetConfigResponse.ValuesEntry
 	nil,                              // 49: lifeline.v1.SetConfigRequest.SetEntry
 	nil,                              // 50: lifeline.v1.StatusLogEntry.DataEntry
-	(*Charm)(nil),                    // 51: lifeline.v1.Charm
-	(*Service)(nil),                  // 52: lifeline.v1.Service
-	(*Unit)(nil),                     // 53: lifeline.v1.Unit
-	(*Machine)(nil),                  // 54: lifeline.v1.Machine
-	(*Relation)(nil),                 // 55: lifeline.v1.Relation
-	(*StatusReportResult)(nil),       // 56: lifeline.v1.StatusReportResult
-	(*ConfigOption)(nil),             // 57: lifeline.v1.ConfigOption
-	(*ConfigValue)(nil),              // 58: lifeline.v1.ConfigValue
-	(*ListUsersRequest)(nil),         // 59: lifeline.v1.ListUsersRequest
-	(*AddUserRequest)(nil),           // 60: lifeline.v1.AddUserRequest
-	(*RemoveUserRequest)(nil),        // 61: lifeline.v1.RemoveUserRequest
-	(*SetUserRoleRequest)(nil),       // 62: lifeline.v1.SetUserRoleRequest
-	(*WhoAmIRequest)(nil),            // 63: lifeline.v1.WhoAmIRequest
-	(*RotateCredentialRequest)(nil),  // 64: lifeline.v1.RotateCredentialRequest
-	(*AuditRequest)(nil),             // 65: lifeline.v1.AuditRequest
-	(*ListUsersResponse)(nil),        // 66: lifeline.v1.ListUsersResponse
-	(*AddUserResponse)(nil),          // 67: lifeline.v1.AddUserResponse
-	(*RemoveUserResponse)(nil),       // 68: lifeline.v1.RemoveUserResponse
-	(*SetUserRoleResponse)(nil),      // 69: lifeline.v1.SetUserRoleResponse
-	(*WhoAmIResponse)(nil),           // 70: lifeline.v1.WhoAmIResponse
-	(*RotateCredentialResponse)(nil), // 71: lifeline.v1.RotateCredentialResponse
-	(*AuditResponse)(nil),            // 72: lifeline.v1.AuditResponse
+	(*OperationsStatus)(nil),         // 51: lifeline.v1.OperationsStatus
+	(*Charm)(nil),                    // 52: lifeline.v1.Charm
+	(*Service)(nil),                  // 53: lifeline.v1.Service
+	(*Unit)(nil),                     // 54: lifeline.v1.Unit
+	(*Machine)(nil),                  // 55: lifeline.v1.Machine
+	(*Relation)(nil),                 // 56: lifeline.v1.Relation
+	(*StatusReportResult)(nil),       // 57: lifeline.v1.StatusReportResult
+	(*ConfigOption)(nil),             // 58: lifeline.v1.ConfigOption
+	(*ConfigValue)(nil),              // 59: lifeline.v1.ConfigValue
+	(*ListUsersRequest)(nil),         // 60: lifeline.v1.ListUsersRequest
+	(*AddUserRequest)(nil),           // 61: lifeline.v1.AddUserRequest
+	(*RemoveUserRequest)(nil),        // 62: lifeline.v1.RemoveUserRequest
+	(*SetUserRoleRequest)(nil),       // 63: lifeline.v1.SetUserRoleRequest
+	(*WhoAmIRequest)(nil),            // 64: lifeline.v1.WhoAmIRequest
+	(*RotateCredentialRequest)(nil),  // 65: lifeline.v1.RotateCredentialRequest
+	(*AuditRequest)(nil),             // 66: lifeline.v1.AuditRequest
+	(*ListActionsRequest)(nil),       // 67: lifeline.v1.ListActionsRequest
+	(*RunActionRequest)(nil),         // 68: lifeline.v1.RunActionRequest
+	(*ListOperationsRequest)(nil),    // 69: lifeline.v1.ListOperationsRequest
+	(*ShowOperationRequest)(nil),     // 70: lifeline.v1.ShowOperationRequest
+	(*ShowTaskRequest)(nil),          // 71: lifeline.v1.ShowTaskRequest
+	(*ApproveOperationRequest)(nil),  // 72: lifeline.v1.ApproveOperationRequest
+	(*RejectOperationRequest)(nil),   // 73: lifeline.v1.RejectOperationRequest
+	(*ExecuteOperationRequest)(nil),  // 74: lifeline.v1.ExecuteOperationRequest
+	(*PauseTasksRequest)(nil),        // 75: lifeline.v1.PauseTasksRequest
+	(*ResumeTasksRequest)(nil),       // 76: lifeline.v1.ResumeTasksRequest
+	(*StopTasksRequest)(nil),         // 77: lifeline.v1.StopTasksRequest
+	(*ListUsersResponse)(nil),        // 78: lifeline.v1.ListUsersResponse
+	(*AddUserResponse)(nil),          // 79: lifeline.v1.AddUserResponse
+	(*RemoveUserResponse)(nil),       // 80: lifeline.v1.RemoveUserResponse
+	(*SetUserRoleResponse)(nil),      // 81: lifeline.v1.SetUserRoleResponse
+	(*WhoAmIResponse)(nil),           // 82: lifeline.v1.WhoAmIResponse
+	(*RotateCredentialResponse)(nil), // 83: lifeline.v1.RotateCredentialResponse
+	(*AuditResponse)(nil),            // 84: lifeline.v1.AuditResponse
+	(*ListActionsResponse)(nil),      // 85: lifeline.v1.ListActionsResponse
+	(*RunActionResponse)(nil),        // 86: lifeline.v1.RunActionResponse
+	(*ListOperationsResponse)(nil),   // 87: lifeline.v1.ListOperationsResponse
+	(*ShowOperationResponse)(nil),    // 88: lifeline.v1.ShowOperationResponse
+	(*ShowTaskResponse)(nil),         // 89: lifeline.v1.ShowTaskResponse
+	(*ApproveOperationResponse)(nil), // 90: lifeline.v1.ApproveOperationResponse
+	(*RejectOperationResponse)(nil),  // 91: lifeline.v1.RejectOperationResponse
+	(*ExecuteOperationResponse)(nil), // 92: lifeline.v1.ExecuteOperationResponse
+	(*PauseTasksResponse)(nil),       // 93: lifeline.v1.PauseTasksResponse
+	(*ResumeTasksResponse)(nil),      // 94: lifeline.v1.ResumeTasksResponse
+	(*StopTasksResponse)(nil),        // 95: lifeline.v1.StopTasksResponse
 }
 var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	6,  // 0: lifeline.v1.StatusResponse.status:type_name -> lifeline.v1.ModelStatus
@@ -3119,80 +3166,103 @@ var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	9,  // 3: lifeline.v1.ModelStatus.services:type_name -> lifeline.v1.ServiceStatus
 	11, // 4: lifeline.v1.ModelStatus.relations:type_name -> lifeline.v1.RelationStatus
 	7,  // 5: lifeline.v1.ModelStatus.controllers:type_name -> lifeline.v1.ControllerStatus
-	10, // 6: lifeline.v1.ServiceStatus.units:type_name -> lifeline.v1.UnitStatus
-	13, // 7: lifeline.v1.UploadCharmRequest.header:type_name -> lifeline.v1.UploadCharmHeader
-	51, // 8: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
-	47, // 9: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
-	52, // 10: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
-	53, // 11: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
-	53, // 12: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
-	54, // 13: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
-	55, // 14: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
-	56, // 15: lifeline.v1.DestroyMachinesResponse.results:type_name -> lifeline.v1.StatusReportResult
-	37, // 16: lifeline.v1.ResolvedResponse.results:type_name -> lifeline.v1.ResolvedResult
-	57, // 17: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
-	48, // 18: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
-	49, // 19: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
-	44, // 20: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
-	50, // 21: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
-	58, // 22: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
-	2,  // 23: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
-	4,  // 24: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
-	12, // 25: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
-	15, // 26: lifeline.v1.OperatorService.Deploy:input_type -> lifeline.v1.DeployRequest
-	17, // 27: lifeline.v1.OperatorService.AddUnits:input_type -> lifeline.v1.AddUnitsRequest
-	19, // 28: lifeline.v1.OperatorService.AddMachines:input_type -> lifeline.v1.AddMachinesRequest
-	21, // 29: lifeline.v1.OperatorService.IssueJoinToken:input_type -> lifeline.v1.IssueJoinTokenRequest
-	23, // 30: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
-	25, // 31: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
-	27, // 32: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
-	29, // 33: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
-	31, // 34: lifeline.v1.OperatorService.DestroyMachines:input_type -> lifeline.v1.DestroyMachinesRequest
-	33, // 35: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
-	35, // 36: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
-	38, // 37: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
-	40, // 38: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
-	42, // 39: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
-	45, // 40: lifeline.v1.OperatorService.AddController:input_type -> lifeline.v1.AddControllerRequest
-	0,  // 41: lifeline.v1.OperatorService.Barrier:input_type -> lifeline.v1.BarrierRequest
-	59, // 42: lifeline.v1.OperatorService.ListUsers:input_type -> lifeline.v1.ListUsersRequest
-	60, // 43: lifeline.v1.OperatorService.AddUser:input_type -> lifeline.v1.AddUserRequest
-	61, // 44: lifeline.v1.OperatorService.RemoveUser:input_type -> lifeline.v1.RemoveUserRequest
-	62, // 45: lifeline.v1.OperatorService.SetUserRole:input_type -> lifeline.v1.SetUserRoleRequest
-	63, // 46: lifeline.v1.OperatorService.WhoAmI:input_type -> lifeline.v1.WhoAmIRequest
-	64, // 47: lifeline.v1.OperatorService.RotateCredential:input_type -> lifeline.v1.RotateCredentialRequest
-	65, // 48: lifeline.v1.OperatorService.Audit:input_type -> lifeline.v1.AuditRequest
-	3,  // 49: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
-	5,  // 50: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
-	14, // 51: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
-	16, // 52: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
-	18, // 53: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
-	20, // 54: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
-	22, // 55: lifeline.v1.OperatorService.IssueJoinToken:output_type -> lifeline.v1.IssueJoinTokenResponse
-	24, // 56: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
-	26, // 57: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
-	28, // 58: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
-	30, // 59: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
-	32, // 60: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
-	34, // 61: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
-	36, // 62: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
-	39, // 63: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
-	41, // 64: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
-	43, // 65: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
-	46, // 66: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
-	1,  // 67: lifeline.v1.OperatorService.Barrier:output_type -> lifeline.v1.BarrierResponse
-	66, // 68: lifeline.v1.OperatorService.ListUsers:output_type -> lifeline.v1.ListUsersResponse
-	67, // 69: lifeline.v1.OperatorService.AddUser:output_type -> lifeline.v1.AddUserResponse
-	68, // 70: lifeline.v1.OperatorService.RemoveUser:output_type -> lifeline.v1.RemoveUserResponse
-	69, // 71: lifeline.v1.OperatorService.SetUserRole:output_type -> lifeline.v1.SetUserRoleResponse
-	70, // 72: lifeline.v1.OperatorService.WhoAmI:output_type -> lifeline.v1.WhoAmIResponse
-	71, // 73: lifeline.v1.OperatorService.RotateCredential:output_type -> lifeline.v1.RotateCredentialResponse
-	72, // 74: lifeline.v1.OperatorService.Audit:output_type -> lifeline.v1.AuditResponse
-	49, // [49:75] is the sub-list for method output_type
-	23, // [23:49] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	51, // 6: lifeline.v1.ModelStatus.operations:type_name -> lifeline.v1.OperationsStatus
+	10, // 7: lifeline.v1.ServiceStatus.units:type_name -> lifeline.v1.UnitStatus
+	13, // 8: lifeline.v1.UploadCharmRequest.header:type_name -> lifeline.v1.UploadCharmHeader
+	52, // 9: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
+	47, // 10: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
+	53, // 11: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
+	54, // 12: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
+	54, // 13: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
+	55, // 14: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
+	56, // 15: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
+	57, // 16: lifeline.v1.DestroyMachinesResponse.results:type_name -> lifeline.v1.StatusReportResult
+	37, // 17: lifeline.v1.ResolvedResponse.results:type_name -> lifeline.v1.ResolvedResult
+	58, // 18: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
+	48, // 19: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
+	49, // 20: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
+	44, // 21: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
+	50, // 22: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
+	59, // 23: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
+	2,  // 24: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
+	4,  // 25: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
+	12, // 26: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
+	15, // 27: lifeline.v1.OperatorService.Deploy:input_type -> lifeline.v1.DeployRequest
+	17, // 28: lifeline.v1.OperatorService.AddUnits:input_type -> lifeline.v1.AddUnitsRequest
+	19, // 29: lifeline.v1.OperatorService.AddMachines:input_type -> lifeline.v1.AddMachinesRequest
+	21, // 30: lifeline.v1.OperatorService.IssueJoinToken:input_type -> lifeline.v1.IssueJoinTokenRequest
+	23, // 31: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
+	25, // 32: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
+	27, // 33: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
+	29, // 34: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
+	31, // 35: lifeline.v1.OperatorService.DestroyMachines:input_type -> lifeline.v1.DestroyMachinesRequest
+	33, // 36: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
+	35, // 37: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
+	38, // 38: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
+	40, // 39: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
+	42, // 40: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
+	45, // 41: lifeline.v1.OperatorService.AddController:input_type -> lifeline.v1.AddControllerRequest
+	0,  // 42: lifeline.v1.OperatorService.Barrier:input_type -> lifeline.v1.BarrierRequest
+	60, // 43: lifeline.v1.OperatorService.ListUsers:input_type -> lifeline.v1.ListUsersRequest
+	61, // 44: lifeline.v1.OperatorService.AddUser:input_type -> lifeline.v1.AddUserRequest
+	62, // 45: lifeline.v1.OperatorService.RemoveUser:input_type -> lifeline.v1.RemoveUserRequest
+	63, // 46: lifeline.v1.OperatorService.SetUserRole:input_type -> lifeline.v1.SetUserRoleRequest
+	64, // 47: lifeline.v1.OperatorService.WhoAmI:input_type -> lifeline.v1.WhoAmIRequest
+	65, // 48: lifeline.v1.OperatorService.RotateCredential:input_type -> lifeline.v1.RotateCredentialRequest
+	66, // 49: lifeline.v1.OperatorService.Audit:input_type -> lifeline.v1.AuditRequest
+	67, // 50: lifeline.v1.OperatorService.ListActions:input_type -> lifeline.v1.ListActionsRequest
+	68, // 51: lifeline.v1.OperatorService.RunAction:input_type -> lifeline.v1.RunActionRequest
+	69, // 52: lifeline.v1.OperatorService.ListOperations:input_type -> lifeline.v1.ListOperationsRequest
+	70, // 53: lifeline.v1.OperatorService.ShowOperation:input_type -> lifeline.v1.ShowOperationRequest
+	71, // 54: lifeline.v1.OperatorService.ShowTask:input_type -> lifeline.v1.ShowTaskRequest
+	72, // 55: lifeline.v1.OperatorService.ApproveOperation:input_type -> lifeline.v1.ApproveOperationRequest
+	73, // 56: lifeline.v1.OperatorService.RejectOperation:input_type -> lifeline.v1.RejectOperationRequest
+	74, // 57: lifeline.v1.OperatorService.ExecuteOperation:input_type -> lifeline.v1.ExecuteOperationRequest
+	75, // 58: lifeline.v1.OperatorService.PauseTasks:input_type -> lifeline.v1.PauseTasksRequest
+	76, // 59: lifeline.v1.OperatorService.ResumeTasks:input_type -> lifeline.v1.ResumeTasksRequest
+	77, // 60: lifeline.v1.OperatorService.StopTasks:input_type -> lifeline.v1.StopTasksRequest
+	3,  // 61: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
+	5,  // 62: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
+	14, // 63: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
+	16, // 64: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
+	18, // 65: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
+	20, // 66: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
+	22, // 67: lifeline.v1.OperatorService.IssueJoinToken:output_type -> lifeline.v1.IssueJoinTokenResponse
+	24, // 68: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
+	26, // 69: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
+	28, // 70: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
+	30, // 71: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
+	32, // 72: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
+	34, // 73: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
+	36, // 74: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
+	39, // 75: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
+	41, // 76: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
+	43, // 77: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
+	46, // 78: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
+	1,  // 79: lifeline.v1.OperatorService.Barrier:output_type -> lifeline.v1.BarrierResponse
+	78, // 80: lifeline.v1.OperatorService.ListUsers:output_type -> lifeline.v1.ListUsersResponse
+	79, // 81: lifeline.v1.OperatorService.AddUser:output_type -> lifeline.v1.AddUserResponse
+	80, // 82: lifeline.v1.OperatorService.RemoveUser:output_type -> lifeline.v1.RemoveUserResponse
+	81, // 83: lifeline.v1.OperatorService.SetUserRole:output_type -> lifeline.v1.SetUserRoleResponse
+	82, // 84: lifeline.v1.OperatorService.WhoAmI:output_type -> lifeline.v1.WhoAmIResponse
+	83, // 85: lifeline.v1.OperatorService.RotateCredential:output_type -> lifeline.v1.RotateCredentialResponse
+	84, // 86: lifeline.v1.OperatorService.Audit:output_type -> lifeline.v1.AuditResponse
+	85, // 87: lifeline.v1.OperatorService.ListActions:output_type -> lifeline.v1.ListActionsResponse
+	86, // 88: lifeline.v1.OperatorService.RunAction:output_type -> lifeline.v1.RunActionResponse
+	87, // 89: lifeline.v1.OperatorService.ListOperations:output_type -> lifeline.v1.ListOperationsResponse
+	88, // 90: lifeline.v1.OperatorService.ShowOperation:output_type -> lifeline.v1.ShowOperationResponse
+	89, // 91: lifeline.v1.OperatorService.ShowTask:output_type -> lifeline.v1.ShowTaskResponse
+	90, // 92: lifeline.v1.OperatorService.ApproveOperation:output_type -> lifeline.v1.ApproveOperationResponse
+	91, // 93: lifeline.v1.OperatorService.RejectOperation:output_type -> lifeline.v1.RejectOperationResponse
+	92, // 94: lifeline.v1.OperatorService.ExecuteOperation:output_type -> lifeline.v1.ExecuteOperationResponse
+	93, // 95: lifeline.v1.OperatorService.PauseTasks:output_type -> lifeline.v1.PauseTasksResponse
+	94, // 96: lifeline.v1.OperatorService.ResumeTasks:output_type -> lifeline.v1.ResumeTasksResponse
+	95, // 97: lifeline.v1.OperatorService.StopTasks:output_type -> lifeline.v1.StopTasksResponse
+	61, // [61:98] is the sub-list for method output_type
+	24, // [24:61] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_operator_proto_init() }
@@ -3201,6 +3271,7 @@ func file_lifeline_v1_operator_proto_init() {
 		return
 	}
 	file_lifeline_v1_model_proto_init()
+	file_lifeline_v1_operations_proto_init()
 	file_lifeline_v1_users_proto_init()
 	file_lifeline_v1_operator_proto_msgTypes[12].OneofWrappers = []any{
 		(*UploadCharmRequest_Header)(nil),

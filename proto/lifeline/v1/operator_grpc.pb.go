@@ -47,6 +47,17 @@ const (
 	OperatorService_WhoAmI_FullMethodName           = "/lifeline.v1.OperatorService/WhoAmI"
 	OperatorService_RotateCredential_FullMethodName = "/lifeline.v1.OperatorService/RotateCredential"
 	OperatorService_Audit_FullMethodName            = "/lifeline.v1.OperatorService/Audit"
+	OperatorService_ListActions_FullMethodName      = "/lifeline.v1.OperatorService/ListActions"
+	OperatorService_RunAction_FullMethodName        = "/lifeline.v1.OperatorService/RunAction"
+	OperatorService_ListOperations_FullMethodName   = "/lifeline.v1.OperatorService/ListOperations"
+	OperatorService_ShowOperation_FullMethodName    = "/lifeline.v1.OperatorService/ShowOperation"
+	OperatorService_ShowTask_FullMethodName         = "/lifeline.v1.OperatorService/ShowTask"
+	OperatorService_ApproveOperation_FullMethodName = "/lifeline.v1.OperatorService/ApproveOperation"
+	OperatorService_RejectOperation_FullMethodName  = "/lifeline.v1.OperatorService/RejectOperation"
+	OperatorService_ExecuteOperation_FullMethodName = "/lifeline.v1.OperatorService/ExecuteOperation"
+	OperatorService_PauseTasks_FullMethodName       = "/lifeline.v1.OperatorService/PauseTasks"
+	OperatorService_ResumeTasks_FullMethodName      = "/lifeline.v1.OperatorService/ResumeTasks"
+	OperatorService_StopTasks_FullMethodName        = "/lifeline.v1.OperatorService/StopTasks"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -128,6 +139,29 @@ type OperatorServiceClient interface {
 	// collected and sent oldest first; with follow, then each new one as
 	// its call ends.
 	Audit(ctx context.Context, in *AuditRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AuditResponse], error)
+	// Operations: a charm's action run on units (operations.proto).
+	// ListActions lists a service's charm's actions.
+	ListActions(ctx context.Context, in *ListActionsRequest, opts ...grpc.CallOption) (*ListActionsResponse, error)
+	// RunAction makes an operation of an action on units of one service:
+	// parameters that do not validate make it INVALID and answer
+	// InvalidArgument listing every error and naming it; a safe action
+	// runs at once; any other awaits approval.
+	RunAction(ctx context.Context, in *RunActionRequest, opts ...grpc.CallOption) (*RunActionResponse, error)
+	ListOperations(ctx context.Context, in *ListOperationsRequest, opts ...grpc.CallOption) (*ListOperationsResponse, error)
+	ShowOperation(ctx context.Context, in *ShowOperationRequest, opts ...grpc.CallOption) (*ShowOperationResponse, error)
+	ShowTask(ctx context.Context, in *ShowTaskRequest, opts ...grpc.CallOption) (*ShowTaskResponse, error)
+	// ApproveOperation approves what the caller saw (its digest): not the
+	// requester, and one of the action's approvers.
+	ApproveOperation(ctx context.Context, in *ApproveOperationRequest, opts ...grpc.CallOption) (*ApproveOperationResponse, error)
+	RejectOperation(ctx context.Context, in *RejectOperationRequest, opts ...grpc.CallOption) (*RejectOperationResponse, error)
+	// ExecuteOperation runs an approved operation: its requester or an
+	// admin.
+	ExecuteOperation(ctx context.Context, in *ExecuteOperationRequest, opts ...grpc.CallOption) (*ExecuteOperationResponse, error)
+	// PauseTasks, ResumeTasks and StopTasks move the named units' tasks,
+	// or every one that can move; stopping is final.
+	PauseTasks(ctx context.Context, in *PauseTasksRequest, opts ...grpc.CallOption) (*PauseTasksResponse, error)
+	ResumeTasks(ctx context.Context, in *ResumeTasksRequest, opts ...grpc.CallOption) (*ResumeTasksResponse, error)
+	StopTasks(ctx context.Context, in *StopTasksRequest, opts ...grpc.CallOption) (*StopTasksResponse, error)
 }
 
 type operatorServiceClient struct {
@@ -419,6 +453,116 @@ func (c *operatorServiceClient) Audit(ctx context.Context, in *AuditRequest, opt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type OperatorService_AuditClient = grpc.ServerStreamingClient[AuditResponse]
 
+func (c *operatorServiceClient) ListActions(ctx context.Context, in *ListActionsRequest, opts ...grpc.CallOption) (*ListActionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListActionsResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ListActions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) RunAction(ctx context.Context, in *RunActionRequest, opts ...grpc.CallOption) (*RunActionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RunActionResponse)
+	err := c.cc.Invoke(ctx, OperatorService_RunAction_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) ListOperations(ctx context.Context, in *ListOperationsRequest, opts ...grpc.CallOption) (*ListOperationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOperationsResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ListOperations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) ShowOperation(ctx context.Context, in *ShowOperationRequest, opts ...grpc.CallOption) (*ShowOperationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShowOperationResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ShowOperation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) ShowTask(ctx context.Context, in *ShowTaskRequest, opts ...grpc.CallOption) (*ShowTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShowTaskResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ShowTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) ApproveOperation(ctx context.Context, in *ApproveOperationRequest, opts ...grpc.CallOption) (*ApproveOperationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApproveOperationResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ApproveOperation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) RejectOperation(ctx context.Context, in *RejectOperationRequest, opts ...grpc.CallOption) (*RejectOperationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RejectOperationResponse)
+	err := c.cc.Invoke(ctx, OperatorService_RejectOperation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) ExecuteOperation(ctx context.Context, in *ExecuteOperationRequest, opts ...grpc.CallOption) (*ExecuteOperationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExecuteOperationResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ExecuteOperation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) PauseTasks(ctx context.Context, in *PauseTasksRequest, opts ...grpc.CallOption) (*PauseTasksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PauseTasksResponse)
+	err := c.cc.Invoke(ctx, OperatorService_PauseTasks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) ResumeTasks(ctx context.Context, in *ResumeTasksRequest, opts ...grpc.CallOption) (*ResumeTasksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeTasksResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ResumeTasks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) StopTasks(ctx context.Context, in *StopTasksRequest, opts ...grpc.CallOption) (*StopTasksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StopTasksResponse)
+	err := c.cc.Invoke(ctx, OperatorService_StopTasks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -498,6 +642,29 @@ type OperatorServiceServer interface {
 	// collected and sent oldest first; with follow, then each new one as
 	// its call ends.
 	Audit(*AuditRequest, grpc.ServerStreamingServer[AuditResponse]) error
+	// Operations: a charm's action run on units (operations.proto).
+	// ListActions lists a service's charm's actions.
+	ListActions(context.Context, *ListActionsRequest) (*ListActionsResponse, error)
+	// RunAction makes an operation of an action on units of one service:
+	// parameters that do not validate make it INVALID and answer
+	// InvalidArgument listing every error and naming it; a safe action
+	// runs at once; any other awaits approval.
+	RunAction(context.Context, *RunActionRequest) (*RunActionResponse, error)
+	ListOperations(context.Context, *ListOperationsRequest) (*ListOperationsResponse, error)
+	ShowOperation(context.Context, *ShowOperationRequest) (*ShowOperationResponse, error)
+	ShowTask(context.Context, *ShowTaskRequest) (*ShowTaskResponse, error)
+	// ApproveOperation approves what the caller saw (its digest): not the
+	// requester, and one of the action's approvers.
+	ApproveOperation(context.Context, *ApproveOperationRequest) (*ApproveOperationResponse, error)
+	RejectOperation(context.Context, *RejectOperationRequest) (*RejectOperationResponse, error)
+	// ExecuteOperation runs an approved operation: its requester or an
+	// admin.
+	ExecuteOperation(context.Context, *ExecuteOperationRequest) (*ExecuteOperationResponse, error)
+	// PauseTasks, ResumeTasks and StopTasks move the named units' tasks,
+	// or every one that can move; stopping is final.
+	PauseTasks(context.Context, *PauseTasksRequest) (*PauseTasksResponse, error)
+	ResumeTasks(context.Context, *ResumeTasksRequest) (*ResumeTasksResponse, error)
+	StopTasks(context.Context, *StopTasksRequest) (*StopTasksResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -585,6 +752,39 @@ func (UnimplementedOperatorServiceServer) RotateCredential(context.Context, *Rot
 }
 func (UnimplementedOperatorServiceServer) Audit(*AuditRequest, grpc.ServerStreamingServer[AuditResponse]) error {
 	return status.Error(codes.Unimplemented, "method Audit not implemented")
+}
+func (UnimplementedOperatorServiceServer) ListActions(context.Context, *ListActionsRequest) (*ListActionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListActions not implemented")
+}
+func (UnimplementedOperatorServiceServer) RunAction(context.Context, *RunActionRequest) (*RunActionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RunAction not implemented")
+}
+func (UnimplementedOperatorServiceServer) ListOperations(context.Context, *ListOperationsRequest) (*ListOperationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListOperations not implemented")
+}
+func (UnimplementedOperatorServiceServer) ShowOperation(context.Context, *ShowOperationRequest) (*ShowOperationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ShowOperation not implemented")
+}
+func (UnimplementedOperatorServiceServer) ShowTask(context.Context, *ShowTaskRequest) (*ShowTaskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ShowTask not implemented")
+}
+func (UnimplementedOperatorServiceServer) ApproveOperation(context.Context, *ApproveOperationRequest) (*ApproveOperationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApproveOperation not implemented")
+}
+func (UnimplementedOperatorServiceServer) RejectOperation(context.Context, *RejectOperationRequest) (*RejectOperationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RejectOperation not implemented")
+}
+func (UnimplementedOperatorServiceServer) ExecuteOperation(context.Context, *ExecuteOperationRequest) (*ExecuteOperationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExecuteOperation not implemented")
+}
+func (UnimplementedOperatorServiceServer) PauseTasks(context.Context, *PauseTasksRequest) (*PauseTasksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseTasks not implemented")
+}
+func (UnimplementedOperatorServiceServer) ResumeTasks(context.Context, *ResumeTasksRequest) (*ResumeTasksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeTasks not implemented")
+}
+func (UnimplementedOperatorServiceServer) StopTasks(context.Context, *StopTasksRequest) (*StopTasksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StopTasks not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -1050,6 +1250,204 @@ func _OperatorService_Audit_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type OperatorService_AuditServer = grpc.ServerStreamingServer[AuditResponse]
 
+func _OperatorService_ListActions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListActionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ListActions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ListActions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ListActions(ctx, req.(*ListActionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_RunAction_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RunActionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).RunAction(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_RunAction_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).RunAction(ctx, req.(*RunActionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_ListOperations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOperationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ListOperations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ListOperations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ListOperations(ctx, req.(*ListOperationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_ShowOperation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShowOperationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ShowOperation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ShowOperation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ShowOperation(ctx, req.(*ShowOperationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_ShowTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShowTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ShowTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ShowTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ShowTask(ctx, req.(*ShowTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_ApproveOperation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApproveOperationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ApproveOperation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ApproveOperation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ApproveOperation(ctx, req.(*ApproveOperationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_RejectOperation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RejectOperationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).RejectOperation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_RejectOperation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).RejectOperation(ctx, req.(*RejectOperationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_ExecuteOperation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExecuteOperationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ExecuteOperation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ExecuteOperation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ExecuteOperation(ctx, req.(*ExecuteOperationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_PauseTasks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseTasksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).PauseTasks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_PauseTasks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).PauseTasks(ctx, req.(*PauseTasksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_ResumeTasks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeTasksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ResumeTasks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ResumeTasks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ResumeTasks(ctx, req.(*ResumeTasksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_StopTasks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StopTasksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).StopTasks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_StopTasks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).StopTasks(ctx, req.(*StopTasksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1148,6 +1546,50 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RotateCredential",
 			Handler:    _OperatorService_RotateCredential_Handler,
+		},
+		{
+			MethodName: "ListActions",
+			Handler:    _OperatorService_ListActions_Handler,
+		},
+		{
+			MethodName: "RunAction",
+			Handler:    _OperatorService_RunAction_Handler,
+		},
+		{
+			MethodName: "ListOperations",
+			Handler:    _OperatorService_ListOperations_Handler,
+		},
+		{
+			MethodName: "ShowOperation",
+			Handler:    _OperatorService_ShowOperation_Handler,
+		},
+		{
+			MethodName: "ShowTask",
+			Handler:    _OperatorService_ShowTask_Handler,
+		},
+		{
+			MethodName: "ApproveOperation",
+			Handler:    _OperatorService_ApproveOperation_Handler,
+		},
+		{
+			MethodName: "RejectOperation",
+			Handler:    _OperatorService_RejectOperation_Handler,
+		},
+		{
+			MethodName: "ExecuteOperation",
+			Handler:    _OperatorService_ExecuteOperation_Handler,
+		},
+		{
+			MethodName: "PauseTasks",
+			Handler:    _OperatorService_PauseTasks_Handler,
+		},
+		{
+			MethodName: "ResumeTasks",
+			Handler:    _OperatorService_ResumeTasks_Handler,
+		},
+		{
+			MethodName: "StopTasks",
+			Handler:    _OperatorService_StopTasks_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
