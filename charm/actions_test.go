@@ -271,6 +271,13 @@ func TestActionsValidate(t *testing.T) {
 				if err == nil || err.Error() != tt.err || !errors.Is(err, ErrInvalid) {
 					t.Errorf("Validate(%s, %v) = %v, want an invalid error\n%q", tt.action, tt.params, err, tt.err)
 				}
+				// Violations lists the schema's violations, one each;
+				// other errors have none.
+				list := Violations(err)
+				if schema := strings.Contains(tt.err, "parameter "); schema != (len(list) > 0) ||
+					schema && tt.action+": "+strings.Join(list, "; ") != tt.err {
+					t.Errorf("Violations(%v) = %q, want the violations of %q", err, list, tt.err)
+				}
 				return
 			}
 			if err != nil || !reflect.DeepEqual(got, tt.want) {

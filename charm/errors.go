@@ -20,6 +20,9 @@ var (
 type inputError struct {
 	msg      string
 	tooLarge bool
+	// violations are the parameters' violations of the action's schema
+	// that msg lists (Validate).
+	violations []string
 }
 
 func (e *inputError) Error() string { return e.msg }

@@ -53,7 +53,8 @@ func (a *Actions) Validate(action string, params map[string]any) (map[string]any
 		return nil, err
 	}
 	if err := spec.schema.Validate(obj); err != nil {
-		return nil, invalidf("%s: %s", action, violations(err))
+		list := violationList(err, paramName)
+		return nil, &inputError{msg: action + ": " + strings.Join(list, "; "), violations: list}
 	}
 	applyDefaults(spec.schema, obj, 0)
 	if err := checkSize(action, "parameters with their defaults", obj, MaxParamsSize); err != nil {
@@ -125,25 +126,45 @@ func deepCopy(v any) any {
 // violations lists every violation a validation found, sorted and joined
 // by "; ", naming each parameter by its dotted path: `parameter "a.b"`.
 func violations(err error) string {
-	return describeViolations(err, func(loc []string) string {
-		if len(loc) == 0 {
-			return "the parameters"
-		}
-		return "parameter " + strconv.Quote(strings.Join(loc, "."))
-	})
+	return describeViolations(err, paramName)
+}
+
+// paramName names a parameter by its place: `parameter "a.b"`.
+func paramName(loc []string) string {
+	if len(loc) == 0 {
+		return "the parameters"
+	}
+	return "parameter " + strconv.Quote(strings.Join(loc, "."))
 }
 
 // describeViolations lists every violation of a validation error, sorted
 // and joined by "; ", naming each place with name.
 func describeViolations(err error, name func(loc []string) string) string {
+	return strings.Join(violationList(err, name), "; ")
+}
+
+// violationList is every violation of a validation error, sorted, once
+// each, naming each place with name.
+func violationList(err error, name func(loc []string) string) []string {
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {
-		return oneLine(err.Error())
+		return []string{oneLine(err.Error())}
 	}
 	var out []string
 	collect(ve, &out, name)
 	slices.Sort(out)
-	return strings.Join(slices.Compact(out), "; ")
+	return slices.Compact(out)
+}
+
+// Violations returns each violation an error of Validate lists, one
+// sentence each, without the action's name: what an operation whose
+// parameters failed records. It is nil for any other error.
+func Violations(err error) []string {
+	var ie *inputError
+	if errors.As(err, &ie) {
+		return slices.Clone(ie.violations)
+	}
+	return nil
 }
 
 // collect appends a sentence for each violation at the leaves of ve to out,
