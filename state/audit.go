@@ -86,6 +86,8 @@ type Audit struct {
 	seq int64
 	// commits are the revisions of the call's transactions.
 	commits []int64
+	// late are the targets added once the entry was written.
+	late []string
 }
 
 // NewAudit returns the audit of a call whose entry is e (its user, rpc,
@@ -96,14 +98,20 @@ func NewAudit(e *pb.AuditEntry) *Audit {
 	return &Audit{entry: e}
 }
 
-// AddTargets adds to the entities the entry names, until the entry is
-// written.
+// AddTargets adds to the entities the entry names. Those added once the
+// entry is written (an entity the call's first change made, known only
+// then) are written with the call's result (FinishAudit).
 func (a *Audit) AddTargets(targets ...string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.seq == 0 {
 		a.entry.Targets = append(a.entry.Targets, targets...)
 		boundEntry(a.entry)
+		return
+	}
+	a.late = append(a.late, targets...)
+	if len(a.late) > MaxAuditTargets {
+		a.late = a.late[:MaxAuditTargets]
 	}
 }
 
@@ -237,6 +245,10 @@ func (s *State) FinishAudit(ctx context.Context, a *Audit, code uint32, message 
 				return nil, errNothingToDo // pruned already, or recorded
 			}
 			e.v.Pending, e.v.Code, e.v.Message = false, code, message
+			a.mu.Lock()
+			e.v.Targets = append(e.v.Targets, a.late...)
+			a.mu.Unlock()
+			boundEntry(e.v)
 			c := &change{}
 			c.ifMod(e.key, e.mod)
 			c.put(e.key, e.v)

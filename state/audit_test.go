@@ -61,10 +61,13 @@ func TestAuditEntryCommitsWithTheCallsFirstChange(t *testing.T) {
 	if created[1] != commits[0] {
 		t.Errorf("entry 1 was created at revision %d, the call's first change at %d: want the same transaction", created[1], commits[0])
 	}
+	// A target known only once the change is made (what it made) goes
+	// with the result.
+	a.AddTargets("unit:app/0")
 	must(t, "FinishAudit", st.FinishAudit(ctx, a, 0, "", false))
 	log, _ = auditLog(t, ctx, st)
-	if e := log[0]; e.Pending || e.Code != 0 {
-		t.Errorf("after FinishAudit, entry = %v, want its result OK", e)
+	if e := log[0]; e.Pending || e.Code != 0 || fmt.Sprint(e.Targets) != "[service:app unit:app/0]" {
+		t.Errorf("after FinishAudit, entry = %v, want its result OK and the target added late", e)
 	}
 
 	// A refused call: an entry of its own, after the refusal.
