@@ -226,6 +226,31 @@ func describe(req any) (targets []string, summary string) {
 		return nil, "replace the caller's credential"
 	case *pb.RegisterRequest:
 		return []string{user(r.User)}, "register user " + r.User
+	// Operations: the operation (RunAction's is added once made), its
+	// service and units; parameters by their keys only.
+	case *pb.ListActionsRequest:
+		return []string{svc(r.Service)}, "list the actions of " + r.Service
+	case *pb.RunActionRequest:
+		return operationTargets(r.Targets), fmt.Sprintf("run %s on %s%s%s", r.Action, listSome(r.Targets, 8),
+			paramKeys(r.ParamsJson), maxParallel(r.MaxParallel))
+	case *pb.ListOperationsRequest:
+		return nil, "list operations"
+	case *pb.ShowOperationRequest:
+		return []string{opTarget(r.Id)}, fmt.Sprintf("show operation %d", r.Id)
+	case *pb.ShowTaskRequest:
+		return []string{opTarget(r.Id), unit(r.Unit)}, fmt.Sprintf("show operation %d's task on %s", r.Id, r.Unit)
+	case *pb.ApproveOperationRequest:
+		return []string{opTarget(r.Id)}, fmt.Sprintf("approve operation %d, digest %s", r.Id, r.Digest)
+	case *pb.RejectOperationRequest:
+		return []string{opTarget(r.Id)}, fmt.Sprintf("reject operation %d: %s", r.Id, r.Reason)
+	case *pb.ExecuteOperationRequest:
+		return []string{opTarget(r.Id)}, fmt.Sprintf("execute operation %d", r.Id)
+	case *pb.PauseTasksRequest:
+		return taskVerbTargets(r.Id, r.Units), taskVerbSummary("pause", r.Id, r.Units)
+	case *pb.ResumeTasksRequest:
+		return taskVerbTargets(r.Id, r.Units), taskVerbSummary("resume", r.Id, r.Units)
+	case *pb.StopTasksRequest:
+		return taskVerbTargets(r.Id, r.Units), taskVerbSummary("stop", r.Id, r.Units)
 	}
 	return nil, ""
 }

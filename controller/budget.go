@@ -137,6 +137,20 @@ var callKinds = map[string]callKind{
 	"/lifeline.v1.OperatorService/RemoveUser":       callKeep,
 	"/lifeline.v1.OperatorService/SetUserRole":      callKeep,
 	"/lifeline.v1.OperatorService/RotateCredential": callKeep,
+	// Operations: making one (and executing it, resuming its tasks)
+	// adds tasks; deciding on one, pausing or stopping its tasks keeps
+	// the model as it is.
+	"/lifeline.v1.OperatorService/ListActions":      callRead,
+	"/lifeline.v1.OperatorService/ListOperations":   callRead,
+	"/lifeline.v1.OperatorService/ShowOperation":    callRead,
+	"/lifeline.v1.OperatorService/ShowTask":         callRead,
+	"/lifeline.v1.OperatorService/RunAction":        callGrow,
+	"/lifeline.v1.OperatorService/ApproveOperation": callKeep,
+	"/lifeline.v1.OperatorService/RejectOperation":  callKeep,
+	"/lifeline.v1.OperatorService/ExecuteOperation": callGrow,
+	"/lifeline.v1.OperatorService/PauseTasks":       callKeep,
+	"/lifeline.v1.OperatorService/ResumeTasks":      callGrow,
+	"/lifeline.v1.OperatorService/StopTasks":        callKeep,
 	// Made without a credential (the join token, or the registration's
 	// one-time secret, is the proof), all such calls on one budget.
 	"/lifeline.v1.MachineJoinService/JoinMachine":       callGrow,

@@ -478,6 +478,9 @@ func (s *Server) modelStatus(ctx context.Context) (*pb.ModelStatus, error) {
 			st.Alarms = append(st.Alarms, a)
 		}
 	}
+	if st.Operations, err = s.operationsStatus(ctx); err != nil {
+		return nil, err
+	}
 	return st, nil
 }
 

@@ -41,6 +41,14 @@ func operatorAccess(method string) (access, bool) {
 		"DestroyUnit", "DestroyMachine", "DestroyMachines", "DestroyService", "Resolved", "SetConfig",
 		"IssueJoinToken":
 		return access{role: operator, changes: true}, true
+	// Operations: reads are a viewer's; making, approving, rejecting,
+	// executing and moving tasks an operator's (who may approve which
+	// operation is the action's approvers rule, in state).
+	case "ListActions", "ListOperations", "ShowOperation", "ShowTask":
+		return access{role: viewer}, true
+	case "RunAction", "ApproveOperation", "RejectOperation", "ExecuteOperation",
+		"PauseTasks", "ResumeTasks", "StopTasks":
+		return access{role: operator, changes: true}, true
 	// The users and the controllers.
 	case "ListUsers":
 		return access{role: admin}, true

@@ -80,6 +80,9 @@ type Config struct {
 	// near its quota the controller takes only writes that shrink the
 	// model. Never tight when nil.
 	Storage func() Storage
+	// ApprovalTTL is how long an operation awaits approval, and then
+	// execution once approved; state.DefaultApprovalTTL when zero.
+	ApprovalTTL time.Duration
 }
 
 // Validate reports a configuration New cannot use.
@@ -128,6 +131,8 @@ type Server struct {
 	registrations *rate.Limiter
 	// follows bounds the open audit streams that follow the log.
 	follows auditFollows
+	// actions keeps charms' actions parsed (operations.go).
+	actions actionsCache
 	// addrs is the list of controller addresses last read
 	// (controllerAddresses).
 	addrs struct {

@@ -66,6 +66,9 @@ func TestEachRoleAgainstEveryOperatorMethod(t *testing.T) {
 		"DestroyMachine": "operator", "DestroyMachines": "operator", "DestroyService": "operator",
 		"Resolved": "operator", "SetConfig": "operator", "IssueJoinToken": "operator",
 		"ListUsers": "admin", "AddUser": "admin", "RemoveUser": "admin", "SetUserRole": "admin", "AddController": "admin",
+		"ListActions": "viewer", "ListOperations": "viewer", "ShowOperation": "viewer", "ShowTask": "viewer",
+		"RunAction": "operator", "ApproveOperation": "operator", "RejectOperation": "operator", "ExecuteOperation": "operator",
+		"PauseTasks": "operator", "ResumeTasks": "operator", "StopTasks": "operator",
 	}
 	conns := map[string]*grpc.ClientConn{
 		"viewer":   e.Dial(e.User("vic", pb.UserRole_USER_ROLE_VIEWER)),

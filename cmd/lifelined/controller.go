@@ -65,6 +65,7 @@ type controllerFlags struct {
 	limits         limitFlags
 	budgets        budgetFlags
 	auditRetention string
+	operations     operationFlags
 	// set says whether a flag was given (for those that only apply to
 	// embedded etcd).
 	set func(name string) bool
@@ -102,6 +103,7 @@ local provider, controllers on one host share --machines-dir.`,
 	}
 	fl := cmd.Flags()
 	f.budgets.add(fl)
+	f.operations.add(fl)
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory for the controller's state: etcd data, certificates, logs (required)")
 	fl.StringVar(&f.apiAddr, "api-addr", "127.0.0.1:17070", "address the API listens on")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "127.0.0.1:17071", "address /metrics is served on; empty for none")
@@ -160,6 +162,9 @@ func (f *controllerFlags) validate() error {
 		return usageError{err}
 	}
 	if _, err := parseRetention(f.auditRetention); err != nil {
+		return usageError{err}
+	}
+	if err := f.operations.validate(); err != nil {
 		return usageError{err}
 	}
 	set := f.set
@@ -392,7 +397,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 		Addresses: advertise, CACert: ca.CertPEM(), HookTimeout: f.hookTimeout, PresenceTimeout: f.presence,
 		ID: id, KEK: kek, Etcd: etcdAccess,
 		Connections: lim.conns, HandshakeTimeout: lim.handshake, IdleTimeout: lim.idle, Watch: lim.watch,
-		Budgets: f.budgets.budgets(), Storage: storage,
+		Budgets: f.budgets.budgets(), Storage: storage, ApprovalTTL: f.operations.approvalTTL,
 	})
 	if err != nil {
 		return err
@@ -471,6 +476,13 @@ func runController(ctx context.Context, f controllerFlags) error {
 	if err != nil {
 		return err
 	}
+	opRetention, _ := parseAge("--operation-retention", f.operations.retention) // validated
+	ops, err := controller.NewOperationsWorker(controller.OperationsWorkerConfig{
+		State: st, Logger: logger, Metrics: reg, TaskLostAfter: f.operations.taskLostAfter, Retention: opRetention,
+	})
+	if err != nil {
+		return err
+	}
 	// The singleton workers run in the elected controller only.
 	lctx, lcancel := context.WithCancel(context.Background())
 	g.Add(func() error {
@@ -484,6 +496,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 			workers.Add(func() error { return state.NewCharmCollector(st, 0).Run(wctx) }, func(error) { stop() })
 			workers.Add(func() error { return prov.Run(wctx) }, func(error) { stop() })
 			workers.Add(func() error { return pruner.Run(wctx) }, func(error) { stop() })
+			workers.Add(func() error { return ops.Run(wctx) }, func(error) { stop() })
 			return workers.Run()
 		})
 	}, func(error) { lcancel() })
