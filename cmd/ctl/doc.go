@@ -2,7 +2,9 @@
 // and stops a local controller (bootstrap, kill-controller), and calls the
 // controller's OperatorService for everything else (status, deploy,
 // add-unit, add-machine, add-relation, destroy-*, resolved, config, wait,
-// show-status-log, add-controller).
+// show-status-log, add-controller, and the operations: actions, run,
+// operations, show-operation, show-task, approve, reject, execute, pause,
+// resume, stop).
 //
 // It owns the command line: flags, arguments, how refusals and the model's
 // status are shown, and the exit statuses:
@@ -10,7 +12,9 @@
 //	0  success
 //	1  the controller refused (its one-sentence reason is printed as
 //	   "ctl: <reason>"), the controller could not be reached, or the work
-//	   failed (wait timed out, units in error)
+//	   failed (wait timed out, units in error, an operation's parameters
+//	   invalid, run --wait ended without every task done, a task a verb
+//	   could not move)
 //	2  the command was called wrongly (bad flags or arguments)
 //
 // It must not reach etcd or decide the model's rules: the controller

@@ -190,6 +190,7 @@ Example:
 		rotateCredentialCommand(e),
 		auditCommand(e),
 	)
+	root.AddCommand(operationCommands(e)...)
 	return root
 }
 

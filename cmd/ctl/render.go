@@ -61,6 +61,8 @@ type statusDoc struct {
 	// Alarms, when the controller raises any (etcd's database near its
 	// quota or full).
 	Alarms []string `json:"alarms,omitempty" yaml:"alarms,omitempty"`
+	// Operations counts the open operations and the lost tasks.
+	Operations operationsStatusDoc `json:"operations" yaml:"operations"`
 }
 
 type controllerDoc struct {
@@ -146,6 +148,7 @@ func statusDocument(st *pb.ModelStatus) statusDoc {
 		doc.Controllers[c.Id] = controllerDoc{Addresses: nonNil(c.Addresses), Leader: c.Leader}
 	}
 	doc.Alarms = st.GetAlarms()
+	doc.Operations = operationsStatusDocument(st.GetOperations())
 	rels := append([]*pb.RelationStatus(nil), st.GetRelations()...)
 	sort.Slice(rels, func(i, j int) bool { return rels[i].Id < rels[j].Id })
 	for _, r := range rels {
@@ -173,7 +176,15 @@ func renderTabular(w io.Writer, st *pb.ModelStatus) error {
 			return err
 		}
 	}
-	if len(st.GetAlarms()) > 0 && len(st.GetMachines())+len(st.GetServices())+len(st.GetRelations()) > 0 {
+	// So does the line of operations, when any runs, awaits approval or
+	// lost a task.
+	ops := operationsLine(st.GetOperations())
+	if ops != "" {
+		if _, err := fmt.Fprintln(w, ops); err != nil {
+			return err
+		}
+	}
+	if (len(st.GetAlarms()) > 0 || ops != "") && len(st.GetMachines())+len(st.GetServices())+len(st.GetRelations()) > 0 {
 		fmt.Fprintln(w)
 	}
 	if len(st.GetMachines())+len(st.GetServices())+len(st.GetRelations()) == 0 {

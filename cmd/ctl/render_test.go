@@ -82,8 +82,8 @@ func checkShape(t *testing.T, doc map[string]any) {
 			promised = append(promised, k)
 		}
 	}
-	if got := strings.Join(promised, ","); got != "machines,relations,services" {
-		t.Errorf("top-level keys = %v, want machines,relations,services (and controllers, revision)", keysOf(t, doc))
+	if got := strings.Join(promised, ","); got != "machines,operations,relations,services" {
+		t.Errorf("top-level keys = %v, want machines,operations,relations,services (and controllers, revision)", keysOf(t, doc))
 	}
 	machines := hasKeys(t, "machines", doc["machines"])
 	for id, m := range machines {

@@ -33,9 +33,12 @@ same data as one document:
    "services": {"kv": {"charm", "revision", "life", "status",
                        "units": {"kv/0": {"life", "machine", "principal",
                                           "agent", "state", "workload", "message"}}}},
-   "relations": [{"id", "key", "life", "scope"}]}
+   "relations": [{"id", "key", "life", "scope"}],
+   "operations": {"running", "awaiting_approval", "approved", "lost_tasks"}}
 
 revision is the model's as read (what ctl wait --since-revision takes).
+operations counts the open operations and their lost tasks (ctl operations);
+the tabular status heads with a line of them when any is not zero.
 A machine's agent is pending, started, lost or down; a unit's agent is
 allocating, executing, idle, error or lost, its state the unit agent's state
 (new, ready, running, install-error...), its workload what the charm said.
