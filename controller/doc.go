@@ -13,12 +13,14 @@
 // agents' watch streams (watchlimit.go); and what one caller may write:
 // each agent credential's budgets of writes a second and bytes a minute
 // (budget.go), and, while etcd's database is near its quota, only the
-// writes that shrink the model (storage.go).
+// writes that shrink the model (storage.go). It owns the operations'
+// calls (operations.go) and the leader's upkeep of operations
+// (OperationsWorker, opworker.go).
 //
 // It changes the model only through package state, never by writing to etcd
 // itself, and it starts no listeners and no workers of its own: the
 // composition root (cmd/lifelined) serves it, runs Server.Run beside it,
-// and runs the cleaner. The goroutines it keeps between calls (workers.go)
+// and runs the cleaner and the operations worker under the elected leader. The goroutines it keeps between calls (workers.go)
 // only run calls' handlers, and end when idle or when Run ends. Run keeps its copies of the
 // credentials (credmirror.go) and of the presence keys' changes
 // (presence.go), each following one stream of the watch hub until Run's
