@@ -224,3 +224,45 @@ func TestRenderTaskAndActions(t *testing.T) {
 		}
 	}
 }
+
+// The operations' commands check their arguments before they call: a
+// mistake exits 2 with a usage line.
+func TestOperationsUsageErrorsExit2(t *testing.T) {
+	s := newSandbox(t) // no controller: usage is checked first
+	for _, args := range [][]string{
+		{"actions"},
+		{"actions", "kv", "--format", "xml"},
+		{"run", "kv"},
+		{"run", "backup", "name=x"},
+		{"run", "kv", "name=x", "backup"},
+		{"run", "kv", "backup", "a.b=1", "a=2"},
+		{"run", "kv", "keys", "--max-parallel", "-1"},
+		{"run", "kv", "keys", "--timeout", "1m"},
+		{"run", "kv", "keys", "--wait", "--timeout", "-1s"},
+		{"operations", "--state", "busy"},
+		{"operations", "--limit", "0"},
+		{"operations", "extra"},
+		{"show-operation"},
+		{"show-operation", "seven"},
+		{"show-operation", "0"},
+		{"show-task", "7"},
+		{"show-task", "7", "kv"},
+		{"approve", "-3"},
+		{"reject", "7", "8"},
+		{"execute"},
+		{"pause"},
+		{"resume", "x"},
+		{"stop", "7", "kv/x"},
+	} {
+		r := s.ctl(t, args...)
+		if r.code != 2 || !strings.Contains(r.stderr, "usage: ctl") {
+			t.Errorf("%v\nwant exit status 2 and a usage line", r)
+		}
+	}
+	out := s.ok(t, "run", "--help")
+	for _, want := range []string{"ctl run TARGET... ACTION [KEY=VALUE...]", "Example:", "--max-parallel", "--wait"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ctl run --help says:\n%s\nwant %q in it", out, want)
+		}
+	}
+}
