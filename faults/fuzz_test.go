@@ -110,6 +110,8 @@ func packCharms(t *testing.T) [][]byte {
 	for _, name := range []string{"fnode", "fsrv", "fsub"} {
 		pack(testCharm(name))
 	}
+	// The demo kv charm has actions, for the operations' RPCs.
+	pack(demoCharm("kv"))
 	dir := t.TempDir()
 	for i, meta := range []string{
 		"name: fz-a\nsummary: s\nprovides:\n  db: fault-db\n  web: http\nrequires:\n  cache: kv\npeers:\n  ring: fz-ring\n",
@@ -292,7 +294,7 @@ func (fz *fuzzer) call(rnd *rand.Rand) {
 		req proto.Message
 		err error
 	)
-	switch rnd.IntN(20) {
+	switch rnd.IntN(22) {
 	case 0:
 		rpc, req = "Status", &pb.StatusRequest{}
 		_, err = fz.op.Status(ctx, req.(*pb.StatusRequest))
@@ -481,6 +483,8 @@ func (fz *fuzzer) call(rnd *rand.Rand) {
 		}
 		req = in
 		err = fz.audit(ctx, in)
+	case 20, 21:
+		rpc, req, err = fz.operationCall(ctx, rnd)
 	}
 	code := status.Code(err)
 	fz.mu.Lock()
@@ -496,6 +500,97 @@ func (fz *fuzzer) call(rnd *rand.Rand) {
 		}
 		fz.bad = append(fz.bad, fmt.Sprintf("%s(%s): %v", rpc, text, err))
 	}
+}
+
+// operationCall makes one call of the operations' RPCs: on the demo kv
+// charm's actions, its services' units and the operations made.
+func (fz *fuzzer) operationCall(ctx context.Context, rnd *rand.Rand) (string, proto.Message, error) {
+	action := []string{"keys", "backup", "reindex", "restore", randomString(rnd)}[rnd.IntN(5)]
+	params := []string{"", "{}", `{"name":"n"}`, `{"name":"Bad Name","compress":"yes"}`, `{"steps":1,"step-ms":0}`,
+		"[1]", "null", `{"name":`, randomString(rnd)}[rnd.IntN(9)]
+	id := func() int64 {
+		if rnd.IntN(3) == 0 {
+			return int64Edge(rnd)
+		}
+		if n, err := strconv.ParseInt(fz.known(rnd, "operation"), 10, 64); err == nil {
+			return n
+		}
+		return 1 + rnd.Int64N(5)
+	}
+	units := func() []string {
+		var out []string
+		for range rnd.IntN(4) {
+			out = append(out, fz.name(rnd, "unit"))
+		}
+		return out
+	}
+	switch rnd.IntN(11) {
+	case 0:
+		in := &pb.ListActionsRequest{Service: fz.name(rnd, "service")}
+		_, err := fz.op.ListActions(ctx, in)
+		return "ListActions", in, err
+	case 1, 2:
+		in := &pb.RunActionRequest{Action: action, ParamsJson: []byte(params), MaxParallel: count32(rnd)}
+		for range 1 + rnd.IntN(3) {
+			in.Targets = append(in.Targets, fz.name(rnd, []string{"service", "unit"}[rnd.IntN(2)]))
+		}
+		if rnd.IntN(5) == 0 {
+			in.Targets = nil
+		}
+		resp, err := fz.op.RunAction(ctx, in)
+		if err == nil {
+			fz.remember("operation", strconv.FormatInt(resp.GetOperation().GetId(), 10))
+		}
+		return "RunAction", in, err
+	case 3:
+		in := &pb.ListOperationsRequest{State: pb.OperationState(rnd.IntN(12) - 1), Service: fz.name(rnd, "service"),
+			Limit: int32(int64Edge(rnd)), Before: int64Edge(rnd)}
+		if rnd.IntN(2) == 0 {
+			in.State, in.Service, in.Limit, in.Before = 0, "", 0, 0
+		}
+		_, err := fz.op.ListOperations(ctx, in)
+		return "ListOperations", in, err
+	case 4:
+		in := &pb.ShowOperationRequest{Id: id(), After: fz.name(rnd, "unit"), Limit: int32(int64Edge(rnd))}
+		if rnd.IntN(2) == 0 {
+			in.After, in.Limit = "", 0
+		}
+		_, err := fz.op.ShowOperation(ctx, in)
+		return "ShowOperation", in, err
+	case 5:
+		in := &pb.ShowTaskRequest{Id: id(), Unit: fz.name(rnd, "unit")}
+		_, err := fz.op.ShowTask(ctx, in)
+		return "ShowTask", in, err
+	case 6:
+		// The fuzzer's user requested what it made: approving its own is
+		// refused, as is a digest it never saw.
+		in := &pb.ApproveOperationRequest{Id: id(), Digest: []string{"", strings.Repeat("0", 64), randomString(rnd)}[rnd.IntN(3)]}
+		if show, err := fz.op.ShowOperation(ctx, &pb.ShowOperationRequest{Id: in.Id, Limit: 1}); err == nil && rnd.IntN(2) == 0 {
+			in.Digest = show.GetOperation().GetDigest()
+		}
+		_, err := fz.op.ApproveOperation(ctx, in)
+		return "ApproveOperation", in, err
+	case 7:
+		in := &pb.RejectOperationRequest{Id: id(), Reason: randomString(rnd)}
+		_, err := fz.op.RejectOperation(ctx, in)
+		return "RejectOperation", in, err
+	case 8:
+		in := &pb.ExecuteOperationRequest{Id: id()}
+		_, err := fz.op.ExecuteOperation(ctx, in)
+		return "ExecuteOperation", in, err
+	case 9:
+		in := &pb.PauseTasksRequest{Id: id(), Units: units()}
+		_, err := fz.op.PauseTasks(ctx, in)
+		return "PauseTasks", in, err
+	}
+	if rnd.IntN(2) == 0 {
+		in := &pb.ResumeTasksRequest{Id: id(), Units: units()}
+		_, err := fz.op.ResumeTasks(ctx, in)
+		return "ResumeTasks", in, err
+	}
+	in := &pb.StopTasksRequest{Id: id(), Units: units()}
+	_, err := fz.op.StopTasks(ctx, in)
+	return "StopTasks", in, err
 }
 
 // userCall makes one call of the users' RPCs. The fuzzer's own user is
