@@ -1,0 +1,114 @@
+package e2e
+
+import (
+	"encoding/json"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestOperationsApprovalFlow runs the approval flow of an operation over
+// the real binaries, as three users would: an operator runs the demo kv
+// charm's unsafe backup action on the service (awaiting approval by an
+// admin), its parameters checked first (an invalid run is recorded
+// invalid, every error listed, exit 1); the requester cannot approve it,
+// nor can another operator; an admin approves what ctl approve showed
+// (its digest); another operator cannot execute it, the requester does;
+// its tasks are made, one a unit. A safe action runs at once, its tasks
+// pause, resume and stop (stopping is final), and ctl status counts
+// the operations.
+//
+// The controller uses the manual provider: no machine agents run, so the
+// tasks stay pending (running actions on units is the agents' side and
+// has end-to-end tests of its own). ctl has no charm refresh command, so
+// an approval voided by a charm's change is covered by the state
+// package's tests (A1), not here.
+func TestOperationsApprovalFlow(t *testing.T) {
+	needCharms(t)
+	s := newSandbox(t)
+	s.OK(t, "bootstrap", "--data-dir", s.DataDir, "--api-port", strconv.Itoa(s.Port), "--provider", "manual")
+	s.OK(t, "deploy", charmPath(t, "kv"), "-n", "2")
+	olga := newUser(t, s, "olga", "operator")
+	oscar := newUser(t, s, "oscar", "operator")
+	ada := newUser(t, s, "ada", "admin")
+	as := func(config string, args ...string) []string { return append([]string{"--config", config}, args...) }
+
+	out := s.OK(t, as(olga, "actions", "kv")...)
+	for _, want := range []string{"backup   no    @admin", "keys     yes", "reindex  yes"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ctl actions kv said:\n%s\nwant %q in it", out, want)
+		}
+	}
+
+	// Invalid parameters: every error listed, the operation recorded.
+	r := s.Ctl(as(olga, "run", "kv", "backup", "compress=maybe", "extra=1")...)
+	if r.Code != 1 || !strings.Contains(r.Stderr, "is invalid (recorded; nothing runs)") ||
+		!strings.Contains(r.Stderr, `parameter "compress": want boolean, got string`) ||
+		!strings.Contains(r.Stderr, `parameter "extra" is not allowed`) || !strings.Contains(r.Stderr, `parameter "name" is required`) {
+		t.Errorf("%v\nwant exit status 1 and each of the three errors", r)
+	}
+	if out := s.OK(t, "operations", "--state", "invalid"); !strings.Contains(out, "backup  invalid") {
+		t.Errorf("ctl operations --state invalid said:\n%s\nwant the invalid backup", out)
+	}
+
+	out = s.OK(t, as(olga, "run", "kv", "backup", "name=nightly")...)
+	m := regexp.MustCompile(`^operation (\d+): backup on kv/0 kv/1: awaiting approval by an admin\n$`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("ctl run kv backup said %q, want the operation awaiting approval by an admin", out)
+	}
+	id := m[1]
+	oneLine(t, s.Ctl(as(olga, "approve", id)...), 1, "ctl: olga cannot approve operation "+id+": olga requested it")
+	oneLine(t, s.Ctl(as(oscar, "approve", id)...), 1, "ctl: oscar cannot approve operation "+id+": only an admin may")
+	oneLine(t, s.Ctl(as(olga, "execute", id)...), 1,
+		"ctl: operation "+id+" is awaiting approval: only olga or an admin may execute it once approved")
+
+	var doc struct {
+		Digest string `json:"digest"`
+		State  string `json:"state"`
+	}
+	if err := json.Unmarshal([]byte(s.OK(t, as(ada, "show-operation", id, "--format", "json")...)), &doc); err != nil || doc.State != "awaiting-approval" {
+		t.Fatalf("ctl show-operation --format json: %+v, %v; want it awaiting approval", doc, err)
+	}
+	out = s.OK(t, as(ada, "approve", id)...)
+	for _, want := range []string{"backup on kv", "kv/0 kv/1", `{"compress":false,"name":"nightly"}`, "kv revision 1",
+		"Requester:   olga", "Digest:      " + doc.Digest, "approved operation " + id} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ctl approve said:\n%s\nwant %q in it", out, want)
+		}
+	}
+	oneLine(t, s.Ctl(as(oscar, "execute", id)...), 1, "ctl: oscar cannot execute operation "+id+": only olga or an admin may")
+	if out := s.OK(t, as(olga, "execute", id)...); out != "operation "+id+": backup on kv/0 kv/1: running\n" {
+		t.Errorf("ctl execute said %q, want it running", out)
+	}
+	out = s.OK(t, "show-operation", id)
+	for _, want := range []string{"Approver:     ada", "Executed by:  olga", "kv/0  pending", "kv/1  pending"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ctl show-operation said:\n%s\nwant %q in it", out, want)
+		}
+	}
+
+	// A safe action runs at once; its tasks pause, resume and stop.
+	out = s.OK(t, as(oscar, "run", "kv/1", "keys")...)
+	keys := regexp.MustCompile(`^operation (\d+): keys on kv/1: running\n$`).FindStringSubmatch(out)
+	if keys == nil {
+		t.Fatalf("ctl run kv/1 keys said %q, want it running", out)
+	}
+	if out := s.OK(t, as(oscar, "pause", keys[1])...); out != "operation "+keys[1]+": paused kv/1\n" {
+		t.Errorf("ctl pause said %q", out)
+	}
+	if out := s.OK(t, as(oscar, "stop", keys[1], "kv/1")...); out != "operation "+keys[1]+": stopped kv/1\n" {
+		t.Errorf("ctl stop said %q", out)
+	}
+	r = s.Ctl(as(oscar, "resume", keys[1], "kv/1")...)
+	if r.Code != 1 || !strings.Contains(r.Stderr, "kv/1") {
+		t.Errorf("%v\nwant resuming a stopped task refused, exit 1", r)
+	}
+	if out := s.OK(t, "show-task", keys[1], "kv/1"); !regexp.MustCompile(`(?m)^State:\s+stopped$`).MatchString(out) {
+		t.Errorf("ctl show-task said:\n%s\nwant it stopped", out)
+	}
+	out = s.OK(t, "status")
+	if !strings.Contains(out, "Operations: 1 running, 0 awaiting approval, 0 lost tasks") {
+		t.Errorf("ctl status said:\n%s\nwant the line of operations", out)
+	}
+}
