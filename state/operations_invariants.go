@@ -142,6 +142,7 @@ func checkOperations(snap *Snapshot, m *model, bad func(string, ...any)) {
 			}
 		}
 	}
+	checkTaskLogs(snap, func(id int64, unit string) bool { return tasksOf[id][unit] != nil }, bad)
 	for k, item := range m.cleanups {
 		if item.Kind == pb.CleanupKind_CLEANUP_KIND_UNIT_TASKS && m.units[item.Target] != nil {
 			bad("cleanup %s for unit %s, which exists", k, item.Target)

@@ -20,6 +20,8 @@ func TestCheckOperationsFindsBrokenRecords(t *testing.T) {
 	f.start(t, done.Id, "kv/1")
 	f.finish(t, done.Id, "kv/1", 1, pb.TaskState_TASK_STATE_DONE)
 	f.create(t, f.op(false, 0)) // operation 3: awaiting approval
+	_, err := f.st.AppendTaskLog(f.ctx, run.Id, "kv/0", 1, []byte("line\n"))
+	must(t, "AppendTaskLog", err)
 	machine := f.machineOf(t, "kv/0")
 	base, err := f.st.Snapshot(f.ctx)
 	must(t, "Snapshot", err)
@@ -79,6 +81,12 @@ func TestCheckOperationsFindsBrokenRecords(t *testing.T) {
 			"operation 2 is done with 1 failed"},
 		{"past the sequence", func(v map[string][]byte) { v["seq/operation"] = []byte("2") },
 			"I7: operation 3 is past its sequence 2"},
+		{"task log of no task", func(v map[string][]byte) { v[state.TaskLogPrefix(3, "kv/0")+"00000000000000000000"] = []byte("x") },
+			"task log chunk task-logs/00000000000000000003/kv/0/00000000000000000000 of a task that does not exist"},
+		{"task log chunks overlapping", func(v map[string][]byte) { v[state.TaskLogPrefix(1, "kv/0")+"00000000000000000002"] = []byte("x") },
+			"starts at 2, inside the previous chunk (ends at 5)"},
+		{"task log key", func(v map[string][]byte) { v["task-logs/00000000000000000001/kv/0/7"] = []byte("x") },
+			"want task-logs/<operation>/<unit>/<offset>"},
 		{"open operation reference", func(v map[string][]byte) { v["operation-refs/open/00000000000000000002"] = []byte("running") },
 			"operation-refs/open/00000000000000000002 is not a reference"},
 	} {

@@ -47,7 +47,7 @@ const (
 
 // operationPrefixes are the prefixes of the operations' records, read by
 // Snapshot besides the model's.
-var operationPrefixes = []string{operationsPrefix, tasksPrefix, checkpointsPrefix, heartbeatsPrefix, operationRefsPrefix}
+var operationPrefixes = []string{operationsPrefix, tasksPrefix, checkpointsPrefix, heartbeatsPrefix, operationRefsPrefix, taskLogsPrefix}
 
 // operationRefPrefixes are the prefixes of refs/ that the operations'
 // invariants check (checkOperations), not the model's.

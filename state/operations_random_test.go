@@ -190,8 +190,14 @@ func opsStep(ctx context.Context, st *state.State, rng *rand.Rand) (string, erro
 		if tk == nil {
 			return "no task to finish", nil
 		}
-		if rng.IntN(4) == 0 {
+		switch rng.IntN(8) {
+		case 0, 1:
 			return "checkpoint", st.SetCheckpoint(ctx, tk.Operation, tk.Unit, tk.Attempt, map[string]string{"at": fmt.Sprint(rng.IntN(100))})
+		case 2:
+			// Chunks of up to 16 KiB, so that some tasks' logs are trimmed.
+			line := strings.Repeat("x", 1+rng.IntN(state.MaxTaskLogChunkBytes))
+			_, err := st.AppendTaskLog(ctx, tk.Operation, tk.Unit, tk.Attempt, []byte(line))
+			return "log", err
 		}
 		ends := []pb.TaskState{pb.TaskState_TASK_STATE_DONE, pb.TaskState_TASK_STATE_FAILED, pb.TaskState_TASK_STATE_PAUSED, pb.TaskState_TASK_STATE_STOPPED}
 		_, err := st.FinishTask(ctx, state.TaskReport{Operation: tk.Operation, Unit: tk.Unit, Attempt: tk.Attempt, Outcome: ends[rng.IntN(len(ends))]})

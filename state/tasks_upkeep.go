@@ -223,7 +223,7 @@ const pruneScan = 1000
 // PruneOperations expires the operations awaiting approval or approved
 // past their expiry, then deletes up to max operations (oldest first,
 // among the first pruneScan) that ended before now − retention: each in
-// one transaction with its tasks, checkpoints and references, never one
+// one transaction with its tasks, checkpoints, task logs and references, never one
 // with an open task. It returns how many it expired and deleted.
 func (s *State) PruneOperations(ctx context.Context, retention time.Duration, max int) (expired, pruned int, err error) {
 	kvs, err := s.listAll(ctx, opRefOpen, false)
@@ -285,6 +285,7 @@ func (s *State) PruneOperations(ctx context.Context, retention time.Duration, ma
 			c.del(op.key)
 			c.delPrefix(TasksPrefix(id))
 			c.delPrefix(checkpointsPrefix + opID(id) + "/")
+			c.delPrefix(TaskLogsPrefix(id))
 			c.delPrefix(opFailedPrefix(id))
 			c.delPrefix(opStoppedPrefix(id))
 			c.del(opFreedRef(id))
