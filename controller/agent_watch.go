@@ -177,6 +177,14 @@ func (a *agentServer) watchOf(ctx context.Context, c caller, subject *pb.WatchSu
 		return single(state.ResolvedKey(s.Resolved), s.Resolved, decodeInto(func(ch *pb.WatchChange, r *pb.Resolved) {
 			ch.Value = &pb.WatchChange_Resolved{Resolved: r}
 		})), nil
+	case *pb.WatchSubject_UnitTasks:
+		if err := a.ownOrMachineUnit(ctx, c, s.UnitTasks, "watch the tasks of"); err != nil {
+			return nil, err
+		}
+		return &watch{prefix: state.UnitTasksPrefix(s.UnitTasks), value: func(ch *pb.WatchChange, v []byte) error {
+			ch.Value = &pb.WatchChange_Task{Task: string(v)}
+			return nil
+		}}, nil
 	case *pb.WatchSubject_Service:
 		if err := a.serviceAllowed(ctx, c, s.Service, verb); err != nil {
 			return nil, err

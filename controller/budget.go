@@ -107,6 +107,18 @@ var callKinds = map[string]callKind{
 	"/lifeline.v1.AgentService/ClearResolved":        callKeep,
 	"/lifeline.v1.AgentService/Presence":             callKeep,
 	"/lifeline.v1.AgentService/GetAgentSettings":     callRead,
+	// The tasks of operations: a task's record, checkpoint and log
+	// chunks are bounded (state's limits, the log trimmed as it grows);
+	// ending or stopping one shrinks what is open.
+	"/lifeline.v1.AgentService/StartTask":      callKeep,
+	"/lifeline.v1.AgentService/FinishTask":     callKeep,
+	"/lifeline.v1.AgentService/ReportTaskLost": callKeep,
+	"/lifeline.v1.AgentService/StopUnitTasks":  callKeep,
+	"/lifeline.v1.AgentService/TaskHeartbeat":  callKeep,
+	"/lifeline.v1.AgentService/SetCheckpoint":  callGrow,
+	"/lifeline.v1.AgentService/GetCheckpoint":  callRead,
+	"/lifeline.v1.AgentService/AppendTaskLog":  callGrow,
+	"/lifeline.v1.OperatorService/TaskLogs":    callRead,
 
 	"/lifeline.v1.OperatorService/Status":          callRead,
 	"/lifeline.v1.OperatorService/WatchStatus":     callRead,

@@ -49,6 +49,9 @@ func operatorAccess(method string) (access, bool) {
 	case "RunAction", "ApproveOperation", "RejectOperation", "ExecuteOperation",
 		"PauseTasks", "ResumeTasks", "StopTasks":
 		return access{role: operator, changes: true}, true
+	// The operations' task logs.
+	case "TaskLogs":
+		return access{role: viewer}, true
 	// The users and the controllers.
 	case "ListUsers":
 		return access{role: admin}, true

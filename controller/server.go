@@ -133,6 +133,8 @@ type Server struct {
 	follows auditFollows
 	// actions keeps charms' actions parsed (operations.go).
 	actions actionsCache
+	// logFollows bounds the open TaskLogs streams that follow logs.
+	logFollows logFollows
 	// addrs is the list of controller addresses last read
 	// (controllerAddresses).
 	addrs struct {

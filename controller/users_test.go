@@ -69,6 +69,8 @@ func TestEachRoleAgainstEveryOperatorMethod(t *testing.T) {
 		"ListActions": "viewer", "ListOperations": "viewer", "ShowOperation": "viewer", "ShowTask": "viewer",
 		"RunAction": "operator", "ApproveOperation": "operator", "RejectOperation": "operator", "ExecuteOperation": "operator",
 		"PauseTasks": "operator", "ResumeTasks": "operator", "StopTasks": "operator",
+		// The operations' task logs.
+		"TaskLogs": "viewer",
 	}
 	conns := map[string]*grpc.ClientConn{
 		"viewer":   e.Dial(e.User("vic", pb.UserRole_USER_ROLE_VIEWER)),

@@ -92,6 +92,7 @@ type WatchSubject struct {
 	//	*WatchSubject_RelationScope
 	//	*WatchSubject_Resolved
 	//	*WatchSubject_Barrier
+	//	*WatchSubject_UnitTasks
 	Subject       isWatchSubject_Subject `protobuf_oneof:"subject"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -233,6 +234,15 @@ func (x *WatchSubject) GetBarrier() bool {
 	return false
 }
 
+func (x *WatchSubject) GetUnitTasks() string {
+	if x != nil {
+		if x, ok := x.Subject.(*WatchSubject_UnitTasks); ok {
+			return x.UnitTasks
+		}
+	}
+	return ""
+}
+
 type isWatchSubject_Subject interface {
 	isWatchSubject_Subject()
 }
@@ -297,6 +307,13 @@ type WatchSubject_Barrier struct {
 	Barrier bool `protobuf:"varint,11,opt,name=barrier,proto3,oneof"`
 }
 
+type WatchSubject_UnitTasks struct {
+	// A unit's open tasks: changes carry operation ids, and versions
+	// nothing; each value is what the agent is to do ("pending": start
+	// it; "queued", "running", "pausing", "paused", "stopping", "lost").
+	UnitTasks string `protobuf:"bytes,12,opt,name=unit_tasks,json=unitTasks,proto3,oneof"`
+}
+
 func (*WatchSubject_Machine) isWatchSubject_Subject() {}
 
 func (*WatchSubject_MachineUnits) isWatchSubject_Subject() {}
@@ -318,6 +335,8 @@ func (*WatchSubject_RelationScope) isWatchSubject_Subject() {}
 func (*WatchSubject_Resolved) isWatchSubject_Subject() {}
 
 func (*WatchSubject_Barrier) isWatchSubject_Subject() {}
+
+func (*WatchSubject_UnitTasks) isWatchSubject_Subject() {}
 
 type WatchRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -876,6 +895,7 @@ type WatchChange struct {
 	//	*WatchChange_Config
 	//	*WatchChange_Relation
 	//	*WatchChange_Resolved
+	//	*WatchChange_Task
 	Value         isWatchChange_Value `protobuf_oneof:"value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -993,6 +1013,15 @@ func (x *WatchChange) GetResolved() *Resolved {
 	return nil
 }
 
+func (x *WatchChange) GetTask() string {
+	if x != nil {
+		if x, ok := x.Value.(*WatchChange_Task); ok {
+			return x.Task
+		}
+	}
+	return ""
+}
+
 type isWatchChange_Value interface {
 	isWatchChange_Value()
 }
@@ -1021,6 +1050,13 @@ type WatchChange_Resolved struct {
 	Resolved *Resolved `protobuf:"bytes,9,opt,name=resolved,proto3,oneof"`
 }
 
+type WatchChange_Task struct {
+	// task is an open task's state as its unit's agent sees it (the
+	// unit_tasks subject): "pending", "queued", "running", "pausing",
+	// "paused", "stopping" or "lost".
+	Task string `protobuf:"bytes,10,opt,name=task,proto3,oneof"`
+}
+
 func (*WatchChange_Machine) isWatchChange_Value() {}
 
 func (*WatchChange_Unit) isWatchChange_Value() {}
@@ -1032,6 +1068,8 @@ func (*WatchChange_Config) isWatchChange_Value() {}
 func (*WatchChange_Relation) isWatchChange_Value() {}
 
 func (*WatchChange_Resolved) isWatchChange_Value() {}
+
+func (*WatchChange_Task) isWatchChange_Value() {}
 
 type GetMachineRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3235,7 +3273,7 @@ var File_lifeline_v1_agent_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x17lifeline/v1/agent.proto\x12\vlifeline.v1\x1a\x17lifeline/v1/model.proto\"\x96\x03\n" +
+	"\x17lifeline/v1/agent.proto\x12\vlifeline.v1\x1a\x17lifeline/v1/model.proto\x1a\x17lifeline/v1/tasks.proto\"\xb7\x03\n" +
 	"\fWatchSubject\x12\x1a\n" +
 	"\amachine\x18\x01 \x01(\tH\x00R\amachine\x12%\n" +
 	"\rmachine_units\x18\x02 \x01(\tH\x00R\fmachineUnits\x12\x14\n" +
@@ -3248,7 +3286,9 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x0erelation_scope\x18\t \x01(\x03H\x00R\rrelationScope\x12\x1c\n" +
 	"\bresolved\x18\n" +
 	" \x01(\tH\x00R\bresolved\x12\x1a\n" +
-	"\abarrier\x18\v \x01(\bH\x00R\abarrierB\t\n" +
+	"\abarrier\x18\v \x01(\bH\x00R\abarrier\x12\x1f\n" +
+	"\n" +
+	"unit_tasks\x18\f \x01(\tH\x00R\tunitTasksB\t\n" +
 	"\asubject\"j\n" +
 	"\fWatchRequest\x123\n" +
 	"\asubject\x18\x01 \x01(\v2\x19.lifeline.v1.WatchSubjectR\asubject\x12%\n" +
@@ -3279,7 +3319,7 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\bresponse\"8\n" +
 	"\bWatchEnd\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\x87\x03\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x9d\x03\n" +
 	"\vWatchChange\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aremoved\x18\x02 \x01(\bR\aremoved\x12\x18\n" +
@@ -3289,7 +3329,9 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\aservice\x18\x06 \x01(\v2\x14.lifeline.v1.ServiceH\x00R\aservice\x124\n" +
 	"\x06config\x18\a \x01(\v2\x1a.lifeline.v1.ServiceConfigH\x00R\x06config\x123\n" +
 	"\brelation\x18\b \x01(\v2\x15.lifeline.v1.RelationH\x00R\brelation\x123\n" +
-	"\bresolved\x18\t \x01(\v2\x15.lifeline.v1.ResolvedH\x00R\bresolvedB\a\n" +
+	"\bresolved\x18\t \x01(\v2\x15.lifeline.v1.ResolvedH\x00R\bresolved\x12\x14\n" +
+	"\x04task\x18\n" +
+	" \x01(\tH\x00R\x04taskB\a\n" +
 	"\x05value\"-\n" +
 	"\x11GetMachineRequest\x12\x18\n" +
 	"\amachine\x18\x01 \x01(\tR\amachine\"D\n" +
@@ -3409,7 +3451,7 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x0eUnitStatusKind\x12 \n" +
 	"\x1cUNIT_STATUS_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16UNIT_STATUS_KIND_AGENT\x10\x01\x12\x1d\n" +
-	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x022\x95\x10\n" +
+	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x022\xc3\x15\n" +
 	"\fAgentService\x12@\n" +
 	"\x05Watch\x12\x19.lifeline.v1.WatchRequest\x1a\x1a.lifeline.v1.WatchResponse0\x01\x12N\n" +
 	"\tWatchMany\x12\x1d.lifeline.v1.WatchManyRequest\x1a\x1e.lifeline.v1.WatchManyResponse(\x010\x01\x12M\n" +
@@ -3440,7 +3482,16 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x0fSetUnitStatuses\x12#.lifeline.v1.SetUnitStatusesRequest\x1a$.lifeline.v1.SetUnitStatusesResponse\x12V\n" +
 	"\rClearResolved\x12!.lifeline.v1.ClearResolvedRequest\x1a\".lifeline.v1.ClearResolvedResponse\x12K\n" +
 	"\bPresence\x12\x1c.lifeline.v1.PresenceRequest\x1a\x1d.lifeline.v1.PresenceResponse(\x010\x01\x12_\n" +
-	"\x10GetAgentSettings\x12$.lifeline.v1.GetAgentSettingsRequest\x1a%.lifeline.v1.GetAgentSettingsResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
+	"\x10GetAgentSettings\x12$.lifeline.v1.GetAgentSettingsRequest\x1a%.lifeline.v1.GetAgentSettingsResponse\x12J\n" +
+	"\tStartTask\x12\x1d.lifeline.v1.StartTaskRequest\x1a\x1e.lifeline.v1.StartTaskResponse\x12M\n" +
+	"\n" +
+	"FinishTask\x12\x1e.lifeline.v1.FinishTaskRequest\x1a\x1f.lifeline.v1.FinishTaskResponse\x12Y\n" +
+	"\x0eReportTaskLost\x12\".lifeline.v1.ReportTaskLostRequest\x1a#.lifeline.v1.ReportTaskLostResponse\x12V\n" +
+	"\rStopUnitTasks\x12!.lifeline.v1.StopUnitTasksRequest\x1a\".lifeline.v1.StopUnitTasksResponse\x12V\n" +
+	"\rTaskHeartbeat\x12!.lifeline.v1.TaskHeartbeatRequest\x1a\".lifeline.v1.TaskHeartbeatResponse\x12V\n" +
+	"\rSetCheckpoint\x12!.lifeline.v1.SetCheckpointRequest\x1a\".lifeline.v1.SetCheckpointResponse\x12V\n" +
+	"\rGetCheckpoint\x12!.lifeline.v1.GetCheckpointRequest\x1a\".lifeline.v1.GetCheckpointResponse\x12V\n" +
+	"\rAppendTaskLog\x12!.lifeline.v1.AppendTaskLogRequest\x1a\".lifeline.v1.AppendTaskLogResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
 
 var (
 	file_lifeline_v1_agent_proto_rawDescOnce sync.Once
@@ -3527,6 +3578,22 @@ var file_lifeline_v1_agent_proto_goTypes = []any{
 	(*Status)(nil),                       // 67: lifeline.v1.Status
 	(*StatusReportResult)(nil),           // 68: lifeline.v1.StatusReportResult
 	(*Charm)(nil),                        // 69: lifeline.v1.Charm
+	(*StartTaskRequest)(nil),             // 70: lifeline.v1.StartTaskRequest
+	(*FinishTaskRequest)(nil),            // 71: lifeline.v1.FinishTaskRequest
+	(*ReportTaskLostRequest)(nil),        // 72: lifeline.v1.ReportTaskLostRequest
+	(*StopUnitTasksRequest)(nil),         // 73: lifeline.v1.StopUnitTasksRequest
+	(*TaskHeartbeatRequest)(nil),         // 74: lifeline.v1.TaskHeartbeatRequest
+	(*SetCheckpointRequest)(nil),         // 75: lifeline.v1.SetCheckpointRequest
+	(*GetCheckpointRequest)(nil),         // 76: lifeline.v1.GetCheckpointRequest
+	(*AppendTaskLogRequest)(nil),         // 77: lifeline.v1.AppendTaskLogRequest
+	(*StartTaskResponse)(nil),            // 78: lifeline.v1.StartTaskResponse
+	(*FinishTaskResponse)(nil),           // 79: lifeline.v1.FinishTaskResponse
+	(*ReportTaskLostResponse)(nil),       // 80: lifeline.v1.ReportTaskLostResponse
+	(*StopUnitTasksResponse)(nil),        // 81: lifeline.v1.StopUnitTasksResponse
+	(*TaskHeartbeatResponse)(nil),        // 82: lifeline.v1.TaskHeartbeatResponse
+	(*SetCheckpointResponse)(nil),        // 83: lifeline.v1.SetCheckpointResponse
+	(*GetCheckpointResponse)(nil),        // 84: lifeline.v1.GetCheckpointResponse
+	(*AppendTaskLogResponse)(nil),        // 85: lifeline.v1.AppendTaskLogResponse
 }
 var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	1,  // 0: lifeline.v1.WatchRequest.subject:type_name -> lifeline.v1.WatchSubject
@@ -3585,32 +3652,48 @@ var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	52, // 53: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
 	56, // 54: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
 	54, // 55: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
-	3,  // 56: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
-	8,  // 57: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
-	12, // 58: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
-	14, // 59: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
-	16, // 60: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
-	18, // 61: lifeline.v1.AgentService.IssueUnitCredentials:output_type -> lifeline.v1.IssueUnitCredentialsResponse
-	21, // 62: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
-	23, // 63: lifeline.v1.AgentService.UnitScopes:output_type -> lifeline.v1.UnitScopesResponse
-	26, // 64: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
-	28, // 65: lifeline.v1.AgentService.RemoveUnits:output_type -> lifeline.v1.RemoveUnitsResponse
-	30, // 66: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
-	32, // 67: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
-	34, // 68: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
-	36, // 69: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
-	38, // 70: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
-	40, // 71: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
-	42, // 72: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
-	44, // 73: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
-	47, // 74: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
-	49, // 75: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
-	51, // 76: lifeline.v1.AgentService.SetUnitStatuses:output_type -> lifeline.v1.SetUnitStatusesResponse
-	53, // 77: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
-	57, // 78: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
-	55, // 79: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
-	56, // [56:80] is the sub-list for method output_type
-	32, // [32:56] is the sub-list for method input_type
+	70, // 56: lifeline.v1.AgentService.StartTask:input_type -> lifeline.v1.StartTaskRequest
+	71, // 57: lifeline.v1.AgentService.FinishTask:input_type -> lifeline.v1.FinishTaskRequest
+	72, // 58: lifeline.v1.AgentService.ReportTaskLost:input_type -> lifeline.v1.ReportTaskLostRequest
+	73, // 59: lifeline.v1.AgentService.StopUnitTasks:input_type -> lifeline.v1.StopUnitTasksRequest
+	74, // 60: lifeline.v1.AgentService.TaskHeartbeat:input_type -> lifeline.v1.TaskHeartbeatRequest
+	75, // 61: lifeline.v1.AgentService.SetCheckpoint:input_type -> lifeline.v1.SetCheckpointRequest
+	76, // 62: lifeline.v1.AgentService.GetCheckpoint:input_type -> lifeline.v1.GetCheckpointRequest
+	77, // 63: lifeline.v1.AgentService.AppendTaskLog:input_type -> lifeline.v1.AppendTaskLogRequest
+	3,  // 64: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
+	8,  // 65: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
+	12, // 66: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
+	14, // 67: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
+	16, // 68: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
+	18, // 69: lifeline.v1.AgentService.IssueUnitCredentials:output_type -> lifeline.v1.IssueUnitCredentialsResponse
+	21, // 70: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
+	23, // 71: lifeline.v1.AgentService.UnitScopes:output_type -> lifeline.v1.UnitScopesResponse
+	26, // 72: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
+	28, // 73: lifeline.v1.AgentService.RemoveUnits:output_type -> lifeline.v1.RemoveUnitsResponse
+	30, // 74: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
+	32, // 75: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
+	34, // 76: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
+	36, // 77: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
+	38, // 78: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
+	40, // 79: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
+	42, // 80: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
+	44, // 81: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
+	47, // 82: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
+	49, // 83: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
+	51, // 84: lifeline.v1.AgentService.SetUnitStatuses:output_type -> lifeline.v1.SetUnitStatusesResponse
+	53, // 85: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
+	57, // 86: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
+	55, // 87: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
+	78, // 88: lifeline.v1.AgentService.StartTask:output_type -> lifeline.v1.StartTaskResponse
+	79, // 89: lifeline.v1.AgentService.FinishTask:output_type -> lifeline.v1.FinishTaskResponse
+	80, // 90: lifeline.v1.AgentService.ReportTaskLost:output_type -> lifeline.v1.ReportTaskLostResponse
+	81, // 91: lifeline.v1.AgentService.StopUnitTasks:output_type -> lifeline.v1.StopUnitTasksResponse
+	82, // 92: lifeline.v1.AgentService.TaskHeartbeat:output_type -> lifeline.v1.TaskHeartbeatResponse
+	83, // 93: lifeline.v1.AgentService.SetCheckpoint:output_type -> lifeline.v1.SetCheckpointResponse
+	84, // 94: lifeline.v1.AgentService.GetCheckpoint:output_type -> lifeline.v1.GetCheckpointResponse
+	85, // 95: lifeline.v1.AgentService.AppendTaskLog:output_type -> lifeline.v1.AppendTaskLogResponse
+	64, // [64:96] is the sub-list for method output_type
+	32, // [32:64] is the sub-list for method input_type
 	32, // [32:32] is the sub-list for extension type_name
 	32, // [32:32] is the sub-list for extension extendee
 	0,  // [0:32] is the sub-list for field type_name
@@ -3622,6 +3705,7 @@ func file_lifeline_v1_agent_proto_init() {
 		return
 	}
 	file_lifeline_v1_model_proto_init()
+	file_lifeline_v1_tasks_proto_init()
 	file_lifeline_v1_agent_proto_msgTypes[0].OneofWrappers = []any{
 		(*WatchSubject_Machine)(nil),
 		(*WatchSubject_MachineUnits)(nil),
@@ -3634,6 +3718,7 @@ func file_lifeline_v1_agent_proto_init() {
 		(*WatchSubject_RelationScope)(nil),
 		(*WatchSubject_Resolved)(nil),
 		(*WatchSubject_Barrier)(nil),
+		(*WatchSubject_UnitTasks)(nil),
 	}
 	file_lifeline_v1_agent_proto_msgTypes[3].OneofWrappers = []any{
 		(*WatchManyRequest_Subscribe)(nil),
@@ -3650,6 +3735,7 @@ func file_lifeline_v1_agent_proto_init() {
 		(*WatchChange_Config)(nil),
 		(*WatchChange_Relation)(nil),
 		(*WatchChange_Resolved)(nil),
+		(*WatchChange_Task)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -46,6 +46,14 @@ const (
 	AgentService_ClearResolved_FullMethodName        = "/lifeline.v1.AgentService/ClearResolved"
 	AgentService_Presence_FullMethodName             = "/lifeline.v1.AgentService/Presence"
 	AgentService_GetAgentSettings_FullMethodName     = "/lifeline.v1.AgentService/GetAgentSettings"
+	AgentService_StartTask_FullMethodName            = "/lifeline.v1.AgentService/StartTask"
+	AgentService_FinishTask_FullMethodName           = "/lifeline.v1.AgentService/FinishTask"
+	AgentService_ReportTaskLost_FullMethodName       = "/lifeline.v1.AgentService/ReportTaskLost"
+	AgentService_StopUnitTasks_FullMethodName        = "/lifeline.v1.AgentService/StopUnitTasks"
+	AgentService_TaskHeartbeat_FullMethodName        = "/lifeline.v1.AgentService/TaskHeartbeat"
+	AgentService_SetCheckpoint_FullMethodName        = "/lifeline.v1.AgentService/SetCheckpoint"
+	AgentService_GetCheckpoint_FullMethodName        = "/lifeline.v1.AgentService/GetCheckpoint"
+	AgentService_AppendTaskLog_FullMethodName        = "/lifeline.v1.AgentService/AppendTaskLog"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -140,6 +148,22 @@ type AgentServiceClient interface {
 	Presence(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PresenceRequest, PresenceResponse], error)
 	// GetAgentSettings returns the controller's settings for agents.
 	GetAgentSettings(ctx context.Context, in *GetAgentSettingsRequest, opts ...grpc.CallOption) (*GetAgentSettingsResponse, error)
+	// The tasks of operations, each call for a unit on the caller's machine
+	// (its agent or its machine's): StartTask starts the unit's admitted
+	// pending task; FinishTask and ReportTaskLost end the task's attempt;
+	// StopUnitTasks closes a dying unit's tasks not running; TaskHeartbeat
+	// says the machine's running tasks are alive (the machine agent, every
+	// few seconds while it runs any); SetCheckpoint stores the attempt's
+	// progress durably, GetCheckpoint reads it; AppendTaskLog adds lines to
+	// the task's log.
+	StartTask(ctx context.Context, in *StartTaskRequest, opts ...grpc.CallOption) (*StartTaskResponse, error)
+	FinishTask(ctx context.Context, in *FinishTaskRequest, opts ...grpc.CallOption) (*FinishTaskResponse, error)
+	ReportTaskLost(ctx context.Context, in *ReportTaskLostRequest, opts ...grpc.CallOption) (*ReportTaskLostResponse, error)
+	StopUnitTasks(ctx context.Context, in *StopUnitTasksRequest, opts ...grpc.CallOption) (*StopUnitTasksResponse, error)
+	TaskHeartbeat(ctx context.Context, in *TaskHeartbeatRequest, opts ...grpc.CallOption) (*TaskHeartbeatResponse, error)
+	SetCheckpoint(ctx context.Context, in *SetCheckpointRequest, opts ...grpc.CallOption) (*SetCheckpointResponse, error)
+	GetCheckpoint(ctx context.Context, in *GetCheckpointRequest, opts ...grpc.CallOption) (*GetCheckpointResponse, error)
+	AppendTaskLog(ctx context.Context, in *AppendTaskLogRequest, opts ...grpc.CallOption) (*AppendTaskLogResponse, error)
 }
 
 type agentServiceClient struct {
@@ -414,6 +438,86 @@ func (c *agentServiceClient) GetAgentSettings(ctx context.Context, in *GetAgentS
 	return out, nil
 }
 
+func (c *agentServiceClient) StartTask(ctx context.Context, in *StartTaskRequest, opts ...grpc.CallOption) (*StartTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartTaskResponse)
+	err := c.cc.Invoke(ctx, AgentService_StartTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) FinishTask(ctx context.Context, in *FinishTaskRequest, opts ...grpc.CallOption) (*FinishTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FinishTaskResponse)
+	err := c.cc.Invoke(ctx, AgentService_FinishTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ReportTaskLost(ctx context.Context, in *ReportTaskLostRequest, opts ...grpc.CallOption) (*ReportTaskLostResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportTaskLostResponse)
+	err := c.cc.Invoke(ctx, AgentService_ReportTaskLost_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) StopUnitTasks(ctx context.Context, in *StopUnitTasksRequest, opts ...grpc.CallOption) (*StopUnitTasksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StopUnitTasksResponse)
+	err := c.cc.Invoke(ctx, AgentService_StopUnitTasks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) TaskHeartbeat(ctx context.Context, in *TaskHeartbeatRequest, opts ...grpc.CallOption) (*TaskHeartbeatResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TaskHeartbeatResponse)
+	err := c.cc.Invoke(ctx, AgentService_TaskHeartbeat_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) SetCheckpoint(ctx context.Context, in *SetCheckpointRequest, opts ...grpc.CallOption) (*SetCheckpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetCheckpointResponse)
+	err := c.cc.Invoke(ctx, AgentService_SetCheckpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) GetCheckpoint(ctx context.Context, in *GetCheckpointRequest, opts ...grpc.CallOption) (*GetCheckpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetCheckpointResponse)
+	err := c.cc.Invoke(ctx, AgentService_GetCheckpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) AppendTaskLog(ctx context.Context, in *AppendTaskLogRequest, opts ...grpc.CallOption) (*AppendTaskLogResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AppendTaskLogResponse)
+	err := c.cc.Invoke(ctx, AgentService_AppendTaskLog_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -506,6 +610,22 @@ type AgentServiceServer interface {
 	Presence(grpc.BidiStreamingServer[PresenceRequest, PresenceResponse]) error
 	// GetAgentSettings returns the controller's settings for agents.
 	GetAgentSettings(context.Context, *GetAgentSettingsRequest) (*GetAgentSettingsResponse, error)
+	// The tasks of operations, each call for a unit on the caller's machine
+	// (its agent or its machine's): StartTask starts the unit's admitted
+	// pending task; FinishTask and ReportTaskLost end the task's attempt;
+	// StopUnitTasks closes a dying unit's tasks not running; TaskHeartbeat
+	// says the machine's running tasks are alive (the machine agent, every
+	// few seconds while it runs any); SetCheckpoint stores the attempt's
+	// progress durably, GetCheckpoint reads it; AppendTaskLog adds lines to
+	// the task's log.
+	StartTask(context.Context, *StartTaskRequest) (*StartTaskResponse, error)
+	FinishTask(context.Context, *FinishTaskRequest) (*FinishTaskResponse, error)
+	ReportTaskLost(context.Context, *ReportTaskLostRequest) (*ReportTaskLostResponse, error)
+	StopUnitTasks(context.Context, *StopUnitTasksRequest) (*StopUnitTasksResponse, error)
+	TaskHeartbeat(context.Context, *TaskHeartbeatRequest) (*TaskHeartbeatResponse, error)
+	SetCheckpoint(context.Context, *SetCheckpointRequest) (*SetCheckpointResponse, error)
+	GetCheckpoint(context.Context, *GetCheckpointRequest) (*GetCheckpointResponse, error)
+	AppendTaskLog(context.Context, *AppendTaskLogRequest) (*AppendTaskLogResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -587,6 +707,30 @@ func (UnimplementedAgentServiceServer) Presence(grpc.BidiStreamingServer[Presenc
 }
 func (UnimplementedAgentServiceServer) GetAgentSettings(context.Context, *GetAgentSettingsRequest) (*GetAgentSettingsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetAgentSettings not implemented")
+}
+func (UnimplementedAgentServiceServer) StartTask(context.Context, *StartTaskRequest) (*StartTaskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartTask not implemented")
+}
+func (UnimplementedAgentServiceServer) FinishTask(context.Context, *FinishTaskRequest) (*FinishTaskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FinishTask not implemented")
+}
+func (UnimplementedAgentServiceServer) ReportTaskLost(context.Context, *ReportTaskLostRequest) (*ReportTaskLostResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportTaskLost not implemented")
+}
+func (UnimplementedAgentServiceServer) StopUnitTasks(context.Context, *StopUnitTasksRequest) (*StopUnitTasksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StopUnitTasks not implemented")
+}
+func (UnimplementedAgentServiceServer) TaskHeartbeat(context.Context, *TaskHeartbeatRequest) (*TaskHeartbeatResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TaskHeartbeat not implemented")
+}
+func (UnimplementedAgentServiceServer) SetCheckpoint(context.Context, *SetCheckpointRequest) (*SetCheckpointResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetCheckpoint not implemented")
+}
+func (UnimplementedAgentServiceServer) GetCheckpoint(context.Context, *GetCheckpointRequest) (*GetCheckpointResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetCheckpoint not implemented")
+}
+func (UnimplementedAgentServiceServer) AppendTaskLog(context.Context, *AppendTaskLogRequest) (*AppendTaskLogResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AppendTaskLog not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -1005,6 +1149,150 @@ func _AgentService_GetAgentSettings_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_StartTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).StartTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_StartTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).StartTask(ctx, req.(*StartTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_FinishTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FinishTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).FinishTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_FinishTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).FinishTask(ctx, req.(*FinishTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ReportTaskLost_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportTaskLostRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ReportTaskLost(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ReportTaskLost_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ReportTaskLost(ctx, req.(*ReportTaskLostRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_StopUnitTasks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StopUnitTasksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).StopUnitTasks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_StopUnitTasks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).StopUnitTasks(ctx, req.(*StopUnitTasksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_TaskHeartbeat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TaskHeartbeatRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).TaskHeartbeat(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_TaskHeartbeat_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).TaskHeartbeat(ctx, req.(*TaskHeartbeatRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_SetCheckpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetCheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).SetCheckpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_SetCheckpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).SetCheckpoint(ctx, req.(*SetCheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_GetCheckpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).GetCheckpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_GetCheckpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).GetCheckpoint(ctx, req.(*GetCheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_AppendTaskLog_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AppendTaskLogRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).AppendTaskLog(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_AppendTaskLog_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).AppendTaskLog(ctx, req.(*AppendTaskLogRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1091,6 +1379,38 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetAgentSettings",
 			Handler:    _AgentService_GetAgentSettings_Handler,
+		},
+		{
+			MethodName: "StartTask",
+			Handler:    _AgentService_StartTask_Handler,
+		},
+		{
+			MethodName: "FinishTask",
+			Handler:    _AgentService_FinishTask_Handler,
+		},
+		{
+			MethodName: "ReportTaskLost",
+			Handler:    _AgentService_ReportTaskLost_Handler,
+		},
+		{
+			MethodName: "StopUnitTasks",
+			Handler:    _AgentService_StopUnitTasks_Handler,
+		},
+		{
+			MethodName: "TaskHeartbeat",
+			Handler:    _AgentService_TaskHeartbeat_Handler,
+		},
+		{
+			MethodName: "SetCheckpoint",
+			Handler:    _AgentService_SetCheckpoint_Handler,
+		},
+		{
+			MethodName: "GetCheckpoint",
+			Handler:    _AgentService_GetCheckpoint_Handler,
+		},
+		{
+			MethodName: "AppendTaskLog",
+			Handler:    _AgentService_AppendTaskLog_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -58,6 +58,7 @@ const (
 	OperatorService_PauseTasks_FullMethodName       = "/lifeline.v1.OperatorService/PauseTasks"
 	OperatorService_ResumeTasks_FullMethodName      = "/lifeline.v1.OperatorService/ResumeTasks"
 	OperatorService_StopTasks_FullMethodName        = "/lifeline.v1.OperatorService/StopTasks"
+	OperatorService_TaskLogs_FullMethodName         = "/lifeline.v1.OperatorService/TaskLogs"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -162,6 +163,9 @@ type OperatorServiceClient interface {
 	PauseTasks(ctx context.Context, in *PauseTasksRequest, opts ...grpc.CallOption) (*PauseTasksResponse, error)
 	ResumeTasks(ctx context.Context, in *ResumeTasksRequest, opts ...grpc.CallOption) (*ResumeTasksResponse, error)
 	StopTasks(ctx context.Context, in *StopTasksRequest, opts ...grpc.CallOption) (*StopTasksResponse, error)
+	// TaskLogs sends an operation's tasks' logs (or one task's); with
+	// follow, then their new lines as they come, until the tasks close.
+	TaskLogs(ctx context.Context, in *TaskLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TaskLogsResponse], error)
 }
 
 type operatorServiceClient struct {
@@ -563,6 +567,25 @@ func (c *operatorServiceClient) StopTasks(ctx context.Context, in *StopTasksRequ
 	return out, nil
 }
 
+func (c *operatorServiceClient) TaskLogs(ctx context.Context, in *TaskLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TaskLogsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &OperatorService_ServiceDesc.Streams[3], OperatorService_TaskLogs_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[TaskLogsRequest, TaskLogsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OperatorService_TaskLogsClient = grpc.ServerStreamingClient[TaskLogsResponse]
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -665,6 +688,9 @@ type OperatorServiceServer interface {
 	PauseTasks(context.Context, *PauseTasksRequest) (*PauseTasksResponse, error)
 	ResumeTasks(context.Context, *ResumeTasksRequest) (*ResumeTasksResponse, error)
 	StopTasks(context.Context, *StopTasksRequest) (*StopTasksResponse, error)
+	// TaskLogs sends an operation's tasks' logs (or one task's); with
+	// follow, then their new lines as they come, until the tasks close.
+	TaskLogs(*TaskLogsRequest, grpc.ServerStreamingServer[TaskLogsResponse]) error
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -785,6 +811,9 @@ func (UnimplementedOperatorServiceServer) ResumeTasks(context.Context, *ResumeTa
 }
 func (UnimplementedOperatorServiceServer) StopTasks(context.Context, *StopTasksRequest) (*StopTasksResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method StopTasks not implemented")
+}
+func (UnimplementedOperatorServiceServer) TaskLogs(*TaskLogsRequest, grpc.ServerStreamingServer[TaskLogsResponse]) error {
+	return status.Error(codes.Unimplemented, "method TaskLogs not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -1448,6 +1477,17 @@ func _OperatorService_StopTasks_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_TaskLogs_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(TaskLogsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(OperatorServiceServer).TaskLogs(m, &grpc.GenericServerStream[TaskLogsRequest, TaskLogsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OperatorService_TaskLogsServer = grpc.ServerStreamingServer[TaskLogsResponse]
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1606,6 +1646,11 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Audit",
 			Handler:       _OperatorService_Audit_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "TaskLogs",
+			Handler:       _OperatorService_TaskLogs_Handler,
 			ServerStreams: true,
 		},
 	},
