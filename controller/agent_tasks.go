@@ -87,13 +87,14 @@ func (a *agentServer) FinishTask(ctx context.Context, req *pb.FinishTaskRequest)
 }
 
 // ReportTaskLost records that the task's attempt was lost: its agent
-// restarted while it ran.
+// restarted while it ran. Attempt 0 is whichever attempt runs: an agent
+// that lost its record of the task (it crashed as it started it).
 func (a *agentServer) ReportTaskLost(ctx context.Context, req *pb.ReportTaskLostRequest) (*pb.ReportTaskLostResponse, error) {
 	if err := checkTaskID(req.GetOperation()); err != nil {
 		return nil, err
 	}
-	if req.GetAttempt() <= 0 {
-		return nil, invalid("attempt %d: an agent reports the attempt it ran", req.GetAttempt())
+	if req.GetAttempt() < 0 {
+		return nil, invalid("attempt %d: want the attempt the agent ran, or 0 when it lost its record", req.GetAttempt())
 	}
 	if _, err := a.taskUnit(ctx, callerFrom(ctx), req.GetUnit(), "report the tasks of"); err != nil {
 		return nil, err

@@ -16,6 +16,8 @@ const maxLineBytes = 16 << 10
 // logger as it completes, and the last lines of both streams are kept.
 type output struct {
 	logger hclog.Logger
+	// onLine, when set, is handed each line too (Spec.Lines).
+	onLine func(stream, text string)
 
 	mu   sync.Mutex
 	tail []string // a ring of the last cap(tail) lines
@@ -34,6 +36,9 @@ func (o *output) stream(name string) *lineWriter {
 
 func (o *output) line(stream, text string) {
 	o.logger.Info(text, "stream", stream)
+	if o.onLine != nil {
+		o.onLine(stream, text)
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if len(o.tail) < cap(o.tail) {

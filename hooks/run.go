@@ -83,6 +83,13 @@ type Spec struct {
 	// Logger receives every line the hook writes, at info level, with keys
 	// "unit", "hook" and "stream" (stdout or stderr). Nil discards them.
 	Logger hclog.Logger
+	// Lines, when set, is called with every line the hook writes, as it
+	// completes, from one goroutine a stream ("stdout" or "stderr"): an
+	// action's log.
+	Lines func(stream, line string)
+	// Started, when set, is called with the hook's pid (its process
+	// group's id) once it has started.
+	Started func(pid int)
 }
 
 // Result says how a hook's run ended.
@@ -171,6 +178,7 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	}
 	logger = logger.With("unit", spec.Unit, "hook", spec.Hook)
 	out := newOutput(logger, orDefault(spec.TailLines, DefaultTailLines))
+	out.onLine = spec.Lines
 	stdout, stderr := out.stream("stdout"), out.stream("stderr")
 	pipes, err := newOutputPipes(stdout, stderr)
 	if err != nil {
@@ -202,6 +210,9 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 		return Result{}, fmt.Errorf("hook %s: start %s: %w", spec.Hook, path, err)
 	}
 	logger.Debug("hook started", "pid", cmd.Process.Pid)
+	if spec.Started != nil {
+		spec.Started(cmd.Process.Pid)
+	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 

@@ -39,6 +39,7 @@ type API interface {
 	RemoveUnit(ctx context.Context, in *pb.RemoveUnitRequest, opts ...grpc.CallOption) (*pb.RemoveUnitResponse, error)
 	RemoveUnits(ctx context.Context, in *pb.RemoveUnitsRequest, opts ...grpc.CallOption) (*pb.RemoveUnitsResponse, error)
 	Presence(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[pb.PresenceRequest, pb.PresenceResponse], error)
+	TaskHeartbeat(ctx context.Context, in *pb.TaskHeartbeatRequest, opts ...grpc.CallOption) (*pb.TaskHeartbeatResponse, error)
 }
 
 // Config configures an Agent.
@@ -102,6 +103,9 @@ type Agent struct {
 	// unitRemovals sends its removals of dead units together, while Run
 	// runs.
 	unitRemovals *removalBatcher
+	// beats counts the tasks its unit agents run, for the machine's
+	// heartbeat (heartbeat.go).
+	beats *taskBeats
 	// hookTimeout is the controller's hook timeout as asked for at
 	// hookTimeoutAt, under settingsMu: one unit start asks while the
 	// others wait for its answer.
@@ -219,6 +223,7 @@ func New(cfg Config) (*Agent, error) {
 		removals: make(chan removal), removing: make(chan struct{}, maxRemovals),
 		mux:        agentwatch.NewMux(cfg.API, cfg.Logger.With("machine", cfg.MachineID)),
 		presentNow: make(chan struct{}), fenced: make(chan error, 1),
+		beats: &taskBeats{byUnit: map[string]int{}, wake: make(chan struct{}, 1)},
 	}, nil
 }
 
@@ -272,9 +277,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); a.keepPresent(ctx) }()
 	go func() { defer wg.Done(); a.runEnder(ctx) }()
+	go func() { defer wg.Done(); a.heartbeat(ctx) }()
 	a.logger.Info("machine agent instance", "instance", instance, "previous", previous)
 	select {
 	case <-a.whenPresent():
@@ -578,7 +584,7 @@ func (a *Agent) startWorker(ctx context.Context, unit, owner string, issued *pki
 		Unit: unit, MachineID: a.cfg.MachineID, Address: a.cfg.Address, DataDir: a.unitDir(unit), PrincipalDir: principalDir,
 		ToolsDir: a.toolsDir, API: api, Watches: a.mux.AsRenewable(cred, api), Logger: a.cfg.Logger, HookLock: a.hookLock,
 		HookTimeout: a.unitHookTimeout(ctx), Retry: a.cfg.UnitRetry, Deployer: deployer{a: a, principal: unit}, Charms: a.charms,
-		Tools: a.tools, New: isNew,
+		Tools: a.tools, New: isNew, Beats: a.beats,
 	})
 	if err != nil {
 		closer.Close()

@@ -42,6 +42,15 @@ type API interface {
 	SetUnitStatus(ctx context.Context, in *pb.SetUnitStatusRequest, opts ...grpc.CallOption) (*pb.SetUnitStatusResponse, error)
 	ClearResolved(ctx context.Context, in *pb.ClearResolvedRequest, opts ...grpc.CallOption) (*pb.ClearResolvedResponse, error)
 	GetAgentSettings(ctx context.Context, in *pb.GetAgentSettingsRequest, opts ...grpc.CallOption) (*pb.GetAgentSettingsResponse, error)
+	// The unit's tasks (tasks.go).
+	StartTask(ctx context.Context, in *pb.StartTaskRequest, opts ...grpc.CallOption) (*pb.StartTaskResponse, error)
+	FinishTask(ctx context.Context, in *pb.FinishTaskRequest, opts ...grpc.CallOption) (*pb.FinishTaskResponse, error)
+	ReportTaskLost(ctx context.Context, in *pb.ReportTaskLostRequest, opts ...grpc.CallOption) (*pb.ReportTaskLostResponse, error)
+	StopUnitTasks(ctx context.Context, in *pb.StopUnitTasksRequest, opts ...grpc.CallOption) (*pb.StopUnitTasksResponse, error)
+	TaskHeartbeat(ctx context.Context, in *pb.TaskHeartbeatRequest, opts ...grpc.CallOption) (*pb.TaskHeartbeatResponse, error)
+	SetCheckpoint(ctx context.Context, in *pb.SetCheckpointRequest, opts ...grpc.CallOption) (*pb.SetCheckpointResponse, error)
+	GetCheckpoint(ctx context.Context, in *pb.GetCheckpointRequest, opts ...grpc.CallOption) (*pb.GetCheckpointResponse, error)
+	AppendTaskLog(ctx context.Context, in *pb.AppendTaskLogRequest, opts ...grpc.CallOption) (*pb.AppendTaskLogResponse, error)
 }
 
 // Deployer runs the agents of a principal's subordinate units beside it.
@@ -126,6 +135,10 @@ type Config struct {
 	Tools *hooks.Server
 	// Clock is the time; time.Now when nil.
 	Clock func() time.Time
+	// Beats, when set, is told how many tasks the agent runs, for its
+	// machine's heartbeat (the machine agent); when nil, the agent
+	// reports its machine's heartbeat itself while it runs any.
+	Beats TaskBeats
 }
 
 // Validate reports a configuration New cannot use.
@@ -302,6 +315,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	w := newWatcher(ctx, follow, a.cfg.Unit, a.logger)
 	defer w.wait()
 	defer cancel()
+	runner := newTaskRunner(ctx, a, tools)
+	defer runner.wait()
+	defer cancel()
 	ex := &executor{a: a, tools: tools, w: w}
 	defer ex.endPrefetch()
 	var idleSince string
@@ -316,6 +332,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		r.serviceDyingSince = serviceDyingSince
 		w.forgetRelations(r, a.l)
+		runner.sync(r)
 		act := next(a.l, r, a.cfg.Unit, now)
 		if err := ex.ready(ctx, act); err != nil {
 			if ctx.Err() != nil {
@@ -354,6 +371,17 @@ func (a *Agent) Run(ctx context.Context) error {
 				return ctx.Err()
 			case <-w.changed:
 			case <-timer:
+			}
+			continue
+		}
+		if act.kind == actEnsureDead && runner.running() > 0 {
+			// Its tasks stopped (the unit is dying), their ends are
+			// reported before the unit goes.
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-w.changed:
+			case <-time.After(100 * time.Millisecond):
 			}
 			continue
 		}

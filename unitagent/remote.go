@@ -38,6 +38,11 @@ type remote struct {
 	// the picture holds every change up to the barrier once synced is at
 	// or past it.
 	barrier, synced int64
+	// tasks are the unit's open tasks, operation id → what the agent is
+	// to do ("pending", "pausing"...: state.UnitTasks); tasksKnown says
+	// their watch has answered.
+	tasks      map[int64]string
+	tasksKnown bool
 }
 
 type remoteRelation struct {
@@ -84,6 +89,10 @@ func (w *watcher) snapshotLocked() *remote {
 	c.relationIDs = make(map[int64]bool, len(r.relationIDs))
 	for k, v := range r.relationIDs {
 		c.relationIDs[k] = v
+	}
+	c.tasks = make(map[int64]string, len(r.tasks))
+	for k, v := range r.tasks {
+		c.tasks[k] = v
 	}
 	c.relations = make(map[int64]*remoteRelation, len(r.relations))
 	for id, rr := range r.relations {
@@ -169,7 +178,7 @@ type watcher struct {
 func newWatcher(ctx context.Context, follow agentwatch.Follower, unit string, logger hclog.Logger) *watcher {
 	w := &watcher{
 		follow: follow, unit: unit, logger: logger, ctx: ctx,
-		r:       &remote{relationIDs: map[int64]bool{}, relations: map[int64]*remoteRelation{}, subs: map[string]*pb.Unit{}},
+		r:       &remote{relationIDs: map[int64]bool{}, relations: map[int64]*remoteRelation{}, subs: map[string]*pb.Unit{}, tasks: map[int64]string{}},
 		changed: make(chan struct{}, 1), subject: map[string]context.CancelFunc{},
 		views: map[int64]*memberView{}, revs: map[string]int64{},
 	}
@@ -184,6 +193,7 @@ func newWatcher(ctx context.Context, follow agentwatch.Follower, unit string, lo
 	w.start("unit", &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: unit}}, w.onUnit)
 	w.start("subordinates", &pb.WatchSubject{Subject: &pb.WatchSubject_UnitSubordinates{UnitSubordinates: unit}}, w.onSubordinates)
 	w.start("barrier", &pb.WatchSubject{Subject: &pb.WatchSubject_Barrier{Barrier: true}}, w.onBarrier)
+	w.start("tasks", &pb.WatchSubject{Subject: &pb.WatchSubject_UnitTasks{UnitTasks: unit}}, w.onTasks)
 	return w
 }
 
@@ -329,6 +339,24 @@ func (w *watcher) onBarrier(resp *pb.WatchResponse) {
 			w.r.barrier = max(w.r.barrier, ch.Version)
 		}
 	}
+}
+
+func (w *watcher) onTasks(resp *pb.WatchResponse) {
+	if resp.Relisted {
+		w.r.tasks = map[int64]string{}
+	}
+	for _, ch := range resp.Changes {
+		id, err := strconv.ParseInt(ch.Id, 10, 64)
+		if err != nil {
+			continue
+		}
+		if ch.Removed {
+			delete(w.r.tasks, id)
+		} else {
+			w.r.tasks[id] = ch.GetTask()
+		}
+	}
+	w.r.tasksKnown = true
 }
 
 func (w *watcher) onResolved(resp *pb.WatchResponse) {

@@ -18,7 +18,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -28,6 +30,10 @@ import (
 func main() {
 	// Invoked through a hook tool's symlink (relation-get, ...): be that tool.
 	if tool := filepath.Base(os.Args[0]); hooks.IsTool(tool) {
+		// A tool runs in its hook's (or action's) process group, which a
+		// pause ends with SIGTERM: a checkpoint-set in flight completes
+		// (the agent kills the group with SIGKILL after the grace).
+		signal.Ignore(syscall.SIGTERM)
 		os.Exit(hooks.RunTool(os.Args, os.Getenv, os.Stdout, os.Stderr))
 	}
 	if err := rootCommand().Execute(); err != nil {
