@@ -524,7 +524,13 @@ func (fz *fuzzer) operationCall(ctx context.Context, rnd *rand.Rand) (string, pr
 		}
 		return out
 	}
-	switch rnd.IntN(11) {
+	switch rnd.IntN(12) {
+	case 10:
+		in := &pb.TaskLogsRequest{Operation: id(), Unit: fz.name(rnd, "unit"), Follow: rnd.IntN(2) == 0, TailBytes: int64Edge(rnd)}
+		if rnd.IntN(2) == 0 {
+			in.Unit, in.TailBytes = "", 0
+		}
+		return "TaskLogs", in, fz.taskLogs(ctx, in)
 	case 0:
 		in := &pb.ListActionsRequest{Service: fz.name(rnd, "service")}
 		_, err := fz.op.ListActions(ctx, in)
@@ -591,6 +597,25 @@ func (fz *fuzzer) operationCall(ctx context.Context, rnd *rand.Rand) (string, pr
 	in := &pb.StopTasksRequest{Id: id(), Units: units()}
 	_, err := fz.op.StopTasks(ctx, in)
 	return "StopTasks", in, err
+}
+
+// taskLogs reads an operation's task logs, following them for a moment
+// when asked to.
+func (fz *fuzzer) taskLogs(ctx context.Context, in *pb.TaskLogsRequest) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	stream, err := fz.op.TaskLogs(ctx, in)
+	if err != nil {
+		return err
+	}
+	for {
+		if _, err := stream.Recv(); err != nil {
+			if err == io.EOF || ctx.Err() != nil && status.Code(err) == codes.DeadlineExceeded {
+				return nil
+			}
+			return err
+		}
+	}
 }
 
 // userCall makes one call of the users' RPCs. The fuzzer's own user is

@@ -396,7 +396,7 @@ func verbText(id int64, name, past string, res *pb.TaskVerbResult) string {
 func operationCommands(e *env) []*cobra.Command {
 	cmds := []*cobra.Command{
 		actionsCommand(e), runCommand(e), operationsCommand(e), showOperationCommand(e), showTaskCommand(e),
-		approveCommand(e), rejectCommand(e), executeCommand(e),
+		approveCommand(e), rejectCommand(e), executeCommand(e), logsCommand(e),
 	}
 	for _, v := range taskVerbs {
 		cmds = append(cmds, taskVerbCommand(e, v))

@@ -253,6 +253,11 @@ func TestOperationsUsageErrorsExit2(t *testing.T) {
 		{"pause"},
 		{"resume", "x"},
 		{"stop", "7", "kv/x"},
+		{"logs"},
+		{"logs", "x"},
+		{"logs", "7", "kv"},
+		{"logs", "7", "kv/0", "kv/1"},
+		{"logs", "7", "--tail", "-1"},
 	} {
 		r := s.ctl(t, args...)
 		if r.code != 2 || !strings.Contains(r.stderr, "usage: ctl") {
@@ -264,5 +269,30 @@ func TestOperationsUsageErrorsExit2(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("ctl run --help says:\n%s\nwant %q in it", out, want)
 		}
+	}
+}
+
+// ctl logs prints whole lines, each with its unit when it shows several
+// tasks, a line cut between two responses once its end has come, and
+// what was dropped before a task's log.
+func TestLogWriter(t *testing.T) {
+	var out strings.Builder
+	l := &logWriter{w: &out, prefix: true}
+	for _, r := range []*pb.TaskLogsResponse{
+		{Unit: "kv/0", Dropped: 10, Data: []byte("step 1\nste")},
+		{Unit: "kv/1", Data: []byte("hello\n")},
+		{Unit: "kv/0", Data: []byte("p 2\n")},
+		{Unit: "kv/1", Data: []byte("no end")},
+	} {
+		if err := l.write(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.flush(); err != nil {
+		t.Fatal(err)
+	}
+	want := "kv/0: ... 10 bytes of this task's log dropped (the last 1 MiB is kept) ...\nkv/0: step 1\nkv/1: hello\nkv/0: step 2\nkv/1: no end\n"
+	if out.String() != want {
+		t.Errorf("logs printed %q, want %q", out.String(), want)
 	}
 }
