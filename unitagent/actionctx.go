@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lifelinehq/lifeline/charm"
+	"github.com/lifelinehq/lifeline/internal/pause"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -145,9 +146,11 @@ func (ac *actionContext) ActionLog(_ context.Context, message string) error {
 }
 
 func (ac *actionContext) Checkpoint(ctx context.Context) (map[string]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	resp, err := ac.a.cfg.API.GetCheckpoint(ctx, &pb.GetCheckpointRequest{Operation: ac.id, Unit: ac.a.cfg.Unit})
+	var resp *pb.GetCheckpointResponse
+	err := untilAnswered(ctx, func(ctx context.Context) (err error) {
+		resp, err = ac.a.cfg.API.GetCheckpoint(ctx, &pb.GetCheckpointRequest{Operation: ac.id, Unit: ac.a.cfg.Unit})
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read the checkpoint: %w", err)
 	}
@@ -155,13 +158,35 @@ func (ac *actionContext) Checkpoint(ctx context.Context) (map[string]string, err
 }
 
 func (ac *actionContext) SetCheckpoint(ctx context.Context, values map[string]string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	_, err := ac.a.cfg.API.SetCheckpoint(ctx, &pb.SetCheckpointRequest{Operation: ac.id, Unit: ac.a.cfg.Unit, Attempt: ac.attempt, Values: values})
+	err := untilAnswered(ctx, func(ctx context.Context) error {
+		_, err := ac.a.cfg.API.SetCheckpoint(ctx, &pb.SetCheckpointRequest{Operation: ac.id, Unit: ac.a.cfg.Unit, Attempt: ac.attempt, Values: values})
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("store the checkpoint: %w", err)
 	}
 	return nil
+}
+
+// toolCallBound bounds how long an action's tool call waits for the
+// controller to answer: through a controller's restart or a failover, a
+// checkpoint-set waits rather than fail the action.
+const toolCallBound = 5 * time.Minute
+
+// untilAnswered makes call, each try within 30 s, until the controller
+// answers it or refuses it for good (final), pausing between tries (1 s,
+// doubling to 5 s), for at most toolCallBound or until ctx ends.
+func untilAnswered(ctx context.Context, call func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, toolCallBound)
+	defer cancel()
+	for wait := time.Second; ; wait = min(2*wait, 5*time.Second) {
+		cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
+		err := call(cctx)
+		ccancel()
+		if err == nil || final(err) || !pause.For(ctx, wait) {
+			return err
+		}
+	}
 }
 
 // taskLog buffers a task's log lines and appends them to the
