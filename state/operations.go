@@ -386,8 +386,8 @@ func mayApprove(op *pb.Operation, u *pb.User) bool {
 }
 
 // ApproveOperation approves operation id as the named user, who saw
-// digest (A2): the operation must be awaiting approval and not expired
-// (one found expired is written EXPIRED and refused), the digest its own,
+// digest (A2): only while it awaits approval and has not expired (one
+// found expired is written EXPIRED and refused), the digest its own,
 // the approver not its requester and among its approvers, by the role the
 // user's record holds when the approval commits. The approval lasts the
 // operation's approval TTL.
@@ -395,58 +395,23 @@ func (s *State) ApproveOperation(ctx context.Context, id int64, approver, digest
 	if err := checkUserName(approver); err != nil {
 		return nil, err
 	}
-	var out *pb.Operation
-	var lapsed error
-	err := s.apply(ctx, fmt.Sprintf("approve operation %d", id), func(ctx context.Context) (*change, error) {
-		lapsed = nil
-		r, err := s.read(ctx, get(OperationKey(id)), get(UserKey(approver)))
-		if err != nil {
-			return nil, err
-		}
-		op, err := operationFrom(r.one(0), id)
-		if err != nil {
-			return nil, err
-		}
-		u, err := decode[pb.User](r.one(1))
-		if err != nil {
-			return nil, err
-		}
-		if op.v.State != pb.OperationState_OPERATION_STATE_AWAITING_APPROVAL {
-			return nil, refused("A2", "%s is %s: only an operation awaiting approval can be approved", opName(id), OperationStateName(op.v.State))
-		}
-		c := &change{}
-		if s.expired(op.v) {
-			out = s.expireOps(c, op)
-			lapsed = expiredErr("A2", op.v)
-			return c, nil
-		}
+	return s.decideAwaiting(ctx, id, approver, "A2", "approve", "approved", func(c *change, op *pb.Operation, u *pb.User) (*pb.Operation, error) {
 		switch {
-		case digest != op.v.Digest:
-			return nil, refused("A2", "%s's digest is %s, not %s: it is not what you saw; show it again", opName(id), op.v.Digest, digest)
-		case approver == op.v.Requester:
+		case digest != op.Digest:
+			return nil, refused("A2", "%s's digest is %s, not %s: it is not what you saw; show it again", opName(id), op.Digest, digest)
+		case approver == op.Requester:
 			return nil, refused("A2", "%s cannot approve %s: %s requested it", approver, opName(id), approver)
-		case u == nil || !mayApprove(op.v, u.v):
-			return nil, refused("A2", "%s cannot approve %s: only %s may", approver, opName(id), whoMay(op.v))
+		case u == nil || !mayApprove(op, u):
+			return nil, refused("A2", "%s cannot approve %s: only %s may", approver, opName(id), whoMay(op))
 		}
-		next := protoClone(op.v)
+		next := protoClone(op)
 		now := s.now()
 		next.State = pb.OperationState_OPERATION_STATE_APPROVED
 		next.Approver, next.ApprovedUnixNano = approver, now.UnixNano()
-		next.ExpiresUnixNano = now.Add(time.Duration(op.v.ApprovalTtlNs)).UnixNano()
-		c.ifMod(op.key, op.mod)
-		c.ifMod(u.key, u.mod)
-		c.put(op.key, next)
+		next.ExpiresUnixNano = now.Add(time.Duration(op.ApprovalTtlNs)).UnixNano()
 		c.putRaw(opOpenOpRef(id), OperationStateName(next.State))
-		out = next
-		return c, nil
+		return next, nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	if lapsed != nil {
-		return out, lapsed
-	}
-	return out, nil
 }
 
 // RejectOperation rejects operation id as the named user, an admin or one
@@ -458,9 +423,31 @@ func (s *State) RejectOperation(ctx context.Context, id int64, user, reason stri
 	if len(reason) > MaxTaskMessageBytes {
 		return nil, tooLarge("the reason", len(reason), MaxTaskMessageBytes)
 	}
+	return s.decideAwaiting(ctx, id, user, "A4", "reject", "rejected", func(c *change, op *pb.Operation, u *pb.User) (*pb.Operation, error) {
+		if u == nil || !(u.Role == pb.UserRole_USER_ROLE_ADMIN || mayApprove(op, u)) {
+			return nil, refused("A4", "%s cannot reject %s: only %s may", user, opName(id), whoMay(op))
+		}
+		next := protoClone(op)
+		next.State = pb.OperationState_OPERATION_STATE_REJECTED
+		next.RejectedBy, next.Reason = user, reason
+		next.FinishedUnixNano, next.ExpiresUnixNano = s.now().UnixNano(), 0
+		c.del(opOpenOpRef(id))
+		return next, nil
+	})
+}
+
+// decideAwaiting is an approval's or a rejection's transaction: user's
+// decision (verb; past, its past participle) on operation id, which must
+// await approval (rule). One found expired is written EXPIRED and the
+// decision refused. decide checks the decision against the operation and
+// the user's record (nil when there is none) and returns the operation as
+// the decision leaves it, adding its other writes to c; both records are
+// compared unchanged.
+func (s *State) decideAwaiting(ctx context.Context, id int64, user, rule, verb, past string,
+	decide func(c *change, op *pb.Operation, u *pb.User) (*pb.Operation, error)) (*pb.Operation, error) {
 	var out *pb.Operation
 	var lapsed error
-	err := s.apply(ctx, fmt.Sprintf("reject operation %d", id), func(ctx context.Context) (*change, error) {
+	err := s.apply(ctx, fmt.Sprintf("%s operation %d", verb, id), func(ctx context.Context) (*change, error) {
 		lapsed = nil
 		r, err := s.read(ctx, get(OperationKey(id)), get(UserKey(user)))
 		if err != nil {
@@ -475,25 +462,27 @@ func (s *State) RejectOperation(ctx context.Context, id int64, user, reason stri
 			return nil, err
 		}
 		if op.v.State != pb.OperationState_OPERATION_STATE_AWAITING_APPROVAL {
-			return nil, refused("A4", "%s is %s: only an operation awaiting approval can be rejected", opName(id), OperationStateName(op.v.State))
+			return nil, refused(rule, "%s is %s: only an operation awaiting approval can be %s", opName(id), OperationStateName(op.v.State), past)
 		}
 		c := &change{}
 		if s.expired(op.v) {
 			out = s.expireOps(c, op)
-			lapsed = expiredErr("A4", op.v)
+			lapsed = expiredErr(rule, op.v)
 			return c, nil
 		}
-		if u == nil || !(u.v.Role == pb.UserRole_USER_ROLE_ADMIN || mayApprove(op.v, u.v)) {
-			return nil, refused("A4", "%s cannot reject %s: only %s may", user, opName(id), whoMay(op.v))
+		var uv *pb.User
+		if u != nil {
+			uv = u.v
 		}
-		next := protoClone(op.v)
-		next.State = pb.OperationState_OPERATION_STATE_REJECTED
-		next.RejectedBy, next.Reason = user, reason
-		next.FinishedUnixNano, next.ExpiresUnixNano = s.now().UnixNano(), 0
+		next, err := decide(c, op.v, uv)
+		if err != nil {
+			return nil, err
+		}
 		c.ifMod(op.key, op.mod)
-		c.ifMod(u.key, u.mod)
+		if u != nil {
+			c.ifMod(u.key, u.mod)
+		}
 		c.put(op.key, next)
-		c.del(opOpenOpRef(id))
 		out = next
 		return c, nil
 	})

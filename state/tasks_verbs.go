@@ -124,6 +124,26 @@ func taskFrom(r *reads, i int, id int64, unit string) (*taskRead, error) {
 	return &taskRead{unit: unit, t: t, ref: r.one(i + 1)}, nil
 }
 
+// readOneTask reads, for an attempt that changes one task of operation
+// id, the operation's shared keys and the task: it returns the change the
+// attempt builds, the ledger over it, and the task.
+func (s *State) readOneTask(ctx context.Context, id int64, unit string) (*change, *opLedger, *taskRead, error) {
+	r, err := s.read(ctx, append(s.ledgerGets(id, 1), get(TaskKey(id, unit)), get(opOpenRef(id, unit)))...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c := &change{}
+	l, err := s.newLedger(ctx, c, r, 0, id)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tr, err := taskFrom(r, ledgerReads, id, unit)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return c, l, tr, nil
+}
+
 // TaskReport is a task's agent's report of how its attempt ended.
 type TaskReport struct {
 	Operation int64
@@ -181,16 +201,7 @@ func (s *State) FinishTask(ctx context.Context, rep TaskReport) (*pb.Task, error
 	}
 	var out *pb.Task
 	err := s.apply(ctx, "finish "+taskName(id, unit), func(ctx context.Context) (*change, error) {
-		r, err := s.read(ctx, append(s.ledgerGets(id, 1), get(TaskKey(id, unit)), get(opOpenRef(id, unit)))...)
-		if err != nil {
-			return nil, err
-		}
-		c := &change{}
-		l, err := s.newLedger(ctx, c, r, 0, id)
-		if err != nil {
-			return nil, err
-		}
-		tr, err := taskFrom(r, ledgerReads, id, unit)
+		c, l, tr, err := s.readOneTask(ctx, id, unit)
 		if err != nil {
 			return nil, err
 		}
@@ -274,16 +285,7 @@ func (s *State) ReportTaskLost(ctx context.Context, id int64, unit string, attem
 	}
 	var out *pb.Task
 	err := s.apply(ctx, "report "+taskName(id, unit)+" lost", func(ctx context.Context) (*change, error) {
-		r, err := s.read(ctx, append(s.ledgerGets(id, 1), get(TaskKey(id, unit)), get(opOpenRef(id, unit)))...)
-		if err != nil {
-			return nil, err
-		}
-		c := &change{}
-		l, err := s.newLedger(ctx, c, r, 0, id)
-		if err != nil {
-			return nil, err
-		}
-		tr, err := taskFrom(r, ledgerReads, id, unit)
+		c, l, tr, err := s.readOneTask(ctx, id, unit)
 		if err != nil {
 			return nil, err
 		}
