@@ -63,6 +63,14 @@ var docScenarios = []struct {
 		"ctl add-user", "ctl register", "ctl users", "ctl whoami", "ctl set-role", "ctl rotate-credential",
 		"ctl audit", "ctl remove-user",
 	}, bootstrap: true},
+	// Operations, numbered as the examples name them: run makes 1 (keys),
+	// 2 (backup, awaiting) and 3 (reindex); the setups make 4 and 5
+	// (olga's backups, for approve, execute and reject) and 6 (a long
+	// reindex, for the verbs and logs).
+	{name: "operations", groups: []string{
+		"ctl actions", "ctl run", "ctl operations", "ctl show-operation", "ctl show-task", "ctl approve", "ctl execute",
+		"ctl reject", "ctl pause", "ctl resume", "ctl stop", "ctl logs",
+	}, bootstrap: true},
 	{name: "bootstrap", groups: []string{"ctl bootstrap"}, each: true},
 }
 
@@ -84,6 +92,27 @@ var docSetups = map[string]func(t *testing.T, s *e2etest.Sandbox){
 		}
 		s.OK(t, "config", "cache", "--reset", "port") // the cause fixed, as an operator would first
 	},
+	"ctl actions": func(t *testing.T, s *e2etest.Sandbox) {
+		s.OK(t, "deploy", charmPath(t, "kv"), "-n", "2")
+		s.OK(t, "wait", "--timeout", "3m")
+		newUser(t, s, "olga", "operator")
+	},
+	"ctl approve": func(t *testing.T, s *e2etest.Sandbox) {
+		s.OK(t, "--config", filepath.Join(s.Dir, "olga.json"), "run", "kv", "backup", "name=weekly")
+	},
+	"ctl reject": func(t *testing.T, s *e2etest.Sandbox) {
+		s.OK(t, "--config", filepath.Join(s.Dir, "olga.json"), "run", "kv", "backup", "name=monthly")
+	},
+	"ctl pause": func(t *testing.T, s *e2etest.Sandbox) {
+		s.OK(t, "run", "kv", "reindex", "steps=3000", "step-ms=100")
+		waitTask(t, s, "6", "kv/0", "running", 2*time.Minute)
+		waitTask(t, s, "6", "kv/1", "running", 2*time.Minute)
+	},
+	"ctl resume": func(t *testing.T, s *e2etest.Sandbox) {
+		waitTask(t, s, "6", "kv/0", "paused", time.Minute)
+		waitTask(t, s, "6", "kv/1", "paused", time.Minute)
+	},
+	"ctl logs": func(t *testing.T, s *e2etest.Sandbox) { waitOpEnd(t, s, "6", time.Minute) },
 }
 
 // docRefusals are the examples shown failing, each with its exit status

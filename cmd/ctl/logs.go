@@ -30,8 +30,8 @@ a line says how much of it was dropped before.
 shown has ended (or interrupted).
 
 Example:
-  ctl logs 7
-  ctl logs 7 kv/0 --follow`,
+  ctl logs 6
+  ctl logs 6 kv/0 --follow`,
 		Args: argsRange(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := parseOpID(cmd, args[0])

@@ -125,8 +125,8 @@ ago its machine last reported (for a running task), its results and
 message. The first 1,000 tasks are listed.
 
 Example:
-  ctl show-operation 7
-  ctl show-operation 7 --format json | jq '.tasks[] | select(.state == "failed")'`,
+  ctl show-operation 3
+  ctl show-operation 3 --format json | jq '.tasks[] | select(.state == "failed")'`,
 		Args: argsRange(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkFormat(cmd, format); err != nil {
@@ -159,7 +159,7 @@ machine last reported, its results, message and the keys of its
 checkpoint (what a resumed action goes on from).
 
 Example:
-  ctl show-task 7 kv/0`,
+  ctl show-task 3 kv/0`,
 		Args: argsRange(2, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkFormat(cmd, format); err != nil {
@@ -197,7 +197,7 @@ cannot approve it, and only the action's approvers may. Approving does not
 run it: its requester (or an admin) then runs ctl execute.
 
 Example:
-  ctl approve 7`,
+  ctl approve 4`,
 		Args: argsRange(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := parseOpID(cmd, args[0])
@@ -251,7 +251,7 @@ func rejectCommand(e *env) *cobra.Command {
 an admin, may.
 
 Example:
-  ctl reject 7 --reason "not during business hours"`,
+  ctl reject 5 --reason "not during business hours"`,
 		Args: argsRange(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := parseOpID(cmd, args[0])
@@ -280,7 +280,7 @@ expires, while its service still runs the charm revision it was made
 against (otherwise: run it again).
 
 Example:
-  ctl execute 7`,
+  ctl execute 4`,
 		Args: argsRange(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := parseOpID(cmd, args[0])
@@ -344,8 +344,8 @@ It prints the units whose tasks it ` + v.past + `, those already so, and those i
 could not move with why: exit status 1 when there is any of those.
 
 Example:
-  ctl ` + v.name + ` 7
-  ctl ` + v.name + ` 7 kv/0 kv/3`,
+  ctl ` + v.name + ` 6 kv/0
+  ctl ` + v.name + ` 6`,
 		Args: argsRange(1, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := parseOpID(cmd, args[0])

@@ -74,7 +74,7 @@ unless every task is done; --timeout bounds the wait (0: none).
 Example:
   ctl run kv keys
   ctl run kv/0 kv/1 backup name=nightly compress=true
-  ctl run kv reindex --params reindex.yaml --max-parallel 1 --wait --timeout 1h`,
+  ctl run kv reindex steps=20 --max-parallel 1 --wait --timeout 10m`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if _, err := parseRunArgs(args); err != nil {
 				return usagef(cmd, "%v", err)
