@@ -1,5 +1,3 @@
-// Package pause waits for a while unless a context ends first: the one
-// way the packages of this module sleep between attempts.
 package pause
 
 import (
