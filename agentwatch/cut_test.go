@@ -57,7 +57,7 @@ func TestMuxResumesAfterTheControllerCutsItsStream(t *testing.T) {
 	m := newModelWith(t, controllertest.Options{Watch: controller.WatchLimits{StreamBytes: 256 << 10}})
 	api := &gatedAPI{AgentServiceClient: m.Agent("machine-0"), open: make(chan struct{})}
 	var logs syncbuf.Buffer
-	mux := NewMux(api, hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn}))
+	mux := runMux(t, NewMux(api, hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})))
 	config, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
 	waitFor(t, "the listing", func() bool { return len(config.changes()) > 0 })
 

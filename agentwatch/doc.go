@@ -10,7 +10,7 @@
 // controller refuses as Unauthenticated is reported to the credential's
 // holder and made again, after a pause, with the credential current then.
 // A Group follows an agent's subjects on a Mux with one goroutine for
-// them all.
+// them all. A Mux serves its Follows while its owner runs Mux.Run.
 //
 // It owns only the stream's life; what a change means is its caller's.
 package agentwatch

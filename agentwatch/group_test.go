@@ -18,6 +18,15 @@ import (
 
 // runGroup runs g until the test ends (after the Follows recorded later,
 // whose cleanups run first) or stop, which returns once Run has.
+// runMux runs m until the test ends.
+func runMux(t *testing.T, m *Mux) *Mux {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { m.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return m
+}
+
 func runGroup(t *testing.T, g *Group) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -62,7 +71,7 @@ func followUnitsAndConfig(t *testing.T, g *Group) (units, config *recorder, stop
 func TestGroupDeliversWhatWatchDelivers(t *testing.T) {
 	m := newModel(t)
 	api := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
-	g := NewMux(api, nil).NewGroup()
+	g := runMux(t, NewMux(api, nil)).NewGroup()
 	runGroup(t, g)
 	grouped := inGroup(t, g, hclog.NewNullLogger())
 	single := func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
@@ -105,7 +114,7 @@ func TestGroupDeliversWhatWatchDelivers(t *testing.T) {
 func TestGroupResumesAfterTheStreamBreaks(t *testing.T) {
 	m := newModel(t)
 	api := &countingAPI{AgentServiceClient: m.Agent("machine-0"), breakAfter: 3}
-	g := NewMux(api, nil).NewGroup()
+	g := runMux(t, NewMux(api, nil)).NewGroup()
 	runGroup(t, g)
 	units, config, _ := followUnitsAndConfig(t, g)
 	const rounds = 6
@@ -130,7 +139,7 @@ func TestGroupRefusedSubjectIsAskedForAgain(t *testing.T) {
 	m := newModel(t)
 	api := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
 	logger, logs := debugLogger()
-	g := NewMux(api, logger).NewGroup()
+	g := runMux(t, NewMux(api, logger)).NewGroup()
 	runGroup(t, g)
 	grouped := inGroup(t, g, logger)
 	refused, _ := record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_Machine{Machine: "1"}})
@@ -154,7 +163,7 @@ func TestGroupRefusedSubjectIsAskedForAgain(t *testing.T) {
 func TestGroupFollowsAControllerWithoutWatchManyAStreamASubject(t *testing.T) {
 	m := newModel(t)
 	api := &countingAPI{AgentServiceClient: m.Agent("machine-0"), old: true}
-	g := NewMux(api, nil).NewGroup()
+	g := runMux(t, NewMux(api, nil)).NewGroup()
 	runGroup(t, g)
 	units, config, _ := followUnitsAndConfig(t, g)
 	m.addUnits(1, "0")
@@ -171,7 +180,7 @@ func TestGroupFollowsAControllerWithoutWatchManyAStreamASubject(t *testing.T) {
 func TestGroupEndsItsFollows(t *testing.T) {
 	m := newModel(t)
 	api := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
-	mux := NewMux(api, nil)
+	mux := runMux(t, NewMux(api, nil))
 	g := mux.NewGroup()
 	stop := runGroup(t, g)
 	units, config, stopConfig := followUnitsAndConfig(t, g)
@@ -207,7 +216,7 @@ func TestGroupLateJoinersGetTheirListings(t *testing.T) {
 	m := newModel(t)
 	const late = 100
 	m.addUnits(late, "0") // kv/1..kv/100
-	mux := NewMux(&countingAPI{AgentServiceClient: m.Agent("machine-0")}, nil)
+	mux := runMux(t, NewMux(&countingAPI{AgentServiceClient: m.Agent("machine-0")}, nil))
 	config := &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}}
 	first, _ := record(t, m.asUnit(mux, "kv/0"), config)
 	waitFor(t, "the first listing", func() bool { return len(first.changes()) == 2 })
@@ -228,7 +237,7 @@ func TestGroupLateJoinersGetTheirListings(t *testing.T) {
 // made meanwhile reaches the unit.
 func TestGroupRenewsARefusedCredential(t *testing.T) {
 	m := newModel(t)
-	mux := NewMux(&countingAPI{AgentServiceClient: m.Agent("machine-0")}, nil)
+	mux := runMux(t, NewMux(&countingAPI{AgentServiceClient: m.Agent("machine-0")}, nil))
 	old := m.Credential("unit-kv/0")
 	cred := &renewedCredential{cur: old, refused: make(chan pki.Credential, 16)}
 	g := mux.AsRenewable(cred, pb.NewAgentServiceClient(m.Dial(old))).(Grouper).NewGroup()

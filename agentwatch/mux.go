@@ -54,8 +54,8 @@ type Follower interface {
 // follow it. Every Follow of a shared subject is handed the same
 // responses: apply must not change them.
 //
-// The stream is opened by the first Follow and closed when the last one
-// returns; when it breaks it is opened again, backing off to 5 s, and
+// Its owner runs Run, which serves the Follows: the stream is opened by
+// the first Follow and closed when the last one returns; when it breaks it is opened again, backing off to 5 s, and
 // every subscription resumes after the last revision it received. A
 // controller that does not know WatchMany (Unimplemented) is watched a
 // stream a subject, as Follow does.
@@ -68,7 +68,9 @@ type Mux struct {
 	shared map[string]*muxSub // the shared subscriptions, by shareKey
 	byID   map[int64]*muxSub  // the subscriptions live on the current stream
 	nextID int64
-	// running says the stream's goroutine runs.
+	// wake tells Run that there are subscriptions to serve.
+	wake chan struct{}
+	// running says Run serves the subscriptions (or has been woken to).
 	running bool
 	stream  *muxStream
 	// stop ends the current stream's goroutine's attempt (the stream, or
@@ -84,7 +86,7 @@ func NewMux(api ManyWatcher, logger hclog.Logger) *Mux {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	return &Mux{api: api, logger: logger, subs: map[*muxSub]struct{}{}, shared: map[string]*muxSub{}, byID: map[int64]*muxSub{}}
+	return &Mux{api: api, logger: logger, wake: make(chan struct{}, 1), subs: map[*muxSub]struct{}{}, shared: map[string]*muxSub{}, byID: map[int64]*muxSub{}}
 }
 
 // muxSub is one subscription to the controller: one Follow's, or the
@@ -325,7 +327,10 @@ func (m *Mux) add(f *muxFollower, subject *pb.WatchSubject) bool {
 	s.parked = false
 	if !m.running {
 		m.running = true
-		go m.run()
+		select {
+		case m.wake <- struct{}{}:
+		default:
+		}
 	}
 	st, req := m.subscribeLocked(s)
 	m.mu.Unlock()
@@ -456,8 +461,24 @@ func (s *muxSub) listing() *pb.WatchResponse {
 	return resp
 }
 
-// run keeps a stream open while there are subscriptions.
-func (m *Mux) run() {
+// Run serves the Mux's Follows until ctx ends: it opens the stream when
+// the first Follow comes and keeps it open while there are any. Its owner
+// (the machine agent) runs it; Follows made while it does not run are
+// served once it does, or never, if it has returned.
+func (m *Mux) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.wake:
+		}
+		m.serveFollows(ctx)
+	}
+}
+
+// serveFollows keeps a stream open while there are subscriptions, until
+// ctx ends.
+func (m *Mux) serveFollows(parent context.Context) {
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
 	for {
 		m.mu.Lock()
@@ -466,10 +487,11 @@ func (m *Mux) run() {
 			m.mu.Unlock()
 			return
 		}
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(parent)
 		m.stop = cancel
 		m.mu.Unlock()
-		err := m.serve(ctx, bo)
+		var sender sync.WaitGroup
+		err := m.serve(ctx, bo, &sender)
 		m.mu.Lock()
 		m.stream = nil
 		m.byID = map[int64]*muxSub{}
@@ -504,17 +526,22 @@ func (m *Mux) run() {
 			pause.For(ctx, bo.NextBackOff())
 		}
 		cancel()
+		sender.Wait()
+		if parent.Err() != nil {
+			return
+		}
 	}
 }
 
 // serve opens a stream, subscribes every subscription on it, and hands
-// out what it receives until it breaks or ctx ends.
-func (m *Mux) serve(ctx context.Context, bo backoff.BackOff) error {
+// out what it receives until it breaks or ctx ends. The stream's sender
+// joins sender, and ends with ctx.
+func (m *Mux) serve(ctx context.Context, bo backoff.BackOff, sender *sync.WaitGroup) error {
 	stream, err := m.api.WatchMany(ctx)
 	if err != nil {
 		return err
 	}
-	st := newMuxStream(ctx, stream)
+	st := newMuxStream(ctx, stream, sender)
 	m.mu.Lock()
 	m.stream = st
 	var reqs []*pb.WatchManyRequest
@@ -570,10 +597,11 @@ type muxStream struct {
 	wake   chan struct{}
 }
 
-// newMuxStream starts stream's sender, which ends with ctx, the stream's.
-func newMuxStream(ctx context.Context, stream grpc.BidiStreamingClient[pb.WatchManyRequest, pb.WatchManyResponse]) *muxStream {
+// newMuxStream starts stream's sender in wg, which ends with ctx, the
+// stream's.
+func newMuxStream(ctx context.Context, stream grpc.BidiStreamingClient[pb.WatchManyRequest, pb.WatchManyResponse], wg *sync.WaitGroup) *muxStream {
 	st := &muxStream{stream: stream, wake: make(chan struct{}, 1)}
-	go st.sender(ctx)
+	wg.Go(func() { st.sender(ctx) })
 	return st
 }
 

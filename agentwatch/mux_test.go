@@ -249,7 +249,7 @@ func (m *Mux) follower(logger hclog.Logger) func(ctx context.Context, subject *p
 func TestMuxDeliversWhatWatchDelivers(t *testing.T) {
 	m := newModel(t)
 	api := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
-	mux := NewMux(api, nil)
+	mux := runMux(t, NewMux(api, nil))
 	single := func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
 		Follow(ctx, api, subject, apply, hclog.NewNullLogger())
 	}
@@ -304,7 +304,7 @@ func TestMuxDeliversWhatWatchDelivers(t *testing.T) {
 func TestMuxResumesAfterTheControllerRestarts(t *testing.T) {
 	m := newModel(t)
 	api := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
-	mux := NewMux(api, nil)
+	mux := runMux(t, NewMux(api, nil))
 	units, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
 	config, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
 	waitFor(t, "the listings", func() bool { return len(units.changes()) == 2 && len(config.changes()) == 2 })
@@ -342,7 +342,7 @@ func TestMuxResumesAfterTheControllerRestarts(t *testing.T) {
 func TestMuxResumesAfterTheStreamBreaks(t *testing.T) {
 	m := newModel(t)
 	api := &countingAPI{AgentServiceClient: m.Agent("machine-0"), breakAfter: 3}
-	mux := NewMux(api, nil)
+	mux := runMux(t, NewMux(api, nil))
 	units, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
 	config, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
 	unit, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/0"}})
@@ -377,7 +377,7 @@ func TestMuxRefusedSubjectEndsOnlyItsSubscription(t *testing.T) {
 	m := newModel(t)
 	api := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
 	logger, logs := debugLogger()
-	mux := NewMux(api, logger)
+	mux := runMux(t, NewMux(api, logger))
 	refused, _ := record(t, mux.follower(logger), &pb.WatchSubject{Subject: &pb.WatchSubject_Machine{Machine: "1"}})
 	units, _ := record(t, mux.follower(logger), &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
 	waitFor(t, "the listing", func() bool { return len(units.changes()) == 2 })
@@ -420,7 +420,7 @@ func deliveredOnce(t *testing.T, rs ...*recorder) {
 func TestMuxUnsubscribesWhenFollowEnds(t *testing.T) {
 	m := newModel(t)
 	api := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
-	mux := NewMux(api, nil)
+	mux := runMux(t, NewMux(api, nil))
 	units := &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}}
 	a, stopA := record(t, mux.follower(hclog.NewNullLogger()), units)
 	b, stopB := record(t, mux.follower(hclog.NewNullLogger()), units)
@@ -450,7 +450,7 @@ func TestMuxUnsubscribesWhenFollowEnds(t *testing.T) {
 func TestMuxCarriesManySubscriptionsOnOneStream(t *testing.T) {
 	m := newModel(t)
 	api := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
-	mux := NewMux(api, nil)
+	mux := runMux(t, NewMux(api, nil))
 	const n = 200
 	var rs []*recorder
 	for i := range n {
@@ -486,7 +486,7 @@ func TestMuxCarriesManySubscriptionsOnOneStream(t *testing.T) {
 func TestMuxFollowsAControllerWithoutWatchManyAStreamASubject(t *testing.T) {
 	m := newModel(t)
 	api := &countingAPI{AgentServiceClient: m.Agent("machine-0"), old: true}
-	mux := NewMux(api, nil)
+	mux := runMux(t, NewMux(api, nil))
 	units, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
 	config, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
 	waitFor(t, "the listings", func() bool { return len(units.changes()) == 2 && len(config.changes()) == 2 })
@@ -511,7 +511,7 @@ func TestMuxFollowsAsAnotherAgentOnItsStream(t *testing.T) {
 			machine := &countingAPI{AgentServiceClient: m.Agent("machine-0"), old: old}
 			cred := m.Credential("unit-kv/1")
 			unit := &countingAPI{AgentServiceClient: pb.NewAgentServiceClient(m.Dial(cred))}
-			mux := NewMux(machine, nil)
+			mux := runMux(t, NewMux(machine, nil))
 			subject := &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/1"}}
 			as := mux.As(cred, unit)
 			r, _ := record(t, func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
@@ -565,7 +565,7 @@ func (s *stuckStream) Recv() (*pb.WatchManyResponse, error) {
 // its subscription, and the others' subscriptions wait their turn.
 func TestMuxFollowEndsWhileItsStreamIsStuck(t *testing.T) {
 	api := &stuckAPI{}
-	mux := NewMux(api, nil)
+	mux := runMux(t, NewMux(api, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ended := make(chan struct{}, 3)
@@ -604,7 +604,7 @@ func TestMuxSharesASubjectAmongUnitsOfAService(t *testing.T) {
 				// subscriptions resume on the next, shared still.
 				machine.breakAfter = 3
 			}
-			mux := NewMux(machine, nil)
+			mux := runMux(t, NewMux(machine, nil))
 			kv0, kv1 := m.asUnit(mux, "kv/0"), m.asUnit(mux, "kv/1")
 			shared := []*pb.WatchSubject{
 				{Subject: &pb.WatchSubject_Service{Service: "kv"}},
@@ -707,7 +707,7 @@ func TestMuxSharedSubscriptionEndedOutlivesItsFollows(t *testing.T) {
 	m := newModel(t)
 	m.addUnits(1, "0") // kv/1
 	machine := &countingAPI{AgentServiceClient: m.Agent("machine-0")}
-	mux := NewMux(machine, nil)
+	mux := runMux(t, NewMux(machine, nil))
 	kv0, kv1 := m.asUnit(mux, "kv/0"), m.asUnit(mux, "kv/1")
 	// A unit may watch only its own service's relations: refused.
 	refused := &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceRelations{ServiceRelations: "other"}}

@@ -27,8 +27,6 @@ import (
 // status (SetUnitStatuses) and the agent's removals of its dead units
 // (RemoveUnits).
 type batcher[T any] struct {
-	// ctx is the machine agent's: its calls end with it.
-	ctx context.Context
 	// max bounds the requests of one call; timeout bounds a call, as a
 	// request's own call is bounded.
 	max     int
@@ -38,10 +36,13 @@ type batcher[T any] struct {
 	key func(T) string
 	// call is the batched call: one result per request, in their order.
 	call func(context.Context, []T) ([]*pb.StatusReportResult, error)
+	// wake tells run that the queue has requests.
+	wake chan struct{}
 
-	mu      sync.Mutex
-	queue   []*pending[T]
-	sending bool
+	mu    sync.Mutex
+	queue []*pending[T]
+	// ended says run has returned: requests are refused.
+	ended bool
 	// direct says the controller does not serve the batched call.
 	direct bool
 }
@@ -59,21 +60,28 @@ type pending[T any] struct {
 // again.
 var errSuperseded = errors.New("request superseded by a later one about the same")
 
+// errBatcherEnded answers requests made once the machine agent stops.
+var errBatcherEnded = status.Error(codes.Canceled, "the machine agent is stopping")
+
 // do sends req with the next call and waits for its answer, until ctx
 // ends; own is how req would be sent alone.
 func (b *batcher[T]) do(ctx context.Context, req T, own func(context.Context) error) error {
 	r := &pending[T]{ctx: ctx, req: req, own: own, done: make(chan error, 1)}
 	b.mu.Lock()
-	if b.direct {
+	switch {
+	case b.ended:
+		b.mu.Unlock()
+		return errBatcherEnded
+	case b.direct:
 		b.mu.Unlock()
 		return own(ctx)
 	}
 	b.queue = append(b.queue, r)
-	if !b.sending {
-		b.sending = true
-		go b.send()
-	}
 	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default: // run is woken already
+	}
 	select {
 	case err := <-r.done:
 		return err
@@ -82,23 +90,39 @@ func (b *batcher[T]) do(ctx context.Context, req T, own func(context.Context) er
 	}
 }
 
-// send makes calls until the queue is empty.
-func (b *batcher[T]) send() {
-	for {
+// run makes the calls, one at a time, until ctx ends; then it answers
+// what is queued errBatcherEnded, and so does do from then on. Its calls
+// end with ctx. The machine agent's Run runs it.
+func (b *batcher[T]) run(ctx context.Context) {
+	defer func() {
 		b.mu.Lock()
-		batch := b.take()
-		if len(batch) == 0 {
-			b.sending = false
-			b.mu.Unlock()
+		defer b.mu.Unlock()
+		b.ended = true
+		for _, r := range b.queue {
+			r.done <- errBatcherEnded
+		}
+		b.queue = nil
+	}()
+	for {
+		select {
+		case <-ctx.Done():
 			return
+		case <-b.wake:
 		}
-		direct := b.direct
-		b.mu.Unlock()
-		if direct {
-			sendOwn(batch)
-			continue
+		for ctx.Err() == nil {
+			b.mu.Lock()
+			batch := b.take()
+			direct := b.direct
+			b.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			if direct {
+				sendOwn(batch)
+				continue
+			}
+			b.send1(ctx, batch)
 		}
-		b.send1(batch)
 	}
 }
 
@@ -130,12 +154,12 @@ func (b *batcher[T]) take() []*pending[T] {
 }
 
 // send1 makes one call of batch and answers its requests.
-func (b *batcher[T]) send1(batch []*pending[T]) {
+func (b *batcher[T]) send1(ctx context.Context, batch []*pending[T]) {
 	reqs := make([]T, len(batch))
 	for i, r := range batch {
 		reqs[i] = r.req
 	}
-	ctx, cancel := context.WithTimeout(b.ctx, b.timeout)
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	results, err := b.call(ctx, reqs)
 	cancel()
 	switch {
@@ -176,9 +200,9 @@ func resultErr(res *pb.StatusReportResult) error {
 // statusBatcher sends the unit agents' reports of their agent status.
 type statusBatcher = batcher[*pb.SetUnitStatusRequest]
 
-func newStatusBatcher(ctx context.Context, api API) *statusBatcher {
+func newStatusBatcher(api API) *statusBatcher {
 	return &statusBatcher{
-		ctx: ctx, max: 32, timeout: 10 * time.Second,
+		max: 32, timeout: 10 * time.Second, wake: make(chan struct{}, 1),
 		key: (*pb.SetUnitStatusRequest).GetUnit,
 		call: func(ctx context.Context, reports []*pb.SetUnitStatusRequest) ([]*pb.StatusReportResult, error) {
 			resp, err := api.SetUnitStatuses(ctx, &pb.SetUnitStatusesRequest{Reports: reports})
@@ -190,9 +214,9 @@ func newStatusBatcher(ctx context.Context, api API) *statusBatcher {
 // removalBatcher sends the agent's removals of its dead units.
 type removalBatcher = batcher[string]
 
-func newRemovalBatcher(ctx context.Context, api API) *removalBatcher {
+func newRemovalBatcher(api API) *removalBatcher {
 	return &removalBatcher{
-		ctx: ctx, max: 64, timeout: 30 * time.Second,
+		max: 64, timeout: 30 * time.Second, wake: make(chan struct{}, 1),
 		key: func(unit string) string { return unit },
 		call: func(ctx context.Context, units []string) ([]*pb.StatusReportResult, error) {
 			resp, err := api.RemoveUnits(ctx, &pb.RemoveUnitsRequest{Units: units})

@@ -93,7 +93,7 @@ func TestStatusReportsWhileACallIsOnItsWayGoTogether(t *testing.T) {
 		}
 		return &pb.StatusReportResult{}
 	}}
-	b := newStatusBatcher(context.Background(), api)
+	b := runBatcher(t, newStatusBatcher(api))
 	own := func(context.Context) error { t.Error("a report sent alone"); return nil }
 	errs := make([]error, 5)
 	var wg sync.WaitGroup
@@ -124,7 +124,7 @@ func TestStatusReportsWhileACallIsOnItsWayGoTogether(t *testing.T) {
 // replaces it.
 func TestStatusReportGivenUpIsNotSent(t *testing.T) {
 	api := &batchAPI{release: make(chan struct{})}
-	b := newStatusBatcher(context.Background(), api)
+	b := runBatcher(t, newStatusBatcher(api))
 	own := func(context.Context) error { return nil }
 	first := make(chan error, 1)
 	go func() { first <- b.do(context.Background(), agentReport("kv/0"), own) }()
@@ -156,7 +156,7 @@ func TestStatusReportGivenUpIsNotSent(t *testing.T) {
 // call, from then on.
 func TestStatusReportsAloneToAControllerWithoutBatches(t *testing.T) {
 	api := &batchAPI{unimpl: true}
-	b := newStatusBatcher(context.Background(), api)
+	b := runBatcher(t, newStatusBatcher(api))
 	var alone int
 	own := func(context.Context) error { alone++; return errors.New("refused") }
 	for range 2 {
@@ -166,5 +166,42 @@ func TestStatusReportsAloneToAControllerWithoutBatches(t *testing.T) {
 	}
 	if alone != 2 || len(api.calls) != 1 {
 		t.Errorf("%d reports sent alone, %d batches tried; want 2 and 1", alone, len(api.calls))
+	}
+}
+
+// runBatcher runs b until the test ends.
+func runBatcher[T any](t *testing.T, b *batcher[T]) *batcher[T] {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { b.run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return b
+}
+
+// Requests queued when the batcher's run ends, and those made after, are
+// answered at once.
+func TestBatcherEndedAnswersAtOnce(t *testing.T) {
+	api := &batchAPI{release: make(chan struct{})}
+	b := newStatusBatcher(api)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); b.run(ctx) }()
+	own := func(context.Context) error { return nil }
+	queued := make(chan error, 1)
+	b.mu.Lock()
+	b.queue = append(b.queue, &pending[*pb.SetUnitStatusRequest]{ctx: context.Background(), req: agentReport("kv/0"), own: own, done: make(chan error, 1)})
+	r := b.queue[0]
+	b.mu.Unlock()
+	go func() { queued <- <-r.done }()
+	cancel()
+	<-ran
+	if err := <-queued; err != errBatcherEnded {
+		t.Errorf("a queued report: %v, want %v", err, errBatcherEnded)
+	}
+	if err := b.do(context.Background(), agentReport("kv/1"), own); err != errBatcherEnded {
+		t.Errorf("a report after the end: %v, want %v", err, errBatcherEnded)
+	}
+	if len(api.calls) != 0 {
+		t.Errorf("calls %v, want none", api.calls)
 	}
 }

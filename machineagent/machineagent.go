@@ -269,18 +269,22 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	a.tools = tools
 	a.ctx = ctx
-	a.statuses = newStatusBatcher(ctx, a.cfg.API)
-	a.unitRemovals = newRemovalBatcher(ctx, a.cfg.API)
+	a.statuses = newStatusBatcher(a.cfg.API)
+	a.unitRemovals = newRemovalBatcher(a.cfg.API)
 	defer a.stopAll()
 
-	// Removals of dead units, when Run ends, are cut short and waited for.
+	// The agent's own goroutines, and removals of dead units, end when Run
+	// does, and are waited for (after ctx is cancelled, before the unit
+	// agents are stopped).
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	wg.Add(3)
-	go func() { defer wg.Done(); a.keepPresent(ctx) }()
-	go func() { defer wg.Done(); a.runEnder(ctx) }()
-	go func() { defer wg.Done(); a.heartbeat(ctx) }()
+	wg.Go(func() { a.keepPresent(ctx) })
+	wg.Go(func() { a.runEnder(ctx) })
+	wg.Go(func() { a.heartbeat(ctx) })
+	wg.Go(func() { a.statuses.run(ctx) })
+	wg.Go(func() { a.unitRemovals.run(ctx) })
+	wg.Go(func() { a.mux.Run(ctx) })
 	a.logger.Info("machine agent instance", "instance", instance, "previous", previous)
 	select {
 	case <-a.whenPresent():

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -306,11 +307,18 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer tools.close()
+	// The reporter, and the agent's own watch stream when its machine
+	// agent does not lend one, run until Run returns.
+	var own sync.WaitGroup
+	defer own.Wait()
+	defer cancel()
 	a.rep = newReporter(a.cfg.API, a.cfg.Unit, a.logger)
-	go a.rep.run(ctx)
+	own.Go(func() { a.rep.run(ctx) })
 	follow := a.cfg.Watches
 	if follow == nil {
-		follow = agentwatch.NewMux(a.cfg.API, a.logger)
+		mux := agentwatch.NewMux(a.cfg.API, a.logger)
+		own.Go(func() { mux.Run(ctx) })
+		follow = mux
 	}
 	w := newWatcher(ctx, follow, a.cfg.Unit, a.logger)
 	defer w.wait()
