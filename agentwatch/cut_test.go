@@ -3,6 +3,7 @@ package agentwatch
 import (
 	"context"
 	"fmt"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -59,7 +60,7 @@ func TestMuxResumesAfterTheControllerCutsItsStream(t *testing.T) {
 	var logs syncbuf.Buffer
 	mux := runMux(t, NewMux(api, hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})))
 	config, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
-	waitFor(t, "the listing", func() bool { return len(config.changes()) > 0 })
+	poll.Until(t, "the listing", func() bool { return len(config.changes()) > 0 })
 
 	// 200 changes of 20 KiB: past what gRPC's flow control lets the
 	// controller send, past the budget.
@@ -68,10 +69,10 @@ func TestMuxResumesAfterTheControllerCutsItsStream(t *testing.T) {
 	for i := range changes {
 		m.setConfig(fmt.Sprintf("%03d %s", i, big))
 	}
-	waitFor(t, "the stream cut", func() bool { return m.Hub().Stats().CutsStream > 0 })
+	poll.Until(t, "the stream cut", func() bool { return m.Hub().Stats().CutsStream > 0 })
 	close(api.open)
 	last := fmt.Sprintf("%03d ", changes-1)
-	waitFor(t, "the last configuration", func() bool {
+	poll.Until(t, "the last configuration", func() bool {
 		config.mu.Lock()
 		defer config.mu.Unlock()
 		n := len(config.resps)

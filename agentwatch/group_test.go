@@ -3,6 +3,7 @@ package agentwatch
 import (
 	"context"
 	"fmt"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"slices"
 	"strings"
 	"sync"
@@ -62,7 +63,7 @@ func followUnitsAndConfig(t *testing.T, g *Group) (units, config *recorder, stop
 	grouped := inGroup(t, g, hclog.NewNullLogger())
 	units, _ = record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
 	config, stopConfig = record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
-	waitFor(t, "the listings", func() bool { return len(units.changes()) == 2 && len(config.changes()) == 2 })
+	poll.Until(t, "the listings", func() bool { return len(units.changes()) == 2 && len(config.changes()) == 2 })
 	return units, config, stopConfig
 }
 
@@ -85,7 +86,7 @@ func TestGroupDeliversWhatWatchDelivers(t *testing.T) {
 		r, _ = record(t, grouped, s)
 		inG = append(inG, r)
 	}
-	waitFor(t, "every listing", func() bool {
+	poll.Until(t, "every listing", func() bool {
 		for _, r := range append(slices.Clone(singles), inG...) {
 			if len(r.changes()) == 0 {
 				return false
@@ -96,7 +97,7 @@ func TestGroupDeliversWhatWatchDelivers(t *testing.T) {
 	m.addUnits(2, "0")
 	m.setConfig("kv2")
 	m.destroyUnit("kv/0")
-	waitFor(t, "every change, as Follow delivered it", func() bool {
+	poll.Until(t, "every change, as Follow delivered it", func() bool {
 		for i := range subjects {
 			if !slices.Equal(inG[i].changes(), singles[i].changes()) {
 				return false
@@ -122,7 +123,7 @@ func TestGroupResumesAfterTheStreamBreaks(t *testing.T) {
 		m.addUnits(1, "0")
 		m.setConfig(fmt.Sprint("v", i))
 		m.addUnits(1, "1")
-		waitFor(t, "the round's changes", func() bool {
+		poll.Until(t, "the round's changes", func() bool {
 			return len(units.changes()) == 3+i && len(config.changes()) == 3+i
 		})
 	}
@@ -144,13 +145,13 @@ func TestGroupRefusedSubjectIsAskedForAgain(t *testing.T) {
 	grouped := inGroup(t, g, logger)
 	refused, _ := record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_Machine{Machine: "1"}})
 	units, _ := record(t, grouped, &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
-	waitFor(t, "the listing", func() bool { return len(units.changes()) == 2 })
-	waitFor(t, "the refused subject asked for three times", func() bool { return api.subscribes.Load() >= 4 })
+	poll.Until(t, "the listing", func() bool { return len(units.changes()) == 2 })
+	poll.Until(t, "the refused subject asked for three times", func() bool { return api.subscribes.Load() >= 4 })
 	if !logs.Has("watch refused", "may not watch machine 1") {
 		t.Errorf("the refusal is not logged:\n%s", logs)
 	}
 	m.addUnits(1, "0")
-	waitFor(t, "the change", func() bool { return len(units.changes()) == 3 })
+	poll.Until(t, "the change", func() bool { return len(units.changes()) == 3 })
 	if got := refused.changes(); len(got) != 0 {
 		t.Errorf("the refused subject delivered %v", got)
 	}
@@ -168,7 +169,7 @@ func TestGroupFollowsAControllerWithoutWatchManyAStreamASubject(t *testing.T) {
 	units, config, _ := followUnitsAndConfig(t, g)
 	m.addUnits(1, "0")
 	m.setConfig("kv2")
-	waitFor(t, "the changes", func() bool { return len(units.changes()) == 3 && len(config.changes()) == 3 })
+	poll.Until(t, "the changes", func() bool { return len(units.changes()) == 3 && len(config.changes()) == 3 })
 	if n := api.watches.Load(); n != 2 {
 		t.Errorf("the Group opened %d Watch streams, want 2", n)
 	}
@@ -185,19 +186,19 @@ func TestGroupEndsItsFollows(t *testing.T) {
 	stop := runGroup(t, g)
 	units, config, stopConfig := followUnitsAndConfig(t, g)
 	stopConfig()
-	waitFor(t, "the ended subject unsubscribed", func() bool {
+	poll.Until(t, "the ended subject unsubscribed", func() bool {
 		mux.mu.Lock()
 		defer mux.mu.Unlock()
 		return len(mux.subs) == 1
 	})
 	m.setConfig("kv2")
 	m.addUnits(1, "0")
-	waitFor(t, "the change", func() bool { return len(units.changes()) == 3 })
+	poll.Until(t, "the change", func() bool { return len(units.changes()) == 3 })
 	if got := config.changes(); len(got) != 2 {
 		t.Errorf("an ended subject delivered %v, want only its listing", got)
 	}
 	stop()
-	waitFor(t, "the stream closed", func() bool {
+	poll.Until(t, "the stream closed", func() bool {
 		mux.mu.Lock()
 		defer mux.mu.Unlock()
 		return !mux.running && len(mux.subs) == 0
@@ -219,13 +220,13 @@ func TestGroupLateJoinersGetTheirListings(t *testing.T) {
 	mux := runMux(t, NewMux(&countingAPI{AgentServiceClient: m.Agent("machine-0")}, nil))
 	config := &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}}
 	first, _ := record(t, m.asUnit(mux, "kv/0"), config)
-	waitFor(t, "the first listing", func() bool { return len(first.changes()) == 2 })
+	poll.Until(t, "the first listing", func() bool { return len(first.changes()) == 2 })
 	for i := 1; i <= late; i++ {
 		cred := m.Credential(fmt.Sprintf("unit-kv/%d", i))
 		g := mux.As(cred, pb.NewAgentServiceClient(m.Dial(cred))).(Grouper).NewGroup()
 		runGroup(t, g)
 		r, _ := record(t, inGroup(t, g, hclog.NewNullLogger()), config)
-		waitFor(t, fmt.Sprintf("kv/%d's listing, joining late", i), func() bool { return len(r.changes()) == 2 })
+		poll.Until(t, fmt.Sprintf("kv/%d's listing, joining late", i), func() bool { return len(r.changes()) == 2 })
 	}
 }
 
@@ -243,7 +244,7 @@ func TestGroupRenewsARefusedCredential(t *testing.T) {
 	g := mux.AsRenewable(cred, pb.NewAgentServiceClient(m.Dial(old))).(Grouper).NewGroup()
 	runGroup(t, g)
 	config, _ := record(t, inGroup(t, g, hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
-	waitFor(t, "the listing", func() bool { return len(config.changes()) == 2 })
+	poll.Until(t, "the listing", func() bool { return len(config.changes()) == 2 })
 
 	// Issued again behind the unit's back, then the stream breaks.
 	fresh := m.Credential("unit-kv/0")
@@ -259,7 +260,7 @@ func TestGroupRenewsARefusedCredential(t *testing.T) {
 		t.Fatal("the refusal of the replaced credential was not reported")
 	}
 	cred.set(fresh)
-	waitFor(t, "the change made meanwhile", func() bool { return len(config.changes()) == 3 })
+	poll.Until(t, "the change made meanwhile", func() bool { return len(config.changes()) == 3 })
 	// Resumed after the revision it had: no listing again.
 	if got := config.changes(); got[0] != "relisted" || got[2] == "relisted" || !strings.HasPrefix(got[2], "kv@") {
 		t.Errorf("kv/0's config = %v, want its listing then the change", got)

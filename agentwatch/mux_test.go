@@ -3,6 +3,7 @@ package agentwatch
 import (
 	"context"
 	"fmt"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"slices"
 	"strings"
 	"sync"
@@ -217,17 +218,6 @@ func record(t *testing.T, f func(ctx context.Context, subject *pb.WatchSubject, 
 	return r, cancel
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func machineSubjects() []*pb.WatchSubject {
 	return []*pb.WatchSubject{
 		{Subject: &pb.WatchSubject_Machine{Machine: "0"}},
@@ -261,7 +251,7 @@ func TestMuxDeliversWhatWatchDelivers(t *testing.T) {
 		r, _ = record(t, mux.follower(hclog.NewNullLogger()), s)
 		muxed = append(muxed, r)
 	}
-	waitFor(t, "every listing", func() bool {
+	poll.Until(t, "every listing", func() bool {
 		for _, r := range append(slices.Clone(singles), muxed...) {
 			if len(r.changes()) == 0 {
 				return false
@@ -307,7 +297,7 @@ func TestMuxResumesAfterTheControllerRestarts(t *testing.T) {
 	mux := runMux(t, NewMux(api, nil))
 	units, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
 	config, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
-	waitFor(t, "the listings", func() bool { return len(units.changes()) == 2 && len(config.changes()) == 2 })
+	poll.Until(t, "the listings", func() bool { return len(units.changes()) == 2 && len(config.changes()) == 2 })
 
 	// While the controller is away, and after it is back: each change
 	// comes once, in order, without a new listing.
@@ -319,7 +309,7 @@ func TestMuxResumesAfterTheControllerRestarts(t *testing.T) {
 		m.addUnits(1, "1")
 		m.addUnits(1, "0")
 		m.setConfig(fmt.Sprint("back", round))
-		waitFor(t, "the changes", func() bool {
+		poll.Until(t, "the changes", func() bool {
 			return len(units.changes()) == 2+2*(round+1) && len(config.changes()) == 2+2*(round+1)
 		})
 	}
@@ -346,7 +336,7 @@ func TestMuxResumesAfterTheStreamBreaks(t *testing.T) {
 	units, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
 	config, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
 	unit, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/0"}})
-	waitFor(t, "the listings", func() bool {
+	poll.Until(t, "the listings", func() bool {
 		return len(units.changes()) == 2 && len(config.changes()) == 2 && len(unit.changes()) == 2
 	})
 	// A round at a time, so that the stream breaks again and again.
@@ -355,7 +345,7 @@ func TestMuxResumesAfterTheStreamBreaks(t *testing.T) {
 		m.addUnits(1, "0")
 		m.setConfig(fmt.Sprint("v", i))
 		m.addUnits(1, "1")
-		waitFor(t, "the round's changes", func() bool {
+		poll.Until(t, "the round's changes", func() bool {
 			return len(units.changes()) == 3+i && len(config.changes()) == 3+i
 		})
 	}
@@ -380,10 +370,10 @@ func TestMuxRefusedSubjectEndsOnlyItsSubscription(t *testing.T) {
 	mux := runMux(t, NewMux(api, logger))
 	refused, _ := record(t, mux.follower(logger), &pb.WatchSubject{Subject: &pb.WatchSubject_Machine{Machine: "1"}})
 	units, _ := record(t, mux.follower(logger), &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
-	waitFor(t, "the listing", func() bool { return len(units.changes()) == 2 })
-	waitFor(t, "the refusal logged", func() bool { return logs.Has("watch refused", "may not watch machine 1") })
+	poll.Until(t, "the listing", func() bool { return len(units.changes()) == 2 })
+	poll.Until(t, "the refusal logged", func() bool { return logs.Has("watch refused", "may not watch machine 1") })
 	m.addUnits(1, "0")
-	waitFor(t, "the change", func() bool { return len(units.changes()) == 3 })
+	poll.Until(t, "the change", func() bool { return len(units.changes()) == 3 })
 	if got := refused.changes(); len(got) != 0 {
 		t.Errorf("the refused subject delivered %v", got)
 	}
@@ -424,24 +414,24 @@ func TestMuxUnsubscribesWhenFollowEnds(t *testing.T) {
 	units := &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}}
 	a, stopA := record(t, mux.follower(hclog.NewNullLogger()), units)
 	b, stopB := record(t, mux.follower(hclog.NewNullLogger()), units)
-	waitFor(t, "the listings", func() bool { return len(a.changes()) == 2 && len(b.changes()) == 2 })
+	poll.Until(t, "the listings", func() bool { return len(a.changes()) == 2 && len(b.changes()) == 2 })
 	stopA()
 	<-a.done
 	m.addUnits(1, "0")
-	waitFor(t, "the change", func() bool { return len(b.changes()) == 3 })
+	poll.Until(t, "the change", func() bool { return len(b.changes()) == 3 })
 	if got := a.changes(); len(got) != 2 {
 		t.Errorf("an ended Follow delivered %v, want only its listing", got)
 	}
 	stopB()
 	<-b.done
-	waitFor(t, "the stream closed", func() bool {
+	poll.Until(t, "the stream closed", func() bool {
 		mux.mu.Lock()
 		defer mux.mu.Unlock()
 		return !mux.running
 	})
 	// A new Follow opens a new stream.
 	c, _ := record(t, mux.follower(hclog.NewNullLogger()), units)
-	waitFor(t, "the listing", func() bool { return len(c.changes()) == 3 })
+	poll.Until(t, "the listing", func() bool { return len(c.changes()) == 3 })
 	if n := api.watchManys.Load(); n != 2 {
 		t.Errorf("the Mux opened %d WatchMany streams, want 2", n)
 	}
@@ -458,7 +448,7 @@ func TestMuxCarriesManySubscriptionsOnOneStream(t *testing.T) {
 		r, _ := record(t, mux.follower(hclog.NewNullLogger()), s)
 		rs = append(rs, r)
 	}
-	waitFor(t, "every listing", func() bool {
+	poll.Until(t, "every listing", func() bool {
 		for _, r := range rs {
 			if len(r.changes()) < 2 {
 				return false
@@ -467,7 +457,7 @@ func TestMuxCarriesManySubscriptionsOnOneStream(t *testing.T) {
 		return true
 	})
 	m.addUnits(1, "0")
-	waitFor(t, "every change", func() bool {
+	poll.Until(t, "every change", func() bool {
 		for i := 1; i < n; i += 2 {
 			if len(rs[i].changes()) < 3 {
 				return false
@@ -489,10 +479,10 @@ func TestMuxFollowsAControllerWithoutWatchManyAStreamASubject(t *testing.T) {
 	mux := runMux(t, NewMux(api, nil))
 	units, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_MachineUnits{MachineUnits: "0"}})
 	config, _ := record(t, mux.follower(hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
-	waitFor(t, "the listings", func() bool { return len(units.changes()) == 2 && len(config.changes()) == 2 })
+	poll.Until(t, "the listings", func() bool { return len(units.changes()) == 2 && len(config.changes()) == 2 })
 	m.addUnits(1, "0")
 	m.setConfig("kv2")
-	waitFor(t, "the changes", func() bool { return len(units.changes()) == 3 && len(config.changes()) == 3 })
+	poll.Until(t, "the changes", func() bool { return len(units.changes()) == 3 && len(config.changes()) == 3 })
 	if n := api.watches.Load(); n != 2 {
 		t.Errorf("the Mux opened %d Watch streams, want 2", n)
 	}
@@ -517,9 +507,9 @@ func TestMuxFollowsAsAnotherAgentOnItsStream(t *testing.T) {
 			r, _ := record(t, func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
 				as.Follow(ctx, subject, apply, hclog.NewNullLogger())
 			}, subject)
-			waitFor(t, "the listing", func() bool { return len(r.changes()) == 2 })
+			poll.Until(t, "the listing", func() bool { return len(r.changes()) == 2 })
 			m.destroyUnit("kv/1")
-			waitFor(t, "the change", func() bool { return len(r.changes()) == 3 })
+			poll.Until(t, "the change", func() bool { return len(r.changes()) == 3 })
 			if old {
 				if n := unit.watches.Load(); n != 1 {
 					t.Errorf("the unit's client opened %d Watch streams, want 1", n)
@@ -576,7 +566,7 @@ func TestMuxFollowEndsWhileItsStreamIsStuck(t *testing.T) {
 			ended <- struct{}{}
 		}()
 	}
-	waitFor(t, "a send", func() bool { return api.sends.Load() > 0 })
+	poll.Until(t, "a send", func() bool { return api.sends.Load() > 0 })
 	stop()
 	for range 3 {
 		select {
@@ -618,7 +608,7 @@ func TestMuxSharesASubjectAmongUnitsOfAService(t *testing.T) {
 				first, stopFirst = append(first, r), append(stopFirst, stop)
 			}
 			own0, _ := record(t, kv0, &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/0"}})
-			waitFor(t, "the first unit's listings", func() bool {
+			poll.Until(t, "the first unit's listings", func() bool {
 				for _, r := range first {
 					if len(r.changes()) == 0 {
 						return false
@@ -639,12 +629,12 @@ func TestMuxSharesASubjectAmongUnitsOfAService(t *testing.T) {
 				}
 				return true
 			}
-			waitFor(t, "the late unit's listings", func() bool { return same() && len(own1.changes()) > 0 })
+			poll.Until(t, "the late unit's listings", func() bool { return same() && len(own1.changes()) > 0 })
 			if got := late[2].changes(); !slices.Equal(got, []string{"relisted"}) {
 				t.Errorf("the late unit's relations: %v, want an empty listing", got)
 			}
 			m.setConfig("kv2")
-			waitFor(t, "the change, for both", func() bool { return len(first[1].changes()) == 3 && same() })
+			poll.Until(t, "the change, for both", func() bool { return len(first[1].changes()) == 3 && same() })
 			if !broken {
 				// Three shared subjects and two units' own.
 				if n := machine.subscribes.Load(); n != 5 {
@@ -660,7 +650,7 @@ func TestMuxSharesASubjectAmongUnitsOfAService(t *testing.T) {
 				<-r.done
 			}
 			m.setConfig("kv3")
-			waitFor(t, "the next change", func() bool { return len(late[1].changes()) == 4 })
+			poll.Until(t, "the next change", func() bool { return len(late[1].changes()) == 4 })
 			if got := late[1].changes(); got[0] != "relisted" || strings.HasPrefix(got[3], "-") {
 				t.Errorf("the late unit's configuration: %v", got)
 			}
@@ -724,9 +714,9 @@ func TestMuxSharedSubscriptionEndedOutlivesItsFollows(t *testing.T) {
 	a, stopA := record(t, kv0, refused)
 	// Refused eight times, kv/0's Follow waits a second or two before it
 	// subscribes again: kv/1 joins meanwhile, and kv/0 stops.
-	waitFor(t, "eight refusals", func() bool { return machine.subscribes.Load() >= 8 && parked() })
+	poll.Until(t, "eight refusals", func() bool { return machine.subscribes.Load() >= 8 && parked() })
 	record(t, kv1, refused)
-	waitFor(t, "kv/1 to join", func() bool {
+	poll.Until(t, "kv/1 to join", func() bool {
 		mux.mu.Lock()
 		defer mux.mu.Unlock()
 		for s := range mux.subs {
@@ -737,5 +727,5 @@ func TestMuxSharedSubscriptionEndedOutlivesItsFollows(t *testing.T) {
 	stopA()
 	<-a.done
 	n := machine.subscribes.Load()
-	waitFor(t, "the subscription subscribed again, twice", func() bool { return machine.subscribes.Load() >= n+2 })
+	poll.Until(t, "the subscription subscribed again, twice", func() bool { return machine.subscribes.Load() >= n+2 })
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"slices"
 	"strings"
 	"testing"
@@ -459,19 +460,19 @@ func TestOperationsWorker(t *testing.T) {
 	}()
 
 	// Running at first: its machine reported as it started (StartTask).
-	waitFor(t, "the worker to count the running task", func() bool {
+	poll.Until(t, "the worker to count the running task", func() bool {
 		return gauge(t, reg, "lifeline_tasks", "running") == 1
 	})
-	waitFor(t, "the task to be lost", func() bool {
+	poll.Until(t, "the task to be lost", func() bool {
 		tk, err := o.st.Task(o.ctx, op.Id, "kv/0")
 		must(t, "Task", err)
 		return tk.State == pb.TaskState_TASK_STATE_LOST
 	})
-	waitFor(t, "the worker to count the lost task", func() bool {
+	poll.Until(t, "the worker to count the lost task", func() bool {
 		return gauge(t, reg, "lifeline_tasks", "lost") == 1 && gauge(t, reg, "lifeline_tasks_lost_total", "") == 1 &&
 			gauge(t, reg, "lifeline_tasks", "running") == 0
 	})
-	waitFor(t, "the rejected operation to be pruned", func() bool {
+	poll.Until(t, "the rejected operation to be pruned", func() bool {
 		_, err := o.st.Operation(o.ctx, rejected.Id)
 		return status.Code(toStatusErr(err)) == codes.NotFound
 	})
@@ -513,16 +514,4 @@ func gauge(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
 		}
 	}
 	return -1
-}
-
-// waitFor polls cond until it holds, for up to 30 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"regexp"
 	"sort"
 	"strconv"
@@ -134,7 +135,7 @@ func TestDemoFlow(t *testing.T) {
 	sort.Strings(ids)
 	s.OK(t, append([]string{"destroy-machine"}, ids...)...)
 	s.WaitStatus(t, "an empty model", time.Minute, (*e2etest.StatusDoc).Empty)
-	e2etest.WaitFor(t, "the machine agents and the servers to exit", 30*time.Second, func() (bool, string) {
+	poll.Within(t, "the machine agents and the servers to exit", 30*time.Second, func() (bool, string) {
 		left := e2etest.Procs(func(p e2etest.Proc) bool {
 			cmd := strings.Join(p.Args, " ")
 			return strings.Contains(cmd, s.Dir+"/") && !strings.Contains(cmd, "lifelined controller")

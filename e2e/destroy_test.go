@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -47,7 +48,7 @@ func TestDestroyMachineRefusedWhileUnitsAssigned(t *testing.T) {
 		_, machine := doc.Machines[m]
 		return !unit && !machine
 	})
-	e2etest.WaitFor(t, "machine "+m+"'s agent to exit", 30*time.Second, func() (bool, string) {
+	poll.Within(t, "machine "+m+"'s agent to exit", 30*time.Second, func() (bool, string) {
 		left := e2etest.MachineProcs(s.MachinesDir(), m)
 		return !e2etest.PIDAlive(agent) && len(left) == 0, e2etest.ProcList(left)
 	})
@@ -105,7 +106,7 @@ func TestDestroyRelatedServicesLeavesNothing(t *testing.T) {
 	// Cleanup items may outlive the entities they were for by a pass of
 	// the cleaner.
 	var snap *state.Snapshot
-	e2etest.WaitFor(t, "no entity keys in etcd", 30*time.Second, func() (bool, string) {
+	poll.Within(t, "no entity keys in etcd", 30*time.Second, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		snap, err = st.Snapshot(ctx)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,7 +58,7 @@ func unitDir(s *e2etest.Sandbox, m, unit string) string {
 // waitPID waits for a pid file and reads it.
 func waitPID(t *testing.T, path string) int {
 	t.Helper()
-	e2etest.WaitFor(t, path, time.Minute, func() (bool, string) {
+	poll.Within(t, path, time.Minute, func() (bool, string) {
 		_, err := os.Stat(path)
 		return err == nil, fmt.Sprint(err)
 	})
@@ -124,7 +125,7 @@ func checkForcedOut(t *testing.T, s *e2etest.Sandbox, f forced) {
 		_, sp := doc.Unit("spawner/0")
 		return !app && !sp
 	})
-	e2etest.WaitFor(t, "app/0's and spawner/0's processes to end", 30*time.Second, func() (bool, string) {
+	poll.Within(t, "app/0's and spawner/0's processes to end", 30*time.Second, func() (bool, string) {
 		var left []string
 		for _, name := range []string{"app-server", "nohup daemon", "setsid daemon"} {
 			if e2etest.PIDAlive(pids[name]) {
@@ -137,7 +138,7 @@ func checkForcedOut(t *testing.T, s *e2etest.Sandbox, f forced) {
 		return len(left) == 0, strings.Join(left, "\n")
 	})
 	for _, unit := range []string{"app/0", "spawner/0"} {
-		e2etest.WaitFor(t, unit+"'s files to be removed", 30*time.Second, func() (bool, string) {
+		poll.Within(t, unit+"'s files to be removed", 30*time.Second, func() (bool, string) {
 			_, err := os.Stat(unitDir(s, m, unit))
 			return os.IsNotExist(err), fmt.Sprint(err)
 		})
@@ -247,7 +248,7 @@ func TestForcedOutMachineGoesPlainly(t *testing.T) {
 		_, ok := doc.Machines[m]
 		return !ok
 	})
-	e2etest.WaitFor(t, "no process of machine "+m, 30*time.Second, func() (bool, string) {
+	poll.Within(t, "no process of machine "+m, 30*time.Second, func() (bool, string) {
 		left := e2etest.MachineProcs(s.MachinesDir(), m)
 		return len(left) == 0, e2etest.ProcList(left)
 	})

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,7 +40,7 @@ func TestKillControllerKeepDataThenBootstrap(t *testing.T) {
 			t.Errorf("ctl kill-controller --keep-data said:\n%s\nwant %q in it", out, want)
 		}
 	}
-	e2etest.WaitFor(t, "the controller to exit", 10*time.Second, func() (bool, string) {
+	poll.Within(t, "the controller to exit", 10*time.Second, func() (bool, string) {
 		return !e2etest.PIDAlive(controller), ""
 	})
 

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"path/filepath"
 	"slices"
 	"syscall"
@@ -70,7 +71,7 @@ func TestLostMachineAgentAndForce(t *testing.T) {
 		_, ok := doc.Machines[m]
 		return !ok
 	})
-	e2etest.WaitFor(t, "no process of machine "+m, 20*time.Second, func() (bool, string) {
+	poll.Within(t, "no process of machine "+m, 20*time.Second, func() (bool, string) {
 		left := e2etest.MachineProcs(s.MachinesDir(), m)
 		return len(left) == 0, e2etest.ProcList(left)
 	})

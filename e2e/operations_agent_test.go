@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,7 +65,7 @@ func (doc opDoc) taskState(unit string) string {
 func waitOpEnd(t *testing.T, s *e2etest.Sandbox, id string, timeout time.Duration) opDoc {
 	t.Helper()
 	var doc opDoc
-	e2etest.WaitFor(t, "operation "+id+" to end", timeout, func() (bool, string) {
+	poll.Within(t, "operation "+id+" to end", timeout, func() (bool, string) {
 		doc = showOp(t, s, id)
 		return doc.State == "done" || doc.State == "failed" || doc.State == "stopped", fmt.Sprintf("%+v", doc)
 	})
@@ -74,7 +75,7 @@ func waitOpEnd(t *testing.T, s *e2etest.Sandbox, id string, timeout time.Duratio
 // waitTask waits until unit's task of operation id is in state want.
 func waitTask(t *testing.T, s *e2etest.Sandbox, id, unit, want string, timeout time.Duration) {
 	t.Helper()
-	e2etest.WaitFor(t, fmt.Sprintf("task %s of operation %s %s", unit, id, want), timeout, func() (bool, string) {
+	poll.Within(t, fmt.Sprintf("task %s of operation %s %s", unit, id, want), timeout, func() (bool, string) {
 		doc := showOp(t, s, id)
 		return doc.taskState(unit) == want, fmt.Sprintf("%+v", doc)
 	})
@@ -84,7 +85,7 @@ func waitTask(t *testing.T, s *e2etest.Sandbox, id, unit, want string, timeout t
 // stored a checkpoint (reindex stores one a step).
 func waitCheckpoint(t *testing.T, s *e2etest.Sandbox, id, unit string) {
 	t.Helper()
-	e2etest.WaitFor(t, "a checkpoint of "+unit+"'s task", 2*time.Minute, func() (bool, string) {
+	poll.Within(t, "a checkpoint of "+unit+"'s task", 2*time.Minute, func() (bool, string) {
 		out := s.OK(t, "show-task", id, unit, "--format", "json")
 		return strings.Contains(out, `"step"`) && strings.Contains(out, `"running"`), out
 	})
@@ -212,7 +213,7 @@ func TestOperationsRunOnAgents(t *testing.T) {
 	waitCheckpoint(t, s, rid, "kv/0")
 	s.OK(t, "pause", rid, "kv/0")
 	waitTask(t, s, rid, "kv/0", "paused", time.Minute)
-	e2etest.WaitFor(t, "ctl logs --follow to show steps while the operation runs", time.Minute, func() (bool, string) {
+	poll.Within(t, "ctl logs --follow to show steps while the operation runs", time.Minute, func() (bool, string) {
 		return strings.Contains(logs.stdout.String(), ": step 10 of 150"), logs.String()
 	})
 	if showOp(t, s, rid).State != "running" {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
 	"path/filepath"
 	"sort"
@@ -67,7 +68,7 @@ func TestControllerRestartMidDeploy(t *testing.T) {
 		deployErr = <-deployDone
 	}
 	t.Logf("killed the controller %s; ctl deploy: %v\n%s%s", when, deployErr, stdout.String(), stderr.String())
-	e2etest.WaitFor(t, "the killed controller to exit", 10*time.Second, func() (bool, string) {
+	poll.Within(t, "the killed controller to exit", 10*time.Second, func() (bool, string) {
 		return !e2etest.PIDAlive(controller), ""
 	})
 	adopted := e2etest.MachineAgents(s.MachinesDir())

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
 	"path/filepath"
 	"sort"
@@ -61,7 +62,7 @@ func TestRelatedTeardownRunsNoFailingHook(t *testing.T) {
 	}
 
 	s.OK(t, "destroy-service", "app", "kv")
-	e2etest.WaitFor(t, "the services to be gone, every hook succeeding", 5*time.Minute, func() (bool, string) {
+	poll.Within(t, "the services to be gone, every hook succeeding", 5*time.Minute, func() (bool, string) {
 		if failed := failedHooks(s); len(failed) > 0 {
 			t.Fatalf("hooks failed in the teardown:\n%s", strings.Join(failed, "\n"))
 		}

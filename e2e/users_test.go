@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
 	"path/filepath"
 	"strings"
@@ -173,7 +174,7 @@ func TestRemovedUsersStatusWatchEnds(t *testing.T) {
 	s.Bootstrap(t)
 	vic := newUser(t, s, "vic", "viewer")
 	w := startCtl(t, s, "--config", vic, "status", "--watch")
-	e2etest.WaitFor(t, "vic's watch to show a status", time.Minute, func() (bool, string) {
+	poll.Within(t, "vic's watch to show a status", time.Minute, func() (bool, string) {
 		out := w.stdout.String()
 		return strings.Contains(out, "user vic"), out
 	})
@@ -208,7 +209,7 @@ func TestAuditFollowShowsAnotherUsersDeploy(t *testing.T) {
 		Targets            []string
 	}
 	var got []entry
-	e2etest.WaitFor(t, "ctl audit --follow to show olga's deploy", time.Minute, func() (bool, string) {
+	poll.Within(t, "ctl audit --follow to show olga's deploy", time.Minute, func() (bool, string) {
 		got = nil
 		for _, l := range strings.Split(strings.TrimSpace(follow.stdout.String()), "\n") {
 			var e entry

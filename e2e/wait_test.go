@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -161,7 +162,7 @@ func TestFailingHookShowsAtOnce(t *testing.T) {
 		t.Fatalf("kv/0 after config-changed failed = %+v, want agent error %q..., of 5 in ..., state running", u, retrying)
 	}
 	w := startCtl(t, s, "wait", "--timeout", "5m")
-	e2etest.WaitFor(t, "ctl wait to name kv/0 in error", time.Minute, func() (bool, string) {
+	poll.Within(t, "ctl wait to name kv/0 in error", time.Minute, func() (bool, string) {
 		w.running(t)
 		return w.stderr.Has("in error: kv/0 (" + retrying), w.String()
 	})
@@ -181,7 +182,7 @@ func TestFailingHookShowsAtOnce(t *testing.T) {
 	s.OK(t, "destroy-unit", "kv/0")
 	s.Fails(t, 1, "holds up unit kv/0 (dying)", "wait", "--timeout", "5m")
 	w = startCtl(t, s, "wait", "--tolerate-errors", "--timeout", "5m")
-	e2etest.WaitFor(t, "ctl wait --tolerate-errors to name kv/0 in error", time.Minute, func() (bool, string) {
+	poll.Within(t, "ctl wait --tolerate-errors to name kv/0 in error", time.Minute, func() (bool, string) {
 		w.running(t)
 		return w.stderr.Has("in error: kv/0 (" + retrying), w.String()
 	})
@@ -327,7 +328,7 @@ func TestHookShowsExecuting(t *testing.T) {
 	if u, _ := doc.Unit("kv/0"); u.Agent != "executing" {
 		t.Fatalf("kv/0 = %+v while its config-changed is held, want agent executing", u)
 	}
-	e2etest.WaitFor(t, "ctl wait to name both hooks", time.Minute, func() (bool, string) {
+	poll.Within(t, "ctl wait to name both hooks", time.Minute, func() (bool, string) {
 		w.running(t)
 		return w.stderr.Has("kv/0 (running config-changed hook)") && w.stderr.Has("app/0 (waiting to run config-changed hook)"), w.String()
 	})

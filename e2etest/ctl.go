@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
 	"os/exec"
 	"sort"
@@ -243,7 +244,7 @@ func (s *Sandbox) Status(t testing.TB) *StatusDoc {
 func (s *Sandbox) WaitStatus(t testing.TB, what string, timeout time.Duration, cond func(*StatusDoc) bool) *StatusDoc {
 	t.Helper()
 	var last *StatusDoc
-	WaitFor(t, what, timeout, func() (bool, string) {
+	poll.Within(t, what, timeout, func() (bool, string) {
 		doc, err := s.TryStatus()
 		if err != nil {
 			return false, err.Error()

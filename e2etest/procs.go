@@ -162,35 +162,6 @@ func ReadPID(t testing.TB, path string) int {
 	return pid
 }
 
-// teardownTime is how long before the test binary's deadline (go test
-// -timeout) waits give up, so that the test fails with its cleanups run,
-// its processes stopped, rather than the binary panicking with them left
-// running.
-const teardownTime = 2 * time.Minute
-
-// WaitFor polls cond until it holds; after timeout, or once the test
-// binary's deadline is near, it fails the test with what cond said last.
-func WaitFor(t testing.TB, what string, timeout time.Duration, cond func() (done bool, state string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
-		if end, ok := d.Deadline(); ok && end.Add(-teardownTime).Before(deadline) {
-			deadline = end.Add(-teardownTime)
-			timeout = time.Until(deadline).Round(time.Second)
-		}
-	}
-	for {
-		done, state := cond()
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last:\n%s", timeout, what, state)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
-
 // HTTPGet fetches url and returns the status code and body.
 func HTTPGet(url string) (int, string, error) {
 	c := &http.Client{Timeout: 10 * time.Second}

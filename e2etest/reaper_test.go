@@ -1,6 +1,7 @@
 package e2etest
 
 import (
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,7 +49,7 @@ func TestReaperEndsSandboxWhenParentDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	reaperPID := 0
-	WaitFor(t, "the reaper to start", time.Minute, func() (bool, string) {
+	poll.Within(t, "the reaper to start", time.Minute, func() (bool, string) {
 		for _, p := range Procs(func(p Proc) bool { return len(p.Args) > 0 && filepath.Base(p.Args[0]) == "reaper" }) {
 			if raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.PID), "environ")); err == nil && containsEnv(raw, "LIFELINE_REAP_DIR="+sandbox) {
 				reaperPID = p.PID
@@ -71,7 +72,7 @@ func TestReaperEndsSandboxWhenParentDies(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatalf("the sandbox's process still runs a minute after the reaper's parent died")
 	}
-	WaitFor(t, "the reaper to exit", time.Minute, func() (bool, string) {
+	poll.Within(t, "the reaper to exit", time.Minute, func() (bool, string) {
 		return !PIDAlive(reaperPID), "the reaper still runs"
 	})
 }

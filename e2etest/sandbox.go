@@ -2,6 +2,7 @@ package e2etest
 
 import (
 	"fmt"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"net"
 	"os"
 	"os/exec"
@@ -270,7 +271,7 @@ func (c *Controller) Start(t testing.TB) {
 	c.mu.Lock()
 	c.cmd, c.done, c.stopped = cmd, done, false
 	c.mu.Unlock()
-	WaitFor(t, fmt.Sprintf("controller %d to answer", c.Index), time.Minute, func() (bool, string) {
+	poll.Within(t, fmt.Sprintf("controller %d to answer", c.Index), time.Minute, func() (bool, string) {
 		select {
 		case <-done:
 			t.Fatalf("controller %d exited at start: %v", c.Index, cmd.ProcessState)

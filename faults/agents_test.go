@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"sort"
 	"strconv"
 	"strings"
@@ -132,7 +133,7 @@ func runMachineAgentsKilled(t *testing.T, sz sizes) {
 	}
 	f.OK(t, append([]string{"destroy-machine"}, ids...)...)
 	f.waitModel(t, "an empty model", 10*time.Minute, (*e2etest.StatusDoc).Empty)
-	e2etest.WaitFor(t, "no process of the machines", time.Minute, func() (bool, string) {
+	poll.Within(t, "no process of the machines", time.Minute, func() (bool, string) {
 		var left []e2etest.Proc
 		for _, m := range ids {
 			left = append(left, e2etest.MachineProcs(c.MachinesDir(), m)...)
@@ -221,7 +222,7 @@ func (e *errorResolver) resolve(t *testing.T, doc *e2etest.StatusDoc) {
 // outlive the entities they were for by a pass of the cleaner.
 func (f *fixture) waitNoEntities(t *testing.T) {
 	t.Helper()
-	e2etest.WaitFor(t, "no entity keys in etcd", time.Minute, func() (bool, string) {
+	poll.Within(t, "no entity keys in etcd", time.Minute, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		snap, err := f.st.Snapshot(ctx)

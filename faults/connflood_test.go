@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"errors"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"net"
 	"strconv"
 	"sync"
@@ -10,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/e2etest"
 	"github.com/lifelinehq/lifeline/internal/pause"
 )
 
@@ -96,7 +96,7 @@ func runConnectionFlood(t *testing.T, sz sizes) {
 
 	// While it lasts: the flood is refused past the per-address limit,
 	// and the operator connects and destroys.
-	e2etest.WaitFor(t, "connections refused past the per-address limit", 30*time.Second, func() (bool, string) {
+	poll.Within(t, "connections refused past the per-address limit", 30*time.Second, func() (bool, string) {
 		body, err := f.scrape()
 		if err != nil {
 			return false, err.Error()

@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"math/rand/v2"
 	"path/filepath"
 	"strconv"
@@ -128,7 +129,7 @@ func runEtcdLeaderLoss(t *testing.T, sz sizes) {
 	if len(doc.Machines) != n-d {
 		t.Errorf("%d machines left, want %d", len(doc.Machines), n-d)
 	}
-	e2etest.WaitFor(t, "no process of the removed machines", time.Minute, func() (bool, string) {
+	poll.Within(t, "no process of the removed machines", time.Minute, func() (bool, string) {
 		var left []e2etest.Proc
 		for _, m := range ids {
 			left = append(left, e2etest.MachineProcs(machinesDir, m)...)
@@ -167,14 +168,14 @@ func (f *fixture) killEtcdLeader(t *testing.T, r *run, phase string) time.Time {
 		t.Fatalf("no new leader after killing %s: %v\n%s", leader.Name, err, f.etcd.LogTails(20))
 	}
 	r.recovered("etcd: a new leader elected", time.Since(killed))
-	e2etest.WaitFor(t, "a write to etcd", time.Minute, func() (bool, string) {
+	poll.Within(t, "a write to etcd", time.Minute, func() (bool, string) {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		_, err := f.client.Put(pctx, "/faults/probe", killed.String())
 		return err == nil, errString(err)
 	})
 	r.recovered("etcd: writes succeed again", time.Since(killed))
-	e2etest.WaitFor(t, "ctl status to answer", time.Minute, func() (bool, string) {
+	poll.Within(t, "ctl status to answer", time.Minute, func() (bool, string) {
 		_, err := f.TryStatus()
 		return err == nil, errString(err)
 	})
@@ -184,7 +185,7 @@ func (f *fixture) killEtcdLeader(t *testing.T, r *run, phase string) time.Time {
 	if err := leader.Start(); err != nil {
 		t.Fatal(err)
 	}
-	e2etest.WaitFor(t, "the killed member back", time.Minute, func() (bool, string) {
+	poll.Within(t, "the killed member back", time.Minute, func() (bool, string) {
 		cli, err := f.etcd.Client()
 		if err != nil {
 			return false, err.Error()

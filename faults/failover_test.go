@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -67,7 +68,7 @@ func runControllerFailover(t *testing.T, sz sizes) {
 	t.Logf("killed controller %d (%s), the leader", leader.Index, leader.Addr())
 	viaSurvivor := func(what string, timeout time.Duration, cond func(*e2etest.StatusDoc) bool) *e2etest.StatusDoc {
 		var last *e2etest.StatusDoc
-		e2etest.WaitFor(t, what, timeout, func() (bool, string) {
+		poll.Within(t, what, timeout, func() (bool, string) {
 			doc, err := f.TryStatusVia(survivor.ClientConfig())
 			if err != nil {
 				return false, err.Error()

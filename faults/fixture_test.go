@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
 	"path/filepath"
 	"strings"
@@ -96,7 +97,7 @@ func (f *fixture) startController(t *testing.T, extra ...string) *e2etest.Contro
 func (f *fixture) snapshot(t *testing.T) *state.Snapshot {
 	t.Helper()
 	var snap *state.Snapshot
-	e2etest.WaitFor(t, "a snapshot of the model", time.Minute, func() (bool, string) {
+	poll.Within(t, "a snapshot of the model", time.Minute, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		var err error
@@ -202,7 +203,7 @@ func (f *fixture) waitModel(t *testing.T, what string, timeout time.Duration, co
 	t.Helper()
 	var last *e2etest.StatusDoc
 	var stranded []string
-	e2etest.WaitFor(t, what, timeout, func() (bool, string) {
+	poll.Within(t, what, timeout, func() (bool, string) {
 		if f.abort != nil {
 			if err := f.abort(); err != nil {
 				t.Fatalf("while waiting for %s: %v", what, err)

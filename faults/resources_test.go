@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"io"
 	"net"
 	"net/http"
@@ -228,7 +229,7 @@ func (f *resourceFixture) checkMemoryReturns(t *testing.T, r *run, base memory, 
 	left := time.Now()
 	var last memory
 	logged := time.Now()
-	e2etest.WaitFor(t, "the controller's memory within twice its baseline", 8*time.Minute, func() (bool, string) {
+	poll.Within(t, "the controller's memory within twice its baseline", 8*time.Minute, func() (bool, string) {
 		m, err := f.memory()
 		if err != nil {
 			return false, err.Error()

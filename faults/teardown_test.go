@@ -3,6 +3,7 @@ package faults
 import (
 	"bytes"
 	"fmt"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -217,11 +218,11 @@ func (w *teardownWatch) check(final bool) (late string) {
 // machine seen is left.
 func (w *teardownWatch) finish() {
 	w.t.Helper()
-	e2etest.WaitFor(w.t, "no process of a removed unit", leftoverGrace, func() (bool, string) {
+	poll.Within(w.t, "no process of a removed unit", leftoverGrace, func() (bool, string) {
 		left := w.check(true)
 		return left == "", left
 	})
-	e2etest.WaitFor(w.t, "no process of any machine", time.Minute, func() (bool, string) {
+	poll.Within(w.t, "no process of any machine", time.Minute, func() (bool, string) {
 		var left []e2etest.Proc
 		for id := range w.machines {
 			left = append(left, e2etest.MachineProcs(w.machinesDir, id)...)
@@ -318,7 +319,7 @@ func TestUnitProcs(t *testing.T) {
 	}
 	start(sleep(hooks.EnvSession+"="+other, other, filepath.Join(other, "charm")))
 	var got []int
-	e2etest.WaitFor(t, "the unit's processes", 30*time.Second, func() (bool, string) {
+	poll.Within(t, "the unit's processes", 30*time.Second, func() (bool, string) {
 		got = got[:0]
 		for _, p := range unitProcs(map[string]string{dir: "kv/1"})["kv/1"] {
 			got = append(got, p.PID)

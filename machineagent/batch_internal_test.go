@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"sync"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -52,16 +52,6 @@ func (f *batchAPI) SetUnitStatuses(ctx context.Context, in *pb.SetUnitStatusesRe
 	return resp, nil
 }
 
-// waitUntil waits for cond, failing the test after 10 s as what says.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out: %s", what)
-		}
-	}
-}
-
 // callsAre returns a condition for waitUntil: n calls made to api.
 func (api *batchAPI) callsAre(n int) func() bool {
 	return func() bool {
@@ -99,7 +89,7 @@ func TestStatusReportsWhileACallIsOnItsWayGoTogether(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); errs[0] = b.do(context.Background(), agentReport("kv/0"), own) }()
-	waitUntil(t, "the first report was not sent", api.callsAre(1))
+	poll.Until(t, "the first report was not sent", api.callsAre(1))
 	for i := 1; i < 5; i++ {
 		wg.Add(1)
 		go func() {
@@ -107,7 +97,7 @@ func TestStatusReportsWhileACallIsOnItsWayGoTogether(t *testing.T) {
 			errs[i] = b.do(context.Background(), agentReport(fmt.Sprintf("kv/%d", i)), own)
 		}()
 	}
-	waitUntil(t, "the reports did not queue", queueIs(b, 4))
+	poll.Until(t, "the reports did not queue", queueIs(b, 4))
 	close(api.release)
 	wg.Wait()
 	if len(api.calls) != 2 || len(api.calls[1]) != 4 {
@@ -128,18 +118,18 @@ func TestStatusReportGivenUpIsNotSent(t *testing.T) {
 	own := func(context.Context) error { return nil }
 	first := make(chan error, 1)
 	go func() { first <- b.do(context.Background(), agentReport("kv/0"), own) }()
-	waitUntil(t, "the first report was not sent", api.callsAre(1))
+	poll.Until(t, "the first report was not sent", api.callsAre(1))
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan error, 1)
 	go func() { gaveUp <- b.do(ctx, agentReport("kv/1"), own) }()
-	waitUntil(t, "the report did not queue", queueIs(b, 1))
+	poll.Until(t, "the report did not queue", queueIs(b, 1))
 	cancel()
 	if err := <-gaveUp; status.Code(err) != codes.Canceled {
 		t.Errorf("a report given up: %v, want Canceled", err)
 	}
 	later := make(chan error, 1)
 	go func() { later <- b.do(context.Background(), agentReport("kv/1"), own) }()
-	waitUntil(t, "the later report did not queue", queueIs(b, 2))
+	poll.Until(t, "the later report did not queue", queueIs(b, 2))
 	close(api.release)
 	if err := <-first; err != nil {
 		t.Fatal(err)

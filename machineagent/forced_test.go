@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -113,7 +114,7 @@ func (d *daemons) unitDir(unit string) string {
 // started waits for unit's daemon to run, and remembers its pid.
 func (d *daemons) started(unit string) {
 	d.t.Helper()
-	waitFor(d.t, unit+"'s daemon", func() bool {
+	poll.Until(d.t, unit+"'s daemon", func() bool {
 		b, err := os.ReadFile(filepath.Join(d.unitDir(unit), "daemon.pid"))
 		if err != nil {
 			return false
@@ -137,7 +138,7 @@ func running(pid int) bool {
 // ended waits until unit's daemon is gone, and its directory.
 func (d *daemons) ended(unit string) {
 	d.t.Helper()
-	waitFor(d.t, unit+"'s daemon and files to be gone", func() bool {
+	poll.Until(d.t, unit+"'s daemon and files to be gone", func() bool {
 		_, err := os.Stat(d.unitDir(unit))
 		return !running(d.pids[unit]) && errors.Is(err, os.ErrNotExist)
 	})
@@ -162,7 +163,7 @@ func forceOut(t *testing.T, env *controllertest.Env, unit string) {
 	if err := env.State.DestroyUnit(env.Ctx, unit, state.DestroyOptions{Force: true}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, unit+" to be removed", func() bool {
+	poll.Until(t, unit+" to be removed", func() bool {
 		_, err := env.State.Unit(env.Ctx, unit)
 		return errors.Is(err, state.ErrNotFound)
 	})

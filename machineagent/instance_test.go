@@ -3,6 +3,7 @@ package machineagent_test
 import (
 	"context"
 	"errors"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,7 +64,7 @@ func TestOneAgentAMachine(t *testing.T) {
 	}
 	first, copied, alone := tempDir(t), tempDir(t), tempDir(t)
 	firstDone := run(first)
-	waitFor(t, "the units installed by the first agent", installed(first))
+	poll.Until(t, "the units installed by the first agent", installed(first))
 
 	if err := stopped("an agent on the first's data directory", run(first)); err == nil || !strings.Contains(err.Error(), "another machine agent runs with data directory") {
 		t.Errorf("Run on a data directory in use = %v, want a refusal", err)
@@ -87,7 +88,7 @@ func TestOneAgentAMachine(t *testing.T) {
 	if err := stopped("the agent whose copy took over", firstDone); !errors.Is(err, machineagent.ErrFenced) {
 		t.Errorf("Run of the agent copied = %v, want ErrFenced", err)
 	}
-	waitFor(t, "the units installed by the copy", installed(copied))
+	poll.Until(t, "the units installed by the copy", installed(copied))
 	select {
 	case err := <-copyDone:
 		t.Errorf("the copy stopped: %v", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"io"
 	"os"
 	"os/exec"
@@ -46,17 +47,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestMachineAgentLifecycle runs a machine agent in this process: it runs
 // its units' agents, shows present, removes a dead unit and its files, and
 // sets its dying machine dead once empty, then stops.
@@ -92,7 +82,7 @@ func TestMachineAgentLifecycle(t *testing.T) {
 		}
 		return st.Status
 	}
-	waitFor(t, "both units running and the machine started", func() bool {
+	poll.Until(t, "both units running and the machine started", func() bool {
 		st := status()
 		if len(st.Machines) != 1 || st.Machines[0].Agent != "started" || len(st.Services) != 1 {
 			return false
@@ -141,7 +131,7 @@ func TestMachineAgentLifecycle(t *testing.T) {
 	if _, err := op.DestroyUnit(env.Ctx, &pb.DestroyUnitRequest{Unit: "kv/0"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "kv/0 removed with its files", func() bool {
+	poll.Until(t, "kv/0 removed with its files", func() bool {
 		_, err := env.State.Unit(env.Ctx, "kv/0")
 		_, ferr := os.Stat(filepath.Join(dir, "units", "kv-0"))
 		return errors.Is(err, state.ErrNotFound) && os.IsNotExist(ferr)
@@ -315,7 +305,7 @@ func TestMachineAgentRemovesDeadUnitsTogether(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no unit was removed")
 	}
-	waitFor(t, "both units dead or removed", func() bool {
+	poll.Until(t, "both units dead or removed", func() bool {
 		for _, u := range []string{"kv/0", "kv/1"} {
 			unit, err := env.State.Unit(env.Ctx, u)
 			if err == nil && unit.Life != pb.Life_LIFE_DEAD {
@@ -325,7 +315,7 @@ func TestMachineAgentRemovesDeadUnitsTogether(t *testing.T) {
 		return true
 	})
 	releaseHeld()
-	waitFor(t, "both units removed with their files", func() bool {
+	poll.Until(t, "both units removed with their files", func() bool {
 		for _, u := range []string{"kv/0", "kv/1"} {
 			_, err := env.State.Unit(env.Ctx, u)
 			_, ferr := os.Stat(filepath.Join(dir, "units", strings.ReplaceAll(u, "/", "-")))
@@ -435,7 +425,7 @@ func runInstalled(t *testing.T, env *controllertest.Env, m string, api machineag
 		})
 	}
 	t.Cleanup(stop) // should the wait fail
-	waitFor(t, "both units installed", func() bool {
+	poll.Until(t, "both units installed", func() bool {
 		_, err0 := os.Stat(filepath.Join(dir, "units", "kv-0", "installed"))
 		_, err1 := os.Stat(filepath.Join(dir, "units", "kv-1", "installed"))
 		return err0 == nil && err1 == nil

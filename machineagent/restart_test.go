@@ -3,6 +3,7 @@ package machineagent_test
 import (
 	"context"
 	"errors"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
 	"path/filepath"
 	"testing"
@@ -101,7 +102,7 @@ func testUnitLeavesScopeAfterRestart(t *testing.T, assignedWatched bool) {
 	stop := run()
 	unitDir := filepath.Join(dir, "units", "front-0")
 	if assignedWatched {
-		waitFor(t, "store/0 to enter the relation's scope", func() bool {
+		poll.Until(t, "store/0 to enter the relation's scope", func() bool {
 			scopes, err := env.State.UnitScopes(env.Ctx, "store/0")
 			return err == nil && len(scopes) == 1
 		})
@@ -109,7 +110,7 @@ func testUnitLeavesScopeAfterRestart(t *testing.T, assignedWatched bool) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "front/0 to enter the relation's scope", inScope)
+	poll.Until(t, "front/0 to enter the relation's scope", inScope)
 	if _, err := os.Lstat(unitDir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("front/0, of a charm without hooks, has a directory (%v)", err)
 	}
@@ -131,7 +132,7 @@ func testUnitLeavesScopeAfterRestart(t *testing.T, assignedWatched bool) {
 
 	stop = run()
 	defer stop()
-	waitFor(t, "the relation to be removed", func() bool {
+	poll.Until(t, "the relation to be removed", func() bool {
 		_, err := env.State.Relation(env.Ctx, id)
 		return errors.Is(err, state.ErrNotFound)
 	})

@@ -2,6 +2,7 @@ package machineagent_test
 
 import (
 	"context"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,7 +58,7 @@ func TestReplacedUnitCredential(t *testing.T) {
 					return strings.Contains(string(b), word)
 				}
 			}
-			waitFor(t, "config-changed to run with the default greeting", greeted("hello"))
+			poll.Until(t, "config-changed to run with the default greeting", greeted("hello"))
 			unit := func() *pb.UnitStatus {
 				st, err := op.Status(env.Ctx, &pb.StatusRequest{})
 				if err != nil {
@@ -65,7 +66,7 @@ func TestReplacedUnitCredential(t *testing.T) {
 				}
 				return st.Status.Services[0].Units[0]
 			}
-			waitFor(t, "conf/0 idle", func() bool { return unit().Agent == "idle" })
+			poll.Until(t, "conf/0 idle", func() bool { return unit().Agent == "idle" })
 
 			// The attack: the unit's credential issued again, as the
 			// machine; the agent's stream breaks.
@@ -80,7 +81,7 @@ func TestReplacedUnitCredential(t *testing.T) {
 				t.Fatal(err)
 			}
 			if c.refuse {
-				waitFor(t, "conf/0 unauthenticated", func() bool { return unit().Agent == "unauthenticated" })
+				poll.Until(t, "conf/0 unauthenticated", func() bool { return unit().Agent == "unauthenticated" })
 				u := unit()
 				if want := "cannot have a new one issued: too many credentials"; !strings.Contains(u.Message, want) || u.State != "running" {
 					t.Errorf("conf/0 = agent %s, state %s, message %q; want its state running and a message with %q", u.Agent, u.State, u.Message, want)
@@ -90,8 +91,8 @@ func TestReplacedUnitCredential(t *testing.T) {
 				}
 				api.refuse.Store(false)
 			}
-			waitFor(t, "the change to reach conf/0", greeted("bonjour"))
-			waitFor(t, "conf/0 idle again", func() bool { return unit().Agent == "idle" })
+			poll.Until(t, "the change to reach conf/0", greeted("bonjour"))
+			poll.Until(t, "conf/0 idle again", func() bool { return unit().Agent == "idle" })
 			if n, refused := api.issued.Load(), api.refused.Load(); n != 2 {
 				t.Errorf("the machine agent had %d credentials issued for conf/0 (and %d refused), want 2: at start, and once it was refused", n, refused)
 			}

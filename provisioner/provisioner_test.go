@@ -3,6 +3,7 @@ package provisioner_test
 import (
 	"context"
 	"errors"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -236,7 +237,7 @@ func TestLocalProviderSessions(t *testing.T) {
 		t.Errorf("Start = %+v, want local:7 at 127.1.0.8", in)
 	}
 	// The script's cmdline is "sh .../lifelined machine-agent --data-dir ...".
-	waitFor(t, "the instance to run", func() bool {
+	poll.Until(t, "the instance to run", func() bool {
 		insts, _ := l.Instances(context.Background())
 		return len(insts) == 1 && insts[0].Running
 	})
@@ -244,7 +245,7 @@ func TestLocalProviderSessions(t *testing.T) {
 	// wait for a pid, not for the file: an empty one would make the path
 	// below /proc/stat, which is never gone.
 	daemon := ""
-	waitFor(t, "the daemon to start", func() bool {
+	poll.Until(t, "the daemon to start", func() bool {
 		data, _ := os.ReadFile(marker)
 		daemon = strings.TrimSpace(string(data))
 		pid, err := strconv.Atoi(daemon)
@@ -253,23 +254,12 @@ func TestLocalProviderSessions(t *testing.T) {
 	if err := l.Stop(context.Background(), in.ID); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the daemon to be gone", func() bool {
+	poll.Until(t, "the daemon to be gone", func() bool {
 		st, err := os.ReadFile("/proc/" + daemon + "/stat")
 		return err != nil || strings.Contains(string(st), ") Z ")
 	})
 	if insts, _ := l.Instances(context.Background()); len(insts) != 0 {
 		t.Errorf("Instances after Stop = %v, want none", insts)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -295,13 +285,13 @@ func TestProvisionerRunFollowsTheMachines(t *testing.T) {
 	release := runWithStopsHeld(t, ctx, fp, p)
 	// Both instances are stopped at once: each Stop is held until both
 	// are under way.
-	waitFor(t, "the two dead machines' instances stopping together", func() bool {
+	poll.Until(t, "the two dead machines' instances stopping together", func() bool {
 		fp.mu.Lock()
 		defer fp.mu.Unlock()
 		return fp.inStop == 2
 	})
 	release()
-	waitFor(t, "the dead machines removed", func() bool {
+	poll.Until(t, "the dead machines removed", func() bool {
 		left, err := st.Machines(ctx)
 		return err == nil && len(left) == 1 && left[0].Id == ms[2].Id
 	})
@@ -309,7 +299,7 @@ func TestProvisionerRunFollowsTheMachines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the new machine's instance recorded", func() bool {
+	poll.Until(t, "the new machine's instance recorded", func() bool {
 		got, err := st.Machine(ctx, more[0].Id)
 		return err == nil && got.InstanceId == "fake-"+more[0].Id
 	})
@@ -370,7 +360,7 @@ func TestProvisionerRemovesBesideItsPasses(t *testing.T) {
 		t.Fatal(err)
 	}
 	release := runWithStopsHeld(t, ctx, fp, p)
-	waitFor(t, "the dead machine's instance stopping", func() bool {
+	poll.Until(t, "the dead machine's instance stopping", func() bool {
 		fp.mu.Lock()
 		defer fp.mu.Unlock()
 		return fp.inStop == 1
@@ -379,12 +369,12 @@ func TestProvisionerRemovesBesideItsPasses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the new machine's instance recorded while the other's stops", func() bool {
+	poll.Until(t, "the new machine's instance recorded while the other's stops", func() bool {
 		got, err := st.Machine(ctx, more[0].Id)
 		return err == nil && got.InstanceId == "fake-"+more[0].Id
 	})
 	release()
-	waitFor(t, "the dead machine removed", func() bool {
+	poll.Until(t, "the dead machine removed", func() bool {
 		_, err := st.Machine(ctx, ms[0].Id)
 		return errors.Is(err, state.ErrNotFound)
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -414,13 +415,7 @@ func (w *world) hooks(unit string) []string { return w.lines(unit, "hooks.log") 
 // waitFor polls cond until it holds or a deadline passes.
 func (w *world) waitFor(what string, cond func() bool) {
 	w.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			w.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.Until(w.t, what, cond)
 }
 
 // agentStatus returns the unit's agent status as the controller has it.

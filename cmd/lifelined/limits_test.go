@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"net"
 	"os"
 	"regexp"
@@ -32,23 +33,6 @@ func metricValue(t *testing.T, addr, sample string) float64 {
 		t.Fatalf("%s: %v", sample, err)
 	}
 	return v
-}
-
-// waitFor polls cond every 50 ms until it holds or the timeout passes,
-// which fails the test with what cond last said.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, timeout, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // TestConnectionFloodIsRefused floods a controller with embedded etcd,
@@ -116,7 +100,7 @@ func TestConnectionFloodIsRefused(t *testing.T) {
 		}
 		conns = append(conns, c)
 	}
-	waitFor(t, "the flood past the per-address limit refused", 30*time.Second, func() (bool, string) {
+	poll.Within(t, "the flood past the per-address limit refused", 30*time.Second, func() (bool, string) {
 		n := metricValue(t, metricsAddr, `lifeline_api_connections_refused_total{limit="per_address"}`)
 		return n >= flood-nofile/2/4, strconv.FormatFloat(n, 'f', 0, 64) + " refused"
 	})
@@ -161,7 +145,7 @@ func TestConnectionFloodIsRefused(t *testing.T) {
 		}
 	}
 	// The test's own three remain.
-	waitFor(t, "the idle flood closed at the handshake deadline", time.Minute, func() (bool, string) {
+	poll.Within(t, "the idle flood closed at the handshake deadline", time.Minute, func() (bool, string) {
 		open := metricValue(t, metricsAddr, "lifeline_api_connections")
 		return open <= 3, strconv.FormatFloat(open, 'f', 0, 64) + " open"
 	})

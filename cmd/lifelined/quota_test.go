@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -145,7 +146,7 @@ func TestCompactionKeepsUpWithoutBudgets(t *testing.T) {
 		}
 	}
 	// Within the next looks, the space is back.
-	e2etest.WaitFor(t, "etcd's database out of the quota's reserve, no alarm", time.Minute, func() (bool, string) {
+	poll.Within(t, "etcd's database out of the quota's reserve, no alarm", time.Minute, func() (bool, string) {
 		size, alarm := storageMetrics(t, metricsAddr)
 		return alarm == 0 && size < quota-quota/10, ""
 	})
@@ -271,7 +272,7 @@ func TestControllerStartsOnAFullMember(t *testing.T) {
 		if st := modelStatus(t, dir); len(st.Machines) != 1 {
 			t.Errorf("status on a full member shows %d machines, want 1", len(st.Machines))
 		}
-		e2etest.WaitFor(t, "the NOSPACE alarm disarmed", time.Minute, alarmGone(metricsAddr))
+		poll.Within(t, "the NOSPACE alarm disarmed", time.Minute, alarmGone(metricsAddr))
 		if st := modelStatus(t, dir); len(st.Alarms) != 0 {
 			t.Errorf("status alarms once disarmed = %q, want none", st.Alarms)
 		}
@@ -318,7 +319,7 @@ func TestControllerStartsOnAFullMember(t *testing.T) {
 
 		// Twice the quota: the keys fit with room to spare.
 		metricsAddr, _, _ := startStoppable(t, dir, 0, "--etcd-quota-bytes", "32MiB", "--api-addr", cfg.Controllers[0])
-		e2etest.WaitFor(t, "the NOSPACE alarm disarmed under the larger quota", time.Minute, alarmGone(metricsAddr))
+		poll.Within(t, "the NOSPACE alarm disarmed under the larger quota", time.Minute, alarmGone(metricsAddr))
 		destroyAttacker(t, dir, m)
 	})
 }
