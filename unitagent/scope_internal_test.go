@@ -43,8 +43,6 @@ func (f *scopeAPI) LeaveScope(context.Context, *pb.LeaveScopeRequest, ...grpc.Ca
 func TestEnteringIsNotSavedOnItsOwn(t *testing.T) {
 	dir := t.TempDir()
 	var synced int
-	defer func(f func(*os.File) error) { syncFile = f }(syncFile)
-	syncFile = func(f *os.File) error { synced++; return f.Sync() }
 
 	onDisk := func() *localRelation {
 		t.Helper()
@@ -56,6 +54,7 @@ func TestEnteringIsNotSavedOnItsOwn(t *testing.T) {
 	}
 	api := &scopeAPI{}
 	a := &Agent{cfg: Config{Unit: "app/0", API: api}, logger: hclog.NewNullLogger(), store: newStateStore(dir)}
+	a.store.syncFile = func(f *os.File) error { synced++; return f.Sync() }
 	var err error
 	if a.l, err = a.store.load(); err != nil {
 		t.Fatal(err)

@@ -38,7 +38,7 @@ import (
 // so it is ignored as if never written. Anything wrong before the last
 // line is damage, reported as such.
 //
-// Once the journal outgrows both compactMinBytes and twice the snapshot,
+// Once the journal outgrows both its compactMinBytes and twice the snapshot,
 // the next save writes a new snapshot with a higher seq, then empties the
 // journal: a crash between the two leaves records the snapshot already
 // holds (their seq is not above its own), which loading skips. The first
@@ -62,9 +62,9 @@ const (
 // failing.
 var DataFiles = []string{journalName}
 
-// compactMinBytes is the size the journal may reach before it is folded
-// into a new snapshot, whatever the snapshot's size (a variable for tests).
-var compactMinBytes int64 = 64 << 10
+// defaultCompactMinBytes is the size the journal may reach before it is
+// folded into a new snapshot, whatever the snapshot's size.
+const defaultCompactMinBytes = 64 << 10
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -87,7 +87,7 @@ type journalRecord struct {
 // stateStore keeps one unit's local state on disk. It is not safe for
 // concurrent use: the agent's loop is its only user.
 type stateStore struct {
-	dir string
+	storeSettings
 	// seq numbers the last record written, or the snapshot when none has
 	// been written since.
 	seq uint64
@@ -111,10 +111,6 @@ type stateStore struct {
 	// later is the state a change of which saveLater left for the next
 	// save, flush or settle to write.
 	later *localState
-	// crash, when set (by tests), is called at each point of a save where
-	// a crash leaves the files in a state of their own; an error stops the
-	// save there, as a crash would.
-	crash func(point string) error
 	// empty says the directory is not there (or new: Config.New), so
 	// that the first load has no files to read.
 	empty bool
@@ -123,7 +119,29 @@ type stateStore struct {
 	dirMade bool
 }
 
-func newStateStore(dir string) *stateStore { return &stateStore{dir: dir} }
+// storeSettings are what a stateStore keeps across a load: where it
+// writes, and how (tests change the last four).
+type storeSettings struct {
+	dir string
+	// syncFile makes a file's content durable: (*os.File).Sync, but for
+	// tests that count the syncs.
+	syncFile func(*os.File) error
+	// settleChanges is how many members' changes saveLater may leave in
+	// memory alone (defaultSettleChanges).
+	settleChanges int
+	// compactMinBytes is the size the journal may reach before it is
+	// folded into a new snapshot (defaultCompactMinBytes; less in tests,
+	// to fold often).
+	compactMinBytes int64
+	// crash, when set (by tests), is called at each point of a save where
+	// a crash leaves the files in a state of their own; an error stops the
+	// save there, as a crash would.
+	crash func(point string) error
+}
+
+func newStateStore(dir string) *stateStore {
+	return &stateStore{storeSettings: storeSettings{dir: dir, syncFile: (*os.File).Sync, settleChanges: defaultSettleChanges, compactMinBytes: defaultCompactMinBytes}}
+}
 
 func (s *stateStore) path(name string) string { return filepath.Join(s.dir, name) }
 
@@ -159,7 +177,7 @@ func (s *stateStore) makeDir() error {
 // in a directory that is not there).
 func (s *stateStore) load() (*localState, error) {
 	empty := s.empty
-	*s = stateStore{dir: s.dir, crash: s.crash, dirMade: s.dirMade}
+	*s = stateStore{storeSettings: s.storeSettings, dirMade: s.dirMade}
 	l := newLocalState()
 	var err error
 	if !empty {
@@ -490,7 +508,7 @@ func (s *stateStore) flush() error {
 		return fmt.Errorf("sync unit state journal: %w", err)
 	}
 	defer f.Close()
-	if err := syncFile(f); err != nil {
+	if err := s.syncFile(f); err != nil {
 		return fmt.Errorf("sync unit state journal: %w", err)
 	}
 	if err := s.syncJournalEntry(); err != nil {
@@ -500,12 +518,12 @@ func (s *stateStore) flush() error {
 	return nil
 }
 
-// settleChanges is how many members' changes saveLater may leave in memory
-// alone (a variable for tests): beyond them, settle writes them.
-var settleChanges = 256
+// defaultSettleChanges is how many members' changes saveLater may leave
+// in memory alone: beyond them, settle writes them.
+const defaultSettleChanges = 256
 
 // settle is flush for an agent about to wait. What saveLater left stays
-// left, unless it holds more than settleChanges members' changes: that is
+// left, unless it holds more than s.settleChanges members' changes: that is
 // written, unsynced (it survives the agent's crash, and a machine's crash
 // costs only its doing again), so that an agent whose charm has no hooks
 // does not keep every change of its relations' members since it started.
@@ -514,7 +532,7 @@ func (s *stateStore) settle() error {
 		return s.flush()
 	}
 	l := s.later
-	if l == nil || len(l.changes) <= settleChanges {
+	if l == nil || len(l.changes) <= s.settleChanges {
 		return nil
 	}
 	err := s.saveSync(l, false)
@@ -527,7 +545,7 @@ func (s *stateStore) syncJournalEntry() error {
 	if s.journalSynced {
 		return nil
 	}
-	if err := syncDir(s.dir); err != nil {
+	if err := s.syncDir(s.dir); err != nil {
 		return err
 	}
 	s.journalSynced = true
@@ -543,7 +561,7 @@ func (s *stateStore) saveSync(l *localState, sync bool) error {
 		s.later = nil
 		return nil
 	}
-	if s.rewrite || s.journalBytes > compactMinBytes && s.journalBytes > 2*s.snapshotBytes {
+	if s.rewrite || s.journalBytes > s.compactMinBytes && s.journalBytes > 2*s.snapshotBytes {
 		err = s.writeSnapshot(l, head)
 	} else {
 		err = s.append(l, head, sync)
@@ -581,7 +599,7 @@ func (s *stateStore) append(l *localState, head []byte, sync bool) error {
 		return err
 	}
 	if sync {
-		if err := syncFile(f); err != nil {
+		if err := s.syncFile(f); err != nil {
 			f.Close()
 			return fmt.Errorf("sync unit state journal: %w", err)
 		}
@@ -643,7 +661,7 @@ func (s *stateStore) writeSnapshot(l *localState, head []byte) error {
 		w.Close()
 		return err
 	}
-	if err := syncFile(w); err != nil {
+	if err := s.syncFile(w); err != nil {
 		w.Close()
 		return fmt.Errorf("sync unit state: %w", err)
 	}
@@ -662,7 +680,7 @@ func (s *stateStore) writeSnapshot(l *localState, head []byte) error {
 	for _, m := range moved {
 		m.k.at, m.k.data = m.at, nil
 	}
-	if err := syncDir(s.dir); err != nil {
+	if err := s.syncDir(s.dir); err != nil {
 		return err
 	}
 	if err := s.crashPoint("snapshot-renamed"); err != nil {
@@ -681,7 +699,7 @@ func (s *stateStore) writeSnapshot(l *localState, head []byte) error {
 			f.Close()
 			return fmt.Errorf("empty unit state journal: %w", err)
 		}
-		if err := syncFile(f); err != nil {
+		if err := s.syncFile(f); err != nil {
 			f.Close()
 			return fmt.Errorf("sync unit state journal: %w", err)
 		}
@@ -695,17 +713,13 @@ func (s *stateStore) writeSnapshot(l *localState, head []byte) error {
 	return nil
 }
 
-// syncFile makes f's content durable (a variable for tests, which count
-// the syncs).
-var syncFile = (*os.File).Sync
-
-func syncDir(dir string) error {
+func (s *stateStore) syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("sync unit state directory: %w", err)
 	}
 	defer d.Close()
-	if err := syncFile(d); err != nil {
+	if err := s.syncFile(d); err != nil {
 		return fmt.Errorf("sync unit state directory: %w", err)
 	}
 	return nil

@@ -21,11 +21,10 @@ import (
 // (as a hook's end is), and loads each back whole: a record written
 // unsynced is there for the agent restarted after a crash of its own.
 func TestStateStoreSavesAndLoads(t *testing.T) {
-	defer func(n int64) { compactMinBytes = n }(compactMinBytes)
-	compactMinBytes = 1 << 10
 	dir := t.TempDir()
 	want := states(t, 400)
 	s := newStateStore(dir)
+	s.compactMinBytes = 1 << 10
 	l, err := s.load()
 	if err != nil {
 		t.Fatal(err)
@@ -72,8 +71,7 @@ func TestStateStoreSavesAndLoads(t *testing.T) {
 func TestStateStoreSyncs(t *testing.T) {
 	var dir string
 	var synced []string
-	defer func(f func(*os.File) error) { syncFile = f }(syncFile)
-	syncFile = func(f *os.File) error {
+	countSyncs := func(f *os.File) error {
 		name := filepath.Base(f.Name())
 		if f.Name() == dir {
 			name = "dir"
@@ -84,6 +82,7 @@ func TestStateStoreSyncs(t *testing.T) {
 	for _, unsyncedFirst := range []bool{true, false} {
 		dir = t.TempDir()
 		s := newStateStore(dir)
+		s.syncFile = countSyncs
 		l, err := s.load()
 		if err != nil {
 			t.Fatal(err)
@@ -249,14 +248,13 @@ func TestStateStoreTornRecord(t *testing.T) {
 // loads: the state is the one before the save or the one after, and saving
 // goes on from it.
 func TestStateStoreCrashPoints(t *testing.T) {
-	defer func(n int64) { compactMinBytes = n }(compactMinBytes)
-	compactMinBytes = 1 << 10
 	crash := errors.New("crash")
 	for _, point := range []string{"journal-written", "snapshot-written", "snapshot-renamed"} {
 		t.Run(point, func(t *testing.T) {
 			dir := t.TempDir()
 			want := states(t, 200)
 			s := newStateStore(dir)
+			s.compactMinBytes = 1 << 10
 			l, err := s.load()
 			if err != nil {
 				t.Fatal(err)
@@ -292,6 +290,7 @@ func TestStateStoreCrashPoints(t *testing.T) {
 					t.Fatalf("step %d, crashed at %s: loaded the wrong side of the save", i, point)
 				}
 				l, s = l2, s2
+				s.compactMinBytes = 1 << 10
 				if err := s.save(l); err != nil {
 					t.Fatal(err)
 				}
@@ -591,8 +590,8 @@ func TestStateStoreWriterProcess(t *testing.T) {
 	if dir == "" {
 		t.Skip("run by TestStateStoreKilled")
 	}
-	compactMinBytes = 2 << 10
 	s := newStateStore(dir)
+	s.compactMinBytes = 2 << 10
 	l, err := s.load()
 	if err != nil {
 		t.Fatal(err)
@@ -654,8 +653,7 @@ func TestStateStoreSaveLater(t *testing.T) {
 				if err := s.settle(); err != nil || s.seq != records {
 					t.Fatalf("a settle of a few changes left for later wrote %d records (%v)", s.seq-records, err)
 				}
-				defer func(n int) { settleChanges = n }(settleChanges)
-				settleChanges = len(l.changes) + 2
+				s.settleChanges = len(l.changes) + 2
 				for i := 0; i < 3; i++ {
 					l.setMember(1, fmt.Sprintf("many/%d", i), 1, nil)
 				}
