@@ -3,6 +3,7 @@ package main_test
 import (
 	"context"
 	"fmt"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,7 +116,7 @@ func TestTwoControllersShareOneModel(t *testing.T) {
 	a := startHAController(t, dir, "a", etcd.Endpoint())
 	cfgA := a.clientConfig(t)
 	b := startHAController(t, dir, "b", etcd.Endpoint(), "--join-file", joinToken(t, ctx, cfgA, a.addr, dir))
-	waitUntil(t, ctx, "b to join", func() (bool, string) {
+	poll.UntilSays(t, "b to join", func() (bool, string) {
 		return strings.Contains(b.logs.String(), "API serving"), ""
 	})
 	if _, err := os.Stat(b.config); err == nil {
@@ -129,7 +130,7 @@ func TestTwoControllersShareOneModel(t *testing.T) {
 		t.Fatalf("AddMachines through b with a's client config: %v", err)
 	}
 	var st *pb.ModelStatus
-	waitUntil(t, ctx, "both controllers listed with one leader", func() (bool, string) {
+	poll.UntilSays(t, "both controllers listed with one leader", func() (bool, string) {
 		resp, err := viaB.Status(ctx, &pb.StatusRequest{})
 		if err != nil {
 			return false, err.Error()
@@ -176,7 +177,7 @@ func TestTwoControllersShareOneModel(t *testing.T) {
 		}
 		return "", fmt.Errorf("no machine")
 	}
-	waitUntil(t, ctx, "the machine agent started", func() (bool, string) {
+	poll.UntilSays(t, "the machine agent started", func() (bool, string) {
 		a, err := machineAgent(viaB)
 		return a == "started", fmt.Sprint(a, err)
 	})
@@ -185,7 +186,7 @@ func TestTwoControllersShareOneModel(t *testing.T) {
 	killed := time.Now()
 	leaderProc.cmd.Process.Signal(syscall.SIGKILL)
 	viaSurvivor := dialOnly(t, cfgA, survivor.addr)
-	waitUntil(t, ctx, "the survivor alone, leading", func() (bool, string) {
+	poll.UntilSays(t, "the survivor alone, leading", func() (bool, string) {
 		resp, err := viaSurvivor.Status(ctx, &pb.StatusRequest{})
 		if err != nil {
 			return false, err.Error()
@@ -202,26 +203,9 @@ func TestTwoControllersShareOneModel(t *testing.T) {
 	// presence timeout (3 s); it shows started again once the agent is
 	// connected to the survivor.
 	time.Sleep(time.Until(killed.Add(4 * time.Second)))
-	waitUntil(t, ctx, "the machine agent back, on the survivor", func() (bool, string) {
+	poll.UntilSays(t, "the machine agent back, on the survivor", func() (bool, string) {
 		a, err := machineAgent(viaSurvivor)
 		return a == "started", fmt.Sprint(a, err)
 	})
 	t.Logf("the machine agent shows started through the survivor %s after the kill", time.Since(killed).Round(100*time.Millisecond))
-}
-
-func waitUntil(t *testing.T, ctx context.Context, what string, cond func() (bool, string)) {
-	t.Helper()
-	last := ""
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: gave up; last: %s", what, last)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,7 +52,7 @@ func TestControllerJoinToken(t *testing.T) {
 
 	token := joinToken(t, ctx, cfgA, a.addr, dir)
 	b := startHAController(t, dir, "b", etcd.Endpoint(), "--join-file", token)
-	waitUntil(t, ctx, "b to join", func() (bool, string) {
+	poll.UntilSays(t, "b to join", func() (bool, string) {
 		return strings.Contains(b.logs.String(), "API serving"), ""
 	})
 	if _, err := dialOnly(t, cfgA, b.addr).Status(ctx, &pb.StatusRequest{}, waitForReady()...); err != nil {
@@ -67,7 +68,7 @@ func TestControllerJoinToken(t *testing.T) {
 	b.cmd.Process.Signal(os.Interrupt)
 	b.cmd.Wait()
 	b2 := startHAController(t, dir, "b", etcd.Endpoint(), "--join-file", token)
-	waitUntil(t, ctx, "b to start again", func() (bool, string) {
+	poll.UntilSays(t, "b to start again", func() (bool, string) {
 		return strings.Contains(b2.logs.String(), "API serving"), b2.logs.String()
 	})
 	if !strings.Contains(b2.logs.String(), "--join-file is not used") {
