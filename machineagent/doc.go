@@ -31,6 +31,11 @@
 // refuses it (unitcred.go): a unit that cannot have a new one shows
 // unauthenticated.
 //
+// Run owns every goroutine the agent keeps: its presence, its
+// heartbeat, the ender of forced units, the two batchers' senders and the
+// shared watch stream (agentwatch.Mux.Run) run in its wait group and end
+// with it, before its unit agents are stopped.
+//
 // It reaches the controller only through the AgentService methods it
 // declares, and never talks to etcd. It does not start instances: that is
 // the provisioner's job, in the controller.
