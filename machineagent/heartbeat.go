@@ -47,19 +47,27 @@ func (b *taskBeats) running() int {
 	return b.total
 }
 
+// heartbeatRetry is how soon a failed heartbeat is tried again, doubling
+// up to heartbeatEvery: a controller back from a restart hears from the
+// machine within a second or two, well before its detector, which waits
+// for a task-lost-after of its own leadership, could call the tasks lost.
+const heartbeatRetry = time.Second
+
 // heartbeat calls TaskHeartbeat every heartbeatEvery while any unit of
-// the machine runs a task, until ctx ends. A task's start records a
-// heartbeat itself.
+// the machine runs a task, until ctx ends; sooner after one fails. A
+// task's start records a heartbeat itself.
 func (a *Agent) heartbeat(ctx context.Context) {
+	wait := heartbeatEvery
 	for {
 		if a.beats.running() == 0 {
+			wait = heartbeatEvery
 			select {
 			case <-ctx.Done():
 				return
 			case <-a.beats.wake:
 			}
 		}
-		if !pause.For(ctx, heartbeatEvery) {
+		if !pause.For(ctx, wait) {
 			return
 		}
 		if a.beats.running() == 0 {
@@ -68,8 +76,16 @@ func (a *Agent) heartbeat(ctx context.Context) {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		_, err := a.cfg.API.TaskHeartbeat(cctx, &pb.TaskHeartbeatRequest{Machine: a.cfg.MachineID})
 		cancel()
-		if err != nil && ctx.Err() == nil {
-			a.logger.Warn("task heartbeat failed", "error", err)
+		switch {
+		case err == nil:
+			wait = heartbeatEvery
+		case ctx.Err() != nil:
+			return
+		case wait == heartbeatEvery:
+			a.logger.Warn("task heartbeat failed; trying again", "error", err, "in", heartbeatRetry)
+			wait = heartbeatRetry
+		default:
+			wait = min(2*wait, heartbeatEvery)
 		}
 	}
 }
