@@ -27,7 +27,7 @@ func toStatus(err error) error {
 		code = codes.NotFound
 	case errors.Is(err, state.ErrAlreadyExists):
 		code = codes.AlreadyExists
-	case errors.Is(err, state.ErrRefused), errors.Is(err, state.ErrNotInError):
+	case errors.Is(err, state.ErrRefused), errors.Is(err, state.ErrNotInError), errors.Is(err, state.ErrNoChange):
 		code = codes.FailedPrecondition
 	case errors.Is(err, state.ErrAlreadyResolved):
 		code = codes.AlreadyExists

@@ -265,7 +265,8 @@ func operatorCall(ctx context.Context, st *state.State, rng *rand.Rand, id int, 
 	switch {
 	case err == nil:
 	case errors.Is(err, state.ErrRefused), errors.Is(err, state.ErrNotFound), errors.Is(err, state.ErrAlreadyExists),
-		errors.Is(err, state.ErrInvalid), errors.Is(err, state.ErrFull), errors.Is(err, state.ErrUnauthenticated):
+		errors.Is(err, state.ErrInvalid), errors.Is(err, state.ErrFull), errors.Is(err, state.ErrUnauthenticated),
+		errors.Is(err, state.ErrNoChange):
 		code, c.refused = 9, true
 	case errors.Is(err, state.ErrAborted):
 		code = 10

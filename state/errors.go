@@ -35,6 +35,9 @@ var (
 	// ErrUnauthenticated: the proof a caller without a credential offered
 	// (a registration's one-time secret) does not hold.
 	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrNoChange: a change that would change nothing (a service's spec
+	// set to the one it has); the message names what is already so.
+	ErrNoChange = errors.New("no change")
 )
 
 // RuleError is a refusal by one of the life rules (docs/DESIGN.md). It matches
@@ -82,6 +85,10 @@ func alreadyResolvedf(format string, args ...any) error {
 
 func fullf(format string, args ...any) error {
 	return &kindError{kind: ErrFull, msg: fmt.Sprintf(format, args...)}
+}
+
+func noChangef(format string, args ...any) error {
+	return &kindError{kind: ErrNoChange, msg: fmt.Sprintf(format, args...)}
 }
 
 func invalidf(format string, args ...any) error {

@@ -230,6 +230,7 @@ func CheckInvariants(snap *Snapshot) error {
 	checkUsers(snap, bad)
 	checkAudit(snap, bad)
 	checkOperations(snap, m, bad)
+	checkRevisions(snap, m, bad)
 	for k := range snap.Values {
 		var ek string
 		switch {

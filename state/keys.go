@@ -34,11 +34,11 @@ const (
 // EntityPrefixes are the prefixes under which the model's entities, their
 // references and their records live. When the model is empty none of them
 // holds a key; only the id sequences (which must never be reused) remain.
-var EntityPrefixes = []string{
+var EntityPrefixes = append([]string{
 	machinesPrefix, servicesPrefix, unitsPrefix, relationsPrefix, scopesPrefix,
 	settingsPrefix, configPrefix, relkeysPrefix, statusPrefix, cleanupsPrefix, "refs/",
 	resolvedPrefix, statusHistoryPrefix, machineJoinsPrefix,
-}
+}, revisionPrefixes...)
 
 // modelPrefixes are what Snapshot reads: everything but charm archives,
 // and of the controllers' keys the model's CA and the join tokens. The

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/lifelinehq/lifeline/etcdtest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
@@ -236,14 +234,11 @@ func TestExecuteOperation(t *testing.T) {
 	}
 }
 
-// setCharm points the service at another charm, as a refresh would.
+// setCharm points the service at another charm, by a refresh's revision.
 func setCharm(t *testing.T, f *opsFixture, service string, ch *pb.CharmRef) {
 	t.Helper()
-	svc, err := f.st.Service(f.ctx, service)
-	must(t, "Service", err)
-	svc.Charm = ch
-	b, err := proto.Marshal(svc)
-	must(t, "marshal", err)
-	_, err = etcdtest.Client(t).Put(f.ctx, f.ns+state.ServiceKey(service), string(b))
-	must(t, "put service", err)
+	_, err := f.st.ChangeSpec(f.ctx, service, state.SpecChange{Reason: "refresh", Next: func(head *pb.Revision) (*pb.ServiceSpec, []*pb.Endpoint, error) {
+		return &pb.ServiceSpec{Charm: ch, Config: head.Spec.Config}, nil, nil
+	}})
+	must(t, "ChangeSpec", err)
 }

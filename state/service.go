@@ -27,9 +27,12 @@ type AddServiceArgs struct {
 	Charm       *pb.CharmRef
 	Subordinate bool
 	Endpoints   []*pb.Endpoint
-	// Config holds the service's settings, already checked against the
-	// charm's config.yaml by the caller.
+	// Config holds the service's complete configuration (the charm's
+	// defaults applied), already checked against the charm's config.yaml
+	// by the caller: revision 1's spec with Charm.
 	Config map[string]*pb.ConfigValue
+	// By is the user who deploys, for revision 1; "" for the controller.
+	By string
 }
 
 func (a AddServiceArgs) validate() error {
@@ -86,7 +89,7 @@ func (a AddServiceArgs) validate() error {
 }
 
 // AddService adds an alive service, with a peer relation for each of its
-// peer endpoints.
+// peer endpoints, its revision 1 and its rollout, done.
 func (s *State) AddService(ctx context.Context, args AddServiceArgs) (*pb.Service, error) {
 	if err := args.validate(); err != nil {
 		return nil, err
@@ -114,6 +117,8 @@ func (s *State) AddService(ctx context.Context, args AddServiceArgs) (*pb.Servic
 		c.ifAbsent(ServiceKey(args.Name))
 		c.put(ServiceKey(args.Name), svc)
 		c.put(ServiceConfigKey(args.Name), &pb.ServiceConfig{Values: args.Config})
+		c.ifEmpty(RevisionsPrefix(args.Name))
+		s.firstRevisionOps(c, args)
 		peers := 0
 		for _, ep := range args.Endpoints {
 			if ep.Role != pb.Role_ROLE_PEER {
@@ -193,49 +198,6 @@ func (s *State) ServiceConfig(ctx context.Context, name string) (*pb.ServiceConf
 	return cfg.v, nil
 }
 
-// UpdateServiceConfig sets and unsets the named service's configuration
-// values. The caller has checked them against the charm.
-func (s *State) UpdateServiceConfig(ctx context.Context, name string, set map[string]*pb.ConfigValue, unset []string) error {
-	return s.apply(ctx, "configure service "+name, func(ctx context.Context) (*change, error) {
-		if err := checkServiceName(name); err != nil {
-			return nil, err
-		}
-		r, err := s.read(ctx, get(ServiceKey(name)), get(ServiceConfigKey(name)))
-		if err != nil {
-			return nil, err
-		}
-		if _, err := serviceFrom(r.one(0), name); err != nil {
-			return nil, err
-		}
-		cfg, err := decode[pb.ServiceConfig](r.one(1))
-		if err != nil {
-			return nil, err
-		}
-		next := &pb.ServiceConfig{Values: map[string]*pb.ConfigValue{}}
-		var mod int64
-		if cfg != nil {
-			mod = cfg.mod
-			for k, v := range cfg.v.Values {
-				next.Values[k] = v
-			}
-		}
-		for k, v := range set {
-			next.Values[k] = v
-		}
-		for _, k := range unset {
-			delete(next.Values, k)
-		}
-		if n := proto.Size(next); n > MaxConfigBytes {
-			return nil, tooLarge("the configuration of service "+name, n, MaxConfigBytes)
-		}
-		c := &change{}
-		c.ifExists(ServiceKey(name))
-		c.ifMod(ServiceConfigKey(name), mod)
-		c.put(ServiceConfigKey(name), next)
-		return c, nil
-	})
-}
-
 // DestroyService removes the named service at once when it has no units and
 // no relations; otherwise it sets it dying and writes a cleanup item with
 // which the cleaner sets its units and relations dying (S2). Destroying a
@@ -286,6 +248,11 @@ func removeServiceOps(c *change, name string) {
 	c.del(ServiceConfigKey(name))
 	c.del(StatusKey(StatusService, name))
 	c.del(cleanupKey(cleanupServiceDying, name))
+	c.delPrefix(RevisionsPrefix(name))
+	c.del(RolloutKey(name))
+	c.del(RolloutPolicyKey(name))
+	c.delPrefix(PermitsPrefix(name))
+	c.delPrefix(GateDecisionsPrefix(name))
 }
 
 // serviceView is what S3 needs to know about a service: the service, some
@@ -522,25 +489,26 @@ func (s *State) rangeWitnesses(ctx context.Context, unit string, keyOf func(stri
 
 // settle is S3 at the moment a change removes unitKey or relRef (either may
 // be ""): when the service is dying and nothing else holds it, the change
-// removes the service too. Either way the change asserts what the decision
-// rests on, so that of two concurrent removals exactly one removes the
-// service.
-func (v *serviceView) settle(c *change, unitKey, relRef string) {
+// removes the service too, and says so. Either way the change asserts
+// what the decision rests on, so that of two concurrent removals exactly
+// one removes the service.
+func (v *serviceView) settle(c *change, unitKey, relRef string) bool {
 	c.ifMod(v.svc.key, v.svc.mod)
 	if v.svc.v.Life == pb.Life_LIFE_ALIVE {
-		return
+		return false
 	}
 	if w := witness(v.units, unitKey, v.siblings...); w != nil {
 		c.ifExists(string(w.Key))
-		return
+		return false
 	}
 	if w := witness(v.rels, relRef); w != nil {
 		c.ifExists(string(w.Key))
-		return
+		return false
 	}
 	assertOnly(c, ServiceUnitsPrefix(v.name), unitKey)
 	assertOnly(c, serviceRelationsPrefix(v.name), relRef)
 	removeServiceOps(c, v.name)
+	return true
 }
 
 // witness returns a key among kvs other than except, at random so that

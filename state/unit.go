@@ -10,11 +10,11 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
-// unitsPerTxn bounds AddUnits' batches: at most four writes a unit (a new
-// machine, the unit and its two machine references) plus the comparisons
-// of the service and the machine, and room for an operator's audit entry
-// (auditOps).
-const unitsPerTxn = (MaxTxnOps - 2 - auditOps) / 4
+// unitsPerTxn bounds AddUnits' batches: at most five writes a unit (a new
+// machine, the unit, its two machine references and its unit-revision)
+// plus the comparisons of the service, the machine and the rollout's
+// target revision, and room for an operator's audit entry (auditOps).
+const unitsPerTxn = (MaxTxnOps - 3 - auditOps) / 5
 
 // Placement says where AddUnits puts new principal units.
 type Placement struct {
@@ -84,7 +84,7 @@ func (s *State) AddUnits(ctx context.Context, service string, n int, p Placement
 		batch := min(n-len(added), unitsPerTxn)
 		var units []*pb.Unit
 		err = s.apply(ctx, "add units to "+service, func(ctx context.Context) (*change, error) {
-			gets := []getOp{get(ServiceKey(service))}
+			gets := []getOp{get(ServiceKey(service)), get(RolloutKey(service))}
 			if p.Machine != "" {
 				gets = append(gets, get(MachineKey(p.Machine)))
 			}
@@ -99,10 +99,16 @@ func (s *State) AddUnits(ctx context.Context, service string, n int, p Placement
 			if err := canAddUnits(svc.v); err != nil {
 				return nil, err
 			}
+			// New units start on the rollout's target, without a permit.
+			ro, err := rolloutFrom(r.one(1), service)
+			if err != nil {
+				return nil, err
+			}
 			c := &change{}
 			c.ifMod(svc.key, svc.mod)
+			c.ifExists(RevisionKey(service, ro.v.Target))
 			if p.Machine != "" {
-				m, err := machineFrom(r.one(1), p.Machine)
+				m, err := machineFrom(r.one(2), p.Machine)
 				if err != nil {
 					return nil, err
 				}
@@ -120,6 +126,7 @@ func (s *State) AddUnits(ctx context.Context, service string, n int, p Placement
 					c.put(MachineKey(u.MachineId), &pb.Machine{Id: u.MachineId, Life: pb.Life_LIFE_ALIVE})
 				}
 				c.put(UnitKey(u.Name), u)
+				c.put(UnitRevisionKey(u.Name), &pb.UnitRevision{Current: ro.v.Target, Target: ro.v.Target})
 				if u.MachineId != "" {
 					c.putRaw(machineUnitRef(u.MachineId, u.Name), "")
 					c.putRaw(machineAliveRef(u.MachineId, u.Name), "")
@@ -215,7 +222,8 @@ func (s *State) AddSubordinate(ctx context.Context, principal, subService string
 			return nil, err
 		}
 		existing := subordinatesPrefix(principal) + subService + "/"
-		r, err := s.read(ctx, get(UnitKey(principal)), get(ServiceKey(subService)), get(seqUnitKey(subService)), getKeys(existing, 1))
+		r, err := s.read(ctx, get(UnitKey(principal)), get(ServiceKey(subService)), get(seqUnitKey(subService)), getKeys(existing, 1),
+			get(RolloutKey(subService)))
 		if err != nil {
 			return nil, err
 		}
@@ -251,6 +259,10 @@ func (s *State) AddSubordinate(ctx context.Context, principal, subService string
 		if err != nil {
 			return nil, err
 		}
+		ro, err := rolloutFrom(r.one(4), subService)
+		if err != nil {
+			return nil, err
+		}
 		sub = &pb.Unit{Name: unitName(subService, n), Service: subService, Life: pb.Life_LIFE_ALIVE, MachineId: p.v.MachineId, Principal: principal}
 		c := &change{}
 		c.ifMod(p.key, p.mod)
@@ -260,6 +272,8 @@ func (s *State) AddSubordinate(ctx context.Context, principal, subService string
 		c.putRaw(seqUnitKey(subService), strconv.FormatInt(n+1, 10))
 		c.put(UnitKey(sub.Name), sub)
 		c.putRaw(subordinateRef(principal, sub.Name), "")
+		c.ifExists(RevisionKey(subService, ro.v.Target))
+		c.put(UnitRevisionKey(sub.Name), &pb.UnitRevision{Current: ro.v.Target, Target: ro.v.Target})
 		return c, nil
 	})
 	return sub, err
@@ -380,7 +394,7 @@ func (s *State) DestroyUnit(ctx context.Context, name string, opts DestroyOption
 		c := &change{}
 		if u.v.Life == pb.Life_LIFE_ALIVE && u.v.MachineId == "" && u.v.Principal == "" && r.one(1) == nil && r.one(2) == nil {
 			// Nothing runs this unit: nobody else would ever remove it.
-			v, _, err := s.readServiceView(ctx, names.UnitService(name), name)
+			v, vr, err := s.readServiceView(ctx, names.UnitService(name), name, unitRevisionGets(name)...)
 			if err != nil {
 				return nil, err
 			}
@@ -389,7 +403,10 @@ func (s *State) DestroyUnit(ctx context.Context, name string, opts DestroyOption
 			c.ifEmpty(unitScopesPrefix(name))
 			removeUnitOps(c, u.v)
 			unitTasksOps(c, name, r.one(4))
-			v.settle(c, u.key, "")
+			gone := v.settle(c, u.key, "")
+			if err := removeUnitRevisionOps(c, name, vr.one(0), vr.one(1), gone); err != nil {
+				return nil, err
+			}
 			return c, nil
 		}
 		if opts.Force && u.v.Life != pb.Life_LIFE_DEAD {
@@ -528,7 +545,8 @@ func (s *State) RemoveUnitIf(ctx context.Context, name string, allow func(*pb.Un
 		if err := checkUnitName(name); err != nil {
 			return nil, err
 		}
-		v, r, err := s.readServiceView(ctx, names.UnitService(name), name, get(UnitKey(name)), getKeys(UnitTasksPrefix(name), 1))
+		v, r, err := s.readServiceView(ctx, names.UnitService(name), name,
+			append([]getOp{get(UnitKey(name)), getKeys(UnitTasksPrefix(name), 1)}, unitRevisionGets(name)...)...)
 		if r == nil {
 			return nil, err
 		}
@@ -551,7 +569,10 @@ func (s *State) RemoveUnitIf(ctx context.Context, name string, allow func(*pb.Un
 		c.ifMod(u.key, u.mod)
 		removeUnitOps(c, u.v)
 		unitTasksOps(c, name, r.one(1))
-		v.settle(c, u.key, "")
+		gone := v.settle(c, u.key, "")
+		if err := removeUnitRevisionOps(c, name, r.one(2), r.one(3), gone); err != nil {
+			return nil, err
+		}
 		return c, nil
 	})
 }
@@ -588,6 +609,8 @@ func removeUnitOps(c *change, u *pb.Unit) {
 	c.del(cleanupKey(cleanupUnitDying, u.Name))
 	c.del(ResolvedKey(u.Name))
 	c.del(credentialKey(names.UnitTag(u.Name)))
+	c.del(UnitRevisionKey(u.Name))
+	c.del(PermitKey(u.Name))
 }
 
 // joinMore joins names with commas, adding "and more" when the list was cut.
