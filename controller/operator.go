@@ -132,6 +132,7 @@ func (s *Server) Deploy(ctx context.Context, req *pb.DeployRequest) (*pb.DeployR
 		Subordinate: c.Subordinate,
 		Endpoints:   c.Endpoints,
 		Config:      cfg.WithDefaults(values),
+		By:          userName(ctx),
 	})
 	if err != nil {
 		return nil, err
@@ -424,18 +425,47 @@ func (s *Server) SetConfig(ctx context.Context, req *pb.SetConfigRequest) (*pb.S
 		return nil, err
 	}
 	defaults := cfg.Defaults()
-	var unset []string
 	for _, k := range req.Unset {
 		if _, ok := cfg.Options[k]; !ok {
 			return nil, invalid("unknown config option %q", k)
 		}
-		if d, ok := defaults[k]; ok {
-			values[k] = d
-		} else {
-			unset = append(unset, k)
-		}
 	}
-	return &pb.SetConfigResponse{}, s.st.UpdateServiceConfig(ctx, req.Service, values, unset)
+	// A new revision of the service's spec: the head's configuration with
+	// the settings set, and those unset back to their defaults (or
+	// absent, for an option without one).
+	_, err = s.st.ChangeSpec(ctx, req.Service, state.SpecChange{By: userName(ctx), Reason: "config",
+		Next: func(head *pb.Revision) (*pb.ServiceSpec, []*pb.Endpoint, error) {
+			if ch := head.Spec.GetCharm(); ch.GetName() != c.Name || ch.GetRevision() != c.Revision {
+				return nil, nil, status.Errorf(codes.Aborted, "service %s moved to charm %s-%d meanwhile: try again", req.Service, ch.GetName(), ch.GetRevision())
+			}
+			next := &pb.ServiceSpec{Charm: head.Spec.Charm, Config: map[string]*pb.ConfigValue{}}
+			for k, v := range head.Spec.Config {
+				next.Config[k] = v
+			}
+			for k, v := range values {
+				next.Config[k] = v
+			}
+			for _, k := range req.Unset {
+				if d, ok := defaults[k]; ok {
+					next.Config[k] = d
+				} else {
+					delete(next.Config, k)
+				}
+			}
+			return next, nil, nil
+		}})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.SetConfigResponse{}, nil
+}
+
+// userName is the name of the user who made the call; "" for an agent.
+func userName(ctx context.Context) string {
+	if c := callerFrom(ctx); c.kind == names.KindUser {
+		return c.id
+	}
+	return ""
 }
 
 // Barrier returns a barrier at or past the model's current revision (or
