@@ -11,8 +11,9 @@ import (
 )
 
 // CharmCollector removes what the charm store no longer needs: the
-// revisions no service uses (but the latest of each charm, which a deploy
-// takes by default), with their archives, and the archives no revision
+// revisions no service uses and no kept service revision names (a
+// rollback may return to it), but the latest of each charm, which a
+// deploy takes by default, with their archives, and the archives no revision
 // names (what an upload that failed, and could not clean up after itself,
 // left). Every charm revision ever uploaded stayed in etcd before, and an
 // operator uploading charms in a loop could fill it.
@@ -22,7 +23,8 @@ import (
 // charm's record before it adds the service, and an upload writes its
 // archive before the record, each a moment before the other write the
 // pass would see. Each removal is a transaction asserting that no service
-// changed since the pass read (a revision's), or that no revision was
+// and no service revision changed since the pass read (a charm
+// revision's), or that no revision was
 // added (an archive's), so that a service added meanwhile keeps its
 // charm; a removal whose comparisons fail waits for the next pass.
 // Like the cleaner, it runs in the controller elected to run the
@@ -131,6 +133,19 @@ func (s *State) charmGarbage(ctx context.Context) (*charmGarbage, error) {
 			used[ref.Name+"/"+strconv.FormatInt(ref.Revision, 10)] = true
 		}
 	}
+	specs, err := s.listRev(ctx, revisionsPrefix, false, rev)
+	if err != nil {
+		return nil, err
+	}
+	for _, kv := range specs {
+		r, err := decode[pb.Revision](kv)
+		if err != nil {
+			return nil, err
+		}
+		if ref := r.v.GetSpec().GetCharm(); ref != nil {
+			used[ref.Name+"/"+strconv.FormatInt(ref.Revision, 10)] = true
+		}
+	}
 	seqs, err := s.listRev(ctx, seqPrefix+"charm/", false, rev)
 	if err != nil {
 		return nil, err
@@ -176,6 +191,7 @@ func (s *State) charmGarbage(ctx context.Context) (*charmGarbage, error) {
 func (s *State) removeCharmRevision(ctx context.Context, rec *record[*pb.Charm], rev int64) (bool, error) {
 	c := &change{}
 	c.ifNoNewer(servicesPrefix, rev)
+	c.ifNoNewer(revisionsPrefix, rev)
 	c.ifMod(rec.key, rec.mod)
 	c.del(rec.key)
 	c.del(charmShaKey(rec.v.Name, rec.v.Sha256))

@@ -19,7 +19,8 @@ import (
 // and an archive no revision names: the collector removes, once two passes
 // have found them unneeded, the revisions no service uses but the latest
 // of each charm, with their archives, and the unnamed archive; a revision
-// a service starts using between the passes stays.
+// a service starts using between the passes stays, and so does one only a
+// service's kept revision names (a rollback may return to it).
 func TestCharmCollector(t *testing.T) {
 	st, err := New(etcdtest.Client(t), Config{Namespace: etcdtest.Namespace(t)})
 	if err != nil {
@@ -44,6 +45,13 @@ func TestCharmCollector(t *testing.T) {
 	y1 := add("y", "y one")
 	z1, _ := add("z", "z one"), add("z", "z two")
 	deploy("s", x1)
+	w1, w2, w3 := add("w", "w one"), add("w", "w two"), add("w", "w three")
+	deploy("r", w1)
+	if _, err := st.ChangeSpec(ctx, "r", SpecChange{Reason: "refresh", Next: func(head *pb.Revision) (*pb.ServiceSpec, []*pb.Endpoint, error) {
+		return &pb.ServiceSpec{Charm: &pb.CharmRef{Name: w2.Name, Revision: w2.Revision, Sha256: w2.Sha256}, Config: head.GetSpec().GetConfig()}, nil, nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := st.kv.Put(ctx, charmChunkKey("0badc0de", 0), "left by a failed upload"); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +67,7 @@ func TestCharmCollector(t *testing.T) {
 	for _, want := range []struct {
 		c    *pb.Charm
 		kept bool
-	}{{x1, true}, {x2, false}, {x3, true}, {y1, true}, {z1, true}} {
+	}{{x1, true}, {x2, false}, {x3, true}, {y1, true}, {z1, true}, {w1, true}, {w2, true}, {w3, true}} {
 		_, err := st.Charm(ctx, want.c.Name, want.c.Revision)
 		if kept := err == nil; kept != want.kept {
 			t.Errorf("charm %s revision %d kept = %v (%v), want %v", want.c.Name, want.c.Revision, kept, err, want.kept)
