@@ -2,8 +2,11 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"net"
@@ -20,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/lifelinehq/lifeline/apiclient"
+	"github.com/lifelinehq/lifeline/charm"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -379,4 +383,31 @@ func diskWrites(before, after counters) map[string]diskFigures {
 		}
 	}
 	return out
+}
+
+// upload packs and uploads a charm.
+func upload(ctx context.Context, op pb.OperatorServiceClient, dir string) (*pb.Charm, error) {
+	var buf bytes.Buffer
+	info, err := charm.Pack(dir, &buf)
+	if err != nil {
+		return nil, err
+	}
+	stream, err := op.UploadCharm(ctx)
+	if err != nil {
+		return nil, err
+	}
+	data := buf.Bytes()
+	if err := stream.Send(&pb.UploadCharmRequest{Part: &pb.UploadCharmRequest_Header{Header: &pb.UploadCharmHeader{Size: int64(len(data)), Sha256: info.SHA256}}}); err != nil {
+		return nil, err
+	}
+	for off := 0; off < len(data); off += 1 << 20 {
+		if err := stream.Send(&pb.UploadCharmRequest{Part: &pb.UploadCharmRequest_Chunk{Chunk: data[off:min(off+1<<20, len(data))]}}); err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return nil, fmt.Errorf("upload %s: %w", dir, err)
+	}
+	return resp.Charm, nil
 }

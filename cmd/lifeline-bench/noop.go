@@ -22,28 +22,51 @@ import (
 // noopProgram returns a static ELF executable for this machine that exits
 // 0 at once, or nil when the harness knows none for its architecture.
 func noopProgram() []byte {
-	var code []byte
-	var machine uint16
 	switch runtime.GOARCH {
 	case "amd64":
-		machine = 62 // EM_X86_64
-		code = []byte{
+		return elfProgram(62, []byte{ // EM_X86_64
 			0x31, 0xff, // xor edi, edi: status 0
 			0xb8, 0x3c, 0x00, 0x00, 0x00, // mov eax, 60: exit
 			0x0f, 0x05, // syscall
-		}
+		})
 	case "arm64":
-		machine = 183 // EM_AARCH64
-		code = []byte{
+		return elfProgram(183, []byte{ // EM_AARCH64
 			0x00, 0x00, 0x80, 0xd2, // mov x0, #0: status 0
 			0xa8, 0x0b, 0x80, 0xd2, // mov x8, #93: exit
 			0x01, 0x00, 0x00, 0xd4, // svc #0
-		}
-	default:
+		})
+	}
+	return nil
+}
+
+// sleepProgram returns a static ELF executable for this machine that
+// sleeps for seconds (nanosleep) and exits 0, ended at once by SIGTERM
+// (it has no handler), or nil when the harness knows none for its
+// architecture: the long action of the operations scenario, as cheap to
+// start as the no-op.
+func sleepProgram(seconds uint32) []byte {
+	if runtime.GOARCH != "amd64" {
 		return nil
 	}
-	// One file header, one program header loading the whole file at
-	// base, readable and executable, and the code right after them.
+	code := []byte{
+		0x6a, 0x00, // push 0: tv_nsec
+		0x68, 0, 0, 0, 0, // push seconds: tv_sec
+		0x48, 0x89, 0xe7, // mov rdi, rsp: the timespec
+		0x31, 0xf6, // xor esi, esi: no remainder
+		0xb8, 0x23, 0x00, 0x00, 0x00, // mov eax, 35: nanosleep
+		0x0f, 0x05, // syscall
+		0x31, 0xff, // xor edi, edi: status 0
+		0xb8, 0x3c, 0x00, 0x00, 0x00, // mov eax, 60: exit
+		0x0f, 0x05, // syscall
+	}
+	binary.LittleEndian.PutUint32(code[3:], seconds)
+	return elfProgram(62, code)
+}
+
+// elfProgram returns a static ELF executable for machine whose code is
+// code: one file header, one program header loading the whole file at
+// base, readable and executable, and the code right after them.
+func elfProgram(machine uint16, code []byte) []byte {
 	const base, ehsize, phsize = 0x400000, 64, 56
 	size := ehsize + phsize + len(code)
 	b := make([]byte, ehsize+phsize, size)

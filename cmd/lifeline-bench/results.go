@@ -14,6 +14,7 @@ import (
 // results are the harness's figures; the JSON names are stable, as
 // scripts and docs/PERFORMANCE.md read them.
 type results struct {
+	Scenario              string  `json:"scenario"`
 	Units                 int     `json:"units"`
 	Machines              int     `json:"machines"`
 	Related               int     `json:"related_units"`
@@ -163,6 +164,8 @@ type results struct {
 	// commits and its WAL's fsyncs.
 	DiskDeploy  map[string]diskFigures `json:"etcd_disk_deploy"`
 	DiskDestroy map[string]diskFigures `json:"etcd_disk_destroy"`
+	// Operations are the operations scenario's figures (operations.go).
+	Operations *opsResults `json:"operations,omitempty"`
 }
 
 // diskFigures are one kind of etcd's disk writes in a phase.
@@ -302,5 +305,8 @@ func (r *results) print(w io.Writer) {
 	row("retried, destroying", "%s", top(r.RetriesDestroy, 6, "%.0f"))
 	row("agent reports a unit, deploying", "%s", topCalls(r.ReportsPerUnitDeploy, 5))
 	row("agent reports a unit, destroying", "%s", topCalls(r.ReportsPerUnitDestroy, 5))
+	if o := r.Operations; o != nil {
+		o.print(row)
+	}
 	t.Flush()
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lifelinehq/lifeline/charm"
 	"github.com/lifelinehq/lifeline/embedetcd"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
@@ -46,7 +44,7 @@ func run(ctx context.Context, c config) (*results, error) {
 			defer removeRunDir(dir)
 		}
 	}
-	res := &results{Units: c.units, Machines: c.machines, Related: c.related, Hooks: c.hooks, FleetProcs: min(c.fleetProcs, c.machines), FleetNice: c.fleetNice, FleetGC: c.fleetGC}
+	res := &results{Scenario: c.scenario, Units: c.units, Machines: c.machines, Related: c.related, Hooks: c.hooks, FleetProcs: min(c.fleetProcs, c.machines), FleetNice: c.fleetNice, FleetGC: c.fleetGC}
 	fsName, inMemory, err := filesystemOf(dir)
 	if err != nil {
 		return nil, fmt.Errorf("filesystem of %s: %w", dir, err)
@@ -163,6 +161,11 @@ func run(ctx context.Context, c config) (*results, error) {
 	bench, err := writeCharm(dir, "bench", "name: bench\nprovides:\n  db: bench\n", []string{"db"}, hook)
 	if err != nil {
 		return nil, err
+	}
+	if c.scenario == "operations" {
+		if err := writeActions(bench, c.hooks); err != nil {
+			return nil, err
+		}
 	}
 	for _, d := range []string{front, bench} {
 		if _, err := upload(ctx, ctl.op, d); err != nil {
@@ -309,6 +312,18 @@ func run(ctx context.Context, c config) (*results, error) {
 		return res, err
 	}
 	prof.heap(ctx, "running")
+	if c.scenario == "operations" {
+		env := opsEnv{ctl: ctl, st: st, clock: clock, fleetUsage: fleetUsage, raw: res.RawTxnPerSecond, units: c.units, machines: c.machines, prof: prof}
+		if res.Operations, err = runOperations(ctx, env); err != nil {
+			return res, err
+		}
+		// Destroying is counted from here: the operations' calls and
+		// reports are not its.
+		if countsRunning, err = ctl.counters(); err != nil {
+			return res, err
+		}
+		model.takeReports(total)
+	}
 
 	say("destroying everything")
 	destroyStart := time.Now()
@@ -757,31 +772,4 @@ func timeStatus(ctx context.Context, ctlPath, config string) (float64, error) {
 		return 0, fmt.Errorf("ctl status: %w: %s", err, out.String())
 	}
 	return time.Since(start).Seconds(), nil
-}
-
-// upload packs and uploads a charm.
-func upload(ctx context.Context, op pb.OperatorServiceClient, dir string) (*pb.Charm, error) {
-	var buf bytes.Buffer
-	info, err := charm.Pack(dir, &buf)
-	if err != nil {
-		return nil, err
-	}
-	stream, err := op.UploadCharm(ctx)
-	if err != nil {
-		return nil, err
-	}
-	data := buf.Bytes()
-	if err := stream.Send(&pb.UploadCharmRequest{Part: &pb.UploadCharmRequest_Header{Header: &pb.UploadCharmHeader{Size: int64(len(data)), Sha256: info.SHA256}}}); err != nil {
-		return nil, err
-	}
-	for off := 0; off < len(data); off += 1 << 20 {
-		if err := stream.Send(&pb.UploadCharmRequest{Part: &pb.UploadCharmRequest_Chunk{Chunk: data[off:min(off+1<<20, len(data))]}}); err != nil && !errors.Is(err, io.EOF) {
-			return nil, err
-		}
-	}
-	resp, err := stream.CloseAndRecv()
-	if err != nil {
-		return nil, fmt.Errorf("upload %s: %w", dir, err)
-	}
-	return resp.Charm, nil
 }
