@@ -46,7 +46,7 @@ import (
 
 // sleepSeconds is how long the sleeping action sleeps: far longer than
 // its tasks take to start and be paused.
-const sleepSeconds = 600
+const sleepSeconds = 3600
 
 // fewestTxnsPerTask is the fewest etcd transactions a task of an
 // operation needs under the rules: made (materializeTasks makes 8 in a
@@ -63,6 +63,10 @@ type opsResults struct {
 	RunCallSeconds float64 `json:"run_call_seconds"`
 	TasksDone      int     `json:"tasks_done"`
 	TasksFailed    int     `json:"tasks_failed"`
+	// TasksLost were marked lost (their machine's heartbeat late past
+	// the controller's --task-lost-after) rather than ending: counted as
+	// ended for the time above, then stopped.
+	TasksLost      int     `json:"tasks_lost"`
 	TasksPerSecond float64 `json:"tasks_per_second"`
 	// FewestTxnsPerTask, CeilingTasksPerSecond (raw etcd put-if-absent
 	// transactions a second ÷ FewestTxnsPerTask) and the ratio to it.
@@ -89,10 +93,17 @@ type opsResults struct {
 	// RunAction call.
 	PauseSecondsToRunning float64 `json:"pause_seconds_to_running"`
 	PauseRunning          int     `json:"pause_tasks_running"`
-	PauseProcesses        int     `json:"pause_action_processes"`
+	// PauseLost of the sleeping operation's tasks were lost (see
+	// TasksLost) rather than running, then paused: not paused.
+	PauseLost int `json:"pause_tasks_lost"`
+	// PausePaused of them were paused when the pause settled; PauseEnded
+	// had ended first (their action's run over, or failed).
+	PausePaused    int `json:"pause_tasks_paused"`
+	PauseEnded     int `json:"pause_tasks_ended"`
+	PauseProcesses int `json:"pause_action_processes"`
 	// PauseCallSeconds is the PauseTasks call's own time (every task
 	// made pausing, or paused); PauseSecondsToSettled from the call until
-	// every task is paused, by the revision clock.
+	// every task is paused (or ended, or lost), by the revision clock.
 	PauseCallSeconds      float64 `json:"pause_call_seconds"`
 	PauseSecondsToSettled float64 `json:"pause_seconds_to_settled"`
 	PauseEtcdTxnsPerTask  float64 `json:"pause_etcd_txns_per_task"`
@@ -112,7 +123,7 @@ func writeActions(cdir, hooks string) error {
 sleep:
   description: sleeps, until paused or stopped
   safe: true
-  timeout: 1h
+  timeout: 2h
   pause-grace: 5s
   additionalProperties: false
 `
@@ -176,7 +187,8 @@ func runOperations(ctx context.Context, e opsEnv) (*opsResults, error) {
 	res.RunCallSeconds = time.Since(start).Seconds()
 	id := resp.Operation.Id
 	say("  operation %d made with its tasks after %.1f s", id, res.RunCallSeconds)
-	rev, err := tasks.wait(ctx, id, start, func(n map[pb.TaskState]int) bool { return ended(n) == e.units })
+	lost := func(n map[pb.TaskState]int) int { return n[pb.TaskState_TASK_STATE_LOST] }
+	rev, err := tasks.wait(ctx, id, start, func(n map[pb.TaskState]int) bool { return ended(n)+lost(n) == e.units })
 	if err != nil {
 		return res, fmt.Errorf("operation %d: %w", id, err)
 	}
@@ -193,7 +205,7 @@ func runOperations(ctx context.Context, e opsEnv) (*opsResults, error) {
 	}
 	n := tasks.counts(id)
 	res.SecondsToDone = done.Sub(start).Seconds()
-	res.TasksDone, res.TasksFailed = n[pb.TaskState_TASK_STATE_DONE], n[pb.TaskState_TASK_STATE_FAILED]
+	res.TasksDone, res.TasksFailed, res.TasksLost = n[pb.TaskState_TASK_STATE_DONE], n[pb.TaskState_TASK_STATE_FAILED], lost(n)
 	res.TasksPerSecond = float64(e.units) / res.SecondsToDone
 	res.RatioToCeiling = res.TasksPerSecond / res.CeilingTasksPerSecond
 	res.EtcdTxnsPerTask = (txnsAfter - txnsBefore) / float64(e.units)
@@ -203,7 +215,10 @@ func runOperations(ctx context.Context, e opsEnv) (*opsResults, error) {
 	res.ControllerCPUSeconds, res.MachineBusy = use.controller, use.busy
 	res.FleetCPUSeconds, res.ActionCPUSeconds = fleet.cpu.Seconds(), fleet.children.Seconds()
 	res.WatchLagSeconds = lag.Seconds()
-	say("  every task ended after %.1f s (%d done, %d failed): %.0f tasks/s, %.2f of the ceiling", res.SecondsToDone, res.TasksDone, res.TasksFailed, res.TasksPerSecond, res.RatioToCeiling)
+	say("  every task ended after %.1f s (%d done, %d failed, %d lost): %.0f tasks/s, %.2f of the ceiling", res.SecondsToDone, res.TasksDone, res.TasksFailed, res.TasksLost, res.TasksPerSecond, res.RatioToCeiling)
+	if err := stopAll(ctx, e.ctl, tasks, id, e.units); err != nil {
+		return res, err
+	}
 	if err := e.prof.wait(); err != nil {
 		return res, err
 	}
@@ -215,7 +230,7 @@ func runOperations(ctx context.Context, e opsEnv) (*opsResults, error) {
 		return res, fmt.Errorf("run sleep: %w", err)
 	}
 	id = resp.Operation.Id
-	rev, err = tasks.wait(ctx, id, start, func(n map[pb.TaskState]int) bool { return n[pb.TaskState_TASK_STATE_RUNNING] == e.units })
+	rev, err = tasks.wait(ctx, id, start, func(n map[pb.TaskState]int) bool { return n[pb.TaskState_TASK_STATE_RUNNING]+lost(n) == e.units })
 	if err != nil {
 		return res, fmt.Errorf("operation %d: %w", id, err)
 	}
@@ -237,7 +252,9 @@ func runOperations(ctx context.Context, e opsEnv) (*opsResults, error) {
 		return res, fmt.Errorf("pause operation %d: %w", id, err)
 	}
 	res.PauseCallSeconds = time.Since(start).Seconds()
-	rev, err = tasks.wait(ctx, id, start, func(n map[pb.TaskState]int) bool { return n[pb.TaskState_TASK_STATE_PAUSED] == e.units })
+	rev, err = tasks.wait(ctx, id, start, func(n map[pb.TaskState]int) bool {
+		return n[pb.TaskState_TASK_STATE_PAUSED]+ended(n)+lost(n) == e.units
+	})
 	if err != nil {
 		return res, fmt.Errorf("pausing operation %d: %w", id, err)
 	}
@@ -247,17 +264,29 @@ func runOperations(ctx context.Context, e opsEnv) (*opsResults, error) {
 		return res, err
 	}
 	res.PauseSecondsToSettled = paused.Sub(start).Seconds()
+	n = tasks.counts(id)
+	res.PauseLost, res.PausePaused, res.PauseEnded = lost(n), n[pb.TaskState_TASK_STATE_PAUSED], ended(n)
 	res.PauseEtcdTxnsPerTask = (txnsAfter - txnsBefore) / float64(e.units)
 	res.WatchLagSeconds = max(res.WatchLagSeconds, lag.Seconds())
-	say("  every task paused after %.1f s (the call returned after %.1f s)", res.PauseSecondsToSettled, res.PauseCallSeconds)
+	say("  every task paused or ended after %.1f s (the call returned after %.1f s): %d paused, %d ended first, %d lost", res.PauseSecondsToSettled, res.PauseCallSeconds, res.PausePaused, res.PauseEnded, res.PauseLost)
 
-	if _, err := e.ctl.op.StopTasks(ctx, &pb.StopTasksRequest{Id: id}); err != nil {
-		return res, fmt.Errorf("stop operation %d: %w", id, err)
+	return res, stopAll(ctx, e.ctl, tasks, id, e.units)
+}
+
+// stopAll stops operation id's tasks not ended (the lost ones, the
+// paused), and waits until all of its units tasks have ended, so that
+// destroying finds none open.
+func stopAll(ctx context.Context, ctl *controllerProc, tasks *taskFollower, id int64, units int) error {
+	if ended(tasks.counts(id)) == units {
+		return nil
 	}
-	if _, err := tasks.wait(ctx, id, time.Now(), func(n map[pb.TaskState]int) bool { return ended(n) == e.units }); err != nil {
-		return res, fmt.Errorf("stopping operation %d: %w", id, err)
+	if _, err := ctl.op.StopTasks(ctx, &pb.StopTasksRequest{Id: id}); err != nil {
+		return fmt.Errorf("stop operation %d: %w", id, err)
 	}
-	return res, nil
+	if _, err := tasks.wait(ctx, id, time.Now(), func(n map[pb.TaskState]int) bool { return ended(n) == units }); err != nil {
+		return fmt.Errorf("stopping operation %d: %w", id, err)
+	}
+	return nil
 }
 
 // ended counts the tasks that ended: done, failed or stopped.
@@ -376,17 +405,17 @@ func taskCounts(n map[pb.TaskState]int) string {
 
 // print adds the scenario's lines to the harness's summary.
 func (o *opsResults) print(row func(k, format string, v ...any)) {
-	row("operation: every task ended", "%.1f s after the run call (%.1f s of it the call, making the tasks); %d done, %d failed; %.0f tasks/s",
-		o.SecondsToDone, o.RunCallSeconds, o.TasksDone, o.TasksFailed, o.TasksPerSecond)
+	row("operation: every task ended", "%.1f s after the run call (%.1f s of it the call, making the tasks); %d done, %d failed, %d lost; %.0f tasks/s",
+		o.SecondsToDone, o.RunCallSeconds, o.TasksDone, o.TasksFailed, o.TasksLost, o.TasksPerSecond)
 	row("operation: ratio to ceiling", "%.2f (ceiling %.0f tasks/s at %.3f txns a task)", o.RatioToCeiling, o.CeilingTasksPerSecond, o.FewestTxnsPerTask)
 	row("operation: etcd txns a task", "%.2f; retried: %s", o.EtcdTxnsPerTask, top(o.Retries, 4, "%.0f"))
 	row("operation: CPU", "controller %.1f s, fleet %.1f s (actions %.1f s); machine's CPUs %.0f%% busy",
 		o.ControllerCPUSeconds, o.FleetCPUSeconds, o.ActionCPUSeconds, 100*o.MachineBusy)
 	row("operation: API calls a task", "%s", topCalls(o.CallsPerTask, 6))
 	row("operation: slowest calls (p99)", "%s", slowCalls(o.CallP99, 4))
-	row("pause-all: running", "%d tasks running (%d with a process) %.1f s after the run call",
-		o.PauseRunning, o.PauseProcesses, o.PauseSecondsToRunning)
-	row("pause-all: every task paused", "%.1f s after the pause call (the call %.1f s); %.2f etcd txns a task",
-		o.PauseSecondsToSettled, o.PauseCallSeconds, o.PauseEtcdTxnsPerTask)
+	row("pause-all: running", "%d tasks running (%d with a process), %d lost, %.1f s after the run call",
+		o.PauseRunning, o.PauseProcesses, o.PauseLost, o.PauseSecondsToRunning)
+	row("pause-all: settled", "%.1f s after the pause call (the call %.1f s): %d paused, %d ended first; %.2f etcd txns a task",
+		o.PauseSecondsToSettled, o.PauseCallSeconds, o.PausePaused, o.PauseEnded, o.PauseEtcdTxnsPerTask)
 	row("operations: watch lag", "%.1f s at most (not counted above)", o.WatchLagSeconds)
 }

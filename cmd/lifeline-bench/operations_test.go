@@ -44,6 +44,9 @@ func TestOperationsScenario(t *testing.T) {
 	if o.Tasks != 20 || o.TasksDone != 20 || o.TasksFailed != 0 {
 		t.Errorf("noop: %d tasks, %d done, %d failed; want 20 done", o.Tasks, o.TasksDone, o.TasksFailed)
 	}
+	if o.PausePaused != 20 {
+		t.Errorf("sleep: %d paused, want 20", o.PausePaused)
+	}
 	if o.PauseRunning != 20 || o.PauseProcesses != 4 {
 		t.Errorf("sleep: %d running, %d processes when paused; want 20 and 4", o.PauseRunning, o.PauseProcesses)
 	}
@@ -81,7 +84,7 @@ func TestOperationsScenario(t *testing.T) {
 	}
 	var text strings.Builder
 	res.print(&text)
-	for _, line := range []string{"operation: every task ended", "operation: ratio to ceiling", "pause-all: every task paused"} {
+	for _, line := range []string{"operation: every task ended", "operation: ratio to ceiling", "pause-all: settled"} {
 		if !strings.Contains(text.String(), line) {
 			t.Errorf("the summary has no line %q:\n%s", line, text.String())
 		}
