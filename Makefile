@@ -106,7 +106,9 @@ bench:
 
 ## bench-scale: the scale harness (cmd/lifeline-bench): N units on M
 ## machines through a real controller; ARGS passes flags, such as
-## ARGS='-units 1000 -machines 100 -hooks none -json out.json'
+## ARGS='-units 1000 -machines 100 -hooks none -json out.json', or
+## ARGS='-scenario operations -hooks none' for an action run on every
+## unit and a pause of them all (docs/PERFORMANCE.md)
 bench-scale: build
 	$(GO) run ./cmd/lifeline-bench -lifelined $(BIN)/lifelined -ctl $(BIN)/ctl $(ARGS)
 
