@@ -10,13 +10,36 @@ STATICCHECK_VERSION        := v0.8.2
 
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all build test test-faults lint vet deps-check staticcheck fmt-check buf-lint proto proto-check tools bench charms demo bench-scale clean
+# What the binaries say they are (ctl version, --version,
+# lifeline_build_info): the nearest tag (or devel), the commit and when
+# it was built, stamped into internal/version. Override VERSION to name a
+# release.
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null | grep '^v' || echo devel)
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+BUILDDATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+VERSION_PKG := github.com/lifelinehq/lifeline/internal/version
+LDFLAGS   := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT) -X $(VERSION_PKG).date=$(BUILDDATE)
+PREFIX    ?= /usr/local
+
+.PHONY: all build install man test test-faults lint vet deps-check staticcheck fmt-check buf-lint proto proto-check tools bench charms demo bench-scale clean
 
 all: build
 
 ## build: ctl and lifelined into ./bin
 build:
-	$(GO) build -o $(BIN)/ ./cmd/ctl ./cmd/lifelined
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/ctl ./cmd/lifelined
+
+## install: ctl and lifelined into $(PREFIX)/bin (PREFIX=/usr/local unless
+## given; DESTDIR is prepended, for packagers)
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BIN)/ctl $(BIN)/lifelined $(DESTDIR)$(PREFIX)/bin/
+
+## man: the manual pages of ctl and lifelined into ./man (generated, not
+## committed)
+man: build
+	$(BIN)/ctl gen-man $(CURDIR)/man
+	$(BIN)/lifelined gen-man $(CURDIR)/man
 
 ## test: vet, staticcheck, gofmt, buf lint, generated-code freshness, what ctl links, then every test with
 ## the race detector (end-to-end tests included) and the race tests 20 times. A package

@@ -222,6 +222,8 @@ func describe(req any) (targets []string, summary string) {
 		return []string{machine(r.Machine)}, fmt.Sprintf("issue a join token for machine %s for %s", r.Machine, time.Duration(r.TtlMs)*time.Millisecond)
 	case *pb.BarrierRequest:
 		return nil, fmt.Sprintf("write a barrier at or past revision %d", r.AtLeast)
+	case *pb.VersionRequest:
+		return nil, "ask the controller's version"
 	case *pb.RotateCredentialRequest:
 		return nil, "replace the caller's credential"
 	case *pb.RegisterRequest:

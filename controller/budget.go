@@ -144,6 +144,7 @@ var callKinds = map[string]callKind{
 	// credential replaced keeps the model as it is.
 	"/lifeline.v1.OperatorService/ListUsers":        callRead,
 	"/lifeline.v1.OperatorService/WhoAmI":           callRead,
+	"/lifeline.v1.OperatorService/Version":          callRead,
 	"/lifeline.v1.OperatorService/Audit":            callRead,
 	"/lifeline.v1.OperatorService/AddUser":          callGrow,
 	"/lifeline.v1.OperatorService/RemoveUser":       callKeep,

@@ -27,11 +27,12 @@ const (
 // refused to everyone (TestEveryOperatorMethodHasARole fails first).
 func operatorAccess(method string) (access, bool) {
 	switch method {
-	// Reads: the model, its logs, the audit log, who one is.
+	// Reads: the model, its logs, the audit log, who one is, what the
+	// controller's binary is.
 	// Waiting for the model to settle (ctl wait) is one too: its barrier
 	// is a write but changes nothing in the model, and one ctl wait takes
 	// several, which would fill the log with waits.
-	case "Status", "WatchStatus", "GetConfig", "ShowStatusLog", "Audit", "WhoAmI", "Barrier":
+	case "Status", "WatchStatus", "GetConfig", "ShowStatusLog", "Audit", "WhoAmI", "Barrier", "Version":
 		return access{role: viewer}, true
 	// Rotating one's own credential is every user's.
 	case "RotateCredential":

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/lifelinehq/lifeline/internal/version"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
@@ -83,6 +84,9 @@ type Config struct {
 	// ApprovalTTL is how long an operation awaits approval, and then
 	// execution once approved; state.DefaultApprovalTTL when zero.
 	ApprovalTTL time.Duration
+	// Build is what this controller's binary is, which Version answers;
+	// version.Get() when its Version is empty.
+	Build version.Info
 }
 
 // Validate reports a configuration New cannot use.
@@ -171,6 +175,9 @@ func New(cfg Config) (*Server, error) {
 		cfg.IdleTimeout = 5 * time.Minute
 	}
 	cfg.Watch = cfg.Watch.withDefaults()
+	if cfg.Build.Version == "" {
+		cfg.Build = version.Get()
+	}
 	s := &Server{st: cfg.State, logger: cfg.Logger.Named("api"), cfg: cfg, metrics: newMetrics(cfg.Metrics, cfg.State, cfg.Watches)}
 	s.conns = newConnMetrics(cfg.Metrics, cfg.Connections)
 	s.watchers = newWatchers(cfg.Watches, cfg.Watch, cfg.Metrics, s.logger)

@@ -60,7 +60,7 @@ func TestEachRoleAgainstEveryOperatorMethod(t *testing.T) {
 	e := newEnv(t)
 	need := map[string]string{
 		"Status": "viewer", "WatchStatus": "viewer", "GetConfig": "viewer", "ShowStatusLog": "viewer",
-		"Audit": "viewer", "WhoAmI": "viewer", "RotateCredential": "viewer", "Barrier": "viewer",
+		"Audit": "viewer", "WhoAmI": "viewer", "RotateCredential": "viewer", "Barrier": "viewer", "Version": "viewer",
 		"UploadCharm": "operator", "Deploy": "operator", "AddUnits": "operator", "AddMachines": "operator",
 		"AddRelation": "operator", "DestroyRelation": "operator", "DestroyUnit": "operator",
 		"DestroyMachine": "operator", "DestroyMachines": "operator", "DestroyService": "operator",

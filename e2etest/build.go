@@ -45,13 +45,30 @@ func goBuild(dir string, env []string, args ...string) error {
 	return nil
 }
 
-// BuildBinaries builds ctl, lifelined and the sandboxes' reaper into dir.
+// What the binaries tests build say they are (internal/version), as
+// make build stamps them: tests compare ctl version and --version with
+// these.
+const (
+	StampVersion = "v0.0.0-test"
+	StampCommit  = "0123456789abcdef0123456789abcdef01234567"
+	StampDate    = "2026-01-02T03:04:05Z"
+)
+
+// StampFlag is the go build flag that stamps StampVersion, StampCommit
+// and StampDate into a binary, as the Makefile's LDFLAGS do.
+func StampFlag() string {
+	const pkg = "github.com/lifelinehq/lifeline/internal/version"
+	return "-ldflags=-X " + pkg + ".version=" + StampVersion + " -X " + pkg + ".commit=" + StampCommit + " -X " + pkg + ".date=" + StampDate
+}
+
+// BuildBinaries builds ctl, lifelined and the sandboxes' reaper into dir,
+// stamped (StampFlag).
 func BuildBinaries(dir string) (Binaries, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return Binaries{}, err
 	}
-	if err := goBuild(root, nil, "-o", dir+string(filepath.Separator), "./cmd/ctl", "./cmd/lifelined", "./e2etest/reaper"); err != nil {
+	if err := goBuild(root, nil, StampFlag(), "-o", dir+string(filepath.Separator), "./cmd/ctl", "./cmd/lifelined", "./e2etest/reaper"); err != nil {
 		return Binaries{}, err
 	}
 	return Binaries{Ctl: filepath.Join(dir, "ctl"), Lifelined: filepath.Join(dir, "lifelined"), Reaper: filepath.Join(dir, "reaper")}, nil

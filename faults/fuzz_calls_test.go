@@ -141,7 +141,7 @@ func (fz *fuzzer) taskLogs(ctx context.Context, in *pb.TaskLogsRequest) error {
 // hash), so that it goes on calling.
 func (fz *fuzzer) userCall(ctx context.Context, rnd *rand.Rand) (string, proto.Message, error) {
 	role := pb.UserRole(rnd.IntN(5) - 1)
-	switch rnd.IntN(6) {
+	switch rnd.IntN(7) {
 	case 0:
 		in := &pb.ListUsersRequest{}
 		_, err := fz.op.ListUsers(ctx, in)
@@ -168,6 +168,10 @@ func (fz *fuzzer) userCall(ctx context.Context, rnd *rand.Rand) (string, proto.M
 		in := &pb.WhoAmIRequest{}
 		_, err := fz.op.WhoAmI(ctx, in)
 		return "WhoAmI", in, err
+	case 5:
+		in := &pb.VersionRequest{}
+		_, err := fz.op.Version(ctx, in)
+		return "Version", in, err
 	}
 	in := &pb.RotateCredentialRequest{CredentialHash: fz.ownHash}
 	if rnd.IntN(2) == 0 {

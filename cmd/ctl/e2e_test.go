@@ -13,6 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/lifelinehq/lifeline/e2etest"
 	"github.com/lifelinehq/lifeline/names"
 	"github.com/lifelinehq/lifeline/pki"
 )
@@ -103,6 +104,27 @@ func TestCommandsAgainstAController(t *testing.T) {
 	})
 	t.Run("bootstrap refused while the controller answers", func(t *testing.T) {
 		s.fails(t, 1, []string{"answers at " + addr, "ctl kill-controller"}, "bootstrap", "--data-dir", s.dataDir+"2", "--api-port", fmt.Sprint(s.port))
+	})
+	t.Run("version", func(t *testing.T) {
+		out := s.ok(t, "version")
+		if !strings.Contains(out, "client:     "+stampedLine+"\n") || !strings.Contains(out, "controller: "+stampedLine+" on ") {
+			t.Errorf("ctl version said:\n%s\nwant the client's and the controller's %s", out, stampedLine)
+		}
+		var doc struct {
+			Client     map[string]string `json:"client"`
+			Controller map[string]string `json:"controller"`
+		}
+		if err := json.Unmarshal([]byte(s.ok(t, "version", "--format", "json")), &doc); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []map[string]string{doc.Client, doc.Controller} {
+			if v["version"] != e2etest.StampVersion || v["commit"] != e2etest.StampCommit || v["date"] != e2etest.StampDate || v["go_version"] == "" {
+				t.Errorf("ctl version --format json = %+v, want both stamped %s %s %s", doc, e2etest.StampVersion, e2etest.StampCommit, e2etest.StampDate)
+			}
+		}
+		if doc.Controller["id"] == "" {
+			t.Errorf("ctl version --format json = %+v, want the controller's id", doc)
+		}
 	})
 	t.Run("wait on an empty model", func(t *testing.T) {
 		if out := s.ok(t, "wait", "--timeout", "30s"); !strings.Contains(out, "settled") {

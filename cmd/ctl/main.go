@@ -17,6 +17,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/status"
+
+	"github.com/lifelinehq/lifeline/internal/version"
 )
 
 func main() {
@@ -162,7 +164,11 @@ Example:
 	}
 	root.PersistentFlags().StringVar(&e.configFlag, "config", "", "the client config to use (default: $LIFELINE_CONFIG, or lifeline/client.json in the user's config dir)")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{cmd: cmd, err: err} })
+	// Cobra's own completion command would offer powershell too, and
+	// its help: completionCommand is ctl's.
 	root.CompletionOptions.DisableDefaultCmd = true
+	root.Version = version.Get().String()
+	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
 	root.AddCommand(
 		bootstrapCommand(e),
 		killControllerCommand(e),
@@ -189,6 +195,9 @@ Example:
 		whoamiCommand(e),
 		rotateCredentialCommand(e),
 		auditCommand(e),
+		versionCommand(e),
+		completionCommand(e),
+		manCommand(e),
 	)
 	root.AddCommand(operationCommands(e)...)
 	return root

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lifelinehq/lifeline/e2etest"
 )
 
 // binDir holds the ctl and lifelined binaries TestMain builds; the tests
@@ -29,7 +31,7 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
+	build := exec.Command("go", "build", e2etest.StampFlag(), "-o", dir+string(filepath.Separator),
 		"github.com/lifelinehq/lifeline/cmd/ctl", "github.com/lifelinehq/lifeline/cmd/lifelined")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build ctl and lifelined: %v\n%s", err, out)

@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lifelinehq/lifeline/apiclient"
+	"github.com/lifelinehq/lifeline/e2etest"
 	"github.com/lifelinehq/lifeline/embedetcd"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -32,7 +33,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	lifelined = filepath.Join(dir, "lifelined")
-	if out, err := exec.Command("go", "build", "-o", lifelined, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", e2etest.StampFlag(), "-o", lifelined, ".").CombinedOutput(); err != nil {
 		os.Stderr.Write(out)
 		os.Exit(1)
 	}

@@ -23,8 +23,10 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/cobra/doc"
 
 	"github.com/lifelinehq/lifeline/hooks"
+	"github.com/lifelinehq/lifeline/internal/version"
 )
 
 func main() {
@@ -58,6 +60,31 @@ func rootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(controllerCommand(), machineAgentCommand(), unitAgentCommand())
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.Version = version.Get().String()
+	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
+	root.AddCommand(controllerCommand(), machineAgentCommand(), unitAgentCommand(), manCommand())
 	return root
+}
+
+// manCommand writes lifelined's manual pages, one a command, into a
+// directory (make man); hidden, as it is for building.
+func manCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:    "gen-man DIR",
+		Short:  "Write lifelined's manual pages into DIR",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := os.MkdirAll(args[0], 0o755); err != nil {
+				return err
+			}
+			root := cmd.Root()
+			root.DisableAutoGenTag = true
+			if err := doc.GenManTree(root, &doc.GenManHeader{Title: "LIFELINED", Section: "8", Source: "Lifeline " + root.Version}, args[0]); err != nil {
+				return fmt.Errorf("write the manual pages: %w", err)
+			}
+			return nil
+		},
+	}
 }

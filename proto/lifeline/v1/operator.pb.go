@@ -2805,7 +2805,7 @@ var File_lifeline_v1_operator_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\n" +
-	"\x1alifeline/v1/operator.proto\x12\vlifeline.v1\x1a\x17lifeline/v1/model.proto\x1a\x1clifeline/v1/operations.proto\x1a\x17lifeline/v1/tasks.proto\x1a\x17lifeline/v1/users.proto\"+\n" +
+	"\x1alifeline/v1/operator.proto\x12\vlifeline.v1\x1a\x17lifeline/v1/model.proto\x1a\x1clifeline/v1/operations.proto\x1a\x17lifeline/v1/tasks.proto\x1a\x17lifeline/v1/users.proto\x1a\x19lifeline/v1/version.proto\"+\n" +
 	"\x0eBarrierRequest\x12\x19\n" +
 	"\bat_least\x18\x01 \x01(\x03R\aatLeast\"-\n" +
 	"\x0fBarrierResponse\x12\x1a\n" +
@@ -3006,7 +3006,7 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x11expires_unix_nano\x18\x02 \x01(\x03R\x0fexpiresUnixNano\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12%\n" +
 	"\x0eetcd_endpoints\x18\x04 \x03(\tR\retcdEndpoints\x12\x19\n" +
-	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\xad\x18\n" +
+	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\xf3\x18\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06Status\x12\x1a.lifeline.v1.StatusRequest\x1a\x1b.lifeline.v1.StatusResponse\x12R\n" +
 	"\vWatchStatus\x12\x1f.lifeline.v1.WatchStatusRequest\x1a .lifeline.v1.WatchStatusResponse0\x01\x12R\n" +
@@ -3047,7 +3047,8 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"PauseTasks\x12\x1e.lifeline.v1.PauseTasksRequest\x1a\x1f.lifeline.v1.PauseTasksResponse\x12P\n" +
 	"\vResumeTasks\x12\x1f.lifeline.v1.ResumeTasksRequest\x1a .lifeline.v1.ResumeTasksResponse\x12J\n" +
 	"\tStopTasks\x12\x1d.lifeline.v1.StopTasksRequest\x1a\x1e.lifeline.v1.StopTasksResponse\x12I\n" +
-	"\bTaskLogs\x12\x1c.lifeline.v1.TaskLogsRequest\x1a\x1d.lifeline.v1.TaskLogsResponse0\x01B=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
+	"\bTaskLogs\x12\x1c.lifeline.v1.TaskLogsRequest\x1a\x1d.lifeline.v1.TaskLogsResponse0\x01\x12D\n" +
+	"\aVersion\x12\x1b.lifeline.v1.VersionRequest\x1a\x1c.lifeline.v1.VersionResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
 
 var (
 	file_lifeline_v1_operator_proto_rawDescOnce sync.Once
@@ -3142,25 +3143,27 @@ var file_lifeline_v1_operator_proto_goTypes = []any{
 	(*ResumeTasksRequest)(nil),       // 76: lifeline.v1.ResumeTasksRequest
 	(*StopTasksRequest)(nil),         // 77: lifeline.v1.StopTasksRequest
 	(*TaskLogsRequest)(nil),          // 78: lifeline.v1.TaskLogsRequest
-	(*ListUsersResponse)(nil),        // 79: lifeline.v1.ListUsersResponse
-	(*AddUserResponse)(nil),          // 80: lifeline.v1.AddUserResponse
-	(*RemoveUserResponse)(nil),       // 81: lifeline.v1.RemoveUserResponse
-	(*SetUserRoleResponse)(nil),      // 82: lifeline.v1.SetUserRoleResponse
-	(*WhoAmIResponse)(nil),           // 83: lifeline.v1.WhoAmIResponse
-	(*RotateCredentialResponse)(nil), // 84: lifeline.v1.RotateCredentialResponse
-	(*AuditResponse)(nil),            // 85: lifeline.v1.AuditResponse
-	(*ListActionsResponse)(nil),      // 86: lifeline.v1.ListActionsResponse
-	(*RunActionResponse)(nil),        // 87: lifeline.v1.RunActionResponse
-	(*ListOperationsResponse)(nil),   // 88: lifeline.v1.ListOperationsResponse
-	(*ShowOperationResponse)(nil),    // 89: lifeline.v1.ShowOperationResponse
-	(*ShowTaskResponse)(nil),         // 90: lifeline.v1.ShowTaskResponse
-	(*ApproveOperationResponse)(nil), // 91: lifeline.v1.ApproveOperationResponse
-	(*RejectOperationResponse)(nil),  // 92: lifeline.v1.RejectOperationResponse
-	(*ExecuteOperationResponse)(nil), // 93: lifeline.v1.ExecuteOperationResponse
-	(*PauseTasksResponse)(nil),       // 94: lifeline.v1.PauseTasksResponse
-	(*ResumeTasksResponse)(nil),      // 95: lifeline.v1.ResumeTasksResponse
-	(*StopTasksResponse)(nil),        // 96: lifeline.v1.StopTasksResponse
-	(*TaskLogsResponse)(nil),         // 97: lifeline.v1.TaskLogsResponse
+	(*VersionRequest)(nil),           // 79: lifeline.v1.VersionRequest
+	(*ListUsersResponse)(nil),        // 80: lifeline.v1.ListUsersResponse
+	(*AddUserResponse)(nil),          // 81: lifeline.v1.AddUserResponse
+	(*RemoveUserResponse)(nil),       // 82: lifeline.v1.RemoveUserResponse
+	(*SetUserRoleResponse)(nil),      // 83: lifeline.v1.SetUserRoleResponse
+	(*WhoAmIResponse)(nil),           // 84: lifeline.v1.WhoAmIResponse
+	(*RotateCredentialResponse)(nil), // 85: lifeline.v1.RotateCredentialResponse
+	(*AuditResponse)(nil),            // 86: lifeline.v1.AuditResponse
+	(*ListActionsResponse)(nil),      // 87: lifeline.v1.ListActionsResponse
+	(*RunActionResponse)(nil),        // 88: lifeline.v1.RunActionResponse
+	(*ListOperationsResponse)(nil),   // 89: lifeline.v1.ListOperationsResponse
+	(*ShowOperationResponse)(nil),    // 90: lifeline.v1.ShowOperationResponse
+	(*ShowTaskResponse)(nil),         // 91: lifeline.v1.ShowTaskResponse
+	(*ApproveOperationResponse)(nil), // 92: lifeline.v1.ApproveOperationResponse
+	(*RejectOperationResponse)(nil),  // 93: lifeline.v1.RejectOperationResponse
+	(*ExecuteOperationResponse)(nil), // 94: lifeline.v1.ExecuteOperationResponse
+	(*PauseTasksResponse)(nil),       // 95: lifeline.v1.PauseTasksResponse
+	(*ResumeTasksResponse)(nil),      // 96: lifeline.v1.ResumeTasksResponse
+	(*StopTasksResponse)(nil),        // 97: lifeline.v1.StopTasksResponse
+	(*TaskLogsResponse)(nil),         // 98: lifeline.v1.TaskLogsResponse
+	(*VersionResponse)(nil),          // 99: lifeline.v1.VersionResponse
 }
 var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	6,  // 0: lifeline.v1.StatusResponse.status:type_name -> lifeline.v1.ModelStatus
@@ -3225,46 +3228,48 @@ var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	76, // 59: lifeline.v1.OperatorService.ResumeTasks:input_type -> lifeline.v1.ResumeTasksRequest
 	77, // 60: lifeline.v1.OperatorService.StopTasks:input_type -> lifeline.v1.StopTasksRequest
 	78, // 61: lifeline.v1.OperatorService.TaskLogs:input_type -> lifeline.v1.TaskLogsRequest
-	3,  // 62: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
-	5,  // 63: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
-	14, // 64: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
-	16, // 65: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
-	18, // 66: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
-	20, // 67: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
-	22, // 68: lifeline.v1.OperatorService.IssueJoinToken:output_type -> lifeline.v1.IssueJoinTokenResponse
-	24, // 69: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
-	26, // 70: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
-	28, // 71: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
-	30, // 72: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
-	32, // 73: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
-	34, // 74: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
-	36, // 75: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
-	39, // 76: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
-	41, // 77: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
-	43, // 78: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
-	46, // 79: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
-	1,  // 80: lifeline.v1.OperatorService.Barrier:output_type -> lifeline.v1.BarrierResponse
-	79, // 81: lifeline.v1.OperatorService.ListUsers:output_type -> lifeline.v1.ListUsersResponse
-	80, // 82: lifeline.v1.OperatorService.AddUser:output_type -> lifeline.v1.AddUserResponse
-	81, // 83: lifeline.v1.OperatorService.RemoveUser:output_type -> lifeline.v1.RemoveUserResponse
-	82, // 84: lifeline.v1.OperatorService.SetUserRole:output_type -> lifeline.v1.SetUserRoleResponse
-	83, // 85: lifeline.v1.OperatorService.WhoAmI:output_type -> lifeline.v1.WhoAmIResponse
-	84, // 86: lifeline.v1.OperatorService.RotateCredential:output_type -> lifeline.v1.RotateCredentialResponse
-	85, // 87: lifeline.v1.OperatorService.Audit:output_type -> lifeline.v1.AuditResponse
-	86, // 88: lifeline.v1.OperatorService.ListActions:output_type -> lifeline.v1.ListActionsResponse
-	87, // 89: lifeline.v1.OperatorService.RunAction:output_type -> lifeline.v1.RunActionResponse
-	88, // 90: lifeline.v1.OperatorService.ListOperations:output_type -> lifeline.v1.ListOperationsResponse
-	89, // 91: lifeline.v1.OperatorService.ShowOperation:output_type -> lifeline.v1.ShowOperationResponse
-	90, // 92: lifeline.v1.OperatorService.ShowTask:output_type -> lifeline.v1.ShowTaskResponse
-	91, // 93: lifeline.v1.OperatorService.ApproveOperation:output_type -> lifeline.v1.ApproveOperationResponse
-	92, // 94: lifeline.v1.OperatorService.RejectOperation:output_type -> lifeline.v1.RejectOperationResponse
-	93, // 95: lifeline.v1.OperatorService.ExecuteOperation:output_type -> lifeline.v1.ExecuteOperationResponse
-	94, // 96: lifeline.v1.OperatorService.PauseTasks:output_type -> lifeline.v1.PauseTasksResponse
-	95, // 97: lifeline.v1.OperatorService.ResumeTasks:output_type -> lifeline.v1.ResumeTasksResponse
-	96, // 98: lifeline.v1.OperatorService.StopTasks:output_type -> lifeline.v1.StopTasksResponse
-	97, // 99: lifeline.v1.OperatorService.TaskLogs:output_type -> lifeline.v1.TaskLogsResponse
-	62, // [62:100] is the sub-list for method output_type
-	24, // [24:62] is the sub-list for method input_type
+	79, // 62: lifeline.v1.OperatorService.Version:input_type -> lifeline.v1.VersionRequest
+	3,  // 63: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
+	5,  // 64: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
+	14, // 65: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
+	16, // 66: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
+	18, // 67: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
+	20, // 68: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
+	22, // 69: lifeline.v1.OperatorService.IssueJoinToken:output_type -> lifeline.v1.IssueJoinTokenResponse
+	24, // 70: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
+	26, // 71: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
+	28, // 72: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
+	30, // 73: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
+	32, // 74: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
+	34, // 75: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
+	36, // 76: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
+	39, // 77: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
+	41, // 78: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
+	43, // 79: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
+	46, // 80: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
+	1,  // 81: lifeline.v1.OperatorService.Barrier:output_type -> lifeline.v1.BarrierResponse
+	80, // 82: lifeline.v1.OperatorService.ListUsers:output_type -> lifeline.v1.ListUsersResponse
+	81, // 83: lifeline.v1.OperatorService.AddUser:output_type -> lifeline.v1.AddUserResponse
+	82, // 84: lifeline.v1.OperatorService.RemoveUser:output_type -> lifeline.v1.RemoveUserResponse
+	83, // 85: lifeline.v1.OperatorService.SetUserRole:output_type -> lifeline.v1.SetUserRoleResponse
+	84, // 86: lifeline.v1.OperatorService.WhoAmI:output_type -> lifeline.v1.WhoAmIResponse
+	85, // 87: lifeline.v1.OperatorService.RotateCredential:output_type -> lifeline.v1.RotateCredentialResponse
+	86, // 88: lifeline.v1.OperatorService.Audit:output_type -> lifeline.v1.AuditResponse
+	87, // 89: lifeline.v1.OperatorService.ListActions:output_type -> lifeline.v1.ListActionsResponse
+	88, // 90: lifeline.v1.OperatorService.RunAction:output_type -> lifeline.v1.RunActionResponse
+	89, // 91: lifeline.v1.OperatorService.ListOperations:output_type -> lifeline.v1.ListOperationsResponse
+	90, // 92: lifeline.v1.OperatorService.ShowOperation:output_type -> lifeline.v1.ShowOperationResponse
+	91, // 93: lifeline.v1.OperatorService.ShowTask:output_type -> lifeline.v1.ShowTaskResponse
+	92, // 94: lifeline.v1.OperatorService.ApproveOperation:output_type -> lifeline.v1.ApproveOperationResponse
+	93, // 95: lifeline.v1.OperatorService.RejectOperation:output_type -> lifeline.v1.RejectOperationResponse
+	94, // 96: lifeline.v1.OperatorService.ExecuteOperation:output_type -> lifeline.v1.ExecuteOperationResponse
+	95, // 97: lifeline.v1.OperatorService.PauseTasks:output_type -> lifeline.v1.PauseTasksResponse
+	96, // 98: lifeline.v1.OperatorService.ResumeTasks:output_type -> lifeline.v1.ResumeTasksResponse
+	97, // 99: lifeline.v1.OperatorService.StopTasks:output_type -> lifeline.v1.StopTasksResponse
+	98, // 100: lifeline.v1.OperatorService.TaskLogs:output_type -> lifeline.v1.TaskLogsResponse
+	99, // 101: lifeline.v1.OperatorService.Version:output_type -> lifeline.v1.VersionResponse
+	63, // [63:102] is the sub-list for method output_type
+	24, // [24:63] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name
@@ -3279,6 +3284,7 @@ func file_lifeline_v1_operator_proto_init() {
 	file_lifeline_v1_operations_proto_init()
 	file_lifeline_v1_tasks_proto_init()
 	file_lifeline_v1_users_proto_init()
+	file_lifeline_v1_version_proto_init()
 	file_lifeline_v1_operator_proto_msgTypes[12].OneofWrappers = []any{
 		(*UploadCharmRequest_Header)(nil),
 		(*UploadCharmRequest_Chunk)(nil),

@@ -59,6 +59,7 @@ const (
 	OperatorService_ResumeTasks_FullMethodName      = "/lifeline.v1.OperatorService/ResumeTasks"
 	OperatorService_StopTasks_FullMethodName        = "/lifeline.v1.OperatorService/StopTasks"
 	OperatorService_TaskLogs_FullMethodName         = "/lifeline.v1.OperatorService/TaskLogs"
+	OperatorService_Version_FullMethodName          = "/lifeline.v1.OperatorService/Version"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -166,6 +167,9 @@ type OperatorServiceClient interface {
 	// TaskLogs sends an operation's tasks' logs (or one task's); with
 	// follow, then their new lines as they come, until the tasks close.
 	TaskLogs(ctx context.Context, in *TaskLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TaskLogsResponse], error)
+	// Version says what the answering controller's binary is: its version,
+	// commit, build date and Go toolchain (ctl version).
+	Version(ctx context.Context, in *VersionRequest, opts ...grpc.CallOption) (*VersionResponse, error)
 }
 
 type operatorServiceClient struct {
@@ -586,6 +590,16 @@ func (c *operatorServiceClient) TaskLogs(ctx context.Context, in *TaskLogsReques
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type OperatorService_TaskLogsClient = grpc.ServerStreamingClient[TaskLogsResponse]
 
+func (c *operatorServiceClient) Version(ctx context.Context, in *VersionRequest, opts ...grpc.CallOption) (*VersionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VersionResponse)
+	err := c.cc.Invoke(ctx, OperatorService_Version_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -691,6 +705,9 @@ type OperatorServiceServer interface {
 	// TaskLogs sends an operation's tasks' logs (or one task's); with
 	// follow, then their new lines as they come, until the tasks close.
 	TaskLogs(*TaskLogsRequest, grpc.ServerStreamingServer[TaskLogsResponse]) error
+	// Version says what the answering controller's binary is: its version,
+	// commit, build date and Go toolchain (ctl version).
+	Version(context.Context, *VersionRequest) (*VersionResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -814,6 +831,9 @@ func (UnimplementedOperatorServiceServer) StopTasks(context.Context, *StopTasksR
 }
 func (UnimplementedOperatorServiceServer) TaskLogs(*TaskLogsRequest, grpc.ServerStreamingServer[TaskLogsResponse]) error {
 	return status.Error(codes.Unimplemented, "method TaskLogs not implemented")
+}
+func (UnimplementedOperatorServiceServer) Version(context.Context, *VersionRequest) (*VersionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Version not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -1488,6 +1508,24 @@ func _OperatorService_TaskLogs_Handler(srv interface{}, stream grpc.ServerStream
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type OperatorService_TaskLogsServer = grpc.ServerStreamingServer[TaskLogsResponse]
 
+func _OperatorService_Version_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VersionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).Version(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_Version_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).Version(ctx, req.(*VersionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1630,6 +1668,10 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "StopTasks",
 			Handler:    _OperatorService_StopTasks_Handler,
+		},
+		{
+			MethodName: "Version",
+			Handler:    _OperatorService_Version_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
