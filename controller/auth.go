@@ -147,6 +147,9 @@ func (s *Server) authorize(ctx context.Context, method string) (context.Context,
 }
 
 func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if isHealth(info.FullMethod) {
+		return s.healthUnary(ctx, req, info, handler)
+	}
 	start := time.Now()
 	if strings.HasPrefix(info.FullMethod, registrationPrefix) {
 		// No credential: the registration's one-time secret is the proof
@@ -190,6 +193,9 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 }
 
 func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if isHealth(info.FullMethod) {
+		return s.healthStream(srv, ss, info, handler)
+	}
 	ctx, err := s.authorize(ss.Context(), info.FullMethod)
 	var c caller
 	if ctx != nil {

@@ -170,6 +170,11 @@ var callKinds = map[string]callKind{
 	"/lifeline.v1.ControllerJoinService/JoinController": callGrow,
 	"/lifeline.v1.RegistrationService/GetCA":            callRead,
 	"/lifeline.v1.RegistrationService/Register":         callGrow,
+	// The health service: answered from memory, on its own budget
+	// (health.go).
+	"/grpc.health.v1.Health/Check": callRead,
+	"/grpc.health.v1.Health/List":  callRead,
+	"/grpc.health.v1.Health/Watch": callRead,
 }
 
 func kindOf(method string) callKind {

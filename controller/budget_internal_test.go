@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -21,6 +22,7 @@ func TestEveryMethodHasAKind(t *testing.T) {
 		{pb.MachineJoinService_ServiceDesc.ServiceName, methodNames(pb.MachineJoinService_ServiceDesc.Methods, pb.MachineJoinService_ServiceDesc.Streams)},
 		{pb.ControllerJoinService_ServiceDesc.ServiceName, methodNames(pb.ControllerJoinService_ServiceDesc.Methods, pb.ControllerJoinService_ServiceDesc.Streams)},
 		{pb.RegistrationService_ServiceDesc.ServiceName, methodNames(pb.RegistrationService_ServiceDesc.Methods, pb.RegistrationService_ServiceDesc.Streams)},
+		{healthpb.Health_ServiceDesc.ServiceName, methodNames(healthpb.Health_ServiceDesc.Methods, healthpb.Health_ServiceDesc.Streams)},
 	} {
 		for _, m := range sd.methods {
 			full := "/" + sd.name + "/" + m

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/lifelinehq/lifeline/internal/version"
@@ -84,6 +85,10 @@ type Config struct {
 	// ApprovalTTL is how long an operation awaits approval, and then
 	// execution once approved; state.DefaultApprovalTTL when zero.
 	ApprovalTTL time.Duration
+	// Health is the standard gRPC health service, served without a
+	// credential on the API; none when nil. The caller sets its statuses
+	// (lifelined: SERVING while the controller is ready).
+	Health *health.Server
 	// Build is what this controller's binary is, which Version answers;
 	// version.Get() when its Version is empty.
 	Build version.Info
@@ -131,8 +136,9 @@ type Server struct {
 	// refusals rate-limits the refused calls recorded in the audit log.
 	refusals refusalLimits
 	// registrations rate-limits RegistrationService's calls, which come
-	// without a credential.
+	// without a credential, and health the health service's.
 	registrations *rate.Limiter
+	health        *healthGate
 	// follows bounds the open audit streams that follow the log.
 	follows auditFollows
 	// actions keeps charms' actions parsed (operations.go).
@@ -184,6 +190,7 @@ func New(cfg Config) (*Server, error) {
 	s.creds = newCredMirror(cfg.Watches, s.logger)
 	s.holders = newPresenceHolders(cfg.Watches, s.logger)
 	s.registrations = rate.NewLimiter(registrationRate, registrationBurst)
+	s.health = newHealthGate()
 	s.workers = newHandlerWorkers(maxHandlerWorkers, workerIdle)
 	s.budgets = newBudgetBook(cfg.Budgets, s.logger)
 	s.limits = newLimitMetrics(cfg.Metrics, cfg.Storage)
@@ -240,7 +247,8 @@ func (s *Server) Run(ctx context.Context) error {
 
 // GRPCServer returns a gRPC server with the services registered, serving
 // TLS only and authenticating every call (ControllerJoinService's and
-// MachineJoinService's by the join token it carries). The caller serves and stops it.
+// MachineJoinService's by the join token it carries) but the health
+// service's (Config.Health). The caller serves and stops it.
 func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	opts = append([]grpc.ServerOption{
 		grpc.Creds(credentials.NewTLS(s.cfg.TLS)),
@@ -284,5 +292,6 @@ func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	pb.RegisterControllerJoinServiceServer(g, &joinServer{s: s})
 	pb.RegisterMachineJoinServiceServer(g, &machineJoinServer{s: s})
 	pb.RegisterRegistrationServiceServer(g, &registrationServer{s: s})
+	registerHealth(g, s.cfg.Health)
 	return g
 }

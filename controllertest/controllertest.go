@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
 
 	"github.com/lifelinehq/lifeline/apiclient"
 	"github.com/lifelinehq/lifeline/controller"
@@ -74,6 +75,9 @@ type Options struct {
 	// controller is told it (never tight when nil).
 	Budgets controller.Budgets
 	Storage func() controller.Storage
+	// Health is controller.Config.Health: the gRPC health service the
+	// API serves without a credential (none when nil).
+	Health *health.Server
 }
 
 // New starts a controller for the test; it stops with the test, and the
@@ -105,7 +109,7 @@ func New(t testing.TB, opts Options) *Env {
 	e := &Env{T: t, Ctx: ctx, State: st, CA: ca, anonymous: opts.Anonymous, watchQueue: opts.WatchQueue, watchBytes: opts.WatchBytes}
 	e.cfg = controller.Config{State: st, TLS: pki.ServerTLSConfig(cert), Busy: opts.Busy, PresenceTimeout: opts.PresenceTimeout,
 		ID: "c-test", KEK: opts.KEK, Watch: opts.Watch, Connections: opts.Connections, HandshakeTimeout: opts.HandshakeTimeout,
-		Budgets: opts.Budgets, Storage: opts.Storage}
+		Budgets: opts.Budgets, Storage: opts.Storage, Health: opts.Health}
 	if !opts.Anonymous {
 		e.cfg.CACert = ca.CertPEM()
 	}

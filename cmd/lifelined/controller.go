@@ -27,10 +27,13 @@ import (
 	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/lifelinehq/lifeline/apiclient"
 	"github.com/lifelinehq/lifeline/controller"
 	"github.com/lifelinehq/lifeline/embedetcd"
+	"github.com/lifelinehq/lifeline/internal/version"
 	"github.com/lifelinehq/lifeline/leader"
 	"github.com/lifelinehq/lifeline/names"
 	"github.com/lifelinehq/lifeline/pki"
@@ -391,13 +394,25 @@ func runController(ctx context.Context, f controllerFlags) error {
 	// what the controller holds, where the heap in use also counts the
 	// garbage of up to four times as much (GOGC=300).
 	heapLive := collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)}
-	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(gcCPU, heapLive)), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	build := version.Get()
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(gcCPU, heapLive)), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildInfo(build))
+	// Readiness (health.go): the gRPC health service, NOT_SERVING until
+	// the first check passes, and /readyz. Added before the API, it is
+	// interrupted first: the health service says NOT_SERVING while the
+	// API drains.
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	ready := &readiness{client: etcdClient, election: f.namespace + state.LeaderElection, storage: storage, health: hs, logger: logger.Named("ready")}
+	rdctx, rdcancel := context.WithCancel(context.Background())
+	g.Add(func() error { return ready.run(rdctx) }, func(error) { rdcancel() })
 	api, err := controller.New(controller.Config{
 		State: st, Watches: hub, Logger: logger, TLS: pki.ServerTLSConfig(cert), Metrics: reg,
 		Addresses: advertise, CACert: ca.CertPEM(), HookTimeout: f.hookTimeout, PresenceTimeout: f.presence,
 		ID: id, KEK: kek, Etcd: etcdAccess,
 		Connections: lim.conns, HandshakeTimeout: lim.handshake, IdleTimeout: lim.idle, Watch: lim.watch,
 		Budgets: f.budgets.budgets(), Storage: storage, ApprovalTTL: f.operations.approvalTTL,
+		Health: hs, Build: build,
 	})
 	if err != nil {
 		return err
@@ -426,6 +441,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 			metrics = prometheus.Gatherers{reg, etcdMetrics{}}
 		}
 		mux.Handle("/metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}))
+		serveHealth(mux, ready)
 		if f.pprof {
 			mux.HandleFunc("/debug/pprof/", pprof.Index)
 			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

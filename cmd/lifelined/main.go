@@ -7,7 +7,8 @@
 //	                    └► state ─► cleaner
 //	                         └► watch hub (one etcd watch of the model)
 //	                         └► controller API (gRPC over TLS) ─► listener
-//	                         └► metrics (/metrics on its own listener)
+//	                         └► readiness (every 2 s: etcd, leader, NOSPACE) ─► gRPC health
+//	                         └► metrics (/metrics, /healthz, /readyz on its own listener)
 //
 // Each long-running piece is an execute/interrupt pair in one oklog/run
 // group; the first to return stops the others, in the order they were
