@@ -90,6 +90,15 @@ func checkOperations(snap *Snapshot, m *model, bad func(string, ...any)) {
 			openOps++
 			want[opOpenOpRef(id)] = OperationStateName(op.State)
 		}
+		if n := len(tasksOf[id]); !op.TasksCreated && n > 0 {
+			// Made in their targets' order, and counted (opMadeRef).
+			want[opMadeRef(id)] = strconv.Itoa(n)
+			for _, u := range op.Units[:min(n, len(op.Units))] {
+				if tasksOf[id][u] == nil {
+					bad("%s has %d tasks, not those of its first %d targets: %s has none", opName(id), n, n, u)
+				}
+			}
+		}
 		checkOperationTasks(snap, id, op, tasksOf[id], bad)
 	}
 	if openOps > MaxOpenOperations {

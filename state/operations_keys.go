@@ -43,6 +43,10 @@ const (
 	// opRefFreed is put by a change that frees a slot with no task queued:
 	// a change that queues a task compares it (tasks.go).
 	opRefFreed = operationRefsPrefix + "freed/" // <op>
+	// opRefMade holds, while a running operation's tasks are being made,
+	// how many of its targets (in order) have theirs: each batch rewrites
+	// it and the last deletes it (materializeBatch).
+	opRefMade = operationRefsPrefix + "made/" // <op> = a count
 )
 
 // operationPrefixes are the prefixes of the operations' records, read by
@@ -118,6 +122,7 @@ func opStoppedPrefix(id int64) string           { return opRefStopped + opID(id)
 func opStoppedRef(id int64, unit string) string { return opStoppedPrefix(id) + unit }
 func opOpenOpRef(id int64) string               { return opRefOpen + opID(id) }
 func opFreedRef(id int64) string                { return opRefFreed + opID(id) }
+func opMadeRef(id int64) string                 { return opRefMade + opID(id) }
 
 // The values of an open task's references (refs/unit-tasks, refs/op-open):
 // what its unit's agent is to do about it.

@@ -85,6 +85,9 @@ type State struct {
 	deleting deletions
 	// ops keeps the operations' records last read (opcache.go).
 	ops opCache
+	// making counts, by operation, the State's runs of materializeTasks
+	// under way: MaterializePending leaves those operations to them.
+	making making
 }
 
 // New returns a State over the client's cluster, confined to cfg.Namespace.

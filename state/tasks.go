@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
@@ -45,19 +47,46 @@ const ledgerReads = 8
 
 // ledgerGets reads operation id's shared keys, for an attempt that
 // changes up to k of its tasks.
+//
+// The open tasks' references are read for a witness (settle) in two
+// ascending ranges of up to k+2 keys each, which together cover the
+// prefix: from witnessStart to its end, then from its start up to
+// witnessStart. etcd reads an ascending range with a limit from its
+// store up to the limit, whatever the range holds; a range sorted any
+// other way it reads whole, then sorts and cuts (its "fetch everything"),
+// which made every task change cost O(open tasks). When neither range
+// is cut short they read every open task; when one is, they read more
+// than the change can close, so a witness is among them: the count of
+// the open tasks is not read.
 func (s *State) ledgerGets(id int64, k int) []getOp {
-	open := getKeys(opOpenPrefix(id), int64(k+2))
-	open.newestFirst = true
+	p := opOpenPrefix(id)
+	from := s.witnessStart(id, k+2)
 	return []getOp{
 		s.getOperation(id),
 		{key: opSlotsPrefix(id), end: prefixEnd(opSlotsPrefix(id)), countOnly: true},
 		getKeyOnly(opFreedRef(id)),
 		getKeys(opQueuePrefix(id), int64(2*k+2)),
-		{key: opOpenPrefix(id), end: prefixEnd(opOpenPrefix(id)), countOnly: true},
-		open,
+		{key: from, end: prefixEnd(p), limit: int64(k + 2), keysOnly: true},
+		{key: p, end: from, limit: int64(k + 2), keysOnly: true},
 		getKeys(opFailedPrefix(id), 1),
 		getKeys(opStoppedPrefix(id), 1),
 	}
+}
+
+// witnessStart is where the first range of an operation's open tasks
+// that ledgerGets reads begins: at its n-th last target, by the record
+// the State keeps of it, else at the prefix's start. Tasks are made,
+// admitted from the queue, paused and stopped in their targets' order,
+// and mostly end in it: the last targets' tasks are the last likely to
+// close, and make witnesses that a change in flight seldom deletes.
+func (s *State) witnessStart(id int64, n int) string {
+	s.ops.mu.Lock()
+	rec := s.ops.recs[id]
+	s.ops.mu.Unlock()
+	if rec == nil || len(rec.v.Units) <= n {
+		return opOpenPrefix(id)
+	}
+	return opOpenRef(id, rec.v.Units[len(rec.v.Units)-n])
 }
 
 // opLedger is what an attempt read of an operation's shared keys
@@ -78,8 +107,10 @@ type opLedger struct {
 	queue     []*mvccpb.KeyValue
 	queueMore bool
 	used      map[string]bool // queue entries the change admits or removes
+	// open is how many open tasks were read: all of them, or more than
+	// the change can close (ledgerGets); openRead are their references.
 	open      int64
-	openLast  []*mvccpb.KeyValue
+	openRead  []*mvccpb.KeyValue
 	failedAny bool
 	stopAny   bool
 
@@ -102,9 +133,10 @@ func (s *State) newLedger(ctx context.Context, c *change, r *reads, i int, id in
 	l := &opLedger{
 		s: s, c: c, rev: r.rev, op: op, id: id, max: int64(op.v.MaxParallel),
 		slots: r.ranges[i+1].Count, queue: r.all(i + 3), queueMore: r.more(i + 3),
-		used: map[string]bool{}, open: r.ranges[i+4].Count, openLast: r.all(i + 5),
+		used: map[string]bool{}, openRead: append(slices.Clip(r.all(i+4)), r.all(i+5)...),
 		failedAny: len(r.all(i+6)) > 0, stopAny: len(r.all(i+7)) > 0, closing: map[string]bool{},
 	}
+	l.open = int64(len(l.openRead))
 	if kv := r.one(i + 2); kv != nil {
 		l.freedMod = kv.ModRevision
 	}
@@ -295,7 +327,7 @@ func (l *opLedger) settle() error {
 // flight deletes.
 func (l *opLedger) witness() string {
 	var cands []*mvccpb.KeyValue
-	for _, kv := range l.openLast {
+	for _, kv := range l.openRead {
 		if !l.closing[strings.TrimPrefix(string(kv.Key), opOpenPrefix(l.id))] {
 			cands = append(cands, kv)
 		}
@@ -320,10 +352,13 @@ const tasksPerBatch = 8
 // record and its open tasks; a unit that is gone, not alive, or has
 // MaxOpenTasksPerUnit open tasks gets a STOPPED task saying so. The last
 // batch sets tasks_created and, when no task is open, ends the operation.
-// It resumes after the last task made, so a run cut short by a crash is
-// finished by another (MaterializePending); two at once make each task
-// once.
+// It resumes after the last task made, as the operation's made count
+// says (opMadeRef, one key read whatever the tasks made), so a run cut
+// short by a crash is finished by another (MaterializePending); two at
+// once make each task once, each batch comparing the count it read.
 func (s *State) materializeTasks(ctx context.Context, id int64) error {
+	s.making.add(id, 1)
+	defer s.making.add(id, -1)
 	start := -1 // where the next batch is expected to start
 	for {
 		done := false
@@ -344,12 +379,36 @@ func (s *State) materializeTasks(ctx context.Context, id int64) error {
 	}
 }
 
+// making counts the runs of materializeTasks under way, by operation.
+type making struct {
+	mu   sync.Mutex
+	runs map[int64]int
+}
+
+func (m *making) add(id int64, n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.runs == nil {
+		m.runs = map[int64]int{}
+	}
+	if m.runs[id] += n; m.runs[id] <= 0 {
+		delete(m.runs, id)
+	}
+}
+
+// busy says whether a run of materializeTasks makes operation id's tasks.
+func (m *making) busy(id int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.runs[id] > 0
+}
+
 // materializeBatch is one attempt of a batch expected to start at target
 // index start (-1: not known). When the tasks made so far say the batch
 // starts elsewhere, it returns no change and where it starts; when none
 // is left to make, errNothingToDo.
 func (s *State) materializeBatch(ctx context.Context, id int64, start int) (*change, int, error) {
-	gets := append(s.ledgerGets(id, 0), getLastKey(TasksPrefix(id)))
+	gets := append(s.ledgerGets(id, 0), get(opMadeRef(id)))
 	var batch []string
 	if start >= 0 {
 		op, err := s.cachedOperation(ctx, id)
@@ -375,13 +434,13 @@ func (s *State) materializeBatch(ctx context.Context, id int64, start int) (*cha
 	if op.State != pb.OperationState_OPERATION_STATE_RUNNING || op.TasksCreated {
 		return nil, 0, errNothingToDo
 	}
-	at := 0
-	if last := r.one(ledgerReads); last != nil {
-		i, found := slices.BinarySearch(op.Units, strings.TrimPrefix(string(last.Key), TasksPrefix(id)))
-		at = i
-		if found {
-			at++
+	at, madeMod := 0, int64(0)
+	if kv := r.one(ledgerReads); kv != nil {
+		n, err := strconv.Atoi(string(kv.Value))
+		if err != nil || n < 0 || n > len(op.Units) {
+			return nil, 0, fmt.Errorf("operation %d: corrupt count of tasks made %q", id, kv.Value)
 		}
+		at, madeMod = n, kv.ModRevision
 	}
 	if at != start {
 		return nil, at, nil
@@ -423,8 +482,12 @@ func (s *State) materializeBatch(ctx context.Context, id int64, start int) (*cha
 		l.setRefs(name, taskRefValue(t.State, l.take(name)))
 		l.opened++
 	}
+	c.ifMod(opMadeRef(id), madeMod)
 	if start+len(batch) >= len(op.Units) {
+		c.del(opMadeRef(id))
 		l.rewrite().TasksCreated = true
+	} else {
+		c.putRaw(opMadeRef(id), strconv.Itoa(start+len(batch)))
 	}
 	if err := l.settle(); err != nil {
 		return nil, 0, err

@@ -182,8 +182,10 @@ func (s *State) Checkpoint(ctx context.Context, id int64, unit string) (map[stri
 }
 
 // MaterializePending makes the missing tasks of every running operation
-// whose tasks are not all made (a controller stopped between batches).
-// The leader's operations worker calls it.
+// whose tasks are not all made (a controller stopped between batches),
+// but for those this State is making already (the call that ran the
+// operation): two runs at once would each make the same batches, and
+// all but one retry. The leader's operations worker calls it.
 func (s *State) MaterializePending(ctx context.Context) error {
 	kvs, err := s.listAll(ctx, opRefOpen, false)
 	if err != nil {
@@ -197,6 +199,9 @@ func (s *State) MaterializePending(ctx context.Context) error {
 		id, err := parseOpID(strings.TrimPrefix(string(kv.Key), opRefOpen))
 		if err != nil {
 			errs = append(errs, invalidf("corrupt reference %s", kv.Key))
+			continue
+		}
+		if s.making.busy(id) {
 			continue
 		}
 		op, err := s.cachedOperation(ctx, id)
@@ -289,6 +294,7 @@ func (s *State) PruneOperations(ctx context.Context, retention time.Duration, ma
 			c.delPrefix(opFailedPrefix(id))
 			c.delPrefix(opStoppedPrefix(id))
 			c.del(opFreedRef(id))
+			c.del(opMadeRef(id))
 			c.del(opOpenOpRef(id))
 			ok, err := s.commit(ctx, c)
 			if err != nil {
