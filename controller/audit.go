@@ -253,6 +253,17 @@ func describe(req any) (targets []string, summary string) {
 		return taskVerbTargets(r.Id, r.Units), taskVerbSummary("resume", r.Id, r.Units)
 	case *pb.StopTasksRequest:
 		return taskVerbTargets(r.Id, r.Units), taskVerbSummary("stop", r.Id, r.Units)
+	// Revisions: by number; a rollback's configuration is the revision's,
+	// never written here.
+	case *pb.ListRevisionsRequest:
+		return []string{svc(r.Service)}, "list the revisions of " + r.Service
+	case *pb.ShowRevisionRequest:
+		return []string{svc(r.Service)}, fmt.Sprintf("show revision %d of %s", r.Number, r.Service)
+	case *pb.RollbackServiceRequest:
+		if r.To == 0 {
+			return []string{svc(r.Service)}, "roll back " + r.Service + " to the revision before its newest"
+		}
+		return []string{svc(r.Service)}, fmt.Sprintf("roll back %s to revision %d", r.Service, r.To)
 	}
 	return nil, ""
 }

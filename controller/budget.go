@@ -164,6 +164,11 @@ var callKinds = map[string]callKind{
 	"/lifeline.v1.OperatorService/PauseTasks":       callKeep,
 	"/lifeline.v1.OperatorService/ResumeTasks":      callGrow,
 	"/lifeline.v1.OperatorService/StopTasks":        callKeep,
+	// Revisions: a rollback writes a revision (the oldest beyond the
+	// history pruned), as SetConfig does.
+	"/lifeline.v1.OperatorService/ListRevisions":   callRead,
+	"/lifeline.v1.OperatorService/ShowRevision":    callRead,
+	"/lifeline.v1.OperatorService/RollbackService": callGrow,
 	// Made without a credential (the join token, or the registration's
 	// one-time secret, is the proof), all such calls on one budget.
 	"/lifeline.v1.MachineJoinService/JoinMachine":       callGrow,

@@ -53,6 +53,12 @@ func operatorAccess(method string) (access, bool) {
 	// The operations' task logs.
 	case "TaskLogs":
 		return access{role: viewer}, true
+	// Revisions: the history is a viewer's, a rollback an operator's (a
+	// change of the spec, as SetConfig is).
+	case "ListRevisions", "ShowRevision":
+		return access{role: viewer}, true
+	case "RollbackService":
+		return access{role: operator, changes: true}, true
 	// The users and the controllers.
 	case "ListUsers":
 		return access{role: admin}, true

@@ -71,6 +71,8 @@ func TestEachRoleAgainstEveryOperatorMethod(t *testing.T) {
 		"PauseTasks": "operator", "ResumeTasks": "operator", "StopTasks": "operator",
 		// The operations' task logs.
 		"TaskLogs": "viewer",
+		// Revisions.
+		"ListRevisions": "viewer", "ShowRevision": "viewer", "RollbackService": "operator",
 	}
 	conns := map[string]*grpc.ClientConn{
 		"viewer":   e.Dial(e.User("vic", pb.UserRole_USER_ROLE_VIEWER)),

@@ -116,6 +116,31 @@ func (fz *fuzzer) operationCall(ctx context.Context, rnd *rand.Rand) (string, pr
 	return "StopTasks", in, err
 }
 
+// revisionCall makes one call of the revisions' RPCs: on the services
+// made, revisions kept, pruned, never made and of every edge.
+func (fz *fuzzer) revisionCall(ctx context.Context, rnd *rand.Rand) (string, proto.Message, error) {
+	n := 1 + rnd.Int64N(12)
+	if rnd.IntN(3) == 0 {
+		n = int64Edge(rnd)
+	}
+	switch rnd.IntN(3) {
+	case 0:
+		in := &pb.ListRevisionsRequest{Service: fz.name(rnd, "service")}
+		_, err := fz.op.ListRevisions(ctx, in)
+		return "ListRevisions", in, err
+	case 1:
+		in := &pb.ShowRevisionRequest{Service: fz.name(rnd, "service"), Number: n}
+		_, err := fz.op.ShowRevision(ctx, in)
+		return "ShowRevision", in, err
+	}
+	in := &pb.RollbackServiceRequest{Service: fz.name(rnd, "service"), To: n}
+	if rnd.IntN(2) == 0 {
+		in.To = 0
+	}
+	_, err := fz.op.RollbackService(ctx, in)
+	return "RollbackService", in, err
+}
+
 // taskLogs reads an operation's task logs, following them for a moment
 // when asked to.
 func (fz *fuzzer) taskLogs(ctx context.Context, in *pb.TaskLogsRequest) error {

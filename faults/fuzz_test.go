@@ -293,7 +293,7 @@ func (fz *fuzzer) call(rnd *rand.Rand) {
 		req proto.Message
 		err error
 	)
-	switch rnd.IntN(22) {
+	switch rnd.IntN(23) {
 	case 0:
 		rpc, req = "Status", &pb.StatusRequest{}
 		_, err = fz.op.Status(ctx, req.(*pb.StatusRequest))
@@ -484,6 +484,8 @@ func (fz *fuzzer) call(rnd *rand.Rand) {
 		err = fz.audit(ctx, in)
 	case 20, 21:
 		rpc, req, err = fz.operationCall(ctx, rnd)
+	case 22:
+		rpc, req, err = fz.revisionCall(ctx, rnd)
 	}
 	code := status.Code(err)
 	fz.mu.Lock()

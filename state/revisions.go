@@ -331,6 +331,27 @@ func (s *State) Revisions(ctx context.Context, service string) ([]*pb.Revision, 
 	return listDecoded[pb.Revision](ctx, s, RevisionsPrefix(service))
 }
 
+// RevisionNumbers returns the numbers of the named service's revisions
+// kept, oldest first, read without the revisions themselves.
+func (s *State) RevisionNumbers(ctx context.Context, service string) ([]int64, error) {
+	if err := checkServiceName(service); err != nil {
+		return nil, err
+	}
+	kvs, err := s.listAll(ctx, RevisionsPrefix(service), true)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, 0, len(kvs))
+	for _, kv := range kvs {
+		n, err := parseNum(lastSegment(string(kv.Key)))
+		if err != nil {
+			return nil, fmt.Errorf("revision key %s: %w", kv.Key, err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
 // ServiceRevision returns the named service's revision n. (Revision is
 // etcd's.)
 func (s *State) ServiceRevision(ctx context.Context, service string, n int64) (*pb.Revision, error) {

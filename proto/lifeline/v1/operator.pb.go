@@ -2805,7 +2805,7 @@ var File_lifeline_v1_operator_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\n" +
-	"\x1alifeline/v1/operator.proto\x12\vlifeline.v1\x1a\x17lifeline/v1/model.proto\x1a\x1clifeline/v1/operations.proto\x1a\x17lifeline/v1/tasks.proto\x1a\x17lifeline/v1/users.proto\x1a\x19lifeline/v1/version.proto\"+\n" +
+	"\x1alifeline/v1/operator.proto\x12\vlifeline.v1\x1a\x17lifeline/v1/model.proto\x1a\x1clifeline/v1/operations.proto\x1a\x1flifeline/v1/revisions_api.proto\x1a\x17lifeline/v1/tasks.proto\x1a\x17lifeline/v1/users.proto\x1a\x19lifeline/v1/version.proto\"+\n" +
 	"\x0eBarrierRequest\x12\x19\n" +
 	"\bat_least\x18\x01 \x01(\x03R\aatLeast\"-\n" +
 	"\x0fBarrierResponse\x12\x1a\n" +
@@ -3006,7 +3006,7 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x11expires_unix_nano\x18\x02 \x01(\x03R\x0fexpiresUnixNano\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12%\n" +
 	"\x0eetcd_endpoints\x18\x04 \x03(\tR\retcdEndpoints\x12\x19\n" +
-	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\xf3\x18\n" +
+	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\xfe\x1a\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06Status\x12\x1a.lifeline.v1.StatusRequest\x1a\x1b.lifeline.v1.StatusResponse\x12R\n" +
 	"\vWatchStatus\x12\x1f.lifeline.v1.WatchStatusRequest\x1a .lifeline.v1.WatchStatusResponse0\x01\x12R\n" +
@@ -3048,7 +3048,10 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\vResumeTasks\x12\x1f.lifeline.v1.ResumeTasksRequest\x1a .lifeline.v1.ResumeTasksResponse\x12J\n" +
 	"\tStopTasks\x12\x1d.lifeline.v1.StopTasksRequest\x1a\x1e.lifeline.v1.StopTasksResponse\x12I\n" +
 	"\bTaskLogs\x12\x1c.lifeline.v1.TaskLogsRequest\x1a\x1d.lifeline.v1.TaskLogsResponse0\x01\x12D\n" +
-	"\aVersion\x12\x1b.lifeline.v1.VersionRequest\x1a\x1c.lifeline.v1.VersionResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
+	"\aVersion\x12\x1b.lifeline.v1.VersionRequest\x1a\x1c.lifeline.v1.VersionResponse\x12V\n" +
+	"\rListRevisions\x12!.lifeline.v1.ListRevisionsRequest\x1a\".lifeline.v1.ListRevisionsResponse\x12S\n" +
+	"\fShowRevision\x12 .lifeline.v1.ShowRevisionRequest\x1a!.lifeline.v1.ShowRevisionResponse\x12\\\n" +
+	"\x0fRollbackService\x12#.lifeline.v1.RollbackServiceRequest\x1a$.lifeline.v1.RollbackServiceResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
 
 var (
 	file_lifeline_v1_operator_proto_rawDescOnce sync.Once
@@ -3144,135 +3147,147 @@ var file_lifeline_v1_operator_proto_goTypes = []any{
 	(*StopTasksRequest)(nil),         // 77: lifeline.v1.StopTasksRequest
 	(*TaskLogsRequest)(nil),          // 78: lifeline.v1.TaskLogsRequest
 	(*VersionRequest)(nil),           // 79: lifeline.v1.VersionRequest
-	(*ListUsersResponse)(nil),        // 80: lifeline.v1.ListUsersResponse
-	(*AddUserResponse)(nil),          // 81: lifeline.v1.AddUserResponse
-	(*RemoveUserResponse)(nil),       // 82: lifeline.v1.RemoveUserResponse
-	(*SetUserRoleResponse)(nil),      // 83: lifeline.v1.SetUserRoleResponse
-	(*WhoAmIResponse)(nil),           // 84: lifeline.v1.WhoAmIResponse
-	(*RotateCredentialResponse)(nil), // 85: lifeline.v1.RotateCredentialResponse
-	(*AuditResponse)(nil),            // 86: lifeline.v1.AuditResponse
-	(*ListActionsResponse)(nil),      // 87: lifeline.v1.ListActionsResponse
-	(*RunActionResponse)(nil),        // 88: lifeline.v1.RunActionResponse
-	(*ListOperationsResponse)(nil),   // 89: lifeline.v1.ListOperationsResponse
-	(*ShowOperationResponse)(nil),    // 90: lifeline.v1.ShowOperationResponse
-	(*ShowTaskResponse)(nil),         // 91: lifeline.v1.ShowTaskResponse
-	(*ApproveOperationResponse)(nil), // 92: lifeline.v1.ApproveOperationResponse
-	(*RejectOperationResponse)(nil),  // 93: lifeline.v1.RejectOperationResponse
-	(*ExecuteOperationResponse)(nil), // 94: lifeline.v1.ExecuteOperationResponse
-	(*PauseTasksResponse)(nil),       // 95: lifeline.v1.PauseTasksResponse
-	(*ResumeTasksResponse)(nil),      // 96: lifeline.v1.ResumeTasksResponse
-	(*StopTasksResponse)(nil),        // 97: lifeline.v1.StopTasksResponse
-	(*TaskLogsResponse)(nil),         // 98: lifeline.v1.TaskLogsResponse
-	(*VersionResponse)(nil),          // 99: lifeline.v1.VersionResponse
+	(*ListRevisionsRequest)(nil),     // 80: lifeline.v1.ListRevisionsRequest
+	(*ShowRevisionRequest)(nil),      // 81: lifeline.v1.ShowRevisionRequest
+	(*RollbackServiceRequest)(nil),   // 82: lifeline.v1.RollbackServiceRequest
+	(*ListUsersResponse)(nil),        // 83: lifeline.v1.ListUsersResponse
+	(*AddUserResponse)(nil),          // 84: lifeline.v1.AddUserResponse
+	(*RemoveUserResponse)(nil),       // 85: lifeline.v1.RemoveUserResponse
+	(*SetUserRoleResponse)(nil),      // 86: lifeline.v1.SetUserRoleResponse
+	(*WhoAmIResponse)(nil),           // 87: lifeline.v1.WhoAmIResponse
+	(*RotateCredentialResponse)(nil), // 88: lifeline.v1.RotateCredentialResponse
+	(*AuditResponse)(nil),            // 89: lifeline.v1.AuditResponse
+	(*ListActionsResponse)(nil),      // 90: lifeline.v1.ListActionsResponse
+	(*RunActionResponse)(nil),        // 91: lifeline.v1.RunActionResponse
+	(*ListOperationsResponse)(nil),   // 92: lifeline.v1.ListOperationsResponse
+	(*ShowOperationResponse)(nil),    // 93: lifeline.v1.ShowOperationResponse
+	(*ShowTaskResponse)(nil),         // 94: lifeline.v1.ShowTaskResponse
+	(*ApproveOperationResponse)(nil), // 95: lifeline.v1.ApproveOperationResponse
+	(*RejectOperationResponse)(nil),  // 96: lifeline.v1.RejectOperationResponse
+	(*ExecuteOperationResponse)(nil), // 97: lifeline.v1.ExecuteOperationResponse
+	(*PauseTasksResponse)(nil),       // 98: lifeline.v1.PauseTasksResponse
+	(*ResumeTasksResponse)(nil),      // 99: lifeline.v1.ResumeTasksResponse
+	(*StopTasksResponse)(nil),        // 100: lifeline.v1.StopTasksResponse
+	(*TaskLogsResponse)(nil),         // 101: lifeline.v1.TaskLogsResponse
+	(*VersionResponse)(nil),          // 102: lifeline.v1.VersionResponse
+	(*ListRevisionsResponse)(nil),    // 103: lifeline.v1.ListRevisionsResponse
+	(*ShowRevisionResponse)(nil),     // 104: lifeline.v1.ShowRevisionResponse
+	(*RollbackServiceResponse)(nil),  // 105: lifeline.v1.RollbackServiceResponse
 }
 var file_lifeline_v1_operator_proto_depIdxs = []int32{
-	6,  // 0: lifeline.v1.StatusResponse.status:type_name -> lifeline.v1.ModelStatus
-	6,  // 1: lifeline.v1.WatchStatusResponse.status:type_name -> lifeline.v1.ModelStatus
-	8,  // 2: lifeline.v1.ModelStatus.machines:type_name -> lifeline.v1.MachineStatus
-	9,  // 3: lifeline.v1.ModelStatus.services:type_name -> lifeline.v1.ServiceStatus
-	11, // 4: lifeline.v1.ModelStatus.relations:type_name -> lifeline.v1.RelationStatus
-	7,  // 5: lifeline.v1.ModelStatus.controllers:type_name -> lifeline.v1.ControllerStatus
-	51, // 6: lifeline.v1.ModelStatus.operations:type_name -> lifeline.v1.OperationsStatus
-	10, // 7: lifeline.v1.ServiceStatus.units:type_name -> lifeline.v1.UnitStatus
-	13, // 8: lifeline.v1.UploadCharmRequest.header:type_name -> lifeline.v1.UploadCharmHeader
-	52, // 9: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
-	47, // 10: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
-	53, // 11: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
-	54, // 12: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
-	54, // 13: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
-	55, // 14: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
-	56, // 15: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
-	57, // 16: lifeline.v1.DestroyMachinesResponse.results:type_name -> lifeline.v1.StatusReportResult
-	37, // 17: lifeline.v1.ResolvedResponse.results:type_name -> lifeline.v1.ResolvedResult
-	58, // 18: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
-	48, // 19: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
-	49, // 20: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
-	44, // 21: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
-	50, // 22: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
-	59, // 23: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
-	2,  // 24: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
-	4,  // 25: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
-	12, // 26: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
-	15, // 27: lifeline.v1.OperatorService.Deploy:input_type -> lifeline.v1.DeployRequest
-	17, // 28: lifeline.v1.OperatorService.AddUnits:input_type -> lifeline.v1.AddUnitsRequest
-	19, // 29: lifeline.v1.OperatorService.AddMachines:input_type -> lifeline.v1.AddMachinesRequest
-	21, // 30: lifeline.v1.OperatorService.IssueJoinToken:input_type -> lifeline.v1.IssueJoinTokenRequest
-	23, // 31: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
-	25, // 32: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
-	27, // 33: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
-	29, // 34: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
-	31, // 35: lifeline.v1.OperatorService.DestroyMachines:input_type -> lifeline.v1.DestroyMachinesRequest
-	33, // 36: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
-	35, // 37: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
-	38, // 38: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
-	40, // 39: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
-	42, // 40: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
-	45, // 41: lifeline.v1.OperatorService.AddController:input_type -> lifeline.v1.AddControllerRequest
-	0,  // 42: lifeline.v1.OperatorService.Barrier:input_type -> lifeline.v1.BarrierRequest
-	60, // 43: lifeline.v1.OperatorService.ListUsers:input_type -> lifeline.v1.ListUsersRequest
-	61, // 44: lifeline.v1.OperatorService.AddUser:input_type -> lifeline.v1.AddUserRequest
-	62, // 45: lifeline.v1.OperatorService.RemoveUser:input_type -> lifeline.v1.RemoveUserRequest
-	63, // 46: lifeline.v1.OperatorService.SetUserRole:input_type -> lifeline.v1.SetUserRoleRequest
-	64, // 47: lifeline.v1.OperatorService.WhoAmI:input_type -> lifeline.v1.WhoAmIRequest
-	65, // 48: lifeline.v1.OperatorService.RotateCredential:input_type -> lifeline.v1.RotateCredentialRequest
-	66, // 49: lifeline.v1.OperatorService.Audit:input_type -> lifeline.v1.AuditRequest
-	67, // 50: lifeline.v1.OperatorService.ListActions:input_type -> lifeline.v1.ListActionsRequest
-	68, // 51: lifeline.v1.OperatorService.RunAction:input_type -> lifeline.v1.RunActionRequest
-	69, // 52: lifeline.v1.OperatorService.ListOperations:input_type -> lifeline.v1.ListOperationsRequest
-	70, // 53: lifeline.v1.OperatorService.ShowOperation:input_type -> lifeline.v1.ShowOperationRequest
-	71, // 54: lifeline.v1.OperatorService.ShowTask:input_type -> lifeline.v1.ShowTaskRequest
-	72, // 55: lifeline.v1.OperatorService.ApproveOperation:input_type -> lifeline.v1.ApproveOperationRequest
-	73, // 56: lifeline.v1.OperatorService.RejectOperation:input_type -> lifeline.v1.RejectOperationRequest
-	74, // 57: lifeline.v1.OperatorService.ExecuteOperation:input_type -> lifeline.v1.ExecuteOperationRequest
-	75, // 58: lifeline.v1.OperatorService.PauseTasks:input_type -> lifeline.v1.PauseTasksRequest
-	76, // 59: lifeline.v1.OperatorService.ResumeTasks:input_type -> lifeline.v1.ResumeTasksRequest
-	77, // 60: lifeline.v1.OperatorService.StopTasks:input_type -> lifeline.v1.StopTasksRequest
-	78, // 61: lifeline.v1.OperatorService.TaskLogs:input_type -> lifeline.v1.TaskLogsRequest
-	79, // 62: lifeline.v1.OperatorService.Version:input_type -> lifeline.v1.VersionRequest
-	3,  // 63: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
-	5,  // 64: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
-	14, // 65: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
-	16, // 66: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
-	18, // 67: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
-	20, // 68: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
-	22, // 69: lifeline.v1.OperatorService.IssueJoinToken:output_type -> lifeline.v1.IssueJoinTokenResponse
-	24, // 70: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
-	26, // 71: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
-	28, // 72: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
-	30, // 73: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
-	32, // 74: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
-	34, // 75: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
-	36, // 76: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
-	39, // 77: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
-	41, // 78: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
-	43, // 79: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
-	46, // 80: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
-	1,  // 81: lifeline.v1.OperatorService.Barrier:output_type -> lifeline.v1.BarrierResponse
-	80, // 82: lifeline.v1.OperatorService.ListUsers:output_type -> lifeline.v1.ListUsersResponse
-	81, // 83: lifeline.v1.OperatorService.AddUser:output_type -> lifeline.v1.AddUserResponse
-	82, // 84: lifeline.v1.OperatorService.RemoveUser:output_type -> lifeline.v1.RemoveUserResponse
-	83, // 85: lifeline.v1.OperatorService.SetUserRole:output_type -> lifeline.v1.SetUserRoleResponse
-	84, // 86: lifeline.v1.OperatorService.WhoAmI:output_type -> lifeline.v1.WhoAmIResponse
-	85, // 87: lifeline.v1.OperatorService.RotateCredential:output_type -> lifeline.v1.RotateCredentialResponse
-	86, // 88: lifeline.v1.OperatorService.Audit:output_type -> lifeline.v1.AuditResponse
-	87, // 89: lifeline.v1.OperatorService.ListActions:output_type -> lifeline.v1.ListActionsResponse
-	88, // 90: lifeline.v1.OperatorService.RunAction:output_type -> lifeline.v1.RunActionResponse
-	89, // 91: lifeline.v1.OperatorService.ListOperations:output_type -> lifeline.v1.ListOperationsResponse
-	90, // 92: lifeline.v1.OperatorService.ShowOperation:output_type -> lifeline.v1.ShowOperationResponse
-	91, // 93: lifeline.v1.OperatorService.ShowTask:output_type -> lifeline.v1.ShowTaskResponse
-	92, // 94: lifeline.v1.OperatorService.ApproveOperation:output_type -> lifeline.v1.ApproveOperationResponse
-	93, // 95: lifeline.v1.OperatorService.RejectOperation:output_type -> lifeline.v1.RejectOperationResponse
-	94, // 96: lifeline.v1.OperatorService.ExecuteOperation:output_type -> lifeline.v1.ExecuteOperationResponse
-	95, // 97: lifeline.v1.OperatorService.PauseTasks:output_type -> lifeline.v1.PauseTasksResponse
-	96, // 98: lifeline.v1.OperatorService.ResumeTasks:output_type -> lifeline.v1.ResumeTasksResponse
-	97, // 99: lifeline.v1.OperatorService.StopTasks:output_type -> lifeline.v1.StopTasksResponse
-	98, // 100: lifeline.v1.OperatorService.TaskLogs:output_type -> lifeline.v1.TaskLogsResponse
-	99, // 101: lifeline.v1.OperatorService.Version:output_type -> lifeline.v1.VersionResponse
-	63, // [63:102] is the sub-list for method output_type
-	24, // [24:63] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	6,   // 0: lifeline.v1.StatusResponse.status:type_name -> lifeline.v1.ModelStatus
+	6,   // 1: lifeline.v1.WatchStatusResponse.status:type_name -> lifeline.v1.ModelStatus
+	8,   // 2: lifeline.v1.ModelStatus.machines:type_name -> lifeline.v1.MachineStatus
+	9,   // 3: lifeline.v1.ModelStatus.services:type_name -> lifeline.v1.ServiceStatus
+	11,  // 4: lifeline.v1.ModelStatus.relations:type_name -> lifeline.v1.RelationStatus
+	7,   // 5: lifeline.v1.ModelStatus.controllers:type_name -> lifeline.v1.ControllerStatus
+	51,  // 6: lifeline.v1.ModelStatus.operations:type_name -> lifeline.v1.OperationsStatus
+	10,  // 7: lifeline.v1.ServiceStatus.units:type_name -> lifeline.v1.UnitStatus
+	13,  // 8: lifeline.v1.UploadCharmRequest.header:type_name -> lifeline.v1.UploadCharmHeader
+	52,  // 9: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
+	47,  // 10: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
+	53,  // 11: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
+	54,  // 12: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
+	54,  // 13: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
+	55,  // 14: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
+	56,  // 15: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
+	57,  // 16: lifeline.v1.DestroyMachinesResponse.results:type_name -> lifeline.v1.StatusReportResult
+	37,  // 17: lifeline.v1.ResolvedResponse.results:type_name -> lifeline.v1.ResolvedResult
+	58,  // 18: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
+	48,  // 19: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
+	49,  // 20: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
+	44,  // 21: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
+	50,  // 22: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
+	59,  // 23: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
+	2,   // 24: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
+	4,   // 25: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
+	12,  // 26: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
+	15,  // 27: lifeline.v1.OperatorService.Deploy:input_type -> lifeline.v1.DeployRequest
+	17,  // 28: lifeline.v1.OperatorService.AddUnits:input_type -> lifeline.v1.AddUnitsRequest
+	19,  // 29: lifeline.v1.OperatorService.AddMachines:input_type -> lifeline.v1.AddMachinesRequest
+	21,  // 30: lifeline.v1.OperatorService.IssueJoinToken:input_type -> lifeline.v1.IssueJoinTokenRequest
+	23,  // 31: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
+	25,  // 32: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
+	27,  // 33: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
+	29,  // 34: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
+	31,  // 35: lifeline.v1.OperatorService.DestroyMachines:input_type -> lifeline.v1.DestroyMachinesRequest
+	33,  // 36: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
+	35,  // 37: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
+	38,  // 38: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
+	40,  // 39: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
+	42,  // 40: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
+	45,  // 41: lifeline.v1.OperatorService.AddController:input_type -> lifeline.v1.AddControllerRequest
+	0,   // 42: lifeline.v1.OperatorService.Barrier:input_type -> lifeline.v1.BarrierRequest
+	60,  // 43: lifeline.v1.OperatorService.ListUsers:input_type -> lifeline.v1.ListUsersRequest
+	61,  // 44: lifeline.v1.OperatorService.AddUser:input_type -> lifeline.v1.AddUserRequest
+	62,  // 45: lifeline.v1.OperatorService.RemoveUser:input_type -> lifeline.v1.RemoveUserRequest
+	63,  // 46: lifeline.v1.OperatorService.SetUserRole:input_type -> lifeline.v1.SetUserRoleRequest
+	64,  // 47: lifeline.v1.OperatorService.WhoAmI:input_type -> lifeline.v1.WhoAmIRequest
+	65,  // 48: lifeline.v1.OperatorService.RotateCredential:input_type -> lifeline.v1.RotateCredentialRequest
+	66,  // 49: lifeline.v1.OperatorService.Audit:input_type -> lifeline.v1.AuditRequest
+	67,  // 50: lifeline.v1.OperatorService.ListActions:input_type -> lifeline.v1.ListActionsRequest
+	68,  // 51: lifeline.v1.OperatorService.RunAction:input_type -> lifeline.v1.RunActionRequest
+	69,  // 52: lifeline.v1.OperatorService.ListOperations:input_type -> lifeline.v1.ListOperationsRequest
+	70,  // 53: lifeline.v1.OperatorService.ShowOperation:input_type -> lifeline.v1.ShowOperationRequest
+	71,  // 54: lifeline.v1.OperatorService.ShowTask:input_type -> lifeline.v1.ShowTaskRequest
+	72,  // 55: lifeline.v1.OperatorService.ApproveOperation:input_type -> lifeline.v1.ApproveOperationRequest
+	73,  // 56: lifeline.v1.OperatorService.RejectOperation:input_type -> lifeline.v1.RejectOperationRequest
+	74,  // 57: lifeline.v1.OperatorService.ExecuteOperation:input_type -> lifeline.v1.ExecuteOperationRequest
+	75,  // 58: lifeline.v1.OperatorService.PauseTasks:input_type -> lifeline.v1.PauseTasksRequest
+	76,  // 59: lifeline.v1.OperatorService.ResumeTasks:input_type -> lifeline.v1.ResumeTasksRequest
+	77,  // 60: lifeline.v1.OperatorService.StopTasks:input_type -> lifeline.v1.StopTasksRequest
+	78,  // 61: lifeline.v1.OperatorService.TaskLogs:input_type -> lifeline.v1.TaskLogsRequest
+	79,  // 62: lifeline.v1.OperatorService.Version:input_type -> lifeline.v1.VersionRequest
+	80,  // 63: lifeline.v1.OperatorService.ListRevisions:input_type -> lifeline.v1.ListRevisionsRequest
+	81,  // 64: lifeline.v1.OperatorService.ShowRevision:input_type -> lifeline.v1.ShowRevisionRequest
+	82,  // 65: lifeline.v1.OperatorService.RollbackService:input_type -> lifeline.v1.RollbackServiceRequest
+	3,   // 66: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
+	5,   // 67: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
+	14,  // 68: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
+	16,  // 69: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
+	18,  // 70: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
+	20,  // 71: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
+	22,  // 72: lifeline.v1.OperatorService.IssueJoinToken:output_type -> lifeline.v1.IssueJoinTokenResponse
+	24,  // 73: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
+	26,  // 74: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
+	28,  // 75: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
+	30,  // 76: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
+	32,  // 77: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
+	34,  // 78: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
+	36,  // 79: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
+	39,  // 80: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
+	41,  // 81: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
+	43,  // 82: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
+	46,  // 83: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
+	1,   // 84: lifeline.v1.OperatorService.Barrier:output_type -> lifeline.v1.BarrierResponse
+	83,  // 85: lifeline.v1.OperatorService.ListUsers:output_type -> lifeline.v1.ListUsersResponse
+	84,  // 86: lifeline.v1.OperatorService.AddUser:output_type -> lifeline.v1.AddUserResponse
+	85,  // 87: lifeline.v1.OperatorService.RemoveUser:output_type -> lifeline.v1.RemoveUserResponse
+	86,  // 88: lifeline.v1.OperatorService.SetUserRole:output_type -> lifeline.v1.SetUserRoleResponse
+	87,  // 89: lifeline.v1.OperatorService.WhoAmI:output_type -> lifeline.v1.WhoAmIResponse
+	88,  // 90: lifeline.v1.OperatorService.RotateCredential:output_type -> lifeline.v1.RotateCredentialResponse
+	89,  // 91: lifeline.v1.OperatorService.Audit:output_type -> lifeline.v1.AuditResponse
+	90,  // 92: lifeline.v1.OperatorService.ListActions:output_type -> lifeline.v1.ListActionsResponse
+	91,  // 93: lifeline.v1.OperatorService.RunAction:output_type -> lifeline.v1.RunActionResponse
+	92,  // 94: lifeline.v1.OperatorService.ListOperations:output_type -> lifeline.v1.ListOperationsResponse
+	93,  // 95: lifeline.v1.OperatorService.ShowOperation:output_type -> lifeline.v1.ShowOperationResponse
+	94,  // 96: lifeline.v1.OperatorService.ShowTask:output_type -> lifeline.v1.ShowTaskResponse
+	95,  // 97: lifeline.v1.OperatorService.ApproveOperation:output_type -> lifeline.v1.ApproveOperationResponse
+	96,  // 98: lifeline.v1.OperatorService.RejectOperation:output_type -> lifeline.v1.RejectOperationResponse
+	97,  // 99: lifeline.v1.OperatorService.ExecuteOperation:output_type -> lifeline.v1.ExecuteOperationResponse
+	98,  // 100: lifeline.v1.OperatorService.PauseTasks:output_type -> lifeline.v1.PauseTasksResponse
+	99,  // 101: lifeline.v1.OperatorService.ResumeTasks:output_type -> lifeline.v1.ResumeTasksResponse
+	100, // 102: lifeline.v1.OperatorService.StopTasks:output_type -> lifeline.v1.StopTasksResponse
+	101, // 103: lifeline.v1.OperatorService.TaskLogs:output_type -> lifeline.v1.TaskLogsResponse
+	102, // 104: lifeline.v1.OperatorService.Version:output_type -> lifeline.v1.VersionResponse
+	103, // 105: lifeline.v1.OperatorService.ListRevisions:output_type -> lifeline.v1.ListRevisionsResponse
+	104, // 106: lifeline.v1.OperatorService.ShowRevision:output_type -> lifeline.v1.ShowRevisionResponse
+	105, // 107: lifeline.v1.OperatorService.RollbackService:output_type -> lifeline.v1.RollbackServiceResponse
+	66,  // [66:108] is the sub-list for method output_type
+	24,  // [24:66] is the sub-list for method input_type
+	24,  // [24:24] is the sub-list for extension type_name
+	24,  // [24:24] is the sub-list for extension extendee
+	0,   // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_operator_proto_init() }
@@ -3282,6 +3297,7 @@ func file_lifeline_v1_operator_proto_init() {
 	}
 	file_lifeline_v1_model_proto_init()
 	file_lifeline_v1_operations_proto_init()
+	file_lifeline_v1_revisions_api_proto_init()
 	file_lifeline_v1_tasks_proto_init()
 	file_lifeline_v1_users_proto_init()
 	file_lifeline_v1_version_proto_init()

@@ -60,6 +60,9 @@ const (
 	OperatorService_StopTasks_FullMethodName        = "/lifeline.v1.OperatorService/StopTasks"
 	OperatorService_TaskLogs_FullMethodName         = "/lifeline.v1.OperatorService/TaskLogs"
 	OperatorService_Version_FullMethodName          = "/lifeline.v1.OperatorService/Version"
+	OperatorService_ListRevisions_FullMethodName    = "/lifeline.v1.OperatorService/ListRevisions"
+	OperatorService_ShowRevision_FullMethodName     = "/lifeline.v1.OperatorService/ShowRevision"
+	OperatorService_RollbackService_FullMethodName  = "/lifeline.v1.OperatorService/RollbackService"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -170,6 +173,16 @@ type OperatorServiceClient interface {
 	// Version says what the answering controller's binary is: its version,
 	// commit, build date and Go toolchain (ctl version).
 	Version(ctx context.Context, in *VersionRequest, opts ...grpc.CallOption) (*VersionResponse, error)
+	// Revisions: a service's history of specs (revisions_api.proto).
+	// ListRevisions lists the service's kept revisions, newest first,
+	// without their configuration.
+	ListRevisions(ctx context.Context, in *ListRevisionsRequest, opts ...grpc.CallOption) (*ListRevisionsResponse, error)
+	// ShowRevision shows one revision's spec and its changes.
+	ShowRevision(ctx context.Context, in *ShowRevisionRequest, opts ...grpc.CallOption) (*ShowRevisionResponse, error)
+	// RollbackService makes a new revision whose spec (charm and
+	// configuration) is that of a kept revision: refused when it would
+	// change nothing or change the charm.
+	RollbackService(ctx context.Context, in *RollbackServiceRequest, opts ...grpc.CallOption) (*RollbackServiceResponse, error)
 }
 
 type operatorServiceClient struct {
@@ -600,6 +613,36 @@ func (c *operatorServiceClient) Version(ctx context.Context, in *VersionRequest,
 	return out, nil
 }
 
+func (c *operatorServiceClient) ListRevisions(ctx context.Context, in *ListRevisionsRequest, opts ...grpc.CallOption) (*ListRevisionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRevisionsResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ListRevisions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) ShowRevision(ctx context.Context, in *ShowRevisionRequest, opts ...grpc.CallOption) (*ShowRevisionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShowRevisionResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ShowRevision_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) RollbackService(ctx context.Context, in *RollbackServiceRequest, opts ...grpc.CallOption) (*RollbackServiceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RollbackServiceResponse)
+	err := c.cc.Invoke(ctx, OperatorService_RollbackService_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -708,6 +751,16 @@ type OperatorServiceServer interface {
 	// Version says what the answering controller's binary is: its version,
 	// commit, build date and Go toolchain (ctl version).
 	Version(context.Context, *VersionRequest) (*VersionResponse, error)
+	// Revisions: a service's history of specs (revisions_api.proto).
+	// ListRevisions lists the service's kept revisions, newest first,
+	// without their configuration.
+	ListRevisions(context.Context, *ListRevisionsRequest) (*ListRevisionsResponse, error)
+	// ShowRevision shows one revision's spec and its changes.
+	ShowRevision(context.Context, *ShowRevisionRequest) (*ShowRevisionResponse, error)
+	// RollbackService makes a new revision whose spec (charm and
+	// configuration) is that of a kept revision: refused when it would
+	// change nothing or change the charm.
+	RollbackService(context.Context, *RollbackServiceRequest) (*RollbackServiceResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -834,6 +887,15 @@ func (UnimplementedOperatorServiceServer) TaskLogs(*TaskLogsRequest, grpc.Server
 }
 func (UnimplementedOperatorServiceServer) Version(context.Context, *VersionRequest) (*VersionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Version not implemented")
+}
+func (UnimplementedOperatorServiceServer) ListRevisions(context.Context, *ListRevisionsRequest) (*ListRevisionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRevisions not implemented")
+}
+func (UnimplementedOperatorServiceServer) ShowRevision(context.Context, *ShowRevisionRequest) (*ShowRevisionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ShowRevision not implemented")
+}
+func (UnimplementedOperatorServiceServer) RollbackService(context.Context, *RollbackServiceRequest) (*RollbackServiceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RollbackService not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -1526,6 +1588,60 @@ func _OperatorService_Version_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_ListRevisions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRevisionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ListRevisions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ListRevisions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ListRevisions(ctx, req.(*ListRevisionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_ShowRevision_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShowRevisionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ShowRevision(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ShowRevision_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ShowRevision(ctx, req.(*ShowRevisionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_RollbackService_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RollbackServiceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).RollbackService(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_RollbackService_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).RollbackService(ctx, req.(*RollbackServiceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1672,6 +1788,18 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Version",
 			Handler:    _OperatorService_Version_Handler,
+		},
+		{
+			MethodName: "ListRevisions",
+			Handler:    _OperatorService_ListRevisions_Handler,
+		},
+		{
+			MethodName: "ShowRevision",
+			Handler:    _OperatorService_ShowRevision_Handler,
+		},
+		{
+			MethodName: "RollbackService",
+			Handler:    _OperatorService_RollbackService_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
