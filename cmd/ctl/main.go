@@ -185,6 +185,8 @@ Example:
 		resolvedCommand(e),
 		showStatusLogCommand(e),
 		configCommand(e),
+		revisionsCommand(e),
+		rollbackCommand(e),
 		waitCommand(e),
 		addControllerCommand(e),
 		addUserCommand(e),
