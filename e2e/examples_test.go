@@ -71,6 +71,9 @@ var docScenarios = []struct {
 		"ctl actions", "ctl run", "ctl operations", "ctl show-operation", "ctl show-task", "ctl approve", "ctl execute",
 		"ctl reject", "ctl pause", "ctl resume", "ctl stop", "ctl logs",
 	}, bootstrap: true},
+	// Revisions: the setup makes revisions 2 and 3 (two ports); the
+	// rollbacks make 4 (to 2) and 5 (to 1).
+	{name: "revisions", groups: []string{"ctl revisions", "ctl rollback"}, bootstrap: true},
 	{name: "bootstrap", groups: []string{"ctl bootstrap"}, each: true},
 }
 
@@ -113,6 +116,11 @@ var docSetups = map[string]func(t *testing.T, s *e2etest.Sandbox){
 		waitTask(t, s, "6", "kv/1", "paused", time.Minute)
 	},
 	"ctl logs": func(t *testing.T, s *e2etest.Sandbox) { waitOpEnd(t, s, "6", time.Minute) },
+	"ctl revisions": func(t *testing.T, s *e2etest.Sandbox) {
+		s.OK(t, "deploy", charmPath(t, "kv"))
+		s.OK(t, "config", "kv", "port=7071")
+		s.OK(t, "config", "kv", "port=7072")
+	},
 }
 
 // docRefusals are the examples shown failing, each with its exit status
