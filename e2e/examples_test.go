@@ -74,6 +74,7 @@ var docScenarios = []struct {
 	// Revisions: the setup makes revisions 2 and 3 (two ports); the
 	// rollbacks make 4 (to 2) and 5 (to 1).
 	{name: "revisions", groups: []string{"ctl revisions", "ctl rollback"}, bootstrap: true},
+	{name: "everyday", groups: []string{"ctl version", "ctl completion"}, bootstrap: true},
 	{name: "bootstrap", groups: []string{"ctl bootstrap"}, each: true},
 }
 

@@ -226,7 +226,7 @@ func TestOperationsRunOnAgents(t *testing.T) {
 	for _, task := range showOp(t, s, rid).Tasks {
 		resumed := task.Results["resumed-from"]
 		switch {
-		case task.Results["steps-done"] != "60":
+		case task.Results["steps-done"] != "150":
 			t.Errorf("reindex on %s: results %v, want steps-done 150", task.Unit, task.Results)
 		case task.Unit == "kv/0" && (task.Attempt != 2 || resumed == "" || resumed == "0"):
 			t.Errorf("reindex on kv/0: attempt %d, results %v; want attempt 2 resumed from its checkpoint", task.Attempt, task.Results)

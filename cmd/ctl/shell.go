@@ -14,13 +14,14 @@ func completionCommand(e *env) *cobra.Command {
 		Short: "Print the shell completion script for bash, zsh or fish",
 		Long: `Print a script that makes the shell complete ctl's commands, flags and their
 values. Load it in the current shell, or install it where the shell finds
-completions.
+completions: for bash, /etc/bash_completion.d/ctl (or
+~/.local/share/bash-completion/completions/ctl); for zsh, a file named _ctl
+in a directory of $fpath; for fish, ~/.config/fish/completions/ctl.fish.
 
 Example:
   source <(ctl completion bash)
-  ctl completion bash > /etc/bash_completion.d/ctl
-  ctl completion zsh > "${fpath[1]}/_ctl"
-  ctl completion fish > ~/.config/fish/completions/ctl.fish`,
+  ctl completion zsh > _ctl
+  ctl completion fish > ctl.fish`,
 		ValidArgs: []string{"bash", "zsh", "fish"},
 		Args:      argsRange(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
