@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestOperationsApprovalFlow runs the approval flow of an operation over
@@ -23,7 +24,7 @@ import (
 // tasks stay pending (running actions on units is the agents' side and
 // has end-to-end tests of its own). ctl has no charm refresh command, so
 // an approval voided by a charm's change is covered by the state
-// package's tests (A1), not here.
+// package's tests (A1), not here; expiry has a test of its own below.
 func TestOperationsApprovalFlow(t *testing.T) {
 	needCharms(t)
 	s := newSandbox(t)
@@ -110,5 +111,46 @@ func TestOperationsApprovalFlow(t *testing.T) {
 	out = s.OK(t, "status")
 	if !strings.Contains(out, "Operations: 1 running, 0 awaiting approval, 0 lost tasks") {
 		t.Errorf("ctl status said:\n%s\nwant the line of operations", out)
+	}
+}
+
+// TestOperationsApprovalExpires: an operation awaiting approval lapses
+// after the controller's --approval-ttl. Approving it then is refused,
+// naming the time it expired, and it shows expired; so does an approved
+// one that was not executed in time.
+func TestOperationsApprovalExpires(t *testing.T) {
+	needCharms(t)
+	s := newSandbox(t)
+	s.StartController(t, "--provider", "manual", "--approval-ttl", "3s")
+	s.OK(t, "deploy", charmPath(t, "kv"), "-n", "1")
+	olga := newUser(t, s, "olga", "operator")
+	as := func(args ...string) []string { return append([]string{"--config", olga}, args...) }
+	run := func(name string) string {
+		t.Helper()
+		out := s.OK(t, as("run", "kv", "backup", "name="+name)...)
+		m := regexp.MustCompile(`^operation (\d+): backup on kv/0: awaiting approval`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("ctl run kv backup said %q, want it awaiting approval", out)
+		}
+		return m[1]
+	}
+	lapsed := run("nightly")
+	approved := run("weekly")
+	s.OK(t, "approve", approved)
+	time.Sleep(4 * time.Second) // past the 3 s TTL: the test of a deadline
+
+	// Refused as expired: found lapsed by the call ("expired at …: run it
+	// again") or already written expired by the leader's worker.
+	expired := regexp.MustCompile(`^ctl: operation \d+ (expired at \S+: run it again|is expired: only .*)\n$`)
+	if r := s.Ctl("approve", lapsed); r.Code != 1 || !expired.MatchString(r.Stderr) {
+		t.Errorf("%v\nwant approving a lapsed operation refused as expired", r)
+	}
+	if r := s.Ctl(as("execute", approved)...); r.Code != 1 || !expired.MatchString(r.Stderr) {
+		t.Errorf("%v\nwant executing a lapsed approval refused as expired", r)
+	}
+	for _, id := range []string{lapsed, approved} {
+		if out := s.OK(t, "show-operation", id); !regexp.MustCompile(`(?m)^State:\s+expired$`).MatchString(out) {
+			t.Errorf("ctl show-operation %s said:\n%s\nwant it expired", id, out)
+		}
 	}
 }
