@@ -184,7 +184,7 @@ func configText(v *pb.ConfigValue) string {
 	default:
 		return "null"
 	}
-	return cut(string(b), MaxChangeValueBytes)
+	return cutText(string(b), MaxChangeValueBytes)
 }
 
 // charmText is a charm as a revision's change shows it: "kv-3".
@@ -194,23 +194,6 @@ func charmText(c *pb.CharmRef) string {
 	}
 	return fmt.Sprintf("%s-%d", c.Name, c.Revision)
 }
-
-// cut cuts s to at most n bytes, on a rune boundary, marking the cut.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n-3]
-	for len(s) > 0 && !isRuneStart(s[len(s)-1]) {
-		s = s[:len(s)-1]
-	}
-	if len(s) > 0 && s[len(s)-1] >= 0x80 {
-		s = s[:len(s)-1]
-	}
-	return s + "..."
-}
-
-func isRuneStart(b byte) bool { return b&0xc0 != 0x80 }
 
 // specChanges lists what differs from old to next: the charm first, then
 // the configuration's keys, sorted; at most MaxRevisionChanges.
@@ -242,7 +225,7 @@ func specChanges(old, next *pb.ServiceSpec) []*pb.RevisionChange {
 		if proto.Equal(ov, nv) {
 			continue
 		}
-		out = append(out, &pb.RevisionChange{Key: cut(k, MaxChangeValueBytes), OldValue: configText(ov), NewValue: configText(nv)})
+		out = append(out, &pb.RevisionChange{Key: cutText(k, MaxChangeValueBytes), OldValue: configText(ov), NewValue: configText(nv)})
 	}
 	return out
 }

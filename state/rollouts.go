@@ -183,7 +183,7 @@ func (s *State) revert(ctx context.Context, ro *pb.Rollout, by, reason string) (
 // moved on from target, or is done, is refused.
 func (s *State) FailRollout(ctx context.Context, service string, target int64, reason string) (*pb.Revision, error) {
 	if len(reason) > MaxGateReasonBytes {
-		reason = cut(reason, MaxGateReasonBytes)
+		reason = cutText(reason, MaxGateReasonBytes)
 	}
 	for range s.cfg.MaxAttempts {
 		ro, err := s.Rollout(ctx, service)
@@ -562,7 +562,7 @@ func (s *State) RecordGateDecision(ctx context.Context, service string, d *pb.Ga
 		}
 		if note != "" {
 			next := protoClone(ur.v)
-			next.Note = cut(note, MaxNoteBytes)
+			next.Note = cutText(note, MaxNoteBytes)
 			c.ifMod(ur.key, ur.mod)
 			c.put(ur.key, next)
 		}
