@@ -188,9 +188,12 @@ func (r FloodResult) Add(o FloodResult) FloodResult {
 
 // FloodSettings has writers goroutines rewrite unit's settings in its
 // relation with size-byte values, each call a new value, as fast as the
-// controller answers, until ctx ends or max calls are made. Each call has
-// a minute to be answered, whatever is left of ctx.
-func (m *ManualUnits) FloodSettings(ctx context.Context, unit string, writers, size, max int) FloodResult {
+// controller answers, until ctx ends, want calls have been taken or max
+// calls are made. A refused call is answered at once, so a flood that
+// must write a given amount (whatever the controller refuses on the way)
+// sets max well above want. Each call has a minute to be answered,
+// whatever is left of ctx.
+func (m *ManualUnits) FloodSettings(ctx context.Context, unit string, writers, size, want, max int) FloodResult {
 	c := m.Agent(unit)
 	var mu sync.Mutex
 	r := FloodResult{Other: map[codes.Code]int{}}
@@ -201,7 +204,7 @@ func (m *ManualUnits) FloodSettings(ctx context.Context, unit string, writers, s
 			defer wg.Done()
 			for i := 0; ; i++ {
 				mu.Lock()
-				if r.Calls >= max || ctx.Err() != nil {
+				if r.Calls >= max || r.OK >= want || ctx.Err() != nil {
 					mu.Unlock()
 					return
 				}

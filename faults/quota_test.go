@@ -70,7 +70,7 @@ func runQuotaAttack(t *testing.T, sz sizes) {
 	ctx, cancel := context.WithTimeout(context.Background(), sz.quotaFor)
 	defer cancel()
 	flood := make(chan e2etest.FloodResult, 1)
-	go func() { flood <- m.FloodSettings(ctx, m.Units[0], 16, 60<<10, 1<<30) }()
+	go func() { flood <- m.FloodSettings(ctx, m.Units[0], 16, 60<<10, 1<<30, 1<<30) }()
 	r.inject("a unit's agent flooding its settings (16 writers, 60 KiB a write)")
 
 	// The operator destroys a unit of the workload during the flood.
@@ -87,7 +87,7 @@ func runQuotaAttack(t *testing.T, sz sizes) {
 	// budget yet: it goes on until refused, four times as long at most.
 	for extra := 0; res.Refused == 0 && extra < 3; extra++ {
 		ectx, ecancel := context.WithTimeout(context.Background(), sz.quotaFor)
-		res = res.Add(m.FloodSettings(ectx, m.Units[0], 16, 60<<10, 1<<30))
+		res = res.Add(m.FloodSettings(ectx, m.Units[0], 16, 60<<10, 1<<30, 1<<30))
 		ecancel()
 	}
 	t.Logf("flood: %v", res)
