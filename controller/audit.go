@@ -264,6 +264,12 @@ func describe(req any) (targets []string, summary string) {
 			return []string{svc(r.Service)}, "roll back " + r.Service + " to the revision before its newest"
 		}
 		return []string{svc(r.Service)}, fmt.Sprintf("roll back %s to revision %d", r.Service, r.To)
+	case *pb.RefreshServiceRequest:
+		summary = fmt.Sprintf("refresh %s to charm %s-%d", r.Service, r.Charm, r.Revision)
+		if len(r.Config) > 0 {
+			summary += ": keys " + strings.Join(sortedKeys(r.Config), " ")
+		}
+		return []string{svc(r.Service), "charm:" + r.Charm}, summary
 	}
 	return nil, ""
 }

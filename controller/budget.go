@@ -169,6 +169,7 @@ var callKinds = map[string]callKind{
 	"/lifeline.v1.OperatorService/ListRevisions":   callRead,
 	"/lifeline.v1.OperatorService/ShowRevision":    callRead,
 	"/lifeline.v1.OperatorService/RollbackService": callGrow,
+	"/lifeline.v1.OperatorService/RefreshService":  callGrow,
 	// Made without a credential (the join token, or the registration's
 	// one-time secret, is the proof), all such calls on one budget.
 	"/lifeline.v1.MachineJoinService/JoinMachine":       callGrow,

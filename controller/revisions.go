@@ -85,9 +85,9 @@ func (s *Server) ShowRevision(ctx context.Context, req *pb.ShowRevisionRequest) 
 
 // RollbackService makes a new revision of a service whose spec is that
 // of a kept revision (the one before the head for 0), by the caller,
-// with the reason "rollback to N". Refused when the spec is the head's
-// already, and when it runs another charm than the head: units cannot
-// change charm yet.
+// with the reason "rollback to N": charm and configuration together.
+// Refused when the spec is the head's already, and when the revision's
+// charm lacks an endpoint a relation of the service uses.
 func (s *Server) RollbackService(ctx context.Context, req *pb.RollbackServiceRequest) (*pb.RollbackServiceResponse, error) {
 	if err := checkServiceName(req.Service); err != nil {
 		return nil, err
@@ -120,9 +120,9 @@ func (s *Server) RollbackService(ctx context.Context, req *pb.RollbackServiceReq
 	rev, err := s.st.ChangeSpec(ctx, req.Service, state.SpecChange{By: userName(ctx), Reason: fmt.Sprintf("rollback to %d", to),
 		Next: func(head *pb.Revision) (*pb.ServiceSpec, []*pb.Endpoint, error) {
 			if hc, tc := head.Spec.GetCharm(), target.Spec.GetCharm(); !proto.Equal(hc, tc) {
-				return nil, nil, status.Errorf(codes.FailedPrecondition,
-					"revision %d runs charm %s, the service %s: rolling back a charm needs refresh, which is not built yet",
-					to, charmName(tc), charmName(hc))
+				// Another charm: the revision's endpoints come back
+				// with it (a relation using one it lacks refuses).
+				return target.Spec, target.Endpoints, nil
 			}
 			// The same charm: its endpoints are the service's.
 			return target.Spec, nil, nil

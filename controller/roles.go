@@ -57,7 +57,7 @@ func operatorAccess(method string) (access, bool) {
 	// change of the spec, as SetConfig is).
 	case "ListRevisions", "ShowRevision":
 		return access{role: viewer}, true
-	case "RollbackService":
+	case "RollbackService", "RefreshService":
 		return access{role: operator, changes: true}, true
 	// The users and the controllers.
 	case "ListUsers":

@@ -72,7 +72,7 @@ func TestEachRoleAgainstEveryOperatorMethod(t *testing.T) {
 		// The operations' task logs.
 		"TaskLogs": "viewer",
 		// Revisions.
-		"ListRevisions": "viewer", "ShowRevision": "viewer", "RollbackService": "operator",
+		"ListRevisions": "viewer", "ShowRevision": "viewer", "RollbackService": "operator", "RefreshService": "operator",
 	}
 	conns := map[string]*grpc.ClientConn{
 		"viewer":   e.Dial(e.User("vic", pb.UserRole_USER_ROLE_VIEWER)),

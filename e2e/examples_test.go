@@ -71,9 +71,11 @@ var docScenarios = []struct {
 		"ctl actions", "ctl run", "ctl operations", "ctl show-operation", "ctl show-task", "ctl approve", "ctl execute",
 		"ctl reject", "ctl pause", "ctl resume", "ctl stop", "ctl logs",
 	}, bootstrap: true},
-	// Revisions: the setup makes revisions 2 and 3 (two ports); the
-	// rollbacks make 4 (to 2) and 5 (to 1).
-	{name: "revisions", groups: []string{"ctl revisions", "ctl rollback"}, bootstrap: true},
+	// Revisions: the setup deploys kv from an older copy of its charm (an
+	// option more) and makes revisions 2 and 3 (two ports); the refresh
+	// to the demo's kv makes 4; the rollbacks make 5 (to 3, the old charm
+	// again) and 6 (to 1).
+	{name: "revisions", groups: []string{"ctl revisions", "ctl refresh", "ctl rollback"}, bootstrap: true},
 	{name: "everyday", groups: []string{"ctl version", "ctl completion"}, bootstrap: true},
 	{name: "bootstrap", groups: []string{"ctl bootstrap"}, each: true},
 }
@@ -118,10 +120,29 @@ var docSetups = map[string]func(t *testing.T, s *e2etest.Sandbox){
 	},
 	"ctl logs": func(t *testing.T, s *e2etest.Sandbox) { waitOpEnd(t, s, "6", time.Minute) },
 	"ctl revisions": func(t *testing.T, s *e2etest.Sandbox) {
-		s.OK(t, "deploy", charmPath(t, "kv"))
+		s.OK(t, "deploy", olderCharm(t, "kv"))
 		s.OK(t, "config", "kv", "port=7071")
 		s.OK(t, "config", "kv", "port=7072")
 	},
+}
+
+// olderCharm is a copy of the demo charm name with an option more, as
+// an older revision of it: what ctl refresh moves from.
+func olderCharm(t *testing.T, name string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), name)
+	if err := os.CopyFS(dir, os.DirFS(charmPath(t, name))); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "config.yaml"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("  legacy:\n    type: string\n    default: \"\"\n    description: an option the newer revision drops\n"); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // docRefusals are the examples shown failing, each with its exit status

@@ -133,6 +133,12 @@ func (fz *fuzzer) revisionCall(ctx context.Context, rnd *rand.Rand) (string, pro
 		_, err := fz.op.ShowRevision(ctx, in)
 		return "ShowRevision", in, err
 	}
+	if rnd.IntN(4) == 0 {
+		in := &pb.RefreshServiceRequest{Service: fz.name(rnd, "service"), Charm: fz.name(rnd, "charm"), Revision: n,
+			SwitchCharm: rnd.IntN(2) == 0, Config: map[string]string{fz.name(rnd, "option"): fz.name(rnd, "value")}}
+		_, err := fz.op.RefreshService(ctx, in)
+		return "RefreshService", in, err
+	}
 	in := &pb.RollbackServiceRequest{Service: fz.name(rnd, "service"), To: n}
 	if rnd.IntN(2) == 0 {
 		in.To = 0

@@ -187,6 +187,7 @@ Example:
 		configCommand(e),
 		revisionsCommand(e),
 		rollbackCommand(e),
+		refreshCommand(e),
 		waitCommand(e),
 		addControllerCommand(e),
 		addUserCommand(e),

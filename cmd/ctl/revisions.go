@@ -82,10 +82,10 @@ func rollbackCommand(e *env) *cobra.Command {
 		Long: `Make a new revision of SERVICE whose spec (charm and configuration together)
 is that of revision --to (by default the one before the newest), as ctl
 revisions lists them; its units then run with that configuration. The new
-revision's reason is "rollback to N". Refused when the service is at that
-spec already, when the revision is no longer kept, and when the revision
-runs another charm than the service does (that needs refresh, which is not
-built yet).
+revision's reason is "rollback to N". A revision of another charm (before
+a ctl refresh) brings that charm back, with its configuration. Refused when
+the service is at that spec already, when the revision is no longer kept,
+and when its charm lacks an endpoint a relation of the service uses.
 
 Example:
   ctl rollback kv

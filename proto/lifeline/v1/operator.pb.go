@@ -3006,7 +3006,7 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x11expires_unix_nano\x18\x02 \x01(\x03R\x0fexpiresUnixNano\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12%\n" +
 	"\x0eetcd_endpoints\x18\x04 \x03(\tR\retcdEndpoints\x12\x19\n" +
-	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\xfe\x1a\n" +
+	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\xd9\x1b\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06Status\x12\x1a.lifeline.v1.StatusRequest\x1a\x1b.lifeline.v1.StatusResponse\x12R\n" +
 	"\vWatchStatus\x12\x1f.lifeline.v1.WatchStatusRequest\x1a .lifeline.v1.WatchStatusResponse0\x01\x12R\n" +
@@ -3051,7 +3051,8 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\aVersion\x12\x1b.lifeline.v1.VersionRequest\x1a\x1c.lifeline.v1.VersionResponse\x12V\n" +
 	"\rListRevisions\x12!.lifeline.v1.ListRevisionsRequest\x1a\".lifeline.v1.ListRevisionsResponse\x12S\n" +
 	"\fShowRevision\x12 .lifeline.v1.ShowRevisionRequest\x1a!.lifeline.v1.ShowRevisionResponse\x12\\\n" +
-	"\x0fRollbackService\x12#.lifeline.v1.RollbackServiceRequest\x1a$.lifeline.v1.RollbackServiceResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
+	"\x0fRollbackService\x12#.lifeline.v1.RollbackServiceRequest\x1a$.lifeline.v1.RollbackServiceResponse\x12Y\n" +
+	"\x0eRefreshService\x12\".lifeline.v1.RefreshServiceRequest\x1a#.lifeline.v1.RefreshServiceResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
 
 var (
 	file_lifeline_v1_operator_proto_rawDescOnce sync.Once
@@ -3150,29 +3151,31 @@ var file_lifeline_v1_operator_proto_goTypes = []any{
 	(*ListRevisionsRequest)(nil),     // 80: lifeline.v1.ListRevisionsRequest
 	(*ShowRevisionRequest)(nil),      // 81: lifeline.v1.ShowRevisionRequest
 	(*RollbackServiceRequest)(nil),   // 82: lifeline.v1.RollbackServiceRequest
-	(*ListUsersResponse)(nil),        // 83: lifeline.v1.ListUsersResponse
-	(*AddUserResponse)(nil),          // 84: lifeline.v1.AddUserResponse
-	(*RemoveUserResponse)(nil),       // 85: lifeline.v1.RemoveUserResponse
-	(*SetUserRoleResponse)(nil),      // 86: lifeline.v1.SetUserRoleResponse
-	(*WhoAmIResponse)(nil),           // 87: lifeline.v1.WhoAmIResponse
-	(*RotateCredentialResponse)(nil), // 88: lifeline.v1.RotateCredentialResponse
-	(*AuditResponse)(nil),            // 89: lifeline.v1.AuditResponse
-	(*ListActionsResponse)(nil),      // 90: lifeline.v1.ListActionsResponse
-	(*RunActionResponse)(nil),        // 91: lifeline.v1.RunActionResponse
-	(*ListOperationsResponse)(nil),   // 92: lifeline.v1.ListOperationsResponse
-	(*ShowOperationResponse)(nil),    // 93: lifeline.v1.ShowOperationResponse
-	(*ShowTaskResponse)(nil),         // 94: lifeline.v1.ShowTaskResponse
-	(*ApproveOperationResponse)(nil), // 95: lifeline.v1.ApproveOperationResponse
-	(*RejectOperationResponse)(nil),  // 96: lifeline.v1.RejectOperationResponse
-	(*ExecuteOperationResponse)(nil), // 97: lifeline.v1.ExecuteOperationResponse
-	(*PauseTasksResponse)(nil),       // 98: lifeline.v1.PauseTasksResponse
-	(*ResumeTasksResponse)(nil),      // 99: lifeline.v1.ResumeTasksResponse
-	(*StopTasksResponse)(nil),        // 100: lifeline.v1.StopTasksResponse
-	(*TaskLogsResponse)(nil),         // 101: lifeline.v1.TaskLogsResponse
-	(*VersionResponse)(nil),          // 102: lifeline.v1.VersionResponse
-	(*ListRevisionsResponse)(nil),    // 103: lifeline.v1.ListRevisionsResponse
-	(*ShowRevisionResponse)(nil),     // 104: lifeline.v1.ShowRevisionResponse
-	(*RollbackServiceResponse)(nil),  // 105: lifeline.v1.RollbackServiceResponse
+	(*RefreshServiceRequest)(nil),    // 83: lifeline.v1.RefreshServiceRequest
+	(*ListUsersResponse)(nil),        // 84: lifeline.v1.ListUsersResponse
+	(*AddUserResponse)(nil),          // 85: lifeline.v1.AddUserResponse
+	(*RemoveUserResponse)(nil),       // 86: lifeline.v1.RemoveUserResponse
+	(*SetUserRoleResponse)(nil),      // 87: lifeline.v1.SetUserRoleResponse
+	(*WhoAmIResponse)(nil),           // 88: lifeline.v1.WhoAmIResponse
+	(*RotateCredentialResponse)(nil), // 89: lifeline.v1.RotateCredentialResponse
+	(*AuditResponse)(nil),            // 90: lifeline.v1.AuditResponse
+	(*ListActionsResponse)(nil),      // 91: lifeline.v1.ListActionsResponse
+	(*RunActionResponse)(nil),        // 92: lifeline.v1.RunActionResponse
+	(*ListOperationsResponse)(nil),   // 93: lifeline.v1.ListOperationsResponse
+	(*ShowOperationResponse)(nil),    // 94: lifeline.v1.ShowOperationResponse
+	(*ShowTaskResponse)(nil),         // 95: lifeline.v1.ShowTaskResponse
+	(*ApproveOperationResponse)(nil), // 96: lifeline.v1.ApproveOperationResponse
+	(*RejectOperationResponse)(nil),  // 97: lifeline.v1.RejectOperationResponse
+	(*ExecuteOperationResponse)(nil), // 98: lifeline.v1.ExecuteOperationResponse
+	(*PauseTasksResponse)(nil),       // 99: lifeline.v1.PauseTasksResponse
+	(*ResumeTasksResponse)(nil),      // 100: lifeline.v1.ResumeTasksResponse
+	(*StopTasksResponse)(nil),        // 101: lifeline.v1.StopTasksResponse
+	(*TaskLogsResponse)(nil),         // 102: lifeline.v1.TaskLogsResponse
+	(*VersionResponse)(nil),          // 103: lifeline.v1.VersionResponse
+	(*ListRevisionsResponse)(nil),    // 104: lifeline.v1.ListRevisionsResponse
+	(*ShowRevisionResponse)(nil),     // 105: lifeline.v1.ShowRevisionResponse
+	(*RollbackServiceResponse)(nil),  // 106: lifeline.v1.RollbackServiceResponse
+	(*RefreshServiceResponse)(nil),   // 107: lifeline.v1.RefreshServiceResponse
 }
 var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	6,   // 0: lifeline.v1.StatusResponse.status:type_name -> lifeline.v1.ModelStatus
@@ -3241,50 +3244,52 @@ var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	80,  // 63: lifeline.v1.OperatorService.ListRevisions:input_type -> lifeline.v1.ListRevisionsRequest
 	81,  // 64: lifeline.v1.OperatorService.ShowRevision:input_type -> lifeline.v1.ShowRevisionRequest
 	82,  // 65: lifeline.v1.OperatorService.RollbackService:input_type -> lifeline.v1.RollbackServiceRequest
-	3,   // 66: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
-	5,   // 67: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
-	14,  // 68: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
-	16,  // 69: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
-	18,  // 70: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
-	20,  // 71: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
-	22,  // 72: lifeline.v1.OperatorService.IssueJoinToken:output_type -> lifeline.v1.IssueJoinTokenResponse
-	24,  // 73: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
-	26,  // 74: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
-	28,  // 75: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
-	30,  // 76: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
-	32,  // 77: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
-	34,  // 78: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
-	36,  // 79: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
-	39,  // 80: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
-	41,  // 81: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
-	43,  // 82: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
-	46,  // 83: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
-	1,   // 84: lifeline.v1.OperatorService.Barrier:output_type -> lifeline.v1.BarrierResponse
-	83,  // 85: lifeline.v1.OperatorService.ListUsers:output_type -> lifeline.v1.ListUsersResponse
-	84,  // 86: lifeline.v1.OperatorService.AddUser:output_type -> lifeline.v1.AddUserResponse
-	85,  // 87: lifeline.v1.OperatorService.RemoveUser:output_type -> lifeline.v1.RemoveUserResponse
-	86,  // 88: lifeline.v1.OperatorService.SetUserRole:output_type -> lifeline.v1.SetUserRoleResponse
-	87,  // 89: lifeline.v1.OperatorService.WhoAmI:output_type -> lifeline.v1.WhoAmIResponse
-	88,  // 90: lifeline.v1.OperatorService.RotateCredential:output_type -> lifeline.v1.RotateCredentialResponse
-	89,  // 91: lifeline.v1.OperatorService.Audit:output_type -> lifeline.v1.AuditResponse
-	90,  // 92: lifeline.v1.OperatorService.ListActions:output_type -> lifeline.v1.ListActionsResponse
-	91,  // 93: lifeline.v1.OperatorService.RunAction:output_type -> lifeline.v1.RunActionResponse
-	92,  // 94: lifeline.v1.OperatorService.ListOperations:output_type -> lifeline.v1.ListOperationsResponse
-	93,  // 95: lifeline.v1.OperatorService.ShowOperation:output_type -> lifeline.v1.ShowOperationResponse
-	94,  // 96: lifeline.v1.OperatorService.ShowTask:output_type -> lifeline.v1.ShowTaskResponse
-	95,  // 97: lifeline.v1.OperatorService.ApproveOperation:output_type -> lifeline.v1.ApproveOperationResponse
-	96,  // 98: lifeline.v1.OperatorService.RejectOperation:output_type -> lifeline.v1.RejectOperationResponse
-	97,  // 99: lifeline.v1.OperatorService.ExecuteOperation:output_type -> lifeline.v1.ExecuteOperationResponse
-	98,  // 100: lifeline.v1.OperatorService.PauseTasks:output_type -> lifeline.v1.PauseTasksResponse
-	99,  // 101: lifeline.v1.OperatorService.ResumeTasks:output_type -> lifeline.v1.ResumeTasksResponse
-	100, // 102: lifeline.v1.OperatorService.StopTasks:output_type -> lifeline.v1.StopTasksResponse
-	101, // 103: lifeline.v1.OperatorService.TaskLogs:output_type -> lifeline.v1.TaskLogsResponse
-	102, // 104: lifeline.v1.OperatorService.Version:output_type -> lifeline.v1.VersionResponse
-	103, // 105: lifeline.v1.OperatorService.ListRevisions:output_type -> lifeline.v1.ListRevisionsResponse
-	104, // 106: lifeline.v1.OperatorService.ShowRevision:output_type -> lifeline.v1.ShowRevisionResponse
-	105, // 107: lifeline.v1.OperatorService.RollbackService:output_type -> lifeline.v1.RollbackServiceResponse
-	66,  // [66:108] is the sub-list for method output_type
-	24,  // [24:66] is the sub-list for method input_type
+	83,  // 66: lifeline.v1.OperatorService.RefreshService:input_type -> lifeline.v1.RefreshServiceRequest
+	3,   // 67: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
+	5,   // 68: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
+	14,  // 69: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
+	16,  // 70: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
+	18,  // 71: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
+	20,  // 72: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
+	22,  // 73: lifeline.v1.OperatorService.IssueJoinToken:output_type -> lifeline.v1.IssueJoinTokenResponse
+	24,  // 74: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
+	26,  // 75: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
+	28,  // 76: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
+	30,  // 77: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
+	32,  // 78: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
+	34,  // 79: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
+	36,  // 80: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
+	39,  // 81: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
+	41,  // 82: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
+	43,  // 83: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
+	46,  // 84: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
+	1,   // 85: lifeline.v1.OperatorService.Barrier:output_type -> lifeline.v1.BarrierResponse
+	84,  // 86: lifeline.v1.OperatorService.ListUsers:output_type -> lifeline.v1.ListUsersResponse
+	85,  // 87: lifeline.v1.OperatorService.AddUser:output_type -> lifeline.v1.AddUserResponse
+	86,  // 88: lifeline.v1.OperatorService.RemoveUser:output_type -> lifeline.v1.RemoveUserResponse
+	87,  // 89: lifeline.v1.OperatorService.SetUserRole:output_type -> lifeline.v1.SetUserRoleResponse
+	88,  // 90: lifeline.v1.OperatorService.WhoAmI:output_type -> lifeline.v1.WhoAmIResponse
+	89,  // 91: lifeline.v1.OperatorService.RotateCredential:output_type -> lifeline.v1.RotateCredentialResponse
+	90,  // 92: lifeline.v1.OperatorService.Audit:output_type -> lifeline.v1.AuditResponse
+	91,  // 93: lifeline.v1.OperatorService.ListActions:output_type -> lifeline.v1.ListActionsResponse
+	92,  // 94: lifeline.v1.OperatorService.RunAction:output_type -> lifeline.v1.RunActionResponse
+	93,  // 95: lifeline.v1.OperatorService.ListOperations:output_type -> lifeline.v1.ListOperationsResponse
+	94,  // 96: lifeline.v1.OperatorService.ShowOperation:output_type -> lifeline.v1.ShowOperationResponse
+	95,  // 97: lifeline.v1.OperatorService.ShowTask:output_type -> lifeline.v1.ShowTaskResponse
+	96,  // 98: lifeline.v1.OperatorService.ApproveOperation:output_type -> lifeline.v1.ApproveOperationResponse
+	97,  // 99: lifeline.v1.OperatorService.RejectOperation:output_type -> lifeline.v1.RejectOperationResponse
+	98,  // 100: lifeline.v1.OperatorService.ExecuteOperation:output_type -> lifeline.v1.ExecuteOperationResponse
+	99,  // 101: lifeline.v1.OperatorService.PauseTasks:output_type -> lifeline.v1.PauseTasksResponse
+	100, // 102: lifeline.v1.OperatorService.ResumeTasks:output_type -> lifeline.v1.ResumeTasksResponse
+	101, // 103: lifeline.v1.OperatorService.StopTasks:output_type -> lifeline.v1.StopTasksResponse
+	102, // 104: lifeline.v1.OperatorService.TaskLogs:output_type -> lifeline.v1.TaskLogsResponse
+	103, // 105: lifeline.v1.OperatorService.Version:output_type -> lifeline.v1.VersionResponse
+	104, // 106: lifeline.v1.OperatorService.ListRevisions:output_type -> lifeline.v1.ListRevisionsResponse
+	105, // 107: lifeline.v1.OperatorService.ShowRevision:output_type -> lifeline.v1.ShowRevisionResponse
+	106, // 108: lifeline.v1.OperatorService.RollbackService:output_type -> lifeline.v1.RollbackServiceResponse
+	107, // 109: lifeline.v1.OperatorService.RefreshService:output_type -> lifeline.v1.RefreshServiceResponse
+	67,  // [67:110] is the sub-list for method output_type
+	24,  // [24:67] is the sub-list for method input_type
 	24,  // [24:24] is the sub-list for extension type_name
 	24,  // [24:24] is the sub-list for extension extendee
 	0,   // [0:24] is the sub-list for field type_name

@@ -63,6 +63,7 @@ const (
 	OperatorService_ListRevisions_FullMethodName    = "/lifeline.v1.OperatorService/ListRevisions"
 	OperatorService_ShowRevision_FullMethodName     = "/lifeline.v1.OperatorService/ShowRevision"
 	OperatorService_RollbackService_FullMethodName  = "/lifeline.v1.OperatorService/RollbackService"
+	OperatorService_RefreshService_FullMethodName   = "/lifeline.v1.OperatorService/RefreshService"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -183,6 +184,11 @@ type OperatorServiceClient interface {
 	// configuration) is that of a kept revision: refused when it would
 	// change nothing or change the charm.
 	RollbackService(ctx context.Context, in *RollbackServiceRequest, opts ...grpc.CallOption) (*RollbackServiceResponse, error)
+	// RefreshService makes a new revision whose charm is an uploaded one,
+	// the configuration carried over: refused when the charm is the
+	// service's already, when a value the new charm's type refuses is
+	// kept, or when a relation uses an endpoint the new charm lacks.
+	RefreshService(ctx context.Context, in *RefreshServiceRequest, opts ...grpc.CallOption) (*RefreshServiceResponse, error)
 }
 
 type operatorServiceClient struct {
@@ -643,6 +649,16 @@ func (c *operatorServiceClient) RollbackService(ctx context.Context, in *Rollbac
 	return out, nil
 }
 
+func (c *operatorServiceClient) RefreshService(ctx context.Context, in *RefreshServiceRequest, opts ...grpc.CallOption) (*RefreshServiceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RefreshServiceResponse)
+	err := c.cc.Invoke(ctx, OperatorService_RefreshService_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -761,6 +777,11 @@ type OperatorServiceServer interface {
 	// configuration) is that of a kept revision: refused when it would
 	// change nothing or change the charm.
 	RollbackService(context.Context, *RollbackServiceRequest) (*RollbackServiceResponse, error)
+	// RefreshService makes a new revision whose charm is an uploaded one,
+	// the configuration carried over: refused when the charm is the
+	// service's already, when a value the new charm's type refuses is
+	// kept, or when a relation uses an endpoint the new charm lacks.
+	RefreshService(context.Context, *RefreshServiceRequest) (*RefreshServiceResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -896,6 +917,9 @@ func (UnimplementedOperatorServiceServer) ShowRevision(context.Context, *ShowRev
 }
 func (UnimplementedOperatorServiceServer) RollbackService(context.Context, *RollbackServiceRequest) (*RollbackServiceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RollbackService not implemented")
+}
+func (UnimplementedOperatorServiceServer) RefreshService(context.Context, *RefreshServiceRequest) (*RefreshServiceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RefreshService not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -1642,6 +1666,24 @@ func _OperatorService_RollbackService_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_RefreshService_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RefreshServiceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).RefreshService(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_RefreshService_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).RefreshService(ctx, req.(*RefreshServiceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1800,6 +1842,10 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RollbackService",
 			Handler:    _OperatorService_RollbackService_Handler,
+		},
+		{
+			MethodName: "RefreshService",
+			Handler:    _OperatorService_RefreshService_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

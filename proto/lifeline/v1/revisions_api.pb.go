@@ -472,6 +472,151 @@ func (x *RollbackServiceResponse) GetTo() int64 {
 	return 0
 }
 
+type RefreshServiceRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Service string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// charm and revision name an uploaded charm (UploadCharm): the charm the
+	// service is to run. Its name may differ from the service's charm's
+	// only with switch_charm set.
+	Charm    string `protobuf:"bytes,2,opt,name=charm,proto3" json:"charm,omitempty"`
+	Revision int64  `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// config sets options of the new charm with the refresh, as KEY=VALUE
+	// text parsed by the new charm's types (SetConfigRequest.set).
+	Config        map[string]string `protobuf:"bytes,4,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	SwitchCharm   bool              `protobuf:"varint,5,opt,name=switch_charm,json=switchCharm,proto3" json:"switch_charm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefreshServiceRequest) Reset() {
+	*x = RefreshServiceRequest{}
+	mi := &file_lifeline_v1_revisions_api_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefreshServiceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefreshServiceRequest) ProtoMessage() {}
+
+func (x *RefreshServiceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_revisions_api_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefreshServiceRequest.ProtoReflect.Descriptor instead.
+func (*RefreshServiceRequest) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_revisions_api_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RefreshServiceRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *RefreshServiceRequest) GetCharm() string {
+	if x != nil {
+		return x.Charm
+	}
+	return ""
+}
+
+func (x *RefreshServiceRequest) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *RefreshServiceRequest) GetConfig() map[string]string {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *RefreshServiceRequest) GetSwitchCharm() bool {
+	if x != nil {
+		return x.SwitchCharm
+	}
+	return false
+}
+
+type RefreshServiceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// revision is the one made: the new charm with the configuration
+	// carried over.
+	Revision *RevisionBrief `protobuf:"bytes,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// dropped are the options the new charm lacks, whose values were
+	// dropped; defaulted those it adds, which got their defaults.
+	Dropped       []string `protobuf:"bytes,2,rep,name=dropped,proto3" json:"dropped,omitempty"`
+	Defaulted     []string `protobuf:"bytes,3,rep,name=defaulted,proto3" json:"defaulted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefreshServiceResponse) Reset() {
+	*x = RefreshServiceResponse{}
+	mi := &file_lifeline_v1_revisions_api_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefreshServiceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefreshServiceResponse) ProtoMessage() {}
+
+func (x *RefreshServiceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_revisions_api_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefreshServiceResponse.ProtoReflect.Descriptor instead.
+func (*RefreshServiceResponse) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_revisions_api_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RefreshServiceResponse) GetRevision() *RevisionBrief {
+	if x != nil {
+		return x.Revision
+	}
+	return nil
+}
+
+func (x *RefreshServiceResponse) GetDropped() []string {
+	if x != nil {
+		return x.Dropped
+	}
+	return nil
+}
+
+func (x *RefreshServiceResponse) GetDefaulted() []string {
+	if x != nil {
+		return x.Defaulted
+	}
+	return nil
+}
+
 var File_lifeline_v1_revisions_api_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_revisions_api_proto_rawDesc = "" +
@@ -505,7 +650,20 @@ const file_lifeline_v1_revisions_api_proto_rawDesc = "" +
 	"\x02to\x18\x02 \x01(\x03R\x02to\"a\n" +
 	"\x17RollbackServiceResponse\x126\n" +
 	"\brevision\x18\x01 \x01(\v2\x1a.lifeline.v1.RevisionBriefR\brevision\x12\x0e\n" +
-	"\x02to\x18\x02 \x01(\x03R\x02toB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
+	"\x02to\x18\x02 \x01(\x03R\x02to\"\x89\x02\n" +
+	"\x15RefreshServiceRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
+	"\x05charm\x18\x02 \x01(\tR\x05charm\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x12F\n" +
+	"\x06config\x18\x04 \x03(\v2..lifeline.v1.RefreshServiceRequest.ConfigEntryR\x06config\x12!\n" +
+	"\fswitch_charm\x18\x05 \x01(\bR\vswitchCharm\x1a9\n" +
+	"\vConfigEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x88\x01\n" +
+	"\x16RefreshServiceResponse\x126\n" +
+	"\brevision\x18\x01 \x01(\v2\x1a.lifeline.v1.RevisionBriefR\brevision\x12\x18\n" +
+	"\adropped\x18\x02 \x03(\tR\adropped\x12\x1c\n" +
+	"\tdefaulted\x18\x03 \x03(\tR\tdefaultedB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
 
 var (
 	file_lifeline_v1_revisions_api_proto_rawDescOnce sync.Once
@@ -519,7 +677,7 @@ func file_lifeline_v1_revisions_api_proto_rawDescGZIP() []byte {
 	return file_lifeline_v1_revisions_api_proto_rawDescData
 }
 
-var file_lifeline_v1_revisions_api_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_lifeline_v1_revisions_api_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_lifeline_v1_revisions_api_proto_goTypes = []any{
 	(*ListRevisionsRequest)(nil),    // 0: lifeline.v1.ListRevisionsRequest
 	(*RevisionBrief)(nil),           // 1: lifeline.v1.RevisionBrief
@@ -528,22 +686,27 @@ var file_lifeline_v1_revisions_api_proto_goTypes = []any{
 	(*ShowRevisionResponse)(nil),    // 4: lifeline.v1.ShowRevisionResponse
 	(*RollbackServiceRequest)(nil),  // 5: lifeline.v1.RollbackServiceRequest
 	(*RollbackServiceResponse)(nil), // 6: lifeline.v1.RollbackServiceResponse
-	(*CharmRef)(nil),                // 7: lifeline.v1.CharmRef
-	(*RevisionChange)(nil),          // 8: lifeline.v1.RevisionChange
-	(*ServiceSpec)(nil),             // 9: lifeline.v1.ServiceSpec
+	(*RefreshServiceRequest)(nil),   // 7: lifeline.v1.RefreshServiceRequest
+	(*RefreshServiceResponse)(nil),  // 8: lifeline.v1.RefreshServiceResponse
+	nil,                             // 9: lifeline.v1.RefreshServiceRequest.ConfigEntry
+	(*CharmRef)(nil),                // 10: lifeline.v1.CharmRef
+	(*RevisionChange)(nil),          // 11: lifeline.v1.RevisionChange
+	(*ServiceSpec)(nil),             // 12: lifeline.v1.ServiceSpec
 }
 var file_lifeline_v1_revisions_api_proto_depIdxs = []int32{
-	7, // 0: lifeline.v1.RevisionBrief.charm:type_name -> lifeline.v1.CharmRef
-	8, // 1: lifeline.v1.RevisionBrief.changes:type_name -> lifeline.v1.RevisionChange
-	1, // 2: lifeline.v1.ListRevisionsResponse.revisions:type_name -> lifeline.v1.RevisionBrief
-	1, // 3: lifeline.v1.ShowRevisionResponse.revision:type_name -> lifeline.v1.RevisionBrief
-	9, // 4: lifeline.v1.ShowRevisionResponse.spec:type_name -> lifeline.v1.ServiceSpec
-	1, // 5: lifeline.v1.RollbackServiceResponse.revision:type_name -> lifeline.v1.RevisionBrief
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	10, // 0: lifeline.v1.RevisionBrief.charm:type_name -> lifeline.v1.CharmRef
+	11, // 1: lifeline.v1.RevisionBrief.changes:type_name -> lifeline.v1.RevisionChange
+	1,  // 2: lifeline.v1.ListRevisionsResponse.revisions:type_name -> lifeline.v1.RevisionBrief
+	1,  // 3: lifeline.v1.ShowRevisionResponse.revision:type_name -> lifeline.v1.RevisionBrief
+	12, // 4: lifeline.v1.ShowRevisionResponse.spec:type_name -> lifeline.v1.ServiceSpec
+	1,  // 5: lifeline.v1.RollbackServiceResponse.revision:type_name -> lifeline.v1.RevisionBrief
+	9,  // 6: lifeline.v1.RefreshServiceRequest.config:type_name -> lifeline.v1.RefreshServiceRequest.ConfigEntry
+	1,  // 7: lifeline.v1.RefreshServiceResponse.revision:type_name -> lifeline.v1.RevisionBrief
+	8,  // [8:8] is the sub-list for method output_type
+	8,  // [8:8] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_revisions_api_proto_init() }
@@ -559,7 +722,7 @@ func file_lifeline_v1_revisions_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_revisions_api_proto_rawDesc), len(file_lifeline_v1_revisions_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
