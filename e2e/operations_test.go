@@ -154,3 +154,25 @@ func TestOperationsApprovalExpires(t *testing.T) {
 		}
 	}
 }
+
+// TestOperationsApprovalVoidAfterRefresh: an approved operation is not
+// executed once its service has moved to another charm (A1): what was
+// approved is not what would run.
+func TestOperationsApprovalVoidAfterRefresh(t *testing.T) {
+	needCharms(t)
+	s := newSandbox(t)
+	s.StartController(t, "--provider", "manual")
+	s.OK(t, "deploy", olderCharm(t, "kv"), "kv", "-n", "1")
+	olga := newUser(t, s, "olga", "operator")
+	out := s.OK(t, "--config", olga, "run", "kv", "backup", "name=weekly")
+	m := regexp.MustCompile(`^operation (\d+): backup on kv/0: awaiting approval`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("ctl run kv backup said %q, want it awaiting approval", out)
+	}
+	s.OK(t, "approve", m[1])
+	s.OK(t, "refresh", "kv", "--path", charmPath(t, "kv"))
+	r := s.Ctl("--config", olga, "execute", m[1])
+	if r.Code != 1 || !strings.Contains(r.Stderr, "charm") {
+		t.Errorf("%v\nwant executing an approval of the charm before the refresh refused, naming the charm", r)
+	}
+}
