@@ -29,6 +29,11 @@ type Model struct {
 	Cleanups []*pb.Cleanup
 	// Present holds the tags of the agents connected now.
 	Present map[string]bool
+	// UnitRevisions maps a unit's name to its revisions, and Rollouts a
+	// service's name to its rollout: what status shows of revisions, read
+	// as two ranges whatever the units.
+	UnitRevisions map[string]*pb.UnitRevision
+	Rollouts      map[string]*pb.Rollout
 }
 
 // Model reads the whole model at one revision.
@@ -37,7 +42,8 @@ func (s *State) Model(ctx context.Context) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{Revision: r.rev, Scopes: map[int64][]string{}, Statuses: map[string]*pb.Status{}, Present: map[string]bool{}}
+	m := &Model{Revision: r.rev, Scopes: map[int64][]string{}, Statuses: map[string]*pb.Status{}, Present: map[string]bool{},
+		UnitRevisions: map[string]*pb.UnitRevision{}, Rollouts: map[string]*pb.Rollout{}}
 	each := func(prefix string, keysOnly bool, f func(kv *mvccpb.KeyValue) error) error {
 		kvs, err := s.listRev(ctx, prefix, keysOnly, r.rev)
 		if err != nil {
@@ -79,6 +85,22 @@ func (s *State) Model(ctx context.Context) (*Model, error) {
 				return invalidf("corrupt status %s: %v", kv.Key, err)
 			}
 			m.Statuses[string(kv.Key)] = st
+			return nil
+		}},
+		{unitRevisionsPrefix, false, func(kv *mvccpb.KeyValue) error {
+			ur := &pb.UnitRevision{}
+			if err := proto.Unmarshal(kv.Value, ur); err != nil {
+				return invalidf("corrupt unit revision %s: %v", kv.Key, err)
+			}
+			m.UnitRevisions[strings.TrimPrefix(string(kv.Key), unitRevisionsPrefix)] = ur
+			return nil
+		}},
+		{rolloutsPrefix, false, func(kv *mvccpb.KeyValue) error {
+			ro := &pb.Rollout{}
+			if err := proto.Unmarshal(kv.Value, ro); err != nil {
+				return invalidf("corrupt rollout %s: %v", kv.Key, err)
+			}
+			m.Rollouts[strings.TrimPrefix(string(kv.Key), rolloutsPrefix)] = ro
 			return nil
 		}},
 	}
