@@ -270,6 +270,21 @@ func describe(req any) (targets []string, summary string) {
 			summary += ": keys " + strings.Join(sortedKeys(r.Config), " ")
 		}
 		return []string{svc(r.Service), "charm:" + r.Charm}, summary
+	// Rollouts: a policy change by the fields it sets.
+	case *pb.SetRolloutPolicyRequest:
+		return []string{svc(r.Service)}, "set the rollout policy of " + r.Service + ": " + policyFields(r)
+	case *pb.GetRolloutPolicyRequest:
+		return []string{svc(r.Service)}, "show the rollout policy of " + r.Service
+	case *pb.RolloutStatusRequest:
+		return []string{svc(r.Service)}, "show the rollout of " + r.Service
+	case *pb.PauseRolloutRequest:
+		return []string{svc(r.Service)}, "pause the rollout of " + r.Service
+	case *pb.ResumeRolloutRequest:
+		return []string{svc(r.Service)}, "resume the rollout of " + r.Service
+	case *pb.PromoteRolloutRequest:
+		return []string{svc(r.Service)}, "promote the rollout of " + r.Service
+	case *pb.AbortRolloutRequest:
+		return []string{svc(r.Service)}, "abort the rollout of " + r.Service
 	}
 	return nil, ""
 }

@@ -170,6 +170,17 @@ var callKinds = map[string]callKind{
 	"/lifeline.v1.OperatorService/ShowRevision":    callRead,
 	"/lifeline.v1.OperatorService/RollbackService": callGrow,
 	"/lifeline.v1.OperatorService/RefreshService":  callGrow,
+	// Rollouts: a policy is one record a service; the verbs rewrite the
+	// rollout's record, and an abort writes a revision within the
+	// history's bound: taken while the storage is tight, as stopping a
+	// bad rollout is how an operator gets out of trouble.
+	"/lifeline.v1.OperatorService/GetRolloutPolicy": callRead,
+	"/lifeline.v1.OperatorService/RolloutStatus":    callRead,
+	"/lifeline.v1.OperatorService/SetRolloutPolicy": callGrow,
+	"/lifeline.v1.OperatorService/PauseRollout":     callKeep,
+	"/lifeline.v1.OperatorService/ResumeRollout":    callKeep,
+	"/lifeline.v1.OperatorService/PromoteRollout":   callKeep,
+	"/lifeline.v1.OperatorService/AbortRollout":     callKeep,
 	// Made without a credential (the join token, or the registration's
 	// one-time secret, is the proof), all such calls on one budget.
 	"/lifeline.v1.MachineJoinService/JoinMachine":       callGrow,

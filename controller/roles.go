@@ -59,6 +59,12 @@ func operatorAccess(method string) (access, bool) {
 		return access{role: viewer}, true
 	case "RollbackService", "RefreshService":
 		return access{role: operator, changes: true}, true
+	// Rollouts: the policy and the status are a viewer's to read;
+	// changing the policy and steering the rollout an operator's.
+	case "GetRolloutPolicy", "RolloutStatus":
+		return access{role: viewer}, true
+	case "SetRolloutPolicy", "PauseRollout", "ResumeRollout", "PromoteRollout", "AbortRollout":
+		return access{role: operator, changes: true}, true
 	// The users and the controllers.
 	case "ListUsers":
 		return access{role: admin}, true

@@ -92,8 +92,20 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 			Name: svc.Name, Charm: svc.Charm.GetName(), Revision: svc.Charm.GetRevision(),
 			Life: state.LifeName(svc.Life), Subordinate: svc.Subordinate,
 		}
+		ro := m.Rollouts[svc.Name]
+		ss.SpecRevision = ro.GetTarget()
+		updated := int32(0)
 		for _, u := range unitsOf[svc.Name] {
 			us := unitStatus(m, u, machines[u.MachineId])
+			if ur := m.UnitRevisions[u.Name]; ur != nil {
+				us.Revision = ur.Current
+				if ur.Target != ur.Current {
+					us.TargetRevision = ur.Target
+				}
+				if ro != nil && ur.Current == ro.Target {
+					updated++
+				}
+			}
 			if agent, _ := machineAgent(m, u.MachineId, machines[u.MachineId].GetLife()); agent == "lost" && us.Agent != "allocating" {
 				us.Agent = "lost" // its agent runs inside its machine's
 			}
@@ -120,6 +132,12 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 				}
 			}
 			ss.Units = append(ss.Units, us)
+		}
+		if ro != nil && ro.State != pb.RolloutState_ROLLOUT_STATE_DONE {
+			ss.Rollout = &pb.ServiceRollout{
+				State: state.RolloutStateName(ro.State), Target: ro.Target, Previous: ro.Previous,
+				Updated: updated, Units: int32(len(ss.Units)), Reason: ro.Reason,
+			}
 		}
 		ss.Status, ss.Message = serviceWorkload(ss.Units)
 		if svc.Life == pb.Life_LIFE_DYING {

@@ -73,6 +73,9 @@ func TestEachRoleAgainstEveryOperatorMethod(t *testing.T) {
 		"TaskLogs": "viewer",
 		// Revisions.
 		"ListRevisions": "viewer", "ShowRevision": "viewer", "RollbackService": "operator", "RefreshService": "operator",
+		// Rollouts.
+		"GetRolloutPolicy": "viewer", "RolloutStatus": "viewer", "SetRolloutPolicy": "operator",
+		"PauseRollout": "operator", "ResumeRollout": "operator", "PromoteRollout": "operator", "AbortRollout": "operator",
 	}
 	conns := map[string]*grpc.ClientConn{
 		"viewer":   e.Dial(e.User("vic", pb.UserRole_USER_ROLE_VIEWER)),

@@ -119,6 +119,9 @@ func (fz *fuzzer) operationCall(ctx context.Context, rnd *rand.Rand) (string, pr
 // revisionCall makes one call of the revisions' RPCs: on the services
 // made, revisions kept, pruned, never made and of every edge.
 func (fz *fuzzer) revisionCall(ctx context.Context, rnd *rand.Rand) (string, proto.Message, error) {
+	if rnd.IntN(2) == 0 {
+		return fz.rolloutCall(ctx, rnd)
+	}
 	n := 1 + rnd.Int64N(12)
 	if rnd.IntN(3) == 0 {
 		n = int64Edge(rnd)
@@ -145,6 +148,63 @@ func (fz *fuzzer) revisionCall(ctx context.Context, rnd *rand.Rand) (string, pro
 	}
 	_, err := fz.op.RollbackService(ctx, in)
 	return "RollbackService", in, err
+}
+
+// rolloutCall makes one call of the rollouts' RPCs: policies of every
+// field set or not, with values good, bad and of every edge, and the verbs
+// on the services made.
+func (fz *fuzzer) rolloutCall(ctx context.Context, rnd *rand.Rand) (string, proto.Message, error) {
+	service := fz.name(rnd, "service")
+	switch rnd.IntN(7) {
+	case 0, 1:
+		in := &pb.SetRolloutPolicyRequest{Service: service}
+		if rnd.IntN(2) == 0 {
+			mp := []string{"1", "3", "50%", "100%", "0", "0%", "101%", "-1", "%", "1.5", randomString(rnd)}[rnd.IntN(11)]
+			in.MaxParallel = &mp
+		}
+		edge := func() *int64 {
+			if rnd.IntN(2) == 0 {
+				return nil
+			}
+			v := int64Edge(rnd)
+			return &v
+		}
+		in.Canary, in.MinHealthyMs, in.DeadlineMs = edge(), edge(), edge()
+		if rnd.IntN(3) == 0 {
+			b := rnd.IntN(2) == 0
+			in.AutoRevert = &b
+		}
+		if rnd.IntN(3) == 0 {
+			g := []string{"none", "orly", "", "Bad Gate", randomString(rnd)}[rnd.IntN(5)]
+			in.Gate = &g
+		}
+		_, err := fz.op.SetRolloutPolicy(ctx, in)
+		return "SetRolloutPolicy", in, err
+	case 2:
+		in := &pb.GetRolloutPolicyRequest{Service: service}
+		_, err := fz.op.GetRolloutPolicy(ctx, in)
+		return "GetRolloutPolicy", in, err
+	case 3:
+		in := &pb.RolloutStatusRequest{Service: service}
+		_, err := fz.op.RolloutStatus(ctx, in)
+		return "RolloutStatus", in, err
+	case 4:
+		in := &pb.PauseRolloutRequest{Service: service}
+		_, err := fz.op.PauseRollout(ctx, in)
+		return "PauseRollout", in, err
+	case 5:
+		if rnd.IntN(2) == 0 {
+			in := &pb.ResumeRolloutRequest{Service: service}
+			_, err := fz.op.ResumeRollout(ctx, in)
+			return "ResumeRollout", in, err
+		}
+		in := &pb.PromoteRolloutRequest{Service: service}
+		_, err := fz.op.PromoteRollout(ctx, in)
+		return "PromoteRollout", in, err
+	}
+	in := &pb.AbortRolloutRequest{Service: service}
+	_, err := fz.op.AbortRollout(ctx, in)
+	return "AbortRollout", in, err
 }
 
 // taskLogs reads an operation's task logs, following them for a moment

@@ -601,11 +601,16 @@ type ServiceStatus struct {
 	Revision int64                  `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	Life     string                 `protobuf:"bytes,4,opt,name=life,proto3" json:"life,omitempty"`
 	// status summarises the units' workloads: the worst of them.
-	Status        string        `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
-	Message       string        `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
-	Subordinate   bool          `protobuf:"varint,7,opt,name=subordinate,proto3" json:"subordinate,omitempty"`
-	Units         []*UnitStatus `protobuf:"bytes,8,rep,name=units,proto3" json:"units,omitempty"`
-	WaitingFor    []string      `protobuf:"bytes,9,rep,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
+	Status      string        `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
+	Message     string        `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	Subordinate bool          `protobuf:"varint,7,opt,name=subordinate,proto3" json:"subordinate,omitempty"`
+	Units       []*UnitStatus `protobuf:"bytes,8,rep,name=units,proto3" json:"units,omitempty"`
+	WaitingFor  []string      `protobuf:"bytes,9,rep,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
+	// spec_revision is the revision of the service's spec its units move
+	// to (revision above is its charm's).
+	SpecRevision int64 `protobuf:"varint,10,opt,name=spec_revision,json=specRevision,proto3" json:"spec_revision,omitempty"`
+	// rollout is set while the service's rollout is not done.
+	Rollout       *ServiceRollout `protobuf:"bytes,11,opt,name=rollout,proto3" json:"rollout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -703,6 +708,107 @@ func (x *ServiceStatus) GetWaitingFor() []string {
 	return nil
 }
 
+func (x *ServiceStatus) GetSpecRevision() int64 {
+	if x != nil {
+		return x.SpecRevision
+	}
+	return 0
+}
+
+func (x *ServiceStatus) GetRollout() *ServiceRollout {
+	if x != nil {
+		return x.Rollout
+	}
+	return nil
+}
+
+// ServiceRollout is a service's rollout as ctl status shows it.
+type ServiceRollout struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// state is rolling, canary, paused or failed.
+	State    string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	Target   int64  `protobuf:"varint,2,opt,name=target,proto3" json:"target,omitempty"`
+	Previous int64  `protobuf:"varint,3,opt,name=previous,proto3" json:"previous,omitempty"`
+	// updated is how many of the units run the target.
+	Updated       int32  `protobuf:"varint,4,opt,name=updated,proto3" json:"updated,omitempty"`
+	Units         int32  `protobuf:"varint,5,opt,name=units,proto3" json:"units,omitempty"`
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceRollout) Reset() {
+	*x = ServiceRollout{}
+	mi := &file_lifeline_v1_operator_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceRollout) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceRollout) ProtoMessage() {}
+
+func (x *ServiceRollout) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_operator_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceRollout.ProtoReflect.Descriptor instead.
+func (*ServiceRollout) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ServiceRollout) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ServiceRollout) GetTarget() int64 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *ServiceRollout) GetPrevious() int64 {
+	if x != nil {
+		return x.Previous
+	}
+	return 0
+}
+
+func (x *ServiceRollout) GetUpdated() int32 {
+	if x != nil {
+		return x.Updated
+	}
+	return 0
+}
+
+func (x *ServiceRollout) GetUnits() int32 {
+	if x != nil {
+		return x.Units
+	}
+	return 0
+}
+
+func (x *ServiceRollout) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type UnitStatus struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -727,14 +833,19 @@ type UnitStatus struct {
 	SyncedRevision int64 `protobuf:"varint,12,opt,name=synced_revision,json=syncedRevision,proto3" json:"synced_revision,omitempty"`
 	// agent_message is what the agent's status says beside agent: the hook
 	// it runs, or why it failed.
-	AgentMessage  string `protobuf:"bytes,13,opt,name=agent_message,json=agentMessage,proto3" json:"agent_message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AgentMessage string `protobuf:"bytes,13,opt,name=agent_message,json=agentMessage,proto3" json:"agent_message,omitempty"`
+	// revision is the revision of its service's spec the unit runs (0:
+	// none recorded), target_revision the one it moves to, while it is
+	// another.
+	Revision       int64 `protobuf:"varint,14,opt,name=revision,proto3" json:"revision,omitempty"`
+	TargetRevision int64 `protobuf:"varint,15,opt,name=target_revision,json=targetRevision,proto3" json:"target_revision,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *UnitStatus) Reset() {
 	*x = UnitStatus{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[10]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +857,7 @@ func (x *UnitStatus) String() string {
 func (*UnitStatus) ProtoMessage() {}
 
 func (x *UnitStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[10]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +870,7 @@ func (x *UnitStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnitStatus.ProtoReflect.Descriptor instead.
 func (*UnitStatus) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{10}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UnitStatus) GetName() string {
@@ -853,6 +964,20 @@ func (x *UnitStatus) GetAgentMessage() string {
 	return ""
 }
 
+func (x *UnitStatus) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *UnitStatus) GetTargetRevision() int64 {
+	if x != nil {
+		return x.TargetRevision
+	}
+	return 0
+}
+
 type RelationStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -868,7 +993,7 @@ type RelationStatus struct {
 
 func (x *RelationStatus) Reset() {
 	*x = RelationStatus{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[11]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +1005,7 @@ func (x *RelationStatus) String() string {
 func (*RelationStatus) ProtoMessage() {}
 
 func (x *RelationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[11]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +1018,7 @@ func (x *RelationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelationStatus.ProtoReflect.Descriptor instead.
 func (*RelationStatus) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{11}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RelationStatus) GetId() int64 {
@@ -951,7 +1076,7 @@ type UploadCharmRequest struct {
 
 func (x *UploadCharmRequest) Reset() {
 	*x = UploadCharmRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[12]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1088,7 @@ func (x *UploadCharmRequest) String() string {
 func (*UploadCharmRequest) ProtoMessage() {}
 
 func (x *UploadCharmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[12]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1101,7 @@ func (x *UploadCharmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadCharmRequest.ProtoReflect.Descriptor instead.
 func (*UploadCharmRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{12}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UploadCharmRequest) GetPart() isUploadCharmRequest_Part {
@@ -1032,7 +1157,7 @@ type UploadCharmHeader struct {
 
 func (x *UploadCharmHeader) Reset() {
 	*x = UploadCharmHeader{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[13]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1169,7 @@ func (x *UploadCharmHeader) String() string {
 func (*UploadCharmHeader) ProtoMessage() {}
 
 func (x *UploadCharmHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[13]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1182,7 @@ func (x *UploadCharmHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadCharmHeader.ProtoReflect.Descriptor instead.
 func (*UploadCharmHeader) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{13}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UploadCharmHeader) GetSize() int64 {
@@ -1083,7 +1208,7 @@ type UploadCharmResponse struct {
 
 func (x *UploadCharmResponse) Reset() {
 	*x = UploadCharmResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[14]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1220,7 @@ func (x *UploadCharmResponse) String() string {
 func (*UploadCharmResponse) ProtoMessage() {}
 
 func (x *UploadCharmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[14]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1233,7 @@ func (x *UploadCharmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadCharmResponse.ProtoReflect.Descriptor instead.
 func (*UploadCharmResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{14}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UploadCharmResponse) GetCharm() *Charm {
@@ -1138,7 +1263,7 @@ type DeployRequest struct {
 
 func (x *DeployRequest) Reset() {
 	*x = DeployRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[15]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1150,7 +1275,7 @@ func (x *DeployRequest) String() string {
 func (*DeployRequest) ProtoMessage() {}
 
 func (x *DeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[15]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1163,7 +1288,7 @@ func (x *DeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployRequest.ProtoReflect.Descriptor instead.
 func (*DeployRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{15}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeployRequest) GetCharm() string {
@@ -1218,7 +1343,7 @@ type DeployResponse struct {
 
 func (x *DeployResponse) Reset() {
 	*x = DeployResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[16]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1230,7 +1355,7 @@ func (x *DeployResponse) String() string {
 func (*DeployResponse) ProtoMessage() {}
 
 func (x *DeployResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[16]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1243,7 +1368,7 @@ func (x *DeployResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployResponse.ProtoReflect.Descriptor instead.
 func (*DeployResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{16}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeployResponse) GetService() *Service {
@@ -1271,7 +1396,7 @@ type AddUnitsRequest struct {
 
 func (x *AddUnitsRequest) Reset() {
 	*x = AddUnitsRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[17]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1408,7 @@ func (x *AddUnitsRequest) String() string {
 func (*AddUnitsRequest) ProtoMessage() {}
 
 func (x *AddUnitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[17]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1421,7 @@ func (x *AddUnitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddUnitsRequest.ProtoReflect.Descriptor instead.
 func (*AddUnitsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{17}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AddUnitsRequest) GetService() string {
@@ -1329,7 +1454,7 @@ type AddUnitsResponse struct {
 
 func (x *AddUnitsResponse) Reset() {
 	*x = AddUnitsResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[18]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1466,7 @@ func (x *AddUnitsResponse) String() string {
 func (*AddUnitsResponse) ProtoMessage() {}
 
 func (x *AddUnitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[18]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1479,7 @@ func (x *AddUnitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddUnitsResponse.ProtoReflect.Descriptor instead.
 func (*AddUnitsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{18}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AddUnitsResponse) GetUnits() []*Unit {
@@ -1379,7 +1504,7 @@ type AddMachinesRequest struct {
 
 func (x *AddMachinesRequest) Reset() {
 	*x = AddMachinesRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[19]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1516,7 @@ func (x *AddMachinesRequest) String() string {
 func (*AddMachinesRequest) ProtoMessage() {}
 
 func (x *AddMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[19]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1529,7 @@ func (x *AddMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMachinesRequest.ProtoReflect.Descriptor instead.
 func (*AddMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{19}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AddMachinesRequest) GetNumMachines() int32 {
@@ -1439,7 +1564,7 @@ type AddMachinesResponse struct {
 
 func (x *AddMachinesResponse) Reset() {
 	*x = AddMachinesResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[20]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1576,7 @@ func (x *AddMachinesResponse) String() string {
 func (*AddMachinesResponse) ProtoMessage() {}
 
 func (x *AddMachinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[20]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,7 +1589,7 @@ func (x *AddMachinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMachinesResponse.ProtoReflect.Descriptor instead.
 func (*AddMachinesResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{20}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AddMachinesResponse) GetMachines() []*Machine {
@@ -1493,7 +1618,7 @@ type IssueJoinTokenRequest struct {
 
 func (x *IssueJoinTokenRequest) Reset() {
 	*x = IssueJoinTokenRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[21]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1630,7 @@ func (x *IssueJoinTokenRequest) String() string {
 func (*IssueJoinTokenRequest) ProtoMessage() {}
 
 func (x *IssueJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[21]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1643,7 @@ func (x *IssueJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*IssueJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{21}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *IssueJoinTokenRequest) GetMachine() string {
@@ -1544,7 +1669,7 @@ type IssueJoinTokenResponse struct {
 
 func (x *IssueJoinTokenResponse) Reset() {
 	*x = IssueJoinTokenResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[22]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +1681,7 @@ func (x *IssueJoinTokenResponse) String() string {
 func (*IssueJoinTokenResponse) ProtoMessage() {}
 
 func (x *IssueJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[22]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +1694,7 @@ func (x *IssueJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*IssueJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{22}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *IssueJoinTokenResponse) GetJoinToken() string {
@@ -1589,7 +1714,7 @@ type AddRelationRequest struct {
 
 func (x *AddRelationRequest) Reset() {
 	*x = AddRelationRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[23]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1726,7 @@ func (x *AddRelationRequest) String() string {
 func (*AddRelationRequest) ProtoMessage() {}
 
 func (x *AddRelationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[23]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +1739,7 @@ func (x *AddRelationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRelationRequest.ProtoReflect.Descriptor instead.
 func (*AddRelationRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{23}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AddRelationRequest) GetEndpoints() []string {
@@ -1633,7 +1758,7 @@ type AddRelationResponse struct {
 
 func (x *AddRelationResponse) Reset() {
 	*x = AddRelationResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[24]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +1770,7 @@ func (x *AddRelationResponse) String() string {
 func (*AddRelationResponse) ProtoMessage() {}
 
 func (x *AddRelationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[24]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1658,7 +1783,7 @@ func (x *AddRelationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddRelationResponse.ProtoReflect.Descriptor instead.
 func (*AddRelationResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{24}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AddRelationResponse) GetRelation() *Relation {
@@ -1677,7 +1802,7 @@ type DestroyRelationRequest struct {
 
 func (x *DestroyRelationRequest) Reset() {
 	*x = DestroyRelationRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[25]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1689,7 +1814,7 @@ func (x *DestroyRelationRequest) String() string {
 func (*DestroyRelationRequest) ProtoMessage() {}
 
 func (x *DestroyRelationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[25]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1702,7 +1827,7 @@ func (x *DestroyRelationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyRelationRequest.ProtoReflect.Descriptor instead.
 func (*DestroyRelationRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{25}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DestroyRelationRequest) GetEndpoints() []string {
@@ -1720,7 +1845,7 @@ type DestroyRelationResponse struct {
 
 func (x *DestroyRelationResponse) Reset() {
 	*x = DestroyRelationResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[26]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +1857,7 @@ func (x *DestroyRelationResponse) String() string {
 func (*DestroyRelationResponse) ProtoMessage() {}
 
 func (x *DestroyRelationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[26]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +1870,7 @@ func (x *DestroyRelationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyRelationResponse.ProtoReflect.Descriptor instead.
 func (*DestroyRelationResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{26}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{27}
 }
 
 type DestroyUnitRequest struct {
@@ -1761,7 +1886,7 @@ type DestroyUnitRequest struct {
 
 func (x *DestroyUnitRequest) Reset() {
 	*x = DestroyUnitRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[27]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +1898,7 @@ func (x *DestroyUnitRequest) String() string {
 func (*DestroyUnitRequest) ProtoMessage() {}
 
 func (x *DestroyUnitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[27]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +1911,7 @@ func (x *DestroyUnitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyUnitRequest.ProtoReflect.Descriptor instead.
 func (*DestroyUnitRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{27}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DestroyUnitRequest) GetUnit() string {
@@ -1818,7 +1943,7 @@ type DestroyUnitResponse struct {
 
 func (x *DestroyUnitResponse) Reset() {
 	*x = DestroyUnitResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[28]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +1955,7 @@ func (x *DestroyUnitResponse) String() string {
 func (*DestroyUnitResponse) ProtoMessage() {}
 
 func (x *DestroyUnitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[28]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +1968,7 @@ func (x *DestroyUnitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyUnitResponse.ProtoReflect.Descriptor instead.
 func (*DestroyUnitResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{28}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{29}
 }
 
 type DestroyMachineRequest struct {
@@ -1857,7 +1982,7 @@ type DestroyMachineRequest struct {
 
 func (x *DestroyMachineRequest) Reset() {
 	*x = DestroyMachineRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[29]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1869,7 +1994,7 @@ func (x *DestroyMachineRequest) String() string {
 func (*DestroyMachineRequest) ProtoMessage() {}
 
 func (x *DestroyMachineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[29]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1882,7 +2007,7 @@ func (x *DestroyMachineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyMachineRequest.ProtoReflect.Descriptor instead.
 func (*DestroyMachineRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{29}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DestroyMachineRequest) GetMachine() string {
@@ -1914,7 +2039,7 @@ type DestroyMachineResponse struct {
 
 func (x *DestroyMachineResponse) Reset() {
 	*x = DestroyMachineResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[30]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +2051,7 @@ func (x *DestroyMachineResponse) String() string {
 func (*DestroyMachineResponse) ProtoMessage() {}
 
 func (x *DestroyMachineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[30]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +2064,7 @@ func (x *DestroyMachineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyMachineResponse.ProtoReflect.Descriptor instead.
 func (*DestroyMachineResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{30}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{31}
 }
 
 type DestroyMachinesRequest struct {
@@ -1954,7 +2079,7 @@ type DestroyMachinesRequest struct {
 
 func (x *DestroyMachinesRequest) Reset() {
 	*x = DestroyMachinesRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[31]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2091,7 @@ func (x *DestroyMachinesRequest) String() string {
 func (*DestroyMachinesRequest) ProtoMessage() {}
 
 func (x *DestroyMachinesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[31]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2104,7 @@ func (x *DestroyMachinesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyMachinesRequest.ProtoReflect.Descriptor instead.
 func (*DestroyMachinesRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{31}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DestroyMachinesRequest) GetMachines() []string {
@@ -2014,7 +2139,7 @@ type DestroyMachinesResponse struct {
 
 func (x *DestroyMachinesResponse) Reset() {
 	*x = DestroyMachinesResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[32]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2026,7 +2151,7 @@ func (x *DestroyMachinesResponse) String() string {
 func (*DestroyMachinesResponse) ProtoMessage() {}
 
 func (x *DestroyMachinesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[32]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2039,7 +2164,7 @@ func (x *DestroyMachinesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyMachinesResponse.ProtoReflect.Descriptor instead.
 func (*DestroyMachinesResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{32}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DestroyMachinesResponse) GetResults() []*StatusReportResult {
@@ -2058,7 +2183,7 @@ type DestroyServiceRequest struct {
 
 func (x *DestroyServiceRequest) Reset() {
 	*x = DestroyServiceRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2070,7 +2195,7 @@ func (x *DestroyServiceRequest) String() string {
 func (*DestroyServiceRequest) ProtoMessage() {}
 
 func (x *DestroyServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[33]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2083,7 +2208,7 @@ func (x *DestroyServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyServiceRequest.ProtoReflect.Descriptor instead.
 func (*DestroyServiceRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{33}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DestroyServiceRequest) GetService() string {
@@ -2101,7 +2226,7 @@ type DestroyServiceResponse struct {
 
 func (x *DestroyServiceResponse) Reset() {
 	*x = DestroyServiceResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2113,7 +2238,7 @@ func (x *DestroyServiceResponse) String() string {
 func (*DestroyServiceResponse) ProtoMessage() {}
 
 func (x *DestroyServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[34]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2126,7 +2251,7 @@ func (x *DestroyServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyServiceResponse.ProtoReflect.Descriptor instead.
 func (*DestroyServiceResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{34}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{35}
 }
 
 type ResolvedRequest struct {
@@ -2142,7 +2267,7 @@ type ResolvedRequest struct {
 
 func (x *ResolvedRequest) Reset() {
 	*x = ResolvedRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2154,7 +2279,7 @@ func (x *ResolvedRequest) String() string {
 func (*ResolvedRequest) ProtoMessage() {}
 
 func (x *ResolvedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[35]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2167,7 +2292,7 @@ func (x *ResolvedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvedRequest.ProtoReflect.Descriptor instead.
 func (*ResolvedRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{35}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ResolvedRequest) GetUnit() string {
@@ -2201,7 +2326,7 @@ type ResolvedResponse struct {
 
 func (x *ResolvedResponse) Reset() {
 	*x = ResolvedResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2213,7 +2338,7 @@ func (x *ResolvedResponse) String() string {
 func (*ResolvedResponse) ProtoMessage() {}
 
 func (x *ResolvedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[36]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2226,7 +2351,7 @@ func (x *ResolvedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvedResponse.ProtoReflect.Descriptor instead.
 func (*ResolvedResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{36}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ResolvedResponse) GetResults() []*ResolvedResult {
@@ -2250,7 +2375,7 @@ type ResolvedResult struct {
 
 func (x *ResolvedResult) Reset() {
 	*x = ResolvedResult{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2387,7 @@ func (x *ResolvedResult) String() string {
 func (*ResolvedResult) ProtoMessage() {}
 
 func (x *ResolvedResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[37]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2400,7 @@ func (x *ResolvedResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolvedResult.ProtoReflect.Descriptor instead.
 func (*ResolvedResult) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{37}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ResolvedResult) GetUnit() string {
@@ -2308,7 +2433,7 @@ type GetConfigRequest struct {
 
 func (x *GetConfigRequest) Reset() {
 	*x = GetConfigRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[38]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2320,7 +2445,7 @@ func (x *GetConfigRequest) String() string {
 func (*GetConfigRequest) ProtoMessage() {}
 
 func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[38]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2333,7 +2458,7 @@ func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigRequest.ProtoReflect.Descriptor instead.
 func (*GetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{38}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetConfigRequest) GetService() string {
@@ -2355,7 +2480,7 @@ type GetConfigResponse struct {
 
 func (x *GetConfigResponse) Reset() {
 	*x = GetConfigResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[39]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +2492,7 @@ func (x *GetConfigResponse) String() string {
 func (*GetConfigResponse) ProtoMessage() {}
 
 func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[39]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +2505,7 @@ func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConfigResponse.ProtoReflect.Descriptor instead.
 func (*GetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{39}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetConfigResponse) GetOptions() []*ConfigOption {
@@ -2411,7 +2536,7 @@ type SetConfigRequest struct {
 
 func (x *SetConfigRequest) Reset() {
 	*x = SetConfigRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[40]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2423,7 +2548,7 @@ func (x *SetConfigRequest) String() string {
 func (*SetConfigRequest) ProtoMessage() {}
 
 func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[40]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2436,7 +2561,7 @@ func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{40}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetConfigRequest) GetService() string {
@@ -2468,7 +2593,7 @@ type SetConfigResponse struct {
 
 func (x *SetConfigResponse) Reset() {
 	*x = SetConfigResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[41]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2480,7 +2605,7 @@ func (x *SetConfigResponse) String() string {
 func (*SetConfigResponse) ProtoMessage() {}
 
 func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[41]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2493,7 +2618,7 @@ func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{41}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{42}
 }
 
 type ShowStatusLogRequest struct {
@@ -2508,7 +2633,7 @@ type ShowStatusLogRequest struct {
 
 func (x *ShowStatusLogRequest) Reset() {
 	*x = ShowStatusLogRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[42]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2520,7 +2645,7 @@ func (x *ShowStatusLogRequest) String() string {
 func (*ShowStatusLogRequest) ProtoMessage() {}
 
 func (x *ShowStatusLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[42]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2533,7 +2658,7 @@ func (x *ShowStatusLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowStatusLogRequest.ProtoReflect.Descriptor instead.
 func (*ShowStatusLogRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{42}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ShowStatusLogRequest) GetUnit() string {
@@ -2560,7 +2685,7 @@ type ShowStatusLogResponse struct {
 
 func (x *ShowStatusLogResponse) Reset() {
 	*x = ShowStatusLogResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[43]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2572,7 +2697,7 @@ func (x *ShowStatusLogResponse) String() string {
 func (*ShowStatusLogResponse) ProtoMessage() {}
 
 func (x *ShowStatusLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[43]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2585,7 +2710,7 @@ func (x *ShowStatusLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShowStatusLogResponse.ProtoReflect.Descriptor instead.
 func (*ShowStatusLogResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{43}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ShowStatusLogResponse) GetEntries() []*StatusLogEntry {
@@ -2611,7 +2736,7 @@ type StatusLogEntry struct {
 
 func (x *StatusLogEntry) Reset() {
 	*x = StatusLogEntry{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[44]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2623,7 +2748,7 @@ func (x *StatusLogEntry) String() string {
 func (*StatusLogEntry) ProtoMessage() {}
 
 func (x *StatusLogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[44]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2636,7 +2761,7 @@ func (x *StatusLogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusLogEntry.ProtoReflect.Descriptor instead.
 func (*StatusLogEntry) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{44}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StatusLogEntry) GetKind() string {
@@ -2685,7 +2810,7 @@ type AddControllerRequest struct {
 
 func (x *AddControllerRequest) Reset() {
 	*x = AddControllerRequest{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[45]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2697,7 +2822,7 @@ func (x *AddControllerRequest) String() string {
 func (*AddControllerRequest) ProtoMessage() {}
 
 func (x *AddControllerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[45]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2710,7 +2835,7 @@ func (x *AddControllerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddControllerRequest.ProtoReflect.Descriptor instead.
 func (*AddControllerRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{45}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AddControllerRequest) GetValidForMs() int64 {
@@ -2738,7 +2863,7 @@ type AddControllerResponse struct {
 
 func (x *AddControllerResponse) Reset() {
 	*x = AddControllerResponse{}
-	mi := &file_lifeline_v1_operator_proto_msgTypes[46]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2750,7 +2875,7 @@ func (x *AddControllerResponse) String() string {
 func (*AddControllerResponse) ProtoMessage() {}
 
 func (x *AddControllerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_operator_proto_msgTypes[46]
+	mi := &file_lifeline_v1_operator_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2763,7 +2888,7 @@ func (x *AddControllerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddControllerResponse.ProtoReflect.Descriptor instead.
 func (*AddControllerResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{46}
+	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AddControllerResponse) GetToken() string {
@@ -2805,7 +2930,7 @@ var File_lifeline_v1_operator_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\n" +
-	"\x1alifeline/v1/operator.proto\x12\vlifeline.v1\x1a\x17lifeline/v1/model.proto\x1a\x1clifeline/v1/operations.proto\x1a\x1flifeline/v1/revisions_api.proto\x1a\x17lifeline/v1/tasks.proto\x1a\x17lifeline/v1/users.proto\x1a\x19lifeline/v1/version.proto\"+\n" +
+	"\x1alifeline/v1/operator.proto\x12\vlifeline.v1\x1a\x17lifeline/v1/model.proto\x1a\x1clifeline/v1/operations.proto\x1a\x1flifeline/v1/revisions_api.proto\x1a\x1elifeline/v1/rollouts_api.proto\x1a\x17lifeline/v1/tasks.proto\x1a\x17lifeline/v1/users.proto\x1a\x19lifeline/v1/version.proto\"+\n" +
 	"\x0eBarrierRequest\x12\x19\n" +
 	"\bat_least\x18\x01 \x01(\x03R\aatLeast\"-\n" +
 	"\x0fBarrierResponse\x12\x1a\n" +
@@ -2850,7 +2975,7 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x05units\x18\a \x03(\tR\x05units\x12\x1f\n" +
 	"\vwaiting_for\x18\b \x03(\tR\n" +
 	"waitingFor\x12\x16\n" +
-	"\x06forced\x18\t \x01(\bR\x06forced\"\x8d\x02\n" +
+	"\x06forced\x18\t \x01(\bR\x06forced\"\xe9\x02\n" +
 	"\rServiceStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05charm\x18\x02 \x01(\tR\x05charm\x12\x1a\n" +
@@ -2861,7 +2986,17 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\vsubordinate\x18\a \x01(\bR\vsubordinate\x12-\n" +
 	"\x05units\x18\b \x03(\v2\x17.lifeline.v1.UnitStatusR\x05units\x12\x1f\n" +
 	"\vwaiting_for\x18\t \x03(\tR\n" +
-	"waitingFor\"\xfb\x02\n" +
+	"waitingFor\x12#\n" +
+	"\rspec_revision\x18\n" +
+	" \x01(\x03R\fspecRevision\x125\n" +
+	"\arollout\x18\v \x01(\v2\x1b.lifeline.v1.ServiceRolloutR\arollout\"\xa2\x01\n" +
+	"\x0eServiceRollout\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12\x16\n" +
+	"\x06target\x18\x02 \x01(\x03R\x06target\x12\x1a\n" +
+	"\bprevious\x18\x03 \x01(\x03R\bprevious\x12\x18\n" +
+	"\aupdated\x18\x04 \x01(\x05R\aupdated\x12\x14\n" +
+	"\x05units\x18\x05 \x01(\x05R\x05units\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"\xc0\x03\n" +
 	"\n" +
 	"UnitStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -2878,7 +3013,9 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"waitingFor\x12\x18\n" +
 	"\aaddress\x18\v \x01(\tR\aaddress\x12'\n" +
 	"\x0fsynced_revision\x18\f \x01(\x03R\x0esyncedRevision\x12#\n" +
-	"\ragent_message\x18\r \x01(\tR\fagentMessage\"\x93\x01\n" +
+	"\ragent_message\x18\r \x01(\tR\fagentMessage\x12\x1a\n" +
+	"\brevision\x18\x0e \x01(\x03R\brevision\x12'\n" +
+	"\x0ftarget_revision\x18\x0f \x01(\x03R\x0etargetRevision\"\x93\x01\n" +
 	"\x0eRelationStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -3006,7 +3143,7 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x11expires_unix_nano\x18\x02 \x01(\x03R\x0fexpiresUnixNano\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12%\n" +
 	"\x0eetcd_endpoints\x18\x04 \x03(\tR\retcdEndpoints\x12\x19\n" +
-	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\xd9\x1b\n" +
+	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\xd0 \n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06Status\x12\x1a.lifeline.v1.StatusRequest\x1a\x1b.lifeline.v1.StatusResponse\x12R\n" +
 	"\vWatchStatus\x12\x1f.lifeline.v1.WatchStatusRequest\x1a .lifeline.v1.WatchStatusResponse0\x01\x12R\n" +
@@ -3052,7 +3189,14 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\rListRevisions\x12!.lifeline.v1.ListRevisionsRequest\x1a\".lifeline.v1.ListRevisionsResponse\x12S\n" +
 	"\fShowRevision\x12 .lifeline.v1.ShowRevisionRequest\x1a!.lifeline.v1.ShowRevisionResponse\x12\\\n" +
 	"\x0fRollbackService\x12#.lifeline.v1.RollbackServiceRequest\x1a$.lifeline.v1.RollbackServiceResponse\x12Y\n" +
-	"\x0eRefreshService\x12\".lifeline.v1.RefreshServiceRequest\x1a#.lifeline.v1.RefreshServiceResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
+	"\x0eRefreshService\x12\".lifeline.v1.RefreshServiceRequest\x1a#.lifeline.v1.RefreshServiceResponse\x12_\n" +
+	"\x10SetRolloutPolicy\x12$.lifeline.v1.SetRolloutPolicyRequest\x1a%.lifeline.v1.SetRolloutPolicyResponse\x12_\n" +
+	"\x10GetRolloutPolicy\x12$.lifeline.v1.GetRolloutPolicyRequest\x1a%.lifeline.v1.GetRolloutPolicyResponse\x12V\n" +
+	"\rRolloutStatus\x12!.lifeline.v1.RolloutStatusRequest\x1a\".lifeline.v1.RolloutStatusResponse\x12S\n" +
+	"\fPauseRollout\x12 .lifeline.v1.PauseRolloutRequest\x1a!.lifeline.v1.PauseRolloutResponse\x12V\n" +
+	"\rResumeRollout\x12!.lifeline.v1.ResumeRolloutRequest\x1a\".lifeline.v1.ResumeRolloutResponse\x12Y\n" +
+	"\x0ePromoteRollout\x12\".lifeline.v1.PromoteRolloutRequest\x1a#.lifeline.v1.PromoteRolloutResponse\x12S\n" +
+	"\fAbortRollout\x12 .lifeline.v1.AbortRolloutRequest\x1a!.lifeline.v1.AbortRolloutResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
 
 var (
 	file_lifeline_v1_operator_proto_rawDescOnce sync.Once
@@ -3066,7 +3210,7 @@ func file_lifeline_v1_operator_proto_rawDescGZIP() []byte {
 	return file_lifeline_v1_operator_proto_rawDescData
 }
 
-var file_lifeline_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_lifeline_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_lifeline_v1_operator_proto_goTypes = []any{
 	(*BarrierRequest)(nil),           // 0: lifeline.v1.BarrierRequest
 	(*BarrierResponse)(nil),          // 1: lifeline.v1.BarrierResponse
@@ -3078,221 +3222,251 @@ var file_lifeline_v1_operator_proto_goTypes = []any{
 	(*ControllerStatus)(nil),         // 7: lifeline.v1.ControllerStatus
 	(*MachineStatus)(nil),            // 8: lifeline.v1.MachineStatus
 	(*ServiceStatus)(nil),            // 9: lifeline.v1.ServiceStatus
-	(*UnitStatus)(nil),               // 10: lifeline.v1.UnitStatus
-	(*RelationStatus)(nil),           // 11: lifeline.v1.RelationStatus
-	(*UploadCharmRequest)(nil),       // 12: lifeline.v1.UploadCharmRequest
-	(*UploadCharmHeader)(nil),        // 13: lifeline.v1.UploadCharmHeader
-	(*UploadCharmResponse)(nil),      // 14: lifeline.v1.UploadCharmResponse
-	(*DeployRequest)(nil),            // 15: lifeline.v1.DeployRequest
-	(*DeployResponse)(nil),           // 16: lifeline.v1.DeployResponse
-	(*AddUnitsRequest)(nil),          // 17: lifeline.v1.AddUnitsRequest
-	(*AddUnitsResponse)(nil),         // 18: lifeline.v1.AddUnitsResponse
-	(*AddMachinesRequest)(nil),       // 19: lifeline.v1.AddMachinesRequest
-	(*AddMachinesResponse)(nil),      // 20: lifeline.v1.AddMachinesResponse
-	(*IssueJoinTokenRequest)(nil),    // 21: lifeline.v1.IssueJoinTokenRequest
-	(*IssueJoinTokenResponse)(nil),   // 22: lifeline.v1.IssueJoinTokenResponse
-	(*AddRelationRequest)(nil),       // 23: lifeline.v1.AddRelationRequest
-	(*AddRelationResponse)(nil),      // 24: lifeline.v1.AddRelationResponse
-	(*DestroyRelationRequest)(nil),   // 25: lifeline.v1.DestroyRelationRequest
-	(*DestroyRelationResponse)(nil),  // 26: lifeline.v1.DestroyRelationResponse
-	(*DestroyUnitRequest)(nil),       // 27: lifeline.v1.DestroyUnitRequest
-	(*DestroyUnitResponse)(nil),      // 28: lifeline.v1.DestroyUnitResponse
-	(*DestroyMachineRequest)(nil),    // 29: lifeline.v1.DestroyMachineRequest
-	(*DestroyMachineResponse)(nil),   // 30: lifeline.v1.DestroyMachineResponse
-	(*DestroyMachinesRequest)(nil),   // 31: lifeline.v1.DestroyMachinesRequest
-	(*DestroyMachinesResponse)(nil),  // 32: lifeline.v1.DestroyMachinesResponse
-	(*DestroyServiceRequest)(nil),    // 33: lifeline.v1.DestroyServiceRequest
-	(*DestroyServiceResponse)(nil),   // 34: lifeline.v1.DestroyServiceResponse
-	(*ResolvedRequest)(nil),          // 35: lifeline.v1.ResolvedRequest
-	(*ResolvedResponse)(nil),         // 36: lifeline.v1.ResolvedResponse
-	(*ResolvedResult)(nil),           // 37: lifeline.v1.ResolvedResult
-	(*GetConfigRequest)(nil),         // 38: lifeline.v1.GetConfigRequest
-	(*GetConfigResponse)(nil),        // 39: lifeline.v1.GetConfigResponse
-	(*SetConfigRequest)(nil),         // 40: lifeline.v1.SetConfigRequest
-	(*SetConfigResponse)(nil),        // 41: lifeline.v1.SetConfigResponse
-	(*ShowStatusLogRequest)(nil),     // 42: lifeline.v1.ShowStatusLogRequest
-	(*ShowStatusLogResponse)(nil),    // 43: lifeline.v1.ShowStatusLogResponse
-	(*StatusLogEntry)(nil),           // 44: lifeline.v1.StatusLogEntry
-	(*AddControllerRequest)(nil),     // 45: lifeline.v1.AddControllerRequest
-	(*AddControllerResponse)(nil),    // 46: lifeline.v1.AddControllerResponse
-	nil,                              // 47: lifeline.v1.DeployRequest.ConfigEntry
-	nil,                              // 48: lifeline.v1.GetConfigResponse.ValuesEntry
-	nil,                              // 49: lifeline.v1.SetConfigRequest.SetEntry
-	nil,                              // 50: lifeline.v1.StatusLogEntry.DataEntry
-	(*OperationsStatus)(nil),         // 51: lifeline.v1.OperationsStatus
-	(*Charm)(nil),                    // 52: lifeline.v1.Charm
-	(*Service)(nil),                  // 53: lifeline.v1.Service
-	(*Unit)(nil),                     // 54: lifeline.v1.Unit
-	(*Machine)(nil),                  // 55: lifeline.v1.Machine
-	(*Relation)(nil),                 // 56: lifeline.v1.Relation
-	(*StatusReportResult)(nil),       // 57: lifeline.v1.StatusReportResult
-	(*ConfigOption)(nil),             // 58: lifeline.v1.ConfigOption
-	(*ConfigValue)(nil),              // 59: lifeline.v1.ConfigValue
-	(*ListUsersRequest)(nil),         // 60: lifeline.v1.ListUsersRequest
-	(*AddUserRequest)(nil),           // 61: lifeline.v1.AddUserRequest
-	(*RemoveUserRequest)(nil),        // 62: lifeline.v1.RemoveUserRequest
-	(*SetUserRoleRequest)(nil),       // 63: lifeline.v1.SetUserRoleRequest
-	(*WhoAmIRequest)(nil),            // 64: lifeline.v1.WhoAmIRequest
-	(*RotateCredentialRequest)(nil),  // 65: lifeline.v1.RotateCredentialRequest
-	(*AuditRequest)(nil),             // 66: lifeline.v1.AuditRequest
-	(*ListActionsRequest)(nil),       // 67: lifeline.v1.ListActionsRequest
-	(*RunActionRequest)(nil),         // 68: lifeline.v1.RunActionRequest
-	(*ListOperationsRequest)(nil),    // 69: lifeline.v1.ListOperationsRequest
-	(*ShowOperationRequest)(nil),     // 70: lifeline.v1.ShowOperationRequest
-	(*ShowTaskRequest)(nil),          // 71: lifeline.v1.ShowTaskRequest
-	(*ApproveOperationRequest)(nil),  // 72: lifeline.v1.ApproveOperationRequest
-	(*RejectOperationRequest)(nil),   // 73: lifeline.v1.RejectOperationRequest
-	(*ExecuteOperationRequest)(nil),  // 74: lifeline.v1.ExecuteOperationRequest
-	(*PauseTasksRequest)(nil),        // 75: lifeline.v1.PauseTasksRequest
-	(*ResumeTasksRequest)(nil),       // 76: lifeline.v1.ResumeTasksRequest
-	(*StopTasksRequest)(nil),         // 77: lifeline.v1.StopTasksRequest
-	(*TaskLogsRequest)(nil),          // 78: lifeline.v1.TaskLogsRequest
-	(*VersionRequest)(nil),           // 79: lifeline.v1.VersionRequest
-	(*ListRevisionsRequest)(nil),     // 80: lifeline.v1.ListRevisionsRequest
-	(*ShowRevisionRequest)(nil),      // 81: lifeline.v1.ShowRevisionRequest
-	(*RollbackServiceRequest)(nil),   // 82: lifeline.v1.RollbackServiceRequest
-	(*RefreshServiceRequest)(nil),    // 83: lifeline.v1.RefreshServiceRequest
-	(*ListUsersResponse)(nil),        // 84: lifeline.v1.ListUsersResponse
-	(*AddUserResponse)(nil),          // 85: lifeline.v1.AddUserResponse
-	(*RemoveUserResponse)(nil),       // 86: lifeline.v1.RemoveUserResponse
-	(*SetUserRoleResponse)(nil),      // 87: lifeline.v1.SetUserRoleResponse
-	(*WhoAmIResponse)(nil),           // 88: lifeline.v1.WhoAmIResponse
-	(*RotateCredentialResponse)(nil), // 89: lifeline.v1.RotateCredentialResponse
-	(*AuditResponse)(nil),            // 90: lifeline.v1.AuditResponse
-	(*ListActionsResponse)(nil),      // 91: lifeline.v1.ListActionsResponse
-	(*RunActionResponse)(nil),        // 92: lifeline.v1.RunActionResponse
-	(*ListOperationsResponse)(nil),   // 93: lifeline.v1.ListOperationsResponse
-	(*ShowOperationResponse)(nil),    // 94: lifeline.v1.ShowOperationResponse
-	(*ShowTaskResponse)(nil),         // 95: lifeline.v1.ShowTaskResponse
-	(*ApproveOperationResponse)(nil), // 96: lifeline.v1.ApproveOperationResponse
-	(*RejectOperationResponse)(nil),  // 97: lifeline.v1.RejectOperationResponse
-	(*ExecuteOperationResponse)(nil), // 98: lifeline.v1.ExecuteOperationResponse
-	(*PauseTasksResponse)(nil),       // 99: lifeline.v1.PauseTasksResponse
-	(*ResumeTasksResponse)(nil),      // 100: lifeline.v1.ResumeTasksResponse
-	(*StopTasksResponse)(nil),        // 101: lifeline.v1.StopTasksResponse
-	(*TaskLogsResponse)(nil),         // 102: lifeline.v1.TaskLogsResponse
-	(*VersionResponse)(nil),          // 103: lifeline.v1.VersionResponse
-	(*ListRevisionsResponse)(nil),    // 104: lifeline.v1.ListRevisionsResponse
-	(*ShowRevisionResponse)(nil),     // 105: lifeline.v1.ShowRevisionResponse
-	(*RollbackServiceResponse)(nil),  // 106: lifeline.v1.RollbackServiceResponse
-	(*RefreshServiceResponse)(nil),   // 107: lifeline.v1.RefreshServiceResponse
+	(*ServiceRollout)(nil),           // 10: lifeline.v1.ServiceRollout
+	(*UnitStatus)(nil),               // 11: lifeline.v1.UnitStatus
+	(*RelationStatus)(nil),           // 12: lifeline.v1.RelationStatus
+	(*UploadCharmRequest)(nil),       // 13: lifeline.v1.UploadCharmRequest
+	(*UploadCharmHeader)(nil),        // 14: lifeline.v1.UploadCharmHeader
+	(*UploadCharmResponse)(nil),      // 15: lifeline.v1.UploadCharmResponse
+	(*DeployRequest)(nil),            // 16: lifeline.v1.DeployRequest
+	(*DeployResponse)(nil),           // 17: lifeline.v1.DeployResponse
+	(*AddUnitsRequest)(nil),          // 18: lifeline.v1.AddUnitsRequest
+	(*AddUnitsResponse)(nil),         // 19: lifeline.v1.AddUnitsResponse
+	(*AddMachinesRequest)(nil),       // 20: lifeline.v1.AddMachinesRequest
+	(*AddMachinesResponse)(nil),      // 21: lifeline.v1.AddMachinesResponse
+	(*IssueJoinTokenRequest)(nil),    // 22: lifeline.v1.IssueJoinTokenRequest
+	(*IssueJoinTokenResponse)(nil),   // 23: lifeline.v1.IssueJoinTokenResponse
+	(*AddRelationRequest)(nil),       // 24: lifeline.v1.AddRelationRequest
+	(*AddRelationResponse)(nil),      // 25: lifeline.v1.AddRelationResponse
+	(*DestroyRelationRequest)(nil),   // 26: lifeline.v1.DestroyRelationRequest
+	(*DestroyRelationResponse)(nil),  // 27: lifeline.v1.DestroyRelationResponse
+	(*DestroyUnitRequest)(nil),       // 28: lifeline.v1.DestroyUnitRequest
+	(*DestroyUnitResponse)(nil),      // 29: lifeline.v1.DestroyUnitResponse
+	(*DestroyMachineRequest)(nil),    // 30: lifeline.v1.DestroyMachineRequest
+	(*DestroyMachineResponse)(nil),   // 31: lifeline.v1.DestroyMachineResponse
+	(*DestroyMachinesRequest)(nil),   // 32: lifeline.v1.DestroyMachinesRequest
+	(*DestroyMachinesResponse)(nil),  // 33: lifeline.v1.DestroyMachinesResponse
+	(*DestroyServiceRequest)(nil),    // 34: lifeline.v1.DestroyServiceRequest
+	(*DestroyServiceResponse)(nil),   // 35: lifeline.v1.DestroyServiceResponse
+	(*ResolvedRequest)(nil),          // 36: lifeline.v1.ResolvedRequest
+	(*ResolvedResponse)(nil),         // 37: lifeline.v1.ResolvedResponse
+	(*ResolvedResult)(nil),           // 38: lifeline.v1.ResolvedResult
+	(*GetConfigRequest)(nil),         // 39: lifeline.v1.GetConfigRequest
+	(*GetConfigResponse)(nil),        // 40: lifeline.v1.GetConfigResponse
+	(*SetConfigRequest)(nil),         // 41: lifeline.v1.SetConfigRequest
+	(*SetConfigResponse)(nil),        // 42: lifeline.v1.SetConfigResponse
+	(*ShowStatusLogRequest)(nil),     // 43: lifeline.v1.ShowStatusLogRequest
+	(*ShowStatusLogResponse)(nil),    // 44: lifeline.v1.ShowStatusLogResponse
+	(*StatusLogEntry)(nil),           // 45: lifeline.v1.StatusLogEntry
+	(*AddControllerRequest)(nil),     // 46: lifeline.v1.AddControllerRequest
+	(*AddControllerResponse)(nil),    // 47: lifeline.v1.AddControllerResponse
+	nil,                              // 48: lifeline.v1.DeployRequest.ConfigEntry
+	nil,                              // 49: lifeline.v1.GetConfigResponse.ValuesEntry
+	nil,                              // 50: lifeline.v1.SetConfigRequest.SetEntry
+	nil,                              // 51: lifeline.v1.StatusLogEntry.DataEntry
+	(*OperationsStatus)(nil),         // 52: lifeline.v1.OperationsStatus
+	(*Charm)(nil),                    // 53: lifeline.v1.Charm
+	(*Service)(nil),                  // 54: lifeline.v1.Service
+	(*Unit)(nil),                     // 55: lifeline.v1.Unit
+	(*Machine)(nil),                  // 56: lifeline.v1.Machine
+	(*Relation)(nil),                 // 57: lifeline.v1.Relation
+	(*StatusReportResult)(nil),       // 58: lifeline.v1.StatusReportResult
+	(*ConfigOption)(nil),             // 59: lifeline.v1.ConfigOption
+	(*ConfigValue)(nil),              // 60: lifeline.v1.ConfigValue
+	(*ListUsersRequest)(nil),         // 61: lifeline.v1.ListUsersRequest
+	(*AddUserRequest)(nil),           // 62: lifeline.v1.AddUserRequest
+	(*RemoveUserRequest)(nil),        // 63: lifeline.v1.RemoveUserRequest
+	(*SetUserRoleRequest)(nil),       // 64: lifeline.v1.SetUserRoleRequest
+	(*WhoAmIRequest)(nil),            // 65: lifeline.v1.WhoAmIRequest
+	(*RotateCredentialRequest)(nil),  // 66: lifeline.v1.RotateCredentialRequest
+	(*AuditRequest)(nil),             // 67: lifeline.v1.AuditRequest
+	(*ListActionsRequest)(nil),       // 68: lifeline.v1.ListActionsRequest
+	(*RunActionRequest)(nil),         // 69: lifeline.v1.RunActionRequest
+	(*ListOperationsRequest)(nil),    // 70: lifeline.v1.ListOperationsRequest
+	(*ShowOperationRequest)(nil),     // 71: lifeline.v1.ShowOperationRequest
+	(*ShowTaskRequest)(nil),          // 72: lifeline.v1.ShowTaskRequest
+	(*ApproveOperationRequest)(nil),  // 73: lifeline.v1.ApproveOperationRequest
+	(*RejectOperationRequest)(nil),   // 74: lifeline.v1.RejectOperationRequest
+	(*ExecuteOperationRequest)(nil),  // 75: lifeline.v1.ExecuteOperationRequest
+	(*PauseTasksRequest)(nil),        // 76: lifeline.v1.PauseTasksRequest
+	(*ResumeTasksRequest)(nil),       // 77: lifeline.v1.ResumeTasksRequest
+	(*StopTasksRequest)(nil),         // 78: lifeline.v1.StopTasksRequest
+	(*TaskLogsRequest)(nil),          // 79: lifeline.v1.TaskLogsRequest
+	(*VersionRequest)(nil),           // 80: lifeline.v1.VersionRequest
+	(*ListRevisionsRequest)(nil),     // 81: lifeline.v1.ListRevisionsRequest
+	(*ShowRevisionRequest)(nil),      // 82: lifeline.v1.ShowRevisionRequest
+	(*RollbackServiceRequest)(nil),   // 83: lifeline.v1.RollbackServiceRequest
+	(*RefreshServiceRequest)(nil),    // 84: lifeline.v1.RefreshServiceRequest
+	(*SetRolloutPolicyRequest)(nil),  // 85: lifeline.v1.SetRolloutPolicyRequest
+	(*GetRolloutPolicyRequest)(nil),  // 86: lifeline.v1.GetRolloutPolicyRequest
+	(*RolloutStatusRequest)(nil),     // 87: lifeline.v1.RolloutStatusRequest
+	(*PauseRolloutRequest)(nil),      // 88: lifeline.v1.PauseRolloutRequest
+	(*ResumeRolloutRequest)(nil),     // 89: lifeline.v1.ResumeRolloutRequest
+	(*PromoteRolloutRequest)(nil),    // 90: lifeline.v1.PromoteRolloutRequest
+	(*AbortRolloutRequest)(nil),      // 91: lifeline.v1.AbortRolloutRequest
+	(*ListUsersResponse)(nil),        // 92: lifeline.v1.ListUsersResponse
+	(*AddUserResponse)(nil),          // 93: lifeline.v1.AddUserResponse
+	(*RemoveUserResponse)(nil),       // 94: lifeline.v1.RemoveUserResponse
+	(*SetUserRoleResponse)(nil),      // 95: lifeline.v1.SetUserRoleResponse
+	(*WhoAmIResponse)(nil),           // 96: lifeline.v1.WhoAmIResponse
+	(*RotateCredentialResponse)(nil), // 97: lifeline.v1.RotateCredentialResponse
+	(*AuditResponse)(nil),            // 98: lifeline.v1.AuditResponse
+	(*ListActionsResponse)(nil),      // 99: lifeline.v1.ListActionsResponse
+	(*RunActionResponse)(nil),        // 100: lifeline.v1.RunActionResponse
+	(*ListOperationsResponse)(nil),   // 101: lifeline.v1.ListOperationsResponse
+	(*ShowOperationResponse)(nil),    // 102: lifeline.v1.ShowOperationResponse
+	(*ShowTaskResponse)(nil),         // 103: lifeline.v1.ShowTaskResponse
+	(*ApproveOperationResponse)(nil), // 104: lifeline.v1.ApproveOperationResponse
+	(*RejectOperationResponse)(nil),  // 105: lifeline.v1.RejectOperationResponse
+	(*ExecuteOperationResponse)(nil), // 106: lifeline.v1.ExecuteOperationResponse
+	(*PauseTasksResponse)(nil),       // 107: lifeline.v1.PauseTasksResponse
+	(*ResumeTasksResponse)(nil),      // 108: lifeline.v1.ResumeTasksResponse
+	(*StopTasksResponse)(nil),        // 109: lifeline.v1.StopTasksResponse
+	(*TaskLogsResponse)(nil),         // 110: lifeline.v1.TaskLogsResponse
+	(*VersionResponse)(nil),          // 111: lifeline.v1.VersionResponse
+	(*ListRevisionsResponse)(nil),    // 112: lifeline.v1.ListRevisionsResponse
+	(*ShowRevisionResponse)(nil),     // 113: lifeline.v1.ShowRevisionResponse
+	(*RollbackServiceResponse)(nil),  // 114: lifeline.v1.RollbackServiceResponse
+	(*RefreshServiceResponse)(nil),   // 115: lifeline.v1.RefreshServiceResponse
+	(*SetRolloutPolicyResponse)(nil), // 116: lifeline.v1.SetRolloutPolicyResponse
+	(*GetRolloutPolicyResponse)(nil), // 117: lifeline.v1.GetRolloutPolicyResponse
+	(*RolloutStatusResponse)(nil),    // 118: lifeline.v1.RolloutStatusResponse
+	(*PauseRolloutResponse)(nil),     // 119: lifeline.v1.PauseRolloutResponse
+	(*ResumeRolloutResponse)(nil),    // 120: lifeline.v1.ResumeRolloutResponse
+	(*PromoteRolloutResponse)(nil),   // 121: lifeline.v1.PromoteRolloutResponse
+	(*AbortRolloutResponse)(nil),     // 122: lifeline.v1.AbortRolloutResponse
 }
 var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	6,   // 0: lifeline.v1.StatusResponse.status:type_name -> lifeline.v1.ModelStatus
 	6,   // 1: lifeline.v1.WatchStatusResponse.status:type_name -> lifeline.v1.ModelStatus
 	8,   // 2: lifeline.v1.ModelStatus.machines:type_name -> lifeline.v1.MachineStatus
 	9,   // 3: lifeline.v1.ModelStatus.services:type_name -> lifeline.v1.ServiceStatus
-	11,  // 4: lifeline.v1.ModelStatus.relations:type_name -> lifeline.v1.RelationStatus
+	12,  // 4: lifeline.v1.ModelStatus.relations:type_name -> lifeline.v1.RelationStatus
 	7,   // 5: lifeline.v1.ModelStatus.controllers:type_name -> lifeline.v1.ControllerStatus
-	51,  // 6: lifeline.v1.ModelStatus.operations:type_name -> lifeline.v1.OperationsStatus
-	10,  // 7: lifeline.v1.ServiceStatus.units:type_name -> lifeline.v1.UnitStatus
-	13,  // 8: lifeline.v1.UploadCharmRequest.header:type_name -> lifeline.v1.UploadCharmHeader
-	52,  // 9: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
-	47,  // 10: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
-	53,  // 11: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
-	54,  // 12: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
-	54,  // 13: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
-	55,  // 14: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
-	56,  // 15: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
-	57,  // 16: lifeline.v1.DestroyMachinesResponse.results:type_name -> lifeline.v1.StatusReportResult
-	37,  // 17: lifeline.v1.ResolvedResponse.results:type_name -> lifeline.v1.ResolvedResult
-	58,  // 18: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
-	48,  // 19: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
-	49,  // 20: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
-	44,  // 21: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
-	50,  // 22: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
-	59,  // 23: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
-	2,   // 24: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
-	4,   // 25: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
-	12,  // 26: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
-	15,  // 27: lifeline.v1.OperatorService.Deploy:input_type -> lifeline.v1.DeployRequest
-	17,  // 28: lifeline.v1.OperatorService.AddUnits:input_type -> lifeline.v1.AddUnitsRequest
-	19,  // 29: lifeline.v1.OperatorService.AddMachines:input_type -> lifeline.v1.AddMachinesRequest
-	21,  // 30: lifeline.v1.OperatorService.IssueJoinToken:input_type -> lifeline.v1.IssueJoinTokenRequest
-	23,  // 31: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
-	25,  // 32: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
-	27,  // 33: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
-	29,  // 34: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
-	31,  // 35: lifeline.v1.OperatorService.DestroyMachines:input_type -> lifeline.v1.DestroyMachinesRequest
-	33,  // 36: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
-	35,  // 37: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
-	38,  // 38: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
-	40,  // 39: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
-	42,  // 40: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
-	45,  // 41: lifeline.v1.OperatorService.AddController:input_type -> lifeline.v1.AddControllerRequest
-	0,   // 42: lifeline.v1.OperatorService.Barrier:input_type -> lifeline.v1.BarrierRequest
-	60,  // 43: lifeline.v1.OperatorService.ListUsers:input_type -> lifeline.v1.ListUsersRequest
-	61,  // 44: lifeline.v1.OperatorService.AddUser:input_type -> lifeline.v1.AddUserRequest
-	62,  // 45: lifeline.v1.OperatorService.RemoveUser:input_type -> lifeline.v1.RemoveUserRequest
-	63,  // 46: lifeline.v1.OperatorService.SetUserRole:input_type -> lifeline.v1.SetUserRoleRequest
-	64,  // 47: lifeline.v1.OperatorService.WhoAmI:input_type -> lifeline.v1.WhoAmIRequest
-	65,  // 48: lifeline.v1.OperatorService.RotateCredential:input_type -> lifeline.v1.RotateCredentialRequest
-	66,  // 49: lifeline.v1.OperatorService.Audit:input_type -> lifeline.v1.AuditRequest
-	67,  // 50: lifeline.v1.OperatorService.ListActions:input_type -> lifeline.v1.ListActionsRequest
-	68,  // 51: lifeline.v1.OperatorService.RunAction:input_type -> lifeline.v1.RunActionRequest
-	69,  // 52: lifeline.v1.OperatorService.ListOperations:input_type -> lifeline.v1.ListOperationsRequest
-	70,  // 53: lifeline.v1.OperatorService.ShowOperation:input_type -> lifeline.v1.ShowOperationRequest
-	71,  // 54: lifeline.v1.OperatorService.ShowTask:input_type -> lifeline.v1.ShowTaskRequest
-	72,  // 55: lifeline.v1.OperatorService.ApproveOperation:input_type -> lifeline.v1.ApproveOperationRequest
-	73,  // 56: lifeline.v1.OperatorService.RejectOperation:input_type -> lifeline.v1.RejectOperationRequest
-	74,  // 57: lifeline.v1.OperatorService.ExecuteOperation:input_type -> lifeline.v1.ExecuteOperationRequest
-	75,  // 58: lifeline.v1.OperatorService.PauseTasks:input_type -> lifeline.v1.PauseTasksRequest
-	76,  // 59: lifeline.v1.OperatorService.ResumeTasks:input_type -> lifeline.v1.ResumeTasksRequest
-	77,  // 60: lifeline.v1.OperatorService.StopTasks:input_type -> lifeline.v1.StopTasksRequest
-	78,  // 61: lifeline.v1.OperatorService.TaskLogs:input_type -> lifeline.v1.TaskLogsRequest
-	79,  // 62: lifeline.v1.OperatorService.Version:input_type -> lifeline.v1.VersionRequest
-	80,  // 63: lifeline.v1.OperatorService.ListRevisions:input_type -> lifeline.v1.ListRevisionsRequest
-	81,  // 64: lifeline.v1.OperatorService.ShowRevision:input_type -> lifeline.v1.ShowRevisionRequest
-	82,  // 65: lifeline.v1.OperatorService.RollbackService:input_type -> lifeline.v1.RollbackServiceRequest
-	83,  // 66: lifeline.v1.OperatorService.RefreshService:input_type -> lifeline.v1.RefreshServiceRequest
-	3,   // 67: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
-	5,   // 68: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
-	14,  // 69: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
-	16,  // 70: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
-	18,  // 71: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
-	20,  // 72: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
-	22,  // 73: lifeline.v1.OperatorService.IssueJoinToken:output_type -> lifeline.v1.IssueJoinTokenResponse
-	24,  // 74: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
-	26,  // 75: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
-	28,  // 76: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
-	30,  // 77: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
-	32,  // 78: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
-	34,  // 79: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
-	36,  // 80: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
-	39,  // 81: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
-	41,  // 82: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
-	43,  // 83: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
-	46,  // 84: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
-	1,   // 85: lifeline.v1.OperatorService.Barrier:output_type -> lifeline.v1.BarrierResponse
-	84,  // 86: lifeline.v1.OperatorService.ListUsers:output_type -> lifeline.v1.ListUsersResponse
-	85,  // 87: lifeline.v1.OperatorService.AddUser:output_type -> lifeline.v1.AddUserResponse
-	86,  // 88: lifeline.v1.OperatorService.RemoveUser:output_type -> lifeline.v1.RemoveUserResponse
-	87,  // 89: lifeline.v1.OperatorService.SetUserRole:output_type -> lifeline.v1.SetUserRoleResponse
-	88,  // 90: lifeline.v1.OperatorService.WhoAmI:output_type -> lifeline.v1.WhoAmIResponse
-	89,  // 91: lifeline.v1.OperatorService.RotateCredential:output_type -> lifeline.v1.RotateCredentialResponse
-	90,  // 92: lifeline.v1.OperatorService.Audit:output_type -> lifeline.v1.AuditResponse
-	91,  // 93: lifeline.v1.OperatorService.ListActions:output_type -> lifeline.v1.ListActionsResponse
-	92,  // 94: lifeline.v1.OperatorService.RunAction:output_type -> lifeline.v1.RunActionResponse
-	93,  // 95: lifeline.v1.OperatorService.ListOperations:output_type -> lifeline.v1.ListOperationsResponse
-	94,  // 96: lifeline.v1.OperatorService.ShowOperation:output_type -> lifeline.v1.ShowOperationResponse
-	95,  // 97: lifeline.v1.OperatorService.ShowTask:output_type -> lifeline.v1.ShowTaskResponse
-	96,  // 98: lifeline.v1.OperatorService.ApproveOperation:output_type -> lifeline.v1.ApproveOperationResponse
-	97,  // 99: lifeline.v1.OperatorService.RejectOperation:output_type -> lifeline.v1.RejectOperationResponse
-	98,  // 100: lifeline.v1.OperatorService.ExecuteOperation:output_type -> lifeline.v1.ExecuteOperationResponse
-	99,  // 101: lifeline.v1.OperatorService.PauseTasks:output_type -> lifeline.v1.PauseTasksResponse
-	100, // 102: lifeline.v1.OperatorService.ResumeTasks:output_type -> lifeline.v1.ResumeTasksResponse
-	101, // 103: lifeline.v1.OperatorService.StopTasks:output_type -> lifeline.v1.StopTasksResponse
-	102, // 104: lifeline.v1.OperatorService.TaskLogs:output_type -> lifeline.v1.TaskLogsResponse
-	103, // 105: lifeline.v1.OperatorService.Version:output_type -> lifeline.v1.VersionResponse
-	104, // 106: lifeline.v1.OperatorService.ListRevisions:output_type -> lifeline.v1.ListRevisionsResponse
-	105, // 107: lifeline.v1.OperatorService.ShowRevision:output_type -> lifeline.v1.ShowRevisionResponse
-	106, // 108: lifeline.v1.OperatorService.RollbackService:output_type -> lifeline.v1.RollbackServiceResponse
-	107, // 109: lifeline.v1.OperatorService.RefreshService:output_type -> lifeline.v1.RefreshServiceResponse
-	67,  // [67:110] is the sub-list for method output_type
-	24,  // [24:67] is the sub-list for method input_type
-	24,  // [24:24] is the sub-list for extension type_name
-	24,  // [24:24] is the sub-list for extension extendee
-	0,   // [0:24] is the sub-list for field type_name
+	52,  // 6: lifeline.v1.ModelStatus.operations:type_name -> lifeline.v1.OperationsStatus
+	11,  // 7: lifeline.v1.ServiceStatus.units:type_name -> lifeline.v1.UnitStatus
+	10,  // 8: lifeline.v1.ServiceStatus.rollout:type_name -> lifeline.v1.ServiceRollout
+	14,  // 9: lifeline.v1.UploadCharmRequest.header:type_name -> lifeline.v1.UploadCharmHeader
+	53,  // 10: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
+	48,  // 11: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
+	54,  // 12: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
+	55,  // 13: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
+	55,  // 14: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
+	56,  // 15: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
+	57,  // 16: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
+	58,  // 17: lifeline.v1.DestroyMachinesResponse.results:type_name -> lifeline.v1.StatusReportResult
+	38,  // 18: lifeline.v1.ResolvedResponse.results:type_name -> lifeline.v1.ResolvedResult
+	59,  // 19: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
+	49,  // 20: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
+	50,  // 21: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
+	45,  // 22: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
+	51,  // 23: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
+	60,  // 24: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
+	2,   // 25: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
+	4,   // 26: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
+	13,  // 27: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
+	16,  // 28: lifeline.v1.OperatorService.Deploy:input_type -> lifeline.v1.DeployRequest
+	18,  // 29: lifeline.v1.OperatorService.AddUnits:input_type -> lifeline.v1.AddUnitsRequest
+	20,  // 30: lifeline.v1.OperatorService.AddMachines:input_type -> lifeline.v1.AddMachinesRequest
+	22,  // 31: lifeline.v1.OperatorService.IssueJoinToken:input_type -> lifeline.v1.IssueJoinTokenRequest
+	24,  // 32: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
+	26,  // 33: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
+	28,  // 34: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
+	30,  // 35: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
+	32,  // 36: lifeline.v1.OperatorService.DestroyMachines:input_type -> lifeline.v1.DestroyMachinesRequest
+	34,  // 37: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
+	36,  // 38: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
+	39,  // 39: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
+	41,  // 40: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
+	43,  // 41: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
+	46,  // 42: lifeline.v1.OperatorService.AddController:input_type -> lifeline.v1.AddControllerRequest
+	0,   // 43: lifeline.v1.OperatorService.Barrier:input_type -> lifeline.v1.BarrierRequest
+	61,  // 44: lifeline.v1.OperatorService.ListUsers:input_type -> lifeline.v1.ListUsersRequest
+	62,  // 45: lifeline.v1.OperatorService.AddUser:input_type -> lifeline.v1.AddUserRequest
+	63,  // 46: lifeline.v1.OperatorService.RemoveUser:input_type -> lifeline.v1.RemoveUserRequest
+	64,  // 47: lifeline.v1.OperatorService.SetUserRole:input_type -> lifeline.v1.SetUserRoleRequest
+	65,  // 48: lifeline.v1.OperatorService.WhoAmI:input_type -> lifeline.v1.WhoAmIRequest
+	66,  // 49: lifeline.v1.OperatorService.RotateCredential:input_type -> lifeline.v1.RotateCredentialRequest
+	67,  // 50: lifeline.v1.OperatorService.Audit:input_type -> lifeline.v1.AuditRequest
+	68,  // 51: lifeline.v1.OperatorService.ListActions:input_type -> lifeline.v1.ListActionsRequest
+	69,  // 52: lifeline.v1.OperatorService.RunAction:input_type -> lifeline.v1.RunActionRequest
+	70,  // 53: lifeline.v1.OperatorService.ListOperations:input_type -> lifeline.v1.ListOperationsRequest
+	71,  // 54: lifeline.v1.OperatorService.ShowOperation:input_type -> lifeline.v1.ShowOperationRequest
+	72,  // 55: lifeline.v1.OperatorService.ShowTask:input_type -> lifeline.v1.ShowTaskRequest
+	73,  // 56: lifeline.v1.OperatorService.ApproveOperation:input_type -> lifeline.v1.ApproveOperationRequest
+	74,  // 57: lifeline.v1.OperatorService.RejectOperation:input_type -> lifeline.v1.RejectOperationRequest
+	75,  // 58: lifeline.v1.OperatorService.ExecuteOperation:input_type -> lifeline.v1.ExecuteOperationRequest
+	76,  // 59: lifeline.v1.OperatorService.PauseTasks:input_type -> lifeline.v1.PauseTasksRequest
+	77,  // 60: lifeline.v1.OperatorService.ResumeTasks:input_type -> lifeline.v1.ResumeTasksRequest
+	78,  // 61: lifeline.v1.OperatorService.StopTasks:input_type -> lifeline.v1.StopTasksRequest
+	79,  // 62: lifeline.v1.OperatorService.TaskLogs:input_type -> lifeline.v1.TaskLogsRequest
+	80,  // 63: lifeline.v1.OperatorService.Version:input_type -> lifeline.v1.VersionRequest
+	81,  // 64: lifeline.v1.OperatorService.ListRevisions:input_type -> lifeline.v1.ListRevisionsRequest
+	82,  // 65: lifeline.v1.OperatorService.ShowRevision:input_type -> lifeline.v1.ShowRevisionRequest
+	83,  // 66: lifeline.v1.OperatorService.RollbackService:input_type -> lifeline.v1.RollbackServiceRequest
+	84,  // 67: lifeline.v1.OperatorService.RefreshService:input_type -> lifeline.v1.RefreshServiceRequest
+	85,  // 68: lifeline.v1.OperatorService.SetRolloutPolicy:input_type -> lifeline.v1.SetRolloutPolicyRequest
+	86,  // 69: lifeline.v1.OperatorService.GetRolloutPolicy:input_type -> lifeline.v1.GetRolloutPolicyRequest
+	87,  // 70: lifeline.v1.OperatorService.RolloutStatus:input_type -> lifeline.v1.RolloutStatusRequest
+	88,  // 71: lifeline.v1.OperatorService.PauseRollout:input_type -> lifeline.v1.PauseRolloutRequest
+	89,  // 72: lifeline.v1.OperatorService.ResumeRollout:input_type -> lifeline.v1.ResumeRolloutRequest
+	90,  // 73: lifeline.v1.OperatorService.PromoteRollout:input_type -> lifeline.v1.PromoteRolloutRequest
+	91,  // 74: lifeline.v1.OperatorService.AbortRollout:input_type -> lifeline.v1.AbortRolloutRequest
+	3,   // 75: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
+	5,   // 76: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
+	15,  // 77: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
+	17,  // 78: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
+	19,  // 79: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
+	21,  // 80: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
+	23,  // 81: lifeline.v1.OperatorService.IssueJoinToken:output_type -> lifeline.v1.IssueJoinTokenResponse
+	25,  // 82: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
+	27,  // 83: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
+	29,  // 84: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
+	31,  // 85: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
+	33,  // 86: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
+	35,  // 87: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
+	37,  // 88: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
+	40,  // 89: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
+	42,  // 90: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
+	44,  // 91: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
+	47,  // 92: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
+	1,   // 93: lifeline.v1.OperatorService.Barrier:output_type -> lifeline.v1.BarrierResponse
+	92,  // 94: lifeline.v1.OperatorService.ListUsers:output_type -> lifeline.v1.ListUsersResponse
+	93,  // 95: lifeline.v1.OperatorService.AddUser:output_type -> lifeline.v1.AddUserResponse
+	94,  // 96: lifeline.v1.OperatorService.RemoveUser:output_type -> lifeline.v1.RemoveUserResponse
+	95,  // 97: lifeline.v1.OperatorService.SetUserRole:output_type -> lifeline.v1.SetUserRoleResponse
+	96,  // 98: lifeline.v1.OperatorService.WhoAmI:output_type -> lifeline.v1.WhoAmIResponse
+	97,  // 99: lifeline.v1.OperatorService.RotateCredential:output_type -> lifeline.v1.RotateCredentialResponse
+	98,  // 100: lifeline.v1.OperatorService.Audit:output_type -> lifeline.v1.AuditResponse
+	99,  // 101: lifeline.v1.OperatorService.ListActions:output_type -> lifeline.v1.ListActionsResponse
+	100, // 102: lifeline.v1.OperatorService.RunAction:output_type -> lifeline.v1.RunActionResponse
+	101, // 103: lifeline.v1.OperatorService.ListOperations:output_type -> lifeline.v1.ListOperationsResponse
+	102, // 104: lifeline.v1.OperatorService.ShowOperation:output_type -> lifeline.v1.ShowOperationResponse
+	103, // 105: lifeline.v1.OperatorService.ShowTask:output_type -> lifeline.v1.ShowTaskResponse
+	104, // 106: lifeline.v1.OperatorService.ApproveOperation:output_type -> lifeline.v1.ApproveOperationResponse
+	105, // 107: lifeline.v1.OperatorService.RejectOperation:output_type -> lifeline.v1.RejectOperationResponse
+	106, // 108: lifeline.v1.OperatorService.ExecuteOperation:output_type -> lifeline.v1.ExecuteOperationResponse
+	107, // 109: lifeline.v1.OperatorService.PauseTasks:output_type -> lifeline.v1.PauseTasksResponse
+	108, // 110: lifeline.v1.OperatorService.ResumeTasks:output_type -> lifeline.v1.ResumeTasksResponse
+	109, // 111: lifeline.v1.OperatorService.StopTasks:output_type -> lifeline.v1.StopTasksResponse
+	110, // 112: lifeline.v1.OperatorService.TaskLogs:output_type -> lifeline.v1.TaskLogsResponse
+	111, // 113: lifeline.v1.OperatorService.Version:output_type -> lifeline.v1.VersionResponse
+	112, // 114: lifeline.v1.OperatorService.ListRevisions:output_type -> lifeline.v1.ListRevisionsResponse
+	113, // 115: lifeline.v1.OperatorService.ShowRevision:output_type -> lifeline.v1.ShowRevisionResponse
+	114, // 116: lifeline.v1.OperatorService.RollbackService:output_type -> lifeline.v1.RollbackServiceResponse
+	115, // 117: lifeline.v1.OperatorService.RefreshService:output_type -> lifeline.v1.RefreshServiceResponse
+	116, // 118: lifeline.v1.OperatorService.SetRolloutPolicy:output_type -> lifeline.v1.SetRolloutPolicyResponse
+	117, // 119: lifeline.v1.OperatorService.GetRolloutPolicy:output_type -> lifeline.v1.GetRolloutPolicyResponse
+	118, // 120: lifeline.v1.OperatorService.RolloutStatus:output_type -> lifeline.v1.RolloutStatusResponse
+	119, // 121: lifeline.v1.OperatorService.PauseRollout:output_type -> lifeline.v1.PauseRolloutResponse
+	120, // 122: lifeline.v1.OperatorService.ResumeRollout:output_type -> lifeline.v1.ResumeRolloutResponse
+	121, // 123: lifeline.v1.OperatorService.PromoteRollout:output_type -> lifeline.v1.PromoteRolloutResponse
+	122, // 124: lifeline.v1.OperatorService.AbortRollout:output_type -> lifeline.v1.AbortRolloutResponse
+	75,  // [75:125] is the sub-list for method output_type
+	25,  // [25:75] is the sub-list for method input_type
+	25,  // [25:25] is the sub-list for extension type_name
+	25,  // [25:25] is the sub-list for extension extendee
+	0,   // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_operator_proto_init() }
@@ -3303,23 +3477,24 @@ func file_lifeline_v1_operator_proto_init() {
 	file_lifeline_v1_model_proto_init()
 	file_lifeline_v1_operations_proto_init()
 	file_lifeline_v1_revisions_api_proto_init()
+	file_lifeline_v1_rollouts_api_proto_init()
 	file_lifeline_v1_tasks_proto_init()
 	file_lifeline_v1_users_proto_init()
 	file_lifeline_v1_version_proto_init()
-	file_lifeline_v1_operator_proto_msgTypes[12].OneofWrappers = []any{
+	file_lifeline_v1_operator_proto_msgTypes[13].OneofWrappers = []any{
 		(*UploadCharmRequest_Header)(nil),
 		(*UploadCharmRequest_Chunk)(nil),
 	}
-	file_lifeline_v1_operator_proto_msgTypes[27].OneofWrappers = []any{}
-	file_lifeline_v1_operator_proto_msgTypes[29].OneofWrappers = []any{}
-	file_lifeline_v1_operator_proto_msgTypes[31].OneofWrappers = []any{}
+	file_lifeline_v1_operator_proto_msgTypes[28].OneofWrappers = []any{}
+	file_lifeline_v1_operator_proto_msgTypes[30].OneofWrappers = []any{}
+	file_lifeline_v1_operator_proto_msgTypes[32].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_operator_proto_rawDesc), len(file_lifeline_v1_operator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   51,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

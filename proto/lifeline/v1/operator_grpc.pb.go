@@ -64,6 +64,13 @@ const (
 	OperatorService_ShowRevision_FullMethodName     = "/lifeline.v1.OperatorService/ShowRevision"
 	OperatorService_RollbackService_FullMethodName  = "/lifeline.v1.OperatorService/RollbackService"
 	OperatorService_RefreshService_FullMethodName   = "/lifeline.v1.OperatorService/RefreshService"
+	OperatorService_SetRolloutPolicy_FullMethodName = "/lifeline.v1.OperatorService/SetRolloutPolicy"
+	OperatorService_GetRolloutPolicy_FullMethodName = "/lifeline.v1.OperatorService/GetRolloutPolicy"
+	OperatorService_RolloutStatus_FullMethodName    = "/lifeline.v1.OperatorService/RolloutStatus"
+	OperatorService_PauseRollout_FullMethodName     = "/lifeline.v1.OperatorService/PauseRollout"
+	OperatorService_ResumeRollout_FullMethodName    = "/lifeline.v1.OperatorService/ResumeRollout"
+	OperatorService_PromoteRollout_FullMethodName   = "/lifeline.v1.OperatorService/PromoteRollout"
+	OperatorService_AbortRollout_FullMethodName     = "/lifeline.v1.OperatorService/AbortRollout"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -189,6 +196,22 @@ type OperatorServiceClient interface {
 	// service's already, when a value the new charm's type refuses is
 	// kept, or when a relation uses an endpoint the new charm lacks.
 	RefreshService(ctx context.Context, in *RefreshServiceRequest, opts ...grpc.CallOption) (*RefreshServiceResponse, error)
+	// Rollouts: a service's policy, status and the verbs that steer it
+	// (rollouts_api.proto).
+	// SetRolloutPolicy changes the fields given of the service's rollout
+	// policy; GetRolloutPolicy returns it.
+	SetRolloutPolicy(ctx context.Context, in *SetRolloutPolicyRequest, opts ...grpc.CallOption) (*SetRolloutPolicyResponse, error)
+	GetRolloutPolicy(ctx context.Context, in *GetRolloutPolicyRequest, opts ...grpc.CallOption) (*GetRolloutPolicyResponse, error)
+	// RolloutStatus returns the rollout, its units and the gate's recent
+	// decisions, bounded.
+	RolloutStatus(ctx context.Context, in *RolloutStatusRequest, opts ...grpc.CallOption) (*RolloutStatusResponse, error)
+	// PauseRollout, ResumeRollout and PromoteRollout move the rollout's
+	// state; AbortRollout makes a new revision with the spec the rollout
+	// started from, rolled out without a canary.
+	PauseRollout(ctx context.Context, in *PauseRolloutRequest, opts ...grpc.CallOption) (*PauseRolloutResponse, error)
+	ResumeRollout(ctx context.Context, in *ResumeRolloutRequest, opts ...grpc.CallOption) (*ResumeRolloutResponse, error)
+	PromoteRollout(ctx context.Context, in *PromoteRolloutRequest, opts ...grpc.CallOption) (*PromoteRolloutResponse, error)
+	AbortRollout(ctx context.Context, in *AbortRolloutRequest, opts ...grpc.CallOption) (*AbortRolloutResponse, error)
 }
 
 type operatorServiceClient struct {
@@ -659,6 +682,76 @@ func (c *operatorServiceClient) RefreshService(ctx context.Context, in *RefreshS
 	return out, nil
 }
 
+func (c *operatorServiceClient) SetRolloutPolicy(ctx context.Context, in *SetRolloutPolicyRequest, opts ...grpc.CallOption) (*SetRolloutPolicyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetRolloutPolicyResponse)
+	err := c.cc.Invoke(ctx, OperatorService_SetRolloutPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) GetRolloutPolicy(ctx context.Context, in *GetRolloutPolicyRequest, opts ...grpc.CallOption) (*GetRolloutPolicyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRolloutPolicyResponse)
+	err := c.cc.Invoke(ctx, OperatorService_GetRolloutPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) RolloutStatus(ctx context.Context, in *RolloutStatusRequest, opts ...grpc.CallOption) (*RolloutStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RolloutStatusResponse)
+	err := c.cc.Invoke(ctx, OperatorService_RolloutStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) PauseRollout(ctx context.Context, in *PauseRolloutRequest, opts ...grpc.CallOption) (*PauseRolloutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PauseRolloutResponse)
+	err := c.cc.Invoke(ctx, OperatorService_PauseRollout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) ResumeRollout(ctx context.Context, in *ResumeRolloutRequest, opts ...grpc.CallOption) (*ResumeRolloutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeRolloutResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ResumeRollout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) PromoteRollout(ctx context.Context, in *PromoteRolloutRequest, opts ...grpc.CallOption) (*PromoteRolloutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PromoteRolloutResponse)
+	err := c.cc.Invoke(ctx, OperatorService_PromoteRollout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) AbortRollout(ctx context.Context, in *AbortRolloutRequest, opts ...grpc.CallOption) (*AbortRolloutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AbortRolloutResponse)
+	err := c.cc.Invoke(ctx, OperatorService_AbortRollout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -782,6 +875,22 @@ type OperatorServiceServer interface {
 	// service's already, when a value the new charm's type refuses is
 	// kept, or when a relation uses an endpoint the new charm lacks.
 	RefreshService(context.Context, *RefreshServiceRequest) (*RefreshServiceResponse, error)
+	// Rollouts: a service's policy, status and the verbs that steer it
+	// (rollouts_api.proto).
+	// SetRolloutPolicy changes the fields given of the service's rollout
+	// policy; GetRolloutPolicy returns it.
+	SetRolloutPolicy(context.Context, *SetRolloutPolicyRequest) (*SetRolloutPolicyResponse, error)
+	GetRolloutPolicy(context.Context, *GetRolloutPolicyRequest) (*GetRolloutPolicyResponse, error)
+	// RolloutStatus returns the rollout, its units and the gate's recent
+	// decisions, bounded.
+	RolloutStatus(context.Context, *RolloutStatusRequest) (*RolloutStatusResponse, error)
+	// PauseRollout, ResumeRollout and PromoteRollout move the rollout's
+	// state; AbortRollout makes a new revision with the spec the rollout
+	// started from, rolled out without a canary.
+	PauseRollout(context.Context, *PauseRolloutRequest) (*PauseRolloutResponse, error)
+	ResumeRollout(context.Context, *ResumeRolloutRequest) (*ResumeRolloutResponse, error)
+	PromoteRollout(context.Context, *PromoteRolloutRequest) (*PromoteRolloutResponse, error)
+	AbortRollout(context.Context, *AbortRolloutRequest) (*AbortRolloutResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -920,6 +1029,27 @@ func (UnimplementedOperatorServiceServer) RollbackService(context.Context, *Roll
 }
 func (UnimplementedOperatorServiceServer) RefreshService(context.Context, *RefreshServiceRequest) (*RefreshServiceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RefreshService not implemented")
+}
+func (UnimplementedOperatorServiceServer) SetRolloutPolicy(context.Context, *SetRolloutPolicyRequest) (*SetRolloutPolicyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetRolloutPolicy not implemented")
+}
+func (UnimplementedOperatorServiceServer) GetRolloutPolicy(context.Context, *GetRolloutPolicyRequest) (*GetRolloutPolicyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRolloutPolicy not implemented")
+}
+func (UnimplementedOperatorServiceServer) RolloutStatus(context.Context, *RolloutStatusRequest) (*RolloutStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RolloutStatus not implemented")
+}
+func (UnimplementedOperatorServiceServer) PauseRollout(context.Context, *PauseRolloutRequest) (*PauseRolloutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseRollout not implemented")
+}
+func (UnimplementedOperatorServiceServer) ResumeRollout(context.Context, *ResumeRolloutRequest) (*ResumeRolloutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeRollout not implemented")
+}
+func (UnimplementedOperatorServiceServer) PromoteRollout(context.Context, *PromoteRolloutRequest) (*PromoteRolloutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PromoteRollout not implemented")
+}
+func (UnimplementedOperatorServiceServer) AbortRollout(context.Context, *AbortRolloutRequest) (*AbortRolloutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AbortRollout not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -1684,6 +1814,132 @@ func _OperatorService_RefreshService_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_SetRolloutPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetRolloutPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).SetRolloutPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_SetRolloutPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).SetRolloutPolicy(ctx, req.(*SetRolloutPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_GetRolloutPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRolloutPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).GetRolloutPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_GetRolloutPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).GetRolloutPolicy(ctx, req.(*GetRolloutPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_RolloutStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RolloutStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).RolloutStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_RolloutStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).RolloutStatus(ctx, req.(*RolloutStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_PauseRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).PauseRollout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_PauseRollout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).PauseRollout(ctx, req.(*PauseRolloutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_ResumeRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ResumeRollout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ResumeRollout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ResumeRollout(ctx, req.(*ResumeRolloutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_PromoteRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PromoteRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).PromoteRollout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_PromoteRollout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).PromoteRollout(ctx, req.(*PromoteRolloutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_AbortRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AbortRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).AbortRollout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_AbortRollout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).AbortRollout(ctx, req.(*AbortRolloutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1846,6 +2102,34 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RefreshService",
 			Handler:    _OperatorService_RefreshService_Handler,
+		},
+		{
+			MethodName: "SetRolloutPolicy",
+			Handler:    _OperatorService_SetRolloutPolicy_Handler,
+		},
+		{
+			MethodName: "GetRolloutPolicy",
+			Handler:    _OperatorService_GetRolloutPolicy_Handler,
+		},
+		{
+			MethodName: "RolloutStatus",
+			Handler:    _OperatorService_RolloutStatus_Handler,
+		},
+		{
+			MethodName: "PauseRollout",
+			Handler:    _OperatorService_PauseRollout_Handler,
+		},
+		{
+			MethodName: "ResumeRollout",
+			Handler:    _OperatorService_ResumeRollout_Handler,
+		},
+		{
+			MethodName: "PromoteRollout",
+			Handler:    _OperatorService_PromoteRollout_Handler,
+		},
+		{
+			MethodName: "AbortRollout",
+			Handler:    _OperatorService_AbortRollout_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
