@@ -74,8 +74,11 @@ var docScenarios = []struct {
 	// Revisions: the setup deploys kv from an older copy of its charm (an
 	// option more) and makes revisions 2 and 3 (two ports); the refresh
 	// to the demo's kv makes 4; the rollbacks make 5 (to 3, the old charm
-	// again) and 6 (to 1).
-	{name: "revisions", groups: []string{"ctl revisions", "ctl refresh", "ctl rollback"}, bootstrap: true},
+	// again) and 6 (to 1). set-rollout leaves a canary of 1 and a
+	// min-healthy of 5m, so that the rollout to revision 7 (rollout's
+	// setup) is in its canary, then not done before the abort, whether
+	// units move or not.
+	{name: "revisions", groups: []string{"ctl revisions", "ctl refresh", "ctl rollback", "ctl set-rollout", "ctl rollout"}, bootstrap: true},
 	{name: "everyday", groups: []string{"ctl version", "ctl completion"}, bootstrap: true},
 	{name: "bootstrap", groups: []string{"ctl bootstrap"}, each: true},
 }
@@ -124,6 +127,7 @@ var docSetups = map[string]func(t *testing.T, s *e2etest.Sandbox){
 		s.OK(t, "config", "kv", "port=7071")
 		s.OK(t, "config", "kv", "port=7072")
 	},
+	"ctl rollout": func(t *testing.T, s *e2etest.Sandbox) { s.OK(t, "config", "kv", "port=7073") },
 }
 
 // olderCharm is a copy of the demo charm name with an option more, as
@@ -157,7 +161,7 @@ var docRefusals = []struct {
 
 // docInterrupted are the examples that run until interrupted: each must
 // print something, then end with status 0 on SIGINT.
-var docInterrupted = []string{"ctl status --watch", "ctl audit --entity bob --follow"}
+var docInterrupted = []string{"ctl status --watch", "ctl audit --entity bob --follow", "ctl rollout status kv --watch"}
 
 // docExample is one command line of the documentation.
 type docExample struct {

@@ -188,6 +188,8 @@ Example:
 		revisionsCommand(e),
 		rollbackCommand(e),
 		refreshCommand(e),
+		setRolloutCommand(e),
+		rolloutCommand(e),
 		waitCommand(e),
 		addControllerCommand(e),
 		addUserCommand(e),

@@ -198,6 +198,15 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"add-controller"},
 		{"add-controller", "extra", "--token-file", "t"},
 		{"add-controller", "--token-file", "t", "--expires", "25h"},
+		{"set-rollout"},
+		{"set-rollout", "kv", "--canary", "-1"},
+		{"set-rollout", "kv", "--deadline", "-1m"},
+		{"set-rollout", "kv", "--deadline", "soon"},
+		{"rollout", "status"},
+		{"rollout", "undo", "kv"},
+		{"rollout", "pause", "kv", "--watch"},
+		{"rollout", "status", "kv", "--format", "xml"},
+		{"rollout", "status", "Bad Name"},
 	}
 	for _, args := range tests {
 		r := s.ctl(t, args...)

@@ -90,6 +90,19 @@ type serviceDoc struct {
 	Message     string             `json:"message,omitempty" yaml:"message,omitempty"`
 	Subordinate bool               `json:"subordinate,omitempty" yaml:"subordinate,omitempty"`
 	WaitingFor  []string           `json:"waiting_for,omitempty" yaml:"waiting_for,omitempty"`
+	// SpecRevision is the revision of the service's spec (revision is
+	// its charm's); Rollout is there while its units move to it.
+	SpecRevision int64              `json:"spec_revision,omitempty" yaml:"spec_revision,omitempty"`
+	Rollout      *serviceRolloutDoc `json:"rollout,omitempty" yaml:"rollout,omitempty"`
+}
+
+type serviceRolloutDoc struct {
+	State    string `json:"state" yaml:"state"`
+	Target   int64  `json:"target" yaml:"target"`
+	Previous int64  `json:"previous" yaml:"previous"`
+	Updated  int32  `json:"updated" yaml:"updated"`
+	Units    int32  `json:"units" yaml:"units"`
+	Reason   string `json:"reason,omitempty" yaml:"reason,omitempty"`
 }
 
 type unitDoc struct {
@@ -103,6 +116,10 @@ type unitDoc struct {
 	Address      string   `json:"address,omitempty" yaml:"address,omitempty"`
 	Subordinates []string `json:"subordinates,omitempty" yaml:"subordinates,omitempty"`
 	WaitingFor   []string `json:"waiting_for,omitempty" yaml:"waiting_for,omitempty"`
+	// Revision is the revision of its service's spec the unit runs,
+	// TargetRevision the one it moves to while it is another.
+	Revision       int64 `json:"revision,omitempty" yaml:"revision,omitempty"`
+	TargetRevision int64 `json:"target_revision,omitempty" yaml:"target_revision,omitempty"`
 }
 
 type relationDoc struct {
@@ -131,12 +148,17 @@ func statusDocument(st *pb.ModelStatus) statusDoc {
 		sd := serviceDoc{
 			Charm: s.Charm, Revision: s.Revision, Life: s.Life, Status: s.Status,
 			Units: map[string]unitDoc{}, Message: s.Message, Subordinate: s.Subordinate, WaitingFor: s.WaitingFor,
+			SpecRevision: s.SpecRevision,
+		}
+		if r := s.Rollout; r != nil {
+			sd.Rollout = &serviceRolloutDoc{State: r.State, Target: r.Target, Previous: r.Previous, Updated: r.Updated, Units: r.Units, Reason: r.Reason}
 		}
 		for _, u := range s.Units {
 			sd.Units[u.Name] = unitDoc{
 				Life: u.Life, Machine: u.Machine, Principal: u.Principal, Agent: u.Agent, State: u.State,
 				Workload: u.Workload, Message: u.Message, Address: u.Address,
 				Subordinates: u.Subordinates, WaitingFor: u.WaitingFor,
+				Revision: u.Revision, TargetRevision: u.TargetRevision,
 			}
 		}
 		doc.Services[s.Name] = sd
@@ -231,21 +253,21 @@ func renderTabular(w io.Writer, st *pb.ModelStatus) error {
 	services := append([]*pb.ServiceStatus(nil), st.GetServices()...)
 	sort.Slice(services, func(i, j int) bool { return services[i].Name < services[j].Name })
 	if len(services) > 0 {
-		startSection("Service", "Charm", "Rev", "Life", "Status", "Units", "Message")
+		startSection("Service", "Charm", "Rev", "Spec", "Life", "Status", "Units", "Message")
 		for _, s := range services {
 			units := strconv.Itoa(len(s.Units))
 			if s.Subordinate {
 				units += " (subordinate)"
 			}
-			row(s.Name, s.Charm, strconv.FormatInt(s.Revision, 10), s.Life, s.Status, units, note(s.Message, s.WaitingFor))
+			row(s.Name, s.Charm, strconv.FormatInt(s.Revision, 10), serviceSpecText(s), s.Life, s.Status, units, note(s.Message, s.WaitingFor))
 		}
 	}
 
 	if units := unitRows(services); len(units) > 0 {
-		startSection("Unit", "Life", "Machine", "Agent", "State", "Workload", "Address", "Message")
+		startSection("Unit", "Life", "Machine", "Agent", "State", "Workload", "Spec", "Address", "Message")
 		for _, r := range units {
 			u := r.unit
-			row(strings.Repeat("  ", r.depth)+u.Name, u.Life, u.Machine, u.Agent, u.State, u.Workload, u.Address, note(u.Message, u.WaitingFor))
+			row(strings.Repeat("  ", r.depth)+u.Name, u.Life, u.Machine, u.Agent, u.State, u.Workload, unitSpecText(u), u.Address, note(u.Message, u.WaitingFor))
 		}
 	}
 
@@ -258,6 +280,35 @@ func renderTabular(w io.Writer, st *pb.ModelStatus) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// serviceSpecText is a service's spec revision as the status shows it:
+// "rev 4", or "rev 4 (3/10)" while its rollout is not done (units on 4,
+// units), with its state when that is not rolling: "rev 4 (3/10 paused)".
+func serviceSpecText(s *pb.ServiceStatus) string {
+	if s.SpecRevision == 0 {
+		return ""
+	}
+	r := s.Rollout
+	if r == nil {
+		return fmt.Sprintf("rev %d", s.SpecRevision)
+	}
+	if r.State == "rolling" {
+		return fmt.Sprintf("rev %d (%d/%d)", s.SpecRevision, r.Updated, r.Units)
+	}
+	return fmt.Sprintf("rev %d (%d/%d %s)", s.SpecRevision, r.Updated, r.Units, r.State)
+}
+
+// unitSpecText is a unit's spec revision as the status shows it: "rev
+// 4", or "rev 3→4" while it moves.
+func unitSpecText(u *pb.UnitStatus) string {
+	switch {
+	case u.Revision == 0 && u.TargetRevision == 0:
+		return ""
+	case u.TargetRevision != 0 && u.TargetRevision != u.Revision:
+		return fmt.Sprintf("rev %d→%d", u.Revision, u.TargetRevision)
+	}
+	return fmt.Sprintf("rev %d", u.Revision)
 }
 
 // note is a row's message: the entity's own, then what it waits for.

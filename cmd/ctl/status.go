@@ -37,6 +37,13 @@ same data as one document:
    "operations": {"running", "awaiting_approval", "approved", "lost_tasks"}}
 
 revision is the model's as read (what ctl wait --since-revision takes).
+A service's revision is its charm's and spec_revision its spec's (ctl
+revisions); while its units move to a new one, rollout says how far:
+{"state", "target", "previous", "updated", "units"} (ctl rollout status). A
+unit's revision is the spec revision it runs, target_revision the one it
+moves to. The tabular Spec columns show "rev 4", "rev 4 (3/10)" for a service
+whose rollout has 3 of its 10 units on revision 4, and "rev 3→4" for a unit
+moving.
 operations counts the open operations and their lost tasks (ctl operations);
 the tabular status heads with a line of them when any is not zero.
 A machine's agent is pending, started, lost or down; a unit's agent is
