@@ -313,3 +313,48 @@ func TestPruneOperations(t *testing.T) {
 		}
 	}
 }
+
+// TestVerbsOnManyTasks: a verb on every task of an operation without
+// max_parallel runs its transactions several at once; every task moves
+// once, the result lists each unit once, sorted, and the operation ends
+// when the last task stops.
+func TestVerbsOnManyTasks(t *testing.T) {
+	f := newOpsFixture(t, 100)
+	op := f.create(t, f.op(true, 0))
+	id := op.Id
+	for _, u := range f.units[:30] {
+		f.start(t, id, u)
+	}
+	check := func(what string, res *state.VerbResult, err error, changed int) {
+		t.Helper()
+		must(t, what, err)
+		if len(res.Changed) != changed || len(res.Refused) != 0 {
+			t.Fatalf("%s changed %d and refused %v, want %d and none", what, len(res.Changed), res.Refused, changed)
+		}
+		for i := 1; i < len(res.Changed); i++ {
+			if res.Changed[i-1] >= res.Changed[i] {
+				t.Fatalf("%s's changed units are not sorted or repeat one: %v", what, res.Changed)
+			}
+		}
+	}
+	res, err := f.st.PauseOperation(f.ctx, id, nil)
+	check("PauseOperation", res, err, 100)
+	want := map[string]string{}
+	for i, u := range f.units {
+		want[u] = "paused"
+		if i < 30 {
+			want[u] = "pausing"
+		}
+	}
+	wantStates(t, f, id, want, "running")
+	for _, u := range f.units[:30] {
+		f.finish(t, id, u, 1, pb.TaskState_TASK_STATE_PAUSED)
+	}
+	res, err = f.st.ResumeOperation(f.ctx, id, nil)
+	check("ResumeOperation", res, err, 100)
+	res, err = f.st.StopOperation(f.ctx, id, nil)
+	check("StopOperation", res, err, 100)
+	if got := f.opState(t, id); got != "stopped" {
+		t.Errorf("operation %d is %s after every task stopped, want stopped", id, got)
+	}
+}
