@@ -2,6 +2,7 @@ package state
 
 import (
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 
@@ -15,6 +16,14 @@ import (
 // leaves the model consistent, and the tasks are made, each once, with
 // the max_parallel slots given to the first targets.
 func TestMaterializeSurvivesACrashBetweenBatches(t *testing.T) {
+	// With max_parallel the tasks are made in one part, without it in
+	// several at once (makeParts).
+	for _, maxParallel := range []int{3, 0} {
+		t.Run(fmt.Sprintf("max-parallel %d", maxParallel), func(t *testing.T) { materializeThroughCrashes(t, maxParallel) })
+	}
+}
+
+func materializeThroughCrashes(t *testing.T, maxParallel int) {
 	ns := etcdtest.Namespace(t)
 	ctx := etcdtest.Context(t)
 	base, err := New(etcdtest.Client(t), Config{Namespace: ns})
@@ -58,7 +67,7 @@ func TestMaterializeSurvivesACrashBetweenBatches(t *testing.T) {
 	}
 	// The operation's record is written, and one batch of its tasks.
 	op, err := crashing(2).CreateOperation(ctx, NewOperation{Service: "kv", Action: "backup", Units: names,
-		Charm: &pb.CharmRef{Name: "kv", Revision: 1}, Requester: "alice", Safe: true, MaxParallel: 3})
+		Charm: &pb.CharmRef{Name: "kv", Revision: 1}, Requester: "alice", Safe: true, MaxParallel: maxParallel})
 	if !errors.Is(err, errCrash) || op == nil {
 		t.Fatalf("CreateOperation = %v, %v; want the operation and a crash", op, err)
 	}
@@ -99,11 +108,13 @@ func TestMaterializeSurvivesACrashBetweenBatches(t *testing.T) {
 			}
 		case refs[op.Id] == taskAdmitted:
 			admitted++
+		case maxParallel == 0:
+			t.Errorf("task of %s is %q, want pending (no max-parallel)", n, refs[op.Id])
 		case refs[op.Id] != taskQueued:
 			t.Errorf("task of %s is %q, want pending or queued", n, refs[op.Id])
 		}
 	}
-	if admitted != 3 {
-		t.Errorf("%d tasks admitted, want max-parallel 3", admitted)
+	if maxParallel > 0 && admitted != maxParallel {
+		t.Errorf("%d tasks admitted, want max-parallel %d", admitted, maxParallel)
 	}
 }

@@ -90,14 +90,8 @@ func checkOperations(snap *Snapshot, m *model, bad func(string, ...any)) {
 			openOps++
 			want[opOpenOpRef(id)] = OperationStateName(op.State)
 		}
-		if n := len(tasksOf[id]); !op.TasksCreated && n > 0 {
-			// Made in their targets' order, and counted (opMadeRef).
-			want[opMadeRef(id)] = strconv.Itoa(n)
-			for _, u := range op.Units[:min(n, len(op.Units))] {
-				if tasksOf[id][u] == nil {
-					bad("%s has %d tasks, not those of its first %d targets: %s has none", opName(id), n, n, u)
-				}
-			}
+		if !op.TasksCreated && len(tasksOf[id]) > 0 {
+			checkMade(op, tasksOf[id], want, bad)
 		}
 		checkOperationTasks(snap, id, op, tasksOf[id], bad)
 	}
@@ -306,5 +300,35 @@ func checkOperationTasks(snap *Snapshot, id int64, op *pb.Operation, tasks map[s
 		if slots < int(op.MaxParallel) && queued > 0 {
 			bad("%s: %d tasks queued while %d of its %d slots are free", what, queued, int(op.MaxParallel)-slots, op.MaxParallel)
 		}
+	}
+}
+
+// checkMade checks the tasks of an operation still being made: each
+// part of its targets (makeParts) has the tasks of its first targets,
+// counted by its opMadeRef when it has any, and the parts with all
+// theirs are counted done.
+func checkMade(op *pb.Operation, tasks map[string]*pb.Task, want map[string]string, bad func(string, ...any)) {
+	id, parts, done := op.Id, makeParts(op), 0
+	for p := range parts {
+		lo, hi := makePart(len(op.Units), parts, p)
+		n := 0
+		for n < hi-lo && tasks[op.Units[lo+n]] != nil {
+			n++
+		}
+		for _, u := range op.Units[lo+n : hi] {
+			if tasks[u] != nil {
+				bad("%s has a task of %s, not of the first %d targets of its part %d alone", opName(id), u, n, p)
+				break
+			}
+		}
+		if n > 0 {
+			want[opMadeRef(id, p)] = strconv.Itoa(n)
+		}
+		if n == hi-lo {
+			done++
+		}
+	}
+	if done > 0 {
+		want[opMadeDoneRef(id)] = strconv.Itoa(done)
 	}
 }

@@ -44,9 +44,11 @@ const (
 	// a change that queues a task compares it (tasks.go).
 	opRefFreed = operationRefsPrefix + "freed/" // <op>
 	// opRefMade holds, while a running operation's tasks are being made,
-	// how many of its targets (in order) have theirs: each batch rewrites
-	// it and the last deletes it (materializeBatch).
-	opRefMade = operationRefsPrefix + "made/" // <op> = a count
+	// how many targets of each part of its targets (in order) have theirs,
+	// and how many parts are done: each batch rewrites its part's count,
+	// the last of a part counts it done, and the last of all deletes them
+	// (materializeBatch).
+	opRefMade = operationRefsPrefix + "made/" // <op>/<part> = a count; <op>/done = parts done
 )
 
 // operationPrefixes are the prefixes of the operations' records, read by
@@ -122,7 +124,9 @@ func opStoppedPrefix(id int64) string           { return opRefStopped + opID(id)
 func opStoppedRef(id int64, unit string) string { return opStoppedPrefix(id) + unit }
 func opOpenOpRef(id int64) string               { return opRefOpen + opID(id) }
 func opFreedRef(id int64) string                { return opRefFreed + opID(id) }
-func opMadeRef(id int64) string                 { return opRefMade + opID(id) }
+func opMadePrefix(id int64) string              { return opRefMade + opID(id) + "/" }
+func opMadeRef(id int64, part int) string       { return opMadePrefix(id) + strconv.Itoa(part) }
+func opMadeDoneRef(id int64) string             { return opMadePrefix(id) + "done" }
 
 // The values of an open task's references (refs/unit-tasks, refs/op-open):
 // what its unit's agent is to do about it.

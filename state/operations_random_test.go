@@ -43,7 +43,7 @@ func TestOperationsRandomized(t *testing.T) {
 	ms, err := st.AddMachines(ctx, 3)
 	must(t, "AddMachines", err)
 	for _, m := range ms {
-		addUnits(t, ctx, st, "kv", 4, state.Placement{Machine: m.Id})
+		addUnits(t, ctx, st, "kv", 8, state.Placement{Machine: m.Id})
 	}
 	mon := statetest.Start(t, st)
 	bound := watchSlots(ctx, st)
@@ -107,7 +107,12 @@ func opsStep(ctx context.Context, st *state.State, rng *rand.Rand) (string, erro
 			return []string{unit()}
 		}
 		var us []string
-		for range 1 + rng.IntN(5) {
+		n := 1 + rng.IntN(5)
+		if rng.IntN(5) == 0 {
+			// Enough for the tasks to be made in several parts at once.
+			n = 9 + rng.IntN(24)
+		}
+		for range n {
 			us = append(us, all[rng.IntN(len(all))].Name)
 		}
 		return us

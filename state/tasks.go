@@ -346,25 +346,73 @@ func (l *opLedger) witness() string {
 // an audit entry's.
 const tasksPerBatch = 8
 
-// materializeTasks makes running operation id's tasks, in batches of
-// tasksPerBatch targets in order, each batch a transaction: an alive
-// unit's task PENDING (admitted or queued), compared with the unit's
-// record and its open tasks; a unit that is gone, not alive, or has
-// MaxOpenTasksPerUnit open tasks gets a STOPPED task saying so. The last
-// batch sets tasks_created and, when no task is open, ends the operation.
-// It resumes after the last task made, as the operation's made count
+// maxMakeParts is how many parts of its targets an operation's tasks are
+// made in at once. Making 10,000 tasks in batches one after another took
+// most of a minute; the batches of different parts share no key but the
+// count of parts done, which only a part's last batch writes, and so
+// share etcd's rounds.
+const maxMakeParts = 4
+
+// makeParts is how many parts op's targets are made in: one a batch, up
+// to maxMakeParts, and one only with max_parallel, where every batch
+// that admits or queues a task compares the slots, so that batches at
+// once would only conflict.
+func makeParts(op *pb.Operation) int {
+	if op.MaxParallel > 0 {
+		return 1
+	}
+	return max(1, min(maxMakeParts, (len(op.Units)+tasksPerBatch-1)/tasksPerBatch))
+}
+
+// makePart is the range of op's targets that part p of parts covers.
+func makePart(n, parts, p int) (lo, hi int) {
+	return p * n / parts, (p + 1) * n / parts
+}
+
+// materializeTasks makes running operation id's tasks: its targets in
+// makeParts parts at once, each part in batches of tasksPerBatch targets
+// in order, each batch a transaction: an alive unit's task PENDING
+// (admitted or queued), compared with the unit's record and its open
+// tasks; a unit that is gone, not alive, or has MaxOpenTasksPerUnit open
+// tasks gets a STOPPED task saying so. The last batch of the last part
+// to finish sets tasks_created and, when no task is open, ends the
+// operation. Each part resumes after the last task it made, as its count
 // says (opMadeRef, one key read whatever the tasks made), so a run cut
 // short by a crash is finished by another (MaterializePending); two at
 // once make each task once, each batch comparing the count it read.
 func (s *State) materializeTasks(ctx context.Context, id int64) error {
 	s.making.add(id, 1)
 	defer s.making.add(id, -1)
+	op, err := s.cachedOperation(ctx, id)
+	if err != nil {
+		return err
+	}
+	parts := makeParts(op)
+	if parts == 1 {
+		return s.materializePart(ctx, id, 0)
+	}
+	errs := make([]error, parts)
+	var wg sync.WaitGroup
+	for p := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[p] = s.materializePart(ctx, id, p)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// materializePart makes the tasks of part p of operation id's targets,
+// batch after batch.
+func (s *State) materializePart(ctx context.Context, id int64, p int) error {
 	start := -1 // where the next batch is expected to start
 	for {
 		done := false
 		err := s.apply(ctx, fmt.Sprintf("make the tasks of operation %d", id), func(ctx context.Context) (*change, error) {
 			for {
-				c, at, err := s.materializeBatch(ctx, id, start)
+				c, at, err := s.materializeBatch(ctx, id, p, start)
 				if err != nil || c != nil {
 					done = errors.Is(err, errNothingToDo)
 					return c, err
@@ -403,19 +451,45 @@ func (m *making) busy(id int64) bool {
 	return m.runs[id] > 0
 }
 
-// materializeBatch is one attempt of a batch expected to start at target
-// index start (-1: not known). When the tasks made so far say the batch
-// starts elsewhere, it returns no change and where it starts; when none
-// is left to make, errNothingToDo.
-func (s *State) materializeBatch(ctx context.Context, id int64, start int) (*change, int, error) {
-	gets := append(s.ledgerGets(id, 0), get(opMadeRef(id)))
+// madeCounts are an operation's counts of tasks made (opMadeRef) as read.
+type madeCounts struct {
+	part, done       int
+	partMod, doneMod int64
+}
+
+// readMade reads part p's count and the count of parts done from kvs,
+// the keys under opMadePrefix(id).
+func readMade(kvs []*mvccpb.KeyValue, id int64, p, most int) (madeCounts, error) {
+	var m madeCounts
+	for _, kv := range kvs {
+		n, err := strconv.Atoi(string(kv.Value))
+		if err != nil || n < 0 || n > most {
+			return m, fmt.Errorf("operation %d: corrupt count of tasks made %s=%q", id, kv.Key, kv.Value)
+		}
+		switch string(kv.Key) {
+		case opMadeRef(id, p):
+			m.part, m.partMod = n, kv.ModRevision
+		case opMadeDoneRef(id):
+			m.done, m.doneMod = n, kv.ModRevision
+		}
+	}
+	return m, nil
+}
+
+// materializeBatch is one attempt of a batch of part p expected to start
+// at target index start (-1: not known). When the tasks made so far say
+// the batch starts elsewhere, it returns no change and where it starts;
+// when none is left to make in the part, errNothingToDo.
+func (s *State) materializeBatch(ctx context.Context, id int64, p, start int) (*change, int, error) {
+	gets := append(s.ledgerGets(id, 0), getPrefix(opMadePrefix(id), maxMakeParts+1))
 	var batch []string
 	if start >= 0 {
 		op, err := s.cachedOperation(ctx, id)
 		if err != nil {
 			return nil, 0, err
 		}
-		batch = op.Units[min(start, len(op.Units)):min(start+tasksPerBatch, len(op.Units))]
+		_, hi := makePart(len(op.Units), makeParts(op), p)
+		batch = op.Units[min(start, hi):min(start+tasksPerBatch, hi)]
 		for _, u := range batch {
 			p := UnitTasksPrefix(u)
 			gets = append(gets, get(UnitKey(u)), getOp{key: p, end: prefixEnd(p), countOnly: true})
@@ -434,15 +508,18 @@ func (s *State) materializeBatch(ctx context.Context, id int64, start int) (*cha
 	if op.State != pb.OperationState_OPERATION_STATE_RUNNING || op.TasksCreated {
 		return nil, 0, errNothingToDo
 	}
-	at, madeMod := 0, int64(0)
-	if kv := r.one(ledgerReads); kv != nil {
-		n, err := strconv.Atoi(string(kv.Value))
-		if err != nil || n < 0 || n > len(op.Units) {
-			return nil, 0, fmt.Errorf("operation %d: corrupt count of tasks made %q", id, kv.Value)
-		}
-		at, madeMod = n, kv.ModRevision
+	parts := makeParts(op)
+	lo, hi := makePart(len(op.Units), parts, p)
+	made, err := readMade(r.all(ledgerReads), id, p, len(op.Units))
+	if err != nil {
+		return nil, 0, err
 	}
-	if at != start {
+	switch at := lo + made.part; {
+	case at > hi:
+		return nil, 0, fmt.Errorf("operation %d: part %d counts %d tasks made, of %d targets", id, p, made.part, hi-lo)
+	case at == hi:
+		return nil, 0, errNothingToDo
+	case at != start:
 		return nil, at, nil
 	}
 	now := s.now().UnixNano()
@@ -482,12 +559,19 @@ func (s *State) materializeBatch(ctx context.Context, id int64, start int) (*cha
 		l.setRefs(name, taskRefValue(t.State, l.take(name)))
 		l.opened++
 	}
-	c.ifMod(opMadeRef(id), madeMod)
-	if start+len(batch) >= len(op.Units) {
-		c.del(opMadeRef(id))
+	c.ifMod(opMadeRef(id, p), made.partMod)
+	switch {
+	case start+len(batch) < hi:
+		c.putRaw(opMadeRef(id, p), strconv.Itoa(start+len(batch)-lo))
+	case made.done+1 < parts:
+		// The part is done, others are not: the last of theirs sees it.
+		c.putRaw(opMadeRef(id, p), strconv.Itoa(hi-lo))
+		c.ifMod(opMadeDoneRef(id), made.doneMod)
+		c.putRaw(opMadeDoneRef(id), strconv.Itoa(made.done+1))
+	default:
+		c.ifMod(opMadeDoneRef(id), made.doneMod)
+		c.delPrefix(opMadePrefix(id))
 		l.rewrite().TasksCreated = true
-	} else {
-		c.putRaw(opMadeRef(id), strconv.Itoa(start+len(batch)))
 	}
 	if err := l.settle(); err != nil {
 		return nil, 0, err

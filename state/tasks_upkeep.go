@@ -294,7 +294,7 @@ func (s *State) PruneOperations(ctx context.Context, retention time.Duration, ma
 			c.delPrefix(opFailedPrefix(id))
 			c.delPrefix(opStoppedPrefix(id))
 			c.del(opFreedRef(id))
-			c.del(opMadeRef(id))
+			c.delPrefix(opMadePrefix(id))
 			c.del(opOpenOpRef(id))
 			ok, err := s.commit(ctx, c)
 			if err != nil {
