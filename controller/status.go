@@ -137,6 +137,7 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 			ss.Rollout = &pb.ServiceRollout{
 				State: state.RolloutStateName(ro.State), Target: ro.Target, Previous: ro.Previous,
 				Updated: updated, Units: int32(len(ss.Units)), Reason: ro.Reason,
+				AwaitingPromote: ro.State == pb.RolloutState_ROLLOUT_STATE_CANARY && ro.CanaryGranted >= ro.Canary && ro.Permits == 0,
 			}
 		}
 		ss.Status, ss.Message = serviceWorkload(ss.Units)

@@ -117,6 +117,9 @@ func settle(st *pb.ModelStatus, barrier int64, sel selection) settlement {
 		if svc := services[name]; svc.Life == "dying" && (sel.all() || sel.services[name]) {
 			s.unsettled = append(s.unsettled, fmt.Sprintf("service %s (dying)", name))
 		}
+		if r := services[name].Rollout; rolloutMoving(r) {
+			s.unsettled = append(s.unsettled, fmt.Sprintf("service %s (%s to revision %d: %d/%d updated)", name, r.State, r.Target, r.Updated, r.Units))
+		}
 	}
 	sort.Slice(units, func(i, j int) bool { return lessUnit(units[i].Name, units[j].Name) })
 	s.units = len(units)
@@ -165,6 +168,20 @@ func settle(st *pb.ModelStatus, barrier int64, sel selection) settlement {
 		}
 	}
 	return s
+}
+
+// rolloutMoving says whether a service's rollout moves units without an
+// operator: rolling, or in its canary until the canary's units are
+// through (then it waits for ctl rollout promote, as a paused or failed
+// one waits for resume or abort: settled).
+func rolloutMoving(r *pb.ServiceRollout) bool {
+	switch r.GetState() {
+	case "rolling":
+		return true
+	case "canary":
+		return !r.AwaitingPromote
+	}
+	return false
 }
 
 // agentMessage is what a unit's agent says of its error.

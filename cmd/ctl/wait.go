@@ -32,7 +32,10 @@ brought to. It then waits until
     an error state (a hook failed and its retries ran out: it waits for
     ctl resolved); a unit removed meanwhile is done with;
   - and nothing is on its way out: no unit, service or relation is dying,
-    and no machine is dying or dead.
+    and no machine is dying or dead;
+  - and no rollout moves units: none is rolling, or in its canary before
+    the canary's units are through (a canary waiting for ctl rollout
+    promote, a paused or a failed rollout waits for an operator: settled).
 
 The hooks run for those changes may have written more after the barrier
 (a kv unit's new port, in the settings its clients read): once settled,

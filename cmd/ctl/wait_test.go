@@ -33,6 +33,25 @@ func TestSettle(t *testing.T) {
 	}{
 		{name: "empty model", st: &pb.ModelStatus{}, settled: true},
 		{
+			name: "a rollout moving units",
+			st: model(&pb.ServiceStatus{Name: "kv", Life: "alive", Units: []*pb.UnitStatus{unit("kv/0", "alive", "idle", "running")},
+				Rollout: &pb.ServiceRollout{State: "rolling", Target: 4, Updated: 0, Units: 1}}),
+			unsettled: "service kv (rolling to revision 4: 0/1 updated)", units: 1,
+		},
+		{
+			name: "a canary on its way",
+			st: model(&pb.ServiceStatus{Name: "kv", Life: "alive", Units: []*pb.UnitStatus{unit("kv/0", "alive", "idle", "running")},
+				Rollout: &pb.ServiceRollout{State: "canary", Target: 4, Updated: 0, Units: 1}}),
+			unsettled: "service kv (canary to revision 4: 0/1 updated)", units: 1,
+		},
+		{
+			name: "a canary awaiting promote, a paused rollout",
+			st: model(&pb.ServiceStatus{Name: "kv", Life: "alive", Units: []*pb.UnitStatus{unit("kv/0", "alive", "idle", "running")},
+				Rollout: &pb.ServiceRollout{State: "canary", Target: 4, Updated: 1, Units: 2, AwaitingPromote: true}},
+				&pb.ServiceStatus{Name: "db", Life: "alive", Rollout: &pb.ServiceRollout{State: "paused", Target: 2}}),
+			settled: true, units: 1,
+		},
+		{
 			name:    "idle running units synced to the barrier",
 			st:      model(svc("kv", "alive", unit("kv/0", "alive", "idle", "running"), synced(unit("kv/1", "alive", "idle", "running"), barrier+7))),
 			settled: true, units: 2,

@@ -730,11 +730,14 @@ type ServiceRollout struct {
 	Target   int64  `protobuf:"varint,2,opt,name=target,proto3" json:"target,omitempty"`
 	Previous int64  `protobuf:"varint,3,opt,name=previous,proto3" json:"previous,omitempty"`
 	// updated is how many of the units run the target.
-	Updated       int32  `protobuf:"varint,4,opt,name=updated,proto3" json:"updated,omitempty"`
-	Units         int32  `protobuf:"varint,5,opt,name=units,proto3" json:"units,omitempty"`
-	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Updated int32  `protobuf:"varint,4,opt,name=updated,proto3" json:"updated,omitempty"`
+	Units   int32  `protobuf:"varint,5,opt,name=units,proto3" json:"units,omitempty"`
+	Reason  string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// awaiting_promote says the canary's units have all been granted and
+	// released: nothing moves until ctl rollout promote.
+	AwaitingPromote bool `protobuf:"varint,7,opt,name=awaiting_promote,json=awaitingPromote,proto3" json:"awaiting_promote,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ServiceRollout) Reset() {
@@ -807,6 +810,13 @@ func (x *ServiceRollout) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *ServiceRollout) GetAwaitingPromote() bool {
+	if x != nil {
+		return x.AwaitingPromote
+	}
+	return false
 }
 
 type UnitStatus struct {
@@ -2989,14 +2999,15 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"waitingFor\x12#\n" +
 	"\rspec_revision\x18\n" +
 	" \x01(\x03R\fspecRevision\x125\n" +
-	"\arollout\x18\v \x01(\v2\x1b.lifeline.v1.ServiceRolloutR\arollout\"\xa2\x01\n" +
+	"\arollout\x18\v \x01(\v2\x1b.lifeline.v1.ServiceRolloutR\arollout\"\xcd\x01\n" +
 	"\x0eServiceRollout\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\x03R\x06target\x12\x1a\n" +
 	"\bprevious\x18\x03 \x01(\x03R\bprevious\x12\x18\n" +
 	"\aupdated\x18\x04 \x01(\x05R\aupdated\x12\x14\n" +
 	"\x05units\x18\x05 \x01(\x05R\x05units\x12\x16\n" +
-	"\x06reason\x18\x06 \x01(\tR\x06reason\"\xc0\x03\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12)\n" +
+	"\x10awaiting_promote\x18\a \x01(\bR\x0fawaitingPromote\"\xc0\x03\n" +
 	"\n" +
 	"UnitStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
