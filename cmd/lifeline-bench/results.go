@@ -165,7 +165,8 @@ type results struct {
 	DiskDeploy  map[string]diskFigures `json:"etcd_disk_deploy"`
 	DiskDestroy map[string]diskFigures `json:"etcd_disk_destroy"`
 	// Operations are the operations scenario's figures (operations.go).
-	Operations *opsResults `json:"operations,omitempty"`
+	Operations *opsResults     `json:"operations,omitempty"`
+	Rollout    *rolloutResults `json:"rollout,omitempty"`
 }
 
 // diskFigures are one kind of etcd's disk writes in a phase.

@@ -167,6 +167,11 @@ func run(ctx context.Context, c config) (*results, error) {
 			return nil, err
 		}
 	}
+	if c.scenario == "rollout" {
+		if err := writeRolloutConfig(bench); err != nil {
+			return nil, err
+		}
+	}
 	for _, d := range []string{front, bench} {
 		if _, err := upload(ctx, ctl.op, d); err != nil {
 			return nil, err
@@ -319,6 +324,16 @@ func run(ctx context.Context, c config) (*results, error) {
 		}
 		// Destroying is counted from here: the operations' calls and
 		// reports are not its.
+		if countsRunning, err = ctl.counters(); err != nil {
+			return res, err
+		}
+		model.takeReports(total)
+	}
+	if c.scenario == "rollout" {
+		env := opsEnv{ctl: ctl, st: st, clock: clock, fleetUsage: fleetUsage, raw: res.RawTxnPerSecond, units: c.units, machines: c.machines, prof: prof}
+		if res.Rollout, err = runRollout(ctx, env, c.rolloutMaxParallel); err != nil {
+			return res, err
+		}
 		if countsRunning, err = ctl.counters(); err != nil {
 			return res, err
 		}
