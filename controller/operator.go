@@ -433,7 +433,7 @@ func (s *Server) SetConfig(ctx context.Context, req *pb.SetConfigRequest) (*pb.S
 	// A new revision of the service's spec: the head's configuration with
 	// the settings set, and those unset back to their defaults (or
 	// absent, for an option without one).
-	_, err = s.st.ChangeSpec(ctx, req.Service, state.SpecChange{By: userName(ctx), Reason: "config",
+	_, err = s.st.ChangeSpec(ctx, req.Service, state.SpecChange{By: userName(ctx), Reason: "config", History: s.cfg.RevisionHistory,
 		Next: func(head *pb.Revision) (*pb.ServiceSpec, []*pb.Endpoint, error) {
 			if ch := head.Spec.GetCharm(); ch.GetName() != c.Name || ch.GetRevision() != c.Revision {
 				return nil, nil, status.Errorf(codes.Aborted, "service %s moved to charm %s-%d meanwhile: try again", req.Service, ch.GetName(), ch.GetRevision())

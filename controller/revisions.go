@@ -117,7 +117,7 @@ func (s *Server) RollbackService(ctx context.Context, req *pb.RollbackServiceReq
 	if err != nil {
 		return nil, err
 	}
-	rev, err := s.st.ChangeSpec(ctx, req.Service, state.SpecChange{By: userName(ctx), Reason: fmt.Sprintf("rollback to %d", to),
+	rev, err := s.st.ChangeSpec(ctx, req.Service, state.SpecChange{By: userName(ctx), Reason: fmt.Sprintf("rollback to %d", to), History: s.cfg.RevisionHistory,
 		Next: func(head *pb.Revision) (*pb.ServiceSpec, []*pb.Endpoint, error) {
 			if hc, tc := head.Spec.GetCharm(), target.Spec.GetCharm(); !proto.Equal(hc, tc) {
 				// Another charm: the revision's endpoints come back

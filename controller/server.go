@@ -92,6 +92,9 @@ type Config struct {
 	// Build is what this controller's binary is, which Version answers;
 	// version.Get() when its Version is empty.
 	Build version.Info
+	// RevisionHistory is how many revisions of each service's spec are
+	// kept, at least (state.SpecChange.History); the default when zero.
+	RevisionHistory int
 }
 
 // Validate reports a configuration New cannot use.

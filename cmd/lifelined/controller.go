@@ -69,6 +69,7 @@ type controllerFlags struct {
 	budgets        budgetFlags
 	auditRetention string
 	operations     operationFlags
+	rollouts       rolloutFlags
 	// set says whether a flag was given (for those that only apply to
 	// embedded etcd).
 	set func(name string) bool
@@ -107,6 +108,7 @@ local provider, controllers on one host share --machines-dir.`,
 	fl := cmd.Flags()
 	f.budgets.add(fl)
 	f.operations.add(fl)
+	f.rollouts.add(fl)
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory for the controller's state: etcd data, certificates, logs (required)")
 	fl.StringVar(&f.apiAddr, "api-addr", "127.0.0.1:17070", "address the API listens on")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "127.0.0.1:17071", "address /metrics is served on; empty for none")
@@ -168,6 +170,9 @@ func (f *controllerFlags) validate() error {
 		return usageError{err}
 	}
 	if err := f.operations.validate(); err != nil {
+		return usageError{err}
+	}
+	if _, err := f.rollouts.parse(); err != nil {
 		return usageError{err}
 	}
 	set := f.set
@@ -412,7 +417,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 		ID: id, KEK: kek, Etcd: etcdAccess,
 		Connections: lim.conns, HandshakeTimeout: lim.handshake, IdleTimeout: lim.idle, Watch: lim.watch,
 		Budgets: f.budgets.budgets(), Storage: storage, ApprovalTTL: f.operations.approvalTTL,
-		Health: hs, Build: build,
+		Health: hs, Build: build, RevisionHistory: f.rollouts.revisionHistory,
 	})
 	if err != nil {
 		return err
@@ -499,6 +504,11 @@ func runController(ctx context.Context, f controllerFlags) error {
 	if err != nil {
 		return err
 	}
+	gates, _ := f.rollouts.parse() // validated
+	rollouts, err := controller.NewRolloutWorker(controller.RolloutWorkerConfig{State: st, Logger: logger, Metrics: reg, Gates: gates})
+	if err != nil {
+		return err
+	}
 	// The singleton workers run in the elected controller only.
 	lctx, lcancel := context.WithCancel(context.Background())
 	g.Add(func() error {
@@ -513,6 +523,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 			workers.Add(func() error { return prov.Run(wctx) }, func(error) { stop() })
 			workers.Add(func() error { return pruner.Run(wctx) }, func(error) { stop() })
 			workers.Add(func() error { return ops.Run(wctx) }, func(error) { stop() })
+			workers.Add(func() error { return rollouts.Run(wctx) }, func(error) { stop() })
 			return workers.Run()
 		})
 	}, func(error) { lcancel() })

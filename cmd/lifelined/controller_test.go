@@ -219,6 +219,11 @@ func TestControllerUsageErrors(t *testing.T) {
 		{"controller", "--data-dir", "/tmp/x", "--agent-write-burst", "0"},
 		{"controller", "--data-dir", "/tmp/x", "--agent-write-bytes-per-minute", "lots"},
 		{"controller", "--data-dir", "/tmp/x", "--charm-store-limit", "-5"},
+		{"controller", "--data-dir", "/tmp/x", "--rollout-gate", "orly"},
+		{"controller", "--data-dir", "/tmp/x", "--rollout-gate", "Orly=/bin/true"},
+		{"controller", "--data-dir", "/tmp/x", "--rollout-gate", "orly=http://gate.example"},
+		{"controller", "--data-dir", "/tmp/x", "--rollout-gate", "orly=/bin/true", "--rollout-gate", "orly=/bin/false"},
+		{"controller", "--data-dir", "/tmp/x", "--revision-history", "0"},
 		{"controller", "--no-such-flag"},
 	} {
 		out, err := exec.Command(lifelined, args...).CombinedOutput()
