@@ -75,6 +75,9 @@ type Options struct {
 	// controller is told it (never tight when nil).
 	Budgets controller.Budgets
 	Storage func() controller.Storage
+	// RevisionHistory is controller.Config.RevisionHistory (state's
+	// default when zero).
+	RevisionHistory int
 	// Health is controller.Config.Health: the gRPC health service the
 	// API serves without a credential (none when nil).
 	Health *health.Server
@@ -109,7 +112,7 @@ func New(t testing.TB, opts Options) *Env {
 	e := &Env{T: t, Ctx: ctx, State: st, CA: ca, anonymous: opts.Anonymous, watchQueue: opts.WatchQueue, watchBytes: opts.WatchBytes}
 	e.cfg = controller.Config{State: st, TLS: pki.ServerTLSConfig(cert), Busy: opts.Busy, PresenceTimeout: opts.PresenceTimeout,
 		ID: "c-test", KEK: opts.KEK, Watch: opts.Watch, Connections: opts.Connections, HandshakeTimeout: opts.HandshakeTimeout,
-		Budgets: opts.Budgets, Storage: opts.Storage, Health: opts.Health}
+		Budgets: opts.Budgets, Storage: opts.Storage, Health: opts.Health, RevisionHistory: opts.RevisionHistory}
 	if !opts.Anonymous {
 		e.cfg.CACert = ca.CertPEM()
 	}
