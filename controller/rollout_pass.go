@@ -190,7 +190,11 @@ func (t *rolloutTerm) planService(svc string, ro *pb.Rollout, policy *pb.Rollout
 		}
 	}
 	stats.out += max(out, int(ro.Permits))
-	if p.fail == "" && now.UnixNano() > ro.DeadlineUnixNano && notDone > 0 {
+	// A canary whose units are all granted and done waits for the
+	// operator's promote, which sets a new deadline: the wait does not
+	// fail it.
+	canaryWaits := ro.State == pb.RolloutState_ROLLOUT_STATE_CANARY && ro.CanaryGranted >= ro.Canary && out == 0 && ro.Permits == 0
+	if p.fail == "" && !canaryWaits && now.UnixNano() > ro.DeadlineUnixNano && notDone > 0 {
 		more := ""
 		if notDone > len(notDoneNames) {
 			more = " …"

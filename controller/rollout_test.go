@@ -352,9 +352,9 @@ func TestRolloutWorkerMaxParallel(t *testing.T) {
 }
 
 // TestRolloutWorkerCanaryPromote: the canary's units move and the rollout
-// waits; promoted, the rest move.
+// waits, past its deadline, for promote; promoted, the rest move.
 func TestRolloutWorkerCanaryPromote(t *testing.T) {
-	e := newRolloutEnv(t, 2, 3, &pb.RolloutPolicy{MaxParallel: "100%", Canary: 2, DeadlineMs: 60_000, AutoRevert: true})
+	e := newRolloutEnv(t, 2, 3, &pb.RolloutPolicy{MaxParallel: "100%", Canary: 2, DeadlineMs: 1500, AutoRevert: true})
 	e.agents(0, nil)
 	e.worker()
 	target := e.configure("v2")
@@ -362,7 +362,9 @@ func TestRolloutWorkerCanaryPromote(t *testing.T) {
 		ro := e.rollout()
 		return ro.CanaryGranted == 2 && ro.Permits == 0
 	})
-	time.Sleep(300 * time.Millisecond) // passes of the worker, which must not move more
+	// Passes of the worker past the deadline, which must neither move
+	// more units nor fail the rollout.
+	time.Sleep(time.Until(time.Unix(0, e.rollout().DeadlineUnixNano)) + 300*time.Millisecond)
 	moved := 0
 	for _, ur := range e.unitRevisions() {
 		if ur.Current == target {
@@ -373,6 +375,9 @@ func TestRolloutWorkerCanaryPromote(t *testing.T) {
 		t.Fatalf("%d units moved, rollout %s; want 2 and canary", moved, state.RolloutStateName(ro.State))
 	}
 	e.must("PromoteRollout", e.st.PromoteRollout(e.ctx, "kv"))
+	if ro := e.rollout(); ro.DeadlineUnixNano < time.Now().UnixNano() {
+		t.Errorf("rollout %v: promoted, want a new deadline", ro)
+	}
 	e.waitDone(target)
 }
 

@@ -123,9 +123,11 @@ func (s *State) ResumeRollout(ctx context.Context, service string) error {
 }
 
 // PromoteRollout ends the named service's canary: the rest of its units
-// move.
+// move, with a new deadline (the rollout worker does not count the wait
+// for promote against the deadline).
 func (s *State) PromoteRollout(ctx context.Context, service string) error {
-	return s.changeRollout(ctx, "promote the rollout", service, func(ro *pb.Rollout, _ *pb.RolloutPolicy) error {
+	now := s.now().UnixNano()
+	return s.changeRollout(ctx, "promote the rollout", service, func(ro *pb.Rollout, policy *pb.RolloutPolicy) error {
 		if ro.State != pb.RolloutState_ROLLOUT_STATE_CANARY {
 			if ro.State == pb.RolloutState_ROLLOUT_STATE_ROLLING {
 				return refused("V2", "rollout of %s to revision %d has no canary waiting: it is rolling", ro.Service, ro.Target)
@@ -133,6 +135,7 @@ func (s *State) PromoteRollout(ctx context.Context, service string) error {
 			return rolloutRefusal("promote", ro)
 		}
 		ro.State, ro.Canary = pb.RolloutState_ROLLOUT_STATE_ROLLING, 0
+		ro.DeadlineUnixNano = now + policy.DeadlineMs*1e6
 		return nil
 	})
 }
