@@ -36,7 +36,10 @@ type rolloutTerm struct {
 	// counts against max-parallel until the picture shows the permit.
 	asking  map[string]int64
 	allowed map[string]int64
-	granted map[string]int64
+	// allowedAt is when each allowed unit was allowed: an allow older
+	// than allowFresh (the rollout paused meanwhile) is asked again.
+	allowedAt map[string]time.Time
+	granted   map[string]int64
 	// inflight counts the gate asks running.
 	inflight int
 	// failing holds the target of each service whose rollout this term
@@ -46,6 +49,11 @@ type rolloutTerm struct {
 	// gate's question.
 	changes map[string]targetChanges
 }
+
+// allowFresh is how long a gate's allow stands without a grant: one
+// that waited longer (its rollout paused, or no room came) is asked
+// again.
+const allowFresh = 30 * time.Second
 
 type sinceTarget struct {
 	target int64
@@ -67,7 +75,7 @@ func newRolloutTerm(w *RolloutWorker, pic *rolloutPicture) *rolloutTerm {
 	return &rolloutTerm{
 		w: w, pic: pic, news: make(chan struct{}, 1),
 		healthy: map[string]sinceTarget{}, backoff: map[string]*unitBackoff{},
-		asking: map[string]int64{}, allowed: map[string]int64{}, granted: map[string]int64{},
+		asking: map[string]int64{}, allowed: map[string]int64{}, allowedAt: map[string]time.Time{}, granted: map[string]int64{},
 		failing: map[string]int64{}, changes: map[string]targetChanges{},
 	}
 }
@@ -156,7 +164,7 @@ func (t *rolloutTerm) planService(svc string, ro *pb.Rollout, policy *pb.Rollout
 			out++
 			retargets = retargets || u.permit != target
 		}
-		t.settle(u, target)
+		t.settle(u, target, now)
 		if u.permit == 0 && (t.asking[u.name] == target || t.allowed[u.name] == target || t.granted[u.name] == target) {
 			pending++
 		}
@@ -269,12 +277,19 @@ func (t *rolloutTerm) planService(svc string, ro *pb.Rollout, policy *pb.Rollout
 }
 
 // settle forgets what the term held about u once the picture shows it
-// (its permit, or its running target) or the target moved on.
-func (t *rolloutTerm) settle(u *unitPicture, target int64) {
+// (its permit, or its running target), the target moved on, or (an
+// allow) it is stale.
+func (t *rolloutTerm) settle(u *unitPicture, target int64, now time.Time) {
 	for _, m := range []map[string]int64{t.granted, t.allowed} {
 		if v, ok := m[u.name]; ok && (v != target || u.permit == target || u.current == target) {
 			delete(m, u.name)
 		}
+	}
+	if _, ok := t.allowed[u.name]; ok && now.Sub(t.allowedAt[u.name]) > allowFresh {
+		delete(t.allowed, u.name)
+	}
+	if _, ok := t.allowed[u.name]; !ok {
+		delete(t.allowedAt, u.name)
 	}
 	if b := t.backoff[u.name]; b != nil && b.target != target {
 		delete(t.backoff, u.name)
@@ -481,7 +496,7 @@ func (t *rolloutTerm) startAsks(ctx context.Context, p *servicePlan, warn func(s
 			t.mu.Lock()
 			if v.Decision == gate.Allow {
 				delete(t.backoff, a.unit)
-				t.allowed[a.unit] = p.target
+				t.allowed[a.unit], t.allowedAt[a.unit] = p.target, time.Now()
 			} else {
 				t.backOff(a.unit, p.target, v.RetryAfter, time.Now())
 			}
