@@ -56,7 +56,7 @@ func (s *Server) RefreshService(ctx context.Context, req *pb.RefreshServiceReque
 	}
 	ref := &pb.CharmRef{Name: c.Name, Revision: c.Revision, Sha256: c.Sha256}
 	var dropped, defaulted []string
-	rev, err := s.st.ChangeSpec(ctx, req.Service, state.SpecChange{By: userName(ctx), Reason: "refresh",
+	rev, err := s.st.ChangeSpec(ctx, req.Service, state.SpecChange{By: userName(ctx), Reason: "refresh", History: s.cfg.RevisionHistory,
 		Next: func(head *pb.Revision) (*pb.ServiceSpec, []*pb.Endpoint, error) {
 			if proto.Equal(head.Spec.GetCharm(), ref) {
 				return nil, nil, status.Errorf(codes.FailedPrecondition,

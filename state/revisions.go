@@ -61,6 +61,9 @@ func (s *State) changeSpec(ctx context.Context, service string, sc SpecChange, c
 		return nil, invalidf("change of service %s: no spec given", service)
 	}
 	if sc.History == 0 {
+		sc.History = s.cfg.RevisionHistory
+	}
+	if sc.History == 0 {
 		sc.History = DefaultRevisionHistory
 	}
 	if sc.History < 1 || sc.History > MaxRevisionHistory {

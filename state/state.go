@@ -28,6 +28,10 @@ const MaxTxnOps = 64
 type Config struct {
 	// Namespace prefixes every key, such as "/lifeline/"; empty for none.
 	Namespace string
+	// RevisionHistory is how many revisions of each service's spec a
+	// change keeps that does not say (SpecChange.History): reverts and
+	// aborts among them; DefaultRevisionHistory when zero.
+	RevisionHistory int
 	// MaxAttempts bounds how often an operation re-reads and retries after
 	// its transaction's comparisons fail; 64 when zero.
 	MaxAttempts int

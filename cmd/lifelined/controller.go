@@ -323,7 +323,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 
 	// The State's reads are at or past what the watch hub handed out: an
 	// agent's call about a change it was just handed finds the change.
-	st, err := state.New(etcdClient, state.Config{Namespace: f.namespace, Logger: logger, AtLeast: handed,
+	st, err := state.New(etcdClient, state.Config{Namespace: f.namespace, Logger: logger, RevisionHistory: f.rollouts.revisionHistory, AtLeast: handed,
 		CharmStoreLimit: f.budgets.charmStoreLimit()})
 	if err != nil {
 		return err
