@@ -185,6 +185,13 @@ func (a *agentServer) watchOf(ctx context.Context, c caller, subject *pb.WatchSu
 			ch.Value = &pb.WatchChange_Task{Task: string(v)}
 			return nil
 		}}, nil
+	case *pb.WatchSubject_UnitRevision:
+		if err := a.ownOrMachineUnit(ctx, c, s.UnitRevision, "watch the revisions of"); err != nil {
+			return nil, err
+		}
+		return single(state.UnitRevisionKey(s.UnitRevision), s.UnitRevision, decodeInto(func(ch *pb.WatchChange, ur *pb.UnitRevision) {
+			ch.Value = &pb.WatchChange_UnitRevision{UnitRevision: ur}
+		})), nil
 	case *pb.WatchSubject_Service:
 		if err := a.serviceAllowed(ctx, c, s.Service, verb); err != nil {
 			return nil, err

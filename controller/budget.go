@@ -107,6 +107,12 @@ var callKinds = map[string]callKind{
 	"/lifeline.v1.AgentService/ClearResolved":        callKeep,
 	"/lifeline.v1.AgentService/Presence":             callKeep,
 	"/lifeline.v1.AgentService/GetAgentSettings":     callRead,
+	// A unit's revisions: reading the spec it is to run, and reporting
+	// that it runs it (one key rewritten, which frees its permit to be
+	// released: taken while the storage is tight, or a rollout would
+	// stall there).
+	"/lifeline.v1.AgentService/GetRevision":     callRead,
+	"/lifeline.v1.AgentService/SetUnitRevision": callKeep,
 	// The tasks of operations: a task's record, checkpoint and log
 	// chunks are bounded (state's limits, the log trimmed as it grows);
 	// ending or stopping one shrinks what is open.

@@ -93,6 +93,7 @@ type WatchSubject struct {
 	//	*WatchSubject_Resolved
 	//	*WatchSubject_Barrier
 	//	*WatchSubject_UnitTasks
+	//	*WatchSubject_UnitRevision
 	Subject       isWatchSubject_Subject `protobuf_oneof:"subject"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -243,6 +244,15 @@ func (x *WatchSubject) GetUnitTasks() string {
 	return ""
 }
 
+func (x *WatchSubject) GetUnitRevision() string {
+	if x != nil {
+		if x, ok := x.Subject.(*WatchSubject_UnitRevision); ok {
+			return x.UnitRevision
+		}
+	}
+	return ""
+}
+
 type isWatchSubject_Subject interface {
 	isWatchSubject_Subject()
 }
@@ -314,6 +324,11 @@ type WatchSubject_UnitTasks struct {
 	UnitTasks string `protobuf:"bytes,12,opt,name=unit_tasks,json=unitTasks,proto3,oneof"`
 }
 
+type WatchSubject_UnitRevision struct {
+	// A unit's revisions: the one it runs and the one it is to run.
+	UnitRevision string `protobuf:"bytes,13,opt,name=unit_revision,json=unitRevision,proto3,oneof"`
+}
+
 func (*WatchSubject_Machine) isWatchSubject_Subject() {}
 
 func (*WatchSubject_MachineUnits) isWatchSubject_Subject() {}
@@ -337,6 +352,8 @@ func (*WatchSubject_Resolved) isWatchSubject_Subject() {}
 func (*WatchSubject_Barrier) isWatchSubject_Subject() {}
 
 func (*WatchSubject_UnitTasks) isWatchSubject_Subject() {}
+
+func (*WatchSubject_UnitRevision) isWatchSubject_Subject() {}
 
 type WatchRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -896,6 +913,7 @@ type WatchChange struct {
 	//	*WatchChange_Relation
 	//	*WatchChange_Resolved
 	//	*WatchChange_Task
+	//	*WatchChange_UnitRevision
 	Value         isWatchChange_Value `protobuf_oneof:"value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1022,6 +1040,15 @@ func (x *WatchChange) GetTask() string {
 	return ""
 }
 
+func (x *WatchChange) GetUnitRevision() *UnitRevision {
+	if x != nil {
+		if x, ok := x.Value.(*WatchChange_UnitRevision); ok {
+			return x.UnitRevision
+		}
+	}
+	return nil
+}
+
 type isWatchChange_Value interface {
 	isWatchChange_Value()
 }
@@ -1057,6 +1084,11 @@ type WatchChange_Task struct {
 	Task string `protobuf:"bytes,10,opt,name=task,proto3,oneof"`
 }
 
+type WatchChange_UnitRevision struct {
+	// unit_revision is a unit's revisions (the unit_revision subject).
+	UnitRevision *UnitRevision `protobuf:"bytes,11,opt,name=unit_revision,json=unitRevision,proto3,oneof"`
+}
+
 func (*WatchChange_Machine) isWatchChange_Value() {}
 
 func (*WatchChange_Unit) isWatchChange_Value() {}
@@ -1070,6 +1102,8 @@ func (*WatchChange_Relation) isWatchChange_Value() {}
 func (*WatchChange_Resolved) isWatchChange_Value() {}
 
 func (*WatchChange_Task) isWatchChange_Value() {}
+
+func (*WatchChange_UnitRevision) isWatchChange_Value() {}
 
 type GetMachineRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3073,6 +3107,191 @@ func (*ClearResolvedResponse) Descriptor() ([]byte, []int) {
 	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
+type GetRevisionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// unit is the unit whose service's revision is read.
+	Unit          string `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
+	Number        int64  `protobuf:"varint,2,opt,name=number,proto3" json:"number,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRevisionRequest) Reset() {
+	*x = GetRevisionRequest{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRevisionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRevisionRequest) ProtoMessage() {}
+
+func (x *GetRevisionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRevisionRequest.ProtoReflect.Descriptor instead.
+func (*GetRevisionRequest) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *GetRevisionRequest) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *GetRevisionRequest) GetNumber() int64 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+type GetRevisionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      *Revision              `protobuf:"bytes,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRevisionResponse) Reset() {
+	*x = GetRevisionResponse{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRevisionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRevisionResponse) ProtoMessage() {}
+
+func (x *GetRevisionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRevisionResponse.ProtoReflect.Descriptor instead.
+func (*GetRevisionResponse) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *GetRevisionResponse) GetRevision() *Revision {
+	if x != nil {
+		return x.Revision
+	}
+	return nil
+}
+
+type SetUnitRevisionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Unit          string                 `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
+	Revision      int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetUnitRevisionRequest) Reset() {
+	*x = SetUnitRevisionRequest{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetUnitRevisionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetUnitRevisionRequest) ProtoMessage() {}
+
+func (x *SetUnitRevisionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetUnitRevisionRequest.ProtoReflect.Descriptor instead.
+func (*SetUnitRevisionRequest) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *SetUnitRevisionRequest) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *SetUnitRevisionRequest) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type SetUnitRevisionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetUnitRevisionResponse) Reset() {
+	*x = SetUnitRevisionResponse{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetUnitRevisionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetUnitRevisionResponse) ProtoMessage() {}
+
+func (x *SetUnitRevisionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetUnitRevisionResponse.ProtoReflect.Descriptor instead.
+func (*SetUnitRevisionResponse) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{56}
+}
+
 type GetAgentSettingsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3081,7 +3300,7 @@ type GetAgentSettingsRequest struct {
 
 func (x *GetAgentSettingsRequest) Reset() {
 	*x = GetAgentSettingsRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[53]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3093,7 +3312,7 @@ func (x *GetAgentSettingsRequest) String() string {
 func (*GetAgentSettingsRequest) ProtoMessage() {}
 
 func (x *GetAgentSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[53]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3106,7 +3325,7 @@ func (x *GetAgentSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentSettingsRequest.ProtoReflect.Descriptor instead.
 func (*GetAgentSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 type GetAgentSettingsResponse struct {
@@ -3122,7 +3341,7 @@ type GetAgentSettingsResponse struct {
 
 func (x *GetAgentSettingsResponse) Reset() {
 	*x = GetAgentSettingsResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[54]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3134,7 +3353,7 @@ func (x *GetAgentSettingsResponse) String() string {
 func (*GetAgentSettingsResponse) ProtoMessage() {}
 
 func (x *GetAgentSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[54]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3147,7 +3366,7 @@ func (x *GetAgentSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentSettingsResponse.ProtoReflect.Descriptor instead.
 func (*GetAgentSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetAgentSettingsResponse) GetHookTimeoutMs() int64 {
@@ -3182,7 +3401,7 @@ type PresenceRequest struct {
 
 func (x *PresenceRequest) Reset() {
 	*x = PresenceRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[55]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +3413,7 @@ func (x *PresenceRequest) String() string {
 func (*PresenceRequest) ProtoMessage() {}
 
 func (x *PresenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[55]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,7 +3426,7 @@ func (x *PresenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceRequest.ProtoReflect.Descriptor instead.
 func (*PresenceRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PresenceRequest) GetInstance() string {
@@ -3234,7 +3453,7 @@ type PresenceResponse struct {
 
 func (x *PresenceResponse) Reset() {
 	*x = PresenceResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[56]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3246,7 +3465,7 @@ func (x *PresenceResponse) String() string {
 func (*PresenceResponse) ProtoMessage() {}
 
 func (x *PresenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[56]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3259,7 +3478,7 @@ func (x *PresenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceResponse.ProtoReflect.Descriptor instead.
 func (*PresenceResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PresenceResponse) GetPingIntervalMs() int64 {
@@ -3273,7 +3492,7 @@ var File_lifeline_v1_agent_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x17lifeline/v1/agent.proto\x12\vlifeline.v1\x1a\x17lifeline/v1/model.proto\x1a\x17lifeline/v1/tasks.proto\"\xb7\x03\n" +
+	"\x17lifeline/v1/agent.proto\x12\vlifeline.v1\x1a\x17lifeline/v1/model.proto\x1a\x1blifeline/v1/revisions.proto\x1a\x17lifeline/v1/tasks.proto\"\xde\x03\n" +
 	"\fWatchSubject\x12\x1a\n" +
 	"\amachine\x18\x01 \x01(\tH\x00R\amachine\x12%\n" +
 	"\rmachine_units\x18\x02 \x01(\tH\x00R\fmachineUnits\x12\x14\n" +
@@ -3288,7 +3507,8 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	" \x01(\tH\x00R\bresolved\x12\x1a\n" +
 	"\abarrier\x18\v \x01(\bH\x00R\abarrier\x12\x1f\n" +
 	"\n" +
-	"unit_tasks\x18\f \x01(\tH\x00R\tunitTasksB\t\n" +
+	"unit_tasks\x18\f \x01(\tH\x00R\tunitTasks\x12%\n" +
+	"\runit_revision\x18\r \x01(\tH\x00R\funitRevisionB\t\n" +
 	"\asubject\"j\n" +
 	"\fWatchRequest\x123\n" +
 	"\asubject\x18\x01 \x01(\v2\x19.lifeline.v1.WatchSubjectR\asubject\x12%\n" +
@@ -3319,7 +3539,7 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\bresponse\"8\n" +
 	"\bWatchEnd\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\x9d\x03\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xdf\x03\n" +
 	"\vWatchChange\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aremoved\x18\x02 \x01(\bR\aremoved\x12\x18\n" +
@@ -3331,7 +3551,8 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\brelation\x18\b \x01(\v2\x15.lifeline.v1.RelationH\x00R\brelation\x123\n" +
 	"\bresolved\x18\t \x01(\v2\x15.lifeline.v1.ResolvedH\x00R\bresolved\x12\x14\n" +
 	"\x04task\x18\n" +
-	" \x01(\tH\x00R\x04taskB\a\n" +
+	" \x01(\tH\x00R\x04task\x12@\n" +
+	"\runit_revision\x18\v \x01(\v2\x19.lifeline.v1.UnitRevisionH\x00R\funitRevisionB\a\n" +
 	"\x05value\"-\n" +
 	"\x11GetMachineRequest\x12\x18\n" +
 	"\amachine\x18\x01 \x01(\tR\amachine\"D\n" +
@@ -3438,7 +3659,16 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\aresults\x18\x01 \x03(\v2\x1f.lifeline.v1.StatusReportResultR\aresults\"*\n" +
 	"\x14ClearResolvedRequest\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\"\x17\n" +
-	"\x15ClearResolvedResponse\"\x19\n" +
+	"\x15ClearResolvedResponse\"@\n" +
+	"\x12GetRevisionRequest\x12\x12\n" +
+	"\x04unit\x18\x01 \x01(\tR\x04unit\x12\x16\n" +
+	"\x06number\x18\x02 \x01(\x03R\x06number\"H\n" +
+	"\x13GetRevisionResponse\x121\n" +
+	"\brevision\x18\x01 \x01(\v2\x15.lifeline.v1.RevisionR\brevision\"H\n" +
+	"\x16SetUnitRevisionRequest\x12\x12\n" +
+	"\x04unit\x18\x01 \x01(\tR\x04unit\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"\x19\n" +
+	"\x17SetUnitRevisionResponse\"\x19\n" +
 	"\x17GetAgentSettingsRequest\"u\n" +
 	"\x18GetAgentSettingsResponse\x12&\n" +
 	"\x0fhook_timeout_ms\x18\x01 \x01(\x03R\rhookTimeoutMs\x121\n" +
@@ -3451,7 +3681,7 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x0eUnitStatusKind\x12 \n" +
 	"\x1cUNIT_STATUS_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16UNIT_STATUS_KIND_AGENT\x10\x01\x12\x1d\n" +
-	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x022\xc3\x15\n" +
+	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x022\xf3\x16\n" +
 	"\fAgentService\x12@\n" +
 	"\x05Watch\x12\x19.lifeline.v1.WatchRequest\x1a\x1a.lifeline.v1.WatchResponse0\x01\x12N\n" +
 	"\tWatchMany\x12\x1d.lifeline.v1.WatchManyRequest\x1a\x1e.lifeline.v1.WatchManyResponse(\x010\x01\x12M\n" +
@@ -3482,7 +3712,9 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x0fSetUnitStatuses\x12#.lifeline.v1.SetUnitStatusesRequest\x1a$.lifeline.v1.SetUnitStatusesResponse\x12V\n" +
 	"\rClearResolved\x12!.lifeline.v1.ClearResolvedRequest\x1a\".lifeline.v1.ClearResolvedResponse\x12K\n" +
 	"\bPresence\x12\x1c.lifeline.v1.PresenceRequest\x1a\x1d.lifeline.v1.PresenceResponse(\x010\x01\x12_\n" +
-	"\x10GetAgentSettings\x12$.lifeline.v1.GetAgentSettingsRequest\x1a%.lifeline.v1.GetAgentSettingsResponse\x12J\n" +
+	"\x10GetAgentSettings\x12$.lifeline.v1.GetAgentSettingsRequest\x1a%.lifeline.v1.GetAgentSettingsResponse\x12P\n" +
+	"\vGetRevision\x12\x1f.lifeline.v1.GetRevisionRequest\x1a .lifeline.v1.GetRevisionResponse\x12\\\n" +
+	"\x0fSetUnitRevision\x12#.lifeline.v1.SetUnitRevisionRequest\x1a$.lifeline.v1.SetUnitRevisionResponse\x12J\n" +
 	"\tStartTask\x12\x1d.lifeline.v1.StartTaskRequest\x1a\x1e.lifeline.v1.StartTaskResponse\x12M\n" +
 	"\n" +
 	"FinishTask\x12\x1e.lifeline.v1.FinishTaskRequest\x1a\x1f.lifeline.v1.FinishTaskResponse\x12Y\n" +
@@ -3506,7 +3738,7 @@ func file_lifeline_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_lifeline_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lifeline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_lifeline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_lifeline_v1_agent_proto_goTypes = []any{
 	(UnitStatusKind)(0),                  // 0: lifeline.v1.UnitStatusKind
 	(*WatchSubject)(nil),                 // 1: lifeline.v1.WatchSubject
@@ -3562,38 +3794,44 @@ var file_lifeline_v1_agent_proto_goTypes = []any{
 	(*SetUnitStatusesResponse)(nil),      // 51: lifeline.v1.SetUnitStatusesResponse
 	(*ClearResolvedRequest)(nil),         // 52: lifeline.v1.ClearResolvedRequest
 	(*ClearResolvedResponse)(nil),        // 53: lifeline.v1.ClearResolvedResponse
-	(*GetAgentSettingsRequest)(nil),      // 54: lifeline.v1.GetAgentSettingsRequest
-	(*GetAgentSettingsResponse)(nil),     // 55: lifeline.v1.GetAgentSettingsResponse
-	(*PresenceRequest)(nil),              // 56: lifeline.v1.PresenceRequest
-	(*PresenceResponse)(nil),             // 57: lifeline.v1.PresenceResponse
-	nil,                                  // 58: lifeline.v1.EnterScopeRequest.SettingsEntry
-	nil,                                  // 59: lifeline.v1.ReadSettingsResponse.SettingsEntry
-	nil,                                  // 60: lifeline.v1.SettingsUpdate.SetEntry
-	(*Machine)(nil),                      // 61: lifeline.v1.Machine
-	(*Unit)(nil),                         // 62: lifeline.v1.Unit
-	(*Service)(nil),                      // 63: lifeline.v1.Service
-	(*ServiceConfig)(nil),                // 64: lifeline.v1.ServiceConfig
-	(*Relation)(nil),                     // 65: lifeline.v1.Relation
-	(*Resolved)(nil),                     // 66: lifeline.v1.Resolved
-	(*Status)(nil),                       // 67: lifeline.v1.Status
-	(*StatusReportResult)(nil),           // 68: lifeline.v1.StatusReportResult
-	(*Charm)(nil),                        // 69: lifeline.v1.Charm
-	(*StartTaskRequest)(nil),             // 70: lifeline.v1.StartTaskRequest
-	(*FinishTaskRequest)(nil),            // 71: lifeline.v1.FinishTaskRequest
-	(*ReportTaskLostRequest)(nil),        // 72: lifeline.v1.ReportTaskLostRequest
-	(*StopUnitTasksRequest)(nil),         // 73: lifeline.v1.StopUnitTasksRequest
-	(*TaskHeartbeatRequest)(nil),         // 74: lifeline.v1.TaskHeartbeatRequest
-	(*SetCheckpointRequest)(nil),         // 75: lifeline.v1.SetCheckpointRequest
-	(*GetCheckpointRequest)(nil),         // 76: lifeline.v1.GetCheckpointRequest
-	(*AppendTaskLogRequest)(nil),         // 77: lifeline.v1.AppendTaskLogRequest
-	(*StartTaskResponse)(nil),            // 78: lifeline.v1.StartTaskResponse
-	(*FinishTaskResponse)(nil),           // 79: lifeline.v1.FinishTaskResponse
-	(*ReportTaskLostResponse)(nil),       // 80: lifeline.v1.ReportTaskLostResponse
-	(*StopUnitTasksResponse)(nil),        // 81: lifeline.v1.StopUnitTasksResponse
-	(*TaskHeartbeatResponse)(nil),        // 82: lifeline.v1.TaskHeartbeatResponse
-	(*SetCheckpointResponse)(nil),        // 83: lifeline.v1.SetCheckpointResponse
-	(*GetCheckpointResponse)(nil),        // 84: lifeline.v1.GetCheckpointResponse
-	(*AppendTaskLogResponse)(nil),        // 85: lifeline.v1.AppendTaskLogResponse
+	(*GetRevisionRequest)(nil),           // 54: lifeline.v1.GetRevisionRequest
+	(*GetRevisionResponse)(nil),          // 55: lifeline.v1.GetRevisionResponse
+	(*SetUnitRevisionRequest)(nil),       // 56: lifeline.v1.SetUnitRevisionRequest
+	(*SetUnitRevisionResponse)(nil),      // 57: lifeline.v1.SetUnitRevisionResponse
+	(*GetAgentSettingsRequest)(nil),      // 58: lifeline.v1.GetAgentSettingsRequest
+	(*GetAgentSettingsResponse)(nil),     // 59: lifeline.v1.GetAgentSettingsResponse
+	(*PresenceRequest)(nil),              // 60: lifeline.v1.PresenceRequest
+	(*PresenceResponse)(nil),             // 61: lifeline.v1.PresenceResponse
+	nil,                                  // 62: lifeline.v1.EnterScopeRequest.SettingsEntry
+	nil,                                  // 63: lifeline.v1.ReadSettingsResponse.SettingsEntry
+	nil,                                  // 64: lifeline.v1.SettingsUpdate.SetEntry
+	(*Machine)(nil),                      // 65: lifeline.v1.Machine
+	(*Unit)(nil),                         // 66: lifeline.v1.Unit
+	(*Service)(nil),                      // 67: lifeline.v1.Service
+	(*ServiceConfig)(nil),                // 68: lifeline.v1.ServiceConfig
+	(*Relation)(nil),                     // 69: lifeline.v1.Relation
+	(*Resolved)(nil),                     // 70: lifeline.v1.Resolved
+	(*UnitRevision)(nil),                 // 71: lifeline.v1.UnitRevision
+	(*Status)(nil),                       // 72: lifeline.v1.Status
+	(*StatusReportResult)(nil),           // 73: lifeline.v1.StatusReportResult
+	(*Charm)(nil),                        // 74: lifeline.v1.Charm
+	(*Revision)(nil),                     // 75: lifeline.v1.Revision
+	(*StartTaskRequest)(nil),             // 76: lifeline.v1.StartTaskRequest
+	(*FinishTaskRequest)(nil),            // 77: lifeline.v1.FinishTaskRequest
+	(*ReportTaskLostRequest)(nil),        // 78: lifeline.v1.ReportTaskLostRequest
+	(*StopUnitTasksRequest)(nil),         // 79: lifeline.v1.StopUnitTasksRequest
+	(*TaskHeartbeatRequest)(nil),         // 80: lifeline.v1.TaskHeartbeatRequest
+	(*SetCheckpointRequest)(nil),         // 81: lifeline.v1.SetCheckpointRequest
+	(*GetCheckpointRequest)(nil),         // 82: lifeline.v1.GetCheckpointRequest
+	(*AppendTaskLogRequest)(nil),         // 83: lifeline.v1.AppendTaskLogRequest
+	(*StartTaskResponse)(nil),            // 84: lifeline.v1.StartTaskResponse
+	(*FinishTaskResponse)(nil),           // 85: lifeline.v1.FinishTaskResponse
+	(*ReportTaskLostResponse)(nil),       // 86: lifeline.v1.ReportTaskLostResponse
+	(*StopUnitTasksResponse)(nil),        // 87: lifeline.v1.StopUnitTasksResponse
+	(*TaskHeartbeatResponse)(nil),        // 88: lifeline.v1.TaskHeartbeatResponse
+	(*SetCheckpointResponse)(nil),        // 89: lifeline.v1.SetCheckpointResponse
+	(*GetCheckpointResponse)(nil),        // 90: lifeline.v1.GetCheckpointResponse
+	(*AppendTaskLogResponse)(nil),        // 91: lifeline.v1.AppendTaskLogResponse
 }
 var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	1,  // 0: lifeline.v1.WatchRequest.subject:type_name -> lifeline.v1.WatchSubject
@@ -3604,99 +3842,105 @@ var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	6,  // 5: lifeline.v1.WatchSubscribe.as:type_name -> lifeline.v1.AgentCredential
 	3,  // 6: lifeline.v1.WatchManyResponse.watch:type_name -> lifeline.v1.WatchResponse
 	9,  // 7: lifeline.v1.WatchManyResponse.end:type_name -> lifeline.v1.WatchEnd
-	61, // 8: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
-	62, // 9: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
-	63, // 10: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
-	64, // 11: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
-	65, // 12: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
-	66, // 13: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
-	61, // 14: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
-	67, // 15: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
-	19, // 16: lifeline.v1.IssueUnitCredentialsResponse.credentials:type_name -> lifeline.v1.UnitCredential
-	62, // 17: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
-	24, // 18: lifeline.v1.UnitScopesResponse.scopes:type_name -> lifeline.v1.UnitScope
-	68, // 19: lifeline.v1.RemoveUnitsResponse.results:type_name -> lifeline.v1.StatusReportResult
-	63, // 20: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
-	64, // 21: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
-	69, // 22: lifeline.v1.GetServiceResponse.charm:type_name -> lifeline.v1.Charm
-	62, // 23: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
-	58, // 24: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
-	59, // 25: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
-	60, // 26: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
-	45, // 27: lifeline.v1.UpdateSettingsRequest.updates:type_name -> lifeline.v1.SettingsUpdate
-	0,  // 28: lifeline.v1.SetUnitStatusRequest.kind:type_name -> lifeline.v1.UnitStatusKind
-	67, // 29: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
-	48, // 30: lifeline.v1.SetUnitStatusesRequest.reports:type_name -> lifeline.v1.SetUnitStatusRequest
-	68, // 31: lifeline.v1.SetUnitStatusesResponse.results:type_name -> lifeline.v1.StatusReportResult
-	2,  // 32: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
-	4,  // 33: lifeline.v1.AgentService.WatchMany:input_type -> lifeline.v1.WatchManyRequest
-	11, // 34: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
-	13, // 35: lifeline.v1.AgentService.EnsureMachineDead:input_type -> lifeline.v1.EnsureMachineDeadRequest
-	15, // 36: lifeline.v1.AgentService.SetMachineStatus:input_type -> lifeline.v1.SetMachineStatusRequest
-	17, // 37: lifeline.v1.AgentService.IssueUnitCredentials:input_type -> lifeline.v1.IssueUnitCredentialsRequest
-	20, // 38: lifeline.v1.AgentService.GetUnit:input_type -> lifeline.v1.GetUnitRequest
-	22, // 39: lifeline.v1.AgentService.UnitScopes:input_type -> lifeline.v1.UnitScopesRequest
-	25, // 40: lifeline.v1.AgentService.RemoveUnit:input_type -> lifeline.v1.RemoveUnitRequest
-	27, // 41: lifeline.v1.AgentService.RemoveUnits:input_type -> lifeline.v1.RemoveUnitsRequest
-	29, // 42: lifeline.v1.AgentService.GetService:input_type -> lifeline.v1.GetServiceRequest
-	31, // 43: lifeline.v1.AgentService.DownloadCharm:input_type -> lifeline.v1.DownloadCharmRequest
-	33, // 44: lifeline.v1.AgentService.SetUnitDying:input_type -> lifeline.v1.SetUnitDyingRequest
-	35, // 45: lifeline.v1.AgentService.EnsureUnitDead:input_type -> lifeline.v1.EnsureUnitDeadRequest
-	37, // 46: lifeline.v1.AgentService.AddSubordinate:input_type -> lifeline.v1.AddSubordinateRequest
-	39, // 47: lifeline.v1.AgentService.EnterScope:input_type -> lifeline.v1.EnterScopeRequest
-	41, // 48: lifeline.v1.AgentService.LeaveScope:input_type -> lifeline.v1.LeaveScopeRequest
-	43, // 49: lifeline.v1.AgentService.ReadSettings:input_type -> lifeline.v1.ReadSettingsRequest
-	46, // 50: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
-	48, // 51: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
-	50, // 52: lifeline.v1.AgentService.SetUnitStatuses:input_type -> lifeline.v1.SetUnitStatusesRequest
-	52, // 53: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
-	56, // 54: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
-	54, // 55: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
-	70, // 56: lifeline.v1.AgentService.StartTask:input_type -> lifeline.v1.StartTaskRequest
-	71, // 57: lifeline.v1.AgentService.FinishTask:input_type -> lifeline.v1.FinishTaskRequest
-	72, // 58: lifeline.v1.AgentService.ReportTaskLost:input_type -> lifeline.v1.ReportTaskLostRequest
-	73, // 59: lifeline.v1.AgentService.StopUnitTasks:input_type -> lifeline.v1.StopUnitTasksRequest
-	74, // 60: lifeline.v1.AgentService.TaskHeartbeat:input_type -> lifeline.v1.TaskHeartbeatRequest
-	75, // 61: lifeline.v1.AgentService.SetCheckpoint:input_type -> lifeline.v1.SetCheckpointRequest
-	76, // 62: lifeline.v1.AgentService.GetCheckpoint:input_type -> lifeline.v1.GetCheckpointRequest
-	77, // 63: lifeline.v1.AgentService.AppendTaskLog:input_type -> lifeline.v1.AppendTaskLogRequest
-	3,  // 64: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
-	8,  // 65: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
-	12, // 66: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
-	14, // 67: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
-	16, // 68: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
-	18, // 69: lifeline.v1.AgentService.IssueUnitCredentials:output_type -> lifeline.v1.IssueUnitCredentialsResponse
-	21, // 70: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
-	23, // 71: lifeline.v1.AgentService.UnitScopes:output_type -> lifeline.v1.UnitScopesResponse
-	26, // 72: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
-	28, // 73: lifeline.v1.AgentService.RemoveUnits:output_type -> lifeline.v1.RemoveUnitsResponse
-	30, // 74: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
-	32, // 75: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
-	34, // 76: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
-	36, // 77: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
-	38, // 78: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
-	40, // 79: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
-	42, // 80: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
-	44, // 81: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
-	47, // 82: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
-	49, // 83: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
-	51, // 84: lifeline.v1.AgentService.SetUnitStatuses:output_type -> lifeline.v1.SetUnitStatusesResponse
-	53, // 85: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
-	57, // 86: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
-	55, // 87: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
-	78, // 88: lifeline.v1.AgentService.StartTask:output_type -> lifeline.v1.StartTaskResponse
-	79, // 89: lifeline.v1.AgentService.FinishTask:output_type -> lifeline.v1.FinishTaskResponse
-	80, // 90: lifeline.v1.AgentService.ReportTaskLost:output_type -> lifeline.v1.ReportTaskLostResponse
-	81, // 91: lifeline.v1.AgentService.StopUnitTasks:output_type -> lifeline.v1.StopUnitTasksResponse
-	82, // 92: lifeline.v1.AgentService.TaskHeartbeat:output_type -> lifeline.v1.TaskHeartbeatResponse
-	83, // 93: lifeline.v1.AgentService.SetCheckpoint:output_type -> lifeline.v1.SetCheckpointResponse
-	84, // 94: lifeline.v1.AgentService.GetCheckpoint:output_type -> lifeline.v1.GetCheckpointResponse
-	85, // 95: lifeline.v1.AgentService.AppendTaskLog:output_type -> lifeline.v1.AppendTaskLogResponse
-	64, // [64:96] is the sub-list for method output_type
-	32, // [32:64] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	65, // 8: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
+	66, // 9: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
+	67, // 10: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
+	68, // 11: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
+	69, // 12: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
+	70, // 13: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
+	71, // 14: lifeline.v1.WatchChange.unit_revision:type_name -> lifeline.v1.UnitRevision
+	65, // 15: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
+	72, // 16: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
+	19, // 17: lifeline.v1.IssueUnitCredentialsResponse.credentials:type_name -> lifeline.v1.UnitCredential
+	66, // 18: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
+	24, // 19: lifeline.v1.UnitScopesResponse.scopes:type_name -> lifeline.v1.UnitScope
+	73, // 20: lifeline.v1.RemoveUnitsResponse.results:type_name -> lifeline.v1.StatusReportResult
+	67, // 21: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
+	68, // 22: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
+	74, // 23: lifeline.v1.GetServiceResponse.charm:type_name -> lifeline.v1.Charm
+	66, // 24: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
+	62, // 25: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
+	63, // 26: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
+	64, // 27: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
+	45, // 28: lifeline.v1.UpdateSettingsRequest.updates:type_name -> lifeline.v1.SettingsUpdate
+	0,  // 29: lifeline.v1.SetUnitStatusRequest.kind:type_name -> lifeline.v1.UnitStatusKind
+	72, // 30: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
+	48, // 31: lifeline.v1.SetUnitStatusesRequest.reports:type_name -> lifeline.v1.SetUnitStatusRequest
+	73, // 32: lifeline.v1.SetUnitStatusesResponse.results:type_name -> lifeline.v1.StatusReportResult
+	75, // 33: lifeline.v1.GetRevisionResponse.revision:type_name -> lifeline.v1.Revision
+	2,  // 34: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
+	4,  // 35: lifeline.v1.AgentService.WatchMany:input_type -> lifeline.v1.WatchManyRequest
+	11, // 36: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
+	13, // 37: lifeline.v1.AgentService.EnsureMachineDead:input_type -> lifeline.v1.EnsureMachineDeadRequest
+	15, // 38: lifeline.v1.AgentService.SetMachineStatus:input_type -> lifeline.v1.SetMachineStatusRequest
+	17, // 39: lifeline.v1.AgentService.IssueUnitCredentials:input_type -> lifeline.v1.IssueUnitCredentialsRequest
+	20, // 40: lifeline.v1.AgentService.GetUnit:input_type -> lifeline.v1.GetUnitRequest
+	22, // 41: lifeline.v1.AgentService.UnitScopes:input_type -> lifeline.v1.UnitScopesRequest
+	25, // 42: lifeline.v1.AgentService.RemoveUnit:input_type -> lifeline.v1.RemoveUnitRequest
+	27, // 43: lifeline.v1.AgentService.RemoveUnits:input_type -> lifeline.v1.RemoveUnitsRequest
+	29, // 44: lifeline.v1.AgentService.GetService:input_type -> lifeline.v1.GetServiceRequest
+	31, // 45: lifeline.v1.AgentService.DownloadCharm:input_type -> lifeline.v1.DownloadCharmRequest
+	33, // 46: lifeline.v1.AgentService.SetUnitDying:input_type -> lifeline.v1.SetUnitDyingRequest
+	35, // 47: lifeline.v1.AgentService.EnsureUnitDead:input_type -> lifeline.v1.EnsureUnitDeadRequest
+	37, // 48: lifeline.v1.AgentService.AddSubordinate:input_type -> lifeline.v1.AddSubordinateRequest
+	39, // 49: lifeline.v1.AgentService.EnterScope:input_type -> lifeline.v1.EnterScopeRequest
+	41, // 50: lifeline.v1.AgentService.LeaveScope:input_type -> lifeline.v1.LeaveScopeRequest
+	43, // 51: lifeline.v1.AgentService.ReadSettings:input_type -> lifeline.v1.ReadSettingsRequest
+	46, // 52: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
+	48, // 53: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
+	50, // 54: lifeline.v1.AgentService.SetUnitStatuses:input_type -> lifeline.v1.SetUnitStatusesRequest
+	52, // 55: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
+	60, // 56: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
+	58, // 57: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
+	54, // 58: lifeline.v1.AgentService.GetRevision:input_type -> lifeline.v1.GetRevisionRequest
+	56, // 59: lifeline.v1.AgentService.SetUnitRevision:input_type -> lifeline.v1.SetUnitRevisionRequest
+	76, // 60: lifeline.v1.AgentService.StartTask:input_type -> lifeline.v1.StartTaskRequest
+	77, // 61: lifeline.v1.AgentService.FinishTask:input_type -> lifeline.v1.FinishTaskRequest
+	78, // 62: lifeline.v1.AgentService.ReportTaskLost:input_type -> lifeline.v1.ReportTaskLostRequest
+	79, // 63: lifeline.v1.AgentService.StopUnitTasks:input_type -> lifeline.v1.StopUnitTasksRequest
+	80, // 64: lifeline.v1.AgentService.TaskHeartbeat:input_type -> lifeline.v1.TaskHeartbeatRequest
+	81, // 65: lifeline.v1.AgentService.SetCheckpoint:input_type -> lifeline.v1.SetCheckpointRequest
+	82, // 66: lifeline.v1.AgentService.GetCheckpoint:input_type -> lifeline.v1.GetCheckpointRequest
+	83, // 67: lifeline.v1.AgentService.AppendTaskLog:input_type -> lifeline.v1.AppendTaskLogRequest
+	3,  // 68: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
+	8,  // 69: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
+	12, // 70: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
+	14, // 71: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
+	16, // 72: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
+	18, // 73: lifeline.v1.AgentService.IssueUnitCredentials:output_type -> lifeline.v1.IssueUnitCredentialsResponse
+	21, // 74: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
+	23, // 75: lifeline.v1.AgentService.UnitScopes:output_type -> lifeline.v1.UnitScopesResponse
+	26, // 76: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
+	28, // 77: lifeline.v1.AgentService.RemoveUnits:output_type -> lifeline.v1.RemoveUnitsResponse
+	30, // 78: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
+	32, // 79: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
+	34, // 80: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
+	36, // 81: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
+	38, // 82: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
+	40, // 83: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
+	42, // 84: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
+	44, // 85: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
+	47, // 86: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
+	49, // 87: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
+	51, // 88: lifeline.v1.AgentService.SetUnitStatuses:output_type -> lifeline.v1.SetUnitStatusesResponse
+	53, // 89: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
+	61, // 90: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
+	59, // 91: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
+	55, // 92: lifeline.v1.AgentService.GetRevision:output_type -> lifeline.v1.GetRevisionResponse
+	57, // 93: lifeline.v1.AgentService.SetUnitRevision:output_type -> lifeline.v1.SetUnitRevisionResponse
+	84, // 94: lifeline.v1.AgentService.StartTask:output_type -> lifeline.v1.StartTaskResponse
+	85, // 95: lifeline.v1.AgentService.FinishTask:output_type -> lifeline.v1.FinishTaskResponse
+	86, // 96: lifeline.v1.AgentService.ReportTaskLost:output_type -> lifeline.v1.ReportTaskLostResponse
+	87, // 97: lifeline.v1.AgentService.StopUnitTasks:output_type -> lifeline.v1.StopUnitTasksResponse
+	88, // 98: lifeline.v1.AgentService.TaskHeartbeat:output_type -> lifeline.v1.TaskHeartbeatResponse
+	89, // 99: lifeline.v1.AgentService.SetCheckpoint:output_type -> lifeline.v1.SetCheckpointResponse
+	90, // 100: lifeline.v1.AgentService.GetCheckpoint:output_type -> lifeline.v1.GetCheckpointResponse
+	91, // 101: lifeline.v1.AgentService.AppendTaskLog:output_type -> lifeline.v1.AppendTaskLogResponse
+	68, // [68:102] is the sub-list for method output_type
+	34, // [34:68] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_agent_proto_init() }
@@ -3705,6 +3949,7 @@ func file_lifeline_v1_agent_proto_init() {
 		return
 	}
 	file_lifeline_v1_model_proto_init()
+	file_lifeline_v1_revisions_proto_init()
 	file_lifeline_v1_tasks_proto_init()
 	file_lifeline_v1_agent_proto_msgTypes[0].OneofWrappers = []any{
 		(*WatchSubject_Machine)(nil),
@@ -3719,6 +3964,7 @@ func file_lifeline_v1_agent_proto_init() {
 		(*WatchSubject_Resolved)(nil),
 		(*WatchSubject_Barrier)(nil),
 		(*WatchSubject_UnitTasks)(nil),
+		(*WatchSubject_UnitRevision)(nil),
 	}
 	file_lifeline_v1_agent_proto_msgTypes[3].OneofWrappers = []any{
 		(*WatchManyRequest_Subscribe)(nil),
@@ -3736,6 +3982,7 @@ func file_lifeline_v1_agent_proto_init() {
 		(*WatchChange_Relation)(nil),
 		(*WatchChange_Resolved)(nil),
 		(*WatchChange_Task)(nil),
+		(*WatchChange_UnitRevision)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3743,7 +3990,7 @@ func file_lifeline_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_agent_proto_rawDesc), len(file_lifeline_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   60,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -46,6 +46,8 @@ const (
 	AgentService_ClearResolved_FullMethodName        = "/lifeline.v1.AgentService/ClearResolved"
 	AgentService_Presence_FullMethodName             = "/lifeline.v1.AgentService/Presence"
 	AgentService_GetAgentSettings_FullMethodName     = "/lifeline.v1.AgentService/GetAgentSettings"
+	AgentService_GetRevision_FullMethodName          = "/lifeline.v1.AgentService/GetRevision"
+	AgentService_SetUnitRevision_FullMethodName      = "/lifeline.v1.AgentService/SetUnitRevision"
 	AgentService_StartTask_FullMethodName            = "/lifeline.v1.AgentService/StartTask"
 	AgentService_FinishTask_FullMethodName           = "/lifeline.v1.AgentService/FinishTask"
 	AgentService_ReportTaskLost_FullMethodName       = "/lifeline.v1.AgentService/ReportTaskLost"
@@ -148,6 +150,14 @@ type AgentServiceClient interface {
 	Presence(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PresenceRequest, PresenceResponse], error)
 	// GetAgentSettings returns the controller's settings for agents.
 	GetAgentSettings(ctx context.Context, in *GetAgentSettingsRequest, opts ...grpc.CallOption) (*GetAgentSettingsResponse, error)
+	// GetRevision returns a revision of the service of a unit on the
+	// caller's machine (its agent or its machine's): the spec the unit is to
+	// run. NotFound when the service keeps no such revision.
+	GetRevision(ctx context.Context, in *GetRevisionRequest, opts ...grpc.CallOption) (*GetRevisionResponse, error)
+	// SetUnitRevision reports that the unit runs revision, which must be
+	// its target (FailedPrecondition otherwise); reporting the revision it
+	// is recorded on already does nothing.
+	SetUnitRevision(ctx context.Context, in *SetUnitRevisionRequest, opts ...grpc.CallOption) (*SetUnitRevisionResponse, error)
 	// The tasks of operations, each call for a unit on the caller's machine
 	// (its agent or its machine's): StartTask starts the unit's admitted
 	// pending task; FinishTask and ReportTaskLost end the task's attempt;
@@ -438,6 +448,26 @@ func (c *agentServiceClient) GetAgentSettings(ctx context.Context, in *GetAgentS
 	return out, nil
 }
 
+func (c *agentServiceClient) GetRevision(ctx context.Context, in *GetRevisionRequest, opts ...grpc.CallOption) (*GetRevisionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRevisionResponse)
+	err := c.cc.Invoke(ctx, AgentService_GetRevision_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) SetUnitRevision(ctx context.Context, in *SetUnitRevisionRequest, opts ...grpc.CallOption) (*SetUnitRevisionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetUnitRevisionResponse)
+	err := c.cc.Invoke(ctx, AgentService_SetUnitRevision_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *agentServiceClient) StartTask(ctx context.Context, in *StartTaskRequest, opts ...grpc.CallOption) (*StartTaskResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StartTaskResponse)
@@ -610,6 +640,14 @@ type AgentServiceServer interface {
 	Presence(grpc.BidiStreamingServer[PresenceRequest, PresenceResponse]) error
 	// GetAgentSettings returns the controller's settings for agents.
 	GetAgentSettings(context.Context, *GetAgentSettingsRequest) (*GetAgentSettingsResponse, error)
+	// GetRevision returns a revision of the service of a unit on the
+	// caller's machine (its agent or its machine's): the spec the unit is to
+	// run. NotFound when the service keeps no such revision.
+	GetRevision(context.Context, *GetRevisionRequest) (*GetRevisionResponse, error)
+	// SetUnitRevision reports that the unit runs revision, which must be
+	// its target (FailedPrecondition otherwise); reporting the revision it
+	// is recorded on already does nothing.
+	SetUnitRevision(context.Context, *SetUnitRevisionRequest) (*SetUnitRevisionResponse, error)
 	// The tasks of operations, each call for a unit on the caller's machine
 	// (its agent or its machine's): StartTask starts the unit's admitted
 	// pending task; FinishTask and ReportTaskLost end the task's attempt;
@@ -707,6 +745,12 @@ func (UnimplementedAgentServiceServer) Presence(grpc.BidiStreamingServer[Presenc
 }
 func (UnimplementedAgentServiceServer) GetAgentSettings(context.Context, *GetAgentSettingsRequest) (*GetAgentSettingsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetAgentSettings not implemented")
+}
+func (UnimplementedAgentServiceServer) GetRevision(context.Context, *GetRevisionRequest) (*GetRevisionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRevision not implemented")
+}
+func (UnimplementedAgentServiceServer) SetUnitRevision(context.Context, *SetUnitRevisionRequest) (*SetUnitRevisionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetUnitRevision not implemented")
 }
 func (UnimplementedAgentServiceServer) StartTask(context.Context, *StartTaskRequest) (*StartTaskResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method StartTask not implemented")
@@ -1149,6 +1193,42 @@ func _AgentService_GetAgentSettings_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_GetRevision_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRevisionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).GetRevision(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_GetRevision_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).GetRevision(ctx, req.(*GetRevisionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_SetUnitRevision_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetUnitRevisionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).SetUnitRevision(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_SetUnitRevision_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).SetUnitRevision(ctx, req.(*SetUnitRevisionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AgentService_StartTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StartTaskRequest)
 	if err := dec(in); err != nil {
@@ -1379,6 +1459,14 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetAgentSettings",
 			Handler:    _AgentService_GetAgentSettings_Handler,
+		},
+		{
+			MethodName: "GetRevision",
+			Handler:    _AgentService_GetRevision_Handler,
+		},
+		{
+			MethodName: "SetUnitRevision",
+			Handler:    _AgentService_SetUnitRevision_Handler,
 		},
 		{
 			MethodName: "StartTask",
