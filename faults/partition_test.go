@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lifelinehq/lifeline/e2etest"
+	"github.com/lifelinehq/lifeline/statetest"
 )
 
 // partitionPresence is the controller's --presence-timeout in
@@ -82,7 +83,9 @@ func runPartitionedAgents(t *testing.T, sz sizes) {
 	r.recovered("partition: from SIGSTOP to status lost", time.Since(stopped))
 	r.checked("the partitioned machines and their units, and only they, shown lost")
 
-	// The model moves on without them.
+	// The model moves on without them: the units move to the new
+	// revision holding permits, which Roll grants.
+	statetest.Roll(t, f.st)
 	f.OK(t, "config", "fnode", "marker=moved-on")
 	doc = f.waitModel(t, "the other units configured", 5*time.Minute, func(doc *e2etest.StatusDoc) bool {
 		return count(doc, "fnode", func(u e2etest.UnitDoc) bool { return u.Message == "marker=moved-on" }) == n-k
