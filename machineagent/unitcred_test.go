@@ -17,6 +17,7 @@ import (
 	"github.com/lifelinehq/lifeline/controllertest"
 	"github.com/lifelinehq/lifeline/machineagent"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/statetest"
 )
 
 // TestReplacedUnitCredential: a running unit's credential is issued again
@@ -39,6 +40,8 @@ func TestReplacedUnitCredential(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			env := controllertest.New(t, controllertest.Options{Cleaner: true})
+			// Units move to a new revision holding a permit.
+			statetest.Roll(t, env.State)
 			op := env.Operator()
 			env.Upload(op, "testdata/conf")
 			ms, err := env.State.AddMachines(env.Ctx, 1)

@@ -43,6 +43,9 @@ type API interface {
 	SetUnitStatus(ctx context.Context, in *pb.SetUnitStatusRequest, opts ...grpc.CallOption) (*pb.SetUnitStatusResponse, error)
 	ClearResolved(ctx context.Context, in *pb.ClearResolvedRequest, opts ...grpc.CallOption) (*pb.ClearResolvedResponse, error)
 	GetAgentSettings(ctx context.Context, in *pb.GetAgentSettingsRequest, opts ...grpc.CallOption) (*pb.GetAgentSettingsResponse, error)
+	// The unit's revisions (spec.go).
+	GetRevision(ctx context.Context, in *pb.GetRevisionRequest, opts ...grpc.CallOption) (*pb.GetRevisionResponse, error)
+	SetUnitRevision(ctx context.Context, in *pb.SetUnitRevisionRequest, opts ...grpc.CallOption) (*pb.SetUnitRevisionResponse, error)
 	// The unit's tasks (tasks.go).
 	StartTask(ctx context.Context, in *pb.StartTaskRequest, opts ...grpc.CallOption) (*pb.StartTaskResponse, error)
 	FinishTask(ctx context.Context, in *pb.FinishTaskRequest, opts ...grpc.CallOption) (*pb.FinishTaskResponse, error)
@@ -382,9 +385,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		if act.kind == actEnsureDead && runner.running() > 0 {
+		if (act.kind == actEnsureDead || act.kind == actDownload) && runner.running() > 0 {
 			// Its tasks stopped (the unit is dying), their ends are
-			// reported before the unit goes.
+			// reported before the unit goes; the charm directory the
+			// running actions run from is replaced only once they end.
 			select {
 			case <-ctx.Done():
 				return ctx.Err()

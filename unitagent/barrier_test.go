@@ -49,6 +49,8 @@ func TestAgentReportsTheBarrierOnceItActed(t *testing.T) {
 	if _, err := w.op.SetConfig(w.env.Ctx, &pb.SetConfigRequest{Service: "kv", Set: map[string]string{"colour": "blue"}}); err != nil {
 		t.Fatal(err)
 	}
+	// The unit moves to the new revision holding its permit.
+	w.grant("kv", "kv/0")
 	second := w.barrier()
 	if second <= first {
 		t.Fatalf("the second barrier = %d, want past the first, %d", second, first)

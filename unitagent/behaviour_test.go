@@ -82,7 +82,7 @@ func TestSettingsExchange(t *testing.T) {
 }
 
 // TestOneWatchStreamAnAgent: a unit agent follows its unit, service,
-// config, relations, relation and scope, resolved mark and subordinates
+// revision, relations, relation and scope, resolved mark and subordinates
 // on one WatchMany stream.
 func TestOneWatchStreamAnAgent(t *testing.T) {
 	w := newWorld(t)

@@ -2,7 +2,10 @@
 // docs/DESIGN.md, The unit agent (new, ready, running and the error states), the hooks in the order
 // charm authors rely on, the unit's relations (entering and leaving their
 // scopes, joined/changed/departed/broken), its subordinates, and its way
-// from dying to dead.
+// from dying to dead. The unit runs its own revision of its service's
+// spec (charm and configuration), and moves to the one its unit's record
+// targets, which the controller sets when the rollout grants it a permit
+// (spec.go).
 //
 // It owns the unit's local state, which is authoritative: it is saved
 // between steps (a snapshot and a journal of what changed since, in the

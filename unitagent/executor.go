@@ -76,7 +76,27 @@ func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 	defer cancel()
 	switch act.kind {
 	case actDownload:
-		return ex.download(cctx, r.service.Charm)
+		return ex.download(cctx, a.l.Spec.decoded().GetCharm())
+	case actFetchSpec:
+		return ex.fetchSpec(cctx, act.revision, act.adopt)
+	case actDropMove:
+		return ex.dropMove(cctx, r)
+	case actRecord:
+		// Lost to a crash, the revision is recorded again: config-changed
+		// ran for it, and reporting it twice does nothing.
+		a.l.Revision = a.l.Spec.Revision
+		a.logger.Info("revision applied", "revision", a.l.Revision)
+		a.store.saveLater(a.l)
+		return nil
+	case actReport:
+		_, err := a.cfg.API.SetUnitRevision(cctx, &pb.SetUnitRevisionRequest{Unit: a.cfg.Unit, Revision: a.l.Revision})
+		if status.Code(err) == codes.FailedPrecondition || status.Code(err) == codes.NotFound {
+			// The target moved on meanwhile (or the unit is gone): the
+			// watch brings the news, and the agent looks again.
+			a.logger.Info("revision report refused: looking again", "revision", a.l.Revision, "error", err)
+			return nil
+		}
+		return err
 	case actResolve:
 		return ex.resolve(cctx, r.resolved)
 	case actSetDying:
@@ -428,7 +448,13 @@ func applySuccess(l *localState, op *hookOp) {
 	case "remove":
 		l.Removed = true
 	case "config-changed":
-		l.ConfigVersion = op.Version
+		if l.Spec != nil {
+			// (An agent of before revisions, answered --no-retry before
+			// it read its spec, runs config-changed again.)
+			l.ConfigRan = l.Spec.configDigest()
+		}
+	case "upgrade-charm":
+		l.Upgrade = false
 	default:
 		switch {
 		case strings.HasSuffix(op.Hook, "-relation-created"):
@@ -535,6 +561,11 @@ func (ex *executor) download(ctx context.Context, ref *pb.CharmRef) error {
 		}
 	}
 	a.l.Charm, a.hookNames, a.hookEach = charmKey(ref), nil, false
+	if a.l.State != StateNew {
+		// A move to another charm: upgrade-charm runs next, then
+		// config-changed, whatever the configuration.
+		a.l.Upgrade, a.l.ConfigRan = true, ""
+	}
 	if !made {
 		// A charm without hooks gets no directory: nothing would run
 		// there. Its hooks are all missing, and skipped.

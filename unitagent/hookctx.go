@@ -115,7 +115,7 @@ func (cr *ctxRelation) inScope(unit string, self bool) bool {
 }
 
 func newHookContext(a *Agent, op *hookOp, r *remote) *hookContext {
-	hc := &hookContext{a: a, op: op, relations: map[int64]*ctxRelation{}, config: r.config,
+	hc := &hookContext{a: a, op: op, relations: map[int64]*ctxRelation{}, config: a.l.config(),
 		set: map[int64]*settingsChange{}, seen: map[settingsOf]map[string]string{}}
 	hc.machine = a.cfg.MachineID
 	if hc.machine == "" && r.unit != nil {

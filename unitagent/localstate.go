@@ -39,9 +39,22 @@ type localState struct {
 	Op *hookOp `json:"op,omitempty"`
 	// Charm is the "<name>/<revision>" installed in the charm directory.
 	Charm string `json:"charm,omitempty"`
-	// ConfigVersion is the version of the configuration config-changed
-	// last ran for.
-	ConfigVersion int64 `json:"config_version,omitempty"`
+	// Spec is the revision of the service's spec the unit runs, or is
+	// moving to, and that spec: its configuration is what the unit's
+	// hooks and actions see (config-get). nil until first read from the
+	// controller (a new unit; an agent that ran before revisions).
+	Spec *localSpec `json:"spec,omitempty"`
+	// Revision is the revision the unit runs, as far as the agent has
+	// applied it: Spec's once its charm is installed and config-changed
+	// has run for its configuration; 0 before the first.
+	Revision int64 `json:"revision,omitempty"`
+	// ConfigRan is the digest (configDigest) of the configuration
+	// config-changed last ran with: "" before the first, and after a new
+	// charm is unpacked, so that config-changed runs again.
+	ConfigRan string `json:"config_ran,omitempty"`
+	// Upgrade says the charm directory holds a charm unpacked for a move
+	// whose upgrade-charm hook has not run yet.
+	Upgrade bool `json:"upgrade,omitempty"`
 	// Started is set by start and cleared by stop.
 	Started bool `json:"started,omitempty"`
 	// Stopped and Removed record that stop and remove ran for a dying unit.
@@ -110,7 +123,8 @@ type hookOp struct {
 	Remote    string `json:"remote,omitempty"`
 	Departing string `json:"departing,omitempty"`
 	// Version is the remote unit's settings version (relation-changed),
-	// or the configuration's (config-changed).
+	// or the revision whose spec the hook applies (config-changed,
+	// upgrade-charm).
 	Version int64  `json:"version,omitempty"`
 	Step    string `json:"step"`
 	// Attempts counts failed runs so far; NotBefore delays the next.

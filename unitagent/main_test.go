@@ -58,7 +58,8 @@ func TestMain(m *testing.M) {
 // failures to come, or "always"), sleep-<hook> (seconds), set-settings (a
 // port: relation-set host and port in joined and changed), get-settings
 // (relation-get host and port in changed, into settings.log), probe-<hook>
-// (a shell script run in the hook, its output into probe.log).
+// (a shell script run in the hook, its output into probe.log), fail-colour
+// (config-changed fails while config-get colour prints its content).
 const recorder = `#!/bin/sh
 set -e
 dir="$LIFELINE_CHARM_DIR/.."
@@ -68,6 +69,9 @@ if [ -f "$f" ]; then
   n=$(cat "$f")
   if [ "$n" = always ]; then echo "failing $LIFELINE_HOOK_NAME as told" >&2; exit 1; fi
   if [ "$n" -gt 0 ]; then echo $((n-1)) > "$f"; echo "failing $LIFELINE_HOOK_NAME, $n more" >&2; exit 1; fi
+fi
+if [ "$LIFELINE_HOOK_NAME" = config-changed ] && [ -f "$dir/fail-colour" ] && [ "$(config-get colour)" = "$(cat "$dir/fail-colour")" ]; then
+  echo "failing config-changed on colour $(cat "$dir/fail-colour")" >&2; exit 1
 fi
 if [ -f "$dir/sleep-$LIFELINE_HOOK_NAME" ]; then sleep "$(cat "$dir/sleep-$LIFELINE_HOOK_NAME")"; fi
 if [ -f "$dir/probe-$LIFELINE_HOOK_NAME" ]; then sh "$dir/probe-$LIFELINE_HOOK_NAME" >> "$dir/probe.log" 2>&1 || echo "exit $?" >> "$dir/probe.log"; fi
@@ -100,7 +104,7 @@ func writeCharm(t *testing.T, metadata string, endpoints ...string) string {
 	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte("options:\n  colour:\n    type: string\n    default: red\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	names := []string{"install", "config-changed", "start", "stop", "remove"}
+	names := []string{"install", "config-changed", "start", "stop", "remove", "upgrade-charm"}
 	for _, ep := range endpoints {
 		for _, k := range []string{"created", "joined", "changed", "departed", "broken"} {
 			names = append(names, ep+"-relation-"+k)

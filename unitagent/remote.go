@@ -23,15 +23,16 @@ type remote struct {
 	// serviceDyingSince is when the agent first saw its service not
 	// alive (set by the agent, not the watcher).
 	serviceDyingSince time.Time
-	config            map[string]*pb.ConfigValue
-	configVer         int64
-	configSeen        bool
-	relationIDs       map[int64]bool
-	relsKnown         bool
-	relations         map[int64]*remoteRelation
-	resolved          pb.ResolvedMode
-	subs              map[string]*pb.Unit // nil value: name known, unit not yet seen
-	subsKnown         bool
+	// unitRev is the unit's revisions (nil once removed), revSeen says
+	// their watch has answered.
+	unitRev     *pb.UnitRevision
+	revSeen     bool
+	relationIDs map[int64]bool
+	relsKnown   bool
+	relations   map[int64]*remoteRelation
+	resolved    pb.ResolvedMode
+	subs        map[string]*pb.Unit // nil value: name known, unit not yet seen
+	subsKnown   bool
 	// barrier is the revision of the model's latest barrier known (0:
 	// none), and synced, in a snapshot, the revision every subject's
 	// watch had brought the picture to (0 while one has not answered):
@@ -194,6 +195,7 @@ func newWatcher(ctx context.Context, follow agentwatch.Follower, unit string, lo
 	w.start("subordinates", &pb.WatchSubject{Subject: &pb.WatchSubject_UnitSubordinates{UnitSubordinates: unit}}, w.onSubordinates)
 	w.start("barrier", &pb.WatchSubject{Subject: &pb.WatchSubject_Barrier{Barrier: true}}, w.onBarrier)
 	w.start("tasks", &pb.WatchSubject{Subject: &pb.WatchSubject_UnitTasks{UnitTasks: unit}}, w.onTasks)
+	w.start("revision", &pb.WatchSubject{Subject: &pb.WatchSubject_UnitRevision{UnitRevision: unit}}, w.onRevision)
 	return w
 }
 
@@ -304,7 +306,6 @@ func (w *watcher) onUnit(resp *pb.WatchResponse) {
 	w.r.unitKnown = true
 	if u := w.r.unit; u != nil {
 		w.startLocked("service", &pb.WatchSubject{Subject: &pb.WatchSubject_Service{Service: u.Service}}, w.onService)
-		w.startLocked("config", &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: u.Service}}, w.onConfig)
 		w.startLocked("relations", &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceRelations{ServiceRelations: u.Service}}, w.onRelations)
 	}
 }
@@ -323,13 +324,20 @@ func (w *watcher) onService(resp *pb.WatchResponse) {
 	w.r.serviceSeen = true
 }
 
-func (w *watcher) onConfig(resp *pb.WatchResponse) {
+// onRevision follows the unit's revisions: the one it runs and the one
+// it is to run.
+func (w *watcher) onRevision(resp *pb.WatchResponse) {
+	if resp.Relisted {
+		w.r.unitRev = nil
+	}
 	for _, ch := range resp.Changes {
-		if c := ch.GetConfig(); c != nil && !ch.Removed {
-			w.r.config, w.r.configVer = c.Values, ch.Version
+		if ch.Removed {
+			w.r.unitRev = nil
+		} else if ur := ch.GetUnitRevision(); ur != nil {
+			w.r.unitRev = ur
 		}
 	}
-	w.r.configSeen = true
+	w.r.revSeen = true
 }
 
 // onBarrier follows the model's barrier: its version is its revision.

@@ -18,7 +18,11 @@ const (
 	actWait       actionKind = iota // nothing to do until something changes (or until)
 	actExit                         // the unit is dead or gone: the agent's work is over
 	actHook                         // run (or finish) a hook: the local state's Op
-	actDownload                     // fetch and unpack the service's charm
+	actDownload                     // fetch and unpack the charm of the unit's spec
+	actFetchSpec                    // read a revision's spec: the one the unit is to run
+	actDropMove                     // give up a failed move to a revision its target moved on from
+	actRecord                       // record the spec's revision as the one the unit runs
+	actReport                       // report the revision the unit runs to the controller
 	actResolve                      // act on the operator's resolved mark
 	actSetDying                     // set this unit dying: its service is
 	actSubDying                     // set a subordinate dying: its principal is
@@ -35,6 +39,8 @@ type action struct {
 	op       *hookOp // for actHook: a new operation, or nil to go on with Op
 	relation int64
 	unit     string
+	revision int64     // for actFetchSpec: the revision to read
+	adopt    bool      // for actFetchSpec: take it as the revision the unit runs
 	until    time.Time // for actWait: when to look again even if nothing changes
 	why      string    // for actWait: what the agent waits for, for its status
 	// catchUp, for actWait, says the agent waits for its own watches to
@@ -74,17 +80,32 @@ func next(l *localState, r *remote, self string, now time.Time) action {
 	if r.unit != nil && r.unit.Life == pb.Life_LIFE_DEAD {
 		return action{kind: actExit}
 	}
+	if op := l.Op; op != nil && isMoveHook(op) && op.Step != stepDone && (op.Attempts > 0 || l.inError()) &&
+		r.revSeen && r.unitRev != nil && r.unitRev.Target != op.Version {
+		// A failed move to a revision the unit is no longer to run (an
+		// abort or an auto-revert made a newer target) does not hold the
+		// unit back from the newer one, in error or not.
+		return action{kind: actDropMove}
+	}
 	if l.inError() {
 		if r.resolved != pb.ResolvedMode_RESOLVED_MODE_UNSPECIFIED {
 			return action{kind: actResolve}
 		}
 		return action{kind: actWait, why: "resolved"}
 	}
-	if !r.configSeen {
-		// Every hook may read the configuration (config-get): none runs,
-		// not even one in progress before a restart, until the
-		// configuration's watch has answered.
-		return action{kind: actWait, why: "the service's configuration", catchUp: true}
+	if l.Spec == nil {
+		// Every hook may read the configuration (config-get), its spec's:
+		// none runs, not even one in progress before a restart, until the
+		// agent holds it. A new unit reads its target's; an agent that
+		// ran before revisions takes its unit's current one as the one it
+		// runs (config-changed runs again).
+		if !r.revSeen || r.unitRev == nil {
+			return action{kind: actWait, why: "the unit's revision", catchUp: true}
+		}
+		if l.State == StateNew {
+			return action{kind: actFetchSpec, revision: r.unitRev.Target}
+		}
+		return action{kind: actFetchSpec, revision: r.unitRev.Current, adopt: true}
 	}
 	if op := l.Op; op != nil {
 		if l.retrying() && r.resolved != pb.ResolvedMode_RESOLVED_MODE_UNSPECIFIED {
@@ -117,7 +138,10 @@ func next(l *localState, r *remote, self string, now time.Time) action {
 			// Nothing was installed: nothing to undo.
 			return dyingEnd(l, r)
 		}
-		if l.Charm != charmKey(r.service.Charm) {
+		if a, ok := fetchAction(l, r); ok {
+			return a
+		}
+		if l.Charm != charmKey(l.Spec.decoded().GetCharm()) {
 			return action{kind: actDownload}
 		}
 		return hook(&hookOp{Hook: "install"})
@@ -129,10 +153,23 @@ func next(l *localState, r *remote, self string, now time.Time) action {
 			}
 		}
 	}
+	if !dying {
+		// A move's new charm comes first: no other hook runs from it
+		// before its upgrade-charm.
+		if a, ok := fetchAction(l, r); ok {
+			return a
+		}
+		if l.Charm != charmKey(l.Spec.decoded().GetCharm()) {
+			return action{kind: actDownload}
+		}
+		if l.Upgrade {
+			return hook(&hookOp{Hook: "upgrade-charm", Version: l.Spec.Revision})
+		}
+	}
 	if a, ok := relationAction(l, r, self, dying); ok {
 		return a
 	}
-	if !r.relsKnown || !r.configSeen || !relationsKnown(r) {
+	if !r.relsKnown || !relationsKnown(r) {
 		// relation-created of the relations the service is in runs
 		// before config-changed and start: each relation's watches must
 		// have answered before they run.
@@ -141,13 +178,31 @@ func next(l *localState, r *remote, self string, now time.Time) action {
 	if dying {
 		return dyingEnd(l, r)
 	}
-	if l.ConfigVersion != r.configVer {
-		return hook(&hookOp{Hook: "config-changed", Version: r.configVer})
+	if l.ConfigRan != l.Spec.configDigest() {
+		return hook(&hookOp{Hook: "config-changed", Version: l.Spec.Revision})
+	}
+	if l.Revision != l.Spec.Revision {
+		return action{kind: actRecord}
 	}
 	if !l.Started {
 		return hook(&hookOp{Hook: "start"})
 	}
+	if ur := r.unitRev; ur != nil && ur.Current != l.Revision && ur.Target == l.Revision {
+		return action{kind: actReport}
+	}
 	return action{kind: actWait, why: "changes"}
+}
+
+// fetchAction reads the spec of the unit's target when it is not the
+// one the agent holds.
+func fetchAction(l *localState, r *remote) (action, bool) {
+	if !r.revSeen || r.unitRev == nil {
+		return action{kind: actWait, why: "the unit's revision", catchUp: true}, true
+	}
+	if t := r.unitRev.Target; t != l.Spec.Revision {
+		return action{kind: actFetchSpec, revision: t}, true
+	}
+	return action{}, false
 }
 
 // relationsKnown says whether the watches of every relation the service

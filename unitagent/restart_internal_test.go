@@ -12,7 +12,7 @@ import (
 // joined before are not departed (they would be joined again at once).
 func TestNoDepartureBeforeTheScopeIsKnown(t *testing.T) {
 	l := &localState{
-		State: StateRunning, Started: true, Charm: "app/1", ConfigVersion: 1,
+		State: StateRunning, Started: true, Charm: "app/1", Spec: testSpec(1), Revision: 1, ConfigRan: configDigest(nil),
 		Relations: map[int64]*localRelation{4: {Endpoint: "db", Created: true, InScope: true, Members: map[string]int64{"kv/0": 7}}},
 	}
 	rel := &pb.Relation{Id: 4, Life: pb.Life_LIFE_ALIVE, Endpoints: []*pb.RelationEndpoint{
@@ -33,23 +33,28 @@ func TestNoDepartureBeforeTheScopeIsKnown(t *testing.T) {
 	}
 }
 
-// TestNoHookBeforeTheConfigIsKnown: a hook in progress when the agent
-// stopped runs again only once the configuration's watch has answered, so
-// that config-get in it prints the configuration.
-func TestNoHookBeforeTheConfigIsKnown(t *testing.T) {
-	l := &localState{State: StateRunning, Started: true, Charm: "app/1", ConfigVersion: 1,
+// TestNoHookBeforeTheSpecIsKnown: a hook in progress when the agent
+// stopped runs again only once the agent holds its spec, so that
+// config-get in it prints the configuration; an agent that ran before
+// revisions reads its unit's current revision's, as the one it runs.
+func TestNoHookBeforeTheSpecIsKnown(t *testing.T) {
+	l := &localState{State: StateRunning, Started: true, Charm: "app/1",
 		Op: &hookOp{Hook: "config-changed", Version: 2, Step: stepQueued}}
 	r := &remote{
 		unit: &pb.Unit{Name: "app/0", Service: "app", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
 		service: &pb.Service{Name: "app", Life: pb.Life_LIFE_ALIVE}, serviceSeen: true,
 		relationIDs: map[int64]bool{}, relsKnown: true, relations: map[int64]*remoteRelation{},
 	}
-	if act := next(l, r, "app/0", time.Now()); act.kind == actHook {
-		t.Fatalf("next before the configuration is known = %v, want no hook", act)
+	if act := next(l, r, "app/0", time.Now()); act.kind != actWait {
+		t.Fatalf("next before the unit's revision is known = %v, want a wait", act)
 	}
-	r.configSeen, r.configVer = true, 2
-	if act := next(l, r, "app/0", time.Now()); act.kind != actHook {
-		t.Fatalf("next once the configuration is known = %v, want the hook in progress", act)
+	r.revSeen, r.unitRev = true, &pb.UnitRevision{Current: 2, Target: 3}
+	if act := next(l, r, "app/0", time.Now()); act.kind != actFetchSpec || act.revision != 2 || !act.adopt {
+		t.Fatalf("next once the unit's revision is known = %v, want revision 2 read and adopted", act)
+	}
+	l.Spec, l.Revision = testSpec(2), 2
+	if act := next(l, r, "app/0", time.Now()); act.kind != actHook || act.op != nil {
+		t.Fatalf("next once the spec is held = %v, want the hook in progress", act)
 	}
 }
 
@@ -78,12 +83,12 @@ func TestReloadedRelationWithoutMembers(t *testing.T) {
 // setting it dying to the controller's cleaner for cleanerGrace, then does
 // it itself.
 func TestDyingServiceLeftToTheCleaner(t *testing.T) {
-	l := &localState{State: StateRunning, Started: true, Charm: "app/1", ConfigVersion: 1}
+	l := &localState{State: StateRunning, Started: true, Charm: "app/1", Spec: testSpec(1), Revision: 1, ConfigRan: configDigest(nil)}
 	seen := time.Now()
 	r := &remote{
 		unit: &pb.Unit{Name: "app/0", Service: "app", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
 		service: &pb.Service{Name: "app", Life: pb.Life_LIFE_DYING}, serviceSeen: true, serviceDyingSince: seen,
-		configSeen: true, configVer: 1,
+		revSeen: true, unitRev: &pb.UnitRevision{Current: 1, Target: 1},
 		relationIDs: map[int64]bool{}, relsKnown: true, relations: map[int64]*remoteRelation{},
 	}
 	if act := next(l, r, "app/0", seen.Add(time.Second)); act.kind != actWait || !act.until.Equal(seen.Add(cleanerGrace)) {
@@ -103,14 +108,14 @@ func TestDyingServiceLeftToTheCleaner(t *testing.T) {
 // back, so that its relation-created runs first (TestHookOrder failed once
 // in CI when config-changed slipped in).
 func TestRelationCreatedBeforeConfigChanged(t *testing.T) {
-	l := &localState{State: StateReady, Charm: "app/1", Relations: map[int64]*localRelation{}}
+	l := &localState{State: StateReady, Charm: "app/1", Spec: testSpec(1), Relations: map[int64]*localRelation{}}
 	rel := &pb.Relation{Id: 4, Life: pb.Life_LIFE_ALIVE, Endpoints: []*pb.RelationEndpoint{
 		{Service: "app", Endpoint: &pb.Endpoint{Name: "db"}}, {Service: "kv", Endpoint: &pb.Endpoint{Name: "server"}},
 	}}
 	r := &remote{
 		unit: &pb.Unit{Name: "app/0", Service: "app", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
 		service: &pb.Service{Name: "app", Life: pb.Life_LIFE_ALIVE}, serviceSeen: true,
-		configSeen: true, configVer: 1,
+		revSeen: true, unitRev: &pb.UnitRevision{Current: 1, Target: 1},
 		relationIDs: map[int64]bool{4: true}, relsKnown: true,
 		relations: map[int64]*remoteRelation{4: {members: map[string]int64{}}},
 	}

@@ -210,7 +210,7 @@ func TestEnteringMarkLeavesTheScope(t *testing.T) {
 		relations: map[int64]*remoteRelation{4: {rel: rel, known: true, scoped: true, members: map[string]int64{}}},
 	}
 	for _, entering := range []bool{true, false} {
-		l := &localState{State: StateRunning, Started: true, Charm: "app/1", ConfigVersion: 1,
+		l := &localState{State: StateRunning, Started: true, Charm: "app/1", Spec: testSpec(1), Revision: 1, ConfigRan: configDigest(nil),
 			Relations: map[int64]*localRelation{4: {Endpoint: "db", Created: true, Entering: entering, Members: map[string]int64{}}}}
 		act, ok := relationAction(l, r, "app/0", false)
 		switch {

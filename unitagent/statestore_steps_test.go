@@ -71,7 +71,7 @@ func settingsAt(r *rand.Rand, i int) json.RawMessage {
 // created and broken.
 func step(l *localState, i int) {
 	r := rand.New(rand.NewPCG(uint64(i), 1))
-	l.ConfigVersion = int64(i)
+	l.Revision = int64(i)
 	if l.Relations[1] == nil {
 		l.createRelation(1, "db")
 		l.State = StateRunning

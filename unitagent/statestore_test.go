@@ -402,7 +402,7 @@ func TestStateStoreLoadsTheOldStateFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.State != StateRunning || l.Charm != "front/3" || l.ConfigVersion != 12 || !l.Started ||
+	if l.State != StateRunning || l.Charm != "front/3" || l.Spec != nil || l.Revision != 0 || !l.Started ||
 		l.Op == nil || l.Op.Hook != "db-relation-changed" || l.Op.Step != stepRunning || l.Op.Version != 99 ||
 		l.AddedSubordinates[5] != "logger/2" {
 		t.Errorf("loaded %+v", l)
@@ -556,7 +556,7 @@ func TestStateStoreKilled(t *testing.T) {
 		if s.rewrite {
 			cut++ // a record cut short, or a snapshot written but the journal not yet emptied
 		}
-		got := int(l.ConfigVersion)
+		got := int(l.Revision)
 		if got != acked && got != acked+1 {
 			t.Fatalf("round %d: loaded the state of step %d; the process had saved step %d", round, got, acked)
 		}
@@ -597,7 +597,7 @@ func TestStateStoreWriterProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := bufio.NewWriter(os.Stdout)
-	for i := int(l.ConfigVersion) + 1; i <= writerSteps; i++ {
+	for i := int(l.Revision) + 1; i <= writerSteps; i++ {
 		step(l, i)
 		if err := s.save(l); err != nil {
 			t.Fatal(err)

@@ -163,8 +163,8 @@ func (tr *taskRunner) sync(r *remote) {
 			run.cancel(&taskEnd{pb.TaskState_TASK_STATE_PAUSED, "paused by an operator"})
 		case run != nil && v == "stopping":
 			run.cancel(&taskEnd{pb.TaskState_TASK_STATE_STOPPED, "stopped by an operator"})
-		case run == nil && v == "pending" && !dying && tr.a.l.Charm != "":
-			tr.start(id, r.config)
+		case run == nil && v == "pending" && !dying && tr.a.l.Charm != "" && tr.a.l.Spec != nil:
+			tr.start(id, tr.a.l.config())
 		case run == nil && v != "running" && v != "pausing" && v != "stopping":
 			idle++
 		}

@@ -151,6 +151,8 @@ func TestOversizedSettings(t *testing.T) {
 	if _, err := w.op.SetConfig(w.env.Ctx, &pb.SetConfigRequest{Service: "kv", Set: map[string]string{"colour": "blue"}}); err != nil {
 		t.Fatal(err)
 	}
+	// The unit moves to the new revision holding its permit.
+	w.grant("kv", "kv/0")
 	w.waitFor("kv/0 in hook-error", func() bool {
 		s := w.agentStatus("kv/0")
 		return s.Agent == "error" && s.State == "hook-error" && s.Message == `hook failed: "config-changed"`
