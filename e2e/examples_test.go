@@ -90,12 +90,8 @@ var docSetups = map[string]func(t *testing.T, s *e2etest.Sandbox){
 	// their hooks have failed five times (over a minute; before that they
 	// show error too, but a retry could run between the cause's fix and
 	// the example): the port kv-server cannot listen on is set well
-	// before, while other groups run. Units move to a new revision
-	// holding a permit, which Roll grants.
-	"ctl add-unit": func(t *testing.T, s *e2etest.Sandbox) {
-		s.RollAt(t, filepath.Join(s.Dir, "lifeline", "controller"))
-		s.OK(t, "config", "cache", "port=70000")
-	},
+	// before, while other groups run.
+	"ctl add-unit": func(t *testing.T, s *e2etest.Sandbox) { s.OK(t, "config", "cache", "port=70000") },
 	"ctl resolved": func(t *testing.T, s *e2etest.Sandbox) {
 		for _, u := range []string{"cache/0", "cache/1"} {
 			s.WaitStatus(t, u+" in an error state", 3*time.Minute, func(doc *e2etest.StatusDoc) bool {
@@ -131,7 +127,6 @@ var docSetups = map[string]func(t *testing.T, s *e2etest.Sandbox){
 	},
 	"ctl logs": func(t *testing.T, s *e2etest.Sandbox) { waitOpEnd(t, s, "6", time.Minute) },
 	"ctl revisions": func(t *testing.T, s *e2etest.Sandbox) {
-		s.Roll(t)
 		s.OK(t, "deploy", olderCharm(t, "kv"))
 		s.OK(t, "config", "kv", "port=7071")
 		s.OK(t, "config", "kv", "port=7072")

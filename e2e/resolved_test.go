@@ -21,7 +21,6 @@ func TestResolvedOnce(t *testing.T) {
 	kv := charmPath(t, "kv")
 	s := newSandbox(t)
 	s.Bootstrap(t)
-	s.Roll(t) // units move to new revisions holding permits
 	s.OK(t, "deploy", kv)
 	s.OK(t, "wait", "--timeout", "2m")
 	s.Fails(t, 1, "ctl: unit kv/0 is not in an error state", "resolved", "kv/0")

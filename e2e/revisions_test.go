@@ -17,7 +17,6 @@ func TestRevisionsAndRollback(t *testing.T) {
 	needCharms(t)
 	s := newSandbox(t)
 	s.Bootstrap(t)
-	s.Roll(t) // units move to new revisions holding permits
 	s.OK(t, "deploy", charmPath(t, "kv"))
 	s.OK(t, "wait", "--timeout", "2m")
 	kv := unitAddress(t, s, "kv/0")

@@ -110,7 +110,6 @@ func TestWaitIsABarrier(t *testing.T) {
 	needCharms(t)
 	s := newSandbox(t)
 	s.Bootstrap(t)
-	s.Roll(t) // units move to new revisions holding permits
 	s.OK(t, "deploy", charmPath(t, "kv"))
 	s.OK(t, "deploy", charmPath(t, "app"))
 	s.OK(t, "add-relation", "app", "kv")
@@ -148,7 +147,6 @@ func TestFailingHookShowsAtOnce(t *testing.T) {
 	needCharms(t)
 	s := newSandbox(t)
 	s.Bootstrap(t)
-	s.Roll(t) // units move to new revisions holding permits
 	s.OK(t, "deploy", charmPath(t, "kv"))
 	s.OK(t, "wait", "--timeout", "2m")
 	kv := unitAddress(t, s, "kv/0")
@@ -205,7 +203,6 @@ func TestWaitSelectors(t *testing.T) {
 	needCharms(t)
 	s := newSandbox(t)
 	s.Bootstrap(t)
-	s.Roll(t) // units move to new revisions holding permits
 	s.OK(t, "deploy", charmPath(t, "kv"))
 	s.OK(t, "deploy", charmPath(t, "app"))
 	s.OK(t, "wait", "--timeout", "2m")
@@ -240,7 +237,6 @@ func TestWaitAcrossControllers(t *testing.T) {
 	s.OnStop(srv.Close)
 	// The test's etcd is the controllers': its socket is in the
 	// directory a controller's data directory would hold it in.
-	s.RollAt(t, s.Dir) // units move to new revisions holding permits
 	machines := filepath.Join(s.Dir, "machines")
 	s.AddMachinesDir(machines)
 	flags := []string{"--etcd-endpoints", srv.Endpoint(), "--namespace", "/lifeline/", "--machines-dir", machines}
@@ -313,7 +309,6 @@ func TestHookShowsExecuting(t *testing.T) {
 	needCharms(t)
 	s := newSandbox(t)
 	s.Bootstrap(t)
-	s.Roll(t) // units move to new revisions holding permits
 	gate := filepath.Join(t.TempDir(), "gate")
 	s.OK(t, "deploy", heldKV(t, gate, 7079))
 	s.OK(t, "wait", "--timeout", "2m")
