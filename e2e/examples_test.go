@@ -90,8 +90,12 @@ var docSetups = map[string]func(t *testing.T, s *e2etest.Sandbox){
 	// their hooks have failed five times (over a minute; before that they
 	// show error too, but a retry could run between the cause's fix and
 	// the example): the port kv-server cannot listen on is set well
-	// before, while other groups run.
-	"ctl add-unit": func(t *testing.T, s *e2etest.Sandbox) { s.OK(t, "config", "cache", "port=70000") },
+	// before, while other groups run, without auto-revert (which would
+	// take it back at once).
+	"ctl add-unit": func(t *testing.T, s *e2etest.Sandbox) {
+		s.OK(t, "set-rollout", "cache", "--auto-revert=false")
+		s.OK(t, "config", "cache", "port=70000")
+	},
 	"ctl resolved": func(t *testing.T, s *e2etest.Sandbox) {
 		for _, u := range []string{"cache/0", "cache/1"} {
 			s.WaitStatus(t, u+" in an error state", 3*time.Minute, func(doc *e2etest.StatusDoc) bool {

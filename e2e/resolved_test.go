@@ -26,7 +26,9 @@ func TestResolvedOnce(t *testing.T) {
 	s.Fails(t, 1, "ctl: unit kv/0 is not in an error state", "resolved", "kv/0")
 
 	// A port kv-server cannot listen on: config-changed fails at every
-	// attempt, and the unit ends in error once they run out.
+	// attempt, and the unit ends in error once they run out (its rollout
+	// fails, and without auto-revert waits for the operator).
+	s.OK(t, "set-rollout", "kv", "--auto-revert=false")
 	s.OK(t, "config", "kv", "port=70000")
 	waitInError(t, s, "kv/0", "config-changed")
 

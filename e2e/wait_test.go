@@ -151,7 +151,9 @@ func TestFailingHookShowsAtOnce(t *testing.T) {
 	s.OK(t, "wait", "--timeout", "2m")
 	kv := unitAddress(t, s, "kv/0")
 
-	// kv-server cannot listen on port 70000: config-changed fails.
+	// kv-server cannot listen on port 70000: config-changed fails (and,
+	// without auto-revert, the unit stays in error).
+	s.OK(t, "set-rollout", "kv", "--auto-revert=false")
 	s.OK(t, "config", "kv", "port=70000")
 	const retrying = `hook failed: "config-changed" (retry `
 	doc := s.WaitStatus(t, "kv/0 shown in error", time.Minute, func(doc *e2etest.StatusDoc) bool {
@@ -207,7 +209,9 @@ func TestWaitSelectors(t *testing.T) {
 	s.OK(t, "deploy", charmPath(t, "app"))
 	s.OK(t, "wait", "--timeout", "2m")
 
-	// app-server cannot listen on port 70000: config-changed fails.
+	// app-server cannot listen on port 70000: config-changed fails (and,
+	// without auto-revert, the unit stays in error).
+	s.OK(t, "set-rollout", "app", "--auto-revert=false")
 	s.OK(t, "config", "app", "port=70000")
 	s.OK(t, "config", "kv", "port=7071")
 	out := s.OK(t, "wait", "kv", "--timeout", "2m")
