@@ -26,7 +26,7 @@ func BenchmarkRolloutPlan(b *testing.B) {
 	}
 	sp := &servicePicture{}
 	for i := range units {
-		u := &unitPicture{name: fmt.Sprintf("kv/%d", i), num: int64(i), exists: true, alive: true, machine: fmt.Sprint(i % machines),
+		u := &unitPicture{name: fmt.Sprintf("kv/%d", i), num: int64(i), exists: true, machine: fmt.Sprint(i % machines),
 			hasRev: true, current: 1, target: 1, agent: "idle", workload: "active"}
 		switch {
 		case i < units/3:

@@ -235,7 +235,7 @@ func (t *rolloutTerm) planService(svc string, ro *pb.Rollout, policy *pb.Rollout
 		}
 		retarget := u.permit != 0 && u.permit != target
 		switch {
-		case !u.hasRev || !u.exists || !u.alive || u.machine == "" || !t.pic.present[u.machine]:
+		case !u.hasRev || !u.exists || u.dead || u.machine == "" || !t.pic.present[u.machine]:
 			continue
 		case u.permit == target || (u.permit == 0 && u.current == target):
 			continue

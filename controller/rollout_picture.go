@@ -47,10 +47,15 @@ type servicePicture struct {
 
 // unitPicture is what the worker knows of one unit.
 type unitPicture struct {
-	name    string
-	num     int64
-	exists  bool // its units/ record
-	alive   bool
+	name   string
+	num    int64
+	exists bool // its units/ record
+	// dead says its record is dead: its agent is gone. A dying unit is
+	// granted a permit as an alive one is: one in error on a failed
+	// revision gives the failed move up for the newer target (the unit
+	// agent drops it) and goes on dying, where without it it would hold
+	// up its own death.
+	dead    bool
 	machine string
 	hasRev  bool // its unit-revisions/ record
 	current int64
@@ -229,10 +234,10 @@ func (p *rolloutPicture) setUnit(kind int, u *unitPicture, value []byte, rev int
 	case kindUnit:
 		rec := &pb.Unit{}
 		if value == nil || proto.Unmarshal(value, rec) != nil {
-			u.exists, u.alive, u.machine = false, false, ""
+			u.exists, u.dead, u.machine = false, false, ""
 			return
 		}
-		u.exists, u.alive, u.machine = true, rec.Life == pb.Life_LIFE_ALIVE, rec.MachineId
+		u.exists, u.dead, u.machine = true, rec.Life == pb.Life_LIFE_DEAD, rec.MachineId
 	case kindUnitRevision:
 		rec := &pb.UnitRevision{}
 		if value == nil || proto.Unmarshal(value, rec) != nil {
