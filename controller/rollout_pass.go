@@ -26,7 +26,7 @@ type rolloutTerm struct {
 	mu sync.Mutex
 	// healthy is when each unit holding a permit for its service's
 	// target was first seen done (running it, agent idle, workload
-	// neither error nor blocked), continuously since.
+	// neither error nor blocked since its permit), continuously since.
 	healthy map[string]sinceTarget
 	// backoff holds the units a gate denied or did not answer.
 	backoff map[string]*unitBackoff
@@ -184,7 +184,8 @@ func (t *rolloutTerm) planService(svc string, ro *pb.Rollout, policy *pb.Rollout
 		if u.agent == "error" && u.agentRev > u.permitRev && p.fail == "" {
 			p.fail = fmt.Sprintf("unit %s failed on revision %d: %s", u.name, target, u.agentMsg)
 		}
-		if u.current != target || u.target != target || u.agent != "idle" || u.workload == "error" || u.workload == "blocked" {
+		blocked := u.workload == "blocked" && u.workloadRev > u.permitRev
+		if u.current != target || u.target != target || u.agent != "idle" || u.workload == "error" || blocked {
 			delete(t.healthy, u.name)
 			continue
 		}

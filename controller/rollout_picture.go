@@ -72,6 +72,10 @@ type unitPicture struct {
 	// permit's revision, one before it is not.
 	agentRev int64
 	workload string
+	// workloadRev is the etcd revision at which its workload's status
+	// last changed: blocked since before the permit's write (an app
+	// waiting for a relation) is not the move's doing.
+	workloadRev int64
 }
 
 // The kinds of record the picture follows, one watch each.
@@ -265,8 +269,11 @@ func (p *rolloutPicture) setUnit(kind int, u *unitPicture, value []byte, rev int
 	case kindWorkloadStatus:
 		rec := &pb.Status{}
 		if value == nil || proto.Unmarshal(value, rec) != nil {
-			u.workload = ""
+			u.workload, u.workloadRev = "", 0
 			return
+		}
+		if rec.Status != u.workload || u.workloadRev == 0 {
+			u.workloadRev = rev
 		}
 		u.workload = rec.Status
 	}

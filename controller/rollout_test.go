@@ -670,3 +670,14 @@ func TestRolloutWorkerScale(t *testing.T) {
 	t.Logf("%d units on %d machines, max-parallel 10%%: every unit on revision %d in %s; at most %d permits out; %d transactions (%.1f a unit, agents' included), %d conflicts",
 		n, n/10, target, took.Round(time.Millisecond), pc.most, after.Txns-before.Txns, float64(after.Txns-before.Txns)/float64(n), after.Conflicts-before.Conflicts)
 }
+
+// TestRolloutWorkerBlockedBefore: a unit whose workload was blocked
+// before its permit (an app waiting for a relation) is released once it
+// runs the target; the rollout completes.
+func TestRolloutWorkerBlockedBefore(t *testing.T) {
+	e := newRolloutEnv(t, 2, 2, &pb.RolloutPolicy{MaxParallel: "2", DeadlineMs: 60_000, AutoRevert: true})
+	e.must("SetStatus", e.st.SetStatus(e.ctx, state.StatusUnit, "kv/0", &pb.Status{Status: "blocked", Message: "waiting for a relation"}))
+	e.agents(10*time.Millisecond, nil)
+	e.worker()
+	e.waitDone(e.configure("v2"))
+}
