@@ -191,6 +191,3 @@ func containsNum(nums []int64, n int64) bool {
 	}
 	return false
 }
-
-// charmName is a charm as the revisions show it: "kv-3".
-func charmName(c *pb.CharmRef) string { return fmt.Sprintf("%s-%d", c.GetName(), c.GetRevision()) }
