@@ -16,7 +16,7 @@ import (
 
 // charmHooks are the hooks each example charm has.
 var charmHooks = map[string][]string{
-	"kv": {"config-changed", "install", "server-relation-changed", "server-relation-joined", "start", "stop"},
+	"kv": {"config-changed", "install", "server-relation-changed", "server-relation-joined", "start", "stop", "upgrade-charm"},
 	"app": {"config-changed", "db-relation-broken", "db-relation-changed", "db-relation-departed",
 		"install", "start", "stop"},
 	"logger": {"config-changed", "host-relation-broken", "host-relation-changed", "host-relation-created",
