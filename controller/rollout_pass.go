@@ -40,12 +40,6 @@ type rolloutTerm struct {
 	// than allowFresh (the rollout paused meanwhile) is asked again.
 	allowedAt map[string]time.Time
 	granted   map[string]int64
-	// blockedAt says, of each unit the term granted a permit, whether
-	// its workload was blocked then: a unit blocked before its move (an
-	// app waiting for a relation, which says so again in every hook) is
-	// not held for it. A unit granted by an earlier term is judged by
-	// its workload's status written after its permit.
-	blockedAt map[string]sinceBlocked
 	// inflight counts the gate asks running.
 	inflight int
 	// failing holds the target of each service whose rollout this term
@@ -60,11 +54,6 @@ type rolloutTerm struct {
 // that waited longer (its rollout paused, or no room came) is asked
 // again.
 const allowFresh = 30 * time.Second
-
-type sinceBlocked struct {
-	target  int64
-	blocked bool
-}
 
 type sinceTarget struct {
 	target int64
@@ -87,8 +76,7 @@ func newRolloutTerm(w *RolloutWorker, pic *rolloutPicture) *rolloutTerm {
 		w: w, pic: pic, news: make(chan struct{}, 1),
 		healthy: map[string]sinceTarget{}, backoff: map[string]*unitBackoff{},
 		asking: map[string]int64{}, allowed: map[string]int64{}, allowedAt: map[string]time.Time{}, granted: map[string]int64{},
-		blockedAt: map[string]sinceBlocked{},
-		failing:   map[string]int64{}, changes: map[string]targetChanges{},
+		failing: map[string]int64{}, changes: map[string]targetChanges{},
 	}
 }
 
@@ -191,18 +179,14 @@ func (t *rolloutTerm) planService(svc string, ro *pb.Rollout, policy *pb.Rollout
 		}
 		if u.permit != target {
 			delete(t.healthy, u.name)
-			if b, ok := t.blockedAt[u.name]; ok && (b.target != target || t.granted[u.name] != target) {
-				delete(t.blockedAt, u.name)
-			}
 			continue
 		}
 		if u.agent == "error" && u.agentRev > u.permitRev && p.fail == "" {
 			p.fail = fmt.Sprintf("unit %s failed on revision %d: %s", u.name, target, u.agentMsg)
 		}
-		blocked := u.workload == "blocked" && u.workloadRev > u.permitRev
-		if b, ok := t.blockedAt[u.name]; ok && b.target == target {
-			blocked = u.workload == "blocked" && !b.blocked
-		}
+		// Blocked before its move (an app waiting for a relation) is not
+		// the move's doing: its permit says which.
+		blocked := u.workload == "blocked" && !u.permitBlocked
 		if u.current != target || u.target != target || u.agent != "idle" || u.workload == "error" || blocked {
 			delete(t.healthy, u.name)
 			continue
@@ -270,7 +254,6 @@ func (t *rolloutTerm) planService(svc string, ro *pb.Rollout, policy *pb.Rollout
 		case policy.Gate == "":
 			p.grant = append(p.grant, u.name)
 			t.granted[u.name] = target
-			t.blockedAt[u.name] = sinceBlocked{target: target, blocked: u.workload == "blocked"}
 		case g == nil:
 			p.refuse = append(p.refuse, &pb.GateDecision{
 				Unit: u.name, Machine: u.machine, Gate: policy.Gate, From: u.current, To: target,
@@ -326,7 +309,6 @@ func (t *rolloutTerm) allowedUnits(units []*unitPicture, target int64) []string 
 			out = append(out, u.name)
 			delete(t.allowed, u.name)
 			t.granted[u.name] = target
-			t.blockedAt[u.name] = sinceBlocked{target: target, blocked: u.workload == "blocked"}
 		}
 	}
 	return out

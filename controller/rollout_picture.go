@@ -64,18 +64,17 @@ type unitPicture struct {
 	// permitRev is the etcd revision of its permit's last write (a grant
 	// or a retarget).
 	permitRev int64
-	agent     string
-	agentMsg  string
+	// permitBlocked says its workload was blocked when the permit was
+	// granted (pb.Permit.workload_blocked).
+	permitBlocked bool
+	agent         string
+	agentMsg      string
 	// agentRev is the etcd revision at which its agent's status or
 	// message last changed (a report of the same status again does not
 	// count): an error after the permit's write is an error on the
 	// permit's revision, one before it is not.
 	agentRev int64
 	workload string
-	// workloadRev is the etcd revision at which its workload's status
-	// last changed: blocked since before the permit's write (an app
-	// waiting for a relation) is not the move's doing.
-	workloadRev int64
 }
 
 // The kinds of record the picture follows, one watch each.
@@ -252,10 +251,10 @@ func (p *rolloutPicture) setUnit(kind int, u *unitPicture, value []byte, rev int
 	case kindPermit:
 		rec := &pb.Permit{}
 		if value == nil || proto.Unmarshal(value, rec) != nil {
-			u.permit, u.permitRev = 0, 0
+			u.permit, u.permitRev, u.permitBlocked = 0, 0, false
 			return
 		}
-		u.permit, u.permitRev = rec.Revision, rev
+		u.permit, u.permitRev, u.permitBlocked = rec.Revision, rev, rec.WorkloadBlocked
 	case kindAgentStatus:
 		rec := &pb.Status{}
 		if value == nil || proto.Unmarshal(value, rec) != nil {
@@ -269,11 +268,8 @@ func (p *rolloutPicture) setUnit(kind int, u *unitPicture, value []byte, rev int
 	case kindWorkloadStatus:
 		rec := &pb.Status{}
 		if value == nil || proto.Unmarshal(value, rec) != nil {
-			u.workload, u.workloadRev = "", 0
+			u.workload = ""
 			return
-		}
-		if rec.Status != u.workload || u.workloadRev == 0 {
-			u.workloadRev = rev
 		}
 		u.workload = rec.Status
 	}

@@ -672,12 +672,32 @@ func TestRolloutWorkerScale(t *testing.T) {
 }
 
 // TestRolloutWorkerBlockedBefore: a unit whose workload was blocked
-// before its permit (an app waiting for a relation) is released once it
-// runs the target; the rollout completes.
+// before its permit (an app waiting for a relation, which says so again
+// in the hook that moves it) is released once it runs the target, also
+// by a leader that did not grant the permit; the rollout completes.
 func TestRolloutWorkerBlockedBefore(t *testing.T) {
 	e := newRolloutEnv(t, 2, 2, &pb.RolloutPolicy{MaxParallel: "2", DeadlineMs: 60_000, AutoRevert: true})
-	e.must("SetStatus", e.st.SetStatus(e.ctx, state.StatusUnit, "kv/0", &pb.Status{Status: "blocked", Message: "waiting for a relation"}))
-	e.agents(10*time.Millisecond, nil)
+	blocked := &pb.Status{Status: "blocked", Message: "waiting for a relation"}
+	e.must("SetStatus", e.st.SetStatus(e.ctx, state.StatusUnit, "kv/0", blocked))
+	release := make(chan struct{})
+	e.agents(10*time.Millisecond, func(unit string, rev int64) string {
+		if unit == "kv/0" {
+			<-release
+			if err := e.st.SetStatus(e.ctx, state.StatusUnit, unit, blocked); err != nil {
+				t.Errorf("SetStatus(%s): %v", unit, err)
+			}
+		}
+		return ""
+	})
+	stop := e.worker()
+	target := e.configure("v2")
+	e.waitFor("kv/0's permit", func() bool {
+		p, err := e.st.Permits(e.ctx, "kv")
+		e.must("Permits", err)
+		return p["kv/0"].GetRevision() == target && p["kv/0"].GetWorkloadBlocked()
+	})
+	stop()
+	close(release)
 	e.worker()
-	e.waitDone(e.configure("v2"))
+	e.waitDone(target)
 }

@@ -261,7 +261,7 @@ func (s *State) GrantPermits(ctx context.Context, service string, target int64, 
 		gets := []getOp{get(RolloutKey(service)), get(RolloutPolicyKey(service)),
 			{key: ServiceUnitsPrefix(service), end: prefixEnd(ServiceUnitsPrefix(service)), countOnly: true}}
 		for _, u := range units {
-			gets = append(gets, get(UnitRevisionKey(u)), get(PermitKey(u)))
+			gets = append(gets, get(UnitRevisionKey(u)), get(PermitKey(u)), get(StatusKey(StatusUnit, u)))
 		}
 		r, err := s.read(ctx, gets...)
 		if err != nil {
@@ -295,11 +295,15 @@ func (s *State) GrantPermits(ctx context.Context, service string, target int64, 
 		now := s.now().UnixNano()
 		granted = granted[:0]
 		for i, u := range units {
-			ur, err := decode[pb.UnitRevision](r.one(3 + 2*i))
+			ur, err := decode[pb.UnitRevision](r.one(3 + 3*i))
 			if err != nil {
 				return nil, err
 			}
-			p, err := decode[pb.Permit](r.one(4 + 2*i))
+			p, err := decode[pb.Permit](r.one(4 + 3*i))
+			if err != nil {
+				return nil, err
+			}
+			workload, err := decode[pb.Status](r.one(5 + 3*i))
 			if err != nil {
 				return nil, err
 			}
@@ -325,7 +329,8 @@ func (s *State) GrantPermits(ctx context.Context, service string, target int64, 
 				next.CanaryGranted++
 			}
 			c.ifMod(ur.key, ur.mod)
-			c.put(PermitKey(u), &pb.Permit{Revision: target, GrantedUnixNano: now})
+			blocked := workload != nil && workload.v.Status == "blocked"
+			c.put(PermitKey(u), &pb.Permit{Revision: target, GrantedUnixNano: now, WorkloadBlocked: blocked})
 			c.put(ur.key, &pb.UnitRevision{Current: ur.v.Current, Target: target})
 			granted = append(granted, u)
 		}

@@ -704,6 +704,11 @@ type Permit struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Revision        int64                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
 	GrantedUnixNano int64                  `protobuf:"varint,2,opt,name=granted_unix_nano,json=grantedUnixNano,proto3" json:"granted_unix_nano,omitempty"`
+	// workload_blocked says the unit's workload status was blocked when
+	// the permit was granted: a unit blocked before its move (an app
+	// waiting for a relation, which says so again in every hook) is not
+	// held for it, by this leader or the next.
+	WorkloadBlocked bool `protobuf:"varint,3,opt,name=workload_blocked,json=workloadBlocked,proto3" json:"workload_blocked,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -750,6 +755,13 @@ func (x *Permit) GetGrantedUnixNano() int64 {
 		return x.GrantedUnixNano
 	}
 	return 0
+}
+
+func (x *Permit) GetWorkloadBlocked() bool {
+	if x != nil {
+		return x.WorkloadBlocked
+	}
+	return false
 }
 
 // GateDecision is stored at gate-decisions/<service>/<seq, 20 digits>,
@@ -916,10 +928,11 @@ const file_lifeline_v1_revisions_proto_rawDesc = "" +
 	"\fUnitRevision\x12\x18\n" +
 	"\acurrent\x18\x01 \x01(\x03R\acurrent\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\x03R\x06target\x12\x12\n" +
-	"\x04note\x18\x03 \x01(\tR\x04note\"P\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\"{\n" +
 	"\x06Permit\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12*\n" +
-	"\x11granted_unix_nano\x18\x02 \x01(\x03R\x0fgrantedUnixNano\"\x8a\x02\n" +
+	"\x11granted_unix_nano\x18\x02 \x01(\x03R\x0fgrantedUnixNano\x12)\n" +
+	"\x10workload_blocked\x18\x03 \x01(\bR\x0fworkloadBlocked\"\x8a\x02\n" +
 	"\fGateDecision\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\x12\x18\n" +
 	"\amachine\x18\x02 \x01(\tR\amachine\x12\x12\n" +
