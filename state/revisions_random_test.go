@@ -143,9 +143,13 @@ func revStep(ctx context.Context, st *state.State, rng *rand.Rand) (string, erro
 		}
 		var us []string
 		for u := range urs {
-			if rng.IntN(2) == 0 && len(us) < state.MaxGrantUnits {
+			if rng.IntN(2) == 0 && len(us) < state.MaxGrantUnits-1 {
 				us = append(us, u)
 			}
+		}
+		if len(us) > 1 && rng.IntN(4) == 0 {
+			// A unit named twice, apart: granted or released once.
+			us = append(us, us[0])
 		}
 		return us
 	}

@@ -3,7 +3,6 @@ package state
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -247,7 +246,7 @@ func (s *State) GrantPermits(ctx context.Context, service string, target int64, 
 	if len(units) > MaxGrantUnits {
 		return nil, invalidf("%d units to grant permits to: at most %d a call", len(units), MaxGrantUnits)
 	}
-	units = slices.Compact(slices.Clone(units))
+	units = distinct(units)
 	for _, u := range units {
 		if err := checkUnitName(u); err != nil {
 			return nil, err
@@ -372,7 +371,7 @@ func (s *State) ReleasePermits(ctx context.Context, service string, units []stri
 	if len(units) > MaxReleaseUnits {
 		return invalidf("%d units to release permits of: at most %d a call", len(units), MaxReleaseUnits)
 	}
-	units = slices.Compact(slices.Clone(units))
+	units = distinct(units)
 	for _, u := range units {
 		if err := checkUnitName(u); err != nil {
 			return err
@@ -606,4 +605,18 @@ func removeUnitRevisionOps(c *change, unit string, permit, rollout *mvccpb.KeyVa
 	c.ifMod(ro.key, ro.mod)
 	c.put(ro.key, next)
 	return nil
+}
+
+// distinct returns names without repeats, in their first order: a unit
+// named twice in one call is granted or released once.
+func distinct(names []string) []string {
+	seen := make(map[string]bool, len(names))
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
 }
