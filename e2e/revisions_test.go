@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,7 +13,9 @@ import (
 // rollback restores the configuration before (the kv server moves back
 // to that port, through config-changed), a rollback --to 1 the deployed
 // one; a rollback to the spec the service has, to a revision never
-// made, and by a viewer are refused and change nothing.
+// made, and by a viewer are refused and change nothing. A refresh to
+// another charm with another port, rolled back, brings back both the
+// unit's charm directory and its port.
 func TestRevisionsAndRollback(t *testing.T) {
 	needCharms(t)
 	s := newSandbox(t)
@@ -82,4 +85,31 @@ func TestRevisionsAndRollback(t *testing.T) {
 		t.Errorf("after the refusals ctl revisions kv has %d lines, want a header and 5 revisions", n)
 	}
 	answers(t, "http://"+kv+":7070/health", "ok")
+
+	// Another charm and another port in one refresh; the rollback brings
+	// both back on the unit's host: the charm directory and the port.
+	older := olderCharm(t, "kv")
+	charmConfig := filepath.Join(unitDir(s, s.Status(t).Services["kv"].Units["kv/0"].Machine, "kv/0"), "charm", "config.yaml")
+	legacy := func() bool {
+		b, err := os.ReadFile(charmConfig)
+		if err != nil {
+			t.Fatalf("the unit's charm: %v", err)
+		}
+		return strings.Contains(string(b), "legacy:")
+	}
+	s.OK(t, "refresh", "kv", "--path", older, "--service-config", "port=7073")
+	s.OK(t, "wait", "--timeout", "2m")
+	answers(t, "http://"+kv+":7073/health", "ok")
+	if !legacy() {
+		t.Errorf("after the refresh %s is the old charm's, want the refreshed one (its legacy option)", charmConfig)
+	}
+	s.OK(t, "rollback", "kv")
+	s.OK(t, "wait", "--timeout", "2m")
+	answers(t, "http://"+kv+":7070/health", "ok")
+	if legacy() {
+		t.Errorf("after the rollback %s still has the refreshed charm's legacy option", charmConfig)
+	}
+	if log := s.OK(t, "show-status-log", "kv/0"); strings.Count(log, "upgrade-charm") < 2 {
+		t.Errorf("ctl show-status-log kv/0:\n%s\nwant upgrade-charm run for the refresh and the rollback", log)
+	}
 }
