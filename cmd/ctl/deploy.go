@@ -77,21 +77,11 @@ Example:
 }
 
 func deploy(cmd *cobra.Command, e *env, dir, service string, f deployFlags, settings map[string]string) error {
-	var buf bytes.Buffer
-	info, err := charm.Pack(dir, &buf)
-	if err != nil {
-		return err // it names the directory
-	}
-	c, err := e.connect()
+	c, rec, err := packAndUpload(cmd.Context(), e, dir)
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	rec, err := uploadCharm(cmd.Context(), c, buf.Bytes(), info.SHA256)
-	if err != nil {
-		return c.check(err)
-	}
-	fmt.Fprintf(e.stdout, "uploaded charm %s revision %d (%s)\n", rec.Name, rec.Revision, sizeText(rec.Size))
 
 	n := f.numUnits
 	if rec.Subordinate {
@@ -122,6 +112,29 @@ func deploy(cmd *cobra.Command, e *env, dir, service string, f deployFlags, sett
 }
 
 // uploadCharm sends a packed charm, header first, then 1 MiB chunks.
+// packAndUpload packs the charm directory dir, connects, uploads the
+// charm and says so: deploy and refresh begin alike. The caller closes
+// the client.
+func packAndUpload(ctx context.Context, e *env, dir string) (*client, *pb.Charm, error) {
+	var buf bytes.Buffer
+	info, err := charm.Pack(dir, &buf)
+	if err != nil {
+		return nil, nil, err // it names the directory
+	}
+	c, err := e.connect()
+	if err != nil {
+		return nil, nil, err
+	}
+	rec, err := uploadCharm(ctx, c, buf.Bytes(), info.SHA256)
+	if err != nil {
+		err = c.check(err)
+		c.close()
+		return nil, nil, err
+	}
+	fmt.Fprintf(e.stdout, "uploaded charm %s revision %d (%s)\n", rec.Name, rec.Revision, sizeText(rec.Size))
+	return c, rec, nil
+}
+
 func uploadCharm(ctx context.Context, c *client, data []byte, sha string) (*pb.Charm, error) {
 	ctx, cancel := context.WithTimeout(ctx, uploadTimeout)
 	defer cancel()

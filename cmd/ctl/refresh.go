@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"strings"
 
@@ -63,21 +62,11 @@ Example:
 }
 
 func refresh(cmd *cobra.Command, e *env, service, dir string, set map[string]string, switchCharm bool) error {
-	var buf bytes.Buffer
-	info, err := charm.Pack(dir, &buf)
-	if err != nil {
-		return err // it names the directory
-	}
-	c, err := e.connect()
+	c, rec, err := packAndUpload(cmd.Context(), e, dir)
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	rec, err := uploadCharm(cmd.Context(), c, buf.Bytes(), info.SHA256)
-	if err != nil {
-		return c.check(err)
-	}
-	fmt.Fprintf(e.stdout, "uploaded charm %s revision %d (%s)\n", rec.Name, rec.Revision, sizeText(rec.Size))
 	ctx, cancel := callContext(cmd.Context())
 	defer cancel()
 	resp, err := c.op.RefreshService(ctx, &pb.RefreshServiceRequest{
