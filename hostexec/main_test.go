@@ -1,0 +1,50 @@
+package hostexec
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// fakepkgPath is the fakepkg program TestMain builds for the tests of
+// the exec: package manager.
+var fakepkgPath string
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "hostexec-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	fakepkgPath = filepath.Join(dir, "fakepkg")
+	build := exec.Command("go", "build", "-o", fakepkgPath, "./internal/fakepkg")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build fakepkg:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// fakepkg returns the exec: package manager over a fresh fakepkg record
+// of the test's, and the record's path.
+func fakepkg(t *testing.T) (Exec, string) {
+	t.Helper()
+	db := filepath.Join(t.TempDir(), "fakepkg.json")
+	t.Setenv("FAKEPKG_DB", db)
+	t.Setenv("FAKEPKG_LOG", db+".log")
+	t.Setenv("FAKEPKG_FAIL", "")
+	t.Setenv("FAKEPKG_SLEEP", "")
+	pm, err := ParsePackageManager("exec:" + fakepkgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pm.(Exec), db
+}
