@@ -16,6 +16,17 @@
 // package is removed when its last claimant releases it, and only if
 // Lifeline installed it (it was absent at its first claim).
 //
+// Files. WriteFile makes a path hold a content and mode for a unit
+// (relative paths under the unit's directory, absolute ones anywhere),
+// atomically, rewriting only what differs, and records the path and the
+// digest of what it wrote in the unit's directory (FilesRecord).
+// RemoveFile and RemoveFiles remove only paths so recorded, and of those
+// only files still holding what the unit wrote: a file edited or
+// replaced since is someone else's and is kept (reported Kept). A write
+// records its path before it renames, with the digests of both the old
+// and the new content, so that a crash leaves nothing the unit wrote
+// unrecorded.
+//
 // It owns no model: it knows nothing of revisions, conflicts or the
 // controller (package hostclaims decides what to do, the agents when);
 // it must not talk to etcd or gRPC.
