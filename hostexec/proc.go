@@ -1,0 +1,171 @@
+package hostexec
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lifelinehq/lifeline/internal/pause"
+)
+
+// procStat is what /proc/<pid>/stat says of a process that matters here.
+type procStat struct {
+	state     byte   // R, S, D, Z (zombie), ...
+	session   int    // field 6
+	startTime uint64 // field 22, clock ticks after boot: with the pid, names a process
+}
+
+// readProcStat reads /proc/<pid>/stat; ok is false when there is no
+// such process.
+func readProcStat(pid int) (st procStat, ok bool, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+		return st, false, nil
+	}
+	if err != nil {
+		return st, false, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces
+	// and parentheses itself: the fields that follow start after the last ')'.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return st, false, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 20 {
+		return st, false, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	st.state = f[0][0]
+	if st.session, err = strconv.Atoi(f[3]); err != nil {
+		return st, false, fmt.Errorf("/proc/%d/stat: session: %w", pid, err)
+	}
+	if st.startTime, err = strconv.ParseUint(f[19], 10, 64); err != nil {
+		return st, false, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
+	}
+	return st, true, nil
+}
+
+// processAlive reports whether the process pid started at startTime
+// still runs: a zombie has ended, and a pid now naming another process
+// (its start time differs) means it ended too.
+func processAlive(pid int, startTime uint64) (alive, zombie bool) {
+	st, ok, err := readProcStat(pid)
+	if err != nil || !ok || st.startTime != startTime {
+		return false, false
+	}
+	if st.state == 'Z' || st.state == 'X' {
+		return false, true
+	}
+	return true, false
+}
+
+// reap collects the exit of pid if it is this process's child, saying
+// how it ended; for a process that is not (a daemon adopted from an
+// earlier agent), whose parent collects it, it says only that it ended.
+func reap(pid int) string {
+	var ws syscall.WaitStatus
+	got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+	if err != nil || got != pid {
+		return "exited"
+	}
+	switch {
+	case ws.Exited():
+		return fmt.Sprintf("exit status %d", ws.ExitStatus())
+	case ws.Signaled():
+		return "killed by " + ws.Signal().String()
+	}
+	return "exited"
+}
+
+// ended checks whether the process has ended, and if so, kills what is
+// left of its process group (before it is reaped, while a zombie leader
+// still holds the group's id) and reaps it: it returns how it ended.
+func ended(pid int, startTime uint64) (bool, string) {
+	alive, zombie := processAlive(pid, startTime)
+	if alive {
+		return false, ""
+	}
+	if zombie {
+		syscall.Kill(-pid, syscall.SIGKILL)
+	}
+	return true, reap(pid)
+}
+
+// killWait is how long a daemon's process has to be gone after SIGKILL.
+const killWait = 10 * time.Second
+
+// terminate stops the process group pid leads: SIGTERM, up to timeout
+// for the leader to end, then SIGKILL to the group; it returns how the
+// leader ended.
+func terminate(pid int, startTime uint64, timeout time.Duration) (string, error) {
+	if done, how := ended(pid, startTime); done {
+		return how, nil
+	}
+	syscall.Kill(-pid, syscall.SIGTERM)
+	if how, ok := waitEnded(pid, startTime, timeout); ok {
+		// What the leader left in its group goes with it.
+		return how, nil
+	}
+	syscall.Kill(-pid, syscall.SIGKILL)
+	if how, ok := waitEnded(pid, startTime, killWait); ok {
+		return how, nil
+	}
+	return "", fmt.Errorf("process %d still runs %s after SIGKILL", pid, killWait)
+}
+
+// waitEnded polls until the process has ended or d passed.
+func waitEnded(pid int, startTime uint64, d time.Duration) (string, bool) {
+	deadline := time.Now().Add(d)
+	for step := time.Millisecond; ; step = min(2*step, 50*time.Millisecond) {
+		if done, how := ended(pid, startTime); done {
+			return how, true
+		}
+		if time.Now().After(deadline) {
+			return "", false
+		}
+		pause.For(context.Background(), step)
+	}
+}
+
+// markEnv names the variable a daemon's mark is in: a value unique to
+// each start, by which a daemon started just before the agent died, its
+// pid unrecorded, is found again.
+const markEnv = "LIFELINE_DAEMON_MARK"
+
+// findMarked returns the pid and start time of the session leader whose
+// environment holds mark, if one runs.
+func findMarked(mark string) (int, uint64, bool) {
+	want := []byte(markEnv + "=" + mark + "\x00")
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		f, err := os.Open(filepath.Join("/proc", d.Name(), "environ"))
+		if err != nil {
+			continue
+		}
+		env, _ := io.ReadAll(io.LimitReader(f, 1<<20))
+		f.Close()
+		if !bytes.HasPrefix(env, want) && !bytes.Contains(env, append([]byte{0}, want...)) {
+			continue
+		}
+		st, ok, err := readProcStat(pid)
+		if err == nil && ok && st.session == pid && st.state != 'Z' {
+			return pid, st.startTime, true
+		}
+	}
+	return 0, 0, false
+}
