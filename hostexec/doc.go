@@ -44,6 +44,16 @@
 // (they are not its children), and starts the others. Daemons are not
 // stopped when Run ends: they outlive the agent.
 //
+// Jobs. Host.RunJob runs a job of tasks in order: install, manage and
+// run (a revision's packages, files and daemons), uninstall, remove and
+// shutdown (their reverses). Each task is idempotent, and each outcome
+// (changed, unchanged, ok with a note, or failed) is recorded in a
+// journal file as the task ends, so that a runner killed mid-job, run
+// again with the same tasks, resumes at the first task not done and
+// completes the job, starting no daemon twice (the new Supervisor
+// adopted those running). The first failure ends the job; running it
+// again retries from the failed task.
+//
 // It owns no model: it knows nothing of revisions, conflicts or the
 // controller (package hostclaims decides what to do, the agents when);
 // it must not talk to etcd or gRPC.

@@ -12,7 +12,23 @@ import (
 // the exec: package manager.
 var fakepkgPath string
 
+// The test binary runs itself as a child (a job runner to SIGKILL) when
+// childDirEnv names the test's directory; fakepkgEnv passes the built
+// fakepkg on.
+const (
+	childDirEnv = "HOSTEXEC_TEST_CHILD_DIR"
+	fakepkgEnv  = "HOSTEXEC_TEST_FAKEPKG"
+)
+
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(childDirEnv); dir != "" {
+		fakepkgPath = os.Getenv(fakepkgEnv)
+		if err := runChildJob(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "child job:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	os.Exit(testMain(m))
 }
 
@@ -42,6 +58,7 @@ func fakepkg(t *testing.T) (Exec, string) {
 	t.Setenv("FAKEPKG_LOG", db+".log")
 	t.Setenv("FAKEPKG_FAIL", "")
 	t.Setenv("FAKEPKG_SLEEP", "")
+	t.Setenv("FAKEPKG_SLOW", "")
 	pm, err := ParsePackageManager("exec:" + fakepkgPath)
 	if err != nil {
 		t.Fatal(err)

@@ -17,7 +17,7 @@ import (
 
 // testConfig is a supervisor's config over a temporary directory, with
 // short back-offs and polls so that tests of restarts run quickly.
-func testConfig(t *testing.T, dir string) SupervisorConfig {
+func testConfig(_ testing.TB, dir string) SupervisorConfig {
 	return SupervisorConfig{
 		StateFile:      filepath.Join(dir, "daemons.json"),
 		UnitDir:        func(unit string) string { return filepath.Join(dir, "units", strings.ReplaceAll(unit, "/", "-")) },

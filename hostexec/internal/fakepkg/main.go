@@ -12,7 +12,8 @@
 //	FAKEPKG_LOG         a file each install and remove appends a line to
 //	FAKEPKG_FAIL        comma-separated names whose install or remove fails
 //	FAKEPKG_CANDIDATES  comma-separated name=version candidates (default 1.0)
-//	FAKEPKG_SLEEP       a duration an install waits, holding the lock, first
+//	FAKEPKG_SLOW        comma-separated names whose install waits first,
+//	                    holding the lock, for FAKEPKG_SLEEP (a duration)
 //
 // Calls are serialized by an flock on FAKEPKG_DB.lock, so concurrent
 // calls are safe; the file is replaced by rename.
@@ -77,7 +78,13 @@ func run(args []string) error {
 		}
 		return nil
 	case "install":
-		if d, err := time.ParseDuration(os.Getenv("FAKEPKG_SLEEP")); err == nil {
+		slow := false
+		for _, n := range strings.Split(os.Getenv("FAKEPKG_SLOW"), ",") {
+			for _, a := range names {
+				slow = slow || n != "" && strings.SplitN(a, "=", 2)[0] == n
+			}
+		}
+		if d, err := time.ParseDuration(os.Getenv("FAKEPKG_SLEEP")); err == nil && slow {
 			time.Sleep(d)
 		}
 		candidates := map[string]string{}
