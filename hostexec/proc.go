@@ -33,24 +33,33 @@ func readProcStat(pid int) (st procStat, ok bool, err error) {
 	if err != nil {
 		return st, false, err
 	}
+	st, err = parseProcStat(data)
+	if err != nil {
+		return st, false, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return st, true, nil
+}
+
+// parseProcStat parses the content of a /proc/<pid>/stat.
+func parseProcStat(data []byte) (st procStat, err error) {
 	// The command name (field 2) is in parentheses and may hold spaces
 	// and parentheses itself: the fields that follow start after the last ')'.
 	i := bytes.LastIndexByte(data, ')')
 	if i < 0 {
-		return st, false, fmt.Errorf("/proc/%d/stat: no command name", pid)
+		return st, errors.New("no command name")
 	}
 	f := strings.Fields(string(data[i+1:]))
 	if len(f) < 20 {
-		return st, false, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+		return st, fmt.Errorf("%d fields, want at least 22", len(f)+2)
 	}
 	st.state = f[0][0]
 	if st.session, err = strconv.Atoi(f[3]); err != nil {
-		return st, false, fmt.Errorf("/proc/%d/stat: session: %w", pid, err)
+		return st, fmt.Errorf("session: %w", err)
 	}
 	if st.startTime, err = strconv.ParseUint(f[19], 10, 64); err != nil {
-		return st, false, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
+		return st, fmt.Errorf("start time: %w", err)
 	}
-	return st, true, nil
+	return st, nil
 }
 
 // processAlive reports whether the process pid started at startTime

@@ -1,0 +1,107 @@
+package hostexec
+
+import (
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
+)
+
+func TestParseProcStat(t *testing.T) {
+	// A command name with spaces and parentheses, as a process may name itself.
+	line := "4242 (my (odd) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 0\n"
+	st, err := parseProcStat([]byte(line))
+	if err != nil || st.state != 'S' || st.session != 4242 || st.startTime != 987654 {
+		t.Errorf("parseProcStat(%q) = %+v, %v; want S, session 4242, start 987654", line, st, err)
+	}
+	if _, err := parseProcStat([]byte("4242 (x) S 1 2")); err == nil {
+		t.Errorf("parseProcStat of a short line = nil error")
+	}
+}
+
+func TestProcessAlive(t *testing.T) {
+	st, ok, err := readProcStat(os.Getpid())
+	if err != nil || !ok {
+		t.Fatalf("readProcStat(self) = %v, %v", ok, err)
+	}
+	if a, _ := processAlive(os.Getpid(), st.startTime); !a {
+		t.Errorf("processAlive(self) = false")
+	}
+	// The same pid with another start time is another process.
+	if a, _ := processAlive(os.Getpid(), st.startTime+1); a {
+		t.Errorf("processAlive(self, another start time) = true")
+	}
+}
+
+// TestSupervisorFinishesStop: a daemon recorded stopped whose process
+// still runs (the agent died stopping it) is stopped by the next
+// supervisor's Run.
+func TestSupervisorFinishesStop(t *testing.T) {
+	const unit = "kv/0"
+	cfg := testConfig(t, t.TempDir())
+	d := Daemon{Name: "srv", Command: []string{"sleep", "1000"}, StopTimeout: time.Second}
+	cmd := exec.Command("sleep", "1000")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	st, _, _ := readProcStat(cmd.Process.Pid)
+	rec := supervisorRecord{Daemons: []daemonRecord{{Unit: unit, Spec: d, Pid: cmd.Process.Pid, StartTime: st.startTime, Stopped: true}}}
+	if err := writeRecord(cfg.StateFile, rec); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := startSupervisor(t, cfg, unit)
+	poll.UntilSays(t, "the stop finished", func() (bool, string) {
+		got := state(t, s, unit, "srv")
+		return got.State == Stopped && !alive(cmd.Process.Pid), got.State
+	})
+}
+
+// TestSupervisorConcurrent: units' daemons started and stopped from many
+// goroutines at once while Run watches them.
+func TestSupervisorConcurrent(t *testing.T) {
+	s, _ := startSupervisor(t, testConfig(t, t.TempDir()))
+	units := []string{"a/0", "a/1", "b/0", "b/1", "c/0", "c/1"}
+	errs := make(chan error, 2*len(units))
+	for _, u := range units {
+		go func() {
+			_, err := s.Ensure(u, Daemon{Name: "srv", Command: []string{"sleep", "1000"}})
+			errs <- err
+		}()
+	}
+	for range units {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	pids := map[int]bool{}
+	for _, u := range units {
+		st := state(t, s, u, "srv")
+		if st.State != Running || pids[st.Pid] {
+			t.Fatalf("%s's srv = %+v", u, st)
+		}
+		pids[st.Pid] = true
+	}
+	for _, u := range units {
+		go func() { errs <- s.StopAll(u) }()
+	}
+	for range units {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for pid := range pids {
+		if alive(pid) {
+			t.Errorf("pid %d runs after StopAll", pid)
+		}
+	}
+	for _, u := range units {
+		if got := s.States(u); len(got) != 0 {
+			t.Errorf("States(%s) after StopAll = %+v, want none", u, got)
+		}
+	}
+}
