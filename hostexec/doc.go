@@ -29,20 +29,21 @@
 //
 // Daemons. A Supervisor (one per machine agent) keeps units' daemons
 // running: Ensure starts one, or restarts it when its spec changed, and
-// leaves alone one running with the same spec; Stop sends SIGTERM to its
-// process group, then SIGKILL after its stop timeout; StopAll stops all
-// of a unit's. Each daemon runs in a session (and process group) of its
-// own, its output appended to UnitDir/daemons/<name>.log, moved to
-// <name>.log.1 past a size limit. Run restarts a daemon whose process
-// ended, with back-off (1 s doubling to 1 min, from 1 s again after 10 s
-// up). The state file records each daemon's spec, pid and process start
-// time (field 22 of /proc/<pid>/stat), and before each start a mark put
-// in the process's environment, so that a Supervisor made after the
-// agent restarts, even after a SIGKILL, adopts the daemons still running
-// (the same pid and start time, or the mark for one whose pid was never
-// recorded), never starting one twice, watches them by polling /proc
-// (they are not its children), and starts the others. Daemons are not
-// stopped when Run ends: they outlive the agent.
+// leaves alone one running with the same spec; Stop sends SIGTERM to
+// its process group, then SIGKILL after its stop timeout; StopAll stops
+// all of a unit's. Each daemon runs in a session (and process group) of
+// its own, its output appended to UnitDir/daemons/<name>.log, moved to
+// <name>.log.1 past a size limit (checked every second). Run restarts a
+// daemon whose process ended, with back-off (1 s doubling to 1 min,
+// from 1 s again after 10 s up). The state file records each daemon's
+// spec, pid and process start time (field 22 of /proc/<pid>/stat), and
+// before each start a mark put in the process's environment, so that a
+// Supervisor made after the agent restarts, even after a SIGKILL,
+// adopts the daemons still running (the same pid and start time, or the
+// mark for one whose pid was never recorded), never starting one twice,
+// watches them by polling /proc (they are not its children), and starts
+// the others. Daemons are not stopped when Run ends: they outlive the
+// agent.
 //
 // Jobs. Host.RunJob runs a job of tasks in order: install, manage and
 // run (a revision's packages, files and daemons), uninstall, remove and

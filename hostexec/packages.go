@@ -98,6 +98,9 @@ func (p *Packages) Claim(ctx context.Context, unit string, pkgs []Package) (chan
 			c = &packageClaim{Claimants: map[string]string{}, Ours: installed[n] == ""}
 			rec.Packages[n] = c
 		}
+		if c.Claimants == nil {
+			c.Claimants = map[string]string{}
+		}
 		// A claim during an unfinished removal keeps the package Lifeline's.
 		c.Removing = false
 		c.Claimants[unit] = want[n].Version

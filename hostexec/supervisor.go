@@ -35,8 +35,8 @@ type SupervisorConfig struct {
 	// second (defaults 1 s and 1 min); ResetAfter: a process that ran
 	// this long starts the back-off from the first again (default 10 s).
 	InitialBackoff, MaxBackoff, ResetAfter time.Duration
-	// PollInterval is how often Run looks for ended processes, due
-	// restarts and full logs (default 250 ms).
+	// PollInterval is how often Run looks for ended processes and due
+	// restarts (default 250 ms); it looks at the logs' sizes every second.
 	PollInterval time.Duration
 	Logger       hclog.Logger
 }
@@ -68,6 +68,7 @@ func (c *SupervisorConfig) Validate() error {
 }
 
 // A Supervisor keeps a machine's daemons running: one per machine agent.
+// Daemons run as the agent's user.
 // Ensure, Stop and StopAll change what runs; Run watches the processes,
 // starting again with back-off those that end, until its context ends.
 // Daemons outlive it: each runs in a session of its own, logging to a
@@ -83,7 +84,12 @@ type Supervisor struct {
 	// agent died while stopping them. Run finishes their stop.
 	pendingStops []*daemon
 	running      bool // Run runs
+	// logsChecked is when poll last looked at the logs' sizes: every
+	// logCheckInterval, not every poll (each look is a stat per daemon).
+	logsChecked time.Time
 }
+
+const logCheckInterval = time.Second
 
 type key struct{ unit, name string }
 
@@ -446,6 +452,10 @@ func (s *Supervisor) poll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
+	checkLogs := now.Sub(s.logsChecked) >= logCheckInterval
+	if checkLogs {
+		s.logsChecked = now
+	}
 	for _, d := range s.daemons {
 		if d.busy {
 			continue
@@ -464,7 +474,9 @@ func (s *Supervisor) poll() {
 				}
 				continue
 			}
-			s.rotate(d)
+			if checkLogs {
+				s.rotate(d)
+			}
 		case Backoff:
 			if now.Before(d.due) {
 				continue
