@@ -52,6 +52,43 @@
 //   - A subordinate charm has at least one requires endpoint with scope
 //     container. Only a subordinate charm's peers may be container-scoped.
 //
+// # The host section
+//
+// What the charm's units claim on their host (HostClaims; package
+// hostclaims renders them for a unit and resolves conflicts between units):
+//
+//	host:
+//	  ports: ["8080/tcp", "9000-9010/udp"]
+//	  files:
+//	    - {path: conf/kv.conf, template: "port={{ config.port }}\n", mode: "0640"}
+//	    - {path: /etc/kv/motd, content: "hello\n"}
+//	  packages:
+//	    - {name: nginx, version: "1.22.*"}
+//	  daemons:
+//	    - name: server
+//	      command: [bin/kv-server, --port, "{{ config.port }}"]
+//	      env: {KV_MODE: fast}
+//	      stop-timeout: 30s
+//
+// Rules (errors name the field, like host.files[1].path):
+//   - ports: PORT/PROTOCOL or FROM-TO/PROTOCOL, protocol tcp or udp, ports
+//     from 1 to 65535, FROM ≤ TO; no two of a charm's claims overlap.
+//   - files: path is relative (under the unit's directory) or absolute (on
+//     the host), clean, without ".."; exactly one of content and template
+//     (at most 64 KiB); mode is permission bits in octal, "0644" by
+//     default. No path twice.
+//   - packages: name is a Debian package name; version, optional, a
+//     pattern of a Debian version's characters and "*". No name twice.
+//   - daemons: name is lowercase letters, digits and hyphens, starting with
+//     a letter, unique; command is a non-empty list (the program first);
+//     env maps variable names to values; stop-timeout is a Go duration
+//     above 0 and at most 5m, 10s by default.
+//   - At most 64 ports, 64 files, 64 packages and 16 daemons.
+//   - A file's path and template, a package's version, a daemon's command
+//     items and env values are templates when they hold "{{", "{%" or
+//     "{#" (IsTemplate): they are checked as written here, and again
+//     once rendered.
+//
 // # config.yaml
 //
 //	options:

@@ -3,6 +3,7 @@ package charm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"sort"
@@ -32,6 +33,10 @@ var metadataSeeds = []string{
 	"name: kv\nprovides:\n  ? [a]\n  : b\n",
 	"a: &a [*a, *a]\nname: kv\n",
 	"name: kv\nrequires:\n  db: {interface: sql, limit: 0x7fffffff}\n",
+	hostYAML,
+	"name: kv\nhost: {ports: [1-65535/udp], files: [{path: a, content: &c x}, {path: /b, template: *c, mode: 0600}]}\n",
+	"name: kv\nhost: {daemons: [{name: s, command: [a, ''], env: {}, stop-timeout: 1ns}], packages: [{name: a0, version: ''}]}\n",
+	"name: kv\nhost: {files: [{path: a/../b, content: x}], ports: [8080]}\n",
 }
 
 var configSeeds = []string{
@@ -89,6 +94,9 @@ func FuzzParseMetadata(f *testing.F) {
 		}
 		if got := again.Endpoints(); !sameEndpoints(got, eps) || again.Name != m.Name || again.Subordinate != m.Subordinate {
 			t.Fatalf("ParseMetadata(render(%q)).Endpoints() = %s, want %s", data, endpointsString(got), endpointsString(eps))
+		}
+		if !reflect.DeepEqual(again.Host, m.Host) {
+			t.Fatalf("ParseMetadata(render(%q)).Host = %+v, want %+v", data, again.Host, m.Host)
 		}
 	})
 }
@@ -159,11 +167,43 @@ func renderMetadata(t *testing.T, m *Metadata) []byte {
 		}
 		doc[key] = section
 	}
+	if m.Host != nil {
+		doc["host"] = renderHost(m.Host)
+	}
 	b, err := yaml.Marshal(doc)
 	if err != nil {
 		t.Fatalf("render %+v: %v", m, err)
 	}
 	return b
+}
+
+// renderHost writes host claims back as metadata.yaml's host section.
+func renderHost(h *HostClaims) map[string]any {
+	var ports []string
+	for _, p := range h.Ports {
+		ports = append(ports, p.String())
+	}
+	var files []map[string]any
+	for _, f := range h.Files {
+		key := "content"
+		if f.Template {
+			key = "template"
+		}
+		files = append(files, map[string]any{"path": f.Path, key: f.Content, "mode": fmt.Sprintf("%04o", f.Mode)})
+	}
+	var pkgs []map[string]any
+	for _, p := range h.Packages {
+		pkgs = append(pkgs, map[string]any{"name": p.Name, "version": p.Version})
+	}
+	var daemons []map[string]any
+	for _, d := range h.Daemons {
+		dm := map[string]any{"name": d.Name, "command": d.Command, "stop-timeout": d.StopTimeout.String()}
+		if d.Env != nil {
+			dm["env"] = d.Env
+		}
+		daemons = append(daemons, dm)
+	}
+	return map[string]any{"ports": ports, "files": files, "packages": pkgs, "daemons": daemons}
 }
 
 func FuzzParseConfig(f *testing.F) {

@@ -42,6 +42,9 @@ type Metadata struct {
 	Provides map[string]Relation
 	Requires map[string]Relation
 	Peers    map[string]Relation
+	// Host is what the charm's units claim on their host (the host
+	// section); nil when the charm claims nothing.
+	Host *HostClaims
 }
 
 // Relation is what metadata.yaml says of one endpoint.
@@ -97,6 +100,8 @@ func ParseMetadata(data []byte) (*Metadata, error) {
 			m.Subordinate, err = f.boolean(p.key, p.value)
 		case "provides", "requires", "peers":
 			sections[p.key] = p.value
+		case "host":
+			m.Host, err = parseHost(f, p.value)
 		}
 		if err != nil {
 			return nil, err
