@@ -1,0 +1,167 @@
+package hostclaims
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/nikolalohinski/gonja/v2/builtins"
+	"github.com/nikolalohinski/gonja/v2/config"
+	"github.com/nikolalohinski/gonja/v2/exec"
+	"github.com/nikolalohinski/gonja/v2/loaders"
+	"github.com/nikolalohinski/gonja/v2/nodes"
+	"github.com/nikolalohinski/gonja/v2/parser"
+)
+
+// MaxTemplateOutput bounds what one template renders to.
+const MaxTemplateOutput = 64 << 10
+
+// maxRange bounds the items of range(), which the template engine would
+// otherwise produce without limit.
+const maxRange = 10000
+
+// templateName is the one name the loader knows: the template itself.
+const templateName = "/template"
+
+// errTooLarge is returned by the output writer past MaxTemplateOutput.
+var errTooLarge = fmt.Errorf("renders to more than %d bytes", MaxTemplateOutput)
+
+// Template renders src, a Jinja template (gonja), with vars. It has no file
+// access: include, import, extends and from are refused, and so is any
+// other name a template might load. A name not in vars is an error rather
+// than empty text, so that a misspelt option is found; a trailing newline
+// is kept, as a file's content needs. The output is at most
+// MaxTemplateOutput bytes. Errors are one line.
+func Template(src string, vars map[string]any) (out string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = "", fmt.Errorf("template failed: %v", r)
+		}
+	}()
+	cfg := config.New()
+	cfg.StrictUndefined = true
+	cfg.KeepTrailingNewline = true
+	t, err := exec.NewTemplate(templateName, cfg, &loader{src: src}, environment())
+	if err != nil {
+		// The engine quotes the whole source; the caller names the field.
+		msg := strings.TrimPrefix(err.Error(), "failed to parse template '"+src+"': ")
+		return "", oneLine("parse", msg)
+	}
+	w := &limitWriter{limit: MaxTemplateOutput}
+	if err := t.Execute(w, exec.NewContext(vars)); err != nil {
+		if w.over {
+			return "", errTooLarge
+		}
+		return "", oneLine("render", strings.TrimPrefix(err.Error(), "unable to execute template: "))
+	}
+	return w.b.String(), nil
+}
+
+// environment is the engine's builtins without file access and with a
+// bounded range().
+func environment() *exec.Environment {
+	cs := exec.NewControlStructureSet(map[string]parser.ControlStructureParser{}).Update(builtins.ControlStructures)
+	for _, name := range []string{"include", "import", "extends", "from"} {
+		_ = cs.Replace(name, refuse(name))
+	}
+	ctx := exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables)
+	ctx.Set("range", boundedRange)
+	ctx.Set("lipsum", func(*exec.Evaluator, *exec.VarArgs) (string, error) {
+		return "", errors.New("lipsum is not available")
+	})
+	return &exec.Environment{
+		Context:           ctx,
+		Filters:           builtins.Filters,
+		Tests:             builtins.Tests,
+		ControlStructures: cs,
+		Methods:           builtins.Methods,
+	}
+}
+
+// refuse is the parser of a control structure that would load a file.
+func refuse(name string) parser.ControlStructureParser {
+	return func(*parser.Parser, *parser.Parser) (nodes.ControlStructure, error) {
+		return nil, fmt.Errorf("%s is not available: a claim's template reads no file", name)
+	}
+}
+
+// boundedRange is Jinja's range([start, ]stop[, step]) giving at most
+// maxRange items, as a list.
+func boundedRange(_ *exec.Evaluator, params *exec.VarArgs) ([]int, error) {
+	start, stop, step := 0, 0, 1
+	ints := make([]int, len(params.Args))
+	for i, a := range params.Args {
+		if !a.IsInteger() {
+			return nil, errors.New("range: want integers")
+		}
+		ints[i] = a.Integer()
+	}
+	switch len(ints) {
+	case 1:
+		stop = ints[0]
+	case 2:
+		start, stop = ints[0], ints[1]
+	case 3:
+		start, stop, step = ints[0], ints[1], ints[2]
+	default:
+		return nil, errors.New("range: want [start, ]stop[, step]")
+	}
+	if step == 0 {
+		return nil, errors.New("range: step is 0")
+	}
+	var out []int
+	for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {
+		if len(out) == maxRange {
+			return nil, fmt.Errorf("range: more than %d items", maxRange)
+		}
+		out = append(out, i)
+	}
+	return out, nil
+}
+
+// loader gives the template's own source once, for the template itself,
+// and nothing else.
+type loader struct {
+	src  string
+	read bool
+}
+
+func (l *loader) Read(name string) (io.Reader, error) {
+	if name != templateName || l.read {
+		return nil, fmt.Errorf("%q is not available: a claim's template reads no file", name)
+	}
+	l.read = true
+	return strings.NewReader(l.src), nil
+}
+
+func (l *loader) Resolve(name string) (string, error) { return name, nil }
+
+func (l *loader) Inherit(string) (loaders.Loader, error) { return &loader{read: true}, nil }
+
+// limitWriter keeps at most limit bytes and fails past them.
+type limitWriter struct {
+	b     strings.Builder
+	limit int
+	over  bool
+}
+
+func (w *limitWriter) Write(p []byte) (int, error) {
+	if w.b.Len()+len(p) > w.limit {
+		w.over = true
+		return 0, errTooLarge
+	}
+	return w.b.Write(p)
+}
+
+// maxErrorText bounds an engine error's text.
+const maxErrorText = 300
+
+// oneLine flattens an engine error to one bounded line.
+func oneLine(step, msg string) error {
+	msg = strings.Join(strings.Fields(msg), " ")
+	if len(msg) > maxErrorText {
+		msg = msg[:maxErrorText] + "..."
+	}
+	return fmt.Errorf("%s: %s", step, msg)
+}
