@@ -73,7 +73,7 @@ func TestRenderErrors(t *testing.T) {
 		{`{files: [{path: "{{ config.dir }}", content: x}]}`, map[string]any{"dir": ""}, `host.files[0].path: path is empty`},
 		{`{files: [{path: "{{ config.nope }}", content: x}]}`, nil, "host.files[0].path: render: "},
 		{`{files: [{path: a, template: "{{ nope }}"}]}`, nil, "host.files[0].template: render: "},
-		{`{files: [{path: a, template: "{% for i in range(9000) %}{{ '0123456789' }}{% endfor %}"}]}`, nil, "host.files[0].template: renders to more than"},
+		{`{files: [{path: a, template: "{% for i in range(5000) %}{{ '0123456789abcdef' }}{% endfor %}"}]}`, nil, "host.files[0].template: renders to more than"},
 		{`{files: [{path: "/x/{{ config.a }}", content: x}, {path: "/x/{{ config.b }}", content: x}]}`, map[string]any{"a": "1", "b": "1"}, "host.files[1].path: /x/1 is claimed twice"},
 		{`{files: [{path: "{{ unit_dir }}/x", content: x}, {path: x, content: x}]}`, nil, "is claimed twice"},
 		{`{packages: [{name: kv, version: "{{ config.v }}"}]}`, map[string]any{"v": "1 2"}, `host.packages[0].version: "1 2" is not a version pattern`},

@@ -1,8 +1,12 @@
 package hostclaims
 
 import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -178,5 +182,61 @@ func TestDiff(t *testing.T) {
 				t.Errorf("Diff: %d+%d+%d tasks, want %d", len(removed), len(current), pruned, total)
 			}
 		})
+	}
+}
+
+// randomJobClaims draws claims with packages, files and daemons from a
+// small pool, so that two draws share some resources and differ on others.
+func randomJobClaims(rng *rand.Rand) *Claims {
+	if rng.IntN(8) == 0 {
+		return nil
+	}
+	c := randomClaims(rng, "u/0")
+	for i := range rng.IntN(3) {
+		c.Daemons = append(c.Daemons, Daemon{Name: fmt.Sprintf("d%d", i), Command: []string{"run", strconv.Itoa(rng.IntN(2))}, StopTimeout: time.Second})
+	}
+	return c
+}
+
+// TestDiffRandom applies Diff's tasks to a host holding the old claims'
+// resources (resource ID → digest) and checks that it then holds exactly
+// the new ones, with no task run for a resource already as wanted.
+func TestDiffRandom(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	held := func(c *Claims) map[string]string {
+		m := map[string]string{}
+		for _, t := range Job(Current, c) {
+			m[t.ID()] = t.Digest()
+		}
+		return m
+	}
+	for range 5000 {
+		old, new := randomJobClaims(rng), randomJobClaims(rng)
+		host := held(old)
+		before := maps.Clone(host)
+		removed, current, pruned := Diff(old, new)
+		for _, task := range removed {
+			if task.Kind < Uninstall {
+				t.Fatalf("Diff removed holds %s", task)
+			}
+			delete(host, task.ID())
+		}
+		for _, task := range current {
+			if task.Kind > Run {
+				t.Fatalf("Diff current holds %s", task)
+			}
+			if before[task.ID()] == task.Digest() {
+				t.Fatalf("Diff runs %s, already as wanted", task)
+			}
+			host[task.ID()] = task.Digest()
+		}
+		if want := held(new); !maps.Equal(host, want) {
+			t.Fatalf("after Diff(%+v, %+v) the host holds %v, want %v", old, new, host, want)
+		}
+		if len(removed)+len(current)+pruned != len(Job(Removed, old))+len(Job(Current, new)) {
+			t.Fatalf("Diff's counts do not add up")
+		}
 	}
 }

@@ -17,8 +17,9 @@ import (
 // MaxTemplateOutput bounds what one template renders to.
 const MaxTemplateOutput = 64 << 10
 
-// maxRange bounds the items of range(), which the template engine would
-// otherwise produce without limit.
+// maxRange bounds the items all calls of range() give in one rendering
+// (the engine's own range has no bound), so that loops nested over ranges
+// end soon.
 const maxRange = 10000
 
 // templateName is the one name the loader knows: the template itself.
@@ -32,7 +33,10 @@ var errTooLarge = fmt.Errorf("renders to more than %d bytes", MaxTemplateOutput)
 // other name a template might load. A name not in vars is an error rather
 // than empty text, so that a misspelt option is found; a trailing newline
 // is kept, as a file's content needs. The output is at most
-// MaxTemplateOutput bytes. Errors are one line.
+// MaxTemplateOutput bytes, and range() gives at most 10,000 items in all;
+// the time a template takes is otherwise bounded only by the loops its
+// author writes over its vars (as a hook's is by its author). Errors are
+// one line.
 func Template(src string, vars map[string]any) (out string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -42,7 +46,7 @@ func Template(src string, vars map[string]any) (out string, err error) {
 	cfg := config.New()
 	cfg.StrictUndefined = true
 	cfg.KeepTrailingNewline = true
-	t, err := exec.NewTemplate(templateName, cfg, &loader{src: src}, environment())
+	t, err := exec.NewTemplate(templateName, cfg, &loader{src: src}, environment(&rangeBudget{left: maxRange}))
 	if err != nil {
 		// The engine quotes the whole source; the caller names the field.
 		msg := strings.TrimPrefix(err.Error(), "failed to parse template '"+src+"': ")
@@ -59,14 +63,14 @@ func Template(src string, vars map[string]any) (out string, err error) {
 }
 
 // environment is the engine's builtins without file access and with a
-// bounded range().
-func environment() *exec.Environment {
+// range() drawing on budget.
+func environment(budget *rangeBudget) *exec.Environment {
 	cs := exec.NewControlStructureSet(map[string]parser.ControlStructureParser{}).Update(builtins.ControlStructures)
 	for _, name := range []string{"include", "import", "extends", "from"} {
 		_ = cs.Replace(name, refuse(name))
 	}
 	ctx := exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables)
-	ctx.Set("range", boundedRange)
+	ctx.Set("range", budget.rangeFunc)
 	ctx.Set("lipsum", func(*exec.Evaluator, *exec.VarArgs) (string, error) {
 		return "", errors.New("lipsum is not available")
 	})
@@ -86,9 +90,12 @@ func refuse(name string) parser.ControlStructureParser {
 	}
 }
 
-// boundedRange is Jinja's range([start, ]stop[, step]) giving at most
-// maxRange items, as a list.
-func boundedRange(_ *exec.Evaluator, params *exec.VarArgs) ([]int, error) {
+// rangeBudget is how many more items range() may give in one rendering.
+type rangeBudget struct{ left int }
+
+// rangeFunc is Jinja's range([start, ]stop[, step]), as a list, drawing
+// its items from the budget.
+func (b *rangeBudget) rangeFunc(_ *exec.Evaluator, params *exec.VarArgs) ([]int, error) {
 	start, stop, step := 0, 0, 1
 	ints := make([]int, len(params.Args))
 	for i, a := range params.Args {
@@ -112,9 +119,10 @@ func boundedRange(_ *exec.Evaluator, params *exec.VarArgs) ([]int, error) {
 	}
 	var out []int
 	for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {
-		if len(out) == maxRange {
-			return nil, fmt.Errorf("range: more than %d items", maxRange)
+		if b.left == 0 {
+			return nil, fmt.Errorf("range: more than %d items in one template", maxRange)
 		}
+		b.left--
 		out = append(out, i)
 	}
 	return out, nil

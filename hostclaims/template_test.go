@@ -1,7 +1,9 @@
 package hostclaims
 
 import (
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -43,7 +45,8 @@ func TestTemplateErrors(t *testing.T) {
 		{"{% from 'x' import y %}", "from is not available"},
 		{"{{ lipsum() }}", "lipsum is not available"},
 		{"{% for i in range(20000) %}{% endfor %}", "more than 10000 items"},
-		{"{% for i in range(9000) %}{% for j in range(9000) %}{{ i }}{% endfor %}{% endfor %}", "renders to more than 65536 bytes"},
+		{"{% for i in range(5000) %}{{ '0123456789abcdef' }}{% endfor %}", "renders to more than 65536 bytes"},
+		{"{% for i in range(100) %}{% for j in range(100) %}{% endfor %}{% endfor %}", "more than 10000 items in one template"},
 		{strings.Repeat("x", MaxTemplateOutput+1), "renders to more than 65536 bytes"},
 		{"{{ '" + strings.Repeat("x", 1000) + "' + }}", "parse: "},
 	}
@@ -56,6 +59,30 @@ func TestTemplateErrors(t *testing.T) {
 		if msg := err.Error(); strings.Contains(msg, "\n") || len(msg) > maxErrorText+20 {
 			t.Errorf("Template(%.40q) error = %q, want one short line", tt.src, msg)
 		}
+	}
+}
+
+func TestTemplateConcurrent(t *testing.T) {
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		wg.Go(func() {
+			for range 50 {
+				got, err := Template("{% for i in range(n) %}{{ i }}{% endfor %}", map[string]any{"n": i})
+				if err == nil && len(got) != i {
+					err = fmt.Errorf("Template(range %d) = %q", i, got)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
 
