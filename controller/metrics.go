@@ -85,6 +85,7 @@ func newMetrics(reg prometheus.Registerer, st *state.State, hub *watchhub.Hub) *
 		}, stat(func(s state.Stats) int64 { return s.MaxOps })),
 		&entityCollector{st: st, desc: prometheus.NewDesc("lifeline_entities",
 			"Entities in the model by kind and life.", []string{"kind", "life"}, nil)},
+		newStatusCollector(st),
 		&conflictCollector{st: st, desc: prometheus.NewDesc("lifeline_etcd_txn_retries_by_operation_total",
 			"Write transactions whose comparisons failed, by the state operation that retried them.", []string{"operation"}, nil)},
 	)

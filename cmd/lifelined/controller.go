@@ -509,12 +509,20 @@ func runController(ctx context.Context, f controllerFlags) error {
 	if err != nil {
 		return err
 	}
-	// The singleton workers run in the elected controller only.
+	// The singleton workers run in the elected controller only; the
+	// gauge says whether they run here (an alert wants one leader).
+	leading := prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "lifeline", Name: "leader",
+		Help: "1 while this controller is the elected one running the singleton workers (provisioner, cleaner, operations and rollouts), else 0.",
+	})
+	reg.MustRegister(leading)
 	lctx, lcancel := context.WithCancel(context.Background())
 	g.Add(func() error {
 		return leader.Run(lctx, leader.Config{
 			Client: etcdClient, Election: f.namespace + state.LeaderElection, ID: id, TTL: controllerTTL, Logger: logger,
 		}, func(ctx context.Context) error {
+			leading.Set(1)
+			defer leading.Set(0)
 			var workers run.Group
 			wctx, stop := context.WithCancel(ctx)
 			workers.Add(func() error { <-wctx.Done(); return nil }, func(error) { stop() })
