@@ -21,6 +21,7 @@ import (
 	"github.com/lifelinehq/lifeline/agentwatch"
 	"github.com/lifelinehq/lifeline/charm"
 	"github.com/lifelinehq/lifeline/hooks"
+	"github.com/lifelinehq/lifeline/internal/sdnotify"
 	"github.com/lifelinehq/lifeline/names"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -294,6 +295,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 	a.setStatus(ctx, "started", "")
+	// Under a systemd unit of Type=notify (docs/systemd) the agent has
+	// started once it is present: its units run from here.
+	if _, err := sdnotify.Notify(sdnotify.Ready); err != nil {
+		a.logger.Warn("telling systemd the machine agent is ready", "error", err)
+	}
 
 	var mu sync.Mutex
 	var machine *pb.Machine

@@ -15,6 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/lifelinehq/lifeline/controller"
+	"github.com/lifelinehq/lifeline/internal/sdnotify"
 	"github.com/lifelinehq/lifeline/internal/version"
 	"github.com/lifelinehq/lifeline/leader"
 )
@@ -81,9 +82,11 @@ func (r *readiness) check(ctx context.Context) string {
 // marks the health service NOT_SERVING for good.
 func (r *readiness) run(ctx context.Context) error {
 	defer r.health.Shutdown()
+	// It ends as the controller stops (its API drains after).
+	defer sdnotify.Notify(sdnotify.Stopping)
 	t := time.NewTicker(readyEvery)
 	defer t.Stop()
-	first := true
+	first, notified := true, false
 	for {
 		failed := r.check(ctx)
 		if ctx.Err() != nil {
@@ -96,6 +99,14 @@ func (r *readiness) run(ctx context.Context) error {
 		first = false
 		if failed == "" {
 			r.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+			if !notified {
+				// A systemd unit of Type=notify (docs/systemd) has
+				// started once the controller is first ready.
+				notified = true
+				if _, err := sdnotify.Notify(sdnotify.Ready); err != nil {
+					r.logger.Warn("telling systemd the controller is ready", "error", err)
+				}
+			}
 		} else {
 			r.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 		}

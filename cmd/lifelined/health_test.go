@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -189,4 +190,31 @@ func TestVersionFlag(t *testing.T) {
 	if err != nil || string(out) != want {
 		t.Errorf("lifelined --version = %q, %v; want %q", out, err, want)
 	}
+}
+
+// TestControllerTellsSystemd: under a systemd unit of Type=notify
+// ($NOTIFY_SOCKET set), the controller says READY=1 once it is first
+// ready, and STOPPING=1 as it stops.
+func TestControllerTellsSystemd(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	t.Setenv("NOTIFY_SOCKET", sock)
+	_, _, stop := startStoppable(t, dir, 0)
+	read := func(want string) {
+		t.Helper()
+		buf := make([]byte, 256)
+		conn.SetReadDeadline(time.Now().Add(time.Minute))
+		n, err := conn.Read(buf)
+		if err != nil || string(buf[:n]) != want {
+			t.Fatalf("systemd's socket got %q, %v; want %s", buf[:n], err, want)
+		}
+	}
+	read("READY=1")
+	stop()
+	read("STOPPING=1")
 }
