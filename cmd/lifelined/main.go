@@ -64,7 +64,7 @@ func rootCommand() *cobra.Command {
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.Version = version.Get().String()
 	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
-	root.AddCommand(controllerCommand(), machineAgentCommand(), unitAgentCommand(), manCommand())
+	root.AddCommand(controllerCommand(), machineAgentCommand(), unitAgentCommand(), backupCommand(), restoreCommand(), manCommand())
 	return root
 }
 
