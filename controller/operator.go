@@ -481,17 +481,24 @@ func (s *Server) Barrier(ctx context.Context, req *pb.BarrierRequest) (*pb.Barri
 }
 
 // Status returns the whole model's status.
-func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
-	st, err := s.modelStatus(ctx)
+func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
+	st, err := s.modelStatus(ctx, state.Selection{Services: req.Services, Units: req.Units, Machines: req.Machines})
 	if err != nil {
 		return nil, err
 	}
 	return &pb.StatusResponse{Status: st, Controller: s.cfg.ID, User: callerFrom(ctx).id}, nil
 }
 
-// modelStatus reads the model and the live controllers.
-func (s *Server) modelStatus(ctx context.Context) (*pb.ModelStatus, error) {
-	m, err := s.st.Model(ctx)
+// modelStatus reads the model, or of it what sel selects (all of it when
+// sel is empty), and the live controllers.
+func (s *Server) modelStatus(ctx context.Context, sel state.Selection) (*pb.ModelStatus, error) {
+	var m *state.Model
+	var err error
+	if sel.Len() == 0 {
+		m, err = s.st.Model(ctx)
+	} else {
+		m, err = s.st.SelectModel(ctx, sel)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -553,6 +560,10 @@ func (s *Server) WatchStatus(req *pb.WatchStatusRequest, stream pb.OperatorServi
 	}
 	interval = max(interval, 100*time.Millisecond)
 	ctx := stream.Context()
+	sel := state.Selection{Services: req.Services, Units: req.Units, Machines: req.Machines}
+	if err := sel.Check(); err != nil {
+		return err
+	}
 	last := int64(-1)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -562,7 +573,7 @@ func (s *Server) WatchStatus(req *pb.WatchStatusRequest, stream pb.OperatorServi
 			return err
 		}
 		if rev != last {
-			st, err := s.modelStatus(ctx)
+			st, err := s.modelStatus(ctx, sel)
 			if err != nil {
 				return err
 			}

@@ -133,7 +133,11 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 			}
 			ss.Units = append(ss.Units, us)
 		}
-		if ro != nil && ro.State != pb.RolloutState_ROLLOUT_STATE_DONE {
+		// A service held for some of its units' sake (a selected status)
+		// cannot count its rollout's units, nor those a dying one waits
+		// for.
+		partial := m.Partial[svc.Name]
+		if ro != nil && ro.State != pb.RolloutState_ROLLOUT_STATE_DONE && !partial {
 			ss.Rollout = &pb.ServiceRollout{
 				State: state.RolloutStateName(ro.State), Target: ro.Target, Previous: ro.Previous,
 				Updated: updated, Units: int32(len(ss.Units)), Reason: ro.Reason,
@@ -142,7 +146,7 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 		}
 		ss.Status, ss.Message = serviceWorkload(ss.Units)
 		if svc.Life == pb.Life_LIFE_DYING {
-			if n := len(ss.Units); n > 0 {
+			if n := len(ss.Units); n > 0 && !partial {
 				ss.WaitingFor = append(ss.WaitingFor, plural(n, "unit"))
 			}
 			for _, rel := range relationsOf[svc.Name] {

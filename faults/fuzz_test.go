@@ -178,6 +178,20 @@ func (fz *fuzzer) known(rnd *rand.Rand, kind string) string {
 	return list[rnd.IntN(len(list))]
 }
 
+// selectors are a status's names of kind: none, a few, or more than the
+// controller takes.
+func (fz *fuzzer) selectors(rnd *rand.Rand, kind string) []string {
+	n := rnd.IntN(3)
+	if rnd.IntN(10) == 0 {
+		n = 101
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fz.name(rnd, kind)
+	}
+	return out
+}
+
 // name is a name of kind: one the model has had, or made up.
 func (fz *fuzzer) name(rnd *rand.Rand, kind string) string {
 	if rnd.IntN(2) == 0 {
@@ -296,10 +310,16 @@ func (fz *fuzzer) call(rnd *rand.Rand) {
 	switch rnd.IntN(23) {
 	case 0:
 		rpc, req = "Status", &pb.StatusRequest{}
+		if rnd.IntN(2) == 0 {
+			req = &pb.StatusRequest{Services: fz.selectors(rnd, "service"), Units: fz.selectors(rnd, "unit"), Machines: fz.selectors(rnd, "machine")}
+		}
 		_, err = fz.op.Status(ctx, req.(*pb.StatusRequest))
 	case 1:
 		rpc = "WatchStatus"
 		in := &pb.WatchStatusRequest{IntervalMs: int64Edge(rnd)}
+		if rnd.IntN(2) == 0 {
+			in.Services, in.Units, in.Machines = fz.selectors(rnd, "service"), fz.selectors(rnd, "unit"), fz.selectors(rnd, "machine")
+		}
 		req = in
 		err = fz.watchStatus(ctx, in)
 	case 2, 3:

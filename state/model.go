@@ -34,6 +34,9 @@ type Model struct {
 	// as two ranges whatever the units.
 	UnitRevisions map[string]*pb.UnitRevision
 	Rollouts      map[string]*pb.Rollout
+	// Partial names the services held with only some of their units: a
+	// model SelectModel read for a unit's or a machine's sake.
+	Partial map[string]bool
 }
 
 // Model reads the whole model at one revision.

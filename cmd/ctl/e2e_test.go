@@ -261,6 +261,7 @@ func TestCommandsAgainstAController(t *testing.T) {
 			}
 		}
 	})
+	t.Run("status selectors", func(t *testing.T) { testStatusSelectors(t, s) })
 	t.Run("status --watch", func(t *testing.T) { testWatch(t, s) })
 	t.Run("config", func(t *testing.T) {
 		out := s.ok(t, "config", "kv")

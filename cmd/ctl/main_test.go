@@ -162,7 +162,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 	tests := [][]string{
 		{"no-such-command"},
 		{"status", "--format", "xml"},
-		{"status", "extra"},
+		{"status", "Not/a-selector"},
 		{"status", "--no-such-flag"},
 		{"deploy"},
 		{"deploy", "a", "b", "c"},

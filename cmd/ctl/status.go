@@ -20,11 +20,22 @@ func statusCommand(e *env) *cobra.Command {
 	var format string
 	var watch bool
 	cmd := &cobra.Command{
-		Use:   "status",
+		Use:   "status [SELECTOR]...",
 		Short: "Show the model: machines, services, units and relations",
 		Long: `Show the model: every machine, service, unit and relation, with its life
 (alive, dying, dead), its agent's status and its workload's, and what each
 dying entity is still waiting for.
+
+Selectors show part of the model, the union of what each selects (as juju
+status does): a service (kv) with its units, their subordinates and
+machines, and its relations; a unit (kv/0) with its service, its
+subordinates, its machine and their services' relations; a machine (3, or machine 3)
+with its units, their subordinates and services, and those services'
+relations. A
+service shown for a unit's or a machine's sake lists those units alone,
+and its status is theirs; a relation lists the units shown in its scope.
+The controller reads only what is selected. A name that does not exist
+fails (exit 1).
 
 --format tabular (the default) reads like juju status; json and yaml give the
 same data as one document:
@@ -55,14 +66,20 @@ allocating, executing, idle, error or lost, its state the unit agent's state
 
 Example:
   ctl status
+  ctl status kv
+  ctl status kv/0 machine 3
   ctl status --format json | jq '.services.kv.units'
   ctl status --watch`,
-		Args: argsRange(0, 0),
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: argsRange(0, -1),
+		RunE: func(cmd *cobra.Command, args []string) error {
 			switch format {
 			case formatTabular, formatJSON, formatYAML:
 			default:
 				return usagef(cmd, "--format %q: want tabular, json or yaml", format)
+			}
+			services, units, machines, err := statusSelection(args)
+			if err != nil {
+				return usagef(cmd, "%v", err)
 			}
 			c, err := e.connect()
 			if err != nil {
@@ -70,11 +87,12 @@ Example:
 			}
 			defer c.close()
 			if watch {
-				return watchStatus(cmd.Context(), e, c, format)
+				req := &pb.WatchStatusRequest{IntervalMs: 500, Services: services, Units: units, Machines: machines}
+				return watchStatus(cmd.Context(), e, c, req, format)
 			}
 			ctx, cancel := callContext(cmd.Context())
 			defer cancel()
-			resp, err := c.op.Status(ctx, &pb.StatusRequest{})
+			resp, err := c.op.Status(ctx, statusRequest(services, units, machines))
 			if err != nil {
 				return c.check(err)
 			}
@@ -92,8 +110,8 @@ Example:
 
 // watchStatus renders every status the controller streams until ctx ends
 // (an interrupt: a normal end).
-func watchStatus(ctx context.Context, e *env, c *client, format string) error {
-	stream, err := c.op.WatchStatus(ctx, &pb.WatchStatusRequest{IntervalMs: 500})
+func watchStatus(ctx context.Context, e *env, c *client, req *pb.WatchStatusRequest, format string) error {
+	stream, err := c.op.WatchStatus(ctx, req)
 	if err != nil {
 		return c.check(err)
 	}

@@ -115,8 +115,19 @@ func (x *BarrierResponse) GetRevision() int64 {
 	return 0
 }
 
+// StatusRequest selects what the status shows: with no names, the whole
+// model; with names, their union (ctl status kv kv/0 3): a service with
+// its units, their subordinates and machines, and its relations; a unit
+// with its service, subordinates, machine and their services' relations;
+// a machine with its principal units, their subordinates and services,
+// and those services' relations. The controller reads only what
+// is selected. At most 100 names in all; a name that does not exist is
+// NOT_FOUND.
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Services      []string               `protobuf:"bytes,1,rep,name=services,proto3" json:"services,omitempty"`
+	Units         []string               `protobuf:"bytes,2,rep,name=units,proto3" json:"units,omitempty"`
+	Machines      []string               `protobuf:"bytes,3,rep,name=machines,proto3" json:"machines,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -149,6 +160,27 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
 	return file_lifeline_v1_operator_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *StatusRequest) GetServices() []string {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
+func (x *StatusRequest) GetUnits() []string {
+	if x != nil {
+		return x.Units
+	}
+	return nil
+}
+
+func (x *StatusRequest) GetMachines() []string {
+	if x != nil {
+		return x.Machines
+	}
+	return nil
 }
 
 type StatusResponse struct {
@@ -216,7 +248,11 @@ func (x *StatusResponse) GetUser() string {
 type WatchStatusRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// interval_ms is the least time between two statuses; 1000 when zero.
-	IntervalMs    int64 `protobuf:"varint,1,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	IntervalMs int64 `protobuf:"varint,1,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	// services, units and machines select as StatusRequest's do.
+	Services      []string `protobuf:"bytes,2,rep,name=services,proto3" json:"services,omitempty"`
+	Units         []string `protobuf:"bytes,3,rep,name=units,proto3" json:"units,omitempty"`
+	Machines      []string `protobuf:"bytes,4,rep,name=machines,proto3" json:"machines,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -256,6 +292,27 @@ func (x *WatchStatusRequest) GetIntervalMs() int64 {
 		return x.IntervalMs
 	}
 	return 0
+}
+
+func (x *WatchStatusRequest) GetServices() []string {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
+func (x *WatchStatusRequest) GetUnits() []string {
+	if x != nil {
+		return x.Units
+	}
+	return nil
+}
+
+func (x *WatchStatusRequest) GetMachines() []string {
+	if x != nil {
+		return x.Machines
+	}
+	return nil
 }
 
 type WatchStatusResponse struct {
@@ -2944,17 +3001,23 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x0eBarrierRequest\x12\x19\n" +
 	"\bat_least\x18\x01 \x01(\x03R\aatLeast\"-\n" +
 	"\x0fBarrierResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision\"\x0f\n" +
-	"\rStatusRequest\"v\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"]\n" +
+	"\rStatusRequest\x12\x1a\n" +
+	"\bservices\x18\x01 \x03(\tR\bservices\x12\x14\n" +
+	"\x05units\x18\x02 \x03(\tR\x05units\x12\x1a\n" +
+	"\bmachines\x18\x03 \x03(\tR\bmachines\"v\n" +
 	"\x0eStatusResponse\x120\n" +
 	"\x06status\x18\x01 \x01(\v2\x18.lifeline.v1.ModelStatusR\x06status\x12\x1e\n" +
 	"\n" +
 	"controller\x18\x02 \x01(\tR\n" +
 	"controller\x12\x12\n" +
-	"\x04user\x18\x03 \x01(\tR\x04user\"5\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\"\x83\x01\n" +
 	"\x12WatchStatusRequest\x12\x1f\n" +
 	"\vinterval_ms\x18\x01 \x01(\x03R\n" +
-	"intervalMs\"{\n" +
+	"intervalMs\x12\x1a\n" +
+	"\bservices\x18\x02 \x03(\tR\bservices\x12\x14\n" +
+	"\x05units\x18\x03 \x03(\tR\x05units\x12\x1a\n" +
+	"\bmachines\x18\x04 \x03(\tR\bmachines\"{\n" +
 	"\x13WatchStatusResponse\x120\n" +
 	"\x06status\x18\x01 \x01(\v2\x18.lifeline.v1.ModelStatusR\x06status\x12\x1e\n" +
 	"\n" +

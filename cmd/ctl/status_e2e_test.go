@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// updateGolden rewrites the expected documents under testdata/status
+// from what ctl answers, when set (UPDATE_GOLDEN=1 go test ...): review
+// the diff before committing it.
+var updateGolden = os.Getenv("UPDATE_GOLDEN") != ""
+
+// golden compares got with testdata/status/name, or writes it there.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", "status", name)
+	if updateGolden {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (UPDATE_GOLDEN=1 writes it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs:\ngot:\n%s\nwant:\n%s", path, got, want)
+	}
+}
+
+// stableStatus is a status document without what changes from run to
+// run: the model's revision, the controllers' addresses, the times.
+func stableStatus(t *testing.T, out string) string {
+	t.Helper()
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	delete(doc, "revision")
+	delete(doc, "controllers")
+	delete(doc, "model_time")
+	delete(doc, "controller")
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(sinceless(doc)); err != nil {
+		t.Fatal(err)
+	}
+	return buf.String()
+}
+
+// sinceless drops every "since" of a decoded document.
+func sinceless(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		delete(x, "since")
+		for k, e := range x {
+			x[k] = sinceless(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = sinceless(e)
+		}
+	}
+	return v
+}
+
+// testStatusSelectors runs ctl status with every form of selector over
+// the model TestCommandsAgainstAController built (kv/0 on machine 0,
+// kv/1 on 1, app/0 on 2, app/1 on 0, logger with no units, machines 3 to
+// 5 empty; app related to kv and to logger) and compares the documents.
+func testStatusSelectors(t *testing.T, s *sandbox) {
+	for _, tt := range []struct {
+		name string
+		args []string
+	}{
+		{"service.json", []string{"kv"}},
+		{"unit.json", []string{"app/1"}},
+		{"machine.json", []string{"machine", "0"}},
+		{"union.json", []string{"kv/1", "2", "logger"}},
+	} {
+		out := s.ok(t, append([]string{"status", "--format", "json"}, tt.args...)...)
+		golden(t, tt.name, stableStatus(t, out))
+	}
+	if a, b := s.ok(t, "status", "--format", "json", "3"), s.ok(t, "status", "--format", "json", "machine", "3"); stableStatus(t, a) != stableStatus(t, b) {
+		t.Errorf("ctl status 3 and ctl status machine 3 differ:\n%s\n%s", a, b)
+	}
+	out := s.ok(t, "status", "app/1")
+	for _, want := range []string{"app/1 ", "Machine ", "app:db kv:server"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ctl status app/1 said:\n%s\nwant %q in it", out, want)
+		}
+	}
+	if strings.Contains(out, "kv/0") {
+		t.Errorf("ctl status app/1 said:\n%s\nwant no kv/0 in it", out)
+	}
+	for _, tt := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"nope"}, "ctl: service nope not found"},
+		{[]string{"kv", "kv/9"}, "ctl: unit kv/9 not found"},
+		{[]string{"machine", "42"}, "ctl: machine 42 not found"},
+	} {
+		r := s.fails(t, 1, []string{tt.msg}, append([]string{"status"}, tt.args...)...)
+		if r.stdout != "" || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("%v\nwant one line on stderr, nothing on stdout", r)
+		}
+	}
+	s.fails(t, 2, []string{`selector "Bad/x"`}, "status", "Bad/x")
+}
