@@ -142,6 +142,8 @@ var callKinds = map[string]callKind{
 	"/lifeline.v1.OperatorService/GetConfig":       callRead,
 	"/lifeline.v1.OperatorService/SetConfig":       callGrow,
 	"/lifeline.v1.OperatorService/ShowStatusLog":   callRead,
+	"/lifeline.v1.OperatorService/ShowUnit":        callRead,
+	"/lifeline.v1.OperatorService/ShowMachine":     callRead,
 	"/lifeline.v1.OperatorService/AddController":   callGrow,
 	"/lifeline.v1.OperatorService/IssueJoinToken":  callGrow,
 	// One key rewritten, for ctl wait (after a destroy too).

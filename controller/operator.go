@@ -486,7 +486,8 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 	if err != nil {
 		return nil, err
 	}
-	return &pb.StatusResponse{Status: st, Controller: s.cfg.ID, User: callerFrom(ctx).id}, nil
+	return &pb.StatusResponse{Status: st, Controller: s.cfg.ID, User: callerFrom(ctx).id,
+		Version: s.cfg.Build.Version, TimeUnixNano: time.Now().UnixNano()}, nil
 }
 
 // modelStatus reads the model, or of it what sel selects (all of it when
@@ -577,7 +578,8 @@ func (s *Server) WatchStatus(req *pb.WatchStatusRequest, stream pb.OperatorServi
 			if err != nil {
 				return err
 			}
-			if err := stream.Send(&pb.WatchStatusResponse{Status: st, Controller: s.cfg.ID, User: callerFrom(ctx).id}); err != nil {
+			if err := stream.Send(&pb.WatchStatusResponse{Status: st, Controller: s.cfg.ID, User: callerFrom(ctx).id,
+				Version: s.cfg.Build.Version, TimeUnixNano: time.Now().UnixNano()}); err != nil {
 				return err
 			}
 			last = st.Revision

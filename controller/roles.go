@@ -32,7 +32,8 @@ func operatorAccess(method string) (access, bool) {
 	// Waiting for the model to settle (ctl wait) is one too: its barrier
 	// is a write but changes nothing in the model, and one ctl wait takes
 	// several, which would fill the log with waits.
-	case "Status", "WatchStatus", "GetConfig", "ShowStatusLog", "Audit", "WhoAmI", "Barrier", "Version":
+	case "Status", "WatchStatus", "GetConfig", "ShowStatusLog", "Audit", "WhoAmI", "Barrier", "Version",
+		"ShowUnit", "ShowMachine":
 		return access{role: viewer}, true
 	// Rotating one's own credential is every user's.
 	case "RotateCredential":

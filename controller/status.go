@@ -70,6 +70,7 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 			Agent: "pending", Units: machineUnits[mach.Id], Forced: mach.Forced,
 		}
 		ms.Agent, ms.Message = machineAgent(m, mach.Id, mach.Life)
+		ms.Since = m.Status(state.StatusMachine, mach.Id).GetSinceUnixNano()
 		switch mach.Life {
 		case pb.Life_LIFE_DYING:
 			for _, u := range ms.Units {
@@ -159,7 +160,7 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 	for _, rel := range m.Relations {
 		rs := &pb.RelationStatus{
 			Id: rel.Id, Key: rel.Key, Life: state.LifeName(rel.Life),
-			Scope: strings.ToLower(strings.TrimPrefix(rel.Scope.String(), "SCOPE_")), Units: m.Scopes[rel.Id],
+			Scope: scopeName(rel.Scope), Units: m.Scopes[rel.Id], Endpoints: relationEndpoints(rel),
 		}
 		if rel.Life == pb.Life_LIFE_DYING {
 			for _, u := range rs.Units {
@@ -177,7 +178,7 @@ func unitStatus(m *state.Model, u *pb.Unit, mach *pb.Machine) *pb.UnitStatus {
 		Agent: "allocating", State: "new", Workload: "unknown", Address: mach.GetAddress(),
 	}
 	if st := m.Status(state.StatusUnitAgent, u.Name); st != nil {
-		us.Agent, us.AgentMessage, us.SyncedRevision = st.Status, st.Message, st.SyncedRevision
+		us.Agent, us.AgentMessage, us.SyncedRevision, us.AgentSince = st.Status, st.Message, st.SyncedRevision, st.SinceUnixNano
 		if s := st.Data["state"]; s != "" {
 			us.State = s
 		}
@@ -187,7 +188,7 @@ func unitStatus(m *state.Model, u *pb.Unit, mach *pb.Machine) *pb.UnitStatus {
 		}
 	}
 	if st := m.Status(state.StatusUnit, u.Name); st != nil {
-		us.Workload = st.Status
+		us.Workload, us.WorkloadSince = st.Status, st.SinceUnixNano
 		if us.Message == "" {
 			us.Message = st.Message
 		}
@@ -248,4 +249,28 @@ func machineAgent(m *state.Model, id string, life pb.Life) (agent, message strin
 		return "down", st.Message
 	}
 	return "lost", "agent not connected"
+}
+
+// scopeName is a relation's scope as status shows it: global or
+// container.
+func scopeName(sc pb.Scope) string { return strings.ToLower(strings.TrimPrefix(sc.String(), "SCOPE_")) }
+
+// endpointRoleName is an endpoint's role as status shows it: provider, requirer
+// or peer.
+func endpointRoleName(r pb.Role) string {
+	return strings.ToLower(strings.TrimPrefix(r.String(), "ROLE_"))
+}
+
+// relationEndpoints are a relation's sides, structured.
+func relationEndpoints(rel *pb.Relation) []*pb.RelationEndpointStatus {
+	out := make([]*pb.RelationEndpointStatus, 0, len(rel.Endpoints))
+	for _, ep := range rel.Endpoints {
+		out = append(out, endpointStatus(ep))
+	}
+	return out
+}
+
+func endpointStatus(ep *pb.RelationEndpoint) *pb.RelationEndpointStatus {
+	return &pb.RelationEndpointStatus{Service: ep.Service, Endpoint: ep.Endpoint.GetName(),
+		Role: endpointRoleName(ep.Endpoint.GetRole()), Interface: ep.Endpoint.GetInterface()}
 }

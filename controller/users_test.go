@@ -60,6 +60,7 @@ func TestEachRoleAgainstEveryOperatorMethod(t *testing.T) {
 	e := newEnv(t)
 	need := map[string]string{
 		"Status": "viewer", "WatchStatus": "viewer", "GetConfig": "viewer", "ShowStatusLog": "viewer",
+		"ShowUnit": "viewer", "ShowMachine": "viewer",
 		"Audit": "viewer", "WhoAmI": "viewer", "RotateCredential": "viewer", "Barrier": "viewer", "Version": "viewer",
 		"UploadCharm": "operator", "Deploy": "operator", "AddUnits": "operator", "AddMachines": "operator",
 		"AddRelation": "operator", "DestroyRelation": "operator", "DestroyUnit": "operator",

@@ -53,7 +53,7 @@ var docScenarios = []struct {
 	{name: "tour", groups: []string{"README.md"}},
 	{name: "commands", groups: []string{
 		"ctl", "ctl deploy", "ctl add-unit", "ctl add-machine", "ctl join-token", "ctl add-relation", "ctl config", "ctl status",
-		"ctl show-status-log", "ctl resolved", "ctl destroy-relation", "ctl destroy-unit", "ctl destroy-machine",
+		"ctl show-unit", "ctl show-machine", "ctl show-status-log", "ctl resolved", "ctl destroy-relation", "ctl destroy-unit", "ctl destroy-machine",
 		"ctl destroy-service", "ctl add-controller", "ctl kill-controller",
 	}},
 	{name: "wait", groups: []string{"ctl wait"}, bootstrap: true},

@@ -116,6 +116,22 @@ func (fz *fuzzer) operationCall(ctx context.Context, rnd *rand.Rand) (string, pr
 	return "StopTasks", in, err
 }
 
+// showCall shows a unit or a machine: made, gone, made up or of every
+// edge.
+func (fz *fuzzer) showCall(ctx context.Context, rnd *rand.Rand) (string, proto.Message, error) {
+	if rnd.IntN(2) == 0 {
+		in := &pb.ShowUnitRequest{Unit: fz.name(rnd, "unit")}
+		if rnd.IntN(3) == 0 {
+			in.History = int32(int64Edge(rnd))
+		}
+		_, err := fz.op.ShowUnit(ctx, in)
+		return "ShowUnit", in, err
+	}
+	in := &pb.ShowMachineRequest{Machine: fz.name(rnd, "machine")}
+	_, err := fz.op.ShowMachine(ctx, in)
+	return "ShowMachine", in, err
+}
+
 // revisionCall makes one call of the revisions' RPCs: on the services
 // made, revisions kept, pruned, never made and of every edge.
 func (fz *fuzzer) revisionCall(ctx context.Context, rnd *rand.Rand) (string, proto.Message, error) {

@@ -307,7 +307,7 @@ func (fz *fuzzer) call(rnd *rand.Rand) {
 		req proto.Message
 		err error
 	)
-	switch rnd.IntN(23) {
+	switch rnd.IntN(24) {
 	case 0:
 		rpc, req = "Status", &pb.StatusRequest{}
 		if rnd.IntN(2) == 0 {
@@ -506,6 +506,8 @@ func (fz *fuzzer) call(rnd *rand.Rand) {
 		rpc, req, err = fz.operationCall(ctx, rnd)
 	case 22:
 		rpc, req, err = fz.revisionCall(ctx, rnd)
+	case 23:
+		rpc, req, err = fz.showCall(ctx, rnd)
 	}
 	code := status.Code(err)
 	fz.mu.Lock()

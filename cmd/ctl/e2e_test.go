@@ -262,6 +262,7 @@ func TestCommandsAgainstAController(t *testing.T) {
 		}
 	})
 	t.Run("status selectors", func(t *testing.T) { testStatusSelectors(t, s) })
+	t.Run("show-unit and show-machine", func(t *testing.T) { testShow(t, s) })
 	t.Run("status --watch", func(t *testing.T) { testWatch(t, s) })
 	t.Run("config", func(t *testing.T) {
 		out := s.ok(t, "config", "kv")

@@ -173,6 +173,8 @@ Example:
 		bootstrapCommand(e),
 		killControllerCommand(e),
 		statusCommand(e),
+		showUnitCommand(e),
+		showMachineCommand(e),
 		deployCommand(e),
 		addUnitCommand(e),
 		addMachineCommand(e),

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // updateGolden rewrites the expected documents under testdata/status
@@ -116,4 +118,23 @@ func testStatusSelectors(t *testing.T, s *sandbox) {
 		}
 	}
 	s.fails(t, 2, []string{`selector "Bad/x"`}, "status", "Bad/x")
+}
+
+// testShow runs ctl show-unit and ctl show-machine over the same model
+// and compares their documents.
+func testShow(t *testing.T, s *sandbox) {
+	golden(t, "show-unit.json", stableStatus(t, s.ok(t, "show-unit", "app/1", "--format", "json")))
+	golden(t, "show-machine.json", stableStatus(t, s.ok(t, "show-machine", "0", "--format", "json")))
+	var doc map[string]any
+	out := s.ok(t, "show-unit", "kv/0")
+	if err := yaml.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("show-unit kv/0 (yaml): %v\n%s", err, out)
+	}
+	if u := object(t, doc, "kv/0"); u["machine"] != "0" || u["service"] != "kv" {
+		t.Errorf("show-unit kv/0 = %v, want kv's unit on machine 0", u)
+	}
+	s.fails(t, 1, []string{"ctl: unit kv/9 not found"}, "show-unit", "kv/9")
+	s.fails(t, 1, []string{"ctl: machine 42 not found"}, "show-machine", "42")
+	s.fails(t, 2, []string{`--format "tabular"`}, "show-unit", "kv/0", "--format", "tabular")
+	s.fails(t, 2, nil, "show-machine")
 }

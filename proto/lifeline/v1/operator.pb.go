@@ -188,8 +188,12 @@ type StatusResponse struct {
 	Status *ModelStatus           `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
 	// controller is the id of the controller that answered, and user the
 	// caller's name.
-	Controller    string `protobuf:"bytes,2,opt,name=controller,proto3" json:"controller,omitempty"`
-	User          string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	Controller string `protobuf:"bytes,2,opt,name=controller,proto3" json:"controller,omitempty"`
+	User       string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	// version is the answering controller's version, and time its clock
+	// when it read the status (unix nanoseconds).
+	Version       string `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	TimeUnixNano  int64  `protobuf:"varint,5,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -243,6 +247,20 @@ func (x *StatusResponse) GetUser() string {
 		return x.User
 	}
 	return ""
+}
+
+func (x *StatusResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
 }
 
 type WatchStatusRequest struct {
@@ -320,8 +338,11 @@ type WatchStatusResponse struct {
 	Status *ModelStatus           `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
 	// controller is the id of the controller that answered, and user the
 	// caller's name.
-	Controller    string `protobuf:"bytes,2,opt,name=controller,proto3" json:"controller,omitempty"`
-	User          string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	Controller string `protobuf:"bytes,2,opt,name=controller,proto3" json:"controller,omitempty"`
+	User       string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	// version and time_unix_nano are as StatusResponse's.
+	Version       string `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	TimeUnixNano  int64  `protobuf:"varint,5,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -375,6 +396,20 @@ func (x *WatchStatusResponse) GetUser() string {
 		return x.User
 	}
 	return ""
+}
+
+func (x *WatchStatusResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *WatchStatusResponse) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
 }
 
 // ModelStatus is the model as ctl status shows it. Lives are lowercase:
@@ -552,8 +587,11 @@ type MachineStatus struct {
 	// units are the principal units assigned to the machine.
 	Units []string `protobuf:"bytes,7,rep,name=units,proto3" json:"units,omitempty"`
 	// waiting_for says what a dying machine waits for.
-	WaitingFor    []string `protobuf:"bytes,8,rep,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
-	Forced        bool     `protobuf:"varint,9,opt,name=forced,proto3" json:"forced,omitempty"`
+	WaitingFor []string `protobuf:"bytes,8,rep,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
+	Forced     bool     `protobuf:"varint,9,opt,name=forced,proto3" json:"forced,omitempty"`
+	// since is when the machine agent's status was set (unix nanoseconds;
+	// 0: never).
+	Since         int64 `protobuf:"varint,10,opt,name=since,proto3" json:"since,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -649,6 +687,13 @@ func (x *MachineStatus) GetForced() bool {
 		return x.Forced
 	}
 	return false
+}
+
+func (x *MachineStatus) GetSince() int64 {
+	if x != nil {
+		return x.Since
+	}
+	return 0
 }
 
 type ServiceStatus struct {
@@ -906,8 +951,12 @@ type UnitStatus struct {
 	// another.
 	Revision       int64 `protobuf:"varint,14,opt,name=revision,proto3" json:"revision,omitempty"`
 	TargetRevision int64 `protobuf:"varint,15,opt,name=target_revision,json=targetRevision,proto3" json:"target_revision,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// agent_since and workload_since are when the agent's and the
+	// workload's statuses were set (unix nanoseconds; 0: never).
+	AgentSince    int64 `protobuf:"varint,16,opt,name=agent_since,json=agentSince,proto3" json:"agent_since,omitempty"`
+	WorkloadSince int64 `protobuf:"varint,17,opt,name=workload_since,json=workloadSince,proto3" json:"workload_since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UnitStatus) Reset() {
@@ -1045,15 +1094,31 @@ func (x *UnitStatus) GetTargetRevision() int64 {
 	return 0
 }
 
+func (x *UnitStatus) GetAgentSince() int64 {
+	if x != nil {
+		return x.AgentSince
+	}
+	return 0
+}
+
+func (x *UnitStatus) GetWorkloadSince() int64 {
+	if x != nil {
+		return x.WorkloadSince
+	}
+	return 0
+}
+
 type RelationStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	Key   string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	Life  string                 `protobuf:"bytes,3,opt,name=life,proto3" json:"life,omitempty"`
 	// scope is global or container.
-	Scope         string   `protobuf:"bytes,4,opt,name=scope,proto3" json:"scope,omitempty"`
-	Units         []string `protobuf:"bytes,5,rep,name=units,proto3" json:"units,omitempty"`
-	WaitingFor    []string `protobuf:"bytes,6,rep,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
+	Scope      string   `protobuf:"bytes,4,opt,name=scope,proto3" json:"scope,omitempty"`
+	Units      []string `protobuf:"bytes,5,rep,name=units,proto3" json:"units,omitempty"`
+	WaitingFor []string `protobuf:"bytes,6,rep,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
+	// endpoints are the relation's sides, structured.
+	Endpoints     []*RelationEndpointStatus `protobuf:"bytes,7,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1126,6 +1191,13 @@ func (x *RelationStatus) GetUnits() []string {
 func (x *RelationStatus) GetWaitingFor() []string {
 	if x != nil {
 		return x.WaitingFor
+	}
+	return nil
+}
+
+func (x *RelationStatus) GetEndpoints() []*RelationEndpointStatus {
+	if x != nil {
+		return x.Endpoints
 	}
 	return nil
 }
@@ -2997,7 +3069,7 @@ var File_lifeline_v1_operator_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\n" +
-	"\x1alifeline/v1/operator.proto\x12\vlifeline.v1\x1a\x17lifeline/v1/model.proto\x1a\x1clifeline/v1/operations.proto\x1a\x1flifeline/v1/revisions_api.proto\x1a\x1elifeline/v1/rollouts_api.proto\x1a\x17lifeline/v1/tasks.proto\x1a\x17lifeline/v1/users.proto\x1a\x19lifeline/v1/version.proto\"+\n" +
+	"\x1alifeline/v1/operator.proto\x12\vlifeline.v1\x1a\x17lifeline/v1/model.proto\x1a\x1clifeline/v1/operations.proto\x1a\x1flifeline/v1/revisions_api.proto\x1a\x1elifeline/v1/rollouts_api.proto\x1a\x16lifeline/v1/show.proto\x1a\x17lifeline/v1/tasks.proto\x1a\x17lifeline/v1/users.proto\x1a\x19lifeline/v1/version.proto\"+\n" +
 	"\x0eBarrierRequest\x12\x19\n" +
 	"\bat_least\x18\x01 \x01(\x03R\aatLeast\"-\n" +
 	"\x0fBarrierResponse\x12\x1a\n" +
@@ -3005,25 +3077,29 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\rStatusRequest\x12\x1a\n" +
 	"\bservices\x18\x01 \x03(\tR\bservices\x12\x14\n" +
 	"\x05units\x18\x02 \x03(\tR\x05units\x12\x1a\n" +
-	"\bmachines\x18\x03 \x03(\tR\bmachines\"v\n" +
+	"\bmachines\x18\x03 \x03(\tR\bmachines\"\xb6\x01\n" +
 	"\x0eStatusResponse\x120\n" +
 	"\x06status\x18\x01 \x01(\v2\x18.lifeline.v1.ModelStatusR\x06status\x12\x1e\n" +
 	"\n" +
 	"controller\x18\x02 \x01(\tR\n" +
 	"controller\x12\x12\n" +
-	"\x04user\x18\x03 \x01(\tR\x04user\"\x83\x01\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\tR\aversion\x12$\n" +
+	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\"\x83\x01\n" +
 	"\x12WatchStatusRequest\x12\x1f\n" +
 	"\vinterval_ms\x18\x01 \x01(\x03R\n" +
 	"intervalMs\x12\x1a\n" +
 	"\bservices\x18\x02 \x03(\tR\bservices\x12\x14\n" +
 	"\x05units\x18\x03 \x03(\tR\x05units\x12\x1a\n" +
-	"\bmachines\x18\x04 \x03(\tR\bmachines\"{\n" +
+	"\bmachines\x18\x04 \x03(\tR\bmachines\"\xbb\x01\n" +
 	"\x13WatchStatusResponse\x120\n" +
 	"\x06status\x18\x01 \x01(\v2\x18.lifeline.v1.ModelStatusR\x06status\x12\x1e\n" +
 	"\n" +
 	"controller\x18\x02 \x01(\tR\n" +
 	"controller\x12\x12\n" +
-	"\x04user\x18\x03 \x01(\tR\x04user\"\xec\x02\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\tR\aversion\x12$\n" +
+	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\"\xec\x02\n" +
 	"\vModelStatus\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x126\n" +
 	"\bmachines\x18\x02 \x03(\v2\x1a.lifeline.v1.MachineStatusR\bmachines\x126\n" +
@@ -3037,7 +3113,7 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x10ControllerStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\taddresses\x18\x02 \x03(\tR\taddresses\x12\x16\n" +
-	"\x06leader\x18\x03 \x01(\bR\x06leader\"\xe8\x01\n" +
+	"\x06leader\x18\x03 \x01(\bR\x06leader\"\xfe\x01\n" +
 	"\rMachineStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04life\x18\x02 \x01(\tR\x04life\x12\x1a\n" +
@@ -3048,7 +3124,9 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x05units\x18\a \x03(\tR\x05units\x12\x1f\n" +
 	"\vwaiting_for\x18\b \x03(\tR\n" +
 	"waitingFor\x12\x16\n" +
-	"\x06forced\x18\t \x01(\bR\x06forced\"\xe9\x02\n" +
+	"\x06forced\x18\t \x01(\bR\x06forced\x12\x14\n" +
+	"\x05since\x18\n" +
+	" \x01(\x03R\x05since\"\xe9\x02\n" +
 	"\rServiceStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05charm\x18\x02 \x01(\tR\x05charm\x12\x1a\n" +
@@ -3070,7 +3148,7 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\aupdated\x18\x04 \x01(\x05R\aupdated\x12\x14\n" +
 	"\x05units\x18\x05 \x01(\x05R\x05units\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x12)\n" +
-	"\x10awaiting_promote\x18\a \x01(\bR\x0fawaitingPromote\"\xc0\x03\n" +
+	"\x10awaiting_promote\x18\a \x01(\bR\x0fawaitingPromote\"\x88\x04\n" +
 	"\n" +
 	"UnitStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -3089,7 +3167,10 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x0fsynced_revision\x18\f \x01(\x03R\x0esyncedRevision\x12#\n" +
 	"\ragent_message\x18\r \x01(\tR\fagentMessage\x12\x1a\n" +
 	"\brevision\x18\x0e \x01(\x03R\brevision\x12'\n" +
-	"\x0ftarget_revision\x18\x0f \x01(\x03R\x0etargetRevision\"\x93\x01\n" +
+	"\x0ftarget_revision\x18\x0f \x01(\x03R\x0etargetRevision\x12\x1f\n" +
+	"\vagent_since\x18\x10 \x01(\x03R\n" +
+	"agentSince\x12%\n" +
+	"\x0eworkload_since\x18\x11 \x01(\x03R\rworkloadSince\"\xd6\x01\n" +
 	"\x0eRelationStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -3097,7 +3178,8 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x05scope\x18\x04 \x01(\tR\x05scope\x12\x14\n" +
 	"\x05units\x18\x05 \x03(\tR\x05units\x12\x1f\n" +
 	"\vwaiting_for\x18\x06 \x03(\tR\n" +
-	"waitingFor\"n\n" +
+	"waitingFor\x12A\n" +
+	"\tendpoints\x18\a \x03(\v2#.lifeline.v1.RelationEndpointStatusR\tendpoints\"n\n" +
 	"\x12UploadCharmRequest\x128\n" +
 	"\x06header\x18\x01 \x01(\v2\x1e.lifeline.v1.UploadCharmHeaderH\x00R\x06header\x12\x16\n" +
 	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x06\n" +
@@ -3217,7 +3299,7 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x11expires_unix_nano\x18\x02 \x01(\x03R\x0fexpiresUnixNano\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12%\n" +
 	"\x0eetcd_endpoints\x18\x04 \x03(\tR\retcdEndpoints\x12\x19\n" +
-	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\xd0 \n" +
+	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\xeb!\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06Status\x12\x1a.lifeline.v1.StatusRequest\x1a\x1b.lifeline.v1.StatusResponse\x12R\n" +
 	"\vWatchStatus\x12\x1f.lifeline.v1.WatchStatusRequest\x1a .lifeline.v1.WatchStatusResponse0\x01\x12R\n" +
@@ -3259,7 +3341,9 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\vResumeTasks\x12\x1f.lifeline.v1.ResumeTasksRequest\x1a .lifeline.v1.ResumeTasksResponse\x12J\n" +
 	"\tStopTasks\x12\x1d.lifeline.v1.StopTasksRequest\x1a\x1e.lifeline.v1.StopTasksResponse\x12I\n" +
 	"\bTaskLogs\x12\x1c.lifeline.v1.TaskLogsRequest\x1a\x1d.lifeline.v1.TaskLogsResponse0\x01\x12D\n" +
-	"\aVersion\x12\x1b.lifeline.v1.VersionRequest\x1a\x1c.lifeline.v1.VersionResponse\x12V\n" +
+	"\aVersion\x12\x1b.lifeline.v1.VersionRequest\x1a\x1c.lifeline.v1.VersionResponse\x12G\n" +
+	"\bShowUnit\x12\x1c.lifeline.v1.ShowUnitRequest\x1a\x1d.lifeline.v1.ShowUnitResponse\x12P\n" +
+	"\vShowMachine\x12\x1f.lifeline.v1.ShowMachineRequest\x1a .lifeline.v1.ShowMachineResponse\x12V\n" +
 	"\rListRevisions\x12!.lifeline.v1.ListRevisionsRequest\x1a\".lifeline.v1.ListRevisionsResponse\x12S\n" +
 	"\fShowRevision\x12 .lifeline.v1.ShowRevisionRequest\x1a!.lifeline.v1.ShowRevisionResponse\x12\\\n" +
 	"\x0fRollbackService\x12#.lifeline.v1.RollbackServiceRequest\x1a$.lifeline.v1.RollbackServiceResponse\x12Y\n" +
@@ -3339,76 +3423,81 @@ var file_lifeline_v1_operator_proto_goTypes = []any{
 	nil,                              // 50: lifeline.v1.SetConfigRequest.SetEntry
 	nil,                              // 51: lifeline.v1.StatusLogEntry.DataEntry
 	(*OperationsStatus)(nil),         // 52: lifeline.v1.OperationsStatus
-	(*Charm)(nil),                    // 53: lifeline.v1.Charm
-	(*Service)(nil),                  // 54: lifeline.v1.Service
-	(*Unit)(nil),                     // 55: lifeline.v1.Unit
-	(*Machine)(nil),                  // 56: lifeline.v1.Machine
-	(*Relation)(nil),                 // 57: lifeline.v1.Relation
-	(*StatusReportResult)(nil),       // 58: lifeline.v1.StatusReportResult
-	(*ConfigOption)(nil),             // 59: lifeline.v1.ConfigOption
-	(*ConfigValue)(nil),              // 60: lifeline.v1.ConfigValue
-	(*ListUsersRequest)(nil),         // 61: lifeline.v1.ListUsersRequest
-	(*AddUserRequest)(nil),           // 62: lifeline.v1.AddUserRequest
-	(*RemoveUserRequest)(nil),        // 63: lifeline.v1.RemoveUserRequest
-	(*SetUserRoleRequest)(nil),       // 64: lifeline.v1.SetUserRoleRequest
-	(*WhoAmIRequest)(nil),            // 65: lifeline.v1.WhoAmIRequest
-	(*RotateCredentialRequest)(nil),  // 66: lifeline.v1.RotateCredentialRequest
-	(*AuditRequest)(nil),             // 67: lifeline.v1.AuditRequest
-	(*ListActionsRequest)(nil),       // 68: lifeline.v1.ListActionsRequest
-	(*RunActionRequest)(nil),         // 69: lifeline.v1.RunActionRequest
-	(*ListOperationsRequest)(nil),    // 70: lifeline.v1.ListOperationsRequest
-	(*ShowOperationRequest)(nil),     // 71: lifeline.v1.ShowOperationRequest
-	(*ShowTaskRequest)(nil),          // 72: lifeline.v1.ShowTaskRequest
-	(*ApproveOperationRequest)(nil),  // 73: lifeline.v1.ApproveOperationRequest
-	(*RejectOperationRequest)(nil),   // 74: lifeline.v1.RejectOperationRequest
-	(*ExecuteOperationRequest)(nil),  // 75: lifeline.v1.ExecuteOperationRequest
-	(*PauseTasksRequest)(nil),        // 76: lifeline.v1.PauseTasksRequest
-	(*ResumeTasksRequest)(nil),       // 77: lifeline.v1.ResumeTasksRequest
-	(*StopTasksRequest)(nil),         // 78: lifeline.v1.StopTasksRequest
-	(*TaskLogsRequest)(nil),          // 79: lifeline.v1.TaskLogsRequest
-	(*VersionRequest)(nil),           // 80: lifeline.v1.VersionRequest
-	(*ListRevisionsRequest)(nil),     // 81: lifeline.v1.ListRevisionsRequest
-	(*ShowRevisionRequest)(nil),      // 82: lifeline.v1.ShowRevisionRequest
-	(*RollbackServiceRequest)(nil),   // 83: lifeline.v1.RollbackServiceRequest
-	(*RefreshServiceRequest)(nil),    // 84: lifeline.v1.RefreshServiceRequest
-	(*SetRolloutPolicyRequest)(nil),  // 85: lifeline.v1.SetRolloutPolicyRequest
-	(*GetRolloutPolicyRequest)(nil),  // 86: lifeline.v1.GetRolloutPolicyRequest
-	(*RolloutStatusRequest)(nil),     // 87: lifeline.v1.RolloutStatusRequest
-	(*PauseRolloutRequest)(nil),      // 88: lifeline.v1.PauseRolloutRequest
-	(*ResumeRolloutRequest)(nil),     // 89: lifeline.v1.ResumeRolloutRequest
-	(*PromoteRolloutRequest)(nil),    // 90: lifeline.v1.PromoteRolloutRequest
-	(*AbortRolloutRequest)(nil),      // 91: lifeline.v1.AbortRolloutRequest
-	(*ListUsersResponse)(nil),        // 92: lifeline.v1.ListUsersResponse
-	(*AddUserResponse)(nil),          // 93: lifeline.v1.AddUserResponse
-	(*RemoveUserResponse)(nil),       // 94: lifeline.v1.RemoveUserResponse
-	(*SetUserRoleResponse)(nil),      // 95: lifeline.v1.SetUserRoleResponse
-	(*WhoAmIResponse)(nil),           // 96: lifeline.v1.WhoAmIResponse
-	(*RotateCredentialResponse)(nil), // 97: lifeline.v1.RotateCredentialResponse
-	(*AuditResponse)(nil),            // 98: lifeline.v1.AuditResponse
-	(*ListActionsResponse)(nil),      // 99: lifeline.v1.ListActionsResponse
-	(*RunActionResponse)(nil),        // 100: lifeline.v1.RunActionResponse
-	(*ListOperationsResponse)(nil),   // 101: lifeline.v1.ListOperationsResponse
-	(*ShowOperationResponse)(nil),    // 102: lifeline.v1.ShowOperationResponse
-	(*ShowTaskResponse)(nil),         // 103: lifeline.v1.ShowTaskResponse
-	(*ApproveOperationResponse)(nil), // 104: lifeline.v1.ApproveOperationResponse
-	(*RejectOperationResponse)(nil),  // 105: lifeline.v1.RejectOperationResponse
-	(*ExecuteOperationResponse)(nil), // 106: lifeline.v1.ExecuteOperationResponse
-	(*PauseTasksResponse)(nil),       // 107: lifeline.v1.PauseTasksResponse
-	(*ResumeTasksResponse)(nil),      // 108: lifeline.v1.ResumeTasksResponse
-	(*StopTasksResponse)(nil),        // 109: lifeline.v1.StopTasksResponse
-	(*TaskLogsResponse)(nil),         // 110: lifeline.v1.TaskLogsResponse
-	(*VersionResponse)(nil),          // 111: lifeline.v1.VersionResponse
-	(*ListRevisionsResponse)(nil),    // 112: lifeline.v1.ListRevisionsResponse
-	(*ShowRevisionResponse)(nil),     // 113: lifeline.v1.ShowRevisionResponse
-	(*RollbackServiceResponse)(nil),  // 114: lifeline.v1.RollbackServiceResponse
-	(*RefreshServiceResponse)(nil),   // 115: lifeline.v1.RefreshServiceResponse
-	(*SetRolloutPolicyResponse)(nil), // 116: lifeline.v1.SetRolloutPolicyResponse
-	(*GetRolloutPolicyResponse)(nil), // 117: lifeline.v1.GetRolloutPolicyResponse
-	(*RolloutStatusResponse)(nil),    // 118: lifeline.v1.RolloutStatusResponse
-	(*PauseRolloutResponse)(nil),     // 119: lifeline.v1.PauseRolloutResponse
-	(*ResumeRolloutResponse)(nil),    // 120: lifeline.v1.ResumeRolloutResponse
-	(*PromoteRolloutResponse)(nil),   // 121: lifeline.v1.PromoteRolloutResponse
-	(*AbortRolloutResponse)(nil),     // 122: lifeline.v1.AbortRolloutResponse
+	(*RelationEndpointStatus)(nil),   // 53: lifeline.v1.RelationEndpointStatus
+	(*Charm)(nil),                    // 54: lifeline.v1.Charm
+	(*Service)(nil),                  // 55: lifeline.v1.Service
+	(*Unit)(nil),                     // 56: lifeline.v1.Unit
+	(*Machine)(nil),                  // 57: lifeline.v1.Machine
+	(*Relation)(nil),                 // 58: lifeline.v1.Relation
+	(*StatusReportResult)(nil),       // 59: lifeline.v1.StatusReportResult
+	(*ConfigOption)(nil),             // 60: lifeline.v1.ConfigOption
+	(*ConfigValue)(nil),              // 61: lifeline.v1.ConfigValue
+	(*ListUsersRequest)(nil),         // 62: lifeline.v1.ListUsersRequest
+	(*AddUserRequest)(nil),           // 63: lifeline.v1.AddUserRequest
+	(*RemoveUserRequest)(nil),        // 64: lifeline.v1.RemoveUserRequest
+	(*SetUserRoleRequest)(nil),       // 65: lifeline.v1.SetUserRoleRequest
+	(*WhoAmIRequest)(nil),            // 66: lifeline.v1.WhoAmIRequest
+	(*RotateCredentialRequest)(nil),  // 67: lifeline.v1.RotateCredentialRequest
+	(*AuditRequest)(nil),             // 68: lifeline.v1.AuditRequest
+	(*ListActionsRequest)(nil),       // 69: lifeline.v1.ListActionsRequest
+	(*RunActionRequest)(nil),         // 70: lifeline.v1.RunActionRequest
+	(*ListOperationsRequest)(nil),    // 71: lifeline.v1.ListOperationsRequest
+	(*ShowOperationRequest)(nil),     // 72: lifeline.v1.ShowOperationRequest
+	(*ShowTaskRequest)(nil),          // 73: lifeline.v1.ShowTaskRequest
+	(*ApproveOperationRequest)(nil),  // 74: lifeline.v1.ApproveOperationRequest
+	(*RejectOperationRequest)(nil),   // 75: lifeline.v1.RejectOperationRequest
+	(*ExecuteOperationRequest)(nil),  // 76: lifeline.v1.ExecuteOperationRequest
+	(*PauseTasksRequest)(nil),        // 77: lifeline.v1.PauseTasksRequest
+	(*ResumeTasksRequest)(nil),       // 78: lifeline.v1.ResumeTasksRequest
+	(*StopTasksRequest)(nil),         // 79: lifeline.v1.StopTasksRequest
+	(*TaskLogsRequest)(nil),          // 80: lifeline.v1.TaskLogsRequest
+	(*VersionRequest)(nil),           // 81: lifeline.v1.VersionRequest
+	(*ShowUnitRequest)(nil),          // 82: lifeline.v1.ShowUnitRequest
+	(*ShowMachineRequest)(nil),       // 83: lifeline.v1.ShowMachineRequest
+	(*ListRevisionsRequest)(nil),     // 84: lifeline.v1.ListRevisionsRequest
+	(*ShowRevisionRequest)(nil),      // 85: lifeline.v1.ShowRevisionRequest
+	(*RollbackServiceRequest)(nil),   // 86: lifeline.v1.RollbackServiceRequest
+	(*RefreshServiceRequest)(nil),    // 87: lifeline.v1.RefreshServiceRequest
+	(*SetRolloutPolicyRequest)(nil),  // 88: lifeline.v1.SetRolloutPolicyRequest
+	(*GetRolloutPolicyRequest)(nil),  // 89: lifeline.v1.GetRolloutPolicyRequest
+	(*RolloutStatusRequest)(nil),     // 90: lifeline.v1.RolloutStatusRequest
+	(*PauseRolloutRequest)(nil),      // 91: lifeline.v1.PauseRolloutRequest
+	(*ResumeRolloutRequest)(nil),     // 92: lifeline.v1.ResumeRolloutRequest
+	(*PromoteRolloutRequest)(nil),    // 93: lifeline.v1.PromoteRolloutRequest
+	(*AbortRolloutRequest)(nil),      // 94: lifeline.v1.AbortRolloutRequest
+	(*ListUsersResponse)(nil),        // 95: lifeline.v1.ListUsersResponse
+	(*AddUserResponse)(nil),          // 96: lifeline.v1.AddUserResponse
+	(*RemoveUserResponse)(nil),       // 97: lifeline.v1.RemoveUserResponse
+	(*SetUserRoleResponse)(nil),      // 98: lifeline.v1.SetUserRoleResponse
+	(*WhoAmIResponse)(nil),           // 99: lifeline.v1.WhoAmIResponse
+	(*RotateCredentialResponse)(nil), // 100: lifeline.v1.RotateCredentialResponse
+	(*AuditResponse)(nil),            // 101: lifeline.v1.AuditResponse
+	(*ListActionsResponse)(nil),      // 102: lifeline.v1.ListActionsResponse
+	(*RunActionResponse)(nil),        // 103: lifeline.v1.RunActionResponse
+	(*ListOperationsResponse)(nil),   // 104: lifeline.v1.ListOperationsResponse
+	(*ShowOperationResponse)(nil),    // 105: lifeline.v1.ShowOperationResponse
+	(*ShowTaskResponse)(nil),         // 106: lifeline.v1.ShowTaskResponse
+	(*ApproveOperationResponse)(nil), // 107: lifeline.v1.ApproveOperationResponse
+	(*RejectOperationResponse)(nil),  // 108: lifeline.v1.RejectOperationResponse
+	(*ExecuteOperationResponse)(nil), // 109: lifeline.v1.ExecuteOperationResponse
+	(*PauseTasksResponse)(nil),       // 110: lifeline.v1.PauseTasksResponse
+	(*ResumeTasksResponse)(nil),      // 111: lifeline.v1.ResumeTasksResponse
+	(*StopTasksResponse)(nil),        // 112: lifeline.v1.StopTasksResponse
+	(*TaskLogsResponse)(nil),         // 113: lifeline.v1.TaskLogsResponse
+	(*VersionResponse)(nil),          // 114: lifeline.v1.VersionResponse
+	(*ShowUnitResponse)(nil),         // 115: lifeline.v1.ShowUnitResponse
+	(*ShowMachineResponse)(nil),      // 116: lifeline.v1.ShowMachineResponse
+	(*ListRevisionsResponse)(nil),    // 117: lifeline.v1.ListRevisionsResponse
+	(*ShowRevisionResponse)(nil),     // 118: lifeline.v1.ShowRevisionResponse
+	(*RollbackServiceResponse)(nil),  // 119: lifeline.v1.RollbackServiceResponse
+	(*RefreshServiceResponse)(nil),   // 120: lifeline.v1.RefreshServiceResponse
+	(*SetRolloutPolicyResponse)(nil), // 121: lifeline.v1.SetRolloutPolicyResponse
+	(*GetRolloutPolicyResponse)(nil), // 122: lifeline.v1.GetRolloutPolicyResponse
+	(*RolloutStatusResponse)(nil),    // 123: lifeline.v1.RolloutStatusResponse
+	(*PauseRolloutResponse)(nil),     // 124: lifeline.v1.PauseRolloutResponse
+	(*ResumeRolloutResponse)(nil),    // 125: lifeline.v1.ResumeRolloutResponse
+	(*PromoteRolloutResponse)(nil),   // 126: lifeline.v1.PromoteRolloutResponse
+	(*AbortRolloutResponse)(nil),     // 127: lifeline.v1.AbortRolloutResponse
 }
 var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	6,   // 0: lifeline.v1.StatusResponse.status:type_name -> lifeline.v1.ModelStatus
@@ -3420,127 +3509,132 @@ var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	52,  // 6: lifeline.v1.ModelStatus.operations:type_name -> lifeline.v1.OperationsStatus
 	11,  // 7: lifeline.v1.ServiceStatus.units:type_name -> lifeline.v1.UnitStatus
 	10,  // 8: lifeline.v1.ServiceStatus.rollout:type_name -> lifeline.v1.ServiceRollout
-	14,  // 9: lifeline.v1.UploadCharmRequest.header:type_name -> lifeline.v1.UploadCharmHeader
-	53,  // 10: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
-	48,  // 11: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
-	54,  // 12: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
-	55,  // 13: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
-	55,  // 14: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
-	56,  // 15: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
-	57,  // 16: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
-	58,  // 17: lifeline.v1.DestroyMachinesResponse.results:type_name -> lifeline.v1.StatusReportResult
-	38,  // 18: lifeline.v1.ResolvedResponse.results:type_name -> lifeline.v1.ResolvedResult
-	59,  // 19: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
-	49,  // 20: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
-	50,  // 21: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
-	45,  // 22: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
-	51,  // 23: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
-	60,  // 24: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
-	2,   // 25: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
-	4,   // 26: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
-	13,  // 27: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
-	16,  // 28: lifeline.v1.OperatorService.Deploy:input_type -> lifeline.v1.DeployRequest
-	18,  // 29: lifeline.v1.OperatorService.AddUnits:input_type -> lifeline.v1.AddUnitsRequest
-	20,  // 30: lifeline.v1.OperatorService.AddMachines:input_type -> lifeline.v1.AddMachinesRequest
-	22,  // 31: lifeline.v1.OperatorService.IssueJoinToken:input_type -> lifeline.v1.IssueJoinTokenRequest
-	24,  // 32: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
-	26,  // 33: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
-	28,  // 34: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
-	30,  // 35: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
-	32,  // 36: lifeline.v1.OperatorService.DestroyMachines:input_type -> lifeline.v1.DestroyMachinesRequest
-	34,  // 37: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
-	36,  // 38: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
-	39,  // 39: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
-	41,  // 40: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
-	43,  // 41: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
-	46,  // 42: lifeline.v1.OperatorService.AddController:input_type -> lifeline.v1.AddControllerRequest
-	0,   // 43: lifeline.v1.OperatorService.Barrier:input_type -> lifeline.v1.BarrierRequest
-	61,  // 44: lifeline.v1.OperatorService.ListUsers:input_type -> lifeline.v1.ListUsersRequest
-	62,  // 45: lifeline.v1.OperatorService.AddUser:input_type -> lifeline.v1.AddUserRequest
-	63,  // 46: lifeline.v1.OperatorService.RemoveUser:input_type -> lifeline.v1.RemoveUserRequest
-	64,  // 47: lifeline.v1.OperatorService.SetUserRole:input_type -> lifeline.v1.SetUserRoleRequest
-	65,  // 48: lifeline.v1.OperatorService.WhoAmI:input_type -> lifeline.v1.WhoAmIRequest
-	66,  // 49: lifeline.v1.OperatorService.RotateCredential:input_type -> lifeline.v1.RotateCredentialRequest
-	67,  // 50: lifeline.v1.OperatorService.Audit:input_type -> lifeline.v1.AuditRequest
-	68,  // 51: lifeline.v1.OperatorService.ListActions:input_type -> lifeline.v1.ListActionsRequest
-	69,  // 52: lifeline.v1.OperatorService.RunAction:input_type -> lifeline.v1.RunActionRequest
-	70,  // 53: lifeline.v1.OperatorService.ListOperations:input_type -> lifeline.v1.ListOperationsRequest
-	71,  // 54: lifeline.v1.OperatorService.ShowOperation:input_type -> lifeline.v1.ShowOperationRequest
-	72,  // 55: lifeline.v1.OperatorService.ShowTask:input_type -> lifeline.v1.ShowTaskRequest
-	73,  // 56: lifeline.v1.OperatorService.ApproveOperation:input_type -> lifeline.v1.ApproveOperationRequest
-	74,  // 57: lifeline.v1.OperatorService.RejectOperation:input_type -> lifeline.v1.RejectOperationRequest
-	75,  // 58: lifeline.v1.OperatorService.ExecuteOperation:input_type -> lifeline.v1.ExecuteOperationRequest
-	76,  // 59: lifeline.v1.OperatorService.PauseTasks:input_type -> lifeline.v1.PauseTasksRequest
-	77,  // 60: lifeline.v1.OperatorService.ResumeTasks:input_type -> lifeline.v1.ResumeTasksRequest
-	78,  // 61: lifeline.v1.OperatorService.StopTasks:input_type -> lifeline.v1.StopTasksRequest
-	79,  // 62: lifeline.v1.OperatorService.TaskLogs:input_type -> lifeline.v1.TaskLogsRequest
-	80,  // 63: lifeline.v1.OperatorService.Version:input_type -> lifeline.v1.VersionRequest
-	81,  // 64: lifeline.v1.OperatorService.ListRevisions:input_type -> lifeline.v1.ListRevisionsRequest
-	82,  // 65: lifeline.v1.OperatorService.ShowRevision:input_type -> lifeline.v1.ShowRevisionRequest
-	83,  // 66: lifeline.v1.OperatorService.RollbackService:input_type -> lifeline.v1.RollbackServiceRequest
-	84,  // 67: lifeline.v1.OperatorService.RefreshService:input_type -> lifeline.v1.RefreshServiceRequest
-	85,  // 68: lifeline.v1.OperatorService.SetRolloutPolicy:input_type -> lifeline.v1.SetRolloutPolicyRequest
-	86,  // 69: lifeline.v1.OperatorService.GetRolloutPolicy:input_type -> lifeline.v1.GetRolloutPolicyRequest
-	87,  // 70: lifeline.v1.OperatorService.RolloutStatus:input_type -> lifeline.v1.RolloutStatusRequest
-	88,  // 71: lifeline.v1.OperatorService.PauseRollout:input_type -> lifeline.v1.PauseRolloutRequest
-	89,  // 72: lifeline.v1.OperatorService.ResumeRollout:input_type -> lifeline.v1.ResumeRolloutRequest
-	90,  // 73: lifeline.v1.OperatorService.PromoteRollout:input_type -> lifeline.v1.PromoteRolloutRequest
-	91,  // 74: lifeline.v1.OperatorService.AbortRollout:input_type -> lifeline.v1.AbortRolloutRequest
-	3,   // 75: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
-	5,   // 76: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
-	15,  // 77: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
-	17,  // 78: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
-	19,  // 79: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
-	21,  // 80: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
-	23,  // 81: lifeline.v1.OperatorService.IssueJoinToken:output_type -> lifeline.v1.IssueJoinTokenResponse
-	25,  // 82: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
-	27,  // 83: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
-	29,  // 84: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
-	31,  // 85: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
-	33,  // 86: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
-	35,  // 87: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
-	37,  // 88: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
-	40,  // 89: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
-	42,  // 90: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
-	44,  // 91: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
-	47,  // 92: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
-	1,   // 93: lifeline.v1.OperatorService.Barrier:output_type -> lifeline.v1.BarrierResponse
-	92,  // 94: lifeline.v1.OperatorService.ListUsers:output_type -> lifeline.v1.ListUsersResponse
-	93,  // 95: lifeline.v1.OperatorService.AddUser:output_type -> lifeline.v1.AddUserResponse
-	94,  // 96: lifeline.v1.OperatorService.RemoveUser:output_type -> lifeline.v1.RemoveUserResponse
-	95,  // 97: lifeline.v1.OperatorService.SetUserRole:output_type -> lifeline.v1.SetUserRoleResponse
-	96,  // 98: lifeline.v1.OperatorService.WhoAmI:output_type -> lifeline.v1.WhoAmIResponse
-	97,  // 99: lifeline.v1.OperatorService.RotateCredential:output_type -> lifeline.v1.RotateCredentialResponse
-	98,  // 100: lifeline.v1.OperatorService.Audit:output_type -> lifeline.v1.AuditResponse
-	99,  // 101: lifeline.v1.OperatorService.ListActions:output_type -> lifeline.v1.ListActionsResponse
-	100, // 102: lifeline.v1.OperatorService.RunAction:output_type -> lifeline.v1.RunActionResponse
-	101, // 103: lifeline.v1.OperatorService.ListOperations:output_type -> lifeline.v1.ListOperationsResponse
-	102, // 104: lifeline.v1.OperatorService.ShowOperation:output_type -> lifeline.v1.ShowOperationResponse
-	103, // 105: lifeline.v1.OperatorService.ShowTask:output_type -> lifeline.v1.ShowTaskResponse
-	104, // 106: lifeline.v1.OperatorService.ApproveOperation:output_type -> lifeline.v1.ApproveOperationResponse
-	105, // 107: lifeline.v1.OperatorService.RejectOperation:output_type -> lifeline.v1.RejectOperationResponse
-	106, // 108: lifeline.v1.OperatorService.ExecuteOperation:output_type -> lifeline.v1.ExecuteOperationResponse
-	107, // 109: lifeline.v1.OperatorService.PauseTasks:output_type -> lifeline.v1.PauseTasksResponse
-	108, // 110: lifeline.v1.OperatorService.ResumeTasks:output_type -> lifeline.v1.ResumeTasksResponse
-	109, // 111: lifeline.v1.OperatorService.StopTasks:output_type -> lifeline.v1.StopTasksResponse
-	110, // 112: lifeline.v1.OperatorService.TaskLogs:output_type -> lifeline.v1.TaskLogsResponse
-	111, // 113: lifeline.v1.OperatorService.Version:output_type -> lifeline.v1.VersionResponse
-	112, // 114: lifeline.v1.OperatorService.ListRevisions:output_type -> lifeline.v1.ListRevisionsResponse
-	113, // 115: lifeline.v1.OperatorService.ShowRevision:output_type -> lifeline.v1.ShowRevisionResponse
-	114, // 116: lifeline.v1.OperatorService.RollbackService:output_type -> lifeline.v1.RollbackServiceResponse
-	115, // 117: lifeline.v1.OperatorService.RefreshService:output_type -> lifeline.v1.RefreshServiceResponse
-	116, // 118: lifeline.v1.OperatorService.SetRolloutPolicy:output_type -> lifeline.v1.SetRolloutPolicyResponse
-	117, // 119: lifeline.v1.OperatorService.GetRolloutPolicy:output_type -> lifeline.v1.GetRolloutPolicyResponse
-	118, // 120: lifeline.v1.OperatorService.RolloutStatus:output_type -> lifeline.v1.RolloutStatusResponse
-	119, // 121: lifeline.v1.OperatorService.PauseRollout:output_type -> lifeline.v1.PauseRolloutResponse
-	120, // 122: lifeline.v1.OperatorService.ResumeRollout:output_type -> lifeline.v1.ResumeRolloutResponse
-	121, // 123: lifeline.v1.OperatorService.PromoteRollout:output_type -> lifeline.v1.PromoteRolloutResponse
-	122, // 124: lifeline.v1.OperatorService.AbortRollout:output_type -> lifeline.v1.AbortRolloutResponse
-	75,  // [75:125] is the sub-list for method output_type
-	25,  // [25:75] is the sub-list for method input_type
-	25,  // [25:25] is the sub-list for extension type_name
-	25,  // [25:25] is the sub-list for extension extendee
-	0,   // [0:25] is the sub-list for field type_name
+	53,  // 9: lifeline.v1.RelationStatus.endpoints:type_name -> lifeline.v1.RelationEndpointStatus
+	14,  // 10: lifeline.v1.UploadCharmRequest.header:type_name -> lifeline.v1.UploadCharmHeader
+	54,  // 11: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
+	48,  // 12: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
+	55,  // 13: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
+	56,  // 14: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
+	56,  // 15: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
+	57,  // 16: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
+	58,  // 17: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
+	59,  // 18: lifeline.v1.DestroyMachinesResponse.results:type_name -> lifeline.v1.StatusReportResult
+	38,  // 19: lifeline.v1.ResolvedResponse.results:type_name -> lifeline.v1.ResolvedResult
+	60,  // 20: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
+	49,  // 21: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
+	50,  // 22: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
+	45,  // 23: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
+	51,  // 24: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
+	61,  // 25: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
+	2,   // 26: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
+	4,   // 27: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
+	13,  // 28: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
+	16,  // 29: lifeline.v1.OperatorService.Deploy:input_type -> lifeline.v1.DeployRequest
+	18,  // 30: lifeline.v1.OperatorService.AddUnits:input_type -> lifeline.v1.AddUnitsRequest
+	20,  // 31: lifeline.v1.OperatorService.AddMachines:input_type -> lifeline.v1.AddMachinesRequest
+	22,  // 32: lifeline.v1.OperatorService.IssueJoinToken:input_type -> lifeline.v1.IssueJoinTokenRequest
+	24,  // 33: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
+	26,  // 34: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
+	28,  // 35: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
+	30,  // 36: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
+	32,  // 37: lifeline.v1.OperatorService.DestroyMachines:input_type -> lifeline.v1.DestroyMachinesRequest
+	34,  // 38: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
+	36,  // 39: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
+	39,  // 40: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
+	41,  // 41: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
+	43,  // 42: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
+	46,  // 43: lifeline.v1.OperatorService.AddController:input_type -> lifeline.v1.AddControllerRequest
+	0,   // 44: lifeline.v1.OperatorService.Barrier:input_type -> lifeline.v1.BarrierRequest
+	62,  // 45: lifeline.v1.OperatorService.ListUsers:input_type -> lifeline.v1.ListUsersRequest
+	63,  // 46: lifeline.v1.OperatorService.AddUser:input_type -> lifeline.v1.AddUserRequest
+	64,  // 47: lifeline.v1.OperatorService.RemoveUser:input_type -> lifeline.v1.RemoveUserRequest
+	65,  // 48: lifeline.v1.OperatorService.SetUserRole:input_type -> lifeline.v1.SetUserRoleRequest
+	66,  // 49: lifeline.v1.OperatorService.WhoAmI:input_type -> lifeline.v1.WhoAmIRequest
+	67,  // 50: lifeline.v1.OperatorService.RotateCredential:input_type -> lifeline.v1.RotateCredentialRequest
+	68,  // 51: lifeline.v1.OperatorService.Audit:input_type -> lifeline.v1.AuditRequest
+	69,  // 52: lifeline.v1.OperatorService.ListActions:input_type -> lifeline.v1.ListActionsRequest
+	70,  // 53: lifeline.v1.OperatorService.RunAction:input_type -> lifeline.v1.RunActionRequest
+	71,  // 54: lifeline.v1.OperatorService.ListOperations:input_type -> lifeline.v1.ListOperationsRequest
+	72,  // 55: lifeline.v1.OperatorService.ShowOperation:input_type -> lifeline.v1.ShowOperationRequest
+	73,  // 56: lifeline.v1.OperatorService.ShowTask:input_type -> lifeline.v1.ShowTaskRequest
+	74,  // 57: lifeline.v1.OperatorService.ApproveOperation:input_type -> lifeline.v1.ApproveOperationRequest
+	75,  // 58: lifeline.v1.OperatorService.RejectOperation:input_type -> lifeline.v1.RejectOperationRequest
+	76,  // 59: lifeline.v1.OperatorService.ExecuteOperation:input_type -> lifeline.v1.ExecuteOperationRequest
+	77,  // 60: lifeline.v1.OperatorService.PauseTasks:input_type -> lifeline.v1.PauseTasksRequest
+	78,  // 61: lifeline.v1.OperatorService.ResumeTasks:input_type -> lifeline.v1.ResumeTasksRequest
+	79,  // 62: lifeline.v1.OperatorService.StopTasks:input_type -> lifeline.v1.StopTasksRequest
+	80,  // 63: lifeline.v1.OperatorService.TaskLogs:input_type -> lifeline.v1.TaskLogsRequest
+	81,  // 64: lifeline.v1.OperatorService.Version:input_type -> lifeline.v1.VersionRequest
+	82,  // 65: lifeline.v1.OperatorService.ShowUnit:input_type -> lifeline.v1.ShowUnitRequest
+	83,  // 66: lifeline.v1.OperatorService.ShowMachine:input_type -> lifeline.v1.ShowMachineRequest
+	84,  // 67: lifeline.v1.OperatorService.ListRevisions:input_type -> lifeline.v1.ListRevisionsRequest
+	85,  // 68: lifeline.v1.OperatorService.ShowRevision:input_type -> lifeline.v1.ShowRevisionRequest
+	86,  // 69: lifeline.v1.OperatorService.RollbackService:input_type -> lifeline.v1.RollbackServiceRequest
+	87,  // 70: lifeline.v1.OperatorService.RefreshService:input_type -> lifeline.v1.RefreshServiceRequest
+	88,  // 71: lifeline.v1.OperatorService.SetRolloutPolicy:input_type -> lifeline.v1.SetRolloutPolicyRequest
+	89,  // 72: lifeline.v1.OperatorService.GetRolloutPolicy:input_type -> lifeline.v1.GetRolloutPolicyRequest
+	90,  // 73: lifeline.v1.OperatorService.RolloutStatus:input_type -> lifeline.v1.RolloutStatusRequest
+	91,  // 74: lifeline.v1.OperatorService.PauseRollout:input_type -> lifeline.v1.PauseRolloutRequest
+	92,  // 75: lifeline.v1.OperatorService.ResumeRollout:input_type -> lifeline.v1.ResumeRolloutRequest
+	93,  // 76: lifeline.v1.OperatorService.PromoteRollout:input_type -> lifeline.v1.PromoteRolloutRequest
+	94,  // 77: lifeline.v1.OperatorService.AbortRollout:input_type -> lifeline.v1.AbortRolloutRequest
+	3,   // 78: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
+	5,   // 79: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
+	15,  // 80: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
+	17,  // 81: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
+	19,  // 82: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
+	21,  // 83: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
+	23,  // 84: lifeline.v1.OperatorService.IssueJoinToken:output_type -> lifeline.v1.IssueJoinTokenResponse
+	25,  // 85: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
+	27,  // 86: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
+	29,  // 87: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
+	31,  // 88: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
+	33,  // 89: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
+	35,  // 90: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
+	37,  // 91: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
+	40,  // 92: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
+	42,  // 93: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
+	44,  // 94: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
+	47,  // 95: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
+	1,   // 96: lifeline.v1.OperatorService.Barrier:output_type -> lifeline.v1.BarrierResponse
+	95,  // 97: lifeline.v1.OperatorService.ListUsers:output_type -> lifeline.v1.ListUsersResponse
+	96,  // 98: lifeline.v1.OperatorService.AddUser:output_type -> lifeline.v1.AddUserResponse
+	97,  // 99: lifeline.v1.OperatorService.RemoveUser:output_type -> lifeline.v1.RemoveUserResponse
+	98,  // 100: lifeline.v1.OperatorService.SetUserRole:output_type -> lifeline.v1.SetUserRoleResponse
+	99,  // 101: lifeline.v1.OperatorService.WhoAmI:output_type -> lifeline.v1.WhoAmIResponse
+	100, // 102: lifeline.v1.OperatorService.RotateCredential:output_type -> lifeline.v1.RotateCredentialResponse
+	101, // 103: lifeline.v1.OperatorService.Audit:output_type -> lifeline.v1.AuditResponse
+	102, // 104: lifeline.v1.OperatorService.ListActions:output_type -> lifeline.v1.ListActionsResponse
+	103, // 105: lifeline.v1.OperatorService.RunAction:output_type -> lifeline.v1.RunActionResponse
+	104, // 106: lifeline.v1.OperatorService.ListOperations:output_type -> lifeline.v1.ListOperationsResponse
+	105, // 107: lifeline.v1.OperatorService.ShowOperation:output_type -> lifeline.v1.ShowOperationResponse
+	106, // 108: lifeline.v1.OperatorService.ShowTask:output_type -> lifeline.v1.ShowTaskResponse
+	107, // 109: lifeline.v1.OperatorService.ApproveOperation:output_type -> lifeline.v1.ApproveOperationResponse
+	108, // 110: lifeline.v1.OperatorService.RejectOperation:output_type -> lifeline.v1.RejectOperationResponse
+	109, // 111: lifeline.v1.OperatorService.ExecuteOperation:output_type -> lifeline.v1.ExecuteOperationResponse
+	110, // 112: lifeline.v1.OperatorService.PauseTasks:output_type -> lifeline.v1.PauseTasksResponse
+	111, // 113: lifeline.v1.OperatorService.ResumeTasks:output_type -> lifeline.v1.ResumeTasksResponse
+	112, // 114: lifeline.v1.OperatorService.StopTasks:output_type -> lifeline.v1.StopTasksResponse
+	113, // 115: lifeline.v1.OperatorService.TaskLogs:output_type -> lifeline.v1.TaskLogsResponse
+	114, // 116: lifeline.v1.OperatorService.Version:output_type -> lifeline.v1.VersionResponse
+	115, // 117: lifeline.v1.OperatorService.ShowUnit:output_type -> lifeline.v1.ShowUnitResponse
+	116, // 118: lifeline.v1.OperatorService.ShowMachine:output_type -> lifeline.v1.ShowMachineResponse
+	117, // 119: lifeline.v1.OperatorService.ListRevisions:output_type -> lifeline.v1.ListRevisionsResponse
+	118, // 120: lifeline.v1.OperatorService.ShowRevision:output_type -> lifeline.v1.ShowRevisionResponse
+	119, // 121: lifeline.v1.OperatorService.RollbackService:output_type -> lifeline.v1.RollbackServiceResponse
+	120, // 122: lifeline.v1.OperatorService.RefreshService:output_type -> lifeline.v1.RefreshServiceResponse
+	121, // 123: lifeline.v1.OperatorService.SetRolloutPolicy:output_type -> lifeline.v1.SetRolloutPolicyResponse
+	122, // 124: lifeline.v1.OperatorService.GetRolloutPolicy:output_type -> lifeline.v1.GetRolloutPolicyResponse
+	123, // 125: lifeline.v1.OperatorService.RolloutStatus:output_type -> lifeline.v1.RolloutStatusResponse
+	124, // 126: lifeline.v1.OperatorService.PauseRollout:output_type -> lifeline.v1.PauseRolloutResponse
+	125, // 127: lifeline.v1.OperatorService.ResumeRollout:output_type -> lifeline.v1.ResumeRolloutResponse
+	126, // 128: lifeline.v1.OperatorService.PromoteRollout:output_type -> lifeline.v1.PromoteRolloutResponse
+	127, // 129: lifeline.v1.OperatorService.AbortRollout:output_type -> lifeline.v1.AbortRolloutResponse
+	78,  // [78:130] is the sub-list for method output_type
+	26,  // [26:78] is the sub-list for method input_type
+	26,  // [26:26] is the sub-list for extension type_name
+	26,  // [26:26] is the sub-list for extension extendee
+	0,   // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_operator_proto_init() }
@@ -3552,6 +3646,7 @@ func file_lifeline_v1_operator_proto_init() {
 	file_lifeline_v1_operations_proto_init()
 	file_lifeline_v1_revisions_api_proto_init()
 	file_lifeline_v1_rollouts_api_proto_init()
+	file_lifeline_v1_show_proto_init()
 	file_lifeline_v1_tasks_proto_init()
 	file_lifeline_v1_users_proto_init()
 	file_lifeline_v1_version_proto_init()

@@ -60,6 +60,8 @@ const (
 	OperatorService_StopTasks_FullMethodName        = "/lifeline.v1.OperatorService/StopTasks"
 	OperatorService_TaskLogs_FullMethodName         = "/lifeline.v1.OperatorService/TaskLogs"
 	OperatorService_Version_FullMethodName          = "/lifeline.v1.OperatorService/Version"
+	OperatorService_ShowUnit_FullMethodName         = "/lifeline.v1.OperatorService/ShowUnit"
+	OperatorService_ShowMachine_FullMethodName      = "/lifeline.v1.OperatorService/ShowMachine"
 	OperatorService_ListRevisions_FullMethodName    = "/lifeline.v1.OperatorService/ListRevisions"
 	OperatorService_ShowRevision_FullMethodName     = "/lifeline.v1.OperatorService/ShowRevision"
 	OperatorService_RollbackService_FullMethodName  = "/lifeline.v1.OperatorService/RollbackService"
@@ -181,6 +183,13 @@ type OperatorServiceClient interface {
 	// Version says what the answering controller's binary is: its version,
 	// commit, build date and Go toolchain (ctl version).
 	Version(ctx context.Context, in *VersionRequest, opts ...grpc.CallOption) (*VersionResponse, error)
+	// ShowUnit shows everything known about one unit (ctl show-unit): its
+	// statuses and since when, revisions, relations with their settings,
+	// open tasks and recent status history (show.proto).
+	ShowUnit(ctx context.Context, in *ShowUnitRequest, opts ...grpc.CallOption) (*ShowUnitResponse, error)
+	// ShowMachine shows everything known about one machine (ctl
+	// show-machine): its agent, instance and units.
+	ShowMachine(ctx context.Context, in *ShowMachineRequest, opts ...grpc.CallOption) (*ShowMachineResponse, error)
 	// Revisions: a service's history of specs (revisions_api.proto).
 	// ListRevisions lists the service's kept revisions, newest first,
 	// without their configuration.
@@ -642,6 +651,26 @@ func (c *operatorServiceClient) Version(ctx context.Context, in *VersionRequest,
 	return out, nil
 }
 
+func (c *operatorServiceClient) ShowUnit(ctx context.Context, in *ShowUnitRequest, opts ...grpc.CallOption) (*ShowUnitResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShowUnitResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ShowUnit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operatorServiceClient) ShowMachine(ctx context.Context, in *ShowMachineRequest, opts ...grpc.CallOption) (*ShowMachineResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShowMachineResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ShowMachine_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *operatorServiceClient) ListRevisions(ctx context.Context, in *ListRevisionsRequest, opts ...grpc.CallOption) (*ListRevisionsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListRevisionsResponse)
@@ -860,6 +889,13 @@ type OperatorServiceServer interface {
 	// Version says what the answering controller's binary is: its version,
 	// commit, build date and Go toolchain (ctl version).
 	Version(context.Context, *VersionRequest) (*VersionResponse, error)
+	// ShowUnit shows everything known about one unit (ctl show-unit): its
+	// statuses and since when, revisions, relations with their settings,
+	// open tasks and recent status history (show.proto).
+	ShowUnit(context.Context, *ShowUnitRequest) (*ShowUnitResponse, error)
+	// ShowMachine shows everything known about one machine (ctl
+	// show-machine): its agent, instance and units.
+	ShowMachine(context.Context, *ShowMachineRequest) (*ShowMachineResponse, error)
 	// Revisions: a service's history of specs (revisions_api.proto).
 	// ListRevisions lists the service's kept revisions, newest first,
 	// without their configuration.
@@ -1017,6 +1053,12 @@ func (UnimplementedOperatorServiceServer) TaskLogs(*TaskLogsRequest, grpc.Server
 }
 func (UnimplementedOperatorServiceServer) Version(context.Context, *VersionRequest) (*VersionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Version not implemented")
+}
+func (UnimplementedOperatorServiceServer) ShowUnit(context.Context, *ShowUnitRequest) (*ShowUnitResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ShowUnit not implemented")
+}
+func (UnimplementedOperatorServiceServer) ShowMachine(context.Context, *ShowMachineRequest) (*ShowMachineResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ShowMachine not implemented")
 }
 func (UnimplementedOperatorServiceServer) ListRevisions(context.Context, *ListRevisionsRequest) (*ListRevisionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListRevisions not implemented")
@@ -1742,6 +1784,42 @@ func _OperatorService_Version_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_ShowUnit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShowUnitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ShowUnit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ShowUnit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ShowUnit(ctx, req.(*ShowUnitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperatorService_ShowMachine_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShowMachineRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ShowMachine(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ShowMachine_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ShowMachine(ctx, req.(*ShowMachineRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _OperatorService_ListRevisions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListRevisionsRequest)
 	if err := dec(in); err != nil {
@@ -2086,6 +2164,14 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Version",
 			Handler:    _OperatorService_Version_Handler,
+		},
+		{
+			MethodName: "ShowUnit",
+			Handler:    _OperatorService_ShowUnit_Handler,
+		},
+		{
+			MethodName: "ShowMachine",
+			Handler:    _OperatorService_ShowMachine_Handler,
 		},
 		{
 			MethodName: "ListRevisions",
