@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 	"google.golang.org/grpc/status"
 
 	"github.com/lifelinehq/lifeline/internal/version"
@@ -35,6 +36,10 @@ type env struct {
 	// stdoutTTY and stderrTTY say whether they are terminals (progress lines
 	// and redraws use \r and escape codes only there).
 	stdoutTTY, stderrTTY bool
+	// stdoutWidth is the terminal's width when stdout is one (0 when
+	// not, or unknown); noColorEnv is $NO_COLOR.
+	stdoutWidth int
+	noColorEnv  string
 	// configPath is the client config: $LIFELINE_CONFIG, or the default
 	// under the user's config directory; configErr says why there is none.
 	configPath string
@@ -54,6 +59,12 @@ func newEnv() *env {
 		stdin:  os.Stdin,
 		stdout: os.Stdout, stderr: os.Stderr,
 		stdoutTTY: isTerminal(os.Stdout), stderrTTY: isTerminal(os.Stderr),
+		noColorEnv: os.Getenv("NO_COLOR"),
+	}
+	if e.stdoutTTY {
+		if w, _, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+			e.stdoutWidth = w
+		}
 	}
 	e.configPath, e.configErr = defaultClientConfigPath()
 	e.defaultDataDir = defaultDataDir()
@@ -62,10 +73,7 @@ func newEnv() *env {
 }
 
 // isTerminal says whether f is a character device: a terminal, in practice.
-func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
 
 // defaultDataDir is $XDG_DATA_HOME/lifeline/controller, or
 // ~/.local/share/lifeline/controller.

@@ -21,10 +21,28 @@ const (
 	formatTabular = "tabular"
 	formatJSON    = "json"
 	formatYAML    = "yaml"
+	// formatLine is one line a unit, for grep and awk.
+	formatLine = "line"
 )
 
-// renderStatus writes the model's status in a format.
+// statusSchemaVersion is the version of the status document's shape.
+const statusSchemaVersion = 1
+
+// renderStatus writes the model's status in a format, without colour.
 func renderStatus(w io.Writer, st *pb.ModelStatus, format string) error {
+	return renderStatusWith(w, st, format, statusLook{})
+}
+
+// statusLook is how the tabular status looks on a terminal: coloured,
+// its lines cut to the terminal's width (0: not cut).
+type statusLook struct {
+	color bool
+	width int
+}
+
+// renderStatusWith writes the model's status in a format, looking as
+// look says when tabular.
+func renderStatusWith(w io.Writer, st *pb.ModelStatus, format string, look statusLook) error {
 	switch format {
 	case formatJSON:
 		data, err := json.MarshalIndent(statusDocument(st), "", "  ")
@@ -41,7 +59,9 @@ func renderStatus(w io.Writer, st *pb.ModelStatus, format string) error {
 		}
 		return enc.Close()
 	case formatTabular:
-		return renderTabular(w, st)
+		return renderTabular(w, st, look)
+	case formatLine:
+		return renderLines(w, st)
 	}
 	return fmt.Errorf("unknown format %q", format)
 }
@@ -50,6 +70,9 @@ func renderStatus(w io.Writer, st *pb.ModelStatus, format string) error {
 // promises is always there (empty lists as []); extras are omitted when
 // empty.
 type statusDoc struct {
+	// SchemaVersion is the document's shape's version: 1. Fields are
+	// added within a version; one changed or removed makes the next.
+	SchemaVersion int `json:"schema_version" yaml:"schema_version"`
 	// Revision is the model's revision the status was read at (what ctl
 	// wait --since-revision takes).
 	Revision  int64                 `json:"revision,omitempty" yaml:"revision,omitempty"`
@@ -79,6 +102,8 @@ type machineDoc struct {
 	Message    string   `json:"message,omitempty" yaml:"message,omitempty"`
 	Forced     bool     `json:"forced,omitempty" yaml:"forced,omitempty"`
 	WaitingFor []string `json:"waiting_for,omitempty" yaml:"waiting_for,omitempty"`
+	// Since is when the agent's status was set (RFC 3339), when it was.
+	Since string `json:"since,omitempty" yaml:"since,omitempty"`
 }
 
 type serviceDoc struct {
@@ -120,6 +145,10 @@ type unitDoc struct {
 	// TargetRevision the one it moves to while it is another.
 	Revision       int64 `json:"revision,omitempty" yaml:"revision,omitempty"`
 	TargetRevision int64 `json:"target_revision,omitempty" yaml:"target_revision,omitempty"`
+	// AgentSince and WorkloadSince are when the agent's and the
+	// workload's statuses were set (RFC 3339), when they were.
+	AgentSince    string `json:"agent_since,omitempty" yaml:"agent_since,omitempty"`
+	WorkloadSince string `json:"workload_since,omitempty" yaml:"workload_since,omitempty"`
 }
 
 type relationDoc struct {
@@ -129,19 +158,24 @@ type relationDoc struct {
 	Scope      string   `json:"scope" yaml:"scope"`
 	Units      []string `json:"units,omitempty" yaml:"units,omitempty"`
 	WaitingFor []string `json:"waiting_for,omitempty" yaml:"waiting_for,omitempty"`
+	// Endpoints are the relation's sides, structured (key names them as
+	// text).
+	Endpoints []endpointDoc `json:"endpoints" yaml:"endpoints"`
 }
 
 func statusDocument(st *pb.ModelStatus) statusDoc {
 	doc := statusDoc{
-		Revision:  st.GetRevision(),
-		Machines:  map[string]machineDoc{},
-		Services:  map[string]serviceDoc{},
-		Relations: []relationDoc{},
+		SchemaVersion: statusSchemaVersion,
+		Revision:      st.GetRevision(),
+		Machines:      map[string]machineDoc{},
+		Services:      map[string]serviceDoc{},
+		Relations:     []relationDoc{},
 	}
 	for _, m := range st.GetMachines() {
 		doc.Machines[m.Id] = machineDoc{
 			Life: m.Life, Instance: m.Instance, Address: m.Address, Agent: m.Agent,
 			Units: nonNil(m.Units), Message: m.Message, Forced: m.Forced, WaitingFor: m.WaitingFor,
+			Since: sinceText(m.Since),
 		}
 	}
 	for _, s := range st.GetServices() {
@@ -159,6 +193,7 @@ func statusDocument(st *pb.ModelStatus) statusDoc {
 				Workload: u.Workload, Message: u.Message, Address: u.Address,
 				Subordinates: u.Subordinates, WaitingFor: u.WaitingFor,
 				Revision: u.Revision, TargetRevision: u.TargetRevision,
+				AgentSince: sinceText(u.AgentSince), WorkloadSince: sinceText(u.WorkloadSince),
 			}
 		}
 		doc.Services[s.Name] = sd
@@ -174,9 +209,14 @@ func statusDocument(st *pb.ModelStatus) statusDoc {
 	rels := append([]*pb.RelationStatus(nil), st.GetRelations()...)
 	sort.Slice(rels, func(i, j int) bool { return rels[i].Id < rels[j].Id })
 	for _, r := range rels {
-		doc.Relations = append(doc.Relations, relationDoc{
+		rd := relationDoc{
 			ID: r.Id, Key: r.Key, Life: r.Life, Scope: r.Scope, Units: r.Units, WaitingFor: r.WaitingFor,
-		})
+			Endpoints: []endpointDoc{},
+		}
+		for _, ep := range r.Endpoints {
+			rd.Endpoints = append(rd.Endpoints, endpointDocument(ep))
+		}
+		doc.Relations = append(doc.Relations, rd)
 	}
 	return doc
 }
@@ -191,7 +231,8 @@ func nonNil(s []string) []string {
 // renderTabular writes the status as juju status does: a section each for
 // machines, services, units (subordinates indented under their
 // principals) and relations, the empty ones left out.
-func renderTabular(w io.Writer, st *pb.ModelStatus) error {
+func renderTabular(w io.Writer, st *pb.ModelStatus, look statusLook) error {
+	paint := painter(look.color)
 	// The controller's alarms head the status, whatever the model holds.
 	for _, a := range st.GetAlarms() {
 		if _, err := fmt.Fprintf(w, "Alarm: %s\n", a); err != nil {
@@ -214,6 +255,7 @@ func renderTabular(w io.Writer, st *pb.ModelStatus) error {
 		return err
 	}
 	tw := newTable(w)
+	tw.width = look.width
 	section := false
 	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")) }
 	startSection := func(header ...string) {
@@ -240,34 +282,34 @@ func renderTabular(w io.Writer, st *pb.ModelStatus) error {
 	}
 
 	if ms := sortedMachines(st.GetMachines()); len(ms) > 0 {
-		startSection("Machine", "Life", "Agent", "Instance", "Address", "Units", "Message")
+		startSection("Machine", "Life", paint.plain("Agent"), "Instance", "Address", "Units", "Message")
 		for _, m := range ms {
 			life := m.Life
 			if m.Forced {
 				life += " (forced)"
 			}
-			row(m.Id, life, m.Agent, m.Instance, m.Address, strings.Join(m.Units, ","), note(m.Message, m.WaitingFor))
+			row(m.Id, life, paint.state(m.Agent), m.Instance, m.Address, strings.Join(m.Units, ","), note(m.Message, m.WaitingFor))
 		}
 	}
 
 	services := append([]*pb.ServiceStatus(nil), st.GetServices()...)
 	sort.Slice(services, func(i, j int) bool { return services[i].Name < services[j].Name })
 	if len(services) > 0 {
-		startSection("Service", "Charm", "Rev", "Spec", "Life", "Status", "Units", "Message")
+		startSection("Service", "Charm", "Rev", "Spec", "Life", paint.plain("Status"), "Units", "Message")
 		for _, s := range services {
 			units := strconv.Itoa(len(s.Units))
 			if s.Subordinate {
 				units += " (subordinate)"
 			}
-			row(s.Name, s.Charm, strconv.FormatInt(s.Revision, 10), serviceSpecText(s), s.Life, s.Status, units, note(s.Message, s.WaitingFor))
+			row(s.Name, s.Charm, strconv.FormatInt(s.Revision, 10), serviceSpecText(s), s.Life, paint.state(s.Status), units, note(s.Message, s.WaitingFor))
 		}
 	}
 
 	if units := unitRows(services); len(units) > 0 {
-		startSection("Unit", "Life", "Machine", "Agent", "State", "Workload", "Spec", "Address", "Message")
+		startSection("Unit", "Life", "Machine", paint.plain("Agent"), "State", paint.plain("Workload"), "Spec", "Address", "Message")
 		for _, r := range units {
 			u := r.unit
-			row(strings.Repeat("  ", r.depth)+u.Name, u.Life, u.Machine, u.Agent, u.State, u.Workload, unitSpecText(u), u.Address, note(u.Message, u.WaitingFor))
+			row(strings.Repeat("  ", r.depth)+u.Name, u.Life, u.Machine, paint.state(u.Agent), u.State, paint.state(u.Workload), unitSpecText(u), u.Address, note(u.Message, u.WaitingFor))
 		}
 	}
 
@@ -404,6 +446,9 @@ func unitRows(services []*pb.ServiceStatus) []unitRow {
 type table struct {
 	out io.Writer
 	buf bytes.Buffer
+	// width, when not 0, cuts every line to that many visible
+	// characters: a terminal's width.
+	width int
 	*tabwriter.Writer
 }
 
@@ -421,7 +466,7 @@ func (t *table) Flush() error {
 	lines := strings.SplitAfter(t.buf.String(), "\n")
 	for i, l := range lines {
 		if strings.HasSuffix(l, "\n") {
-			lines[i] = strings.TrimRight(l, " \n") + "\n"
+			lines[i] = cutLine(strings.TrimRight(l, " \n"), t.width) + "\n"
 		}
 	}
 	t.buf.Reset()

@@ -82,8 +82,13 @@ func checkShape(t *testing.T, doc map[string]any) {
 			promised = append(promised, k)
 		}
 	}
-	if got := strings.Join(promised, ","); got != "machines,operations,relations,services" {
-		t.Errorf("top-level keys = %v, want machines,operations,relations,services (and controllers, revision)", keysOf(t, doc))
+	if got := strings.Join(promised, ","); got != "machines,operations,relations,schema_version,services" {
+		t.Errorf("top-level keys = %v, want machines,operations,relations,schema_version,services (and controllers, revision)", keysOf(t, doc))
+	}
+	if v, ok := doc["schema_version"].(float64); ok && v != 1 {
+		t.Errorf("schema_version = %v, want 1", doc["schema_version"])
+	} else if v, ok := doc["schema_version"].(int); ok && v != 1 {
+		t.Errorf("schema_version = %v, want 1", doc["schema_version"])
 	}
 	machines := hasKeys(t, "machines", doc["machines"])
 	for id, m := range machines {
@@ -104,7 +109,7 @@ func checkShape(t *testing.T, doc map[string]any) {
 		t.Fatalf("relations = %#v, want a list", doc["relations"])
 	}
 	for i, r := range rels {
-		hasKeys(t, "relation "+strings.Repeat("#", i+1), r, "id", "key", "life", "scope")
+		hasKeys(t, "relation "+strings.Repeat("#", i+1), r, "id", "key", "life", "scope", "endpoints")
 	}
 }
 

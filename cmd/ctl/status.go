@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ohler55/ojg/jp"
 	"github.com/spf13/cobra"
 
 	"github.com/lifelinehq/lifeline/pki"
@@ -17,8 +18,8 @@ import (
 )
 
 func statusCommand(e *env) *cobra.Command {
-	var format string
-	var watch bool
+	var format, output string
+	var watch, noColor bool
 	cmd := &cobra.Command{
 		Use:   "status [SELECTOR]...",
 		Short: "Show the model: machines, services, units and relations",
@@ -29,23 +30,41 @@ dying entity is still waiting for.
 Selectors show part of the model, the union of what each selects (as juju
 status does): a service (kv) with its units, their subordinates and
 machines, and its relations; a unit (kv/0) with its service, its
-subordinates, its machine and their services' relations; a machine (3, or machine 3)
-with its units, their subordinates and services, and those services'
-relations. A
-service shown for a unit's or a machine's sake lists those units alone,
-and its status is theirs; a relation lists the units shown in its scope.
-The controller reads only what is selected. A name that does not exist
-fails (exit 1).
+subordinates, its machine and their services' relations; a machine (3, or
+machine 3) with its units, their subordinates and services, and those
+services' relations. A service shown for a unit's or a machine's sake lists
+those units alone, and its status is theirs; a relation lists the units
+shown in its scope. The controller reads only what is selected. A name that
+does not exist fails (exit 1).
 
---format tabular (the default) reads like juju status; json and yaml give the
-same data as one document:
+--format tabular (the default) reads like juju status, under a line naming
+the controller that answered, its version, the time it read the model at and
+the user; on a terminal, states are coloured (error red, blocked and waiting
+yellow, active, idle and started green) unless --no-color or NO_COLOR says
+not to. json and yaml give the same data as one document:
 
-  {"revision", "machines": {"0": {"life", "instance", "address", "agent", "units"}},
+  {"schema_version": 1, "revision",
+   "machines": {"0": {"life", "instance", "address", "agent", "since", "units"}},
    "services": {"kv": {"charm", "revision", "life", "status",
                        "units": {"kv/0": {"life", "machine", "principal",
-                                          "agent", "state", "workload", "message"}}}},
-   "relations": [{"id", "key", "life", "scope"}],
+                                          "agent", "agent_since", "state",
+                                          "workload", "workload_since",
+                                          "message"}}}},
+   "relations": [{"id", "key", "life", "scope",
+                  "endpoints": [{"service", "endpoint", "role", "interface"}]}],
    "operations": {"running", "awaiting_approval", "approved", "lost_tasks"}}
+
+schema_version is the document's shape's: fields are added within it, and a
+field changed or removed makes the next. since times are RFC 3339, in UTC.
+--format line writes one line a unit, every field always there in the same
+order, "-" when empty, the message last and quoted:
+
+  kv/0 service=kv machine=0 principal=- life=alive agent=idle state=running workload=active rev=4 target=4 message="serving"
+
+-o takes any of the formats, or jsonpath=EXPR: what the JSONPath EXPR
+selects of the json document, a line each (strings as they are, the rest as
+JSON); $.services.kv.units and kubectl's {.services.kv.units} both work, and
+an EXPR that selects nothing fails.
 
 revision is the model's as read (what ctl wait --since-revision takes).
 A service's revision is its charm's and spec_revision its spec's (ctl
@@ -69,13 +88,14 @@ Example:
   ctl status kv
   ctl status kv/0 machine 3
   ctl status --format json | jq '.services.kv.units'
+  ctl status --format line | grep '^kv/'
+  ctl status -o jsonpath='{.services.kv.units.*.workload}'
   ctl status --watch`,
 		Args: argsRange(0, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch format {
-			case formatTabular, formatJSON, formatYAML:
-			default:
-				return usagef(cmd, "--format %q: want tabular, json or yaml", format)
+			out, err := e.statusOutput(cmd, format, output, noColor)
+			if err != nil {
+				return err
 			}
 			services, units, machines, err := statusSelection(args)
 			if err != nil {
@@ -88,7 +108,7 @@ Example:
 			defer c.close()
 			if watch {
 				req := &pb.WatchStatusRequest{IntervalMs: 500, Services: services, Units: units, Machines: machines}
-				return watchStatus(cmd.Context(), e, c, req, format)
+				return watchStatus(cmd.Context(), e, c, req, out)
 			}
 			ctx, cancel := callContext(cmd.Context())
 			defer cancel()
@@ -97,25 +117,79 @@ Example:
 				return c.check(err)
 			}
 			e.learnControllers(resp.Status)
-			if format == formatTabular {
-				fmt.Fprint(e.stdout, statusHeader(resp.Controller, resp.User))
+			var buf bytes.Buffer
+			if out.format == formatTabular {
+				buf.WriteString(statusHeader(resp.Controller, resp.Version, resp.TimeUnixNano, resp.Status, resp.User))
 			}
-			return renderStatus(e.stdout, resp.Status, format)
+			if err := out.render(&buf, resp.Status); err != nil {
+				return err
+			}
+			_, err = e.stdout.Write(buf.Bytes())
+			return err
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", formatTabular, "tabular, json or yaml")
+	cmd.Flags().StringVar(&format, "format", formatTabular, "tabular, json, yaml or line")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "tabular, json, yaml, line or jsonpath=`EXPR` (instead of --format)")
+	cmd.Flags().BoolVar(&noColor, "no-color", false, "never colour the tabular status (as NO_COLOR does)")
 	cmd.Flags().BoolVar(&watch, "watch", false, "redraw after every change, until interrupted")
 	return cmd
 }
 
+// statusOutput is how ctl status writes what it reads.
+type statusOutput struct {
+	format string
+	// path, for -o jsonpath=EXPR, selects what of the json document to
+	// write.
+	path jp.Expr
+	look statusLook
+}
+
+// statusOutput reads ctl status's --format, -o and --no-color.
+func (e *env) statusOutput(cmd *cobra.Command, format, output string, noColor bool) (statusOutput, error) {
+	if output != "" {
+		if cmd.Flags().Changed("format") {
+			return statusOutput{}, usagef(cmd, "-o and --format: give one")
+		}
+		format = output
+	}
+	out := statusOutput{format: format}
+	switch {
+	case strings.HasPrefix(format, jsonPathPrefix):
+		x, err := parseJSONPath(strings.TrimPrefix(format, jsonPathPrefix))
+		if err != nil {
+			return statusOutput{}, usagef(cmd, "%v", err)
+		}
+		out.format, out.path = formatJSON, x
+	case format == formatTabular, format == formatJSON, format == formatYAML, format == formatLine:
+	default:
+		return statusOutput{}, usagef(cmd, "--format %q: want tabular, json, yaml, line or jsonpath=EXPR", format)
+	}
+	out.look.color = out.format == formatTabular && useColor(noColor, e.noColorEnv, e.stdoutTTY)
+	return out, nil
+}
+
+// render writes a status as out says.
+func (out statusOutput) render(w io.Writer, st *pb.ModelStatus) error {
+	if out.path != nil {
+		return renderJSONPath(w, st, out.path)
+	}
+	return renderStatusWith(w, st, out.format, out.look)
+}
+
 // watchStatus renders every status the controller streams until ctx ends
 // (an interrupt: a normal end).
-func watchStatus(ctx context.Context, e *env, c *client, req *pb.WatchStatusRequest, format string) error {
+func watchStatus(ctx context.Context, e *env, c *client, req *pb.WatchStatusRequest, out statusOutput) error {
+	format := out.format
+	redraw := format == formatTabular && e.stdoutTTY
+	if redraw {
+		// A redraw's lines are cut to the terminal's width: wrapped,
+		// they would scroll its top out of sight.
+		out.look.width = e.stdoutWidth
+	}
 	stream, err := c.op.WatchStatus(ctx, req)
 	if err != nil {
 		return c.check(err)
 	}
-	redraw := format == formatTabular && e.stdoutTTY
 	first := true
 	for {
 		resp, err := stream.Recv()
@@ -139,9 +213,9 @@ func watchStatus(ctx context.Context, e *env, c *client, req *pb.WatchStatusRequ
 			buf.WriteString("---\n")
 		}
 		if format == formatTabular {
-			buf.WriteString(statusHeader(resp.Controller, resp.User))
+			buf.WriteString(statusHeader(resp.Controller, resp.Version, resp.TimeUnixNano, resp.Status, resp.User))
 		}
-		if err := renderStatus(&buf, resp.Status, format); err != nil {
+		if err := out.render(&buf, resp.Status); err != nil {
 			return err
 		}
 		if _, err := e.stdout.Write(buf.Bytes()); err != nil {
@@ -149,15 +223,6 @@ func watchStatus(ctx context.Context, e *env, c *client, req *pb.WatchStatusRequ
 		}
 		first = false
 	}
-}
-
-// statusHeader is the line above the tabular status: the controller that
-// answered and the user asking.
-func statusHeader(controller, user string) string {
-	if controller == "" && user == "" {
-		return ""
-	}
-	return fmt.Sprintf("Controller %s, user %s\n\n", dash(controller), dash(user))
 }
 
 // errStreamEnded says the controller ended a status stream (it ends them

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -59,12 +60,16 @@ func stableStatus(t *testing.T, out string) string {
 	return buf.String()
 }
 
-// sinceless drops every "since" of a decoded document.
+// sinceless drops every "since" of a decoded document, and the other
+// times (agent_since, workload_since, time).
 func sinceless(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
-		delete(x, "since")
 		for k, e := range x {
+			if k == "time" || strings.HasSuffix(k, "since") {
+				delete(x, k)
+				continue
+			}
 			x[k] = sinceless(e)
 		}
 	case []any:
@@ -118,6 +123,35 @@ func testStatusSelectors(t *testing.T, s *sandbox) {
 		}
 	}
 	s.fails(t, 2, []string{`selector "Bad/x"`}, "status", "Bad/x")
+
+	// The formats for scripts, over a selection.
+	if out := s.ok(t, "status", "kv", "-o", "jsonpath={.services.kv.units.*.machine}"); out != "0\n1\n" {
+		t.Errorf("ctl status kv -o jsonpath={.services.kv.units.*.machine} = %q, want kv/0's and kv/1's machines, 0 and 1", out)
+	}
+	if out := s.ok(t, "status", "-o", "jsonpath=$.relations[?(@.scope == 'container')].endpoints[*].service"); out != "app\nlogger\n" {
+		t.Errorf("jsonpath of the container relation's services = %q, want app and logger", out)
+	}
+	if out := s.ok(t, "status", "-o", "jsonpath=$.schema_version", "machine", "1"); out != "1\n" {
+		t.Errorf("jsonpath $.schema_version = %q, want 1", out)
+	}
+	s.fails(t, 1, []string{"ctl: jsonpath $.services.nope selects nothing"}, "status", "-o", "jsonpath=$.services.nope")
+	s.fails(t, 2, []string{"jsonpath"}, "status", "-o", "jsonpath=$.[")
+	s.fails(t, 2, []string{"-o and --format"}, "status", "-o", "json", "--format", "yaml")
+	golden(t, "line.txt", s.ok(t, "status", "--format", "line"))
+	if a, b := s.ok(t, "status", "-o", "line", "app"), s.ok(t, "status", "--format", "line", "app"); a != b || !strings.HasPrefix(a, "app/0 service=app machine=2 ") {
+		t.Errorf("ctl status -o line app = %q, --format line %q; want the same, app/0 first", a, b)
+	}
+
+	// The header; no colour on a pipe, whatever says so or not.
+	out = s.ok(t, "status")
+	if first, _, _ := strings.Cut(out, "\n"); !regexp.MustCompile(`^Controller c-\S+ at 127\.0\.0\.1:\d+, version \S+, model time \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ, user admin$`).MatchString(first) {
+		t.Errorf("ctl status's first line = %q, want the controller, its address and version, the model time and the user", first)
+	}
+	for _, args := range [][]string{{"status"}, {"status", "--no-color"}} {
+		if out := s.ok(t, args...); strings.Contains(out, "\x1b") {
+			t.Errorf("ctl %v on a pipe wrote escapes:\n%q", args, out)
+		}
+	}
 }
 
 // testShow runs ctl show-unit and ctl show-machine over the same model

@@ -123,6 +123,10 @@ type results struct {
 	FleetRSSPerMachine    float64 `json:"fleet_rss_per_machine_bytes"`
 	EtcdBytesPerUnit      float64 `json:"etcd_bytes_per_unit"`
 	StatusJSONSeconds     float64 `json:"status_json_seconds"`
+	// StatusUnitSeconds and StatusMachineSeconds time ctl status
+	// --format json bench/0 and machine 0.
+	StatusUnitSeconds    float64 `json:"status_unit_seconds"`
+	StatusMachineSeconds float64 `json:"status_machine_seconds"`
 	// API calls a unit by method, every caller's (agents, and the
 	// harness's own), from the deploy until every unit ran and while
 	// destroying.
@@ -293,6 +297,7 @@ func (r *results) print(w io.Writer) {
 	row("idle machine agent", "%.1f MiB RSS (the fleet: %.1f MiB a machine)", float64(r.AgentRSSBytes)/(1<<20), r.FleetRSSPerMachine/(1<<20))
 	row("etcd bytes a unit", "%.0f", r.EtcdBytesPerUnit)
 	row("ctl status --format json", "%.2f s", r.StatusJSONSeconds)
+	row("ctl status bench/0, machine 0", "%.3f s, %.3f s", r.StatusUnitSeconds, r.StatusMachineSeconds)
 	row("API calls a unit, deploying", "%s", topCalls(r.CallsPerUnitDeploy, 6))
 	row("API calls a unit, destroying", "%s", topCalls(r.CallsPerUnitDestroy, 6))
 	row("failed calls, deploying", "%s", top(r.FailedCallsDeploy, 6, "%.0f"))

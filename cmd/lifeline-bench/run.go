@@ -295,6 +295,14 @@ func run(ctx context.Context, c config) (*results, error) {
 	if err != nil {
 		return res, err
 	}
+	// Selectors answer in time proportional to what they select: one
+	// unit, one machine.
+	if res.StatusUnitSeconds, err = timeStatus(ctx, c.ctl, ctl.configPath, "bench/0"); err != nil {
+		return res, err
+	}
+	if res.StatusMachineSeconds, err = timeStatus(ctx, c.ctl, ctl.configPath, "machine", "0"); err != nil {
+		return res, err
+	}
 	res.PeakRSSBytesStatus = peakRSS(ctl.cmd.Process.Pid)
 	res.AgentRSSBytes = currentRSS(idle.cmd.Process.Pid)
 	res.FleetRSSPerMachine = float64(fl.rss()) / float64(c.machines)
@@ -776,9 +784,10 @@ func dbInUse(ctx context.Context, c *clientv3.Client, endpoint string) (int64, e
 	return s.DbSizeInUse, nil
 }
 
-// timeStatus times ctl status --format json.
-func timeStatus(ctx context.Context, ctlPath, config string) (float64, error) {
-	cmd := exec.CommandContext(ctx, ctlPath, "status", "--format", "json")
+// timeStatus times ctl status --format json, of the whole model or of
+// what selectors select.
+func timeStatus(ctx context.Context, ctlPath, config string, selectors ...string) (float64, error) {
+	cmd := exec.CommandContext(ctx, ctlPath, append([]string{"status", "--format", "json"}, selectors...)...)
 	cmd.Env = append(os.Environ(), "LIFELINE_CONFIG="+config)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
