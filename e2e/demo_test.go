@@ -81,6 +81,7 @@ var seenRE = regexp.MustCompile(`^(app/\d+) says: this page was seen (\d+) times
 // provider: deploy and relate the demo charms, use the app, then tear it
 // all down and check nothing is left running.
 func TestDemoFlow(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
 	s.Bootstrap(t)

@@ -21,6 +21,7 @@ import (
 // dying; the machine's agent then removes the unit, sets the machine dead
 // and exits, and the provisioner removes the machine.
 func TestDestroyMachineRefusedWhileUnitsAssigned(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
 	s.Bootstrap(t)
@@ -59,6 +60,7 @@ func TestDestroyMachineRefusedWhileUnitsAssigned(t *testing.T) {
 // life rule and invariant (docs/DESIGN.md) holds at every committed revision (so
 // things went in the order the rules allow), and nothing is left.
 func TestDestroyRelatedServicesLeavesNothing(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
 

@@ -179,6 +179,9 @@ type docExample struct {
 }
 
 func TestDocExamples(t *testing.T) {
+	// Parallel, so that its scenarios (parallel subtests) overlap the
+	// package's other tests, not only one another.
+	t.Parallel()
 	needCharms(t)
 	root, err := e2etest.RepoRoot()
 	if err != nil {

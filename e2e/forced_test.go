@@ -157,6 +157,7 @@ func checkForcedOut(t *testing.T, s *e2etest.Sandbox, f forced) {
 // started under nohup and setsid ends too. Another unit of the machine runs
 // on, and so does the machine agent.
 func TestForcedUnitEndsOnItsHost(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
 	s.Bootstrap(t)
@@ -175,6 +176,7 @@ func TestForcedUnitEndsOnItsHost(t *testing.T) {
 // the agent is back: the agent finds the unit's directory, whose unit is
 // gone, and ends its processes before it removes it.
 func TestForcedUnitEndsAfterItsAgentRestarts(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
 	s.Bootstrap(t)
@@ -226,6 +228,7 @@ func TestForcedUnitEndsAfterItsAgentRestarts(t *testing.T) {
 // (its subordinate with it) is destroyed without --force, and its agent
 // sets it dead at once: it is removed, with nothing of it left running.
 func TestForcedOutMachineGoesPlainly(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
 	s.Bootstrap(t)
@@ -258,6 +261,7 @@ func TestForcedOutMachineGoesPlainly(t *testing.T) {
 // never joined is destroyed without --force, and is gone at once: there
 // is no agent to wait for. One whose agent joined waits for it.
 func TestManualMachineNeverJoinedGoesAtOnce(t *testing.T) {
+	t.Parallel()
 	s := newSandbox(t)
 	s.OK(t, "bootstrap", "--data-dir", s.DataDir, "--api-port", strconv.Itoa(s.Port), "--provider", "manual")
 	out := s.OK(t, "add-machine", "--manual")

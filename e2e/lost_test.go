@@ -20,6 +20,8 @@ const presenceTimeout = 3 * time.Second
 // the agent that will not come; --force has the controller remove it, and
 // then the machine; nothing of the machine keeps running.
 func TestLostMachineAgentAndForce(t *testing.T) {
+	// Not parallel: a 3 s presence timeout, and a wait for what must not
+	// happen, want a machine no busier than the test makes it.
 	needCharms(t)
 	s := newSandbox(t)
 	s.StartController(t, "--presence-timeout", presenceTimeout.String())

@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/lifelinehq/lifeline/e2etest"
@@ -17,7 +19,23 @@ var (
 	charmsErr error  // why the charms could not be built, if they could not
 )
 
+// parallel is how many of the package's parallel tests run at once
+// unless go test's -parallel says otherwise. They spend their time
+// waiting on hooks, agents and timeouts, not on the CPU, so more of them
+// run at once than go test's default (GOMAXPROCS, 2 on a small CI
+// machine).
+const parallel = 4
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", strconv.Itoa(parallel)); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			os.Exit(1)
+		}
+	}
 	os.Exit(testMain(m))
 }
 

@@ -28,6 +28,7 @@ import (
 // nothing; the first, stopped or killed, starts again at once. A token on
 // stdin joins too; one on the command line is refused.
 func TestManualMachineJoins(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
 	s.OK(t, "bootstrap", "--data-dir", s.DataDir, "--api-port", strconv.Itoa(s.Port), "--provider", "manual")
@@ -67,7 +68,7 @@ func TestManualMachineJoins(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(copied, "agent.json"), cfg, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	refused(t, s, copied, "", 1, "another agent of machine "+id+" is present", "--address", "127.1.9.2")
+	refused(t, s, copied, "", 1, "another agent of machine "+id+" is present", "--address", s.Network+".9.2")
 	if _, err := os.Stat(filepath.Join(copied, "units", "kv-0")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the refused agent ran kv/0 (%v)", err)
 	}
@@ -94,7 +95,7 @@ func TestManualMachineJoins(t *testing.T) {
 	// A token on stdin joins; a token expired, or on the command line,
 	// does not.
 	id2, token2, _ := addManual(t, s)
-	startAgent(t, s, filepath.Join(s.Dir, "host3"), token2+"\n", "--join-file", "-", "--controller", addr, "--address", "127.1.9.3")
+	startAgent(t, s, filepath.Join(s.Dir, "host3"), token2+"\n", "--join-file", "-", "--controller", addr, "--address", s.Network+".9.3")
 	s.WaitStatus(t, "the agent joined with its token on stdin", time.Minute, func(d *e2etest.StatusDoc) bool {
 		return d.Machines[id2].Agent == "started"
 	})
@@ -181,6 +182,9 @@ func refused(t *testing.T, s *e2etest.Sandbox, dir, stdin string, code int, msg 
 	}
 }
 
+// agentCommand is a machine agent's command with data directory dir and
+// stdin, at an address of the sandbox's loopback network (a unit's server
+// binds its machine's address, which no other sandbox's machine has).
 func agentCommand(t *testing.T, s *e2etest.Sandbox, dir, stdin string, args ...string) (*exec.Cmd, *syncbuf.Buffer) {
 	t.Helper()
 	logf, err := os.OpenFile(dir+".log", os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
@@ -188,7 +192,7 @@ func agentCommand(t *testing.T, s *e2etest.Sandbox, dir, stdin string, args ...s
 		t.Fatal(err)
 	}
 	logs := &syncbuf.Buffer{}
-	cmd := exec.Command(s.Bin.Lifelined, append([]string{"machine-agent", "--data-dir", dir, "--address", "127.1.9.1"}, args...)...)
+	cmd := exec.Command(s.Bin.Lifelined, append([]string{"machine-agent", "--data-dir", dir, "--address", s.Network + ".9.1"}, args...)...)
 	w := io.MultiWriter(logf, logs)
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.Stdin = strings.NewReader(stdin)

@@ -20,7 +20,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lifelinehq/lifeline/e2etest"
-	"github.com/lifelinehq/lifeline/embedetcd"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 )
@@ -166,22 +165,13 @@ func (w *runningWatch) result() (most, changes int) {
 // its checkpoint, its logs are followed live; a stopped task stays
 // stopped.
 func TestOperationsRunOnAgents(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
-	srv, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(s.Dir, "etcd"), TickMs: 10, NoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.OnStop(srv.Close)
-	client, err := srv.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.OnStop(func() { client.Close() })
-	const ns = "/lifeline/"
 	// The default --task-lost-after: nothing is lost here, and a window of
 	// seconds would lose tasks whose heartbeat a loaded machine delays.
-	s.StartController(t, "--etcd-endpoints", srv.Endpoint(), "--namespace", ns)
+	client, _ := startOnEtcd(t, s)
+	const ns = rolloutNS
 	s.OK(t, "deploy", charmPath(t, "kv"), "-n", "3")
 	s.OK(t, "wait", "--timeout", "3m")
 
@@ -275,6 +265,8 @@ func TestOperationsRunOnAgents(t *testing.T) {
 // while a task runs loses nothing: started again, the task ends done,
 // run once.
 func TestOperationsSurviveAgentAndControllerDeath(t *testing.T) {
+	// Not parallel: a 5 s lost-task window while its agent is killed and
+	// started again wants a machine no busier than the test makes it.
 	needCharms(t)
 	s := newSandbox(t)
 	c := s.StartController(t, "--task-lost-after", taskLostAfter.String())

@@ -26,6 +26,7 @@ import (
 // an approval voided by a charm's change is covered by the state
 // package's tests (A1), not here; expiry has a test of its own below.
 func TestOperationsApprovalFlow(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
 	s.OK(t, "bootstrap", "--data-dir", s.DataDir, "--api-port", strconv.Itoa(s.Port), "--provider", "manual")
@@ -119,6 +120,7 @@ func TestOperationsApprovalFlow(t *testing.T) {
 // naming the time it expired, and it shows expired; so does an approved
 // one that was not executed in time.
 func TestOperationsApprovalExpires(t *testing.T) {
+	// Not parallel: three calls must fit in the 3 s approval TTL.
 	needCharms(t)
 	s := newSandbox(t)
 	s.StartController(t, "--provider", "manual", "--approval-ttl", "3s")
@@ -159,6 +161,7 @@ func TestOperationsApprovalExpires(t *testing.T) {
 // executed once its service has moved to another charm (A1): what was
 // approved is not what would run.
 func TestOperationsApprovalVoidAfterRefresh(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
 	s.StartController(t, "--provider", "manual")

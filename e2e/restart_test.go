@@ -21,6 +21,8 @@ import (
 // committed completes, the machine agents already running are adopted, not
 // started again, and nothing is duplicated.
 func TestControllerRestartMidDeploy(t *testing.T) {
+	// Not parallel: it kills the controller at a moment it watches for
+	// in a busy loop.
 	kv := charmPath(t, "kv")
 	s := newSandbox(t)
 	s.Bootstrap(t)

@@ -17,6 +17,7 @@ import (
 // another charm with another port, rolled back, brings back both the
 // unit's charm directory and its port.
 func TestRevisionsAndRollback(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
 	s.Bootstrap(t)

@@ -153,11 +153,18 @@ func (w *permitWatch) result() (most, revisions int) {
 	return w.most, w.seen
 }
 
+// inProcessEtcd admits one test at a time to startOnEtcd: the member
+// runs inside the test binary, under the race detector, and three at once
+// on a loaded 2-core machine missed etcd's request timeout.
+var inProcessEtcd = make(chan struct{}, 1)
+
 // startOnEtcd starts an embedded etcd member of the test's own and a
 // controller on it, returning a client of the member and the flags that
 // put a controller on it.
 func startOnEtcd(t *testing.T, s *e2etest.Sandbox, extra ...string) (*clientv3.Client, []string) {
 	t.Helper()
+	inProcessEtcd <- struct{}{}
+	s.OnStop(func() { <-inProcessEtcd }) // last, once the member is closed
 	srv, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(s.Dir, "etcd"), TickMs: 10, NoFsync: true})
 	if err != nil {
 		t.Fatal(err)
@@ -184,6 +191,7 @@ const rolloutNS = "/lifeline/"
 // without auto-revert waits, saying why, until aborted. At no revision
 // of the model are more than two permits out.
 func TestRolloutCanaryFailureAndDeadline(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
 	client, _ := startOnEtcd(t, s)
@@ -280,6 +288,7 @@ esac
 // to retry moves once asked again; a gate that fails (exit 3) holds every
 // unit (fail closed), shown as retry, until the policy drops it.
 func TestRolloutGate(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
 	gate := filepath.Join(s.Dir, "orly")
@@ -338,6 +347,7 @@ func TestRolloutGate(t *testing.T) {
 // never more permits out than the policy allows and none lost or doubled
 // (the invariant checker counts them against the rollout's count).
 func TestRolloutSurvivesLeaderDeath(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
 	client, on := startOnEtcd(t, s)

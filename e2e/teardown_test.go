@@ -50,6 +50,7 @@ func unitsInError(doc *e2etest.StatusDoc) []string {
 // at the controller. Every hook succeeds the first time, no unit shows an
 // error, and the model empties.
 func TestRelatedTeardownRunsNoFailingHook(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
 	s.Bootstrap(t)

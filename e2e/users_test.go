@@ -79,6 +79,7 @@ func oneLine(t *testing.T, r e2etest.Result, code int, want string) {
 // with one line; an operator deploys. The status document says nothing of
 // credentials.
 func TestUsersRegisterAndTheirRoles(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
 	s.Bootstrap(t)
@@ -131,6 +132,7 @@ func TestUsersRegisterAndTheirRoles(t *testing.T) {
 // user once; the same token again is refused, and so is a token presented
 // after it expired; neither writes a client config.
 func TestRegistrationTokenWorksOnceAndNotAfterExpiry(t *testing.T) {
+	t.Parallel()
 	s := newSandbox(t)
 	s.Bootstrap(t)
 	token := addUser(t, s, "ann", "viewer")
@@ -170,6 +172,7 @@ func TestRegistrationTokenWorksOnceAndNotAfterExpiry(t *testing.T) {
 // with Unauthenticated, exit status 1 and one line, once an admin removes
 // the user.
 func TestRemovedUsersStatusWatchEnds(t *testing.T) {
+	t.Parallel()
 	s := newSandbox(t)
 	s.Bootstrap(t)
 	vic := newUser(t, s, "vic", "viewer")
@@ -195,6 +198,7 @@ func TestRemovedUsersStatusWatchEnds(t *testing.T) {
 // TestAuditFollowShowsAnotherUsersDeploy: the admin's ctl audit --follow
 // shows an operator's deploy as it ends, and the refusal of a viewer's.
 func TestAuditFollowShowsAnotherUsersDeploy(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
 	s.Bootstrap(t)

@@ -107,6 +107,7 @@ func answers(t *testing.T, url, want string) {
 // address), as soon as wait returns. --since-revision waits for the model
 // as of a revision.
 func TestWaitIsABarrier(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
 	s.Bootstrap(t)
@@ -144,6 +145,7 @@ func TestWaitIsABarrier(t *testing.T) {
 // retry succeeds and wait ends. An error that holds up a dying unit ends
 // ctl wait at once, unless --tolerate-errors, which waits it out.
 func TestFailingHookShowsAtOnce(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
 	s.Bootstrap(t)
@@ -202,6 +204,7 @@ func TestFailingHookShowsAtOnce(t *testing.T) {
 // settles while app, unrelated, has a hook failing; a name the model does
 // not hold counts as gone; a name that is no name is a usage error.
 func TestWaitSelectors(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
 	s.Bootstrap(t)
@@ -232,6 +235,7 @@ func TestWaitSelectors(t *testing.T) {
 // leader's address first) still waits for them: the barrier it writes
 // reaches their watches through the other controller's hub.
 func TestWaitAcrossControllers(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
 	srv, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(s.Dir, "etcd"), TickMs: 10, NoFsync: true})
@@ -310,6 +314,7 @@ func heldKV(t *testing.T, gate string, port int) string {
 // for the machine's hook lock; ctl wait names both while it waits, and
 // settles once they have run.
 func TestHookShowsExecuting(t *testing.T) {
+	t.Parallel()
 	needCharms(t)
 	s := newSandbox(t)
 	s.Bootstrap(t)
