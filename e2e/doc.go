@@ -4,6 +4,7 @@
 // run in parallel (TestMain sets how many at once): each has a sandbox of
 // its own (e2etest.Sandbox: its directory, its controllers' ports, its
 // loopback network for the local machines and the manual ones it starts).
-// The few that hold a short timeout against a loaded machine, or watch
-// for a moment in a busy loop, stay serial and say so.
+// The few that hold a short timeout against a loaded machine, watch for
+// a moment in a busy loop, or put two controllers on an etcd member inside
+// the test binary stay serial and say so.
 package e2e
