@@ -21,6 +21,7 @@ import (
 	"github.com/lifelinehq/lifeline/agentwatch"
 	"github.com/lifelinehq/lifeline/charm"
 	"github.com/lifelinehq/lifeline/hooks"
+	"github.com/lifelinehq/lifeline/hostexec"
 	"github.com/lifelinehq/lifeline/internal/sdnotify"
 	"github.com/lifelinehq/lifeline/names"
 	"github.com/lifelinehq/lifeline/pki"
@@ -66,6 +67,9 @@ type Config struct {
 	// asks for at most once a minute for the unit agents it starts).
 	UnitRetry   unitagent.RetryPolicy
 	HookTimeout time.Duration
+	// PackageManager carries out the units' package claims (host.go);
+	// nil is hostexec.None, which refuses them.
+	PackageManager hostexec.PackageManager
 }
 
 // Validate reports a configuration New cannot use.
@@ -104,6 +108,9 @@ type Agent struct {
 	// unitRemovals sends its removals of dead units together, while Run
 	// runs.
 	unitRemovals *removalBatcher
+	// host carries out its units' host claims (host.go), while Run
+	// runs.
+	host *hostexec.Host
 	// beats counts the tasks its unit agents run, for the machine's
 	// heartbeat (heartbeat.go).
 	beats *taskBeats
@@ -246,6 +253,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer release()
 	a.instance, a.previous = instance, previous
+	host, err := a.openHost()
+	if err != nil {
+		return err
+	}
+	a.host = host
 	if err := hooks.InstallTools(a.toolsDir, a.cfg.Lifelined); err != nil {
 		return fmt.Errorf("machine agent: %w", err)
 	}
@@ -286,6 +298,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { a.statuses.run(ctx) })
 	wg.Go(func() { a.unitRemovals.run(ctx) })
 	wg.Go(func() { a.mux.Run(ctx) })
+	wg.Go(func() { host.Supervisor.Run(ctx) })
 	a.logger.Info("machine agent instance", "instance", instance, "previous", previous)
 	select {
 	case <-a.whenPresent():
@@ -594,7 +607,7 @@ func (a *Agent) startWorker(ctx context.Context, unit, owner string, issued *pki
 		Unit: unit, MachineID: a.cfg.MachineID, Address: a.cfg.Address, DataDir: a.unitDir(unit), PrincipalDir: principalDir,
 		ToolsDir: a.toolsDir, API: api, Watches: a.mux.AsRenewable(cred, api), Logger: a.cfg.Logger, HookLock: a.hookLock,
 		HookTimeout: a.unitHookTimeout(ctx), Retry: a.cfg.UnitRetry, Deployer: deployer{a: a, principal: unit}, Charms: a.charms,
-		Tools: a.tools, New: isNew, Beats: a.beats,
+		Tools: a.tools, New: isNew, Beats: a.beats, Host: a.host,
 	})
 	if err != nil {
 		closer.Close()

@@ -109,6 +109,10 @@ func TestMachineAgentLifecycle(t *testing.T) {
 			t.Errorf("unit %s has a hook tool socket of its own (%v)", u, err)
 		}
 	}
+	// It owns the machine's daemon supervisor, recorded in its directory.
+	if _, err := os.Stat(filepath.Join(dir, machineagent.DaemonsFile)); err != nil {
+		t.Errorf("the machine has no record of its daemons: %v", err)
+	}
 	if fi, err := os.Lstat(filepath.Join(dir, "agent.sock")); err != nil || fi.Mode().Type() != os.ModeSocket {
 		t.Errorf("the machine has no hook tool socket (%v)", err)
 	}

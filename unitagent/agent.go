@@ -20,6 +20,7 @@ import (
 	"github.com/lifelinehq/lifeline/agentwatch"
 	"github.com/lifelinehq/lifeline/charm"
 	"github.com/lifelinehq/lifeline/hooks"
+	"github.com/lifelinehq/lifeline/hostexec"
 	"github.com/lifelinehq/lifeline/internal/pause"
 	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -143,6 +144,9 @@ type Config struct {
 	// machine's heartbeat (the machine agent); when nil, the agent
 	// reports its machine's heartbeat itself while it runs any.
 	Beats TaskBeats
+	// Host carries out the unit's host claims: its machine agent's,
+	// shared by its units.
+	Host *hostexec.Host
 }
 
 // Validate reports a configuration New cannot use.

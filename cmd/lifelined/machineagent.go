@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lifelinehq/lifeline/apiclient"
+	"github.com/lifelinehq/lifeline/hostexec"
 	"github.com/lifelinehq/lifeline/machineagent"
 	"github.com/lifelinehq/lifeline/names"
 	"github.com/lifelinehq/lifeline/pki"
@@ -33,6 +34,7 @@ type machineAgentFlags struct {
 	controllers []string
 	address     string
 	logLevel    string
+	packages    string
 }
 
 func machineAgentCommand() *cobra.Command {
@@ -68,6 +70,7 @@ of the data directory) is refused while the first is present, and stops.`,
 	fl.StringSliceVar(&f.controllers, "controller", nil, "controller addresses to dial, before those the token or config names")
 	fl.StringVar(&f.address, "address", "127.0.0.1", "the machine's address, given to its units")
 	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	fl.StringVar(&f.packages, "package-manager", "none", "how the units' package claims are carried out: apt (dpkg-query and apt-get), none (refused: the unit shows the error) or exec:PATH (a program with query, install and remove verbs)")
 	return cmd
 }
 
@@ -77,6 +80,12 @@ func runMachineAgent(ctx context.Context, f machineAgentFlags) error {
 	}
 	if f.join != "" {
 		return usageError{errors.New("--join puts the token on the command line, which every user of the host can read (ps): give it in a file, or on stdin (--join-file FILE, --join-file -)")}
+	}
+	// None by default: an agent that started installing packages with
+	// apt on a host whose operator never asked for it would surprise.
+	pkgs, err := hostexec.ParsePackageManager(f.packages)
+	if err != nil {
+		return usageError{err}
 	}
 	logger, err := newLogger("machine-agent", f.logLevel, os.Stderr)
 	if err != nil {
@@ -139,7 +148,7 @@ func runMachineAgent(ctx context.Context, f machineAgentFlags) error {
 		DialUnit: func(cred *machineagent.UnitCredential) (unitagent.API, io.Closer, error) {
 			return pb.NewAgentServiceClient(apiclient.AsRenewable(conn, cred)), io.NopCloser(nil), nil
 		},
-		Lifelined: self, Logger: logger,
+		Lifelined: self, Logger: logger, PackageManager: pkgs,
 	})
 	if err != nil {
 		return err
