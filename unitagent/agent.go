@@ -144,8 +144,9 @@ type Config struct {
 	// machine's heartbeat (the machine agent); when nil, the agent
 	// reports its machine's heartbeat itself while it runs any.
 	Beats TaskBeats
-	// Host carries out the unit's host claims: its machine agent's,
-	// shared by its units.
+	// Host carries out the unit's host claims (claims.go): its machine
+	// agent's, shared by its units. When nil, the agent refuses a charm
+	// that claims anything on its host.
 	Host *hostexec.Host
 }
 
@@ -282,7 +283,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.l = l
-	if op := l.Op; op != nil && op.Step == stepRunning {
+	if op := l.Op; op != nil && op.Step == stepRunning && isHostOp(op) {
+		// The agent died while a host job ran: run again, its journal
+		// resumes it after the tasks done. Not a failed attempt.
+		a.logger.Info("host job interrupted by a restart: resuming it", "job", op.Hook)
+		op.Step = stepQueued
+	} else if op != nil && op.Step == stepRunning {
 		// The agent died while the hook ran: that run failed.
 		a.logger.Warn("hook interrupted by a restart: counted as a failed attempt", "hook", op.Hook, "attempt", op.Attempts+1)
 		a.hookFailed(op)
@@ -491,6 +497,9 @@ func (a *Agent) reportWaiting(act action) {
 // hook's last lines of output, if any.
 func (a *Agent) failureStatus(op *hookOp, output []string) *pb.Status {
 	msg := fmt.Sprintf("hook failed: %q", op.Hook)
+	if isHostOp(op) {
+		msg = hostFailureMessage(op)
+	}
 	if !a.l.inError() {
 		in := max(op.NotBefore.Sub(a.cfg.Clock()), 0).Round(time.Second)
 		msg += fmt.Sprintf(" (retry %d of %d in %s)", op.Attempts+1, a.cfg.Retry.Attempts, in)

@@ -24,6 +24,16 @@
 // (agentwatch.Group). It reaches the controller only through the few
 // AgentService methods it declares (API), and runs hooks only through
 // package hooks.
+// It carries out its charm's host claims (claims.go): the claims rendered
+// with its spec's configuration, each change of them a job of tasks its
+// machine's hostexec.Host runs (Config.Host), the tasks identical to what
+// the host holds pruned; each job is a step of the state machine run as
+// a hook is (retried, then the unit in error until ctl resolved), in a
+// fixed order against the hooks (packages and files before install,
+// upgrade-charm and config-changed; daemons after config-changed, before
+// start; on the way out, after stop and before remove, all undone). The
+// claims in place are kept in the local state, so that after a crash the
+// next job is right, and a job cut short resumes from its journal.
 // It does not start unit agents of its own but asks its Deployer to run
 // its subordinates' (and tells it which subordinates it has), and it never
 // talks to etcd. Its hooks carry the unit's session mark (its data

@@ -227,6 +227,9 @@ func ignoreCode(err error, c codes.Code) error {
 func (ex *executor) runHook(ctx context.Context, r *remote) error {
 	a := ex.a
 	op := a.l.Op
+	if isHostOp(op) {
+		return ex.runHostJob(ctx)
+	}
 	if op.Step == stepDone {
 		return ex.commit(ctx, op, true)
 	}
@@ -439,6 +442,10 @@ func (a *Agent) enterError(op *hookOp) {
 // applySuccess records a hook done in the local state.
 func applySuccess(l *localState, op *hookOp) {
 	switch op.Hook {
+	case opHostClaims, opHostDaemons, opHostRelease:
+		// Counted done (ctl resolved --no-retry): the claims in place
+		// are taken to be as they were.
+		applyHostSuccess(l, op, nil)
 	case "install":
 		l.State = StateReady
 	case "start":
@@ -531,6 +538,14 @@ func (ex *executor) download(ctx context.Context, ref *pb.CharmRef) error {
 	fetch := func() ([]byte, error) {
 		data, err := ex.fetch(ctx, ref)
 		fetchErr = err
+		if err == nil {
+			// Its host claims are read now, while the archive is at
+			// hand: a charm without hooks gets no directory to read
+			// them from (claims.go).
+			if _, cerr := archiveClaims(ref.GetSha256(), data); cerr != nil {
+				a.logger.Warn("cannot read the charm's host claims", "charm", charmKey(ref), "error", cerr)
+			}
+		}
 		return data, err
 	}
 	var err error
@@ -560,6 +575,13 @@ func (ex *executor) download(ctx context.Context, ref *pb.CharmRef) error {
 			}
 		}
 	}
+	// Its host claims are known before it counts as unpacked: the next
+	// steps depend on them.
+	hc, err := ex.charmHostClaims(ctx, ref, made)
+	if err != nil {
+		return err
+	}
+	a.l.HostClaims = claimsAnything(hc)
 	a.l.Charm, a.hookNames, a.hookEach = charmKey(ref), nil, false
 	if a.l.State != StateNew {
 		// A move to another charm: upgrade-charm runs next, then

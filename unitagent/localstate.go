@@ -62,6 +62,12 @@ type localState struct {
 	Removed bool `json:"removed,omitempty"`
 	// Relations are the relations the unit takes part in, by id.
 	Relations map[int64]*localRelation `json:"relations,omitempty"`
+	// HostClaims says the charm in the charm directory (Charm) claims
+	// packages, files or daemons on its host (claims.go).
+	HostClaims bool `json:"host_claims,omitempty"`
+	// Host is what the host holds of the unit's claims (claims.go); nil
+	// before the first host job.
+	Host *hostState `json:"host,omitempty"`
 	// Subordinates of this principal that it added, by relation id.
 	AddedSubordinates map[int64]string `json:"added_subordinates,omitempty"`
 
@@ -137,6 +143,9 @@ type hookOp struct {
 	// the hook was delivered (kept.go), kept with the hook until it is
 	// recorded done; not set while it runs, nor when the agent keeps none.
 	Seen json.RawMessage `json:"seen,omitempty"`
+	// Task, in a failed host job (claims.go), names the task that failed
+	// and why.
+	Task string `json:"task,omitempty"`
 }
 
 type settingsChange struct {

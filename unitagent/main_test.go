@@ -20,6 +20,7 @@ import (
 	"github.com/lifelinehq/lifeline/controllertest"
 	"github.com/lifelinehq/lifeline/etcdtest"
 	"github.com/lifelinehq/lifeline/hooks"
+	"github.com/lifelinehq/lifeline/hostexec"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/unitagent"
 )
@@ -156,6 +157,8 @@ type world struct {
 	// held are subordinates whose agents the deployer does not start,
 	// as a machine agent that is down would not.
 	held map[string]bool
+	// host carries out the units' host claims; nil: none.
+	host *hostexec.Host
 }
 
 type runningAgent struct {
@@ -239,7 +242,7 @@ func (w *world) start(unit string) {
 		Unit: unit, MachineID: u.MachineId, Address: "10.0.0." + strings.ReplaceAll(unit, "/", "-"),
 		DataDir: w.dir(unit), ToolsDir: toolsDir, API: api, HookLock: w.lock, New: isNew,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Warn, Output: testWriter{w.t}}),
-		Retry:  w.retry, Deployer: (*deployer)(w), HookTimeout: w.hookTimeout,
+		Retry:  w.retry, Deployer: (*deployer)(w), HookTimeout: w.hookTimeout, Host: w.host,
 	})
 	if err != nil {
 		w.t.Fatal(err)

@@ -144,6 +144,9 @@ func next(l *localState, r *remote, self string, now time.Time) action {
 		if l.Charm != charmKey(l.Spec.decoded().GetCharm()) {
 			return action{kind: actDownload}
 		}
+		if a, ok := hostOpBefore(l, "install"); ok {
+			return a
+		}
 		return hook(&hookOp{Hook: "install"})
 	}
 	if dying {
@@ -163,6 +166,9 @@ func next(l *localState, r *remote, self string, now time.Time) action {
 			return action{kind: actDownload}
 		}
 		if l.Upgrade {
+			if a, ok := hostOpBefore(l, "upgrade-charm"); ok {
+				return a
+			}
 			return hook(&hookOp{Hook: "upgrade-charm", Version: l.Spec.Revision})
 		}
 	}
@@ -179,7 +185,13 @@ func next(l *localState, r *remote, self string, now time.Time) action {
 		return dyingEnd(l, r)
 	}
 	if l.ConfigRan != l.Spec.configDigest() {
+		if a, ok := hostOpBefore(l, "config-changed"); ok {
+			return a
+		}
 		return hook(&hookOp{Hook: "config-changed", Version: l.Spec.Revision})
+	}
+	if a, ok := hostOpBefore(l, "record"); ok {
+		return a
 	}
 	if l.Revision != l.Spec.Revision {
 		return action{kind: actRecord}
@@ -249,10 +261,13 @@ func dyingEnd(l *localState, r *remote) action {
 	if len(r.subs) > 0 {
 		return action{kind: actWait, why: "its subordinates to be gone"}
 	}
+	if l.State != StateNew && l.Started {
+		return hook(&hookOp{Hook: "stop"})
+	}
+	if hostReleaseDue(l) {
+		return hostAction(opHostRelease, 0)
+	}
 	if l.State != StateNew {
-		if l.Started {
-			return hook(&hookOp{Hook: "stop"})
-		}
 		if !l.Removed {
 			return hook(&hookOp{Hook: "remove"})
 		}
