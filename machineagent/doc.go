@@ -21,7 +21,8 @@
 // charms/, the charms its units deploy, downloaded and unpacked once
 // (charm.Cache): a unit's charm directory is made of hard links to those
 // files (a unit of a charm without hooks has none); tools/, the hook
-// tools; and agent.sock, the socket on which its unit agents serve their
+// tools; daemons.json and packages.json, the records of the machine's
+// daemons and package claims (host.go); and agent.sock, the socket on which its unit agents serve their
 // hooks' tools (hooks.Server), one for all.
 //
 // Its unit agents' reports of their own agent status go to the controller
@@ -31,10 +32,18 @@
 // refuses it (unitcred.go): a unit that cannot have a new one shows
 // unauthenticated.
 //
-// Run owns every goroutine the agent keeps: its presence, its
-// heartbeat, the ender of forced units, the two batchers' senders and the
-// shared watch stream (agentwatch.Mux.Run) run in its wait group and end
-// with it, before its unit agents are stopped.
+// It owns the host's side of its units' claims (host.go): one
+// hostexec.Supervisor for the machine's daemons, which outlive the agent
+// and are adopted again as it starts, and one hostexec.Packages over the
+// package manager of its --package-manager flag (none by default),
+// lent to its unit agents as one hostexec.Host. A unit removed or forced
+// out has its daemons stopped, its files removed and its packages
+// released before its directory goes.
+//
+// Run owns every goroutine the agent keeps: its presence, its heartbeat,
+// the daemon supervisor, the ender of forced units, the two batchers'
+// senders and the shared watch stream (agentwatch.Mux.Run) run in its
+// wait group and end with it, before its unit agents are stopped.
 //
 // It reaches the controller only through the AgentService methods it
 // declares, and never talks to etcd. It does not start instances: that is

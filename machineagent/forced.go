@@ -35,6 +35,11 @@ import (
 //     principals tell, once each has told: the unit went while the agent
 //     was away.
 //
+// The daemons its claims run are not in its session (the supervisor
+// starts them): they are stopped, and the files its claims wrote removed,
+// with its package claims released (cleanHost), before its directory,
+// which holds the record of those files, goes.
+//
 // Its files go only once its processes are gone: when the agent stops
 // first, the next start finds the directory and ends the unit again. A
 // machine made dead with its units (destroy-machine --force) has its
@@ -187,7 +192,7 @@ func (a *Agent) runEnder(ctx context.Context) {
 			return
 		}
 		for _, u := range batch {
-			if stopped {
+			if stopped && a.cleanHost(ctx, u) {
 				if err := removeTree(a.unitDir(u), unitagent.DataFiles...); err != nil {
 					a.logger.Warn("cannot remove unit files", "unit", u, "error", err)
 				}

@@ -756,7 +756,7 @@ func (a *Agent) removeDead(ctx context.Context, unit string, forced bool) bool {
 	// the model, and nothing else would remove them.
 	a.removing <- struct{}{}
 	defer func() { <-a.removing }()
-	if forced && !a.stopSessions(ctx, []string{unit}) {
+	if forced && !a.stopSessions(ctx, []string{unit}) || !a.cleanHost(ctx, unit) {
 		return true // its files stay, for a later start to end them
 	}
 	if err := removeTree(a.unitDir(unit), unitagent.DataFiles...); err != nil {
