@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,4 +180,23 @@ func equal(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// TestHostTaskFailurePutsTheUnitInError: a package claim on a host that
+// manages no packages fails its task, which is retried, then puts the
+// unit in error with the task named, before install runs.
+func TestHostTaskFailurePutsTheUnitInError(t *testing.T) {
+	w := newWorld(t)
+	w.withHost()
+	w.deploy("name: kv\nprovides:\n  server: kv\nhost:\n  packages:\n    - {name: tinypkg}\n", 1, "server")
+	w.start("kv/0")
+	inError := func() bool {
+		s := w.agentStatus("kv/0")
+		return s != nil && s.Agent == "error" && s.State == "hook-error" &&
+			strings.Contains(s.AgentMessage, "install tinypkg") && strings.Contains(s.AgentMessage, "manages no packages")
+	}
+	w.waitFor("kv/0 in error, the package task named", inError)
+	if got := w.hooks("kv/0"); len(got) != 0 {
+		t.Errorf("hooks ran before the host's packages were in place: %q", got)
+	}
 }
