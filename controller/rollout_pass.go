@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -439,19 +440,10 @@ func (t *rolloutTerm) grant(ctx context.Context, p *servicePlan, batch []string,
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, u := range batch {
-		if !containsString(got, u) && t.granted[u] == p.target {
+		if !slices.Contains(got, u) && t.granted[u] == p.target {
 			delete(t.granted, u)
 		}
 	}
-}
-
-func containsString(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // startAsks asks p's gate about p's units, each ask on its own goroutine
