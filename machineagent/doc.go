@@ -1,5 +1,5 @@
 // Package machineagent runs on every host: it keeps its machine present at
-// the controller, runs a unit agent worker (package unitagent) for every
+// the controller, runs a unit agent worker (package unitagent; workers.go) for every
 // unit assigned to its machine and for their subordinates, each with its own
 // credential and data directory, removes its dead principal units (U5;
 // beside its other work, those that die together in one call, their files
