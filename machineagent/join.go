@@ -28,9 +28,10 @@ type JoinAPI interface {
 // Join has the controller take tok, once, for cred, the machine's
 // credential the host made: the hash of its secret goes to the
 // controller, the secret stays here. It tries again while the controller
-// cannot be reached, until ctx ends; a refusal (a token used, expired, or
-// not the one issued: Unauthenticated) is returned at once, with the
-// controller's sentence.
+// cannot be reached or is over its joins' write budget (many hosts joining
+// at once), until ctx ends; a refusal (a token used, expired, or not the
+// one issued: Unauthenticated) is returned at once, with the controller's
+// sentence.
 func Join(ctx context.Context, api JoinAPI, tok pki.JoinToken, cred pki.Credential) error {
 	req := &pb.JoinMachineRequest{Machine: tok.Machine, TokenSecret: tok.Secret, CredentialHash: pki.HashSecret(cred.Secret)}
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
@@ -41,7 +42,7 @@ func Join(ctx context.Context, api JoinAPI, tok pki.JoinToken, cred pki.Credenti
 		switch status.Code(err) {
 		case codes.OK:
 			return nil
-		case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
+		case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted:
 			return err
 		}
 		return backoff.Permanent(fmt.Errorf("%w: %s", ErrJoinRefused, statusMessage(err)))
