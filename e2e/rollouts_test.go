@@ -240,7 +240,9 @@ func TestRolloutCanaryFailureAndDeadline(t *testing.T) {
 	if !strings.Contains(doc.Reason, "deadline") {
 		t.Errorf("the failed rollout's reason = %q, want the deadline named", doc.Reason)
 	}
-	s.OK(t, "set-rollout", "kv", "--min-healthy", "0s")
+	// The abort's rollout runs under the same policy: a deadline of
+	// minutes, not the 10 s above, lets it finish on a loaded machine.
+	s.OK(t, "set-rollout", "kv", "--min-healthy", "0s", "--deadline", "10m")
 	s.OK(t, "rollout", "abort", "kv")
 	waitRollout(t, s, "kv", "the aborted rollout back on revision 4's spec", 3*time.Minute, rolledTo(6))
 
