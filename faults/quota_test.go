@@ -148,7 +148,7 @@ func newEmbeddedFixture(t *testing.T, opts fixtureOptions, extra ...string) (*fi
 	f := &fixture{Sandbox: s, opts: opts}
 	metrics := net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port+1))
 	c := f.StartController(t, append([]string{"--provider", opts.provider, "--presence-timeout", opts.presence.String(),
-		"--metrics-addr", metrics}, extra...)...)
+		"--metrics-addr", metrics, "--pprof"}, extra...)...)
 	client, err := embedetcd.NewClient(clientv3.Config{Endpoints: []string{"unix://" + filepath.Join(c.DataDir, "etcd", "etcd.sock")}})
 	if err != nil {
 		t.Fatal(err)

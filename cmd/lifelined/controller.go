@@ -125,7 +125,7 @@ local provider, controllers on one host share --machines-dir.`,
 	fl.StringVar(&f.joinToken, "join-file", "", "file holding a controller join token (ctl add-controller), or - for stdin: how a new controller joins the model's controllers; not read once the data directory holds the key-encryption key")
 	fl.BoolVar(&f.resealCAKey, "reseal-ca-key", false, "make a new key-encryption key and seal the model's CA key with it, from the CA in the data directory: for when no controller holds the key-encryption key any more")
 	fl.StringVar(&f.auditRetention, "audit-retention", "90d,1000000", "how much of the audit log is kept: an age (90d, 2160h), a number of entries, or both separated by a comma; the leader prunes what is beyond")
-	fl.BoolVar(&f.pprof, "pprof", false, "also serve Go's profiles at /debug/pprof/ on the metrics address")
+	fl.BoolVar(&f.pprof, "pprof", false, "also serve Go's profiles at /debug/pprof/ on the metrics address, and /debug/gc (POST: collect garbage and return free memory to the system)")
 	fl.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "an external etcd cluster's client URLs; embedded etcd when empty")
 	fl.StringVar(&f.etcdCA, "etcd-cacert", "", "CA certificate of the external etcd cluster")
 	fl.StringVar(&f.etcdCert, "etcd-cert", "", "client certificate for the external etcd cluster")
@@ -452,6 +452,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+			mux.HandleFunc("/debug/gc", freeMemory)
 		}
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		g.Add(func() error {

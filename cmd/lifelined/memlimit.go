@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/http"
+	"runtime/debug"
 	"runtime/metrics"
 	"time"
 
@@ -122,4 +124,18 @@ func parseMemoryLimit(s string) (int64, error) {
 		return 0, fmt.Errorf("--memory-limit %q: want auto, none, or a size such as 2GiB or 512MiB", s)
 	}
 	return n, nil
+}
+
+// freeMemory serves /debug/gc (with --pprof): a POST collects garbage and
+// returns the free memory to the system (debug.FreeOSMemory), so that a
+// test of what the controller holds after a burst measures that, not when
+// Go's background scavenger gets to it.
+func freeMemory(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "POST collects garbage and returns free memory to the system", http.StatusMethodNotAllowed)
+		return
+	}
+	debug.FreeOSMemory()
+	fmt.Fprintf(w, "live heap %d bytes\n", liveHeap())
 }
