@@ -32,6 +32,9 @@ import (
 //     the alarm once the file is a twentieth below the quota: the
 //     controller, the space still tight, takes only the writes that
 //     shrink the model, and they fit.
+//
+// Under the alarm with nothing left to free for stuckSteps looks, the
+// model's own keys fill the quota, and Keep says so once.
 
 // DefaultHistory is how many revisions Keep keeps for watches to resume
 // from when SpaceConfig says none: more than the watch hub's ring holds
@@ -116,6 +119,9 @@ type keeper struct {
 	cfg SpaceConfig
 	// was is the space the last step ended with, for logging changes.
 	was Space
+	// stuck counts the steps in a row that found the alarm raised and
+	// could free nothing; at stuckSteps it is logged, once.
+	stuck int
 }
 
 // step is one look: compact, defragment, disarm as the space needs, and
@@ -124,12 +130,27 @@ func (k *keeper) step(ctx context.Context) {
 	sp := k.s.look()
 	k.report(sp)
 	pressed := sp.NoSpace || sp.Tight || sp.InUse >= sp.Quota/2
-	if err := k.compact(ctx, pressed); err != nil && ctx.Err() == nil {
+	compacted, err := k.compact(ctx, pressed)
+	if err != nil && ctx.Err() == nil {
 		k.cfg.Logger.Warn("cannot compact etcd's history", "error", err)
 	}
 	sp = k.s.look()
 	free := sp.Size - sp.InUse
-	if free >= sp.Quota/8 || (sp.Size >= sp.Quota/2 && free >= sp.Size/4) {
+	defrag := free >= sp.Quota/8 || (sp.Size >= sp.Quota/2 && free >= sp.Size/4)
+	if sp.NoSpace && !compacted && !defrag && err == nil {
+		k.stuck++
+	} else {
+		k.stuck = 0
+	}
+	// etcd counts the pages a compaction freed as free only from a later
+	// write, which the alarm refuses (whether the compaction's own commit
+	// counts them races with its readers): under the alarm a compaction
+	// is followed by a defragmentation, which counts afresh, and so is the
+	// stuckSteps-th look in a row that found nothing to do.
+	if sp.NoSpace && (compacted || k.stuck == stuckSteps) {
+		defrag = true
+	}
+	if defrag {
 		start := time.Now()
 		if err := k.s.etcd.Server.Defragment(); err != nil {
 			k.cfg.Logger.Warn("cannot defragment etcd's database", "error", err)
@@ -149,6 +170,9 @@ func (k *keeper) step(ctx context.Context) {
 			k.cfg.Logger.Info("disarmed etcd's NOSPACE alarm: compaction and defragmentation freed space", "size", sizeOf(sp.Size), "quota", sizeOf(sp.Quota))
 			sp = k.s.look()
 		}
+	} else if sp.NoSpace && k.stuck == stuckSteps {
+		k.cfg.Logger.Warn("etcd's database is full and compaction frees nothing more: the model's own keys fill the quota; remove some of it or restart with a larger --etcd-quota-bytes",
+			"size", sizeOf(sp.Size), "in_use", sizeOf(sp.InUse), "quota", sizeOf(sp.Quota))
 	}
 	k.report(sp)
 }
@@ -156,7 +180,7 @@ func (k *keeper) step(ctx context.Context) {
 // compact compacts the history to History revisions before the floor,
 // or to the floor when pressed for space, when that moves it on by a
 // tenth of History at least (or at all, pressed).
-func (k *keeper) compact(ctx context.Context, pressed bool) error {
+func (k *keeper) compact(ctx context.Context, pressed bool) (bool, error) {
 	kv := k.s.etcd.Server.KV()
 	rev, first := kv.Rev(), kv.FirstRev()
 	floor := rev
@@ -172,18 +196,38 @@ func (k *keeper) compact(ctx context.Context, pressed bool) error {
 		target, step = floor, 1
 	}
 	if target < first+step {
-		return nil
+		return false, nil
 	}
-	_, err := k.s.etcd.Server.Compact(ctx, &pb.CompactionRequest{Revision: target, Physical: true})
+	// Physical: the call returns once etcd has deleted the old revisions
+	// and committed, so that the space they held shows free at once
+	// (without a later write, etcd would not count it free).
+	if pressed {
+		k.cfg.Logger.Info("compacting etcd's history to free space", "revision", target, "current", rev, "was", first)
+	}
+	cctx, cancel := context.WithTimeout(ctx, compactTimeout)
+	defer cancel()
+	_, err := k.s.etcd.Server.Compact(cctx, &pb.CompactionRequest{Revision: target, Physical: true})
 	if errors.Is(err, mvcc.ErrCompacted) {
-		return nil // someone compacted further meanwhile
+		return false, nil // someone compacted further meanwhile
 	}
 	if err != nil {
-		return fmt.Errorf("compact to revision %d: %w", target, err)
+		return false, fmt.Errorf("compact to revision %d: %w", target, err)
 	}
-	k.cfg.Logger.Debug("compacted etcd's history", "revision", target, "current", rev)
-	return nil
+	if pressed {
+		k.cfg.Logger.Info("compacted etcd's history", "revision", target)
+	} else {
+		k.cfg.Logger.Debug("compacted etcd's history", "revision", target, "current", rev)
+	}
+	return true, nil
 }
+
+// stuckSteps is how many steps in a row under the alarm, freeing
+// nothing, make the model's own keys the cause.
+const stuckSteps = 5
+
+// compactTimeout bounds one compaction's call until it is applied (not
+// its physical part, which etcd waits for without a bound).
+const compactTimeout = 30 * time.Second
 
 // disarm disarms the member's NOSPACE alarm.
 func (k *keeper) disarm(ctx context.Context) error {
