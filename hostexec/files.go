@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 )
 
@@ -38,6 +39,16 @@ type filesRecord struct {
 	// the contents it may hold as the unit's: the one written last, and
 	// while a write is under way the one before as well.
 	Files map[string][]string `json:"files"`
+}
+
+// paths returns the paths the unit wrote, sorted.
+func (r *filesRecord) paths() []string {
+	paths := make([]string, 0, len(r.Files))
+	for p := range r.Files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	return paths
 }
 
 // resolvePath returns a file's path on the host; unitDir must be
@@ -237,7 +248,7 @@ func removeRecorded(unitDir string, rec *filesRecord, abs string) (RemoveResult,
 		if _, err := os.Lstat(abs); errors.Is(err, fs.ErrNotExist) {
 			res = Absent
 		}
-	case contains(digests, digest(cur)):
+	case slices.Contains(digests, digest(cur)):
 		if err := os.Remove(abs); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return NotWritten, err
 		}
@@ -263,13 +274,8 @@ func RemoveFiles(unitDir string) ([]FileRemoval, error) {
 	if err != nil {
 		return nil, err
 	}
-	paths := make([]string, 0, len(rec.Files))
-	for p := range rec.Files {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
 	var done []FileRemoval
-	for _, p := range paths {
+	for _, p := range rec.paths() {
 		res, err := removeRecorded(unitDir, rec, p)
 		if err != nil {
 			return done, fmt.Errorf("remove %s: %w", p, err)
@@ -285,19 +291,5 @@ func WrittenFiles(unitDir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	paths := make([]string, 0, len(rec.Files))
-	for p := range rec.Files {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	return paths, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
+	return rec.paths(), nil
 }

@@ -144,15 +144,9 @@ type Apt struct{}
 // Query asks dpkg-query for the names' versions; a package known to dpkg
 // but not installed (removed, config-files) counts as absent.
 func (Apt) Query(ctx context.Context, names []string) (map[string]string, error) {
-	got := make(map[string]string, len(names))
-	for _, n := range names {
-		if err := validatePackageName(n); err != nil {
-			return nil, err
-		}
-		got[n] = ""
-	}
-	if len(names) == 0 {
-		return got, nil
+	got, err := noneInstalled(names)
+	if err != nil || len(names) == 0 {
+		return got, err
 	}
 	args := append([]string{"-W", "-f=${Package} ${Version} ${db:Status-Status}\n", "--"}, names...)
 	out, err := runTool(ctx, nil, "dpkg-query", args...)
@@ -224,15 +218,9 @@ type Exec struct {
 
 // Query runs the program's query verb.
 func (e Exec) Query(ctx context.Context, names []string) (map[string]string, error) {
-	got := make(map[string]string, len(names))
-	for _, n := range names {
-		if err := validatePackageName(n); err != nil {
-			return nil, err
-		}
-		got[n] = ""
-	}
-	if len(names) == 0 {
-		return got, nil
+	got, err := noneInstalled(names)
+	if err != nil || len(names) == 0 {
+		return got, err
 	}
 	out, err := runTool(ctx, nil, e.Path, append([]string{"query"}, names...)...)
 	if err != nil {
@@ -395,4 +383,17 @@ func sortedNames(pkgs []Package) []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// noneInstalled is a query's answer before it asks: every name, checked,
+// absent (an empty version).
+func noneInstalled(names []string) (map[string]string, error) {
+	got := make(map[string]string, len(names))
+	for _, n := range names {
+		if err := validatePackageName(n); err != nil {
+			return nil, err
+		}
+		got[n] = ""
+	}
+	return got, nil
 }
