@@ -64,6 +64,8 @@ type Config struct {
 	// asks for at most once a minute for the unit agents it starts).
 	UnitRetry   unitagent.RetryPolicy
 	HookTimeout time.Duration
+	// HookMetrics counts its unit agents' hook runs; nil counts none.
+	HookMetrics *unitagent.HookMetrics
 	// PackageManager carries out the units' package claims (host.go);
 	// nil is hostexec.None, which refuses them.
 	PackageManager hostexec.PackageManager

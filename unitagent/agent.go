@@ -126,6 +126,8 @@ type Config struct {
 	// HookTimeout bounds each hook; when zero, the controller's setting
 	// (GetAgentSettings), or 5 minutes while it cannot be asked.
 	HookTimeout time.Duration
+	// HookMetrics counts the hooks run; nil counts none.
+	HookMetrics *HookMetrics
 	Retry       RetryPolicy
 	// Deployer runs subordinates' agents; nil leaves them undeployed.
 	Deployer Deployer

@@ -90,6 +90,7 @@ func (t *toolServer) run(ctx context.Context, a *Agent, op *hookOp, hc *hookCont
 		CharmDir: a.charmDir(), ToolsDir: a.cfg.ToolsDir, Env: env,
 		Timeout: a.cfg.HookTimeout, Logger: a.logger,
 	})
+	a.cfg.HookMetrics.observe(op.Hook, res, err)
 	if res.Skipped {
 		return hookResult{ok: true, why: res.String()}, nil
 	}

@@ -62,6 +62,7 @@ type controllerFlags struct {
 	pprof          bool
 	machinesDir    string
 	localNetwork   string
+	localAgentArgs []string
 	memoryLimit    string
 	joinToken      string
 	resealCAKey    bool
@@ -120,6 +121,7 @@ local provider, controllers on one host share --machines-dir.`,
 	fl.DurationVar(&f.hookTimeout, "hook-timeout", 5*time.Minute, "how long a hook may run before its agent kills it")
 	fl.DurationVar(&f.presence, "presence-timeout", 15*time.Second, "how long an agent may be silent before status shows it lost")
 	fl.StringVar(&f.machinesDir, "machines-dir", "", "where the local provider keeps its machines (default: machines in the data directory; controllers of one model on one host share it)")
+	fl.StringArrayVar(&f.localAgentArgs, "local-agent-arg", nil, "a flag for every machine agent the local provider starts, such as --local-agent-arg=--package-manager=exec:/usr/local/bin/pkg or --local-agent-arg=--metrics-addr=127.0.0.1:0 (repeatable)")
 	fl.StringVar(&f.localNetwork, "local-network", "", "the local provider's machines' loopback addresses, 127.N.X.Y: give another 127.N to a second local controller on one host (default: the one its machines directory records, else "+provider.DefaultLocalNetwork+")")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "auto", "soft limit on the controller's memory, as GOMEMLIMIT: auto (512 MiB and 36 KiB for each unit of the most the model has had; GOMEMLIMIT instead when set), none, or a size such as 2GiB")
 	fl.StringVar(&f.joinToken, "join-file", "", "file holding a controller join token (ctl add-controller), or - for stdin: how a new controller joins the model's controllers; not read once the data directory holds the key-encryption key")
@@ -152,6 +154,14 @@ func (f *controllerFlags) validate() error {
 		}
 		if err := provider.CheckLocalNetwork(f.localNetwork); err != nil {
 			return usageError{fmt.Errorf("--local-network: %w", err)}
+		}
+	}
+	if len(f.localAgentArgs) > 0 && f.provider != "local" {
+		return usageError{errors.New("--local-agent-arg is for --provider local: start a manual machine's agent with its flags yourself")}
+	}
+	for _, a := range f.localAgentArgs {
+		if !strings.HasPrefix(a, "--") {
+			return usageError{fmt.Errorf("--local-agent-arg %q: want a flag of lifelined machine-agent, such as --metrics-addr=127.0.0.1:0", a)}
 		}
 	}
 	if len(f.etcdEndpoints) == 0 && f.joinToken != "" {
@@ -481,7 +491,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 			return err
 		}
 		instances = &provider.Local{Dir: f.machinesDir, Lifelined: self, Logger: logger, Network: f.localNetwork,
-			Args: []string{"--log-level", f.logLevel}}
+			Args: append([]string{"--log-level", f.logLevel}, f.localAgentArgs...)}
 	}
 	prov, err := provisioner.New(provisioner.Config{
 		State: st, Provider: instances, Controllers: advertise, CACert: ca.CertPEM(), Logger: logger,

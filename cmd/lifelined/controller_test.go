@@ -211,6 +211,8 @@ func TestControllerUsageErrors(t *testing.T) {
 		{"controller", "--data-dir", "/tmp/x", "--local-network", "10.1"},
 		{"controller", "--data-dir", "/tmp/x", "--local-network", "127.0"},
 		{"controller", "--data-dir", "/tmp/x", "--provider", "manual", "--local-network", "127.2"},
+		{"controller", "--data-dir", "/tmp/x", "--provider", "manual", "--local-agent-arg=--metrics-addr=:0"},
+		{"controller", "--data-dir", "/tmp/x", "--local-agent-arg", "metrics"},
 		{"controller", "--data-dir", "/tmp/x", "--etcd-quota-bytes", "2G"},
 		{"controller", "--data-dir", "/tmp/x", "--etcd-quota-bytes", "512KiB"},
 		{"controller", "--data-dir", "/tmp/x", "--etcd-quota-bytes", "1GiB", "--etcd-endpoints", "http://127.0.0.1:2379"},

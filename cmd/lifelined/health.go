@@ -164,7 +164,7 @@ func serveHealth(mux *http.ServeMux, r *readiness) {
 func buildInfo(v version.Info) prometheus.Collector {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "lifeline", Name: "build_info",
-		Help: "What the controller's binary is: its version, commit and Go toolchain; always 1.",
+		Help: "What the lifelined binary serving these metrics is: its version, commit and Go toolchain; always 1.",
 	}, []string{"version", "commit", "go_version"})
 	g.WithLabelValues(v.Version, v.Commit, v.GoVersion).Set(1)
 	return g

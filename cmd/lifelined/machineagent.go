@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -12,10 +14,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/lifelinehq/lifeline/apiclient"
 	"github.com/lifelinehq/lifeline/hostexec"
+	"github.com/lifelinehq/lifeline/internal/version"
 	"github.com/lifelinehq/lifeline/machineagent"
 	"github.com/lifelinehq/lifeline/names"
 	"github.com/lifelinehq/lifeline/pki"
@@ -35,6 +42,7 @@ type machineAgentFlags struct {
 	address     string
 	logLevel    string
 	packages    string
+	metricsAddr string
 }
 
 func machineAgentCommand() *cobra.Command {
@@ -70,6 +78,7 @@ of the data directory) is refused while the first is present, and stops.`,
 	fl.StringSliceVar(&f.controllers, "controller", nil, "controller addresses to dial, before those the token or config names")
 	fl.StringVar(&f.address, "address", "127.0.0.1", "the machine's address, given to its units")
 	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics (the hooks run, by name and result, with their durations) at /metrics on this address; port 0 picks one, written to metrics.addr in the data directory")
 	fl.StringVar(&f.packages, "package-manager", "none", "how the units' package claims are carried out: apt (dpkg-query and apt-get), none (refused: the unit shows the error) or exec:PATH (a program with query, install and remove verbs)")
 	return cmd
 }
@@ -142,13 +151,26 @@ func runMachineAgent(ctx context.Context, f machineAgentFlags) error {
 	if err != nil {
 		return err
 	}
+	var hookMetrics *unitagent.HookMetrics
+	if f.metricsAddr != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(version.Get()))
+		if hookMetrics, err = unitagent.NewHookMetrics(reg); err != nil {
+			return err
+		}
+		stopMetrics, err := serveAgentMetrics(f.metricsAddr, f.dataDir, reg, logger)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
 	a, err := machineagent.New(machineagent.Config{
 		MachineID: id, DataDir: f.dataDir, Address: f.address,
 		API: pb.NewAgentServiceClient(apiclient.As(conn, cfg.Credential())),
 		DialUnit: func(cred *machineagent.UnitCredential) (unitagent.API, io.Closer, error) {
 			return pb.NewAgentServiceClient(apiclient.AsRenewable(conn, cred)), io.NopCloser(nil), nil
 		},
-		Lifelined: self, Logger: logger, PackageManager: pkgs,
+		Lifelined: self, Logger: logger, PackageManager: pkgs, HookMetrics: hookMetrics,
 	})
 	if err != nil {
 		return err
@@ -182,4 +204,37 @@ func runMachineAgent(ctx context.Context, f machineAgentFlags) error {
 		return nil
 	}
 	return err
+}
+
+// MetricsAddrFile names the file in a machine agent's data directory that
+// holds the address its metrics are served on, with --metrics-addr.
+const MetricsAddrFile = "metrics.addr"
+
+// serveAgentMetrics serves reg at /metrics on addr, writing the address
+// listened on to MetricsAddrFile in dataDir, until the returned stop is
+// called, which waits for the server to end.
+func serveAgentMetrics(addr, dataDir string, reg *prometheus.Registry, logger hclog.Logger) (stop func(), err error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listener: %w", err)
+	}
+	if err := pki.WriteFileAtomic(filepath.Join(dataDir, MetricsAddrFile), []byte(lis.Addr().String()+"\n"), 0o644); err != nil {
+		lis.Close()
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := hs.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+			logger.Warn("metrics server ended", "error", err)
+		}
+	}()
+	logger.Info("metrics serving", "addr", lis.Addr().String())
+	return func() {
+		hs.Close()
+		<-done
+	}, nil
 }
