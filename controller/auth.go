@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -150,14 +149,11 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	if isHealth(info.FullMethod) {
 		return s.healthUnary(ctx, req, info, handler)
 	}
-	start := time.Now()
 	if strings.HasPrefix(info.FullMethod, registrationPrefix) {
 		// No credential: the registration's one-time secret is the proof
 		// (registration.go).
 		resp, err := handler(ctx, req)
-		err = toStatus(err)
-		s.metrics.observeUnary(info.FullMethod, err, start)
-		return resp, err
+		return resp, toStatus(err)
 	}
 	actx, err := s.authorize(ctx, info.FullMethod)
 	var c caller
@@ -188,7 +184,6 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	if a != nil {
 		s.finishAudit(ctx, c, a, err)
 	}
-	s.metrics.observeUnary(info.FullMethod, err, start)
 	return resp, err
 }
 
@@ -225,7 +220,6 @@ func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.Str
 	if a != nil {
 		s.finishAudit(ctx, c, a, err)
 	}
-	s.metrics.observe(info.FullMethod, err)
 	return err
 }
 

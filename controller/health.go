@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"strings"
-	"time"
 
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
@@ -49,13 +48,11 @@ func (h *healthGate) allow() error {
 // healthUnary answers a health check (Check, List) without a credential,
 // within the health budget.
 func (s *Server) healthUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	start := time.Now()
 	err := s.health.allow()
 	var resp any
 	if err == nil {
 		resp, err = handler(ctx, req)
 	}
-	s.metrics.observeUnary(info.FullMethod, err, start)
 	return resp, err
 }
 
@@ -72,7 +69,6 @@ func (s *Server) healthStream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 			err = status.Errorf(codes.ResourceExhausted, "too many health watches open on this controller (%d)", maxHealthWatches)
 		}
 	}
-	s.metrics.observe(info.FullMethod, err)
 	return err
 }
 

@@ -2,41 +2,37 @@ package controller
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/status"
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 	"github.com/lifelinehq/lifeline/watchhub"
 )
 
-// metrics are the API's Prometheus metrics: calls by method and code,
-// etcd transactions and their conflicts, and entities by kind and life.
+// metrics are the API's Prometheus metrics: calls by method and code
+// (go-grpc-middleware's standard gRPC server metrics), etcd transactions
+// and their conflicts, and entities by kind and life.
 type metrics struct {
-	calls *prometheus.CounterVec
-	// latency times unary calls by method, from their arrival (before
-	// authentication) to their answer.
-	latency *prometheus.HistogramVec
+	// grpc counts every call by service, method and code, times unary
+	// and streaming calls alike (grpc_server_handling_seconds), and
+	// counts stream messages: the first interceptor of the chain, it
+	// times a call from its arrival, before authentication, to its
+	// answer, with the code the client gets.
+	grpc *grpcprom.ServerMetrics
 	// watchRPCs counts the open Watch and WatchMany streams.
 	watchRPCs atomic.Int64
 }
 
 func newMetrics(reg prometheus.Registerer, st *state.State, hub *watchhub.Hub) *metrics {
 	m := &metrics{
-		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "lifeline", Name: "api_calls_total",
-			Help: "API calls by method and gRPC status code.",
-		}, []string{"method", "code"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "lifeline", Name: "api_call_seconds",
-			Help:    "How long unary API calls took, from their arrival to their answer, by method.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9), // 1 ms to 65 s
-		}, []string{"method"}),
+		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
+			grpcprom.WithHistogramBuckets(prometheus.ExponentialBuckets(0.001, 4, 9)), // 1 ms to 65 s
+		)),
 	}
 	if reg == nil {
 		return m
@@ -45,8 +41,7 @@ func newMetrics(reg prometheus.Registerer, st *state.State, hub *watchhub.Hub) *
 		return func() float64 { return float64(f(st.Stats())) }
 	}
 	reg.MustRegister(
-		m.calls,
-		m.latency,
+		m.grpc,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "lifeline", Name: "agent_watch_rpcs",
 			Help: "Open agent watch RPC streams (Watch and WatchMany); each WatchMany stream carries many subscriptions, which lifeline_watch_streams counts.",
@@ -115,19 +110,6 @@ func newMetrics(reg prometheus.Registerer, st *state.State, hub *watchhub.Hub) *
 	}
 	return m
 }
-
-func (m *metrics) observe(method string, err error) {
-	m.calls.WithLabelValues(shortMethod(method), status.Code(err).String()).Inc()
-}
-
-// observeUnary counts a unary call and how long it took since start.
-func (m *metrics) observeUnary(method string, err error, start time.Time) {
-	m.observe(method, err)
-	m.latency.WithLabelValues(shortMethod(method)).Observe(time.Since(start).Seconds())
-}
-
-// shortMethod is a method's name without its service's.
-func shortMethod(full string) string { return full[strings.LastIndexByte(full, '/')+1:] }
 
 // conflictCollector reports the state's conflicts by operation.
 type conflictCollector struct {

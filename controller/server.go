@@ -255,8 +255,8 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	opts = append([]grpc.ServerOption{
 		grpc.Creds(credentials.NewTLS(s.cfg.TLS)),
-		grpc.ChainUnaryInterceptor(s.unaryInterceptor, s.budgetUnary),
-		grpc.ChainStreamInterceptor(s.streamInterceptor, s.budgetStream),
+		grpc.ChainUnaryInterceptor(s.metrics.grpc.UnaryServerInterceptor(), s.unaryInterceptor, s.budgetUnary),
+		grpc.ChainStreamInterceptor(s.metrics.grpc.StreamServerInterceptor(), s.streamInterceptor, s.budgetStream),
 		grpc.MaxRecvMsgSize(4 << 20),
 		// Each connection keeps its read buffer for as long as it lives:
 		// 32 KiB by default, 41 MiB for 1,250 agents at 10,000 units. The

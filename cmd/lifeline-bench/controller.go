@@ -227,7 +227,7 @@ func (c *controllerProc) counters() (counters, error) {
 		label string
 		out   map[string]float64
 	}{
-		"lifeline_api_calls_total":                     {"method", map[string]float64{}},
+		"grpc_server_handled_total":                    {"grpc_method", map[string]float64{}},
 		"lifeline_etcd_txn_retries_by_operation_total": {"operation", map[string]float64{}},
 	}
 	unlabelled := map[string]*float64{
@@ -242,7 +242,7 @@ func (c *controllerProc) counters() (counters, error) {
 			return false, err
 		}
 		name, labels, ok := strings.Cut(line, "{")
-		if ok && name == "lifeline_api_call_seconds_bucket" {
+		if ok && name == "grpc_server_handling_seconds_bucket" && strings.Contains(labels, `grpc_type="unary"`) {
 			return false, addBucket(out.buckets, "", labels)
 		}
 		if h, ok := strings.CutSuffix(name, "_bucket"); ok && diskHistograms[h] != "" {
@@ -269,20 +269,20 @@ func (c *controllerProc) counters() (counters, error) {
 		v = v[strings.LastIndexByte(v, '/')+1:] // a method's short name
 		n, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
 		m.out[v] += n
-		if _, code, ok := strings.Cut(labels, `code="`); ok && name == "lifeline_api_calls_total" {
+		if _, code, ok := strings.Cut(labels, `grpc_code="`); ok && name == "grpc_server_handled_total" {
 			if code, _, _ = strings.Cut(code, `"`); code != "OK" {
 				out.failed[v+" "+code] += n
 			}
 		}
 		return false, err
 	})
-	out.calls = byName["lifeline_api_calls_total"].out
+	out.calls = byName["grpc_server_handled_total"].out
 	out.retries = byName["lifeline_etcd_txn_retries_by_operation_total"].out
 	return out, err
 }
 
 // addBucket records in buckets one bucket of a duration histogram from
-// its line after the metric's name: `method="M",le="0.004"} 12`, under
+// its line after the metric's name: `grpc_method="M",le="0.004"} 12`, under
 // its method, or under name when it has none.
 func addBucket(buckets map[string]map[float64]float64, name, line string) error {
 	labels, value, ok := strings.Cut(line, "} ")
@@ -294,7 +294,7 @@ func addBucket(buckets map[string]map[float64]float64, name, line string) error 
 		k, v, _ := strings.Cut(l, "=")
 		v = strings.Trim(v, `"`)
 		switch k {
-		case "method":
+		case "grpc_method":
 			method = v
 		case "le":
 			le = v

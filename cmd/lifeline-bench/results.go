@@ -137,7 +137,7 @@ type results struct {
 	FailedCallsDeploy  map[string]float64 `json:"api_calls_failed_deploy"`
 	FailedCallsDestroy map[string]float64 `json:"api_calls_failed_destroy"`
 	// The slowest calls of each phase: by method, the duration in seconds
-	// (a bucket's bound of lifeline_api_call_seconds) that 99% of its
+	// (a bucket's bound of grpc_server_handling_seconds) that 99% of its
 	// calls took at most; -1 when that is over the last bound (65.5 s).
 	CallP99Deploy  map[string]float64 `json:"api_call_p99_seconds_deploy"`
 	CallP99Destroy map[string]float64 `json:"api_call_p99_seconds_destroy"`

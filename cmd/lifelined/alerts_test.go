@@ -1,10 +1,14 @@
 package main_test
 
 import (
+	"context"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
 // TestAlertRulesNameLifelinesMetrics: every lifeline_ metric the shipped
@@ -25,11 +29,40 @@ func TestAlertRulesNameLifelinesMetrics(t *testing.T) {
 	if len(named) < 5 {
 		t.Fatalf("docs/prometheus/alerts.yml names %d lifeline_ metrics in its expressions, want one an alert at least", len(named))
 	}
-	metricsAddr, _ := startController(t, t.TempDir())
+	dir := t.TempDir()
+	metricsAddr, _ := startController(t, dir)
+	// One call, for the gRPC metrics to have a series (they have none
+	// of a method not called).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := operator(t, dir).Status(ctx, &pb.StatusRequest{}, waitForReady()...); err != nil {
+		t.Fatal(err)
+	}
 	body := getMetrics(t, metricsAddr)
 	for _, name := range named {
 		if !strings.Contains(body, "\n# TYPE "+name+" ") {
 			t.Errorf("an alert names %s, which /metrics does not serve", name)
+		}
+	}
+	// The recording rules (docs/prometheus/rules.yml) read the standard
+	// gRPC server metrics under the API metrics' former names.
+	recording, err := os.ReadFile("../../docs/prometheus/rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var read []string
+	for _, line := range strings.Split(string(recording), "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			read = append(read, regexp.MustCompile(`grpc_server_[a-z_]+`).FindAllString(line, -1)...)
+		}
+	}
+	if len(read) < 4 {
+		t.Errorf("docs/prometheus/rules.yml reads %d grpc_server_ metrics, want one a rule at least", len(read))
+	}
+	for _, name := range read {
+		family := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_count"), "_sum")
+		if !strings.Contains(body, "\n# TYPE "+family+" ") {
+			t.Errorf("a recording rule reads %s, which /metrics does not serve", name)
 		}
 	}
 	for _, want := range []string{

@@ -80,15 +80,16 @@ func TestControllerOnExternalEtcd(t *testing.T) {
 	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Key) != "/ext/machines/0" {
 		t.Errorf("the external etcd holds %v, want /ext/machines/0", resp.Kvs)
 	}
-	// The metrics operators rely on: API calls by method and code, etcd
+	// The metrics operators rely on: API calls by method and code (the
+	// standard gRPC server metrics), etcd
 	// transaction retries, entities by kind and life.
 	body := getMetrics(t, metricsAddr)
 	if strings.Contains(body, "etcd_disk_wal_fsync_duration_seconds") {
 		t.Errorf("/metrics has an embedded etcd's metrics, with no embedded etcd")
 	}
 	for _, want := range []string{
-		`lifeline_api_calls_total{code="OK",method="AddMachines"} 1`,
-		`lifeline_api_call_seconds_count{method="AddMachines"} 1`,
+		`grpc_server_handled_total{grpc_code="OK",grpc_method="AddMachines",grpc_service="lifeline.v1.OperatorService",grpc_type="unary"} 1`,
+		`grpc_server_handling_seconds_count{grpc_method="AddMachines",grpc_service="lifeline.v1.OperatorService",grpc_type="unary"} 1`,
 		"lifeline_etcd_txn_retries_total ",
 		"lifeline_etcd_busy_retries_total 0",
 		`lifeline_entities{kind="machine",life="alive"} 1`,
