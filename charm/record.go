@@ -7,17 +7,19 @@ import (
 )
 
 // Record describes the charm as the controller stores it: everything the
-// model needs without unpacking the archive (actions.yaml as read). The name of the archive's
-// revision, sha256 and size are the store's to fill in.
+// model needs without unpacking the archive (actions.yaml as read, the
+// static host claims placement checks). The archive's revision, sha256 and
+// size are the store's to fill in.
 func (c *Charm) Record() *pb.Charm {
 	return &pb.Charm{
-		Name:        c.Meta.Name,
-		Summary:     c.Meta.Summary,
-		Subordinate: c.Meta.Subordinate,
-		Endpoints:   c.Meta.Endpoints(),
-		Options:     c.Config.OptionRecords(),
-		Hooks:       append([]string(nil), c.Hooks...),
-		ActionsYaml: c.ActionsYAML,
+		Name:         c.Meta.Name,
+		Summary:      c.Meta.Summary,
+		Subordinate:  c.Meta.Subordinate,
+		Endpoints:    c.Meta.Endpoints(),
+		Options:      c.Config.OptionRecords(),
+		Hooks:        append([]string(nil), c.Hooks...),
+		ActionsYaml:  c.ActionsYAML,
+		StaticClaims: c.Meta.Host.Static(),
 	}
 }
 

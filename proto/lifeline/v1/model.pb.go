@@ -1502,7 +1502,12 @@ type Charm struct {
 	Chunks int32 `protobuf:"varint,10,opt,name=chunks,proto3" json:"chunks,omitempty"`
 	// actions_yaml is the charm's actions.yaml as uploaded; empty when it
 	// has none.
-	ActionsYaml   []byte `protobuf:"bytes,11,opt,name=actions_yaml,json=actionsYaml,proto3" json:"actions_yaml,omitempty"`
+	ActionsYaml []byte `protobuf:"bytes,11,opt,name=actions_yaml,json=actionsYaml,proto3" json:"actions_yaml,omitempty"`
+	// static_claims are the host claims every unit of the charm makes
+	// whatever its config and facts (charm.HostClaims.Static): the
+	// controller refuses to place a unit on a machine where they conflict
+	// with another unit's. Unset when the charm claims nothing static.
+	StaticClaims  *StaticClaims `protobuf:"bytes,12,opt,name=static_claims,json=staticClaims,proto3" json:"static_claims,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1614,6 +1619,260 @@ func (x *Charm) GetActionsYaml() []byte {
 	return nil
 }
 
+func (x *Charm) GetStaticClaims() *StaticClaims {
+	if x != nil {
+		return x.StaticClaims
+	}
+	return nil
+}
+
+// StaticClaims are a charm's host claims that no template changes: its
+// ports; its files at an absolute path written as is; its packages at a
+// version written as is (or any version). Each list is in the order the
+// charm declares it, and bounded by the charm's limits on host claims.
+type StaticClaims struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ports         []*StaticPortClaim     `protobuf:"bytes,1,rep,name=ports,proto3" json:"ports,omitempty"`
+	Files         []*StaticFileClaim     `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty"`
+	Packages      []*StaticPackageClaim  `protobuf:"bytes,3,rep,name=packages,proto3" json:"packages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StaticClaims) Reset() {
+	*x = StaticClaims{}
+	mi := &file_lifeline_v1_model_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StaticClaims) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StaticClaims) ProtoMessage() {}
+
+func (x *StaticClaims) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_model_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StaticClaims.ProtoReflect.Descriptor instead.
+func (*StaticClaims) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *StaticClaims) GetPorts() []*StaticPortClaim {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+func (x *StaticClaims) GetFiles() []*StaticFileClaim {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *StaticClaims) GetPackages() []*StaticPackageClaim {
+	if x != nil {
+		return x.Packages
+	}
+	return nil
+}
+
+// StaticPortClaim is a range of ports of one protocol: from to to inclusive,
+// both in 1..65535.
+type StaticPortClaim struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	From  uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	To    uint32                 `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
+	// protocol is "tcp" or "udp".
+	Protocol      string `protobuf:"bytes,3,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StaticPortClaim) Reset() {
+	*x = StaticPortClaim{}
+	mi := &file_lifeline_v1_model_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StaticPortClaim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StaticPortClaim) ProtoMessage() {}
+
+func (x *StaticPortClaim) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_model_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StaticPortClaim.ProtoReflect.Descriptor instead.
+func (*StaticPortClaim) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *StaticPortClaim) GetFrom() uint32 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *StaticPortClaim) GetTo() uint32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *StaticPortClaim) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+// StaticFileClaim is a file on the host at an absolute path.
+type StaticFileClaim struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// sha256 is the SHA-256 of the file's content (32 bytes); empty when
+	// the content is a template, rendered for each unit, so that it is known
+	// only on the unit's machine.
+	Sha256 []byte `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// mode is the file's permission bits.
+	Mode          uint32 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StaticFileClaim) Reset() {
+	*x = StaticFileClaim{}
+	mi := &file_lifeline_v1_model_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StaticFileClaim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StaticFileClaim) ProtoMessage() {}
+
+func (x *StaticFileClaim) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_model_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StaticFileClaim.ProtoReflect.Descriptor instead.
+func (*StaticFileClaim) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *StaticFileClaim) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *StaticFileClaim) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
+func (x *StaticFileClaim) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+// StaticPackageClaim is a package the unit needs installed.
+type StaticPackageClaim struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// version is the version pattern the installed version must match;
+	// empty means any version.
+	Version       string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StaticPackageClaim) Reset() {
+	*x = StaticPackageClaim{}
+	mi := &file_lifeline_v1_model_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StaticPackageClaim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StaticPackageClaim) ProtoMessage() {}
+
+func (x *StaticPackageClaim) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_model_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StaticPackageClaim.ProtoReflect.Descriptor instead.
+func (*StaticPackageClaim) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *StaticPackageClaim) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StaticPackageClaim) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
 // Resolved is stored at resolved/<unit> until the unit's agent acts on it.
 type Resolved struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1624,7 +1883,7 @@ type Resolved struct {
 
 func (x *Resolved) Reset() {
 	*x = Resolved{}
-	mi := &file_lifeline_v1_model_proto_msgTypes[18]
+	mi := &file_lifeline_v1_model_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1895,7 @@ func (x *Resolved) String() string {
 func (*Resolved) ProtoMessage() {}
 
 func (x *Resolved) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_model_proto_msgTypes[18]
+	mi := &file_lifeline_v1_model_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +1908,7 @@ func (x *Resolved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resolved.ProtoReflect.Descriptor instead.
 func (*Resolved) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{18}
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Resolved) GetMode() ResolvedMode {
@@ -1674,7 +1933,7 @@ type StatusReportResult struct {
 
 func (x *StatusReportResult) Reset() {
 	*x = StatusReportResult{}
-	mi := &file_lifeline_v1_model_proto_msgTypes[19]
+	mi := &file_lifeline_v1_model_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1686,7 +1945,7 @@ func (x *StatusReportResult) String() string {
 func (*StatusReportResult) ProtoMessage() {}
 
 func (x *StatusReportResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_model_proto_msgTypes[19]
+	mi := &file_lifeline_v1_model_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1699,7 +1958,7 @@ func (x *StatusReportResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReportResult.ProtoReflect.Descriptor instead.
 func (*StatusReportResult) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{19}
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StatusReportResult) GetCode() uint32 {
@@ -1736,7 +1995,7 @@ type ControllerJoin struct {
 
 func (x *ControllerJoin) Reset() {
 	*x = ControllerJoin{}
-	mi := &file_lifeline_v1_model_proto_msgTypes[20]
+	mi := &file_lifeline_v1_model_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1748,7 +2007,7 @@ func (x *ControllerJoin) String() string {
 func (*ControllerJoin) ProtoMessage() {}
 
 func (x *ControllerJoin) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_model_proto_msgTypes[20]
+	mi := &file_lifeline_v1_model_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1761,7 +2020,7 @@ func (x *ControllerJoin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControllerJoin.ProtoReflect.Descriptor instead.
 func (*ControllerJoin) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{20}
+	return file_lifeline_v1_model_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ControllerJoin) GetSecretHash() string {
@@ -1880,7 +2139,7 @@ const file_lifeline_v1_model_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x122\n" +
 	"\adefault\x18\x03 \x01(\v2\x18.lifeline.v1.ConfigValueR\adefault\x12 \n" +
-	"\vdescription\x18\x04 \x01(\tR\vdescription\"\xda\x02\n" +
+	"\vdescription\x18\x04 \x01(\tR\vdescription\"\x9a\x03\n" +
 	"\x05Charm\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x16\n" +
@@ -1893,7 +2152,23 @@ const file_lifeline_v1_model_proto_rawDesc = "" +
 	"\x05hooks\x18\t \x03(\tR\x05hooks\x12\x16\n" +
 	"\x06chunks\x18\n" +
 	" \x01(\x05R\x06chunks\x12!\n" +
-	"\factions_yaml\x18\v \x01(\fR\vactionsYaml\"9\n" +
+	"\factions_yaml\x18\v \x01(\fR\vactionsYaml\x12>\n" +
+	"\rstatic_claims\x18\f \x01(\v2\x19.lifeline.v1.StaticClaimsR\fstaticClaims\"\xb3\x01\n" +
+	"\fStaticClaims\x122\n" +
+	"\x05ports\x18\x01 \x03(\v2\x1c.lifeline.v1.StaticPortClaimR\x05ports\x122\n" +
+	"\x05files\x18\x02 \x03(\v2\x1c.lifeline.v1.StaticFileClaimR\x05files\x12;\n" +
+	"\bpackages\x18\x03 \x03(\v2\x1f.lifeline.v1.StaticPackageClaimR\bpackages\"Q\n" +
+	"\x0fStaticPortClaim\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\rR\x02to\x12\x1a\n" +
+	"\bprotocol\x18\x03 \x01(\tR\bprotocol\"Q\n" +
+	"\x0fStaticFileClaim\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\fR\x06sha256\x12\x12\n" +
+	"\x04mode\x18\x03 \x01(\rR\x04mode\"B\n" +
+	"\x12StaticPackageClaim\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"9\n" +
 	"\bResolved\x12-\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x19.lifeline.v1.ResolvedModeR\x04mode\"B\n" +
 	"\x12StatusReportResult\x12\x12\n" +
@@ -1945,7 +2220,7 @@ func file_lifeline_v1_model_proto_rawDescGZIP() []byte {
 }
 
 var file_lifeline_v1_model_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_lifeline_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_lifeline_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_lifeline_v1_model_proto_goTypes = []any{
 	(Life)(0),                  // 0: lifeline.v1.Life
 	(Role)(0),                  // 1: lifeline.v1.Role
@@ -1970,12 +2245,16 @@ var file_lifeline_v1_model_proto_goTypes = []any{
 	(*MachineJoin)(nil),        // 20: lifeline.v1.MachineJoin
 	(*ConfigOption)(nil),       // 21: lifeline.v1.ConfigOption
 	(*Charm)(nil),              // 22: lifeline.v1.Charm
-	(*Resolved)(nil),           // 23: lifeline.v1.Resolved
-	(*StatusReportResult)(nil), // 24: lifeline.v1.StatusReportResult
-	(*ControllerJoin)(nil),     // 25: lifeline.v1.ControllerJoin
-	nil,                        // 26: lifeline.v1.ServiceConfig.ValuesEntry
-	nil,                        // 27: lifeline.v1.Settings.ValuesEntry
-	nil,                        // 28: lifeline.v1.Status.DataEntry
+	(*StaticClaims)(nil),       // 23: lifeline.v1.StaticClaims
+	(*StaticPortClaim)(nil),    // 24: lifeline.v1.StaticPortClaim
+	(*StaticFileClaim)(nil),    // 25: lifeline.v1.StaticFileClaim
+	(*StaticPackageClaim)(nil), // 26: lifeline.v1.StaticPackageClaim
+	(*Resolved)(nil),           // 27: lifeline.v1.Resolved
+	(*StatusReportResult)(nil), // 28: lifeline.v1.StatusReportResult
+	(*ControllerJoin)(nil),     // 29: lifeline.v1.ControllerJoin
+	nil,                        // 30: lifeline.v1.ServiceConfig.ValuesEntry
+	nil,                        // 31: lifeline.v1.Settings.ValuesEntry
+	nil,                        // 32: lifeline.v1.Status.DataEntry
 }
 var file_lifeline_v1_model_proto_depIdxs = []int32{
 	0,  // 0: lifeline.v1.Machine.life:type_name -> lifeline.v1.Life
@@ -1984,26 +2263,30 @@ var file_lifeline_v1_model_proto_depIdxs = []int32{
 	0,  // 3: lifeline.v1.Service.life:type_name -> lifeline.v1.Life
 	6,  // 4: lifeline.v1.Service.charm:type_name -> lifeline.v1.CharmRef
 	7,  // 5: lifeline.v1.Service.endpoints:type_name -> lifeline.v1.Endpoint
-	26, // 6: lifeline.v1.ServiceConfig.values:type_name -> lifeline.v1.ServiceConfig.ValuesEntry
+	30, // 6: lifeline.v1.ServiceConfig.values:type_name -> lifeline.v1.ServiceConfig.ValuesEntry
 	0,  // 7: lifeline.v1.Unit.life:type_name -> lifeline.v1.Life
 	7,  // 8: lifeline.v1.RelationEndpoint.endpoint:type_name -> lifeline.v1.Endpoint
 	0,  // 9: lifeline.v1.Relation.life:type_name -> lifeline.v1.Life
 	12, // 10: lifeline.v1.Relation.endpoints:type_name -> lifeline.v1.RelationEndpoint
 	2,  // 11: lifeline.v1.Relation.scope:type_name -> lifeline.v1.Scope
-	27, // 12: lifeline.v1.Settings.values:type_name -> lifeline.v1.Settings.ValuesEntry
-	28, // 13: lifeline.v1.Status.data:type_name -> lifeline.v1.Status.DataEntry
+	31, // 12: lifeline.v1.Settings.values:type_name -> lifeline.v1.Settings.ValuesEntry
+	32, // 13: lifeline.v1.Status.data:type_name -> lifeline.v1.Status.DataEntry
 	16, // 14: lifeline.v1.StatusHistoryEntry.status:type_name -> lifeline.v1.Status
 	3,  // 15: lifeline.v1.Cleanup.kind:type_name -> lifeline.v1.CleanupKind
 	9,  // 16: lifeline.v1.ConfigOption.default:type_name -> lifeline.v1.ConfigValue
 	7,  // 17: lifeline.v1.Charm.endpoints:type_name -> lifeline.v1.Endpoint
 	21, // 18: lifeline.v1.Charm.options:type_name -> lifeline.v1.ConfigOption
-	4,  // 19: lifeline.v1.Resolved.mode:type_name -> lifeline.v1.ResolvedMode
-	9,  // 20: lifeline.v1.ServiceConfig.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	23, // 19: lifeline.v1.Charm.static_claims:type_name -> lifeline.v1.StaticClaims
+	24, // 20: lifeline.v1.StaticClaims.ports:type_name -> lifeline.v1.StaticPortClaim
+	25, // 21: lifeline.v1.StaticClaims.files:type_name -> lifeline.v1.StaticFileClaim
+	26, // 22: lifeline.v1.StaticClaims.packages:type_name -> lifeline.v1.StaticPackageClaim
+	4,  // 23: lifeline.v1.Resolved.mode:type_name -> lifeline.v1.ResolvedMode
+	9,  // 24: lifeline.v1.ServiceConfig.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_model_proto_init() }
@@ -2023,7 +2306,7 @@ func file_lifeline_v1_model_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_model_proto_rawDesc), len(file_lifeline_v1_model_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   24,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
