@@ -52,6 +52,7 @@ func TestRandomized(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	mon := statetest.Start(t, st)
+	charms := claimingCharms(t, ctx, st)
 
 	var opCount, failures atomic.Int64
 	counts := make([]map[string]int, randomWorkers)
@@ -61,7 +62,7 @@ func TestRandomized(t *testing.T) {
 		counts[w] = map[string]int{}
 		go func() {
 			defer wg.Done()
-			r := &randomWorker{st: st, rng: rand.New(rand.NewPCG(seed, uint64(w))), id: w, counts: counts[w]}
+			r := &randomWorker{st: st, rng: rand.New(rand.NewPCG(seed, uint64(w))), id: w, counts: counts[w], charms: charms}
 			for opCount.Load() < int64(*opsFlag) {
 				if err := r.step(ctx, &opCount); err != nil {
 					failures.Add(1)
@@ -87,6 +88,7 @@ func TestRandomized(t *testing.T) {
 		return
 	}
 	checkInvariants(t, st)
+	checkPlacedClaims(t, ctx, st)
 	drain(t, ctx, st)
 	mon.Stop(t)
 	snap, err := st.Snapshot(ctx)
@@ -104,6 +106,9 @@ type randomWorker struct {
 	counts map[string]int
 	view   *view
 	steps  int
+	// charms are those the services are deployed from, some with static
+	// host claims that conflict (claimingCharms).
+	charms []*pb.CharmRef
 }
 
 // view is a worker's recent, possibly stale, picture of the model.
@@ -167,7 +172,7 @@ func (r *randomWorker) step(ctx context.Context, ops *atomic.Int64) error {
 		op = "add-service"
 		eps := randomCharms[rng.IntN(len(randomCharms))]
 		_, err = st.AddService(ctx, state.AddServiceArgs{
-			Name: fmt.Sprintf("s%d-%c", rng.IntN(12), 'a'+rune(rng.IntN(2))), Charm: &pb.CharmRef{Name: "c", Revision: 1},
+			Name: fmt.Sprintf("s%d-%c", rng.IntN(12), 'a'+rune(rng.IntN(2))), Charm: r.charms[rng.IntN(len(r.charms))],
 			Endpoints: eps, Subordinate: eps[0].Scope == pb.Scope_SCOPE_CONTAINER,
 		})
 	case n < 17:
@@ -348,6 +353,9 @@ func (r *randomWorker) step(ctx context.Context, ops *atomic.Int64) error {
 		errors.Is(err, state.ErrAlreadyExists), errors.Is(err, state.ErrInvalid),
 		errors.Is(err, state.ErrBadJoinToken):
 		r.counts["refused"]++
+		if state.RuleOf(err) == "P1" {
+			r.counts["refused-claims"]++
+		}
 	case errors.Is(err, state.ErrAborted):
 		r.counts["aborted"]++
 	default:

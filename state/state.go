@@ -89,6 +89,8 @@ type State struct {
 	deleting deletions
 	// ops keeps the operations' records last read (opcache.go).
 	ops opCache
+	// claims keeps the static host claims of the charms read (claims.go).
+	claims claimsCache
 	// making counts, by operation, the State's runs of materializeTasks
 	// under way: MaterializePending leaves those operations to them.
 	making making

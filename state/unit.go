@@ -12,9 +12,10 @@ import (
 
 // unitsPerTxn bounds AddUnits' batches: at most five writes a unit (a new
 // machine, the unit, its two machine references and its unit-revision)
-// plus the comparisons of the service, the machine and the rollout's
-// target revision, and room for an operator's audit entry (auditOps).
-const unitsPerTxn = (MaxTxnOps - 3 - auditOps) / 5
+// plus the comparisons of the service, the machine, the machine's units
+// (claims.go) and the rollout's target revision, and room for an
+// operator's audit entry (auditOps).
+const unitsPerTxn = (MaxTxnOps - 4 - auditOps) / 5
 
 // Placement says where AddUnits puts new principal units.
 type Placement struct {
@@ -23,10 +24,15 @@ type Placement struct {
 	Machine string
 	// Unassigned leaves the units unassigned, for AssignUnit.
 	Unassigned bool
+	// Force places the units on Machine without checking their charm's
+	// static host claims against the units there (P1, claims.go).
+	Force bool
 }
 
 // AddUnits adds n alive principal units to the named service and places
-// them. The service must be alive (U1, S1) and a given machine alive (M1).
+// them. The service must be alive (U1, S1) and a given machine alive (M1),
+// and, unless p.Force, the units' static host claims must not conflict
+// with those of the units on it, nor with each other's (P1, claims.go).
 // Their numbers (and new machines') are reserved first, in a transaction
 // shared with other callers waiting at the same time (reserve.go); the
 // units are then added in batches, each in one transaction. On an error
@@ -117,10 +123,30 @@ func (s *State) AddUnits(ctx context.Context, service string, n int, p Placement
 				}
 				c.ifMod(m.key, m.mod)
 			}
+			var claims *pb.StaticClaims
+			var held *machineClaims
+			if p.Machine != "" && !p.Force {
+				if claims, err = s.revisionClaims(ctx, service, ro.v.Target); err != nil {
+					return nil, err
+				}
+				if claims != nil {
+					if held, err = s.readMachineClaims(ctx, p.Machine); err != nil {
+						return nil, err
+					}
+					c.ifNoNewer(machineUnitsPrefix(p.Machine), held.rev)
+				}
+			}
 			units = units[:0]
 			for i := 0; i < batch; i++ {
 				num := nextUnit + int64(len(added)+i)
 				u := &pb.Unit{Name: unitName(service, num), Service: service, Life: pb.Life_LIFE_ALIVE, MachineId: p.Machine}
+				if held != nil {
+					if err := held.check(u.Name, claims); err != nil {
+						return nil, err
+					}
+					// The units placed with it are there too.
+					held.units = append(held.units, heldClaims{unit: u.Name, claims: []*pb.StaticClaims{claims}})
+				}
 				if newMachines {
 					u.MachineId = strconv.FormatInt(nextMachine+int64(len(added)+i), 10)
 					c.put(MachineKey(u.MachineId), &pb.Machine{Id: u.MachineId, Life: pb.Life_LIFE_ALIVE})
@@ -163,7 +189,8 @@ func canAddUnits(svc *pb.Service) error {
 }
 
 // AssignUnit assigns the named unassigned principal unit to machine id,
-// which must be alive (M1).
+// which must be alive (M1), and where the unit's static host claims must
+// not conflict with a unit's (P1, claims.go).
 func (s *State) AssignUnit(ctx context.Context, unit, machine string) error {
 	return s.apply(ctx, "assign "+unit+" to machine "+machine, func(ctx context.Context) (*change, error) {
 		if err := checkUnitName(unit); err != nil {
@@ -199,6 +226,22 @@ func (s *State) AssignUnit(ctx context.Context, unit, machine string) error {
 		next := protoClone(u.v)
 		next.MachineId = machine
 		c := &change{}
+		claims, err := s.unitClaims(ctx, unit)
+		if err != nil {
+			return nil, err
+		}
+		if len(claims) > 0 {
+			held, err := s.readMachineClaims(ctx, machine)
+			if err != nil {
+				return nil, err
+			}
+			for _, cl := range claims {
+				if err := held.check(unit, cl); err != nil {
+					return nil, err
+				}
+			}
+			c.ifNoNewer(machineUnitsPrefix(machine), held.rev)
+		}
 		c.ifMod(u.key, u.mod)
 		c.ifMod(m.key, m.mod)
 		c.put(u.key, next)
@@ -210,8 +253,10 @@ func (s *State) AssignUnit(ctx context.Context, unit, machine string) error {
 
 // AddSubordinate returns the unit of the subordinate service beside the
 // named principal unit, creating it when there is none. The principal and
-// the subordinate service must be alive (U1, S1). A principal's agent calls
-// it when its unit enters a container-scoped relation.
+// the subordinate service must be alive (U1, S1), and the subordinate's
+// static host claims must not conflict with those of the units on the
+// principal's machine (P1, claims.go). A principal's agent calls it when
+// its unit enters a container-scoped relation.
 func (s *State) AddSubordinate(ctx context.Context, principal, subService string) (*pb.Unit, error) {
 	var sub *pb.Unit
 	err := s.apply(ctx, "add subordinate "+subService+" to "+principal, func(ctx context.Context) (*change, error) {
@@ -265,6 +310,23 @@ func (s *State) AddSubordinate(ctx context.Context, principal, subService string
 		}
 		sub = &pb.Unit{Name: unitName(subService, n), Service: subService, Life: pb.Life_LIFE_ALIVE, MachineId: p.v.MachineId, Principal: principal}
 		c := &change{}
+		claims, err := s.revisionClaims(ctx, subService, ro.v.Target)
+		if err != nil {
+			return nil, err
+		}
+		if claims != nil {
+			held, err := s.readMachineClaims(ctx, p.v.MachineId)
+			if err != nil {
+				return nil, err
+			}
+			if err := held.check(sub.Name, claims); err != nil {
+				return nil, err
+			}
+			// The principal's reference put again, unchanged, is what a
+			// placement racing on the machine compares (claims.go).
+			c.ifNoNewer(machineUnitsPrefix(p.v.MachineId), held.rev)
+			c.putRaw(machineUnitRef(p.v.MachineId, principal), "")
+		}
 		c.ifMod(p.key, p.mod)
 		c.ifMod(svc.key, svc.mod)
 		c.ifMod(seqUnitKey(subService), seqRev)
