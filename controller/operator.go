@@ -110,6 +110,9 @@ func (s *Server) Deploy(ctx context.Context, req *pb.DeployRequest) (*pb.DeployR
 	if c.Subordinate && req.To != "" {
 		return nil, invalid("charm %s is a subordinate: it cannot be placed on a machine", c.Name)
 	}
+	if req.Force && req.To == "" {
+		return nil, invalid("force places units on a given machine: name it (to)")
+	}
 	cfg := charm.ConfigFromOptions(c.Options)
 	values, err := cfg.ParseValues(req.Config)
 	if err != nil {
@@ -139,7 +142,7 @@ func (s *Server) Deploy(ctx context.Context, req *pb.DeployRequest) (*pb.DeployR
 	}
 	resp := &pb.DeployResponse{Service: svc}
 	if req.NumUnits > 0 {
-		units, err := s.st.AddUnits(ctx, name, int(req.NumUnits), state.Placement{Machine: req.To})
+		units, err := s.st.AddUnits(ctx, name, int(req.NumUnits), state.Placement{Machine: req.To, Force: req.Force})
 		if err != nil {
 			if len(units) == 0 {
 				// Nothing was deployed after all: take the service back.
@@ -163,7 +166,13 @@ func (s *Server) AddUnits(ctx context.Context, req *pb.AddUnitsRequest) (*pb.Add
 	if req.NumUnits > maxAtOnce {
 		return nil, invalid("cannot add %d units at once: at most %d", req.NumUnits, maxAtOnce)
 	}
-	units, err := s.st.AddUnits(ctx, req.Service, int(req.NumUnits), state.Placement{Machine: req.To})
+	if req.Force && req.To == "" {
+		return nil, invalid("force places units on a given machine: name it (to)")
+	}
+	// A placement on a machine is refused when the units' static host
+	// claims conflict with a unit's there (FailedPrecondition), unless
+	// forced: state checks it in the transaction that places them.
+	units, err := s.st.AddUnits(ctx, req.Service, int(req.NumUnits), state.Placement{Machine: req.To, Force: req.Force})
 	if err != nil {
 		return nil, err
 	}

@@ -24,6 +24,7 @@ const uploadChunk = 1 << 20
 type deployFlags struct {
 	numUnits int
 	to       string
+	force    bool
 	settings []string
 }
 
@@ -35,6 +36,11 @@ func deployCommand(e *env) *cobra.Command {
 		Long: `Deploy the charm in CHARM_DIR as a service (named after the charm unless
 SERVICE is given), with -n units (1 by default) on new machines, or all on
 machine --to.
+
+A unit placed with --to is refused when its charm's static host claims
+(ports, files at a fixed path, packages at a fixed version) conflict with
+those of a unit already on the machine. --force places it anyway; the
+machine agent then holds one of the two back.
 
 The charm is validated and packed here, uploaded (the same charm again keeps
 its revision), and deployed at the revision the controller stored.
@@ -55,6 +61,9 @@ Example:
 			if f.numUnits < 0 {
 				return usagef(cmd, "-n %d: want 0 or more units", f.numUnits)
 			}
+			if f.force && f.to == "" {
+				return usagef(cmd, "--force places units on machine --to: give --to")
+			}
 			if err := e.configFlagNotASetting(); err != nil {
 				return usagef(cmd, "%v", err)
 			}
@@ -72,6 +81,7 @@ Example:
 	fl := cmd.Flags()
 	fl.IntVarP(&f.numUnits, "num-units", "n", 1, "`N` units to add (subordinates take none)")
 	fl.StringVar(&f.to, "to", "", "put every unit on `MACHINE` (default: a new machine each)")
+	fl.BoolVar(&f.force, "force", false, "place the units on --to even when their host claims conflict with a unit's there")
 	fl.StringArrayVar(&f.settings, "service-config", nil, "a `KEY=VALUE` setting of the service (repeatable; --config is the client config)")
 	return cmd
 }
@@ -94,7 +104,7 @@ func deploy(cmd *cobra.Command, e *env, dir, service string, f deployFlags, sett
 	defer cancel()
 	resp, err := c.op.Deploy(ctx, &pb.DeployRequest{
 		Charm: rec.Name, Revision: rec.Revision, Service: service,
-		NumUnits: int32(n), To: f.to, Config: settings,
+		NumUnits: int32(n), To: f.to, Force: f.force, Config: settings,
 	})
 	if err != nil {
 		return c.check(err)
@@ -188,11 +198,17 @@ func placements(units []*pb.Unit) string {
 func addUnitCommand(e *env) *cobra.Command {
 	var n int
 	var to string
+	var force bool
 	cmd := &cobra.Command{
 		Use:   "add-unit SERVICE",
 		Short: "Add units to a service",
 		Long: `Add -n units (1 by default) to a service, each on a new machine, or all on
 machine --to. Subordinate services get units by relation, not this way.
+
+A unit placed with --to is refused when its charm's static host claims
+(ports, files at a fixed path, packages at a fixed version) conflict with
+those of a unit already on the machine, or of another unit added with it.
+--force places it anyway; the machine agent then holds one of them back.
 
 Example:
   ctl add-unit kv
@@ -202,6 +218,9 @@ Example:
 			if n < 1 {
 				return usagef(cmd, "-n %d: want at least 1 unit", n)
 			}
+			if force && to == "" {
+				return usagef(cmd, "--force places units on machine --to: give --to")
+			}
 			c, err := e.connect()
 			if err != nil {
 				return err
@@ -209,7 +228,7 @@ Example:
 			defer c.close()
 			ctx, cancel := callContext(cmd.Context())
 			defer cancel()
-			resp, err := c.op.AddUnits(ctx, &pb.AddUnitsRequest{Service: args[0], NumUnits: int32(n), To: to})
+			resp, err := c.op.AddUnits(ctx, &pb.AddUnitsRequest{Service: args[0], NumUnits: int32(n), To: to, Force: force})
 			if err != nil {
 				return c.check(err)
 			}
@@ -219,6 +238,7 @@ Example:
 	}
 	cmd.Flags().IntVarP(&n, "num-units", "n", 1, "`N` units to add")
 	cmd.Flags().StringVar(&to, "to", "", "put the units on `MACHINE` (default: a new machine each)")
+	cmd.Flags().BoolVar(&force, "force", false, "place the units on --to even when their host claims conflict with a unit's there")
 	return cmd
 }
 

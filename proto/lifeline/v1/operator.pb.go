@@ -1395,7 +1395,11 @@ type DeployRequest struct {
 	// to places every unit on this machine; new machines when empty.
 	To string `protobuf:"bytes,5,opt,name=to,proto3" json:"to,omitempty"`
 	// config holds KEY=VALUE settings as strings, typed by the charm.
-	Config        map[string]string `protobuf:"bytes,6,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Config map[string]string `protobuf:"bytes,6,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// force places the units on machine to even when their charm's static
+	// host claims conflict with a unit's there: the machine agent then holds
+	// one of them back.
+	Force         bool `protobuf:"varint,7,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1472,6 +1476,13 @@ func (x *DeployRequest) GetConfig() map[string]string {
 	return nil
 }
 
+func (x *DeployRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
 type DeployResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Service       *Service               `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
@@ -1525,10 +1536,13 @@ func (x *DeployResponse) GetUnits() []*Unit {
 }
 
 type AddUnitsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
-	NumUnits      int32                  `protobuf:"varint,2,opt,name=num_units,json=numUnits,proto3" json:"num_units,omitempty"`
-	To            string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Service  string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	NumUnits int32                  `protobuf:"varint,2,opt,name=num_units,json=numUnits,proto3" json:"num_units,omitempty"`
+	To       string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	// force places the units on machine to even when their charm's static
+	// host claims conflict with a unit's there (see DeployRequest.force).
+	Force         bool `protobuf:"varint,4,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1582,6 +1596,13 @@ func (x *AddUnitsRequest) GetTo() string {
 		return x.To
 	}
 	return ""
+}
+
+func (x *AddUnitsRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
 }
 
 type AddUnitsResponse struct {
@@ -3188,24 +3209,26 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x04size\x18\x01 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\"?\n" +
 	"\x13UploadCharmResponse\x12(\n" +
-	"\x05charm\x18\x01 \x01(\v2\x12.lifeline.v1.CharmR\x05charm\"\x83\x02\n" +
+	"\x05charm\x18\x01 \x01(\v2\x12.lifeline.v1.CharmR\x05charm\"\x99\x02\n" +
 	"\rDeployRequest\x12\x14\n" +
 	"\x05charm\x18\x01 \x01(\tR\x05charm\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x18\n" +
 	"\aservice\x18\x03 \x01(\tR\aservice\x12\x1b\n" +
 	"\tnum_units\x18\x04 \x01(\x05R\bnumUnits\x12\x0e\n" +
 	"\x02to\x18\x05 \x01(\tR\x02to\x12>\n" +
-	"\x06config\x18\x06 \x03(\v2&.lifeline.v1.DeployRequest.ConfigEntryR\x06config\x1a9\n" +
+	"\x06config\x18\x06 \x03(\v2&.lifeline.v1.DeployRequest.ConfigEntryR\x06config\x12\x14\n" +
+	"\x05force\x18\a \x01(\bR\x05force\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"i\n" +
 	"\x0eDeployResponse\x12.\n" +
 	"\aservice\x18\x01 \x01(\v2\x14.lifeline.v1.ServiceR\aservice\x12'\n" +
-	"\x05units\x18\x02 \x03(\v2\x11.lifeline.v1.UnitR\x05units\"X\n" +
+	"\x05units\x18\x02 \x03(\v2\x11.lifeline.v1.UnitR\x05units\"n\n" +
 	"\x0fAddUnitsRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1b\n" +
 	"\tnum_units\x18\x02 \x01(\x05R\bnumUnits\x12\x0e\n" +
-	"\x02to\x18\x03 \x01(\tR\x02to\";\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\x12\x14\n" +
+	"\x05force\x18\x04 \x01(\bR\x05force\";\n" +
 	"\x10AddUnitsResponse\x12'\n" +
 	"\x05units\x18\x01 \x03(\v2\x11.lifeline.v1.UnitR\x05units\"z\n" +
 	"\x12AddMachinesRequest\x12!\n" +
