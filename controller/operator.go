@@ -129,9 +129,17 @@ func (s *Server) Deploy(ctx context.Context, req *pb.DeployRequest) (*pb.DeployR
 			return nil, status.Errorf(codes.FailedPrecondition, "machine %s is %s: units can be assigned only to an alive machine", m.Id, state.LifeName(m.Life))
 		}
 	}
+	ref := &pb.CharmRef{Name: c.Name, Revision: c.Revision, Sha256: c.Sha256}
+	if req.To != "" && !req.Force {
+		// The units' static host claims against the machine's units
+		// (P1), before there is a service to take back.
+		if err := s.st.CheckPlacement(ctx, name, ref, req.To, int(req.NumUnits)); err != nil {
+			return nil, err
+		}
+	}
 	svc, err := s.st.AddService(ctx, state.AddServiceArgs{
 		Name:        name,
-		Charm:       &pb.CharmRef{Name: c.Name, Revision: c.Revision, Sha256: c.Sha256},
+		Charm:       ref,
 		Subordinate: c.Subordinate,
 		Endpoints:   c.Endpoints,
 		Config:      cfg.WithDefaults(values),

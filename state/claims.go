@@ -187,6 +187,48 @@ func (s *State) unitClaims(ctx context.Context, unit string) ([]*pb.StaticClaims
 	return out, nil
 }
 
+// CheckPlacement is P1's check of n units of service, deployed from
+// charm, on machine, made before the service exists: Deploy asks it first
+// so that a refused placement leaves no service behind (one with a peer
+// relation would only become dying). The units are named as AddUnits
+// would name them; AddUnits checks again in its transaction. A service
+// that exists already is passed over: AddService refuses it.
+func (s *State) CheckPlacement(ctx context.Context, service string, charm *pb.CharmRef, machine string, n int) error {
+	if err := checkServiceName(service); err != nil {
+		return err
+	}
+	if err := checkMachineID(machine); err != nil {
+		return err
+	}
+	claims, err := s.charmClaims(ctx, []*pb.CharmRef{charm})
+	if err != nil || claims[0] == nil || n < 1 {
+		return err
+	}
+	r, err := s.read(ctx, get(seqUnitKey(service)), getExists(ServiceKey(service)))
+	if err != nil {
+		return err
+	}
+	if r.ranges[1].Count > 0 {
+		return nil // AddService refuses it
+	}
+	next, _, err := seqValue(r.one(0))
+	if err != nil {
+		return err
+	}
+	held, err := s.readMachineClaims(ctx, machine)
+	if err != nil {
+		return err
+	}
+	for i := range int64(n) {
+		u := unitName(service, next+i)
+		if err := held.check(u, claims[0]); err != nil {
+			return err
+		}
+		held.units = append(held.units, heldClaims{unit: u, claims: claims})
+	}
+	return nil
+}
+
 // check refuses unit, placed on the machine with static claims c, when
 // they conflict with a unit's there.
 func (mc *machineClaims) check(unit string, c *pb.StaticClaims) error {

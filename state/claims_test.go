@@ -96,10 +96,20 @@ func TestPlacementClaims(t *testing.T) {
 		refusedP1(t, ctx, st, "AddUnits("+tt.service+" --to 0)", err, tt.msg, "0", on0)
 	}
 
+	// Checked before a service is made, its units are named as AddUnits
+	// would name them; a service that exists is left to AddService.
+	kv, err := st.Service(ctx, "kv")
+	must(t, "Service", err)
+	err = st.CheckPlacement(ctx, "kv2", kv.Charm, "0", 1)
+	refusedP1(t, ctx, st, "CheckPlacement(kv2, 0)", err, "cannot place kv2/0 on machine 0: port 8080/tcp is claimed by web/0 there", "0", on0)
+	if err := st.CheckPlacement(ctx, "web", kv.Charm, "0", 1); err != nil {
+		t.Errorf("CheckPlacement(web, 0) = %v, want it left to AddService", err)
+	}
+
 	// A unit assigned later, and a subordinate beside its principal, are
 	// placements too.
 	us := addUnits(t, ctx, st, "kv", 1, state.Placement{Unassigned: true})
-	err := st.AssignUnit(ctx, us[0].Name, "0")
+	err = st.AssignUnit(ctx, us[0].Name, "0")
 	refusedP1(t, ctx, st, "AssignUnit(kv/1, 0)", err, "cannot place kv/1 on machine 0: port 8080/tcp is claimed by web/0 there", "0", on0)
 	addClaiming(t, ctx, st, "logger", "logger", true, &pb.StaticClaims{Ports: []*pb.StaticPortClaim{port(8080, "tcp")}})
 	_, err = st.AddSubordinate(ctx, "web/0", "logger")
@@ -134,6 +144,11 @@ func TestPlacementClaims(t *testing.T) {
 	ms, err := st.AddMachines(ctx, 1)
 	must(t, "AddMachines", err)
 	m := ms[0].Id
+	err = st.CheckPlacement(ctx, "kv2", kv.Charm, m, 2)
+	refusedP1(t, ctx, st, "CheckPlacement(kv2 -n 2, "+m+")", err, "cannot place kv2/1 on machine "+m+": port 8080/tcp is claimed by kv2/0 there", m, nil)
+	if err := st.CheckPlacement(ctx, "kv2", kv.Charm, m, 1); err != nil {
+		t.Errorf("CheckPlacement(kv2, %s) = %v, want no conflict on an empty machine", m, err)
+	}
 	_, err = st.AddUnits(ctx, "kv", 2, state.Placement{Machine: m})
 	refusedP1(t, ctx, st, "AddUnits(kv -n 2 --to "+m+")", err, "cannot place kv/4 on machine "+m+": port 8080/tcp is claimed by kv/3 there", m, nil)
 	addUnits(t, ctx, st, "same", 2, state.Placement{Machine: m})
