@@ -22,7 +22,8 @@
 // (charm.Cache): a unit's charm directory is made of hard links to those
 // files (a unit of a charm without hooks has none); tools/, the hook
 // tools; daemons.json and packages.json, the records of the machine's
-// daemons and package claims (host.go); and agent.sock, the socket on which its unit agents serve their
+// daemons and package claims (host.go); claims.json, the record of its
+// units' claims for the check of conflicts (conflicts.go); and agent.sock, the socket on which its unit agents serve their
 // hooks' tools (hooks.Server), one for all.
 //
 // Its unit agents' reports of their own agent status go to the controller
@@ -38,7 +39,13 @@
 // package manager of its --package-manager flag (none by default),
 // lent to its unit agents as one hostexec.Host. A unit removed or forced
 // out has its daemons stopped, its files removed and its packages
-// released before its directory goes.
+// released before its directory goes. Before a unit's job takes new
+// claims, its agent asks the machine's gate (conflicts.go,
+// unitagent.ClaimsGate), which weighs the units asking together in one
+// pass against the machine's other units (hostclaims.Resolve): the changed
+// unit with the most conflicts is rolled back; of unchanged units in
+// conflict, the one whose agent it first started later is held (logged). The gate's record, claims.json in the data directory,
+// keeps each unit's order and the claims it holds or was approved.
 //
 // Run owns every goroutine the agent keeps: its presence, its heartbeat,
 // the daemon supervisor, the ender of forced units, the two batchers'

@@ -49,12 +49,18 @@ func (a *Agent) openHost() (*hostexec.Host, error) {
 // daemons stopped, the files it wrote removed (those changed since are
 // kept), its package claims released. It runs before the unit's directory
 // is removed, which holds the record of its files; it reports whether all
-// went, and the directory must otherwise stay, for a later try.
-func (a *Agent) cleanHost(ctx context.Context, unit string) bool {
+// went, and the directory must otherwise stay, for a later try. Once all
+// went, the machine's gate forgets the unit's claims.
+func (a *Agent) cleanHost(ctx context.Context, unit string) (ok bool) {
 	h := a.host
 	if h == nil {
 		return true
 	}
+	defer func() {
+		if ok {
+			a.gate.forget(unit)
+		}
+	}()
 	var errs []error
 	if err := h.Supervisor.StopAll(unit); err != nil {
 		errs = append(errs, fmt.Errorf("stop daemons: %w", err))

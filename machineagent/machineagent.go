@@ -69,6 +69,10 @@ type Config struct {
 	// PackageManager carries out the units' package claims (host.go);
 	// nil is hostexec.None, which refuses them.
 	PackageManager hostexec.PackageManager
+	// ClaimsWindow is how long a pass of the check of the units' claims
+	// against one another waits after an ask for another to join it
+	// (conflicts.go); 75 ms when zero.
+	ClaimsWindow time.Duration
 }
 
 // Validate reports a configuration New cannot use.
@@ -107,9 +111,10 @@ type Agent struct {
 	// unitRemovals sends its removals of dead units together, while Run
 	// runs.
 	unitRemovals *removalBatcher
-	// host carries out its units' host claims (host.go), while Run
-	// runs.
+	// host carries out its units' host claims (host.go), and gate checks
+	// them against one another (conflicts.go), while Run runs.
 	host *hostexec.Host
+	gate *claimsGate
 	// beats counts the tasks its unit agents run, for the machine's
 	// heartbeat (heartbeat.go).
 	beats *taskBeats
@@ -220,6 +225,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.host = host
+	a.gate = openGate(a.cfg.DataDir, a.cfg.ClaimsWindow, a.logger.Named("claims"))
 	if err := hooks.InstallTools(a.toolsDir, a.cfg.Lifelined); err != nil {
 		return fmt.Errorf("machine agent: %w", err)
 	}

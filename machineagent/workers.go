@@ -82,11 +82,12 @@ func (a *Agent) startWorker(ctx context.Context, unit, owner string, issued *pki
 	if owner != "" {
 		principalDir = a.unitDir(owner)
 	}
+	a.gate.see(unit)
 	ua, err := unitagent.New(unitagent.Config{
 		Unit: unit, MachineID: a.cfg.MachineID, Address: a.cfg.Address, DataDir: a.unitDir(unit), PrincipalDir: principalDir,
 		ToolsDir: a.toolsDir, API: api, Watches: a.mux.AsRenewable(cred, api), Logger: a.cfg.Logger, HookLock: a.hookLock,
 		HookTimeout: a.unitHookTimeout(ctx), HookMetrics: a.cfg.HookMetrics, Retry: a.cfg.UnitRetry, Deployer: deployer{a: a, principal: unit}, Charms: a.charms,
-		Tools: a.tools, New: isNew, Beats: a.beats, Host: a.host,
+		Tools: a.tools, New: isNew, Beats: a.beats, Host: a.host, Gate: a.gate,
 	})
 	if err != nil {
 		closer.Close()
@@ -143,6 +144,7 @@ func (a *Agent) stopWorker(unit string, clean bool) {
 		<-w.done
 	}
 	if clean {
+		a.gate.forget(unit)
 		if err := removeTree(a.unitDir(unit), unitagent.DataFiles...); err != nil {
 			a.logger.Warn("cannot remove unit files", "unit", unit, "error", err)
 		}

@@ -150,6 +150,10 @@ type Config struct {
 	// agent's, shared by its units. When nil, the agent refuses a charm
 	// that claims anything on its host.
 	Host *hostexec.Host
+	// Gate, when set, is the machine's check of its units' claims against
+	// each other (claims.go), asked before a job takes new claims; nil
+	// checks nothing.
+	Gate ClaimsGate
 }
 
 // Validate reports a configuration New cannot use.
@@ -285,6 +289,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.l = l
+	a.tellGate()
 	if op := l.Op; op != nil && op.Step == stepRunning && isHostOp(op) {
 		// The agent died while a host job ran: run again, its journal
 		// resumes it after the tasks done. Not a failed attempt.

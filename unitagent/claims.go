@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/lifelinehq/lifeline/charm"
 	"github.com/lifelinehq/lifeline/hostclaims"
@@ -42,6 +44,19 @@ import (
 // through the host's journal (host-job.json in the unit's directory): an
 // agent killed mid-job runs the same tasks again as it starts, and the
 // journal skips those done (no daemon is started twice).
+//
+// Before a host-claims job takes claims other than those the host holds
+// for the unit (a new unit's first, or a revision that changes its ports,
+// files or packages), the agent asks its machine's ClaimsGate, which
+// weighs them against its other units' (hostclaims.Resolve). Refused
+// (rolled back, or held), the job does not run: the unit keeps the
+// claims, and daemons, of the revision it holds, enters its error state
+// with the conflict as its status ("conflict: port 8080/tcp is claimed by
+// kv/0: kept revision 3", or "...: not started" for a new unit) and does
+// not report the revision, so that its rollout counts it failed. Its
+// target moving on (a revert, an abort) gives the job up (actDropMove);
+// ctl resolved asks again. The gate is told the claims the host holds as
+// the agent starts, after each job, and when a move is given up.
 
 // The operations of the host's jobs, named as hooks are in the local
 // state and in the unit's status. No hook has these names (a relation
@@ -138,16 +153,92 @@ func hostReleaseDue(l *localState) bool {
 	return !isEmpty(h.Applied)
 }
 
-// isEmpty says whether claims hold nothing a job acts on (ports are
-// claims only).
+// isEmpty says whether claims hold nothing a job acts on or records
+// (ports run no task, but their jobs tell the machine's gate).
 func isEmpty(c *hostclaims.Claims) bool {
-	return c == nil || len(c.Packages)+len(c.Files)+len(c.Daemons) == 0
+	return c == nil || len(c.Ports)+len(c.Packages)+len(c.Files)+len(c.Daemons) == 0
 }
 
 // claimsAnything says whether a charm's host claims hold anything a job
-// acts on.
+// acts on or records.
 func claimsAnything(hc *charm.HostClaims) bool {
-	return hc != nil && len(hc.Packages)+len(hc.Files)+len(hc.Daemons) > 0
+	return hc != nil && len(hc.Ports)+len(hc.Packages)+len(hc.Files)+len(hc.Daemons) > 0
+}
+
+// ClaimsGate is the machine's check of its units' host claims against one
+// another: its machine agent's, which hears every unit's.
+type ClaimsGate interface {
+	// Check asks whether the unit may take claims (rendered, files'
+	// contents as digests) in place of those it holds. It answers once
+	// the pass the ask joins is decided: Kept, or RolledBack or Held with
+	// the unit's conflicts.
+	Check(ctx context.Context, unit string, claims *hostclaims.Claims) (hostclaims.UnitResult, error)
+	// Holds tells the claims the host holds for the unit (nil: none).
+	Holds(unit string, claims *hostclaims.Claims)
+}
+
+// tellGate tells the machine's gate, if any, the claims the host holds
+// for the unit.
+func (a *Agent) tellGate() {
+	if a.cfg.Gate == nil {
+		return
+	}
+	var c *hostclaims.Claims
+	if a.l.Host != nil {
+		c = a.l.Host.Applied
+	}
+	a.cfg.Gate.Holds(a.cfg.Unit, c)
+}
+
+// checkClaims asks the gate whether op, a host-claims job, may take
+// claims, when they differ from those the host holds; refused, the unit
+// enters its error state with the conflict, the job not run, and
+// checkClaims reports true.
+func (ex *executor) checkClaims(ctx context.Context, op *hookOp, claims *hostclaims.Claims) (bool, error) {
+	a := ex.a
+	var held *hostclaims.Claims
+	if h := a.l.Host; h != nil {
+		held = h.Applied
+	}
+	if a.cfg.Gate == nil || sameClaims(held, claims) {
+		return false, nil
+	}
+	res, err := a.cfg.Gate.Check(ctx, a.cfg.Unit, claims)
+	if err != nil || res.Outcome == hostclaims.Kept || len(res.Conflicts) == 0 {
+		return false, err
+	}
+	why := res.Conflicts[0].String()
+	if n := len(res.Conflicts); n > 1 {
+		why += fmt.Sprintf(" (and %d more)", n-1)
+	}
+	if a.l.Revision > 0 {
+		// It runs on the revision it ran, with what the host holds.
+		why += fmt.Sprintf(": kept revision %d", a.l.Revision)
+	} else {
+		why += ": not started"
+	}
+	a.logger.Warn("host claims refused: waiting for ctl resolved or another target", "revision", op.Version, "conflict", why)
+	op.Attempts++
+	op.Step, op.NotBefore, op.Task, op.Conflict = stepQueued, time.Time{}, why, true
+	a.enterError(op)
+	a.failed, a.failedOp = a.failureStatus(op, nil), op
+	a.rep.set(a.failed)
+	return true, a.save()
+}
+
+// sameClaims says whether a and b claim the same ports, files and
+// packages (daemons never conflict).
+func sameClaims(a, b *hostclaims.Claims) bool {
+	if a == nil {
+		a = &hostclaims.Claims{}
+	}
+	if b == nil {
+		b = &hostclaims.Claims{}
+	}
+	return slices.Equal(a.Ports, b.Ports) && slices.Equal(a.Packages, b.Packages) &&
+		slices.EqualFunc(a.Files, b.Files, func(x, y hostclaims.File) bool {
+			return x.Path == y.Path && x.Mode == y.Mode && bytes.Equal(x.Content, y.Content)
+		})
 }
 
 func hostAction(op string, rev int64) action {
@@ -181,9 +272,15 @@ func applyHostSuccess(l *localState, op *hookOp, applied *hostclaims.Claims) {
 func (ex *executor) runHostJob(ctx context.Context) error {
 	a := ex.a
 	op := a.l.Op
+	op.Conflict = false
 	tasks, applied, pruned, err := ex.hostTasks(ctx, op)
 	if err != nil {
 		return ex.hostFailed(op, err.Error())
+	}
+	if op.Hook == opHostClaims {
+		if refused, err := ex.checkClaims(ctx, op, applied); refused || err != nil {
+			return err
+		}
 	}
 	if len(tasks) > 0 {
 		if a.cfg.Host == nil {
@@ -227,6 +324,7 @@ func (ex *executor) runHostJob(ctx context.Context) error {
 	}
 	applyHostSuccess(a.l, op, applied)
 	a.l.Op = nil
+	a.tellGate()
 	if len(tasks) == 0 {
 		a.store.saveLater(a.l)
 		return nil
@@ -468,6 +566,9 @@ func archiveClaims(sha string, data []byte) (*charm.HostClaims, error) {
 // hostFailureMessage is the status message of a failed host job.
 func hostFailureMessage(op *hookOp) string {
 	what := strings.TrimPrefix(op.Hook, "host-")
+	if op.Conflict {
+		return "conflict: " + op.Task
+	}
 	if op.Task == "" {
 		return fmt.Sprintf("host job failed: %s", what)
 	}

@@ -33,7 +33,12 @@
 // upgrade-charm and config-changed; daemons after config-changed, before
 // start; on the way out, after stop and before remove, all undone). The
 // claims in place are kept in the local state, so that after a crash the
-// next job is right, and a job cut short resumes from its journal.
+// next job is right, and a job cut short resumes from its journal. A job
+// that would take claims other than those in place asks its machine's
+// ClaimsGate first (Config.Gate); refused, for a conflict with another
+// unit of the machine, the unit keeps its revision, runs no task, does
+// not report the new revision, and shows error with the conflict until
+// its target moves on or ctl resolved asks again.
 // It does not start unit agents of its own but asks its Deployer to run
 // its subordinates' (and tells it which subordinates it has), and it never
 // talks to etcd. Its hooks carry the unit's session mark (its data

@@ -146,6 +146,9 @@ type hookOp struct {
 	// Task, in a failed host job (claims.go), names the task that failed
 	// and why.
 	Task string `json:"task,omitempty"`
+	// Conflict, in a failed host-claims job, says the machine refused
+	// its claims (claims.go, ClaimsGate): Task then holds the conflict.
+	Conflict bool `json:"conflict,omitempty"`
 }
 
 type settingsChange struct {

@@ -159,6 +159,8 @@ type world struct {
 	held map[string]bool
 	// host carries out the units' host claims; nil: none.
 	host *hostexec.Host
+	// gate checks the units' claims against one another; nil: none.
+	gate unitagent.ClaimsGate
 }
 
 type runningAgent struct {
@@ -243,6 +245,7 @@ func (w *world) start(unit string) {
 		DataDir: w.dir(unit), ToolsDir: toolsDir, API: api, HookLock: w.lock, New: isNew,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Warn, Output: testWriter{w.t}}),
 		Retry:  w.retry, Deployer: (*deployer)(w), HookTimeout: w.hookTimeout, Host: w.host,
+		Gate: w.gate,
 	})
 	if err != nil {
 		w.t.Fatal(err)

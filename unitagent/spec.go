@@ -86,9 +86,10 @@ func configDigest(cfg map[string]*pb.ConfigValue) string {
 }
 
 // isMoveHook says whether op applies a revision's spec: a failure of one
-// gives way when the unit's target moves on from that revision.
+// (a host-claims job's conflict included) gives way when the unit's
+// target moves on from that revision.
 func isMoveHook(op *hookOp) bool {
-	return op.Hook == "upgrade-charm" || op.Hook == "config-changed"
+	return op.Hook == "upgrade-charm" || op.Hook == "config-changed" || op.Hook == opHostClaims
 }
 
 // fetchSpec reads revision n of the unit's service and holds its spec as
@@ -140,5 +141,10 @@ func (ex *executor) dropMove(ctx context.Context, r *remote) error {
 	}
 	a.l.Op = nil
 	a.failed, a.failedOp = nil, nil
+	if op.Hook == opHostClaims {
+		// The claims approved for it, if any, are not taken: the host
+		// holds what it held.
+		a.tellGate()
+	}
 	return a.save()
 }
