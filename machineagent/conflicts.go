@@ -1,6 +1,7 @@
 package machineagent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,9 +26,10 @@ import (
 // hostclaims.Resolve over every unit of the machine: the units asking
 // within one window (passWindow) form one pass, each of them changed, from
 // the claims the host holds for it to those it asks for; every other unit
-// stands as it is, with the claims a pass approved for it if its job has
-// not ended yet, else those the host holds. A unit kept has its claims
-// approved at once, so that a later pass weighs them while its job runs.
+// stands as it is, on the claims the host holds for it and, until its job
+// ends, those a pass approved for it (the host holds some of each while
+// the job runs). A unit kept has its claims approved at once, so that a
+// later pass weighs them while its job runs.
 //
 // A unit's place in the order Resolve holds unchanged units back by is the
 // order the gate first heard of it: the machine agent tells it each unit
@@ -72,12 +75,40 @@ type gateUnit struct {
 	Approved *hostclaims.Claims `json:"approved,omitempty"`
 }
 
-// current are the claims the unit stands on in a pass it does not ask in.
+// current are the claims the unit stands on in a pass it does not ask in:
+// those the host holds for it and, while a job approved for it may be
+// under way, those too (the host holds some of each until the job ends).
 func (u *gateUnit) current() *hostclaims.Claims {
-	if u.Approved != nil {
+	switch {
+	case u.Approved == nil:
+		return u.Held
+	case u.Held == nil:
 		return u.Approved
 	}
-	return u.Held
+	out := &hostclaims.Claims{
+		Unit:     u.Held.Unit,
+		Ports:    slices.Clone(u.Held.Ports),
+		Files:    slices.Clone(u.Held.Files),
+		Packages: slices.Clone(u.Held.Packages),
+	}
+	for _, p := range u.Approved.Ports {
+		if !slices.Contains(out.Ports, p) {
+			out.Ports = append(out.Ports, p)
+		}
+	}
+	for _, f := range u.Approved.Files {
+		if !slices.ContainsFunc(u.Held.Files, func(g hostclaims.File) bool {
+			return g.Path == f.Path && g.Mode == f.Mode && bytes.Equal(g.Content, f.Content)
+		}) {
+			out.Files = append(out.Files, f)
+		}
+	}
+	for _, p := range u.Approved.Packages {
+		if !slices.Contains(out.Packages, p) {
+			out.Packages = append(out.Packages, p)
+		}
+	}
+	return out
 }
 
 type gateRecord struct {

@@ -2,6 +2,7 @@ package machineagent
 
 import (
 	"context"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -164,5 +165,69 @@ func TestGateUnreadableRecord(t *testing.T) {
 	g := openGate(dir, time.Millisecond, hclog.NewNullLogger())
 	if len(g.rec.Units) != 0 || g.rec.Next != 1 {
 		t.Errorf("gate over a damaged record: %+v, want empty", g.rec)
+	}
+}
+
+// TestGateRandomized runs random asks, jobs that end and agents that
+// start again over a few units claiming ports of a small range, one ask at
+// a time: since every unit starts with nothing and takes claims only
+// through the gate, the claims the units stand on never conflict, and an
+// ask is refused exactly when its claims conflict with another's.
+func TestGateRandomized(t *testing.T) {
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	t.Logf("seed %d", seed)
+	dir := t.TempDir()
+	g := openGate(dir, time.Nanosecond, hclog.NewNullLogger())
+	units := []string{"a/0", "b/0", "c/0", "d/0", "e/0"}
+	for _, u := range units {
+		g.see(u)
+	}
+	randomPorts := func() *hostclaims.Claims {
+		var ps []uint16
+		for p := uint16(1); p <= 12; p++ {
+			if rng.IntN(4) == 0 {
+				ps = append(ps, p)
+			}
+		}
+		return ports(ps...)
+	}
+	for i := range 300 {
+		u := units[rng.IntN(len(units))]
+		switch rng.IntN(4) {
+		case 0, 1: // an ask, and its job ends (or not)
+			c := randomPorts()
+			want := hostclaims.Kept
+			g.mu.Lock()
+			for name, o := range g.rec.Units {
+				if name != u && len(hostclaims.Conflicts(withUnit(c, u), withUnit(o.current(), name))) > 0 {
+					want = hostclaims.RolledBack
+				}
+			}
+			g.mu.Unlock()
+			res := check(t, g, u, c)
+			if res.Outcome != want {
+				t.Fatalf("step %d: %s asking for %v: %v, want %v", i, u, c.Ports, res.Outcome, want)
+			}
+			if res.Outcome == hostclaims.Kept && rng.IntN(2) == 0 {
+				g.Holds(u, c)
+			}
+		case 2: // its agent starts again, and tells what the host holds
+			g.mu.Lock()
+			held := g.rec.Units[u].Held
+			g.mu.Unlock()
+			g.Holds(u, held)
+		case 3: // the machine agent starts again
+			g = openGate(dir, time.Nanosecond, hclog.NewNullLogger())
+		}
+		g.mu.Lock()
+		for a, x := range g.rec.Units {
+			for b, y := range g.rec.Units {
+				if a < b && len(hostclaims.Conflicts(withUnit(x.current(), a), withUnit(y.current(), b))) > 0 {
+					t.Fatalf("step %d: %s (%v) and %s (%v) stand on conflicting claims", i, a, x.current(), b, y.current())
+				}
+			}
+		}
+		g.mu.Unlock()
 	}
 }

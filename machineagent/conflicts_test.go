@@ -106,8 +106,8 @@ func grant(t *testing.T, env *controllertest.Env, service, unit string, target i
 // whose refresh claims the port the other holds is rolled back: it keeps
 // its revision (not reported moved, so that its rollout fails) and
 // reports the conflict, while the other runs on untouched; the revert
-// takes it out of error without resolved. Refreshed again, it is refused
-// again; once the other unit is gone, ctl resolved asks again and it
+// takes it out of error without resolved (the machine agent restarted
+// before the refresh). Refreshed again, it is refused again; once the other unit is gone, ctl resolved asks again and it
 // moves.
 func TestConflictRollsBackTheChangedUnit(t *testing.T) {
 	env := controllertest.New(t, controllertest.Options{Cleaner: true})
@@ -129,9 +129,12 @@ func TestConflictRollsBackTheChangedUnit(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	startAgent(t, env, m, dir)
+	run := startAgent(t, env, m, dir)
 	waitOn(t, env, op, "kv/0", 1)
 	waitOn(t, env, op, "web/0", 1)
+	// What the machine's agent knows of its units' claims survives it.
+	run.stop()
+	startAgent(t, env, m, dir)
 
 	web2 := uploadMeta(t, env, op, "name: web\nhost:\n  ports: [\"8080/tcp\"]\n", "")
 	target := refresh(t, env, "web", "web/0", web2)

@@ -289,7 +289,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.l = l
-	a.tellGate()
+	if l.Host != nil {
+		// What the host holds for the unit, as last recorded; an agent
+		// without a record leaves the gate's (its unit may have lost it).
+		a.tellGate()
+	}
 	if op := l.Op; op != nil && op.Step == stepRunning && isHostOp(op) {
 		// The agent died while a host job ran: run again, its journal
 		// resumes it after the tasks done. Not a failed attempt.

@@ -197,8 +197,15 @@ func (a *Agent) tellGate() {
 func (ex *executor) checkClaims(ctx context.Context, op *hookOp, claims *hostclaims.Claims) (bool, error) {
 	a := ex.a
 	var held *hostclaims.Claims
+	kept := a.l.Revision
 	if h := a.l.Host; h != nil {
 		held = h.Applied
+		if h.Rev > 0 {
+			// The revision whose claims the host holds: the one the
+			// unit keeps, even when its record of running it was lost
+			// (saved with a later record that did not come).
+			kept = h.Rev
+		}
 	}
 	if a.cfg.Gate == nil || sameClaims(held, claims) {
 		return false, nil
@@ -211,9 +218,8 @@ func (ex *executor) checkClaims(ctx context.Context, op *hookOp, claims *hostcla
 	if n := len(res.Conflicts); n > 1 {
 		why += fmt.Sprintf(" (and %d more)", n-1)
 	}
-	if a.l.Revision > 0 {
-		// It runs on the revision it ran, with what the host holds.
-		why += fmt.Sprintf(": kept revision %d", a.l.Revision)
+	if kept > 0 {
+		why += fmt.Sprintf(": kept revision %d", kept)
 	} else {
 		why += ": not started"
 	}
@@ -322,13 +328,20 @@ func (ex *executor) runHostJob(ctx context.Context) error {
 		a.l.Host.Last = sum
 		a.logger.Info("host job done", "job", sum.String())
 	}
+	var held *hostclaims.Claims
+	if a.l.Host != nil {
+		held = a.l.Host.Applied
+	}
+	told := op.Hook != opHostDaemons && !sameClaims(held, applied)
 	applyHostSuccess(a.l, op, applied)
 	a.l.Op = nil
 	a.tellGate()
-	if len(tasks) == 0 {
+	if len(tasks) == 0 && !told {
 		a.store.saveLater(a.l)
 		return nil
 	}
+	// Saved at once when the gate was told other claims: the agent
+	// tells its record again as it starts.
 	return a.save()
 }
 
