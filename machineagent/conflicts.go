@@ -43,10 +43,11 @@ import (
 // The gate keeps, in claims.json in the agent's data directory (written
 // whole, atomically, at each change), each unit's order, the claims the
 // host holds for it as its agent last told (unitagent.ClaimsGate.Holds)
-// and those approved for its job in progress: a unit agent tells what its
-// local state holds as it starts, but a unit that asks before another
-// unit's agent has started again must not find that unit claiming
-// nothing. A unit goes from it when its files go (removed, forced out).
+// and those approved for its job in progress: a unit agent with a record
+// of its host state tells it as it starts, but a unit that asks before
+// another unit's agent has started again must not find that unit
+// claiming nothing, nor must one whose agent lost its record. A unit goes
+// from it when its files go (removed, forced out).
 
 // ClaimsFile names the gate's record in the agent's data directory.
 const ClaimsFile = "claims.json"
