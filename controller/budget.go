@@ -113,6 +113,9 @@ var callKinds = map[string]callKind{
 	// stall there).
 	"/lifeline.v1.AgentService/GetRevision":     callRead,
 	"/lifeline.v1.AgentService/SetUnitRevision": callKeep,
+	// A unit's host report: one bounded record a unit, replaced by each
+	// report (the agent sends one every few seconds at most).
+	"/lifeline.v1.AgentService/SetHostReport": callGrow,
 	// The tasks of operations: a task's record, checkpoint and log
 	// chunks are bounded (state's limits, the log trimmed as it grows);
 	// ending or stopping one shrinks what is open.

@@ -29,7 +29,8 @@ const (
 // ShowUnit returns everything known about one unit: its statuses and
 // since when, its revisions, its service's relations with the unit's
 // settings and the related units' (as juju show-unit's relation-info),
-// its open tasks and its recent status history. It reads what
+// its open tasks, its host as its agent last reported it (claims, last
+// job, conflicts, daemons) and its recent status history. It reads what
 // state.SelectModel reads for the unit, and a bounded amount besides.
 func (s *Server) ShowUnit(ctx context.Context, req *pb.ShowUnitRequest) (*pb.ShowUnitResponse, error) {
 	name := req.GetUnit()
@@ -86,6 +87,14 @@ func (s *Server) ShowUnit(ctx context.Context, req *pb.ShowUnitRequest) (*pb.Sho
 	}
 	if d.OpenTasks, err = s.openTasks(ctx, name); err != nil {
 		return nil, err
+	}
+	hr, err := s.st.HostReport(ctx, name)
+	if err != nil {
+		return nil, readErr(err, "read the host report of unit %s", name)
+	}
+	if hr != nil {
+		d.HostClaims, d.LastJob, d.HostRevision, d.HostConflicts = hr.Claims, hr.LastJob, hr.AppliedRevision, hr.Conflicts
+		d.Daemons, d.HostReportedUnixNano = hr.Daemons, hr.ReportedUnixNano
 	}
 	h, err := s.st.StatusHistory(ctx, name, history)
 	if err != nil {

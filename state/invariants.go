@@ -231,6 +231,7 @@ func CheckInvariants(snap *Snapshot) error {
 	checkAudit(snap, bad)
 	checkOperations(snap, m, bad)
 	checkRevisions(snap, m, bad)
+	checkHostReports(snap, bad)
 	for k := range snap.Values {
 		var ek string
 		switch {

@@ -315,12 +315,19 @@ func (r *randomWorker) step(ctx context.Context, ops *atomic.Int64) error {
 			err = st.JoinMachine(ctx, m, func(h string) bool { return h == hash }, time.Now(), "c-"+hash)
 		}
 	case n < 94:
-		op = "set-status"
 		u, ok := pick(rng, v.units)
 		if !ok {
 			return nil
 		}
-		err = st.SetStatus(ctx, state.StatusUnit, u.Name, &pb.Status{Status: "active"})
+		if rng.IntN(2) == 0 {
+			op = "set-status"
+			err = st.SetStatus(ctx, state.StatusUnit, u.Name, &pb.Status{Status: "active"})
+		} else {
+			// Its agent's host report, racing the unit's removal.
+			op = "host-report"
+			err = st.SetHostReport(ctx, u.Name, &pb.HostReport{AppliedRevision: int64(1 + rng.IntN(3)),
+				Daemons: []*pb.DaemonReport{{Name: "d", State: "running", Pid: int64(rng.IntN(1000))}}})
+		}
 	case n < 95:
 		op = "barrier"
 		var rev int64

@@ -20,7 +20,12 @@ and since when, the spec revision it runs (and the one it moves to), what a
 dying unit waits for, each relation of its service with its endpoints, its
 scope, whether the unit has joined it, the unit's settings in it and the
 related units' (at most 20, related_units_cut saying how many more), the
-unit's open tasks of operations and its last status changes.
+unit's open tasks of operations, its last status changes, and its host as
+its agent last reported it: the revision whose packages and files are in
+place, its claims as rendered (ports declared and opened with open-port,
+file paths, packages, daemons), conflicts that kept it back, its last host
+job's tasks with their outcomes (run, changed and pruned counted; at most
+200 listed, tasks_cut saying how many more) and its daemons' states.
 
 --format yaml (the default, as juju's) or json:
 
@@ -30,7 +35,14 @@ unit's open tasks of operations and its last status changes.
             "revision", "relations": [{"id", "key", "scope", "endpoint",
             "related_endpoints", "in_scope", "settings", "related_units"}],
             "open_tasks": [{"operation", "action", "state"}],
-            "history": [{"time", "type", "status", "message"}]}}
+            "history": [{"time", "type", "status", "message"}],
+            "host": {"revision", "reported", "claims": {"ports",
+                     "opened_ports", "files", "packages", "daemons"},
+                     "conflicts", "last_job": {"job", "revision", "run",
+                     "changed", "pruned", "failed", "ended", "tasks":
+                     [{"kind", "target", "outcome", "message"}]},
+                     "daemons": [{"name", "state", "pid", "restarts",
+                     "since", "last_exit"}]}}}
 
 Example:
   ctl show-unit kv/0
@@ -182,6 +194,7 @@ type unitDetailDoc struct {
 	Relations      []unitRelationDoc `json:"relations" yaml:"relations"`
 	OpenTasks      []unitTaskDoc     `json:"open_tasks" yaml:"open_tasks"`
 	History        []historyDoc      `json:"history" yaml:"history"`
+	Host           *hostDoc          `json:"host,omitempty" yaml:"host,omitempty"`
 }
 
 func unitDocument(u *pb.UnitDetail) unitDetailDoc {
@@ -191,6 +204,7 @@ func unitDocument(u *pb.UnitDetail) unitDetailDoc {
 		Agent: statusDetailDocument(u.Agent), State: u.State, Workload: statusDetailDocument(u.Workload),
 		Revision: u.Revision, TargetRevision: u.TargetRevision, WaitingFor: u.WaitingFor,
 		Relations: []unitRelationDoc{}, OpenTasks: []unitTaskDoc{}, History: []historyDoc{},
+		Host: hostDocument(u),
 	}
 	for _, r := range u.Relations {
 		rd := unitRelationDoc{ID: r.Id, Key: r.Key, Life: r.Life, Scope: r.Scope, Endpoint: endpointDocument(r.Endpoint),

@@ -3292,6 +3292,94 @@ func (*SetUnitRevisionResponse) Descriptor() ([]byte, []int) {
 	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
+type SetHostReportRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Unit          string                 `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
+	Report        *HostReport            `protobuf:"bytes,2,opt,name=report,proto3" json:"report,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetHostReportRequest) Reset() {
+	*x = SetHostReportRequest{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetHostReportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetHostReportRequest) ProtoMessage() {}
+
+func (x *SetHostReportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetHostReportRequest.ProtoReflect.Descriptor instead.
+func (*SetHostReportRequest) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *SetHostReportRequest) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *SetHostReportRequest) GetReport() *HostReport {
+	if x != nil {
+		return x.Report
+	}
+	return nil
+}
+
+type SetHostReportResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetHostReportResponse) Reset() {
+	*x = SetHostReportResponse{}
+	mi := &file_lifeline_v1_agent_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetHostReportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetHostReportResponse) ProtoMessage() {}
+
+func (x *SetHostReportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_agent_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetHostReportResponse.ProtoReflect.Descriptor instead.
+func (*SetHostReportResponse) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{58}
+}
+
 type GetAgentSettingsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3300,7 +3388,7 @@ type GetAgentSettingsRequest struct {
 
 func (x *GetAgentSettingsRequest) Reset() {
 	*x = GetAgentSettingsRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[57]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3312,7 +3400,7 @@ func (x *GetAgentSettingsRequest) String() string {
 func (*GetAgentSettingsRequest) ProtoMessage() {}
 
 func (x *GetAgentSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[57]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3325,7 +3413,7 @@ func (x *GetAgentSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentSettingsRequest.ProtoReflect.Descriptor instead.
 func (*GetAgentSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{57}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{59}
 }
 
 type GetAgentSettingsResponse struct {
@@ -3341,7 +3429,7 @@ type GetAgentSettingsResponse struct {
 
 func (x *GetAgentSettingsResponse) Reset() {
 	*x = GetAgentSettingsResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[58]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3353,7 +3441,7 @@ func (x *GetAgentSettingsResponse) String() string {
 func (*GetAgentSettingsResponse) ProtoMessage() {}
 
 func (x *GetAgentSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[58]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3366,7 +3454,7 @@ func (x *GetAgentSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentSettingsResponse.ProtoReflect.Descriptor instead.
 func (*GetAgentSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{58}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GetAgentSettingsResponse) GetHookTimeoutMs() int64 {
@@ -3401,7 +3489,7 @@ type PresenceRequest struct {
 
 func (x *PresenceRequest) Reset() {
 	*x = PresenceRequest{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[59]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3413,7 +3501,7 @@ func (x *PresenceRequest) String() string {
 func (*PresenceRequest) ProtoMessage() {}
 
 func (x *PresenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[59]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3426,7 +3514,7 @@ func (x *PresenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceRequest.ProtoReflect.Descriptor instead.
 func (*PresenceRequest) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{59}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PresenceRequest) GetInstance() string {
@@ -3453,7 +3541,7 @@ type PresenceResponse struct {
 
 func (x *PresenceResponse) Reset() {
 	*x = PresenceResponse{}
-	mi := &file_lifeline_v1_agent_proto_msgTypes[60]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3465,7 +3553,7 @@ func (x *PresenceResponse) String() string {
 func (*PresenceResponse) ProtoMessage() {}
 
 func (x *PresenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_agent_proto_msgTypes[60]
+	mi := &file_lifeline_v1_agent_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3478,7 +3566,7 @@ func (x *PresenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PresenceResponse.ProtoReflect.Descriptor instead.
 func (*PresenceResponse) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{60}
+	return file_lifeline_v1_agent_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PresenceResponse) GetPingIntervalMs() int64 {
@@ -3492,7 +3580,7 @@ var File_lifeline_v1_agent_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x17lifeline/v1/agent.proto\x12\vlifeline.v1\x1a\x17lifeline/v1/model.proto\x1a\x1blifeline/v1/revisions.proto\x1a\x17lifeline/v1/tasks.proto\"\xde\x03\n" +
+	"\x17lifeline/v1/agent.proto\x12\vlifeline.v1\x1a\x16lifeline/v1/host.proto\x1a\x17lifeline/v1/model.proto\x1a\x1blifeline/v1/revisions.proto\x1a\x17lifeline/v1/tasks.proto\"\xde\x03\n" +
 	"\fWatchSubject\x12\x1a\n" +
 	"\amachine\x18\x01 \x01(\tH\x00R\amachine\x12%\n" +
 	"\rmachine_units\x18\x02 \x01(\tH\x00R\fmachineUnits\x12\x14\n" +
@@ -3668,7 +3756,11 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x16SetUnitRevisionRequest\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\"\x19\n" +
-	"\x17SetUnitRevisionResponse\"\x19\n" +
+	"\x17SetUnitRevisionResponse\"[\n" +
+	"\x14SetHostReportRequest\x12\x12\n" +
+	"\x04unit\x18\x01 \x01(\tR\x04unit\x12/\n" +
+	"\x06report\x18\x02 \x01(\v2\x17.lifeline.v1.HostReportR\x06report\"\x17\n" +
+	"\x15SetHostReportResponse\"\x19\n" +
 	"\x17GetAgentSettingsRequest\"u\n" +
 	"\x18GetAgentSettingsResponse\x12&\n" +
 	"\x0fhook_timeout_ms\x18\x01 \x01(\x03R\rhookTimeoutMs\x121\n" +
@@ -3681,7 +3773,7 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x0eUnitStatusKind\x12 \n" +
 	"\x1cUNIT_STATUS_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16UNIT_STATUS_KIND_AGENT\x10\x01\x12\x1d\n" +
-	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x022\xf3\x16\n" +
+	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x022\xcb\x17\n" +
 	"\fAgentService\x12@\n" +
 	"\x05Watch\x12\x19.lifeline.v1.WatchRequest\x1a\x1a.lifeline.v1.WatchResponse0\x01\x12N\n" +
 	"\tWatchMany\x12\x1d.lifeline.v1.WatchManyRequest\x1a\x1e.lifeline.v1.WatchManyResponse(\x010\x01\x12M\n" +
@@ -3714,7 +3806,8 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\bPresence\x12\x1c.lifeline.v1.PresenceRequest\x1a\x1d.lifeline.v1.PresenceResponse(\x010\x01\x12_\n" +
 	"\x10GetAgentSettings\x12$.lifeline.v1.GetAgentSettingsRequest\x1a%.lifeline.v1.GetAgentSettingsResponse\x12P\n" +
 	"\vGetRevision\x12\x1f.lifeline.v1.GetRevisionRequest\x1a .lifeline.v1.GetRevisionResponse\x12\\\n" +
-	"\x0fSetUnitRevision\x12#.lifeline.v1.SetUnitRevisionRequest\x1a$.lifeline.v1.SetUnitRevisionResponse\x12J\n" +
+	"\x0fSetUnitRevision\x12#.lifeline.v1.SetUnitRevisionRequest\x1a$.lifeline.v1.SetUnitRevisionResponse\x12V\n" +
+	"\rSetHostReport\x12!.lifeline.v1.SetHostReportRequest\x1a\".lifeline.v1.SetHostReportResponse\x12J\n" +
 	"\tStartTask\x12\x1d.lifeline.v1.StartTaskRequest\x1a\x1e.lifeline.v1.StartTaskResponse\x12M\n" +
 	"\n" +
 	"FinishTask\x12\x1e.lifeline.v1.FinishTaskRequest\x1a\x1f.lifeline.v1.FinishTaskResponse\x12Y\n" +
@@ -3738,7 +3831,7 @@ func file_lifeline_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_lifeline_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lifeline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_lifeline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_lifeline_v1_agent_proto_goTypes = []any{
 	(UnitStatusKind)(0),                  // 0: lifeline.v1.UnitStatusKind
 	(*WatchSubject)(nil),                 // 1: lifeline.v1.WatchSubject
@@ -3798,40 +3891,43 @@ var file_lifeline_v1_agent_proto_goTypes = []any{
 	(*GetRevisionResponse)(nil),          // 55: lifeline.v1.GetRevisionResponse
 	(*SetUnitRevisionRequest)(nil),       // 56: lifeline.v1.SetUnitRevisionRequest
 	(*SetUnitRevisionResponse)(nil),      // 57: lifeline.v1.SetUnitRevisionResponse
-	(*GetAgentSettingsRequest)(nil),      // 58: lifeline.v1.GetAgentSettingsRequest
-	(*GetAgentSettingsResponse)(nil),     // 59: lifeline.v1.GetAgentSettingsResponse
-	(*PresenceRequest)(nil),              // 60: lifeline.v1.PresenceRequest
-	(*PresenceResponse)(nil),             // 61: lifeline.v1.PresenceResponse
-	nil,                                  // 62: lifeline.v1.EnterScopeRequest.SettingsEntry
-	nil,                                  // 63: lifeline.v1.ReadSettingsResponse.SettingsEntry
-	nil,                                  // 64: lifeline.v1.SettingsUpdate.SetEntry
-	(*Machine)(nil),                      // 65: lifeline.v1.Machine
-	(*Unit)(nil),                         // 66: lifeline.v1.Unit
-	(*Service)(nil),                      // 67: lifeline.v1.Service
-	(*ServiceConfig)(nil),                // 68: lifeline.v1.ServiceConfig
-	(*Relation)(nil),                     // 69: lifeline.v1.Relation
-	(*Resolved)(nil),                     // 70: lifeline.v1.Resolved
-	(*UnitRevision)(nil),                 // 71: lifeline.v1.UnitRevision
-	(*Status)(nil),                       // 72: lifeline.v1.Status
-	(*StatusReportResult)(nil),           // 73: lifeline.v1.StatusReportResult
-	(*Charm)(nil),                        // 74: lifeline.v1.Charm
-	(*Revision)(nil),                     // 75: lifeline.v1.Revision
-	(*StartTaskRequest)(nil),             // 76: lifeline.v1.StartTaskRequest
-	(*FinishTaskRequest)(nil),            // 77: lifeline.v1.FinishTaskRequest
-	(*ReportTaskLostRequest)(nil),        // 78: lifeline.v1.ReportTaskLostRequest
-	(*StopUnitTasksRequest)(nil),         // 79: lifeline.v1.StopUnitTasksRequest
-	(*TaskHeartbeatRequest)(nil),         // 80: lifeline.v1.TaskHeartbeatRequest
-	(*SetCheckpointRequest)(nil),         // 81: lifeline.v1.SetCheckpointRequest
-	(*GetCheckpointRequest)(nil),         // 82: lifeline.v1.GetCheckpointRequest
-	(*AppendTaskLogRequest)(nil),         // 83: lifeline.v1.AppendTaskLogRequest
-	(*StartTaskResponse)(nil),            // 84: lifeline.v1.StartTaskResponse
-	(*FinishTaskResponse)(nil),           // 85: lifeline.v1.FinishTaskResponse
-	(*ReportTaskLostResponse)(nil),       // 86: lifeline.v1.ReportTaskLostResponse
-	(*StopUnitTasksResponse)(nil),        // 87: lifeline.v1.StopUnitTasksResponse
-	(*TaskHeartbeatResponse)(nil),        // 88: lifeline.v1.TaskHeartbeatResponse
-	(*SetCheckpointResponse)(nil),        // 89: lifeline.v1.SetCheckpointResponse
-	(*GetCheckpointResponse)(nil),        // 90: lifeline.v1.GetCheckpointResponse
-	(*AppendTaskLogResponse)(nil),        // 91: lifeline.v1.AppendTaskLogResponse
+	(*SetHostReportRequest)(nil),         // 58: lifeline.v1.SetHostReportRequest
+	(*SetHostReportResponse)(nil),        // 59: lifeline.v1.SetHostReportResponse
+	(*GetAgentSettingsRequest)(nil),      // 60: lifeline.v1.GetAgentSettingsRequest
+	(*GetAgentSettingsResponse)(nil),     // 61: lifeline.v1.GetAgentSettingsResponse
+	(*PresenceRequest)(nil),              // 62: lifeline.v1.PresenceRequest
+	(*PresenceResponse)(nil),             // 63: lifeline.v1.PresenceResponse
+	nil,                                  // 64: lifeline.v1.EnterScopeRequest.SettingsEntry
+	nil,                                  // 65: lifeline.v1.ReadSettingsResponse.SettingsEntry
+	nil,                                  // 66: lifeline.v1.SettingsUpdate.SetEntry
+	(*Machine)(nil),                      // 67: lifeline.v1.Machine
+	(*Unit)(nil),                         // 68: lifeline.v1.Unit
+	(*Service)(nil),                      // 69: lifeline.v1.Service
+	(*ServiceConfig)(nil),                // 70: lifeline.v1.ServiceConfig
+	(*Relation)(nil),                     // 71: lifeline.v1.Relation
+	(*Resolved)(nil),                     // 72: lifeline.v1.Resolved
+	(*UnitRevision)(nil),                 // 73: lifeline.v1.UnitRevision
+	(*Status)(nil),                       // 74: lifeline.v1.Status
+	(*StatusReportResult)(nil),           // 75: lifeline.v1.StatusReportResult
+	(*Charm)(nil),                        // 76: lifeline.v1.Charm
+	(*Revision)(nil),                     // 77: lifeline.v1.Revision
+	(*HostReport)(nil),                   // 78: lifeline.v1.HostReport
+	(*StartTaskRequest)(nil),             // 79: lifeline.v1.StartTaskRequest
+	(*FinishTaskRequest)(nil),            // 80: lifeline.v1.FinishTaskRequest
+	(*ReportTaskLostRequest)(nil),        // 81: lifeline.v1.ReportTaskLostRequest
+	(*StopUnitTasksRequest)(nil),         // 82: lifeline.v1.StopUnitTasksRequest
+	(*TaskHeartbeatRequest)(nil),         // 83: lifeline.v1.TaskHeartbeatRequest
+	(*SetCheckpointRequest)(nil),         // 84: lifeline.v1.SetCheckpointRequest
+	(*GetCheckpointRequest)(nil),         // 85: lifeline.v1.GetCheckpointRequest
+	(*AppendTaskLogRequest)(nil),         // 86: lifeline.v1.AppendTaskLogRequest
+	(*StartTaskResponse)(nil),            // 87: lifeline.v1.StartTaskResponse
+	(*FinishTaskResponse)(nil),           // 88: lifeline.v1.FinishTaskResponse
+	(*ReportTaskLostResponse)(nil),       // 89: lifeline.v1.ReportTaskLostResponse
+	(*StopUnitTasksResponse)(nil),        // 90: lifeline.v1.StopUnitTasksResponse
+	(*TaskHeartbeatResponse)(nil),        // 91: lifeline.v1.TaskHeartbeatResponse
+	(*SetCheckpointResponse)(nil),        // 92: lifeline.v1.SetCheckpointResponse
+	(*GetCheckpointResponse)(nil),        // 93: lifeline.v1.GetCheckpointResponse
+	(*AppendTaskLogResponse)(nil),        // 94: lifeline.v1.AppendTaskLogResponse
 }
 var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	1,  // 0: lifeline.v1.WatchRequest.subject:type_name -> lifeline.v1.WatchSubject
@@ -3842,105 +3938,108 @@ var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	6,  // 5: lifeline.v1.WatchSubscribe.as:type_name -> lifeline.v1.AgentCredential
 	3,  // 6: lifeline.v1.WatchManyResponse.watch:type_name -> lifeline.v1.WatchResponse
 	9,  // 7: lifeline.v1.WatchManyResponse.end:type_name -> lifeline.v1.WatchEnd
-	65, // 8: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
-	66, // 9: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
-	67, // 10: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
-	68, // 11: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
-	69, // 12: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
-	70, // 13: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
-	71, // 14: lifeline.v1.WatchChange.unit_revision:type_name -> lifeline.v1.UnitRevision
-	65, // 15: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
-	72, // 16: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
+	67, // 8: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
+	68, // 9: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
+	69, // 10: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
+	70, // 11: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
+	71, // 12: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
+	72, // 13: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
+	73, // 14: lifeline.v1.WatchChange.unit_revision:type_name -> lifeline.v1.UnitRevision
+	67, // 15: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
+	74, // 16: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
 	19, // 17: lifeline.v1.IssueUnitCredentialsResponse.credentials:type_name -> lifeline.v1.UnitCredential
-	66, // 18: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
+	68, // 18: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
 	24, // 19: lifeline.v1.UnitScopesResponse.scopes:type_name -> lifeline.v1.UnitScope
-	73, // 20: lifeline.v1.RemoveUnitsResponse.results:type_name -> lifeline.v1.StatusReportResult
-	67, // 21: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
-	68, // 22: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
-	74, // 23: lifeline.v1.GetServiceResponse.charm:type_name -> lifeline.v1.Charm
-	66, // 24: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
-	62, // 25: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
-	63, // 26: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
-	64, // 27: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
+	75, // 20: lifeline.v1.RemoveUnitsResponse.results:type_name -> lifeline.v1.StatusReportResult
+	69, // 21: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
+	70, // 22: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
+	76, // 23: lifeline.v1.GetServiceResponse.charm:type_name -> lifeline.v1.Charm
+	68, // 24: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
+	64, // 25: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
+	65, // 26: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
+	66, // 27: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
 	45, // 28: lifeline.v1.UpdateSettingsRequest.updates:type_name -> lifeline.v1.SettingsUpdate
 	0,  // 29: lifeline.v1.SetUnitStatusRequest.kind:type_name -> lifeline.v1.UnitStatusKind
-	72, // 30: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
+	74, // 30: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
 	48, // 31: lifeline.v1.SetUnitStatusesRequest.reports:type_name -> lifeline.v1.SetUnitStatusRequest
-	73, // 32: lifeline.v1.SetUnitStatusesResponse.results:type_name -> lifeline.v1.StatusReportResult
-	75, // 33: lifeline.v1.GetRevisionResponse.revision:type_name -> lifeline.v1.Revision
-	2,  // 34: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
-	4,  // 35: lifeline.v1.AgentService.WatchMany:input_type -> lifeline.v1.WatchManyRequest
-	11, // 36: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
-	13, // 37: lifeline.v1.AgentService.EnsureMachineDead:input_type -> lifeline.v1.EnsureMachineDeadRequest
-	15, // 38: lifeline.v1.AgentService.SetMachineStatus:input_type -> lifeline.v1.SetMachineStatusRequest
-	17, // 39: lifeline.v1.AgentService.IssueUnitCredentials:input_type -> lifeline.v1.IssueUnitCredentialsRequest
-	20, // 40: lifeline.v1.AgentService.GetUnit:input_type -> lifeline.v1.GetUnitRequest
-	22, // 41: lifeline.v1.AgentService.UnitScopes:input_type -> lifeline.v1.UnitScopesRequest
-	25, // 42: lifeline.v1.AgentService.RemoveUnit:input_type -> lifeline.v1.RemoveUnitRequest
-	27, // 43: lifeline.v1.AgentService.RemoveUnits:input_type -> lifeline.v1.RemoveUnitsRequest
-	29, // 44: lifeline.v1.AgentService.GetService:input_type -> lifeline.v1.GetServiceRequest
-	31, // 45: lifeline.v1.AgentService.DownloadCharm:input_type -> lifeline.v1.DownloadCharmRequest
-	33, // 46: lifeline.v1.AgentService.SetUnitDying:input_type -> lifeline.v1.SetUnitDyingRequest
-	35, // 47: lifeline.v1.AgentService.EnsureUnitDead:input_type -> lifeline.v1.EnsureUnitDeadRequest
-	37, // 48: lifeline.v1.AgentService.AddSubordinate:input_type -> lifeline.v1.AddSubordinateRequest
-	39, // 49: lifeline.v1.AgentService.EnterScope:input_type -> lifeline.v1.EnterScopeRequest
-	41, // 50: lifeline.v1.AgentService.LeaveScope:input_type -> lifeline.v1.LeaveScopeRequest
-	43, // 51: lifeline.v1.AgentService.ReadSettings:input_type -> lifeline.v1.ReadSettingsRequest
-	46, // 52: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
-	48, // 53: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
-	50, // 54: lifeline.v1.AgentService.SetUnitStatuses:input_type -> lifeline.v1.SetUnitStatusesRequest
-	52, // 55: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
-	60, // 56: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
-	58, // 57: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
-	54, // 58: lifeline.v1.AgentService.GetRevision:input_type -> lifeline.v1.GetRevisionRequest
-	56, // 59: lifeline.v1.AgentService.SetUnitRevision:input_type -> lifeline.v1.SetUnitRevisionRequest
-	76, // 60: lifeline.v1.AgentService.StartTask:input_type -> lifeline.v1.StartTaskRequest
-	77, // 61: lifeline.v1.AgentService.FinishTask:input_type -> lifeline.v1.FinishTaskRequest
-	78, // 62: lifeline.v1.AgentService.ReportTaskLost:input_type -> lifeline.v1.ReportTaskLostRequest
-	79, // 63: lifeline.v1.AgentService.StopUnitTasks:input_type -> lifeline.v1.StopUnitTasksRequest
-	80, // 64: lifeline.v1.AgentService.TaskHeartbeat:input_type -> lifeline.v1.TaskHeartbeatRequest
-	81, // 65: lifeline.v1.AgentService.SetCheckpoint:input_type -> lifeline.v1.SetCheckpointRequest
-	82, // 66: lifeline.v1.AgentService.GetCheckpoint:input_type -> lifeline.v1.GetCheckpointRequest
-	83, // 67: lifeline.v1.AgentService.AppendTaskLog:input_type -> lifeline.v1.AppendTaskLogRequest
-	3,  // 68: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
-	8,  // 69: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
-	12, // 70: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
-	14, // 71: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
-	16, // 72: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
-	18, // 73: lifeline.v1.AgentService.IssueUnitCredentials:output_type -> lifeline.v1.IssueUnitCredentialsResponse
-	21, // 74: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
-	23, // 75: lifeline.v1.AgentService.UnitScopes:output_type -> lifeline.v1.UnitScopesResponse
-	26, // 76: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
-	28, // 77: lifeline.v1.AgentService.RemoveUnits:output_type -> lifeline.v1.RemoveUnitsResponse
-	30, // 78: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
-	32, // 79: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
-	34, // 80: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
-	36, // 81: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
-	38, // 82: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
-	40, // 83: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
-	42, // 84: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
-	44, // 85: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
-	47, // 86: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
-	49, // 87: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
-	51, // 88: lifeline.v1.AgentService.SetUnitStatuses:output_type -> lifeline.v1.SetUnitStatusesResponse
-	53, // 89: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
-	61, // 90: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
-	59, // 91: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
-	55, // 92: lifeline.v1.AgentService.GetRevision:output_type -> lifeline.v1.GetRevisionResponse
-	57, // 93: lifeline.v1.AgentService.SetUnitRevision:output_type -> lifeline.v1.SetUnitRevisionResponse
-	84, // 94: lifeline.v1.AgentService.StartTask:output_type -> lifeline.v1.StartTaskResponse
-	85, // 95: lifeline.v1.AgentService.FinishTask:output_type -> lifeline.v1.FinishTaskResponse
-	86, // 96: lifeline.v1.AgentService.ReportTaskLost:output_type -> lifeline.v1.ReportTaskLostResponse
-	87, // 97: lifeline.v1.AgentService.StopUnitTasks:output_type -> lifeline.v1.StopUnitTasksResponse
-	88, // 98: lifeline.v1.AgentService.TaskHeartbeat:output_type -> lifeline.v1.TaskHeartbeatResponse
-	89, // 99: lifeline.v1.AgentService.SetCheckpoint:output_type -> lifeline.v1.SetCheckpointResponse
-	90, // 100: lifeline.v1.AgentService.GetCheckpoint:output_type -> lifeline.v1.GetCheckpointResponse
-	91, // 101: lifeline.v1.AgentService.AppendTaskLog:output_type -> lifeline.v1.AppendTaskLogResponse
-	68, // [68:102] is the sub-list for method output_type
-	34, // [34:68] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	75, // 32: lifeline.v1.SetUnitStatusesResponse.results:type_name -> lifeline.v1.StatusReportResult
+	77, // 33: lifeline.v1.GetRevisionResponse.revision:type_name -> lifeline.v1.Revision
+	78, // 34: lifeline.v1.SetHostReportRequest.report:type_name -> lifeline.v1.HostReport
+	2,  // 35: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
+	4,  // 36: lifeline.v1.AgentService.WatchMany:input_type -> lifeline.v1.WatchManyRequest
+	11, // 37: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
+	13, // 38: lifeline.v1.AgentService.EnsureMachineDead:input_type -> lifeline.v1.EnsureMachineDeadRequest
+	15, // 39: lifeline.v1.AgentService.SetMachineStatus:input_type -> lifeline.v1.SetMachineStatusRequest
+	17, // 40: lifeline.v1.AgentService.IssueUnitCredentials:input_type -> lifeline.v1.IssueUnitCredentialsRequest
+	20, // 41: lifeline.v1.AgentService.GetUnit:input_type -> lifeline.v1.GetUnitRequest
+	22, // 42: lifeline.v1.AgentService.UnitScopes:input_type -> lifeline.v1.UnitScopesRequest
+	25, // 43: lifeline.v1.AgentService.RemoveUnit:input_type -> lifeline.v1.RemoveUnitRequest
+	27, // 44: lifeline.v1.AgentService.RemoveUnits:input_type -> lifeline.v1.RemoveUnitsRequest
+	29, // 45: lifeline.v1.AgentService.GetService:input_type -> lifeline.v1.GetServiceRequest
+	31, // 46: lifeline.v1.AgentService.DownloadCharm:input_type -> lifeline.v1.DownloadCharmRequest
+	33, // 47: lifeline.v1.AgentService.SetUnitDying:input_type -> lifeline.v1.SetUnitDyingRequest
+	35, // 48: lifeline.v1.AgentService.EnsureUnitDead:input_type -> lifeline.v1.EnsureUnitDeadRequest
+	37, // 49: lifeline.v1.AgentService.AddSubordinate:input_type -> lifeline.v1.AddSubordinateRequest
+	39, // 50: lifeline.v1.AgentService.EnterScope:input_type -> lifeline.v1.EnterScopeRequest
+	41, // 51: lifeline.v1.AgentService.LeaveScope:input_type -> lifeline.v1.LeaveScopeRequest
+	43, // 52: lifeline.v1.AgentService.ReadSettings:input_type -> lifeline.v1.ReadSettingsRequest
+	46, // 53: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
+	48, // 54: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
+	50, // 55: lifeline.v1.AgentService.SetUnitStatuses:input_type -> lifeline.v1.SetUnitStatusesRequest
+	52, // 56: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
+	62, // 57: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
+	60, // 58: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
+	54, // 59: lifeline.v1.AgentService.GetRevision:input_type -> lifeline.v1.GetRevisionRequest
+	56, // 60: lifeline.v1.AgentService.SetUnitRevision:input_type -> lifeline.v1.SetUnitRevisionRequest
+	58, // 61: lifeline.v1.AgentService.SetHostReport:input_type -> lifeline.v1.SetHostReportRequest
+	79, // 62: lifeline.v1.AgentService.StartTask:input_type -> lifeline.v1.StartTaskRequest
+	80, // 63: lifeline.v1.AgentService.FinishTask:input_type -> lifeline.v1.FinishTaskRequest
+	81, // 64: lifeline.v1.AgentService.ReportTaskLost:input_type -> lifeline.v1.ReportTaskLostRequest
+	82, // 65: lifeline.v1.AgentService.StopUnitTasks:input_type -> lifeline.v1.StopUnitTasksRequest
+	83, // 66: lifeline.v1.AgentService.TaskHeartbeat:input_type -> lifeline.v1.TaskHeartbeatRequest
+	84, // 67: lifeline.v1.AgentService.SetCheckpoint:input_type -> lifeline.v1.SetCheckpointRequest
+	85, // 68: lifeline.v1.AgentService.GetCheckpoint:input_type -> lifeline.v1.GetCheckpointRequest
+	86, // 69: lifeline.v1.AgentService.AppendTaskLog:input_type -> lifeline.v1.AppendTaskLogRequest
+	3,  // 70: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
+	8,  // 71: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
+	12, // 72: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
+	14, // 73: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
+	16, // 74: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
+	18, // 75: lifeline.v1.AgentService.IssueUnitCredentials:output_type -> lifeline.v1.IssueUnitCredentialsResponse
+	21, // 76: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
+	23, // 77: lifeline.v1.AgentService.UnitScopes:output_type -> lifeline.v1.UnitScopesResponse
+	26, // 78: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
+	28, // 79: lifeline.v1.AgentService.RemoveUnits:output_type -> lifeline.v1.RemoveUnitsResponse
+	30, // 80: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
+	32, // 81: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
+	34, // 82: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
+	36, // 83: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
+	38, // 84: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
+	40, // 85: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
+	42, // 86: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
+	44, // 87: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
+	47, // 88: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
+	49, // 89: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
+	51, // 90: lifeline.v1.AgentService.SetUnitStatuses:output_type -> lifeline.v1.SetUnitStatusesResponse
+	53, // 91: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
+	63, // 92: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
+	61, // 93: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
+	55, // 94: lifeline.v1.AgentService.GetRevision:output_type -> lifeline.v1.GetRevisionResponse
+	57, // 95: lifeline.v1.AgentService.SetUnitRevision:output_type -> lifeline.v1.SetUnitRevisionResponse
+	59, // 96: lifeline.v1.AgentService.SetHostReport:output_type -> lifeline.v1.SetHostReportResponse
+	87, // 97: lifeline.v1.AgentService.StartTask:output_type -> lifeline.v1.StartTaskResponse
+	88, // 98: lifeline.v1.AgentService.FinishTask:output_type -> lifeline.v1.FinishTaskResponse
+	89, // 99: lifeline.v1.AgentService.ReportTaskLost:output_type -> lifeline.v1.ReportTaskLostResponse
+	90, // 100: lifeline.v1.AgentService.StopUnitTasks:output_type -> lifeline.v1.StopUnitTasksResponse
+	91, // 101: lifeline.v1.AgentService.TaskHeartbeat:output_type -> lifeline.v1.TaskHeartbeatResponse
+	92, // 102: lifeline.v1.AgentService.SetCheckpoint:output_type -> lifeline.v1.SetCheckpointResponse
+	93, // 103: lifeline.v1.AgentService.GetCheckpoint:output_type -> lifeline.v1.GetCheckpointResponse
+	94, // 104: lifeline.v1.AgentService.AppendTaskLog:output_type -> lifeline.v1.AppendTaskLogResponse
+	70, // [70:105] is the sub-list for method output_type
+	35, // [35:70] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_agent_proto_init() }
@@ -3948,6 +4047,7 @@ func file_lifeline_v1_agent_proto_init() {
 	if File_lifeline_v1_agent_proto != nil {
 		return
 	}
+	file_lifeline_v1_host_proto_init()
 	file_lifeline_v1_model_proto_init()
 	file_lifeline_v1_revisions_proto_init()
 	file_lifeline_v1_tasks_proto_init()
@@ -3990,7 +4090,7 @@ func file_lifeline_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_agent_proto_rawDesc), len(file_lifeline_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   64,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -48,6 +48,7 @@ const (
 	AgentService_GetAgentSettings_FullMethodName     = "/lifeline.v1.AgentService/GetAgentSettings"
 	AgentService_GetRevision_FullMethodName          = "/lifeline.v1.AgentService/GetRevision"
 	AgentService_SetUnitRevision_FullMethodName      = "/lifeline.v1.AgentService/SetUnitRevision"
+	AgentService_SetHostReport_FullMethodName        = "/lifeline.v1.AgentService/SetHostReport"
 	AgentService_StartTask_FullMethodName            = "/lifeline.v1.AgentService/StartTask"
 	AgentService_FinishTask_FullMethodName           = "/lifeline.v1.AgentService/FinishTask"
 	AgentService_ReportTaskLost_FullMethodName       = "/lifeline.v1.AgentService/ReportTaskLost"
@@ -158,6 +159,11 @@ type AgentServiceClient interface {
 	// its target (FailedPrecondition otherwise); reporting the revision it
 	// is recorded on already does nothing.
 	SetUnitRevision(ctx context.Context, in *SetUnitRevisionRequest, opts ...grpc.CallOption) (*SetUnitRevisionResponse, error)
+	// SetHostReport records what the unit holds on its host (its claims, its
+	// last host job, its daemons), replacing the report before: the unit's
+	// agent or its machine's. A report larger than the record's bound is
+	// InvalidArgument.
+	SetHostReport(ctx context.Context, in *SetHostReportRequest, opts ...grpc.CallOption) (*SetHostReportResponse, error)
 	// The tasks of operations, each call for a unit on the caller's machine
 	// (its agent or its machine's): StartTask starts the unit's admitted
 	// pending task; FinishTask and ReportTaskLost end the task's attempt;
@@ -468,6 +474,16 @@ func (c *agentServiceClient) SetUnitRevision(ctx context.Context, in *SetUnitRev
 	return out, nil
 }
 
+func (c *agentServiceClient) SetHostReport(ctx context.Context, in *SetHostReportRequest, opts ...grpc.CallOption) (*SetHostReportResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetHostReportResponse)
+	err := c.cc.Invoke(ctx, AgentService_SetHostReport_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *agentServiceClient) StartTask(ctx context.Context, in *StartTaskRequest, opts ...grpc.CallOption) (*StartTaskResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StartTaskResponse)
@@ -648,6 +664,11 @@ type AgentServiceServer interface {
 	// its target (FailedPrecondition otherwise); reporting the revision it
 	// is recorded on already does nothing.
 	SetUnitRevision(context.Context, *SetUnitRevisionRequest) (*SetUnitRevisionResponse, error)
+	// SetHostReport records what the unit holds on its host (its claims, its
+	// last host job, its daemons), replacing the report before: the unit's
+	// agent or its machine's. A report larger than the record's bound is
+	// InvalidArgument.
+	SetHostReport(context.Context, *SetHostReportRequest) (*SetHostReportResponse, error)
 	// The tasks of operations, each call for a unit on the caller's machine
 	// (its agent or its machine's): StartTask starts the unit's admitted
 	// pending task; FinishTask and ReportTaskLost end the task's attempt;
@@ -751,6 +772,9 @@ func (UnimplementedAgentServiceServer) GetRevision(context.Context, *GetRevision
 }
 func (UnimplementedAgentServiceServer) SetUnitRevision(context.Context, *SetUnitRevisionRequest) (*SetUnitRevisionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetUnitRevision not implemented")
+}
+func (UnimplementedAgentServiceServer) SetHostReport(context.Context, *SetHostReportRequest) (*SetHostReportResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetHostReport not implemented")
 }
 func (UnimplementedAgentServiceServer) StartTask(context.Context, *StartTaskRequest) (*StartTaskResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method StartTask not implemented")
@@ -1229,6 +1253,24 @@ func _AgentService_SetUnitRevision_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_SetHostReport_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetHostReportRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).SetHostReport(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_SetHostReport_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).SetHostReport(ctx, req.(*SetHostReportRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AgentService_StartTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StartTaskRequest)
 	if err := dec(in); err != nil {
@@ -1467,6 +1509,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetUnitRevision",
 			Handler:    _AgentService_SetUnitRevision_Handler,
+		},
+		{
+			MethodName: "SetHostReport",
+			Handler:    _AgentService_SetHostReport_Handler,
 		},
 		{
 			MethodName: "StartTask",

@@ -392,9 +392,22 @@ type UnitDetail struct {
 	OpenTasks []*UnitTask `protobuf:"bytes,17,rep,name=open_tasks,json=openTasks,proto3" json:"open_tasks,omitempty"`
 	// history is the newest entries of the unit's status history, oldest
 	// first.
-	History       []*StatusDetail `protobuf:"bytes,18,rep,name=history,proto3" json:"history,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	History []*StatusDetail `protobuf:"bytes,18,rep,name=history,proto3" json:"history,omitempty"`
+	// host_claims are the unit's claims on its host as rendered, last_job
+	// its last host job's tasks with their outcomes, as its agent last
+	// reported them (absent before its first report).
+	HostClaims *HostClaimsReport `protobuf:"bytes,19,opt,name=host_claims,json=hostClaims,proto3" json:"host_claims,omitempty"`
+	LastJob    *HostJob          `protobuf:"bytes,20,opt,name=last_job,json=lastJob,proto3" json:"last_job,omitempty"`
+	// host_revision is the revision whose packages and files are in place
+	// on the host, host_conflicts the machine's refusals of its claims, and
+	// daemons its daemons' states; host_reported_unix_nano is when the
+	// report was made.
+	HostRevision         int64           `protobuf:"varint,21,opt,name=host_revision,json=hostRevision,proto3" json:"host_revision,omitempty"`
+	HostConflicts        []string        `protobuf:"bytes,22,rep,name=host_conflicts,json=hostConflicts,proto3" json:"host_conflicts,omitempty"`
+	Daemons              []*DaemonReport `protobuf:"bytes,23,rep,name=daemons,proto3" json:"daemons,omitempty"`
+	HostReportedUnixNano int64           `protobuf:"varint,24,opt,name=host_reported_unix_nano,json=hostReportedUnixNano,proto3" json:"host_reported_unix_nano,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *UnitDetail) Reset() {
@@ -551,6 +564,48 @@ func (x *UnitDetail) GetHistory() []*StatusDetail {
 		return x.History
 	}
 	return nil
+}
+
+func (x *UnitDetail) GetHostClaims() *HostClaimsReport {
+	if x != nil {
+		return x.HostClaims
+	}
+	return nil
+}
+
+func (x *UnitDetail) GetLastJob() *HostJob {
+	if x != nil {
+		return x.LastJob
+	}
+	return nil
+}
+
+func (x *UnitDetail) GetHostRevision() int64 {
+	if x != nil {
+		return x.HostRevision
+	}
+	return 0
+}
+
+func (x *UnitDetail) GetHostConflicts() []string {
+	if x != nil {
+		return x.HostConflicts
+	}
+	return nil
+}
+
+func (x *UnitDetail) GetDaemons() []*DaemonReport {
+	if x != nil {
+		return x.Daemons
+	}
+	return nil
+}
+
+func (x *UnitDetail) GetHostReportedUnixNano() int64 {
+	if x != nil {
+		return x.HostReportedUnixNano
+	}
+	return 0
 }
 
 // UnitRelation is one relation of a unit's service, as the unit sees it.
@@ -1010,7 +1065,7 @@ var File_lifeline_v1_show_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_show_proto_rawDesc = "" +
 	"\n" +
-	"\x16lifeline/v1/show.proto\x12\vlifeline.v1\"?\n" +
+	"\x16lifeline/v1/show.proto\x12\vlifeline.v1\x1a\x16lifeline/v1/host.proto\"?\n" +
 	"\x0fShowUnitRequest\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\x12\x18\n" +
 	"\ahistory\x18\x02 \x01(\x05R\ahistory\"?\n" +
@@ -1033,7 +1088,7 @@ const file_lifeline_v1_show_proto_rawDesc = "" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12\x12\n" +
 	"\x04role\x18\x03 \x01(\tR\x04role\x12\x1c\n" +
-	"\tinterface\x18\x04 \x01(\tR\tinterface\"\xb2\x05\n" +
+	"\tinterface\x18\x04 \x01(\tR\tinterface\"\xb2\a\n" +
 	"\n" +
 	"UnitDetail\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -1056,7 +1111,14 @@ const file_lifeline_v1_show_proto_rawDesc = "" +
 	"\trelations\x18\x10 \x03(\v2\x19.lifeline.v1.UnitRelationR\trelations\x124\n" +
 	"\n" +
 	"open_tasks\x18\x11 \x03(\v2\x15.lifeline.v1.UnitTaskR\topenTasks\x123\n" +
-	"\ahistory\x18\x12 \x03(\v2\x19.lifeline.v1.StatusDetailR\ahistoryJ\x04\b\x13\x10\x14J\x04\b\x14\x10\x15R\vhost_claimsR\x0elast_job_tasks\"\xf5\x03\n" +
+	"\ahistory\x18\x12 \x03(\v2\x19.lifeline.v1.StatusDetailR\ahistory\x12>\n" +
+	"\vhost_claims\x18\x13 \x01(\v2\x1d.lifeline.v1.HostClaimsReportR\n" +
+	"hostClaims\x12/\n" +
+	"\blast_job\x18\x14 \x01(\v2\x14.lifeline.v1.HostJobR\alastJob\x12#\n" +
+	"\rhost_revision\x18\x15 \x01(\x03R\fhostRevision\x12%\n" +
+	"\x0ehost_conflicts\x18\x16 \x03(\tR\rhostConflicts\x123\n" +
+	"\adaemons\x18\x17 \x03(\v2\x19.lifeline.v1.DaemonReportR\adaemons\x125\n" +
+	"\x17host_reported_unix_nano\x18\x18 \x01(\x03R\x14hostReportedUnixNano\"\xf5\x03\n" +
 	"\fUnitRelation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -1133,6 +1195,9 @@ var file_lifeline_v1_show_proto_goTypes = []any{
 	nil,                            // 12: lifeline.v1.StatusDetail.DataEntry
 	nil,                            // 13: lifeline.v1.UnitRelation.SettingsEntry
 	nil,                            // 14: lifeline.v1.RelatedUnit.SettingsEntry
+	(*HostClaimsReport)(nil),       // 15: lifeline.v1.HostClaimsReport
+	(*HostJob)(nil),                // 16: lifeline.v1.HostJob
+	(*DaemonReport)(nil),           // 17: lifeline.v1.DaemonReport
 }
 var file_lifeline_v1_show_proto_depIdxs = []int32{
 	6,  // 0: lifeline.v1.ShowUnitResponse.unit:type_name -> lifeline.v1.UnitDetail
@@ -1143,18 +1208,21 @@ var file_lifeline_v1_show_proto_depIdxs = []int32{
 	7,  // 5: lifeline.v1.UnitDetail.relations:type_name -> lifeline.v1.UnitRelation
 	9,  // 6: lifeline.v1.UnitDetail.open_tasks:type_name -> lifeline.v1.UnitTask
 	4,  // 7: lifeline.v1.UnitDetail.history:type_name -> lifeline.v1.StatusDetail
-	5,  // 8: lifeline.v1.UnitRelation.endpoint:type_name -> lifeline.v1.RelationEndpointStatus
-	5,  // 9: lifeline.v1.UnitRelation.related_endpoints:type_name -> lifeline.v1.RelationEndpointStatus
-	13, // 10: lifeline.v1.UnitRelation.settings:type_name -> lifeline.v1.UnitRelation.SettingsEntry
-	8,  // 11: lifeline.v1.UnitRelation.related_units:type_name -> lifeline.v1.RelatedUnit
-	14, // 12: lifeline.v1.RelatedUnit.settings:type_name -> lifeline.v1.RelatedUnit.SettingsEntry
-	4,  // 13: lifeline.v1.MachineDetail.agent:type_name -> lifeline.v1.StatusDetail
-	11, // 14: lifeline.v1.MachineDetail.units:type_name -> lifeline.v1.MachineUnit
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	15, // 8: lifeline.v1.UnitDetail.host_claims:type_name -> lifeline.v1.HostClaimsReport
+	16, // 9: lifeline.v1.UnitDetail.last_job:type_name -> lifeline.v1.HostJob
+	17, // 10: lifeline.v1.UnitDetail.daemons:type_name -> lifeline.v1.DaemonReport
+	5,  // 11: lifeline.v1.UnitRelation.endpoint:type_name -> lifeline.v1.RelationEndpointStatus
+	5,  // 12: lifeline.v1.UnitRelation.related_endpoints:type_name -> lifeline.v1.RelationEndpointStatus
+	13, // 13: lifeline.v1.UnitRelation.settings:type_name -> lifeline.v1.UnitRelation.SettingsEntry
+	8,  // 14: lifeline.v1.UnitRelation.related_units:type_name -> lifeline.v1.RelatedUnit
+	14, // 15: lifeline.v1.RelatedUnit.settings:type_name -> lifeline.v1.RelatedUnit.SettingsEntry
+	4,  // 16: lifeline.v1.MachineDetail.agent:type_name -> lifeline.v1.StatusDetail
+	11, // 17: lifeline.v1.MachineDetail.units:type_name -> lifeline.v1.MachineUnit
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_show_proto_init() }
@@ -1162,6 +1230,7 @@ func file_lifeline_v1_show_proto_init() {
 	if File_lifeline_v1_show_proto != nil {
 		return
 	}
+	file_lifeline_v1_host_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
