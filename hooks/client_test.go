@@ -97,7 +97,7 @@ func TestInstallTools(t *testing.T) {
 		}
 	}
 	want := []string{"action-fail", "action-get", "action-log", "action-set", "checkpoint-get", "checkpoint-set",
-		"config-get", "log", "relation-get", "relation-ids", "relation-list", "relation-set", "status-get", "status-set", "unit-get"}
+		"close-port", "config-get", "log", "open-port", "opened-ports", "relation-get", "relation-ids", "relation-list", "relation-set", "status-get", "status-set", "unit-get"}
 	if !slices.Equal(got, want) || !slices.Equal(hooks.ToolNames(), want) {
 		t.Errorf("tools dir holds %q, ToolNames() = %q, want %q", got, hooks.ToolNames(), want)
 	}

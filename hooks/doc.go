@@ -99,6 +99,14 @@
 //	status-get [--format=text|json]               (text: the status; json: status and message)
 //	log [-l LEVEL] MESSAGE...
 //
+// In a hook (PortContext) the port tools work too: the unit's port claims
+// made at run time, kept only if the hook succeeds; they fail in an
+// action.
+//
+//	open-port PORT[/PROTOCOL] | FROM-TO[/PROTOCOL]  (tcp by default; udp; icmp refused)
+//	close-port PORT[/PROTOCOL] | FROM-TO[/PROTOCOL] (as it was opened)
+//	opened-ports [--format=text|json]               (sorted by protocol and port)
+//
 // In a run of a charm's action (ActionContext) the tools above work, and
 // so do the action tools, which fail in a hook ("not running an action"):
 //

@@ -43,6 +43,7 @@ func workloadStatuses() []string { return []string{"maintenance", "blocked", "wa
 // tools returns the hook tools by name, the action tools among them.
 func tools() map[string]tool {
 	t := hookTools()
+	maps.Copy(t, portTools())
 	maps.Copy(t, actionTools())
 	return t
 }

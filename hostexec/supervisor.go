@@ -87,6 +87,9 @@ type Supervisor struct {
 	// logsChecked is when poll last looked at the logs' sizes: every
 	// logCheckInterval, not every poll (each look is a stat per daemon).
 	logsChecked time.Time
+	// subs are the channels Subscribe gave, each told (without blocking)
+	// of every change of the daemons' recorded state.
+	subs map[chan struct{}]struct{}
 }
 
 const logCheckInterval = time.Second
@@ -186,8 +189,35 @@ func (s *Supervisor) newBackoff() *backoff.ExponentialBackOff {
 	)
 }
 
-// save writes the state file; s.mu is held.
+// Subscribe returns a channel told whenever the state of any daemon
+// changes (started, ended, in back-off, stopping, stopped; several changes
+// may be told once: the channel holds one notice, and the supervisor never
+// waits for it to be taken), and the function that ends the subscription.
+// A unit's agent reports its daemons' states (States) when told.
+func (s *Supervisor) Subscribe() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.subs == nil {
+		s.subs = map[chan struct{}]struct{}{}
+	}
+	s.subs[ch] = struct{}{}
+	return ch, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.subs, ch)
+	}
+}
+
+// save writes the state file, and tells the subscribers: every change of
+// a daemon's state is saved; s.mu is held.
 func (s *Supervisor) save() error {
+	for ch := range s.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 	rec := supervisorRecord{Daemons: []daemonRecord{}}
 	for _, d := range s.daemons {
 		rec.Daemons = append(rec.Daemons, daemonRecord{

@@ -47,6 +47,8 @@ type API interface {
 	// The unit's revisions (spec.go).
 	GetRevision(ctx context.Context, in *pb.GetRevisionRequest, opts ...grpc.CallOption) (*pb.GetRevisionResponse, error)
 	SetUnitRevision(ctx context.Context, in *pb.SetUnitRevisionRequest, opts ...grpc.CallOption) (*pb.SetUnitRevisionResponse, error)
+	// The unit's host report (hostreport.go).
+	SetHostReport(ctx context.Context, in *pb.SetHostReportRequest, opts ...grpc.CallOption) (*pb.SetHostReportResponse, error)
 	// The unit's tasks (tasks.go).
 	StartTask(ctx context.Context, in *pb.StartTaskRequest, opts ...grpc.CallOption) (*pb.StartTaskResponse, error)
 	FinishTask(ctx context.Context, in *pb.FinishTaskRequest, opts ...grpc.CallOption) (*pb.FinishTaskResponse, error)
@@ -208,6 +210,12 @@ type Agent struct {
 	// toldSubs are the subordinates last told the deployer, sorted; nil
 	// before the first time.
 	toldSubs []string
+	// hrep sends the unit's host reports, lastJob is the last host job's
+	// and hostKey what the report's base was last made of
+	// (hostreport.go).
+	hrep    *hostReporter
+	lastJob *pb.HostJob
+	hostKey *hostReportKey
 }
 
 // New returns an agent for cfg.Unit.
@@ -338,6 +346,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cancel()
 	a.rep = newReporter(a.cfg.API, a.cfg.Unit, a.logger)
 	own.Go(func() { a.rep.run(ctx) })
+	a.startHostReport(ctx, &own)
 	follow := a.cfg.Watches
 	if follow == nil {
 		mux := agentwatch.NewMux(a.cfg.API, a.logger)
@@ -355,6 +364,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	var idleSince string
 	var serviceDyingSince time.Time
 	for {
+		a.syncHostReport()
 		w.watchResolved(a.l.inError() || a.l.retrying())
 		r := w.snapshot()
 		a.deploySubordinates(r)

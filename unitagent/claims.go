@@ -95,6 +95,10 @@ type hostState struct {
 	Released bool `json:"released,omitempty"`
 	// Last summarizes the last job that ran tasks, for status.
 	Last *jobSummary `json:"last,omitempty"`
+	// Conflicts are the machine's refusals of the unit's claims ("port
+	// 8080/tcp is claimed by kv/0: kept revision 3"), reported with
+	// them (hostreport.go).
+	Conflicts []string `json:"conflicts,omitempty"`
 }
 
 // jobSummary is a compact record of a job: its operation, how many tasks
@@ -316,6 +320,9 @@ func (ex *executor) runHostJob(ctx context.Context) error {
 			} else {
 				sum.Failed = err.Error()
 			}
+		}
+		a.recordHostJob(op, outcomes, sum)
+		if err != nil {
 			if a.l.Host == nil {
 				a.l.Host = &hostState{}
 			}

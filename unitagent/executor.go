@@ -297,7 +297,7 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 		a.rep.set(&pb.Status{Status: "executing", Message: fmt.Sprintf("ran %s hook", op.Hook),
 			Data: map[string]string{"state": a.l.State, "output": strings.Join(res.lastLines, "\n")}, SyncedRevision: a.synced})
 	}
-	op.Step, op.Settings, op.Seen = stepDone, hc.buffered(), seen
+	op.Step, op.Settings, op.Seen, op.Ports = stepDone, hc.buffered(), seen, hc.portsChange()
 	if len(op.Settings) > 0 {
 		// Kept until committed, even if the controller is away meanwhile.
 		if err := a.save(); err != nil {
@@ -395,7 +395,7 @@ func (ex *executor) settingsRefused(op *hookOp, refusal error) error {
 	a := ex.a
 	a.logger.Error("relation settings refused: waiting for ctl resolved", "hook", op.Hook, "error", refusal)
 	op.Attempts++
-	op.Step, op.Settings, op.NotBefore = stepQueued, nil, time.Time{}
+	op.Step, op.Settings, op.Ports, op.NotBefore = stepQueued, nil, nil, time.Time{}
 	a.enterError(op)
 	a.rep.set(&pb.Status{Status: "error", Message: fmt.Sprintf("hook failed: %q", op.Hook), Data: map[string]string{
 		"state":  a.l.State,
@@ -441,6 +441,9 @@ func (a *Agent) enterError(op *hookOp) {
 
 // applySuccess records a hook done in the local state.
 func applySuccess(l *localState, op *hookOp) {
+	if op.Ports != nil {
+		l.OpenedPorts = op.Ports.Opened
+	}
 	switch op.Hook {
 	case opHostClaims, opHostDaemons, opHostRelease:
 		// Counted done (ctl resolved --no-retry): the claims in place

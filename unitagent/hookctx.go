@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lifelinehq/lifeline/charm"
 	"github.com/lifelinehq/lifeline/hooks"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -51,6 +52,10 @@ type hookContext struct {
 	// settings the agent started (prefetch), which the hook's first
 	// relation-get of it waits for rather than read again.
 	pre *prefetch
+	// opened are the unit's opened ports with the hook's changes, and
+	// portsSet says the hook changed them (ports.go).
+	opened   []charm.PortRange
+	portsSet bool
 }
 
 // settingsOf names a unit's settings in a relation.
@@ -116,7 +121,7 @@ func (cr *ctxRelation) inScope(unit string, self bool) bool {
 
 func newHookContext(a *Agent, op *hookOp, r *remote) *hookContext {
 	hc := &hookContext{a: a, op: op, relations: map[int64]*ctxRelation{}, config: a.l.config(),
-		set: map[int64]*settingsChange{}, seen: map[settingsOf]map[string]string{}}
+		set: map[int64]*settingsChange{}, seen: map[settingsOf]map[string]string{}, opened: a.l.openedPorts()}
 	hc.machine = a.cfg.MachineID
 	if hc.machine == "" && r.unit != nil {
 		hc.machine = r.unit.MachineId

@@ -68,6 +68,9 @@ type localState struct {
 	// Host is what the host holds of the unit's claims (claims.go); nil
 	// before the first host job.
 	Host *hostState `json:"host,omitempty"`
+	// OpenedPorts are the ports the unit's hooks opened (open-port), as
+	// "8080/tcp" or "9000-9010/udp" (ports.go).
+	OpenedPorts []string `json:"opened_ports,omitempty"`
 	// Subordinates of this principal that it added, by relation id.
 	AddedSubordinates map[int64]string `json:"added_subordinates,omitempty"`
 
@@ -149,6 +152,9 @@ type hookOp struct {
 	// Conflict, in a failed host-claims job, says the machine refused
 	// its claims (claims.go, ClaimsGate): Task then holds the conflict.
 	Conflict bool `json:"conflict,omitempty"`
+	// Ports are the unit's opened ports once the hook succeeded, when it
+	// changed them (ports.go), kept with it until it is recorded done.
+	Ports *portsChange `json:"ports,omitempty"`
 }
 
 type settingsChange struct {
