@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -80,5 +81,34 @@ func TestShowUnitHost(t *testing.T) {
 		d.HostRevision != 1 || len(d.HostConflicts) != 1 || d.HostConflicts[0] != r.Conflicts[0] || d.HostReportedUnixNano != 7 {
 		t.Errorf("ShowUnit(kv/0) host = %v %v %v rev %d conflicts %v at %d; want the report %v",
 			d.HostClaims, d.LastJob, d.Daemons, d.HostRevision, d.HostConflicts, d.HostReportedUnixNano, r)
+	}
+}
+
+// TestStatusShowsPorts: a unit's port claims, declared and opened, as its
+// last host report gave them, show in its status, the whole model's or a
+// selection's.
+func TestStatusShowsPorts(t *testing.T) {
+	m := newAgentModel(t)
+	op := m.admin()
+	must(t, "SetHostReport", m.st.SetHostReport(m.ctx, "kv/0", testHostReport()))
+	for _, req := range []*pb.StatusRequest{{}, {Units: []string{"kv/0"}}} {
+		resp, err := op.Status(m.ctx, req)
+		must(t, "Status", err)
+		var got []string
+		for _, s := range resp.Status.GetServices() {
+			for _, u := range s.Units {
+				switch u.Name {
+				case "kv/0":
+					got = u.Ports
+				default:
+					if len(u.Ports) != 0 {
+						t.Errorf("Status(%v): %s has ports %q, want none", req, u.Name, u.Ports)
+					}
+				}
+			}
+		}
+		if want := []string{"8080/tcp", "9000/udp"}; !slices.Equal(got, want) {
+			t.Errorf("Status(%v): kv/0's ports = %q, want %q", req, got, want)
+		}
 	}
 }

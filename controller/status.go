@@ -98,6 +98,7 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 		updated := int32(0)
 		for _, u := range unitsOf[svc.Name] {
 			us := unitStatus(m, u, machines[u.MachineId])
+			us.Ports = m.Ports[u.Name]
 			if ur := m.UnitRevisions[u.Name]; ur != nil {
 				us.Revision = ur.Current
 				if ur.Target != ur.Current {

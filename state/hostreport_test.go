@@ -2,6 +2,7 @@ package state_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -40,6 +41,33 @@ func TestHostReport(t *testing.T) {
 	if !proto.Equal(r, hostReport(2)) {
 		t.Errorf("HostReport = %v, want %v", r, hostReport(2))
 	}
+	// Its port claims, declared then opened, each once, are status's.
+	wantPorts := func(want ...string) {
+		t.Helper()
+		if got, err := st.HostPorts(ctx, "kv/0"); err != nil || !slices.Equal(got, want) {
+			t.Errorf("HostPorts = %q, %v; want %q", got, err, want)
+		}
+		m, err := st.Model(ctx)
+		must(t, "Model", err)
+		if got := m.Ports["kv/0"]; !slices.Equal(got, want) {
+			t.Errorf("Model's ports of kv/0 = %q, want %q", got, want)
+		}
+		sm, err := st.SelectModel(ctx, state.Selection{Units: []string{"kv/0"}})
+		must(t, "SelectModel", err)
+		if got := sm.Ports["kv/0"]; !slices.Equal(got, want) {
+			t.Errorf("SelectModel's ports of kv/0 = %q, want %q", got, want)
+		}
+	}
+	wantPorts("8080/tcp", "9000-9010/udp")
+	opened := hostReport(3)
+	opened.Claims.OpenedPorts = []string{"8080/tcp", "53/udp"}
+	must(t, "SetHostReport", st.SetHostReport(ctx, "kv/0", opened))
+	wantPorts("8080/tcp", "53/udp")
+	none := hostReport(4)
+	none.Claims.Ports, none.Claims.OpenedPorts = nil, nil
+	must(t, "SetHostReport", st.SetHostReport(ctx, "kv/0", none))
+	wantPorts()
+	must(t, "SetHostReport", st.SetHostReport(ctx, "kv/0", hostReport(2)))
 
 	big := hostReport(3)
 	for i := 0; i < 2000; i++ {
@@ -82,7 +110,7 @@ func TestHostReportGoesWithTheUnit(t *testing.T) {
 	snap, err := st.Snapshot(ctx)
 	must(t, "Snapshot", err)
 	for k := range snap.Values {
-		if strings.HasPrefix(k, "host-reports/") {
+		if strings.HasPrefix(k, "host-reports/") || strings.HasPrefix(k, "host-ports/") {
 			t.Errorf("%s is left after its unit's removal", k)
 		}
 	}
@@ -101,10 +129,17 @@ func TestInvariantsCatchHostReports(t *testing.T) {
 	must(t, "Put", err)
 	_, err = raw.Put(ctx, ns+state.HostReportKey("kv/8"), "\xff\xff")
 	must(t, "Put", err)
+	ports, err := proto.Marshal(&pb.HostPorts{Ports: []string{"80/tcp"}})
+	must(t, "Marshal", err)
+	_, err = raw.Put(ctx, ns+state.HostPortsKey("kv/7"), string(ports))
+	must(t, "Put", err)
+	_, err = raw.Put(ctx, ns+state.HostPortsKey("kv/6"), string(ports))
+	must(t, "Put", err)
 	snap, err := st.Snapshot(ctx)
 	must(t, "Snapshot", err)
 	err = state.CheckInvariants(snap)
-	for _, want := range []string{"host-reports/kv/7 outlives its unit", "host-reports/kv/8: not a host report"} {
+	for _, want := range []string{"host-reports/kv/7 outlives its unit", "host-reports/kv/8: not a host report",
+		`host-ports/kv/7 holds ["80/tcp"], its host report ["8080/tcp" "9000-9010/udp"]`, "host-ports/kv/6 without its unit's host report"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("CheckInvariants = %v; want it to say %q", err, want)
 		}

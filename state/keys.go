@@ -37,7 +37,7 @@ const (
 var EntityPrefixes = append([]string{
 	machinesPrefix, servicesPrefix, unitsPrefix, relationsPrefix, scopesPrefix,
 	settingsPrefix, configPrefix, relkeysPrefix, statusPrefix, cleanupsPrefix, "refs/",
-	resolvedPrefix, statusHistoryPrefix, machineJoinsPrefix, hostReportsPrefix,
+	resolvedPrefix, statusHistoryPrefix, machineJoinsPrefix, hostReportsPrefix, hostPortsPrefix,
 }, revisionPrefixes...)
 
 // modelPrefixes are what Snapshot reads: everything but charm archives,

@@ -34,6 +34,9 @@ type Model struct {
 	// as two ranges whatever the units.
 	UnitRevisions map[string]*pb.UnitRevision
 	Rollouts      map[string]*pb.Rollout
+	// Ports maps a unit's name to its port claims as its agent last
+	// reported them (host-ports/<unit>); units without any are absent.
+	Ports map[string][]string
 	// Partial names the services held with only some of their units: a
 	// model SelectModel read for a unit's or a machine's sake.
 	Partial map[string]bool
@@ -46,7 +49,7 @@ func (s *State) Model(ctx context.Context) (*Model, error) {
 		return nil, err
 	}
 	m := &Model{Revision: r.rev, Scopes: map[int64][]string{}, Statuses: map[string]*pb.Status{}, Present: map[string]bool{},
-		UnitRevisions: map[string]*pb.UnitRevision{}, Rollouts: map[string]*pb.Rollout{}}
+		UnitRevisions: map[string]*pb.UnitRevision{}, Rollouts: map[string]*pb.Rollout{}, Ports: map[string][]string{}}
 	each := func(prefix string, keysOnly bool, f func(kv *mvccpb.KeyValue) error) error {
 		kvs, err := s.listRev(ctx, prefix, keysOnly, r.rev)
 		if err != nil {
@@ -104,6 +107,14 @@ func (s *State) Model(ctx context.Context) (*Model, error) {
 				return invalidf("corrupt rollout %s: %v", kv.Key, err)
 			}
 			m.Rollouts[strings.TrimPrefix(string(kv.Key), rolloutsPrefix)] = ro
+			return nil
+		}},
+		{hostPortsPrefix, false, func(kv *mvccpb.KeyValue) error {
+			hp := &pb.HostPorts{}
+			if err := proto.Unmarshal(kv.Value, hp); err != nil {
+				return invalidf("corrupt ports %s: %v", kv.Key, err)
+			}
+			m.Ports[strings.TrimPrefix(string(kv.Key), hostPortsPrefix)] = hp.Ports
 			return nil
 		}},
 	}

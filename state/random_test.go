@@ -323,9 +323,12 @@ func (r *randomWorker) step(ctx context.Context, ops *atomic.Int64) error {
 			op = "set-status"
 			err = st.SetStatus(ctx, state.StatusUnit, u.Name, &pb.Status{Status: "active"})
 		} else {
-			// Its agent's host report, racing the unit's removal.
+			// Its agent's host report, racing the unit's removal, its
+			// ports changing or not.
 			op = "host-report"
+			ports := [][]string{nil, {"80/tcp"}, {"80/tcp", "53/udp"}}[rng.IntN(3)]
 			err = st.SetHostReport(ctx, u.Name, &pb.HostReport{AppliedRevision: int64(1 + rng.IntN(3)),
+				Claims:  &pb.HostClaimsReport{OpenedPorts: ports},
 				Daemons: []*pb.DaemonReport{{Name: "d", State: "running", Pid: int64(rng.IntN(1000))}}})
 		}
 	case n < 95:

@@ -101,6 +101,7 @@ type selectRead struct {
 	statuses      map[string]*pb.Status
 	present       map[string]bool
 	unitRevisions map[string]*pb.UnitRevision
+	ports         map[string][]string
 	rollouts      map[string]*pb.Rollout
 	cleanups      []*pb.Cleanup
 }
@@ -396,6 +397,7 @@ func (r *selectRead) readRelations() error {
 func (r *selectRead) readRecords() error {
 	r.statuses, r.present = map[string]*pb.Status{}, map[string]bool{}
 	r.unitRevisions, r.rollouts = map[string]*pb.UnitRevision{}, map[string]*pb.Rollout{}
+	r.ports = map[string][]string{}
 	for n := range r.full {
 		for _, kind := range unitStatusKinds {
 			kvs, err := r.list(StatusKey(kind, n+"/"), false)
@@ -408,7 +410,7 @@ func (r *selectRead) readRecords() error {
 				}
 			}
 		}
-		for _, prefix := range []string{unitRevisionsPrefix + n + "/", cleanupKey(cleanupForceUnit, n+"/")} {
+		for _, prefix := range []string{unitRevisionsPrefix + n + "/", cleanupKey(cleanupForceUnit, n+"/"), hostPortsPrefix + n + "/"} {
 			kvs, err := r.list(prefix, false)
 			if err != nil {
 				return err
@@ -426,7 +428,7 @@ func (r *selectRead) readRecords() error {
 			continue
 		}
 		gets = append(gets, get(StatusKey(StatusUnitAgent, name)), get(StatusKey(StatusUnit, name)),
-			get(unitRevisionsPrefix+name), get(cleanupKey(cleanupForceUnit, name)))
+			get(unitRevisionsPrefix+name), get(cleanupKey(cleanupForceUnit, name)), get(HostPortsKey(name)))
 	}
 	for id := range r.machines {
 		gets = append(gets, get(StatusKey(StatusMachine, id)), getKeyOnly(presenceKey(names.MachineTag(id))),
@@ -465,6 +467,13 @@ func (r *selectRead) record(kv *mvccpb.KeyValue) error {
 	case strings.HasPrefix(k, cleanupsPrefix):
 		c := &pb.Cleanup{}
 		r.cleanups, msg = append(r.cleanups, c), c
+	case strings.HasPrefix(k, hostPortsPrefix):
+		hp := &pb.HostPorts{}
+		if err := proto.Unmarshal(kv.Value, hp); err != nil {
+			return invalidf("corrupt record %s: %v", k, err)
+		}
+		r.ports[strings.TrimPrefix(k, hostPortsPrefix)] = hp.Ports
+		return nil
 	default:
 		return invalidf("unexpected key %s", k)
 	}
@@ -477,7 +486,7 @@ func (r *selectRead) record(kv *mvccpb.KeyValue) error {
 // model assembles what the reads found, ordered as Model orders.
 func (r *selectRead) model() *Model {
 	m := &Model{Revision: r.rev, Scopes: map[int64][]string{}, Statuses: r.statuses, Present: r.present,
-		UnitRevisions: r.unitRevisions, Rollouts: r.rollouts, Cleanups: r.cleanups, Partial: map[string]bool{}}
+		UnitRevisions: r.unitRevisions, Rollouts: r.rollouts, Cleanups: r.cleanups, Ports: r.ports, Partial: map[string]bool{}}
 	for _, mach := range r.machines {
 		m.Machines = append(m.Machines, mach)
 	}

@@ -671,6 +671,7 @@ func removeUnitOps(c *change, u *pb.Unit) {
 	c.del(cleanupKey(cleanupUnitDying, u.Name))
 	c.del(ResolvedKey(u.Name))
 	c.del(HostReportKey(u.Name))
+	c.del(HostPortsKey(u.Name))
 	c.del(credentialKey(names.UnitTag(u.Name)))
 	c.del(UnitRevisionKey(u.Name))
 	c.del(PermitKey(u.Name))

@@ -149,6 +149,9 @@ type unitDoc struct {
 	// workload's statuses were set (RFC 3339), when they were.
 	AgentSince    string `json:"agent_since,omitempty" yaml:"agent_since,omitempty"`
 	WorkloadSince string `json:"workload_since,omitempty" yaml:"workload_since,omitempty"`
+	// Ports are the unit's port claims, declared and opened, as its agent
+	// last reported them.
+	Ports []string `json:"ports,omitempty" yaml:"ports,omitempty"`
 }
 
 type relationDoc struct {
@@ -193,7 +196,7 @@ func statusDocument(st *pb.ModelStatus) statusDoc {
 				Workload: u.Workload, Message: u.Message, Address: u.Address,
 				Subordinates: u.Subordinates, WaitingFor: u.WaitingFor,
 				Revision: u.Revision, TargetRevision: u.TargetRevision,
-				AgentSince: sinceText(u.AgentSince), WorkloadSince: sinceText(u.WorkloadSince),
+				AgentSince: sinceText(u.AgentSince), WorkloadSince: sinceText(u.WorkloadSince), Ports: u.Ports,
 			}
 		}
 		doc.Services[s.Name] = sd
@@ -306,10 +309,23 @@ func renderTabular(w io.Writer, st *pb.ModelStatus, look statusLook) error {
 	}
 
 	if units := unitRows(services); len(units) > 0 {
-		startSection("Unit", "Life", "Machine", paint.plain("Agent"), "State", paint.plain("Workload"), "Spec", "Address", "Message")
+		// A Ports column, as Juju's, only when a unit shown has ports.
+		ports := false
+		for _, r := range units {
+			ports = ports || len(r.unit.Ports) > 0
+		}
+		head := []string{"Unit", "Life", "Machine", paint.plain("Agent"), "State", paint.plain("Workload"), "Spec", "Address"}
+		if ports {
+			head = append(head, "Ports")
+		}
+		startSection(append(head, "Message")...)
 		for _, r := range units {
 			u := r.unit
-			row(strings.Repeat("  ", r.depth)+u.Name, u.Life, u.Machine, paint.state(u.Agent), u.State, paint.state(u.Workload), unitSpecText(u), u.Address, note(u.Message, u.WaitingFor))
+			cells := []string{strings.Repeat("  ", r.depth) + u.Name, u.Life, u.Machine, paint.state(u.Agent), u.State, paint.state(u.Workload), unitSpecText(u), u.Address}
+			if ports {
+				cells = append(cells, strings.Join(u.Ports, ","))
+			}
+			row(append(cells, note(u.Message, u.WaitingFor))...)
 		}
 	}
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -351,5 +352,41 @@ func TestRenderAlarms(t *testing.T) {
 		if len(doc.Alarms) != 1 || doc.Alarms[0] != alarm {
 			t.Errorf("JSON alarms = %q, want [%q]", doc.Alarms, alarm)
 		}
+	}
+}
+
+// TestRenderPorts: a unit's ports show in its line, in a Ports column
+// there only when a unit has ports, and in JSON.
+func TestRenderPorts(t *testing.T) {
+	st := sampleStatus()
+	var buf bytes.Buffer
+	if err := renderStatus(&buf, st, formatTabular); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "Ports") {
+		t.Errorf("tabular status of units without ports has a Ports column:\n%s", buf.String())
+	}
+	for _, s := range st.Services {
+		for _, u := range s.Units {
+			if u.Name == "kv/0" {
+				u.Ports = []string{"8080/tcp", "9000-9010/udp"}
+			}
+		}
+	}
+	buf.Reset()
+	if err := renderStatus(&buf, st, formatTabular); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	if !regexp.MustCompile(`(?m)^Unit .* Address +Ports +Message$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^kv/0 .* 8080/tcp,9000-9010/udp`).MatchString(out) {
+		t.Errorf("tabular status:\n%s\nwant a Ports column with kv/0's ports", out)
+	}
+	buf.Reset()
+	if err := renderStatus(&buf, st, formatJSON); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), `"ports":["8080/tcp","9000-9010/udp"]`) && !strings.Contains(buf.String(), "\"ports\": [\n") {
+		t.Errorf("JSON status:\n%s\nwant kv/0's ports", buf.String())
 	}
 }

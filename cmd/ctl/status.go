@@ -49,7 +49,7 @@ not to. json and yaml give the same data as one document:
                        "units": {"kv/0": {"life", "machine", "principal",
                                           "agent", "agent_since", "state",
                                           "workload", "workload_since",
-                                          "message"}}}},
+                                          "message", "ports"}}}},
    "relations": [{"id", "key", "life", "scope",
                   "endpoints": [{"service", "endpoint", "role", "interface"}]}],
    "operations": {"running", "awaiting_approval", "approved", "lost_tasks"}}
@@ -71,7 +71,10 @@ A service's revision is its charm's and spec_revision its spec's (ctl
 revisions); while its units move to a new one, rollout says how far:
 {"state", "target", "previous", "updated", "units"} (ctl rollout status). A
 unit's revision is the spec revision it runs, target_revision the one it
-moves to. The tabular Spec columns show "rev 4", "rev 4 (3/10)" for a service
+moves to. A unit's ports are its port claims, its charm's and those its
+hooks opened (open-port), as its agent last reported them; the tabular
+status has a Ports column when a unit shown has any. The tabular Spec
+columns show "rev 4", "rev 4 (3/10)" for a service
 whose rollout has 3 of its 10 units on revision 4, and "rev 3→4" for a unit
 moving.
 operations counts the open operations and their lost tasks (ctl operations);

@@ -127,6 +127,54 @@ func (x *HostReport) GetReportedUnixNano() int64 {
 	return 0
 }
 
+// HostPorts are a unit's port claims as its last host report gave them:
+// those declared, then those opened that are not among them. The record
+// host-ports/<unit>, small, which status reads for every unit it shows
+// (the report itself it does not).
+type HostPorts struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ports         []string               `protobuf:"bytes,1,rep,name=ports,proto3" json:"ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostPorts) Reset() {
+	*x = HostPorts{}
+	mi := &file_lifeline_v1_host_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostPorts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostPorts) ProtoMessage() {}
+
+func (x *HostPorts) ProtoReflect() protoreflect.Message {
+	mi := &file_lifeline_v1_host_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostPorts.ProtoReflect.Descriptor instead.
+func (*HostPorts) Descriptor() ([]byte, []int) {
+	return file_lifeline_v1_host_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *HostPorts) GetPorts() []string {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
 // HostClaimsReport is the unit's claims as rendered for its host.
 type HostClaimsReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -145,7 +193,7 @@ type HostClaimsReport struct {
 
 func (x *HostClaimsReport) Reset() {
 	*x = HostClaimsReport{}
-	mi := &file_lifeline_v1_host_proto_msgTypes[1]
+	mi := &file_lifeline_v1_host_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -157,7 +205,7 @@ func (x *HostClaimsReport) String() string {
 func (*HostClaimsReport) ProtoMessage() {}
 
 func (x *HostClaimsReport) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_host_proto_msgTypes[1]
+	mi := &file_lifeline_v1_host_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -170,7 +218,7 @@ func (x *HostClaimsReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostClaimsReport.ProtoReflect.Descriptor instead.
 func (*HostClaimsReport) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_host_proto_rawDescGZIP(), []int{1}
+	return file_lifeline_v1_host_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *HostClaimsReport) GetPorts() []string {
@@ -219,7 +267,7 @@ type HostPackage struct {
 
 func (x *HostPackage) Reset() {
 	*x = HostPackage{}
-	mi := &file_lifeline_v1_host_proto_msgTypes[2]
+	mi := &file_lifeline_v1_host_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -231,7 +279,7 @@ func (x *HostPackage) String() string {
 func (*HostPackage) ProtoMessage() {}
 
 func (x *HostPackage) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_host_proto_msgTypes[2]
+	mi := &file_lifeline_v1_host_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -244,7 +292,7 @@ func (x *HostPackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostPackage.ProtoReflect.Descriptor instead.
 func (*HostPackage) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_host_proto_rawDescGZIP(), []int{2}
+	return file_lifeline_v1_host_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *HostPackage) GetName() string {
@@ -287,7 +335,7 @@ type HostJob struct {
 
 func (x *HostJob) Reset() {
 	*x = HostJob{}
-	mi := &file_lifeline_v1_host_proto_msgTypes[3]
+	mi := &file_lifeline_v1_host_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -299,7 +347,7 @@ func (x *HostJob) String() string {
 func (*HostJob) ProtoMessage() {}
 
 func (x *HostJob) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_host_proto_msgTypes[3]
+	mi := &file_lifeline_v1_host_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -312,7 +360,7 @@ func (x *HostJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostJob.ProtoReflect.Descriptor instead.
 func (*HostJob) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_host_proto_rawDescGZIP(), []int{3}
+	return file_lifeline_v1_host_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *HostJob) GetJob() string {
@@ -393,7 +441,7 @@ type HostTask struct {
 
 func (x *HostTask) Reset() {
 	*x = HostTask{}
-	mi := &file_lifeline_v1_host_proto_msgTypes[4]
+	mi := &file_lifeline_v1_host_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -405,7 +453,7 @@ func (x *HostTask) String() string {
 func (*HostTask) ProtoMessage() {}
 
 func (x *HostTask) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_host_proto_msgTypes[4]
+	mi := &file_lifeline_v1_host_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -418,7 +466,7 @@ func (x *HostTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostTask.ProtoReflect.Descriptor instead.
 func (*HostTask) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_host_proto_rawDescGZIP(), []int{4}
+	return file_lifeline_v1_host_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HostTask) GetKind() string {
@@ -472,7 +520,7 @@ type DaemonReport struct {
 
 func (x *DaemonReport) Reset() {
 	*x = DaemonReport{}
-	mi := &file_lifeline_v1_host_proto_msgTypes[5]
+	mi := &file_lifeline_v1_host_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -484,7 +532,7 @@ func (x *DaemonReport) String() string {
 func (*DaemonReport) ProtoMessage() {}
 
 func (x *DaemonReport) ProtoReflect() protoreflect.Message {
-	mi := &file_lifeline_v1_host_proto_msgTypes[5]
+	mi := &file_lifeline_v1_host_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -497,7 +545,7 @@ func (x *DaemonReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DaemonReport.ProtoReflect.Descriptor instead.
 func (*DaemonReport) Descriptor() ([]byte, []int) {
-	return file_lifeline_v1_host_proto_rawDescGZIP(), []int{5}
+	return file_lifeline_v1_host_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DaemonReport) GetName() string {
@@ -555,7 +603,9 @@ const file_lifeline_v1_host_proto_rawDesc = "" +
 	"\blast_job\x18\x04 \x01(\v2\x14.lifeline.v1.HostJobR\alastJob\x12\x1c\n" +
 	"\tconflicts\x18\x05 \x03(\tR\tconflicts\x123\n" +
 	"\adaemons\x18\x06 \x03(\v2\x19.lifeline.v1.DaemonReportR\adaemons\x12,\n" +
-	"\x12reported_unix_nano\x18\a \x01(\x03R\x10reportedUnixNano\"\xb1\x01\n" +
+	"\x12reported_unix_nano\x18\a \x01(\x03R\x10reportedUnixNano\"!\n" +
+	"\tHostPorts\x12\x14\n" +
+	"\x05ports\x18\x01 \x03(\tR\x05ports\"\xb1\x01\n" +
 	"\x10HostClaimsReport\x12\x14\n" +
 	"\x05ports\x18\x01 \x03(\tR\x05ports\x12!\n" +
 	"\fopened_ports\x18\x02 \x03(\tR\vopenedPorts\x12\x14\n" +
@@ -600,21 +650,22 @@ func file_lifeline_v1_host_proto_rawDescGZIP() []byte {
 	return file_lifeline_v1_host_proto_rawDescData
 }
 
-var file_lifeline_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_lifeline_v1_host_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_lifeline_v1_host_proto_goTypes = []any{
 	(*HostReport)(nil),       // 0: lifeline.v1.HostReport
-	(*HostClaimsReport)(nil), // 1: lifeline.v1.HostClaimsReport
-	(*HostPackage)(nil),      // 2: lifeline.v1.HostPackage
-	(*HostJob)(nil),          // 3: lifeline.v1.HostJob
-	(*HostTask)(nil),         // 4: lifeline.v1.HostTask
-	(*DaemonReport)(nil),     // 5: lifeline.v1.DaemonReport
+	(*HostPorts)(nil),        // 1: lifeline.v1.HostPorts
+	(*HostClaimsReport)(nil), // 2: lifeline.v1.HostClaimsReport
+	(*HostPackage)(nil),      // 3: lifeline.v1.HostPackage
+	(*HostJob)(nil),          // 4: lifeline.v1.HostJob
+	(*HostTask)(nil),         // 5: lifeline.v1.HostTask
+	(*DaemonReport)(nil),     // 6: lifeline.v1.DaemonReport
 }
 var file_lifeline_v1_host_proto_depIdxs = []int32{
-	1, // 0: lifeline.v1.HostReport.claims:type_name -> lifeline.v1.HostClaimsReport
-	3, // 1: lifeline.v1.HostReport.last_job:type_name -> lifeline.v1.HostJob
-	5, // 2: lifeline.v1.HostReport.daemons:type_name -> lifeline.v1.DaemonReport
-	2, // 3: lifeline.v1.HostClaimsReport.packages:type_name -> lifeline.v1.HostPackage
-	4, // 4: lifeline.v1.HostJob.tasks:type_name -> lifeline.v1.HostTask
+	2, // 0: lifeline.v1.HostReport.claims:type_name -> lifeline.v1.HostClaimsReport
+	4, // 1: lifeline.v1.HostReport.last_job:type_name -> lifeline.v1.HostJob
+	6, // 2: lifeline.v1.HostReport.daemons:type_name -> lifeline.v1.DaemonReport
+	3, // 3: lifeline.v1.HostClaimsReport.packages:type_name -> lifeline.v1.HostPackage
+	5, // 4: lifeline.v1.HostJob.tasks:type_name -> lifeline.v1.HostTask
 	5, // [5:5] is the sub-list for method output_type
 	5, // [5:5] is the sub-list for method input_type
 	5, // [5:5] is the sub-list for extension type_name
@@ -633,7 +684,7 @@ func file_lifeline_v1_host_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifeline_v1_host_proto_rawDesc), len(file_lifeline_v1_host_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

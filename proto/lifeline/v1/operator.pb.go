@@ -955,6 +955,10 @@ type UnitStatus struct {
 	// workload's statuses were set (unix nanoseconds; 0: never).
 	AgentSince    int64 `protobuf:"varint,16,opt,name=agent_since,json=agentSince,proto3" json:"agent_since,omitempty"`
 	WorkloadSince int64 `protobuf:"varint,17,opt,name=workload_since,json=workloadSince,proto3" json:"workload_since,omitempty"`
+	// ports are the unit's port claims, declared by its charm and opened
+	// by its hooks, as its agent last reported them: "8080/tcp",
+	// "9000-9010/udp".
+	Ports         []string `protobuf:"bytes,18,rep,name=ports,proto3" json:"ports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1106,6 +1110,13 @@ func (x *UnitStatus) GetWorkloadSince() int64 {
 		return x.WorkloadSince
 	}
 	return 0
+}
+
+func (x *UnitStatus) GetPorts() []string {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
 }
 
 type RelationStatus struct {
@@ -3169,7 +3180,7 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\aupdated\x18\x04 \x01(\x05R\aupdated\x12\x14\n" +
 	"\x05units\x18\x05 \x01(\x05R\x05units\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x12)\n" +
-	"\x10awaiting_promote\x18\a \x01(\bR\x0fawaitingPromote\"\x88\x04\n" +
+	"\x10awaiting_promote\x18\a \x01(\bR\x0fawaitingPromote\"\x9e\x04\n" +
 	"\n" +
 	"UnitStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -3191,7 +3202,8 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x0ftarget_revision\x18\x0f \x01(\x03R\x0etargetRevision\x12\x1f\n" +
 	"\vagent_since\x18\x10 \x01(\x03R\n" +
 	"agentSince\x12%\n" +
-	"\x0eworkload_since\x18\x11 \x01(\x03R\rworkloadSince\"\xd6\x01\n" +
+	"\x0eworkload_since\x18\x11 \x01(\x03R\rworkloadSince\x12\x14\n" +
+	"\x05ports\x18\x12 \x03(\tR\x05ports\"\xd6\x01\n" +
 	"\x0eRelationStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
