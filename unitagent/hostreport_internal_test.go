@@ -1,0 +1,77 @@
+package unitagent
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// reportAPI records the host reports sent, refusing the first refuse of
+// them as a controller away would.
+type reportAPI struct {
+	API
+	mu      sync.Mutex
+	refuse  int
+	reports []*pb.HostReport
+	at      []time.Time
+}
+
+func (a *reportAPI) SetHostReport(_ context.Context, in *pb.SetHostReportRequest, _ ...grpc.CallOption) (*pb.SetHostReportResponse, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.refuse > 0 {
+		a.refuse--
+		return nil, status.Error(codes.Unavailable, "away")
+	}
+	a.reports, a.at = append(a.reports, in.Report), append(a.at, time.Now())
+	return &pb.SetHostReportResponse{}, nil
+}
+
+func (a *reportAPI) sent() ([]*pb.HostReport, []time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]*pb.HostReport(nil), a.reports...), append([]time.Time(nil), a.at...)
+}
+
+// TestHostReportsAreSpaced: a burst of changes makes few reports, spaced
+// by the reporter's interval, the last change always among them; a report
+// the controller refuses is sent again.
+func TestHostReportsAreSpaced(t *testing.T) {
+	api := &reportAPI{refuse: 1}
+	r := &hostReporter{api: api, unit: "kv/0", logger: hclog.NewNullLogger(), every: 300 * time.Millisecond, kick: make(chan struct{}, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for i := int64(1); i <= 30; i++ {
+		r.set(&pb.HostReport{AppliedRevision: i})
+		time.Sleep(20 * time.Millisecond)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		reports, at := api.sent()
+		if n := len(reports); n > 0 && reports[n-1].AppliedRevision == 30 {
+			if n > 4 {
+				t.Errorf("%d reports for 30 changes in 0.6 s, want at most 4", n)
+			}
+			for i := 1; i < n; i++ {
+				if gap := at[i].Sub(at[i-1]); gap < 250*time.Millisecond {
+					t.Errorf("reports %d and %d %s apart, want at least the interval", i-1, i, gap)
+				}
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the last change was never reported: %v", reports)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
