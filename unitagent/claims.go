@@ -191,6 +191,10 @@ func (a *Agent) tellGate() {
 	if a.l.Host != nil {
 		c = a.l.Host.Applied
 	}
+	if c != nil || len(a.l.OpenedPorts) > 0 {
+		// The ports its hooks opened are the unit's claims as well.
+		c = a.l.withPortClaims(c)
+	}
 	a.cfg.Gate.Holds(a.cfg.Unit, c)
 }
 
@@ -211,6 +215,9 @@ func (ex *executor) checkClaims(ctx context.Context, op *hookOp, claims *hostcla
 			kept = h.Rev
 		}
 	}
+	// The ports its hooks opened count with its charm's, both held and
+	// asked for.
+	held, claims = a.l.withPortClaims(held), a.l.withPortClaims(claims)
 	if a.cfg.Gate == nil || sameClaims(held, claims) {
 		return false, nil
 	}
@@ -230,6 +237,10 @@ func (ex *executor) checkClaims(ctx context.Context, op *hookOp, claims *hostcla
 	a.logger.Warn("host claims refused: waiting for ctl resolved or another target", "revision", op.Version, "conflict", why)
 	op.Attempts++
 	op.Step, op.NotBefore, op.Task, op.Conflict = stepQueued, time.Time{}, why, true
+	if a.l.Host == nil {
+		a.l.Host = &hostState{}
+	}
+	a.l.Host.Conflicts = []string{why} // reported (hostreport.go)
 	a.enterError(op)
 	a.failed, a.failedOp = a.failureStatus(op, nil), op
 	a.rep.set(a.failed)
@@ -264,7 +275,7 @@ func applyHostSuccess(l *localState, op *hookOp, applied *hostclaims.Claims) {
 	h := l.Host
 	switch op.Hook {
 	case opHostClaims:
-		h.Rev, h.Daemons = op.Version, false
+		h.Rev, h.Daemons, h.Conflicts = op.Version, false, nil
 	case opHostDaemons:
 		h.Rev, h.Daemons = op.Version, true
 	case opHostRelease:

@@ -372,6 +372,11 @@ func (ex *executor) commit(ctx context.Context, op *hookOp, ran bool) error {
 	}
 	applySuccess(a.l, op)
 	a.l.Op = nil
+	if op.Ports != nil {
+		// The ports it opened or closed are the unit's claims from now:
+		// the machine's gate weighs others' against them.
+		a.tellGate()
+	}
 	a.logger.Debug("hook done", "hook", op.Hook)
 	// Synced with the next save, or flushed before the agent acts on
 	// anything but a hook (stateStore.saveUnsynced).

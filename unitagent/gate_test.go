@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -121,4 +122,36 @@ func TestRefusedClaimsKeepTheRevision(t *testing.T) {
 	if held == nil || len(held.Files) != 2 {
 		t.Errorf("the gate holds %+v for kv/0, want its two files", held)
 	}
+}
+
+// TestOpenedPortsToldToTheGate: the ports a hook opened are the unit's
+// claims: once the hook succeeded, its machine's gate holds them, and a
+// port closed goes from them.
+func TestOpenedPortsToldToTheGate(t *testing.T) {
+	w := newWorld(t)
+	gate := &refusingGate{held: map[string]*hostclaims.Claims{}}
+	w.gate = gate
+	w.deploy(kvMeta, 1, "server")
+	w.file("kv/0", "probe-install", "open-port 8080 && open-port 9000-9010/udp")
+	w.file("kv/0", "probe-config-changed", "close-port 8080")
+	heldPorts := func() []string {
+		gate.mu.Lock()
+		defer gate.mu.Unlock()
+		var out []string
+		if c := gate.held["kv/0"]; c != nil {
+			for _, p := range c.Ports {
+				out = append(out, p.String())
+			}
+		}
+		return out
+	}
+	w.start("kv/0")
+	w.waitFor("the gate holding kv/0's opened ports", func() bool {
+		return slices.Equal(heldPorts(), []string{"8080/tcp", "9000-9010/udp"})
+	})
+	w.setColour("blue")
+	w.grant("kv", "kv/0")
+	w.waitFor("the gate holding kv/0's ports but the one closed", func() bool {
+		return slices.Equal(heldPorts(), []string{"9000-9010/udp"})
+	})
 }

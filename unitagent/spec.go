@@ -143,7 +143,10 @@ func (ex *executor) dropMove(ctx context.Context, r *remote) error {
 	a.failed, a.failedOp = nil, nil
 	if op.Hook == opHostClaims {
 		// The claims approved for it, if any, are not taken: the host
-		// holds what it held.
+		// holds what it held, and no conflict is left to report.
+		if a.l.Host != nil {
+			a.l.Host.Conflicts = nil
+		}
 		a.tellGate()
 	}
 	return a.save()
