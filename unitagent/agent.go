@@ -375,6 +375,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		r.serviceDyingSince = serviceDyingSince
 		w.forgetRelations(r, a.l)
 		runner.sync(r)
+		for id, again := range a.l.SubordinatesRefused {
+			if !now.Before(again) {
+				delete(a.l.SubordinatesRefused, id) // asked for again
+			}
+		}
 		act := next(a.l, r, a.cfg.Unit, now)
 		if err := ex.ready(ctx, act); err != nil {
 			if ctx.Err() != nil {

@@ -155,11 +155,30 @@ func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 		return nil
 	case actAddSub:
 		resp, err := a.cfg.API.AddSubordinate(cctx, &pb.AddSubordinateRequest{Principal: a.cfg.Unit, Service: act.unit})
+		if status.Code(err) == codes.FailedPrecondition {
+			// Refused by a rule (its host claims conflict with a unit's
+			// of the machine, say): asked for again a while on, the
+			// unit's other hooks running meanwhile, the refusal in its
+			// host report.
+			a.logger.Warn("subordinate refused: asking again later", "service", act.unit, "in", subRefusedFor, "error", status.Convert(err).Message())
+			if a.l.SubordinatesRefused == nil {
+				a.l.SubordinatesRefused = map[int64]time.Time{}
+			}
+			a.l.SubordinatesRefused[act.relation] = a.cfg.Clock().Add(subRefusedFor)
+			if a.l.Host == nil {
+				a.l.Host = &hostState{}
+			}
+			a.l.Host.Conflicts = []string{status.Convert(err).Message()}
+			return a.save()
+		}
 		if err != nil {
 			return err
 		}
 		a.logger.Info("subordinate added", "subordinate", resp.Unit.Name)
 		a.l.AddedSubordinates[act.relation] = resp.Unit.Name
+		if h := a.l.Host; h != nil && len(h.Conflicts) == 1 && strings.HasPrefix(h.Conflicts[0], "cannot place") {
+			h.Conflicts = nil // the refusal reported is over
+		}
 		return a.save()
 	case actRemoveSub:
 		if d := a.cfg.Deployer; d != nil {
@@ -188,6 +207,10 @@ func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 	}
 	return fmt.Errorf("unknown action %v", act)
 }
+
+// subRefusedFor is how long a subordinate the controller refused waits
+// before its principal's agent asks again.
+const subRefusedFor = time.Minute
 
 // maxCarriedLeaves is the most departures one EnsureUnitDead call carries
 // (the controller's bound): beyond them, each goes in a call of its own.

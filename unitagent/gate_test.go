@@ -2,6 +2,7 @@ package unitagent_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/lifelinehq/lifeline/hostclaims"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -132,7 +134,7 @@ func TestOpenedPortsToldToTheGate(t *testing.T) {
 	gate := &refusingGate{held: map[string]*hostclaims.Claims{}}
 	w.gate = gate
 	w.deploy(kvMeta, 1, "server")
-	w.file("kv/0", "probe-install", "open-port 8080 && open-port 9000-9010/udp")
+	w.file("kv/0", "probe-install", "open-port 8080 && open-port 9000-9010/udp && opened-ports")
 	w.file("kv/0", "probe-config-changed", "close-port 8080")
 	heldPorts := func() []string {
 		gate.mu.Lock()
@@ -146,8 +148,9 @@ func TestOpenedPortsToldToTheGate(t *testing.T) {
 		return out
 	}
 	w.start("kv/0")
-	w.waitFor("the gate holding kv/0's opened ports", func() bool {
-		return slices.Equal(heldPorts(), []string{"8080/tcp", "9000-9010/udp"})
+	poll.UntilSays(t, "the gate holding kv/0's opened ports", func() (bool, string) {
+		got := heldPorts()
+		return slices.Equal(got, []string{"8080/tcp", "9000-9010/udp"}), fmt.Sprintf("held %q, opened-ports logged %q, hooks %q", got, w.lines("kv/0", "probe.log"), w.hooks("kv/0"))
 	})
 	w.setColour("blue")
 	w.grant("kv", "kv/0")

@@ -73,6 +73,11 @@ type localState struct {
 	OpenedPorts []string `json:"opened_ports,omitempty"`
 	// Subordinates of this principal that it added, by relation id.
 	AddedSubordinates map[int64]string `json:"added_subordinates,omitempty"`
+	// SubordinatesRefused are the subordinates the controller refused to
+	// place beside the unit (their host claims conflict with a unit's of
+	// the machine: rule P1), by relation id: when to ask again. Meanwhile
+	// the unit's other hooks run.
+	SubordinatesRefused map[int64]time.Time `json:"subordinates_refused,omitempty"`
 
 	// changes are the changes of relations' members since the last save,
 	// in order: what the next journal record carries besides the head.
@@ -223,6 +228,7 @@ func (l *localState) breakRelation(id int64) {
 	}
 	delete(l.Relations, id)
 	delete(l.AddedSubordinates, id)
+	delete(l.SubordinatesRefused, id)
 }
 
 // saved says whether the relation holds anything saved apart from the

@@ -327,7 +327,12 @@ func relationAction(l *localState, r *remote, self string, dying bool) (action, 
 				return action{kind: actEnterScope, relation: id}, true
 			}
 			if sub := subordinateService(rr.rel, r.unit); sub != "" && l.AddedSubordinates[id] == "" {
-				return action{kind: actAddSub, relation: id, unit: sub}, true
+				// One the controller refused is asked for again once its
+				// time comes (Agent.Run forgets the refusal then), and
+				// holds nothing back meanwhile.
+				if _, refused := l.SubordinatesRefused[id]; !refused {
+					return action{kind: actAddSub, relation: id, unit: sub}, true
+				}
 			}
 			if !l.Started {
 				continue // member hooks wait for start

@@ -131,3 +131,39 @@ func TestRelationCreatedBeforeConfigChanged(t *testing.T) {
 		t.Fatalf("next once the relation is known = %v, want db-relation-created", act)
 	}
 }
+
+// TestRefusedSubordinateHoldsNothingBack: a subordinate the controller
+// refused to place (rule P1) is not asked for again until its time comes,
+// and meanwhile the principal's member hooks run.
+func TestRefusedSubordinateHoldsNothingBack(t *testing.T) {
+	l := &localState{
+		State: StateRunning, Started: true, Charm: "app/1", Spec: testSpec(1), Revision: 1, ConfigRan: configDigest(nil),
+		Relations: map[int64]*localRelation{
+			4: {Endpoint: "db", Created: true, InScope: true, Members: map[string]int64{}},
+			3: {Endpoint: "logs", Created: true, InScope: true, Members: map[string]int64{}},
+		},
+		AddedSubordinates: map[int64]string{},
+	}
+	db := &pb.Relation{Id: 4, Life: pb.Life_LIFE_ALIVE, Endpoints: []*pb.RelationEndpoint{
+		{Service: "app", Endpoint: &pb.Endpoint{Name: "db"}}, {Service: "kv", Endpoint: &pb.Endpoint{Name: "server"}},
+	}}
+	logs := &pb.Relation{Id: 3, Life: pb.Life_LIFE_ALIVE, Scope: pb.Scope_SCOPE_CONTAINER, Endpoints: []*pb.RelationEndpoint{
+		{Service: "app", Endpoint: &pb.Endpoint{Name: "logs"}}, {Service: "side", Subordinate: true, Endpoint: &pb.Endpoint{Name: "logs"}},
+	}}
+	r := &remote{
+		unit: &pb.Unit{Name: "app/0", Service: "app", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
+		relationIDs: map[int64]bool{3: true, 4: true}, relsKnown: true,
+		relations: map[int64]*remoteRelation{
+			4: {rel: db, known: true, scoped: true, members: map[string]int64{"kv/0": 1}},
+			3: {rel: logs, known: true, scoped: true, members: map[string]int64{}},
+		},
+	}
+	if act, ok := relationAction(l, r, "app/0", false); !ok || act.kind != actAddSub || act.unit != "side" {
+		t.Fatalf("relationAction with a subordinate to add = %v, want it added", act)
+	}
+	l.SubordinatesRefused = map[int64]time.Time{3: time.Now().Add(time.Minute)}
+	act, ok := relationAction(l, r, "app/0", false)
+	if !ok || act.kind != actHook || act.op.Hook != "db-relation-joined" || act.op.Remote != "kv/0" {
+		t.Fatalf("relationAction with the subordinate refused = %v, want db-relation-joined of kv/0", act)
+	}
+}
