@@ -59,7 +59,7 @@ func (d Daemon) Validate() error {
 		return fmt.Errorf("daemon %s: %d environment variables, at most %d", d.Name, len(d.Env), maxDaemonEnv)
 	}
 	for k, v := range d.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) || k == markEnv {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) || k == MarkEnv {
 			return fmt.Errorf("daemon %s: environment variable %q: not allowed", d.Name, k)
 		}
 	}
@@ -97,7 +97,7 @@ func (d Daemon) environ(mark string) []string {
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
-	return append(env, markEnv+"="+mark)
+	return append(env, MarkEnv+"="+mark)
 }
 
 func newMark() string {

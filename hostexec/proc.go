@@ -144,15 +144,16 @@ func waitEnded(pid int, startTime uint64, d time.Duration) (string, bool) {
 	}
 }
 
-// markEnv names the variable a daemon's mark is in: a value unique to
+// MarkEnv names the variable a daemon's mark is in: a value unique to
 // each start, by which a daemon started just before the agent died, its
-// pid unrecorded, is found again.
-const markEnv = "LIFELINE_DAEMON_MARK"
+// pid unrecorded, is found again (and by which the local provider finds
+// a machine's daemons to end them with the machine).
+const MarkEnv = "LIFELINE_DAEMON_MARK"
 
 // findMarked returns the pid and start time of the session leader whose
 // environment holds mark, if one runs.
 func findMarked(mark string) (int, uint64, bool) {
-	want := []byte(markEnv + "=" + mark + "\x00")
+	want := []byte(MarkEnv + "=" + mark + "\x00")
 	dirs, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, 0, false

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/lifelinehq/lifeline/hostexec"
 	"github.com/lifelinehq/lifeline/pki"
 )
 
@@ -251,7 +253,8 @@ func (l *Local) session(id string) int {
 }
 
 // Stop ends every process of the machine's session (its agent, hooks, and
-// the daemons its units started, even when the agent itself is gone), then
+// the processes its units' hooks left behind, even when the agent itself
+// is gone) and its units' daemons, each in a session of its own, then
 // removes its directory.
 func (l *Local) Stop(ctx context.Context, instanceID string) error {
 	id, ok := strings.CutPrefix(instanceID, localPrefix)
@@ -264,7 +267,43 @@ func (l *Local) Stop(ctx context.Context, instanceID string) error {
 	if pid := l.findAgent(id); pid > 0 {
 		killSession(pid, 10*time.Second)
 	}
+	for _, sid := range l.daemonSessions(id) {
+		killSession(sid, 10*time.Second)
+	}
 	return os.RemoveAll(l.machineDir(id))
+}
+
+// daemonSessions lists the sessions of machine id's units' daemons: the
+// agent's supervisor starts each in a session of its own, which it leads,
+// in its unit's directory under the machine's, with hostexec.MarkEnv in
+// its environment. They outlive the agent on purpose (it adopts them as
+// it starts again), so the agent's session alone is not the machine.
+func (l *Local) daemonSessions(id string) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	prefix := l.machineDir(id) + "/"
+	mark := []byte(hostexec.MarkEnv + "=")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd")
+		if err != nil || !strings.HasPrefix(cwd, prefix) {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil || !(bytes.HasPrefix(env, mark) || bytes.Contains(env, append([]byte{0}, mark...))) {
+			continue
+		}
+		if slices.Contains(sessionPids(pid), pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // killSession sends SIGTERM to every process of session sid, then SIGKILL
@@ -348,7 +387,8 @@ func (l *Local) StopAll() int {
 		if !e.IsDir() {
 			continue
 		}
-		for _, sid := range []int{l.session(e.Name()), l.findAgent(e.Name())} {
+		sids := append([]int{l.session(e.Name()), l.findAgent(e.Name())}, l.daemonSessions(e.Name())...)
+		for _, sid := range sids {
 			if sid > 0 && len(sessionPids(sid)) > 0 {
 				killSession(sid, 10*time.Second)
 				n++
