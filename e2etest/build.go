@@ -17,6 +17,10 @@ type Binaries struct {
 	// Reaper ends a sandbox's processes if the test binary dies without
 	// its cleanup (e2etest/reaper); none is started when it is empty.
 	Reaper string
+	// Fakepkg is hostexec's test package manager, for machine agents
+	// started with --package-manager=exec: (a wrapper sets its
+	// environment: see hostexec/internal/fakepkg).
+	Fakepkg string
 }
 
 // RepoRoot returns the main module's directory, as go env GOMOD finds it
@@ -61,17 +65,18 @@ func StampFlag() string {
 	return "-ldflags=-X " + pkg + ".version=" + StampVersion + " -X " + pkg + ".commit=" + StampCommit + " -X " + pkg + ".date=" + StampDate
 }
 
-// BuildBinaries builds ctl, lifelined and the sandboxes' reaper into dir,
-// stamped (StampFlag).
+// BuildBinaries builds ctl, lifelined, the sandboxes' reaper and fakepkg
+// into dir, stamped (StampFlag).
 func BuildBinaries(dir string) (Binaries, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return Binaries{}, err
 	}
-	if err := goBuild(root, nil, StampFlag(), "-o", dir+string(filepath.Separator), "./cmd/ctl", "./cmd/lifelined", "./e2etest/reaper"); err != nil {
+	if err := goBuild(root, nil, StampFlag(), "-o", dir+string(filepath.Separator), "./cmd/ctl", "./cmd/lifelined", "./e2etest/reaper", "./hostexec/internal/fakepkg"); err != nil {
 		return Binaries{}, err
 	}
-	return Binaries{Ctl: filepath.Join(dir, "ctl"), Lifelined: filepath.Join(dir, "lifelined"), Reaper: filepath.Join(dir, "reaper")}, nil
+	return Binaries{Ctl: filepath.Join(dir, "ctl"), Lifelined: filepath.Join(dir, "lifelined"), Reaper: filepath.Join(dir, "reaper"),
+		Fakepkg: filepath.Join(dir, "fakepkg")}, nil
 }
 
 // BuildEtcd builds the etcd server of tools/etcd (a module of its own, at
