@@ -52,7 +52,7 @@ type controllerFlags struct {
 	clientConfig   string
 	provider       string
 	namespace      string
-	logLevel       string
+	log            logFlags
 	etcdEndpoints  []string
 	etcdCA         string
 	etcdCert       string
@@ -117,7 +117,7 @@ local provider, controllers on one host share --machines-dir.`,
 	fl.StringVar(&f.clientConfig, "client-config", "", "where to write the operator's client config (default: $LIFELINE_CONFIG, or lifeline/client.json in the user's config dir)")
 	fl.StringVar(&f.provider, "provider", "local", "machine provider: local (each machine an agent process on this host) or manual (hosts join with a token)")
 	fl.StringVar(&f.namespace, "namespace", "/lifeline/", "etcd key prefix under which the model lives")
-	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	f.log.add(fl)
 	fl.DurationVar(&f.hookTimeout, "hook-timeout", 5*time.Minute, "how long a hook may run before its agent kills it")
 	fl.DurationVar(&f.presence, "presence-timeout", 15*time.Second, "how long an agent may be silent before status shows it lost")
 	fl.StringVar(&f.machinesDir, "machines-dir", "", "where the local provider keeps its machines (default: machines in the data directory; controllers of one model on one host share it)")
@@ -192,8 +192,8 @@ func (f *controllerFlags) validate() error {
 	if err := f.budgets.validate(len(f.etcdEndpoints) > 0, set); err != nil {
 		return usageError{err}
 	}
-	if hclog.LevelFromString(f.logLevel) == hclog.NoLevel {
-		return usageError{fmt.Errorf("unknown log level %q: use trace, debug, info, warn or error", f.logLevel)}
+	if err := f.log.check(); err != nil {
+		return err
 	}
 	if !strings.HasPrefix(f.namespace, "/") || !strings.HasSuffix(f.namespace, "/") {
 		return usageError{fmt.Errorf("--namespace %q must start and end with /", f.namespace)}
@@ -255,10 +255,12 @@ func runController(ctx context.Context, f controllerFlags) error {
 		}
 		f.localNetwork = network
 	}
-	logger, err := newLogger("controller", f.logLevel, os.Stderr)
+	rootLogger, logOut, err := newLogger("controller", f.log)
 	if err != nil {
 		return err
 	}
+	defer logOut.Close()
+	var logger hclog.Logger = rootLogger
 	quietGRPC(logger)
 	logger.Info("limits", "descriptors", nofile, "api_max_connections", lim.conns.Max,
 		"api_max_connections_per_address", lim.conns.PerAddress)
@@ -491,7 +493,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 			return err
 		}
 		instances = &provider.Local{Dir: f.machinesDir, Lifelined: self, Logger: logger, Network: f.localNetwork,
-			Args: append([]string{"--log-level", f.logLevel}, f.localAgentArgs...)}
+			Args: append([]string{"--log-level", f.log.level, "--log-format", f.log.format}, f.localAgentArgs...)}
 	}
 	prov, err := provisioner.New(provisioner.Config{
 		State: st, Provider: instances, Controllers: advertise, CACert: ca.CertPEM(), Logger: logger,

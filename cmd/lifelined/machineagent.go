@@ -40,7 +40,7 @@ type machineAgentFlags struct {
 	join        string
 	controllers []string
 	address     string
-	logLevel    string
+	log         logFlags
 	packages    string
 	metricsAddr string
 }
@@ -77,7 +77,7 @@ of the data directory) is refused while the first is present, and stops.`,
 	_ = fl.MarkHidden("join") // refused with a sentence: see runMachineAgent
 	fl.StringSliceVar(&f.controllers, "controller", nil, "controller addresses to dial, before those the token or config names")
 	fl.StringVar(&f.address, "address", "127.0.0.1", "the machine's address, given to its units")
-	fl.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	f.log.add(fl)
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics (the hooks run, by name and result, with their durations) at /metrics on this address; port 0 picks one, written to metrics.addr in the data directory")
 	fl.StringVar(&f.packages, "package-manager", "none", "how the units' package claims are carried out: apt (dpkg-query and apt-get), none (refused: the unit shows the error) or exec:PATH (a program with query, install and remove verbs)")
 	return cmd
@@ -96,10 +96,11 @@ func runMachineAgent(ctx context.Context, f machineAgentFlags) error {
 	if err != nil {
 		return usageError{err}
 	}
-	logger, err := newLogger("machine-agent", f.logLevel, os.Stderr)
+	logger, logOut, err := newLogger("machine-agent", f.log)
 	if err != nil {
 		return err
 	}
+	defer logOut.Close()
 	quietGRPC(logger)
 	if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)

@@ -70,7 +70,7 @@ func runUnitAgent(ctx context.Context, f unitAgentFlags) error {
 	case !names.ValidUnit(f.unit):
 		return usageError{fmt.Errorf("--unit %q: want <service>/<number>", f.unit)}
 	}
-	logger, err := newLogger("unit-agent", f.logLevel, os.Stderr)
+	logger, _, err := newLogger("unit-agent", logFlags{level: f.logLevel, format: "text", maxSizeMiB: 1})
 	if err != nil {
 		return err
 	}
