@@ -307,7 +307,7 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 		return ctx.Err()
 	}
 	if err != nil || !res.ok {
-		a.logger.Warn("hook failed", "hook", op.Hook, "attempt", op.Attempts+1, "error", errString(err, res))
+		a.logger.Warn("hook failed", "hook", op.Hook, "duration", res.took, "status", res.why, "attempt", op.Attempts+1, "error", errString(err, res))
 		a.hookFailed(op)
 		// Shown at once, as it will be while the agent waits to run
 		// it again (reportWaiting).
@@ -315,6 +315,8 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 		a.rep.set(a.failed)
 		return a.save()
 	}
+	// One line a run, for the operator (ctl debug-log).
+	a.logger.Info("hook ran", "hook", op.Hook, "duration", res.took, "status", res.why)
 	if len(res.lastLines) > 0 {
 		// The hook's last words go into the unit's status history.
 		a.rep.set(&pb.Status{Status: "executing", Message: fmt.Sprintf("ran %s hook", op.Hook),

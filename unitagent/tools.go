@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/lifelinehq/lifeline/hooks"
 	"github.com/lifelinehq/lifeline/names"
@@ -21,6 +22,8 @@ type hookResult struct {
 	ok        bool
 	why       string
 	lastLines []string
+	// took is how long the hook's process ran.
+	took time.Duration
 }
 
 func (a *Agent) startTools(ctx context.Context) (*toolServer, error) {
@@ -94,5 +97,5 @@ func (t *toolServer) run(ctx context.Context, a *Agent, op *hookOp, hc *hookCont
 	if res.Skipped {
 		return hookResult{ok: true, why: res.String()}, nil
 	}
-	return hookResult{ok: err == nil && res.Succeeded(), why: res.String(), lastLines: res.Tail}, err
+	return hookResult{ok: err == nil && res.Succeeded(), why: res.String(), lastLines: res.Tail, took: res.Duration}, err
 }
