@@ -214,6 +214,8 @@ func describe(req any) (targets []string, summary string) {
 		return []string{unit(r.Unit)}, "show unit " + r.Unit
 	case *pb.ShowMachineRequest:
 		return []string{machine(r.Machine)}, "show machine " + r.Machine
+	case *pb.DebugLogRequest:
+		return nil, debugLogSummary(r)
 	case *pb.AddUserRequest:
 		return []string{user(r.Name)}, fmt.Sprintf("add user %s (%s), registration for %s", r.Name, roleName(r.Role), time.Duration(r.ExpiresMs)*time.Millisecond)
 	case *pb.RemoveUserRequest:

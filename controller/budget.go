@@ -128,6 +128,12 @@ var callKinds = map[string]callKind{
 	"/lifeline.v1.AgentService/GetCheckpoint":  callRead,
 	"/lifeline.v1.AgentService/AppendTaskLog":  callGrow,
 	"/lifeline.v1.OperatorService/TaskLogs":    callRead,
+	// Log lines go to the controller's memory, not to etcd: each call
+	// counts against the machine's calls (its shipper makes one call at a
+	// time, about ten a second at most), and the ring bounds the
+	// machine's share of memory (logring.go).
+	"/lifeline.v1.AgentService/ShipLogs":    callKeep,
+	"/lifeline.v1.OperatorService/DebugLog": callRead,
 
 	"/lifeline.v1.OperatorService/Status":          callRead,
 	"/lifeline.v1.OperatorService/WatchStatus":     callRead,

@@ -54,6 +54,10 @@ func operatorAccess(method string) (access, bool) {
 	// The operations' task logs.
 	case "TaskLogs":
 		return access{role: viewer}, true
+	// The daemons' log lines (ctl debug-log): whoever may read the
+	// status may read them.
+	case "DebugLog":
+		return access{role: viewer}, true
 	// Revisions: the history is a viewer's, a rollback an operator's (a
 	// change of the spec, as SetConfig is).
 	case "ListRevisions", "ShowRevision":

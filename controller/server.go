@@ -95,6 +95,8 @@ type Config struct {
 	// RevisionHistory is how many revisions of each service's spec are
 	// kept, at least (state.SpecChange.History); the default when zero.
 	RevisionHistory int
+	// LogRing bounds the log lines kept for ctl debug-log (logring.go).
+	LogRing LogRingLimits
 }
 
 // Validate reports a configuration New cannot use.
@@ -148,6 +150,11 @@ type Server struct {
 	actions actionsCache
 	// logFollows bounds the open TaskLogs streams that follow logs.
 	logFollows logFollows
+	// logs keeps the recent log lines of the controller and its machine
+	// agents (debuglog.go), and debugFollows bounds the DebugLog streams
+	// that follow them.
+	logs         *logRing
+	debugFollows logFollows
 	// addrs is the list of controller addresses last read
 	// (controllerAddresses).
 	addrs struct {
@@ -187,7 +194,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Build.Version == "" {
 		cfg.Build = version.Get()
 	}
-	s := &Server{st: cfg.State, logger: cfg.Logger.Named("api"), cfg: cfg, metrics: newMetrics(cfg.Metrics, cfg.State, cfg.Watches)}
+	s := &Server{st: cfg.State, logger: cfg.Logger.Named("api"), cfg: cfg, metrics: newMetrics(cfg.Metrics, cfg.State, cfg.Watches),
+		logs:         newLogRing(cfg.LogRing),
+		debugFollows: logFollows{max: maxDebugLogFollows, perUser: maxDebugLogFollowsPerUser, what: "the debug log"}}
 	s.conns = newConnMetrics(cfg.Metrics, cfg.Connections)
 	s.watchers = newWatchers(cfg.Watches, cfg.Watch, cfg.Metrics, s.logger)
 	s.creds = newCredMirror(cfg.Watches, s.logger)

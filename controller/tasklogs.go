@@ -281,9 +281,13 @@ func (f *logFollower) send(ctx context.Context, unit string) error {
 	}
 }
 
-// logFollows counts the TaskLogs streams that follow logs on this
-// controller, in all and by user: each holds a watch of the hub.
+// logFollows counts the streams that follow logs on this controller (the
+// TaskLogs streams, or the DebugLog ones), in all and by user: at most max
+// and perUser of them, the task logs' bounds when zero.
 type logFollows struct {
+	max, perUser int
+	// what the streams follow, for the refusals: "task logs".
+	what   string
 	mu     sync.Mutex
 	total  int
 	byUser map[string]int
@@ -293,11 +297,15 @@ type logFollows struct {
 func (f *logFollows) take(user string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	most, perUser, what := f.max, f.perUser, f.what
+	if most == 0 {
+		most, perUser, what = maxTaskLogFollows, maxTaskLogFollowsPerUser, "task logs"
+	}
 	switch {
-	case f.total >= maxTaskLogFollows:
-		return status.Errorf(codes.ResourceExhausted, "%d streams follow task logs on this controller, the most it serves: try again later", maxTaskLogFollows)
-	case f.byUser[user] >= maxTaskLogFollowsPerUser:
-		return status.Errorf(codes.ResourceExhausted, "user %s follows task logs on %d streams of this controller, the most one user may: end one first", user, maxTaskLogFollowsPerUser)
+	case f.total >= most:
+		return status.Errorf(codes.ResourceExhausted, "%d streams follow %s on this controller, the most it serves: try again later", most, what)
+	case f.byUser[user] >= perUser:
+		return status.Errorf(codes.ResourceExhausted, "user %s follows %s on %d streams of this controller, the most one user may: end one first", user, what, perUser)
 	}
 	if f.byUser == nil {
 		f.byUser = map[string]int{}

@@ -72,6 +72,8 @@ func TestEachRoleAgainstEveryOperatorMethod(t *testing.T) {
 		"PauseTasks": "operator", "ResumeTasks": "operator", "StopTasks": "operator",
 		// The operations' task logs.
 		"TaskLogs": "viewer",
+		// The daemons' log lines.
+		"DebugLog": "viewer",
 		// Revisions.
 		"ListRevisions": "viewer", "ShowRevision": "viewer", "RollbackService": "operator", "RefreshService": "operator",
 		// Rollouts.

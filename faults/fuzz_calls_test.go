@@ -116,9 +116,12 @@ func (fz *fuzzer) operationCall(ctx context.Context, rnd *rand.Rand) (string, pr
 	return "StopTasks", in, err
 }
 
-// showCall shows a unit or a machine: made, gone, made up or of every
-// edge.
+// showCall shows a unit or a machine (made, gone, made up or of every
+// edge), or reads the debug log of some.
 func (fz *fuzzer) showCall(ctx context.Context, rnd *rand.Rand) (string, proto.Message, error) {
+	if rnd.IntN(3) == 0 {
+		return fz.debugLog(ctx, rnd)
+	}
 	if rnd.IntN(2) == 0 {
 		in := &pb.ShowUnitRequest{Unit: fz.name(rnd, "unit")}
 		if rnd.IntN(3) == 0 {
@@ -241,6 +244,47 @@ func (fz *fuzzer) taskLogs(ctx context.Context, in *pb.TaskLogsRequest) error {
 			return err
 		}
 	}
+}
+
+// debugLog reads the debug log with filters of every kind (units,
+// services, machines, made-up names, levels, line counts), following it
+// for a moment when asked to.
+func (fz *fuzzer) debugLog(ctx context.Context, rnd *rand.Rand) (string, proto.Message, error) {
+	in := &pb.DebugLogRequest{Replay: rnd.IntN(3) == 0, Follow: rnd.IntN(3) == 0,
+		Level: []string{"", "trace", "debug", "info", "warn", "error", "loud", randomString(rnd)}[rnd.IntN(8)]}
+	if rnd.IntN(2) == 0 {
+		in.Lines = int64Edge(rnd)
+	}
+	for range rnd.IntN(3) {
+		in.Include = append(in.Include, fz.logEntity(rnd))
+	}
+	for range rnd.IntN(2) {
+		in.Exclude = append(in.Exclude, fz.logEntity(rnd))
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	stream, err := fz.op.DebugLog(ctx, in)
+	if err != nil {
+		return "DebugLog", in, err
+	}
+	for {
+		if _, err := stream.Recv(); err != nil {
+			if err == io.EOF || ctx.Err() != nil && status.Code(err) == codes.DeadlineExceeded {
+				return "DebugLog", in, nil
+			}
+			return "DebugLog", in, err
+		}
+	}
+}
+
+func (fz *fuzzer) logEntity(rnd *rand.Rand) string {
+	switch rnd.IntN(4) {
+	case 0:
+		return "machine-" + fz.name(rnd, "machine")
+	case 1:
+		return "controller"
+	}
+	return fz.name(rnd, []string{"service", "unit"}[rnd.IntN(2)])
 }
 
 // userCall makes one call of the users' RPCs. The fuzzer's own user is

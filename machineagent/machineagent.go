@@ -20,6 +20,7 @@ import (
 	"github.com/lifelinehq/lifeline/hooks"
 	"github.com/lifelinehq/lifeline/hostexec"
 	"github.com/lifelinehq/lifeline/internal/sdnotify"
+	"github.com/lifelinehq/lifeline/logship"
 	"github.com/lifelinehq/lifeline/names"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -73,6 +74,9 @@ type Config struct {
 	// against one another waits after an ask for another to join it
 	// (conflicts.go); 75 ms when zero.
 	ClaimsWindow time.Duration
+	// Logs ships the process's log lines to the controller while Run
+	// runs; none when nil.
+	Logs *logship.Shipper
 }
 
 // Validate reports a configuration New cannot use.
@@ -267,6 +271,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { a.unitRemovals.run(ctx) })
 	wg.Go(func() { a.mux.Run(ctx) })
 	wg.Go(func() { host.Supervisor.Run(ctx) })
+	if a.cfg.Logs != nil {
+		wg.Go(func() { a.cfg.Logs.Run(ctx) })
+	}
 	a.logger.Info("machine agent instance", "instance", instance, "previous", previous)
 	select {
 	case <-a.whenPresent():

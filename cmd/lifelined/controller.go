@@ -434,6 +434,8 @@ func runController(ctx context.Context, f controllerFlags) error {
 	if err != nil {
 		return err
 	}
+	// From here the controller's own lines are kept for ctl debug-log too.
+	rootLogger.RegisterSink(api.LogSink(hclog.LevelFromString(f.log.level)))
 	actx, acancel := context.WithCancel(context.Background())
 	g.Add(func() error { return api.Run(actx) }, func(error) { acancel() })
 	gs := api.GRPCServer()

@@ -23,6 +23,7 @@ import (
 	"github.com/lifelinehq/lifeline/apiclient"
 	"github.com/lifelinehq/lifeline/hostexec"
 	"github.com/lifelinehq/lifeline/internal/version"
+	"github.com/lifelinehq/lifeline/logship"
 	"github.com/lifelinehq/lifeline/machineagent"
 	"github.com/lifelinehq/lifeline/names"
 	"github.com/lifelinehq/lifeline/pki"
@@ -165,6 +166,10 @@ func runMachineAgent(ctx context.Context, f machineAgentFlags) error {
 		}
 		defer stopMetrics()
 	}
+	// The agent's lines and its units' go to the controller too (ctl
+	// debug-log), through a bounded buffer that never holds it up.
+	logs := logship.NewBuffer(id, hclog.LevelFromString(f.log.level), 0, 0)
+	logger.RegisterSink(logs)
 	a, err := machineagent.New(machineagent.Config{
 		MachineID: id, DataDir: f.dataDir, Address: f.address,
 		API: pb.NewAgentServiceClient(apiclient.As(conn, cfg.Credential())),
@@ -172,6 +177,7 @@ func runMachineAgent(ctx context.Context, f machineAgentFlags) error {
 			return pb.NewAgentServiceClient(apiclient.AsRenewable(conn, cred)), io.NopCloser(nil), nil
 		},
 		Lifelined: self, Logger: logger, PackageManager: pkgs, HookMetrics: hookMetrics,
+		Logs: logship.NewShipper(logs, pb.NewAgentServiceClient(apiclient.As(conn, cfg.Credential()))),
 	})
 	if err != nil {
 		return err

@@ -3580,7 +3580,7 @@ var File_lifeline_v1_agent_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x17lifeline/v1/agent.proto\x12\vlifeline.v1\x1a\x16lifeline/v1/host.proto\x1a\x17lifeline/v1/model.proto\x1a\x1blifeline/v1/revisions.proto\x1a\x17lifeline/v1/tasks.proto\"\xde\x03\n" +
+	"\x17lifeline/v1/agent.proto\x12\vlifeline.v1\x1a\x16lifeline/v1/host.proto\x1a\x16lifeline/v1/logs.proto\x1a\x17lifeline/v1/model.proto\x1a\x1blifeline/v1/revisions.proto\x1a\x17lifeline/v1/tasks.proto\"\xde\x03\n" +
 	"\fWatchSubject\x12\x1a\n" +
 	"\amachine\x18\x01 \x01(\tH\x00R\amachine\x12%\n" +
 	"\rmachine_units\x18\x02 \x01(\tH\x00R\fmachineUnits\x12\x14\n" +
@@ -3773,7 +3773,7 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x0eUnitStatusKind\x12 \n" +
 	"\x1cUNIT_STATUS_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16UNIT_STATUS_KIND_AGENT\x10\x01\x12\x1d\n" +
-	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x022\xcb\x17\n" +
+	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x022\x94\x18\n" +
 	"\fAgentService\x12@\n" +
 	"\x05Watch\x12\x19.lifeline.v1.WatchRequest\x1a\x1a.lifeline.v1.WatchResponse0\x01\x12N\n" +
 	"\tWatchMany\x12\x1d.lifeline.v1.WatchManyRequest\x1a\x1e.lifeline.v1.WatchManyResponse(\x010\x01\x12M\n" +
@@ -3816,7 +3816,8 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\rTaskHeartbeat\x12!.lifeline.v1.TaskHeartbeatRequest\x1a\".lifeline.v1.TaskHeartbeatResponse\x12V\n" +
 	"\rSetCheckpoint\x12!.lifeline.v1.SetCheckpointRequest\x1a\".lifeline.v1.SetCheckpointResponse\x12V\n" +
 	"\rGetCheckpoint\x12!.lifeline.v1.GetCheckpointRequest\x1a\".lifeline.v1.GetCheckpointResponse\x12V\n" +
-	"\rAppendTaskLog\x12!.lifeline.v1.AppendTaskLogRequest\x1a\".lifeline.v1.AppendTaskLogResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
+	"\rAppendTaskLog\x12!.lifeline.v1.AppendTaskLogRequest\x1a\".lifeline.v1.AppendTaskLogResponse\x12G\n" +
+	"\bShipLogs\x12\x1c.lifeline.v1.ShipLogsRequest\x1a\x1d.lifeline.v1.ShipLogsResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
 
 var (
 	file_lifeline_v1_agent_proto_rawDescOnce sync.Once
@@ -3920,14 +3921,16 @@ var file_lifeline_v1_agent_proto_goTypes = []any{
 	(*SetCheckpointRequest)(nil),         // 84: lifeline.v1.SetCheckpointRequest
 	(*GetCheckpointRequest)(nil),         // 85: lifeline.v1.GetCheckpointRequest
 	(*AppendTaskLogRequest)(nil),         // 86: lifeline.v1.AppendTaskLogRequest
-	(*StartTaskResponse)(nil),            // 87: lifeline.v1.StartTaskResponse
-	(*FinishTaskResponse)(nil),           // 88: lifeline.v1.FinishTaskResponse
-	(*ReportTaskLostResponse)(nil),       // 89: lifeline.v1.ReportTaskLostResponse
-	(*StopUnitTasksResponse)(nil),        // 90: lifeline.v1.StopUnitTasksResponse
-	(*TaskHeartbeatResponse)(nil),        // 91: lifeline.v1.TaskHeartbeatResponse
-	(*SetCheckpointResponse)(nil),        // 92: lifeline.v1.SetCheckpointResponse
-	(*GetCheckpointResponse)(nil),        // 93: lifeline.v1.GetCheckpointResponse
-	(*AppendTaskLogResponse)(nil),        // 94: lifeline.v1.AppendTaskLogResponse
+	(*ShipLogsRequest)(nil),              // 87: lifeline.v1.ShipLogsRequest
+	(*StartTaskResponse)(nil),            // 88: lifeline.v1.StartTaskResponse
+	(*FinishTaskResponse)(nil),           // 89: lifeline.v1.FinishTaskResponse
+	(*ReportTaskLostResponse)(nil),       // 90: lifeline.v1.ReportTaskLostResponse
+	(*StopUnitTasksResponse)(nil),        // 91: lifeline.v1.StopUnitTasksResponse
+	(*TaskHeartbeatResponse)(nil),        // 92: lifeline.v1.TaskHeartbeatResponse
+	(*SetCheckpointResponse)(nil),        // 93: lifeline.v1.SetCheckpointResponse
+	(*GetCheckpointResponse)(nil),        // 94: lifeline.v1.GetCheckpointResponse
+	(*AppendTaskLogResponse)(nil),        // 95: lifeline.v1.AppendTaskLogResponse
+	(*ShipLogsResponse)(nil),             // 96: lifeline.v1.ShipLogsResponse
 }
 var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	1,  // 0: lifeline.v1.WatchRequest.subject:type_name -> lifeline.v1.WatchSubject
@@ -4000,43 +4003,45 @@ var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	84, // 67: lifeline.v1.AgentService.SetCheckpoint:input_type -> lifeline.v1.SetCheckpointRequest
 	85, // 68: lifeline.v1.AgentService.GetCheckpoint:input_type -> lifeline.v1.GetCheckpointRequest
 	86, // 69: lifeline.v1.AgentService.AppendTaskLog:input_type -> lifeline.v1.AppendTaskLogRequest
-	3,  // 70: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
-	8,  // 71: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
-	12, // 72: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
-	14, // 73: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
-	16, // 74: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
-	18, // 75: lifeline.v1.AgentService.IssueUnitCredentials:output_type -> lifeline.v1.IssueUnitCredentialsResponse
-	21, // 76: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
-	23, // 77: lifeline.v1.AgentService.UnitScopes:output_type -> lifeline.v1.UnitScopesResponse
-	26, // 78: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
-	28, // 79: lifeline.v1.AgentService.RemoveUnits:output_type -> lifeline.v1.RemoveUnitsResponse
-	30, // 80: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
-	32, // 81: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
-	34, // 82: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
-	36, // 83: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
-	38, // 84: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
-	40, // 85: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
-	42, // 86: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
-	44, // 87: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
-	47, // 88: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
-	49, // 89: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
-	51, // 90: lifeline.v1.AgentService.SetUnitStatuses:output_type -> lifeline.v1.SetUnitStatusesResponse
-	53, // 91: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
-	63, // 92: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
-	61, // 93: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
-	55, // 94: lifeline.v1.AgentService.GetRevision:output_type -> lifeline.v1.GetRevisionResponse
-	57, // 95: lifeline.v1.AgentService.SetUnitRevision:output_type -> lifeline.v1.SetUnitRevisionResponse
-	59, // 96: lifeline.v1.AgentService.SetHostReport:output_type -> lifeline.v1.SetHostReportResponse
-	87, // 97: lifeline.v1.AgentService.StartTask:output_type -> lifeline.v1.StartTaskResponse
-	88, // 98: lifeline.v1.AgentService.FinishTask:output_type -> lifeline.v1.FinishTaskResponse
-	89, // 99: lifeline.v1.AgentService.ReportTaskLost:output_type -> lifeline.v1.ReportTaskLostResponse
-	90, // 100: lifeline.v1.AgentService.StopUnitTasks:output_type -> lifeline.v1.StopUnitTasksResponse
-	91, // 101: lifeline.v1.AgentService.TaskHeartbeat:output_type -> lifeline.v1.TaskHeartbeatResponse
-	92, // 102: lifeline.v1.AgentService.SetCheckpoint:output_type -> lifeline.v1.SetCheckpointResponse
-	93, // 103: lifeline.v1.AgentService.GetCheckpoint:output_type -> lifeline.v1.GetCheckpointResponse
-	94, // 104: lifeline.v1.AgentService.AppendTaskLog:output_type -> lifeline.v1.AppendTaskLogResponse
-	70, // [70:105] is the sub-list for method output_type
-	35, // [35:70] is the sub-list for method input_type
+	87, // 70: lifeline.v1.AgentService.ShipLogs:input_type -> lifeline.v1.ShipLogsRequest
+	3,  // 71: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
+	8,  // 72: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
+	12, // 73: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
+	14, // 74: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
+	16, // 75: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
+	18, // 76: lifeline.v1.AgentService.IssueUnitCredentials:output_type -> lifeline.v1.IssueUnitCredentialsResponse
+	21, // 77: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
+	23, // 78: lifeline.v1.AgentService.UnitScopes:output_type -> lifeline.v1.UnitScopesResponse
+	26, // 79: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
+	28, // 80: lifeline.v1.AgentService.RemoveUnits:output_type -> lifeline.v1.RemoveUnitsResponse
+	30, // 81: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
+	32, // 82: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
+	34, // 83: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
+	36, // 84: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
+	38, // 85: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
+	40, // 86: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
+	42, // 87: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
+	44, // 88: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
+	47, // 89: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
+	49, // 90: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
+	51, // 91: lifeline.v1.AgentService.SetUnitStatuses:output_type -> lifeline.v1.SetUnitStatusesResponse
+	53, // 92: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
+	63, // 93: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
+	61, // 94: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
+	55, // 95: lifeline.v1.AgentService.GetRevision:output_type -> lifeline.v1.GetRevisionResponse
+	57, // 96: lifeline.v1.AgentService.SetUnitRevision:output_type -> lifeline.v1.SetUnitRevisionResponse
+	59, // 97: lifeline.v1.AgentService.SetHostReport:output_type -> lifeline.v1.SetHostReportResponse
+	88, // 98: lifeline.v1.AgentService.StartTask:output_type -> lifeline.v1.StartTaskResponse
+	89, // 99: lifeline.v1.AgentService.FinishTask:output_type -> lifeline.v1.FinishTaskResponse
+	90, // 100: lifeline.v1.AgentService.ReportTaskLost:output_type -> lifeline.v1.ReportTaskLostResponse
+	91, // 101: lifeline.v1.AgentService.StopUnitTasks:output_type -> lifeline.v1.StopUnitTasksResponse
+	92, // 102: lifeline.v1.AgentService.TaskHeartbeat:output_type -> lifeline.v1.TaskHeartbeatResponse
+	93, // 103: lifeline.v1.AgentService.SetCheckpoint:output_type -> lifeline.v1.SetCheckpointResponse
+	94, // 104: lifeline.v1.AgentService.GetCheckpoint:output_type -> lifeline.v1.GetCheckpointResponse
+	95, // 105: lifeline.v1.AgentService.AppendTaskLog:output_type -> lifeline.v1.AppendTaskLogResponse
+	96, // 106: lifeline.v1.AgentService.ShipLogs:output_type -> lifeline.v1.ShipLogsResponse
+	71, // [71:107] is the sub-list for method output_type
+	35, // [35:71] is the sub-list for method input_type
 	35, // [35:35] is the sub-list for extension type_name
 	35, // [35:35] is the sub-list for extension extendee
 	0,  // [0:35] is the sub-list for field type_name
@@ -4048,6 +4053,7 @@ func file_lifeline_v1_agent_proto_init() {
 		return
 	}
 	file_lifeline_v1_host_proto_init()
+	file_lifeline_v1_logs_proto_init()
 	file_lifeline_v1_model_proto_init()
 	file_lifeline_v1_revisions_proto_init()
 	file_lifeline_v1_tasks_proto_init()

@@ -57,6 +57,7 @@ const (
 	AgentService_SetCheckpoint_FullMethodName        = "/lifeline.v1.AgentService/SetCheckpoint"
 	AgentService_GetCheckpoint_FullMethodName        = "/lifeline.v1.AgentService/GetCheckpoint"
 	AgentService_AppendTaskLog_FullMethodName        = "/lifeline.v1.AgentService/AppendTaskLog"
+	AgentService_ShipLogs_FullMethodName             = "/lifeline.v1.AgentService/ShipLogs"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -180,6 +181,10 @@ type AgentServiceClient interface {
 	SetCheckpoint(ctx context.Context, in *SetCheckpointRequest, opts ...grpc.CallOption) (*SetCheckpointResponse, error)
 	GetCheckpoint(ctx context.Context, in *GetCheckpointRequest, opts ...grpc.CallOption) (*GetCheckpointResponse, error)
 	AppendTaskLog(ctx context.Context, in *AppendTaskLogRequest, opts ...grpc.CallOption) (*AppendTaskLogResponse, error)
+	// ShipLogs hands the controller a machine agent's recent log lines (its
+	// own and its units'), kept in the controller's memory for ctl
+	// debug-log. Only a machine's credential may call it.
+	ShipLogs(ctx context.Context, in *ShipLogsRequest, opts ...grpc.CallOption) (*ShipLogsResponse, error)
 }
 
 type agentServiceClient struct {
@@ -564,6 +569,16 @@ func (c *agentServiceClient) AppendTaskLog(ctx context.Context, in *AppendTaskLo
 	return out, nil
 }
 
+func (c *agentServiceClient) ShipLogs(ctx context.Context, in *ShipLogsRequest, opts ...grpc.CallOption) (*ShipLogsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShipLogsResponse)
+	err := c.cc.Invoke(ctx, AgentService_ShipLogs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -685,6 +700,10 @@ type AgentServiceServer interface {
 	SetCheckpoint(context.Context, *SetCheckpointRequest) (*SetCheckpointResponse, error)
 	GetCheckpoint(context.Context, *GetCheckpointRequest) (*GetCheckpointResponse, error)
 	AppendTaskLog(context.Context, *AppendTaskLogRequest) (*AppendTaskLogResponse, error)
+	// ShipLogs hands the controller a machine agent's recent log lines (its
+	// own and its units'), kept in the controller's memory for ctl
+	// debug-log. Only a machine's credential may call it.
+	ShipLogs(context.Context, *ShipLogsRequest) (*ShipLogsResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -799,6 +818,9 @@ func (UnimplementedAgentServiceServer) GetCheckpoint(context.Context, *GetCheckp
 }
 func (UnimplementedAgentServiceServer) AppendTaskLog(context.Context, *AppendTaskLogRequest) (*AppendTaskLogResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AppendTaskLog not implemented")
+}
+func (UnimplementedAgentServiceServer) ShipLogs(context.Context, *ShipLogsRequest) (*ShipLogsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ShipLogs not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -1415,6 +1437,24 @@ func _AgentService_AppendTaskLog_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_ShipLogs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShipLogsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ShipLogs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ShipLogs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ShipLogs(ctx, req.(*ShipLogsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1545,6 +1585,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AppendTaskLog",
 			Handler:    _AgentService_AppendTaskLog_Handler,
+		},
+		{
+			MethodName: "ShipLogs",
+			Handler:    _AgentService_ShipLogs_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

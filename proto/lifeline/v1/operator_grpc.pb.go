@@ -73,6 +73,7 @@ const (
 	OperatorService_ResumeRollout_FullMethodName    = "/lifeline.v1.OperatorService/ResumeRollout"
 	OperatorService_PromoteRollout_FullMethodName   = "/lifeline.v1.OperatorService/PromoteRollout"
 	OperatorService_AbortRollout_FullMethodName     = "/lifeline.v1.OperatorService/AbortRollout"
+	OperatorService_DebugLog_FullMethodName         = "/lifeline.v1.OperatorService/DebugLog"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -221,6 +222,10 @@ type OperatorServiceClient interface {
 	ResumeRollout(ctx context.Context, in *ResumeRolloutRequest, opts ...grpc.CallOption) (*ResumeRolloutResponse, error)
 	PromoteRollout(ctx context.Context, in *PromoteRolloutRequest, opts ...grpc.CallOption) (*PromoteRolloutResponse, error)
 	AbortRollout(ctx context.Context, in *AbortRolloutRequest, opts ...grpc.CallOption) (*AbortRolloutResponse, error)
+	// DebugLog streams the log lines this controller keeps in memory (its
+	// own and those its machine agents shipped), filtered, then new ones as
+	// they arrive when asked to follow.
+	DebugLog(ctx context.Context, in *DebugLogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DebugLogResponse], error)
 }
 
 type operatorServiceClient struct {
@@ -781,6 +786,25 @@ func (c *operatorServiceClient) AbortRollout(ctx context.Context, in *AbortRollo
 	return out, nil
 }
 
+func (c *operatorServiceClient) DebugLog(ctx context.Context, in *DebugLogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DebugLogResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &OperatorService_ServiceDesc.Streams[4], OperatorService_DebugLog_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[DebugLogRequest, DebugLogResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OperatorService_DebugLogClient = grpc.ServerStreamingClient[DebugLogResponse]
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -927,6 +951,10 @@ type OperatorServiceServer interface {
 	ResumeRollout(context.Context, *ResumeRolloutRequest) (*ResumeRolloutResponse, error)
 	PromoteRollout(context.Context, *PromoteRolloutRequest) (*PromoteRolloutResponse, error)
 	AbortRollout(context.Context, *AbortRolloutRequest) (*AbortRolloutResponse, error)
+	// DebugLog streams the log lines this controller keeps in memory (its
+	// own and those its machine agents shipped), filtered, then new ones as
+	// they arrive when asked to follow.
+	DebugLog(*DebugLogRequest, grpc.ServerStreamingServer[DebugLogResponse]) error
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -1092,6 +1120,9 @@ func (UnimplementedOperatorServiceServer) PromoteRollout(context.Context, *Promo
 }
 func (UnimplementedOperatorServiceServer) AbortRollout(context.Context, *AbortRolloutRequest) (*AbortRolloutResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AbortRollout not implemented")
+}
+func (UnimplementedOperatorServiceServer) DebugLog(*DebugLogRequest, grpc.ServerStreamingServer[DebugLogResponse]) error {
+	return status.Error(codes.Unimplemented, "method DebugLog not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -2018,6 +2049,17 @@ func _OperatorService_AbortRollout_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_DebugLog_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(DebugLogRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(OperatorServiceServer).DebugLog(m, &grpc.GenericServerStream[DebugLogRequest, DebugLogResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OperatorService_DebugLogServer = grpc.ServerStreamingServer[DebugLogResponse]
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -2237,6 +2279,11 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "TaskLogs",
 			Handler:       _OperatorService_TaskLogs_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "DebugLog",
+			Handler:       _OperatorService_DebugLog_Handler,
 			ServerStreams: true,
 		},
 	},
