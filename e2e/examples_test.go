@@ -69,7 +69,7 @@ var docScenarios = []struct {
 	// reindex, for the verbs and logs).
 	{name: "operations", groups: []string{
 		"ctl actions", "ctl run", "ctl operations", "ctl show-operation", "ctl show-task", "ctl approve", "ctl execute",
-		"ctl reject", "ctl pause", "ctl resume", "ctl stop", "ctl logs",
+		"ctl reject", "ctl pause", "ctl resume", "ctl stop", "ctl logs", "ctl debug-log",
 	}, bootstrap: true},
 	// Revisions: the setup deploys kv from an older copy of its charm (an
 	// option more) and makes revisions 2 and 3 (two ports); the refresh
@@ -169,7 +169,8 @@ var docRefusals = []struct {
 
 // docInterrupted are the examples that run until interrupted: each must
 // print something, then end with status 0 on SIGINT.
-var docInterrupted = []string{"ctl status --watch", "ctl audit --entity bob --follow", "ctl rollout status kv --watch"}
+var docInterrupted = []string{"ctl status --watch", "ctl audit --entity bob --follow", "ctl rollout status kv --watch",
+	"ctl debug-log --include kv --follow"}
 
 // docExample is one command line of the documentation.
 type docExample struct {

@@ -210,6 +210,7 @@ Example:
 		whoamiCommand(e),
 		rotateCredentialCommand(e),
 		auditCommand(e),
+		debugLogCommand(e),
 		versionCommand(e),
 		completionCommand(e),
 		manCommand(e),
