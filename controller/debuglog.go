@@ -210,8 +210,14 @@ func (s *Server) DebugLog(req *pb.DebugLogRequest, stream pb.OperatorService_Deb
 	if req.GetFollow() {
 		until = ^uint64(0)
 	}
+	// A replay starts at the oldest line kept: the lines dropped before
+	// it are none that this stream missed.
+	replayStart := req.GetReplay()
 	for {
 		lines, next, skipped, changed := s.logs.since(after, until, debugLogPage, f.keep)
+		if replayStart {
+			skipped, replayStart = 0, false
+		}
 		if len(lines) > 0 || skipped > 0 {
 			if err := stream.Send(&pb.DebugLogResponse{Lines: lines, Skipped: skipped}); err != nil {
 				return err

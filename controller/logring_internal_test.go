@@ -2,7 +2,10 @@ package controller
 
 import (
 	"fmt"
+	"io"
 	"testing"
+
+	"github.com/hashicorp/go-hclog"
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -112,5 +115,45 @@ func TestLogFilter(t *testing.T) {
 		if _, err := newLogFilter(req); err == nil {
 			t.Errorf("newLogFilter(%v) = nil error, want one", req)
 		}
+	}
+}
+
+// DebugLog's replay starts at the oldest line kept without counting the
+// lines dropped before as missed; a follower behind is told.
+func TestLogRingSinceSkips(t *testing.T) {
+	r := newLogRing(LogRingLimits{Lines: 16, Bytes: 1 << 20})
+	for i := range 100 {
+		r.add(fmt.Sprint("src", i%8), ringLine("kv/0", "", "info", i))
+	}
+	lines, next, skipped, _ := r.since(90, r.newest(), 5, all)
+	if len(lines) != 5 || lines[0].Message != "line 90" || next != 95 || skipped != 0 {
+		t.Errorf("since(90, 5) = %d lines from %q, next %d, skipped %d; want 5 from line 90, next 95, none skipped", len(lines), lines[0].Message, next, skipped)
+	}
+	lines, _, skipped, _ = r.since(50, r.newest(), 100, all)
+	if len(lines) != 16 || skipped != 34 {
+		t.Errorf("since(50) = %d lines, skipped %d; want 16, 34", len(lines), skipped)
+	}
+	none := func(*pb.LogLine) bool { return false }
+	if lines, next, _, _ := r.since(0, r.newest(), 100, none); len(lines) != 0 || next != 100 {
+		t.Errorf("since(0) with nothing kept = %d lines, next %d; want 0, 100", len(lines), next)
+	}
+}
+
+// The controller's own lines go into the ring through its sink, at its
+// level and above, and the controller filter finds them.
+func TestControllerLogSink(t *testing.T) {
+	r := newLogRing(LogRingLimits{})
+	l := hclog.NewInterceptLogger(&hclog.LoggerOptions{Output: io.Discard, Level: hclog.Info})
+	l.RegisterSink(&controllerSink{ring: r, entity: "controller-c1", level: hclog.Info})
+	l.Named("api").Info("deployed", "service", "kv")
+	l.Debug("below the level")
+	f, err := newLogFilter(&pb.DebugLogRequest{Include: []string{"controller"}, Level: "trace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := r.last(10, f.keep)
+	if len(got) != 1 || got[0].Entity != "controller-c1" || got[0].Module != "api" || got[0].Message != "deployed" ||
+		len(got[0].Fields) != 1 || got[0].Fields[0].Value != "kv" {
+		t.Errorf("the controller's lines = %v, want its one info line", got)
 	}
 }
