@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -53,6 +54,8 @@ type controllerFlags struct {
 	provider       string
 	namespace      string
 	log            logFlags
+	debugLogLines  int
+	debugLogSize   string
 	etcdEndpoints  []string
 	etcdCA         string
 	etcdCert       string
@@ -118,6 +121,8 @@ local provider, controllers on one host share --machines-dir.`,
 	fl.StringVar(&f.provider, "provider", "local", "machine provider: local (each machine an agent process on this host) or manual (hosts join with a token)")
 	fl.StringVar(&f.namespace, "namespace", "/lifeline/", "etcd key prefix under which the model lives")
 	f.log.add(fl)
+	fl.IntVar(&f.debugLogLines, "debug-log-lines", controller.DefaultLogRingLines, "how many log lines (its own and its agents') the controller keeps in memory for ctl debug-log; one machine at most an eighth")
+	fl.StringVar(&f.debugLogSize, "debug-log-size", "32MiB", "how many bytes of log lines the controller keeps in memory for ctl debug-log")
 	fl.DurationVar(&f.hookTimeout, "hook-timeout", 5*time.Minute, "how long a hook may run before its agent kills it")
 	fl.DurationVar(&f.presence, "presence-timeout", 15*time.Second, "how long an agent may be silent before status shows it lost")
 	fl.StringVar(&f.machinesDir, "machines-dir", "", "where the local provider keeps its machines (default: machines in the data directory; controllers of one model on one host share it)")
@@ -195,6 +200,12 @@ func (f *controllerFlags) validate() error {
 	if err := f.log.check(); err != nil {
 		return err
 	}
+	if f.debugLogLines < 1 {
+		return usageError{fmt.Errorf("--debug-log-lines %d: want 1 or more", f.debugLogLines)}
+	}
+	if _, err := parseSizeFlag("--debug-log-size", f.debugLogSize, false); err != nil {
+		return usageError{err}
+	}
 	if !strings.HasPrefix(f.namespace, "/") || !strings.HasSuffix(f.namespace, "/") {
 		return usageError{fmt.Errorf("--namespace %q must start and end with /", f.namespace)}
 	}
@@ -212,6 +223,13 @@ func (f *controllerFlags) validate() error {
 // The soft memory limit (--memory-limit, memlimit.go) bounds the peak
 // when a collection finds more live than usual.
 const controllerGCPercent = 300
+
+// logRing is what --debug-log-lines and --debug-log-size say (checked by
+// validate).
+func (f *controllerFlags) logRing() controller.LogRingLimits {
+	n, _ := parseSizeFlag("", f.debugLogSize, false)
+	return controller.LogRingLimits{Lines: f.debugLogLines, Bytes: int(min(n, math.MaxInt32))}
+}
 
 func runController(ctx context.Context, f controllerFlags) error {
 	if err := f.validate(); err != nil {
@@ -430,6 +448,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 		Connections: lim.conns, HandshakeTimeout: lim.handshake, IdleTimeout: lim.idle, Watch: lim.watch,
 		Budgets: f.budgets.budgets(), Storage: storage, ApprovalTTL: f.operations.approvalTTL,
 		Health: hs, Build: build, RevisionHistory: f.rollouts.revisionHistory,
+		LogRing: f.logRing(),
 	})
 	if err != nil {
 		return err

@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -113,5 +115,29 @@ func TestLogFlagsRefused(t *testing.T) {
 		if err := f.check(); err == nil {
 			t.Errorf("check(%+v) = nil, want a usage error", f)
 		}
+	}
+}
+
+// The controller's debug-log bounds: refused before anything starts
+// when malformed, passed to the controller as given.
+func TestDebugLogFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--debug-log-size", "12parsecs"},
+		{"--debug-log-size", "0"},
+		{"--debug-log-lines", "0"},
+	} {
+		cmd := controllerCommand()
+		cmd.SetArgs(append([]string{"--data-dir", t.TempDir()}, args...))
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		err := cmd.Execute()
+		var u usageError
+		if !errors.As(err, &u) || !strings.Contains(err.Error(), args[0]) {
+			t.Errorf("controller %v = %v, want a usage error naming %s", args, err, args[0])
+		}
+	}
+	f := controllerFlags{debugLogLines: 1000, debugLogSize: "4MiB"}
+	if got := f.logRing(); got.Lines != 1000 || got.Bytes != 4<<20 {
+		t.Errorf("logRing() = %+v, want 1000 lines, 4 MiB", got)
 	}
 }
