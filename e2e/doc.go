@@ -5,6 +5,7 @@
 // its own (e2etest.Sandbox: its directory, its controllers' ports, its
 // loopback network for the local machines and the manual ones it starts).
 // The few that hold a short timeout against a loaded machine, watch for
-// a moment in a busy loop, or put two controllers on an etcd member inside
-// the test binary stay serial and say so.
+// a moment in a busy loop, or kill a leading controller mid-rollout stay
+// serial and say so. The tests that put controllers on an etcd of their
+// own run its member as a process (startOnEtcd), not in the test binary.
 package e2e

@@ -17,6 +17,11 @@ var (
 	bins      e2etest.Binaries
 	charmsDir string // copies of examples/charms/{kv,app,logger} with their servers built in
 	charmsErr error  // why the charms could not be built, if they could not
+	// etcdBin is an etcd server (tools/etcd) for the tests that put the
+	// controller on an etcd of their own (startOnEtcd), and etcdErr why
+	// it could not be built, if it could not.
+	etcdBin string
+	etcdErr error
 )
 
 // parallel is how many of the package's parallel tests run at once
@@ -52,6 +57,7 @@ func testMain(m *testing.M) int {
 	}
 	charmsDir = filepath.Join(dir, "charms")
 	charmsErr = e2etest.BuildDemoCharms(charmsDir)
+	etcdBin, etcdErr = e2etest.BuildEtcd(dir)
 	return m.Run()
 }
 

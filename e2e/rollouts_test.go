@@ -13,7 +13,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lifelinehq/lifeline/e2etest"
-	"github.com/lifelinehq/lifeline/embedetcd"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"github.com/lifelinehq/lifeline/state"
 )
@@ -153,29 +152,23 @@ func (w *permitWatch) result() (most, revisions int) {
 	return w.most, w.seen
 }
 
-// inProcessEtcd admits one test at a time to startOnEtcd: the member
-// runs inside the test binary, under the race detector, and three at once
-// on a loaded 2-core machine missed etcd's request timeout.
-var inProcessEtcd = make(chan struct{}, 1)
-
-// startOnEtcd starts an embedded etcd member of the test's own and a
-// controller on it, returning a client of the member and the flags that
-// put a controller on it.
+// startOnEtcd starts an etcd server of the test's own, one member in a
+// process of its own (not in the test binary, where the race detector
+// and the other tests' work starved it past etcd's request timeout on a
+// loaded machine), and a controller on it, returning a client of the
+// member and the flags that put a controller on it.
 func startOnEtcd(t *testing.T, s *e2etest.Sandbox, extra ...string) (*clientv3.Client, []string) {
 	t.Helper()
-	inProcessEtcd <- struct{}{}
-	s.OnStop(func() { <-inProcessEtcd }) // last, once the member is closed
-	srv, err := embedetcd.Start(embedetcd.Config{Dir: filepath.Join(s.Dir, "etcd"), TickMs: 10, NoFsync: true})
-	if err != nil {
-		t.Fatal(err)
+	if etcdErr != nil {
+		t.Fatalf("the etcd server could not be built: %v", etcdErr)
 	}
-	s.OnStop(srv.Close)
-	client, err := srv.Client()
+	c := s.StartEtcd(t, e2etest.EtcdConfig{Binary: etcdBin, Members: 1, NoFsync: true})
+	client, err := c.Client()
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.OnStop(func() { client.Close() })
-	on := []string{"--etcd-endpoints", srv.Endpoint(), "--namespace", rolloutNS}
+	on := c.ControllerFlags(rolloutNS)
 	s.StartController(t, append(on, extra...)...)
 	return client, on
 }
@@ -349,9 +342,8 @@ func TestRolloutGate(t *testing.T) {
 // never more permits out than the policy allows and none lost or doubled
 // (the invariant checker counts them against the rollout's count).
 func TestRolloutSurvivesLeaderDeath(t *testing.T) {
-	// Not parallel: two controllers on a member inside the test binary;
-	// beside the parallel tests on a loaded machine, storing the charm
-	// missed etcd's request timeout.
+	// Not parallel: two controllers, and the leader killed mid-rollout,
+	// kept apart from the parallel tests' load.
 	needCharms(t)
 	s := newSandbox(t)
 	client, on := startOnEtcd(t, s)
