@@ -1,9 +1,6 @@
 package e2e
 
 import (
-	"context"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
+	"github.com/lifelinehq/lifeline/e2etest"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
 )
 
@@ -39,7 +37,7 @@ func TestMachineAgentMetrics(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		body, err = scrape(strings.TrimSpace(string(addr)))
+		body, err = e2etest.ScrapeMetrics(strings.TrimSpace(string(addr)))
 		if err != nil {
 			return false, err.Error()
 		}
@@ -63,21 +61,4 @@ func TestMachineAgentMetrics(t *testing.T) {
 			t.Errorf("promlint: %s: %s", p.Metric, p.Text)
 		}
 	}
-}
-
-// scrape reads /metrics at addr.
-func scrape(addr string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return string(b), err
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -92,21 +91,7 @@ func (f *resourceFixture) addMachine(t *testing.T) (string, *grpc.ClientConn) {
 }
 
 // scrape reads the controller's /metrics.
-func (f *resourceFixture) scrape() (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+f.metrics+"/metrics", nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return string(body), err
-}
+func (f *resourceFixture) scrape() (string, error) { return e2etest.ScrapeMetrics(f.metrics) }
 
 // metric is one sample's value in a scrape, -1 when absent.
 func metric(body, sample string) float64 {

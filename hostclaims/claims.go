@@ -192,29 +192,3 @@ func (r *renderer) daemonValue(field, s string) string {
 	}
 	return v
 }
-
-// Static returns the claims of a charm that hold for any of its units
-// before they are rendered: its ports, the files whose path is absolute
-// and whose path and content are not templates, and the packages whose
-// version is not a template. A relative path is under the unit's own
-// directory, so it never meets another unit's. The controller checks these
-// when a unit is placed, before any unit has config or facts on the
-// machine.
-func Static(unit string, c *charm.HostClaims) *Claims {
-	out := &Claims{Unit: unit}
-	if c == nil {
-		return out
-	}
-	out.Ports = append([]charm.PortRange(nil), c.Ports...)
-	for _, fc := range c.Files {
-		if path.IsAbs(fc.Path) && !charm.IsTemplate(fc.Path) && !fc.Template {
-			out.Files = append(out.Files, File{Path: fc.Path, Content: []byte(fc.Content), Mode: fc.Mode})
-		}
-	}
-	for _, pc := range c.Packages {
-		if !charm.IsTemplate(pc.Version) {
-			out.Packages = append(out.Packages, Package{Name: pc.Name, Version: pc.Version})
-		}
-	}
-	return out
-}

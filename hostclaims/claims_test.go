@@ -93,26 +93,3 @@ func TestRenderErrors(t *testing.T) {
 		t.Errorf("Render(relative unit dir) = %v, want ErrInvalid", err)
 	}
 }
-
-func TestStatic(t *testing.T) {
-	h := parseHost(t, `
-  ports: [8080/tcp, 9000-9001/udp]
-  files:
-    - {path: rel.conf, content: x}
-    - {path: /etc/a, content: a, mode: "0600"}
-    - {path: /etc/b, template: b}
-    - {path: "/etc/{{ service }}", content: c}
-  packages: [{name: nginx}, {name: kv, version: "1.*"}, {name: kv2, version: "{{ config.v }}"}]
-  daemons: [{name: s, command: [a]}]
-`)
-	got := Static("kv/0", h)
-	want := &Claims{
-		Unit:     "kv/0",
-		Ports:    h.Ports,
-		Files:    []File{{Path: "/etc/a", Content: []byte("a"), Mode: 0o600}},
-		Packages: []Package{{Name: "nginx"}, {Name: "kv", Version: "1.*"}},
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("Static = %+v, want %+v", got, want)
-	}
-}

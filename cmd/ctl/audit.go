@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -94,12 +93,8 @@ Example:
 				return err
 			}
 			defer c.close()
-			ctx := cmd.Context()
-			if !follow {
-				var cancel context.CancelFunc
-				ctx, cancel = callContext(ctx)
-				defer cancel()
-			}
+			ctx, cancel := streamContext(cmd.Context(), follow)
+			defer cancel()
 			stream, err := c.op.Audit(ctx, req)
 			if err != nil {
 				return c.check(err)

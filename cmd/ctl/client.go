@@ -103,6 +103,15 @@ func callContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, callTimeout)
 }
 
+// streamContext is the context of a stream's call: bounded as a call is
+// (callContext), unless the stream is followed until interrupted.
+func streamContext(ctx context.Context, follow bool) (context.Context, context.CancelFunc) {
+	if follow {
+		return context.WithCancel(ctx)
+	}
+	return callContext(ctx)
+}
+
 // check turns a failed call into what ctl reports: a refusal stays the
 // controller's status (its message is printed as is); a call that never
 // reached a controller says so, with the address.

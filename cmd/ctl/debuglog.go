@@ -63,12 +63,8 @@ Example:
 				return err
 			}
 			defer c.close()
-			ctx := cmd.Context()
-			if !follow {
-				var cancel func()
-				ctx, cancel = callContext(ctx)
-				defer cancel()
-			}
+			ctx, cancel := streamContext(cmd.Context(), follow)
+			defer cancel()
 			stream, err := c.op.DebugLog(ctx, &pb.DebugLogRequest{
 				Include: include, Exclude: exclude, Level: level, Replay: replay, Lines: lines, Follow: follow,
 			})

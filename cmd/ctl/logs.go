@@ -53,12 +53,8 @@ Example:
 				return err
 			}
 			defer c.close()
-			ctx := cmd.Context()
-			if !follow {
-				var cancel func()
-				ctx, cancel = callContext(ctx)
-				defer cancel()
-			}
+			ctx, cancel := streamContext(cmd.Context(), follow)
+			defer cancel()
 			stream, err := c.op.TaskLogs(ctx, req)
 			if err != nil {
 				return c.check(err)
