@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -184,23 +185,26 @@ func runMachineAgent(ctx context.Context, f machineAgentFlags) error {
 	}
 	// Controllers come and go: dial the live ones, and remember them for
 	// the next start.
+	// The follower ends, and is waited for, before the connection closes.
 	api := pb.NewAgentServiceClient(apiclient.As(conn, cfg.Credential()))
-	go conn.Follow(ctx, followEvery, func(ctx context.Context) ([]string, error) {
-		s, err := api.GetAgentSettings(ctx, &pb.GetAgentSettingsRequest{})
-		if err != nil {
-			return nil, err
-		}
-		return s.ControllerAddresses, nil
-	}, func(addrs []string) error {
-		logger.Info("controllers changed", "controllers", addrs)
-		saved := cfg
-		saved.Controllers = addrs
-		if err := pki.WriteClientConfig(path, saved); err != nil {
-			logger.Warn("cannot save the controllers in the agent config", "config", path, "error", err)
-			return err
-		}
-		return nil
-	})
+	followCtx, stopFollow := context.WithCancel(ctx)
+	var follower sync.WaitGroup
+	defer follower.Wait()
+	defer stopFollow()
+	follower.Add(1)
+	go func() {
+		defer follower.Done()
+		conn.Follow(followCtx, followEvery, followControllers(api), func(addrs []string) error {
+			logger.Info("controllers changed", "controllers", addrs)
+			saved := cfg
+			saved.Controllers = addrs
+			if err := pki.WriteClientConfig(path, saved); err != nil {
+				logger.Warn("cannot save the controllers in the agent config", "config", path, "error", err)
+				return err
+			}
+			return nil
+		})
+	}()
 	logger.Info("machine agent started", "machine", id, "controllers", cfg.Controllers)
 	err = a.Run(ctx)
 	switch {
@@ -211,6 +215,18 @@ func runMachineAgent(ctx context.Context, f machineAgentFlags) error {
 		return nil
 	}
 	return err
+}
+
+// followControllers fetches the live controllers' addresses from the
+// agent settings.
+func followControllers(api pb.AgentServiceClient) func(context.Context) ([]string, error) {
+	return func(ctx context.Context) ([]string, error) {
+		s, err := api.GetAgentSettings(ctx, &pb.GetAgentSettingsRequest{})
+		if err != nil {
+			return nil, err
+		}
+		return s.ControllerAddresses, nil
+	}
 }
 
 // MetricsAddrFile names the file in a machine agent's data directory that
