@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ func debugLogCommand(e *env) *cobra.Command {
 		level            string
 		replay, follow   bool
 		lines            int64
+		format           string
 	)
 	cmd := &cobra.Command{
 		Use:   "debug-log",
@@ -40,13 +42,16 @@ given again. --level shows that level and above (trace, debug, info, warn,
 error; info by default; the agents send what their --log-level logs).
 The last --lines lines are shown first (10 by default), or every line
 kept with --replay; --follow then shows new lines as they arrive, until
-interrupted.
+interrupted. --format json prints each line as one JSON object (entity,
+machine, time in RFC 3339, level, module, message, fields), for jq or a
+log collector.
 
 Example:
   ctl debug-log
   ctl debug-log --include kv/0 --level debug --lines 50
   ctl debug-log --exclude controller --replay
-  ctl debug-log --include kv --follow`,
+  ctl debug-log --include kv --follow
+  ctl debug-log --format json --lines 100`,
 		Args: argsRange(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if replay && cmd.Flags().Changed("lines") {
@@ -54,6 +59,9 @@ Example:
 			}
 			if lines < 1 {
 				return usagef(cmd, "--lines %d: want 1 or more", lines)
+			}
+			if format != "text" && format != formatJSON {
+				return usagef(cmd, "--format %q: want text or json", format)
 			}
 			if replay {
 				lines = 0 // every line: the controller's replay
@@ -83,12 +91,16 @@ Example:
 					return c.check(err)
 				}
 				if n := resp.GetSkipped(); n > 0 {
-					if _, err := fmt.Fprintf(e.stdout, "... %d lines dropped by the controller before they were shown ...\n", n); err != nil {
+					if err := writeSkipped(e.stdout, format, n); err != nil {
 						return err
 					}
 				}
 				for _, l := range resp.GetLines() {
-					if _, err := io.WriteString(e.stdout, formatLogLine(l)); err != nil {
+					line := formatLogLine(l)
+					if format == formatJSON {
+						line = jsonLogLine(l)
+					}
+					if _, err := io.WriteString(e.stdout, line); err != nil {
 						return err
 					}
 				}
@@ -102,6 +114,7 @@ Example:
 	fl.BoolVar(&replay, "replay", false, "show every line the controller keeps first")
 	fl.Int64Var(&lines, "lines", 10, "show the last this many lines first")
 	fl.BoolVar(&follow, "follow", false, "then show new lines until interrupted")
+	fl.StringVar(&format, "format", "text", "text or json (one object a line)")
 	return cmd
 }
 
@@ -136,6 +149,60 @@ func formatLogLine(l *pb.LogLine) string {
 	}
 	b.WriteByte('\n')
 	return b.String()
+}
+
+// writeSkipped says that the controller dropped n lines before they were
+// shown: a sentence in text, an object of its own in JSON.
+func writeSkipped(w io.Writer, format string, n int64) error {
+	if format == formatJSON {
+		_, err := fmt.Fprintf(w, "{\"skipped\":%d}\n", n)
+		return err
+	}
+	_, err := fmt.Fprintf(w, "... %d lines dropped by the controller before they were shown ...\n", n)
+	return err
+}
+
+// jsonLogLine is one line as debug-log --format json prints it: an object
+// on one line, its fields an object in the order logged (a key logged
+// twice keeps its last value).
+func jsonLogLine(l *pb.LogLine) string {
+	var b strings.Builder
+	b.WriteString(`{"entity":`)
+	b.WriteString(jsonString(l.GetEntity()))
+	if m := l.GetMachine(); m != "" {
+		b.WriteString(`,"machine":`)
+		b.WriteString(jsonString(m))
+	}
+	b.WriteString(`,"time":`)
+	b.WriteString(jsonString(time.Unix(0, l.GetTime()).UTC().Format(time.RFC3339Nano)))
+	b.WriteString(`,"level":`)
+	b.WriteString(jsonString(l.GetLevel()))
+	if m := l.GetModule(); m != "" {
+		b.WriteString(`,"module":`)
+		b.WriteString(jsonString(m))
+	}
+	b.WriteString(`,"message":`)
+	b.WriteString(jsonString(l.GetMessage()))
+	if fs := l.GetFields(); len(fs) > 0 {
+		b.WriteString(`,"fields":{`)
+		for i, f := range fs {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(jsonString(f.GetKey()))
+			b.WriteByte(':')
+			b.WriteString(jsonString(f.GetValue()))
+		}
+		b.WriteByte('}')
+	}
+	b.WriteString("}\n")
+	return b.String()
+}
+
+// jsonString is s as a JSON string.
+func jsonString(s string) string {
+	out, _ := json.Marshal(s) // a string always marshals
+	return string(out)
 }
 
 // oneLine keeps a message on its line.

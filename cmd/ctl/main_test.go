@@ -207,6 +207,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"rollout", "pause", "kv", "--watch"},
 		{"rollout", "status", "kv", "--format", "xml"},
 		{"rollout", "status", "Bad Name"},
+		{"debug-log", "--format", "yaml"},
 	}
 	for _, args := range tests {
 		r := s.ctl(t, args...)
