@@ -47,6 +47,8 @@ func TestMachineAgentMetrics(t *testing.T) {
 		`lifeline_hook_duration_seconds_count{hook="start",result="ok"} 1`,
 		`lifeline_build_info{`,
 		`process_resident_memory_bytes `,
+		`lifeline_log_lines_shipped_total `,
+		`lifeline_log_lines_dropped_total `,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the machine agent's metrics hold no %q:\n%s", want, body)

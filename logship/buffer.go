@@ -3,9 +3,11 @@ package logship
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -35,6 +37,9 @@ type Buffer struct {
 	dropped int64
 	// ready is signalled (without blocking) when a line arrives.
 	ready chan struct{}
+	// shippedTotal and droppedTotal count the lines the controller took
+	// and those lost on the way, since the start (the metrics).
+	shippedTotal, droppedTotal atomic.Int64
 }
 
 // NewBuffer makes a Buffer for machine's lines at level and above, holding
@@ -64,6 +69,7 @@ func (b *Buffer) Accept(name string, level hclog.Level, msg string, args ...any)
 		b.lines[0] = nil
 		b.lines = b.lines[1:]
 		b.dropped++
+		b.droppedTotal.Add(1)
 	}
 	b.mu.Unlock()
 	select {
@@ -104,6 +110,25 @@ func (b *Buffer) lost(n int64) {
 	b.mu.Lock()
 	b.dropped += n
 	b.mu.Unlock()
+	b.droppedTotal.Add(n)
+}
+
+// shipped counts n lines the controller took.
+func (b *Buffer) shipped(n int) { b.shippedTotal.Add(int64(n)) }
+
+// Metrics returns the counters of the lines shipped and of those dropped
+// (the buffer full, or a call failed), for the agent's metrics registry.
+func (b *Buffer) Metrics() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "lifeline", Name: "log_lines_shipped_total",
+			Help: "Log lines the controller took from this agent (ctl debug-log).",
+		}, func() float64 { return float64(b.shippedTotal.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "lifeline", Name: "log_lines_dropped_total",
+			Help: "Log lines dropped before the controller took them: the buffer was full or a call failed.",
+		}, func() float64 { return float64(b.droppedTotal.Load()) }),
+	}
 }
 
 // Line makes a LogLine of an hclog call. A "unit" field makes the unit

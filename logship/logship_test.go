@@ -84,6 +84,9 @@ func TestShipperNeverBlocks(t *testing.T) {
 	if n != 100 || d != 100000-100 {
 		t.Errorf("buffer = %d lines, %d dropped; want 100, %d", n, d, 100000-100)
 	}
+	if got := b.droppedTotal.Load(); got != 100000-100 {
+		t.Errorf("lifeline_log_lines_dropped_total = %d, want %d", got, 100000-100)
+	}
 	cancel()
 	select {
 	case <-done:
@@ -116,5 +119,10 @@ func TestShipperShips(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no line shipped")
+	}
+	for deadline := time.Now().Add(10 * time.Second); b.shippedTotal.Load() != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("lifeline_log_lines_shipped_total = %d, want 1", b.shippedTotal.Load())
+		}
 	}
 }

@@ -71,6 +71,7 @@ func (s *Shipper) Run(ctx context.Context) {
 				}
 				break
 			}
+			s.buf.shipped(len(lines))
 			if len(lines) < batchLines {
 				break
 			}

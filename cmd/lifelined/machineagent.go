@@ -154,10 +154,15 @@ func runMachineAgent(ctx context.Context, f machineAgentFlags) error {
 	if err != nil {
 		return err
 	}
+	// The agent's lines and its units' go to the controller too (ctl
+	// debug-log), through a bounded buffer that never holds it up.
+	logs := logship.NewBuffer(id, hclog.LevelFromString(f.log.level), 0, 0)
+	logger.RegisterSink(logs)
 	var hookMetrics *unitagent.HookMetrics
 	if f.metricsAddr != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(version.Get()))
+		reg.MustRegister(logs.Metrics()...)
 		if hookMetrics, err = unitagent.NewHookMetrics(reg); err != nil {
 			return err
 		}
@@ -167,10 +172,6 @@ func runMachineAgent(ctx context.Context, f machineAgentFlags) error {
 		}
 		defer stopMetrics()
 	}
-	// The agent's lines and its units' go to the controller too (ctl
-	// debug-log), through a bounded buffer that never holds it up.
-	logs := logship.NewBuffer(id, hclog.LevelFromString(f.log.level), 0, 0)
-	logger.RegisterSink(logs)
 	a, err := machineagent.New(machineagent.Config{
 		MachineID: id, DataDir: f.dataDir, Address: f.address,
 		API: pb.NewAgentServiceClient(apiclient.As(conn, cfg.Credential())),
