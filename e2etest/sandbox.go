@@ -404,6 +404,8 @@ func (s *Sandbox) dumpLogs() {
 		}
 	}
 	agents, _ := filepath.Glob(filepath.Join(s.Dir, "data*", "machines", "*", "agent.log"))
+	outs, _ := filepath.Glob(filepath.Join(s.Dir, "data*", "machines", "*", "agent.out"))
+	agents = append(agents, outs...) // a crash's trace
 	if len(agents) > maxDumpedAgentLogs {
 		// The most recently written say the most.
 		mod := map[string]time.Time{}

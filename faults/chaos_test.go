@@ -155,7 +155,8 @@ func (c *agentChaos) killOne() {
 	c.suspect = suspect
 	c.mu.Unlock()
 	for _, id := range crashed {
-		c.fail("machine %s's agent is gone without being killed; the end of its log:\n%s", id, tail(filepath.Join(c.machinesDir, id, "agent.log"), 30))
+		c.fail("machine %s's agent is gone without being killed; the end of its log:\n%s\nand of its output:\n%s", id,
+			tail(filepath.Join(c.machinesDir, id, "agent.log"), 30), tail(filepath.Join(c.machinesDir, id, "agent.out"), 30))
 	}
 	if len(candidates) == 0 {
 		return

@@ -153,6 +153,8 @@ func (f *fixture) checkNoPanic(t *testing.T, r *run) {
 	}
 	logs, _ := filepath.Glob(filepath.Join(f.Dir, "data*", "controller.log"))
 	agents, _ := filepath.Glob(filepath.Join(f.Dir, "data*", "machines", "*", "agent.log"))
+	outs, _ := filepath.Glob(filepath.Join(f.Dir, "data*", "machines", "*", "agent.out"))
+	agents = append(agents, outs...) // a crash's trace
 	for _, p := range append(logs, agents...) {
 		data, err := os.ReadFile(p)
 		if err != nil {

@@ -127,8 +127,10 @@ func hasMachines(dir string) bool {
 
 func (l *Local) machineDir(id string) string { return filepath.Join(l.Dir, id) }
 
-// Start runs machine spec.ID's agent in a new session, detached, its
-// output into agent.log in its directory.
+// Start runs machine spec.ID's agent in a new session, detached, logging
+// to agent.log in its directory (rotated by size, as --log-file does);
+// what it writes before its logger starts, or a crash's trace, goes to
+// agent.out beside it.
 func (l *Local) Start(ctx context.Context, spec MachineSpec) (Instance, error) {
 	dir := l.machineDir(spec.ID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -138,7 +140,7 @@ func (l *Local) Start(ctx context.Context, spec MachineSpec) (Instance, error) {
 	if err := pki.WriteClientConfig(cfgPath, spec.Agent); err != nil {
 		return Instance{}, err
 	}
-	logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	logf, err := os.OpenFile(filepath.Join(dir, "agent.out"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return Instance{}, err
 	}
@@ -152,7 +154,9 @@ func (l *Local) Start(ctx context.Context, spec MachineSpec) (Instance, error) {
 		killSession(pid, 10*time.Second)
 	}
 	addr := LocalAddress(l.Network, spec.ID)
-	args := append([]string{"machine-agent", "--data-dir", dir, "--agent-config", cfgPath, "--address", addr}, l.Args...)
+	// l.Args come last: a --log-file of the operator's wins.
+	args := append([]string{"machine-agent", "--data-dir", dir, "--agent-config", cfgPath, "--address", addr,
+		"--log-file", filepath.Join(dir, "agent.log")}, l.Args...)
 	cmd := exec.Command(l.Lifelined, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
