@@ -43,6 +43,10 @@ type bootstrapFlags struct {
 	provider    string
 	providerSet bool   // --provider given
 	network     string // --local-network
+	// name is the controller's name in ctl's store (--name, else the
+	// current one's); "" with $LIFELINE_CONFIG or --config.
+	name  string
+	store clientStore
 }
 
 func bootstrapCommand(e *env) *cobra.Command {
@@ -62,6 +66,13 @@ lifeline/client.json under the user's config directory; every other command
 reads it from there. Next to it, client.controller.json records the data
 directory for ctl kill-controller.
 
+--name NAME keeps the client config under that name in ctl's store
+(lifeline/controllers/NAME/ under the user's config directory; data in
+lifeline/controllers/NAME under the user's data directory) and makes it
+the current controller: ctl controllers lists them, ctl switch changes
+which one commands talk to. Without --name, bootstrap starts the current
+controller ("default" at first).
+
 With the local provider each machine has a loopback address, 127.1.X.Y by
 default: a second local controller on the same host needs its own
 --local-network (127.2, say) for its units to bind the ports the first
@@ -76,6 +87,7 @@ data without a client config.
 
 Example:
   ctl bootstrap
+  ctl bootstrap --name staging --api-port 17170 --local-network 127.2
   ctl bootstrap --data-dir /srv/lifeline --api-port 17080
   ctl bootstrap --data-dir /tmp/second --api-port 17170 --local-network 127.2`,
 		Args: argsRange(0, 0),
@@ -99,15 +111,49 @@ Example:
 			f.portSet = cmd.Flags().Changed("api-port")
 			f.dataDirSet = cmd.Flags().Changed("data-dir")
 			f.providerSet = cmd.Flags().Changed("provider")
-			return bootstrap(cmd, e, f)
+			if err := chooseBootstrapName(cmd, e, &f); err != nil {
+				return err
+			}
+			if err := bootstrap(cmd, e, f); err != nil {
+				return err
+			}
+			if f.name == "" {
+				return nil
+			}
+			if err := f.store.setCurrent(f.name); err != nil {
+				return fmt.Errorf("started, but cannot make %s the current controller: %w", f.name, err)
+			}
+			fmt.Fprintf(e.stdout, "current controller: %s\n", f.name)
+			return nil
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.dataDir, "data-dir", e.defaultDataDir, "the controller's data directory `DIR` (etcd, certificates, log)")
 	fl.IntVar(&f.apiPort, "api-port", defaultAPIPort, "the `PORT` the API listens on, on 127.0.0.1 (metrics on the next)")
 	fl.StringVar(&f.provider, "provider", "local", "machine provider: local (each machine an agent process on this host) or manual (hosts join with a token)")
+	fl.StringVar(&f.name, "name", "", "keep the controller under this `NAME` in ctl's store and make it current (default: the current controller)")
 	fl.StringVar(&f.network, "local-network", "", "the local machines' loopback addresses, `127.N`.X.Y (default: what the data directory was made with, else "+provider.DefaultLocalNetwork+")")
 	return cmd
+}
+
+// chooseBootstrapName settles which controller of ctl's store bootstrap
+// starts: --name's (pointing e at its client config), else the current
+// one; none with $LIFELINE_CONFIG or --config. A named controller's data
+// directory defaults to one of its own.
+func chooseBootstrapName(cmd *cobra.Command, e *env, f *bootstrapFlags) error {
+	if cmd.Flags().Changed("name") {
+		s, err := e.useNamedController(f.name)
+		if err != nil {
+			return usagef(cmd, "--name: %v", err)
+		}
+		f.store = s
+	} else if s, ok := userClientStore(); ok && e.configFlag == "" {
+		f.name, f.store = s.current(), s
+	}
+	if f.name != "" && !f.dataDirSet {
+		f.dataDir = namedDataDir(e.defaultDataDir, f.name)
+	}
+	return nil
 }
 
 func bootstrap(cmd *cobra.Command, e *env, f bootstrapFlags) error {
@@ -372,7 +418,7 @@ func answers(ctx context.Context, cfg pki.ClientConfig) bool {
 func killControllerCommand(e *env) *cobra.Command {
 	var keep bool
 	cmd := &cobra.Command{
-		Use:   "kill-controller",
+		Use:   "kill-controller [NAME]",
 		Short: "Stop the controller started by ctl bootstrap and remove its data",
 		Long: `Stop the controller that ctl bootstrap started for this client config, and
 remove its data directory, the client config and its controller record.
@@ -385,13 +431,42 @@ With --keep-data the machines keep running and the data
 directory, the client config and the record stay: ctl bootstrap then starts
 the same controller again, with its model.
 
+NAME is a controller of ctl controllers (the current one by default);
+removing the current one makes "default" current again.
+
 Example:
   ctl kill-controller --keep-data
   ctl bootstrap                      # the same controller again, on its data
-  ctl kill-controller`,
-		Args: argsRange(0, 0),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return killController(cmd.Context(), e, keep)
+  ctl kill-controller
+  ctl kill-controller staging`,
+		Args: argsRange(0, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var name string
+			var store clientStore
+			if len(args) == 1 {
+				name = args[0]
+				s, err := e.useNamedController(name)
+				if err != nil {
+					return usagef(cmd, "%v", err)
+				}
+				if _, err := os.Stat(e.configPath); err != nil {
+					known, _ := s.names()
+					return fmt.Errorf("no controller called %s (known: %s)", name, knownList(known))
+				}
+				store = s
+			} else if s, ok := userClientStore(); ok && e.configFlag == "" {
+				name, store = s.current(), s
+			}
+			if err := killController(cmd.Context(), e, keep); err != nil {
+				return err
+			}
+			if name == "" || keep {
+				return nil
+			}
+			if name != defaultControllerName {
+				_ = os.Remove(filepath.Dir(e.configPath)) // its directory in the store, when empty
+			}
+			return store.clearCurrent(name)
 		},
 	}
 	cmd.Flags().BoolVar(&keep, "keep-data", false, "keep the data directory and the client config")
@@ -448,7 +523,7 @@ func killController(ctx context.Context, e *env, keep bool) error {
 			return fmt.Errorf("remove the data directory: %w", err)
 		}
 	}
-	for _, p := range []string{e.configPath, recPath} {
+	for _, p := range []string{e.configPath, recPath, addressCachePath(e.configPath)} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}

@@ -24,10 +24,14 @@ import (
 // none.
 const callTimeout = 30 * time.Second
 
-// defaultClientConfigPath is where every command reads the client config.
+// defaultClientConfigPath is where every command reads the client config:
+// $LIFELINE_CONFIG, else the current controller's in the client store.
 // It is absolute, so that it means the same to the controller bootstrap
 // starts in its data directory.
 func defaultClientConfigPath() (string, error) {
+	if s, ok := userClientStore(); ok {
+		return filepath.Abs(s.path(s.current()))
+	}
 	p, err := pki.DefaultClientConfigPath()
 	if err != nil {
 		return "", err
@@ -73,9 +77,12 @@ func (e *env) readConfig() (pki.ClientConfig, error) {
 	}
 	cfg, err := pki.ReadClientConfig(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return cfg, fmt.Errorf("no client config at %s: run `ctl bootstrap` to start a controller, or `ctl register` with a registration token (or name the client config of a running one with --config or LIFELINE_CONFIG)", path)
+		return cfg, fmt.Errorf("no client config at %s: run `ctl bootstrap` to start a controller, or `ctl register` with a registration token (or `ctl switch` to a controller ctl knows, or name the client config of a running one with --config or LIFELINE_CONFIG)", path)
 	}
-	return cfg, err
+	if err != nil {
+		return cfg, err
+	}
+	return withCachedAddresses(cfg, path), nil
 }
 
 // connect reads the client config and dials its controller. It does not

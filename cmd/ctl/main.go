@@ -170,7 +170,7 @@ Example:
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	root.PersistentFlags().StringVar(&e.configFlag, "config", "", "the client config to use (default: $LIFELINE_CONFIG, or lifeline/client.json in the user's config dir)")
+	root.PersistentFlags().StringVar(&e.configFlag, "config", "", "the client config to use (default: $LIFELINE_CONFIG, or the current controller's in ctl's store: ctl controllers)")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{cmd: cmd, err: err} })
 	// Cobra's own completion command would offer powershell too, and
 	// its help: completionCommand is ctl's.
@@ -180,6 +180,8 @@ Example:
 	root.AddCommand(
 		bootstrapCommand(e),
 		killControllerCommand(e),
+		controllersCommand(e),
+		switchCommand(e),
 		statusCommand(e),
 		showUnitCommand(e),
 		showMachineCommand(e),

@@ -49,6 +49,8 @@ type sandbox struct {
 	config  string
 	dataDir string
 	port    int
+	// store has ctl use its client store under dir (no $LIFELINE_CONFIG).
+	store bool
 }
 
 func newSandbox(t *testing.T) *sandbox {
@@ -86,6 +88,9 @@ func (s *sandbox) command(ctx context.Context, args ...string) *exec.Cmd {
 		"XDG_DATA_HOME="+s.dir,
 		"XDG_CONFIG_HOME="+s.dir,
 	)
+	if s.store {
+		cmd.Env = append(os.Environ(), "LIFELINE_CONFIG=", "XDG_DATA_HOME="+s.dir, "XDG_CONFIG_HOME="+s.dir)
+	}
 	return cmd
 }
 
@@ -194,7 +199,12 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"bootstrap", "--api-port", "0"},
 		{"bootstrap", "--local-network", "127.256"},
 		{"bootstrap", "--provider", "manual", "--local-network", "127.2"},
-		{"kill-controller", "now"},
+		{"kill-controller", "a", "b"},
+		{"kill-controller", "Not_a_name"},
+		{"switch"},
+		{"switch", "Not_a_name"},
+		{"controllers", "--format", "xml"},
+		{"bootstrap", "--name", "Not_a_name"},
 		{"add-controller"},
 		{"add-controller", "extra", "--token-file", "t"},
 		{"add-controller", "--token-file", "t", "--expires", "25h"},

@@ -13,7 +13,6 @@ import (
 	"github.com/ohler55/ojg/jp"
 	"github.com/spf13/cobra"
 
-	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -232,13 +231,19 @@ func watchStatus(ctx context.Context, e *env, c *client, req *pb.WatchStatusRequ
 // only when it stops).
 var errStreamEnded = errors.New("the controller ended the status stream: is it stopping?")
 
-// learnControllers adds the addresses of the live controllers that status
-// names to the client config, so that ctl fails over to controllers added
-// after the config was written. Addresses it already has stay (after the
-// live ones): ctl may reach a controller by an address the controller does
-// not advertise. Failing to save is only worth a warning.
+// learnControllers keeps the addresses of the live controllers that status
+// names in the client config's address cache, so that ctl fails over to
+// controllers added after the config was written; the config itself, which
+// holds the credential, is never rewritten by a reading command. Addresses
+// it already has stay (after the live ones): ctl may reach a controller by
+// an address the controller does not advertise. Failing to save is only
+// worth a warning.
 func (e *env) learnControllers(st *pb.ModelStatus) {
 	cfg, err := e.readConfig()
+	if err != nil {
+		return
+	}
+	path, err := e.clientConfigPath()
 	if err != nil {
 		return
 	}
@@ -246,9 +251,8 @@ func (e *env) learnControllers(st *pb.ModelStatus) {
 	if slices.Equal(merged, cfg.Controllers) {
 		return
 	}
-	cfg.Controllers = merged
-	if err := pki.WriteClientConfig(e.configPath, cfg); err != nil {
-		fmt.Fprintf(e.stderr, "ctl: warning: cannot save the controllers' addresses in %s: %v\n", e.configPath, err)
+	if err := writeAddressCache(path, merged); err != nil {
+		fmt.Fprintf(e.stderr, "ctl: warning: cannot save the controllers' addresses in %s: %v\n", addressCachePath(path), err)
 	}
 }
 

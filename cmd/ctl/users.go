@@ -139,7 +139,8 @@ Example:
 }
 
 func registerCommand(e *env) *cobra.Command {
-	return &cobra.Command{
+	var name string
+	cmd := &cobra.Command{
 		Use:   "register TOKEN|-",
 		Short: "Register as a user with the token ctl add-user printed",
 		Long: `Register as the user a registration token names: check that the controller's
@@ -148,10 +149,12 @@ never leaves this machine: only its hash is sent), bind it with the token's
 one-time secret, and write your client config (mode 0600) to --config, or
 $LIFELINE_CONFIG, or the default. An existing client config there is not
 overwritten. With - the token is read from stdin, which keeps it out of
-the shell's history.
+the shell's history. --name NAME keeps the client config under that name
+in ctl's store (see ctl controllers) and makes it the current controller.
 
 Example:
-  ctl register - --config bob.json < bob.token`,
+  ctl register - --config bob.json < bob.token
+  ctl register --name prod - < bob.token`,
 		Args: argsRange(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			raw := args[0]
@@ -166,18 +169,36 @@ Example:
 			if err != nil {
 				return usagef(cmd, "%v", err)
 			}
+			var store clientStore
+			if cmd.Flags().Changed("name") {
+				if store, err = e.useNamedController(name); err != nil {
+					return usagef(cmd, "--name: %v", err)
+				}
+			}
 			path, err := e.clientConfigPath()
 			if err != nil {
 				return err
 			}
 			if _, err := os.Stat(path); err == nil {
-				return fmt.Errorf("a client config is already at %s: register with --config naming another file", path)
+				return fmt.Errorf("a client config is already at %s: register with --name or --config naming another", path)
 			} else if !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
-			return register(cmd.Context(), e, tok, path)
+			if err := register(cmd.Context(), e, tok, path); err != nil {
+				return err
+			}
+			if name == "" {
+				return nil
+			}
+			if err := store.setCurrent(name); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "current controller: %s\n", name)
+			return nil
 		},
 	}
+	cmd.Flags().StringVar(&name, "name", "", "keep the client config under this `NAME` in ctl's store and make it current")
+	return cmd
 }
 
 // register binds a new credential for tok's user and writes its client
