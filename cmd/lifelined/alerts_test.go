@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"regexp"
 	"strings"
@@ -65,6 +66,16 @@ func TestAlertRulesNameLifelinesMetrics(t *testing.T) {
 			t.Errorf("a recording rule reads %s, which /metrics does not serve", name)
 		}
 	}
+	// The Grafana dashboard's panels read what the controller serves, but
+	// for the machine agents' families (e2e TestMachineAgentMetrics).
+	for _, name := range dashboardMetrics(t) {
+		if strings.HasPrefix(name, "lifeline_hook_") || strings.HasPrefix(name, "lifeline_log_lines_") {
+			continue
+		}
+		if !strings.Contains(body, "\n# TYPE "+name+" ") {
+			t.Errorf("docs/grafana/lifeline.json reads %s, which /metrics does not serve", name)
+		}
+	}
 	for _, want := range []string{
 		`lifeline_units_by_agent_status{status="error"} 0`,
 		`lifeline_units_by_workload_status{status="blocked"} 0`,
@@ -74,4 +85,44 @@ func TestAlertRulesNameLifelinesMetrics(t *testing.T) {
 			t.Errorf("/metrics of an empty model lacks %q", want)
 		}
 	}
+}
+
+// dashboardMetrics lists the metric families the Grafana dashboard's
+// panels read.
+func dashboardMetrics(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile("../../docs/grafana/lifeline.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(data, &dash); err != nil {
+		t.Fatalf("docs/grafana/lifeline.json: %v", err)
+	}
+	metric := regexp.MustCompile(`\b(lifeline|grpc_server|etcd|process)_[a-z_]+`)
+	var out []string
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			for _, name := range metric.FindAllString(tg.Expr, -1) {
+				for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+					name = strings.TrimSuffix(name, suffix)
+				}
+				out = append(out, name)
+			}
+		}
+	}
+	if len(out) < 10 {
+		t.Fatalf("docs/grafana/lifeline.json reads %d metrics, want its panels' at least", len(out))
+	}
+	return out
 }
