@@ -2,9 +2,11 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -12,6 +14,7 @@ import (
 	"github.com/lifelinehq/lifeline/logship"
 	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/state"
 )
 
 // The bounds of DebugLog and ShipLogs.
@@ -29,12 +32,16 @@ const (
 	// fields.
 	maxShipLines  = 1000
 	maxShipFields = 64
+	// maxShipUnits bounds the units whose lines one call carries (each
+	// may cost a read).
+	maxShipUnits = 256
 )
 
 // ShipLogs keeps a machine agent's log lines in the controller's ring,
 // under the machine's share of it. Only a machine's credential may ship,
-// and only lines of itself or of units (the ring records which machine
-// shipped each line, which a machine filter matches).
+// and only lines of itself or of its units: another unit's are dropped
+// with a note (the ring records which machine shipped each line, which a
+// machine filter matches).
 func (a *agentServer) ShipLogs(ctx context.Context, req *pb.ShipLogsRequest) (*pb.ShipLogsResponse, error) {
 	c := callerFrom(ctx)
 	if c.kind != names.KindMachine {
@@ -44,21 +51,94 @@ func (a *agentServer) ShipLogs(ctx context.Context, req *pb.ShipLogsRequest) (*p
 		return nil, invalid("%d log lines in one call: at most %d", len(req.GetLines()), maxShipLines)
 	}
 	self := names.MachineTag(c.id)
+	units := map[string]bool{}
 	for i, l := range req.GetLines() {
 		if err := checkShippedLine(l, self); err != nil {
 			return nil, invalid("log line %d: %v", i, err)
 		}
 		l.Machine = c.id
+		if l.GetEntity() != self {
+			units[l.GetEntity()] = true
+		}
 	}
-	lines := req.GetLines()
+	if len(units) > maxShipUnits {
+		return nil, invalid("log lines of %d units in one call: at most %d", len(units), maxShipUnits)
+	}
+	// A machine's agent speaks for its own units only: another unit's
+	// lines are dropped, and said so.
+	for u := range units {
+		on, err := a.s.shipUnits.onMachine(ctx, a.s.st, u, c.id)
+		if err != nil {
+			return nil, readErr(err, "read unit %s", u)
+		}
+		units[u] = on
+	}
+	lines := make([]*pb.LogLine, 0, len(req.GetLines())+2)
+	foreign := 0
+	for _, l := range req.GetLines() {
+		if l.GetEntity() != self && !units[l.GetEntity()] {
+			foreign++
+			continue
+		}
+		lines = append(lines, l)
+	}
+	now := time.Now().UnixNano()
+	if foreign > 0 {
+		lines = append([]*pb.LogLine{{Entity: self, Machine: c.id, Level: "warn", Time: now, Module: "controller",
+			Message: "log lines of units not on this machine dropped", Fields: []*pb.LogField{{Key: "dropped", Value: strconv.Itoa(foreign)}}}}, lines...)
+	}
 	if d := req.GetDropped(); d > 0 {
 		// Said where it happened, before the lines that came after.
-		note := &pb.LogLine{Entity: self, Machine: c.id, Level: "warn", Time: time.Now().UnixNano(), Module: "controller",
-			Message: "log lines dropped by the machine agent before these", Fields: []*pb.LogField{{Key: "dropped", Value: strconv.FormatInt(d, 10)}}}
-		lines = append([]*pb.LogLine{note}, lines...)
+		lines = append([]*pb.LogLine{{Entity: self, Machine: c.id, Level: "warn", Time: now, Module: "controller",
+			Message: "log lines dropped by the machine agent before these", Fields: []*pb.LogField{{Key: "dropped", Value: strconv.FormatInt(d, 10)}}}}, lines...)
 	}
 	a.s.logs.add(self, lines...)
 	return &pb.ShipLogsResponse{}, nil
+}
+
+// shipUnitsTTL is how long a unit's machine is remembered for ShipLogs,
+// and maxShipUnitsKnown how many are: the check costs a read a unit a
+// minute, and a unit moved away (or removed) ships for a minute at most.
+const (
+	shipUnitsTTL      = time.Minute
+	maxShipUnitsKnown = 100000
+)
+
+// shipUnits remembers which machine each unit that shipped log lines is
+// on.
+type shipUnits struct {
+	mu    sync.Mutex
+	known map[string]shipUnit
+}
+
+type shipUnit struct {
+	machine string
+	read    time.Time
+}
+
+// onMachine says whether unit is on machine, from memory when read less
+// than shipUnitsTTL ago.
+func (s *shipUnits) onMachine(ctx context.Context, st *state.State, unit, machine string) (bool, error) {
+	s.mu.Lock()
+	k, ok := s.known[unit]
+	s.mu.Unlock()
+	if ok && time.Since(k.read) < shipUnitsTTL {
+		return k.machine == machine, nil
+	}
+	u, err := st.Unit(ctx, unit)
+	if errors.Is(err, state.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.known == nil || len(s.known) >= maxShipUnitsKnown {
+		s.known = map[string]shipUnit{} // forget all: they are read again
+	}
+	s.known[unit] = shipUnit{machine: u.GetMachineId(), read: time.Now()}
+	return u.GetMachineId() == machine, nil
 }
 
 func checkShippedLine(l *pb.LogLine, self string) error {

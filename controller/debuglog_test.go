@@ -89,6 +89,20 @@ func TestShipLogsAndDebugLog(t *testing.T) {
 	if got := readLog(t, op, m, &pb.DebugLogRequest{Include: []string{"machine-0"}, Replay: true}); len(got) != 2 {
 		t.Errorf("machine-0's lines after the refusals = %q, want the 2 before", got)
 	}
+
+	// A machine speaks for its own units: another machine's unit's lines,
+	// and a missing unit's, are dropped and said so.
+	_, err = m.as("machine-3").ShipLogs(m.ctx, &pb.ShipLogsRequest{Lines: []*pb.LogLine{
+		shipLine("kv/0", "info", "forged"), shipLine("app/1", "info", "hook ran"), shipLine("ghost/0", "info", "forged"),
+	}})
+	m.ok("ShipLogs(machine-3, with others' units)", err)
+	if got, want := readLog(t, op, m, &pb.DebugLogRequest{Include: []string{"machine-3"}, Replay: true}),
+		[]string{"machine-3 log lines of units not on this machine dropped", "app/1 hook ran"}; !equalStrings(got, want) {
+		t.Errorf("machine-3's lines = %q, want %q", got, want)
+	}
+	if got := readLog(t, op, m, &pb.DebugLogRequest{Include: []string{"kv/0"}, Replay: true}); len(got) != 1 {
+		t.Errorf("kv/0's lines = %q, want its own one", got)
+	}
 }
 
 func equalStrings(a, b []string) bool {

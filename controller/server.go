@@ -155,6 +155,8 @@ type Server struct {
 	// that follow them.
 	logs         *logRing
 	debugFollows logFollows
+	// shipUnits remembers the units' machines for ShipLogs.
+	shipUnits shipUnits
 	// addrs is the list of controller addresses last read
 	// (controllerAddresses).
 	addrs struct {
