@@ -1,0 +1,163 @@
+package plugin
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	jskind "github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+)
+
+// compiledSchema is a plugin's config schema, ready to validate with.
+type compiledSchema struct {
+	s *jsonschema.Schema
+}
+
+// schemaURL is the name a plugin's schema is compiled under; it refers to
+// nothing outside itself.
+const schemaURL = "lifeline:plugin-config-schema.json"
+
+// noLoader refuses every reference outside the schema: a plugin's schema
+// may not make Lifeline read files or the network.
+type noLoader struct{}
+
+func (noLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("a config schema may not refer to %s: only to its own parts", url)
+}
+
+// compileSchema compiles a config schema (draft 2020-12 unless it says
+// otherwise, formats asserted); nil compiles to nothing.
+func compileSchema(raw json.RawMessage) (*compiledSchema, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.UseLoader(noLoader{})
+	c.AssertFormat()
+	if err := c.AddResource(schemaURL, doc); err != nil {
+		return nil, err
+	}
+	s, err := c.Compile(schemaURL)
+	if err != nil {
+		return nil, errors.New(oneLine(err.Error()))
+	}
+	return &compiledSchema{s: s}, nil
+}
+
+// Validate checks a resource's config (templates rendered) against the
+// plugin's config schema and returns every violation, sorted, one error
+// each; nil when it matches or the plugin gave no schema. Each is an *Error
+// wrapping ErrInvalidConfig whose Field is the place in the config, as a
+// JSON pointer after "config" ("config/ttl").
+func (r *InitResponse) Validate(config map[string]any) []error {
+	return r.validate(config, r.resource)
+}
+
+func (r *InitResponse) validate(config map[string]any, resource string) []error {
+	if r == nil || r.schema == nil {
+		return nil
+	}
+	mk := func(field, msg string) error {
+		return &Error{Plugin: r.plugin, Resource: resource, Step: "config", Field: field, Err: fmt.Errorf("%w: %s", ErrInvalidConfig, msg)}
+	}
+	if config == nil {
+		config = map[string]any{}
+	}
+	b, err := json.Marshal(config)
+	if err != nil {
+		return []error{mk("config", "not JSON: "+err.Error())}
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		return []error{mk("config", "not JSON: "+err.Error())}
+	}
+	err = r.schema.s.Validate(doc)
+	if err == nil {
+		return nil
+	}
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return []error{mk("config", oneLine(err.Error()))}
+	}
+	var list []violationAt
+	collect(ve, &list)
+	slices.SortFunc(list, func(a, b violationAt) int {
+		if c := strings.Compare(a.field, b.field); c != 0 {
+			return c
+		}
+		return strings.Compare(a.msg, b.msg)
+	})
+	list = slices.Compact(list)
+	out := make([]error, len(list))
+	for i, v := range list {
+		out[i] = mk(v.field, v.msg)
+	}
+	return out
+}
+
+type violationAt struct{ field, msg string }
+
+// pointer names a place in the config: "config" and its JSON pointer.
+func pointer(loc []string) string {
+	var b strings.Builder
+	b.WriteString("config")
+	for _, s := range loc {
+		b.WriteByte('/')
+		b.WriteString(strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1"))
+	}
+	return b.String()
+}
+
+// collect appends a violation for each leaf of ve. Of alternatives (anyOf,
+// oneOf) that all fail it names the place once rather than every
+// alternative's violations.
+func collect(ve *jsonschema.ValidationError, out *[]violationAt) {
+	at := func(extra string) string {
+		return pointer(append(slices.Clone(ve.InstanceLocation), extra))
+	}
+	here := pointer(ve.InstanceLocation)
+	switch k := ve.ErrorKind.(type) {
+	case *jskind.Required:
+		for _, m := range k.Missing {
+			*out = append(*out, violationAt{at(m), "required"})
+		}
+		return
+	case *jskind.AdditionalProperties:
+		for _, p := range k.Properties {
+			*out = append(*out, violationAt{at(p), "not allowed"})
+		}
+		return
+	case *jskind.Type:
+		*out = append(*out, violationAt{here, "want " + strings.Join(k.Want, " or ") + ", got " + k.Got})
+		return
+	case *jskind.OneOf:
+		if len(k.Subschemas) > 0 {
+			*out = append(*out, violationAt{here, "matches more than one of the schemas it may match only one of"})
+			return
+		}
+		*out = append(*out, violationAt{here, "matches none of the schemas it may match"})
+		return
+	case *jskind.AnyOf:
+		*out = append(*out, violationAt{here, "matches none of the schemas it may match"})
+		return
+	}
+	if len(ve.Causes) == 0 {
+		p := message.NewPrinter(language.English)
+		*out = append(*out, violationAt{here, oneLine(ve.ErrorKind.LocalizedString(p))})
+		return
+	}
+	for _, c := range ve.Causes {
+		collect(c, out)
+	}
+}
