@@ -177,8 +177,11 @@ func (p *Program) prepare(ctx context.Context, name, typ string, config map[stri
 	fail := p.failer(name, step)
 	if errs := r.validate(config, name); len(errs) > 0 {
 		msgs := make([]string, len(errs))
-		for i, e := range errs {
-			msgs[i] = e.Error()
+		for i, err := range errs {
+			msgs[i] = err.Error()
+			if e, ok := err.(*Error); ok {
+				msgs[i] = e.Field + ": " + strings.TrimPrefix(e.Err.Error(), ErrInvalidConfig.Error()+": ")
+			}
 		}
 		return nil, nil, nil, fail(fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(msgs, "; ")), "")
 	}
