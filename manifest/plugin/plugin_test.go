@@ -419,3 +419,55 @@ func TestImageAndEntrypoint(t *testing.T) {
 		t.Errorf("state = %v, want argv \"check --all\" run in %s", s.State, dir)
 	}
 }
+
+func TestActionTimeout(t *testing.T) {
+	dir := t.TempDir()
+	p := &Program{Path: script(t, dir, "p", `
+case "$1" in
+"") echo '{"state_action": {"args": ["state"]}}' ;;
+slow) echo $$ > self.pid; echo "working" >&2; sleep 1000 ;;
+esac
+`), ActionTimeout: 300 * time.Millisecond}
+	err := p.Do(context.Background(), "res", "t", nil, Action{Name: "slow", Args: []string{"slow"}})
+	var e *Error
+	if !errors.As(err, &e) || !errors.Is(err, ErrTimeout) || e.Step != "action slow" || !strings.Contains(err.Error(), "(stderr: working)") {
+		t.Fatalf("Do = %v, want ErrTimeout at action slow with the stderr tail", err)
+	}
+	waitGone(t, readPid(t, filepath.Join(dir, "self.pid")))
+}
+
+func TestCanceledBeforeStart(t *testing.T) {
+	dir := t.TempDir()
+	p := &Program{Path: script(t, dir, "p", `touch ran; echo '{"state_action": {}}'`)}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := p.Init(ctx, "res", "t"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Init = %v, want context.Canceled", err)
+	}
+	if fileExists(filepath.Join(dir, "ran")) {
+		t.Errorf("Init ran the plugin with a canceled context")
+	}
+}
+
+// An escaped process (its own session) holding stdout is beyond the
+// group kill; the run still ends, after readerGrace.
+func TestEscapedProcessDoesNotHangTheRun(t *testing.T) {
+	dir := t.TempDir()
+	p := &Program{Path: script(t, dir, "p", `
+setsid sh -c 'echo $$ > escaped.tmp; mv escaped.tmp escaped.pid; exec sleep 1000' &
+while [ ! -f escaped.pid ]; do sleep 0.01; done
+echo '{"state_action": {}}'
+`)}
+	_, err := p.Init(context.Background(), "res", "t")
+	pid := readPid(t, filepath.Join(dir, "escaped.pid"))
+	escaped := alive(pid)
+	if proc, err := os.FindProcess(pid); err == nil {
+		_ = proc.Kill()
+	}
+	if err != nil {
+		t.Fatalf("Init = %v", err)
+	}
+	if !escaped {
+		t.Errorf("the process in its own session died with the group: the test tests nothing")
+	}
+}

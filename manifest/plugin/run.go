@@ -69,6 +69,9 @@ func run(ctx context.Context, spec runSpec) (runResult, error) {
 	if err := checkRunnable(spec.exe); err != nil {
 		return runResult{}, err
 	}
+	if err := ctx.Err(); err != nil {
+		return runResult{}, fmt.Errorf("%w: not started: %w", ErrTimeout, context.Cause(ctx))
+	}
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
 		return runResult{}, err
