@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // MaxPlugEntries bounds how many files and directories of a read-only plug
@@ -16,7 +16,8 @@ const MaxPlugEntries = 10000
 // givenPlug is a plug handed to a run.
 type givenPlug struct {
 	name     string
-	path     string // absolute
+	path     string // absolute, as handed over
+	real     string // path with symbolic links resolved: what is compared
 	writable bool   // declared writable by the plugin and given writable
 }
 
@@ -46,10 +47,11 @@ func (p *Program) plugs(r *InitResponse) ([]givenPlug, error) {
 		if err != nil || given.Path == "" {
 			return nil, fmt.Errorf("%w: plug %q: no usable path %q", ErrPlug, name, given.Path)
 		}
-		if _, err := os.Stat(abs); err != nil {
+		real, err := filepath.EvalSymlinks(abs)
+		if err != nil {
 			return nil, fmt.Errorf("%w: plug %q: %v", ErrPlug, name, err)
 		}
-		out = append(out, givenPlug{name: name, path: abs, writable: spec.Writable && given.Writable})
+		out = append(out, givenPlug{name: name, path: abs, real: real, writable: spec.Writable && given.Writable})
 	}
 	return out, nil
 }
@@ -61,13 +63,15 @@ func plugList(specs map[string]PlugSpec) string {
 	return fmt.Sprint(sortedKeys(specs))
 }
 
-// fingerprints digests each read-only plug: the name, size, mode and
-// modification time of everything under it, up to MaxPlugEntries entries.
+// fingerprints digests each read-only plug: the name, size, mode, inode,
+// modification and change times of everything under it (symbolic links
+// not followed, but for the plug's own path), up to MaxPlugEntries
+// entries.
 func fingerprints(plugs []givenPlug) map[string][32]byte {
 	out := map[string][32]byte{}
 	for _, g := range plugs {
 		if !g.writable {
-			out[g.name] = fingerprint(g.path)
+			out[g.name] = fingerprint(g.real)
 		}
 	}
 	return out
@@ -91,7 +95,13 @@ func fingerprint(root string) [32]byte {
 			fmt.Fprintf(h, "%s\x00gone\n", path)
 			return nil
 		}
-		fmt.Fprintf(h, "%s\x00%d %v %d\n", path, fi.Size(), fi.Mode(), fi.ModTime().UnixNano())
+		fmt.Fprintf(h, "%s\x00%d %v %d", path, fi.Size(), fi.Mode(), fi.ModTime().UnixNano())
+		// The inode and change time too: a plugin can set a file's
+		// modification time back, not its change time.
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			fmt.Fprintf(h, " %d %d.%d", st.Ino, st.Ctim.Sec, st.Ctim.Nsec)
+		}
+		h.Write([]byte{'\n'})
 		return nil
 	})
 	var sum [32]byte
@@ -107,7 +117,7 @@ func checkUnchanged(plugs []givenPlug, before map[string][32]byte) error {
 		if g.writable {
 			continue
 		}
-		if fingerprint(g.path) != before[g.name] {
+		if fingerprint(g.real) != before[g.name] {
 			return fmt.Errorf("%w: plug %q (%s) was given read-only and the plugin changed it", ErrPlug, g.name, g.path)
 		}
 	}

@@ -46,7 +46,17 @@ echo "{\"status\": \"VALID\", \"state\": {\"cache\": \"${LIFELINE_PLUG_CACHE_DIR
 }
 
 func TestPlugsRefused(t *testing.T) {
-	dir := t.TempDir()
+	dir, other := t.TempDir(), t.TempDir()
+	link := filepath.Join(other, "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	file, ref := filepath.Join(other, "file"), filepath.Join(other, "ref")
+	for _, f := range []string{file, ref} {
+		if err := os.WriteFile(f, []byte("x\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	valid := `echo '{"status": "VALID", "state": {}}'`
 	for _, tc := range []struct {
 		name, decl string
@@ -59,6 +69,8 @@ func TestPlugsRefused(t *testing.T) {
 		{"writable given read-only", `{"out": {"writable": true}}`, map[string]Plug{"out": {Path: dir}}, valid, `declared writable by the plugin and given read-only`},
 		{"path missing", `{"creds": {}}`, map[string]Plug{"creds": {Path: filepath.Join(dir, "nope")}}, valid, `no such file`},
 		{"read-only written", `{"creds": {}}`, map[string]Plug{"creds": {Path: dir}}, `touch "$LIFELINE_PLUG_CREDS/new"; ` + valid, `given read-only and the plugin changed it`},
+		{"read-only behind a symlink written", `{"creds": {}}`, map[string]Plug{"creds": {Path: link}}, `echo x >> "$LIFELINE_PLUG_CREDS/f"; ` + valid, `given read-only and the plugin changed it`},
+		{"read-only rewritten, time set back", `{"creds": {}}`, map[string]Plug{"creds": {Path: file}}, `echo y > "$LIFELINE_PLUG_CREDS"; touch -r ` + ref + ` "$LIFELINE_PLUG_CREDS"; ` + valid, `given read-only and the plugin changed it`},
 		{"declared read-only, given writable, written", `{"creds": {}}`, map[string]Plug{"creds": {Path: dir, Writable: true}}, `echo x >> "$LIFELINE_PLUG_CREDS/more"; ` + valid, `given read-only and the plugin changed it`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -84,7 +84,7 @@ type stdinMessage struct {
 // checked against the protocol, its config schema compiled, and the
 // Program's plugs checked against the plugs it declares. The answer is
 // kept: State and Do reuse it for the same name and type, and so does a
-// second Init.
+// second Init. The answer is shared: callers must not modify it.
 func (p *Program) Init(ctx context.Context, name, typ string) (*InitResponse, error) {
 	key := [2]string{name, typ}
 	p.mu.Lock()
