@@ -8,7 +8,9 @@
 // that would make it valid; each action is another run of the program (or of
 // another program next to it, the protocol's `image`). Every answer is
 // checked against the protocol strictly: an answer that breaks it is an error
-// naming the plugin, the resource and the field.
+// naming the plugin, the resource and the field. Apply runs a STALE
+// answer's actions and requires the state action to answer VALID after
+// them: the protocol's rule that an apply halts on a resource still stale.
 //
 // The package owns the process side: a minimal environment, plugs handed
 // over as environment variables, bounded output, timeouts that kill the
