@@ -79,7 +79,7 @@ var docScenarios = []struct {
 	// setup) is in its canary, then not done before the abort, whether
 	// units move or not.
 	{name: "revisions", groups: []string{"ctl revisions", "ctl refresh", "ctl rollback", "ctl set-rollout", "ctl rollout"}, bootstrap: true},
-	{name: "everyday", groups: []string{"ctl version", "ctl completion"}, bootstrap: true},
+	{name: "everyday", groups: []string{"ctl version", "ctl completion", "ctl controllers", "ctl switch"}, bootstrap: true},
 	{name: "bootstrap", groups: []string{"ctl bootstrap"}, each: true},
 }
 
@@ -165,6 +165,13 @@ var docRefusals = []struct {
 	msg            string
 }{
 	{"README.md", "ctl destroy-machine 0", 1, "ctl: machine 0 has unit kv/0 assigned"},
+	// The sandboxes name their client config with LIFELINE_CONFIG, which
+	// names one file: the named controllers are not consulted
+	// (cmd/ctl TestNamedControllers runs them without it).
+	{"ctl controllers", "ctl controllers", 1, "LIFELINE_CONFIG is set"},
+	{"ctl controllers", "ctl controllers --format json", 1, "LIFELINE_CONFIG is set"},
+	{"ctl switch", "ctl switch staging", 1, "LIFELINE_CONFIG is set"},
+	{"ctl switch", "ctl switch default", 1, "LIFELINE_CONFIG is set"},
 }
 
 // docInterrupted are the examples that run until interrupted: each must

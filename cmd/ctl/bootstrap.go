@@ -87,7 +87,6 @@ data without a client config.
 
 Example:
   ctl bootstrap
-  ctl bootstrap --name staging --api-port 17170 --local-network 127.2
   ctl bootstrap --data-dir /srv/lifeline --api-port 17080
   ctl bootstrap --data-dir /tmp/second --api-port 17170 --local-network 127.2`,
 		Args: argsRange(0, 0),
@@ -437,8 +436,7 @@ removing the current one makes "default" current again.
 Example:
   ctl kill-controller --keep-data
   ctl bootstrap                      # the same controller again, on its data
-  ctl kill-controller
-  ctl kill-controller staging`,
+  ctl kill-controller`,
 		Args: argsRange(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var name string

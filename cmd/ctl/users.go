@@ -153,8 +153,7 @@ the shell's history. --name NAME keeps the client config under that name
 in ctl's store (see ctl controllers) and makes it the current controller.
 
 Example:
-  ctl register - --config bob.json < bob.token
-  ctl register --name prod - < bob.token`,
+  ctl register - --config bob.json < bob.token`,
 		Args: argsRange(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			raw := args[0]
