@@ -135,7 +135,6 @@ func TestOpenedPortsToldToTheGate(t *testing.T) {
 	w.gate = gate
 	w.deploy(kvMeta, 1, "server")
 	w.file("kv/0", "probe-install", "open-port 8080 && open-port 9000-9010/udp && opened-ports")
-	w.file("kv/0", "probe-config-changed", "close-port 8080")
 	heldPorts := func() []string {
 		gate.mu.Lock()
 		defer gate.mu.Unlock()
@@ -152,6 +151,10 @@ func TestOpenedPortsToldToTheGate(t *testing.T) {
 		got := heldPorts()
 		return slices.Equal(got, []string{"8080/tcp", "9000-9010/udp"}), fmt.Sprintf("held %q, opened-ports logged %q, hooks %q", got, w.lines("kv/0", "probe.log"), w.hooks("kv/0"))
 	})
+	// The first config-changed (after install) must not close the port,
+	// so the closing probe is written only once the unit has started.
+	w.waitState("kv/0", "running")
+	w.file("kv/0", "probe-config-changed", "close-port 8080")
 	w.setColour("blue")
 	w.grant("kv", "kv/0")
 	w.waitFor("the gate holding kv/0's ports but the one closed", func() bool {
