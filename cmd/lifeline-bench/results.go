@@ -171,6 +171,7 @@ type results struct {
 	// Operations are the operations scenario's figures (operations.go).
 	Operations *opsResults     `json:"operations,omitempty"`
 	Rollout    *rolloutResults `json:"rollout,omitempty"`
+	Claims     *claimsResults  `json:"claims,omitempty"`
 }
 
 // diskFigures are one kind of etcd's disk writes in a phase.
@@ -313,6 +314,9 @@ func (r *results) print(w io.Writer) {
 	row("agent reports a unit, destroying", "%s", topCalls(r.ReportsPerUnitDestroy, 5))
 	if o := r.Operations; o != nil {
 		o.print(row)
+	}
+	if c := r.Claims; c != nil {
+		c.print(row)
 	}
 	t.Flush()
 }

@@ -162,15 +162,16 @@ func run(ctx context.Context, c config) (*results, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.scenario == "operations" {
-		if err := writeActions(bench, c.hooks); err != nil {
-			return nil, err
-		}
+	switch c.scenario {
+	case "operations":
+		err = writeActions(bench, c.hooks)
+	case "rollout":
+		err = writeRolloutConfig(bench)
+	case "claims":
+		err = writeClaimsCharm(dir, bench)
 	}
-	if c.scenario == "rollout" {
-		if err := writeRolloutConfig(bench); err != nil {
-			return nil, err
-		}
+	if err != nil {
+		return nil, err
 	}
 	for _, d := range []string{front, bench} {
 		if _, err := upload(ctx, ctl.op, d); err != nil {
@@ -325,23 +326,21 @@ func run(ctx context.Context, c config) (*results, error) {
 		return res, err
 	}
 	prof.heap(ctx, "running")
-	if c.scenario == "operations" {
+	if c.scenario != "deploy" {
 		env := opsEnv{ctl: ctl, st: st, clock: clock, fleetUsage: fleetUsage, raw: res.RawTxnPerSecond, units: c.units, machines: c.machines, prof: prof}
-		if res.Operations, err = runOperations(ctx, env); err != nil {
+		switch c.scenario {
+		case "operations":
+			res.Operations, err = runOperations(ctx, env)
+		case "rollout":
+			res.Rollout, err = runRollout(ctx, env, c.rolloutMaxParallel)
+		case "claims":
+			res.Claims, err = runClaims(ctx, env, c.rolloutMaxParallel)
+		}
+		if err != nil {
 			return res, err
 		}
-		// Destroying is counted from here: the operations' calls and
+		// Destroying is counted from here: the scenario's calls and
 		// reports are not its.
-		if countsRunning, err = ctl.counters(); err != nil {
-			return res, err
-		}
-		model.takeReports(total)
-	}
-	if c.scenario == "rollout" {
-		env := opsEnv{ctl: ctl, st: st, clock: clock, fleetUsage: fleetUsage, raw: res.RawTxnPerSecond, units: c.units, machines: c.machines, prof: prof}
-		if res.Rollout, err = runRollout(ctx, env, c.rolloutMaxParallel); err != nil {
-			return res, err
-		}
 		if countsRunning, err = ctl.counters(); err != nil {
 			return res, err
 		}
