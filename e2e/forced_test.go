@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
@@ -65,6 +66,36 @@ func waitPID(t *testing.T, path string) int {
 	return e2etest.ReadPID(t, path)
 }
 
+// hostDaemonPID waits until unit's host report (ctl show-unit) has its
+// daemon name running, and returns its pid.
+func hostDaemonPID(t *testing.T, s *e2etest.Sandbox, unit, name string) int {
+	t.Helper()
+	var doc map[string]struct {
+		Host struct {
+			Daemons []struct {
+				Name  string `json:"name"`
+				State string `json:"state"`
+				Pid   int    `json:"pid"`
+			} `json:"daemons"`
+		} `json:"host"`
+	}
+	pid := 0
+	poll.Within(t, unit+"'s daemon "+name+" running", time.Minute, func() (bool, string) {
+		out := s.OK(t, "show-unit", unit, "--format", "json")
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatalf("ctl show-unit %s --format json: %v\n%s", unit, err, out)
+		}
+		for _, d := range doc[unit].Host.Daemons {
+			if d.Name == name && d.State == "running" && d.Pid > 0 {
+				pid = d.Pid
+				return true, ""
+			}
+		}
+		return false, out
+	})
+	return pid
+}
+
 // forced is what forcedSetup made.
 type forced struct {
 	machine string
@@ -92,10 +123,10 @@ func forcedSetup(t *testing.T, s *e2etest.Sandbox) forced {
 	s.OK(t, "add-relation", "app", "spawner")
 	s.OK(t, "wait", "--timeout", "2m")
 	pids := map[string]int{
-		"app-server":     waitPID(t, filepath.Join(unitDir(s, m, "app/0"), "app", "app-server.pid")),
+		"app-server":     hostDaemonPID(t, s, "app/0", "app-server"),
 		"nohup daemon":   waitPID(t, filepath.Join(unitDir(s, m, "spawner/0"), "nohup.pid")),
 		"setsid daemon":  waitPID(t, filepath.Join(unitDir(s, m, "spawner/0"), "setsid.pid")),
-		"kv's kv-server": waitPID(t, filepath.Join(unitDir(s, m, "kv/0"), "kv", "kv-server.pid")),
+		"kv's kv-server": hostDaemonPID(t, s, "kv/0", "kv-server"),
 	}
 	t.Cleanup(func() {
 		for _, pid := range pids {

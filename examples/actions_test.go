@@ -147,8 +147,7 @@ func (u *unit) checkpoint() int {
 
 func TestKVActions(t *testing.T) {
 	kv := newUnit(t, "kv", "kv/0")
-	const pidfile = "kv/kv-server.pid"
-	kv.stopAtCleanup(pidfile)
+	h := newHost(kv)
 	port := freePort(t)
 	url := "http://127.0.0.1:" + port
 	kv.set("config/port", port)
@@ -162,7 +161,9 @@ func TestKVActions(t *testing.T) {
 		t.Errorf("keys before start: action-fail %q, want %q", got, want)
 	}
 
+	h.files()
 	kv.mustRun("config-changed")
+	h.daemons()
 	kv.mustRun("start")
 	if out, err := kv.runAction("keys"); err != nil {
 		t.Fatalf("keys: %v\n%s", err, out)

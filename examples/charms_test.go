@@ -1,7 +1,6 @@
 package examples
 
 import (
-	"bytes"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -96,10 +95,13 @@ func TestCharmsMetadata(t *testing.T) {
 		subordinate bool
 		endpoints   []endpoint
 		port        any // the port option's default; nil: no option
+		// daemons are the host daemons the charm declares, which its
+		// machine agent runs: no hook starts a server.
+		daemons []string
 	}{
-		{"kv", false, []endpoint{{"provides", "server", "kv", pb.Scope_SCOPE_GLOBAL}}, int64(7070)},
-		{"app", false, []endpoint{{"requires", "db", "kv", pb.Scope_SCOPE_GLOBAL}}, int64(8080)},
-		{"logger", true, []endpoint{{"requires", "host", "lifeline-info", pb.Scope_SCOPE_CONTAINER}}, nil},
+		{"kv", false, []endpoint{{"provides", "server", "kv", pb.Scope_SCOPE_GLOBAL}}, int64(7070), []string{"kv-server"}},
+		{"app", false, []endpoint{{"requires", "db", "kv", pb.Scope_SCOPE_GLOBAL}}, int64(8080), []string{"app-server"}},
+		{"logger", true, []endpoint{{"requires", "host", "lifeline-info", pb.Scope_SCOPE_CONTAINER}}, nil, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -129,6 +131,15 @@ func TestCharmsMetadata(t *testing.T) {
 			case tt.port != nil && (!ok || opt.Type != "int" || opt.Default != tt.port):
 				t.Errorf("config port = %+v (present %v), want an int defaulting to %v", opt, ok, tt.port)
 			}
+			var daemons []string
+			if c.Meta.Host != nil {
+				for _, d := range c.Meta.Host.Daemons {
+					daemons = append(daemons, d.Name)
+				}
+			}
+			if !slices.Equal(daemons, tt.daemons) {
+				t.Errorf("host daemons %q, want %q", daemons, tt.daemons)
+			}
 		})
 	}
 }
@@ -157,21 +168,5 @@ func TestShellSyntax(t *testing.T) {
 		if err != nil || len(out) > 0 {
 			t.Errorf("sh -n %s: %v\n%s", f, err, out)
 		}
-	}
-}
-
-// TestDaemonLibraryShared checks that kv and app carry the same
-// lib/daemon.sh: a fix to one is a fix to both.
-func TestDaemonLibraryShared(t *testing.T) {
-	kv, err := os.ReadFile("charms/kv/lib/daemon.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	app, err := os.ReadFile("charms/app/lib/daemon.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(kv, app) {
-		t.Errorf("charms/kv/lib/daemon.sh and charms/app/lib/daemon.sh differ: copy the fixed one over the other")
 	}
 }

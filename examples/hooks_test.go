@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -104,6 +103,7 @@ func newUnit(t *testing.T, charmName, name string) *unit {
 	}
 	for _, tool := range []string{"relation-get", "relation-set", "relation-list", "relation-ids",
 		"config-get", "unit-get", "status-set", "status-get", "log",
+		"open-port", "close-port", "opened-ports",
 		"action-get", "action-set", "action-log", "action-fail", "checkpoint-get", "checkpoint-set"} {
 		if err := os.Symlink(fakeTool, filepath.Join(u.tools, tool)); err != nil {
 			t.Fatal(err)
@@ -212,39 +212,6 @@ func (u *unit) wantStatus(want string) {
 	}
 }
 
-// pid returns the pid in the unit's pid file rel ("kv/kv-server.pid"), 0 if
-// there is none.
-func (u *unit) pid(rel string) int {
-	u.t.Helper()
-	b, err := os.ReadFile(filepath.Join(u.dir, rel))
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0
-	}
-	if err != nil {
-		u.t.Fatal(err)
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		u.t.Fatalf("pid file %s: %v", rel, err)
-	}
-	return n
-}
-
-// stopAtCleanup runs the unit's stop hook when the test ends and kills
-// what it leaves of the server whose pid file is rel.
-func (u *unit) stopAtCleanup(rel string) {
-	u.t.Cleanup(func() {
-		pid := u.pid(rel)
-		if out, err := u.run("stop"); err != nil {
-			u.t.Errorf("stop at cleanup: %v\n%s", err, out)
-		}
-		if pid != 0 && alive(pid) {
-			u.t.Errorf("the server (pid %d) outlived the stop hook", pid)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	})
-}
-
 // alive reports whether process pid runs (a zombie does not).
 func alive(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -299,54 +266,70 @@ func wantCall(t *testing.T, method, url, body string, wantCode int, wantBody str
 	}
 }
 
+// ports returns the unit's opened ports (open-port, close-port).
+func (u *unit) ports() []string { return u.lines("ports") }
+
 func TestKVHooks(t *testing.T) {
 	kv := newUnit(t, "kv", "kv/0")
-	const pidfile = "kv/kv-server.pid"
-	kv.stopAtCleanup(pidfile)
+	h := newHost(kv)
 	p1, p2 := freePort(t), freePort(t)
 	url1, url2 := "http://127.0.0.1:"+p1, "http://127.0.0.1:"+p2
 	kv.set("config/port", p1)
 	kv.set("relation-ids/server", "server:1")
 
-	kv.mustRun("install")
-	kv.mustRun("config-changed")
-	if pid := kv.pid(pidfile); pid != 0 {
-		t.Errorf("config-changed before start started the server (pid %d)", pid)
+	h.deploy()
+	kv.wantStatus("active serving on 127.0.0.1:" + p1)
+	if got := kv.lines("status.log"); !slices.Contains(got, "maintenance waiting for kv-server on 127.0.0.1:"+p1) {
+		t.Errorf("statuses %q: no maintenance status while starting", got)
 	}
 	if got, want := kv.lines("relation-set.log"), []string{"server:1 host=127.0.0.1 port=" + p1}; !slices.Equal(got, want) {
 		t.Errorf("config-changed: relation-set calls %q, want %q", got, want)
 	}
-
-	kv.mustRun("start")
-	kv.wantStatus("active serving on 127.0.0.1:" + p1)
-	if got := kv.lines("status.log"); !slices.Contains(got, "maintenance starting kv-server on 127.0.0.1:"+p1) {
-		t.Errorf("statuses %q: no maintenance status while starting", got)
+	if got, want := kv.ports(), []string{p1 + "/tcp"}; !slices.Equal(got, want) {
+		t.Errorf("opened ports %q, want %q", got, want)
 	}
-	pid := kv.pid(pidfile)
+	if b, err := os.ReadFile(filepath.Join(kv.dir, "kv", "addr")); err != nil || string(b) != "127.0.0.1:"+p1+"\n" {
+		t.Errorf("kv/addr holds %q (%v), want the address", b, err)
+	}
+	pid := h.pid("kv-server")
 	wantCall(t, "GET", url1+"/health", "", 200, "ok\n")
 	wantCall(t, "PUT", url1+"/keys/greeting", "hello", 204, "")
 
-	// Idempotent: start and config-changed without a change leave it be.
+	// Idempotent: the same config changes nothing.
+	h.change()
 	kv.mustRun("start")
-	kv.mustRun("config-changed")
-	if got := kv.pid(pidfile); got != pid || !alive(pid) {
-		t.Errorf("start and config-changed again: pid %d (alive %v), want %d running", got, alive(pid), pid)
+	if got := h.pid("kv-server"); got != pid || !alive(pid) {
+		t.Errorf("config-changed and start again: pid %d (alive %v), want %d running", got, alive(pid), pid)
 	}
 
-	// A new port: the server moves, its data kept.
+	// A new port: the port claim moves, and the server with it, its data
+	// kept.
 	kv.set("config/port", p2)
-	kv.mustRun("config-changed")
+	h.change()
 	kv.wantStatus("active serving on 127.0.0.1:" + p2)
+	if got, want := kv.ports(), []string{p2 + "/tcp"}; !slices.Equal(got, want) {
+		t.Errorf("opened ports %q, want %q", got, want)
+	}
 	if alive(pid) {
 		t.Errorf("the server on the old port (pid %d) still runs", pid)
 	}
 	if code, _ := call(t, "GET", url1+"/health", ""); code != 0 {
 		t.Errorf("the old port still answers: %d", code)
 	}
+	if err := probe(kv, url2+"/health"); err != nil {
+		t.Fatal(err)
+	}
 	wantCall(t, "GET", url2+"/keys/greeting", "", 200, "hello")
 	if got, want := kv.lines("relation-set.log"), "server:1 host=127.0.0.1 port="+p2; got[len(got)-1] != want {
 		t.Errorf("config-changed: relation-set calls %q, want the last %q", got, want)
 	}
+
+	// A port the server cannot listen on fails config-changed.
+	kv.set("config/port", "70000")
+	if out, err := kv.run("config-changed"); err == nil || !strings.Contains(out, `port "70000" is not a TCP port`) {
+		t.Errorf("config-changed with port 70000: %v, %q; want it failed, saying why", err, out)
+	}
+	kv.set("config/port", p2)
 
 	kv.mustRun("server-relation-joined", relationEnv("server:1", "app/0")...)
 	kv.mustRun("server-relation-changed", relationEnv("server:1", "app/0")...)
@@ -354,24 +337,30 @@ func TestKVHooks(t *testing.T) {
 		t.Errorf("server-relation-joined and -changed: relation-set calls %q, want the last two %q", got, want)
 	}
 
-	pid = kv.pid(pidfile)
+	pid = h.pid("kv-server")
 	kv.mustRun("stop")
-	kv.wantStatus("maintenance stopped")
+	kv.wantStatus("maintenance stopping kv-server")
+	h.shutdown()
 	if alive(pid) {
-		t.Errorf("stop left the server (pid %d) running", pid)
+		t.Errorf("shut down, the server (pid %d) runs", pid)
 	}
 	if code, _ := call(t, "GET", url2+"/health", ""); code != 0 {
-		t.Errorf("stopped, the server still answers: %d", code)
+		t.Errorf("shut down, the server still answers: %d", code)
 	}
-	kv.mustRun("stop") // stopping a stopped server is fine
+}
 
-	kv.mustRun("start")
-	wantCall(t, "GET", url2+"/keys/greeting", "", 200, "hello")
+// probe waits until url answers, through the unit's kv-server.
+func probe(u *unit, url string) error {
+	out, err := exec.Command(filepath.Join(u.dir, "charm", "bin", "kv-server"), "probe", "-timeout", "10s", url).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("probe %s: %v\n%s", url, err, out)
+	}
+	return nil
 }
 
 func TestKVStartFailsWhenPortTaken(t *testing.T) {
 	kv := newUnit(t, "kv", "kv/0")
-	kv.stopAtCleanup("kv/kv-server.pid")
+	h := newHost(kv)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -379,41 +368,42 @@ func TestKVStartFailsWhenPortTaken(t *testing.T) {
 	defer ln.Close()
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	kv.set("config/port", port)
+	h.files()
 	kv.mustRun("install")
 	kv.mustRun("config-changed")
+	h.daemons()
 	out, err := kv.run("start")
 	if err == nil {
 		t.Fatalf("start with the port taken succeeded:\n%s", out)
 	}
-	if !strings.Contains(out, "did not start serving") || !strings.Contains(out, "address already in use") {
-		t.Errorf("start with the port taken: output %q, want the reason", out)
-	}
-	if pid := kv.pid("kv/kv-server.pid"); pid != 0 {
-		t.Errorf("a failed start left a pid file (pid %d)", pid)
+	if !strings.Contains(out, "does not answer") || !strings.Contains(out, "address already in use") {
+		t.Errorf("start with the port taken: output %q, want the reason from the server's log", out)
 	}
 }
 
 func TestAppHooks(t *testing.T) {
 	kv := newUnit(t, "kv", "kv/0")
-	kv.stopAtCleanup("kv/kv-server.pid")
+	kh := newHost(kv)
 	kvPort := freePort(t)
 	kv.set("config/port", kvPort)
-	kv.mustRun("install")
-	kv.mustRun("config-changed")
-	kv.mustRun("start")
+	kh.deploy()
 	kvAddr := "127.0.0.1:" + kvPort
 
 	app := newUnit(t, "app", "app/0")
-	const pidfile = "app/app-server.pid"
-	app.stopAtCleanup(pidfile)
+	h := newHost(app)
 	port := freePort(t)
 	url := "http://127.0.0.1:" + port + "/"
 	app.set("config/port", port)
+	h.files()
 	app.mustRun("install")
 	app.wantStatus("blocked waiting for a kv relation")
 	app.mustRun("config-changed")
+	h.daemons()
 	app.mustRun("start")
 	app.wantStatus("blocked waiting for a kv relation")
+	if got, want := app.ports(), []string{port + "/tcp"}; !slices.Equal(got, want) {
+		t.Errorf("opened ports %q, want %q", got, want)
+	}
 	wantCall(t, "GET", url, "", 503, "waiting for kv\n")
 
 	// Related, before kv has published its address.
@@ -433,29 +423,37 @@ func TestAppHooks(t *testing.T) {
 	wantCall(t, "GET", url, "", 200, page("2 times"))
 
 	// The counter survives kv's restart.
-	kv.mustRun("stop")
+	kh.shutdown()
 	wantCall(t, "GET", url, "", 502, "")
-	kv.mustRun("start")
+	kh.daemons()
+	if err := probe(kv, "http://"+kvAddr+"/health"); err != nil {
+		t.Fatal(err)
+	}
 	wantCall(t, "GET", url, "", 200, page("3 times"))
 
-	// A crashed app-server is started again by the next hook.
-	pid := app.pid(pidfile)
+	// A crashed app-server is started again by its supervisor.
+	pid := h.pid("app-server")
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	app.mustRun("db-relation-changed", relationEnv("db:2", "kv/0")...)
-	if got := app.pid(pidfile); got == pid || !alive(got) {
-		t.Errorf("after a crash, db-relation-changed left pid %d (alive %v), want a new server", got, alive(got))
+	if err := probe(kv, url+"health"); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.pid("app-server"); got == pid || !alive(got) {
+		t.Errorf("after a crash, the supervisor runs pid %d (alive %v), want a new server", got, alive(got))
 	}
 	wantCall(t, "GET", url, "", 200, page("4 times"))
 
 	// A new port: the server moves.
 	port2 := freePort(t)
 	app.set("config/port", port2)
-	app.mustRun("config-changed")
+	h.change()
 	app.wantStatus("active counter in kv at " + kvAddr)
-	wantCall(t, "GET", "http://127.0.0.1:"+port2+"/", "", 200, page("5 times"))
 	url = "http://127.0.0.1:" + port2 + "/"
+	if err := probe(kv, url+"health"); err != nil {
+		t.Fatal(err)
+	}
+	wantCall(t, "GET", url, "", 200, page("5 times"))
 
 	app.set("members/db:2", "")
 	app.mustRun("db-relation-departed", append(relationEnv("db:2", "kv/0"), "LIFELINE_DEPARTING_UNIT=kv/0")...)
@@ -464,13 +462,8 @@ func TestAppHooks(t *testing.T) {
 	app.mustRun("db-relation-broken", relationEnv("db:2", "")...)
 	app.wantStatus("blocked waiting for a kv relation")
 
-	pid = app.pid(pidfile)
 	app.mustRun("stop")
-	app.wantStatus("maintenance stopped")
-	if alive(pid) {
-		t.Errorf("stop left app-server (pid %d) running", pid)
-	}
-	app.mustRun("stop")
+	app.wantStatus("maintenance stopping app-server")
 }
 
 func TestLoggerHooks(t *testing.T) {
