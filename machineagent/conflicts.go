@@ -38,7 +38,10 @@ import (
 // can tell (a unit record says nothing of when it was assigned). A unit
 // held that did not ask (units holding conflicting claims from before the
 // check, or taken with ctl resolved --no-retry) is logged; it runs on, and
-// a change of its that still conflicts is refused.
+// a change of its that still conflicts is refused. Its agent shows it in
+// its host report all the same: Standing says the conflicts that hold it,
+// weighed afresh over the claims the host holds, and Changed when to ask
+// again (after every change of the record).
 //
 // The gate keeps, in claims.json in the agent's data directory (written
 // whole, atomically, at each change), each unit's order, the claims the
@@ -127,6 +130,8 @@ type claimsGate struct {
 	rec gateRecord
 	// pass collects the asks of the pass to come, nil when none waits.
 	pass *gatePass
+	// changed is closed, and replaced, when the record changes (Changed).
+	changed chan struct{}
 }
 
 // gatePass is one pass: the asks that joined it, by unit, and once done
@@ -189,9 +194,14 @@ func readGateRecord(path string) (gateRecord, error) {
 	return rec, nil
 }
 
-// save writes the record, under mu; a failure is logged: the units tell
-// their claims again as their agents start.
+// save writes the record, under mu, and tells Changed's callers; a
+// failure is logged: the units tell their claims again as their agents
+// start.
 func (g *claimsGate) save() {
+	if g.changed != nil {
+		close(g.changed)
+		g.changed = nil
+	}
 	b, err := json.Marshal(g.rec)
 	if err == nil {
 		err = pki.WriteFileAtomic(g.path, b, 0o600)
@@ -341,6 +351,42 @@ func (g *claimsGate) resolve(p *gatePass) {
 	if changed {
 		g.save()
 	}
+}
+
+// Changed returns a channel closed at the next change of the claims the
+// gate records.
+func (g *claimsGate) Changed() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.changed == nil {
+		g.changed = make(chan struct{})
+	}
+	return g.changed
+}
+
+// Standing returns the conflicts that hold the unit back while it asks
+// for nothing: hostclaims.Resolve over the claims every unit stands on,
+// none changed, holds the later of two units in conflict. Each reads
+// "held: port 8080/tcp is claimed by kv/0"; none when it is not held.
+func (g *claimsGate) Standing(unit string) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.rec.Units[unit] == nil {
+		return nil
+	}
+	units := make([]hostclaims.UnitRevisions, 0, len(g.rec.Units))
+	for name, u := range g.rec.Units {
+		units = append(units, hostclaims.UnitRevisions{Unit: name, Order: u.Order, Current: withUnit(u.current(), name)})
+	}
+	r, ok := hostclaims.Resolve(units).Result(unit)
+	if !ok || r.Outcome != hostclaims.Held {
+		return nil
+	}
+	out := make([]string, 0, len(r.Conflicts))
+	for _, c := range r.Conflicts {
+		out = append(out, "held: "+c.String())
+	}
+	return out
 }
 
 // conflictable returns the part of claims that may conflict: its ports,

@@ -42,6 +42,14 @@ import (
 // (the controller away, the agent's budget spent), it is sent again after
 // a back-off. A unit whose charm claims nothing on its host and which
 // opened no port makes no report.
+//
+// A unit held back by claims it did not ask for (it holds conflicting
+// claims unchanged: taken with ctl resolved --no-retry, or from before the
+// machine's check) has no refusal of its own to report: the machine's
+// gate, when it is a standingGate, says its standing conflicts ("held:
+// port 8080/tcp is claimed by kv/0"), which the report carries when the
+// unit has none of its own, asked again whenever the gate's record
+// changes.
 
 // hostReportEvery spaces a unit's host reports: a daemon restarting in a
 // loop, or jobs in quick succession, cost a report every few seconds.
@@ -82,6 +90,19 @@ type hostReporter struct {
 	base  *pb.HostReport
 	dirty bool
 	kick  chan struct{}
+	// gate is the machine's gate, when it tells standing conflicts.
+	gate standingGate
+}
+
+// standingGate is a ClaimsGate that also tells the conflicts a unit's
+// claims, held unchanged, stand in (machineagent's).
+type standingGate interface {
+	// Standing returns the conflicts that hold the unit back while it
+	// asks for nothing; none when it is not held.
+	Standing(unit string) []string
+	// Changed returns a channel closed at the next change of the claims
+	// the gate knows.
+	Changed() <-chan struct{}
 }
 
 func newHostReporter(a *Agent) *hostReporter {
@@ -89,7 +110,29 @@ func newHostReporter(a *Agent) *hostReporter {
 	if a.cfg.Host != nil {
 		r.sup = a.cfg.Host.Supervisor
 	}
+	r.gate, _ = a.cfg.Gate.(standingGate)
 	return r
+}
+
+// standing returns the unit's standing conflicts, as reported, and the
+// channel closed at their next change (nil without a standingGate). The
+// channel is taken first, so that no change after the conflicts are read
+// goes untold.
+func (r *hostReporter) standing() ([]string, <-chan struct{}) {
+	if r.gate == nil {
+		return nil, nil
+	}
+	ch := r.gate.Changed()
+	var out []string
+	cs := r.gate.Standing(r.unit)
+	for i, c := range cs {
+		if i == maxReportConflicts {
+			out = append(out, fmt.Sprintf("and %d more", len(cs)-i))
+			break
+		}
+		out = append(out, cut(c))
+	}
+	return out, ch
 }
 
 // set replaces the report's base, to be sent.
@@ -113,6 +156,8 @@ func (r *hostReporter) run(ctx context.Context) {
 	}
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(time.Second), backoff.WithMaxInterval(30*time.Second), backoff.WithMaxElapsedTime(0))
 	var sent []*pb.DaemonReport // the daemons' states last sent
+	var sentStanding []string   // the standing conflicts last sent
+	_, gateChanged := r.standing()
 	sentOnce := false
 	var last time.Time
 	for {
@@ -121,6 +166,7 @@ func (r *hostReporter) run(ctx context.Context) {
 			return
 		case <-r.kick:
 		case <-changed:
+		case <-gateChanged:
 		}
 		if !pause.For(ctx, max(hostReportLinger, time.Until(last.Add(r.every)))) {
 			return
@@ -135,11 +181,16 @@ func (r *hostReporter) run(ctx context.Context) {
 				break
 			}
 			ds := r.daemons()
-			if !dirty && !retry && sentOnce && sameDaemons(ds, sent) {
+			var st []string
+			st, gateChanged = r.standing()
+			if !dirty && !retry && sentOnce && sameDaemons(ds, sent) && slices.Equal(st, sentStanding) {
 				break
 			}
 			rep := proto.Clone(base).(*pb.HostReport)
 			rep.Daemons, rep.ReportedUnixNano = ds, time.Now().UnixNano()
+			if len(rep.Conflicts) == 0 {
+				rep.Conflicts = st
+			}
 			fitReport(rep)
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			_, err := r.api.SetHostReport(cctx, &pb.SetHostReportRequest{Unit: r.unit, Report: rep})
@@ -150,13 +201,13 @@ func (r *hostReporter) run(ctx context.Context) {
 			}
 			switch status.Code(err) {
 			case codes.OK:
-				sent, sentOnce, retry = ds, true, false
+				sent, sentStanding, sentOnce, retry = ds, st, true, false
 				bo.Reset()
 			case codes.InvalidArgument, codes.NotFound, codes.PermissionDenied:
 				// Refused however often sent (the unit gone, say): the
 				// next change makes another.
 				r.logger.Warn("host report refused", "error", err)
-				sent, sentOnce, retry = ds, true, false
+				sent, sentStanding, sentOnce, retry = ds, st, true, false
 			default:
 				r.logger.Debug("cannot report the host yet", "error", err)
 				retry = true

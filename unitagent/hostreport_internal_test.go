@@ -75,3 +75,76 @@ func TestHostReportsAreSpaced(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// fakeStandingGate is a machine's gate in memory that says a unit's standing
+// conflicts, as set.
+type fakeStandingGate struct {
+	ClaimsGate
+	mu       sync.Mutex
+	standing []string
+	changed  chan struct{}
+}
+
+func (g *fakeStandingGate) Standing(string) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.standing...)
+}
+
+func (g *fakeStandingGate) Changed() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.changed
+}
+
+func (g *fakeStandingGate) set(standing ...string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.standing = standing
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
+// TestHostReportShowsStandingConflicts: a unit held back by claims it did
+// not ask for (the gate's standing conflicts) reports them, without a
+// change of its own, as the gate's claims change; its own refusal, when
+// it has one, is reported instead.
+func TestHostReportShowsStandingConflicts(t *testing.T) {
+	api := &reportAPI{}
+	gate := &fakeStandingGate{changed: make(chan struct{})}
+	r := &hostReporter{api: api, unit: "web/1", logger: hclog.NewNullLogger(), every: 50 * time.Millisecond, kick: make(chan struct{}, 1), gate: gate}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.run(ctx) }()
+	defer func() { cancel(); <-done }()
+	last := func(what string, cond func(*pb.HostReport) bool) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			reports, _ := api.sent()
+			if n := len(reports); n > 0 && cond(reports[n-1]) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no report %s: %v", what, reports)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	r.set(&pb.HostReport{AppliedRevision: 3})
+	last("without conflicts", func(h *pb.HostReport) bool { return h.AppliedRevision == 3 && len(h.Conflicts) == 0 })
+
+	gate.set("held: port 8080/tcp is claimed by web/0")
+	last("with the standing conflict", func(h *pb.HostReport) bool {
+		return len(h.Conflicts) == 1 && h.Conflicts[0] == "held: port 8080/tcp is claimed by web/0"
+	})
+
+	r.set(&pb.HostReport{AppliedRevision: 3, Conflicts: []string{"port 9090/tcp is claimed by db/0: kept revision 3"}})
+	last("with its own refusal", func(h *pb.HostReport) bool {
+		return len(h.Conflicts) == 1 && h.Conflicts[0] == "port 9090/tcp is claimed by db/0: kept revision 3"
+	})
+
+	r.set(&pb.HostReport{AppliedRevision: 3})
+	gate.set()
+	last("without conflicts again", func(h *pb.HostReport) bool { return len(h.Conflicts) == 0 })
+}
