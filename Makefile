@@ -131,7 +131,8 @@ bench:
 ## machines through a real controller; ARGS passes flags, such as
 ## ARGS='-units 1000 -machines 100 -hooks none -json out.json', or
 ## ARGS='-scenario operations -hooks none' for an action run on every
-## unit and a pause of them all (docs/PERFORMANCE.md)
+## unit and a pause of them all, or ARGS='-scenario claims' for a config
+## change to units with host claims (docs/PERFORMANCE.md)
 bench-scale: build
 	$(GO) run ./cmd/lifeline-bench -lifelined $(BIN)/lifelined -ctl $(BIN)/ctl $(ARGS)
 
