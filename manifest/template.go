@@ -1,0 +1,322 @@
+package manifest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/nikolalohinski/gonja/v2/builtins"
+	"github.com/nikolalohinski/gonja/v2/config"
+	"github.com/nikolalohinski/gonja/v2/exec"
+	"github.com/nikolalohinski/gonja/v2/loaders"
+	"github.com/nikolalohinski/gonja/v2/nodes"
+	"github.com/nikolalohinski/gonja/v2/parser"
+)
+
+// maxRendered bounds what one template renders to.
+const maxRendered = 64 << 10
+
+// maxRange bounds the items range() gives in one rendering.
+const maxRange = 10000
+
+// Unknown is a configuration value not known until a dependency is
+// applied: a template that read a dependency's state while that state is
+// yet to be made. A plan shows it as "(known after apply)".
+type Unknown struct{}
+
+func (Unknown) String() string { return "(known after apply)" }
+
+// MarshalJSON writes an unknown value as an object no manifest value can
+// be mistaken for, so that a saved plan keeps it apart from text.
+func (Unknown) MarshalJSON() ([]byte, error) { return []byte(`{"known_after_apply":true}`), nil }
+
+// Dep is one dependency as a resource's templates see it, under its local
+// name: {name, type, state}. State is what the dependency is once applied;
+// Known false says it is not yet known (the dependency is STALE), and a
+// template reading it renders as Unknown.
+type Dep struct {
+	Name  string
+	Type  string
+	State map[string]any
+	Known bool
+}
+
+// Context is what a resource's templates may name: the variables, and its
+// dependencies by their local names.
+type Context struct {
+	Vars map[string]any
+	Deps map[string]Dep
+}
+
+// wholeRE matches a value that is one expression and nothing else: its
+// result keeps its type ("{{ replicas }}" is an integer).
+var wholeRE = regexp.MustCompile(`^\s*\{\{-?(.*?)-?\}\}\s*$`)
+
+// hasTemplate says whether s holds Jinja markup.
+func hasTemplate(s string) bool {
+	return strings.Contains(s, "{{") || strings.Contains(s, "{%") || strings.Contains(s, "{#")
+}
+
+// Render renders every string in config that holds a template, and returns
+// a copy: a value that is one expression keeps the expression's type; one
+// that read an unknown dependency state is Unknown. Errors name the field
+// under prefix ("resources.web.config").
+func Render(config map[string]any, ctx Context, prefix string) (map[string]any, []string) {
+	var errs []string
+	out := renderValue(config, ctx, prefix, &errs).(map[string]any)
+	return out, errs
+}
+
+func renderValue(v any, ctx Context, field string, errs *[]string) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			out[k] = renderValue(x[k], ctx, field+"."+k, errs)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = renderValue(e, ctx, fmt.Sprintf("%s[%d]", field, i), errs)
+		}
+		return out
+	case string:
+		if !hasTemplate(x) {
+			return x
+		}
+		r, err := renderString(x, ctx)
+		if err != nil {
+			*errs = append(*errs, field+": "+err.Error())
+			return nil
+		}
+		return r
+	}
+	return v
+}
+
+// renderString renders one string. A whole-value expression is rendered
+// through tojson and decoded, so that it keeps its type.
+func renderString(s string, ctx Context) (any, error) {
+	whole := false
+	if m := wholeRE.FindStringSubmatch(s); m != nil && !strings.Contains(m[1], "}}") && !strings.Contains(m[1], "{{") {
+		whole = true
+		s = "{{ (" + m[1] + ") | tojson }}"
+	}
+	touched := false
+	vars := make(map[string]any, len(ctx.Vars)+len(ctx.Deps))
+	maps.Copy(vars, ctx.Vars)
+	for local, d := range ctx.Deps {
+		vars[local] = &depValue{dep: d, touched: &touched}
+	}
+	out, err := execute(s, vars)
+	if touched {
+		// Whatever the template did with an unknown value (an error
+		// included: it may have tried to loop over it), its result is
+		// not known until the dependency is applied.
+		return Unknown{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !whole {
+		return out, nil
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("render: the expression gives no value: %v", err)
+	}
+	return fromJSON(v), nil
+}
+
+// fromJSON turns decoded numbers back into int64 or float64.
+func fromJSON(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		f, _ := x.Float64()
+		return f
+	case map[string]any:
+		for k, e := range x {
+			x[k] = fromJSON(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = fromJSON(e)
+		}
+	}
+	return v
+}
+
+// depValue is a dependency in a template's context. Reading its state
+// while the state is unknown marks the rendering as touched.
+type depValue struct {
+	dep     Dep
+	touched *bool
+}
+
+func (d *depValue) GetAttribute(name string) (*exec.Value, bool) {
+	switch name {
+	case "name":
+		return exec.AsValue(d.dep.Name), true
+	case "type":
+		return exec.AsValue(d.dep.Type), true
+	case "state":
+		if !d.dep.Known {
+			*d.touched = true
+			return exec.AsValue(&unknownValue{touched: d.touched}), true
+		}
+		return exec.AsValue(d.dep.State), true
+	}
+	return exec.AsValue(nil), false
+}
+
+func (d *depValue) GetItem(key any) (*exec.Value, bool) {
+	if s, ok := key.(string); ok {
+		return d.GetAttribute(s)
+	}
+	return exec.AsValue(nil), false
+}
+
+// unknownValue is an unknown state in a template: every attribute and
+// item of it is unknown too.
+type unknownValue struct{ touched *bool }
+
+func (u *unknownValue) GetAttribute(string) (*exec.Value, bool) {
+	*u.touched = true
+	return exec.AsValue(u), true
+}
+
+func (u *unknownValue) GetItem(any) (*exec.Value, bool) {
+	*u.touched = true
+	return exec.AsValue(u), true
+}
+
+func (u *unknownValue) String() string { return Unknown{}.String() }
+
+func (u *unknownValue) MarshalJSON() ([]byte, error) { return []byte("null"), nil }
+
+// templateName is the one name the loader knows: the template itself.
+const templateName = "/template"
+
+// execute renders src with vars: gonja with strict undefined names (a
+// misspelt variable is an error, not empty text), no file access, its
+// output and range() bounded. Errors are one line.
+func execute(src string, vars map[string]any) (out string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = "", fmt.Errorf("template failed: %v", r)
+		}
+	}()
+	cfg := config.New()
+	cfg.StrictUndefined = true
+	t, err := exec.NewTemplate(templateName, cfg, &loader{src: src}, environment())
+	if err != nil {
+		msg := strings.TrimPrefix(err.Error(), "failed to parse template '"+src+"': ")
+		return "", fmt.Errorf("parse: %s", oneLine(msg))
+	}
+	w := &limitWriter{left: maxRendered}
+	if err := t.Execute(w, exec.NewContext(vars)); err != nil {
+		if w.over {
+			return "", fmt.Errorf("renders to more than %d bytes", maxRendered)
+		}
+		return "", fmt.Errorf("render: %s", oneLine(strings.TrimPrefix(err.Error(), "unable to execute template: ")))
+	}
+	return w.b.String(), nil
+}
+
+// environment is the engine's builtins without file access and with a
+// bounded range().
+func environment() *exec.Environment {
+	cs := exec.NewControlStructureSet(map[string]parser.ControlStructureParser{}).Update(builtins.ControlStructures)
+	for _, name := range []string{"include", "import", "extends", "from"} {
+		_ = cs.Replace(name, func(*parser.Parser, *parser.Parser) (nodes.ControlStructure, error) {
+			return nil, fmt.Errorf("%s is not available: a manifest's template reads no file", name)
+		})
+	}
+	left := maxRange
+	ctx := exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables)
+	ctx.Set("range", func(_ *exec.Evaluator, params *exec.VarArgs) ([]int, error) {
+		ints := make([]int, len(params.Args))
+		for i, a := range params.Args {
+			if !a.IsInteger() {
+				return nil, errors.New("range: want integers")
+			}
+			ints[i] = a.Integer()
+		}
+		start, stop, step := 0, 0, 1
+		switch len(ints) {
+		case 1:
+			stop = ints[0]
+		case 2:
+			start, stop = ints[0], ints[1]
+		case 3:
+			start, stop, step = ints[0], ints[1], ints[2]
+		default:
+			return nil, errors.New("range: want [start, ]stop[, step]")
+		}
+		if step == 0 {
+			return nil, errors.New("range: step is 0")
+		}
+		var out []int
+		for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {
+			if left == 0 {
+				return nil, fmt.Errorf("range: more than %d items in one template", maxRange)
+			}
+			left--
+			out = append(out, i)
+		}
+		return out, nil
+	})
+	return &exec.Environment{
+		Context:           ctx,
+		Filters:           builtins.Filters,
+		Tests:             builtins.Tests,
+		ControlStructures: cs,
+		Methods:           builtins.Methods,
+	}
+}
+
+// loader gives the template's own source once, and nothing else.
+type loader struct {
+	src  string
+	read bool
+}
+
+func (l *loader) Read(name string) (io.Reader, error) {
+	if name != templateName || l.read {
+		return nil, fmt.Errorf("%q is not available: a manifest's template reads no file", name)
+	}
+	l.read = true
+	return strings.NewReader(l.src), nil
+}
+
+func (l *loader) Resolve(name string) (string, error) { return name, nil }
+
+func (l *loader) Inherit(string) (loaders.Loader, error) { return &loader{read: true}, nil }
+
+// limitWriter keeps at most left bytes and fails past them.
+type limitWriter struct {
+	b    bytes.Buffer
+	left int
+	over bool
+}
+
+func (w *limitWriter) Write(p []byte) (int, error) {
+	if len(p) > w.left {
+		w.over = true
+		return 0, fmt.Errorf("renders to more than %d bytes", maxRendered)
+	}
+	w.left -= len(p)
+	return w.b.Write(p)
+}
