@@ -37,9 +37,11 @@ func (Unknown) String() string { return "(known after apply)" }
 func (Unknown) MarshalJSON() ([]byte, error) { return []byte(`{"known_after_apply":true}`), nil }
 
 // Dep is one dependency as a resource's templates see it, under its local
-// name: {name, type, state}. State is what the dependency is once applied;
-// Known false says it is not yet known (the dependency is STALE), and a
-// template reading it renders as Unknown.
+// name: {name, type, state}. State is what the dependency is once applied,
+// as far as the plan knows it: values that apply makes (a new unit's
+// address, a revision's number) are Unknown in it. Known false says none
+// of it is known (a plugin's resource that is STALE). A template reading
+// an unknown value renders as Unknown.
 type Dep struct {
 	Name  string
 	Type  string
@@ -109,14 +111,14 @@ func renderString(s string, ctx Context) (any, error) {
 		whole = true
 		s = "{{ (" + m[1] + ") | tojson }}"
 	}
-	touched := false
+	mk := &marks{}
 	vars := make(map[string]any, len(ctx.Vars)+len(ctx.Deps))
 	maps.Copy(vars, ctx.Vars)
 	for local, d := range ctx.Deps {
-		vars[local] = &depValue{dep: d, touched: &touched}
+		vars[local] = &depValue{dep: d, marks: mk}
 	}
 	out, err := execute(s, vars)
-	if touched {
+	if mk.touched || (err != nil && mk.partial) {
 		// Whatever the template did with an unknown value (an error
 		// included: it may have tried to loop over it), its result is
 		// not known until the dependency is applied.
@@ -158,11 +160,15 @@ func fromJSON(v any) any {
 	return v
 }
 
-// depValue is a dependency in a template's context. Reading its state
-// while the state is unknown marks the rendering as touched.
+// marks are what one rendering did with values not known yet: touched
+// one (its result is unknown), or read into a container holding some
+// (an error then may come from the unknown part, so it is unknown too).
+type marks struct{ touched, partial bool }
+
+// depValue is a dependency in a template's context.
 type depValue struct {
-	dep     Dep
-	touched *bool
+	dep   Dep
+	marks *marks
 }
 
 func (d *depValue) GetAttribute(name string) (*exec.Value, bool) {
@@ -173,10 +179,10 @@ func (d *depValue) GetAttribute(name string) (*exec.Value, bool) {
 		return exec.AsValue(d.dep.Type), true
 	case "state":
 		if !d.dep.Known {
-			*d.touched = true
-			return exec.AsValue(&unknownValue{touched: d.touched}), true
+			d.marks.touched = true
+			return exec.AsValue(&unknownValue{marks: d.marks}), true
 		}
-		return exec.AsValue(d.dep.State), true
+		return exec.AsValue(wrap(d.dep.State, d.marks)), true
 	}
 	return exec.AsValue(nil), false
 }
@@ -188,23 +194,102 @@ func (d *depValue) GetItem(key any) (*exec.Value, bool) {
 	return exec.AsValue(nil), false
 }
 
-// unknownValue is an unknown state in a template: every attribute and
+// wrap gives a template a state's value: an Unknown as an unknownValue,
+// a map or list holding one as a container that marks the rendering
+// when it is read, anything else as it is.
+func wrap(v any, m *marks) any {
+	if _, ok := v.(Unknown); ok {
+		m.touched = true
+		return &unknownValue{marks: m}
+	}
+	if !hasUnknown(v) {
+		return v
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		return &partialMap{m: x, marks: m}
+	case []any:
+		return &partialList{l: x, marks: m}
+	}
+	return v
+}
+
+// partialMap is a map of a state holding values not known yet.
+type partialMap struct {
+	m     map[string]any
+	marks *marks
+}
+
+func (p *partialMap) GetAttribute(name string) (*exec.Value, bool) {
+	p.marks.partial = true
+	v, ok := p.m[name]
+	if !ok {
+		return exec.AsValue(nil), false
+	}
+	return exec.AsValue(wrap(v, p.marks)), true
+}
+
+func (p *partialMap) GetItem(key any) (*exec.Value, bool) {
+	if s, ok := key.(string); ok {
+		return p.GetAttribute(s)
+	}
+	p.marks.partial = true
+	return exec.AsValue(nil), false
+}
+
+func (p *partialMap) MarshalJSON() ([]byte, error) {
+	p.marks.touched = true
+	return []byte("null"), nil
+}
+
+// partialList is a list of a state holding values not known yet.
+type partialList struct {
+	l     []any
+	marks *marks
+}
+
+func (p *partialList) GetAttribute(string) (*exec.Value, bool) {
+	p.marks.partial = true
+	return exec.AsValue(nil), false
+}
+
+func (p *partialList) GetItem(key any) (*exec.Value, bool) {
+	p.marks.partial = true
+	i, ok := key.(int)
+	if !ok || i < 0 || i >= len(p.l) {
+		return exec.AsValue(nil), false
+	}
+	return exec.AsValue(wrap(p.l[i], p.marks)), true
+}
+
+func (p *partialList) MarshalJSON() ([]byte, error) {
+	p.marks.touched = true
+	return []byte("null"), nil
+}
+
+// unknownValue is an unknown value in a template: every attribute and
 // item of it is unknown too.
-type unknownValue struct{ touched *bool }
+type unknownValue struct{ marks *marks }
 
 func (u *unknownValue) GetAttribute(string) (*exec.Value, bool) {
-	*u.touched = true
+	u.marks.touched = true
 	return exec.AsValue(u), true
 }
 
 func (u *unknownValue) GetItem(any) (*exec.Value, bool) {
-	*u.touched = true
+	u.marks.touched = true
 	return exec.AsValue(u), true
 }
 
-func (u *unknownValue) String() string { return Unknown{}.String() }
+func (u *unknownValue) String() string {
+	u.marks.touched = true
+	return Unknown{}.String()
+}
 
-func (u *unknownValue) MarshalJSON() ([]byte, error) { return []byte("null"), nil }
+func (u *unknownValue) MarshalJSON() ([]byte, error) {
+	u.marks.touched = true
+	return []byte("null"), nil
+}
 
 // templateName is the one name the loader knows: the template itself.
 const templateName = "/template"
