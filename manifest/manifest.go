@@ -70,9 +70,21 @@ type Resource struct {
 	Dependencies map[string]string
 	// Config is its configuration as written: strings may hold templates.
 	Config map[string]any
+	// Plugs are the host paths handed to a plugin resource's program, by
+	// plug name: paths resolved against the manifest's directory.
+	Plugs map[string]Plug
 	// Line is where it starts in the file.
 	Line int
 }
+
+// Plug is a host path handed to a plugin, read-only unless Writable.
+type Plug struct {
+	Path     string
+	Writable bool
+}
+
+// MaxPlugs bounds a resource's plugs.
+const MaxPlugs = 32
 
 // identRE is what a variable's or a dependency's local name must be: a
 // Jinja identifier, so that templates can name it.
@@ -340,14 +352,57 @@ func (p *yamlWalker) resource(kv pair, dir string) *Resource {
 			if c, ok := p.value(field+".config", e.value).(map[string]any); ok {
 				r.Config = c
 			}
+		case "plugs":
+			r.Plugs = p.plugs(field+".plugs", e.value, dir)
 		default:
-			p.errorf(e.keyNode, field, "unknown key %q (want type, dependencies or config)", e.key)
+			p.errorf(e.keyNode, field, "unknown key %q (want type, dependencies, config or plugs)", e.key)
 		}
 	}
 	if !p.has(n, "type") {
 		p.errorf(kv.keyNode, field, "type is required")
 	}
+	if len(r.Plugs) > 0 && r.Plugin == "" && r.Type != "" {
+		p.errorf(kv.keyNode, field+".plugs", "only a plugin's resource (exec:PATH) takes plugs")
+	}
 	return r
+}
+
+// plugs parses a resource's plugs: NAME: {path: PATH, writable: BOOL}.
+func (p *yamlWalker) plugs(field string, n *yaml.Node, dir string) map[string]Plug {
+	entries := p.pairs(field, n)
+	if len(entries) > MaxPlugs {
+		p.errorf(n, field, "%d plugs, over the limit of %d", len(entries), MaxPlugs)
+		return nil
+	}
+	out := map[string]Plug{}
+	for _, e := range entries {
+		f := field + "." + e.key
+		var pl Plug
+		for _, kv := range p.pairs(f, e.value) {
+			switch kv.key {
+			case "path":
+				pl.Path = p.text(f+".path", kv.value)
+			case "writable":
+				v := deref(kv.value)
+				if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" {
+					p.errorf(v, f+".writable", "want true or false")
+					continue
+				}
+				pl.Writable = v.Value == "true"
+			default:
+				p.errorf(kv.keyNode, f, "unknown key %q (want path or writable)", kv.key)
+			}
+		}
+		if pl.Path == "" {
+			p.errorf(e.keyNode, f, "path is required")
+			continue
+		}
+		if !filepath.IsAbs(pl.Path) {
+			pl.Path = filepath.Join(dir, pl.Path)
+		}
+		out[e.key] = pl
+	}
+	return out
 }
 
 // countNodes counts n's nodes with aliases written out, stopping early

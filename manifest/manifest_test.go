@@ -141,6 +141,13 @@ name: shop
 resources:
   a: {config: [1]}
 `, []string{`resources.a.config: want a mapping`, `resources.a: type is required`}},
+		{"plugs", `
+name: shop
+resources:
+  a: {type: machine, plugs: {zone: {path: /tmp}}}
+  b: {type: "exec:./p", plugs: {zone: {writable: yes, mode: 1}}}
+`, []string{`line 4: resources.a.plugs: only a plugin's resource`, `line 5: resources.b.plugs.zone.writable: want true or false`,
+			`line 5: resources.b.plugs.zone: unknown key "mode"`, `line 5: resources.b.plugs.zone: path is required`}},
 		{"dependency shadowing a variable", `
 name: shop
 variables: {db: 1}
