@@ -79,7 +79,7 @@ var docScenarios = []struct {
 	// setup) is in its canary, then not done before the abort, whether
 	// units move or not.
 	{name: "revisions", groups: []string{"ctl revisions", "ctl refresh", "ctl rollback", "ctl set-rollout", "ctl rollout"}, bootstrap: true},
-	{name: "everyday", groups: []string{"ctl version", "ctl completion", "ctl controllers", "ctl switch"}, bootstrap: true},
+	{name: "everyday", groups: []string{"ctl version", "ctl completion", "ctl controllers", "ctl switch", "ctl plan"}, bootstrap: true},
 	{name: "bootstrap", groups: []string{"ctl bootstrap"}, each: true},
 }
 
@@ -202,6 +202,9 @@ func TestDocExamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := os.Symlink(charmsDir, filepath.Join(work, "examples", "charms")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "examples", "manifests"), filepath.Join(work, "examples", "manifests")); err != nil {
 		t.Fatal(err)
 	}
 

@@ -140,6 +140,12 @@ func Plan(ctx context.Context, m *Manifest, model Model, opts Options) (*PlanRes
 	if err != nil {
 		return nil, err
 	}
+	return c.Plan(ctx, model)
+}
+
+// Plan plans a checked manifest: Plan without checking it again.
+func (c *Checked) Plan(ctx context.Context, model Model) (*PlanResult, error) {
+	m := c.Manifest
 	var services []string
 	for _, name := range m.Names {
 		if m.Resources[name].Type == TypeService {

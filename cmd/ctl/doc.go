@@ -2,7 +2,7 @@
 // and stops a local controller (bootstrap, kill-controller), and calls the
 // controller's OperatorService for everything else (status, deploy,
 // add-unit, add-machine, add-relation, destroy-*, resolved, config,
-// revisions, rollback, set-rollout, rollout, wait, show-status-log, add-controller, and the
+// revisions, rollback, set-rollout, rollout, plan, wait, show-status-log, add-controller, and the
 // operations: actions, run,
 // operations, show-operation, show-task, approve, reject, execute, pause,
 // resume, stop).

@@ -200,6 +200,7 @@ Example:
 		revisionsCommand(e),
 		rollbackCommand(e),
 		refreshCommand(e),
+		planCommand(e),
 		setRolloutCommand(e),
 		rolloutCommand(e),
 		waitCommand(e),
