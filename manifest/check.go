@@ -7,6 +7,7 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -75,6 +76,34 @@ type Checked struct {
 	Charms  map[string]*Charm
 	schemas map[string]*jsonschema.Schema
 	plugins Plugins
+	// mu guards Charms and schemas once Check returns, for PlanResource
+	// called from several goroutines; byPath is the charms read, by
+	// directory.
+	mu     sync.Mutex
+	byPath map[string]*Charm
+}
+
+// charmOf is a service resource's charm; nil while not known.
+func (c *Checked) charmOf(name string) *Charm {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Charms[name]
+}
+
+// schema is a resource's schema.
+func (c *Checked) schema(name string) *jsonschema.Schema {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.schemas[name]
+}
+
+// setCharm records a service resource's charm, read once its directory is
+// known, and its schema.
+func (c *Checked) setCharm(name string, ch *Charm) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.Charms[name] = ch
+	c.schemas[name] = ch.schema
 }
 
 // Check validates a manifest before anything touches the model: the
@@ -86,7 +115,8 @@ type Checked struct {
 // resource and the field.
 func Check(ctx context.Context, m *Manifest, opts Options) (*Checked, error) {
 	errs := &Errors{}
-	c := &Checked{Manifest: m, Charms: map[string]*Charm{}, schemas: map[string]*jsonschema.Schema{}, plugins: opts.Plugins}
+	c := &Checked{Manifest: m, Charms: map[string]*Charm{}, schemas: map[string]*jsonschema.Schema{}, plugins: opts.Plugins,
+		byPath: map[string]*Charm{}}
 	vars, err := m.WithVariables(opts.Vars...)
 	if err != nil {
 		errs.List = append(errs.List, err.(*Errors).List...)
@@ -106,7 +136,6 @@ func Check(ctx context.Context, m *Manifest, opts Options) (*Checked, error) {
 		}
 		builtins[typ] = sch
 	}
-	byPath := map[string]*Charm{}
 	for _, name := range m.Names {
 		r := m.Resources[name]
 		field := "resources." + name
@@ -115,7 +144,7 @@ func Check(ctx context.Context, m *Manifest, opts Options) (*Checked, error) {
 		switch {
 		case r.Type == TypeService:
 			sch := builtins[TypeService]
-			if ch, err := c.readCharm(config["charm"], byPath); err != nil {
+			if ch, err := c.readCharm(config["charm"], c.byPath); err != nil {
 				errs.add("%s.config.charm: %v", field, err)
 			} else if ch != nil {
 				c.Charms[name] = ch
@@ -182,6 +211,8 @@ func (c *Checked) context(r *Resource, states map[string]*Dep) Context {
 // readCharm reads the charm a service's charm value names (nil when the
 // value is not known yet), once per directory.
 func (c *Checked) readCharm(v any, byPath map[string]*Charm) (*Charm, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	path, ok := v.(string)
 	if !ok || path == "" {
 		return nil, nil // the schema says what is wrong

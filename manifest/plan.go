@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -85,6 +86,9 @@ type ResourcePlan struct {
 	// its current state (STALE, when it exists).
 	Config map[string]any `json:"config"`
 	State  map[string]any `json:"state,omitempty"`
+	// Inputs are the digests of what planning it read (PlanResult's
+	// Inputs gathers them).
+	Inputs map[string]string `json:"-"`
 	// planned is its state once its actions are done, as far as the plan
 	// knows it (Unknown where it does not): what its dependents'
 	// templates see. nil: nothing is known of it.
@@ -169,37 +173,17 @@ func (c *Checked) plan(ctx context.Context, snap *Snapshot) (*PlanResult, error)
 	errs := &Errors{}
 	states := map[string]*Dep{}
 	for _, name := range c.Order {
-		r := m.Resources[name]
-		field := "resources." + name + ".config"
-		config, rerrs := Render(r.Config, c.context(r, states), field)
-		errs.List = append(errs.List, rerrs...)
-		if sch := c.schemas[name]; sch != nil {
-			errs.List = append(errs.List, validate(sch, config, field)...)
-		}
-		if len(rerrs) > 0 {
+		rp, err := c.PlanResource(ctx, name, snap, states)
+		if err != nil {
+			var e *Errors
+			if !errors.As(err, &e) {
+				return nil, err
+			}
+			errs.List = append(errs.List, e.List...)
 			continue
 		}
-		rp := &ResourcePlan{Name: name, Type: r.Type, Config: config}
-		switch {
-		case r.Type == TypeService:
-			c.planService(rp, snap, p.Inputs)
-		case r.Type == TypeRelation:
-			planRelation(rp, snap)
-		case r.Type == TypeMachine:
-			planMachines(rp)
-		case r.Plugin != "":
-			if err := c.planPlugin(ctx, r, rp, p.Inputs); err != nil {
-				errs.add("resources.%s: %v", name, err)
-				continue
-			}
-		}
-		rp.Status = Valid
-		if len(rp.Actions) > 0 {
-			rp.Status = Stale
-		} else {
-			rp.planned = rp.State
-		}
-		states[name] = &Dep{Name: name, Type: r.Type, State: rp.planned, Known: rp.planned != nil}
+		maps.Copy(p.Inputs, rp.Inputs)
+		states[name] = rp.Dep()
 		p.Resources = append(p.Resources, rp)
 	}
 	if err := errs.err(); err != nil {
@@ -208,9 +192,75 @@ func (c *Checked) plan(ctx context.Context, snap *Snapshot) (*PlanResult, error)
 	return p, nil
 }
 
+// PlanResource plans one resource against snap: its config rendered with
+// states (its dependencies as its templates see them, by resource name; a
+// dependency missing from it is unknown) and checked against its schema,
+// then compared with the model. Its problems are an *Errors. Plan plans
+// each resource so in dependency order; apply can plan a resource again
+// once its dependencies are applied, and once more after its own actions,
+// to require VALID.
+func (c *Checked) PlanResource(ctx context.Context, name string, snap *Snapshot, states map[string]*Dep) (*ResourcePlan, error) {
+	r, ok := c.Manifest.Resources[name]
+	if !ok {
+		return nil, fmt.Errorf("no resource %q in the manifest", name)
+	}
+	field := "resources." + name + ".config"
+	errs := &Errors{}
+	config, rerrs := Render(r.Config, c.context(r, states), field)
+	errs.List = append(errs.List, rerrs...)
+	if r.Type == TypeService && c.charmOf(name) == nil && len(rerrs) == 0 {
+		// The charm's directory was not known before the model was
+		// read: it must be now.
+		switch v := config["charm"].(type) {
+		case Unknown:
+			errs.add("%s.charm: the charm's directory may not depend on what only apply makes", field)
+		default:
+			ch, err := c.readCharm(v, c.byPath)
+			if err != nil {
+				errs.add("%s.charm: %v", field, err)
+			} else if ch != nil {
+				c.setCharm(name, ch)
+			}
+		}
+	}
+	if sch := c.schema(name); sch != nil {
+		errs.List = append(errs.List, validate(sch, config, field)...)
+	}
+	if err := errs.err(); err != nil {
+		return nil, err
+	}
+	rp := &ResourcePlan{Name: name, Type: r.Type, Config: config, Inputs: map[string]string{}}
+	switch {
+	case r.Type == TypeService:
+		c.planService(rp, snap, rp.Inputs)
+	case r.Type == TypeRelation:
+		planRelation(rp, snap)
+	case r.Type == TypeMachine:
+		planMachines(rp)
+	case r.Plugin != "":
+		if err := c.planPlugin(ctx, r, rp, rp.Inputs); err != nil {
+			errs.add("resources.%s: %v", name, err)
+			return nil, errs
+		}
+	}
+	rp.Status = Valid
+	if len(rp.Actions) > 0 {
+		rp.Status = Stale
+	} else {
+		rp.planned = rp.State
+	}
+	return rp, nil
+}
+
+// Dep is the resource as its dependents' templates see it: its state once
+// its actions are done, as far as the plan knows it.
+func (rp *ResourcePlan) Dep() *Dep {
+	return &Dep{Name: rp.Name, Type: rp.Type, State: rp.planned, Known: rp.planned != nil}
+}
+
 // planService compares a service resource with the model's service.
 func (c *Checked) planService(rp *ResourcePlan, snap *Snapshot, inputs map[string]string) {
-	ch := c.Charms[rp.Name]
+	ch := c.charmOf(rp.Name)
 	inputs["charm/"+rp.Name] = ch.Digest
 	settings, _ := rp.Config["config"].(map[string]any)
 	to, _ := rp.Config["to"].(string)

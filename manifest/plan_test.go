@@ -182,3 +182,45 @@ func TestPlanRefusesWhatTheModelMakesInvalid(t *testing.T) {
 	_, err := Plan(context.Background(), m, op, Options{})
 	wantProblems(t, "Plan", err, "resources.bad.config.config.port: want integer, got string")
 }
+
+// TestPlanCharmKnownFromADependency: a service whose charm's directory
+// is templated from a dependency's state is read once the plan knows it;
+// one that only apply would know is refused.
+func TestPlanCharmKnownFromADependency(t *testing.T) {
+	e := controllertest.New(t, controllertest.Options{})
+	op := e.Operator()
+	m := parse(t, demo+`
+  copy:
+    type: service
+    dependencies: {db: db}
+    config:
+      charm: "{{ db.state.charm }}"
+      config: {port: 9000, colour: red}
+`)
+	_, err := Plan(context.Background(), m, op, Options{})
+	wantProblems(t, "Plan", err, "resources.copy.config.config.colour: is not allowed here")
+
+	m = parse(t, demo+`
+  copy:
+    type: service
+    dependencies: {db: db}
+    config: {charm: "{{ db.state.charm }}", config: {port: 9000}}
+`)
+	p, err := Plan(context.Background(), m, op, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := p.Resources[len(p.Resources)-1]
+	if got := last.Actions[0].Describe(); !strings.HasPrefix(got, "create service copy: charm "+m.Dir+"/kv (sha256 ") {
+		t.Errorf("copy: %s", got)
+	}
+
+	m = parse(t, demo+`
+  copy:
+    type: service
+    dependencies: {db: db}
+    config: {charm: "{{ db.state.revision }}"}
+`)
+	_, err = Plan(context.Background(), m, op, Options{})
+	wantProblems(t, "Plan", err, "resources.copy.config.charm: the charm's directory may not depend on what only apply makes")
+}
