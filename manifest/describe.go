@@ -25,6 +25,9 @@ func (a Action) Describe() string {
 		}
 		return s
 	case ActRefreshCharm:
+		if a.SwitchCharm {
+			return fmt.Sprintf("switch service %s from charm %s to charm %s (sha256 %s)", a.Service, a.OldCharm, a.Charm, short(a.CharmSHA256))
+		}
 		return fmt.Sprintf("refresh service %s to charm %s (sha256 %s, was %s)", a.Service, a.Charm, short(a.CharmSHA256), short(a.OldCharmSHA256))
 	case ActSetConfig:
 		var cs []string

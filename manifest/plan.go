@@ -48,6 +48,11 @@ type Action struct {
 	Charm          string `json:"charm,omitempty"`
 	CharmSHA256    string `json:"charm_sha256,omitempty"`
 	OldCharmSHA256 string `json:"old_charm_sha256,omitempty"`
+	// OldCharm is the name of the charm a refresh replaces; SwitchCharm
+	// says the new charm has another name (RefreshService's
+	// switch_charm).
+	OldCharm    string `json:"old_charm,omitempty"`
+	SwitchCharm bool   `json:"switch_charm,omitempty"`
 	// Count is how many units a service is created with, are added or
 	// removed, or machines are added (an int64 or Unknown); Units are
 	// the units removed; To the machine units are placed on.
@@ -309,7 +314,8 @@ func (c *Checked) planService(rp *ResourcePlan, snap *Snapshot, inputs map[strin
 	spec := s.Head.GetSpec()
 	if have := spec.GetCharm().GetSha256(); have != ch.Digest {
 		rp.Actions = append(rp.Actions, Action{Kind: ActRefreshCharm, Service: rp.Name, Charm: ch.Path,
-			CharmSHA256: ch.Digest, OldCharmSHA256: have})
+			CharmSHA256: ch.Digest, OldCharmSHA256: have, OldCharm: spec.GetCharm().GetName(),
+			SwitchCharm: spec.GetCharm().GetName() != ch.Charm.Meta.Name})
 	}
 	if changes := configChanges(ch.Charm.Config, settings, spec.GetConfig()); len(changes) > 0 {
 		rp.Actions = append(rp.Actions, Action{Kind: ActSetConfig, Service: rp.Name, Changes: changes})

@@ -142,6 +142,20 @@ func TestPlan(t *testing.T) {
 		t.Errorf("plan of db's port and 3 replicas:\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 
+	// Another charm: a refresh of kv's own, a switch to another's.
+	m4 := parse(t, strings.Replace(strings.Replace(demoWeb, "charm: kv", "charm: ../../cmd/ctl/testdata/kv", 1), "charm: logger", "charm: app", 1))
+	p, err = Plan(ctx, m4, op, Options{Vars: []map[string]any{{"offset": int64(1000)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := describe(p)
+	if !strings.HasPrefix(got[0], "db STALE; refresh service db to charm ../cmd/ctl/testdata/kv (sha256 ") {
+		t.Errorf("db: %s, want a refresh", got[0])
+	}
+	if !strings.HasPrefix(got[3], "logger STALE; switch service logger from charm logger to charm ../examples/charms/app (sha256 ") {
+		t.Errorf("logger: %s, want a switch", got[3])
+	}
+
 	// A template reading what only apply knows: unknown, and said so.
 	m3 := parse(t, demo+`
   dns:
