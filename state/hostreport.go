@@ -75,6 +75,12 @@ func (s *State) SetHostReport(ctx context.Context, unit string, r *pb.HostReport
 		case cur != nil && !slices.Equal(cur.v.Ports, ports):
 			c.ifMod(HostPortsKey(unit), cur.mod)
 			c.put(HostPortsKey(unit), &pb.HostPorts{Ports: ports})
+		case cur == nil:
+			// The report matches the ports as read: assert them, so that
+			// a concurrent report's ports are not left beside this one.
+			c.ifAbsent(HostPortsKey(unit))
+		default:
+			c.ifMod(HostPortsKey(unit), cur.mod)
 		}
 		return c, nil
 	})
