@@ -244,8 +244,10 @@ Example:
 
 func addRelationCommand(e *env) *cobra.Command {
 	return &cobra.Command{
-		Use:   "add-relation SERVICE[:ENDPOINT] SERVICE[:ENDPOINT]",
-		Short: "Relate two services",
+		Use: "add-relation SERVICE[:ENDPOINT] SERVICE[:ENDPOINT]",
+		// Juju 3's names, for operators coming from Juju.
+		Aliases: []string{"integrate", "relate"},
+		Short:   "Relate two services",
 		Long: `Relate two services, so that their units exchange settings through the
 relation's hooks. Name the endpoints when the services could be related in
 more than one way.

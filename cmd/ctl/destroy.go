@@ -14,8 +14,10 @@ import (
 
 func destroyRelationCommand(e *env) *cobra.Command {
 	return &cobra.Command{
-		Use:   "destroy-relation SERVICE[:ENDPOINT] SERVICE[:ENDPOINT]",
-		Short: "Remove the relation between two services",
+		Use: "destroy-relation SERVICE[:ENDPOINT] SERVICE[:ENDPOINT]",
+		// Juju 3's name, for operators coming from Juju.
+		Aliases: []string{"remove-relation"},
+		Short:   "Remove the relation between two services",
 		Long: `Remove the relation between two services. It goes at once when no unit is
 in it; otherwise it becomes dying while its units run relation-departed and
 relation-broken and leave, and the last to leave removes it. Name the
@@ -156,8 +158,10 @@ func destroyMachines(ctx context.Context, e *env, c *client, ids []string, req *
 func destroyUnitCommand(e *env) *cobra.Command {
 	var f forceFlags
 	cmd := &cobra.Command{
-		Use:   "destroy-unit UNIT...",
-		Short: "Remove units",
+		Use: "destroy-unit UNIT...",
+		// Juju 3's name, for operators coming from Juju.
+		Aliases: []string{"remove-unit"},
+		Short:   "Remove units",
 		Long: `Remove units. Each becomes dying; its agent departs its relations (their
 hooks run), waits for its subordinates to go, runs stop and remove, and the
 unit is removed. Subordinate units go with their principal or their relation.
@@ -196,8 +200,10 @@ Example:
 func destroyMachineCommand(e *env) *cobra.Command {
 	var f forceFlags
 	cmd := &cobra.Command{
-		Use:   "destroy-machine MACHINE...",
-		Short: "Remove machines",
+		Use: "destroy-machine MACHINE...",
+		// Juju 3's name, for operators coming from Juju.
+		Aliases: []string{"remove-machine"},
+		Short:   "Remove machines",
 		Long: `Remove machines. A machine with alive units assigned is refused (the
 refusal names them): destroy its units first. Otherwise it becomes dying, its
 agent sets it dead once its units are gone, and the provisioner releases it.
@@ -233,8 +239,10 @@ Example:
 
 func destroyServiceCommand(e *env) *cobra.Command {
 	return &cobra.Command{
-		Use:   "destroy-service SERVICE...",
-		Short: "Remove services",
+		Use: "destroy-service SERVICE...",
+		// Juju 3's name, for operators coming from Juju.
+		Aliases: []string{"remove-application"},
+		Short:   "Remove services",
 		Long: `Remove services. A service without units or relations goes at once;
 otherwise it becomes dying with its relations, its units follow, and the last
 of them to go removes it.
@@ -262,8 +270,10 @@ Example:
 func resolvedCommand(e *env) *cobra.Command {
 	var noRetry, all bool
 	cmd := &cobra.Command{
-		Use:   "resolved UNIT... | --all",
-		Short: "Answer a unit's failed hook: run it again, or count it done",
+		Use: "resolved UNIT... | --all",
+		// Juju 3's name, for operators coming from Juju.
+		Aliases: []string{"resolve"},
+		Short:   "Answer a unit's failed hook: run it again, or count it done",
 		Long: `Answer a unit whose hook failed (its agent in error): its agent runs the
 failed hook again, or, with --no-retry, counts it as done and moves on.
 A unit is answered once: one that is not in error, or whose answer its

@@ -297,3 +297,19 @@ func TestBootstrapOverAStaleClientConfig(t *testing.T) {
 		t.Errorf("controller %d still runs after kill-controller", pid)
 	}
 }
+
+// TestJujuAliases: Juju 3's names of the verbs run the same commands, and
+// --help lists them.
+func TestJujuAliases(t *testing.T) {
+	s := newSandbox(t)
+	for alias, verb := range map[string]string{
+		"integrate": "add-relation", "relate": "add-relation", "remove-relation": "destroy-relation",
+		"remove-unit": "destroy-unit", "remove-machine": "destroy-machine", "remove-application": "destroy-service",
+		"resolve": "resolved",
+	} {
+		out := s.ok(t, alias, "--help")
+		if !strings.Contains(out, "ctl "+verb+" ") || !strings.Contains(out, "Aliases:") || !strings.Contains(out, alias) {
+			t.Errorf("ctl %s --help says:\n%s\nwant %s's usage and its aliases", alias, out, verb)
+		}
+	}
+}
