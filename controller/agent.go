@@ -558,11 +558,31 @@ func (a *agentServer) SetUnitStatus(ctx context.Context, req *pb.SetUnitStatusRe
 		kind = state.StatusUnitAgent
 	case pb.UnitStatusKind_UNIT_STATUS_KIND_WORKLOAD:
 		kind = state.StatusUnit
+	case pb.UnitStatusKind_UNIT_STATUS_KIND_SERVICE:
+		kind = state.StatusService
+	case pb.UnitStatusKind_UNIT_STATUS_KIND_SERVICE_VERSION:
+		kind = state.StatusServiceVersion
 	default:
-		return nil, invalid("unit status kind %v: want agent or workload", req.GetKind())
+		return nil, invalid("unit status kind %v: want agent, workload, service or service version", req.GetKind())
 	}
-	if err := checkStatus(req.GetStatus()); err != nil {
+	if kind == state.StatusServiceVersion {
+		// An empty version clears it.
+		if n := len(req.GetStatus().GetStatus()); n > state.MaxVersionBytes {
+			return nil, invalid("version is %d bytes: at most %d", n, state.MaxVersionBytes)
+		}
+	} else if err := checkStatus(req.GetStatus()); err != nil {
 		return nil, err
+	}
+	if kind == state.StatusService || kind == state.StatusServiceVersion {
+		// A unit's charm sets its service's status and version: only
+		// the unit's own agent may.
+		if err := ownUnit(c, name, "set the service status of"); err != nil {
+			return nil, err
+		}
+		if err := a.s.st.SetStatus(ctx, kind, names.UnitService(name), req.GetStatus()); err != nil {
+			return nil, err
+		}
+		return &pb.SetUnitStatusResponse{}, nil
 	}
 	switch {
 	case c.kind == names.KindMachine && kind == state.StatusUnit:

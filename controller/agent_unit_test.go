@@ -3,6 +3,7 @@ package controller_test
 import (
 	"maps"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -333,6 +334,8 @@ func TestAgentSetUnitStatus(t *testing.T) {
 	const (
 		agent    = pb.UnitStatusKind_UNIT_STATUS_KIND_AGENT
 		workload = pb.UnitStatusKind_UNIT_STATUS_KIND_WORKLOAD
+		service  = pb.UnitStatusKind_UNIT_STATUS_KIND_SERVICE
+		version  = pb.UnitStatusKind_UNIT_STATUS_KIND_SERVICE_VERSION
 	)
 	idle := &pb.Status{Status: "idle", Data: map[string]string{"state": "running"}}
 	active := &pb.Status{Status: "active", Message: "serving"}
@@ -348,7 +351,12 @@ func TestAgentSetUnitStatus(t *testing.T) {
 		{name: "unit: another unit", as: "unit-kv/0", call: setUnitStatus("kv/1", workload, active), code: codes.PermissionDenied, msg: "unit kv/0's agent may not set the status of unit kv/1"},
 		{name: "unit: its subordinate", as: "unit-app/0", call: setUnitStatus("logger/0", agent, idle), code: codes.PermissionDenied, msg: "may not set the status of unit logger/0"},
 		{name: "machine: no such unit", as: "machine-0", call: setUnitStatus("kv/9", agent, idle), code: codes.NotFound, msg: "unit kv/9 not found"},
-		{name: "no kind", as: "unit-kv/0", call: setUnitStatus("kv/0", pb.UnitStatusKind_UNIT_STATUS_KIND_UNSPECIFIED, idle), code: codes.InvalidArgument, msg: "want agent or workload"},
+		{name: "no kind", as: "unit-kv/0", call: setUnitStatus("kv/0", pb.UnitStatusKind_UNIT_STATUS_KIND_UNSPECIFIED, idle), code: codes.InvalidArgument, msg: "want agent, workload, service or service version"},
+		{name: "unit: its service's status", as: "unit-kv/0", call: setUnitStatus("kv/0", service, active), check: wantStatus(state.StatusService, "kv", "active")},
+		{name: "unit: its service's version", as: "unit-kv/0", call: setUnitStatus("kv/0", version, &pb.Status{Status: "1.2.3"}), check: wantStatus(state.StatusServiceVersion, "kv", "1.2.3")},
+		{name: "unit: a version too long", as: "unit-kv/0", call: setUnitStatus("kv/0", version, &pb.Status{Status: strings.Repeat("v", 257)}), code: codes.InvalidArgument, msg: "at most 256"},
+		{name: "machine: a service's status", as: "machine-0", call: setUnitStatus("kv/0", service, active), code: codes.PermissionDenied, msg: "may not set the service status of unit kv/0"},
+		{name: "unit: another service's status", as: "unit-kv/0", call: setUnitStatus("app/0", service, active), code: codes.PermissionDenied, msg: "may not set the service status of unit app/0"},
 		{name: "no status", as: "unit-kv/0", call: setUnitStatus("kv/0", agent, &pb.Status{}), code: codes.InvalidArgument, msg: "needs a status value"},
 		{name: "malformed name", as: "unit-kv/0", call: setUnitStatus("0", agent, idle), code: codes.InvalidArgument, msg: "invalid unit name"},
 	})

@@ -147,6 +147,12 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 			}
 		}
 		ss.Status, ss.Message = serviceWorkload(ss.Units)
+		if st := m.Status(state.StatusService, svc.Name); st.GetStatus() != "" {
+			// Set by the charm (status-set --application): it speaks for
+			// the service, as in Juju.
+			ss.Status, ss.Message = st.Status, st.Message
+		}
+		ss.Version = m.Status(state.StatusServiceVersion, svc.Name).GetStatus()
 		if svc.Life == pb.Life_LIFE_DYING {
 			if n := len(ss.Units); n > 0 && !partial {
 				ss.WaitingFor = append(ss.WaitingFor, plural(n, "unit"))

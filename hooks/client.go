@@ -46,6 +46,10 @@ type request struct {
 	// Env holds the caller's LIFELINE_RELATION_ID and LIFELINE_REMOTE_UNIT,
 	// those that are set: the defaults of -r and of relation-get's UNIT.
 	Env map[string]string `json:"env,omitempty"`
+	// Input is what relation-set --file read, the file named or standard
+	// input for "-", which the tool sends as "--file -": the agent reads
+	// no file of the hook's.
+	Input string `json:"input,omitempty"`
 }
 
 // response is what the server answers: what the tool prints and its exit
@@ -79,7 +83,7 @@ func ToolNames() []string {
 // file LIFELINE_CONTEXT_FILE names, copies what the agent answers to stdout
 // and stderr, and returns the exit code. The agent parses the arguments;
 // RunTool only carries them.
-func RunTool(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+func RunTool(args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
 	tool := "hook-tool"
 	if len(args) > 0 {
 		tool = filepath.Base(args[0])
@@ -118,6 +122,11 @@ func RunTool(args []string, getenv func(string) string, stdout, stderr io.Writer
 			req.Env[k] = v
 		}
 	}
+	if tool == "relation-set" {
+		if req.Args, req.Input, err = readFileArg(req.Args, stdin); err != nil {
+			return fail("%v", err)
+		}
+	}
 	line, err := json.Marshal(req)
 	if err != nil {
 		return fail("encode the request: %v", err)
@@ -132,6 +141,52 @@ func RunTool(args []string, getenv func(string) string, stdout, stderr io.Writer
 	io.WriteString(stdout, resp.Stdout)
 	io.WriteString(stderr, resp.Stderr)
 	return resp.Code
+}
+
+// readFileArg finds relation-set's --file FILE (or --file=FILE) in args,
+// reads FILE (standard input for "-"), at most MaxRequestBytes, and
+// returns args with "--file -" in its place, and what it read.
+func readFileArg(args []string, stdin io.Reader) ([]string, string, error) {
+	out := slices.Clone(args)
+	for i := 0; i < len(out); i++ {
+		a := out[i]
+		if a == "--" {
+			break
+		}
+		path, ok := strings.CutPrefix(a, "--file=")
+		if a == "--file" {
+			if i+1 == len(out) {
+				return args, "", nil // the agent reports the missing value
+			}
+			path, ok = out[i+1], true
+			out = slices.Delete(out, i+1, i+2)
+		}
+		if !ok {
+			continue
+		}
+		out[i] = "--file=-"
+		var r io.Reader = stdin
+		if path != "-" {
+			f, err := os.Open(path)
+			if err != nil {
+				return nil, "", fmt.Errorf("--file: %w", err)
+			}
+			defer f.Close()
+			r = f
+		}
+		if r == nil {
+			return nil, "", errors.New("--file -: no standard input")
+		}
+		b, err := io.ReadAll(io.LimitReader(r, MaxRequestBytes))
+		if err != nil {
+			return nil, "", fmt.Errorf("--file: %w", err)
+		}
+		if !utf8.Valid(b) {
+			return nil, "", errors.New("--file: not valid UTF-8")
+		}
+		return out, string(b), nil
+	}
+	return args, "", nil
 }
 
 // readContextID reads a hook's context id from its context file.

@@ -42,7 +42,7 @@ func TestRunToolFailures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			code := hooks.RunTool(tt.args, func(k string) string { return tt.env[k] }, &stdout, &stderr)
+			code := hooks.RunTool(tt.args, func(k string) string { return tt.env[k] }, nil, &stdout, &stderr)
 			if code != 1 || stdout.Len() != 0 || !strings.HasPrefix(stderr.String(), tt.wantErr) || strings.Count(stderr.String(), "\n") != 1 {
 				t.Errorf("RunTool(%.40q) = %d, stdout %q, stderr %q; want 1, one line starting %q", tt.args, code, stdout.String(), stderr.String(), tt.wantErr)
 			}
@@ -96,8 +96,8 @@ func TestInstallTools(t *testing.T) {
 			t.Errorf("%s links to %q, %v; want %s", e.Name(), target, err, lifelined)
 		}
 	}
-	want := []string{"action-fail", "action-get", "action-log", "action-set", "checkpoint-get", "checkpoint-set",
-		"close-port", "config-get", "log", "open-port", "opened-ports", "relation-get", "relation-ids", "relation-list", "relation-set", "status-get", "status-set", "unit-get"}
+	want := []string{"action-fail", "action-get", "action-log", "action-set", "application-version-set", "checkpoint-get", "checkpoint-set",
+		"close-port", "config-get", "juju-log", "log", "network-get", "open-port", "opened-ports", "relation-get", "relation-ids", "relation-list", "relation-set", "status-get", "status-set", "unit-get"}
 	if !slices.Equal(got, want) || !slices.Equal(hooks.ToolNames(), want) {
 		t.Errorf("tools dir holds %q, ToolNames() = %q, want %q", got, hooks.ToolNames(), want)
 	}
@@ -106,7 +106,7 @@ func TestInstallTools(t *testing.T) {
 			t.Errorf("IsTool(%s) = false, want true", name)
 		}
 	}
-	for _, name := range []string{"lifelined", "juju-log", ""} {
+	for _, name := range []string{"lifelined", "juju-run", ""} {
 		if hooks.IsTool(name) {
 			t.Errorf("IsTool(%q) = true, want false", name)
 		}

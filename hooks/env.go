@@ -1,5 +1,7 @@
 package hooks
 
+import "strings"
+
 // The environment of a hook (docs/DESIGN.md, The unit agent). The unit agent sets these in
 // Spec.Env; Run adds PATH, HOME and LANG and passes nothing else.
 const (
@@ -75,3 +77,75 @@ const (
 	// defaultLang is LANG unless Spec.Env sets it.
 	defaultLang = "C.UTF-8"
 )
+
+// Juju's names of the hook environment, for charms written for Juju
+// (JujuEnv sets them beside the LIFELINE_* variables).
+const (
+	EnvJujuUnitName      = "JUJU_UNIT_NAME"
+	EnvJujuRemoteUnit    = "JUJU_REMOTE_UNIT"
+	EnvJujuRemoteApp     = "JUJU_REMOTE_APP"
+	EnvJujuRelation      = "JUJU_RELATION"
+	EnvJujuRelationID    = "JUJU_RELATION_ID"
+	EnvJujuDepartingUnit = "JUJU_DEPARTING_UNIT"
+	EnvJujuCharmDir      = "JUJU_CHARM_DIR"
+	EnvCharmDirJuju      = "CHARM_DIR"
+	EnvJujuHookName      = "JUJU_HOOK_NAME"
+	EnvJujuModelName     = "JUJU_MODEL_NAME"
+	EnvJujuMachineID     = "JUJU_MACHINE_ID"
+	EnvJujuPrincipalUnit = "JUJU_PRINCIPAL_UNIT"
+	EnvJujuSocketAddress = "JUJU_AGENT_SOCKET_ADDRESS"
+	EnvJujuSocketNetwork = "JUJU_AGENT_SOCKET_NETWORK"
+	EnvJujuVersion       = "JUJU_VERSION"
+)
+
+// JujuModelName is JUJU_MODEL_NAME: a Lifeline controller holds one model,
+// which has no name of its own.
+const JujuModelName = "lifeline"
+
+// JujuVersion is JUJU_VERSION. Charms compare it to decide which tools and
+// flags they may use: 2.9 has every one Lifeline provides (application
+// settings in relations since 2.7, status-set --application and
+// network-get's Juju 2 output, the leadership tools) and none of Juju 3's
+// that Lifeline lacks (secrets, from 3.0.2; open-port --endpoints), so a
+// charm checking for 3.x takes its 2.9 path, which works here.
+const JujuVersion = "2.9.0"
+
+// JujuEnv adds Juju's variables to env, a hook's or action's environment
+// holding the LIFELINE_* ones: each is derived from its Lifeline twin
+// (JUJU_UNIT_NAME from LIFELINE_UNIT_NAME, CHARM_DIR and JUJU_CHARM_DIR
+// from LIFELINE_CHARM_DIR, ...). principal is the principal unit of a
+// subordinate ("" for a principal). JUJU_AGENT_SOCKET_ADDRESS names the
+// unit agent's hook tool socket (LIFELINE_AGENT_SOCKET), which speaks
+// Lifeline's protocol (see the package doc), not Juju's: Juju's tools
+// and its JUJU_CONTEXT_ID are not there, the hook tools on PATH are.
+func JujuEnv(env map[string]string, principal string) {
+	twin := map[string]string{
+		EnvJujuUnitName:      EnvUnitName,
+		EnvJujuRemoteUnit:    EnvRemoteUnit,
+		EnvJujuRelation:      EnvRelation,
+		EnvJujuRelationID:    EnvRelationID,
+		EnvJujuDepartingUnit: EnvDepartingUnit,
+		EnvJujuCharmDir:      EnvCharmDir,
+		EnvCharmDirJuju:      EnvCharmDir,
+		EnvJujuHookName:      EnvHookName,
+		EnvJujuMachineID:     EnvMachineID,
+		EnvJujuSocketAddress: EnvAgentSocket,
+	}
+	for juju, ll := range twin {
+		if v, ok := env[ll]; ok && v != "" {
+			env[juju] = v
+		}
+	}
+	if remote := env[EnvRemoteUnit]; remote != "" {
+		service, _, _ := strings.Cut(remote, "/")
+		env[EnvJujuRemoteApp] = service
+	}
+	if env[EnvAgentSocket] != "" {
+		env[EnvJujuSocketNetwork] = "unix"
+	}
+	if principal != "" {
+		env[EnvJujuPrincipalUnit] = principal
+	}
+	env[EnvJujuModelName] = JujuModelName
+	env[EnvJujuVersion] = JujuVersion
+}

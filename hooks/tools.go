@@ -45,6 +45,7 @@ func tools() map[string]tool {
 	t := hookTools()
 	maps.Copy(t, portTools())
 	maps.Copy(t, actionTools())
+	maps.Copy(t, jujuTools())
 	return t
 }
 
@@ -52,21 +53,23 @@ func tools() map[string]tool {
 func hookTools() map[string]tool {
 	return map[string]tool{
 		"relation-get": {
-			usage: "[-r ID] [--format=text|json] [KEY|-] [UNIT]",
+			usage: "[-r ID] [--app] [--format=text|smart|yaml|json] [KEY|-] [UNIT]",
 			doc: `Prints the settings of UNIT in the relation: KEY's value, or all of them
 when KEY is "-" or absent ("key: value" lines, sorted, in text). A key that
 is not set prints nothing (null in json). UNIT defaults to the hook's
 remote unit in the hook's own relation; name this unit to read its own
-settings.`,
-			flags: []string{"relation", "format"},
+settings. With --app, the settings of UNIT's service.`,
+			flags: []string{"relation", "format", "app"},
 			run:   (*call).relationGet,
 		},
 		"relation-set": {
-			usage: "[-r ID] KEY=VALUE...",
+			usage: "[-r ID] [--app] [--file FILE|-] KEY=VALUE...",
 			doc: `Sets this unit's settings in the relation; an empty VALUE deletes KEY.
 The changes take effect only if the hook succeeds, all at once. A unit's
-settings in a relation hold at most 64 KiB.`,
-			flags: []string{"relation"},
+settings in a relation hold at most 64 KiB. --file reads settings first
+from FILE, a YAML map (or KEY=VALUE lines); the arguments override them.
+With --app, the service's settings.`,
+			flags: []string{"relation", "app", "file", "format"},
 			run:   (*call).relationSet,
 		},
 		"relation-list": {
@@ -84,11 +87,12 @@ elsewhere all the unit's relations are listed.`,
 			run:   (*call).relationIDs,
 		},
 		"config-get": {
-			usage: "[--format=text|json] [KEY]",
+			usage: "[--format=text|smart|yaml|json] [-a|--all] [KEY]",
 			doc: `Prints the value of configuration option KEY, or all options that have
-a value ("key: value" lines, sorted, in text). An option without a value
-prints nothing (null in json).`,
-			flags: []string{"format"},
+a value ("key: value" lines, sorted, in text); --all prints the options
+without a value too. An option without a value prints nothing (null in
+json).`,
+			flags: []string{"format", "all"},
 			run:   (*call).configGet,
 		},
 		"unit-get": {
@@ -98,15 +102,17 @@ prints nothing (null in json).`,
 			run:   (*call).unitGet,
 		},
 		"status-set": {
-			usage: "maintenance|blocked|waiting|active [MESSAGE...]",
-			doc:   `Sets this unit's workload status, at once.`,
+			usage: "[--application] maintenance|blocked|waiting|active [MESSAGE...]",
+			doc:   `Sets this unit's workload status, at once; --application, its service's.`,
+			flags: []string{"application"},
 			run:   (*call).statusSet,
 		},
 		"status-get": {
-			usage: "[--format=text|json]",
+			usage: "[--format=text|smart|yaml|json] [--include-data] [--application]",
 			doc: `Prints this unit's workload status; in json, {"status": ...,
-"message": ...}.`,
-			flags: []string{"format"},
+"message": ...}. --include-data prints the message in every format;
+--application, the service's status.`,
+			flags: []string{"format", "include-data", "application"},
 			run:   (*call).statusGet,
 		},
 		"log": {
@@ -124,9 +130,16 @@ type flagDef struct{ name, short, arg, help string }
 func flagDefs() map[string]flagDef {
 	return map[string]flagDef{
 		"relation":  {"relation", "r", "ID", `the relation: "db:3" (default $` + EnvRelationID + ")"},
-		"format":    {"format", "", "FORMAT", "text (the default) or json"},
+		"format":    {"format", "", "FORMAT", "text, smart, yaml or json"},
 		"log-level": {"log-level", "l", "LEVEL", "trace, debug, info (the default), warning or error"},
 	}
+}
+
+// allFlagDefs returns flagDefs and jujuFlagDefs together.
+func allFlagDefs() map[string]flagDef {
+	d := flagDefs()
+	maps.Copy(d, jujuFlagDefs())
+	return d
 }
 
 // usageError is a mistake in how the tool was called: exit status 2.
@@ -142,6 +155,10 @@ type call struct {
 	flags map[string]string
 	args  []string
 	out   *bytes.Buffer
+	// stderr takes warnings of a call that succeeds.
+	stderr *bytes.Buffer
+	// input is what the tool read for "--file -" or a file it named.
+	input string
 }
 
 // invoke runs the tool for req, printing into stdout and stderr, and
@@ -151,7 +168,7 @@ func (t tool) invoke(ctx context.Context, hc Context, req request, stdout, stder
 		t.help(req.Tool, stdout)
 		return 0
 	}
-	c := &call{hc: hc, name: req.Tool, env: req.Env, out: stdout}
+	c := &call{hc: hc, name: req.Tool, env: req.Env, out: stdout, stderr: stderr, input: req.Input}
 	err := c.parse(t.flags, req.Args)
 	if err == nil {
 		err = t.run(c, ctx)
@@ -183,7 +200,7 @@ func wantsHelp(args []string) bool {
 
 func (t tool) help(name string, w *bytes.Buffer) {
 	fmt.Fprintf(w, "Usage: %s %s\n\n%s\n\nOptions:\n", name, t.usage, t.doc)
-	defs := flagDefs()
+	defs := allFlagDefs()
 	for _, f := range append(slices.Clone(t.flags), "help") {
 		d, ok := defs[f]
 		if !ok {
@@ -201,10 +218,10 @@ func (t tool) help(name string, w *bytes.Buffer) {
 }
 
 // parse splits args into flags and positional arguments. Flags may come
-// anywhere (before "--"): -r ID, -r=ID, --relation ID, --relation=ID. A
-// lone "-" is an argument.
+// anywhere (before "--"): -r ID, -r=ID, --relation ID, --relation=ID; a
+// flag without a value, --all or -a. A lone "-" is an argument.
 func (c *call) parse(allowed []string, args []string) error {
-	defs := flagDefs()
+	defs := allFlagDefs()
 	c.flags = map[string]string{}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -228,6 +245,13 @@ func (c *call) parse(allowed []string, args []string) error {
 		if def == nil {
 			return usagef("unknown flag %s: see %s --help", flag, c.name)
 		}
+		if def.arg == "" {
+			if hasVal {
+				return usagef("flag %s takes no value", flag)
+			}
+			c.flags[def.name] = "true"
+			continue
+		}
 		if !hasVal {
 			if i+1 == len(args) {
 				return usagef("flag %s needs a value: %s", flag, def.arg)
@@ -237,8 +261,8 @@ func (c *call) parse(allowed []string, args []string) error {
 		}
 		c.flags[def.name] = val
 	}
-	if f, ok := c.flags["format"]; ok && f != "text" && f != "json" {
-		return usagef("unknown format %q: use text or json", f)
+	if f, ok := c.flags["format"]; ok && !slices.Contains(formats(), f) {
+		return usagef("unknown format %q: use %s", f, strings.Join(formats(), ", "))
 	}
 	return nil
 }
@@ -327,6 +351,8 @@ func (c *call) relationGet(ctx context.Context) error {
 	}
 	var unit string
 	switch {
+	case len(c.args) > 1 && c.set("app") && names.ValidService(c.args[1]):
+		unit = c.args[1] + "/0" // names the service: only its service is read
 	case len(c.args) > 1:
 		unit = c.args[1]
 		if !names.ValidUnit(unit) {
@@ -339,8 +365,17 @@ func (c *call) relationGet(ctx context.Context) error {
 	default:
 		unit = c.env[EnvRemoteUnit]
 	}
-	settings, err := c.hc.RelationGet(ctx, rid, unit)
-	if err != nil {
+	var settings map[string]string
+	if c.set("app") {
+		ac, err := c.appSettings()
+		if err != nil {
+			return err
+		}
+		settings, err = ac.AppRelationGet(ctx, rid, names.UnitService(unit))
+		if err != nil {
+			return err
+		}
+	} else if settings, err = c.hc.RelationGet(ctx, rid, unit); err != nil {
 		return err
 	}
 	return c.printMap(settings, key)
@@ -352,6 +387,15 @@ func (c *call) relationGet(ctx context.Context) error {
 func (c *call) printMap(m map[string]string, key string) error {
 	if m == nil {
 		m = map[string]string{}
+	}
+	if f := c.format("text"); f == "smart" || f == "yaml" {
+		if key == "" {
+			return c.printAs(f, stringMap(m), nil)
+		}
+		if v, ok := m[key]; ok {
+			return c.printAs(f, v, nil)
+		}
+		return nil
 	}
 	if key != "" {
 		v, ok := m[key]
@@ -375,18 +419,39 @@ func (c *call) printMap(m map[string]string, key string) error {
 }
 
 func (c *call) relationSet(ctx context.Context) error {
-	if err := c.want(1, -1); err != nil {
+	_, file := c.flags["file"]
+	if file && c.flags["file"] != "-" {
+		return usagef("--file: the tool reads the file itself: run it from a hook")
+	}
+	if err := c.want(1, -1); err != nil && !file {
 		return usagef("no settings: give KEY=VALUE...")
 	}
 	rid, err := c.relationID(ctx)
 	if err != nil {
 		return err
 	}
-	set, unset := map[string]string{}, map[string]bool{}
+	var pairs [][2]string
+	if file {
+		fromFile, err := readSettingsFile(c.input)
+		if err != nil {
+			return err
+		}
+		for _, k := range sortedKeys(fromFile) {
+			pairs = append(pairs, [2]string{k, fromFile[k]})
+		}
+	}
 	for _, a := range c.args {
 		k, v, ok := strings.Cut(a, "=")
 		if !ok || k == "" || strings.ContainsAny(k, " \t\n") {
 			return usagef("bad setting %q: want KEY=VALUE", a)
+		}
+		pairs = append(pairs, [2]string{k, v})
+	}
+	set, unset := map[string]string{}, map[string]bool{}
+	for _, p := range pairs {
+		k, v := p[0], p[1]
+		if k == "" || strings.ContainsAny(k, " \t\n") {
+			return usagef("bad setting key %q", k)
 		}
 		if v == "" {
 			delete(set, k)
@@ -395,6 +460,16 @@ func (c *call) relationSet(ctx context.Context) error {
 			set[k] = v
 			delete(unset, k)
 		}
+	}
+	if c.set("app") {
+		if err := c.requireLeader(ctx, "write the service's settings"); err != nil {
+			return err
+		}
+		ac, err := c.appSettings()
+		if err != nil {
+			return err
+		}
+		return ac.AppRelationSet(ctx, rid, set, slices.Sorted(maps.Keys(unset)))
 	}
 	return c.hc.RelationSet(ctx, rid, set, slices.Sorted(maps.Keys(unset)))
 }
@@ -448,13 +523,19 @@ func (c *call) configGet(ctx context.Context) error {
 	if err := c.want(0, 1); err != nil {
 		return err
 	}
+	if len(c.args) == 1 && c.set("all") {
+		return usagef("cannot use argument --all together with key %q", c.args[0])
+	}
 	config, err := c.hc.Config(ctx)
 	if err != nil {
 		return err
 	}
+	f := c.format("text")
 	if len(c.args) == 1 {
 		v := config[c.args[0]]
 		switch {
+		case f == "smart" || f == "yaml":
+			return c.printAs(f, configJSON(v), nil)
 		case c.json():
 			return c.printJSON(configJSON(v))
 		case v.GetValue() != nil:
@@ -464,12 +545,13 @@ func (c *call) configGet(ctx context.Context) error {
 	}
 	set := map[string]any{}
 	for k, v := range config {
-		if v.GetValue() != nil {
+		if v.GetValue() != nil || c.set("all") {
 			set[k] = configJSON(v)
 		}
 	}
-	if c.json() {
-		return c.printJSON(set)
+	switch f {
+	case "json", "yaml", "smart":
+		return c.printAs(f, set, nil)
 	}
 	for _, k := range slices.Sorted(maps.Keys(set)) {
 		fmt.Fprintf(c.out, "%s: %s\n", k, charm.FormatValue(config[k]))
@@ -520,6 +602,16 @@ func (c *call) statusSet(ctx context.Context) error {
 	if !slices.Contains(workloadStatuses(), status) {
 		return usagef("unknown status %q: use %s", status, strings.Join(workloadStatuses(), ", "))
 	}
+	if c.set("application") {
+		if err := c.requireLeader(ctx, "set the service's status"); err != nil {
+			return err
+		}
+		ac, err := c.appContext()
+		if err != nil {
+			return err
+		}
+		return ac.SetApplicationStatus(ctx, status, strings.Join(c.args[1:], " "))
+	}
 	return c.hc.SetWorkloadStatus(ctx, status, strings.Join(c.args[1:], " "))
 }
 
@@ -527,12 +619,36 @@ func (c *call) statusGet(ctx context.Context) error {
 	if err := c.want(0, 0); err != nil {
 		return err
 	}
-	status, message, err := c.hc.WorkloadStatus(ctx)
-	if err != nil {
+	var status, message string
+	var err error
+	if c.set("application") {
+		if err := c.requireLeader(ctx, "read the service's status"); err != nil {
+			return err
+		}
+		ac, err := c.appContext()
+		if err != nil {
+			return err
+		}
+		status, message, err = ac.ApplicationStatus(ctx)
+		if err != nil {
+			return err
+		}
+	} else if status, message, err = c.hc.WorkloadStatus(ctx); err != nil {
 		return err
 	}
-	if c.json() {
+	f := c.format("text")
+	switch {
+	case f == "json" && !c.set("include-data"):
+		// Lifeline's json form, kept: it carries the message too.
 		return c.printJSON(map[string]string{"status": status, "message": message})
+	case c.set("include-data"):
+		m := map[string]any{"status": status, "message": message, "status-data": map[string]any{}}
+		if f == "text" {
+			f = "smart"
+		}
+		return c.printAs(f, m, nil)
+	case f == "yaml" || f == "smart":
+		return c.printAs(f, status, nil)
 	}
 	fmt.Fprintln(c.out, status)
 	return nil

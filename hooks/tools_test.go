@@ -127,7 +127,7 @@ func TestTools(t *testing.T) {
 		{name: "relation-get bad unit", env: inRelationHook, args: []string{"relation-get", "host", "pg"}, wantErr: `relation-get: bad unit name "pg"` + "\n", wantCode: 2},
 		{name: "relation-get unknown flag", env: inRelationHook, args: []string{"relation-get", "-x"}, wantErr: "relation-get: unknown flag -x: see relation-get --help\n", wantCode: 2},
 		{name: "relation-get unknown long flag", env: inRelationHook, args: []string{"relation-get", "--log-level=info"}, wantErr: "relation-get: unknown flag --log-level: see relation-get --help\n", wantCode: 2},
-		{name: "relation-get bad format", env: inRelationHook, args: []string{"relation-get", "--format=yaml"}, wantErr: `relation-get: unknown format "yaml": use text or json` + "\n", wantCode: 2},
+		{name: "relation-get bad format", env: inRelationHook, args: []string{"relation-get", "--format=xml"}, wantErr: `relation-get: unknown format "xml": use text, smart, yaml, json` + "\n", wantCode: 2},
 		{name: "relation-get flag without value", env: inRelationHook, args: []string{"relation-get", "-r"}, wantErr: "relation-get: flag -r needs a value: ID\n", wantCode: 2},
 		{name: "relation-get too many", env: inRelationHook, args: []string{"relation-get", "a", "pg/0", "c"}, wantErr: `relation-get: unexpected argument "c": see relation-get --help` + "\n", wantCode: 2},
 

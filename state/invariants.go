@@ -223,6 +223,12 @@ func CheckInvariants(snap *Snapshot) error {
 		if _, ok := snap.Values[ek]; !ok {
 			bad("status %s of an entity that does not exist", k)
 		}
+		if StatusKind(kind) == StatusServiceVersion {
+			var st pb.Status
+			if err := proto.Unmarshal(snap.Values[k], &st); err != nil || len(st.Status) > MaxVersionBytes {
+				bad("status %s: not a version of at most %d bytes (%v)", k, MaxVersionBytes, err)
+			}
+		}
 	}
 	checkStatusHistory(snap, bad)
 	checkCA(snap, bad)

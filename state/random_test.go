@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -321,7 +322,18 @@ func (r *randomWorker) step(ctx context.Context, ops *atomic.Int64) error {
 		}
 		if rng.IntN(2) == 0 {
 			op = "set-status"
-			err = st.SetStatus(ctx, state.StatusUnit, u.Name, &pb.Status{Status: "active"})
+			// The unit's workload status, or its service's status or
+			// version (status-set --application, application-version-set),
+			// racing the service's removal.
+			service, _, _ := strings.Cut(u.Name, "/")
+			switch rng.IntN(3) {
+			case 0:
+				err = st.SetStatus(ctx, state.StatusUnit, u.Name, &pb.Status{Status: "active"})
+			case 1:
+				err = st.SetStatus(ctx, state.StatusService, service, &pb.Status{Status: "active"})
+			default:
+				err = st.SetStatus(ctx, state.StatusServiceVersion, service, &pb.Status{Status: "1.2.3"})
+			}
 		} else {
 			// Its agent's host report, racing the unit's removal, its
 			// ports changing or not.

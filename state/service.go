@@ -247,6 +247,7 @@ func removeServiceOps(c *change, name string) {
 	c.del(ServiceKey(name))
 	c.del(ServiceConfigKey(name))
 	c.del(StatusKey(StatusService, name))
+	c.del(StatusKey(StatusServiceVersion, name))
 	c.del(cleanupKey(cleanupServiceDying, name))
 	c.delPrefix(RevisionsPrefix(name))
 	c.del(RolloutKey(name))

@@ -18,7 +18,13 @@ const (
 	StatusUnitAgent StatusKind = "unit-agent" // the unit agent's status and state
 	StatusUnit      StatusKind = "unit"       // the workload's status, set by the charm
 	StatusService   StatusKind = "service"
+	// StatusServiceVersion holds the version of the service's workload in
+	// its status (application-version-set), at most MaxVersionBytes.
+	StatusServiceVersion StatusKind = "service-version"
 )
+
+// MaxVersionBytes bounds a service's workload version.
+const MaxVersionBytes = 256
 
 var (
 	machineStatusKinds = []StatusKind{StatusMachine}
@@ -32,7 +38,7 @@ func entityKey(kind StatusKind, id string) (string, error) {
 		return MachineKey(id), checkMachineID(id)
 	case StatusUnitAgent, StatusUnit:
 		return UnitKey(id), checkUnitName(id)
-	case StatusService:
+	case StatusService, StatusServiceVersion:
 		return ServiceKey(id), checkServiceName(id)
 	}
 	return "", invalidf("unknown status kind %q", kind)
@@ -51,6 +57,9 @@ func (s *State) SetStatus(ctx context.Context, kind StatusKind, id string, st *p
 	ek, err := entityKey(kind, id)
 	if err != nil {
 		return err
+	}
+	if kind == StatusServiceVersion && len(st.GetStatus()) > MaxVersionBytes {
+		return invalidf("version of service %s: %d bytes, at most %d", id, len(st.GetStatus()), MaxVersionBytes)
 	}
 	st = protoClone(st)
 	if st.SinceUnixNano == 0 {

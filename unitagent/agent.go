@@ -182,6 +182,9 @@ type Agent struct {
 	rep    *reporter
 	// workload is the status the charm last set, for status-get.
 	workload atomic.Pointer[pb.Status]
+	// service is the service status this unit's charm last set
+	// (status-set --application), for status-get --application.
+	service atomic.Pointer[pb.Status]
 	// hookNames are the names in the charm's hooks directory, as read
 	// (nil: to be read); hookEach says a hook ran since the charm was
 	// unpacked, and each is looked up on its own (hasHook).

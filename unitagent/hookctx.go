@@ -43,6 +43,8 @@ type hookContext struct {
 	config    map[string]*pb.ConfigValue
 	// machine is the unit's machine, as the controller has it.
 	machine string
+	// principal is a subordinate's principal unit, "" for a principal.
+	principal string
 
 	mu  sync.Mutex
 	set map[int64]*settingsChange
@@ -125,6 +127,9 @@ func newHookContext(a *Agent, op *hookOp, r *remote) *hookContext {
 	hc.machine = a.cfg.MachineID
 	if hc.machine == "" && r.unit != nil {
 		hc.machine = r.unit.MachineId
+	}
+	if r.unit != nil {
+		hc.principal = r.unit.Principal
 	}
 	for id, lr := range a.l.Relations {
 		cr := &ctxRelation{endpoint: lr.Endpoint, members: lr.Members, lr: lr}
@@ -425,4 +430,41 @@ func (hc *hookContext) Log(level, message string) {
 	default:
 		l.Info(message)
 	}
+}
+
+// setServiceStatus sends a status of the unit's service of kind (its
+// status or its workload version).
+func (hc *hookContext) setServiceStatus(ctx context.Context, kind pb.UnitStatusKind, st *pb.Status) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err := hc.a.cfg.API.SetUnitStatus(ctx, &pb.SetUnitStatusRequest{Unit: hc.a.cfg.Unit, Kind: kind, Status: st})
+	return err
+}
+
+// SetApplicationStatus sets the service's status (status-set
+// --application), at once.
+func (hc *hookContext) SetApplicationStatus(ctx context.Context, st, message string) error {
+	if err := hc.setServiceStatus(ctx, pb.UnitStatusKind_UNIT_STATUS_KIND_SERVICE, &pb.Status{Status: st, Message: message}); err != nil {
+		return fmt.Errorf("set the service's status: %w", err)
+	}
+	hc.a.service.Store(&pb.Status{Status: st, Message: message})
+	return nil
+}
+
+// ApplicationStatus returns the service status this unit's charm last
+// set, "unknown" before it set one.
+func (hc *hookContext) ApplicationStatus(context.Context) (string, string, error) {
+	if st := hc.a.service.Load(); st != nil {
+		return st.Status, st.Message, nil
+	}
+	return "unknown", "", nil
+}
+
+// SetApplicationVersion records the service's workload version
+// (application-version-set), at once.
+func (hc *hookContext) SetApplicationVersion(ctx context.Context, version string) error {
+	if err := hc.setServiceStatus(ctx, pb.UnitStatusKind_UNIT_STATUS_KIND_SERVICE_VERSION, &pb.Status{Status: version}); err != nil {
+		return fmt.Errorf("set the service's version: %w", err)
+	}
+	return nil
 }

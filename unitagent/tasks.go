@@ -482,6 +482,7 @@ func (tr *taskRunner) runAction(ctx context.Context, id int64, st *pb.StartTaskR
 	for k, v := range h.Env {
 		env[k] = v
 	}
+	hooks.JujuEnv(env, "")
 	res, err := hooks.Run(ctx, hooks.Spec{
 		Unit: a.cfg.Unit, Hook: "action " + st.Action, Path: filepath.Join("actions", st.Action),
 		CharmDir: a.charmDir(), ToolsDir: a.cfg.ToolsDir, Env: env,

@@ -88,6 +88,7 @@ func (t *toolServer) run(ctx context.Context, a *Agent, op *hookOp, hc *hookCont
 			env[hooks.EnvDepartingUnit] = op.Departing
 		}
 	}
+	hooks.JujuEnv(env, hc.principal)
 	res, err := hooks.Run(ctx, hooks.Spec{
 		Unit: a.cfg.Unit, Hook: op.Hook, Path: filepath.Join("hooks", op.Hook),
 		CharmDir: a.charmDir(), ToolsDir: a.cfg.ToolsDir, Env: env,

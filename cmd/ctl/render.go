@@ -119,6 +119,9 @@ type serviceDoc struct {
 	// its charm's); Rollout is there while its units move to it.
 	SpecRevision int64              `json:"spec_revision,omitempty" yaml:"spec_revision,omitempty"`
 	Rollout      *serviceRolloutDoc `json:"rollout,omitempty" yaml:"rollout,omitempty"`
+	// Version is the workload's version its charm set
+	// (application-version-set).
+	Version string `json:"version,omitempty" yaml:"version,omitempty"`
 }
 
 type serviceRolloutDoc struct {
@@ -185,7 +188,7 @@ func statusDocument(st *pb.ModelStatus) statusDoc {
 		sd := serviceDoc{
 			Charm: s.Charm, Revision: s.Revision, Life: s.Life, Status: s.Status,
 			Units: map[string]unitDoc{}, Message: s.Message, Subordinate: s.Subordinate, WaitingFor: s.WaitingFor,
-			SpecRevision: s.SpecRevision,
+			SpecRevision: s.SpecRevision, Version: s.Version,
 		}
 		if r := s.Rollout; r != nil {
 			sd.Rollout = &serviceRolloutDoc{State: r.State, Target: r.Target, Previous: r.Previous, Updated: r.Updated, Units: r.Units, Reason: r.Reason}
@@ -298,13 +301,27 @@ func renderTabular(w io.Writer, st *pb.ModelStatus, look statusLook) error {
 	services := append([]*pb.ServiceStatus(nil), st.GetServices()...)
 	sort.Slice(services, func(i, j int) bool { return services[i].Name < services[j].Name })
 	if len(services) > 0 {
-		startSection("Service", "Charm", "Rev", "Spec", "Life", paint.plain("Status"), "Units", "Message")
+		// A Version column, as Juju's, only when a service shown has one
+		// (application-version-set).
+		version := false
+		for _, s := range services {
+			version = version || s.Version != ""
+		}
+		head := []string{"Service"}
+		if version {
+			head = append(head, "Version")
+		}
+		startSection(append(head, "Charm", "Rev", "Spec", "Life", paint.plain("Status"), "Units", "Message")...)
 		for _, s := range services {
 			units := strconv.Itoa(len(s.Units))
 			if s.Subordinate {
 				units += " (subordinate)"
 			}
-			row(s.Name, s.Charm, strconv.FormatInt(s.Revision, 10), serviceSpecText(s), s.Life, paint.state(s.Status), units, note(s.Message, s.WaitingFor))
+			cells := []string{s.Name}
+			if version {
+				cells = append(cells, s.Version)
+			}
+			row(append(cells, s.Charm, strconv.FormatInt(s.Revision, 10), serviceSpecText(s), s.Life, paint.state(s.Status), units, note(s.Message, s.WaitingFor))...)
 		}
 	}
 

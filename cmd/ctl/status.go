@@ -44,7 +44,7 @@ not to. json and yaml give the same data as one document:
 
   {"schema_version": 1, "revision",
    "machines": {"0": {"life", "instance", "address", "agent", "since", "units"}},
-   "services": {"kv": {"charm", "revision", "life", "status",
+   "services": {"kv": {"charm", "revision", "life", "status", "version",
                        "units": {"kv/0": {"life", "machine", "principal",
                                           "agent", "agent_since", "state",
                                           "workload", "workload_since",

@@ -37,7 +37,7 @@ func main() {
 		// pause ends with SIGTERM: a checkpoint-set in flight completes
 		// (the agent kills the group with SIGKILL after the grace).
 		signal.Ignore(syscall.SIGTERM)
-		os.Exit(hooks.RunTool(os.Args, os.Getenv, os.Stdout, os.Stderr))
+		os.Exit(hooks.RunTool(os.Args, os.Getenv, os.Stdin, os.Stdout, os.Stderr))
 	}
 	if err := rootCommand().Execute(); err != nil {
 		var ue usageError

@@ -33,6 +33,12 @@ const (
 	UnitStatusKind_UNIT_STATUS_KIND_AGENT UnitStatusKind = 1
 	// The workload's status, as status-set reports it.
 	UnitStatusKind_UNIT_STATUS_KIND_WORKLOAD UnitStatusKind = 2
+	// The status of the unit's service, as status-set --application reports
+	// it: it replaces the summary of the units' workloads in ctl status.
+	UnitStatusKind_UNIT_STATUS_KIND_SERVICE UnitStatusKind = 3
+	// The version of the service's workload, as application-version-set
+	// reports it in Status.status (at most 256 bytes).
+	UnitStatusKind_UNIT_STATUS_KIND_SERVICE_VERSION UnitStatusKind = 4
 )
 
 // Enum value maps for UnitStatusKind.
@@ -41,11 +47,15 @@ var (
 		0: "UNIT_STATUS_KIND_UNSPECIFIED",
 		1: "UNIT_STATUS_KIND_AGENT",
 		2: "UNIT_STATUS_KIND_WORKLOAD",
+		3: "UNIT_STATUS_KIND_SERVICE",
+		4: "UNIT_STATUS_KIND_SERVICE_VERSION",
 	}
 	UnitStatusKind_value = map[string]int32{
-		"UNIT_STATUS_KIND_UNSPECIFIED": 0,
-		"UNIT_STATUS_KIND_AGENT":       1,
-		"UNIT_STATUS_KIND_WORKLOAD":    2,
+		"UNIT_STATUS_KIND_UNSPECIFIED":     0,
+		"UNIT_STATUS_KIND_AGENT":           1,
+		"UNIT_STATUS_KIND_WORKLOAD":        2,
+		"UNIT_STATUS_KIND_SERVICE":         3,
+		"UNIT_STATUS_KIND_SERVICE_VERSION": 4,
 	}
 )
 
@@ -3769,11 +3779,13 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12+\n" +
 	"\x11previous_instance\x18\x02 \x01(\tR\x10previousInstance\"<\n" +
 	"\x10PresenceResponse\x12(\n" +
-	"\x10ping_interval_ms\x18\x01 \x01(\x03R\x0epingIntervalMs*m\n" +
+	"\x10ping_interval_ms\x18\x01 \x01(\x03R\x0epingIntervalMs*\xb1\x01\n" +
 	"\x0eUnitStatusKind\x12 \n" +
 	"\x1cUNIT_STATUS_KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16UNIT_STATUS_KIND_AGENT\x10\x01\x12\x1d\n" +
-	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x022\x94\x18\n" +
+	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x02\x12\x1c\n" +
+	"\x18UNIT_STATUS_KIND_SERVICE\x10\x03\x12$\n" +
+	" UNIT_STATUS_KIND_SERVICE_VERSION\x10\x042\x94\x18\n" +
 	"\fAgentService\x12@\n" +
 	"\x05Watch\x12\x19.lifeline.v1.WatchRequest\x1a\x1a.lifeline.v1.WatchResponse0\x01\x12N\n" +
 	"\tWatchMany\x12\x1d.lifeline.v1.WatchManyRequest\x1a\x1e.lifeline.v1.WatchManyResponse(\x010\x01\x12M\n" +

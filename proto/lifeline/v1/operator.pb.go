@@ -712,7 +712,10 @@ type ServiceStatus struct {
 	// to (revision above is its charm's).
 	SpecRevision int64 `protobuf:"varint,10,opt,name=spec_revision,json=specRevision,proto3" json:"spec_revision,omitempty"`
 	// rollout is set while the service's rollout is not done.
-	Rollout       *ServiceRollout `protobuf:"bytes,11,opt,name=rollout,proto3" json:"rollout,omitempty"`
+	Rollout *ServiceRollout `protobuf:"bytes,11,opt,name=rollout,proto3" json:"rollout,omitempty"`
+	// version is the service's workload version, as a unit's charm last set
+	// it (application-version-set); "" when none did.
+	Version       string `protobuf:"bytes,12,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -822,6 +825,13 @@ func (x *ServiceStatus) GetRollout() *ServiceRollout {
 		return x.Rollout
 	}
 	return nil
+}
+
+func (x *ServiceStatus) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
 }
 
 // ServiceRollout is a service's rollout as ctl status shows it.
@@ -3158,7 +3168,7 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"waitingFor\x12\x16\n" +
 	"\x06forced\x18\t \x01(\bR\x06forced\x12\x14\n" +
 	"\x05since\x18\n" +
-	" \x01(\x03R\x05since\"\xe9\x02\n" +
+	" \x01(\x03R\x05since\"\x83\x03\n" +
 	"\rServiceStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05charm\x18\x02 \x01(\tR\x05charm\x12\x1a\n" +
@@ -3172,7 +3182,8 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"waitingFor\x12#\n" +
 	"\rspec_revision\x18\n" +
 	" \x01(\x03R\fspecRevision\x125\n" +
-	"\arollout\x18\v \x01(\v2\x1b.lifeline.v1.ServiceRolloutR\arollout\"\xcd\x01\n" +
+	"\arollout\x18\v \x01(\v2\x1b.lifeline.v1.ServiceRolloutR\arollout\x12\x18\n" +
+	"\aversion\x18\f \x01(\tR\aversion\"\xcd\x01\n" +
 	"\x0eServiceRollout\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\x03R\x06target\x12\x1a\n" +
