@@ -53,11 +53,11 @@ func newRelation(id int64, eps []*pb.RelationEndpoint) *pb.Relation {
 func matchEndpoints(a, b *pb.Service, sa, sb EndpointSpec) ([]*pb.RelationEndpoint, error) {
 	var found [][]*pb.RelationEndpoint
 	for _, ea := range a.Endpoints {
-		if sa.Endpoint != "" && ea.Name != sa.Endpoint {
+		if sa.Endpoint != "" && !endpointIs(ea, sa.Endpoint) {
 			continue
 		}
 		for _, eb := range b.Endpoints {
-			if sb.Endpoint != "" && eb.Name != sb.Endpoint {
+			if sb.Endpoint != "" && !endpointIs(eb, sb.Endpoint) {
 				continue
 			}
 			if compatible(a, ea, b, eb) == nil {
@@ -84,7 +84,7 @@ func matchEndpoints(a, b *pb.Service, sa, sb EndpointSpec) ([]*pb.RelationEndpoi
 				return nil, notFoundf("service %s has no endpoint %q", s.svc.Name, s.spec.Endpoint)
 			}
 		}
-		return nil, invalidf("no endpoints of %s and %s can be related", sa, sb)
+		return nil, invalidf("no endpoints of %s and %s can be related: %s; %s", sa, sb, offers(a, sa.Endpoint), offers(b, sb.Endpoint))
 	default:
 		keys := make([]string, len(found))
 		for i, f := range found {
@@ -96,18 +96,76 @@ func matchEndpoints(a, b *pb.Service, sa, sb EndpointSpec) ([]*pb.RelationEndpoi
 
 func endpointNamed(svc *pb.Service, name string) *pb.Endpoint {
 	for _, ep := range svc.Endpoints {
-		if ep.Name == name {
+		if endpointIs(ep, name) {
 			return ep
 		}
 	}
 	return nil
 }
 
+// The implicit endpoint every principal provides (charm.InfoEndpoint),
+// and Juju's name of it and of its interface, which charms written for
+// Juju require: each name stands for the other.
+const (
+	infoEndpoint     = "lifeline-info"
+	jujuInfoEndpoint = "juju-info"
+)
+
+// endpointIs says whether ep is the endpoint named name: by its name, or
+// the implicit info endpoint by Juju's.
+func endpointIs(ep *pb.Endpoint, name string) bool {
+	return ep.Name == name || name == jujuInfoEndpoint && ep.Name == infoEndpoint && ep.Interface == infoEndpoint
+}
+
+// sameInterface says whether endpoints of interfaces x and y may relate:
+// the same, or the info interface under Lifeline's and Juju's names.
+func sameInterface(x, y string) bool {
+	info := func(i string) bool { return i == infoEndpoint || i == jujuInfoEndpoint }
+	return x == y || info(x) && info(y)
+}
+
+// offers says what endpoints svc could relate through (those named name
+// when given), for a refusal: "ubuntu offers lifeline-info (lifeline-info,
+// alias juju-info)", "papertrail requires juju-info (juju-info,
+// container)".
+func offers(svc *pb.Service, name string) string {
+	var provides, requires []string
+	for _, ep := range svc.Endpoints {
+		if ep.Role == pb.Role_ROLE_PEER || name != "" && !endpointIs(ep, name) {
+			continue
+		}
+		what := ep.Interface
+		if ep.Name == infoEndpoint && ep.Interface == infoEndpoint {
+			what += ", alias " + jujuInfoEndpoint
+		}
+		if ep.Scope == pb.Scope_SCOPE_CONTAINER {
+			what += ", container"
+		}
+		desc := fmt.Sprintf("%s (%s)", ep.Name, what)
+		if ep.Role == pb.Role_ROLE_PROVIDER {
+			provides = append(provides, desc)
+		} else {
+			requires = append(requires, desc)
+		}
+	}
+	var parts []string
+	if len(provides) > 0 {
+		parts = append(parts, "offers "+strings.Join(provides, ", "))
+	}
+	if len(requires) > 0 {
+		parts = append(parts, "requires "+strings.Join(requires, ", "))
+	}
+	if len(parts) == 0 {
+		return svc.Name + " has no endpoint to relate"
+	}
+	return svc.Name + " " + strings.Join(parts, " and ")
+}
+
 // compatible says why endpoints ea of a and eb of b cannot be related, or nil.
 func compatible(a *pb.Service, ea *pb.Endpoint, b *pb.Service, eb *pb.Endpoint) error {
 	pair := fmt.Sprintf("%s:%s and %s:%s", a.Name, ea.Name, b.Name, eb.Name)
 	switch {
-	case ea.Interface != eb.Interface:
+	case !sameInterface(ea.Interface, eb.Interface):
 		return invalidf("cannot relate %s: interfaces %s and %s differ", pair, ea.Interface, eb.Interface)
 	case ea.Role == pb.Role_ROLE_PEER || eb.Role == pb.Role_ROLE_PEER:
 		return invalidf("cannot relate %s: peer relations come with their service", pair)

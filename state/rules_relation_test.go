@@ -187,7 +187,13 @@ func TestAddRelationEndpoints(t *testing.T) {
 		{"kv", "kv", state.ErrInvalid, "no endpoints of kv and kv can be related", ""},
 		{"app", "nope", state.ErrNotFound, "service nope not found", ""},
 		{"app", "logger", nil, "", "app:juju-info logger:host"},
-		{"kv", "logger", state.ErrInvalid, "no endpoints", ""},
+		{"kv", "logger", state.ErrInvalid, "no endpoints of kv and logger can be related: kv offers server (kv); logger requires host (juju-info, container)", ""},
+		// Juju's juju-info is Lifeline's implicit lifeline-info, by
+		// interface and by name.
+		{"ubuntu", "logger", nil, "", "logger:host ubuntu:lifeline-info"},
+		{"ubuntu:juju-info", "logger", nil, "", "logger:host ubuntu:lifeline-info"},
+		{"ubuntu", "oldlogger", nil, "", "oldlogger:host ubuntu:lifeline-info"},
+		{"ubuntu", "app", state.ErrInvalid, "no endpoints of ubuntu and app can be related: ubuntu offers lifeline-info (lifeline-info, alias juju-info); app offers website (http), juju-info (juju-info) and requires db (kv)", ""},
 		{"other", "kv", nil, "", "kv:server other:db"},
 		{"app", "two", state.ErrInvalid, "ambiguous relation: app two could be app:db two:a or app:db two:b", ""},
 	}
@@ -198,6 +204,8 @@ func TestAddRelationEndpoints(t *testing.T) {
 			addService(t, ctx, st, "kv", kvEndpoints)
 			addService(t, ctx, st, "other", plainEndpoints)
 			addService(t, ctx, st, "logger", loggerEndpoints)
+			addService(t, ctx, st, "ubuntu", []*pb.Endpoint{{Name: "lifeline-info", Interface: "lifeline-info", Role: pb.Role_ROLE_PROVIDER, Scope: pb.Scope_SCOPE_GLOBAL}})
+			addService(t, ctx, st, "oldlogger", []*pb.Endpoint{{Name: "host", Interface: "lifeline-info", Role: pb.Role_ROLE_REQUIRER, Scope: pb.Scope_SCOPE_CONTAINER}})
 			addService(t, ctx, st, "two", []*pb.Endpoint{
 				{Name: "a", Interface: "kv", Role: pb.Role_ROLE_PROVIDER, Scope: pb.Scope_SCOPE_GLOBAL},
 				{Name: "b", Interface: "kv", Role: pb.Role_ROLE_PROVIDER, Scope: pb.Scope_SCOPE_GLOBAL},
