@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -164,9 +165,9 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	case err != nil:
 		return Result{}, fmt.Errorf("hook %s: %w", spec.Hook, err)
 	case !fi.Mode().IsRegular():
-		return Result{}, fmt.Errorf("hook %s: %s is not a regular file", spec.Hook, path)
+		return Result{}, &StartError{Hook: spec.Hook, Reason: fmt.Sprintf("%s is not a regular file", spec.Path)}
 	case fi.Mode().Perm()&0o111 == 0:
-		return Result{}, fmt.Errorf("hook %s: %s is %w (mode %s)", spec.Hook, path, ErrNotExecutable, fi.Mode().Perm())
+		return Result{}, &StartError{Hook: spec.Hook, Reason: fmt.Sprintf("permission denied: %s is not executable (mode %s)", spec.Path, fi.Mode().Perm()), Err: ErrNotExecutable}
 	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("hook %s not run: %w", spec.Hook, err)
@@ -201,13 +202,7 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	})
 	pipes.started()
 	if err != nil {
-		if errors.Is(err, syscall.ENOEXEC) {
-			return Result{}, fmt.Errorf("hook %s: %s cannot be executed: a script needs a #! line: %w", spec.Hook, path, err)
-		}
-		if errors.Is(err, syscall.EACCES) {
-			return Result{}, fmt.Errorf("hook %s: %s is %w: %w", spec.Hook, path, ErrNotExecutable, err)
-		}
-		return Result{}, fmt.Errorf("hook %s: start %s: %w", spec.Hook, path, err)
+		return Result{}, startError(spec, path, err)
 	}
 	logger.Debug("hook started", "pid", cmd.Process.Pid)
 	if spec.Started != nil {
@@ -362,4 +357,61 @@ func orDefault[T int | time.Duration](v, def T) T {
 		return def
 	}
 	return v
+}
+
+// StartError is Run's error for a hook file that exists but could not be
+// started: not executable, not a regular file, no #! line, a missing
+// interpreter. Its message says so in one line for the unit's status:
+// `hook "install" could not start: permission denied: hooks/install is
+// not executable (mode -rw-r--r--)`.
+type StartError struct {
+	Hook   string
+	Reason string
+	// Err is the cause: ErrNotExecutable, or the error of exec.
+	Err error
+}
+
+func (e *StartError) Error() string {
+	return fmt.Sprintf("hook %q could not start: %s", e.Hook, e.Reason)
+}
+
+func (e *StartError) Unwrap() error { return e.Err }
+
+// startError explains exec's err starting the hook at path.
+func startError(spec Spec, path string, err error) error {
+	rel := spec.Path
+	switch {
+	case errors.Is(err, syscall.ENOEXEC):
+		return &StartError{Hook: spec.Hook, Reason: fmt.Sprintf("exec format error: %s is not a program, and a script needs a #! line", rel), Err: err}
+	case errors.Is(err, syscall.EACCES):
+		return &StartError{Hook: spec.Hook, Reason: fmt.Sprintf("permission denied: %s is not executable", rel), Err: errors.Join(ErrNotExecutable, err)}
+	case errors.Is(err, syscall.ENOENT):
+		// The file is there: its interpreter is not.
+		if interp := shebang(path); interp != "" {
+			return &StartError{Hook: spec.Hook, Reason: fmt.Sprintf("bad interpreter: %s of %s not found", interp, rel), Err: err}
+		}
+	}
+	return &StartError{Hook: spec.Hook, Reason: fmt.Sprintf("start %s: %v", rel, err), Err: err}
+}
+
+// shebang returns the interpreter a script's #! line names, "" when it
+// has none.
+func shebang(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b := make([]byte, 256)
+	n, _ := io.ReadFull(f, b)
+	line, _, _ := strings.Cut(string(b[:n]), "\n")
+	rest, ok := strings.CutPrefix(line, "#!")
+	if !ok {
+		return ""
+	}
+	fields := strings.Fields(rest)
+	if len(fields) == 0 {
+		return ""
+	}
+	return fields[0]
 }

@@ -146,8 +146,9 @@ func TestRunExitStatus(t *testing.T) {
 		{name: "signal", script: "#!/bin/sh\nkill -SEGV $$\n", mode: 0o700, wantCode: -1, wantSig: syscall.SIGSEGV},
 		{name: "stdin is /dev/null", script: "#!/bin/sh\nread line && exit 4\nexit 0\n", mode: 0o755, wantOK: true},
 		{name: "missing", wantSkip: true},
-		{name: "not executable", script: "#!/bin/sh\nexit 0\n", mode: 0o644, wantError: "is not executable (mode -rw-r--r--)", wantIs: hooks.ErrNotExecutable},
-		{name: "no #! line", script: "exit 0\n", mode: 0o755, wantError: "a script needs a #! line"},
+		{name: "not executable", script: "#!/bin/sh\nexit 0\n", mode: 0o644, wantError: `hook "install" could not start: permission denied: `, wantIs: hooks.ErrNotExecutable},
+		{name: "no #! line", script: "exit 0\n", mode: 0o755, wantError: `hook "install" could not start: exec format error: `},
+		{name: "bad interpreter", script: "#!/usr/bin/python2.4\nexit 0\n", mode: 0o755, wantError: `hook "install" could not start: bad interpreter: /usr/bin/python2.4 of `},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -156,6 +157,9 @@ func TestRunExitStatus(t *testing.T) {
 			if tt.wantError != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantError) || !strings.Contains(err.Error(), spec.Path) {
 					t.Fatalf("Run() = %+v, %v, want an error naming %s and saying %q", res, err, spec.Path, tt.wantError)
+				}
+				if !errors.As(err, new(*hooks.StartError)) {
+					t.Errorf("Run() = %v, want a StartError", err)
 				}
 				if tt.wantIs != nil && !errors.Is(err, tt.wantIs) {
 					t.Errorf("Run() = %v, want an error matching %v", err, tt.wantIs)

@@ -526,6 +526,9 @@ func (a *Agent) reportWaiting(act action) {
 // hook's last lines of output, if any.
 func (a *Agent) failureStatus(op *hookOp, output []string) *pb.Status {
 	msg := fmt.Sprintf("hook failed: %q", op.Hook)
+	if op.StartFailure != "" {
+		msg = op.StartFailure
+	}
 	if isHostOp(op) {
 		msg = hostFailureMessage(op)
 	}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lifelinehq/lifeline/charm"
+	"github.com/lifelinehq/lifeline/hooks"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -305,6 +306,11 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 		// The agent is stopping: the hook was cut short. Like a crash, it
 		// counts as a failed attempt when the agent starts again.
 		return ctx.Err()
+	}
+	op.StartFailure = ""
+	if se := (*hooks.StartError)(nil); errors.As(err, &se) {
+		op.StartFailure = se.Error()
+		res.lastLines = append(res.lastLines, se.Error())
 	}
 	if err != nil || !res.ok {
 		a.logger.Warn("hook failed", "hook", op.Hook, "duration", res.took, "status", res.why, "attempt", op.Attempts+1, "error", errString(err, res))

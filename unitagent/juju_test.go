@@ -2,6 +2,8 @@ package unitagent_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -146,4 +148,24 @@ ingress-addresses:
 			t.Errorf("kv in status: version %q, status %q, message %q; want 1.2.3, active, all good", s.Version, s.Status, s.Message)
 		}
 	}
+}
+
+// TestHookCannotStart: a hook file that cannot be started fails the hook
+// with the reason in the unit's status message and its status history.
+func TestHookCannotStart(t *testing.T) {
+	w := newWorld(t)
+	dir := writeCharm(t, kvMeta, "server")
+	if err := os.Chmod(filepath.Join(dir, "hooks", "install"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := w.env.Upload(w.op, dir)
+	if _, err := w.op.Deploy(w.env.Ctx, &pb.DeployRequest{Charm: c.Name, NumUnits: 1}); err != nil {
+		t.Fatalf("Deploy: %v", err)
+	}
+	w.start("kv/0")
+	want := `hook "install" could not start: permission denied: hooks/install is not executable (mode -rw-r--r--)`
+	w.waitFor("kv/0's status to say why install could not start", func() bool {
+		s := w.agentStatus("kv/0")
+		return s != nil && s.Agent == "error" && strings.HasPrefix(s.Message, want)
+	})
 }

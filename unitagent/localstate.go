@@ -144,6 +144,9 @@ type hookOp struct {
 	// Attempts counts failed runs so far; NotBefore delays the next.
 	Attempts  int       `json:"attempts,omitempty"`
 	NotBefore time.Time `json:"not_before,omitempty"`
+	// StartFailure, after a run that could not start the hook's file
+	// (hooks.StartError), says why: the unit's status message.
+	StartFailure string `json:"start_failure,omitempty"`
 	// Settings are the hook's relation-set changes, kept once it succeeded
 	// until they are committed.
 	Settings []settingsChange `json:"settings,omitempty"`
