@@ -72,7 +72,9 @@
 //	 "env":{"LIFELINE_RELATION_ID":"db:2","LIFELINE_REMOTE_UNIT":"pg/0"}}
 //
 // env carries those two variables when set, and nothing else of the
-// tool's environment. The server answers with one line and closes:
+// tool's environment; input carries what relation-set --file read (the
+// tool reads the file, or its stdin for "-", and sends "--file=-"). The
+// server answers with one line and closes:
 //
 //	{"stdout":"10.0.0.5\n","stderr":"","code":0}
 //
@@ -98,6 +100,22 @@
 //	status-set maintenance|blocked|waiting|active [MESSAGE...]
 //	status-get [--format=text|json]               (text: the status; json: status and message)
 //	log [-l LEVEL] MESSAGE...
+//
+// For charms written for Juju (juju.go), the tools take Juju's forms too:
+// --format=smart|yaml|json (Juju's smart: strings as they are, booleans
+// True/False, the rest YAML), config-get -a/--all, relation-set --file,
+// status-set/status-get --application, status-get --include-data,
+// relation-get/relation-set --app (refused until a Context implements
+// AppSettingsContext), and Juju's own tools:
+//
+//	juju-log [-l LEVEL|--log-level LEVEL] [--debug] MESSAGE...
+//	application-version-set VERSION
+//	network-get BINDING [--ingress-address] [--bind-address] [--egress-subnets] [-r ID]
+//
+// What acts for the service needs ApplicationContext; a Context that
+// implements LeaderContext refuses it to units that do not lead their
+// service (requireLeader). JujuEnv adds Juju's variables to a hook's
+// environment. A hook file that cannot start is a StartError.
 //
 // In a hook (PortContext) the port tools work too: the unit's port claims
 // made at run time, kept only if the hook succeeds; they fail in an
