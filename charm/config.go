@@ -35,12 +35,13 @@ type Option struct {
 	Description string
 }
 
-var optionNameRE = regexp.MustCompile(`^[a-z][a-z0-9]*([-_.][a-z0-9]+)*$`)
+var optionNameRE = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9]*([-_.][a-zA-Z0-9]+)*$`)
 
 // ValidOptionName reports whether name can name a config option (and so be
-// the key of a KEY=VALUE argument): lowercase letters and digits, starting
-// with a letter, with single "-", "_" or "." between them, at most 63
-// characters.
+// the key of a KEY=VALUE argument): letters and digits, starting with a
+// letter, with single "-", "_" or "." between them, at most 63
+// characters. Capitals are allowed, as Juju allows them (zabbix-agent's
+// Server, PidFile); names differing only in case are different options.
 func ValidOptionName(name string) bool {
 	return len(name) <= 63 && optionNameRE.MatchString(name)
 }
@@ -70,7 +71,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 		for _, o := range opts {
 			if !ValidOptionName(o.key) {
-				return nil, f.errorf("options", "option name %q is invalid: use lowercase letters and digits, starting with a letter, with single - _ or . between them", o.key)
+				return nil, f.errorf("options", "option name %q is invalid: use letters and digits, starting with a letter, with single - _ or . between them", o.key)
 			}
 			opt, err := parseOption(f, join("options", o.key), o.value)
 			if err != nil {

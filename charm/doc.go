@@ -95,7 +95,7 @@
 //	  port: {type: int, default: 8080, description: ...}
 //
 // Optional; unknown keys tolerated. Option names follow ValidOptionName
-// (lowercase letters and digits, starting with a letter, single "-", "_" or
+// (letters, capitals as Juju allows, and digits, starting with a letter, single "-", "_" or
 // "." between them, at most 63 characters). type is string (the default),
 // int, float or boolean. A default is optional and must be of the type,
 // unquoted for int, float and boolean, a YAML string for string (quote

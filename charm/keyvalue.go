@@ -16,7 +16,7 @@ func ParseKeyValues(args []string) (map[string]string, error) {
 		case key == "":
 			return nil, invalidf("argument %q: the key is empty", arg)
 		case !ValidOptionName(key):
-			return nil, invalidf("argument %q: key %q is invalid: use lowercase letters and digits, starting with a letter, with single - _ or . between them", arg, key)
+			return nil, invalidf("argument %q: key %q is invalid: use letters and digits, starting with a letter, with single - _ or . between them", arg, key)
 		}
 		if _, dup := kv[key]; dup {
 			return nil, invalidf("argument %q: key %q is given twice", arg, key)

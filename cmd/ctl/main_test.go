@@ -193,7 +193,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"config", "kv", "port", "debug=true"},
 		{"config", "kv", "port", "debug"},
 		{"config", "kv", "port", "--reset", "debug"},
-		{"config", "kv", "Port=1"},
+		{"config", "kv", "1Port=1"},
 		{"wait", "--timeout", "-1s"},
 		{"bootstrap", "--provider", "lxd"},
 		{"bootstrap", "--api-port", "0"},
