@@ -26,6 +26,7 @@ type deployFlags struct {
 	to       string
 	force    bool
 	settings []string
+	strict   bool
 }
 
 func deployCommand(e *env) *cobra.Command {
@@ -52,10 +53,16 @@ flag of their own.)
 A subordinate charm is deployed with no units: its units come with the
 principals it is related to (ctl add-relation), so -n is refused for it.
 
+What a charm written for Juju declares that Lifeline does not use (a
+metadata.yaml key such as maintainer, series, extra-bindings or resources;
+an endpoint's optional; files such as metrics.yaml) is printed as one
+warning each on stderr; --strict refuses the charm instead.
+
 Example:
   ctl deploy examples/charms/logger
   ctl deploy examples/charms/kv cache -n 2 --service-config port=9000
-  ctl deploy examples/charms/app web --to 0`,
+  ctl deploy examples/charms/app web --to 0
+  ctl deploy --strict examples/charms/kv`,
 		Args: argsRange(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.numUnits < 0 {
@@ -82,11 +89,21 @@ Example:
 	fl.IntVarP(&f.numUnits, "num-units", "n", 1, "`N` units to add (subordinates take none)")
 	fl.StringVar(&f.to, "to", "", "put every unit on `MACHINE` (default: a new machine each)")
 	fl.BoolVar(&f.force, "force", false, "place the units on --to even when their host claims conflict with a unit's there")
+	fl.BoolVar(&f.strict, "strict", false, "refuse a charm that declares what Lifeline does not use, rather than warn")
 	fl.StringArrayVar(&f.settings, "service-config", nil, "a `KEY=VALUE` setting of the service (repeatable; --config is the client config)")
 	return cmd
 }
 
 func deploy(cmd *cobra.Command, e *env, dir, service string, f deployFlags, settings map[string]string) error {
+	// A directory Warnings cannot read is left to packAndUpload to report.
+	if warnings, err := charm.Warnings(dir); err == nil && len(warnings) > 0 {
+		if f.strict {
+			return fmt.Errorf("--strict: charm %s declares what Lifeline does not use: %s", dir, strings.Join(warnings, "; "))
+		}
+		for _, w := range warnings {
+			fmt.Fprintf(e.stderr, "warning: %s\n", w)
+		}
+	}
 	c, rec, err := packAndUpload(cmd.Context(), e, dir)
 	if err != nil {
 		return err

@@ -313,3 +313,15 @@ func TestJujuAliases(t *testing.T) {
 		}
 	}
 }
+
+// TestDeployStrict: deploy --strict refuses a charm declaring what
+// Lifeline does not use, before reaching a controller, naming each thing.
+func TestDeployStrict(t *testing.T) {
+	s := newSandbox(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "metadata.yaml"), []byte("name: kv\nmaintainer: me\nprovides:\n  server: {interface: kv, optional: true}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.fails(t, 1, []string{"--strict: charm " + dir + " declares what Lifeline does not use: metadata.yaml: maintainer: descriptive, ignored; metadata.yaml: provides.server.optional: not supported, ignored"},
+		"deploy", "--strict", dir)
+}
