@@ -463,3 +463,43 @@ func firstLine(s string) string {
 
 // sortedKeys returns m's keys, sorted.
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
+
+// jujuOnlyTools are Juju's hook tools Lifeline does not provide (those it
+// comes to provide are left out by MissingTools).
+func jujuOnlyTools() []string {
+	return []string{
+		"is-leader", "leader-get", "leader-set", "juju-reboot", "goal-state", "credential-get",
+		"add-metric", "storage-get", "storage-add", "storage-list", "resource-get",
+		"secret-get", "secret-set", "secret-add", "secret-ids", "secret-info-get", "secret-grant", "secret-revoke", "secret-remove",
+		"payload-register", "payload-unregister", "payload-status-set", "pod-spec-get", "pod-spec-set",
+		"k8s-spec-get", "k8s-spec-set", "k8s-raw-get", "k8s-raw-set", "state-get", "state-set", "state-delete",
+		"relation-model-get", "juju-run", "juju-exec", "unit-get-all", "action-name",
+	}
+}
+
+// MaxMissingTools bounds MissingTools' answer.
+const MaxMissingTools = 8
+
+// MissingTools returns the Juju hook tools a hook's output says its shell
+// could not find ("is-leader: not found" from dash, "is-leader: command
+// not found" from bash), those Lifeline does not provide, sorted, at most
+// MaxMissingTools.
+func MissingTools(lines []string) []string {
+	var out []string
+	for _, l := range lines {
+		for _, suffix := range []string{": command not found", ": not found"} {
+			before, ok := strings.CutSuffix(strings.TrimSpace(l), suffix)
+			if !ok {
+				continue
+			}
+			i := strings.LastIndex(before, ": ")
+			name := strings.TrimSpace(before[i+1:])
+			if slices.Contains(jujuOnlyTools(), name) && !IsTool(name) && !slices.Contains(out, name) && len(out) < MaxMissingTools {
+				out = append(out, name)
+			}
+			break
+		}
+	}
+	slices.Sort(out)
+	return out
+}

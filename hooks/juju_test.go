@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -218,5 +219,19 @@ func TestJujuEnv(t *testing.T) {
 	}
 	if _, ok := env["JUJU_DEPARTING_UNIT"]; ok {
 		t.Errorf("JujuEnv set JUJU_DEPARTING_UNIT outside relation-departed")
+	}
+}
+
+func TestMissingTools(t *testing.T) {
+	lines := []string{
+		"hooks/install: 3: is-leader: not found",
+		"hooks/install: line 4: leader-set: command not found",
+		"hooks/install: line 5: frobnicate: command not found",
+		"sh: 1: is-leader: not found",
+		"installing: not found in cache",
+	}
+	got := hooks.MissingTools(lines)
+	if want := []string{"is-leader", "leader-set"}; !slices.Equal(got, want) {
+		t.Errorf("MissingTools() = %q, want %q", got, want)
 	}
 }

@@ -182,6 +182,10 @@ type Agent struct {
 	rep    *reporter
 	// workload is the status the charm last set, for status-get.
 	workload atomic.Pointer[pb.Status]
+	// missingTools, when a hook last called Juju hook tools Lifeline does
+	// not provide, says so: the idle status's message (noteMissingTools);
+	// missingHook is that hook, whose next clean run clears it.
+	missingTools, missingHook string
 	// service is the service status this unit's charm last set
 	// (status-set --application), for status-get --application.
 	service atomic.Pointer[pb.Status]
@@ -516,6 +520,9 @@ func (a *Agent) reportWaiting(act action) {
 		st = proto.Clone(a.failed).(*pb.Status)
 	default:
 		st = &pb.Status{Status: "idle", Data: map[string]string{"state": a.l.State}}
+		if w := a.missingTools; w != "" {
+			st.Message = "warning: " + w
+		}
 	}
 	st.SyncedRevision = a.synced
 	a.rep.set(st)

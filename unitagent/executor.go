@@ -307,6 +307,7 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 		// counts as a failed attempt when the agent starts again.
 		return ctx.Err()
 	}
+	a.noteMissingTools(op.Hook, res.missing)
 	op.StartFailure = ""
 	if se := (*hooks.StartError)(nil); errors.As(err, &se) {
 		op.StartFailure = se.Error()

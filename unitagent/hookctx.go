@@ -468,3 +468,19 @@ func (hc *hookContext) SetApplicationVersion(ctx context.Context, version string
 	}
 	return nil
 }
+
+// noteMissingTools records that hook called the Juju tools missing, which
+// Lifeline does not provide: a status history entry now, and a warning in
+// the idle status's message until hook runs again without them.
+func (a *Agent) noteMissingTools(hook string, missing []string) {
+	if len(missing) == 0 {
+		if hook == a.missingHook {
+			a.missingTools, a.missingHook = "", ""
+		}
+		return
+	}
+	a.missingTools = fmt.Sprintf("hook %q called %s, which Lifeline does not provide", hook, strings.Join(missing, ", "))
+	a.missingHook = hook
+	a.rep.set(&pb.Status{Status: "executing", Message: a.missingTools,
+		Data: map[string]string{"state": a.l.State}, SyncedRevision: a.synced})
+}

@@ -169,3 +169,29 @@ func TestHookCannotStart(t *testing.T) {
 		return s != nil && s.Agent == "error" && strings.HasPrefix(s.Message, want)
 	})
 }
+
+// TestMissingJujuTool: a hook without set -e that calls a Juju tool
+// Lifeline does not provide succeeds, and the unit says so: an entry in
+// its status history and a warning in its idle status's message.
+func TestMissingJujuTool(t *testing.T) {
+	w := newWorld(t)
+	dir := writeCharm(t, kvMeta, "server")
+	if err := os.WriteFile(filepath.Join(dir, "hooks", "install"), []byte("#!/bin/sh\njuju-reboot --now\necho installed\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := w.env.Upload(w.op, dir)
+	if _, err := w.op.Deploy(w.env.Ctx, &pb.DeployRequest{Charm: c.Name, NumUnits: 1}); err != nil {
+		t.Fatalf("Deploy: %v", err)
+	}
+	w.start("kv/0")
+	want := `warning: hook "install" called juju-reboot, which Lifeline does not provide`
+	defer func() {
+		if t.Failed() {
+			t.Logf("status %+v", w.agentStatus("kv/0"))
+		}
+	}()
+	w.waitFor("kv/0's idle status to warn of juju-reboot", func() bool {
+		s := w.agentStatus("kv/0")
+		return s != nil && s.Agent == "idle" && s.State == "running" && s.AgentMessage == want
+	})
+}

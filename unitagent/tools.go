@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/lifelinehq/lifeline/hooks"
@@ -24,6 +26,9 @@ type hookResult struct {
 	lastLines []string
 	// took is how long the hook's process ran.
 	took time.Duration
+	// missing are the Juju hook tools the hook called that Lifeline does
+	// not provide (hooks.MissingTools).
+	missing []string
 }
 
 func (a *Agent) startTools(ctx context.Context) (*toolServer, error) {
@@ -89,14 +94,32 @@ func (t *toolServer) run(ctx context.Context, a *Agent, op *hookOp, hc *hookCont
 		}
 	}
 	hooks.JujuEnv(env, hc.principal)
+	// Every line is looked at, not only the tail: a tool missing early in
+	// a long hook is still told.
+	var (
+		mu       sync.Mutex // Lines runs for stdout and stderr at once
+		notFound []string
+	)
 	res, err := hooks.Run(ctx, hooks.Spec{
 		Unit: a.cfg.Unit, Hook: op.Hook, Path: filepath.Join("hooks", op.Hook),
 		CharmDir: a.charmDir(), ToolsDir: a.cfg.ToolsDir, Env: env,
 		Timeout: a.cfg.HookTimeout, Logger: a.logger,
+		Lines: func(_, line string) {
+			if strings.HasSuffix(line, "not found") {
+				mu.Lock()
+				if len(notFound) < hooks.MaxMissingTools*4 {
+					notFound = append(notFound, line)
+				}
+				mu.Unlock()
+			}
+		},
 	})
+	mu.Lock()
+	missing := hooks.MissingTools(notFound)
+	mu.Unlock()
 	a.cfg.HookMetrics.observe(op.Hook, res, err)
 	if res.Skipped {
 		return hookResult{ok: true, why: res.String()}, nil
 	}
-	return hookResult{ok: err == nil && res.Succeeded(), why: res.String(), lastLines: res.Tail, took: res.Duration}, err
+	return hookResult{ok: err == nil && res.Succeeded(), why: res.String(), lastLines: res.Tail, took: res.Duration, missing: missing}, err
 }
