@@ -390,3 +390,36 @@ func TestRenderPorts(t *testing.T) {
 		t.Errorf("JSON status:\n%s\nwant kv/0's ports", buf.String())
 	}
 }
+
+// TestRenderVersion: a Version column, as Juju's, only when a service has
+// a workload version (application-version-set); JSON carries it.
+func TestRenderVersion(t *testing.T) {
+	st := sampleStatus()
+	var buf bytes.Buffer
+	if err := renderStatus(&buf, st, formatTabular); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "Version") {
+		t.Errorf("tabular status of services without versions has a Version column:\n%s", buf.String())
+	}
+	for _, s := range st.Services {
+		if s.Name == "kv" {
+			s.Version = "1.2.3"
+		}
+	}
+	buf.Reset()
+	if err := renderStatus(&buf, st, formatTabular); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	if !regexp.MustCompile(`(?m)^Service +Version +Charm `).MatchString(out) || !regexp.MustCompile(`(?m)^kv +1\.2\.3 +kv `).MatchString(out) {
+		t.Errorf("tabular status:\n%s\nwant a Version column with kv's 1.2.3", out)
+	}
+	buf.Reset()
+	if err := renderStatus(&buf, st, formatJSON); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`"version": ?"1\.2\.3"`).MatchString(buf.String()) {
+		t.Errorf("JSON status:\n%s\nwant kv's version", buf.String())
+	}
+}
