@@ -238,6 +238,7 @@ func CheckInvariants(snap *Snapshot) error {
 	checkOperations(snap, m, bad)
 	checkRevisions(snap, m, bad)
 	checkHostReports(snap, bad)
+	checkLeadership(snap, m, bad)
 	for k := range snap.Values {
 		var ek string
 		switch {

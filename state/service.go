@@ -254,6 +254,8 @@ func removeServiceOps(c *change, name string) {
 	c.del(RolloutPolicyKey(name))
 	c.delPrefix(PermitsPrefix(name))
 	c.delPrefix(GateDecisionsPrefix(name))
+	c.delPrefix(LeadershipServicePrefix(name))
+	c.del(LeaderSettingsKey(name))
 }
 
 // serviceView is what S3 needs to know about a service: the service, some

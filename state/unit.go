@@ -675,6 +675,7 @@ func removeUnitOps(c *change, u *pb.Unit) {
 	c.del(credentialKey(names.UnitTag(u.Name)))
 	c.del(UnitRevisionKey(u.Name))
 	c.del(PermitKey(u.Name))
+	c.del(LeadershipKey(u.Name))
 }
 
 // joinMore joins names with commas, adding "and more" when the list was cut.

@@ -3590,7 +3590,7 @@ var File_lifeline_v1_agent_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x17lifeline/v1/agent.proto\x12\vlifeline.v1\x1a\x16lifeline/v1/host.proto\x1a\x16lifeline/v1/logs.proto\x1a\x17lifeline/v1/model.proto\x1a\x1blifeline/v1/revisions.proto\x1a\x17lifeline/v1/tasks.proto\"\xde\x03\n" +
+	"\x17lifeline/v1/agent.proto\x12\vlifeline.v1\x1a\x16lifeline/v1/host.proto\x1a\x1clifeline/v1/leadership.proto\x1a\x16lifeline/v1/logs.proto\x1a\x17lifeline/v1/model.proto\x1a\x1blifeline/v1/revisions.proto\x1a\x17lifeline/v1/tasks.proto\"\xde\x03\n" +
 	"\fWatchSubject\x12\x1a\n" +
 	"\amachine\x18\x01 \x01(\tH\x00R\amachine\x12%\n" +
 	"\rmachine_units\x18\x02 \x01(\tH\x00R\fmachineUnits\x12\x14\n" +
@@ -3785,7 +3785,7 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x16UNIT_STATUS_KIND_AGENT\x10\x01\x12\x1d\n" +
 	"\x19UNIT_STATUS_KIND_WORKLOAD\x10\x02\x12\x1c\n" +
 	"\x18UNIT_STATUS_KIND_SERVICE\x10\x03\x12$\n" +
-	" UNIT_STATUS_KIND_SERVICE_VERSION\x10\x042\x94\x18\n" +
+	" UNIT_STATUS_KIND_SERVICE_VERSION\x10\x042\xd0\x19\n" +
 	"\fAgentService\x12@\n" +
 	"\x05Watch\x12\x19.lifeline.v1.WatchRequest\x1a\x1a.lifeline.v1.WatchResponse0\x01\x12N\n" +
 	"\tWatchMany\x12\x1d.lifeline.v1.WatchManyRequest\x1a\x1e.lifeline.v1.WatchManyResponse(\x010\x01\x12M\n" +
@@ -3829,7 +3829,9 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\rSetCheckpoint\x12!.lifeline.v1.SetCheckpointRequest\x1a\".lifeline.v1.SetCheckpointResponse\x12V\n" +
 	"\rGetCheckpoint\x12!.lifeline.v1.GetCheckpointRequest\x1a\".lifeline.v1.GetCheckpointResponse\x12V\n" +
 	"\rAppendTaskLog\x12!.lifeline.v1.AppendTaskLogRequest\x1a\".lifeline.v1.AppendTaskLogResponse\x12G\n" +
-	"\bShipLogs\x12\x1c.lifeline.v1.ShipLogsRequest\x1a\x1d.lifeline.v1.ShipLogsResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
+	"\bShipLogs\x12\x1c.lifeline.v1.ShipLogsRequest\x1a\x1d.lifeline.v1.ShipLogsResponse\x12V\n" +
+	"\rGetLeadership\x12!.lifeline.v1.GetLeadershipRequest\x1a\".lifeline.v1.GetLeadershipResponse\x12b\n" +
+	"\x11SetLeaderSettings\x12%.lifeline.v1.SetLeaderSettingsRequest\x1a&.lifeline.v1.SetLeaderSettingsResponseB=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
 
 var (
 	file_lifeline_v1_agent_proto_rawDescOnce sync.Once
@@ -3934,129 +3936,137 @@ var file_lifeline_v1_agent_proto_goTypes = []any{
 	(*GetCheckpointRequest)(nil),         // 85: lifeline.v1.GetCheckpointRequest
 	(*AppendTaskLogRequest)(nil),         // 86: lifeline.v1.AppendTaskLogRequest
 	(*ShipLogsRequest)(nil),              // 87: lifeline.v1.ShipLogsRequest
-	(*StartTaskResponse)(nil),            // 88: lifeline.v1.StartTaskResponse
-	(*FinishTaskResponse)(nil),           // 89: lifeline.v1.FinishTaskResponse
-	(*ReportTaskLostResponse)(nil),       // 90: lifeline.v1.ReportTaskLostResponse
-	(*StopUnitTasksResponse)(nil),        // 91: lifeline.v1.StopUnitTasksResponse
-	(*TaskHeartbeatResponse)(nil),        // 92: lifeline.v1.TaskHeartbeatResponse
-	(*SetCheckpointResponse)(nil),        // 93: lifeline.v1.SetCheckpointResponse
-	(*GetCheckpointResponse)(nil),        // 94: lifeline.v1.GetCheckpointResponse
-	(*AppendTaskLogResponse)(nil),        // 95: lifeline.v1.AppendTaskLogResponse
-	(*ShipLogsResponse)(nil),             // 96: lifeline.v1.ShipLogsResponse
+	(*GetLeadershipRequest)(nil),         // 88: lifeline.v1.GetLeadershipRequest
+	(*SetLeaderSettingsRequest)(nil),     // 89: lifeline.v1.SetLeaderSettingsRequest
+	(*StartTaskResponse)(nil),            // 90: lifeline.v1.StartTaskResponse
+	(*FinishTaskResponse)(nil),           // 91: lifeline.v1.FinishTaskResponse
+	(*ReportTaskLostResponse)(nil),       // 92: lifeline.v1.ReportTaskLostResponse
+	(*StopUnitTasksResponse)(nil),        // 93: lifeline.v1.StopUnitTasksResponse
+	(*TaskHeartbeatResponse)(nil),        // 94: lifeline.v1.TaskHeartbeatResponse
+	(*SetCheckpointResponse)(nil),        // 95: lifeline.v1.SetCheckpointResponse
+	(*GetCheckpointResponse)(nil),        // 96: lifeline.v1.GetCheckpointResponse
+	(*AppendTaskLogResponse)(nil),        // 97: lifeline.v1.AppendTaskLogResponse
+	(*ShipLogsResponse)(nil),             // 98: lifeline.v1.ShipLogsResponse
+	(*GetLeadershipResponse)(nil),        // 99: lifeline.v1.GetLeadershipResponse
+	(*SetLeaderSettingsResponse)(nil),    // 100: lifeline.v1.SetLeaderSettingsResponse
 }
 var file_lifeline_v1_agent_proto_depIdxs = []int32{
-	1,  // 0: lifeline.v1.WatchRequest.subject:type_name -> lifeline.v1.WatchSubject
-	10, // 1: lifeline.v1.WatchResponse.changes:type_name -> lifeline.v1.WatchChange
-	5,  // 2: lifeline.v1.WatchManyRequest.subscribe:type_name -> lifeline.v1.WatchSubscribe
-	7,  // 3: lifeline.v1.WatchManyRequest.unsubscribe:type_name -> lifeline.v1.WatchUnsubscribe
-	1,  // 4: lifeline.v1.WatchSubscribe.subject:type_name -> lifeline.v1.WatchSubject
-	6,  // 5: lifeline.v1.WatchSubscribe.as:type_name -> lifeline.v1.AgentCredential
-	3,  // 6: lifeline.v1.WatchManyResponse.watch:type_name -> lifeline.v1.WatchResponse
-	9,  // 7: lifeline.v1.WatchManyResponse.end:type_name -> lifeline.v1.WatchEnd
-	67, // 8: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
-	68, // 9: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
-	69, // 10: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
-	70, // 11: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
-	71, // 12: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
-	72, // 13: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
-	73, // 14: lifeline.v1.WatchChange.unit_revision:type_name -> lifeline.v1.UnitRevision
-	67, // 15: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
-	74, // 16: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
-	19, // 17: lifeline.v1.IssueUnitCredentialsResponse.credentials:type_name -> lifeline.v1.UnitCredential
-	68, // 18: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
-	24, // 19: lifeline.v1.UnitScopesResponse.scopes:type_name -> lifeline.v1.UnitScope
-	75, // 20: lifeline.v1.RemoveUnitsResponse.results:type_name -> lifeline.v1.StatusReportResult
-	69, // 21: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
-	70, // 22: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
-	76, // 23: lifeline.v1.GetServiceResponse.charm:type_name -> lifeline.v1.Charm
-	68, // 24: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
-	64, // 25: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
-	65, // 26: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
-	66, // 27: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
-	45, // 28: lifeline.v1.UpdateSettingsRequest.updates:type_name -> lifeline.v1.SettingsUpdate
-	0,  // 29: lifeline.v1.SetUnitStatusRequest.kind:type_name -> lifeline.v1.UnitStatusKind
-	74, // 30: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
-	48, // 31: lifeline.v1.SetUnitStatusesRequest.reports:type_name -> lifeline.v1.SetUnitStatusRequest
-	75, // 32: lifeline.v1.SetUnitStatusesResponse.results:type_name -> lifeline.v1.StatusReportResult
-	77, // 33: lifeline.v1.GetRevisionResponse.revision:type_name -> lifeline.v1.Revision
-	78, // 34: lifeline.v1.SetHostReportRequest.report:type_name -> lifeline.v1.HostReport
-	2,  // 35: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
-	4,  // 36: lifeline.v1.AgentService.WatchMany:input_type -> lifeline.v1.WatchManyRequest
-	11, // 37: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
-	13, // 38: lifeline.v1.AgentService.EnsureMachineDead:input_type -> lifeline.v1.EnsureMachineDeadRequest
-	15, // 39: lifeline.v1.AgentService.SetMachineStatus:input_type -> lifeline.v1.SetMachineStatusRequest
-	17, // 40: lifeline.v1.AgentService.IssueUnitCredentials:input_type -> lifeline.v1.IssueUnitCredentialsRequest
-	20, // 41: lifeline.v1.AgentService.GetUnit:input_type -> lifeline.v1.GetUnitRequest
-	22, // 42: lifeline.v1.AgentService.UnitScopes:input_type -> lifeline.v1.UnitScopesRequest
-	25, // 43: lifeline.v1.AgentService.RemoveUnit:input_type -> lifeline.v1.RemoveUnitRequest
-	27, // 44: lifeline.v1.AgentService.RemoveUnits:input_type -> lifeline.v1.RemoveUnitsRequest
-	29, // 45: lifeline.v1.AgentService.GetService:input_type -> lifeline.v1.GetServiceRequest
-	31, // 46: lifeline.v1.AgentService.DownloadCharm:input_type -> lifeline.v1.DownloadCharmRequest
-	33, // 47: lifeline.v1.AgentService.SetUnitDying:input_type -> lifeline.v1.SetUnitDyingRequest
-	35, // 48: lifeline.v1.AgentService.EnsureUnitDead:input_type -> lifeline.v1.EnsureUnitDeadRequest
-	37, // 49: lifeline.v1.AgentService.AddSubordinate:input_type -> lifeline.v1.AddSubordinateRequest
-	39, // 50: lifeline.v1.AgentService.EnterScope:input_type -> lifeline.v1.EnterScopeRequest
-	41, // 51: lifeline.v1.AgentService.LeaveScope:input_type -> lifeline.v1.LeaveScopeRequest
-	43, // 52: lifeline.v1.AgentService.ReadSettings:input_type -> lifeline.v1.ReadSettingsRequest
-	46, // 53: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
-	48, // 54: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
-	50, // 55: lifeline.v1.AgentService.SetUnitStatuses:input_type -> lifeline.v1.SetUnitStatusesRequest
-	52, // 56: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
-	62, // 57: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
-	60, // 58: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
-	54, // 59: lifeline.v1.AgentService.GetRevision:input_type -> lifeline.v1.GetRevisionRequest
-	56, // 60: lifeline.v1.AgentService.SetUnitRevision:input_type -> lifeline.v1.SetUnitRevisionRequest
-	58, // 61: lifeline.v1.AgentService.SetHostReport:input_type -> lifeline.v1.SetHostReportRequest
-	79, // 62: lifeline.v1.AgentService.StartTask:input_type -> lifeline.v1.StartTaskRequest
-	80, // 63: lifeline.v1.AgentService.FinishTask:input_type -> lifeline.v1.FinishTaskRequest
-	81, // 64: lifeline.v1.AgentService.ReportTaskLost:input_type -> lifeline.v1.ReportTaskLostRequest
-	82, // 65: lifeline.v1.AgentService.StopUnitTasks:input_type -> lifeline.v1.StopUnitTasksRequest
-	83, // 66: lifeline.v1.AgentService.TaskHeartbeat:input_type -> lifeline.v1.TaskHeartbeatRequest
-	84, // 67: lifeline.v1.AgentService.SetCheckpoint:input_type -> lifeline.v1.SetCheckpointRequest
-	85, // 68: lifeline.v1.AgentService.GetCheckpoint:input_type -> lifeline.v1.GetCheckpointRequest
-	86, // 69: lifeline.v1.AgentService.AppendTaskLog:input_type -> lifeline.v1.AppendTaskLogRequest
-	87, // 70: lifeline.v1.AgentService.ShipLogs:input_type -> lifeline.v1.ShipLogsRequest
-	3,  // 71: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
-	8,  // 72: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
-	12, // 73: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
-	14, // 74: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
-	16, // 75: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
-	18, // 76: lifeline.v1.AgentService.IssueUnitCredentials:output_type -> lifeline.v1.IssueUnitCredentialsResponse
-	21, // 77: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
-	23, // 78: lifeline.v1.AgentService.UnitScopes:output_type -> lifeline.v1.UnitScopesResponse
-	26, // 79: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
-	28, // 80: lifeline.v1.AgentService.RemoveUnits:output_type -> lifeline.v1.RemoveUnitsResponse
-	30, // 81: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
-	32, // 82: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
-	34, // 83: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
-	36, // 84: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
-	38, // 85: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
-	40, // 86: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
-	42, // 87: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
-	44, // 88: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
-	47, // 89: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
-	49, // 90: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
-	51, // 91: lifeline.v1.AgentService.SetUnitStatuses:output_type -> lifeline.v1.SetUnitStatusesResponse
-	53, // 92: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
-	63, // 93: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
-	61, // 94: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
-	55, // 95: lifeline.v1.AgentService.GetRevision:output_type -> lifeline.v1.GetRevisionResponse
-	57, // 96: lifeline.v1.AgentService.SetUnitRevision:output_type -> lifeline.v1.SetUnitRevisionResponse
-	59, // 97: lifeline.v1.AgentService.SetHostReport:output_type -> lifeline.v1.SetHostReportResponse
-	88, // 98: lifeline.v1.AgentService.StartTask:output_type -> lifeline.v1.StartTaskResponse
-	89, // 99: lifeline.v1.AgentService.FinishTask:output_type -> lifeline.v1.FinishTaskResponse
-	90, // 100: lifeline.v1.AgentService.ReportTaskLost:output_type -> lifeline.v1.ReportTaskLostResponse
-	91, // 101: lifeline.v1.AgentService.StopUnitTasks:output_type -> lifeline.v1.StopUnitTasksResponse
-	92, // 102: lifeline.v1.AgentService.TaskHeartbeat:output_type -> lifeline.v1.TaskHeartbeatResponse
-	93, // 103: lifeline.v1.AgentService.SetCheckpoint:output_type -> lifeline.v1.SetCheckpointResponse
-	94, // 104: lifeline.v1.AgentService.GetCheckpoint:output_type -> lifeline.v1.GetCheckpointResponse
-	95, // 105: lifeline.v1.AgentService.AppendTaskLog:output_type -> lifeline.v1.AppendTaskLogResponse
-	96, // 106: lifeline.v1.AgentService.ShipLogs:output_type -> lifeline.v1.ShipLogsResponse
-	71, // [71:107] is the sub-list for method output_type
-	35, // [35:71] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	1,   // 0: lifeline.v1.WatchRequest.subject:type_name -> lifeline.v1.WatchSubject
+	10,  // 1: lifeline.v1.WatchResponse.changes:type_name -> lifeline.v1.WatchChange
+	5,   // 2: lifeline.v1.WatchManyRequest.subscribe:type_name -> lifeline.v1.WatchSubscribe
+	7,   // 3: lifeline.v1.WatchManyRequest.unsubscribe:type_name -> lifeline.v1.WatchUnsubscribe
+	1,   // 4: lifeline.v1.WatchSubscribe.subject:type_name -> lifeline.v1.WatchSubject
+	6,   // 5: lifeline.v1.WatchSubscribe.as:type_name -> lifeline.v1.AgentCredential
+	3,   // 6: lifeline.v1.WatchManyResponse.watch:type_name -> lifeline.v1.WatchResponse
+	9,   // 7: lifeline.v1.WatchManyResponse.end:type_name -> lifeline.v1.WatchEnd
+	67,  // 8: lifeline.v1.WatchChange.machine:type_name -> lifeline.v1.Machine
+	68,  // 9: lifeline.v1.WatchChange.unit:type_name -> lifeline.v1.Unit
+	69,  // 10: lifeline.v1.WatchChange.service:type_name -> lifeline.v1.Service
+	70,  // 11: lifeline.v1.WatchChange.config:type_name -> lifeline.v1.ServiceConfig
+	71,  // 12: lifeline.v1.WatchChange.relation:type_name -> lifeline.v1.Relation
+	72,  // 13: lifeline.v1.WatchChange.resolved:type_name -> lifeline.v1.Resolved
+	73,  // 14: lifeline.v1.WatchChange.unit_revision:type_name -> lifeline.v1.UnitRevision
+	67,  // 15: lifeline.v1.GetMachineResponse.machine:type_name -> lifeline.v1.Machine
+	74,  // 16: lifeline.v1.SetMachineStatusRequest.status:type_name -> lifeline.v1.Status
+	19,  // 17: lifeline.v1.IssueUnitCredentialsResponse.credentials:type_name -> lifeline.v1.UnitCredential
+	68,  // 18: lifeline.v1.GetUnitResponse.unit:type_name -> lifeline.v1.Unit
+	24,  // 19: lifeline.v1.UnitScopesResponse.scopes:type_name -> lifeline.v1.UnitScope
+	75,  // 20: lifeline.v1.RemoveUnitsResponse.results:type_name -> lifeline.v1.StatusReportResult
+	69,  // 21: lifeline.v1.GetServiceResponse.service:type_name -> lifeline.v1.Service
+	70,  // 22: lifeline.v1.GetServiceResponse.config:type_name -> lifeline.v1.ServiceConfig
+	76,  // 23: lifeline.v1.GetServiceResponse.charm:type_name -> lifeline.v1.Charm
+	68,  // 24: lifeline.v1.AddSubordinateResponse.unit:type_name -> lifeline.v1.Unit
+	64,  // 25: lifeline.v1.EnterScopeRequest.settings:type_name -> lifeline.v1.EnterScopeRequest.SettingsEntry
+	65,  // 26: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
+	66,  // 27: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
+	45,  // 28: lifeline.v1.UpdateSettingsRequest.updates:type_name -> lifeline.v1.SettingsUpdate
+	0,   // 29: lifeline.v1.SetUnitStatusRequest.kind:type_name -> lifeline.v1.UnitStatusKind
+	74,  // 30: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
+	48,  // 31: lifeline.v1.SetUnitStatusesRequest.reports:type_name -> lifeline.v1.SetUnitStatusRequest
+	75,  // 32: lifeline.v1.SetUnitStatusesResponse.results:type_name -> lifeline.v1.StatusReportResult
+	77,  // 33: lifeline.v1.GetRevisionResponse.revision:type_name -> lifeline.v1.Revision
+	78,  // 34: lifeline.v1.SetHostReportRequest.report:type_name -> lifeline.v1.HostReport
+	2,   // 35: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
+	4,   // 36: lifeline.v1.AgentService.WatchMany:input_type -> lifeline.v1.WatchManyRequest
+	11,  // 37: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
+	13,  // 38: lifeline.v1.AgentService.EnsureMachineDead:input_type -> lifeline.v1.EnsureMachineDeadRequest
+	15,  // 39: lifeline.v1.AgentService.SetMachineStatus:input_type -> lifeline.v1.SetMachineStatusRequest
+	17,  // 40: lifeline.v1.AgentService.IssueUnitCredentials:input_type -> lifeline.v1.IssueUnitCredentialsRequest
+	20,  // 41: lifeline.v1.AgentService.GetUnit:input_type -> lifeline.v1.GetUnitRequest
+	22,  // 42: lifeline.v1.AgentService.UnitScopes:input_type -> lifeline.v1.UnitScopesRequest
+	25,  // 43: lifeline.v1.AgentService.RemoveUnit:input_type -> lifeline.v1.RemoveUnitRequest
+	27,  // 44: lifeline.v1.AgentService.RemoveUnits:input_type -> lifeline.v1.RemoveUnitsRequest
+	29,  // 45: lifeline.v1.AgentService.GetService:input_type -> lifeline.v1.GetServiceRequest
+	31,  // 46: lifeline.v1.AgentService.DownloadCharm:input_type -> lifeline.v1.DownloadCharmRequest
+	33,  // 47: lifeline.v1.AgentService.SetUnitDying:input_type -> lifeline.v1.SetUnitDyingRequest
+	35,  // 48: lifeline.v1.AgentService.EnsureUnitDead:input_type -> lifeline.v1.EnsureUnitDeadRequest
+	37,  // 49: lifeline.v1.AgentService.AddSubordinate:input_type -> lifeline.v1.AddSubordinateRequest
+	39,  // 50: lifeline.v1.AgentService.EnterScope:input_type -> lifeline.v1.EnterScopeRequest
+	41,  // 51: lifeline.v1.AgentService.LeaveScope:input_type -> lifeline.v1.LeaveScopeRequest
+	43,  // 52: lifeline.v1.AgentService.ReadSettings:input_type -> lifeline.v1.ReadSettingsRequest
+	46,  // 53: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
+	48,  // 54: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
+	50,  // 55: lifeline.v1.AgentService.SetUnitStatuses:input_type -> lifeline.v1.SetUnitStatusesRequest
+	52,  // 56: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
+	62,  // 57: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
+	60,  // 58: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
+	54,  // 59: lifeline.v1.AgentService.GetRevision:input_type -> lifeline.v1.GetRevisionRequest
+	56,  // 60: lifeline.v1.AgentService.SetUnitRevision:input_type -> lifeline.v1.SetUnitRevisionRequest
+	58,  // 61: lifeline.v1.AgentService.SetHostReport:input_type -> lifeline.v1.SetHostReportRequest
+	79,  // 62: lifeline.v1.AgentService.StartTask:input_type -> lifeline.v1.StartTaskRequest
+	80,  // 63: lifeline.v1.AgentService.FinishTask:input_type -> lifeline.v1.FinishTaskRequest
+	81,  // 64: lifeline.v1.AgentService.ReportTaskLost:input_type -> lifeline.v1.ReportTaskLostRequest
+	82,  // 65: lifeline.v1.AgentService.StopUnitTasks:input_type -> lifeline.v1.StopUnitTasksRequest
+	83,  // 66: lifeline.v1.AgentService.TaskHeartbeat:input_type -> lifeline.v1.TaskHeartbeatRequest
+	84,  // 67: lifeline.v1.AgentService.SetCheckpoint:input_type -> lifeline.v1.SetCheckpointRequest
+	85,  // 68: lifeline.v1.AgentService.GetCheckpoint:input_type -> lifeline.v1.GetCheckpointRequest
+	86,  // 69: lifeline.v1.AgentService.AppendTaskLog:input_type -> lifeline.v1.AppendTaskLogRequest
+	87,  // 70: lifeline.v1.AgentService.ShipLogs:input_type -> lifeline.v1.ShipLogsRequest
+	88,  // 71: lifeline.v1.AgentService.GetLeadership:input_type -> lifeline.v1.GetLeadershipRequest
+	89,  // 72: lifeline.v1.AgentService.SetLeaderSettings:input_type -> lifeline.v1.SetLeaderSettingsRequest
+	3,   // 73: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
+	8,   // 74: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
+	12,  // 75: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
+	14,  // 76: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
+	16,  // 77: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
+	18,  // 78: lifeline.v1.AgentService.IssueUnitCredentials:output_type -> lifeline.v1.IssueUnitCredentialsResponse
+	21,  // 79: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
+	23,  // 80: lifeline.v1.AgentService.UnitScopes:output_type -> lifeline.v1.UnitScopesResponse
+	26,  // 81: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
+	28,  // 82: lifeline.v1.AgentService.RemoveUnits:output_type -> lifeline.v1.RemoveUnitsResponse
+	30,  // 83: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
+	32,  // 84: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
+	34,  // 85: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
+	36,  // 86: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
+	38,  // 87: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
+	40,  // 88: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
+	42,  // 89: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
+	44,  // 90: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
+	47,  // 91: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
+	49,  // 92: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
+	51,  // 93: lifeline.v1.AgentService.SetUnitStatuses:output_type -> lifeline.v1.SetUnitStatusesResponse
+	53,  // 94: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
+	63,  // 95: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
+	61,  // 96: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
+	55,  // 97: lifeline.v1.AgentService.GetRevision:output_type -> lifeline.v1.GetRevisionResponse
+	57,  // 98: lifeline.v1.AgentService.SetUnitRevision:output_type -> lifeline.v1.SetUnitRevisionResponse
+	59,  // 99: lifeline.v1.AgentService.SetHostReport:output_type -> lifeline.v1.SetHostReportResponse
+	90,  // 100: lifeline.v1.AgentService.StartTask:output_type -> lifeline.v1.StartTaskResponse
+	91,  // 101: lifeline.v1.AgentService.FinishTask:output_type -> lifeline.v1.FinishTaskResponse
+	92,  // 102: lifeline.v1.AgentService.ReportTaskLost:output_type -> lifeline.v1.ReportTaskLostResponse
+	93,  // 103: lifeline.v1.AgentService.StopUnitTasks:output_type -> lifeline.v1.StopUnitTasksResponse
+	94,  // 104: lifeline.v1.AgentService.TaskHeartbeat:output_type -> lifeline.v1.TaskHeartbeatResponse
+	95,  // 105: lifeline.v1.AgentService.SetCheckpoint:output_type -> lifeline.v1.SetCheckpointResponse
+	96,  // 106: lifeline.v1.AgentService.GetCheckpoint:output_type -> lifeline.v1.GetCheckpointResponse
+	97,  // 107: lifeline.v1.AgentService.AppendTaskLog:output_type -> lifeline.v1.AppendTaskLogResponse
+	98,  // 108: lifeline.v1.AgentService.ShipLogs:output_type -> lifeline.v1.ShipLogsResponse
+	99,  // 109: lifeline.v1.AgentService.GetLeadership:output_type -> lifeline.v1.GetLeadershipResponse
+	100, // 110: lifeline.v1.AgentService.SetLeaderSettings:output_type -> lifeline.v1.SetLeaderSettingsResponse
+	73,  // [73:111] is the sub-list for method output_type
+	35,  // [35:73] is the sub-list for method input_type
+	35,  // [35:35] is the sub-list for extension type_name
+	35,  // [35:35] is the sub-list for extension extendee
+	0,   // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_agent_proto_init() }
@@ -4065,6 +4075,7 @@ func file_lifeline_v1_agent_proto_init() {
 		return
 	}
 	file_lifeline_v1_host_proto_init()
+	file_lifeline_v1_leadership_proto_init()
 	file_lifeline_v1_logs_proto_init()
 	file_lifeline_v1_model_proto_init()
 	file_lifeline_v1_revisions_proto_init()

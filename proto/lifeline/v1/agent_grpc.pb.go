@@ -58,6 +58,8 @@ const (
 	AgentService_GetCheckpoint_FullMethodName        = "/lifeline.v1.AgentService/GetCheckpoint"
 	AgentService_AppendTaskLog_FullMethodName        = "/lifeline.v1.AgentService/AppendTaskLog"
 	AgentService_ShipLogs_FullMethodName             = "/lifeline.v1.AgentService/ShipLogs"
+	AgentService_GetLeadership_FullMethodName        = "/lifeline.v1.AgentService/GetLeadership"
+	AgentService_SetLeaderSettings_FullMethodName    = "/lifeline.v1.AgentService/SetLeaderSettings"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -185,6 +187,12 @@ type AgentServiceClient interface {
 	// own and its units'), kept in the controller's memory for ctl
 	// debug-log. Only a machine's credential may call it.
 	ShipLogs(ctx context.Context, in *ShipLogsRequest, opts ...grpc.CallOption) (*ShipLogsResponse, error)
+	// GetLeadership says who leads the calling unit's service, whether the
+	// unit does, and the leader settings with their version (is-leader,
+	// leader-get). SetLeaderSettings changes them: only the leader's agent
+	// may, while it holds the leadership (leader-set).
+	GetLeadership(ctx context.Context, in *GetLeadershipRequest, opts ...grpc.CallOption) (*GetLeadershipResponse, error)
+	SetLeaderSettings(ctx context.Context, in *SetLeaderSettingsRequest, opts ...grpc.CallOption) (*SetLeaderSettingsResponse, error)
 }
 
 type agentServiceClient struct {
@@ -579,6 +587,26 @@ func (c *agentServiceClient) ShipLogs(ctx context.Context, in *ShipLogsRequest, 
 	return out, nil
 }
 
+func (c *agentServiceClient) GetLeadership(ctx context.Context, in *GetLeadershipRequest, opts ...grpc.CallOption) (*GetLeadershipResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetLeadershipResponse)
+	err := c.cc.Invoke(ctx, AgentService_GetLeadership_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) SetLeaderSettings(ctx context.Context, in *SetLeaderSettingsRequest, opts ...grpc.CallOption) (*SetLeaderSettingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetLeaderSettingsResponse)
+	err := c.cc.Invoke(ctx, AgentService_SetLeaderSettings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -704,6 +732,12 @@ type AgentServiceServer interface {
 	// own and its units'), kept in the controller's memory for ctl
 	// debug-log. Only a machine's credential may call it.
 	ShipLogs(context.Context, *ShipLogsRequest) (*ShipLogsResponse, error)
+	// GetLeadership says who leads the calling unit's service, whether the
+	// unit does, and the leader settings with their version (is-leader,
+	// leader-get). SetLeaderSettings changes them: only the leader's agent
+	// may, while it holds the leadership (leader-set).
+	GetLeadership(context.Context, *GetLeadershipRequest) (*GetLeadershipResponse, error)
+	SetLeaderSettings(context.Context, *SetLeaderSettingsRequest) (*SetLeaderSettingsResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -821,6 +855,12 @@ func (UnimplementedAgentServiceServer) AppendTaskLog(context.Context, *AppendTas
 }
 func (UnimplementedAgentServiceServer) ShipLogs(context.Context, *ShipLogsRequest) (*ShipLogsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ShipLogs not implemented")
+}
+func (UnimplementedAgentServiceServer) GetLeadership(context.Context, *GetLeadershipRequest) (*GetLeadershipResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetLeadership not implemented")
+}
+func (UnimplementedAgentServiceServer) SetLeaderSettings(context.Context, *SetLeaderSettingsRequest) (*SetLeaderSettingsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetLeaderSettings not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -1455,6 +1495,42 @@ func _AgentService_ShipLogs_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_GetLeadership_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetLeadershipRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).GetLeadership(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_GetLeadership_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).GetLeadership(ctx, req.(*GetLeadershipRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_SetLeaderSettings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetLeaderSettingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).SetLeaderSettings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_SetLeaderSettings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).SetLeaderSettings(ctx, req.(*SetLeaderSettingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1589,6 +1665,14 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ShipLogs",
 			Handler:    _AgentService_ShipLogs_Handler,
+		},
+		{
+			MethodName: "GetLeadership",
+			Handler:    _AgentService_GetLeadership_Handler,
+		},
+		{
+			MethodName: "SetLeaderSettings",
+			Handler:    _AgentService_SetLeaderSettings_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
