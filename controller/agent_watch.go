@@ -216,6 +216,16 @@ func (a *agentServer) watchOf(ctx context.Context, c caller, subject *pb.WatchSu
 			return nil, denied("%s may not watch the relations of service %s", c, s.ServiceRelations)
 		}
 		return &watch{prefix: state.ServiceRelationsPrefix(s.ServiceRelations)}, nil
+	case *pb.WatchSubject_ServiceLeadership:
+		if err := ownService(c, s.ServiceLeadership, "watch the leadership of"); err != nil {
+			return nil, err
+		}
+		return &watch{prefix: state.LeadershipServicePrefix(s.ServiceLeadership), trim: state.LeadershipPrefix}, nil
+	case *pb.WatchSubject_LeaderSettings:
+		if err := ownService(c, s.LeaderSettings, "watch the leader settings of"); err != nil {
+			return nil, err
+		}
+		return single(state.LeaderSettingsKey(s.LeaderSettings), s.LeaderSettings, nil), nil
 	case *pb.WatchSubject_Relation:
 		if _, err := a.unitRelation(ctx, c, s.Relation, verb); err != nil {
 			return nil, err

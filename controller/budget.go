@@ -132,8 +132,12 @@ var callKinds = map[string]callKind{
 	// counts against the machine's calls (its shipper makes one call at a
 	// time, about ten a second at most), and the ring bounds the
 	// machine's share of memory (logring.go).
-	"/lifeline.v1.AgentService/ShipLogs":    callKeep,
-	"/lifeline.v1.OperatorService/DebugLog": callRead,
+	"/lifeline.v1.AgentService/ShipLogs": callKeep,
+	// Leadership: reading it, and the leader's writes of its settings
+	// (one record a service, bounded by state.MaxLeaderSettingsBytes).
+	"/lifeline.v1.AgentService/GetLeadership":     callRead,
+	"/lifeline.v1.AgentService/SetLeaderSettings": callGrow,
+	"/lifeline.v1.OperatorService/DebugLog":       callRead,
 
 	"/lifeline.v1.OperatorService/Status":          callRead,
 	"/lifeline.v1.OperatorService/WatchStatus":     callRead,

@@ -99,6 +99,7 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 		for _, u := range unitsOf[svc.Name] {
 			us := unitStatus(m, u, machines[u.MachineId])
 			us.Ports = m.Ports[u.Name]
+			us.Leader = m.Leaders[svc.Name] == u.Name
 			if ur := m.UnitRevisions[u.Name]; ur != nil {
 				us.Revision = ur.Current
 				if ur.Target != ur.Current {

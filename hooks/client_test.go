@@ -97,7 +97,7 @@ func TestInstallTools(t *testing.T) {
 		}
 	}
 	want := []string{"action-fail", "action-get", "action-log", "action-set", "application-version-set", "checkpoint-get", "checkpoint-set",
-		"close-port", "config-get", "juju-log", "log", "network-get", "open-port", "opened-ports", "relation-get", "relation-ids", "relation-list", "relation-set", "status-get", "status-set", "unit-get"}
+		"close-port", "config-get", "is-leader", "juju-log", "leader-get", "leader-set", "log", "network-get", "open-port", "opened-ports", "relation-get", "relation-ids", "relation-list", "relation-set", "status-get", "status-set", "unit-get"}
 	if !slices.Equal(got, want) || !slices.Equal(hooks.ToolNames(), want) {
 		t.Errorf("tools dir holds %q, ToolNames() = %q, want %q", got, hooks.ToolNames(), want)
 	}

@@ -46,6 +46,7 @@ func tools() map[string]tool {
 	maps.Copy(t, portTools())
 	maps.Copy(t, actionTools())
 	maps.Copy(t, jujuTools())
+	maps.Copy(t, leadershipTools())
 	return t
 }
 

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -37,6 +38,10 @@ type Model struct {
 	// Ports maps a unit's name to its port claims as its agent last
 	// reported them (host-ports/<unit>); units without any are absent.
 	Ports map[string][]string
+	// Leaders maps a service's name to its leader's, as the leadership
+	// records name it (leadership.go); a service without one is absent.
+	// A model SelectModel read holds none.
+	Leaders map[string]string
 	// Partial names the services held with only some of their units: a
 	// model SelectModel read for a unit's or a machine's sake.
 	Partial map[string]bool
@@ -49,7 +54,7 @@ func (s *State) Model(ctx context.Context) (*Model, error) {
 		return nil, err
 	}
 	m := &Model{Revision: r.rev, Scopes: map[int64][]string{}, Statuses: map[string]*pb.Status{}, Present: map[string]bool{},
-		UnitRevisions: map[string]*pb.UnitRevision{}, Rollouts: map[string]*pb.Rollout{}, Ports: map[string][]string{}}
+		UnitRevisions: map[string]*pb.UnitRevision{}, Rollouts: map[string]*pb.Rollout{}, Ports: map[string][]string{}, Leaders: map[string]string{}}
 	each := func(prefix string, keysOnly bool, f func(kv *mvccpb.KeyValue) error) error {
 		kvs, err := s.listRev(ctx, prefix, keysOnly, r.rev)
 		if err != nil {
@@ -107,6 +112,12 @@ func (s *State) Model(ctx context.Context) (*Model, error) {
 				return invalidf("corrupt rollout %s: %v", kv.Key, err)
 			}
 			m.Rollouts[strings.TrimPrefix(string(kv.Key), rolloutsPrefix)] = ro
+			return nil
+		}},
+		{leadershipPrefix, true, func(kv *mvccpb.KeyValue) error {
+			if u := LeaderOfKey(string(kv.Key)); u != "" {
+				m.Leaders[names.UnitService(u)] = u
+			}
 			return nil
 		}},
 		{hostPortsPrefix, false, func(kv *mvccpb.KeyValue) error {

@@ -47,6 +47,9 @@ type API interface {
 	// The unit's revisions (spec.go).
 	GetRevision(ctx context.Context, in *pb.GetRevisionRequest, opts ...grpc.CallOption) (*pb.GetRevisionResponse, error)
 	SetUnitRevision(ctx context.Context, in *pb.SetUnitRevisionRequest, opts ...grpc.CallOption) (*pb.SetUnitRevisionResponse, error)
+	// The service's leadership (leadertools.go).
+	GetLeadership(ctx context.Context, in *pb.GetLeadershipRequest, opts ...grpc.CallOption) (*pb.GetLeadershipResponse, error)
+	SetLeaderSettings(ctx context.Context, in *pb.SetLeaderSettingsRequest, opts ...grpc.CallOption) (*pb.SetLeaderSettingsResponse, error)
 	// The unit's host report (hostreport.go).
 	SetHostReport(ctx context.Context, in *pb.SetHostReportRequest, opts ...grpc.CallOption) (*pb.SetHostReportResponse, error)
 	// The unit's tasks (tasks.go).

@@ -502,6 +502,8 @@ func applySuccess(l *localState, op *hookOp) {
 		}
 	case "upgrade-charm":
 		l.Upgrade = false
+	case "leader-elected", "leader-settings-changed":
+		applyLeadership(l, op)
 	default:
 		switch {
 		case strings.HasSuffix(op.Hook, "-relation-created"):

@@ -78,6 +78,13 @@ type localState struct {
 	// the machine: rule P1), by relation id: when to ask again. Meanwhile
 	// the unit's other hooks run.
 	SubordinatesRefused map[int64]time.Time `json:"subordinates_refused,omitempty"`
+	// Leader says leader-elected ran and no leader-settings-changed since:
+	// the unit's hooks were last told it leads. LeaderSeen says one of
+	// the two ran, and LeaderSettings is the leader settings' version
+	// leader-settings-changed last ran for (leadership.go).
+	Leader         bool  `json:"leader,omitempty"`
+	LeaderSeen     bool  `json:"leader_seen,omitempty"`
+	LeaderSettings int64 `json:"leader_settings,omitempty"`
 
 	// changes are the changes of relations' members since the last save,
 	// in order: what the next journal record carries besides the head.
@@ -137,8 +144,9 @@ type hookOp struct {
 	Remote    string `json:"remote,omitempty"`
 	Departing string `json:"departing,omitempty"`
 	// Version is the remote unit's settings version (relation-changed),
-	// or the revision whose spec the hook applies (config-changed,
-	// upgrade-charm).
+	// the revision whose spec the hook applies (config-changed,
+	// upgrade-charm), or the leader settings' version
+	// (leader-settings-changed).
 	Version int64  `json:"version,omitempty"`
 	Step    string `json:"step"`
 	// Attempts counts failed runs so far; NotBefore delays the next.

@@ -44,6 +44,13 @@ type remote struct {
 	// their watch has answered.
 	tasks      map[int64]string
 	tasksKnown bool
+	// leader is the service's leader ("" for none) and leaderVersion its
+	// leader settings' version (0 for none); leaderKnown and
+	// leaderSettingsKnown say their watches have answered.
+	leader              string
+	leaderVersion       int64
+	leaderKnown         bool
+	leaderSettingsKnown bool
 }
 
 type remoteRelation struct {
@@ -307,7 +314,42 @@ func (w *watcher) onUnit(resp *pb.WatchResponse) {
 	if u := w.r.unit; u != nil {
 		w.startLocked("service", &pb.WatchSubject{Subject: &pb.WatchSubject_Service{Service: u.Service}}, w.onService)
 		w.startLocked("relations", &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceRelations{ServiceRelations: u.Service}}, w.onRelations)
+		w.startLocked("leadership", &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceLeadership{ServiceLeadership: u.Service}}, w.onLeadership)
+		w.startLocked("leader-settings", &pb.WatchSubject{Subject: &pb.WatchSubject_LeaderSettings{LeaderSettings: u.Service}}, w.onLeaderSettings)
 	}
+}
+
+// onLeadership follows the service's leader: the one key under its
+// leadership prefix, whose change's id is the leader's name.
+func (w *watcher) onLeadership(resp *pb.WatchResponse) {
+	if resp.Relisted {
+		w.r.leader = ""
+	}
+	for _, ch := range resp.Changes {
+		if ch.Removed {
+			if w.r.leader == ch.Id {
+				w.r.leader = ""
+			}
+		} else {
+			w.r.leader = ch.Id
+		}
+	}
+	w.r.leaderKnown = true
+}
+
+// onLeaderSettings follows the version of the service's leader settings.
+func (w *watcher) onLeaderSettings(resp *pb.WatchResponse) {
+	if resp.Relisted {
+		w.r.leaderVersion = 0
+	}
+	for _, ch := range resp.Changes {
+		if ch.Removed {
+			w.r.leaderVersion = 0
+		} else {
+			w.r.leaderVersion = ch.Version
+		}
+	}
+	w.r.leaderSettingsKnown = true
 }
 
 func (w *watcher) onService(resp *pb.WatchResponse) {

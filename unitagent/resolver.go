@@ -184,6 +184,9 @@ func next(l *localState, r *remote, self string, now time.Time) action {
 	if dying {
 		return dyingEnd(l, r)
 	}
+	if a, ok := leadershipAction(l, r, self); ok {
+		return a
+	}
 	if l.ConfigRan != l.Spec.configDigest() {
 		if a, ok := hostOpBefore(l, "config-changed"); ok {
 			return a

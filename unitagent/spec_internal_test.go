@@ -41,12 +41,13 @@ func TestMoveSteps(t *testing.T) {
 	v1 := &pb.ServiceSpec{Charm: &pb.CharmRef{Name: "app", Revision: 1}, Config: map[string]*pb.ConfigValue{"x": strValue("a")}}
 	v2 := &pb.ServiceSpec{Charm: &pb.CharmRef{Name: "app", Revision: 2}, Config: map[string]*pb.ConfigValue{"x": strValue("b")}}
 	l := &localState{State: StateRunning, Started: true, Charm: "app/1", Spec: specOf(t, 1, v1), Revision: 1,
-		ConfigRan: configDigest(v1.Config), Relations: map[int64]*localRelation{}}
+		ConfigRan: configDigest(v1.Config), Relations: map[int64]*localRelation{}, LeaderSeen: true}
 	r := &remote{
 		unit: &pb.Unit{Name: "app/0", Service: "app", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
 		service: &pb.Service{Name: "app", Life: pb.Life_LIFE_ALIVE}, serviceSeen: true,
 		relationIDs: map[int64]bool{}, relsKnown: true, relations: map[int64]*remoteRelation{},
 		revSeen: true, unitRev: &pb.UnitRevision{Current: 1, Target: 1},
+		leaderKnown: true, leaderSettingsKnown: true,
 	}
 	want := func(step string, kind actionKind, hookName string) {
 		t.Helper()

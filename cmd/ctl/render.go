@@ -155,6 +155,8 @@ type unitDoc struct {
 	// Ports are the unit's port claims, declared and opened, as its agent
 	// last reported them.
 	Ports []string `json:"ports,omitempty" yaml:"ports,omitempty"`
+	// Leader says the unit is its service's leader.
+	Leader bool `json:"leader,omitempty" yaml:"leader,omitempty"`
 }
 
 type relationDoc struct {
@@ -200,6 +202,7 @@ func statusDocument(st *pb.ModelStatus) statusDoc {
 				Subordinates: u.Subordinates, WaitingFor: u.WaitingFor,
 				Revision: u.Revision, TargetRevision: u.TargetRevision,
 				AgentSince: sinceText(u.AgentSince), WorkloadSince: sinceText(u.WorkloadSince), Ports: u.Ports,
+				Leader: u.Leader,
 			}
 		}
 		doc.Services[s.Name] = sd
@@ -338,7 +341,11 @@ func renderTabular(w io.Writer, st *pb.ModelStatus, look statusLook) error {
 		startSection(append(head, "Message")...)
 		for _, r := range units {
 			u := r.unit
-			cells := []string{strings.Repeat("  ", r.depth) + u.Name, u.Life, u.Machine, paint.state(u.Agent), u.State, paint.state(u.Workload), unitSpecText(u), u.Address}
+			name := u.Name
+			if u.Leader {
+				name += "*" // the service's leader, as Juju marks it
+			}
+			cells := []string{strings.Repeat("  ", r.depth) + name, u.Life, u.Machine, paint.state(u.Agent), u.State, paint.state(u.Workload), unitSpecText(u), u.Address}
 			if ports {
 				cells = append(cells, strings.Join(u.Ports, ","))
 			}

@@ -543,11 +543,15 @@ func runController(ctx context.Context, f controllerFlags) error {
 	if err != nil {
 		return err
 	}
+	elector, err := controller.NewLeadershipElector(controller.LeadershipElectorConfig{State: st, Logger: logger})
+	if err != nil {
+		return err
+	}
 	// The singleton workers run in the elected controller only; the
 	// gauge says whether they run here (an alert wants one leader).
 	leading := prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "lifeline", Name: "leader",
-		Help: "1 while this controller is the elected one running the singleton workers (provisioner, cleaner, operations and rollouts), else 0.",
+		Help: "1 while this controller is the elected one running the singleton workers (provisioner, cleaner, operations, rollouts and the leadership elector), else 0.",
 	})
 	reg.MustRegister(leading)
 	lctx, lcancel := context.WithCancel(context.Background())
@@ -566,6 +570,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 			workers.Add(func() error { return pruner.Run(wctx) }, func(error) { stop() })
 			workers.Add(func() error { return ops.Run(wctx) }, func(error) { stop() })
 			workers.Add(func() error { return rollouts.Run(wctx) }, func(error) { stop() })
+			workers.Add(func() error { return elector.Run(wctx) }, func(error) { stop() })
 			return workers.Run()
 		})
 	}, func(error) { lcancel() })

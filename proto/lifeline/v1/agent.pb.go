@@ -104,6 +104,8 @@ type WatchSubject struct {
 	//	*WatchSubject_Barrier
 	//	*WatchSubject_UnitTasks
 	//	*WatchSubject_UnitRevision
+	//	*WatchSubject_ServiceLeadership
+	//	*WatchSubject_LeaderSettings
 	Subject       isWatchSubject_Subject `protobuf_oneof:"subject"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -263,6 +265,24 @@ func (x *WatchSubject) GetUnitRevision() string {
 	return ""
 }
 
+func (x *WatchSubject) GetServiceLeadership() string {
+	if x != nil {
+		if x, ok := x.Subject.(*WatchSubject_ServiceLeadership); ok {
+			return x.ServiceLeadership
+		}
+	}
+	return ""
+}
+
+func (x *WatchSubject) GetLeaderSettings() string {
+	if x != nil {
+		if x, ok := x.Subject.(*WatchSubject_LeaderSettings); ok {
+			return x.LeaderSettings
+		}
+	}
+	return ""
+}
+
 type isWatchSubject_Subject interface {
 	isWatchSubject_Subject()
 }
@@ -339,6 +359,19 @@ type WatchSubject_UnitRevision struct {
 	UnitRevision string `protobuf:"bytes,13,opt,name=unit_revision,json=unitRevision,proto3,oneof"`
 }
 
+type WatchSubject_ServiceLeadership struct {
+	// A service's leadership: changes carry its leader's name ("kv/0").
+	// Only the agent of one of its units may watch it.
+	ServiceLeadership string `protobuf:"bytes,14,opt,name=service_leadership,json=serviceLeadership,proto3,oneof"`
+}
+
+type WatchSubject_LeaderSettings struct {
+	// A service's leader settings: the change's version is theirs
+	// (GetLeadership reads them). Only the agent of one of its units may
+	// watch them.
+	LeaderSettings string `protobuf:"bytes,15,opt,name=leader_settings,json=leaderSettings,proto3,oneof"`
+}
+
 func (*WatchSubject_Machine) isWatchSubject_Subject() {}
 
 func (*WatchSubject_MachineUnits) isWatchSubject_Subject() {}
@@ -364,6 +397,10 @@ func (*WatchSubject_Barrier) isWatchSubject_Subject() {}
 func (*WatchSubject_UnitTasks) isWatchSubject_Subject() {}
 
 func (*WatchSubject_UnitRevision) isWatchSubject_Subject() {}
+
+func (*WatchSubject_ServiceLeadership) isWatchSubject_Subject() {}
+
+func (*WatchSubject_LeaderSettings) isWatchSubject_Subject() {}
 
 type WatchRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -3590,7 +3627,7 @@ var File_lifeline_v1_agent_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x17lifeline/v1/agent.proto\x12\vlifeline.v1\x1a\x16lifeline/v1/host.proto\x1a\x1clifeline/v1/leadership.proto\x1a\x16lifeline/v1/logs.proto\x1a\x17lifeline/v1/model.proto\x1a\x1blifeline/v1/revisions.proto\x1a\x17lifeline/v1/tasks.proto\"\xde\x03\n" +
+	"\x17lifeline/v1/agent.proto\x12\vlifeline.v1\x1a\x16lifeline/v1/host.proto\x1a\x1clifeline/v1/leadership.proto\x1a\x16lifeline/v1/logs.proto\x1a\x17lifeline/v1/model.proto\x1a\x1blifeline/v1/revisions.proto\x1a\x17lifeline/v1/tasks.proto\"\xba\x04\n" +
 	"\fWatchSubject\x12\x1a\n" +
 	"\amachine\x18\x01 \x01(\tH\x00R\amachine\x12%\n" +
 	"\rmachine_units\x18\x02 \x01(\tH\x00R\fmachineUnits\x12\x14\n" +
@@ -3606,7 +3643,9 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\abarrier\x18\v \x01(\bH\x00R\abarrier\x12\x1f\n" +
 	"\n" +
 	"unit_tasks\x18\f \x01(\tH\x00R\tunitTasks\x12%\n" +
-	"\runit_revision\x18\r \x01(\tH\x00R\funitRevisionB\t\n" +
+	"\runit_revision\x18\r \x01(\tH\x00R\funitRevision\x12/\n" +
+	"\x12service_leadership\x18\x0e \x01(\tH\x00R\x11serviceLeadership\x12)\n" +
+	"\x0fleader_settings\x18\x0f \x01(\tH\x00R\x0eleaderSettingsB\t\n" +
 	"\asubject\"j\n" +
 	"\fWatchRequest\x123\n" +
 	"\asubject\x18\x01 \x01(\v2\x19.lifeline.v1.WatchSubjectR\asubject\x12%\n" +
@@ -4094,6 +4133,8 @@ func file_lifeline_v1_agent_proto_init() {
 		(*WatchSubject_Barrier)(nil),
 		(*WatchSubject_UnitTasks)(nil),
 		(*WatchSubject_UnitRevision)(nil),
+		(*WatchSubject_ServiceLeadership)(nil),
+		(*WatchSubject_LeaderSettings)(nil),
 	}
 	file_lifeline_v1_agent_proto_msgTypes[3].OneofWrappers = []any{
 		(*WatchManyRequest_Subscribe)(nil),

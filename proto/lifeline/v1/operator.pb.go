@@ -968,7 +968,10 @@ type UnitStatus struct {
 	// ports are the unit's port claims, declared by its charm and opened
 	// by its hooks, as its agent last reported them: "8080/tcp",
 	// "9000-9010/udp".
-	Ports         []string `protobuf:"bytes,18,rep,name=ports,proto3" json:"ports,omitempty"`
+	Ports []string `protobuf:"bytes,18,rep,name=ports,proto3" json:"ports,omitempty"`
+	// leader says the unit is its service's leader (ctl status marks it
+	// "kv/0*", as Juju does).
+	Leader        bool `protobuf:"varint,19,opt,name=leader,proto3" json:"leader,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1127,6 +1130,13 @@ func (x *UnitStatus) GetPorts() []string {
 		return x.Ports
 	}
 	return nil
+}
+
+func (x *UnitStatus) GetLeader() bool {
+	if x != nil {
+		return x.Leader
+	}
+	return false
 }
 
 type RelationStatus struct {
@@ -3191,7 +3201,7 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\aupdated\x18\x04 \x01(\x05R\aupdated\x12\x14\n" +
 	"\x05units\x18\x05 \x01(\x05R\x05units\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x12)\n" +
-	"\x10awaiting_promote\x18\a \x01(\bR\x0fawaitingPromote\"\x9e\x04\n" +
+	"\x10awaiting_promote\x18\a \x01(\bR\x0fawaitingPromote\"\xb6\x04\n" +
 	"\n" +
 	"UnitStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -3214,7 +3224,8 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\vagent_since\x18\x10 \x01(\x03R\n" +
 	"agentSince\x12%\n" +
 	"\x0eworkload_since\x18\x11 \x01(\x03R\rworkloadSince\x12\x14\n" +
-	"\x05ports\x18\x12 \x03(\tR\x05ports\"\xd6\x01\n" +
+	"\x05ports\x18\x12 \x03(\tR\x05ports\x12\x16\n" +
+	"\x06leader\x18\x13 \x01(\bR\x06leader\"\xd6\x01\n" +
 	"\x0eRelationStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +

@@ -1,0 +1,104 @@
+package unitagent_test
+
+import (
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lifelinehq/lifeline/names"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// TestLeadershipHooksAndTools: the elected unit runs leader-elected, the
+// other leader-settings-changed, each after install and before
+// config-changed (Juju's order); is-leader tells them apart, the leader's
+// leader-set reaches the other, whose own leader-set is refused with
+// Juju's words; when the leader's machine agent goes and the other is
+// elected, it runs leader-elected and the old leader
+// leader-settings-changed.
+func TestLeadershipHooksAndTools(t *testing.T) {
+	w := newWorld(t)
+	dir := writeCharm(t, kvMeta)
+	for _, h := range []string{"leader-elected", "leader-settings-changed"} {
+		if err := os.WriteFile(filepath.Join(dir, "hooks", h), []byte(recorder), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := w.env.Upload(w.op, dir)
+	if _, err := w.op.Deploy(w.env.Ctx, &pb.DeployRequest{Charm: c.Name, NumUnits: 2}); err != nil {
+		t.Fatal(err)
+	}
+	st := w.env.State
+	gone := map[string]func(){}
+	for _, u := range []string{"kv/0", "kv/1"} {
+		unit, err := st.Unit(w.env.Ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := st.Present(w.env.Ctx, names.MachineTag(unit.MachineId), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		gone[u] = p.Close
+	}
+	if err := st.ElectLeader(w.env.Ctx, "kv/0"); err != nil {
+		t.Fatal(err)
+	}
+	w.file("kv/0", "probe-leader-elected", "is-leader\nleader-set from=kv0 gone=\n")
+	w.file("kv/1", "probe-leader-settings-changed", "is-leader\nleader-get from\nleader-set from=kv1\n")
+	w.start("kv/0")
+	w.start("kv/1")
+	w.waitHook("kv/0", "start")
+	w.waitHook("kv/1", "start")
+	want := func(unit string, order ...string) {
+		t.Helper()
+		hooks := w.hooks(unit)
+		last := -1
+		for _, h := range order {
+			i := index(hooks, h)
+			if i <= last {
+				t.Fatalf("%s's hooks = %v, want %v in that order", unit, hooks, order)
+			}
+			last = i
+		}
+	}
+	want("kv/0", "install", "leader-elected", "config-changed", "start")
+	want("kv/1", "install", "leader-settings-changed", "config-changed", "start")
+	if i := index(w.hooks("kv/0"), "leader-settings-changed"); i >= 0 {
+		t.Errorf("the leader ran leader-settings-changed: %v", w.hooks("kv/0"))
+	}
+	if got := w.lines("kv/0", "probe.log"); !slices.Equal(got, []string{"True"}) {
+		t.Errorf("kv/0's leader-elected printed %q, want True", got)
+	}
+	// kv/1 hears of kv/0's leader-set: a leader-settings-changed that
+	// reads it (the first may have run before it).
+	w.waitFor("kv/1 to read kv/0's leader settings", func() bool {
+		return slices.Contains(w.lines("kv/1", "probe.log"), "kv0")
+	})
+	probe := w.lines("kv/1", "probe.log")
+	if probe[0] != "False" {
+		t.Errorf("kv/1's is-leader printed %q, want False", probe[0])
+	}
+	if !slices.Contains(probe, "leader-set: cannot write leadership settings: cannot write settings: not the leader") {
+		t.Errorf("kv/1's leader-set printed %q, want Juju's refusal", probe)
+	}
+	v, err := st.Leadership(w.env.Ctx, "kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(v.Settings, map[string]string{"from": "kv0"}) {
+		t.Errorf("leader settings = %v, want only from=kv0", v.Settings)
+	}
+
+	// kv/0's machine agent goes; kv/1 is elected.
+	gone["kv/0"]()
+	if err := st.ElectLeader(w.env.Ctx, "kv/1"); err != nil {
+		t.Fatal(err)
+	}
+	w.waitHook("kv/1", "leader-elected")
+	w.waitHook("kv/0", "leader-settings-changed")
+}
