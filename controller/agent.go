@@ -713,7 +713,8 @@ func checkSettingsSize(settings map[string]string) error {
 // GetAgentSettings returns the controller's settings for agents.
 func (a *agentServer) GetAgentSettings(ctx context.Context, _ *pb.GetAgentSettingsRequest) (*pb.GetAgentSettingsResponse, error) {
 	return &pb.GetAgentSettingsResponse{
-		HookTimeoutMs:       a.s.cfg.HookTimeout.Milliseconds(),
-		ControllerAddresses: a.s.controllerAddresses(ctx),
+		HookTimeoutMs:          a.s.cfg.HookTimeout.Milliseconds(),
+		ControllerAddresses:    a.s.controllerAddresses(ctx),
+		UpdateStatusIntervalMs: max(a.s.cfg.UpdateStatusInterval.Milliseconds(), -1),
 	}, nil
 }

@@ -176,6 +176,9 @@ func TestGetAgentSettings(t *testing.T) {
 	if resp.HookTimeoutMs != 5*60*1000 {
 		t.Errorf("GetAgentSettings = %d ms, want the default 5 minutes", resp.HookTimeoutMs)
 	}
+	if resp.UpdateStatusIntervalMs != 5*60*1000 {
+		t.Errorf("GetAgentSettings: update-status every %d ms, want the default 5 minutes", resp.UpdateStatusIntervalMs)
+	}
 	_, err = e.admin().Status(e.ctx, &pb.StatusRequest{})
 	must(t, "Status", err)
 	_, err = pb.NewAgentServiceClient(e.conn("admin")).GetAgentSettings(e.ctx, &pb.GetAgentSettingsRequest{})

@@ -41,6 +41,9 @@ type Config struct {
 	// HookTimeout bounds every hook's run, for the agents; 5 minutes when
 	// zero.
 	HookTimeout time.Duration
+	// UpdateStatusInterval is how often each unit runs update-status, for
+	// the agents; 5 minutes when zero, never when negative.
+	UpdateStatusInterval time.Duration
 	// PresenceTimeout is how long an agent may go without a ping before it
 	// counts as lost; 15 s when zero.
 	PresenceTimeout time.Duration
@@ -179,6 +182,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.HookTimeout == 0 {
 		cfg.HookTimeout = 5 * time.Minute
+	}
+	if cfg.UpdateStatusInterval == 0 {
+		cfg.UpdateStatusInterval = 5 * time.Minute
 	}
 	if cfg.PresenceTimeout == 0 {
 		cfg.PresenceTimeout = 15 * time.Second

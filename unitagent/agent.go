@@ -131,6 +131,10 @@ type Config struct {
 	// HookTimeout bounds each hook; when zero, the controller's setting
 	// (GetAgentSettings), or 5 minutes while it cannot be asked.
 	HookTimeout time.Duration
+	// UpdateStatusInterval is how often the unit runs update-status
+	// (updatestatus.go); when zero, the controller's setting, or 5
+	// minutes while it cannot be asked; never when negative.
+	UpdateStatusInterval time.Duration
 	// HookMetrics counts the hooks run; nil counts none.
 	HookMetrics *HookMetrics
 	Retry       RetryPolicy
@@ -312,6 +316,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		// without a record leaves the gate's (its unit may have lost it).
 		a.tellGate()
 	}
+	dropUpdateStatus(l)
 	if op := l.Op; op != nil && op.Step == stepRunning && isHostOp(op) {
 		// The agent died while a host job ran: run again, its journal
 		// resumes it after the tasks done. Not a failed attempt.
@@ -334,15 +339,25 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if a.cfg.HookTimeout == 0 {
-		a.cfg.HookTimeout = 5 * time.Minute
+	if a.cfg.HookTimeout == 0 || a.cfg.UpdateStatusInterval == 0 {
 		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
-		if s, err := a.cfg.API.GetAgentSettings(sctx, &pb.GetAgentSettingsRequest{}); err == nil && s.HookTimeoutMs > 0 {
-			a.cfg.HookTimeout = time.Duration(s.HookTimeoutMs) * time.Millisecond
-		} else if err != nil {
-			a.logger.Warn("cannot ask the controller for the hook timeout: using 5 minutes", "error", err)
-		}
+		s, err := a.cfg.API.GetAgentSettings(sctx, &pb.GetAgentSettingsRequest{})
 		scancel()
+		if err != nil {
+			a.logger.Warn("cannot ask the controller for the hook timeout and update-status interval: using 5 minutes", "error", err)
+		}
+		if a.cfg.HookTimeout == 0 {
+			a.cfg.HookTimeout = 5 * time.Minute
+			if s.GetHookTimeoutMs() > 0 {
+				a.cfg.HookTimeout = time.Duration(s.GetHookTimeoutMs()) * time.Millisecond
+			}
+		}
+		if a.cfg.UpdateStatusInterval == 0 {
+			a.cfg.UpdateStatusInterval = 5 * time.Minute
+			if ms := s.GetUpdateStatusIntervalMs(); ms != 0 {
+				a.cfg.UpdateStatusInterval = time.Duration(ms) * time.Millisecond
+			}
+		}
 	}
 	tools, err := a.startTools(ctx)
 	if err != nil {
@@ -373,6 +388,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer ex.endPrefetch()
 	var idleSince string
 	var serviceDyingSince time.Time
+	updates := newUpdateStatus(a.cfg.UpdateStatusInterval, a.cfg.Clock())
 	for {
 		a.syncHostReport()
 		w.watchResolved(a.l.inError() || a.l.retrying())
@@ -383,6 +399,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			serviceDyingSince = now
 		}
 		r.serviceDyingSince = serviceDyingSince
+		r.updateStatusAt = updates.at
 		w.forgetRelations(r, a.l)
 		runner.sync(r)
 		for id, again := range a.l.SubordinatesRefused {
@@ -391,6 +408,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}
 		act := next(a.l, r, a.cfg.Unit, now)
+		updates.decided(act, now)
 		if err := ex.ready(ctx, act); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

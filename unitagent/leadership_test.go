@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,4 +102,32 @@ func TestLeadershipHooksAndTools(t *testing.T) {
 	}
 	w.waitHook("kv/1", "leader-elected")
 	w.waitHook("kv/0", "leader-settings-changed")
+}
+
+// TestUpdateStatusRuns: a started unit runs update-status again and
+// again at its interval.
+func TestUpdateStatusRuns(t *testing.T) {
+	w := newWorld(t)
+	w.updateStatus = 300 * time.Millisecond
+	dir := writeCharm(t, kvMeta)
+	if err := os.WriteFile(filepath.Join(dir, "hooks", "update-status"), []byte(recorder), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := w.env.Upload(w.op, dir)
+	if _, err := w.op.Deploy(w.env.Ctx, &pb.DeployRequest{Charm: c.Name, NumUnits: 1}); err != nil {
+		t.Fatal(err)
+	}
+	w.start("kv/0")
+	w.waitFor("kv/0 to run update-status twice", func() bool {
+		n := 0
+		for _, h := range w.hooks("kv/0") {
+			if strings.HasPrefix(h, "update-status") {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	if i, s := index(w.hooks("kv/0"), "update-status"), index(w.hooks("kv/0"), "start"); i < s {
+		t.Errorf("update-status ran before start: %v", w.hooks("kv/0"))
+	}
 }

@@ -148,6 +148,9 @@ type world struct {
 	retry   unitagent.RetryPolicy
 	// hookTimeout is the agents' hook timeout; the controller's when zero.
 	hookTimeout time.Duration
+	// updateStatus is the agents' update-status interval; the
+	// controller's when zero.
+	updateStatus time.Duration
 	// watchDelay holds back what the agents' watch streams bring for so
 	// long after each stream opens, as a busy controller may.
 	watchDelay time.Duration
@@ -245,7 +248,7 @@ func (w *world) start(unit string) {
 		DataDir: w.dir(unit), ToolsDir: toolsDir, API: api, HookLock: w.lock, New: isNew,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Warn, Output: testWriter{w.t}}),
 		Retry:  w.retry, Deployer: (*deployer)(w), HookTimeout: w.hookTimeout, Host: w.host,
-		Gate: w.gate,
+		Gate: w.gate, UpdateStatusInterval: w.updateStatus,
 	})
 	if err != nil {
 		w.t.Fatal(err)

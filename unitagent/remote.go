@@ -23,6 +23,9 @@ type remote struct {
 	// serviceDyingSince is when the agent first saw its service not
 	// alive (set by the agent, not the watcher).
 	serviceDyingSince time.Time
+	// updateStatusAt is when update-status is next due; zero: never (set
+	// by the agent, not the watcher).
+	updateStatusAt time.Time
 	// unitRev is the unit's revisions (nil once removed), revSeen says
 	// their watch has answered.
 	unitRev     *pb.UnitRevision

@@ -205,7 +205,7 @@ func next(l *localState, r *remote, self string, now time.Time) action {
 	if ur := r.unitRev; ur != nil && ur.Current != l.Revision && ur.Target == l.Revision {
 		return action{kind: actReport}
 	}
-	return action{kind: actWait, why: "changes"}
+	return updateStatusAction(r, now)
 }
 
 // fetchAction reads the spec of the unit's target when it is not the

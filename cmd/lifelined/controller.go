@@ -61,6 +61,7 @@ type controllerFlags struct {
 	etcdCert       string
 	etcdKey        string
 	hookTimeout    time.Duration
+	updateStatus   time.Duration
 	presence       time.Duration
 	pprof          bool
 	machinesDir    string
@@ -124,6 +125,7 @@ local provider, controllers on one host share --machines-dir.`,
 	fl.IntVar(&f.debugLogLines, "debug-log-lines", controller.DefaultLogRingLines, "how many log lines (its own and its agents') the controller keeps in memory for ctl debug-log; one machine at most an eighth")
 	fl.StringVar(&f.debugLogSize, "debug-log-size", "32MiB", "how many bytes of log lines the controller keeps in memory for ctl debug-log")
 	fl.DurationVar(&f.hookTimeout, "hook-timeout", 5*time.Minute, "how long a hook may run before its agent kills it")
+	fl.DurationVar(&f.updateStatus, "update-status-interval", 5*time.Minute, "how often each unit runs update-status, jittered (0: never)")
 	fl.DurationVar(&f.presence, "presence-timeout", 15*time.Second, "how long an agent may be silent before status shows it lost")
 	fl.StringVar(&f.machinesDir, "machines-dir", "", "where the local provider keeps its machines (default: machines in the data directory; controllers of one model on one host share it)")
 	fl.StringArrayVar(&f.localAgentArgs, "local-agent-arg", nil, "a flag for every machine agent the local provider starts, such as --local-agent-arg=--package-manager=exec:/usr/local/bin/pkg or --local-agent-arg=--metrics-addr=127.0.0.1:0 (repeatable)")
@@ -444,7 +446,8 @@ func runController(ctx context.Context, f controllerFlags) error {
 	api, err := controller.New(controller.Config{
 		State: st, Watches: hub, Logger: logger, TLS: pki.ServerTLSConfig(cert), Metrics: reg,
 		Addresses: advertise, CACert: ca.CertPEM(), HookTimeout: f.hookTimeout, PresenceTimeout: f.presence,
-		ID: id, KEK: kek, Etcd: etcdAccess,
+		UpdateStatusInterval: updateStatusSetting(f.updateStatus),
+		ID:                   id, KEK: kek, Etcd: etcdAccess,
 		Connections: lim.conns, HandshakeTimeout: lim.handshake, IdleTimeout: lim.idle, Watch: lim.watch,
 		Budgets: f.budgets.budgets(), Storage: storage, ApprovalTTL: f.operations.approvalTTL,
 		Health: hs, Build: build, RevisionHistory: f.rollouts.revisionHistory,
@@ -689,4 +692,13 @@ func (etcdMetrics) Gather() ([]*dto.MetricFamily, error) {
 		}
 	}
 	return out, err
+}
+
+// updateStatusSetting is controller.Config.UpdateStatusInterval for the
+// flag's value: 0 (never) is negative there, where 0 is the default.
+func updateStatusSetting(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }

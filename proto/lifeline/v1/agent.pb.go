@@ -3470,8 +3470,11 @@ type GetAgentSettingsResponse struct {
 	// controller_addresses are the addresses of every live controller, the
 	// leader's first: agents dial them from now on.
 	ControllerAddresses []string `protobuf:"bytes,2,rep,name=controller_addresses,json=controllerAddresses,proto3" json:"controller_addresses,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// update_status_interval_ms is how often each unit runs update-status
+	// (jittered); negative: never.
+	UpdateStatusIntervalMs int64 `protobuf:"varint,3,opt,name=update_status_interval_ms,json=updateStatusIntervalMs,proto3" json:"update_status_interval_ms,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *GetAgentSettingsResponse) Reset() {
@@ -3516,6 +3519,13 @@ func (x *GetAgentSettingsResponse) GetControllerAddresses() []string {
 		return x.ControllerAddresses
 	}
 	return nil
+}
+
+func (x *GetAgentSettingsResponse) GetUpdateStatusIntervalMs() int64 {
+	if x != nil {
+		return x.UpdateStatusIntervalMs
+	}
+	return 0
 }
 
 type PresenceRequest struct {
@@ -3810,10 +3820,11 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\x12/\n" +
 	"\x06report\x18\x02 \x01(\v2\x17.lifeline.v1.HostReportR\x06report\"\x17\n" +
 	"\x15SetHostReportResponse\"\x19\n" +
-	"\x17GetAgentSettingsRequest\"u\n" +
+	"\x17GetAgentSettingsRequest\"\xb0\x01\n" +
 	"\x18GetAgentSettingsResponse\x12&\n" +
 	"\x0fhook_timeout_ms\x18\x01 \x01(\x03R\rhookTimeoutMs\x121\n" +
-	"\x14controller_addresses\x18\x02 \x03(\tR\x13controllerAddresses\"Z\n" +
+	"\x14controller_addresses\x18\x02 \x03(\tR\x13controllerAddresses\x129\n" +
+	"\x19update_status_interval_ms\x18\x03 \x01(\x03R\x16updateStatusIntervalMs\"Z\n" +
 	"\x0fPresenceRequest\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12+\n" +
 	"\x11previous_instance\x18\x02 \x01(\tR\x10previousInstance\"<\n" +
