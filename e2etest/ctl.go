@@ -145,6 +145,8 @@ type UnitDoc struct {
 	Address      string   `json:"address"`
 	Subordinates []string `json:"subordinates"`
 	WaitingFor   []string `json:"waiting_for"`
+	// Leader says the unit is its service's leader.
+	Leader bool `json:"leader"`
 }
 
 type RelationDoc struct {
