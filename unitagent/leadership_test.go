@@ -131,3 +131,62 @@ func TestUpdateStatusRuns(t *testing.T) {
 		t.Errorf("update-status ran before start: %v", w.hooks("kv/0"))
 	}
 }
+
+// TestKilledDuringLeaderElected: an agent killed while leader-elected
+// runs runs it again when restarted (a failed attempt), then the rest in
+// order; restarted once it ran, it does not run it again.
+func TestKilledDuringLeaderElected(t *testing.T) {
+	w := newWorld(t)
+	dir := writeCharm(t, kvMeta)
+	if err := os.WriteFile(filepath.Join(dir, "hooks", "leader-elected"), []byte(recorder), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := w.env.Upload(w.op, dir)
+	if _, err := w.op.Deploy(w.env.Ctx, &pb.DeployRequest{Charm: c.Name, NumUnits: 1}); err != nil {
+		t.Fatal(err)
+	}
+	unit, err := w.env.State.Unit(w.env.Ctx, "kv/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := w.env.State.Present(w.env.Ctx, names.MachineTag(unit.MachineId), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	if err := w.env.State.ElectLeader(w.env.Ctx, "kv/0"); err != nil {
+		t.Fatal(err)
+	}
+	w.file("kv/0", "sleep-leader-elected", "3")
+	agent := w.spawn("kv/0")
+	w.waitFor("leader-elected to start", func() bool { return index(w.lines("kv/0", "attempts.log"), "leader-elected") >= 0 })
+	agent.kill()
+	if err := os.Remove(filepath.Join(w.dir("kv/0"), "sleep-leader-elected")); err != nil {
+		t.Fatal(err)
+	}
+	agent = w.spawn("kv/0")
+	w.waitState("kv/0", "running")
+	count := func(lines []string, hook string) int {
+		n := 0
+		for _, l := range lines {
+			if strings.HasPrefix(l, hook) {
+				n++
+			}
+		}
+		return n
+	}
+	if n := count(w.lines("kv/0", "attempts.log"), "leader-elected"); n != 2 {
+		t.Errorf("leader-elected attempted %d times, want 2: the killed run and its retry", n)
+	}
+	hooks := w.hooks("kv/0")
+	if i, j := index(hooks, "leader-elected"), index(hooks, "config-changed"); i < 0 || j < i || index(hooks, "install") > i {
+		t.Errorf("hooks = %v, want install, leader-elected, config-changed in that order", hooks)
+	}
+	agent.kill()
+	w.spawn("kv/0")
+	w.waitState("kv/0", "running")
+	time.Sleep(500 * time.Millisecond) // for what must not happen
+	if n := count(w.hooks("kv/0"), "leader-elected"); n != 1 {
+		t.Errorf("leader-elected ran %d times after a restart once it had run, want 1: %v", n, w.hooks("kv/0"))
+	}
+}
