@@ -120,6 +120,9 @@ func leaderStep(ctx context.Context, st *state.State, rng *rand.Rand, toggle fun
 		if err != nil {
 			return "set", err
 		}
+		if before.Leader != "" && rng.IntN(2) == 0 {
+			unit = before.Leader // mostly the leader, which may still hold
+		}
 		_, err = st.SetLeaderSettings(ctx, unit, map[string]string{"k" + strconv.Itoa(rng.IntN(4)): strconv.Itoa(rng.IntN(3))}, nil)
 		if err == nil && before.Leader != unit {
 			// Only a leader named before the write can have written: an
