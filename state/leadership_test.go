@@ -166,3 +166,31 @@ func TestLeadershipGoesWithUnitAndService(t *testing.T) {
 		}
 	}
 }
+
+// TestModelLeaders: the model, whole or selected, names each service's
+// leader.
+func TestModelLeaders(t *testing.T) {
+	st, ctx := newState(t)
+	addService(t, ctx, st, "kv", kvEndpoints)
+	addService(t, ctx, st, "app", appEndpoints)
+	addUnits(t, ctx, st, "kv", 2, state.Placement{})
+	addUnits(t, ctx, st, "app", 1, state.Placement{})
+	present(t, ctx, st, "1")
+	must(t, "ElectLeader(kv/1)", st.ElectLeader(ctx, "kv/1"))
+	m, err := st.Model(ctx)
+	must(t, "Model", err)
+	if want := map[string]string{"kv": "kv/1"}; !maps.Equal(m.Leaders, want) {
+		t.Errorf("Model().Leaders = %v, want %v", m.Leaders, want)
+	}
+	for _, sel := range []state.Selection{{Services: []string{"kv"}}, {Units: []string{"kv/0"}}, {Services: []string{"app"}}} {
+		m, err := st.SelectModel(ctx, sel)
+		must(t, "SelectModel", err)
+		want := map[string]string{"kv": "kv/1"}
+		if sel.Services != nil && sel.Services[0] == "app" {
+			want = map[string]string{}
+		}
+		if !maps.Equal(m.Leaders, want) {
+			t.Errorf("SelectModel(%+v).Leaders = %v, want %v", sel, m.Leaders, want)
+		}
+	}
+}

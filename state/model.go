@@ -40,7 +40,6 @@ type Model struct {
 	Ports map[string][]string
 	// Leaders maps a service's name to its leader's, as the leadership
 	// records name it (leadership.go); a service without one is absent.
-	// A model SelectModel read holds none.
 	Leaders map[string]string
 	// Partial names the services held with only some of their units: a
 	// model SelectModel read for a unit's or a machine's sake.

@@ -102,6 +102,7 @@ type selectRead struct {
 	present       map[string]bool
 	unitRevisions map[string]*pb.UnitRevision
 	ports         map[string][]string
+	leaders       map[string]string
 	rollouts      map[string]*pb.Rollout
 	cleanups      []*pb.Cleanup
 }
@@ -397,7 +398,7 @@ func (r *selectRead) readRelations() error {
 func (r *selectRead) readRecords() error {
 	r.statuses, r.present = map[string]*pb.Status{}, map[string]bool{}
 	r.unitRevisions, r.rollouts = map[string]*pb.UnitRevision{}, map[string]*pb.Rollout{}
-	r.ports = map[string][]string{}
+	r.ports, r.leaders = map[string][]string{}, map[string]string{}
 	for n := range r.full {
 		for _, kind := range unitStatusKinds {
 			kvs, err := r.list(StatusKey(kind, n+"/"), false)
@@ -435,7 +436,7 @@ func (r *selectRead) readRecords() error {
 			get(cleanupKey(cleanupForceMachine, id)))
 	}
 	for n := range r.services {
-		gets = append(gets, get(rolloutsPrefix+n))
+		gets = append(gets, get(rolloutsPrefix+n), getKeys(LeadershipServicePrefix(n), 1))
 	}
 	return r.gets(gets, func(_ int, kvs []*mvccpb.KeyValue) error {
 		for _, kv := range kvs {
@@ -457,6 +458,11 @@ func (r *selectRead) record(kv *mvccpb.KeyValue) error {
 		r.statuses[k], msg = st, st
 	case strings.HasPrefix(k, presencePrefix):
 		r.present[strings.TrimPrefix(k, presencePrefix)] = true
+		return nil
+	case strings.HasPrefix(k, leadershipPrefix):
+		if u := LeaderOfKey(k); u != "" {
+			r.leaders[names.UnitService(u)] = u
+		}
 		return nil
 	case strings.HasPrefix(k, unitRevisionsPrefix):
 		ur := &pb.UnitRevision{}
@@ -486,7 +492,7 @@ func (r *selectRead) record(kv *mvccpb.KeyValue) error {
 // model assembles what the reads found, ordered as Model orders.
 func (r *selectRead) model() *Model {
 	m := &Model{Revision: r.rev, Scopes: map[int64][]string{}, Statuses: r.statuses, Present: r.present,
-		UnitRevisions: r.unitRevisions, Rollouts: r.rollouts, Cleanups: r.cleanups, Ports: r.ports, Partial: map[string]bool{}}
+		UnitRevisions: r.unitRevisions, Rollouts: r.rollouts, Cleanups: r.cleanups, Ports: r.ports, Leaders: r.leaders, Partial: map[string]bool{}}
 	for _, mach := range r.machines {
 		m.Machines = append(m.Machines, mach)
 	}
