@@ -76,6 +76,8 @@ status has a Ports column when a unit shown has any. The tabular Spec
 columns show "rev 4", "rev 4 (3/10)" for a service
 whose rollout has 3 of its 10 units on revision 4, and "rev 3→4" for a unit
 moving.
+A service's leader (the unit its charm's is-leader says True in) is marked
+"kv/0*" in the tabular status, and has "leader": true in JSON and YAML.
 operations counts the open operations and their lost tasks (ctl operations);
 the tabular status heads with a line of them when any is not zero.
 A machine's agent is pending, started, lost or down; a unit's agent is
