@@ -122,11 +122,13 @@ type Agent struct {
 	// beats counts the tasks its unit agents run, for the machine's
 	// heartbeat (heartbeat.go).
 	beats *taskBeats
-	// hookTimeout is the controller's hook timeout as asked for at
-	// hookTimeoutAt, under settingsMu: one unit start asks while the
-	// others wait for its answer.
+	// hookTimeout and updateStatus are the controller's hook timeout and
+	// update-status interval as asked for at hookTimeoutAt, under
+	// settingsMu: one unit start asks while the others wait for its
+	// answer.
 	settingsMu    sync.Mutex
 	hookTimeout   time.Duration
+	updateStatus  time.Duration
 	hookTimeoutAt time.Time
 
 	mu      sync.Mutex
@@ -528,27 +530,28 @@ func (a *Agent) unitDir(unit string) string {
 // is given to the unit agents started.
 const settingsFor = time.Minute
 
-// unitHookTimeout returns the hook timeout for a unit agent: the
-// configured one, or the controller's, asked for at most once every
-// settingsFor rather than by each unit agent; zero when it cannot be
-// asked, and the unit agent asks itself.
-func (a *Agent) unitHookTimeout(ctx context.Context) time.Duration {
-	if a.cfg.HookTimeout != 0 {
-		return a.cfg.HookTimeout
-	}
+// unitSettings returns the hook timeout (the configured one, else the
+// controller's) and the update-status interval for a unit agent, the
+// controller's asked for at most once every settingsFor rather than by
+// each unit agent; zero for what it cannot ask, which the unit agent then
+// asks itself.
+func (a *Agent) unitSettings(ctx context.Context) (hookTimeout, updateStatus time.Duration) {
 	a.settingsMu.Lock()
 	defer a.settingsMu.Unlock()
-	if a.hookTimeout != 0 && time.Since(a.hookTimeoutAt) < settingsFor {
-		return a.hookTimeout
+	if a.hookTimeoutAt.IsZero() || time.Since(a.hookTimeoutAt) >= settingsFor {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		s, err := a.cfg.API.GetAgentSettings(cctx, &pb.GetAgentSettingsRequest{})
+		cancel()
+		if err == nil && s.HookTimeoutMs > 0 {
+			a.hookTimeout, a.hookTimeoutAt = time.Duration(s.HookTimeoutMs)*time.Millisecond, time.Now()
+			a.updateStatus = time.Duration(s.UpdateStatusIntervalMs) * time.Millisecond
+		}
 	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	s, err := a.cfg.API.GetAgentSettings(cctx, &pb.GetAgentSettingsRequest{})
-	if err != nil || s.HookTimeoutMs <= 0 {
-		return 0
+	hookTimeout = a.cfg.HookTimeout
+	if hookTimeout == 0 {
+		hookTimeout = a.hookTimeout
 	}
-	a.hookTimeout, a.hookTimeoutAt = time.Duration(s.HookTimeoutMs)*time.Millisecond, time.Now()
-	return a.hookTimeout
+	return hookTimeout, a.updateStatus
 }
 
 // setStatus reports the machine agent's status, trying a few times.
