@@ -468,7 +468,7 @@ func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys
 // comes to provide are left out by MissingTools).
 func jujuOnlyTools() []string {
 	return []string{
-		"is-leader", "leader-get", "leader-set", "juju-reboot", "goal-state", "credential-get",
+		"juju-reboot", "goal-state", "credential-get",
 		"add-metric", "storage-get", "storage-add", "storage-list", "resource-get",
 		"secret-get", "secret-set", "secret-add", "secret-ids", "secret-info-get", "secret-grant", "secret-revoke", "secret-remove",
 		"payload-register", "payload-unregister", "payload-status-set", "pod-spec-get", "pod-spec-set",
@@ -481,7 +481,7 @@ func jujuOnlyTools() []string {
 const MaxMissingTools = 8
 
 // MissingTools returns the Juju hook tools a hook's output says its shell
-// could not find ("is-leader: not found" from dash, "is-leader: command
+// could not find ("goal-state: not found" from dash, "goal-state: command
 // not found" from bash), those Lifeline does not provide, sorted, at most
 // MaxMissingTools.
 func MissingTools(lines []string) []string {

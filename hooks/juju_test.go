@@ -224,14 +224,15 @@ func TestJujuEnv(t *testing.T) {
 
 func TestMissingTools(t *testing.T) {
 	lines := []string{
-		"hooks/install: 3: is-leader: not found",
-		"hooks/install: line 4: leader-set: command not found",
+		"hooks/install: 3: goal-state: not found",
+		"hooks/install: line 4: secret-get: command not found",
 		"hooks/install: line 5: frobnicate: command not found",
-		"sh: 1: is-leader: not found",
+		"hooks/install: line 6: is-leader: command not found",
+		"sh: 1: goal-state: not found",
 		"installing: not found in cache",
 	}
 	got := hooks.MissingTools(lines)
-	if want := []string{"is-leader", "leader-set"}; !slices.Equal(got, want) {
+	if want := []string{"goal-state", "secret-get"}; !slices.Equal(got, want) {
 		t.Errorf("MissingTools() = %q, want %q", got, want)
 	}
 }

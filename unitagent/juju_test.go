@@ -6,9 +6,30 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
+
+// lead makes unit its service's leader, as the controller's elector
+// would: the world runs no machine agent, so the test keeps the unit's
+// machine present itself.
+func lead(t *testing.T, w *world, unit string) {
+	t.Helper()
+	u, err := w.env.State.Unit(w.env.Ctx, unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := w.env.State.Present(w.env.Ctx, names.MachineTag(u.MachineId), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	if err := w.env.State.ElectLeader(w.env.Ctx, unit); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // jujuCase is one call of a tool as a charm written for Juju makes it,
 // and what Juju documents it prints (stdout and stderr together) and
@@ -65,6 +86,7 @@ func TestJujuConformance(t *testing.T) {
 	w := newWorld(t)
 	w.deploy(kvMeta, 1, "server")
 	w.deploy(appMeta, 1, "db")
+	lead(t, w, "kv/0")
 
 	start := []jujuCase{
 		{"env", `echo "$JUJU_UNIT_NAME $JUJU_HOOK_NAME $JUJU_MODEL_NAME $JUJU_VERSION ${JUJU_RELATION:-none} $JUJU_AGENT_SOCKET_NETWORK"`,
