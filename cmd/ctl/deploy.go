@@ -62,7 +62,7 @@ Example:
   ctl deploy examples/charms/logger
   ctl deploy examples/charms/kv cache -n 2 --service-config port=9000
   ctl deploy examples/charms/app web --to 0
-  ctl deploy --strict examples/charms/kv`,
+  ctl deploy --strict examples/charms/logger syslog`,
 		Args: argsRange(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.numUnits < 0 {
