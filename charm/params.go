@@ -12,10 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	jskind "github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"go.yaml.in/yaml/v3"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 )
 
 // Validate checks an operation's parameters against the action's schema and
@@ -146,12 +143,14 @@ func describeViolations(err error, name func(loc []string) string) string {
 // violationList is every violation of a validation error, sorted, once
 // each, naming each place with name.
 func violationList(err error, name func(loc []string) string) []string {
-	var ve *jsonschema.ValidationError
-	if !errors.As(err, &ve) {
+	vs, ok := SchemaViolations(err)
+	if !ok {
 		return []string{oneLine(err.Error())}
 	}
-	var out []string
-	collect(ve, &out, name)
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = v.Describe(name)
+	}
 	slices.Sort(out)
 	return slices.Compact(out)
 }
@@ -165,77 +164,6 @@ func Violations(err error) []string {
 		return slices.Clone(ie.violations)
 	}
 	return nil
-}
-
-// collect appends a sentence for each violation at the leaves of ve to out,
-// naming the place of each with name. Of alternatives (anyOf, oneOf) that
-// all fail, it names the place, not each alternative's violations.
-func collect(ve *jsonschema.ValidationError, out *[]string, name func(loc []string) string) {
-	at := func(extra string) []string {
-		return append(append([]string(nil), ve.InstanceLocation...), extra)
-	}
-	switch k := ve.ErrorKind.(type) {
-	case *jskind.Required:
-		for _, m := range k.Missing {
-			*out = append(*out, name(at(m))+" is required")
-		}
-		return
-	case *jskind.AdditionalProperties:
-		for _, p := range k.Properties {
-			*out = append(*out, name(at(p))+" is not allowed")
-		}
-		return
-	case *jskind.FalseSchema:
-		*out = append(*out, say(name(ve.InstanceLocation), "not allowed"))
-		return
-	case *jskind.Type:
-		*out = append(*out, say(name(ve.InstanceLocation), "want "+strings.Join(k.Want, " or ")+", got "+k.Got))
-		return
-	case *jskind.Pattern:
-		*out = append(*out, say(name(ve.InstanceLocation), "want text matching "+k.Want+", got "+strconv.Quote(k.Got)))
-		return
-	case *jskind.OneOf:
-		if len(k.Subschemas) > 0 {
-			*out = append(*out, say(name(ve.InstanceLocation), "matches more than one of the schemas it may match only one of"))
-			return
-		}
-		*out = append(*out, alternatives(ve, name))
-		return
-	case *jskind.AnyOf:
-		*out = append(*out, alternatives(ve, name))
-		return
-	}
-	if len(ve.Causes) == 0 {
-		p := message.NewPrinter(language.English)
-		*out = append(*out, say(name(ve.InstanceLocation), oneLine(ve.ErrorKind.LocalizedString(p))))
-		return
-	}
-	for _, c := range ve.Causes {
-		collect(c, out, name)
-	}
-}
-
-// say puts a violation's place before its sentence, when it has one.
-func say(place, msg string) string {
-	if place == "" {
-		return msg
-	}
-	return place + ": " + msg
-}
-
-// alternatives describes a value that matches none of the schemas of an
-// anyOf or oneOf: each alternative's violations, joined by ", or ".
-func alternatives(ve *jsonschema.ValidationError, name func(loc []string) string) string {
-	var alts []string
-	for _, c := range ve.Causes {
-		var out []string
-		collect(c, &out, name)
-		alts = append(alts, strings.Join(out, " and "))
-	}
-	if len(alts) == 0 {
-		return say(name(ve.InstanceLocation), "matches none of the schemas it may match")
-	}
-	return strings.Join(alts, ", or ")
 }
 
 // CanonicalJSON encodes a JSON value canonically, for digests: object keys

@@ -297,9 +297,9 @@ resources:
 `)
 	_, err := Check(context.Background(), m, Options{})
 	wantProblems(t, "Check", err,
-		`resources.db.config.config.colour: is not allowed here`,
+		`resources.db.config.config.colour: is not allowed`,
 		`resources.db.config.config.port: want integer, got string`,
-		`resources.db.config.extra: is not allowed here`,
+		`resources.db.config.extra: is not allowed`,
 		`resources.db.config.units: want integer, got string`,
 		`resources.nocharm.config.charm: `,
 		`resources.rel2.config.endpoints: minItems`,

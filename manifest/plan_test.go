@@ -212,7 +212,7 @@ func TestPlanCharmKnownFromADependency(t *testing.T) {
       config: {port: 9000, colour: red}
 `)
 	_, err := Plan(context.Background(), m, op, Options{})
-	wantProblems(t, "Plan", err, "resources.copy.config.config.colour: is not allowed here")
+	wantProblems(t, "Plan", err, "resources.copy.config.config.colour: is not allowed")
 
 	m = parse(t, demo+`
   copy:

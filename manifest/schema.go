@@ -2,7 +2,6 @@ package manifest
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,9 +9,6 @@ import (
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	jskind "github.com/santhosh-tekuri/jsonschema/v6/kind"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 
 	"github.com/lifelinehq/lifeline/charm"
 )
@@ -113,12 +109,17 @@ func validate(sch *jsonschema.Schema, config map[string]any, prefix string) []st
 	if err == nil {
 		return nil
 	}
-	var ve *jsonschema.ValidationError
-	if !errors.As(err, &ve) {
+	vs, ok := charm.SchemaViolations(err)
+	if !ok {
 		return []string{prefix + ": " + oneLine(err.Error())}
 	}
 	var out []string
-	collect(ve, prefix, unknown, &out)
+	for _, v := range vs {
+		if under(v.At, unknown) {
+			continue
+		}
+		out = append(out, strings.Join(append([]string{prefix}, v.At...), ".")+": "+v.Msg)
+	}
 	slices.Sort(out)
 	return slices.Compact(out)
 }
@@ -163,38 +164,4 @@ func under(loc []string, places [][]string) bool {
 		}
 	}
 	return false
-}
-
-// collect appends a sentence for each violation at the leaves of ve.
-func collect(ve *jsonschema.ValidationError, prefix string, unknown [][]string, out *[]string) {
-	loc := ve.InstanceLocation
-	if under(loc, unknown) {
-		return
-	}
-	place := func(extra ...string) string {
-		return strings.Join(append(append([]string{prefix}, loc...), extra...), ".")
-	}
-	switch k := ve.ErrorKind.(type) {
-	case *jskind.Required:
-		for _, m := range k.Missing {
-			*out = append(*out, place(m)+": is required")
-		}
-		return
-	case *jskind.AdditionalProperties:
-		for _, p := range k.Properties {
-			*out = append(*out, place(p)+": is not allowed here")
-		}
-		return
-	case *jskind.Type:
-		*out = append(*out, place()+": want "+strings.Join(k.Want, " or ")+", got "+k.Got)
-		return
-	}
-	if len(ve.Causes) == 0 {
-		p := message.NewPrinter(language.English)
-		*out = append(*out, place()+": "+oneLine(ve.ErrorKind.LocalizedString(p)))
-		return
-	}
-	for _, c := range ve.Causes {
-		collect(c, prefix, unknown, out)
-	}
 }

@@ -171,7 +171,7 @@ func TestPlanAgainstAController(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.fails(t, 1, []string{"ctl: " + bad + " has 3 problems:\n",
-			"  resources.kv.config.config.colour: is not allowed here\n",
+			"  resources.kv.config.config.colour: is not allowed\n",
 			"  resources.kv.config.config.port: want integer, got string\n",
 			"  resources.kv.config.units: want integer, got string\n"}, "plan", bad)
 		s.fails(t, 1, []string{"no such file"}, "plan", filepath.Join(dir, "none.yaml"))

@@ -8,10 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/lifelinehq/lifeline/charm"
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	jskind "github.com/santhosh-tekuri/jsonschema/v6/kind"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 )
 
 // compiledSchema is a plugin's config schema, ready to validate with.
@@ -86,12 +84,14 @@ func (r *InitResponse) validate(config map[string]any, resource string) []error 
 	if err == nil {
 		return nil
 	}
-	var ve *jsonschema.ValidationError
-	if !errors.As(err, &ve) {
+	vs, ok := charm.SchemaViolations(err)
+	if !ok {
 		return []error{mk("config", oneLine(err.Error()))}
 	}
-	var list []violationAt
-	collect(ve, &list)
+	list := make([]violationAt, len(vs))
+	for i, v := range vs {
+		list[i] = violationAt{pointer(v.At), strings.TrimPrefix(v.Msg, "is ")} // "required", "not allowed"
+	}
 	slices.SortFunc(list, func(a, b violationAt) int {
 		if c := strings.Compare(a.field, b.field); c != 0 {
 			return c
@@ -117,47 +117,4 @@ func pointer(loc []string) string {
 		b.WriteString(strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1"))
 	}
 	return b.String()
-}
-
-// collect appends a violation for each leaf of ve. Of alternatives (anyOf,
-// oneOf) that all fail it names the place once rather than every
-// alternative's violations.
-func collect(ve *jsonschema.ValidationError, out *[]violationAt) {
-	at := func(extra string) string {
-		return pointer(append(slices.Clone(ve.InstanceLocation), extra))
-	}
-	here := pointer(ve.InstanceLocation)
-	switch k := ve.ErrorKind.(type) {
-	case *jskind.Required:
-		for _, m := range k.Missing {
-			*out = append(*out, violationAt{at(m), "required"})
-		}
-		return
-	case *jskind.AdditionalProperties:
-		for _, p := range k.Properties {
-			*out = append(*out, violationAt{at(p), "not allowed"})
-		}
-		return
-	case *jskind.Type:
-		*out = append(*out, violationAt{here, "want " + strings.Join(k.Want, " or ") + ", got " + k.Got})
-		return
-	case *jskind.OneOf:
-		if len(k.Subschemas) > 0 {
-			*out = append(*out, violationAt{here, "matches more than one of the schemas it may match only one of"})
-			return
-		}
-		*out = append(*out, violationAt{here, "matches none of the schemas it may match"})
-		return
-	case *jskind.AnyOf:
-		*out = append(*out, violationAt{here, "matches none of the schemas it may match"})
-		return
-	}
-	if len(ve.Causes) == 0 {
-		p := message.NewPrinter(language.English)
-		*out = append(*out, violationAt{here, oneLine(ve.ErrorKind.LocalizedString(p))})
-		return
-	}
-	for _, c := range ve.Causes {
-		collect(c, out)
-	}
 }
