@@ -234,6 +234,7 @@ func CheckInvariants(snap *Snapshot) error {
 	checkCA(snap, bad)
 	checkBarrier(snap, m.statuses, bad)
 	checkUsers(snap, bad)
+	checkDashboard(snap, bad)
 	checkAudit(snap, bad)
 	checkOperations(snap, m, bad)
 	checkRevisions(snap, m, bad)

@@ -245,9 +245,10 @@ func (v *usersView) keepAnAdmin(c *change, u *record[*pb.User], what string) err
 	return refused("O1", "user %s is the last admin: it cannot be %s (make another user an admin first)", u.v.Name, what)
 }
 
-// RemoveUser removes the named user, its credential and any registration
-// it has, in one transaction: the credential stops working at once. The
-// last registered admin is not removed (O1).
+// RemoveUser removes the named user, its credential, any registration it
+// has and its dashboard logins and sessions, in one transaction: the
+// credential and the sessions stop working at once. The last registered
+// admin is not removed (O1).
 func (s *State) RemoveUser(ctx context.Context, name string) error {
 	if err := checkUserName(name); err != nil {
 		return err
@@ -269,6 +270,9 @@ func (s *State) RemoveUser(ctx context.Context, name string) error {
 		c.del(u.key)
 		c.del(RegistrationKey(name))
 		c.del(credentialKey(names.UserTag(name)))
+		// Its dashboard links and sessions end with it.
+		c.delPrefix(dashboardLoginsPrefix + name + "/")
+		c.delPrefix(dashboardSessionsPrefix + name + "/")
 		return c, nil
 	})
 }

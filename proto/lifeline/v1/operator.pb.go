@@ -3121,7 +3121,7 @@ var File_lifeline_v1_operator_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\n" +
-	"\x1alifeline/v1/operator.proto\x12\vlifeline.v1\x1a\x16lifeline/v1/logs.proto\x1a\x17lifeline/v1/model.proto\x1a\x1clifeline/v1/operations.proto\x1a\x1flifeline/v1/revisions_api.proto\x1a\x1elifeline/v1/rollouts_api.proto\x1a\x16lifeline/v1/show.proto\x1a\x17lifeline/v1/tasks.proto\x1a\x17lifeline/v1/users.proto\x1a\x19lifeline/v1/version.proto\"+\n" +
+	"\x1alifeline/v1/operator.proto\x12\vlifeline.v1\x1a\x1blifeline/v1/dashboard.proto\x1a\x16lifeline/v1/logs.proto\x1a\x17lifeline/v1/model.proto\x1a\x1clifeline/v1/operations.proto\x1a\x1flifeline/v1/revisions_api.proto\x1a\x1elifeline/v1/rollouts_api.proto\x1a\x16lifeline/v1/show.proto\x1a\x17lifeline/v1/tasks.proto\x1a\x17lifeline/v1/users.proto\x1a\x19lifeline/v1/version.proto\"+\n" +
 	"\x0eBarrierRequest\x12\x19\n" +
 	"\bat_least\x18\x01 \x01(\x03R\aatLeast\"-\n" +
 	"\x0fBarrierResponse\x12\x1a\n" +
@@ -3356,7 +3356,7 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x11expires_unix_nano\x18\x02 \x01(\x03R\x0fexpiresUnixNano\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12%\n" +
 	"\x0eetcd_endpoints\x18\x04 \x03(\tR\retcdEndpoints\x12\x19\n" +
-	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\xb6\"\n" +
+	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\x91#\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06Status\x12\x1a.lifeline.v1.StatusRequest\x1a\x1b.lifeline.v1.StatusResponse\x12R\n" +
 	"\vWatchStatus\x12\x1f.lifeline.v1.WatchStatusRequest\x1a .lifeline.v1.WatchStatusResponse0\x01\x12R\n" +
@@ -3411,7 +3411,8 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\fPauseRollout\x12 .lifeline.v1.PauseRolloutRequest\x1a!.lifeline.v1.PauseRolloutResponse\x12V\n" +
 	"\rResumeRollout\x12!.lifeline.v1.ResumeRolloutRequest\x1a\".lifeline.v1.ResumeRolloutResponse\x12Y\n" +
 	"\x0ePromoteRollout\x12\".lifeline.v1.PromoteRolloutRequest\x1a#.lifeline.v1.PromoteRolloutResponse\x12S\n" +
-	"\fAbortRollout\x12 .lifeline.v1.AbortRolloutRequest\x1a!.lifeline.v1.AbortRolloutResponse\x12I\n" +
+	"\fAbortRollout\x12 .lifeline.v1.AbortRolloutRequest\x1a!.lifeline.v1.AbortRolloutResponse\x12Y\n" +
+	"\x0eDashboardLogin\x12\".lifeline.v1.DashboardLoginRequest\x1a#.lifeline.v1.DashboardLoginResponse\x12I\n" +
 	"\bDebugLog\x12\x1c.lifeline.v1.DebugLogRequest\x1a\x1d.lifeline.v1.DebugLogResponse0\x01B=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
 
 var (
@@ -3523,41 +3524,43 @@ var file_lifeline_v1_operator_proto_goTypes = []any{
 	(*ResumeRolloutRequest)(nil),     // 92: lifeline.v1.ResumeRolloutRequest
 	(*PromoteRolloutRequest)(nil),    // 93: lifeline.v1.PromoteRolloutRequest
 	(*AbortRolloutRequest)(nil),      // 94: lifeline.v1.AbortRolloutRequest
-	(*DebugLogRequest)(nil),          // 95: lifeline.v1.DebugLogRequest
-	(*ListUsersResponse)(nil),        // 96: lifeline.v1.ListUsersResponse
-	(*AddUserResponse)(nil),          // 97: lifeline.v1.AddUserResponse
-	(*RemoveUserResponse)(nil),       // 98: lifeline.v1.RemoveUserResponse
-	(*SetUserRoleResponse)(nil),      // 99: lifeline.v1.SetUserRoleResponse
-	(*WhoAmIResponse)(nil),           // 100: lifeline.v1.WhoAmIResponse
-	(*RotateCredentialResponse)(nil), // 101: lifeline.v1.RotateCredentialResponse
-	(*AuditResponse)(nil),            // 102: lifeline.v1.AuditResponse
-	(*ListActionsResponse)(nil),      // 103: lifeline.v1.ListActionsResponse
-	(*RunActionResponse)(nil),        // 104: lifeline.v1.RunActionResponse
-	(*ListOperationsResponse)(nil),   // 105: lifeline.v1.ListOperationsResponse
-	(*ShowOperationResponse)(nil),    // 106: lifeline.v1.ShowOperationResponse
-	(*ShowTaskResponse)(nil),         // 107: lifeline.v1.ShowTaskResponse
-	(*ApproveOperationResponse)(nil), // 108: lifeline.v1.ApproveOperationResponse
-	(*RejectOperationResponse)(nil),  // 109: lifeline.v1.RejectOperationResponse
-	(*ExecuteOperationResponse)(nil), // 110: lifeline.v1.ExecuteOperationResponse
-	(*PauseTasksResponse)(nil),       // 111: lifeline.v1.PauseTasksResponse
-	(*ResumeTasksResponse)(nil),      // 112: lifeline.v1.ResumeTasksResponse
-	(*StopTasksResponse)(nil),        // 113: lifeline.v1.StopTasksResponse
-	(*TaskLogsResponse)(nil),         // 114: lifeline.v1.TaskLogsResponse
-	(*VersionResponse)(nil),          // 115: lifeline.v1.VersionResponse
-	(*ShowUnitResponse)(nil),         // 116: lifeline.v1.ShowUnitResponse
-	(*ShowMachineResponse)(nil),      // 117: lifeline.v1.ShowMachineResponse
-	(*ListRevisionsResponse)(nil),    // 118: lifeline.v1.ListRevisionsResponse
-	(*ShowRevisionResponse)(nil),     // 119: lifeline.v1.ShowRevisionResponse
-	(*RollbackServiceResponse)(nil),  // 120: lifeline.v1.RollbackServiceResponse
-	(*RefreshServiceResponse)(nil),   // 121: lifeline.v1.RefreshServiceResponse
-	(*SetRolloutPolicyResponse)(nil), // 122: lifeline.v1.SetRolloutPolicyResponse
-	(*GetRolloutPolicyResponse)(nil), // 123: lifeline.v1.GetRolloutPolicyResponse
-	(*RolloutStatusResponse)(nil),    // 124: lifeline.v1.RolloutStatusResponse
-	(*PauseRolloutResponse)(nil),     // 125: lifeline.v1.PauseRolloutResponse
-	(*ResumeRolloutResponse)(nil),    // 126: lifeline.v1.ResumeRolloutResponse
-	(*PromoteRolloutResponse)(nil),   // 127: lifeline.v1.PromoteRolloutResponse
-	(*AbortRolloutResponse)(nil),     // 128: lifeline.v1.AbortRolloutResponse
-	(*DebugLogResponse)(nil),         // 129: lifeline.v1.DebugLogResponse
+	(*DashboardLoginRequest)(nil),    // 95: lifeline.v1.DashboardLoginRequest
+	(*DebugLogRequest)(nil),          // 96: lifeline.v1.DebugLogRequest
+	(*ListUsersResponse)(nil),        // 97: lifeline.v1.ListUsersResponse
+	(*AddUserResponse)(nil),          // 98: lifeline.v1.AddUserResponse
+	(*RemoveUserResponse)(nil),       // 99: lifeline.v1.RemoveUserResponse
+	(*SetUserRoleResponse)(nil),      // 100: lifeline.v1.SetUserRoleResponse
+	(*WhoAmIResponse)(nil),           // 101: lifeline.v1.WhoAmIResponse
+	(*RotateCredentialResponse)(nil), // 102: lifeline.v1.RotateCredentialResponse
+	(*AuditResponse)(nil),            // 103: lifeline.v1.AuditResponse
+	(*ListActionsResponse)(nil),      // 104: lifeline.v1.ListActionsResponse
+	(*RunActionResponse)(nil),        // 105: lifeline.v1.RunActionResponse
+	(*ListOperationsResponse)(nil),   // 106: lifeline.v1.ListOperationsResponse
+	(*ShowOperationResponse)(nil),    // 107: lifeline.v1.ShowOperationResponse
+	(*ShowTaskResponse)(nil),         // 108: lifeline.v1.ShowTaskResponse
+	(*ApproveOperationResponse)(nil), // 109: lifeline.v1.ApproveOperationResponse
+	(*RejectOperationResponse)(nil),  // 110: lifeline.v1.RejectOperationResponse
+	(*ExecuteOperationResponse)(nil), // 111: lifeline.v1.ExecuteOperationResponse
+	(*PauseTasksResponse)(nil),       // 112: lifeline.v1.PauseTasksResponse
+	(*ResumeTasksResponse)(nil),      // 113: lifeline.v1.ResumeTasksResponse
+	(*StopTasksResponse)(nil),        // 114: lifeline.v1.StopTasksResponse
+	(*TaskLogsResponse)(nil),         // 115: lifeline.v1.TaskLogsResponse
+	(*VersionResponse)(nil),          // 116: lifeline.v1.VersionResponse
+	(*ShowUnitResponse)(nil),         // 117: lifeline.v1.ShowUnitResponse
+	(*ShowMachineResponse)(nil),      // 118: lifeline.v1.ShowMachineResponse
+	(*ListRevisionsResponse)(nil),    // 119: lifeline.v1.ListRevisionsResponse
+	(*ShowRevisionResponse)(nil),     // 120: lifeline.v1.ShowRevisionResponse
+	(*RollbackServiceResponse)(nil),  // 121: lifeline.v1.RollbackServiceResponse
+	(*RefreshServiceResponse)(nil),   // 122: lifeline.v1.RefreshServiceResponse
+	(*SetRolloutPolicyResponse)(nil), // 123: lifeline.v1.SetRolloutPolicyResponse
+	(*GetRolloutPolicyResponse)(nil), // 124: lifeline.v1.GetRolloutPolicyResponse
+	(*RolloutStatusResponse)(nil),    // 125: lifeline.v1.RolloutStatusResponse
+	(*PauseRolloutResponse)(nil),     // 126: lifeline.v1.PauseRolloutResponse
+	(*ResumeRolloutResponse)(nil),    // 127: lifeline.v1.ResumeRolloutResponse
+	(*PromoteRolloutResponse)(nil),   // 128: lifeline.v1.PromoteRolloutResponse
+	(*AbortRolloutResponse)(nil),     // 129: lifeline.v1.AbortRolloutResponse
+	(*DashboardLoginResponse)(nil),   // 130: lifeline.v1.DashboardLoginResponse
+	(*DebugLogResponse)(nil),         // 131: lifeline.v1.DebugLogResponse
 }
 var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	6,   // 0: lifeline.v1.StatusResponse.status:type_name -> lifeline.v1.ModelStatus
@@ -3638,62 +3641,64 @@ var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	92,  // 75: lifeline.v1.OperatorService.ResumeRollout:input_type -> lifeline.v1.ResumeRolloutRequest
 	93,  // 76: lifeline.v1.OperatorService.PromoteRollout:input_type -> lifeline.v1.PromoteRolloutRequest
 	94,  // 77: lifeline.v1.OperatorService.AbortRollout:input_type -> lifeline.v1.AbortRolloutRequest
-	95,  // 78: lifeline.v1.OperatorService.DebugLog:input_type -> lifeline.v1.DebugLogRequest
-	3,   // 79: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
-	5,   // 80: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
-	15,  // 81: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
-	17,  // 82: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
-	19,  // 83: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
-	21,  // 84: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
-	23,  // 85: lifeline.v1.OperatorService.IssueJoinToken:output_type -> lifeline.v1.IssueJoinTokenResponse
-	25,  // 86: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
-	27,  // 87: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
-	29,  // 88: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
-	31,  // 89: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
-	33,  // 90: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
-	35,  // 91: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
-	37,  // 92: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
-	40,  // 93: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
-	42,  // 94: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
-	44,  // 95: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
-	47,  // 96: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
-	1,   // 97: lifeline.v1.OperatorService.Barrier:output_type -> lifeline.v1.BarrierResponse
-	96,  // 98: lifeline.v1.OperatorService.ListUsers:output_type -> lifeline.v1.ListUsersResponse
-	97,  // 99: lifeline.v1.OperatorService.AddUser:output_type -> lifeline.v1.AddUserResponse
-	98,  // 100: lifeline.v1.OperatorService.RemoveUser:output_type -> lifeline.v1.RemoveUserResponse
-	99,  // 101: lifeline.v1.OperatorService.SetUserRole:output_type -> lifeline.v1.SetUserRoleResponse
-	100, // 102: lifeline.v1.OperatorService.WhoAmI:output_type -> lifeline.v1.WhoAmIResponse
-	101, // 103: lifeline.v1.OperatorService.RotateCredential:output_type -> lifeline.v1.RotateCredentialResponse
-	102, // 104: lifeline.v1.OperatorService.Audit:output_type -> lifeline.v1.AuditResponse
-	103, // 105: lifeline.v1.OperatorService.ListActions:output_type -> lifeline.v1.ListActionsResponse
-	104, // 106: lifeline.v1.OperatorService.RunAction:output_type -> lifeline.v1.RunActionResponse
-	105, // 107: lifeline.v1.OperatorService.ListOperations:output_type -> lifeline.v1.ListOperationsResponse
-	106, // 108: lifeline.v1.OperatorService.ShowOperation:output_type -> lifeline.v1.ShowOperationResponse
-	107, // 109: lifeline.v1.OperatorService.ShowTask:output_type -> lifeline.v1.ShowTaskResponse
-	108, // 110: lifeline.v1.OperatorService.ApproveOperation:output_type -> lifeline.v1.ApproveOperationResponse
-	109, // 111: lifeline.v1.OperatorService.RejectOperation:output_type -> lifeline.v1.RejectOperationResponse
-	110, // 112: lifeline.v1.OperatorService.ExecuteOperation:output_type -> lifeline.v1.ExecuteOperationResponse
-	111, // 113: lifeline.v1.OperatorService.PauseTasks:output_type -> lifeline.v1.PauseTasksResponse
-	112, // 114: lifeline.v1.OperatorService.ResumeTasks:output_type -> lifeline.v1.ResumeTasksResponse
-	113, // 115: lifeline.v1.OperatorService.StopTasks:output_type -> lifeline.v1.StopTasksResponse
-	114, // 116: lifeline.v1.OperatorService.TaskLogs:output_type -> lifeline.v1.TaskLogsResponse
-	115, // 117: lifeline.v1.OperatorService.Version:output_type -> lifeline.v1.VersionResponse
-	116, // 118: lifeline.v1.OperatorService.ShowUnit:output_type -> lifeline.v1.ShowUnitResponse
-	117, // 119: lifeline.v1.OperatorService.ShowMachine:output_type -> lifeline.v1.ShowMachineResponse
-	118, // 120: lifeline.v1.OperatorService.ListRevisions:output_type -> lifeline.v1.ListRevisionsResponse
-	119, // 121: lifeline.v1.OperatorService.ShowRevision:output_type -> lifeline.v1.ShowRevisionResponse
-	120, // 122: lifeline.v1.OperatorService.RollbackService:output_type -> lifeline.v1.RollbackServiceResponse
-	121, // 123: lifeline.v1.OperatorService.RefreshService:output_type -> lifeline.v1.RefreshServiceResponse
-	122, // 124: lifeline.v1.OperatorService.SetRolloutPolicy:output_type -> lifeline.v1.SetRolloutPolicyResponse
-	123, // 125: lifeline.v1.OperatorService.GetRolloutPolicy:output_type -> lifeline.v1.GetRolloutPolicyResponse
-	124, // 126: lifeline.v1.OperatorService.RolloutStatus:output_type -> lifeline.v1.RolloutStatusResponse
-	125, // 127: lifeline.v1.OperatorService.PauseRollout:output_type -> lifeline.v1.PauseRolloutResponse
-	126, // 128: lifeline.v1.OperatorService.ResumeRollout:output_type -> lifeline.v1.ResumeRolloutResponse
-	127, // 129: lifeline.v1.OperatorService.PromoteRollout:output_type -> lifeline.v1.PromoteRolloutResponse
-	128, // 130: lifeline.v1.OperatorService.AbortRollout:output_type -> lifeline.v1.AbortRolloutResponse
-	129, // 131: lifeline.v1.OperatorService.DebugLog:output_type -> lifeline.v1.DebugLogResponse
-	79,  // [79:132] is the sub-list for method output_type
-	26,  // [26:79] is the sub-list for method input_type
+	95,  // 78: lifeline.v1.OperatorService.DashboardLogin:input_type -> lifeline.v1.DashboardLoginRequest
+	96,  // 79: lifeline.v1.OperatorService.DebugLog:input_type -> lifeline.v1.DebugLogRequest
+	3,   // 80: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
+	5,   // 81: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
+	15,  // 82: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
+	17,  // 83: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
+	19,  // 84: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
+	21,  // 85: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
+	23,  // 86: lifeline.v1.OperatorService.IssueJoinToken:output_type -> lifeline.v1.IssueJoinTokenResponse
+	25,  // 87: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
+	27,  // 88: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
+	29,  // 89: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
+	31,  // 90: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
+	33,  // 91: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
+	35,  // 92: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
+	37,  // 93: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
+	40,  // 94: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
+	42,  // 95: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
+	44,  // 96: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
+	47,  // 97: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
+	1,   // 98: lifeline.v1.OperatorService.Barrier:output_type -> lifeline.v1.BarrierResponse
+	97,  // 99: lifeline.v1.OperatorService.ListUsers:output_type -> lifeline.v1.ListUsersResponse
+	98,  // 100: lifeline.v1.OperatorService.AddUser:output_type -> lifeline.v1.AddUserResponse
+	99,  // 101: lifeline.v1.OperatorService.RemoveUser:output_type -> lifeline.v1.RemoveUserResponse
+	100, // 102: lifeline.v1.OperatorService.SetUserRole:output_type -> lifeline.v1.SetUserRoleResponse
+	101, // 103: lifeline.v1.OperatorService.WhoAmI:output_type -> lifeline.v1.WhoAmIResponse
+	102, // 104: lifeline.v1.OperatorService.RotateCredential:output_type -> lifeline.v1.RotateCredentialResponse
+	103, // 105: lifeline.v1.OperatorService.Audit:output_type -> lifeline.v1.AuditResponse
+	104, // 106: lifeline.v1.OperatorService.ListActions:output_type -> lifeline.v1.ListActionsResponse
+	105, // 107: lifeline.v1.OperatorService.RunAction:output_type -> lifeline.v1.RunActionResponse
+	106, // 108: lifeline.v1.OperatorService.ListOperations:output_type -> lifeline.v1.ListOperationsResponse
+	107, // 109: lifeline.v1.OperatorService.ShowOperation:output_type -> lifeline.v1.ShowOperationResponse
+	108, // 110: lifeline.v1.OperatorService.ShowTask:output_type -> lifeline.v1.ShowTaskResponse
+	109, // 111: lifeline.v1.OperatorService.ApproveOperation:output_type -> lifeline.v1.ApproveOperationResponse
+	110, // 112: lifeline.v1.OperatorService.RejectOperation:output_type -> lifeline.v1.RejectOperationResponse
+	111, // 113: lifeline.v1.OperatorService.ExecuteOperation:output_type -> lifeline.v1.ExecuteOperationResponse
+	112, // 114: lifeline.v1.OperatorService.PauseTasks:output_type -> lifeline.v1.PauseTasksResponse
+	113, // 115: lifeline.v1.OperatorService.ResumeTasks:output_type -> lifeline.v1.ResumeTasksResponse
+	114, // 116: lifeline.v1.OperatorService.StopTasks:output_type -> lifeline.v1.StopTasksResponse
+	115, // 117: lifeline.v1.OperatorService.TaskLogs:output_type -> lifeline.v1.TaskLogsResponse
+	116, // 118: lifeline.v1.OperatorService.Version:output_type -> lifeline.v1.VersionResponse
+	117, // 119: lifeline.v1.OperatorService.ShowUnit:output_type -> lifeline.v1.ShowUnitResponse
+	118, // 120: lifeline.v1.OperatorService.ShowMachine:output_type -> lifeline.v1.ShowMachineResponse
+	119, // 121: lifeline.v1.OperatorService.ListRevisions:output_type -> lifeline.v1.ListRevisionsResponse
+	120, // 122: lifeline.v1.OperatorService.ShowRevision:output_type -> lifeline.v1.ShowRevisionResponse
+	121, // 123: lifeline.v1.OperatorService.RollbackService:output_type -> lifeline.v1.RollbackServiceResponse
+	122, // 124: lifeline.v1.OperatorService.RefreshService:output_type -> lifeline.v1.RefreshServiceResponse
+	123, // 125: lifeline.v1.OperatorService.SetRolloutPolicy:output_type -> lifeline.v1.SetRolloutPolicyResponse
+	124, // 126: lifeline.v1.OperatorService.GetRolloutPolicy:output_type -> lifeline.v1.GetRolloutPolicyResponse
+	125, // 127: lifeline.v1.OperatorService.RolloutStatus:output_type -> lifeline.v1.RolloutStatusResponse
+	126, // 128: lifeline.v1.OperatorService.PauseRollout:output_type -> lifeline.v1.PauseRolloutResponse
+	127, // 129: lifeline.v1.OperatorService.ResumeRollout:output_type -> lifeline.v1.ResumeRolloutResponse
+	128, // 130: lifeline.v1.OperatorService.PromoteRollout:output_type -> lifeline.v1.PromoteRolloutResponse
+	129, // 131: lifeline.v1.OperatorService.AbortRollout:output_type -> lifeline.v1.AbortRolloutResponse
+	130, // 132: lifeline.v1.OperatorService.DashboardLogin:output_type -> lifeline.v1.DashboardLoginResponse
+	131, // 133: lifeline.v1.OperatorService.DebugLog:output_type -> lifeline.v1.DebugLogResponse
+	80,  // [80:134] is the sub-list for method output_type
+	26,  // [26:80] is the sub-list for method input_type
 	26,  // [26:26] is the sub-list for extension type_name
 	26,  // [26:26] is the sub-list for extension extendee
 	0,   // [0:26] is the sub-list for field type_name
@@ -3704,6 +3709,7 @@ func file_lifeline_v1_operator_proto_init() {
 	if File_lifeline_v1_operator_proto != nil {
 		return
 	}
+	file_lifeline_v1_dashboard_proto_init()
 	file_lifeline_v1_logs_proto_init()
 	file_lifeline_v1_model_proto_init()
 	file_lifeline_v1_operations_proto_init()

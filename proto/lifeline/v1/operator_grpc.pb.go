@@ -73,6 +73,7 @@ const (
 	OperatorService_ResumeRollout_FullMethodName    = "/lifeline.v1.OperatorService/ResumeRollout"
 	OperatorService_PromoteRollout_FullMethodName   = "/lifeline.v1.OperatorService/PromoteRollout"
 	OperatorService_AbortRollout_FullMethodName     = "/lifeline.v1.OperatorService/AbortRollout"
+	OperatorService_DashboardLogin_FullMethodName   = "/lifeline.v1.OperatorService/DashboardLogin"
 	OperatorService_DebugLog_FullMethodName         = "/lifeline.v1.OperatorService/DebugLog"
 )
 
@@ -222,6 +223,9 @@ type OperatorServiceClient interface {
 	ResumeRollout(ctx context.Context, in *ResumeRolloutRequest, opts ...grpc.CallOption) (*ResumeRolloutResponse, error)
 	PromoteRollout(ctx context.Context, in *PromoteRolloutRequest, opts ...grpc.CallOption) (*PromoteRolloutResponse, error)
 	AbortRollout(ctx context.Context, in *AbortRolloutRequest, opts ...grpc.CallOption) (*AbortRolloutResponse, error)
+	// DashboardLogin makes a one-time link (60 s) that logs the caller in to
+	// the dashboard (dashboard.proto).
+	DashboardLogin(ctx context.Context, in *DashboardLoginRequest, opts ...grpc.CallOption) (*DashboardLoginResponse, error)
 	// DebugLog streams the log lines this controller keeps in memory (its
 	// own and those its machine agents shipped), filtered, then new ones as
 	// they arrive when asked to follow.
@@ -786,6 +790,16 @@ func (c *operatorServiceClient) AbortRollout(ctx context.Context, in *AbortRollo
 	return out, nil
 }
 
+func (c *operatorServiceClient) DashboardLogin(ctx context.Context, in *DashboardLoginRequest, opts ...grpc.CallOption) (*DashboardLoginResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DashboardLoginResponse)
+	err := c.cc.Invoke(ctx, OperatorService_DashboardLogin_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *operatorServiceClient) DebugLog(ctx context.Context, in *DebugLogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DebugLogResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &OperatorService_ServiceDesc.Streams[4], OperatorService_DebugLog_FullMethodName, cOpts...)
@@ -951,6 +965,9 @@ type OperatorServiceServer interface {
 	ResumeRollout(context.Context, *ResumeRolloutRequest) (*ResumeRolloutResponse, error)
 	PromoteRollout(context.Context, *PromoteRolloutRequest) (*PromoteRolloutResponse, error)
 	AbortRollout(context.Context, *AbortRolloutRequest) (*AbortRolloutResponse, error)
+	// DashboardLogin makes a one-time link (60 s) that logs the caller in to
+	// the dashboard (dashboard.proto).
+	DashboardLogin(context.Context, *DashboardLoginRequest) (*DashboardLoginResponse, error)
 	// DebugLog streams the log lines this controller keeps in memory (its
 	// own and those its machine agents shipped), filtered, then new ones as
 	// they arrive when asked to follow.
@@ -1120,6 +1137,9 @@ func (UnimplementedOperatorServiceServer) PromoteRollout(context.Context, *Promo
 }
 func (UnimplementedOperatorServiceServer) AbortRollout(context.Context, *AbortRolloutRequest) (*AbortRolloutResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AbortRollout not implemented")
+}
+func (UnimplementedOperatorServiceServer) DashboardLogin(context.Context, *DashboardLoginRequest) (*DashboardLoginResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DashboardLogin not implemented")
 }
 func (UnimplementedOperatorServiceServer) DebugLog(*DebugLogRequest, grpc.ServerStreamingServer[DebugLogResponse]) error {
 	return status.Error(codes.Unimplemented, "method DebugLog not implemented")
@@ -2049,6 +2069,24 @@ func _OperatorService_AbortRollout_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_DashboardLogin_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DashboardLoginRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).DashboardLogin(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_DashboardLogin_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).DashboardLogin(ctx, req.(*DashboardLoginRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _OperatorService_DebugLog_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(DebugLogRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -2258,6 +2296,10 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AbortRollout",
 			Handler:    _OperatorService_AbortRollout_Handler,
+		},
+		{
+			MethodName: "DashboardLogin",
+			Handler:    _OperatorService_DashboardLogin_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
