@@ -291,6 +291,8 @@ func describe(req any) (targets []string, summary string) {
 		return []string{svc(r.Service)}, "promote the rollout of " + r.Service
 	case *pb.AbortRolloutRequest:
 		return []string{svc(r.Service)}, "abort the rollout of " + r.Service
+	case *pb.DashboardLoginRequest:
+		return nil, "make a dashboard login link"
 	}
 	return nil, ""
 }

@@ -202,6 +202,8 @@ var callKinds = map[string]callKind{
 	"/lifeline.v1.OperatorService/ResumeRollout":    callKeep,
 	"/lifeline.v1.OperatorService/PromoteRollout":   callKeep,
 	"/lifeline.v1.OperatorService/AbortRollout":     callKeep,
+	// A dashboard login link: one leased record, bounded a user.
+	"/lifeline.v1.OperatorService/DashboardLogin": callGrow,
 	// Made without a credential (the join token, or the registration's
 	// one-time secret, is the proof), all such calls on one budget.
 	"/lifeline.v1.MachineJoinService/JoinMachine":       callGrow,

@@ -70,6 +70,10 @@ func operatorAccess(method string) (access, bool) {
 		return access{role: viewer}, true
 	case "SetRolloutPolicy", "PauseRollout", "ResumeRollout", "PromoteRollout", "AbortRollout":
 		return access{role: operator, changes: true}, true
+	// A link to log in to the dashboard, as oneself: every user's. What
+	// the dashboard shows and does is authorized call by call (CallAs).
+	case "DashboardLogin":
+		return access{role: viewer, changes: true}, true
 	// The users and the controllers.
 	case "ListUsers":
 		return access{role: admin}, true
@@ -88,3 +92,11 @@ func (a access) allows(role pb.UserRole) bool { return role >= a.role && a.role 
 
 // roleName is role as ctl names it.
 func roleName(role pb.UserRole) string { return state.RoleName(role) }
+
+// Allows says whether a user of role may call the OperatorService method
+// ("Resolved"), by operatorAccess: what the dashboard offers a user is
+// what the call would allow.
+func Allows(method string, role pb.UserRole) bool {
+	acc, ok := operatorAccess(method)
+	return ok && acc.allows(role)
+}

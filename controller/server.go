@@ -100,6 +100,10 @@ type Config struct {
 	RevisionHistory int
 	// LogRing bounds the log lines kept for ctl debug-log (logring.go).
 	LogRing LogRingLimits
+	// DashboardURL is the dashboard this controller serves
+	// ("https://host:port"), which DashboardLogin's links point to; ""
+	// when it serves none.
+	DashboardURL string
 }
 
 // Validate reports a configuration New cannot use.
@@ -160,6 +164,8 @@ type Server struct {
 	debugFollows logFollows
 	// shipUnits remembers the units' machines for ShipLogs.
 	shipUnits shipUnits
+	// dashLogins rate-limits DashboardLogin a user.
+	dashLogins dashboardLogins
 	// addrs is the list of controller addresses last read
 	// (controllerAddresses).
 	addrs struct {

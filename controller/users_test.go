@@ -79,6 +79,8 @@ func TestEachRoleAgainstEveryOperatorMethod(t *testing.T) {
 		// Rollouts.
 		"GetRolloutPolicy": "viewer", "RolloutStatus": "viewer", "SetRolloutPolicy": "operator",
 		"PauseRollout": "operator", "ResumeRollout": "operator", "PromoteRollout": "operator", "AbortRollout": "operator",
+		// The dashboard's login links.
+		"DashboardLogin": "viewer",
 	}
 	conns := map[string]*grpc.ClientConn{
 		"viewer":   e.Dial(e.User("vic", pb.UserRole_USER_ROLE_VIEWER)),

@@ -34,6 +34,7 @@ type Env struct {
 	watchQueue int
 	watchBytes int64
 	hub        *watchhub.Hub
+	server     *controller.Server
 	lis        net.Listener
 	srv        *grpc.Server
 	cleaner    context.CancelFunc
@@ -81,6 +82,9 @@ type Options struct {
 	// Health is controller.Config.Health: the gRPC health service the
 	// API serves without a credential (none when nil).
 	Health *health.Server
+	// DashboardURL is controller.Config.DashboardURL: the dashboard the
+	// login links point to (none when empty).
+	DashboardURL string
 }
 
 // New starts a controller for the test; it stops with the test, and the
@@ -112,7 +116,8 @@ func New(t testing.TB, opts Options) *Env {
 	e := &Env{T: t, Ctx: ctx, State: st, CA: ca, anonymous: opts.Anonymous, watchQueue: opts.WatchQueue, watchBytes: opts.WatchBytes}
 	e.cfg = controller.Config{State: st, TLS: pki.ServerTLSConfig(cert), Busy: opts.Busy, PresenceTimeout: opts.PresenceTimeout,
 		ID: "c-test", KEK: opts.KEK, Watch: opts.Watch, Connections: opts.Connections, HandshakeTimeout: opts.HandshakeTimeout,
-		Budgets: opts.Budgets, Storage: opts.Storage, Health: opts.Health, RevisionHistory: opts.RevisionHistory}
+		Budgets: opts.Budgets, Storage: opts.Storage, Health: opts.Health, RevisionHistory: opts.RevisionHistory,
+		DashboardURL: opts.DashboardURL}
 	if !opts.Anonymous {
 		e.cfg.CACert = ca.CertPEM()
 	}
@@ -179,12 +184,16 @@ func (e *Env) Start() {
 	ran := make(chan struct{})
 	go func() { srv.Run(hctx); close(ran) }()
 	e.stopHub = func() { cancel(); <-done; <-ran }
-	e.lis, e.srv = lis, srv.GRPCServer()
+	e.lis, e.srv, e.server = lis, srv.GRPCServer(), srv
 	go e.srv.Serve(srv.Listener(lis))
 }
 
 // Hub is the watch hub of the controller served now.
 func (e *Env) Hub() *watchhub.Hub { return e.hub }
+
+// Server is the controller served now, for what serves beside the API
+// in its process (the dashboard).
+func (e *Env) Server() *controller.Server { return e.server }
 
 // Stop stops serving the API (the model stays): agents see the controller
 // go away.

@@ -60,7 +60,7 @@ var docScenarios = []struct {
 	// add-user writes bob's token, which register reads; the commands
 	// after run as admin or, with --config bob.json, as bob.
 	{name: "users", groups: []string{
-		"ctl add-user", "ctl register", "ctl users", "ctl whoami", "ctl set-role", "ctl rotate-credential",
+		"ctl add-user", "ctl register", "ctl users", "ctl whoami", "ctl dashboard", "ctl set-role", "ctl rotate-credential",
 		"ctl audit", "ctl remove-user",
 	}, bootstrap: true},
 	// Operations, numbered as the examples name them: run makes 1 (keys),

@@ -293,7 +293,7 @@ func (fz *fuzzer) logEntity(rnd *rand.Rand) string {
 // hash), so that it goes on calling.
 func (fz *fuzzer) userCall(ctx context.Context, rnd *rand.Rand) (string, proto.Message, error) {
 	role := pb.UserRole(rnd.IntN(5) - 1)
-	switch rnd.IntN(7) {
+	switch rnd.IntN(8) {
 	case 0:
 		in := &pb.ListUsersRequest{}
 		_, err := fz.op.ListUsers(ctx, in)
@@ -324,6 +324,10 @@ func (fz *fuzzer) userCall(ctx context.Context, rnd *rand.Rand) (string, proto.M
 		in := &pb.VersionRequest{}
 		_, err := fz.op.Version(ctx, in)
 		return "Version", in, err
+	case 6:
+		in := &pb.DashboardLoginRequest{}
+		_, err := fz.op.DashboardLogin(ctx, in)
+		return "DashboardLogin", in, err
 	}
 	in := &pb.RotateCredentialRequest{CredentialHash: fz.ownHash}
 	if rnd.IntN(2) == 0 {

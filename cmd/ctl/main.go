@@ -211,6 +211,7 @@ Example:
 		removeUserCommand(e),
 		setRoleCommand(e),
 		whoamiCommand(e),
+		dashboardCommand(e),
 		rotateCredentialCommand(e),
 		auditCommand(e),
 		debugLogCommand(e),
