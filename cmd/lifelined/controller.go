@@ -75,6 +75,7 @@ type controllerFlags struct {
 	auditRetention string
 	operations     operationFlags
 	rollouts       rolloutFlags
+	dashboard      dashboardFlags
 	// set says whether a flag was given (for those that only apply to
 	// embedded etcd).
 	set func(name string) bool
@@ -114,6 +115,7 @@ local provider, controllers on one host share --machines-dir.`,
 	f.budgets.add(fl)
 	f.operations.add(fl)
 	f.rollouts.add(fl)
+	f.dashboard.add(fl)
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory for the controller's state: etcd data, certificates, logs (required)")
 	fl.StringVar(&f.apiAddr, "api-addr", "127.0.0.1:17070", "address the API listens on")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "127.0.0.1:17071", "address /metrics is served on; empty for none")
@@ -149,6 +151,9 @@ func (f *controllerFlags) validate() error {
 	}
 	if _, _, err := net.SplitHostPort(f.apiAddr); err != nil {
 		return usageError{fmt.Errorf("--api-addr %q: %w", f.apiAddr, err)}
+	}
+	if err := f.dashboard.validate(); err != nil {
+		return err
 	}
 	switch f.provider {
 	case "manual", "local":
@@ -405,6 +410,13 @@ func runController(ctx context.Context, f controllerFlags) error {
 		}
 		defer ml.Close()
 	}
+	dl, dashURL, err := f.dashboard.listen(f.apiAddr, advertise, logger)
+	if err != nil {
+		return err
+	}
+	if dl != nil {
+		defer dl.Close()
+	}
 	if err := ensureAdmin(ctx, st, id, f.clientConfig, advertise, ca.CertPEM(), logger); err != nil {
 		return err
 	}
@@ -451,7 +463,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 		Connections: lim.conns, HandshakeTimeout: lim.handshake, IdleTimeout: lim.idle, Watch: lim.watch,
 		Budgets: f.budgets.budgets(), Storage: storage, ApprovalTTL: f.operations.approvalTTL,
 		Health: hs, Build: build, RevisionHistory: f.rollouts.revisionHistory,
-		LogRing: f.logRing(),
+		LogRing: f.logRing(), DashboardURL: dashURL,
 	})
 	if err != nil {
 		return err
@@ -474,6 +486,12 @@ func runController(ctx context.Context, f controllerFlags) error {
 			gs.Stop()
 		}
 	})
+
+	if dl != nil {
+		if err := serveDashboard(&g, dl, f.dashboard, api, st, hub, cert, logger); err != nil {
+			return err
+		}
+	}
 
 	if ml != nil {
 		mux := http.NewServeMux()

@@ -1,0 +1,64 @@
+// The model page, live: the server sends the page's tables as a
+// server-sent event whenever the model changes; the filter hides the rows
+// that do not mention its text; "Resolved" posts with the session's CSRF
+// token.
+(function () {
+  "use strict";
+  var model = document.getElementById("model");
+  var live = document.getElementById("live");
+  var notice = document.getElementById("notice");
+  var filter = document.getElementById("filter");
+  var csrf = document.body.dataset.csrf;
+
+  function say(text) {
+    notice.textContent = text;
+    notice.hidden = !text;
+  }
+
+  function applyFilter() {
+    var f = filter.value.trim().toLowerCase();
+    model.querySelectorAll("tr[data-search]").forEach(function (tr) {
+      tr.hidden = f !== "" && tr.dataset.search.indexOf(f) < 0;
+    });
+  }
+  filter.addEventListener("input", applyFilter);
+  filter.form.addEventListener("submit", function (e) { e.preventDefault(); applyFilter(); });
+
+  var es = new EventSource("/events");
+  es.addEventListener("open", function () { live.textContent = "live"; });
+  es.addEventListener("model", function (e) {
+    model.innerHTML = e.data;
+    applyFilter();
+    live.textContent = "live · revision " + e.lastEventId;
+    document.body.dataset.revision = e.lastEventId;
+  });
+  es.addEventListener("end", function (e) {
+    es.close();
+    live.textContent = "ended";
+    document.body.dataset.ended = "1";
+    say(e.data + ": run ctl dashboard to log in again.");
+  });
+  es.addEventListener("error", function () {
+    if (es.readyState === EventSource.CLOSED) {
+      live.textContent = "ended";
+      document.body.dataset.ended = "1";
+      say("The live view ended: reload the page, or run ctl dashboard to log in again.");
+    } else {
+      live.textContent = "reconnecting…";
+    }
+  });
+
+  model.addEventListener("click", function (e) {
+    var b = e.target.closest("button.resolve");
+    if (!b) { return; }
+    b.disabled = true;
+    var unit = b.dataset.unit;
+    fetch("/units/" + unit + "/resolved", {method: "POST", headers: {"X-CSRF-Token": csrf}, credentials: "same-origin"})
+      .then(function (r) { return r.text().then(function (t) { return {ok: r.ok, status: r.status, text: t}; }); })
+      .then(function (r) {
+        say(r.ok ? r.text.trim() : "Refused (" + r.status + "): " + r.text.trim());
+        b.disabled = false;
+      });
+  });
+  applyFilter();
+})();
