@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
@@ -48,6 +49,9 @@ func start(t testing.TB) *fixture {
 	hs.Listener.Close()
 	hs.Listener = lis
 	hs.EnableHTTP2 = true
+	// Browsers drop connections they opened ahead; the server's log of
+	// each is noise.
+	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
 	hs.StartTLS()
 	t.Cleanup(hs.Close)
 	return &fixture{Env: e, t: t, hs: hs, url: url}

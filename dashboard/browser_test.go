@@ -1,0 +1,203 @@
+package dashboard_test
+
+import (
+	"context"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+)
+
+// The browser tests drive headless Chromium through chromedp: the page's
+// JavaScript (the live stream, the filter, the buttons) runs only in a
+// browser, and chromedp talks to Chromium's DevTools protocol from Go
+// alone, without Node or a WebDriver server, so it runs under go test.
+
+var screenshots = flag.String("screenshots", "", "directory to keep the browser tests' screenshots in (default: the test's temporary directory)")
+
+// chromium is the browser binary found, or "" when there is none.
+func chromium() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// newBrowser starts a headless browser of its own (its own cookies) at
+// width×height, closed when the test ends.
+func newBrowser(t *testing.T, exe string, width, height int) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe),
+		chromedp.NoSandbox, // root in CI
+		chromedp.Flag("ignore-certificate-errors", true),
+		chromedp.WindowSize(width, height),
+	)
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	ctx, cancel2 := chromedp.NewContext(actx)
+	t.Cleanup(cancel2)
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start %s: %v", exe, err)
+	}
+	return ctx
+}
+
+// run runs steps in the browser within a deadline.
+func run(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// value runs an action that returns a value, within a deadline.
+func value[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+// shot saves a screenshot of the page as name.png.
+func shot(t *testing.T, ctx context.Context, dir, name string) {
+	t.Helper()
+	png := value(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
+	p := filepath.Join(dir, name+".png")
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s", p)
+}
+
+// TestDashboardInChromium: log in with a link; a deploy shows on the open
+// page; a unit going to error shows first, live; a viewer sees no
+// buttons and is refused when posting directly; an operator's Resolved
+// works and is audited; a removed user's page ends and its next request
+// is refused. One controller for all of it.
+func TestDashboardInChromium(t *testing.T) {
+	exe := chromium()
+	if exe == "" {
+		t.Skip("no chromium, chromium-browser, google-chrome or google-chrome-stable binary on PATH: the browser tests need one (CI installs Debian's chromium)")
+	}
+	dir := *screenshots
+	if dir == "" {
+		dir = t.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := start(t)
+	admin := f.Operator()
+	olga := f.op("olga", pb.UserRole_USER_ROLE_OPERATOR)
+	vic := f.op("vic", pb.UserRole_USER_ROLE_VIEWER)
+	f.deployKV(admin, 3)
+
+	op := newBrowser(t, exe, 1280, 900)
+	t.Run("login", func(t *testing.T) {
+		run(t, op, "log in", chromedp.Navigate(f.link(olga)),
+			chromedp.WaitVisible(chromedp.CSS(`tr[data-unit="kv/2"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)))
+		who := value(t, op, "read the header", chromedp.Text(chromedp.CSS(`.who`)))
+		if who != "olga (operator)" {
+			t.Errorf("header names %q, want olga (operator)", who)
+		}
+	})
+
+	t.Run("deploy shows", func(t *testing.T) {
+		f.Upload(admin, "../controller/testdata/app")
+		start := time.Now()
+		if _, err := admin.Deploy(f.Ctx, &pb.DeployRequest{Charm: "app", NumUnits: 2}); err != nil {
+			t.Fatal(err)
+		}
+		run(t, op, "wait for app/1", chromedp.WaitVisible(chromedp.CSS(`tr[data-unit="app/1"]`)))
+		t.Logf("the deploy showed on the open page %s after the Deploy call returned", time.Since(start))
+	})
+
+	t.Run("error shows first, live", func(t *testing.T) {
+		start := time.Now()
+		f.failHook("app/1")
+		run(t, op, "wait for app/1 in error", chromedp.WaitVisible(chromedp.CSS(`tr.error[data-unit="app/1"] button.resolve`)))
+		t.Logf("the hook's failure showed on the open page %s after it was reported", time.Since(start))
+		first := value(t, op, "read the first unit", chromedp.AttributeValue(chromedp.CSS(`#units tbody tr`), "data-unit")).Value
+		if first != "app/1" {
+			t.Errorf("first unit listed = %s, want app/1, in error", first)
+		}
+		shot(t, op, dir, "model")
+		run(t, op, "filter", chromedp.SendKeys(chromedp.CSS(`#filter`), "kv/"))
+		shown := value(t, op, "count the rows shown", chromedp.Evaluate[int](`document.querySelectorAll('#units tbody tr:not([hidden])').length`))
+		if shown != 3 {
+			t.Errorf("rows shown for the filter kv/ = %d, want 3", shown)
+		}
+		value(t, op, "clear the filter", chromedp.Evaluate[int](`(() => { const f = document.getElementById("filter"); f.value = ""; f.dispatchEvent(new Event("input")); return 0 })()`))
+	})
+
+	t.Run("viewer", func(t *testing.T) {
+		f.failHook("kv/0")
+		b := newBrowser(t, exe, 1280, 900)
+		run(t, b, "log in", chromedp.Navigate(f.link(vic)), chromedp.WaitVisible(chromedp.CSS(`tr.error[data-unit="kv/0"]`)))
+		buttons := value(t, b, "look for buttons", chromedp.Evaluate[int](`document.querySelectorAll('button.resolve').length`))
+		status := value(t, b, "post directly", chromedp.Evaluate[int](
+			`fetch("/units/kv/0/resolved", {method: "POST", headers: {"X-CSRF-Token": document.body.dataset.csrf}}).then(r => r.status)`, chromedp.EvalAwaitPromise))
+		if buttons != 0 || status != 403 {
+			t.Errorf("a viewer's page: %d Resolved buttons, a direct post answered %v; want none and 403", buttons, status)
+		}
+		if e := lastAudit(t, f, "Resolved"); e.GetUser() != "vic" || e.GetCode() != 7 {
+			t.Errorf("last Resolved audit entry = %v, want vic's refusal", e)
+		}
+		shot(t, b, dir, "model-viewer")
+	})
+
+	t.Run("operator resolves", func(t *testing.T) {
+		run(t, op, "press Resolved on app/1",
+			chromedp.Click(chromedp.CSS(`tr[data-unit="app/1"] button.resolve`)),
+			chromedp.WaitVisible(chromedp.CSS(`#notice`)))
+		notice := value(t, op, "read the notice", chromedp.Text(chromedp.CSS(`#notice`)))
+		if !strings.Contains(notice, "app/1 marked resolved") {
+			t.Errorf("notice after Resolved = %q, want it marked resolved", notice)
+		}
+		if e := lastAudit(t, f, "Resolved"); e.GetUser() != "olga" || e.GetCode() != 0 || !e.GetChanged() || e.GetSummary() != "resolved app/1" {
+			t.Errorf("last Resolved audit entry = %v, want olga's change", e)
+		}
+	})
+
+	t.Run("phone", func(t *testing.T) {
+		b := newBrowser(t, exe, 390, 844)
+		run(t, b, "log in", chromedp.Navigate(f.link(olga)), chromedp.WaitVisible(chromedp.CSS(`tr[data-unit="app/1"]`)))
+		shot(t, b, dir, "model-phone")
+	})
+
+	t.Run("removed user", func(t *testing.T) {
+		rita := f.op("rita", pb.UserRole_USER_ROLE_OPERATOR)
+		b := newBrowser(t, exe, 1280, 900)
+		run(t, b, "log in", chromedp.Navigate(f.link(rita)), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)))
+		if _, err := admin.RemoveUser(f.Ctx, &pb.RemoveUserRequest{Name: "rita"}); err != nil {
+			t.Fatal(err)
+		}
+		run(t, b, "wait for the stream's end", chromedp.WaitVisible(chromedp.CSS(`body[data-ended="1"]`)))
+		notice := value(t, b, "read the notice", chromedp.Text(chromedp.CSS(`#notice`)))
+		if !strings.Contains(notice, "session ended") {
+			t.Errorf("notice = %q, want the session's end", notice)
+		}
+		shot(t, b, dir, "session-ended")
+		run(t, b, "reload", chromedp.Navigate(f.url+"/"))
+		body := value(t, b, "read the page", chromedp.Text(chromedp.CSS(`body`)))
+		if !strings.Contains(body, "ctl dashboard") {
+			t.Errorf("the page after the user's removal says %q, want how to log in", body)
+		}
+	})
+}
