@@ -124,12 +124,20 @@ func New(cfg Config) (*Server, error) {
 		cfg.Coalesce = 200 * time.Millisecond
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg, logger: cfg.Logger.Named("dashboard"), pages: pages, streams: map[string]int{},
+		limits: limiters{rate: rate.Limit(cfg.Limits.Requests), burst: cfg.Limits.Burst}}, nil
+}
+
+func parsePages() (*template.Template, error) {
 	pages, err := template.New("").Funcs(funcs).ParseFS(webFS, "web/*.html")
 	if err != nil {
 		return nil, fmt.Errorf("dashboard templates: %w", err)
 	}
-	return &Server{cfg: cfg, logger: cfg.Logger.Named("dashboard"), pages: pages, streams: map[string]int{},
-		limits: limiters{rate: rate.Limit(cfg.Limits.Requests), burst: cfg.Limits.Burst}}, nil
+	return pages, nil
 }
 
 // Handler is the dashboard's HTTP handler; the caller serves it over TLS.
