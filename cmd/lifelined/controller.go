@@ -104,7 +104,11 @@ token ctl add-controller prints (--join-file). Agents learn every live
 controller's address and move to another when theirs goes. One controller,
 elected through etcd, runs the provisioner and the cleaner; when it stops,
 another takes over (within 8 s if it died without resigning). With the
-local provider, controllers on one host share --machines-dir.`,
+local provider, controllers on one host share --machines-dir.
+
+Each controller serves the web dashboard over HTTPS with its certificate
+(signed by the model's CA) at --dashboard-addr, by default the API's host and
+port + 2; ctl dashboard prints a one-time login link.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.set = func(name string) bool { return cmd.Flags().Changed(name) }

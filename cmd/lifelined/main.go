@@ -7,6 +7,7 @@
 //	                    └► state ─► cleaner
 //	                         └► watch hub (one etcd watch of the model)
 //	                         └► controller API (gRPC over TLS) ─► listener
+//	                              └► dashboard (HTTPS, its own listener; calls the API as its users)
 //	                         └► readiness (every 2 s: etcd, leader, NOSPACE) ─► gRPC health
 //	                         └► metrics (/metrics, /healthz, /readyz on its own listener)
 //
