@@ -198,9 +198,9 @@ func claim(ports ...int) bool {
 	return true
 }
 
-// FreePorts returns a free loopback port whose next port is free too (a
-// controller's metrics port). Neither has been handed out before by this
-// process.
+// FreePorts returns a free loopback port whose next two ports are free
+// too (a controller's metrics port, and its dashboard's by default). None
+// of them has been handed out before by this process.
 func FreePorts(t testing.TB) int {
 	t.Helper()
 	for range 50 {
@@ -209,16 +209,21 @@ func FreePorts(t testing.TB) int {
 			t.Fatal(err)
 		}
 		port := l.Addr().(*net.TCPAddr).Port
-		l2, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+1)))
-		l.Close()
-		if err == nil {
-			l2.Close()
-			if claim(port, port+1) {
-				return port
+		free := true
+		for _, p := range []int{port + 1, port + 2} {
+			l2, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+			if err != nil {
+				free = false
+				break
 			}
+			l2.Close()
+		}
+		l.Close()
+		if free && claim(port, port+1, port+2) {
+			return port
 		}
 	}
-	t.Fatal("no two free consecutive ports")
+	t.Fatal("no three free consecutive ports")
 	return 0
 }
 

@@ -18,6 +18,7 @@ func TestPortsNeverRepeat(t *testing.T) {
 		p := FreePorts(t)
 		add(p)
 		add(p + 1)
+		add(p + 2)
 		for _, q := range FreeLoopbackPorts(t, 3) {
 			add(q)
 		}
