@@ -13,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/state"
 )
 
 // The browser tests drive headless Chromium through chromedp: the page's
@@ -72,6 +73,22 @@ func value[T any](t *testing.T, ctx context.Context, what string, a chromedp.Act
 		t.Fatalf("%s: %v", what, err)
 	}
 	return v
+}
+
+// waitTrue polls a JavaScript expression until it is true, within a
+// deadline.
+func waitTrue(t *testing.T, ctx context.Context, what, expr string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if value(t, ctx, what, chromedp.Evaluate[bool](expr)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10 s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // shot saves a screenshot of the page as name.png.
@@ -173,6 +190,24 @@ func TestDashboardInChromium(t *testing.T) {
 		if e := lastAudit(t, f, "Resolved"); e.GetUser() != "olga" || e.GetCode() != 0 || !e.GetChanged() || e.GetSummary() != "resolved app/1" {
 			t.Errorf("last Resolved audit entry = %v, want olga's change", e)
 		}
+	})
+
+	t.Run("unit page", func(t *testing.T) {
+		f.failHook("kv/2")
+		run(t, op, "open kv/2", chromedp.Click(chromedp.CSS(`a[href="/units/kv/2"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`#history-h`)), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)),
+			chromedp.Click(chromedp.CSS(`details summary`)), chromedp.WaitVisible(chromedp.CSS(`details pre`)))
+		out := value(t, op, "read the hook's output", chromedp.Text(chromedp.CSS(`details pre`)))
+		if !strings.Contains(out, "cannot bind port 70000") {
+			t.Errorf("hook output shown = %q, want the failed hook's", out)
+		}
+		shot(t, op, dir, "unit")
+		// Live: the workload's next status shows without a reload.
+		if err := f.State.SetStatus(f.Ctx, state.StatusUnit, "kv/2", &pb.Status{Status: "blocked", Message: "waiting for a port"}); err != nil {
+			t.Fatal(err)
+		}
+		waitTrue(t, op, "the new status shown", `document.getElementById("model").textContent.includes("waiting for a port")`)
+		run(t, op, "back to the model", chromedp.Navigate(f.url+"/"), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)))
 	})
 
 	t.Run("phone", func(t *testing.T) {

@@ -49,6 +49,11 @@ func TestDashboardOverHTTP(t *testing.T) {
 			t.Errorf("a viewer's page shows kv/0: %t, a Resolved button: %t; want the unit and no button",
 				strings.Contains(page, "kv/0"), strings.Contains(page, `class="resolve"`))
 		}
+		code, unitPage := get(t, c, f.url+"/units/kv/0")
+		if code != 200 || !strings.Contains(unitPage, "Status history") || !strings.Contains(unitPage, "cannot bind port 70000") || strings.Contains(unitPage, `class="resolve"`) {
+			t.Errorf("a viewer's unit page = %d, history with the hook's output %t, a button %t; want 200, the output, no button",
+				code, strings.Contains(unitPage, "cannot bind port 70000"), strings.Contains(unitPage, `class="resolve"`))
+		}
 		if code, body := f.post(c, "/units/kv/0/resolved", ""); code != http.StatusForbidden || !strings.Contains(body, "CSRF") {
 			t.Errorf("POST resolved without the CSRF token = %d %q, want 403", code, body)
 		}

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -34,7 +35,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, se session) {
 	defer s.closeStream(se.user)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	filter := r.URL.Query().Get("q")
+	// The page the stream is for: the model (filtered), or one unit.
+	filter, unit := r.URL.Query().Get("q"), r.URL.Query().Get("unit")
+	prefixes, page := modelPrefixes, "model-body"
+	if unit != "" {
+		prefixes, page = unitPrefixes, "unit-body"
+	}
 
 	wake := make(chan struct{}, 1)
 	poke := func() {
@@ -50,7 +56,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, se session) {
 			st.Close()
 		}
 	}()
-	for _, p := range modelPrefixes {
+	for _, p := range prefixes {
 		st, err := s.cfg.Hub.Polled(ctx, p, true, max(after, 1), poke)
 		if err != nil {
 			http.Error(w, "cannot follow the model now: "+err.Error(), http.StatusServiceUnavailable)
@@ -80,21 +86,32 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, se session) {
 
 	send := func() error {
 		start := time.Now()
-		v, err := s.view(ctx, se, filter)
-		if err != nil {
+		var data any
+		var rev int64
+		if unit != "" {
+			v, err := s.unitView(ctx, se, unit)
+			if err != nil {
+				return err
+			}
+			data, rev = v, s.cfg.Hub.Revision()
+		} else {
+			v, err := s.view(ctx, se, filter)
+			if err != nil {
+				return err
+			}
+			data, rev = v, v.Revision
+		}
+		var b bytes.Buffer
+		if err := s.pages.ExecuteTemplate(&b, page, data); err != nil {
 			return err
 		}
-		b, err := s.renderModel(v)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "event: model\nid: %d\n", v.Revision)
+		fmt.Fprintf(w, "event: model\nid: %d\n", rev)
 		for _, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
 			fmt.Fprintf(w, "data: %s\n", line)
 		}
 		fmt.Fprint(w, "\n")
 		fl.Flush()
-		s.logger.Trace("model pushed", "user", se.user, "revision", v.Revision, "took", time.Since(start))
+		s.logger.Trace("page pushed", "user", se.user, "page", page, "revision", rev, "took", time.Since(start))
 		return nil
 	}
 	if err := send(); err != nil {

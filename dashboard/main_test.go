@@ -136,7 +136,7 @@ func (f *fixture) deployKV(op pb.OperatorServiceClient, n int) {
 // failHook reports unit's hook failed, as its agent would.
 func (f *fixture) failHook(unit string) {
 	f.t.Helper()
-	if err := f.State.SetStatus(f.Ctx, state.StatusUnitAgent, unit, &pb.Status{Status: "error", Message: `hook failed: "install"`, Data: map[string]string{"state": "install-error"}}); err != nil {
+	if err := f.State.SetStatus(f.Ctx, state.StatusUnitAgent, unit, &pb.Status{Status: "error", Message: `hook failed: "install"`, Data: map[string]string{"state": "install-error", "output": "installing kv\nkv: cannot bind port 70000"}}); err != nil {
 		f.t.Fatalf("SetStatus: %v", err)
 	}
 }

@@ -165,7 +165,7 @@ func (s *Server) view(ctx context.Context, se session, filter string) (*modelVie
 	}
 	v := buildView(st.Status, filter)
 	v.User, v.CSRF = se.user, se.csrf()
-	v.Role = strings.ToLower(strings.TrimPrefix(role.String(), "USER_ROLE_"))
+	v.Role = roleName(role)
 	// The buttons show when the call would be allowed; it is authorized
 	// anyway when made.
 	v.CanAct = controller.Allows("Resolved", role)

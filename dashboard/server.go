@@ -37,6 +37,7 @@ type API interface {
 	Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error)
 	Resolved(ctx context.Context, req *pb.ResolvedRequest) (*pb.ResolvedResponse, error)
 	WhoAmI(ctx context.Context, req *pb.WhoAmIRequest) (*pb.WhoAmIResponse, error)
+	ShowUnit(ctx context.Context, req *pb.ShowUnitRequest) (*pb.ShowUnitResponse, error)
 }
 
 // Limits bound what the dashboard serves.
@@ -147,10 +148,18 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /login", s.login)
 	mux.HandleFunc("GET /{$}", s.withSession(s.modelPage))
 	mux.HandleFunc("GET /events", s.withSession(s.events))
+	mux.HandleFunc("GET /units/{service}/{n}", s.withSession(s.unitPage))
 	mux.HandleFunc("POST /units/{service}/{n}/resolved", s.withSession(s.checked(s.resolved)))
 	mux.HandleFunc("POST /logout", s.withSession(s.checked(s.logout)))
 	return s.secure(mux)
 }
+
+// maxRequestBody bounds what a request may send; MaxHeaderBytes (for
+// the caller's http.Server) its headers.
+const (
+	maxRequestBody = 16 << 10
+	MaxHeaderBytes = 32 << 10
+)
 
 // cookieName is the session cookie's: user.secret.
 const cookieName = "lifeline_session"
@@ -183,6 +192,8 @@ func (s *Server) secure(h http.Handler) http.Handler {
 			http.Error(w, "too many requests from your address: try again in a moment", http.StatusTooManyRequests)
 			return
 		}
+		// No request needs more than a small form.
+		r.Body = http.MaxBytesReader(w, r.Body, maxRequestBody)
 		h.ServeHTTP(w, r)
 	})
 }

@@ -97,7 +97,8 @@ func serveDashboard(g *run.Group, lis net.Listener, d dashboardFlags, api *contr
 	tc := pki.ServerTLSConfig(cert)
 	tc.NextProtos = []string{"h2", "http/1.1"}
 	hs := &http.Server{Handler: srv.Handler(), TLSConfig: tc, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: logger.Named("dashboard").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})}
+		MaxHeaderBytes: dashboard.MaxHeaderBytes,
+		ErrorLog:       logger.Named("dashboard").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})}
 	g.Add(func() error {
 		logger.Info("dashboard serving", "addr", lis.Addr().String())
 		if err := hs.ServeTLS(lis, "", ""); !errors.Is(err, http.ErrServerClosed) {

@@ -16,18 +16,24 @@
   }
 
   function applyFilter() {
+    if (!filter) { return; }
     var f = filter.value.trim().toLowerCase();
     model.querySelectorAll("tr[data-search]").forEach(function (tr) {
       tr.hidden = f !== "" && tr.dataset.search.indexOf(f) < 0;
     });
   }
-  filter.addEventListener("input", applyFilter);
-  filter.form.addEventListener("submit", function (e) { e.preventDefault(); applyFilter(); });
+  if (filter) {
+    filter.addEventListener("input", applyFilter);
+    filter.form.addEventListener("submit", function (e) { e.preventDefault(); applyFilter(); });
+  }
 
-  var es = new EventSource("/events");
+  var es = new EventSource(document.body.dataset.stream);
   es.addEventListener("open", function () { live.textContent = "live"; });
   es.addEventListener("model", function (e) {
+    // Keep open what the reader opened (hook output).
+    var open = Array.prototype.map.call(model.querySelectorAll("details[open]"), function (d) { return d.textContent; });
     model.innerHTML = e.data;
+    model.querySelectorAll("details").forEach(function (d) { if (open.indexOf(d.textContent) >= 0) { d.open = true; } });
     applyFilter();
     live.textContent = "live · revision " + e.lastEventId;
     document.body.dataset.revision = e.lastEventId;
