@@ -22,6 +22,8 @@ shows and does what the user's role allows, each action audited as the
 same ctl command.
 
 The link is a secret for that minute: open it yourself, do not share it.
+The dashboard's certificate is signed by the model's CA (in the client
+config, as for ctl): have the browser trust that CA, or it warns.
 
 Example:
   ctl dashboard
