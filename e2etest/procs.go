@@ -200,25 +200,24 @@ func claim(ports ...int) bool {
 
 // FreePorts returns a free loopback port whose next two ports are free
 // too (a controller's metrics port, and its dashboard's by default). None
-// of them has been handed out before by this process.
+// of them has been handed out before by this process. The ports are
+// below Linux's ephemeral range (32768 up), from which the kernel picks
+// the local ports of outgoing connections: chosen there, a port free when
+// checked could be taken by any test's client connection before the
+// controller binds it.
 func FreePorts(t testing.TB) int {
 	t.Helper()
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
+	for range 200 {
+		port := 20000 + rand.IntN(12000)
 		free := true
-		for _, p := range []int{port + 1, port + 2} {
-			l2, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		for _, p := range []int{port, port + 1, port + 2} {
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 			if err != nil {
 				free = false
 				break
 			}
-			l2.Close()
+			l.Close()
 		}
-		l.Close()
 		if free && claim(port, port+1, port+2) {
 			return port
 		}
@@ -256,7 +255,8 @@ func LocalNetwork(t testing.TB) string {
 }
 
 // FreeLoopbackPorts returns n distinct free loopback ports that this
-// process has not handed out before.
+// process has not handed out before, below the ephemeral range as
+// FreePorts' are.
 func FreeLoopbackPorts(t testing.TB, n int) []int {
 	t.Helper()
 	var ports []int
@@ -264,12 +264,13 @@ func FreeLoopbackPorts(t testing.TB, n int) []int {
 		if tries == 50*n {
 			t.Fatalf("no %d free loopback ports", n)
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		port := 20000 + rand.IntN(12000)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
-			t.Fatal(err)
+			continue
 		}
 		defer l.Close() // held until all are chosen, so that none repeats
-		if port := l.Addr().(*net.TCPAddr).Port; claim(port) {
+		if claim(port) {
 			ports = append(ports, port)
 		}
 	}
