@@ -41,12 +41,15 @@ func (c *Config) OptionRecords() []*pb.ConfigOption {
 func ConfigFromOptions(opts []*pb.ConfigOption) *Config {
 	c := &Config{Options: make(map[string]Option, len(opts))}
 	for _, o := range opts {
-		c.Options[o.Name] = Option{Type: o.Type, Default: fromValue(o.Default), Description: o.Description}
+		c.Options[o.Name] = Option{Type: o.Type, Default: ConfigValueOf(o.Default), Description: o.Description}
 	}
 	return c
 }
 
-func fromValue(v *pb.ConfigValue) any {
+// ConfigValueOf returns a configuration value as the Go value of its
+// type (string, int64, float64, bool), nil when unset: what templates,
+// hook tools and manifests read.
+func ConfigValueOf(v *pb.ConfigValue) any {
 	switch v := v.GetValue().(type) {
 	case *pb.ConfigValue_StringValue:
 		return v.StringValue

@@ -14,7 +14,6 @@ import (
 
 	"github.com/lifelinehq/lifeline/charm"
 	"github.com/lifelinehq/lifeline/names"
-	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
 // A tool is one hook tool: its help and what it does. The server parses
@@ -536,9 +535,9 @@ func (c *call) configGet(ctx context.Context) error {
 		v := config[c.args[0]]
 		switch {
 		case f == "smart" || f == "yaml":
-			return c.printAs(f, configJSON(v), nil)
+			return c.printAs(f, charm.ConfigValueOf(v), nil)
 		case c.json():
-			return c.printJSON(configJSON(v))
+			return c.printJSON(charm.ConfigValueOf(v))
 		case v.GetValue() != nil:
 			fmt.Fprintln(c.out, charm.FormatValue(v))
 		}
@@ -547,7 +546,7 @@ func (c *call) configGet(ctx context.Context) error {
 	set := map[string]any{}
 	for k, v := range config {
 		if v.GetValue() != nil || c.set("all") {
-			set[k] = configJSON(v)
+			set[k] = charm.ConfigValueOf(v)
 		}
 	}
 	switch f {
@@ -556,22 +555,6 @@ func (c *call) configGet(ctx context.Context) error {
 	}
 	for _, k := range slices.Sorted(maps.Keys(set)) {
 		fmt.Fprintf(c.out, "%s: %s\n", k, charm.FormatValue(config[k]))
-	}
-	return nil
-}
-
-// configJSON returns a configuration value as the JSON value of its type,
-// nil when unset.
-func configJSON(v *pb.ConfigValue) any {
-	switch x := v.GetValue().(type) {
-	case *pb.ConfigValue_StringValue:
-		return x.StringValue
-	case *pb.ConfigValue_IntValue:
-		return x.IntValue
-	case *pb.ConfigValue_FloatValue:
-		return x.FloatValue
-	case *pb.ConfigValue_BoolValue:
-		return x.BoolValue
 	}
 	return nil
 }

@@ -364,7 +364,7 @@ func configChanges(opts *charm.Config, settings map[string]any, have map[string]
 		}
 		var old any
 		if v, ok := have[key]; ok {
-			old = fromPB(v)
+			old = charm.ConfigValueOf(v)
 		}
 		if _, unknown := want.(Unknown); !unknown && sameValue(opt.Type, want, old) {
 			continue

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lifelinehq/lifeline/charm"
 	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -121,7 +122,7 @@ func serviceState(s *ServiceSnapshot) map[string]any {
 	}
 	config := map[string]any{}
 	for k, v := range s.Head.GetSpec().GetConfig() {
-		config[k] = fromPB(v)
+		config[k] = charm.ConfigValueOf(v)
 	}
 	ref := s.Head.GetSpec().GetCharm()
 	return map[string]any{
@@ -129,21 +130,6 @@ func serviceState(s *ServiceSnapshot) map[string]any {
 		"charm_sha256": ref.GetSha256(), "revision": s.Head.GetHead(), "life": s.Status.Life,
 		"config": config, "units": units,
 	}
-}
-
-// fromPB is a configuration value as a manifest writes it.
-func fromPB(v *pb.ConfigValue) any {
-	switch x := v.GetValue().(type) {
-	case *pb.ConfigValue_StringValue:
-		return x.StringValue
-	case *pb.ConfigValue_IntValue:
-		return x.IntValue
-	case *pb.ConfigValue_FloatValue:
-		return x.FloatValue
-	case *pb.ConfigValue_BoolValue:
-		return x.BoolValue
-	}
-	return nil
 }
 
 // digest is the hex SHA-256 of v's JSON encoding (maps' keys sorted).

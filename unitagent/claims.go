@@ -514,26 +514,12 @@ func (ex *executor) renderClaims(ctx context.Context) (*hostclaims.Claims, error
 	}
 	cfg := map[string]any{}
 	for k, v := range a.l.config() {
-		cfg[k] = configAny(v)
+		cfg[k] = charm.ConfigValueOf(v)
 	}
 	return hostclaims.Render(hc, cfg, hostclaims.Facts{
 		Unit: a.cfg.Unit, Service: names.UnitService(a.cfg.Unit), MachineID: a.cfg.MachineID,
 		UnitDir: a.cfg.DataDir, MachineAddress: a.cfg.Address,
 	})
-}
-
-func configAny(v *pb.ConfigValue) any {
-	switch x := v.GetValue().(type) {
-	case *pb.ConfigValue_StringValue:
-		return x.StringValue
-	case *pb.ConfigValue_IntValue:
-		return x.IntValue
-	case *pb.ConfigValue_FloatValue:
-		return x.FloatValue
-	case *pb.ConfigValue_BoolValue:
-		return x.BoolValue
-	}
-	return nil
 }
 
 // charmClaims holds, by archive SHA-256, the host claims of the charms
