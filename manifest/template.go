@@ -1,29 +1,16 @@
 package manifest
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"regexp"
 	"slices"
 	"strings"
 
-	"github.com/nikolalohinski/gonja/v2/builtins"
-	"github.com/nikolalohinski/gonja/v2/config"
+	"github.com/lifelinehq/lifeline/internal/jinja"
 	"github.com/nikolalohinski/gonja/v2/exec"
-	"github.com/nikolalohinski/gonja/v2/loaders"
-	"github.com/nikolalohinski/gonja/v2/nodes"
-	"github.com/nikolalohinski/gonja/v2/parser"
 )
-
-// maxRendered bounds what one template renders to.
-const maxRendered = 64 << 10
-
-// maxRange bounds the items range() gives in one rendering.
-const maxRange = 10000
 
 // Unknown is a configuration value not known until a dependency is
 // applied: a template that read a dependency's state while that state is
@@ -291,117 +278,10 @@ func (u *unknownValue) MarshalJSON() ([]byte, error) {
 	return []byte("null"), nil
 }
 
-// templateName is the one name the loader knows: the template itself.
-const templateName = "/template"
-
-// execute renders src with vars: gonja with strict undefined names (a
-// misspelt variable is an error, not empty text), no file access, its
-// output and range() bounded. Errors are one line.
-func execute(src string, vars map[string]any) (out string, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			out, err = "", fmt.Errorf("template failed: %v", r)
-		}
-	}()
-	cfg := config.New()
-	cfg.StrictUndefined = true
-	t, err := exec.NewTemplate(templateName, cfg, &loader{src: src}, environment())
-	if err != nil {
-		msg := strings.TrimPrefix(err.Error(), "failed to parse template '"+src+"': ")
-		return "", fmt.Errorf("parse: %s", oneLine(msg))
-	}
-	w := &limitWriter{left: maxRendered}
-	if err := t.Execute(w, exec.NewContext(vars)); err != nil {
-		if w.over {
-			return "", fmt.Errorf("renders to more than %d bytes", maxRendered)
-		}
-		return "", fmt.Errorf("render: %s", oneLine(strings.TrimPrefix(err.Error(), "unable to execute template: ")))
-	}
-	return w.b.String(), nil
-}
-
-// environment is the engine's builtins without file access and with a
-// bounded range().
-func environment() *exec.Environment {
-	cs := exec.NewControlStructureSet(map[string]parser.ControlStructureParser{}).Update(builtins.ControlStructures)
-	for _, name := range []string{"include", "import", "extends", "from"} {
-		_ = cs.Replace(name, func(*parser.Parser, *parser.Parser) (nodes.ControlStructure, error) {
-			return nil, fmt.Errorf("%s is not available: a manifest's template reads no file", name)
-		})
-	}
-	left := maxRange
-	ctx := exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables)
-	ctx.Set("range", func(_ *exec.Evaluator, params *exec.VarArgs) ([]int, error) {
-		ints := make([]int, len(params.Args))
-		for i, a := range params.Args {
-			if !a.IsInteger() {
-				return nil, errors.New("range: want integers")
-			}
-			ints[i] = a.Integer()
-		}
-		start, stop, step := 0, 0, 1
-		switch len(ints) {
-		case 1:
-			stop = ints[0]
-		case 2:
-			start, stop = ints[0], ints[1]
-		case 3:
-			start, stop, step = ints[0], ints[1], ints[2]
-		default:
-			return nil, errors.New("range: want [start, ]stop[, step]")
-		}
-		if step == 0 {
-			return nil, errors.New("range: step is 0")
-		}
-		var out []int
-		for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {
-			if left == 0 {
-				return nil, fmt.Errorf("range: more than %d items in one template", maxRange)
-			}
-			left--
-			out = append(out, i)
-		}
-		return out, nil
-	})
-	return &exec.Environment{
-		Context:           ctx,
-		Filters:           builtins.Filters,
-		Tests:             builtins.Tests,
-		ControlStructures: cs,
-		Methods:           builtins.Methods,
-	}
-}
-
-// loader gives the template's own source once, and nothing else.
-type loader struct {
-	src  string
-	read bool
-}
-
-func (l *loader) Read(name string) (io.Reader, error) {
-	if name != templateName || l.read {
-		return nil, fmt.Errorf("%q is not available: a manifest's template reads no file", name)
-	}
-	l.read = true
-	return strings.NewReader(l.src), nil
-}
-
-func (l *loader) Resolve(name string) (string, error) { return name, nil }
-
-func (l *loader) Inherit(string) (loaders.Loader, error) { return &loader{read: true}, nil }
-
-// limitWriter keeps at most left bytes and fails past them.
-type limitWriter struct {
-	b    bytes.Buffer
-	left int
-	over bool
-}
-
-func (w *limitWriter) Write(p []byte) (int, error) {
-	if len(p) > w.left {
-		w.over = true
-		return 0, fmt.Errorf("renders to more than %d bytes", maxRendered)
-	}
-	w.left -= len(p)
-	return w.b.Write(p)
+// execute renders src with vars in the sandbox package jinja describes:
+// strict undefined names (a misspelt variable is an error, not empty
+// text), no file access, its output and range() bounded. Errors are one
+// line.
+func execute(src string, vars map[string]any) (string, error) {
+	return jinja.Render(src, vars, jinja.Options{Whose: "a manifest's template"})
 }

@@ -1,4 +1,4 @@
-package hostclaims
+package jinja
 
 import (
 	"fmt"
@@ -7,7 +7,12 @@ import (
 	"testing"
 )
 
-func TestTemplate(t *testing.T) {
+// render renders as host claims do: a trailing newline kept.
+func render(src string, vars map[string]any) (string, error) {
+	return Render(src, vars, Options{KeepTrailingNewline: true, Whose: "a claim's template"})
+}
+
+func TestRender(t *testing.T) {
 	vars := map[string]any{
 		"config":    map[string]any{"port": int64(8080), "name": "kv", "debug": true},
 		"unit_name": "kv/0",
@@ -24,14 +29,14 @@ func TestTemplate(t *testing.T) {
 		{"a\n\n", "a\n\n"},
 	}
 	for _, tt := range tests {
-		got, err := Template(tt.src, vars)
+		got, err := render(tt.src, vars)
 		if err != nil || got != tt.want {
-			t.Errorf("Template(%q) = %q, %v, want %q", tt.src, got, err, tt.want)
+			t.Errorf("render(%q) = %q, %v, want %q", tt.src, got, err, tt.want)
 		}
 	}
 }
 
-func TestTemplateErrors(t *testing.T) {
+func TestRenderErrors(t *testing.T) {
 	tests := []struct {
 		src, want string
 	}{
@@ -47,30 +52,30 @@ func TestTemplateErrors(t *testing.T) {
 		{"{% for i in range(20000) %}{% endfor %}", "more than 10000 items"},
 		{"{% for i in range(5000) %}{{ '0123456789abcdef' }}{% endfor %}", "renders to more than 65536 bytes"},
 		{"{% for i in range(100) %}{% for j in range(100) %}{% endfor %}{% endfor %}", "more than 10000 items in one template"},
-		{strings.Repeat("x", MaxTemplateOutput+1), "renders to more than 65536 bytes"},
+		{strings.Repeat("x", MaxOutput+1), "renders to more than 65536 bytes"},
 		{"{{ '" + strings.Repeat("x", 1000) + "' + }}", "parse: "},
 	}
 	for _, tt := range tests {
-		got, err := Template(tt.src, map[string]any{"config": map[string]any{}})
+		got, err := render(tt.src, map[string]any{"config": map[string]any{}})
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("Template(%.40q) = %q, %v, want an error containing %q", tt.src, got, err, tt.want)
+			t.Errorf("render(%.40q) = %q, %v, want an error containing %q", tt.src, got, err, tt.want)
 			continue
 		}
 		if msg := err.Error(); strings.Contains(msg, "\n") || len(msg) > maxErrorText+20 {
-			t.Errorf("Template(%.40q) error = %q, want one short line", tt.src, msg)
+			t.Errorf("render(%.40q) error = %q, want one short line", tt.src, msg)
 		}
 	}
 }
 
-func TestTemplateConcurrent(t *testing.T) {
+func TestRenderConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for i := range 8 {
 		wg.Go(func() {
 			for range 50 {
-				got, err := Template("{% for i in range(n) %}{{ i }}{% endfor %}", map[string]any{"n": i})
+				got, err := render("{% for i in range(n) %}{{ i }}{% endfor %}", map[string]any{"n": i})
 				if err == nil && len(got) != i {
-					err = fmt.Errorf("Template(range %d) = %q", i, got)
+					err = fmt.Errorf("render(range %d) = %q", i, got)
 				}
 				if err != nil {
 					errs <- err
@@ -94,12 +99,12 @@ func FuzzTemplate(f *testing.F) {
 		if strings.Contains(src, "*") || len(src) > 1000 {
 			return // string and number multiplication can be made to allocate without bound
 		}
-		out, err := Template(src, map[string]any{"config": map[string]any{"port": int64(1)}})
-		if err == nil && len(out) > MaxTemplateOutput {
-			t.Fatalf("Template(%q) = %d bytes, want at most %d", src, len(out), MaxTemplateOutput)
+		out, err := render(src, map[string]any{"config": map[string]any{"port": int64(1)}})
+		if err == nil && len(out) > MaxOutput {
+			t.Fatalf("render(%q) = %d bytes, want at most %d", src, len(out), MaxOutput)
 		}
 		if err != nil && strings.Contains(err.Error(), "\n") {
-			t.Fatalf("Template(%q) error = %q, want one line", src, err)
+			t.Fatalf("render(%q) error = %q, want one line", src, err)
 		}
 	})
 }
