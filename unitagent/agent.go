@@ -323,7 +323,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.logger.Info("host job interrupted by a restart: resuming it", "job", op.Hook)
 		op.Step = stepQueued
 	} else if op != nil && op.Step == stepRunning {
-		// The agent died while the hook ran: that run failed.
+		// The agent died while the hook ran: that run failed, and the
+		// hook, if it still runs, is ended before it runs again.
+		if pgid := a.endLeftHook(); pgid != 0 {
+			a.logger.Warn("ended the hook a previous run of the agent left running", "hook", op.Hook, "pgid", pgid)
+		}
 		a.logger.Warn("hook interrupted by a restart: counted as a failed attempt", "hook", op.Hook, "attempt", op.Attempts+1)
 		a.hookFailed(op)
 		if err := a.save(); err != nil {

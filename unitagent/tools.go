@@ -104,6 +104,7 @@ func (t *toolServer) run(ctx context.Context, a *Agent, op *hookOp, hc *hookCont
 		Unit: a.cfg.Unit, Hook: op.Hook, Path: filepath.Join("hooks", op.Hook),
 		CharmDir: a.charmDir(), ToolsDir: a.cfg.ToolsDir, Env: env,
 		Timeout: a.cfg.HookTimeout, Logger: a.logger,
+		Started: a.recordHookGroup,
 		Lines: func(_, line string) {
 			if strings.HasSuffix(line, "not found") {
 				mu.Lock()
@@ -114,6 +115,7 @@ func (t *toolServer) run(ctx context.Context, a *Agent, op *hookOp, hc *hookCont
 			}
 		},
 	})
+	a.forgetHookGroup()
 	mu.Lock()
 	missing := hooks.MissingTools(notFound)
 	mu.Unlock()
