@@ -293,6 +293,16 @@ func describe(req any) (targets []string, summary string) {
 		return []string{svc(r.Service)}, "abort the rollout of " + r.Service
 	case *pb.DashboardLoginRequest:
 		return nil, "make a dashboard login link"
+	// Manifests: a claim by the entities it names.
+	case *pb.ClaimOwnershipRequest:
+		var targets []string
+		for _, e := range r.Entities {
+			if len(targets) == 20 {
+				break
+			}
+			targets = append(targets, e.Kind+":"+e.Id)
+		}
+		return targets, fmt.Sprintf("claim %d entities for manifest %s", len(r.Entities), r.Manifest)
 	}
 	return nil, ""
 }

@@ -204,6 +204,9 @@ var callKinds = map[string]callKind{
 	"/lifeline.v1.OperatorService/AbortRollout":     callKeep,
 	// A dashboard login link: one leased record, bounded a user.
 	"/lifeline.v1.OperatorService/DashboardLogin": callGrow,
+	// Manifests: a claim writes two small records an entity, bounded per
+	// manifest.
+	"/lifeline.v1.OperatorService/ClaimOwnership": callGrow,
 	// Made without a credential (the join token, or the registration's
 	// one-time secret, is the proof), all such calls on one budget.
 	"/lifeline.v1.MachineJoinService/JoinMachine":       callGrow,

@@ -74,6 +74,9 @@ func operatorAccess(method string) (access, bool) {
 	// the dashboard shows and does is authorized call by call (CallAs).
 	case "DashboardLogin":
 		return access{role: viewer, changes: true}, true
+	// Manifests: claiming what apply created is part of applying.
+	case "ClaimOwnership":
+		return access{role: operator, changes: true}, true
 	// The users and the controllers.
 	case "ListUsers":
 		return access{role: admin}, true

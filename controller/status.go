@@ -68,6 +68,7 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 		ms := &pb.MachineStatus{
 			Id: mach.Id, Life: state.LifeName(mach.Life), Instance: mach.InstanceId, Address: mach.Address,
 			Agent: "pending", Units: machineUnits[mach.Id], Forced: mach.Forced,
+			Owner: m.Owners["machine/"+mach.Id],
 		}
 		ms.Agent, ms.Message = machineAgent(m, mach.Id, mach.Life)
 		ms.Since = m.Status(state.StatusMachine, mach.Id).GetSinceUnixNano()
@@ -92,6 +93,7 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 		ss := &pb.ServiceStatus{
 			Name: svc.Name, Charm: svc.Charm.GetName(), Revision: svc.Charm.GetRevision(),
 			Life: state.LifeName(svc.Life), Subordinate: svc.Subordinate,
+			Owner: m.Owners["service/"+svc.Name],
 		}
 		ro := m.Rollouts[svc.Name]
 		ss.SpecRevision = ro.GetTarget()
@@ -169,6 +171,7 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 		rs := &pb.RelationStatus{
 			Id: rel.Id, Key: rel.Key, Life: state.LifeName(rel.Life),
 			Scope: scopeName(rel.Scope), Units: m.Scopes[rel.Id], Endpoints: relationEndpoints(rel),
+			Owner: m.Owners[fmt.Sprintf("relation/%d", rel.Id)],
 		}
 		if rel.Life == pb.Life_LIFE_DYING {
 			for _, u := range rs.Units {

@@ -81,6 +81,8 @@ func TestEachRoleAgainstEveryOperatorMethod(t *testing.T) {
 		"PauseRollout": "operator", "ResumeRollout": "operator", "PromoteRollout": "operator", "AbortRollout": "operator",
 		// The dashboard's login links.
 		"DashboardLogin": "viewer",
+		// Manifests.
+		"ClaimOwnership": "operator",
 	}
 	conns := map[string]*grpc.ClientConn{
 		"viewer":   e.Dial(e.User("vic", pb.UserRole_USER_ROLE_VIEWER)),

@@ -176,7 +176,15 @@ func (fz *fuzzer) rolloutCall(ctx context.Context, rnd *rand.Rand) (string, prot
 	service := fz.name(rnd, "service")
 	// Each verb as often as the others: a slow machine makes few calls,
 	// and the fuzzer runs until it has called every RPC.
-	switch rnd.IntN(8) {
+	switch rnd.IntN(9) {
+	case 8:
+		in := &pb.ClaimOwnershipRequest{Manifest: fz.name(rnd, "service")}
+		for range rnd.IntN(4) {
+			kind := []string{"service", "machine", "relation", "", randomString(rnd)}[rnd.IntN(5)]
+			in.Entities = append(in.Entities, &pb.OwnedEntity{Kind: kind, Id: fz.name(rnd, kind), Resource: fz.name(rnd, "service")})
+		}
+		_, err := fz.op.ClaimOwnership(ctx, in)
+		return "ClaimOwnership", in, err
 	case 0, 1:
 		in := &pb.SetRolloutPolicyRequest{Service: service}
 		if rnd.IntN(2) == 0 {

@@ -240,6 +240,7 @@ func CheckInvariants(snap *Snapshot) error {
 	checkRevisions(snap, m, bad)
 	checkHostReports(snap, bad)
 	checkLeadership(snap, m, bad)
+	checkOwners(snap, bad)
 	for k := range snap.Values {
 		var ek string
 		switch {

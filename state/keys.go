@@ -46,7 +46,7 @@ var EntityPrefixes = append([]string{
 // too, though not among EntityPrefixes: they outlast the model's
 // entities.
 var modelPrefixes = append(append([]string{seqPrefix, credentialsPrefix, charmsPrefix, charmShasPrefix, caPrefix, controllerJoinsPrefix, BarrierKey,
-	usersPrefix, registrationsPrefix, auditPrefix}, operationPrefixes...), EntityPrefixes...)
+	usersPrefix, registrationsPrefix, auditPrefix, ownersPrefix, ownedPrefix}, operationPrefixes...), EntityPrefixes...)
 
 // MachineKey is the key of machine id.
 func MachineKey(id string) string { return machinesPrefix + id }

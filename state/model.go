@@ -44,6 +44,10 @@ type Model struct {
 	// Partial names the services held with only some of their units: a
 	// model SelectModel read for a unit's or a machine's sake.
 	Partial map[string]bool
+	// Owners maps "<kind>/<id>" ("service/web", "relation/7",
+	// "machine/3") to the manifest owning the entity (owners.go); stale
+	// records are left out.
+	Owners map[string]*pb.Owner
 }
 
 // Model reads the whole model at one revision.
@@ -54,6 +58,15 @@ func (s *State) Model(ctx context.Context) (*Model, error) {
 	}
 	m := &Model{Revision: r.rev, Scopes: map[int64][]string{}, Statuses: map[string]*pb.Status{}, Present: map[string]bool{},
 		UnitRevisions: map[string]*pb.UnitRevision{}, Rollouts: map[string]*pb.Rollout{}, Ports: map[string][]string{}, Leaders: map[string]string{}}
+	// creates are the entities' create revisions, by key: an owner
+	// record applies only to the incarnation it was written for.
+	creates := map[string]int64{}
+	created := func(f func(kv *mvccpb.KeyValue) error) func(kv *mvccpb.KeyValue) error {
+		return func(kv *mvccpb.KeyValue) error {
+			creates[string(kv.Key)] = kv.CreateRevision
+			return f(kv)
+		}
+	}
 	each := func(prefix string, keysOnly bool, f func(kv *mvccpb.KeyValue) error) error {
 		kvs, err := s.listRev(ctx, prefix, keysOnly, r.rev)
 		if err != nil {
@@ -71,10 +84,10 @@ func (s *State) Model(ctx context.Context) (*Model, error) {
 		keysOnly bool
 		f        func(kv *mvccpb.KeyValue) error
 	}{
-		{machinesPrefix, false, collect(&m.Machines)},
-		{servicesPrefix, false, collect(&m.Services)},
+		{machinesPrefix, false, created(collect(&m.Machines))},
+		{servicesPrefix, false, created(collect(&m.Services))},
 		{unitsPrefix, false, collect(&m.Units)},
-		{relationsPrefix, false, collect(&m.Relations)},
+		{relationsPrefix, false, created(collect(&m.Relations))},
 		{cleanupsPrefix, false, collect(&m.Cleanups)},
 		{scopesPrefix, true, func(kv *mvccpb.KeyValue) error {
 			rel, unit, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), scopesPrefix), "/")
@@ -133,6 +146,11 @@ func (s *State) Model(ctx context.Context) (*Model, error) {
 			return nil, err
 		}
 	}
+	owners, err := s.listRev(ctx, ownersPrefix, false, r.rev)
+	if err != nil {
+		return nil, err
+	}
+	m.Owners = liveOwners(owners, creates)
 	sort.Slice(m.Machines, func(i, j int) bool { return numLess(m.Machines[i].Id, m.Machines[j].Id) })
 	sort.Slice(m.Units, func(i, j int) bool { return unitLess(m.Units[i].Name, m.Units[j].Name) })
 	sort.Slice(m.Relations, func(i, j int) bool { return m.Relations[i].Id < m.Relations[j].Id })

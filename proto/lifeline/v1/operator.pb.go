@@ -591,7 +591,9 @@ type MachineStatus struct {
 	Forced     bool     `protobuf:"varint,9,opt,name=forced,proto3" json:"forced,omitempty"`
 	// since is when the machine agent's status was set (unix nanoseconds;
 	// 0: never).
-	Since         int64 `protobuf:"varint,10,opt,name=since,proto3" json:"since,omitempty"`
+	Since int64 `protobuf:"varint,10,opt,name=since,proto3" json:"since,omitempty"`
+	// owner is the manifest that created the machine, when one did.
+	Owner         *Owner `protobuf:"bytes,11,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -696,6 +698,13 @@ func (x *MachineStatus) GetSince() int64 {
 	return 0
 }
 
+func (x *MachineStatus) GetOwner() *Owner {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
 type ServiceStatus struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -715,7 +724,9 @@ type ServiceStatus struct {
 	Rollout *ServiceRollout `protobuf:"bytes,11,opt,name=rollout,proto3" json:"rollout,omitempty"`
 	// version is the service's workload version, as a unit's charm last set
 	// it (application-version-set); "" when none did.
-	Version       string `protobuf:"bytes,12,opt,name=version,proto3" json:"version,omitempty"`
+	Version string `protobuf:"bytes,12,opt,name=version,proto3" json:"version,omitempty"`
+	// owner is the manifest that created the service, when one did.
+	Owner         *Owner `protobuf:"bytes,13,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -832,6 +843,13 @@ func (x *ServiceStatus) GetVersion() string {
 		return x.Version
 	}
 	return ""
+}
+
+func (x *ServiceStatus) GetOwner() *Owner {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
 }
 
 // ServiceRollout is a service's rollout as ctl status shows it.
@@ -1149,7 +1167,9 @@ type RelationStatus struct {
 	Units      []string `protobuf:"bytes,5,rep,name=units,proto3" json:"units,omitempty"`
 	WaitingFor []string `protobuf:"bytes,6,rep,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
 	// endpoints are the relation's sides, structured.
-	Endpoints     []*RelationEndpointStatus `protobuf:"bytes,7,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	Endpoints []*RelationEndpointStatus `protobuf:"bytes,7,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	// owner is the manifest that created the relation, when one did.
+	Owner         *Owner `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1229,6 +1249,13 @@ func (x *RelationStatus) GetWaitingFor() []string {
 func (x *RelationStatus) GetEndpoints() []*RelationEndpointStatus {
 	if x != nil {
 		return x.Endpoints
+	}
+	return nil
+}
+
+func (x *RelationStatus) GetOwner() *Owner {
+	if x != nil {
+		return x.Owner
 	}
 	return nil
 }
@@ -3121,7 +3148,7 @@ var File_lifeline_v1_operator_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\n" +
-	"\x1alifeline/v1/operator.proto\x12\vlifeline.v1\x1a\x1blifeline/v1/dashboard.proto\x1a\x16lifeline/v1/logs.proto\x1a\x17lifeline/v1/model.proto\x1a\x1clifeline/v1/operations.proto\x1a\x1flifeline/v1/revisions_api.proto\x1a\x1elifeline/v1/rollouts_api.proto\x1a\x16lifeline/v1/show.proto\x1a\x17lifeline/v1/tasks.proto\x1a\x17lifeline/v1/users.proto\x1a\x19lifeline/v1/version.proto\"+\n" +
+	"\x1alifeline/v1/operator.proto\x12\vlifeline.v1\x1a\x1blifeline/v1/dashboard.proto\x1a\x16lifeline/v1/logs.proto\x1a\x17lifeline/v1/model.proto\x1a\x1clifeline/v1/operations.proto\x1a\x18lifeline/v1/owners.proto\x1a\x1flifeline/v1/revisions_api.proto\x1a\x1elifeline/v1/rollouts_api.proto\x1a\x16lifeline/v1/show.proto\x1a\x17lifeline/v1/tasks.proto\x1a\x17lifeline/v1/users.proto\x1a\x19lifeline/v1/version.proto\"+\n" +
 	"\x0eBarrierRequest\x12\x19\n" +
 	"\bat_least\x18\x01 \x01(\x03R\aatLeast\"-\n" +
 	"\x0fBarrierResponse\x12\x1a\n" +
@@ -3165,7 +3192,7 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x10ControllerStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\taddresses\x18\x02 \x03(\tR\taddresses\x12\x16\n" +
-	"\x06leader\x18\x03 \x01(\bR\x06leader\"\xfe\x01\n" +
+	"\x06leader\x18\x03 \x01(\bR\x06leader\"\xa8\x02\n" +
 	"\rMachineStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04life\x18\x02 \x01(\tR\x04life\x12\x1a\n" +
@@ -3178,7 +3205,8 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"waitingFor\x12\x16\n" +
 	"\x06forced\x18\t \x01(\bR\x06forced\x12\x14\n" +
 	"\x05since\x18\n" +
-	" \x01(\x03R\x05since\"\x83\x03\n" +
+	" \x01(\x03R\x05since\x12(\n" +
+	"\x05owner\x18\v \x01(\v2\x12.lifeline.v1.OwnerR\x05owner\"\xad\x03\n" +
 	"\rServiceStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05charm\x18\x02 \x01(\tR\x05charm\x12\x1a\n" +
@@ -3193,7 +3221,8 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\rspec_revision\x18\n" +
 	" \x01(\x03R\fspecRevision\x125\n" +
 	"\arollout\x18\v \x01(\v2\x1b.lifeline.v1.ServiceRolloutR\arollout\x12\x18\n" +
-	"\aversion\x18\f \x01(\tR\aversion\"\xcd\x01\n" +
+	"\aversion\x18\f \x01(\tR\aversion\x12(\n" +
+	"\x05owner\x18\r \x01(\v2\x12.lifeline.v1.OwnerR\x05owner\"\xcd\x01\n" +
 	"\x0eServiceRollout\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\x03R\x06target\x12\x1a\n" +
@@ -3225,7 +3254,7 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"agentSince\x12%\n" +
 	"\x0eworkload_since\x18\x11 \x01(\x03R\rworkloadSince\x12\x14\n" +
 	"\x05ports\x18\x12 \x03(\tR\x05ports\x12\x16\n" +
-	"\x06leader\x18\x13 \x01(\bR\x06leader\"\xd6\x01\n" +
+	"\x06leader\x18\x13 \x01(\bR\x06leader\"\x80\x02\n" +
 	"\x0eRelationStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -3234,7 +3263,8 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x05units\x18\x05 \x03(\tR\x05units\x12\x1f\n" +
 	"\vwaiting_for\x18\x06 \x03(\tR\n" +
 	"waitingFor\x12A\n" +
-	"\tendpoints\x18\a \x03(\v2#.lifeline.v1.RelationEndpointStatusR\tendpoints\"n\n" +
+	"\tendpoints\x18\a \x03(\v2#.lifeline.v1.RelationEndpointStatusR\tendpoints\x12(\n" +
+	"\x05owner\x18\b \x01(\v2\x12.lifeline.v1.OwnerR\x05owner\"n\n" +
 	"\x12UploadCharmRequest\x128\n" +
 	"\x06header\x18\x01 \x01(\v2\x1e.lifeline.v1.UploadCharmHeaderH\x00R\x06header\x12\x16\n" +
 	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x06\n" +
@@ -3356,7 +3386,7 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x11expires_unix_nano\x18\x02 \x01(\x03R\x0fexpiresUnixNano\x12\x1c\n" +
 	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12%\n" +
 	"\x0eetcd_endpoints\x18\x04 \x03(\tR\retcdEndpoints\x12\x19\n" +
-	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\x91#\n" +
+	"\betcd_tls\x18\x05 \x01(\bR\aetcdTls2\xec#\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06Status\x12\x1a.lifeline.v1.StatusRequest\x1a\x1b.lifeline.v1.StatusResponse\x12R\n" +
 	"\vWatchStatus\x12\x1f.lifeline.v1.WatchStatusRequest\x1a .lifeline.v1.WatchStatusResponse0\x01\x12R\n" +
@@ -3412,7 +3442,8 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\rResumeRollout\x12!.lifeline.v1.ResumeRolloutRequest\x1a\".lifeline.v1.ResumeRolloutResponse\x12Y\n" +
 	"\x0ePromoteRollout\x12\".lifeline.v1.PromoteRolloutRequest\x1a#.lifeline.v1.PromoteRolloutResponse\x12S\n" +
 	"\fAbortRollout\x12 .lifeline.v1.AbortRolloutRequest\x1a!.lifeline.v1.AbortRolloutResponse\x12Y\n" +
-	"\x0eDashboardLogin\x12\".lifeline.v1.DashboardLoginRequest\x1a#.lifeline.v1.DashboardLoginResponse\x12I\n" +
+	"\x0eDashboardLogin\x12\".lifeline.v1.DashboardLoginRequest\x1a#.lifeline.v1.DashboardLoginResponse\x12Y\n" +
+	"\x0eClaimOwnership\x12\".lifeline.v1.ClaimOwnershipRequest\x1a#.lifeline.v1.ClaimOwnershipResponse\x12I\n" +
 	"\bDebugLog\x12\x1c.lifeline.v1.DebugLogRequest\x1a\x1d.lifeline.v1.DebugLogResponse0\x01B=Z;github.com/lifelinehq/lifeline/proto/lifeline/v1;lifelinev1b\x06proto3"
 
 var (
@@ -3482,85 +3513,88 @@ var file_lifeline_v1_operator_proto_goTypes = []any{
 	nil,                              // 50: lifeline.v1.SetConfigRequest.SetEntry
 	nil,                              // 51: lifeline.v1.StatusLogEntry.DataEntry
 	(*OperationsStatus)(nil),         // 52: lifeline.v1.OperationsStatus
-	(*RelationEndpointStatus)(nil),   // 53: lifeline.v1.RelationEndpointStatus
-	(*Charm)(nil),                    // 54: lifeline.v1.Charm
-	(*Service)(nil),                  // 55: lifeline.v1.Service
-	(*Unit)(nil),                     // 56: lifeline.v1.Unit
-	(*Machine)(nil),                  // 57: lifeline.v1.Machine
-	(*Relation)(nil),                 // 58: lifeline.v1.Relation
-	(*StatusReportResult)(nil),       // 59: lifeline.v1.StatusReportResult
-	(*ConfigOption)(nil),             // 60: lifeline.v1.ConfigOption
-	(*ConfigValue)(nil),              // 61: lifeline.v1.ConfigValue
-	(*ListUsersRequest)(nil),         // 62: lifeline.v1.ListUsersRequest
-	(*AddUserRequest)(nil),           // 63: lifeline.v1.AddUserRequest
-	(*RemoveUserRequest)(nil),        // 64: lifeline.v1.RemoveUserRequest
-	(*SetUserRoleRequest)(nil),       // 65: lifeline.v1.SetUserRoleRequest
-	(*WhoAmIRequest)(nil),            // 66: lifeline.v1.WhoAmIRequest
-	(*RotateCredentialRequest)(nil),  // 67: lifeline.v1.RotateCredentialRequest
-	(*AuditRequest)(nil),             // 68: lifeline.v1.AuditRequest
-	(*ListActionsRequest)(nil),       // 69: lifeline.v1.ListActionsRequest
-	(*RunActionRequest)(nil),         // 70: lifeline.v1.RunActionRequest
-	(*ListOperationsRequest)(nil),    // 71: lifeline.v1.ListOperationsRequest
-	(*ShowOperationRequest)(nil),     // 72: lifeline.v1.ShowOperationRequest
-	(*ShowTaskRequest)(nil),          // 73: lifeline.v1.ShowTaskRequest
-	(*ApproveOperationRequest)(nil),  // 74: lifeline.v1.ApproveOperationRequest
-	(*RejectOperationRequest)(nil),   // 75: lifeline.v1.RejectOperationRequest
-	(*ExecuteOperationRequest)(nil),  // 76: lifeline.v1.ExecuteOperationRequest
-	(*PauseTasksRequest)(nil),        // 77: lifeline.v1.PauseTasksRequest
-	(*ResumeTasksRequest)(nil),       // 78: lifeline.v1.ResumeTasksRequest
-	(*StopTasksRequest)(nil),         // 79: lifeline.v1.StopTasksRequest
-	(*TaskLogsRequest)(nil),          // 80: lifeline.v1.TaskLogsRequest
-	(*VersionRequest)(nil),           // 81: lifeline.v1.VersionRequest
-	(*ShowUnitRequest)(nil),          // 82: lifeline.v1.ShowUnitRequest
-	(*ShowMachineRequest)(nil),       // 83: lifeline.v1.ShowMachineRequest
-	(*ListRevisionsRequest)(nil),     // 84: lifeline.v1.ListRevisionsRequest
-	(*ShowRevisionRequest)(nil),      // 85: lifeline.v1.ShowRevisionRequest
-	(*RollbackServiceRequest)(nil),   // 86: lifeline.v1.RollbackServiceRequest
-	(*RefreshServiceRequest)(nil),    // 87: lifeline.v1.RefreshServiceRequest
-	(*SetRolloutPolicyRequest)(nil),  // 88: lifeline.v1.SetRolloutPolicyRequest
-	(*GetRolloutPolicyRequest)(nil),  // 89: lifeline.v1.GetRolloutPolicyRequest
-	(*RolloutStatusRequest)(nil),     // 90: lifeline.v1.RolloutStatusRequest
-	(*PauseRolloutRequest)(nil),      // 91: lifeline.v1.PauseRolloutRequest
-	(*ResumeRolloutRequest)(nil),     // 92: lifeline.v1.ResumeRolloutRequest
-	(*PromoteRolloutRequest)(nil),    // 93: lifeline.v1.PromoteRolloutRequest
-	(*AbortRolloutRequest)(nil),      // 94: lifeline.v1.AbortRolloutRequest
-	(*DashboardLoginRequest)(nil),    // 95: lifeline.v1.DashboardLoginRequest
-	(*DebugLogRequest)(nil),          // 96: lifeline.v1.DebugLogRequest
-	(*ListUsersResponse)(nil),        // 97: lifeline.v1.ListUsersResponse
-	(*AddUserResponse)(nil),          // 98: lifeline.v1.AddUserResponse
-	(*RemoveUserResponse)(nil),       // 99: lifeline.v1.RemoveUserResponse
-	(*SetUserRoleResponse)(nil),      // 100: lifeline.v1.SetUserRoleResponse
-	(*WhoAmIResponse)(nil),           // 101: lifeline.v1.WhoAmIResponse
-	(*RotateCredentialResponse)(nil), // 102: lifeline.v1.RotateCredentialResponse
-	(*AuditResponse)(nil),            // 103: lifeline.v1.AuditResponse
-	(*ListActionsResponse)(nil),      // 104: lifeline.v1.ListActionsResponse
-	(*RunActionResponse)(nil),        // 105: lifeline.v1.RunActionResponse
-	(*ListOperationsResponse)(nil),   // 106: lifeline.v1.ListOperationsResponse
-	(*ShowOperationResponse)(nil),    // 107: lifeline.v1.ShowOperationResponse
-	(*ShowTaskResponse)(nil),         // 108: lifeline.v1.ShowTaskResponse
-	(*ApproveOperationResponse)(nil), // 109: lifeline.v1.ApproveOperationResponse
-	(*RejectOperationResponse)(nil),  // 110: lifeline.v1.RejectOperationResponse
-	(*ExecuteOperationResponse)(nil), // 111: lifeline.v1.ExecuteOperationResponse
-	(*PauseTasksResponse)(nil),       // 112: lifeline.v1.PauseTasksResponse
-	(*ResumeTasksResponse)(nil),      // 113: lifeline.v1.ResumeTasksResponse
-	(*StopTasksResponse)(nil),        // 114: lifeline.v1.StopTasksResponse
-	(*TaskLogsResponse)(nil),         // 115: lifeline.v1.TaskLogsResponse
-	(*VersionResponse)(nil),          // 116: lifeline.v1.VersionResponse
-	(*ShowUnitResponse)(nil),         // 117: lifeline.v1.ShowUnitResponse
-	(*ShowMachineResponse)(nil),      // 118: lifeline.v1.ShowMachineResponse
-	(*ListRevisionsResponse)(nil),    // 119: lifeline.v1.ListRevisionsResponse
-	(*ShowRevisionResponse)(nil),     // 120: lifeline.v1.ShowRevisionResponse
-	(*RollbackServiceResponse)(nil),  // 121: lifeline.v1.RollbackServiceResponse
-	(*RefreshServiceResponse)(nil),   // 122: lifeline.v1.RefreshServiceResponse
-	(*SetRolloutPolicyResponse)(nil), // 123: lifeline.v1.SetRolloutPolicyResponse
-	(*GetRolloutPolicyResponse)(nil), // 124: lifeline.v1.GetRolloutPolicyResponse
-	(*RolloutStatusResponse)(nil),    // 125: lifeline.v1.RolloutStatusResponse
-	(*PauseRolloutResponse)(nil),     // 126: lifeline.v1.PauseRolloutResponse
-	(*ResumeRolloutResponse)(nil),    // 127: lifeline.v1.ResumeRolloutResponse
-	(*PromoteRolloutResponse)(nil),   // 128: lifeline.v1.PromoteRolloutResponse
-	(*AbortRolloutResponse)(nil),     // 129: lifeline.v1.AbortRolloutResponse
-	(*DashboardLoginResponse)(nil),   // 130: lifeline.v1.DashboardLoginResponse
-	(*DebugLogResponse)(nil),         // 131: lifeline.v1.DebugLogResponse
+	(*Owner)(nil),                    // 53: lifeline.v1.Owner
+	(*RelationEndpointStatus)(nil),   // 54: lifeline.v1.RelationEndpointStatus
+	(*Charm)(nil),                    // 55: lifeline.v1.Charm
+	(*Service)(nil),                  // 56: lifeline.v1.Service
+	(*Unit)(nil),                     // 57: lifeline.v1.Unit
+	(*Machine)(nil),                  // 58: lifeline.v1.Machine
+	(*Relation)(nil),                 // 59: lifeline.v1.Relation
+	(*StatusReportResult)(nil),       // 60: lifeline.v1.StatusReportResult
+	(*ConfigOption)(nil),             // 61: lifeline.v1.ConfigOption
+	(*ConfigValue)(nil),              // 62: lifeline.v1.ConfigValue
+	(*ListUsersRequest)(nil),         // 63: lifeline.v1.ListUsersRequest
+	(*AddUserRequest)(nil),           // 64: lifeline.v1.AddUserRequest
+	(*RemoveUserRequest)(nil),        // 65: lifeline.v1.RemoveUserRequest
+	(*SetUserRoleRequest)(nil),       // 66: lifeline.v1.SetUserRoleRequest
+	(*WhoAmIRequest)(nil),            // 67: lifeline.v1.WhoAmIRequest
+	(*RotateCredentialRequest)(nil),  // 68: lifeline.v1.RotateCredentialRequest
+	(*AuditRequest)(nil),             // 69: lifeline.v1.AuditRequest
+	(*ListActionsRequest)(nil),       // 70: lifeline.v1.ListActionsRequest
+	(*RunActionRequest)(nil),         // 71: lifeline.v1.RunActionRequest
+	(*ListOperationsRequest)(nil),    // 72: lifeline.v1.ListOperationsRequest
+	(*ShowOperationRequest)(nil),     // 73: lifeline.v1.ShowOperationRequest
+	(*ShowTaskRequest)(nil),          // 74: lifeline.v1.ShowTaskRequest
+	(*ApproveOperationRequest)(nil),  // 75: lifeline.v1.ApproveOperationRequest
+	(*RejectOperationRequest)(nil),   // 76: lifeline.v1.RejectOperationRequest
+	(*ExecuteOperationRequest)(nil),  // 77: lifeline.v1.ExecuteOperationRequest
+	(*PauseTasksRequest)(nil),        // 78: lifeline.v1.PauseTasksRequest
+	(*ResumeTasksRequest)(nil),       // 79: lifeline.v1.ResumeTasksRequest
+	(*StopTasksRequest)(nil),         // 80: lifeline.v1.StopTasksRequest
+	(*TaskLogsRequest)(nil),          // 81: lifeline.v1.TaskLogsRequest
+	(*VersionRequest)(nil),           // 82: lifeline.v1.VersionRequest
+	(*ShowUnitRequest)(nil),          // 83: lifeline.v1.ShowUnitRequest
+	(*ShowMachineRequest)(nil),       // 84: lifeline.v1.ShowMachineRequest
+	(*ListRevisionsRequest)(nil),     // 85: lifeline.v1.ListRevisionsRequest
+	(*ShowRevisionRequest)(nil),      // 86: lifeline.v1.ShowRevisionRequest
+	(*RollbackServiceRequest)(nil),   // 87: lifeline.v1.RollbackServiceRequest
+	(*RefreshServiceRequest)(nil),    // 88: lifeline.v1.RefreshServiceRequest
+	(*SetRolloutPolicyRequest)(nil),  // 89: lifeline.v1.SetRolloutPolicyRequest
+	(*GetRolloutPolicyRequest)(nil),  // 90: lifeline.v1.GetRolloutPolicyRequest
+	(*RolloutStatusRequest)(nil),     // 91: lifeline.v1.RolloutStatusRequest
+	(*PauseRolloutRequest)(nil),      // 92: lifeline.v1.PauseRolloutRequest
+	(*ResumeRolloutRequest)(nil),     // 93: lifeline.v1.ResumeRolloutRequest
+	(*PromoteRolloutRequest)(nil),    // 94: lifeline.v1.PromoteRolloutRequest
+	(*AbortRolloutRequest)(nil),      // 95: lifeline.v1.AbortRolloutRequest
+	(*DashboardLoginRequest)(nil),    // 96: lifeline.v1.DashboardLoginRequest
+	(*ClaimOwnershipRequest)(nil),    // 97: lifeline.v1.ClaimOwnershipRequest
+	(*DebugLogRequest)(nil),          // 98: lifeline.v1.DebugLogRequest
+	(*ListUsersResponse)(nil),        // 99: lifeline.v1.ListUsersResponse
+	(*AddUserResponse)(nil),          // 100: lifeline.v1.AddUserResponse
+	(*RemoveUserResponse)(nil),       // 101: lifeline.v1.RemoveUserResponse
+	(*SetUserRoleResponse)(nil),      // 102: lifeline.v1.SetUserRoleResponse
+	(*WhoAmIResponse)(nil),           // 103: lifeline.v1.WhoAmIResponse
+	(*RotateCredentialResponse)(nil), // 104: lifeline.v1.RotateCredentialResponse
+	(*AuditResponse)(nil),            // 105: lifeline.v1.AuditResponse
+	(*ListActionsResponse)(nil),      // 106: lifeline.v1.ListActionsResponse
+	(*RunActionResponse)(nil),        // 107: lifeline.v1.RunActionResponse
+	(*ListOperationsResponse)(nil),   // 108: lifeline.v1.ListOperationsResponse
+	(*ShowOperationResponse)(nil),    // 109: lifeline.v1.ShowOperationResponse
+	(*ShowTaskResponse)(nil),         // 110: lifeline.v1.ShowTaskResponse
+	(*ApproveOperationResponse)(nil), // 111: lifeline.v1.ApproveOperationResponse
+	(*RejectOperationResponse)(nil),  // 112: lifeline.v1.RejectOperationResponse
+	(*ExecuteOperationResponse)(nil), // 113: lifeline.v1.ExecuteOperationResponse
+	(*PauseTasksResponse)(nil),       // 114: lifeline.v1.PauseTasksResponse
+	(*ResumeTasksResponse)(nil),      // 115: lifeline.v1.ResumeTasksResponse
+	(*StopTasksResponse)(nil),        // 116: lifeline.v1.StopTasksResponse
+	(*TaskLogsResponse)(nil),         // 117: lifeline.v1.TaskLogsResponse
+	(*VersionResponse)(nil),          // 118: lifeline.v1.VersionResponse
+	(*ShowUnitResponse)(nil),         // 119: lifeline.v1.ShowUnitResponse
+	(*ShowMachineResponse)(nil),      // 120: lifeline.v1.ShowMachineResponse
+	(*ListRevisionsResponse)(nil),    // 121: lifeline.v1.ListRevisionsResponse
+	(*ShowRevisionResponse)(nil),     // 122: lifeline.v1.ShowRevisionResponse
+	(*RollbackServiceResponse)(nil),  // 123: lifeline.v1.RollbackServiceResponse
+	(*RefreshServiceResponse)(nil),   // 124: lifeline.v1.RefreshServiceResponse
+	(*SetRolloutPolicyResponse)(nil), // 125: lifeline.v1.SetRolloutPolicyResponse
+	(*GetRolloutPolicyResponse)(nil), // 126: lifeline.v1.GetRolloutPolicyResponse
+	(*RolloutStatusResponse)(nil),    // 127: lifeline.v1.RolloutStatusResponse
+	(*PauseRolloutResponse)(nil),     // 128: lifeline.v1.PauseRolloutResponse
+	(*ResumeRolloutResponse)(nil),    // 129: lifeline.v1.ResumeRolloutResponse
+	(*PromoteRolloutResponse)(nil),   // 130: lifeline.v1.PromoteRolloutResponse
+	(*AbortRolloutResponse)(nil),     // 131: lifeline.v1.AbortRolloutResponse
+	(*DashboardLoginResponse)(nil),   // 132: lifeline.v1.DashboardLoginResponse
+	(*ClaimOwnershipResponse)(nil),   // 133: lifeline.v1.ClaimOwnershipResponse
+	(*DebugLogResponse)(nil),         // 134: lifeline.v1.DebugLogResponse
 }
 var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	6,   // 0: lifeline.v1.StatusResponse.status:type_name -> lifeline.v1.ModelStatus
@@ -3570,138 +3604,143 @@ var file_lifeline_v1_operator_proto_depIdxs = []int32{
 	12,  // 4: lifeline.v1.ModelStatus.relations:type_name -> lifeline.v1.RelationStatus
 	7,   // 5: lifeline.v1.ModelStatus.controllers:type_name -> lifeline.v1.ControllerStatus
 	52,  // 6: lifeline.v1.ModelStatus.operations:type_name -> lifeline.v1.OperationsStatus
-	11,  // 7: lifeline.v1.ServiceStatus.units:type_name -> lifeline.v1.UnitStatus
-	10,  // 8: lifeline.v1.ServiceStatus.rollout:type_name -> lifeline.v1.ServiceRollout
-	53,  // 9: lifeline.v1.RelationStatus.endpoints:type_name -> lifeline.v1.RelationEndpointStatus
-	14,  // 10: lifeline.v1.UploadCharmRequest.header:type_name -> lifeline.v1.UploadCharmHeader
-	54,  // 11: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
-	48,  // 12: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
-	55,  // 13: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
-	56,  // 14: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
-	56,  // 15: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
-	57,  // 16: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
-	58,  // 17: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
-	59,  // 18: lifeline.v1.DestroyMachinesResponse.results:type_name -> lifeline.v1.StatusReportResult
-	38,  // 19: lifeline.v1.ResolvedResponse.results:type_name -> lifeline.v1.ResolvedResult
-	60,  // 20: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
-	49,  // 21: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
-	50,  // 22: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
-	45,  // 23: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
-	51,  // 24: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
-	61,  // 25: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
-	2,   // 26: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
-	4,   // 27: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
-	13,  // 28: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
-	16,  // 29: lifeline.v1.OperatorService.Deploy:input_type -> lifeline.v1.DeployRequest
-	18,  // 30: lifeline.v1.OperatorService.AddUnits:input_type -> lifeline.v1.AddUnitsRequest
-	20,  // 31: lifeline.v1.OperatorService.AddMachines:input_type -> lifeline.v1.AddMachinesRequest
-	22,  // 32: lifeline.v1.OperatorService.IssueJoinToken:input_type -> lifeline.v1.IssueJoinTokenRequest
-	24,  // 33: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
-	26,  // 34: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
-	28,  // 35: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
-	30,  // 36: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
-	32,  // 37: lifeline.v1.OperatorService.DestroyMachines:input_type -> lifeline.v1.DestroyMachinesRequest
-	34,  // 38: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
-	36,  // 39: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
-	39,  // 40: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
-	41,  // 41: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
-	43,  // 42: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
-	46,  // 43: lifeline.v1.OperatorService.AddController:input_type -> lifeline.v1.AddControllerRequest
-	0,   // 44: lifeline.v1.OperatorService.Barrier:input_type -> lifeline.v1.BarrierRequest
-	62,  // 45: lifeline.v1.OperatorService.ListUsers:input_type -> lifeline.v1.ListUsersRequest
-	63,  // 46: lifeline.v1.OperatorService.AddUser:input_type -> lifeline.v1.AddUserRequest
-	64,  // 47: lifeline.v1.OperatorService.RemoveUser:input_type -> lifeline.v1.RemoveUserRequest
-	65,  // 48: lifeline.v1.OperatorService.SetUserRole:input_type -> lifeline.v1.SetUserRoleRequest
-	66,  // 49: lifeline.v1.OperatorService.WhoAmI:input_type -> lifeline.v1.WhoAmIRequest
-	67,  // 50: lifeline.v1.OperatorService.RotateCredential:input_type -> lifeline.v1.RotateCredentialRequest
-	68,  // 51: lifeline.v1.OperatorService.Audit:input_type -> lifeline.v1.AuditRequest
-	69,  // 52: lifeline.v1.OperatorService.ListActions:input_type -> lifeline.v1.ListActionsRequest
-	70,  // 53: lifeline.v1.OperatorService.RunAction:input_type -> lifeline.v1.RunActionRequest
-	71,  // 54: lifeline.v1.OperatorService.ListOperations:input_type -> lifeline.v1.ListOperationsRequest
-	72,  // 55: lifeline.v1.OperatorService.ShowOperation:input_type -> lifeline.v1.ShowOperationRequest
-	73,  // 56: lifeline.v1.OperatorService.ShowTask:input_type -> lifeline.v1.ShowTaskRequest
-	74,  // 57: lifeline.v1.OperatorService.ApproveOperation:input_type -> lifeline.v1.ApproveOperationRequest
-	75,  // 58: lifeline.v1.OperatorService.RejectOperation:input_type -> lifeline.v1.RejectOperationRequest
-	76,  // 59: lifeline.v1.OperatorService.ExecuteOperation:input_type -> lifeline.v1.ExecuteOperationRequest
-	77,  // 60: lifeline.v1.OperatorService.PauseTasks:input_type -> lifeline.v1.PauseTasksRequest
-	78,  // 61: lifeline.v1.OperatorService.ResumeTasks:input_type -> lifeline.v1.ResumeTasksRequest
-	79,  // 62: lifeline.v1.OperatorService.StopTasks:input_type -> lifeline.v1.StopTasksRequest
-	80,  // 63: lifeline.v1.OperatorService.TaskLogs:input_type -> lifeline.v1.TaskLogsRequest
-	81,  // 64: lifeline.v1.OperatorService.Version:input_type -> lifeline.v1.VersionRequest
-	82,  // 65: lifeline.v1.OperatorService.ShowUnit:input_type -> lifeline.v1.ShowUnitRequest
-	83,  // 66: lifeline.v1.OperatorService.ShowMachine:input_type -> lifeline.v1.ShowMachineRequest
-	84,  // 67: lifeline.v1.OperatorService.ListRevisions:input_type -> lifeline.v1.ListRevisionsRequest
-	85,  // 68: lifeline.v1.OperatorService.ShowRevision:input_type -> lifeline.v1.ShowRevisionRequest
-	86,  // 69: lifeline.v1.OperatorService.RollbackService:input_type -> lifeline.v1.RollbackServiceRequest
-	87,  // 70: lifeline.v1.OperatorService.RefreshService:input_type -> lifeline.v1.RefreshServiceRequest
-	88,  // 71: lifeline.v1.OperatorService.SetRolloutPolicy:input_type -> lifeline.v1.SetRolloutPolicyRequest
-	89,  // 72: lifeline.v1.OperatorService.GetRolloutPolicy:input_type -> lifeline.v1.GetRolloutPolicyRequest
-	90,  // 73: lifeline.v1.OperatorService.RolloutStatus:input_type -> lifeline.v1.RolloutStatusRequest
-	91,  // 74: lifeline.v1.OperatorService.PauseRollout:input_type -> lifeline.v1.PauseRolloutRequest
-	92,  // 75: lifeline.v1.OperatorService.ResumeRollout:input_type -> lifeline.v1.ResumeRolloutRequest
-	93,  // 76: lifeline.v1.OperatorService.PromoteRollout:input_type -> lifeline.v1.PromoteRolloutRequest
-	94,  // 77: lifeline.v1.OperatorService.AbortRollout:input_type -> lifeline.v1.AbortRolloutRequest
-	95,  // 78: lifeline.v1.OperatorService.DashboardLogin:input_type -> lifeline.v1.DashboardLoginRequest
-	96,  // 79: lifeline.v1.OperatorService.DebugLog:input_type -> lifeline.v1.DebugLogRequest
-	3,   // 80: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
-	5,   // 81: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
-	15,  // 82: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
-	17,  // 83: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
-	19,  // 84: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
-	21,  // 85: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
-	23,  // 86: lifeline.v1.OperatorService.IssueJoinToken:output_type -> lifeline.v1.IssueJoinTokenResponse
-	25,  // 87: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
-	27,  // 88: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
-	29,  // 89: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
-	31,  // 90: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
-	33,  // 91: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
-	35,  // 92: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
-	37,  // 93: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
-	40,  // 94: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
-	42,  // 95: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
-	44,  // 96: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
-	47,  // 97: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
-	1,   // 98: lifeline.v1.OperatorService.Barrier:output_type -> lifeline.v1.BarrierResponse
-	97,  // 99: lifeline.v1.OperatorService.ListUsers:output_type -> lifeline.v1.ListUsersResponse
-	98,  // 100: lifeline.v1.OperatorService.AddUser:output_type -> lifeline.v1.AddUserResponse
-	99,  // 101: lifeline.v1.OperatorService.RemoveUser:output_type -> lifeline.v1.RemoveUserResponse
-	100, // 102: lifeline.v1.OperatorService.SetUserRole:output_type -> lifeline.v1.SetUserRoleResponse
-	101, // 103: lifeline.v1.OperatorService.WhoAmI:output_type -> lifeline.v1.WhoAmIResponse
-	102, // 104: lifeline.v1.OperatorService.RotateCredential:output_type -> lifeline.v1.RotateCredentialResponse
-	103, // 105: lifeline.v1.OperatorService.Audit:output_type -> lifeline.v1.AuditResponse
-	104, // 106: lifeline.v1.OperatorService.ListActions:output_type -> lifeline.v1.ListActionsResponse
-	105, // 107: lifeline.v1.OperatorService.RunAction:output_type -> lifeline.v1.RunActionResponse
-	106, // 108: lifeline.v1.OperatorService.ListOperations:output_type -> lifeline.v1.ListOperationsResponse
-	107, // 109: lifeline.v1.OperatorService.ShowOperation:output_type -> lifeline.v1.ShowOperationResponse
-	108, // 110: lifeline.v1.OperatorService.ShowTask:output_type -> lifeline.v1.ShowTaskResponse
-	109, // 111: lifeline.v1.OperatorService.ApproveOperation:output_type -> lifeline.v1.ApproveOperationResponse
-	110, // 112: lifeline.v1.OperatorService.RejectOperation:output_type -> lifeline.v1.RejectOperationResponse
-	111, // 113: lifeline.v1.OperatorService.ExecuteOperation:output_type -> lifeline.v1.ExecuteOperationResponse
-	112, // 114: lifeline.v1.OperatorService.PauseTasks:output_type -> lifeline.v1.PauseTasksResponse
-	113, // 115: lifeline.v1.OperatorService.ResumeTasks:output_type -> lifeline.v1.ResumeTasksResponse
-	114, // 116: lifeline.v1.OperatorService.StopTasks:output_type -> lifeline.v1.StopTasksResponse
-	115, // 117: lifeline.v1.OperatorService.TaskLogs:output_type -> lifeline.v1.TaskLogsResponse
-	116, // 118: lifeline.v1.OperatorService.Version:output_type -> lifeline.v1.VersionResponse
-	117, // 119: lifeline.v1.OperatorService.ShowUnit:output_type -> lifeline.v1.ShowUnitResponse
-	118, // 120: lifeline.v1.OperatorService.ShowMachine:output_type -> lifeline.v1.ShowMachineResponse
-	119, // 121: lifeline.v1.OperatorService.ListRevisions:output_type -> lifeline.v1.ListRevisionsResponse
-	120, // 122: lifeline.v1.OperatorService.ShowRevision:output_type -> lifeline.v1.ShowRevisionResponse
-	121, // 123: lifeline.v1.OperatorService.RollbackService:output_type -> lifeline.v1.RollbackServiceResponse
-	122, // 124: lifeline.v1.OperatorService.RefreshService:output_type -> lifeline.v1.RefreshServiceResponse
-	123, // 125: lifeline.v1.OperatorService.SetRolloutPolicy:output_type -> lifeline.v1.SetRolloutPolicyResponse
-	124, // 126: lifeline.v1.OperatorService.GetRolloutPolicy:output_type -> lifeline.v1.GetRolloutPolicyResponse
-	125, // 127: lifeline.v1.OperatorService.RolloutStatus:output_type -> lifeline.v1.RolloutStatusResponse
-	126, // 128: lifeline.v1.OperatorService.PauseRollout:output_type -> lifeline.v1.PauseRolloutResponse
-	127, // 129: lifeline.v1.OperatorService.ResumeRollout:output_type -> lifeline.v1.ResumeRolloutResponse
-	128, // 130: lifeline.v1.OperatorService.PromoteRollout:output_type -> lifeline.v1.PromoteRolloutResponse
-	129, // 131: lifeline.v1.OperatorService.AbortRollout:output_type -> lifeline.v1.AbortRolloutResponse
-	130, // 132: lifeline.v1.OperatorService.DashboardLogin:output_type -> lifeline.v1.DashboardLoginResponse
-	131, // 133: lifeline.v1.OperatorService.DebugLog:output_type -> lifeline.v1.DebugLogResponse
-	80,  // [80:134] is the sub-list for method output_type
-	26,  // [26:80] is the sub-list for method input_type
-	26,  // [26:26] is the sub-list for extension type_name
-	26,  // [26:26] is the sub-list for extension extendee
-	0,   // [0:26] is the sub-list for field type_name
+	53,  // 7: lifeline.v1.MachineStatus.owner:type_name -> lifeline.v1.Owner
+	11,  // 8: lifeline.v1.ServiceStatus.units:type_name -> lifeline.v1.UnitStatus
+	10,  // 9: lifeline.v1.ServiceStatus.rollout:type_name -> lifeline.v1.ServiceRollout
+	53,  // 10: lifeline.v1.ServiceStatus.owner:type_name -> lifeline.v1.Owner
+	54,  // 11: lifeline.v1.RelationStatus.endpoints:type_name -> lifeline.v1.RelationEndpointStatus
+	53,  // 12: lifeline.v1.RelationStatus.owner:type_name -> lifeline.v1.Owner
+	14,  // 13: lifeline.v1.UploadCharmRequest.header:type_name -> lifeline.v1.UploadCharmHeader
+	55,  // 14: lifeline.v1.UploadCharmResponse.charm:type_name -> lifeline.v1.Charm
+	48,  // 15: lifeline.v1.DeployRequest.config:type_name -> lifeline.v1.DeployRequest.ConfigEntry
+	56,  // 16: lifeline.v1.DeployResponse.service:type_name -> lifeline.v1.Service
+	57,  // 17: lifeline.v1.DeployResponse.units:type_name -> lifeline.v1.Unit
+	57,  // 18: lifeline.v1.AddUnitsResponse.units:type_name -> lifeline.v1.Unit
+	58,  // 19: lifeline.v1.AddMachinesResponse.machines:type_name -> lifeline.v1.Machine
+	59,  // 20: lifeline.v1.AddRelationResponse.relation:type_name -> lifeline.v1.Relation
+	60,  // 21: lifeline.v1.DestroyMachinesResponse.results:type_name -> lifeline.v1.StatusReportResult
+	38,  // 22: lifeline.v1.ResolvedResponse.results:type_name -> lifeline.v1.ResolvedResult
+	61,  // 23: lifeline.v1.GetConfigResponse.options:type_name -> lifeline.v1.ConfigOption
+	49,  // 24: lifeline.v1.GetConfigResponse.values:type_name -> lifeline.v1.GetConfigResponse.ValuesEntry
+	50,  // 25: lifeline.v1.SetConfigRequest.set:type_name -> lifeline.v1.SetConfigRequest.SetEntry
+	45,  // 26: lifeline.v1.ShowStatusLogResponse.entries:type_name -> lifeline.v1.StatusLogEntry
+	51,  // 27: lifeline.v1.StatusLogEntry.data:type_name -> lifeline.v1.StatusLogEntry.DataEntry
+	62,  // 28: lifeline.v1.GetConfigResponse.ValuesEntry.value:type_name -> lifeline.v1.ConfigValue
+	2,   // 29: lifeline.v1.OperatorService.Status:input_type -> lifeline.v1.StatusRequest
+	4,   // 30: lifeline.v1.OperatorService.WatchStatus:input_type -> lifeline.v1.WatchStatusRequest
+	13,  // 31: lifeline.v1.OperatorService.UploadCharm:input_type -> lifeline.v1.UploadCharmRequest
+	16,  // 32: lifeline.v1.OperatorService.Deploy:input_type -> lifeline.v1.DeployRequest
+	18,  // 33: lifeline.v1.OperatorService.AddUnits:input_type -> lifeline.v1.AddUnitsRequest
+	20,  // 34: lifeline.v1.OperatorService.AddMachines:input_type -> lifeline.v1.AddMachinesRequest
+	22,  // 35: lifeline.v1.OperatorService.IssueJoinToken:input_type -> lifeline.v1.IssueJoinTokenRequest
+	24,  // 36: lifeline.v1.OperatorService.AddRelation:input_type -> lifeline.v1.AddRelationRequest
+	26,  // 37: lifeline.v1.OperatorService.DestroyRelation:input_type -> lifeline.v1.DestroyRelationRequest
+	28,  // 38: lifeline.v1.OperatorService.DestroyUnit:input_type -> lifeline.v1.DestroyUnitRequest
+	30,  // 39: lifeline.v1.OperatorService.DestroyMachine:input_type -> lifeline.v1.DestroyMachineRequest
+	32,  // 40: lifeline.v1.OperatorService.DestroyMachines:input_type -> lifeline.v1.DestroyMachinesRequest
+	34,  // 41: lifeline.v1.OperatorService.DestroyService:input_type -> lifeline.v1.DestroyServiceRequest
+	36,  // 42: lifeline.v1.OperatorService.Resolved:input_type -> lifeline.v1.ResolvedRequest
+	39,  // 43: lifeline.v1.OperatorService.GetConfig:input_type -> lifeline.v1.GetConfigRequest
+	41,  // 44: lifeline.v1.OperatorService.SetConfig:input_type -> lifeline.v1.SetConfigRequest
+	43,  // 45: lifeline.v1.OperatorService.ShowStatusLog:input_type -> lifeline.v1.ShowStatusLogRequest
+	46,  // 46: lifeline.v1.OperatorService.AddController:input_type -> lifeline.v1.AddControllerRequest
+	0,   // 47: lifeline.v1.OperatorService.Barrier:input_type -> lifeline.v1.BarrierRequest
+	63,  // 48: lifeline.v1.OperatorService.ListUsers:input_type -> lifeline.v1.ListUsersRequest
+	64,  // 49: lifeline.v1.OperatorService.AddUser:input_type -> lifeline.v1.AddUserRequest
+	65,  // 50: lifeline.v1.OperatorService.RemoveUser:input_type -> lifeline.v1.RemoveUserRequest
+	66,  // 51: lifeline.v1.OperatorService.SetUserRole:input_type -> lifeline.v1.SetUserRoleRequest
+	67,  // 52: lifeline.v1.OperatorService.WhoAmI:input_type -> lifeline.v1.WhoAmIRequest
+	68,  // 53: lifeline.v1.OperatorService.RotateCredential:input_type -> lifeline.v1.RotateCredentialRequest
+	69,  // 54: lifeline.v1.OperatorService.Audit:input_type -> lifeline.v1.AuditRequest
+	70,  // 55: lifeline.v1.OperatorService.ListActions:input_type -> lifeline.v1.ListActionsRequest
+	71,  // 56: lifeline.v1.OperatorService.RunAction:input_type -> lifeline.v1.RunActionRequest
+	72,  // 57: lifeline.v1.OperatorService.ListOperations:input_type -> lifeline.v1.ListOperationsRequest
+	73,  // 58: lifeline.v1.OperatorService.ShowOperation:input_type -> lifeline.v1.ShowOperationRequest
+	74,  // 59: lifeline.v1.OperatorService.ShowTask:input_type -> lifeline.v1.ShowTaskRequest
+	75,  // 60: lifeline.v1.OperatorService.ApproveOperation:input_type -> lifeline.v1.ApproveOperationRequest
+	76,  // 61: lifeline.v1.OperatorService.RejectOperation:input_type -> lifeline.v1.RejectOperationRequest
+	77,  // 62: lifeline.v1.OperatorService.ExecuteOperation:input_type -> lifeline.v1.ExecuteOperationRequest
+	78,  // 63: lifeline.v1.OperatorService.PauseTasks:input_type -> lifeline.v1.PauseTasksRequest
+	79,  // 64: lifeline.v1.OperatorService.ResumeTasks:input_type -> lifeline.v1.ResumeTasksRequest
+	80,  // 65: lifeline.v1.OperatorService.StopTasks:input_type -> lifeline.v1.StopTasksRequest
+	81,  // 66: lifeline.v1.OperatorService.TaskLogs:input_type -> lifeline.v1.TaskLogsRequest
+	82,  // 67: lifeline.v1.OperatorService.Version:input_type -> lifeline.v1.VersionRequest
+	83,  // 68: lifeline.v1.OperatorService.ShowUnit:input_type -> lifeline.v1.ShowUnitRequest
+	84,  // 69: lifeline.v1.OperatorService.ShowMachine:input_type -> lifeline.v1.ShowMachineRequest
+	85,  // 70: lifeline.v1.OperatorService.ListRevisions:input_type -> lifeline.v1.ListRevisionsRequest
+	86,  // 71: lifeline.v1.OperatorService.ShowRevision:input_type -> lifeline.v1.ShowRevisionRequest
+	87,  // 72: lifeline.v1.OperatorService.RollbackService:input_type -> lifeline.v1.RollbackServiceRequest
+	88,  // 73: lifeline.v1.OperatorService.RefreshService:input_type -> lifeline.v1.RefreshServiceRequest
+	89,  // 74: lifeline.v1.OperatorService.SetRolloutPolicy:input_type -> lifeline.v1.SetRolloutPolicyRequest
+	90,  // 75: lifeline.v1.OperatorService.GetRolloutPolicy:input_type -> lifeline.v1.GetRolloutPolicyRequest
+	91,  // 76: lifeline.v1.OperatorService.RolloutStatus:input_type -> lifeline.v1.RolloutStatusRequest
+	92,  // 77: lifeline.v1.OperatorService.PauseRollout:input_type -> lifeline.v1.PauseRolloutRequest
+	93,  // 78: lifeline.v1.OperatorService.ResumeRollout:input_type -> lifeline.v1.ResumeRolloutRequest
+	94,  // 79: lifeline.v1.OperatorService.PromoteRollout:input_type -> lifeline.v1.PromoteRolloutRequest
+	95,  // 80: lifeline.v1.OperatorService.AbortRollout:input_type -> lifeline.v1.AbortRolloutRequest
+	96,  // 81: lifeline.v1.OperatorService.DashboardLogin:input_type -> lifeline.v1.DashboardLoginRequest
+	97,  // 82: lifeline.v1.OperatorService.ClaimOwnership:input_type -> lifeline.v1.ClaimOwnershipRequest
+	98,  // 83: lifeline.v1.OperatorService.DebugLog:input_type -> lifeline.v1.DebugLogRequest
+	3,   // 84: lifeline.v1.OperatorService.Status:output_type -> lifeline.v1.StatusResponse
+	5,   // 85: lifeline.v1.OperatorService.WatchStatus:output_type -> lifeline.v1.WatchStatusResponse
+	15,  // 86: lifeline.v1.OperatorService.UploadCharm:output_type -> lifeline.v1.UploadCharmResponse
+	17,  // 87: lifeline.v1.OperatorService.Deploy:output_type -> lifeline.v1.DeployResponse
+	19,  // 88: lifeline.v1.OperatorService.AddUnits:output_type -> lifeline.v1.AddUnitsResponse
+	21,  // 89: lifeline.v1.OperatorService.AddMachines:output_type -> lifeline.v1.AddMachinesResponse
+	23,  // 90: lifeline.v1.OperatorService.IssueJoinToken:output_type -> lifeline.v1.IssueJoinTokenResponse
+	25,  // 91: lifeline.v1.OperatorService.AddRelation:output_type -> lifeline.v1.AddRelationResponse
+	27,  // 92: lifeline.v1.OperatorService.DestroyRelation:output_type -> lifeline.v1.DestroyRelationResponse
+	29,  // 93: lifeline.v1.OperatorService.DestroyUnit:output_type -> lifeline.v1.DestroyUnitResponse
+	31,  // 94: lifeline.v1.OperatorService.DestroyMachine:output_type -> lifeline.v1.DestroyMachineResponse
+	33,  // 95: lifeline.v1.OperatorService.DestroyMachines:output_type -> lifeline.v1.DestroyMachinesResponse
+	35,  // 96: lifeline.v1.OperatorService.DestroyService:output_type -> lifeline.v1.DestroyServiceResponse
+	37,  // 97: lifeline.v1.OperatorService.Resolved:output_type -> lifeline.v1.ResolvedResponse
+	40,  // 98: lifeline.v1.OperatorService.GetConfig:output_type -> lifeline.v1.GetConfigResponse
+	42,  // 99: lifeline.v1.OperatorService.SetConfig:output_type -> lifeline.v1.SetConfigResponse
+	44,  // 100: lifeline.v1.OperatorService.ShowStatusLog:output_type -> lifeline.v1.ShowStatusLogResponse
+	47,  // 101: lifeline.v1.OperatorService.AddController:output_type -> lifeline.v1.AddControllerResponse
+	1,   // 102: lifeline.v1.OperatorService.Barrier:output_type -> lifeline.v1.BarrierResponse
+	99,  // 103: lifeline.v1.OperatorService.ListUsers:output_type -> lifeline.v1.ListUsersResponse
+	100, // 104: lifeline.v1.OperatorService.AddUser:output_type -> lifeline.v1.AddUserResponse
+	101, // 105: lifeline.v1.OperatorService.RemoveUser:output_type -> lifeline.v1.RemoveUserResponse
+	102, // 106: lifeline.v1.OperatorService.SetUserRole:output_type -> lifeline.v1.SetUserRoleResponse
+	103, // 107: lifeline.v1.OperatorService.WhoAmI:output_type -> lifeline.v1.WhoAmIResponse
+	104, // 108: lifeline.v1.OperatorService.RotateCredential:output_type -> lifeline.v1.RotateCredentialResponse
+	105, // 109: lifeline.v1.OperatorService.Audit:output_type -> lifeline.v1.AuditResponse
+	106, // 110: lifeline.v1.OperatorService.ListActions:output_type -> lifeline.v1.ListActionsResponse
+	107, // 111: lifeline.v1.OperatorService.RunAction:output_type -> lifeline.v1.RunActionResponse
+	108, // 112: lifeline.v1.OperatorService.ListOperations:output_type -> lifeline.v1.ListOperationsResponse
+	109, // 113: lifeline.v1.OperatorService.ShowOperation:output_type -> lifeline.v1.ShowOperationResponse
+	110, // 114: lifeline.v1.OperatorService.ShowTask:output_type -> lifeline.v1.ShowTaskResponse
+	111, // 115: lifeline.v1.OperatorService.ApproveOperation:output_type -> lifeline.v1.ApproveOperationResponse
+	112, // 116: lifeline.v1.OperatorService.RejectOperation:output_type -> lifeline.v1.RejectOperationResponse
+	113, // 117: lifeline.v1.OperatorService.ExecuteOperation:output_type -> lifeline.v1.ExecuteOperationResponse
+	114, // 118: lifeline.v1.OperatorService.PauseTasks:output_type -> lifeline.v1.PauseTasksResponse
+	115, // 119: lifeline.v1.OperatorService.ResumeTasks:output_type -> lifeline.v1.ResumeTasksResponse
+	116, // 120: lifeline.v1.OperatorService.StopTasks:output_type -> lifeline.v1.StopTasksResponse
+	117, // 121: lifeline.v1.OperatorService.TaskLogs:output_type -> lifeline.v1.TaskLogsResponse
+	118, // 122: lifeline.v1.OperatorService.Version:output_type -> lifeline.v1.VersionResponse
+	119, // 123: lifeline.v1.OperatorService.ShowUnit:output_type -> lifeline.v1.ShowUnitResponse
+	120, // 124: lifeline.v1.OperatorService.ShowMachine:output_type -> lifeline.v1.ShowMachineResponse
+	121, // 125: lifeline.v1.OperatorService.ListRevisions:output_type -> lifeline.v1.ListRevisionsResponse
+	122, // 126: lifeline.v1.OperatorService.ShowRevision:output_type -> lifeline.v1.ShowRevisionResponse
+	123, // 127: lifeline.v1.OperatorService.RollbackService:output_type -> lifeline.v1.RollbackServiceResponse
+	124, // 128: lifeline.v1.OperatorService.RefreshService:output_type -> lifeline.v1.RefreshServiceResponse
+	125, // 129: lifeline.v1.OperatorService.SetRolloutPolicy:output_type -> lifeline.v1.SetRolloutPolicyResponse
+	126, // 130: lifeline.v1.OperatorService.GetRolloutPolicy:output_type -> lifeline.v1.GetRolloutPolicyResponse
+	127, // 131: lifeline.v1.OperatorService.RolloutStatus:output_type -> lifeline.v1.RolloutStatusResponse
+	128, // 132: lifeline.v1.OperatorService.PauseRollout:output_type -> lifeline.v1.PauseRolloutResponse
+	129, // 133: lifeline.v1.OperatorService.ResumeRollout:output_type -> lifeline.v1.ResumeRolloutResponse
+	130, // 134: lifeline.v1.OperatorService.PromoteRollout:output_type -> lifeline.v1.PromoteRolloutResponse
+	131, // 135: lifeline.v1.OperatorService.AbortRollout:output_type -> lifeline.v1.AbortRolloutResponse
+	132, // 136: lifeline.v1.OperatorService.DashboardLogin:output_type -> lifeline.v1.DashboardLoginResponse
+	133, // 137: lifeline.v1.OperatorService.ClaimOwnership:output_type -> lifeline.v1.ClaimOwnershipResponse
+	134, // 138: lifeline.v1.OperatorService.DebugLog:output_type -> lifeline.v1.DebugLogResponse
+	84,  // [84:139] is the sub-list for method output_type
+	29,  // [29:84] is the sub-list for method input_type
+	29,  // [29:29] is the sub-list for extension type_name
+	29,  // [29:29] is the sub-list for extension extendee
+	0,   // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_operator_proto_init() }
@@ -3713,6 +3752,7 @@ func file_lifeline_v1_operator_proto_init() {
 	file_lifeline_v1_logs_proto_init()
 	file_lifeline_v1_model_proto_init()
 	file_lifeline_v1_operations_proto_init()
+	file_lifeline_v1_owners_proto_init()
 	file_lifeline_v1_revisions_api_proto_init()
 	file_lifeline_v1_rollouts_api_proto_init()
 	file_lifeline_v1_show_proto_init()

@@ -74,6 +74,7 @@ const (
 	OperatorService_PromoteRollout_FullMethodName   = "/lifeline.v1.OperatorService/PromoteRollout"
 	OperatorService_AbortRollout_FullMethodName     = "/lifeline.v1.OperatorService/AbortRollout"
 	OperatorService_DashboardLogin_FullMethodName   = "/lifeline.v1.OperatorService/DashboardLogin"
+	OperatorService_ClaimOwnership_FullMethodName   = "/lifeline.v1.OperatorService/ClaimOwnership"
 	OperatorService_DebugLog_FullMethodName         = "/lifeline.v1.OperatorService/DebugLog"
 )
 
@@ -226,6 +227,9 @@ type OperatorServiceClient interface {
 	// DashboardLogin makes a one-time link (60 s) that logs the caller in to
 	// the dashboard (dashboard.proto).
 	DashboardLogin(ctx context.Context, in *DashboardLoginRequest, opts ...grpc.CallOption) (*DashboardLoginResponse, error)
+	// ClaimOwnership records a manifest as the owner of entities ctl apply
+	// created (owners.proto).
+	ClaimOwnership(ctx context.Context, in *ClaimOwnershipRequest, opts ...grpc.CallOption) (*ClaimOwnershipResponse, error)
 	// DebugLog streams the log lines this controller keeps in memory (its
 	// own and those its machine agents shipped), filtered, then new ones as
 	// they arrive when asked to follow.
@@ -800,6 +804,16 @@ func (c *operatorServiceClient) DashboardLogin(ctx context.Context, in *Dashboar
 	return out, nil
 }
 
+func (c *operatorServiceClient) ClaimOwnership(ctx context.Context, in *ClaimOwnershipRequest, opts ...grpc.CallOption) (*ClaimOwnershipResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClaimOwnershipResponse)
+	err := c.cc.Invoke(ctx, OperatorService_ClaimOwnership_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *operatorServiceClient) DebugLog(ctx context.Context, in *DebugLogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DebugLogResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &OperatorService_ServiceDesc.Streams[4], OperatorService_DebugLog_FullMethodName, cOpts...)
@@ -968,6 +982,9 @@ type OperatorServiceServer interface {
 	// DashboardLogin makes a one-time link (60 s) that logs the caller in to
 	// the dashboard (dashboard.proto).
 	DashboardLogin(context.Context, *DashboardLoginRequest) (*DashboardLoginResponse, error)
+	// ClaimOwnership records a manifest as the owner of entities ctl apply
+	// created (owners.proto).
+	ClaimOwnership(context.Context, *ClaimOwnershipRequest) (*ClaimOwnershipResponse, error)
 	// DebugLog streams the log lines this controller keeps in memory (its
 	// own and those its machine agents shipped), filtered, then new ones as
 	// they arrive when asked to follow.
@@ -1140,6 +1157,9 @@ func (UnimplementedOperatorServiceServer) AbortRollout(context.Context, *AbortRo
 }
 func (UnimplementedOperatorServiceServer) DashboardLogin(context.Context, *DashboardLoginRequest) (*DashboardLoginResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DashboardLogin not implemented")
+}
+func (UnimplementedOperatorServiceServer) ClaimOwnership(context.Context, *ClaimOwnershipRequest) (*ClaimOwnershipResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClaimOwnership not implemented")
 }
 func (UnimplementedOperatorServiceServer) DebugLog(*DebugLogRequest, grpc.ServerStreamingServer[DebugLogResponse]) error {
 	return status.Error(codes.Unimplemented, "method DebugLog not implemented")
@@ -2087,6 +2107,24 @@ func _OperatorService_DashboardLogin_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_ClaimOwnership_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClaimOwnershipRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).ClaimOwnership(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_ClaimOwnership_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).ClaimOwnership(ctx, req.(*ClaimOwnershipRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _OperatorService_DebugLog_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(DebugLogRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -2300,6 +2338,10 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DashboardLogin",
 			Handler:    _OperatorService_DashboardLogin_Handler,
+		},
+		{
+			MethodName: "ClaimOwnership",
+			Handler:    _OperatorService_ClaimOwnership_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
