@@ -79,7 +79,7 @@ var docScenarios = []struct {
 	// setup) is in its canary, then not done before the abort, whether
 	// units move or not.
 	{name: "revisions", groups: []string{"ctl revisions", "ctl refresh", "ctl rollback", "ctl set-rollout", "ctl rollout"}, bootstrap: true},
-	{name: "everyday", groups: []string{"ctl version", "ctl completion", "ctl controllers", "ctl switch", "ctl plan"}, bootstrap: true},
+	{name: "everyday", groups: []string{"ctl version", "ctl completion", "ctl controllers", "ctl switch", "ctl plan", "ctl apply", "ctl export"}, bootstrap: true},
 	{name: "bootstrap", groups: []string{"ctl bootstrap"}, each: true},
 }
 

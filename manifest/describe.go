@@ -61,6 +61,16 @@ func (a Action) Describe() string {
 			s += ": " + a.Plugin.Description
 		}
 		return s
+	case ActDestroyService:
+		return "destroy service " + a.Service
+	case ActDestroyRelation:
+		var eps []string
+		for _, e := range a.Endpoints {
+			eps = append(eps, valueText(e))
+		}
+		return "destroy relation " + strings.Join(eps, " ")
+	case ActDestroyMachine:
+		return "destroy machine " + strings.Join(a.Units, ", ")
 	case ActPluginState:
 		return "the plugin's actions are known after apply: its configuration reads a dependency's state"
 	}

@@ -36,6 +36,11 @@ const (
 	// configuration holds values known only after apply: its state is
 	// asked for then.
 	ActPluginState = "plugin-state"
+	// What pruning destroys: an entity the manifest owns and no longer
+	// names (a machine's id is in Units).
+	ActDestroyService  = "destroy-service"
+	ActDestroyRelation = "destroy-relation"
+	ActDestroyMachine  = "destroy-machine"
 )
 
 // Action is one step a plan would take. Values known only after apply are
@@ -114,10 +119,12 @@ type PlanResult struct {
 	// plan whose inputs changed since is stale.
 	Inputs    map[string]string `json:"inputs"`
 	Resources []*ResourcePlan   `json:"resources"`
+	// Destroy is what pruning destroys (PlanPrune), when asked for.
+	Destroy []Action `json:"destroy,omitempty"`
 }
 
-// Summary counts the resources a plan creates, changes and destroys (none
-// yet: pruning what the manifest no longer names comes with apply).
+// Summary counts the resources a plan creates, changes and destroys (the
+// entities pruning destroys).
 func (p *PlanResult) Summary() (create, change, destroy int) {
 	for _, r := range p.Resources {
 		switch {
@@ -128,7 +135,7 @@ func (p *PlanResult) Summary() (create, change, destroy int) {
 			create++
 		}
 	}
-	return create, change, 0
+	return create, change, len(p.Destroy)
 }
 
 // Changes says whether the plan would change anything.
@@ -241,7 +248,7 @@ func (c *Checked) PlanResource(ctx context.Context, name string, snap *Snapshot,
 	case r.Type == TypeRelation:
 		planRelation(rp, snap)
 	case r.Type == TypeMachine:
-		planMachines(rp)
+		c.planMachines(rp, snap)
 	case r.Plugin != "":
 		if err := c.planPlugin(ctx, r, rp, rp.Inputs); err != nil {
 			errs.add("resources.%s: %v", name, err)
@@ -423,16 +430,34 @@ func endpointIs(spec string, ep *pb.RelationEndpointStatus) bool {
 	return svc == ep.Service && (!named || name == ep.Endpoint)
 }
 
-// planMachines plans a machine resource. Which machines are a resource's
-// is recorded by apply (docs/MANIFESTS.md, Ownership); until it is, none
-// is, and the plan adds the count.
-func planMachines(rp *ResourcePlan) {
+// planMachines plans a machine resource: its machines are the alive ones
+// the manifest owns for it (apply records them, docs/MANIFESTS.md,
+// Ownership); fewer than count are added to. More are left: machines are
+// removed by pruning the resource, not by lowering its count.
+func (c *Checked) planMachines(rp *ResourcePlan, snap *Snapshot) {
 	count, ok := rp.Config["count"]
 	if !ok {
 		count = int64(1)
 	}
 	manual, _ := rp.Config["manual"].(bool)
-	rp.Actions = append(rp.Actions, Action{Kind: ActAddMachines, Count: count, Manual: manual})
+	ids := []any{}
+	for _, m := range snap.Machines {
+		if m.Life == "alive" && m.Owner.GetManifest() == c.Manifest.Name && m.Owner.GetResource() == rp.Name {
+			ids = append(ids, m.Id)
+		}
+	}
+	if len(ids) > 0 {
+		rp.Exists = true
+		rp.State = map[string]any{"machines": ids}
+	}
+	switch n, known := count.(int64); {
+	case !known:
+		rp.Actions = append(rp.Actions, Action{Kind: ActAddMachines, Count: count, Manual: manual})
+	case n > int64(len(ids)):
+		rp.Actions = append(rp.Actions, Action{Kind: ActAddMachines, Count: n - int64(len(ids)), Manual: manual})
+	default:
+		return
+	}
 	rp.planned = map[string]any{"machines": Unknown{}}
 }
 

@@ -62,3 +62,9 @@ func (e *ExecPlugins) State(ctx context.Context, r *Resource, config map[string]
 	}
 	return st, nil
 }
+
+// Do runs one of the resource's actions, as its state action listed it.
+func (e *ExecPlugins) Do(ctx context.Context, r *Resource, config map[string]any, a PluginAction) error {
+	return e.Program(r).Do(ctx, r.Name, r.Type, config, plugin.Action{Name: a.Name, Description: a.Description,
+		Entrypoint: a.Entrypoint, Image: a.Image, Args: a.Args})
+}

@@ -38,6 +38,9 @@ type Snapshot struct {
 	// Relations and Machines are the model's.
 	Relations []*pb.RelationStatus
 	Machines  []*pb.MachineStatus
+	// AllServices are the model's services, each with its owner: what
+	// pruning reads.
+	AllServices []*pb.ServiceStatus
 }
 
 // ServiceSnapshot is one service as the model has it.
@@ -57,7 +60,7 @@ func ReadSnapshot(ctx context.Context, model Model, services []string) (*Snapsho
 	}
 	ms := st.GetStatus()
 	snap := &Snapshot{Revision: ms.GetRevision(), Services: map[string]*ServiceSnapshot{},
-		Relations: ms.GetRelations(), Machines: ms.GetMachines()}
+		Relations: ms.GetRelations(), Machines: ms.GetMachines(), AllServices: ms.GetServices()}
 	for _, s := range ms.GetServices() {
 		if slices.Contains(services, s.Name) {
 			snap.Services[s.Name] = &ServiceSnapshot{Status: s}

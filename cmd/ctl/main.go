@@ -201,6 +201,8 @@ Example:
 		rollbackCommand(e),
 		refreshCommand(e),
 		planCommand(e),
+		applyCommand(e),
+		exportCommand(e),
 		setRolloutCommand(e),
 		rolloutCommand(e),
 		waitCommand(e),

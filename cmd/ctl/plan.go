@@ -38,6 +38,7 @@ type planFlags struct {
 	out      string
 	detailed bool
 	verbose  bool
+	prune    bool
 }
 
 func planCommand(e *env) *cobra.Command {
@@ -69,32 +70,19 @@ Exit status: 0 when the plan succeeded, 1 on an error (a manifest's
 problems, a refusal), 2 on a usage error; with --detailed-exitcode, 0
 when nothing would change and 2 when something would.
 
+--prune also lists what ctl apply --prune would destroy: the services,
+relations and machines the manifest owns (created by applying it) that it
+no longer names, as "- destroy" actions counted "to destroy".
+
 Example:
   ctl plan examples/manifests/demo.yaml
   ctl plan examples/manifests/demo.yaml --var replicas=3 -o demo.plan`,
 		Args: argsRange(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var vars []map[string]any
-			for _, path := range f.varFiles {
-				data, err := os.ReadFile(path)
-				if err != nil {
-					return usagef(cmd, "--var-file: %v", err)
-				}
-				vs, err := manifest.ParseVarFile(data)
-				if err != nil {
-					return usagef(cmd, "--var-file %s: %v", path, err)
-				}
-				vars = append(vars, vs)
+			vars, err := parseVarFlags(cmd, f)
+			if err != nil {
+				return err
 			}
-			flagVars := map[string]any{}
-			for _, arg := range f.vars {
-				k, v, err := manifest.ParseVar(arg)
-				if err != nil {
-					return usagef(cmd, "--var %v", err)
-				}
-				flagVars[k] = v
-			}
-			vars = append(vars, flagVars)
 			return plan(cmd.Context(), e, args[0], vars, f)
 		},
 	}
@@ -104,6 +92,7 @@ Example:
 	fl.StringVarP(&f.out, "out", "o", "", "save the plan as JSON in `PLAN`")
 	fl.BoolVar(&f.detailed, "detailed-exitcode", false, "exit 0 when nothing would change, 2 when something would")
 	fl.BoolVar(&f.verbose, "verbose", false, "tell plugins to say more, and show what they say")
+	fl.BoolVar(&f.prune, "prune", false, "show what ctl apply --prune would destroy: what the manifest owns and no longer names")
 	return cmd
 }
 
@@ -145,6 +134,11 @@ func plan(ctx context.Context, e *env, path string, vars []map[string]any, f pla
 			return manifestProblems(e.stderr, path, err)
 		}
 		return c.check(err)
+	}
+	if f.prune {
+		if p.Destroy, err = checked.PlanPrune(pctx, c.op); err != nil {
+			return c.check(err)
+		}
 	}
 	printPlan(e.stdout, p)
 	if f.out != "" {
@@ -190,6 +184,12 @@ func printPlan(w io.Writer, p *manifest.PlanResult) {
 			fmt.Fprintf(w, "  %s %s\n", actionMark(a.Kind), a.Describe())
 		}
 	}
+	if len(p.Destroy) > 0 {
+		fmt.Fprintln(w, "pruned (owned by the manifest, no longer in it):")
+		for _, a := range p.Destroy {
+			fmt.Fprintf(w, "  %s %s\n", actionMark(a.Kind), a.Describe())
+		}
+	}
 	create, change, destroy := p.Summary()
 	if !p.Changes() {
 		fmt.Fprintln(w, "No changes: the model matches the manifest.")
@@ -205,7 +205,7 @@ func actionMark(kind string) string {
 		return "+"
 	case manifest.ActSetConfig, manifest.ActRefreshCharm:
 		return "~"
-	case manifest.ActRemoveUnits:
+	case manifest.ActRemoveUnits, manifest.ActDestroyService, manifest.ActDestroyRelation, manifest.ActDestroyMachine:
 		return "-"
 	}
 	return "*"
