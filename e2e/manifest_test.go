@@ -58,7 +58,7 @@ resources:
 // plugin resource STALE → write → VALID with kv's address; a second plan
 // has no changes; a variable's change plans one action and applies as a
 // revision; saved plans whose inputs changed (one made against the empty
-// model) are refused; prune destroys only what the manifest owns; export
+// model, one whose manifest was edited) are refused; prune destroys only what the manifest owns; export
 // round-trips to no actions; a plugin whose state stays STALE halts
 // apply naming it.
 func TestManifestApply(t *testing.T) {
@@ -108,13 +108,20 @@ func TestManifestApply(t *testing.T) {
 	})
 	t.Run("stale plans refused", func(t *testing.T) {
 		s.Fails(t, 1, "is stale: changed since it was made: ", "apply", emptyPlan)
-		changed := demoManifest(t, dir, plugins, 1011, "")
-		p := filepath.Join(dir, "change.plan")
-		s.OK(t, "plan", changed, "-o", p)
-		s.OK(t, "config", "kv", "port=7071")
-		s.Fails(t, 1, "service/kv", "apply", p)
-		s.OK(t, "config", "kv", "port=7070")
-		s.OK(t, "wait", "--timeout", "2m")
+		edited := filepath.Join(dir, "edited.yaml")
+		src, err := os.ReadFile(demo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(edited, src, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, "edited.plan")
+		s.OK(t, "plan", edited, "-o", p)
+		if err := os.WriteFile(edited, append(src, "# edited\n"...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s.Fails(t, 1, "changed since it was made: the manifest", "apply", p)
 	})
 	t.Run("one change, one action, one revision", func(t *testing.T) {
 		changed := demoManifest(t, dir, plugins, 1011, "")
@@ -138,21 +145,11 @@ func TestManifestApply(t *testing.T) {
 	})
 	t.Run("prune destroys only what it owns", func(t *testing.T) {
 		s.OK(t, "deploy", charmPath(t, "logger"), "hand")
-		// Without the logger and its relation.
-		src, err := os.ReadFile(demoManifest(t, dir, plugins, 1011, ""))
-		if err != nil {
-			t.Fatal(err)
-		}
-		text := string(src)
-		cut := strings.Index(text, "  logger:\n")
-		rest := text[strings.Index(text, "  app-kv:\n"):]
-		rest = strings.Replace(rest, "  app-logger:\n    type: relation\n    config: {endpoints: [\"app\", \"logger\"]}\n", "", 1)
-		pruned := filepath.Join(dir, "pruned.yaml")
-		if err := os.WriteFile(pruned, []byte(text[:cut]+rest), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		out := s.OK(t, "plan", pruned, "--prune")
-		for _, want := range []string{"- destroy service logger", "0 to create, 0 to change, 1 to destroy"} {
+		withCache := demoManifest(t, dir, plugins, 1011, "  cache:\n    type: service\n    config: {charm: "+charmPath(t, "kv")+", units: 0}\n")
+		s.OK(t, "apply", withCache)
+		without := demoManifest(t, dir, plugins, 1011, "")
+		out := s.OK(t, "plan", without, "--prune")
+		for _, want := range []string{"- destroy service cache\n", "Plan: 0 to create, 0 to change, 1 to destroy."} {
 			if !strings.Contains(out, want) {
 				t.Errorf("ctl plan --prune:\n%s\nwant %q", out, want)
 			}
@@ -160,11 +157,11 @@ func TestManifestApply(t *testing.T) {
 		if strings.Contains(out, "hand") {
 			t.Errorf("ctl plan --prune:\n%s\nwant nothing of the service deployed by hand", out)
 		}
-		s.OK(t, "apply", pruned, "--prune")
-		s.WaitStatus(t, "logger gone", 2*time.Minute, func(d *e2etest.StatusDoc) bool {
-			_, logger := d.Services["logger"]
+		s.OK(t, "apply", without, "--prune")
+		s.WaitStatus(t, "cache gone", 2*time.Minute, func(d *e2etest.StatusDoc) bool {
+			_, cache := d.Services["cache"]
 			_, hand := d.Services["hand"]
-			return !logger && hand
+			return !cache && hand
 		})
 	})
 	t.Run("export round-trips", func(t *testing.T) {
