@@ -8,6 +8,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/lifelinehq/lifeline/names"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
 // Executor carries out a resource's actions against the model: the
@@ -240,13 +246,44 @@ func (c *Checked) applyOne(ctx context.Context, name string, states map[string]*
 	return rp, after.Dep(), nil
 }
 
-// planNow plans one resource against the model as it is now.
+// planNow plans one resource against the model as it is now, reading of
+// it what the resource needs: a service's status and head revision, a
+// relation's services' (their relations with them), all of it for a
+// machine resource (its owned machines), nothing for a plugin's. Reading
+// the whole model for each of thousands of resources would make an apply
+// quadratic in the model's size.
 func (c *Checked) planNow(ctx context.Context, name string, states map[string]*Dep, model Model) (*ResourcePlan, error) {
-	var services []string
-	if c.Manifest.Resources[name].Type == TypeService {
-		services = []string{name}
+	r := c.Manifest.Resources[name]
+	var snap *Snapshot
+	var err error
+	switch {
+	case r.Type == TypeService:
+		snap, err = readSnapshot(ctx, model, []string{name}, &pb.StatusRequest{Services: []string{name}})
+		if status.Code(errors.Unwrap(err)) == codes.NotFound {
+			snap, err = &Snapshot{Services: map[string]*ServiceSnapshot{}}, nil // not created yet
+		}
+	case r.Type == TypeRelation:
+		// The endpoints' services, as far as they are known before
+		// rendering: a templated one reads the whole model.
+		var svcs []string
+		for _, s := range relationServices(r) {
+			if !hasTemplate(s) && names.ValidService(s) {
+				svcs = append(svcs, s)
+			}
+		}
+		req := &pb.StatusRequest{}
+		if len(svcs) == 2 {
+			req.Services = svcs
+		}
+		snap, err = readSnapshot(ctx, model, nil, req)
+		if status.Code(errors.Unwrap(err)) == codes.NotFound {
+			snap, err = ReadSnapshot(ctx, model, nil)
+		}
+	case r.Plugin != "":
+		snap = &Snapshot{Services: map[string]*ServiceSnapshot{}}
+	default:
+		snap, err = ReadSnapshot(ctx, model, nil)
 	}
-	snap, err := ReadSnapshot(ctx, model, services)
 	if err != nil {
 		return nil, err
 	}

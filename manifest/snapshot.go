@@ -54,7 +54,12 @@ type ServiceSnapshot struct {
 // ReadSnapshot reads the model's status and, for each of services the
 // model has, its head revision.
 func ReadSnapshot(ctx context.Context, model Model, services []string) (*Snapshot, error) {
-	st, err := model.Status(ctx, &pb.StatusRequest{})
+	return readSnapshot(ctx, model, services, &pb.StatusRequest{})
+}
+
+// readSnapshot is ReadSnapshot with the status read as req selects.
+func readSnapshot(ctx context.Context, model Model, services []string, req *pb.StatusRequest) (*Snapshot, error) {
+	st, err := model.Status(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("read the model's status: %w", err)
 	}
