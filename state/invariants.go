@@ -241,6 +241,7 @@ func CheckInvariants(snap *Snapshot) error {
 	checkHostReports(snap, bad)
 	checkLeadership(snap, m, bad)
 	checkOwners(snap, bad)
+	checkAppSettings(snap, m, bad)
 	for k := range snap.Values {
 		var ek string
 		switch {

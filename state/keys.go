@@ -38,7 +38,7 @@ var EntityPrefixes = append([]string{
 	machinesPrefix, servicesPrefix, unitsPrefix, relationsPrefix, scopesPrefix,
 	settingsPrefix, configPrefix, relkeysPrefix, statusPrefix, cleanupsPrefix, "refs/",
 	resolvedPrefix, statusHistoryPrefix, machineJoinsPrefix, hostReportsPrefix, hostPortsPrefix,
-}, append(revisionPrefixes, leadershipPrefixes...)...)
+}, append(append(revisionPrefixes, leadershipPrefixes...), appSettingsPrefix)...)
 
 // modelPrefixes are what Snapshot reads: everything but charm archives,
 // and of the controllers' keys the model's CA and the join tokens. The

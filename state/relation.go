@@ -372,6 +372,7 @@ func (s *State) removeRelationOps(ctx context.Context, c *change, rel *pb.Relati
 	c.del(RelationKey(rel.Id))
 	c.del(relkeyKey(rel.Key))
 	c.delPrefix(SettingsPrefix(rel.Id))
+	c.delPrefix(AppSettingsPrefix(rel.Id))
 	for _, svc := range relationServices(rel) {
 		v, _, err := s.readServiceView(ctx, svc, "")
 		if err != nil {
