@@ -182,6 +182,8 @@ func shareKey(tag string, subject *pb.WatchSubject) string {
 		what = "relation " + strconv.FormatInt(s.Relation, 10)
 	case *pb.WatchSubject_RelationScope:
 		what = "scope " + strconv.FormatInt(s.RelationScope, 10)
+	case *pb.WatchSubject_RelationAppSettings:
+		what = "app-settings " + strconv.FormatInt(s.RelationAppSettings, 10)
 	default:
 		return ""
 	}

@@ -480,6 +480,9 @@ func (a *agentServer) LeaveScope(ctx context.Context, req *pb.LeaveScopeRequest)
 // allows; in a container-scoped relation only of a unit on the caller's
 // machine.
 func (a *agentServer) ReadSettings(ctx context.Context, req *pb.ReadSettingsRequest) (*pb.ReadSettingsResponse, error) {
+	if req.GetService() != "" {
+		return a.readAppSettings(ctx, req)
+	}
 	c := callerFrom(ctx)
 	id, name := req.GetRelation(), req.GetUnit()
 	if err := checkUnitName(name); err != nil {
@@ -538,6 +541,20 @@ func (a *agentServer) UpdateSettings(ctx context.Context, req *pb.UpdateSettings
 			return nil, invalid("settings update of relation %d is %d bytes: at most %d", u.GetRelation(), proto.Size(u), maxRecordBytes)
 		}
 		changes[i] = state.SettingsChange{Relation: u.GetRelation(), Set: u.GetSet(), Unset: u.GetUnset()}
+	}
+	appChanges, err := appSettingsChanges(req.GetAppUpdates())
+	if err != nil {
+		return nil, err
+	}
+	// The service's settings first: a unit that is not its leader
+	// (relation-set --app) fails the whole update, as Juju fails the hook.
+	if len(appChanges) > 0 {
+		if err := a.s.st.UpdateAppSettings(ctx, req.GetUnit(), appChanges); err != nil {
+			return nil, err
+		}
+	}
+	if len(changes) == 0 {
+		return &pb.UpdateSettingsResponse{}, nil
 	}
 	if err := a.s.st.UpdateSettings(ctx, req.GetUnit(), changes); err != nil {
 		return nil, err

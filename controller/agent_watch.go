@@ -241,6 +241,8 @@ func (a *agentServer) watchOf(ctx context.Context, c caller, subject *pb.WatchSu
 			return nil, denied("%s may not watch the barrier", c)
 		}
 		return single(state.BarrierKey, "barrier", nil), nil
+	case *pb.WatchSubject_RelationAppSettings:
+		return a.watchAppSettings(ctx, c, s.RelationAppSettings)
 	case *pb.WatchSubject_RelationScope:
 		rel, err := a.unitRelation(ctx, c, s.RelationScope, "watch the scope of")
 		if err != nil {

@@ -106,6 +106,7 @@ type WatchSubject struct {
 	//	*WatchSubject_UnitRevision
 	//	*WatchSubject_ServiceLeadership
 	//	*WatchSubject_LeaderSettings
+	//	*WatchSubject_RelationAppSettings
 	Subject       isWatchSubject_Subject `protobuf_oneof:"subject"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -283,6 +284,15 @@ func (x *WatchSubject) GetLeaderSettings() string {
 	return ""
 }
 
+func (x *WatchSubject) GetRelationAppSettings() int64 {
+	if x != nil {
+		if x, ok := x.Subject.(*WatchSubject_RelationAppSettings); ok {
+			return x.RelationAppSettings
+		}
+	}
+	return 0
+}
+
 type isWatchSubject_Subject interface {
 	isWatchSubject_Subject()
 }
@@ -372,6 +382,13 @@ type WatchSubject_LeaderSettings struct {
 	LeaderSettings string `protobuf:"bytes,15,opt,name=leader_settings,json=leaderSettings,proto3,oneof"`
 }
 
+type WatchSubject_RelationAppSettings struct {
+	// The services' settings in a relation the caller's service is in:
+	// changes carry service names and the settings' versions. Any unit of
+	// either side may watch them.
+	RelationAppSettings int64 `protobuf:"varint,16,opt,name=relation_app_settings,json=relationAppSettings,proto3,oneof"`
+}
+
 func (*WatchSubject_Machine) isWatchSubject_Subject() {}
 
 func (*WatchSubject_MachineUnits) isWatchSubject_Subject() {}
@@ -401,6 +418,8 @@ func (*WatchSubject_UnitRevision) isWatchSubject_Subject() {}
 func (*WatchSubject_ServiceLeadership) isWatchSubject_Subject() {}
 
 func (*WatchSubject_LeaderSettings) isWatchSubject_Subject() {}
+
+func (*WatchSubject_RelationAppSettings) isWatchSubject_Subject() {}
 
 type WatchRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -2625,9 +2644,12 @@ func (*LeaveScopeResponse) Descriptor() ([]byte, []int) {
 }
 
 type ReadSettingsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Relation      int64                  `protobuf:"varint,1,opt,name=relation,proto3" json:"relation,omitempty"`
-	Unit          string                 `protobuf:"bytes,2,opt,name=unit,proto3" json:"unit,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Relation int64                  `protobuf:"varint,1,opt,name=relation,proto3" json:"relation,omitempty"`
+	Unit     string                 `protobuf:"bytes,2,opt,name=unit,proto3" json:"unit,omitempty"`
+	// service, instead of unit, reads a service's settings in the relation
+	// (relation-get --app): the caller's own service's or the other side's.
+	Service       string `protobuf:"bytes,3,opt,name=service,proto3" json:"service,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2672,6 +2694,13 @@ func (x *ReadSettingsRequest) GetRelation() int64 {
 func (x *ReadSettingsRequest) GetUnit() string {
 	if x != nil {
 		return x.Unit
+	}
+	return ""
+}
+
+func (x *ReadSettingsRequest) GetService() string {
+	if x != nil {
+		return x.Service
 	}
 	return ""
 }
@@ -2789,9 +2818,12 @@ func (x *SettingsUpdate) GetUnset() []string {
 }
 
 type UpdateSettingsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Unit          string                 `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
-	Updates       []*SettingsUpdate      `protobuf:"bytes,2,rep,name=updates,proto3" json:"updates,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Unit    string                 `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
+	Updates []*SettingsUpdate      `protobuf:"bytes,2,rep,name=updates,proto3" json:"updates,omitempty"`
+	// app_updates change the unit's service's settings in relations
+	// (relation-set --app): only its leader's agent may send them.
+	AppUpdates    []*SettingsUpdate `protobuf:"bytes,3,rep,name=app_updates,json=appUpdates,proto3" json:"app_updates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2836,6 +2868,13 @@ func (x *UpdateSettingsRequest) GetUnit() string {
 func (x *UpdateSettingsRequest) GetUpdates() []*SettingsUpdate {
 	if x != nil {
 		return x.Updates
+	}
+	return nil
+}
+
+func (x *UpdateSettingsRequest) GetAppUpdates() []*SettingsUpdate {
+	if x != nil {
+		return x.AppUpdates
 	}
 	return nil
 }
@@ -3637,7 +3676,7 @@ var File_lifeline_v1_agent_proto protoreflect.FileDescriptor
 
 const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x17lifeline/v1/agent.proto\x12\vlifeline.v1\x1a\x16lifeline/v1/host.proto\x1a\x1clifeline/v1/leadership.proto\x1a\x16lifeline/v1/logs.proto\x1a\x17lifeline/v1/model.proto\x1a\x1blifeline/v1/revisions.proto\x1a\x17lifeline/v1/tasks.proto\"\xba\x04\n" +
+	"\x17lifeline/v1/agent.proto\x12\vlifeline.v1\x1a\x16lifeline/v1/host.proto\x1a\x1clifeline/v1/leadership.proto\x1a\x16lifeline/v1/logs.proto\x1a\x17lifeline/v1/model.proto\x1a\x1blifeline/v1/revisions.proto\x1a\x17lifeline/v1/tasks.proto\"\xf0\x04\n" +
 	"\fWatchSubject\x12\x1a\n" +
 	"\amachine\x18\x01 \x01(\tH\x00R\amachine\x12%\n" +
 	"\rmachine_units\x18\x02 \x01(\tH\x00R\fmachineUnits\x12\x14\n" +
@@ -3655,7 +3694,8 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"unit_tasks\x18\f \x01(\tH\x00R\tunitTasks\x12%\n" +
 	"\runit_revision\x18\r \x01(\tH\x00R\funitRevision\x12/\n" +
 	"\x12service_leadership\x18\x0e \x01(\tH\x00R\x11serviceLeadership\x12)\n" +
-	"\x0fleader_settings\x18\x0f \x01(\tH\x00R\x0eleaderSettingsB\t\n" +
+	"\x0fleader_settings\x18\x0f \x01(\tH\x00R\x0eleaderSettings\x124\n" +
+	"\x15relation_app_settings\x18\x10 \x01(\x03H\x00R\x13relationAppSettingsB\t\n" +
 	"\asubject\"j\n" +
 	"\fWatchRequest\x123\n" +
 	"\asubject\x18\x01 \x01(\v2\x19.lifeline.v1.WatchSubjectR\asubject\x12%\n" +
@@ -3773,10 +3813,11 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x11LeaveScopeRequest\x12\x1a\n" +
 	"\brelation\x18\x01 \x01(\x03R\brelation\x12\x12\n" +
 	"\x04unit\x18\x02 \x01(\tR\x04unit\"\x14\n" +
-	"\x12LeaveScopeResponse\"E\n" +
+	"\x12LeaveScopeResponse\"_\n" +
 	"\x13ReadSettingsRequest\x12\x1a\n" +
 	"\brelation\x18\x01 \x01(\x03R\brelation\x12\x12\n" +
-	"\x04unit\x18\x02 \x01(\tR\x04unit\"\xba\x01\n" +
+	"\x04unit\x18\x02 \x01(\tR\x04unit\x12\x18\n" +
+	"\aservice\x18\x03 \x01(\tR\aservice\"\xba\x01\n" +
 	"\x14ReadSettingsResponse\x12K\n" +
 	"\bsettings\x18\x01 \x03(\v2/.lifeline.v1.ReadSettingsResponse.SettingsEntryR\bsettings\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x1a;\n" +
@@ -3789,10 +3830,12 @@ const file_lifeline_v1_agent_proto_rawDesc = "" +
 	"\x05unset\x18\x03 \x03(\tR\x05unset\x1a6\n" +
 	"\bSetEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"b\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa0\x01\n" +
 	"\x15UpdateSettingsRequest\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\x125\n" +
-	"\aupdates\x18\x02 \x03(\v2\x1b.lifeline.v1.SettingsUpdateR\aupdates\"\x18\n" +
+	"\aupdates\x18\x02 \x03(\v2\x1b.lifeline.v1.SettingsUpdateR\aupdates\x12<\n" +
+	"\vapp_updates\x18\x03 \x03(\v2\x1b.lifeline.v1.SettingsUpdateR\n" +
+	"appUpdates\"\x18\n" +
 	"\x16UpdateSettingsResponse\"\xa4\x01\n" +
 	"\x14SetUnitStatusRequest\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\x12/\n" +
@@ -4030,93 +4073,94 @@ var file_lifeline_v1_agent_proto_depIdxs = []int32{
 	65,  // 26: lifeline.v1.ReadSettingsResponse.settings:type_name -> lifeline.v1.ReadSettingsResponse.SettingsEntry
 	66,  // 27: lifeline.v1.SettingsUpdate.set:type_name -> lifeline.v1.SettingsUpdate.SetEntry
 	45,  // 28: lifeline.v1.UpdateSettingsRequest.updates:type_name -> lifeline.v1.SettingsUpdate
-	0,   // 29: lifeline.v1.SetUnitStatusRequest.kind:type_name -> lifeline.v1.UnitStatusKind
-	74,  // 30: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
-	48,  // 31: lifeline.v1.SetUnitStatusesRequest.reports:type_name -> lifeline.v1.SetUnitStatusRequest
-	75,  // 32: lifeline.v1.SetUnitStatusesResponse.results:type_name -> lifeline.v1.StatusReportResult
-	77,  // 33: lifeline.v1.GetRevisionResponse.revision:type_name -> lifeline.v1.Revision
-	78,  // 34: lifeline.v1.SetHostReportRequest.report:type_name -> lifeline.v1.HostReport
-	2,   // 35: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
-	4,   // 36: lifeline.v1.AgentService.WatchMany:input_type -> lifeline.v1.WatchManyRequest
-	11,  // 37: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
-	13,  // 38: lifeline.v1.AgentService.EnsureMachineDead:input_type -> lifeline.v1.EnsureMachineDeadRequest
-	15,  // 39: lifeline.v1.AgentService.SetMachineStatus:input_type -> lifeline.v1.SetMachineStatusRequest
-	17,  // 40: lifeline.v1.AgentService.IssueUnitCredentials:input_type -> lifeline.v1.IssueUnitCredentialsRequest
-	20,  // 41: lifeline.v1.AgentService.GetUnit:input_type -> lifeline.v1.GetUnitRequest
-	22,  // 42: lifeline.v1.AgentService.UnitScopes:input_type -> lifeline.v1.UnitScopesRequest
-	25,  // 43: lifeline.v1.AgentService.RemoveUnit:input_type -> lifeline.v1.RemoveUnitRequest
-	27,  // 44: lifeline.v1.AgentService.RemoveUnits:input_type -> lifeline.v1.RemoveUnitsRequest
-	29,  // 45: lifeline.v1.AgentService.GetService:input_type -> lifeline.v1.GetServiceRequest
-	31,  // 46: lifeline.v1.AgentService.DownloadCharm:input_type -> lifeline.v1.DownloadCharmRequest
-	33,  // 47: lifeline.v1.AgentService.SetUnitDying:input_type -> lifeline.v1.SetUnitDyingRequest
-	35,  // 48: lifeline.v1.AgentService.EnsureUnitDead:input_type -> lifeline.v1.EnsureUnitDeadRequest
-	37,  // 49: lifeline.v1.AgentService.AddSubordinate:input_type -> lifeline.v1.AddSubordinateRequest
-	39,  // 50: lifeline.v1.AgentService.EnterScope:input_type -> lifeline.v1.EnterScopeRequest
-	41,  // 51: lifeline.v1.AgentService.LeaveScope:input_type -> lifeline.v1.LeaveScopeRequest
-	43,  // 52: lifeline.v1.AgentService.ReadSettings:input_type -> lifeline.v1.ReadSettingsRequest
-	46,  // 53: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
-	48,  // 54: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
-	50,  // 55: lifeline.v1.AgentService.SetUnitStatuses:input_type -> lifeline.v1.SetUnitStatusesRequest
-	52,  // 56: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
-	62,  // 57: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
-	60,  // 58: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
-	54,  // 59: lifeline.v1.AgentService.GetRevision:input_type -> lifeline.v1.GetRevisionRequest
-	56,  // 60: lifeline.v1.AgentService.SetUnitRevision:input_type -> lifeline.v1.SetUnitRevisionRequest
-	58,  // 61: lifeline.v1.AgentService.SetHostReport:input_type -> lifeline.v1.SetHostReportRequest
-	79,  // 62: lifeline.v1.AgentService.StartTask:input_type -> lifeline.v1.StartTaskRequest
-	80,  // 63: lifeline.v1.AgentService.FinishTask:input_type -> lifeline.v1.FinishTaskRequest
-	81,  // 64: lifeline.v1.AgentService.ReportTaskLost:input_type -> lifeline.v1.ReportTaskLostRequest
-	82,  // 65: lifeline.v1.AgentService.StopUnitTasks:input_type -> lifeline.v1.StopUnitTasksRequest
-	83,  // 66: lifeline.v1.AgentService.TaskHeartbeat:input_type -> lifeline.v1.TaskHeartbeatRequest
-	84,  // 67: lifeline.v1.AgentService.SetCheckpoint:input_type -> lifeline.v1.SetCheckpointRequest
-	85,  // 68: lifeline.v1.AgentService.GetCheckpoint:input_type -> lifeline.v1.GetCheckpointRequest
-	86,  // 69: lifeline.v1.AgentService.AppendTaskLog:input_type -> lifeline.v1.AppendTaskLogRequest
-	87,  // 70: lifeline.v1.AgentService.ShipLogs:input_type -> lifeline.v1.ShipLogsRequest
-	88,  // 71: lifeline.v1.AgentService.GetLeadership:input_type -> lifeline.v1.GetLeadershipRequest
-	89,  // 72: lifeline.v1.AgentService.SetLeaderSettings:input_type -> lifeline.v1.SetLeaderSettingsRequest
-	3,   // 73: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
-	8,   // 74: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
-	12,  // 75: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
-	14,  // 76: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
-	16,  // 77: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
-	18,  // 78: lifeline.v1.AgentService.IssueUnitCredentials:output_type -> lifeline.v1.IssueUnitCredentialsResponse
-	21,  // 79: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
-	23,  // 80: lifeline.v1.AgentService.UnitScopes:output_type -> lifeline.v1.UnitScopesResponse
-	26,  // 81: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
-	28,  // 82: lifeline.v1.AgentService.RemoveUnits:output_type -> lifeline.v1.RemoveUnitsResponse
-	30,  // 83: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
-	32,  // 84: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
-	34,  // 85: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
-	36,  // 86: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
-	38,  // 87: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
-	40,  // 88: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
-	42,  // 89: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
-	44,  // 90: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
-	47,  // 91: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
-	49,  // 92: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
-	51,  // 93: lifeline.v1.AgentService.SetUnitStatuses:output_type -> lifeline.v1.SetUnitStatusesResponse
-	53,  // 94: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
-	63,  // 95: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
-	61,  // 96: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
-	55,  // 97: lifeline.v1.AgentService.GetRevision:output_type -> lifeline.v1.GetRevisionResponse
-	57,  // 98: lifeline.v1.AgentService.SetUnitRevision:output_type -> lifeline.v1.SetUnitRevisionResponse
-	59,  // 99: lifeline.v1.AgentService.SetHostReport:output_type -> lifeline.v1.SetHostReportResponse
-	90,  // 100: lifeline.v1.AgentService.StartTask:output_type -> lifeline.v1.StartTaskResponse
-	91,  // 101: lifeline.v1.AgentService.FinishTask:output_type -> lifeline.v1.FinishTaskResponse
-	92,  // 102: lifeline.v1.AgentService.ReportTaskLost:output_type -> lifeline.v1.ReportTaskLostResponse
-	93,  // 103: lifeline.v1.AgentService.StopUnitTasks:output_type -> lifeline.v1.StopUnitTasksResponse
-	94,  // 104: lifeline.v1.AgentService.TaskHeartbeat:output_type -> lifeline.v1.TaskHeartbeatResponse
-	95,  // 105: lifeline.v1.AgentService.SetCheckpoint:output_type -> lifeline.v1.SetCheckpointResponse
-	96,  // 106: lifeline.v1.AgentService.GetCheckpoint:output_type -> lifeline.v1.GetCheckpointResponse
-	97,  // 107: lifeline.v1.AgentService.AppendTaskLog:output_type -> lifeline.v1.AppendTaskLogResponse
-	98,  // 108: lifeline.v1.AgentService.ShipLogs:output_type -> lifeline.v1.ShipLogsResponse
-	99,  // 109: lifeline.v1.AgentService.GetLeadership:output_type -> lifeline.v1.GetLeadershipResponse
-	100, // 110: lifeline.v1.AgentService.SetLeaderSettings:output_type -> lifeline.v1.SetLeaderSettingsResponse
-	73,  // [73:111] is the sub-list for method output_type
-	35,  // [35:73] is the sub-list for method input_type
-	35,  // [35:35] is the sub-list for extension type_name
-	35,  // [35:35] is the sub-list for extension extendee
-	0,   // [0:35] is the sub-list for field type_name
+	45,  // 29: lifeline.v1.UpdateSettingsRequest.app_updates:type_name -> lifeline.v1.SettingsUpdate
+	0,   // 30: lifeline.v1.SetUnitStatusRequest.kind:type_name -> lifeline.v1.UnitStatusKind
+	74,  // 31: lifeline.v1.SetUnitStatusRequest.status:type_name -> lifeline.v1.Status
+	48,  // 32: lifeline.v1.SetUnitStatusesRequest.reports:type_name -> lifeline.v1.SetUnitStatusRequest
+	75,  // 33: lifeline.v1.SetUnitStatusesResponse.results:type_name -> lifeline.v1.StatusReportResult
+	77,  // 34: lifeline.v1.GetRevisionResponse.revision:type_name -> lifeline.v1.Revision
+	78,  // 35: lifeline.v1.SetHostReportRequest.report:type_name -> lifeline.v1.HostReport
+	2,   // 36: lifeline.v1.AgentService.Watch:input_type -> lifeline.v1.WatchRequest
+	4,   // 37: lifeline.v1.AgentService.WatchMany:input_type -> lifeline.v1.WatchManyRequest
+	11,  // 38: lifeline.v1.AgentService.GetMachine:input_type -> lifeline.v1.GetMachineRequest
+	13,  // 39: lifeline.v1.AgentService.EnsureMachineDead:input_type -> lifeline.v1.EnsureMachineDeadRequest
+	15,  // 40: lifeline.v1.AgentService.SetMachineStatus:input_type -> lifeline.v1.SetMachineStatusRequest
+	17,  // 41: lifeline.v1.AgentService.IssueUnitCredentials:input_type -> lifeline.v1.IssueUnitCredentialsRequest
+	20,  // 42: lifeline.v1.AgentService.GetUnit:input_type -> lifeline.v1.GetUnitRequest
+	22,  // 43: lifeline.v1.AgentService.UnitScopes:input_type -> lifeline.v1.UnitScopesRequest
+	25,  // 44: lifeline.v1.AgentService.RemoveUnit:input_type -> lifeline.v1.RemoveUnitRequest
+	27,  // 45: lifeline.v1.AgentService.RemoveUnits:input_type -> lifeline.v1.RemoveUnitsRequest
+	29,  // 46: lifeline.v1.AgentService.GetService:input_type -> lifeline.v1.GetServiceRequest
+	31,  // 47: lifeline.v1.AgentService.DownloadCharm:input_type -> lifeline.v1.DownloadCharmRequest
+	33,  // 48: lifeline.v1.AgentService.SetUnitDying:input_type -> lifeline.v1.SetUnitDyingRequest
+	35,  // 49: lifeline.v1.AgentService.EnsureUnitDead:input_type -> lifeline.v1.EnsureUnitDeadRequest
+	37,  // 50: lifeline.v1.AgentService.AddSubordinate:input_type -> lifeline.v1.AddSubordinateRequest
+	39,  // 51: lifeline.v1.AgentService.EnterScope:input_type -> lifeline.v1.EnterScopeRequest
+	41,  // 52: lifeline.v1.AgentService.LeaveScope:input_type -> lifeline.v1.LeaveScopeRequest
+	43,  // 53: lifeline.v1.AgentService.ReadSettings:input_type -> lifeline.v1.ReadSettingsRequest
+	46,  // 54: lifeline.v1.AgentService.UpdateSettings:input_type -> lifeline.v1.UpdateSettingsRequest
+	48,  // 55: lifeline.v1.AgentService.SetUnitStatus:input_type -> lifeline.v1.SetUnitStatusRequest
+	50,  // 56: lifeline.v1.AgentService.SetUnitStatuses:input_type -> lifeline.v1.SetUnitStatusesRequest
+	52,  // 57: lifeline.v1.AgentService.ClearResolved:input_type -> lifeline.v1.ClearResolvedRequest
+	62,  // 58: lifeline.v1.AgentService.Presence:input_type -> lifeline.v1.PresenceRequest
+	60,  // 59: lifeline.v1.AgentService.GetAgentSettings:input_type -> lifeline.v1.GetAgentSettingsRequest
+	54,  // 60: lifeline.v1.AgentService.GetRevision:input_type -> lifeline.v1.GetRevisionRequest
+	56,  // 61: lifeline.v1.AgentService.SetUnitRevision:input_type -> lifeline.v1.SetUnitRevisionRequest
+	58,  // 62: lifeline.v1.AgentService.SetHostReport:input_type -> lifeline.v1.SetHostReportRequest
+	79,  // 63: lifeline.v1.AgentService.StartTask:input_type -> lifeline.v1.StartTaskRequest
+	80,  // 64: lifeline.v1.AgentService.FinishTask:input_type -> lifeline.v1.FinishTaskRequest
+	81,  // 65: lifeline.v1.AgentService.ReportTaskLost:input_type -> lifeline.v1.ReportTaskLostRequest
+	82,  // 66: lifeline.v1.AgentService.StopUnitTasks:input_type -> lifeline.v1.StopUnitTasksRequest
+	83,  // 67: lifeline.v1.AgentService.TaskHeartbeat:input_type -> lifeline.v1.TaskHeartbeatRequest
+	84,  // 68: lifeline.v1.AgentService.SetCheckpoint:input_type -> lifeline.v1.SetCheckpointRequest
+	85,  // 69: lifeline.v1.AgentService.GetCheckpoint:input_type -> lifeline.v1.GetCheckpointRequest
+	86,  // 70: lifeline.v1.AgentService.AppendTaskLog:input_type -> lifeline.v1.AppendTaskLogRequest
+	87,  // 71: lifeline.v1.AgentService.ShipLogs:input_type -> lifeline.v1.ShipLogsRequest
+	88,  // 72: lifeline.v1.AgentService.GetLeadership:input_type -> lifeline.v1.GetLeadershipRequest
+	89,  // 73: lifeline.v1.AgentService.SetLeaderSettings:input_type -> lifeline.v1.SetLeaderSettingsRequest
+	3,   // 74: lifeline.v1.AgentService.Watch:output_type -> lifeline.v1.WatchResponse
+	8,   // 75: lifeline.v1.AgentService.WatchMany:output_type -> lifeline.v1.WatchManyResponse
+	12,  // 76: lifeline.v1.AgentService.GetMachine:output_type -> lifeline.v1.GetMachineResponse
+	14,  // 77: lifeline.v1.AgentService.EnsureMachineDead:output_type -> lifeline.v1.EnsureMachineDeadResponse
+	16,  // 78: lifeline.v1.AgentService.SetMachineStatus:output_type -> lifeline.v1.SetMachineStatusResponse
+	18,  // 79: lifeline.v1.AgentService.IssueUnitCredentials:output_type -> lifeline.v1.IssueUnitCredentialsResponse
+	21,  // 80: lifeline.v1.AgentService.GetUnit:output_type -> lifeline.v1.GetUnitResponse
+	23,  // 81: lifeline.v1.AgentService.UnitScopes:output_type -> lifeline.v1.UnitScopesResponse
+	26,  // 82: lifeline.v1.AgentService.RemoveUnit:output_type -> lifeline.v1.RemoveUnitResponse
+	28,  // 83: lifeline.v1.AgentService.RemoveUnits:output_type -> lifeline.v1.RemoveUnitsResponse
+	30,  // 84: lifeline.v1.AgentService.GetService:output_type -> lifeline.v1.GetServiceResponse
+	32,  // 85: lifeline.v1.AgentService.DownloadCharm:output_type -> lifeline.v1.DownloadCharmResponse
+	34,  // 86: lifeline.v1.AgentService.SetUnitDying:output_type -> lifeline.v1.SetUnitDyingResponse
+	36,  // 87: lifeline.v1.AgentService.EnsureUnitDead:output_type -> lifeline.v1.EnsureUnitDeadResponse
+	38,  // 88: lifeline.v1.AgentService.AddSubordinate:output_type -> lifeline.v1.AddSubordinateResponse
+	40,  // 89: lifeline.v1.AgentService.EnterScope:output_type -> lifeline.v1.EnterScopeResponse
+	42,  // 90: lifeline.v1.AgentService.LeaveScope:output_type -> lifeline.v1.LeaveScopeResponse
+	44,  // 91: lifeline.v1.AgentService.ReadSettings:output_type -> lifeline.v1.ReadSettingsResponse
+	47,  // 92: lifeline.v1.AgentService.UpdateSettings:output_type -> lifeline.v1.UpdateSettingsResponse
+	49,  // 93: lifeline.v1.AgentService.SetUnitStatus:output_type -> lifeline.v1.SetUnitStatusResponse
+	51,  // 94: lifeline.v1.AgentService.SetUnitStatuses:output_type -> lifeline.v1.SetUnitStatusesResponse
+	53,  // 95: lifeline.v1.AgentService.ClearResolved:output_type -> lifeline.v1.ClearResolvedResponse
+	63,  // 96: lifeline.v1.AgentService.Presence:output_type -> lifeline.v1.PresenceResponse
+	61,  // 97: lifeline.v1.AgentService.GetAgentSettings:output_type -> lifeline.v1.GetAgentSettingsResponse
+	55,  // 98: lifeline.v1.AgentService.GetRevision:output_type -> lifeline.v1.GetRevisionResponse
+	57,  // 99: lifeline.v1.AgentService.SetUnitRevision:output_type -> lifeline.v1.SetUnitRevisionResponse
+	59,  // 100: lifeline.v1.AgentService.SetHostReport:output_type -> lifeline.v1.SetHostReportResponse
+	90,  // 101: lifeline.v1.AgentService.StartTask:output_type -> lifeline.v1.StartTaskResponse
+	91,  // 102: lifeline.v1.AgentService.FinishTask:output_type -> lifeline.v1.FinishTaskResponse
+	92,  // 103: lifeline.v1.AgentService.ReportTaskLost:output_type -> lifeline.v1.ReportTaskLostResponse
+	93,  // 104: lifeline.v1.AgentService.StopUnitTasks:output_type -> lifeline.v1.StopUnitTasksResponse
+	94,  // 105: lifeline.v1.AgentService.TaskHeartbeat:output_type -> lifeline.v1.TaskHeartbeatResponse
+	95,  // 106: lifeline.v1.AgentService.SetCheckpoint:output_type -> lifeline.v1.SetCheckpointResponse
+	96,  // 107: lifeline.v1.AgentService.GetCheckpoint:output_type -> lifeline.v1.GetCheckpointResponse
+	97,  // 108: lifeline.v1.AgentService.AppendTaskLog:output_type -> lifeline.v1.AppendTaskLogResponse
+	98,  // 109: lifeline.v1.AgentService.ShipLogs:output_type -> lifeline.v1.ShipLogsResponse
+	99,  // 110: lifeline.v1.AgentService.GetLeadership:output_type -> lifeline.v1.GetLeadershipResponse
+	100, // 111: lifeline.v1.AgentService.SetLeaderSettings:output_type -> lifeline.v1.SetLeaderSettingsResponse
+	74,  // [74:112] is the sub-list for method output_type
+	36,  // [36:74] is the sub-list for method input_type
+	36,  // [36:36] is the sub-list for extension type_name
+	36,  // [36:36] is the sub-list for extension extendee
+	0,   // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_lifeline_v1_agent_proto_init() }
@@ -4146,6 +4190,7 @@ func file_lifeline_v1_agent_proto_init() {
 		(*WatchSubject_UnitRevision)(nil),
 		(*WatchSubject_ServiceLeadership)(nil),
 		(*WatchSubject_LeaderSettings)(nil),
+		(*WatchSubject_RelationAppSettings)(nil),
 	}
 	file_lifeline_v1_agent_proto_msgTypes[3].OneofWrappers = []any{
 		(*WatchManyRequest_Subscribe)(nil),
