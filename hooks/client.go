@@ -117,7 +117,7 @@ func RunTool(args []string, getenv func(string) string, stdin io.Reader, stdout,
 	if req.Args == nil {
 		req.Args = []string{}
 	}
-	for _, k := range []string{EnvRelationID, EnvRemoteUnit} {
+	for _, k := range []string{EnvRelationID, EnvRemoteUnit, EnvRemoteService} {
 		if v := getenv(k); v != "" {
 			req.Env[k] = v
 		}

@@ -47,6 +47,12 @@ const (
 	// departed), "pg/1"; empty in relation-created and relation-broken.
 	// relation-get's UNIT defaults to it.
 	EnvRemoteUnit = "LIFELINE_REMOTE_UNIT"
+	// EnvRemoteService is the service on the other side of the relation
+	// (the unit's own in a peer relation), "pg", when the hook knows it:
+	// in a relation-changed for the service's settings (relation-set
+	// --app) it is set and EnvRemoteUnit is not. relation-get --app reads
+	// its settings by default.
+	EnvRemoteService = "LIFELINE_REMOTE_SERVICE"
 	// EnvDepartingUnit is the unit leaving the relation, in
 	// relation-departed.
 	EnvDepartingUnit = "LIFELINE_DEPARTING_UNIT"
@@ -122,6 +128,7 @@ func JujuEnv(env map[string]string, principal string) {
 	twin := map[string]string{
 		EnvJujuUnitName:      EnvUnitName,
 		EnvJujuRemoteUnit:    EnvRemoteUnit,
+		EnvJujuRemoteApp:     EnvRemoteService,
 		EnvJujuRelation:      EnvRelation,
 		EnvJujuRelationID:    EnvRelationID,
 		EnvJujuDepartingUnit: EnvDepartingUnit,
@@ -136,7 +143,7 @@ func JujuEnv(env map[string]string, principal string) {
 			env[juju] = v
 		}
 	}
-	if remote := env[EnvRemoteUnit]; remote != "" {
+	if remote := env[EnvRemoteUnit]; remote != "" && env[EnvJujuRemoteApp] == "" {
 		service, _, _ := strings.Cut(remote, "/")
 		env[EnvJujuRemoteApp] = service
 	}

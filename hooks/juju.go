@@ -217,7 +217,7 @@ func (c *call) appContext() (ApplicationContext, error) {
 func (c *call) appSettings() (AppSettingsContext, error) {
 	ac, ok := c.hc.(AppSettingsContext)
 	if !ok {
-		return nil, errors.New("--app: a service's settings in a relation are not supported yet")
+		return nil, errors.New("--app: the unit agent keeps no service settings in this context")
 	}
 	return ac, nil
 }

@@ -2,8 +2,10 @@ package hooks_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +19,27 @@ type jujuContext struct {
 	*fakeContext
 	appStatus [2]string
 	version   string
+	// appSets are the relation-set --app calls.
+	appSets []relationSet
+}
+
+// AppRelationGet answers for services pg and kv in relation db:2.
+func (j *jujuContext) AppRelationGet(_ context.Context, relationID, service string) (map[string]string, error) {
+	if relationID != "db:2" {
+		return nil, fmt.Errorf("unknown relation %q", relationID)
+	}
+	switch service {
+	case "pg":
+		return map[string]string{"database": "kvdb"}, nil
+	case "kv":
+		return map[string]string{"url": "kv:7000"}, nil
+	}
+	return nil, fmt.Errorf("service %s is not in relation %s", service, relationID)
+}
+
+func (j *jujuContext) AppRelationSet(_ context.Context, relationID string, set map[string]string, unset []string) error {
+	j.appSets = append(j.appSets, relationSet{relationID, set, unset})
+	return nil
 }
 
 func (j *jujuContext) SetApplicationStatus(_ context.Context, status, message string) error {
@@ -91,7 +114,23 @@ func TestJujuToolForms(t *testing.T) {
 		{name: "relation-get smart key", env: inRelationHook, args: []string{"relation-get", "--format=smart", "port"}, leader: true,
 			wantOut: "5432\n"},
 		{name: "relation-get --app", env: inRelationHook, args: []string{"relation-get", "--app"}, leader: true,
-			wantErr: "relation-get: --app: a service's settings in a relation are not supported yet\n", wantCode: 1},
+			wantOut: "database: kvdb\n"},
+		{name: "relation-get --app, the service's change", env: map[string]string{hooks.EnvRelationID: "db:2", hooks.EnvRemoteService: "pg"},
+			args: []string{"relation-get", "--app", "database"}, wantOut: "kvdb\n"},
+		{name: "relation-get --app own", env: inRelationHook, args: []string{"relation-get", "--app", "--format=json", "-", "kv"},
+			wantOut: "{\"url\":\"kv:7000\"}\n"},
+		{name: "relation-get --app by unit", env: inRelationHook, args: []string{"relation-get", "--app", "url", "kv/0"}, wantOut: "kv:7000\n"},
+		{name: "relation-get --app no remote", env: map[string]string{hooks.EnvRelationID: "db:2"}, args: []string{"relation-get", "--app"},
+			wantErr: "relation-get: no unit: name UNIT, as this hook has no remote unit\n", wantCode: 2},
+		{name: "relation-set --app", env: inRelationHook, args: []string{"relation-set", "--app", "url=kv:7001", "old="}, leader: true,
+			check: func(t *testing.T, j *jujuContext) {
+				if want := []relationSet{{"db:2", map[string]string{"url": "kv:7001"}, []string{"old"}}}; !reflect.DeepEqual(j.appSets, want) {
+					t.Errorf("relation-set --app: %v, want %v", j.appSets, want)
+				}
+				wantSets()(t, j.fakeContext)
+			}},
+		{name: "relation-set --app follower", env: inRelationHook, args: []string{"relation-set", "--app", "url=x"},
+			wantErr: "relation-set: cannot write relation settings: this unit is not the leader\n", wantCode: 1},
 
 		{name: "relation-set --file -", env: inRelationHook, stdin: "host: 10.9.9.9\nport: 5433\nold:\n", args: []string{"relation-set", "--file", "-", "port=1"}, leader: true,
 			check: func(t *testing.T, j *jujuContext) {
@@ -206,6 +245,10 @@ func TestJujuEnv(t *testing.T) {
 		hooks.EnvAgentSocket: "/var/lib/x/agent.sock",
 	}
 	hooks.JujuEnv(env, "kv/0")
+	app := map[string]string{hooks.EnvRelationID: "db:7", hooks.EnvRemoteService: "pg"}
+	if hooks.JujuEnv(app, ""); app["JUJU_REMOTE_APP"] != "pg" || app["JUJU_REMOTE_UNIT"] != "" {
+		t.Errorf("JujuEnv for the service's change: JUJU_REMOTE_APP %q, JUJU_REMOTE_UNIT %q; want pg and none", app["JUJU_REMOTE_APP"], app["JUJU_REMOTE_UNIT"])
+	}
 	want := map[string]string{
 		"JUJU_UNIT_NAME": "logger/0", "JUJU_CHARM_DIR": "/var/lib/x/charm", "CHARM_DIR": "/var/lib/x/charm",
 		"JUJU_HOOK_NAME": "db-relation-joined", "JUJU_MACHINE_ID": "3", "JUJU_RELATION": "db", "JUJU_RELATION_ID": "db:7",

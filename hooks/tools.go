@@ -360,6 +360,8 @@ func (c *call) relationGet(ctx context.Context) error {
 		}
 	case rid != c.env[EnvRelationID]:
 		return usagef("no unit: name UNIT for relation %s, which is not the hook's relation", rid)
+	case c.set("app") && c.env[EnvRemoteService] != "":
+		unit = c.env[EnvRemoteService] + "/0" // names the service: only its service is read
 	case c.env[EnvRemoteUnit] == "":
 		return usagef("no unit: name UNIT, as this hook has no remote unit")
 	default:
@@ -462,7 +464,7 @@ func (c *call) relationSet(ctx context.Context) error {
 		}
 	}
 	if c.set("app") {
-		if err := c.requireLeader(ctx, "write the service's settings"); err != nil {
+		if err := c.requireLeader(ctx, "write relation settings"); err != nil {
 			return err
 		}
 		ac, err := c.appSettings()
