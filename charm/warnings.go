@@ -1,8 +1,10 @@
 package charm
 
 import (
+	"archive/tar"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -28,6 +30,43 @@ func Warnings(dir string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", metadataFile, err)
 	}
+	return warnings(data, func(name string) (bool, error) {
+		_, err := os.Lstat(filepath.Join(dir, name))
+		if err == nil {
+			return true, nil
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return false, err
+	})
+}
+
+// ArchiveWarnings is Warnings of a packed charm, data (as ReadArchive
+// accepted it): what the controller finds in an upload, for ctl to print.
+func ArchiveWarnings(data []byte) ([]string, error) {
+	var meta []byte
+	top := map[string]bool{}
+	err := walkArchive(data, func(hdr *tar.Header, name string, r io.Reader) error {
+		top[name] = true
+		if name == metadataFile && hdr.Typeflag == tar.TypeReg {
+			b, err := io.ReadAll(io.LimitReader(r, maxYAMLSize+1))
+			if err != nil {
+				return archiveError(err)
+			}
+			meta = b
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return warnings(meta, func(name string) (bool, error) { return top[name], nil })
+}
+
+// warnings is Warnings of a charm whose metadata.yaml is data and whose
+// top-level entries exists tells.
+func warnings(data []byte, exists func(string) (bool, error)) ([]string, error) {
 	var out []string
 	var doc yaml.Node
 	if len(data) <= maxYAMLSize && yaml.Unmarshal(data, &doc) == nil && len(doc.Content) == 1 && doc.Content[0].Kind == yaml.MappingNode {
@@ -44,10 +83,10 @@ func Warnings(dir string) ([]string, error) {
 		}
 	}
 	for _, f := range []string{"metrics.yaml", "lxd-profile.yaml", "dispatch", "version", "manifest.yaml", "charmcraft.yaml"} {
-		if _, err := os.Lstat(filepath.Join(dir, f)); err == nil {
-			out = append(out, fmt.Sprintf("%s: not used by Lifeline", f))
-		} else if !errors.Is(err, fs.ErrNotExist) {
+		if ok, err := exists(f); err != nil {
 			return nil, err
+		} else if ok {
+			out = append(out, fmt.Sprintf("%s: not used by Lifeline", f))
 		}
 	}
 	if len(out) > maxWarnings {

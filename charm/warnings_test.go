@@ -1,6 +1,7 @@
 package charm
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
@@ -45,6 +46,14 @@ colour: red
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("Warnings() =\n%q\nwant\n%q", got, want)
+	}
+	// The controller finds the same in the packed charm.
+	var buf bytes.Buffer
+	if _, err := Pack(dir, &buf); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ArchiveWarnings(buf.Bytes()); err != nil || !slices.Equal(got, want) {
+		t.Errorf("ArchiveWarnings() = %q, %v\nwant\n%q", got, err, want)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "metadata.yaml"), []byte("name: kv\nprovides:\n  server: kv\n"), 0o644); err != nil {
 		t.Fatal(err)

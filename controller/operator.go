@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -65,6 +66,13 @@ func (s *Server) UploadCharm(stream pb.OperatorService_UploadCharmServer) error 
 	if err != nil {
 		return err
 	}
+	warnings, err := charm.ArchiveWarnings(data)
+	if err != nil {
+		return err
+	}
+	if h.Strict && len(warnings) > 0 {
+		return failedPrecondition("--strict: charm %s declares what Lifeline does not use: %s", c.Meta.Name, strings.Join(warnings, "; "))
+	}
 	if a := state.AuditFrom(stream.Context()); a != nil {
 		a.AddTargets("charm:" + c.Meta.Name)
 	}
@@ -73,7 +81,7 @@ func (s *Server) UploadCharm(stream pb.OperatorService_UploadCharmServer) error 
 		return err
 	}
 	s.logger.Info("charm stored", "charm", rec.Name, "revision", rec.Revision, "bytes", rec.Size)
-	return stream.SendAndClose(&pb.UploadCharmResponse{Charm: rec})
+	return stream.SendAndClose(&pb.UploadCharmResponse{Charm: rec, Warnings: warnings})
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

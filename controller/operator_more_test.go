@@ -4,6 +4,9 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"io"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -193,4 +196,45 @@ func TestUploadOfNothing(t *testing.T) {
 	must(t, "UploadCharm", err)
 	_, err = stream.CloseAndRecv()
 	wantCode(t, "UploadCharm of nothing", err, codes.InvalidArgument, "must start with its header")
+}
+
+// TestUploadWarnings: the controller answers an upload with what the
+// charm declares that Lifeline does not use, one line each, for ctl to
+// print; with strict it refuses such a charm and stores nothing.
+func TestUploadWarnings(t *testing.T) {
+	e := newEnv(t)
+	op := e.admin()
+	data := tarball(t, map[string]string{
+		"metadata.yaml": "name: kv\nseries: [focal]\nprovides:\n  server: {interface: kv, optional: true}\n",
+		"metrics.yaml":  "metrics: {}\n",
+	})
+	want := []string{
+		"metadata.yaml: series: ignored: Lifeline does not check where or on what a charm runs",
+		"metadata.yaml: provides.server.optional: not supported, ignored",
+		"metrics.yaml: not used by Lifeline",
+	}
+	send := func(strict bool) (*pb.UploadCharmResponse, error) {
+		stream, err := op.UploadCharm(e.ctx)
+		must(t, "UploadCharm", err)
+		h := &pb.UploadCharmHeader{Size: int64(len(data)), Strict: strict}
+		must(t, "Send header", stream.Send(&pb.UploadCharmRequest{Part: &pb.UploadCharmRequest_Header{Header: h}}))
+		if err := stream.Send(&pb.UploadCharmRequest{Part: &pb.UploadCharmRequest_Chunk{Chunk: data}}); err != nil && err != io.EOF {
+			return nil, err
+		}
+		return stream.CloseAndRecv()
+	}
+	before, err := e.st.Snapshot(e.ctx)
+	must(t, "Snapshot", err)
+	_, err = send(true)
+	wantCode(t, "UploadCharm strict", err, codes.FailedPrecondition, "--strict: charm kv declares what Lifeline does not use: "+strings.Join(want, "; "))
+	after, err := e.st.Snapshot(e.ctx)
+	must(t, "Snapshot", err)
+	if !sameModel(before, after) {
+		t.Errorf("a refused strict upload changed the model")
+	}
+	resp, err := send(false)
+	must(t, "UploadCharm", err)
+	if !slices.Equal(resp.Warnings, want) || resp.Charm.GetRevision() != 1 {
+		t.Errorf("UploadCharm = %v, warnings\n%q\nwant revision 1 and\n%q", resp.Charm, resp.Warnings, want)
+	}
 }

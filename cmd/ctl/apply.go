@@ -418,7 +418,11 @@ func (x *ctlExecutor) upload(ctx context.Context, ch *manifest.Charm) (*pb.Charm
 	if err != nil {
 		return nil, err
 	}
-	return uploadCharm(ctx, x.c, buf.Bytes(), info.SHA256)
+	resp, err := uploadCharmStrict(ctx, x.c, buf.Bytes(), info.SHA256, false)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetCharm(), nil
 }
 
 func (x *ctlExecutor) createService(ctx context.Context, ch *manifest.Checked, rp *manifest.ResourcePlan, a manifest.Action) error {

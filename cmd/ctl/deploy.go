@@ -95,16 +95,14 @@ Example:
 }
 
 func deploy(cmd *cobra.Command, e *env, dir, service string, f deployFlags, settings map[string]string) error {
-	// A directory Warnings cannot read is left to packAndUpload to report.
-	if warnings, err := charm.Warnings(dir); err == nil && len(warnings) > 0 {
-		if f.strict {
-			return fmt.Errorf("--strict: charm %s declares what Lifeline does not use: %s", dir, strings.Join(warnings, "; "))
-		}
-		for _, w := range warnings {
-			fmt.Fprintf(e.stderr, "warning: %s\n", w)
-		}
+	// The controller finds what the charm declares that Lifeline does
+	// not use: it refuses the charm under --strict, else packAndUpload
+	// prints its warnings. --strict refuses here first, before packing
+	// and connecting, when the directory says as much.
+	if warnings, err := charm.Warnings(dir); f.strict && err == nil && len(warnings) > 0 {
+		return fmt.Errorf("--strict: charm %s declares what Lifeline does not use: %s", dir, strings.Join(warnings, "; "))
 	}
-	c, rec, err := packAndUpload(cmd.Context(), e, dir)
+	c, rec, err := packAndUploadStrict(cmd.Context(), e, dir, f.strict)
 	if err != nil {
 		return err
 	}
@@ -143,6 +141,13 @@ func deploy(cmd *cobra.Command, e *env, dir, service string, f deployFlags, sett
 // charm and says so: deploy and refresh begin alike. The caller closes
 // the client.
 func packAndUpload(ctx context.Context, e *env, dir string) (*client, *pb.Charm, error) {
+	return packAndUploadStrict(ctx, e, dir, false)
+}
+
+// packAndUploadStrict packs the charm in dir and uploads it, printing the
+// controller's warnings of what in it Lifeline does not use, one a line
+// on stderr; strict makes the controller refuse such a charm instead.
+func packAndUploadStrict(ctx context.Context, e *env, dir string, strict bool) (*client, *pb.Charm, error) {
 	var buf bytes.Buffer
 	info, err := charm.Pack(dir, &buf)
 	if err != nil {
@@ -152,24 +157,30 @@ func packAndUpload(ctx context.Context, e *env, dir string) (*client, *pb.Charm,
 	if err != nil {
 		return nil, nil, err
 	}
-	rec, err := uploadCharm(ctx, c, buf.Bytes(), info.SHA256)
+	resp, err := uploadCharmStrict(ctx, c, buf.Bytes(), info.SHA256, strict)
 	if err != nil {
 		err = c.check(err)
 		c.close()
 		return nil, nil, err
 	}
+	rec := resp.Charm
+	for _, w := range resp.Warnings {
+		fmt.Fprintf(e.stderr, "warning: %s\n", w)
+	}
 	fmt.Fprintf(e.stdout, "uploaded charm %s revision %d (%s)\n", rec.Name, rec.Revision, sizeText(rec.Size))
 	return c, rec, nil
 }
 
-func uploadCharm(ctx context.Context, c *client, data []byte, sha string) (*pb.Charm, error) {
+// uploadCharmStrict uploads a packed charm and returns the controller's
+// answer: the charm's record and its warnings.
+func uploadCharmStrict(ctx context.Context, c *client, data []byte, sha string, strict bool) (*pb.UploadCharmResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, uploadTimeout)
 	defer cancel()
 	stream, err := c.op.UploadCharm(ctx)
 	if err != nil {
 		return nil, err
 	}
-	header := &pb.UploadCharmHeader{Size: int64(len(data)), Sha256: sha}
+	header := &pb.UploadCharmHeader{Size: int64(len(data)), Sha256: sha, Strict: strict}
 	if err := stream.Send(&pb.UploadCharmRequest{Part: &pb.UploadCharmRequest_Header{Header: header}}); err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
@@ -183,11 +194,7 @@ func uploadCharm(ctx context.Context, c *client, data []byte, sha string) (*pb.C
 			return nil, err
 		}
 	}
-	resp, err := stream.CloseAndRecv()
-	if err != nil {
-		return nil, err
-	}
-	return resp.Charm, nil
+	return stream.CloseAndRecv()
 }
 
 func sizeText(n int64) string {

@@ -1347,7 +1347,10 @@ type UploadCharmHeader struct {
 	// size of the archive in bytes; at most 32 MiB.
 	Size int64 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
 	// sha256 of the archive, hex.
-	Sha256        string `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Sha256 string `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// strict refuses a charm that declares what Lifeline does not use
+	// (the warnings below), storing nothing.
+	Strict        bool `protobuf:"varint,3,opt,name=strict,proto3" json:"strict,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1396,9 +1399,20 @@ func (x *UploadCharmHeader) GetSha256() string {
 	return ""
 }
 
+func (x *UploadCharmHeader) GetStrict() bool {
+	if x != nil {
+		return x.Strict
+	}
+	return false
+}
+
 type UploadCharmResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Charm         *Charm                 `protobuf:"bytes,1,opt,name=charm,proto3" json:"charm,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Charm *Charm                 `protobuf:"bytes,1,opt,name=charm,proto3" json:"charm,omitempty"`
+	// warnings are one line for each thing in the charm Lifeline does not
+	// use although a charm written for Juju may rely on it
+	// ("metadata.yaml: series: ignored: ..."), at most 32.
+	Warnings      []string `protobuf:"bytes,2,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1436,6 +1450,13 @@ func (*UploadCharmResponse) Descriptor() ([]byte, []int) {
 func (x *UploadCharmResponse) GetCharm() *Charm {
 	if x != nil {
 		return x.Charm
+	}
+	return nil
+}
+
+func (x *UploadCharmResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
 	}
 	return nil
 }
@@ -3268,12 +3289,14 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x12UploadCharmRequest\x128\n" +
 	"\x06header\x18\x01 \x01(\v2\x1e.lifeline.v1.UploadCharmHeaderH\x00R\x06header\x12\x16\n" +
 	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x06\n" +
-	"\x04part\"?\n" +
+	"\x04part\"W\n" +
 	"\x11UploadCharmHeader\x12\x12\n" +
 	"\x04size\x18\x01 \x01(\x03R\x04size\x12\x16\n" +
-	"\x06sha256\x18\x02 \x01(\tR\x06sha256\"?\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x16\n" +
+	"\x06strict\x18\x03 \x01(\bR\x06strict\"[\n" +
 	"\x13UploadCharmResponse\x12(\n" +
-	"\x05charm\x18\x01 \x01(\v2\x12.lifeline.v1.CharmR\x05charm\"\x99\x02\n" +
+	"\x05charm\x18\x01 \x01(\v2\x12.lifeline.v1.CharmR\x05charm\x12\x1a\n" +
+	"\bwarnings\x18\x02 \x03(\tR\bwarnings\"\x99\x02\n" +
 	"\rDeployRequest\x12\x14\n" +
 	"\x05charm\x18\x01 \x01(\tR\x05charm\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x18\n" +
