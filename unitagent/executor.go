@@ -378,7 +378,12 @@ func (ex *executor) commit(ctx context.Context, op *hookOp, ran bool) error {
 	if len(op.Settings) > 0 {
 		req := &pb.UpdateSettingsRequest{Unit: a.cfg.Unit}
 		for _, s := range op.Settings {
-			req.Updates = append(req.Updates, &pb.SettingsUpdate{Relation: s.Relation, Set: s.Set, Unset: s.Unset})
+			u := &pb.SettingsUpdate{Relation: s.Relation, Set: s.Set, Unset: s.Unset}
+			if s.App {
+				req.AppUpdates = append(req.AppUpdates, u)
+			} else {
+				req.Updates = append(req.Updates, u)
+			}
 		}
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		_, err := a.cfg.API.UpdateSettings(cctx, req)
@@ -511,6 +516,8 @@ func applySuccess(l *localState, op *hookOp) {
 		case l.Relations[op.Relation] == nil:
 		case strings.HasSuffix(op.Hook, "-relation-joined"):
 			l.setMember(op.Relation, op.Remote, 0, nil)
+		case strings.HasSuffix(op.Hook, "-relation-changed") && op.Remote == "" && op.RemoteService != "":
+			l.Relations[op.Relation].App = op.Version
 		case strings.HasSuffix(op.Hook, "-relation-changed"):
 			l.setMember(op.Relation, op.Remote, op.Version, op.Seen)
 		case strings.HasSuffix(op.Hook, "-relation-departed"):

@@ -48,6 +48,8 @@ type hookContext struct {
 
 	mu  sync.Mutex
 	set map[int64]*settingsChange
+	// appSet buffers the hook's relation-set --app calls (appsettings.go).
+	appSet map[int64]*settingsChange
 	// seen holds the settings the hook has read, by relation and unit.
 	seen map[settingsOf]map[string]string
 	// pre, in relation-joined, is the read of the joining unit's
@@ -123,7 +125,7 @@ func (cr *ctxRelation) inScope(unit string, self bool) bool {
 
 func newHookContext(a *Agent, op *hookOp, r *remote) *hookContext {
 	hc := &hookContext{a: a, op: op, relations: map[int64]*ctxRelation{}, config: a.l.config(),
-		set: map[int64]*settingsChange{}, seen: map[settingsOf]map[string]string{}, opened: a.l.openedPorts()}
+		set: map[int64]*settingsChange{}, appSet: map[int64]*settingsChange{}, seen: map[settingsOf]map[string]string{}, opened: a.l.openedPorts()}
 	hc.machine = a.cfg.MachineID
 	if hc.machine == "" && r.unit != nil {
 		hc.machine = r.unit.MachineId
@@ -365,7 +367,8 @@ func contains(xs []string, x string) bool {
 	return false
 }
 
-// buffered returns the hook's relation-set changes, by relation.
+// buffered returns the hook's relation-set changes, by relation, the
+// unit's before its service's.
 func (hc *hookContext) buffered() []settingsChange {
 	hc.mu.Lock()
 	defer hc.mu.Unlock()
@@ -373,7 +376,12 @@ func (hc *hookContext) buffered() []settingsChange {
 	for _, c := range hc.set {
 		out = append(out, *c)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Relation < out[j].Relation })
+	for _, c := range hc.appSet {
+		out = append(out, *c)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Relation < out[j].Relation || out[i].Relation == out[j].Relation && !out[i].App && out[j].App
+	})
 	return out
 }
 

@@ -147,10 +147,29 @@ ingress-addresses:
 		{"relation-get own smart key", `relation-get --format=smart port "$JUJU_UNIT_NAME"`, "5433\n", 0},
 		{"relation-get own json", `relation-get --format=json host app/0`, "\"10.9.9.9\"\n", 0},
 		{"relation-get remote", `relation-get - "$JUJU_REMOTE_UNIT" >/dev/null && echo read`, "read\n", 0},
-		{"relation-get --app", `relation-get --app`, "relation-get: --app: a service's settings in a relation are not supported yet\n", 1},
 		{"juju-log in relation", `juju-log -l INFO joined`, "", 0},
 	}
 	w.file("app/0", "probe-db-relation-joined", probeScript(joined))
+
+	// The leader writes its service's settings; the other side runs
+	// relation-changed with no remote unit and reads them.
+	appSet := []jujuCase{
+		{"relation-set --app", `relation-set --app url=kv:7000 mode=rw`, "", 0},
+		{"relation-get --app own unit", `relation-get --app url "$JUJU_UNIT_NAME"`, "kv:7000\n", 0},
+		{"relation-get --app own yaml", `relation-get --app --format=yaml - kv`, "mode: rw\nurl: kv:7000\n", 0},
+		{"relation-get --app remote, none", `relation-get --app`, "", 0},
+	}
+	w.file("kv/0", "probe-server-relation-joined", `{
+`+probeScript(appSet)+`} > "$CHARM_DIR/../app.log" 2>&1`)
+	appChanged := []jujuCase{
+		{"env service change", `echo "${JUJU_REMOTE_UNIT:-none} $JUJU_REMOTE_APP $JUJU_RELATION"`, "none kv db\n", 0},
+		{"relation-get --app", `relation-get --app`, "mode: rw\nurl: kv:7000\n", 0},
+		{"relation-get --app key service", `relation-get --app url kv`, "kv:7000\n", 0},
+		{"relation-get --app json", `relation-get --app --format=json url`, "\"kv:7000\"\n", 0},
+		{"relation-set --app follower", `relation-set --app x=1`, "relation-set: cannot write relation settings: this unit is not the leader\n", 1},
+	}
+	w.file("app/0", "probe-db-relation-changed", `[ -n "$JUJU_REMOTE_UNIT" ] || {
+`+probeScript(appChanged)+`} > "$CHARM_DIR/../app.log" 2>&1`)
 
 	w.start("kv/0")
 	w.waitState("kv/0", "running")
@@ -160,6 +179,18 @@ ingress-addresses:
 
 	t.Run("start", func(t *testing.T) { checkProbe(t, w.lines("kv/0", "probe.log"), start) })
 	t.Run("relation-joined", func(t *testing.T) { checkProbe(t, w.lines("app/0", "probe.log"), joined) })
+	rcs := func(unit string) int {
+		n := 0
+		for _, l := range w.lines(unit, "app.log") {
+			if strings.HasPrefix(l, "== rc") {
+				n++
+			}
+		}
+		return n
+	}
+	w.waitFor("app/0 to run relation-changed for kv's settings", func() bool { return rcs("app/0") == len(appChanged) })
+	t.Run("relation-set --app", func(t *testing.T) { checkProbe(t, w.lines("kv/0", "app.log"), appSet) })
+	t.Run("relation-changed --app", func(t *testing.T) { checkProbe(t, w.lines("app/0", "app.log"), appChanged) })
 
 	st, err := w.op.Status(w.env.Ctx, &pb.StatusRequest{})
 	if err != nil {

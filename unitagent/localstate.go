@@ -123,6 +123,10 @@ type localRelation struct {
 	// Left records that the unit left a dying relation's scope; broken
 	// runs next, then the record goes.
 	Left bool `json:"left,omitempty"`
+	// App is the version of the remote service's settings in the
+	// relation (relation-set --app) that relation-changed last ran for;
+	// 0 before any.
+	App int64 `json:"app,omitempty"`
 	// kept holds, by member, the member's settings as of the version
 	// relation-changed last ran for (none before its first), which the
 	// hooks read once the member has left the scope (kept.go). Saved, like
@@ -143,6 +147,10 @@ type hookOp struct {
 	Endpoint  string `json:"endpoint,omitempty"`
 	Remote    string `json:"remote,omitempty"`
 	Departing string `json:"departing,omitempty"`
+	// RemoteService, in a relation-changed for the remote service's
+	// settings (Remote empty, as Juju leaves JUJU_REMOTE_UNIT), names
+	// that service; Version is then their version.
+	RemoteService string `json:"remote_service,omitempty"`
 	// Version is the remote unit's settings version (relation-changed),
 	// the revision whose spec the hook applies (config-changed,
 	// upgrade-charm), or the leader settings' version
@@ -174,9 +182,12 @@ type hookOp struct {
 }
 
 type settingsChange struct {
-	Relation int64             `json:"relation"`
-	Set      map[string]string `json:"set,omitempty"`
-	Unset    []string          `json:"unset,omitempty"`
+	Relation int64 `json:"relation"`
+	// App marks a change of the unit's service's settings in the
+	// relation (relation-set --app), not of the unit's.
+	App   bool              `json:"app,omitempty"`
+	Set   map[string]string `json:"set,omitempty"`
+	Unset []string          `json:"unset,omitempty"`
 }
 
 func (op *hookOp) isRelationHook() bool { return op.Endpoint != "" }

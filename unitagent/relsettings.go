@@ -170,7 +170,7 @@ func (a *Agent) keepOwn(id int64, settings map[string]string) error {
 func (ex *executor) wrote(changes []settingsChange) error {
 	for _, c := range changes {
 		lr := ex.a.l.Relations[c.Relation]
-		if lr == nil || lr.own == nil {
+		if c.App || lr == nil || lr.own == nil {
 			continue
 		}
 		own := map[string]string{}

@@ -2,6 +2,7 @@ package unitagent
 
 import (
 	"context"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -61,6 +62,11 @@ type remoteRelation struct {
 	known   bool         // the relation's watch has answered
 	members map[string]int64
 	scoped  bool // the scope's watch has answered
+	// apps are the versions of the relation's services' settings
+	// (relation-set --app), by service; appsKnown says their watch has
+	// answered.
+	apps      map[string]int64
+	appsKnown bool
 
 	// In the watcher's picture: the members changed since the last
 	// snapshot, and whether the scope was listed afresh since.
@@ -134,7 +140,8 @@ func (w *watcher) snapshotLocked() *remote {
 			clear(rr.changed)
 		}
 		rr.relisted = false
-		cr := &remoteRelation{rel: rr.rel, known: rr.known, scoped: rr.scoped, members: v.members, view: v}
+		cr := &remoteRelation{rel: rr.rel, known: rr.known, scoped: rr.scoped, members: v.members, view: v,
+			apps: maps.Clone(rr.apps), appsKnown: rr.appsKnown}
 		c.relations[id] = cr
 	}
 	for id := range w.views {
@@ -468,6 +475,23 @@ func (w *watcher) watchRelation(id int64) {
 		rr.known = true
 	})
 	w.startLocked("scope/"+key, &pb.WatchSubject{Subject: &pb.WatchSubject_RelationScope{RelationScope: id}}, rr.applyScope)
+	w.startLocked("apps/"+key, &pb.WatchSubject{Subject: &pb.WatchSubject_RelationAppSettings{RelationAppSettings: id}}, rr.applyApps)
+}
+
+// applyApps applies a response of the watch of the relation's services'
+// settings.
+func (rr *remoteRelation) applyApps(resp *pb.WatchResponse) {
+	if resp.Relisted || rr.apps == nil {
+		rr.apps = map[string]int64{}
+	}
+	for _, ch := range resp.Changes {
+		if ch.Removed {
+			delete(rr.apps, ch.Id)
+		} else {
+			rr.apps[ch.Id] = ch.Version
+		}
+	}
+	rr.appsKnown = true
 }
 
 // applyScope applies a response of the relation scope's watch.
@@ -513,6 +537,7 @@ func (w *watcher) forgetRelation(id int64) {
 	key := strconv.FormatInt(id, 10)
 	w.stop("relation/" + key)
 	w.stop("scope/" + key)
+	w.stop("apps/" + key)
 	delete(w.r.relations, id)
 }
 

@@ -349,6 +349,9 @@ func relationAction(l *localState, r *remote, self string, dying bool) (action, 
 			if kind, m, v, ok := nextMemberHook(rr, lr, self); ok {
 				return hook(relHook(lr, id, kind, m, v)), true
 			}
+			if svc, v, ok := appChanged(rr, lr, r.unit.Service); ok {
+				return hook(&hookOp{Hook: lr.Endpoint + "-relation-changed", Relation: id, Endpoint: lr.Endpoint, RemoteService: svc, Version: v}), true
+			}
 			continue
 		}
 		// The relation is dying (or the unit is): depart every member,
@@ -367,6 +370,24 @@ func relationAction(l *localState, r *remote, self string, dying bool) (action, 
 		return hook(&hookOp{Hook: lr.Endpoint + "-relation-broken", Relation: id, Endpoint: lr.Endpoint}), true
 	}
 	return action{}, false
+}
+
+// appChanged returns the remote service of relation rr (the unit's own,
+// service, in a peer relation) and the version of its settings there
+// (relation-set --app) when relation-changed has not run for that
+// version: Juju runs it, with no remote unit, after the member hooks due.
+func appChanged(rr *remoteRelation, lr *localRelation, service string) (string, int64, bool) {
+	if rr.rel == nil || !rr.appsKnown {
+		return "", 0, false
+	}
+	remote := service
+	for _, ep := range rr.rel.Endpoints {
+		if ep.Service != service {
+			remote = ep.Service
+		}
+	}
+	v := rr.apps[remote]
+	return remote, v, v != 0 && v != lr.App
 }
 
 func relHook(lr *localRelation, id int64, kind, unit string, version int64) *hookOp {

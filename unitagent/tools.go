@@ -1,6 +1,7 @@
 package unitagent
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -88,6 +89,11 @@ func (t *toolServer) run(ctx context.Context, a *Agent, op *hookOp, hc *hookCont
 		env[hooks.EnvRelationID] = relationID(op.Endpoint, op.Relation)
 		if op.Remote != "" {
 			env[hooks.EnvRemoteUnit] = op.Remote
+		}
+		if op.RemoteService != "" {
+			env[hooks.EnvRemoteService] = op.RemoteService
+		} else if u := cmp.Or(op.Remote, op.Departing); u != "" {
+			env[hooks.EnvRemoteService] = names.UnitService(u)
 		}
 		if op.Departing != "" {
 			env[hooks.EnvDepartingUnit] = op.Departing
