@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,12 +37,13 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, se session) {
 	defer s.closeStream(se.user)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	// The page the stream is for: the model (filtered), or one unit.
-	filter, unit := r.URL.Query().Get("q"), r.URL.Query().Get("unit")
-	prefixes, page := modelPrefixes, "model-body"
-	if unit != "" {
-		prefixes, page = unitPrefixes, "unit-body"
+	// The page the stream is for.
+	lp, err := s.livePageOf(r.URL.Query(), se)
+	if err != nil {
+		httpError(w, err)
+		return
 	}
+	prefixes, page := lp.prefixes, lp.template
 
 	wake := make(chan struct{}, 1)
 	poke := func() {
@@ -86,20 +89,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, se session) {
 
 	send := func() error {
 		start := time.Now()
-		var data any
-		var rev int64
-		if unit != "" {
-			v, err := s.unitView(ctx, se, unit)
-			if err != nil {
-				return err
-			}
-			data, rev = v, s.cfg.Hub.Revision()
-		} else {
-			v, err := s.view(ctx, se, filter)
-			if err != nil {
-				return err
-			}
-			data, rev = v, v.Revision
+		data, rev, err := lp.view(ctx)
+		if err != nil {
+			return err
 		}
 		var b bytes.Buffer
 		if err := s.pages.ExecuteTemplate(&b, page, data); err != nil {
@@ -168,6 +160,56 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, se session) {
 		if changed && timer == nil {
 			timer = time.After(max(0, s.cfg.Coalesce-time.Since(last)))
 		}
+	}
+}
+
+// livePage is what a page's stream follows and sends: the prefixes
+// whose changes re-render it, the template of its live part, and its
+// view, read as the session's user, with the revision it is of.
+type livePage struct {
+	prefixes []string
+	template string
+	view     func(ctx context.Context) (any, int64, error)
+}
+
+// livePageOf is the page a stream's query names: page=service&name=kv,
+// page=operations, page=operation&id=3, page=audit (with the page's
+// filters), page=controllers, unit=kv/0; the model (q, its filter)
+// otherwise.
+func (s *Server) livePageOf(q url.Values, se session) (livePage, error) {
+	hubRev := func(v any, err error) (any, int64, error) { return v, s.cfg.Hub.Revision(), err }
+	switch page := q.Get("page"); {
+	case q.Get("unit") != "":
+		unit := q.Get("unit")
+		return livePage{unitPrefixes, "unit-body", func(ctx context.Context) (any, int64, error) { return hubRev(s.unitView(ctx, se, unit)) }}, nil
+	case page == "service":
+		name := q.Get("name")
+		return livePage{servicePrefixes, "service-body", func(ctx context.Context) (any, int64, error) { return hubRev(s.serviceView(ctx, se, name)) }}, nil
+	case page == "operations":
+		st := q.Get("state")
+		before, _ := strconv.ParseInt(q.Get("before"), 10, 64)
+		return livePage{operationPrefixes, "operations-body", func(ctx context.Context) (any, int64, error) { return hubRev(s.opsView(ctx, se, st, before)) }}, nil
+	case page == "operation":
+		id, err := strconv.ParseInt(q.Get("id"), 10, 64)
+		if err != nil || id <= 0 {
+			return livePage{}, invalidf("operation %q: want a number", q.Get("id"))
+		}
+		return livePage{operationPrefixes, "operation-body", func(ctx context.Context) (any, int64, error) { return hubRev(s.opView(ctx, se, id)) }}, nil
+	case page == "audit":
+		return livePage{auditPrefixes, "audit-body", func(ctx context.Context) (any, int64, error) { return hubRev(s.auditView(ctx, se, q)) }}, nil
+	case page == "controllers":
+		return livePage{controllerPrefixes, "controllers-body", func(ctx context.Context) (any, int64, error) { return hubRev(s.controllersView(ctx, se)) }}, nil
+	case page == "" || page == "model":
+		filter := q.Get("q")
+		return livePage{modelPrefixes, "model-body", func(ctx context.Context) (any, int64, error) {
+			v, err := s.view(ctx, se, filter)
+			if err != nil {
+				return nil, 0, err
+			}
+			return v, v.Revision, nil
+		}}, nil
+	default:
+		return livePage{}, notFoundf("no live page %q", page)
 	}
 }
 

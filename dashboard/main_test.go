@@ -145,7 +145,13 @@ func (f *fixture) failHook(unit string) {
 // it returns until the stream ends.
 func events(ctx context.Context, t testing.TB, c *http.Client, url string) <-chan [2]string {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, "GET", url+"/events", nil)
+	return eventsAt(ctx, t, c, url+"/events")
+}
+
+// eventsAt reads the live stream at url (a page's: /events?page=...).
+func eventsAt(ctx context.Context, t testing.TB, c *http.Client, url string) <-chan [2]string {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatalf("GET /events: %v", err)

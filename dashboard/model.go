@@ -3,6 +3,7 @@ package dashboard
 import (
 	"bytes"
 	"context"
+	"errors"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"github.com/lifelinehq/lifeline/controller"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/state"
 )
 
 func newSecret() (string, error) { return pki.NewSecret() }
@@ -26,8 +28,35 @@ func mustSub(f fs.FS, dir string) fs.FS {
 }
 
 var funcs = template.FuncMap{
-	"join":  strings.Join,
-	"lower": strings.ToLower,
+	"join":       strings.Join,
+	"lower":      strings.ToLower,
+	"trimPrefix": strings.TrimPrefix,
+	"stamp":      stamp,
+	"opState":    state.OperationStateName,
+	"opStates":   func() []string { return opStateNames },
+	"auditRead":  func() int { return auditRead },
+	"dict":       dict,
+}
+
+// opStateNames are the operation states the list filters by, "" for
+// any.
+var opStateNames = []string{"", "awaiting-approval", "approved", "running", "done", "failed", "stopped", "rejected", "expired"}
+
+// dict makes a map of its key, value arguments, for a template that
+// takes several.
+func dict(kv ...any) (map[string]any, error) {
+	if len(kv)%2 != 0 {
+		return nil, errors.New("dict: want keys and values")
+	}
+	m := make(map[string]any, len(kv)/2)
+	for i := 0; i < len(kv); i += 2 {
+		k, ok := kv[i].(string)
+		if !ok {
+			return nil, errors.New("dict: a key is not a string")
+		}
+		m[k] = kv[i+1]
+	}
+	return m, nil
 }
 
 // modelView is what the model page shows.

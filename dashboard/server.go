@@ -30,16 +30,6 @@ import (
 //go:embed web
 var webFS embed.FS
 
-// API is what the dashboard needs of the controller: its calls, made as a
-// user (controller.Server).
-type API interface {
-	CallAs(ctx context.Context, user, method string, req any, handler func(ctx context.Context) (any, error)) (any, error)
-	Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error)
-	Resolved(ctx context.Context, req *pb.ResolvedRequest) (*pb.ResolvedResponse, error)
-	WhoAmI(ctx context.Context, req *pb.WhoAmIRequest) (*pb.WhoAmIResponse, error)
-	ShowUnit(ctx context.Context, req *pb.ShowUnitRequest) (*pb.ShowUnitResponse, error)
-}
-
 // Limits bound what the dashboard serves.
 type Limits struct {
 	// Requests is how many requests a session, and an address, may make a
@@ -150,6 +140,14 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /events", s.withSession(s.events))
 	mux.HandleFunc("GET /units/{service}/{n}", s.withSession(s.unitPage))
 	mux.HandleFunc("POST /units/{service}/{n}/resolved", s.withSession(s.checked(s.resolved)))
+	mux.HandleFunc("GET /services/{name}", s.withSession(s.servicePage))
+	mux.HandleFunc("POST /services/{name}/run", s.withSession(s.checked(s.runAction)))
+	mux.HandleFunc("POST /services/{name}/rollout/{verb}", s.withSession(s.checked(s.steerRollout)))
+	mux.HandleFunc("GET /operations", s.withSession(s.opsPage))
+	mux.HandleFunc("GET /operations/{id}", s.withSession(s.opPage))
+	mux.HandleFunc("POST /operations/{id}/{verb}", s.withSession(s.checked(s.opVerb)))
+	mux.HandleFunc("GET /audit", s.withSession(s.auditPage))
+	mux.HandleFunc("GET /controllers", s.withSession(s.controllersPage))
 	mux.HandleFunc("POST /logout", s.withSession(s.checked(s.logout)))
 	return s.secure(mux)
 }

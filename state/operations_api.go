@@ -15,6 +15,11 @@ import (
 // an admin".
 func WhoMayApprove(op *pb.Operation) string { return whoMay(op) }
 
+// MayApprove says whether user u is among op's approvers (A2), as the
+// dashboard asks before it shows an Approve button: the approval's
+// transaction checks it again.
+func MayApprove(op *pb.Operation, u *pb.User) bool { return u != nil && mayApprove(op, u) }
+
 // RecentOperations returns up to limit (100 when zero, at most 1,000)
 // operations, newest first, below id before (all when 0), in state st
 // and of service when they are set.

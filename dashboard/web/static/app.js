@@ -1,7 +1,8 @@
-// The model page, live: the server sends the page's tables as a
-// server-sent event whenever the model changes; the filter hides the rows
-// that do not mention its text; "Resolved" posts with the session's CSRF
-// token.
+// The dashboard's pages, live: the server sends the page's live part as
+// a server-sent event whenever what it shows changes; the filter hides
+// the rows that do not mention its text; "Resolved" and the action forms
+// (approve, pause, run, ...) post with the session's CSRF token and say
+// what the server answered.
 (function () {
   "use strict";
   var model = document.getElementById("model");
@@ -64,6 +65,24 @@
       .then(function (r) {
         say(r.ok ? r.text.trim() : "Refused (" + r.status + "): " + r.text.trim());
         b.disabled = false;
+      });
+  });
+  // An action form posts in the background; the page stays, live, and
+  // says what happened. The form still works without this script.
+  document.addEventListener("submit", function (e) {
+    var form = e.target.closest("form.act");
+    if (!form) { return; }
+    e.preventDefault();
+    var b = form.querySelector("button");
+    if (b) { b.disabled = true; }
+    fetch(form.action, {method: "POST", headers: {"X-CSRF-Token": csrf}, credentials: "same-origin",
+      body: new URLSearchParams(new FormData(form))})
+      .then(function (r) { return r.text().then(function (t) { return {ok: r.ok, status: r.status, text: t, next: r.headers.get("X-Dashboard-Next")}; }); })
+      .then(function (r) {
+        say(r.ok ? r.text.trim() : "Refused (" + r.status + "): " + r.text.trim());
+        document.body.dataset.answered = r.ok ? "ok" : String(r.status);
+        if (b) { b.disabled = false; }
+        if (r.ok && r.next) { window.location.assign(r.next); }
       });
   });
   applyFilter();
