@@ -33,8 +33,14 @@
   es.addEventListener("model", function (e) {
     // Keep open what the reader opened (hook output).
     var open = Array.prototype.map.call(model.querySelectorAll("details[open]"), function (d) { return d.textContent; });
+    // And what the reader typed into the page's forms, and where.
+    var typed = {};
+    model.querySelectorAll("input[id]").forEach(function (i) { if (i.value) { typed[i.id] = i.value; } });
+    var focused = document.activeElement && model.contains(document.activeElement) ? document.activeElement.id : "";
     model.innerHTML = e.data;
     model.querySelectorAll("details").forEach(function (d) { if (open.indexOf(d.textContent) >= 0) { d.open = true; } });
+    Object.keys(typed).forEach(function (id) { var i = document.getElementById(id); if (i) { i.value = typed[id]; } });
+    if (focused && document.getElementById(focused)) { document.getElementById(focused).focus(); }
     applyFilter();
     live.textContent = "live · revision " + e.lastEventId;
     document.body.dataset.revision = e.lastEventId;
@@ -75,7 +81,8 @@
     e.preventDefault();
     var b = form.querySelector("button");
     if (b) { b.disabled = true; }
-    fetch(form.action, {method: "POST", headers: {"X-CSRF-Token": csrf}, credentials: "same-origin",
+    // getAttribute: a field named "action" hides the form's property.
+    fetch(form.getAttribute("action"), {method: "POST", headers: {"X-CSRF-Token": csrf}, credentials: "same-origin",
       body: new URLSearchParams(new FormData(form))})
       .then(function (r) { return r.text().then(function (t) { return {ok: r.ok, status: r.status, text: t, next: r.headers.get("X-Dashboard-Next")}; }); })
       .then(function (r) {
