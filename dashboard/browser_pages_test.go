@@ -82,7 +82,7 @@ func browserPages(t *testing.T, f *fixture, exe, dir string, op context.Context,
 		path := value(t, op, "the operation's path", chromedp.Evaluate[string](`location.pathname`))
 		adaOp := f.op("ada", pb.UserRole_USER_ROLE_ADMIN)
 		ada := newBrowser(t, exe, 1280, 900)
-		run(t, ada, "log in", chromedp.Navigate(f.link(adaOp)), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)),
+		run(t, ada, "log in", chromedp.Navigate(f.link(adaOp)), chromedp.Click(chromedp.CSS(`#confirm`)), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)),
 			chromedp.Navigate(f.url+path), chromedp.WaitVisible(chromedp.CSS(`#approve`)))
 		params := value(t, ada, "read the parameters", chromedp.Text(chromedp.CSS(`#params`)))
 		digest := value(t, ada, "read the digest", chromedp.Text(chromedp.CSS(`#digest`)))
@@ -100,7 +100,7 @@ func browserPages(t *testing.T, f *fixture, exe, dir string, op context.Context,
 
 		// A viewer sees no buttons, and is refused posting directly.
 		b := newBrowser(t, exe, 1280, 900)
-		run(t, b, "log in", chromedp.Navigate(f.link(vic)), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)),
+		run(t, b, "log in", chromedp.Navigate(f.link(vic)), chromedp.Click(chromedp.CSS(`#confirm`)), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)),
 			chromedp.Navigate(f.url+path), chromedp.WaitVisible(chromedp.CSS(`#tasks`)))
 		forms := value(t, b, "look for buttons", chromedp.Evaluate[int](`document.querySelectorAll('form.act').length`))
 		status := value(t, b, "post directly", chromedp.Evaluate[int](

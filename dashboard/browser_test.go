@@ -130,7 +130,7 @@ func TestDashboardInChromium(t *testing.T) {
 
 	op := newBrowser(t, exe, 1280, 900)
 	t.Run("login", func(t *testing.T) {
-		run(t, op, "log in", chromedp.Navigate(f.link(olga)),
+		run(t, op, "log in", chromedp.Navigate(f.link(olga)), chromedp.Click(chromedp.CSS(`#confirm`)),
 			chromedp.WaitVisible(chromedp.CSS(`tr[data-unit="kv/2"]`)),
 			chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)))
 		who := value(t, op, "read the header", chromedp.Text(chromedp.CSS(`.who`)))
@@ -170,7 +170,7 @@ func TestDashboardInChromium(t *testing.T) {
 	t.Run("viewer", func(t *testing.T) {
 		f.failHook("kv/0")
 		b := newBrowser(t, exe, 1280, 900)
-		run(t, b, "log in", chromedp.Navigate(f.link(vic)), chromedp.WaitVisible(chromedp.CSS(`tr.error[data-unit="kv/0"]`)))
+		run(t, b, "log in", chromedp.Navigate(f.link(vic)), chromedp.Click(chromedp.CSS(`#confirm`)), chromedp.WaitVisible(chromedp.CSS(`tr.error[data-unit="kv/0"]`)))
 		buttons := value(t, b, "look for buttons", chromedp.Evaluate[int](`document.querySelectorAll('button.resolve').length`))
 		status := value(t, b, "post directly", chromedp.Evaluate[int](
 			`fetch("/units/kv/0/resolved", {method: "POST", headers: {"X-CSRF-Token": document.body.dataset.csrf}}).then(r => r.status)`, chromedp.EvalAwaitPromise))
@@ -221,14 +221,14 @@ func TestDashboardInChromium(t *testing.T) {
 
 	t.Run("phone", func(t *testing.T) {
 		b := newBrowser(t, exe, 390, 844)
-		run(t, b, "log in", chromedp.Navigate(f.link(olga)), chromedp.WaitVisible(chromedp.CSS(`tr[data-unit="app/1"]`)))
+		run(t, b, "log in", chromedp.Navigate(f.link(olga)), chromedp.Click(chromedp.CSS(`#confirm`)), chromedp.WaitVisible(chromedp.CSS(`tr[data-unit="app/1"]`)))
 		shot(t, b, dir, "model-phone")
 	})
 
 	t.Run("removed user", func(t *testing.T) {
 		rita := f.op("rita", pb.UserRole_USER_ROLE_OPERATOR)
 		b := newBrowser(t, exe, 1280, 900)
-		run(t, b, "log in", chromedp.Navigate(f.link(rita)), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)))
+		run(t, b, "log in", chromedp.Navigate(f.link(rita)), chromedp.Click(chromedp.CSS(`#confirm`)), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)))
 		if _, err := admin.RemoveUser(f.Ctx, &pb.RemoveUserRequest{Name: "rita"}); err != nil {
 			t.Fatal(err)
 		}

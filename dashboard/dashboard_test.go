@@ -26,11 +26,18 @@ func TestDashboardOverHTTP(t *testing.T) {
 			t.Errorf("GET / without a session = %d, want 401 saying how to log in", code)
 		}
 		link := f.link(olga)
-		if code, body := get(t, c, link); code != 200 || !strings.Contains(body, "Logged in as olga") {
-			t.Fatalf("GET the link = %d %q, want 200, logged in", code, body)
+		// Opening the link (as a link's preview would) asks to confirm,
+		// and spends nothing.
+		for range 2 {
+			if code, body := get(t, f.browser(), link); code != 200 || !strings.Contains(body, `id="confirm"`) || strings.Contains(body, "Logged in") {
+				t.Fatalf("GET the link = %d %q, want 200, a page asking to confirm", code, body)
+			}
 		}
-		if code, _ := get(t, f.browser(), link); code != http.StatusUnauthorized {
-			t.Errorf("GET the link again = %d, want 401: it works once", code)
+		if code, body := f.logIn(c, link); code != 200 || !strings.Contains(body, "Logged in as olga") {
+			t.Fatalf("confirm the link = %d %q, want 200, logged in", code, body)
+		}
+		if code, _ := f.logIn(f.browser(), link); code != http.StatusUnauthorized {
+			t.Errorf("confirm the link again = %d, want 401: it works once", code)
 		}
 		code, body := get(t, c, f.url+"/")
 		if code != 200 || !strings.Contains(body, "olga (operator)") {
@@ -43,7 +50,7 @@ func TestDashboardOverHTTP(t *testing.T) {
 
 	t.Run("viewer", func(t *testing.T) {
 		c := f.browser()
-		get(t, c, f.link(vic))
+		f.logIn(c, f.link(vic))
 		_, page := get(t, c, f.url+"/")
 		if !strings.Contains(page, "kv/0") || strings.Contains(page, `class="resolve"`) {
 			t.Errorf("a viewer's page shows kv/0: %t, a Resolved button: %t; want the unit and no button",
@@ -67,7 +74,7 @@ func TestDashboardOverHTTP(t *testing.T) {
 
 	t.Run("operator", func(t *testing.T) {
 		c := f.browser()
-		get(t, c, f.link(olga))
+		f.logIn(c, f.link(olga))
 		_, page := get(t, c, f.url+"/")
 		if i, j := strings.Index(page, "kv/0"), strings.Index(page, "kv/1"); i < 0 || j < 0 || i > j || !strings.Contains(page, `class="resolve"`) {
 			t.Errorf("an operator's page: kv/0 (in error) at %d, kv/1 at %d, button %t; want kv/0 first with a button", i, j, strings.Contains(page, `class="resolve"`))
@@ -88,7 +95,7 @@ func TestDashboardOverHTTP(t *testing.T) {
 
 	t.Run("live", func(t *testing.T) {
 		c := f.browser()
-		get(t, c, f.link(olga))
+		f.logIn(c, f.link(olga))
 		ctx, cancel := context.WithCancel(f.Ctx)
 		defer cancel()
 		ch := events(ctx, t, c, f.url)
@@ -109,7 +116,7 @@ func TestDashboardOverHTTP(t *testing.T) {
 	t.Run("removed user", func(t *testing.T) {
 		rita := f.op("rita", pb.UserRole_USER_ROLE_OPERATOR)
 		c := f.browser()
-		get(t, c, f.link(rita))
+		f.logIn(c, f.link(rita))
 		ctx, cancel := context.WithCancel(f.Ctx)
 		defer cancel()
 		ch := events(ctx, t, c, f.url)

@@ -1,7 +1,8 @@
 // Package dashboard serves the controller's web dashboard over HTTPS: a
 // login by a one-time link (ctl dashboard) exchanged for a session
-// cookie, and the model page, live, by server-sent events fed by the
-// controller's watch hub.
+// cookie, and its pages (the model, a service, a unit, the operations
+// and one operation, the audit log, the controllers), live, by
+// server-sent events fed by the controller's watch hub.
 //
 // It owns its HTTP handlers, templates and embedded assets. It writes
 // nothing to etcd itself: the links and sessions are package state's

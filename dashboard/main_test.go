@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +78,30 @@ func (f *fixture) link(op pb.OperatorServiceClient) string {
 		f.t.Fatalf("DashboardLogin: %v", err)
 	}
 	return resp.LoginUrl
+}
+
+// logIn opens a login link in c as a browser does: the link's page,
+// then its confirming post. It returns the post's status and page.
+func (f *fixture) logIn(c *http.Client, link string) (int, string) {
+	f.t.Helper()
+	code, page := get(f.t, c, link)
+	if code != 200 || !strings.Contains(page, `id="confirm"`) {
+		return code, page
+	}
+	u, err := url.Parse(link)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", f.url+"/login", strings.NewReader(u.Query().Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", f.url)
+	resp, err := c.Do(req)
+	if err != nil {
+		f.t.Fatalf("POST /login: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // browser is an HTTP client with a cookie jar, trusting the test's

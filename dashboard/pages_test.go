@@ -37,7 +37,7 @@ func (f *fixture) postForm(c *http.Client, path, csrf string, form url.Values) (
 func (f *fixture) loggedIn(op pb.OperatorServiceClient) (*http.Client, string) {
 	f.t.Helper()
 	c := f.browser()
-	if code, _ := get(f.t, c, f.link(op)); code != 200 {
+	if code, _ := f.logIn(c, f.link(op)); code != 200 {
 		f.t.Fatalf("log in: %d", code)
 	}
 	_, page := get(f.t, c, f.url+"/")
@@ -93,11 +93,11 @@ func TestPagesOverHTTP(t *testing.T) {
 		if code, body, _ := f.postForm(vc, "/services/kv/run", vcsrf, url.Values{"action": {"backup"}, "params": {`{"name": "b1"}`}}); code != http.StatusForbidden {
 			t.Errorf("a viewer's run = %d %q, want 403", code, body)
 		}
-		code, body, next := f.postForm(oc, "/services/kv/run", ocsrf, url.Values{"action": {"backup"}, "params": {`{"name": "b1"}`}})
-		if code != 200 || !strings.Contains(body, "awaiting-approval") || !strings.HasPrefix(next, "/operations/") {
-			t.Fatalf("an operator's run of backup = %d %q next %q, want it awaiting approval", code, body, next)
+		code, body, nextPage := f.postForm(oc, "/services/kv/run", ocsrf, url.Values{"action": {"backup"}, "params": {`{"name": "b1"}`}})
+		if code != 200 || !strings.Contains(body, "awaiting-approval") || !strings.HasPrefix(nextPage, "/operations/") {
+			t.Fatalf("an operator's run of backup = %d %q next %q, want it awaiting approval", code, body, nextPage)
 		}
-		opPath = next
+		opPath = nextPage
 		_, page := get(t, oc, f.url+opPath)
 		if !strings.Contains(page, `&#34;name&#34;: &#34;b1&#34;`) || strings.Contains(page, `id="approve"`) || !strings.Contains(page, "awaiting approval by") {
 			t.Errorf("the requester's page: params %t, an Approve button %t, the reason %t; want the params, no button, the reason",
@@ -125,9 +125,15 @@ func TestPagesOverHTTP(t *testing.T) {
 		if code, body, _ := f.postForm(ac, opPath+"/approve", acsrf, url.Values{"digest": {"0123"}}); code != http.StatusConflict {
 			t.Errorf("an approval of another digest = %d %q, want 409", code, body)
 		}
+		// The requester's open page shows the approval live.
+		ctx, cancel := context.WithCancel(f.Ctx)
+		defer cancel()
+		ch := eventsAt(ctx, t, oc, f.url+"/events?page=operation&id="+strings.TrimPrefix(opPath, "/operations/"))
+		next(t, ch, 5*time.Second, func(name, data string) bool { return strings.Contains(data, `class="op-awaiting-approval"`) })
 		if code, body, _ := f.postForm(ac, opPath+"/approve", acsrf, url.Values{"digest": {digest[1]}}); code != 200 {
 			t.Fatalf("the approver's approval = %d %q, want 200", code, body)
 		}
+		next(t, ch, 5*time.Second, func(name, data string) bool { return strings.Contains(data, `class="op-approved"`) })
 		if e := lastAudit(t, f, "ApproveOperation"); e.GetUser() != "ada" || e.GetCode() != 0 || !e.GetChanged() {
 			t.Errorf("last ApproveOperation audit entry = %v, want ada's change", e)
 		}
@@ -151,7 +157,23 @@ func TestPagesOverHTTP(t *testing.T) {
 		ch := eventsAt(ctx, t, oc, f.url+"/events?page=operation&id="+id)
 		await := func(want string) {
 			t.Helper()
-			next(t, ch, 5*time.Second, func(name, data string) bool { return name == "model" && strings.Contains(data, want) })
+			deadline := time.After(5 * time.Second)
+			var last string
+			for {
+				select {
+				case ev, ok := <-ch:
+					if !ok {
+						t.Fatalf("the stream ended awaiting %s", want)
+					}
+					if strings.Contains(ev[1], want) {
+						return
+					}
+					last = ev[0] + ": " + ev[1]
+				case <-deadline:
+					i := strings.Index(last, `id="tasks"`)
+					t.Fatalf("no event with %s within 5 s; the last: %.600s", want, last[max(i, 0):])
+				}
+			}
 		}
 		await(`data-task="kv/0" class="task-pending"`)
 		_, vpage := get(t, vc, f.url+opp)

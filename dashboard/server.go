@@ -135,7 +135,8 @@ func parsePages() (*template.Template, error) {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(mustSub(webFS, "web/static"))))
-	mux.HandleFunc("GET /login", s.login)
+	mux.HandleFunc("GET /login", s.confirmLogin)
+	mux.HandleFunc("POST /login", s.login)
 	mux.HandleFunc("GET /{$}", s.withSession(s.modelPage))
 	mux.HandleFunc("GET /events", s.withSession(s.events))
 	mux.HandleFunc("GET /units/{service}/{n}", s.withSession(s.unitPage))
@@ -273,13 +274,41 @@ func (s *Server) checked(h func(http.ResponseWriter, *http.Request, session)) fu
 	}
 }
 
-// login exchanges a one-time link for a session cookie.
+// loginLink reads a login link's user and token, from its query (GET)
+// or the confirming form (POST).
+func loginLink(user, token string) (string, string, error) {
+	if !names.ValidUser(user) || token == "" || len(token) > 128 {
+		return "", "", errors.New("this login link is malformed")
+	}
+	return user, token, nil
+}
+
+// confirmLogin answers a login link's GET with a page that asks to log
+// in, whose button posts the link: a GET spends nothing, so that a
+// link's preview (a chat's, a mail scanner's) does not use it up.
+func (s *Server) confirmLogin(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	user, token, err := loginLink(r.URL.Query().Get("user"), r.URL.Query().Get("token"))
+	if err != nil {
+		s.loginNeeded(w, r, err)
+		return
+	}
+	s.render(w, "confirm.html", map[string]any{"User": user, "Token": token})
+}
+
+// login exchanges a one-time link, posted by its confirming page, for a
+// session cookie.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
-	q := r.URL.Query()
-	user, token := q.Get("user"), q.Get("token")
-	if !names.ValidUser(user) || token == "" || len(token) > 128 {
-		s.loginNeeded(w, r, errors.New("this login link is malformed"))
+	// The confirming page's form posts with Origin "null" (its
+	// Referrer-Policy is no-referrer); another site's is refused.
+	if o := r.Header.Get("Origin"); o != "" && o != "null" && o != "https://"+r.Host {
+		http.Error(w, "cross-origin request refused", http.StatusForbidden)
+		return
+	}
+	user, token, err := loginLink(r.PostFormValue("user"), r.PostFormValue("token"))
+	if err != nil {
+		s.loginNeeded(w, r, err)
 		return
 	}
 	secret, err := newSecret()
@@ -301,9 +330,8 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	s.logger.Info("dashboard login", "user", user, "addr", clientAddr(r))
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: user + "." + secret, Path: "/", HttpOnly: true, Secure: true,
 		SameSite: http.SameSiteStrictMode, Expires: now.Add(s.cfg.SessionTTL)})
-	// A page of this origin moves on to the model: a redirect at once
-	// would be part of the navigation from wherever the link was
-	// opened, which a SameSite=Strict cookie is not sent on.
+	// A page that moves on to the model by its script, and says who
+	// logged in where the script does not run.
 	s.render(w, "loggedin.html", map[string]any{"User": user})
 }
 
