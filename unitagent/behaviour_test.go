@@ -198,6 +198,30 @@ func TestSubordinatesFollowTheirPrincipal(t *testing.T) {
 	}
 }
 
+// TestSubordinateServiceGoesWithoutItsPrincipal: destroying a
+// subordinate service while its principal lives on takes its units to
+// dead, and the principal's agent removes them (U5): the service and its
+// relation go, and the principal keeps running.
+func TestSubordinateServiceGoesWithoutItsPrincipal(t *testing.T) {
+	w := newWorld(t)
+	w.deploy(appMeta, 1, "db", "lifeline-info")
+	w.deploy(loggerMeta, 0, "host")
+	relate(t, w, "app", "logger")
+	w.start("app/0")
+	w.waitState("logger/0", "running")
+	if _, err := w.op.DestroyService(w.env.Ctx, &pb.DestroyServiceRequest{Service: "logger"}); err != nil {
+		t.Fatal(err)
+	}
+	w.waitFor("logger and logger/0 removed", func() bool {
+		_, uerr := w.env.State.Unit(w.env.Ctx, "logger/0")
+		_, serr := w.env.State.Service(w.env.Ctx, "logger")
+		return uerr != nil && serr != nil
+	})
+	if s := w.agentStatus("app/0"); s == nil || s.State != "running" {
+		t.Errorf("app/0 is %+v after its subordinate went, want running", s)
+	}
+}
+
 // TestHookTimeout kills a hook that runs past the timeout: a failed
 // attempt, like any other.
 func TestHookTimeout(t *testing.T) {

@@ -184,6 +184,12 @@ func next(l *localState, r *remote, self string, now time.Time) action {
 	if dying {
 		return dyingEnd(l, r)
 	}
+	if a, ok := removeDeadSub(r); ok {
+		// A subordinate that went without its principal (its service or
+		// its container relation destroyed) is the principal's to remove
+		// (U5), whether the principal is dying or not.
+		return a
+	}
 	if a, ok := leadershipAction(l, r, self); ok {
 		return a
 	}
@@ -206,6 +212,20 @@ func next(l *localState, r *remote, self string, now time.Time) action {
 		return action{kind: actReport}
 	}
 	return updateStatusAction(r, now)
+}
+
+// removeDeadSub removes the first dead subordinate, in name order, once
+// the principal knows its subordinates.
+func removeDeadSub(r *remote) (action, bool) {
+	if !r.subsKnown {
+		return action{}, false
+	}
+	for _, name := range sortedSubs(r) {
+		if s := r.subs[name]; s != nil && s.Life == pb.Life_LIFE_DEAD {
+			return action{kind: actRemoveSub, unit: name}, true
+		}
+	}
+	return action{}, false
 }
 
 // fetchAction reads the spec of the unit's target when it is not the
@@ -256,10 +276,8 @@ func dyingEnd(l *localState, r *remote) action {
 	if !r.subsKnown {
 		return action{kind: actWait, why: "its subordinates"}
 	}
-	for _, name := range sortedSubs(r) {
-		if s := r.subs[name]; s != nil && s.Life == pb.Life_LIFE_DEAD {
-			return action{kind: actRemoveSub, unit: name}
-		}
+	if a, ok := removeDeadSub(r); ok {
+		return a
 	}
 	if len(r.subs) > 0 {
 		return action{kind: actWait, why: "its subordinates to be gone"}
