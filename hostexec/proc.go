@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lifelinehq/lifeline/internal/pause"
+	"golang.org/x/sys/unix"
 )
 
 // procStat is what /proc/<pid>/stat says of a process that matters here.
@@ -92,6 +93,20 @@ func reap(pid int) string {
 		return "killed by " + ws.Signal().String()
 	}
 	return "exited"
+}
+
+// childRunning reports whether pid, a child of this process, still
+// runs, without collecting it (waitid with WNOWAIT, so that ended still
+// finds the zombie and kills what is left of its group): one system call,
+// where reading /proc/<pid>/stat takes three and a parse, for every
+// daemon at every poll. ok is false when pid is not this process's child
+// (or the call failed): the caller then asks /proc.
+func childRunning(pid int) (running, ok bool) {
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil {
+		return false, false
+	}
+	return info.Signo == 0, true
 }
 
 // ended checks whether the process has ended, and if so, kills what is

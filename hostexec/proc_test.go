@@ -105,3 +105,54 @@ func TestSupervisorConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestChildRunning: a child is running until it exits, then ended but
+// not collected (its zombie left for ended to reap); a process that is
+// not this one's child is not answered for.
+func TestChildRunning(t *testing.T) {
+	cmd := exec.Command("sleep", "0.2")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	cmd.Process.Release()
+	if running, ok := childRunning(pid); !ok || !running {
+		t.Fatalf("childRunning(a sleeping child) = %v, %v; want running", running, ok)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		running, ok := childRunning(pid)
+		if !ok {
+			t.Fatal("childRunning lost its child")
+		}
+		if !running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the child still runs after 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, zombie := processAlive(pid, mustStartTime(t, pid)); !zombie {
+		t.Error("childRunning collected the child: no zombie left for ended")
+	}
+	if how := reap(pid); how != "exit status 0" {
+		t.Errorf("reap = %q, want exit status 0", how)
+	}
+	if _, ok := childRunning(pid); ok {
+		t.Error("childRunning answered for a process already collected")
+	}
+	if _, ok := childRunning(1); ok {
+		t.Error("childRunning answered for init, not a child")
+	}
+}
+
+// mustStartTime reads pid's start time from /proc.
+func mustStartTime(t *testing.T, pid int) uint64 {
+	t.Helper()
+	st, ok, err := readProcStat(pid)
+	if err != nil || !ok {
+		t.Fatalf("readProcStat(%d) = %v, %v", pid, ok, err)
+	}
+	return st.startTime
+}

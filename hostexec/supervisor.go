@@ -114,6 +114,9 @@ type daemon struct {
 	bo        *backoff.ExponentialBackOff
 	// busy: an Ensure or Stop is acting on it outside the lock; others wait.
 	busy bool
+	// child: this supervisor started the process (not adopted), so its
+	// end is seen with one waitid, without reading /proc.
+	child bool
 }
 
 // record is the state file's form of a daemon.
@@ -276,7 +279,7 @@ func (s *Supervisor) start(d *daemon) error {
 		st.startTime = 0
 	}
 	now := time.Now()
-	d.pid, d.startTime, d.mark, d.state, d.started, d.since = pid, st.startTime, "", Running, now, now
+	d.pid, d.startTime, d.mark, d.state, d.started, d.since, d.child = pid, st.startTime, "", Running, now, now, true
 	s.log.Info("started a daemon", "unit", d.unit, "daemon", d.spec.Name, "pid", pid)
 	return s.save()
 }
@@ -492,6 +495,14 @@ func (s *Supervisor) poll() {
 		}
 		switch d.state {
 		case Running:
+			if d.child {
+				if running, ok := childRunning(d.pid); ok && running {
+					if checkLogs {
+						s.rotate(d)
+					}
+					continue
+				}
+			}
 			if done, how := ended(d.pid, d.startTime); done {
 				if now.Sub(d.started) >= s.cfg.ResetAfter {
 					d.bo.Reset()
