@@ -33,7 +33,7 @@ func browserPages(t *testing.T, f *fixture, exe, dir string, op context.Context,
 		run(t, op, "wait for broken/0 in error", chromedp.WaitVisible(chromedp.CSS(`tr.error[data-unit="broken/0"]`)))
 		t.Logf("broken/0's failed install hook showed on the open page %s after the Deploy call", time.Since(start))
 		run(t, op, "open broken/0", chromedp.Navigate(f.url+"/units/broken/0"), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)),
-			chromedp.Click(chromedp.CSS(`details summary`)), chromedp.WaitVisible(chromedp.CSS(`details pre`)))
+			click(`details summary`), chromedp.WaitVisible(chromedp.CSS(`details pre`)))
 		out := value(t, op, "read the hook's output", chromedp.Text(chromedp.CSS(`details pre`)))
 		if !strings.Contains(out, "the disk is full") {
 			t.Errorf("hook output shown = %q, want the install hook's", out)
@@ -43,7 +43,7 @@ func browserPages(t *testing.T, f *fixture, exe, dir string, op context.Context,
 
 	t.Run("service page", func(t *testing.T) {
 		run(t, op, "open long's page", chromedp.Navigate(f.url+"/"), chromedp.WaitVisible(chromedp.CSS(`a[href="/services/long"]`)),
-			chromedp.Click(chromedp.CSS(`a[href="/services/long"]`)), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)),
+			click(`a[href="/services/long"]`), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)),
 			chromedp.WaitVisible(chromedp.CSS(`tr[data-action="steps"] form.run`)))
 		waitTrue(t, op, "long/0 installed", `document.querySelector('#units tr[data-unit="long/0"]').textContent.includes("installed")`)
 		shot(t, op, dir, "service")
@@ -52,29 +52,29 @@ func browserPages(t *testing.T, f *fixture, exe, dir string, op context.Context,
 	t.Run("operator pauses and resumes a task", func(t *testing.T) {
 		run(t, op, "run steps from the service page",
 			chromedp.SendKeys(chromedp.CSS(`#params-steps`), `{"steps": 400, "step-ms": 100}`),
-			chromedp.Click(chromedp.CSS(`tr[data-action="steps"] button`)),
+			click(`tr[data-action="steps"] button`),
 			chromedp.WaitVisible(chromedp.CSS(`#tasks`)), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)),
 			chromedp.WaitVisible(chromedp.CSS(`tr.task-running[data-task="long/0"] button.pause`)))
 		waitTrue(t, op, "the log tail shows a step", `(document.querySelector('pre[data-log="long/0"]') || {textContent: ""}).textContent.includes("step 2 of 400")`)
 		shot(t, op, dir, "operation-running")
 		start := time.Now()
-		run(t, op, "pause long/0", chromedp.Click(chromedp.CSS(`tr[data-task="long/0"] button.pause`)),
+		run(t, op, "pause long/0", click(`tr[data-task="long/0"] button.pause`),
 			chromedp.WaitVisible(chromedp.CSS(`tr.task-paused[data-task="long/0"] button.resume`)))
 		t.Logf("the paused task showed paused %s after the click", time.Since(start))
 		if e := lastAudit(t, f, "PauseTasks"); e.GetUser() != "olga" || e.GetCode() != 0 || !e.GetChanged() {
 			t.Errorf("last PauseTasks audit entry = %v, want olga's change", e)
 		}
 		shot(t, op, dir, "operation-paused")
-		run(t, op, "resume long/0", chromedp.Click(chromedp.CSS(`tr[data-task="long/0"] button.resume`)),
+		run(t, op, "resume long/0", click(`tr[data-task="long/0"] button.resume`),
 			chromedp.WaitVisible(chromedp.CSS(`tr.task-running[data-task="long/0"]`)))
 		waitTrue(t, op, "the log says it resumed", `document.querySelector('pre[data-log="long/0"]').textContent.includes("resuming after step")`)
-		run(t, op, "stop it", chromedp.Click(chromedp.CSS(`#stop-all`)), chromedp.WaitVisible(chromedp.CSS(`tr.task-stopped[data-task="long/0"]`)))
+		run(t, op, "stop it", click(`#stop-all`), chromedp.WaitVisible(chromedp.CSS(`tr.task-stopped[data-task="long/0"]`)))
 	})
 
 	t.Run("approver approves", func(t *testing.T) {
 		run(t, op, "run wipe from the service page", chromedp.Navigate(f.url+"/services/long"), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)),
 			chromedp.SendKeys(chromedp.CSS(`#params-wipe`), `{"reason": "browser test"}`),
-			chromedp.Click(chromedp.CSS(`tr[data-action="wipe"] button`)),
+			click(`tr[data-action="wipe"] button`),
 			chromedp.WaitVisible(chromedp.CSS(`#op-state.op-awaiting-approval`)))
 		if n := value(t, op, "look for Approve", chromedp.Evaluate[int](`document.querySelectorAll('#approve').length`)); n != 0 {
 			t.Errorf("the requester's page offers Approve")
@@ -82,7 +82,7 @@ func browserPages(t *testing.T, f *fixture, exe, dir string, op context.Context,
 		path := value(t, op, "the operation's path", chromedp.Evaluate[string](`location.pathname`))
 		adaOp := f.op("ada", pb.UserRole_USER_ROLE_ADMIN)
 		ada := newBrowser(t, exe, 1280, 900)
-		run(t, ada, "log in", chromedp.Navigate(f.link(adaOp)), chromedp.Click(chromedp.CSS(`#confirm`)), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)),
+		run(t, ada, "log in", chromedp.Navigate(f.link(adaOp)), click(`#confirm`), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)),
 			chromedp.Navigate(f.url+path), chromedp.WaitVisible(chromedp.CSS(`#approve`)))
 		params := value(t, ada, "read the parameters", chromedp.Text(chromedp.CSS(`#params`)))
 		digest := value(t, ada, "read the digest", chromedp.Text(chromedp.CSS(`#digest`)))
@@ -90,17 +90,17 @@ func browserPages(t *testing.T, f *fixture, exe, dir string, op context.Context,
 			t.Errorf("the approver sees parameters %q and digest %q, want the exact parameters and the digest", params, digest)
 		}
 		shot(t, ada, dir, "operation-approve")
-		run(t, ada, "approve", chromedp.Click(chromedp.CSS(`#approve`)), chromedp.WaitVisible(chromedp.CSS(`#op-state.op-approved`)))
+		run(t, ada, "approve", click(`#approve`), chromedp.WaitVisible(chromedp.CSS(`#op-state.op-approved`)))
 		if e := lastAudit(t, f, "ApproveOperation"); e.GetUser() != "ada" || e.GetCode() != 0 || !e.GetChanged() {
 			t.Errorf("last ApproveOperation audit entry = %v, want ada's change", e)
 		}
 		// The requester's open page shows the approval live, and Execute.
-		run(t, op, "execute", chromedp.WaitVisible(chromedp.CSS(`#execute`)), chromedp.Click(chromedp.CSS(`#execute`)),
+		run(t, op, "execute", chromedp.WaitVisible(chromedp.CSS(`#execute`)), click(`#execute`),
 			chromedp.WaitVisible(chromedp.CSS(`tr.task-done[data-task="long/0"]`)))
 
 		// A viewer sees no buttons, and is refused posting directly.
 		b := newBrowser(t, exe, 1280, 900)
-		run(t, b, "log in", chromedp.Navigate(f.link(vic)), chromedp.Click(chromedp.CSS(`#confirm`)), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)),
+		run(t, b, "log in", chromedp.Navigate(f.link(vic)), click(`#confirm`), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)),
 			chromedp.Navigate(f.url+path), chromedp.WaitVisible(chromedp.CSS(`#tasks`)))
 		forms := value(t, b, "look for buttons", chromedp.Evaluate[int](`document.querySelectorAll('form.act').length`))
 		status := value(t, b, "post directly", chromedp.Evaluate[int](

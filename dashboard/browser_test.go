@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -130,7 +131,7 @@ func TestDashboardInChromium(t *testing.T) {
 
 	op := newBrowser(t, exe, 1280, 900)
 	t.Run("login", func(t *testing.T) {
-		run(t, op, "log in", chromedp.Navigate(f.link(olga)), chromedp.Click(chromedp.CSS(`#confirm`)),
+		run(t, op, "log in", chromedp.Navigate(f.link(olga)), click(`#confirm`),
 			chromedp.WaitVisible(chromedp.CSS(`tr[data-unit="kv/2"]`)),
 			chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)))
 		who := value(t, op, "read the header", chromedp.Text(chromedp.CSS(`.who`)))
@@ -170,7 +171,7 @@ func TestDashboardInChromium(t *testing.T) {
 	t.Run("viewer", func(t *testing.T) {
 		f.failHook("kv/0")
 		b := newBrowser(t, exe, 1280, 900)
-		run(t, b, "log in", chromedp.Navigate(f.link(vic)), chromedp.Click(chromedp.CSS(`#confirm`)), chromedp.WaitVisible(chromedp.CSS(`tr.error[data-unit="kv/0"]`)))
+		run(t, b, "log in", chromedp.Navigate(f.link(vic)), click(`#confirm`), chromedp.WaitVisible(chromedp.CSS(`tr.error[data-unit="kv/0"]`)))
 		buttons := value(t, b, "look for buttons", chromedp.Evaluate[int](`document.querySelectorAll('button.resolve').length`))
 		status := value(t, b, "post directly", chromedp.Evaluate[int](
 			`fetch("/units/kv/0/resolved", {method: "POST", headers: {"X-CSRF-Token": document.body.dataset.csrf}}).then(r => r.status)`, chromedp.EvalAwaitPromise))
@@ -185,7 +186,7 @@ func TestDashboardInChromium(t *testing.T) {
 
 	t.Run("operator resolves", func(t *testing.T) {
 		run(t, op, "press Resolved on app/1",
-			chromedp.Click(chromedp.CSS(`tr[data-unit="app/1"] button.resolve`)),
+			click(`tr[data-unit="app/1"] button.resolve`),
 			chromedp.WaitVisible(chromedp.CSS(`#notice`)))
 		notice := value(t, op, "read the notice", chromedp.Text(chromedp.CSS(`#notice`)))
 		if !strings.Contains(notice, "app/1 marked resolved") {
@@ -201,9 +202,9 @@ func TestDashboardInChromium(t *testing.T) {
 		// The page re-renders with kv/2 in error before the link is
 		// clicked: a click on the row the stream is replacing misses.
 		run(t, op, "kv/2 in error", chromedp.WaitVisible(chromedp.CSS(`tr.error[data-unit="kv/2"]`)))
-		run(t, op, "open kv/2", chromedp.Click(chromedp.CSS(`a[href="/units/kv/2"]`)),
+		run(t, op, "open kv/2", click(`a[href="/units/kv/2"]`),
 			chromedp.WaitVisible(chromedp.CSS(`#history-h`)), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)),
-			chromedp.Click(chromedp.CSS(`details summary`)), chromedp.WaitVisible(chromedp.CSS(`details pre`)))
+			click(`details summary`), chromedp.WaitVisible(chromedp.CSS(`details pre`)))
 		out := value(t, op, "read the hook's output", chromedp.Text(chromedp.CSS(`details pre`)))
 		if !strings.Contains(out, "cannot bind port 70000") {
 			t.Errorf("hook output shown = %q, want the failed hook's", out)
@@ -221,14 +222,14 @@ func TestDashboardInChromium(t *testing.T) {
 
 	t.Run("phone", func(t *testing.T) {
 		b := newBrowser(t, exe, 390, 844)
-		run(t, b, "log in", chromedp.Navigate(f.link(olga)), chromedp.Click(chromedp.CSS(`#confirm`)), chromedp.WaitVisible(chromedp.CSS(`tr[data-unit="app/1"]`)))
+		run(t, b, "log in", chromedp.Navigate(f.link(olga)), click(`#confirm`), chromedp.WaitVisible(chromedp.CSS(`tr[data-unit="app/1"]`)))
 		shot(t, b, dir, "model-phone")
 	})
 
 	t.Run("removed user", func(t *testing.T) {
 		rita := f.op("rita", pb.UserRole_USER_ROLE_OPERATOR)
 		b := newBrowser(t, exe, 1280, 900)
-		run(t, b, "log in", chromedp.Navigate(f.link(rita)), chromedp.Click(chromedp.CSS(`#confirm`)), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)))
+		run(t, b, "log in", chromedp.Navigate(f.link(rita)), click(`#confirm`), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)))
 		if _, err := admin.RemoveUser(f.Ctx, &pb.RemoveUserRequest{Name: "rita"}); err != nil {
 			t.Fatal(err)
 		}
@@ -243,5 +244,17 @@ func TestDashboardInChromium(t *testing.T) {
 		if !strings.Contains(body, "ctl dashboard") {
 			t.Errorf("the page after the user's removal says %q, want how to log in", body)
 		}
+	})
+}
+
+// click clicks the element sel matches, once visible, in one script run:
+// a live page may replace the element between chromedp's finding a node
+// and clicking it ("Could not find node with given id"); a script's
+// querySelector and click run together, with nothing in between.
+func click(sel string) chromedp.Action[chromedp.Void] {
+	eval := chromedp.Evaluate[bool](fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) throw new Error("nothing matches " + %q); e.click(); return true; })()`, sel, sel))
+	return chromedp.Steps(chromedp.WaitVisible(chromedp.CSS(sel)), func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := eval(ctx, t)
+		return chromedp.Void{}, err
 	})
 }
