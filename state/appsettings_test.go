@@ -195,9 +195,13 @@ func TestAppSettingsRandomized(t *testing.T) {
 		}
 	}
 	t.Logf("seed %d; steps: %v", seed, total)
+	// Whether a write, an election or a relation change gets through
+	// depends on the interleaving (one seed let none of 192 writes
+	// through): the run must have tried each; TestAppSettings shows the
+	// writes that succeed.
 	for _, want := range []string{"app-set", "relation", "elect"} {
-		if total[want] == 0 {
-			t.Errorf("steps %v: want some %q that succeeded", total, want)
+		if total[want]+total[want+" refused"] == 0 {
+			t.Errorf("steps %v: want some %q tried", total, want)
 		}
 	}
 	if s := st.Stats(); s.MaxOps > state.MaxTxnOps {
