@@ -190,7 +190,12 @@ func (s *State) ElectLeader(ctx context.Context, unit string) error {
 				return nil, err
 			}
 			switch {
-			case holds && h.rec.v.Unit == unit:
+			case h.rec.v.Unit == unit:
+				// Its own record holds, or was read while its machine's
+				// agent was absent, which the read of its presence after
+				// says it no longer is: the record holds as it is. (Deleting
+				// it and putting it again would name one key twice in the
+				// transaction, which etcd refuses.)
 				return nil, errNothingToDo
 			case holds:
 				return nil, refused("L1", "service %s has leader %s", service, h.rec.v.Unit)
@@ -198,9 +203,7 @@ func (s *State) ElectLeader(ctx context.Context, unit string) error {
 			if err := h.assertGone(c); err != nil {
 				return nil, err
 			}
-			if h.rec.key != LeadershipKey(unit) {
-				c.ifOnly(LeadershipServicePrefix(service), h.rec.key)
-			}
+			c.ifOnly(LeadershipServicePrefix(service), h.rec.key)
 		}
 		c.ifMod(u.key, u.mod)
 		c.ifExists(pk)
