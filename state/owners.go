@@ -225,17 +225,19 @@ func (s *State) sweepOwned(ctx context.Context, manifest string) error {
 		err := s.apply(ctx, "sweep stale owner records of manifest "+manifest, func(ctx context.Context) (*change, error) {
 			c := &change{}
 			for _, e := range batch {
-				r, err := s.read(ctx, get(OwnerKey(e[0], e[1])))
+				rec, ent, err := s.readOwner(ctx, e[0], e[1])
 				if err != nil {
 					return nil, err
 				}
+				if ownerApplies(manifest, rec, ent) {
+					continue // claimed again since the list was read
+				}
+				// Every claim writes the record: a claim between this read
+				// and the commit fails the transaction, which reads again.
+				c.ifMod(OwnerKey(e[0], e[1]), modOf(rec))
 				c.del(ownedRef(manifest, e[0], e[1]))
-				if rec := r.one(0); rec != nil {
-					o := &pb.Owner{}
-					if proto.Unmarshal(rec.Value, o) == nil && o.Manifest == manifest {
-						c.ifMod(string(rec.Key), rec.ModRevision)
-						c.del(string(rec.Key))
-					}
+				if o := decodeOwner(rec); o != nil && o.Manifest == manifest {
+					c.del(string(rec.Key))
 				}
 			}
 			return c, nil
@@ -247,27 +249,43 @@ func (s *State) sweepOwned(ctx context.Context, manifest string) error {
 	return nil
 }
 
-// ownerLive says whether the manifest's owner record of an entity applies:
-// it names the manifest and the entity exists as the incarnation it was
-// written for.
+// ownerLive says whether the manifest's owner record of an entity applies
+// (ownerApplies).
 func (s *State) ownerLive(ctx context.Context, manifest, kind, id string) (bool, error) {
+	rec, ent, err := s.readOwner(ctx, kind, id)
+	return ownerApplies(manifest, rec, ent), err
+}
+
+// readOwner reads an entity's owner record and its key (nil when absent).
+func (s *State) readOwner(ctx context.Context, kind, id string) (rec, ent *mvccpb.KeyValue, err error) {
 	key, err := ownedEntityKey(kind, id)
 	if err != nil {
-		return false, nil
+		return nil, nil, nil
 	}
 	r, err := s.read(ctx, get(OwnerKey(kind, id)), getKeyOnly(key))
 	if err != nil {
-		return false, err
+		return nil, nil, err
 	}
-	rec, ent := r.one(0), r.one(1)
-	if rec == nil || ent == nil {
-		return false, nil
+	return r.one(0), r.one(1), nil
+}
+
+// ownerApplies says whether an owner record applies: it names the
+// manifest and the entity exists as the incarnation it was written for.
+func ownerApplies(manifest string, rec, ent *mvccpb.KeyValue) bool {
+	o := decodeOwner(rec)
+	return o != nil && ent != nil && o.Manifest == manifest && o.EntityCreateRevision == ent.CreateRevision
+}
+
+// decodeOwner decodes an owner record; nil when absent or undecodable.
+func decodeOwner(rec *mvccpb.KeyValue) *pb.Owner {
+	if rec == nil {
+		return nil
 	}
 	o := &pb.Owner{}
-	if err := proto.Unmarshal(rec.Value, o); err != nil {
-		return false, nil
+	if proto.Unmarshal(rec.Value, o) != nil {
+		return nil
 	}
-	return o.Manifest == manifest && o.EntityCreateRevision == ent.CreateRevision, nil
+	return o
 }
 
 // liveOwners decodes the owner records among kvs whose entities exist as
