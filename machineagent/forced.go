@@ -29,7 +29,8 @@ import (
 //     agent stops on it forced out (unitagent.ErrForcedOut): removeDead;
 //   - a subordinate's agent stops on it forced out, its principal is
 //     gone, or its principal's agent tells subordinates without it
-//     (unitagent.Deployer.Subordinates);
+//     (unitagent.Deployer.Subordinates) or recalls it dead
+//     (unitagent.Deployer.Recall, which ends it the same way);
 //   - its directory, found when the agent starts, belongs to no assigned
 //     principal and to no subordinate that the agents of the assigned
 //     principals tell, once each has told: the unit went while the agent

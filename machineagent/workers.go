@@ -145,7 +145,16 @@ func (a *Agent) stopWorker(unit string, clean bool) {
 		<-w.done
 	}
 	if clean {
-		a.gate.forget(unit)
+		// A recalled unit is ended as the ender ends one forced out (a
+		// subordinate forced out is dead before the cleaner removes it,
+		// and its principal may recall it first): the processes of its
+		// session, then what its claims hold on the host (cleanHost, which
+		// forgets it at the gate), before its directory, which holds the
+		// record of the files they wrote and the session's mark. Not all
+		// gone, the directory stays for a later try.
+		if !a.stopSessions(a.ctx, []string{unit}) || !a.cleanHost(a.ctx, unit) {
+			return
+		}
 		if err := removeTree(a.unitDir(unit), unitagent.DataFiles...); err != nil {
 			a.logger.Warn("cannot remove unit files", "unit", unit, "error", err)
 		}
