@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/names"
 	"github.com/lifelinehq/lifeline/state"
 	"github.com/lifelinehq/lifeline/statetest"
 )
@@ -97,28 +96,7 @@ func TestAppSettingsRandomized(t *testing.T) {
 	relate(t, ctx, st, "app", "kv")
 	mon := statetest.Start(t, st)
 
-	var mu sync.Mutex
-	presences := map[string]*state.Presence{}
-	toggle := func(id string) (string, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if p := presences[id]; p != nil {
-			p.Close()
-			delete(presences, id)
-			return "absent", nil
-		}
-		p, err := st.Present(ctx, names.MachineTag(id), 10*time.Second)
-		if err != nil {
-			return "present", err
-		}
-		presences[id] = p
-		return "present", nil
-	}
-	defer func() {
-		for _, p := range presences {
-			p.Close()
-		}
-	}()
+	toggle := presenceToggle(t, ctx, st)
 	relation := func() int64 {
 		ids, err := st.ServiceRelations(ctx, "app")
 		if err != nil || len(ids) == 0 {

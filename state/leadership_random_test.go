@@ -36,28 +36,7 @@ func TestLeadershipRandomized(t *testing.T) {
 	addUnits(t, ctx, st, "kv", 4, state.Placement{})
 	mon := statetest.Start(t, st)
 
-	var mu sync.Mutex
-	presences := map[string]*state.Presence{}
-	toggle := func(id string) (string, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if p := presences[id]; p != nil {
-			p.Close()
-			delete(presences, id)
-			return "absent", nil
-		}
-		p, err := st.Present(ctx, names.MachineTag(id), 10*time.Second)
-		if err != nil {
-			return "present", err
-		}
-		presences[id] = p
-		return "present", nil
-	}
-	defer func() {
-		for _, p := range presences {
-			p.Close()
-		}
-	}()
+	toggle := presenceToggle(t, ctx, st)
 
 	var steps atomic.Int64
 	counts := make([]map[string]int, 4)
@@ -100,6 +79,36 @@ func TestLeadershipRandomized(t *testing.T) {
 		t.Errorf("largest transaction held %d operations, want at most %d", s.MaxOps, state.MaxTxnOps)
 	}
 	drain(t, ctx, st)
+}
+
+// presenceToggle returns a func that makes machine id's agent present
+// when it is not, and absent when it is, saying which ("present",
+// "absent"); every presence it made ends with the test.
+func presenceToggle(t *testing.T, ctx context.Context, st *state.State) func(id string) (string, error) {
+	var mu sync.Mutex
+	presences := map[string]*state.Presence{}
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range presences {
+			p.Close()
+		}
+	})
+	return func(id string) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if p := presences[id]; p != nil {
+			p.Close()
+			delete(presences, id)
+			return "absent", nil
+		}
+		p, err := st.Present(ctx, names.MachineTag(id), 10*time.Second)
+		if err != nil {
+			return "present", err
+		}
+		presences[id] = p
+		return "present", nil
+	}
 }
 
 // leaderStep takes one random step and says which.
