@@ -231,14 +231,9 @@ func (c *call) jujuLog(ctx context.Context) error {
 	case c.set("debug"):
 		level = "debug"
 	case ok:
-		switch strings.ToLower(l) {
-		case "trace", "debug", "info", "error":
-			level = strings.ToLower(l)
-		case "warning", "warn":
-			level = "warn"
-		case "critical":
-			level = "error"
-		default:
+		if lv, ok := logLevel(l); ok {
+			level = lv
+		} else {
 			c.hc.Log("warn", fmt.Sprintf("Specified log level of %q is not valid", l))
 		}
 	}

@@ -646,17 +646,27 @@ func (c *call) log(ctx context.Context) error {
 	}
 	level := "info"
 	if l, ok := c.flags["log-level"]; ok {
-		switch strings.ToLower(l) {
-		case "trace", "debug", "info", "error":
-			level = strings.ToLower(l)
-		case "warning", "warn":
-			level = "warn"
-		case "critical":
-			level = "error"
-		default:
+		lv, ok := logLevel(l)
+		if !ok {
 			return usagef("unknown log level %q: use trace, debug, info, warning or error", l)
 		}
+		level = lv
 	}
 	c.hc.Log(level, strings.Join(c.args, " "))
 	return nil
+}
+
+// logLevel maps a log level as log and juju-log take it (any case;
+// Juju's WARNING and CRITICAL too) to the agent's: trace, debug, info,
+// warn or error.
+func logLevel(l string) (string, bool) {
+	switch l = strings.ToLower(l); l {
+	case "trace", "debug", "info", "error":
+		return l, true
+	case "warning", "warn":
+		return "warn", true
+	case "critical":
+		return "error", true
+	}
+	return "", false
 }

@@ -6,9 +6,6 @@ import (
 	"maps"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
-	"github.com/lifelinehq/lifeline/hooks"
 	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -78,38 +75,5 @@ func (hc *hookContext) service() string {
 // The tool asked whether the unit leads; the controller checks again
 // when they are committed.
 func (hc *hookContext) AppRelationSet(_ context.Context, rid string, set map[string]string, unset []string) error {
-	id, cr, err := hc.relation(rid)
-	if err != nil {
-		return err
-	}
-	hc.mu.Lock()
-	defer hc.mu.Unlock()
-	c := hc.appSet[id]
-	values := map[string]string{}
-	if c != nil {
-		maps.Copy(values, c.Set)
-	}
-	maps.Copy(values, set)
-	for _, k := range unset {
-		delete(values, k)
-	}
-	if n := proto.Size(&pb.Settings{Values: values}); n > hooks.MaxSettingsBytes {
-		return fmt.Errorf("the settings of this service in %s would hold %.1f KiB: at most %d KiB",
-			relationID(cr.endpoint, id), float64(n)/(1<<10), hooks.MaxSettingsBytes>>10)
-	}
-	if c == nil {
-		c = &settingsChange{Relation: id, App: true, Set: map[string]string{}}
-		hc.appSet[id] = c
-	}
-	for k, v := range set {
-		c.Set[k] = v
-		c.Unset = remove(c.Unset, k)
-	}
-	for _, k := range unset {
-		delete(c.Set, k)
-		if !contains(c.Unset, k) {
-			c.Unset = append(c.Unset, k)
-		}
-	}
-	return nil
+	return hc.bufferSettings(rid, set, unset, true)
 }

@@ -308,17 +308,27 @@ func (hc *hookContext) preset(id int64, unit string, v map[string]string) {
 }
 
 func (hc *hookContext) RelationSet(_ context.Context, rid string, set map[string]string, unset []string) error {
+	return hc.bufferSettings(rid, set, unset, false)
+}
+
+// bufferSettings records a hook's changes to settings in relation rid:
+// the unit's own (hc.set), or with app its service's (hc.appSet). The
+// values the hook sets are part of the settings the controller would be
+// asked to store: if they alone pass its limit, the commit would be
+// refused after the hook, so they are refused now. (Settings held
+// already count too; a commit they make too large is refused then.)
+func (hc *hookContext) bufferSettings(rid string, set map[string]string, unset []string, app bool) error {
 	id, cr, err := hc.relation(rid)
 	if err != nil {
 		return err
 	}
 	hc.mu.Lock()
 	defer hc.mu.Unlock()
-	c := hc.set[id]
-	// The values the hook sets are part of the settings the controller
-	// would be asked to store: if they alone pass its limit, the commit
-	// would be refused after the hook. (Settings the unit holds already
-	// count too; a commit they make too large is refused then.)
+	changes, whose := hc.set, "unit"
+	if app {
+		changes, whose = hc.appSet, "service"
+	}
+	c := changes[id]
 	values := map[string]string{}
 	if c != nil {
 		maps.Copy(values, c.Set)
@@ -328,12 +338,12 @@ func (hc *hookContext) RelationSet(_ context.Context, rid string, set map[string
 		delete(values, k)
 	}
 	if n := proto.Size(&pb.Settings{Values: values}); n > hooks.MaxSettingsBytes {
-		return fmt.Errorf("the settings of this unit in %s would hold %.1f KiB: at most %d KiB",
-			relationID(cr.endpoint, id), float64(n)/(1<<10), hooks.MaxSettingsBytes>>10)
+		return fmt.Errorf("the settings of this %s in %s would hold %.1f KiB: at most %d KiB",
+			whose, relationID(cr.endpoint, id), float64(n)/(1<<10), hooks.MaxSettingsBytes>>10)
 	}
 	if c == nil {
-		c = &settingsChange{Relation: id, Set: map[string]string{}}
-		hc.set[id] = c
+		c = &settingsChange{Relation: id, App: app, Set: map[string]string{}}
+		changes[id] = c
 	}
 	for k, v := range set {
 		c.Set[k] = v
