@@ -105,12 +105,13 @@ func (t *toolServer) run(ctx context.Context, a *Agent, op *hookOp, hc *hookCont
 	var (
 		mu       sync.Mutex // Lines runs for stdout and stderr at once
 		notFound []string
+		started  bool // set by Run, in this goroutine, once the hook started
 	)
 	res, err := hooks.Run(ctx, hooks.Spec{
 		Unit: a.cfg.Unit, Hook: op.Hook, Path: filepath.Join("hooks", op.Hook),
 		CharmDir: a.charmDir(), ToolsDir: a.cfg.ToolsDir, Env: env,
 		Timeout: a.cfg.HookTimeout, Logger: a.logger,
-		Started: a.recordHookGroup,
+		Started: func(pgid int) { started = true; a.recordHookGroup(pgid) },
 		Lines: func(_, line string) {
 			if strings.HasSuffix(line, "not found") {
 				mu.Lock()
@@ -121,7 +122,9 @@ func (t *toolServer) run(ctx context.Context, a *Agent, op *hookOp, hc *hookCont
 			}
 		},
 	})
-	a.forgetHookGroup()
+	if started {
+		a.forgetHookGroup()
+	}
 	mu.Lock()
 	missing := hooks.MissingTools(notFound)
 	mu.Unlock()
