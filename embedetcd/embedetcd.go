@@ -68,6 +68,9 @@ type Server struct {
 	readers  readers // the in-process clients' reads (directReads)
 	// quota is the member's quota (space.go).
 	quota int64
+	// pressed wakes Keep before its next tick when a caller of Space
+	// finds the database half full or tight (space.go).
+	pressed chan struct{}
 }
 
 // Start starts the member and waits until it serves clients.
@@ -141,7 +144,7 @@ func Start(cfg Config) (*Server, error) {
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd not ready after %s", timeout)
 	}
-	return &Server{etcd: e, endpoint: "unix://" + sock, closing: closing, quota: quotaOf(cfg.QuotaBytes)}, nil
+	return &Server{etcd: e, endpoint: "unix://" + sock, closing: closing, quota: quotaOf(cfg.QuotaBytes), pressed: make(chan struct{}, 1)}, nil
 }
 
 // Endpoint is the URL clients use to reach the member.

@@ -33,6 +33,12 @@ import (
 //     controller, the space still tight, takes only the writes that
 //     shrink the model, and they fit.
 //
+// Writers can fill the quota's worth of history within one Interval, and
+// etcd counts a write in the file's size only once its batch commits, so
+// the reserve alone does not stop them: a caller of Space that finds the
+// database half full or tight wakes Keep at once (at most every
+// Interval/10), and compaction keeps pace with the writes.
+//
 // Under the alarm with nothing left to free for stuckSteps looks, the
 // model's own keys fill the quota, and Keep says so once.
 
@@ -71,8 +77,18 @@ type Space struct {
 func tight(size, quota int64) bool { return size >= quota-quota/10 }
 
 // Space returns the member's space now: cheap enough for a caller to ask
-// before each write it would refuse when the space is tight.
-func (s *Server) Space() Space { return s.look() }
+// before each write it would refuse when the space is tight. Once the
+// database is half full it wakes Keep.
+func (s *Server) Space() Space {
+	sp := s.look()
+	if sp.Tight || sp.InUse >= sp.Quota/2 {
+		select {
+		case s.pressed <- struct{}{}:
+		default:
+		}
+	}
+	return sp
+}
 
 // look reads the member's space now.
 func (s *Server) look() Space {
@@ -106,10 +122,20 @@ func (s *Server) Keep(ctx context.Context, cfg SpaceConfig) error {
 	defer t.Stop()
 	for {
 		k.step(ctx)
+		gap := time.NewTimer(cfg.Interval / 10)
 		select {
 		case <-ctx.Done():
+			gap.Stop()
 			return nil
 		case <-t.C:
+			gap.Stop()
+		case <-gap.C:
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			case <-s.pressed:
+			}
 		}
 	}
 }

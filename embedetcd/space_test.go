@@ -110,6 +110,32 @@ func TestKeepCompactsAndDefragments(t *testing.T) {
 	}
 }
 
+// TestSpaceWakesKeep has a writer that asks Space before each write, as
+// the controller does, rewrite one key with large values as fast as the
+// member takes them, with Keep's ticks an hour apart: the writer's asks
+// wake Keep once the database is half full, so compaction keeps pace
+// with the writes and the file stays below the quota without a tick.
+func TestSpaceWakesKeep(t *testing.T) {
+	s, c := startSmall(t, "")
+	keep(t, s, embedetcd.SpaceConfig{History: 10, Interval: time.Hour})
+	v := strings.Repeat("x", 64<<10)
+	for i := range 4 * smallQuota / (64 << 10) {
+		if sp := s.Space(); sp.Tight {
+			time.Sleep(5 * time.Millisecond) // what the controller refuses
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := c.Put(ctx, "history", v)
+		cancel()
+		if err != nil {
+			t.Fatalf("write %d with Space asked first = %v, want it done", i, err)
+		}
+	}
+	if sp := s.Space(); sp.NoSpace || sp.Size >= smallQuota {
+		t.Errorf("space after writing four quotas' worth: %+v, want below the quota", sp)
+	}
+}
+
 // TestKeepLeavesTheFloor checks that compaction never passes the floor,
 // whatever the history it may drop: the watch hub's own watch must not
 // find its changes compacted away.
