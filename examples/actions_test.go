@@ -110,7 +110,9 @@ func (u *unit) runAction(name string, env ...string) (string, error) {
 	if err := cmd.Start(); err != nil {
 		u.t.Fatal(err)
 	}
-	timer := time.AfterFunc(time.Minute, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	// A bound for an action that hangs: the resumed reindex forks a few
+	// hundred tool processes, which took over a minute at load 30.
+	timer := time.AfterFunc(3*time.Minute, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 	defer timer.Stop()
 	err := cmd.Wait()
 	if errors.Is(err, exec.ErrWaitDelay) {
