@@ -3,9 +3,11 @@ package state
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -61,9 +63,12 @@ func (s *State) Model(ctx context.Context) (*Model, error) {
 	// creates are the entities' create revisions, by key: an owner
 	// record applies only to the incarnation it was written for.
 	creates := map[string]int64{}
+	var createsMu sync.Mutex
 	created := func(f func(kv *mvccpb.KeyValue) error) func(kv *mvccpb.KeyValue) error {
 		return func(kv *mvccpb.KeyValue) error {
+			createsMu.Lock()
 			creates[string(kv.Key)] = kv.CreateRevision
+			createsMu.Unlock()
 			return f(kv)
 		}
 	}
@@ -141,14 +146,36 @@ func (s *State) Model(ctx context.Context) (*Model, error) {
 			return nil
 		}},
 	}
-	for _, step := range steps {
-		if err := each(step.prefix, step.keysOnly, step.f); err != nil {
+	// The steps read at one revision and fill parts of the model of
+	// their own (creates is locked): on a large model each read and
+	// decoding takes a core for a while, so they run on every core.
+	var owners []*mvccpb.KeyValue
+	steps = append(steps, struct {
+		prefix   string
+		keysOnly bool
+		f        func(kv *mvccpb.KeyValue) error
+	}{ownersPrefix, false, func(kv *mvccpb.KeyValue) error { owners = append(owners, kv); return nil }})
+	errs := make([]error, len(steps))
+	next := make(chan int, len(steps))
+	for i := range steps {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(steps)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				errs[i] = each(steps[i].prefix, steps[i].keysOnly, steps[i].f)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
 			return nil, err
 		}
-	}
-	owners, err := s.listRev(ctx, ownersPrefix, false, r.rev)
-	if err != nil {
-		return nil, err
 	}
 	m.Owners = liveOwners(owners, creates)
 	sort.Slice(m.Machines, func(i, j int) bool { return numLess(m.Machines[i].Id, m.Machines[j].Id) })

@@ -333,7 +333,8 @@ func (s *State) listRevAt(ctx context.Context, prefix string, keysOnly bool, rev
 	return s.listRange(ctx, rangeStart(prefix, true), prefixEnd(prefix), keysOnly, rev)
 }
 
-// listPage is how many keys one read of a listing returns at most.
+// listPage is how many keys ListMany's first read of a prefix returns at
+// most, in a transaction shared with other listings.
 const listPage = 1000
 
 // rangeStart is the first key of a read of key, or of the keys under it
@@ -345,21 +346,20 @@ func rangeStart(key string, prefix bool) string {
 	return key
 }
 
-// listRange is listRevAt of the keys from start to end.
+// listRange is listRevAt of the keys from start to end, in one read. etcd
+// answers a read with a limit by visiting every key of its range in its
+// index, to count them, whatever the limit: reading a range in pages of P
+// keys visits N²/(2P) keys, which made the status of a 100,000-unit model
+// (300,000 keys of statuses, scopes and units in pages of 1,000) take a
+// minute of etcd's CPU. One read visits each key once; the caller holds
+// the whole listing either way.
 func (s *State) listRange(ctx context.Context, start, end string, keysOnly bool, rev int64) ([]*mvccpb.KeyValue, int64, error) {
-	var out []*mvccpb.KeyValue
-	for {
-		resp, err := s.readRange(ctx, getOp{key: start, end: end, limit: listPage, keysOnly: keysOnly, rev: rev})
-		if err != nil {
-			return nil, 0, err
-		}
-		if rev == 0 {
-			rev = resp.Header.Revision
-		}
-		out = append(out, resp.Kvs...)
-		if !resp.More || len(resp.Kvs) == 0 {
-			return out, rev, nil
-		}
-		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	resp, err := s.readRange(ctx, getOp{key: start, end: end, keysOnly: keysOnly, rev: rev})
+	if err != nil {
+		return nil, 0, err
 	}
+	if rev == 0 {
+		rev = resp.Header.Revision
+	}
+	return resp.Kvs, rev, nil
 }
