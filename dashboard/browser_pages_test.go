@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func browserPages(t *testing.T, f *fixture, exe, dir string, op context.Context,
 		t.Logf("broken/0's failed install hook showed on the open page %s after the Deploy call", time.Since(start))
 		run(t, op, "open broken/0", chromedp.Navigate(f.url+"/units/broken/0"), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)),
 			click(`details summary`), chromedp.WaitVisible(chromedp.CSS(`details pre`)))
-		out := value(t, op, "read the hook's output", chromedp.Text(chromedp.CSS(`details pre`)))
+		out := value(t, op, "read the hook's output", textOf(`details pre`))
 		if !strings.Contains(out, "the disk is full") {
 			t.Errorf("hook output shown = %q, want the install hook's", out)
 		}
@@ -71,6 +72,10 @@ func browserPages(t *testing.T, f *fixture, exe, dir string, op context.Context,
 		run(t, op, "stop it", click(`#stop-all`), chromedp.WaitVisible(chromedp.CSS(`tr.task-stopped[data-task="long/0"]`)))
 	})
 
+	// ada, an admin, approves and rejects in a browser of her own.
+	adaOp := f.op("ada", pb.UserRole_USER_ROLE_ADMIN)
+	ada := newBrowser(t, exe, 1280, 900)
+
 	t.Run("approver approves", func(t *testing.T) {
 		run(t, op, "run wipe from the service page", chromedp.Navigate(f.url+"/services/long"), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)),
 			chromedp.SendKeys(chromedp.CSS(`#params-wipe`), `{"reason": "browser test"}`),
@@ -80,12 +85,10 @@ func browserPages(t *testing.T, f *fixture, exe, dir string, op context.Context,
 			t.Errorf("the requester's page offers Approve")
 		}
 		path := value(t, op, "the operation's path", chromedp.Evaluate[string](`location.pathname`))
-		adaOp := f.op("ada", pb.UserRole_USER_ROLE_ADMIN)
-		ada := newBrowser(t, exe, 1280, 900)
 		run(t, ada, "log in", chromedp.Navigate(f.link(adaOp)), click(`#confirm`), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)),
 			chromedp.Navigate(f.url+path), chromedp.WaitVisible(chromedp.CSS(`#approve`)))
-		params := value(t, ada, "read the parameters", chromedp.Text(chromedp.CSS(`#params`)))
-		digest := value(t, ada, "read the digest", chromedp.Text(chromedp.CSS(`#digest`)))
+		params := value(t, ada, "read the parameters", textOf(`#params`))
+		digest := value(t, ada, "read the digest", textOf(`#digest`))
 		if !strings.Contains(params, `"reason": "browser test"`) || len(digest) < 16 {
 			t.Errorf("the approver sees parameters %q and digest %q, want the exact parameters and the digest", params, digest)
 		}
@@ -111,6 +114,76 @@ func browserPages(t *testing.T, f *fixture, exe, dir string, op context.Context,
 		shot(t, b, dir, "operation-viewer")
 	})
 
+	t.Run("approver rejects", func(t *testing.T) {
+		run(t, op, "run wipe again", chromedp.Navigate(f.url+"/services/long"), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)),
+			chromedp.SendKeys(chromedp.CSS(`#params-wipe`), `{"reason": "to be rejected"}`),
+			click(`tr[data-action="wipe"] button`),
+			chromedp.WaitVisible(chromedp.CSS(`#op-state.op-awaiting-approval`)))
+		if n := value(t, op, "look for Reject", chromedp.Evaluate[int](`document.querySelectorAll('#reject').length`)); n != 0 {
+			t.Errorf("the requester's page (an operator's) offers Reject")
+		}
+		path := value(t, op, "the operation's path", chromedp.Evaluate[string](`location.pathname`))
+		run(t, ada, "reject", chromedp.Navigate(f.url+path), chromedp.WaitVisible(chromedp.CSS(`#reject`)),
+			chromedp.SendKeys(chromedp.CSS(`#reason`), "not today"), click(`#reject`),
+			chromedp.WaitVisible(chromedp.CSS(`#op-state.op-rejected`)))
+		if e := lastAudit(t, f, "RejectOperation"); e.GetUser() != "ada" || e.GetCode() != 0 || !e.GetChanged() {
+			t.Errorf("last RejectOperation audit entry = %v, want ada's change", e)
+		}
+		// The requester's open page shows the rejection live, and why.
+		run(t, op, "the rejection shows", chromedp.WaitVisible(chromedp.CSS(`#op-state.op-rejected`)))
+		waitTrue(t, op, "the reason shows", `document.getElementById("model").textContent.includes("by ada: not today")`)
+		shot(t, op, dir, "operation-rejected")
+	})
+
+	t.Run("rollout buttons", func(t *testing.T) {
+		// A canary of one unit: no rollout worker runs beside the test's
+		// controller, so the rollout waits in its canary until steered.
+		if _, err := admin.SetRolloutPolicy(f.Ctx, &pb.SetRolloutPolicyRequest{Service: "long", Canary: ptr(int64(1))}); err != nil {
+			t.Fatal(err)
+		}
+		run(t, op, "long's page", chromedp.Navigate(f.url+"/services/long"), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)))
+		if n := value(t, op, "look for rollout buttons", chromedp.Evaluate[int](`document.querySelectorAll('button[id^="rollout-"]').length`)); n != 0 {
+			t.Errorf("a done rollout's page offers %d rollout buttons, want none", n)
+		}
+		if _, err := admin.SetConfig(f.Ctx, &pb.SetConfigRequest{Service: "long", Set: map[string]string{"greeting": "hello"}}); err != nil {
+			t.Fatal(err)
+		}
+		rolloutIs := func(what, state string) {
+			t.Helper()
+			waitTrue(t, op, what, fmt.Sprintf(`(document.querySelector("#rollout .rollout-state") || {textContent: ""}).textContent === %q`, state))
+		}
+		rolloutIs("the canary shows live", "canary")
+		for _, step := range []struct{ button, verb, rpc, state string }{
+			{"#rollout-pause", "pause", "PauseRollout", "paused"},
+			{"#rollout-resume", "resume", "ResumeRollout", "canary"},
+			{"#rollout-promote", "promote", "PromoteRollout", "rolling"},
+			{"#rollout-abort", "abort", "AbortRollout", "rolling"},
+		} {
+			run(t, op, "press "+step.button, click(step.button))
+			waitTrue(t, op, step.verb+" answered", fmt.Sprintf(`document.getElementById("notice").textContent.includes("long's rollout: %s done")`, step.verb))
+			rolloutIs("the rollout "+step.state+" after "+step.verb, step.state)
+			if e := lastAudit(t, f, step.rpc); e.GetUser() != "olga" || e.GetCode() != 0 || !e.GetChanged() {
+				t.Errorf("last %s audit entry = %v, want olga's change", step.rpc, e)
+			}
+			if step.verb == "pause" {
+				shot(t, op, dir, "service-rollout-paused")
+			}
+		}
+		// The abort made revision 3 of revision 1's spec, rolled out
+		// without a canary.
+		waitTrue(t, op, "revision 3 shows", `document.querySelector('#revisions tr[data-revision="3"]') !== null`)
+		if n := value(t, op, "look for Promote", chromedp.Evaluate[int](`document.querySelectorAll('#rollout-promote').length`)); n != 0 {
+			t.Errorf("a rolling rollout's page offers Promote")
+		}
+		// A viewer sees the rollout and no buttons.
+		b := newBrowser(t, exe, 1280, 900)
+		run(t, b, "log in", chromedp.Navigate(f.link(vic)), click(`#confirm`), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)),
+			chromedp.Navigate(f.url+"/services/long"), chromedp.WaitVisible(chromedp.CSS(`#rollout`)))
+		if n := value(t, b, "look for rollout buttons", chromedp.Evaluate[int](`document.querySelectorAll('button[id^="rollout-"]').length`)); n != 0 {
+			t.Errorf("a viewer's service page offers %d rollout buttons, want none", n)
+		}
+	})
+
 	t.Run("operations, audit and controllers pages", func(t *testing.T) {
 		run(t, op, "operations", chromedp.Navigate(f.url+"/operations"), chromedp.WaitVisible(chromedp.CSS(`#ops tr[data-op]`)))
 		shot(t, op, dir, "operations")
@@ -124,3 +197,5 @@ func browserPages(t *testing.T, f *fixture, exe, dir string, op context.Context,
 		run(t, op, "back to the model", chromedp.Navigate(f.url+"/"), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)))
 	})
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -134,7 +134,7 @@ func TestDashboardInChromium(t *testing.T) {
 		run(t, op, "log in", chromedp.Navigate(f.link(olga)), click(`#confirm`),
 			chromedp.WaitVisible(chromedp.CSS(`tr[data-unit="kv/2"]`)),
 			chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)))
-		who := value(t, op, "read the header", chromedp.Text(chromedp.CSS(`.who`)))
+		who := value(t, op, "read the header", textOf(`.who`))
 		if who != "olga (operator)" {
 			t.Errorf("header names %q, want olga (operator)", who)
 		}
@@ -188,7 +188,7 @@ func TestDashboardInChromium(t *testing.T) {
 		run(t, op, "press Resolved on app/1",
 			click(`tr[data-unit="app/1"] button.resolve`),
 			chromedp.WaitVisible(chromedp.CSS(`#notice`)))
-		notice := value(t, op, "read the notice", chromedp.Text(chromedp.CSS(`#notice`)))
+		notice := value(t, op, "read the notice", textOf(`#notice`))
 		if !strings.Contains(notice, "app/1 marked resolved") {
 			t.Errorf("notice after Resolved = %q, want it marked resolved", notice)
 		}
@@ -205,7 +205,7 @@ func TestDashboardInChromium(t *testing.T) {
 		run(t, op, "open kv/2", click(`a[href="/units/kv/2"]`),
 			chromedp.WaitVisible(chromedp.CSS(`#history-h`)), chromedp.WaitVisible(chromedp.CSS(`body[data-revision]`)),
 			click(`details summary`), chromedp.WaitVisible(chromedp.CSS(`details pre`)))
-		out := value(t, op, "read the hook's output", chromedp.Text(chromedp.CSS(`details pre`)))
+		out := value(t, op, "read the hook's output", textOf(`details pre`))
 		if !strings.Contains(out, "cannot bind port 70000") {
 			t.Errorf("hook output shown = %q, want the failed hook's", out)
 		}
@@ -234,7 +234,7 @@ func TestDashboardInChromium(t *testing.T) {
 			t.Fatal(err)
 		}
 		run(t, b, "wait for the stream's end", chromedp.WaitVisible(chromedp.CSS(`body[data-ended="1"]`)))
-		notice := value(t, b, "read the notice", chromedp.Text(chromedp.CSS(`#notice`)))
+		notice := value(t, b, "read the notice", textOf(`#notice`))
 		if !strings.Contains(notice, "session ended") {
 			t.Errorf("notice = %q, want the session's end", notice)
 		}
@@ -257,4 +257,18 @@ func click(sel string) chromedp.Action[chromedp.Void] {
 		_, err := eval(ctx, t)
 		return chromedp.Void{}, err
 	})
+}
+
+// textOf reads the text of the element sel matches, once visible, in one
+// script run, as click does: a live page may replace the element between
+// chromedp's finding a node and reading it.
+func textOf(sel string) chromedp.Action[string] {
+	eval := chromedp.Evaluate[string](fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) throw new Error("nothing matches " + %q); return e.innerText; })()`, sel, sel))
+	wait := chromedp.WaitVisible(chromedp.CSS(sel))
+	return func(ctx context.Context, t *chromedp.Target) (string, error) {
+		if _, err := wait(ctx, t); err != nil {
+			return "", err
+		}
+		return eval(ctx, t)
+	}
 }

@@ -26,24 +26,26 @@ const serviceOpsShown = 20
 // serviceView is what a service page shows.
 type serviceView struct {
 	User, Role, CSRF string
-	// CanRun, CanSteer and CanResolve say which buttons show: the same
-	// table authorizes the calls when made.
-	CanRun, CanSteer, CanResolve bool
-	Service                      *pb.ServiceStatus
-	Units                        []unitRow
-	Relations                    []*pb.RelationStatus
-	Rollout                      *pb.RolloutStatusResponse
+	// CanRun and CanResolve say which buttons show: the same table
+	// authorizes the calls when made.
+	CanRun, CanResolve bool
+	Service            *pb.ServiceStatus
+	Units              []unitRow
+	Relations          []*pb.RelationStatus
+	Rollout            *pb.RolloutStatusResponse
 	// RolloutActive says a rollout is under way: rolling, in its canary
 	// or paused.
 	RolloutActive bool
-	Progress      progress
-	Deadline      string
-	Decisions     []decisionRow
-	Config        []configRow
-	Revisions     []*pb.RevisionBrief
-	Head          int64
-	Actions       []*pb.ActionInfo
-	Operations    []*pb.OperationBrief
+	// Steer is the rollout's buttons, nil when none shows.
+	Steer      *rolloutSteer
+	Progress   progress
+	Deadline   string
+	Decisions  []decisionRow
+	Config     []configRow
+	Revisions  []*pb.RevisionBrief
+	Head       int64
+	Actions    []*pb.ActionInfo
+	Operations []*pb.OperationBrief
 }
 
 // progress is a bar's done and total, and the percentage done.
@@ -58,6 +60,33 @@ func newProgress(done, total int64) progress {
 		p.Percent = int(done * 100 / total)
 	}
 	return p
+}
+
+// rolloutSteer says which of a rollout's buttons show: those the role
+// may call (controller.Allows) and the rollout's state allows
+// (state.PauseRollout and its kin).
+type rolloutSteer struct {
+	Pause, Resume, Promote, Abort bool
+}
+
+func steerOf(r *pb.Rollout, role pb.UserRole) *rolloutSteer {
+	var st rolloutSteer
+	switch r.GetState() {
+	case pb.RolloutState_ROLLOUT_STATE_ROLLING:
+		st.Pause, st.Abort = true, true
+	case pb.RolloutState_ROLLOUT_STATE_CANARY:
+		st.Pause, st.Promote, st.Abort = true, true, true
+	case pb.RolloutState_ROLLOUT_STATE_PAUSED, pb.RolloutState_ROLLOUT_STATE_FAILED:
+		st.Resume, st.Abort = true, true
+	}
+	st.Pause = st.Pause && controller.Allows("PauseRollout", role)
+	st.Resume = st.Resume && controller.Allows("ResumeRollout", role)
+	st.Promote = st.Promote && controller.Allows("PromoteRollout", role)
+	st.Abort = st.Abort && controller.Allows("AbortRollout", role)
+	if st == (rolloutSteer{}) {
+		return nil
+	}
+	return &st
 }
 
 type decisionRow struct {
@@ -79,8 +108,7 @@ func (s *Server) serviceView(ctx context.Context, se session, service string) (*
 		return nil, err
 	}
 	v := &serviceView{User: se.user, Role: roleName(role), CSRF: se.csrf(),
-		CanRun: controller.Allows("RunAction", role), CanSteer: controller.Allows("PauseRollout", role),
-		CanResolve: controller.Allows("Resolved", role)}
+		CanRun: controller.Allows("RunAction", role), CanResolve: controller.Allows("Resolved", role)}
 	sreq := &pb.StatusRequest{Services: []string{service}}
 	st, err := call(ctx, s, se.user, "Status", sreq, s.cfg.API.Status)
 	if err != nil {
@@ -108,6 +136,7 @@ func (s *Server) serviceView(ctx context.Context, se session, service string) (*
 			v.RolloutActive = true
 		}
 		v.Deadline = stamp(r.DeadlineUnixNano)
+		v.Steer = steerOf(r, role)
 	}
 	v.Progress = newProgress(int64(ro.GetCounts().GetUpdated()), int64(ro.GetCounts().GetUnits()))
 	for i := len(ro.GetDecisions()) - 1; i >= 0; i-- { // newest first
