@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,11 +34,13 @@ type Env struct {
 	anonymous  bool
 	watchQueue int
 	watchBytes int64
-	hub        *watchhub.Hub
-	server     *controller.Server
-	lis        net.Listener
-	srv        *grpc.Server
-	cleaner    context.CancelFunc
+	// hub is the watch hub of the controller served now; the State's
+	// reads ask it for its revision from any goroutine.
+	hub     atomic.Pointer[watchhub.Hub]
+	server  *controller.Server
+	lis     net.Listener
+	srv     *grpc.Server
+	cleaner context.CancelFunc
 	// stopHub stops the watch hub of the controller served now.
 	stopHub func()
 }
@@ -91,7 +94,16 @@ type Options struct {
 // model's invariants are checked then.
 func New(t testing.TB, opts Options) *Env {
 	t.Helper()
-	st, err := state.New(etcdtest.Client(t), state.Config{Namespace: etcdtest.Namespace(t)})
+	// The State's reads are at or past what the watch hub handed out, as
+	// lifelined's are: a client acting on a change the hub handed it
+	// finds the change when it calls.
+	e := &Env{T: t}
+	st, err := state.New(etcdtest.Client(t), state.Config{Namespace: etcdtest.Namespace(t), AtLeast: func() int64 {
+		if h := e.hub.Load(); h != nil {
+			return h.Revision()
+		}
+		return 0
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +125,7 @@ func New(t testing.TB, opts Options) *Env {
 	if err := st.BootstrapAdmin(ctx, ""); err != nil {
 		t.Fatal(err)
 	}
-	e := &Env{T: t, Ctx: ctx, State: st, CA: ca, anonymous: opts.Anonymous, watchQueue: opts.WatchQueue, watchBytes: opts.WatchBytes}
+	e.Ctx, e.State, e.CA, e.anonymous, e.watchQueue, e.watchBytes = ctx, st, ca, opts.Anonymous, opts.WatchQueue, opts.WatchBytes
 	e.cfg = controller.Config{State: st, TLS: pki.ServerTLSConfig(cert), Busy: opts.Busy, PresenceTimeout: opts.PresenceTimeout,
 		ID: "c-test", KEK: opts.KEK, Watch: opts.Watch, Connections: opts.Connections, HandshakeTimeout: opts.HandshakeTimeout,
 		Budgets: opts.Budgets, Storage: opts.Storage, Health: opts.Health, RevisionHistory: opts.RevisionHistory,
@@ -173,7 +185,8 @@ func (e *Env) Start() {
 	hctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { hub.Run(hctx); close(done) }()
-	e.cfg.Watches, e.hub = hub, hub
+	e.cfg.Watches = hub
+	e.hub.Store(hub)
 	srv, err := controller.New(e.cfg)
 	if err != nil {
 		cancel()
@@ -189,7 +202,7 @@ func (e *Env) Start() {
 }
 
 // Hub is the watch hub of the controller served now.
-func (e *Env) Hub() *watchhub.Hub { return e.hub }
+func (e *Env) Hub() *watchhub.Hub { return e.hub.Load() }
 
 // Server is the controller served now, for what serves beside the API
 // in its process (the dashboard).

@@ -157,8 +157,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, se session) {
 				}
 			}
 		}
+		// The render reads at or past the revision the hub handed the
+		// change at (the controller's State has Config.AtLeast), so it
+		// goes at once after a quiet spell; a burst renders again at
+		// most every Coalesce.
 		if changed && timer == nil {
-			timer = time.After(max(minSettle, s.cfg.Coalesce-time.Since(last)))
+			timer = time.After(max(0, s.cfg.Coalesce-time.Since(last)))
 		}
 	}
 }
@@ -212,14 +216,6 @@ func (s *Server) livePageOf(q url.Values, se session) (livePage, error) {
 		return livePage{}, notFoundf("no live page %q", page)
 	}
 }
-
-// minSettle is the least wait between a change's news and the render it
-// causes: a burst of writes gathers into one render, and etcd, which
-// tells its watchers of a write a moment before the write is visible to
-// reads, ends it. Without the wait, a State made without
-// Config.AtLeast (the tests' controllers) could render the page as it
-// was before the change, and nothing would render it again.
-const minSettle = 25 * time.Millisecond
 
 // endStream tells the page why its stream ends, and ends it.
 func (s *Server) endStream(w http.ResponseWriter, fl http.Flusher, why error) {
