@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/lifelinehq/lifeline/controller"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -427,6 +428,15 @@ func TestListOperationsAndStatus(t *testing.T) {
 	if got := st.Status.Operations; got.GetRunning() != 2 || got.GetAwaitingApproval() != 1 || got.GetLostTasks() != 0 {
 		t.Errorf("Status().Operations = %v, want 2 running, 1 awaiting approval", got)
 	}
+	// The controllers alone: the same counts, and no model read.
+	only, err := o.vic.Status(o.ctx, &pb.StatusRequest{ControllersOnly: true})
+	must(t, "Status(controllers only)", err)
+	if got := only.Status; !proto.Equal(got.GetOperations(), st.Status.Operations) || len(got.GetServices())+len(got.GetMachines())+len(got.GetRelations()) != 0 ||
+		got.GetRevision() < st.Status.Revision || len(got.GetControllers()) != len(st.Status.Controllers) {
+		t.Errorf("Status(controllers only) = %v, want the operations' counts, the controllers and a revision, and no model", got)
+	}
+	_, err = o.vic.Status(o.ctx, &pb.StatusRequest{ControllersOnly: true, Services: []string{"kv"}})
+	wantCode(t, "Status(controllers only, of kv)", err, codes.InvalidArgument, "controllers_only takes no services, units or machines")
 }
 
 // The leader's operations worker marks lost the task of a machine that

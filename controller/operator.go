@@ -505,9 +505,20 @@ func (s *Server) Barrier(ctx context.Context, req *pb.BarrierRequest) (*pb.Barri
 	return &pb.BarrierResponse{Revision: rev}, nil
 }
 
-// Status returns the whole model's status.
+// Status returns the whole model's status, what of it the request
+// selects, or only its controllers (ControllersOnly).
 func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
-	st, err := s.modelStatus(ctx, state.Selection{Services: req.Services, Units: req.Units, Machines: req.Machines})
+	sel := state.Selection{Services: req.Services, Units: req.Units, Machines: req.Machines}
+	var st *pb.ModelStatus
+	var err error
+	if req.ControllersOnly {
+		if sel.Len() > 0 {
+			return nil, invalid("controllers_only takes no services, units or machines")
+		}
+		st, err = s.controllersStatus(ctx)
+	} else {
+		st, err = s.modelStatus(ctx, sel)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -528,11 +539,35 @@ func (s *Server) modelStatus(ctx context.Context, sel state.Selection) (*pb.Mode
 	if err != nil {
 		return nil, err
 	}
-	cs, err := s.st.Controllers(ctx)
+	st := buildStatus(m, time.Now())
+	if err := s.addControllers(ctx, st); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// controllersStatus is a status of the live controllers, the alarms and
+// the operations' counts alone, at the model's revision: reads of a few
+// keys, whatever the model's size.
+func (s *Server) controllersStatus(ctx context.Context) (*pb.ModelStatus, error) {
+	rev, err := s.st.Revision(ctx)
 	if err != nil {
 		return nil, err
 	}
-	st := buildStatus(m, time.Now())
+	st := &pb.ModelStatus{Revision: rev}
+	if err := s.addControllers(ctx, st); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// addControllers adds the live controllers, the alarms and the
+// operations' counts to st.
+func (s *Server) addControllers(ctx context.Context, st *pb.ModelStatus) error {
+	cs, err := s.st.Controllers(ctx)
+	if err != nil {
+		return err
+	}
 	for _, c := range cs {
 		st.Controllers = append(st.Controllers, &pb.ControllerStatus{Id: c.ID, Addresses: c.Addresses, Leader: c.Leader})
 	}
@@ -541,10 +576,8 @@ func (s *Server) modelStatus(ctx context.Context, sel state.Selection) (*pb.Mode
 			st.Alarms = append(st.Alarms, a)
 		}
 	}
-	if st.Operations, err = s.operationsStatus(ctx); err != nil {
-		return nil, err
-	}
-	return st, nil
+	st.Operations, err = s.operationsStatus(ctx)
+	return err
 }
 
 // controllerAddresses are the addresses agents should dial: every live

@@ -118,7 +118,8 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request, se session) {
 }
 
 // controllersView is what the controllers page shows: the controllers
-// ctl status lists, and which one leads.
+// ctl status lists, and which one leads, read without the model
+// (StatusRequest.ControllersOnly).
 type controllersView struct {
 	User, Role, CSRF string
 	Controllers      []*pb.ControllerStatus
@@ -132,7 +133,7 @@ func (s *Server) controllersView(ctx context.Context, se session) (*controllersV
 	if err != nil {
 		return nil, err
 	}
-	st, err := call(ctx, s, se.user, "Status", &pb.StatusRequest{}, s.cfg.API.Status)
+	st, err := call(ctx, s, se.user, "Status", &pb.StatusRequest{ControllersOnly: true}, s.cfg.API.Status)
 	if err != nil {
 		return nil, err
 	}

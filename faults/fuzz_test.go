@@ -310,8 +310,15 @@ func (fz *fuzzer) call(rnd *rand.Rand) {
 	switch rnd.IntN(24) {
 	case 0:
 		rpc, req = "Status", &pb.StatusRequest{}
-		if rnd.IntN(2) == 0 {
+		switch rnd.IntN(3) {
+		case 0:
 			req = &pb.StatusRequest{Services: fz.selectors(rnd, "service"), Units: fz.selectors(rnd, "unit"), Machines: fz.selectors(rnd, "machine")}
+		case 1:
+			// The controllers alone; with a selector now and then, refused.
+			req = &pb.StatusRequest{ControllersOnly: true}
+			if rnd.IntN(4) == 0 {
+				req.(*pb.StatusRequest).Services = fz.selectors(rnd, "service")
+			}
 		}
 		_, err = fz.op.Status(ctx, req.(*pb.StatusRequest))
 	case 1:

@@ -124,12 +124,17 @@ func (x *BarrierResponse) GetRevision() int64 {
 // is selected. At most 100 names in all; a name that does not exist is
 // NOT_FOUND.
 type StatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Services      []string               `protobuf:"bytes,1,rep,name=services,proto3" json:"services,omitempty"`
-	Units         []string               `protobuf:"bytes,2,rep,name=units,proto3" json:"units,omitempty"`
-	Machines      []string               `protobuf:"bytes,3,rep,name=machines,proto3" json:"machines,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Services []string               `protobuf:"bytes,1,rep,name=services,proto3" json:"services,omitempty"`
+	Units    []string               `protobuf:"bytes,2,rep,name=units,proto3" json:"units,omitempty"`
+	Machines []string               `protobuf:"bytes,3,rep,name=machines,proto3" json:"machines,omitempty"`
+	// controllers_only answers with the live controllers, the alarms and
+	// the operations' counts, and the revision, without reading the model
+	// (no machines, services, units or relations): for a page of the
+	// controllers, at any size of model. It takes no selectors.
+	ControllersOnly bool `protobuf:"varint,4,opt,name=controllers_only,json=controllersOnly,proto3" json:"controllers_only,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StatusRequest) Reset() {
@@ -181,6 +186,13 @@ func (x *StatusRequest) GetMachines() []string {
 		return x.Machines
 	}
 	return nil
+}
+
+func (x *StatusRequest) GetControllersOnly() bool {
+	if x != nil {
+		return x.ControllersOnly
+	}
+	return false
 }
 
 type StatusResponse struct {
@@ -3173,11 +3185,12 @@ const file_lifeline_v1_operator_proto_rawDesc = "" +
 	"\x0eBarrierRequest\x12\x19\n" +
 	"\bat_least\x18\x01 \x01(\x03R\aatLeast\"-\n" +
 	"\x0fBarrierResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision\"]\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"\x88\x01\n" +
 	"\rStatusRequest\x12\x1a\n" +
 	"\bservices\x18\x01 \x03(\tR\bservices\x12\x14\n" +
 	"\x05units\x18\x02 \x03(\tR\x05units\x12\x1a\n" +
-	"\bmachines\x18\x03 \x03(\tR\bmachines\"\xb6\x01\n" +
+	"\bmachines\x18\x03 \x03(\tR\bmachines\x12)\n" +
+	"\x10controllers_only\x18\x04 \x01(\bR\x0fcontrollersOnly\"\xb6\x01\n" +
 	"\x0eStatusResponse\x120\n" +
 	"\x06status\x18\x01 \x01(\v2\x18.lifeline.v1.ModelStatusR\x06status\x12\x1e\n" +
 	"\n" +
