@@ -126,6 +126,7 @@ const (
 	auditScanBudget   = 20_000
 	auditPerMessage   = 100
 	maxAuditEntityLen = 200
+	maxAuditRPCLen    = 64
 	// maxAuditFollows bounds the Audit streams that follow the log on a
 	// controller, and maxAuditFollowsPerUser those of one user (of its
 	// credential: a user has one); more are ResourceExhausted.
@@ -148,6 +149,9 @@ func (s *Server) Audit(req *pb.AuditRequest, stream pb.OperatorService_AuditServ
 	if len(req.Entity) > maxAuditEntityLen {
 		return invalid("entity of %d bytes: at most %d", len(req.Entity), maxAuditEntityLen)
 	}
+	if err := checkAuditRPC(req.Rpc); err != nil {
+		return err
+	}
 	limit := int(req.Limit)
 	switch {
 	case limit < 0 || limit > maxAuditLimit:
@@ -158,7 +162,7 @@ func (s *Server) Audit(req *pb.AuditRequest, stream pb.OperatorService_AuditServ
 	if req.SinceUnixNano < 0 {
 		return invalid("since %d: want a time", req.SinceUnixNano)
 	}
-	q := state.AuditQuery{User: req.User, Entity: req.Entity}
+	q := state.AuditQuery{User: req.User, Entity: req.Entity, RPC: req.Rpc}
 	if req.SinceUnixNano > 0 {
 		q.Since = time.Unix(0, req.SinceUnixNano)
 	}
@@ -191,6 +195,20 @@ func (s *Server) Audit(req *pb.AuditRequest, stream pb.OperatorService_AuditServ
 		return nil
 	}
 	return s.followAudit(ctx, q, last+1, stream)
+}
+
+// checkAuditRPC refuses an Audit filter by method that no method's name
+// could match: a method's name is letters, at most maxAuditRPCLen.
+func checkAuditRPC(rpc string) error {
+	if len(rpc) > maxAuditRPCLen {
+		return invalid("rpc of %d bytes: at most %d", len(rpc), maxAuditRPCLen)
+	}
+	for _, c := range rpc {
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') {
+			return invalid("rpc %q: want a method's name, letters only (Deploy)", rpc)
+		}
+	}
+	return nil
 }
 
 // auditFollows counts the Audit streams that follow the log on this

@@ -3,7 +3,9 @@ package controller_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -353,26 +355,45 @@ func TestAuditFollowShowsAnotherUsersChange(t *testing.T) {
 		fmtList(en.Targets) != "[machine:0]" || en.Summary != "destroy machine 0" || en.Controller != "c-test" {
 		t.Errorf("followed entry = %v, want olga's DestroyMachine of machine 0, done", en)
 	}
-	// The viewer's refusal is there, by entity.
-	all, err := viewer.Audit(e.ctx, &pb.AuditRequest{Entity: "machine:0"})
+	// The viewer's refusal is there, by entity, and by method.
+	for _, c := range []struct {
+		what string
+		req  *pb.AuditRequest
+		want string
+	}{
+		{"entity machine:0", &pb.AuditRequest{Entity: "machine:0"}, "[vic DestroyMachine PermissionDenied olga DestroyMachine OK]"},
+		{"rpc destroymachine", &pb.AuditRequest{Rpc: "destroymachine"}, "[vic DestroyMachine PermissionDenied olga DestroyMachine OK]"},
+		{"rpc AddMachines of olga", &pb.AuditRequest{Rpc: "AddMachines", User: "olga"}, "[olga AddMachines OK]"},
+		{"rpc Deploy", &pb.AuditRequest{Rpc: "Deploy"}, "[]"},
+	} {
+		if got, err := auditLines(e.ctx, viewer, c.req); err != nil || fmtList(got) != c.want {
+			t.Errorf("Audit(%s) = %s, %v; want %s", c.what, fmtList(got), err, c.want)
+		}
+	}
+	for _, rpc := range []string{"Destroy Machine", "kv/0", strings.Repeat("A", 65)} {
+		_, err := auditLines(e.ctx, viewer, &pb.AuditRequest{Rpc: rpc})
+		wantCode(t, fmt.Sprintf("Audit(rpc %.20q)", rpc), err, codes.InvalidArgument, "rpc ")
+	}
+}
+
+// auditLines reads an Audit call's entries as "user rpc code".
+func auditLines(ctx context.Context, c pb.OperatorServiceClient, req *pb.AuditRequest) ([]string, error) {
+	all, err := c.Audit(ctx, req)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var got []string
 	for {
 		r, err := all.Recv()
 		if errors.Is(err, io.EOF) {
-			break
+			return got, nil
 		}
 		if err != nil {
-			t.Fatal(err)
+			return got, err
 		}
 		for _, en := range r.Entries {
 			got = append(got, en.User+" "+en.Rpc+" "+codes.Code(en.Code).String())
 		}
-	}
-	if want := "[vic DestroyMachine PermissionDenied olga DestroyMachine OK]"; fmtList(got) != want {
-		t.Errorf("Audit(entity machine:0) = %s, want %s", fmtList(got), want)
 	}
 }
 

@@ -20,9 +20,9 @@ var (
 	controllerPrefixes = []string{"controllers/", "leader/"}
 )
 
-// The audit page asks for the newest auditRead entries matching the
-// user, entity and since filters, and shows those of the verb (the RPC)
-// asked for; the Audit call itself has no filter by verb.
+// The audit page shows the newest auditRead entries matching its
+// filters: the Audit call filters, by user, verb (the RPC), entity and
+// since, over as much of the log as its scan looks at.
 const auditRead = 1000
 
 // auditView is what the audit page shows.
@@ -49,7 +49,7 @@ type auditRow struct {
 func parseAuditFilter(q url.Values, now time.Time) (auditFilter, *pb.AuditRequest, error) {
 	f := auditFilter{User: strings.TrimSpace(q.Get("user")), Verb: strings.TrimSpace(q.Get("verb")),
 		Entity: strings.TrimSpace(q.Get("entity")), Since: strings.TrimSpace(q.Get("since"))}
-	req := &pb.AuditRequest{User: f.User, Entity: f.Entity, Limit: auditRead}
+	req := &pb.AuditRequest{User: f.User, Rpc: f.Verb, Entity: f.Entity, Limit: auditRead}
 	if f.User != "" && !names.ValidUser(f.User) {
 		return f, nil, invalidf("user %q: not a user's name", f.User)
 	}
@@ -88,9 +88,6 @@ func (s *Server) auditView(ctx context.Context, se session, q url.Values) (*audi
 	}
 	for i := len(entries) - 1; i >= 0; i-- { // newest first
 		e := entries[i]
-		if f.Verb != "" && !strings.EqualFold(e.Rpc, f.Verb) {
-			continue
-		}
 		row := auditRow{Seq: e.Seq, When: stamp(e.UnixNano), User: e.User, Verb: e.Rpc, Targets: strings.Join(e.Targets, ", "),
 			Summary: e.Summary, Message: e.Message, Controller: e.Controller, Changed: e.Changed, Pending: e.Pending}
 		switch {

@@ -219,6 +219,11 @@ func TestPagesOverHTTP(t *testing.T) {
 		if code, _ := get(t, vc, f.url+"/audit?since=yesterday"); code != http.StatusBadRequest {
 			t.Errorf("GET /audit?since=yesterday = %d, want 400", code)
 		}
+		// The Audit call filters by verb: one that no method has is
+		// refused there.
+		if code, body := get(t, vc, f.url+"/audit?verb=kv%2F0"); code != http.StatusBadRequest || !strings.Contains(body, "want a method's name") {
+			t.Errorf("GET /audit?verb=kv/0 = %d %q, want 400", code, body)
+		}
 	})
 
 	t.Run("controllers", func(t *testing.T) {

@@ -507,6 +507,9 @@ func (fz *fuzzer) call(rnd *rand.Rand) {
 		case 2:
 			in.User = ""
 		}
+		if rnd.IntN(3) == 0 {
+			in.Rpc = []string{"Deploy", "resolved", randomString(rnd)}[rnd.IntN(3)]
+		}
 		req = in
 		err = fz.audit(ctx, in)
 	case 20, 21:

@@ -290,11 +290,17 @@ type AuditQuery struct {
 	// ("kv", "kv/0", "3"), a kind:id ("machine:3"), or a service, whose
 	// units' entries it keeps too ("kv" keeps "unit:kv/0").
 	Entity string
+	// RPC keeps the entries of that method ("Deploy"), in any case, when
+	// set.
+	RPC string
 }
 
 // Matches says whether e is one of the query's.
 func (q AuditQuery) Matches(e *pb.AuditEntry) bool {
 	if q.User != "" && e.User != q.User {
+		return false
+	}
+	if q.RPC != "" && !strings.EqualFold(e.Rpc, q.RPC) {
 		return false
 	}
 	if !q.Since.IsZero() && e.UnixNano < q.Since.UnixNano() {

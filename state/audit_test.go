@@ -173,7 +173,11 @@ func TestScanAuditFiltersAndBounds(t *testing.T) {
 	start := clk.Now()
 	for i := range 1200 {
 		user := []string{"alice", "bob"}[i%2]
-		a := state.NewAudit(&pb.AuditEntry{User: user, Rpc: "DestroyUnit", Targets: []string{fmt.Sprintf("unit:kv/%d", i%7), "machine:3"}})
+		rpc := "DestroyUnit"
+		if i%100 == 0 {
+			rpc = "Deploy"
+		}
+		a := state.NewAudit(&pb.AuditEntry{User: user, Rpc: rpc, Targets: []string{fmt.Sprintf("unit:kv/%d", i%7), "machine:3"}})
 		must(t, "FinishAudit", st.FinishAudit(ctx, a, 9, "no", true))
 		clk.Advance(time.Second)
 	}
@@ -192,6 +196,8 @@ func TestScanAuditFiltersAndBounds(t *testing.T) {
 		{"service kv", state.AuditQuery{Entity: "kv"}, 10000, 100000, 1200, 1, false},
 		{"machine:3", state.AuditQuery{Entity: "machine:3"}, 10000, 100000, 1200, 1, false},
 		{"nobody, within a budget", state.AuditQuery{User: "carol"}, 10, 700, 0, 0, true},
+		{"rpc deploy, the oldest too", state.AuditQuery{RPC: "deploy"}, 1000, 100000, 12, 1, false},
+		{"rpc Deploy of bob", state.AuditQuery{RPC: "Deploy", User: "bob"}, 1000, 100000, 0, 0, false},
 	} {
 		got, truncated, rev, err := st.ScanAudit(ctx, tt.q, tt.limit, tt.budget)
 		must(t, "ScanAudit "+tt.name, err)

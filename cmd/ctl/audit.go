@@ -50,10 +50,10 @@ func auditDocument(e *pb.AuditEntry) auditDoc {
 
 func auditCommand(e *env) *cobra.Command {
 	var (
-		user, entity, format string
-		since                time.Duration
-		follow               bool
-		limit                int
+		user, entity, call, format string
+		since                      time.Duration
+		follow                     bool
+		limit                      int
 	)
 	cmd := &cobra.Command{
 		Use:   "audit",
@@ -64,14 +64,16 @@ secret or a configuration's values) and its result (OK, PermissionDenied,
 FailedPrecondition...). Entries are numbered without gaps; the oldest go
 once beyond the controller's --audit-retention.
 
---user, --since and --entity (a service, unit, machine or user: kv, kv/0,
-machine:3, bob; a service also selects its units') filter; --limit bounds the
-newest entries shown first. --follow then shows each new entry as its call
+--user, --since, --call (the call's name: Deploy, PauseTasks; any case) and
+--entity (a service, unit, machine or user: kv, kv/0, machine:3, bob; a
+service also selects its units') filter; --limit bounds the newest entries
+shown first. --follow then shows each new entry as its call
 ends, until interrupted. --format json gives one JSON array (with --follow,
 one JSON object a line); yaml one document (with --follow, one an entry).
 
 Example:
   ctl audit --user admin --since 24h
+  ctl audit --call AddUser
   ctl audit --entity bob --follow`,
 		Args: argsRange(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -84,7 +86,7 @@ Example:
 			if limit < 1 || limit > 10000 {
 				return usagef(cmd, "--limit %d: want 1 to 10000", limit)
 			}
-			req := &pb.AuditRequest{User: user, Entity: entity, Limit: int32(limit), Follow: follow}
+			req := &pb.AuditRequest{User: user, Entity: entity, Rpc: call, Limit: int32(limit), Follow: follow}
 			if since > 0 {
 				req.SinceUnixNano = time.Now().Add(-since).UnixNano()
 			}
@@ -112,7 +114,7 @@ Example:
 					return c.check(err)
 				}
 				if resp.Truncated {
-					fmt.Fprintf(e.stderr, "ctl: older entries were not looked at: narrow the query (--since, --user, --entity) or raise --limit\n")
+					fmt.Fprintf(e.stderr, "ctl: older entries were not looked at: narrow the query (--since, --user, --call, --entity) or raise --limit\n")
 				}
 				if err := out.write(resp.Entries); err != nil {
 					return err
@@ -124,6 +126,7 @@ Example:
 	fl.StringVar(&user, "user", "", "only this user's entries")
 	fl.DurationVar(&since, "since", 0, "only entries this recent (24h, 30m)")
 	fl.StringVar(&entity, "entity", "", "only entries naming this service, unit or machine")
+	fl.StringVar(&call, "call", "", "only entries of this call (Deploy, PauseTasks)")
 	fl.BoolVar(&follow, "follow", false, "then show each new entry, until interrupted")
 	fl.IntVar(&limit, "limit", 100, "show at most this many of the newest entries first")
 	fl.StringVar(&format, "format", formatTabular, "tabular, json or yaml")

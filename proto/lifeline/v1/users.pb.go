@@ -1010,7 +1010,10 @@ type AuditRequest struct {
 	Limit int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	// follow goes on sending matching entries as their calls end, until the
 	// caller cancels.
-	Follow        bool `protobuf:"varint,5,opt,name=follow,proto3" json:"follow,omitempty"`
+	Follow bool `protobuf:"varint,5,opt,name=follow,proto3" json:"follow,omitempty"`
+	// rpc, when set, keeps the entries of that method ("Deploy"; any case),
+	// among all the entries the scan looks at.
+	Rpc           string `protobuf:"bytes,6,opt,name=rpc,proto3" json:"rpc,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1078,6 +1081,13 @@ func (x *AuditRequest) GetFollow() bool {
 		return x.Follow
 	}
 	return false
+}
+
+func (x *AuditRequest) GetRpc() string {
+	if x != nil {
+		return x.Rpc
+	}
+	return ""
 }
 
 type AuditResponse struct {
@@ -1398,13 +1408,14 @@ const file_lifeline_v1_users_proto_rawDesc = "" +
 	"controller\"B\n" +
 	"\x17RotateCredentialRequest\x12'\n" +
 	"\x0fcredential_hash\x18\x01 \x01(\tR\x0ecredentialHash\"\x1a\n" +
-	"\x18RotateCredentialResponse\"\x90\x01\n" +
+	"\x18RotateCredentialResponse\"\xa2\x01\n" +
 	"\fAuditRequest\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12&\n" +
 	"\x0fsince_unix_nano\x18\x02 \x01(\x03R\rsinceUnixNano\x12\x16\n" +
 	"\x06entity\x18\x03 \x01(\tR\x06entity\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12\x16\n" +
-	"\x06follow\x18\x05 \x01(\bR\x06follow\"`\n" +
+	"\x06follow\x18\x05 \x01(\bR\x06follow\x12\x10\n" +
+	"\x03rpc\x18\x06 \x01(\tR\x03rpc\"`\n" +
 	"\rAuditResponse\x121\n" +
 	"\aentries\x18\x01 \x03(\v2\x17.lifeline.v1.AuditEntryR\aentries\x12\x1c\n" +
 	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\x0e\n" +
