@@ -68,8 +68,14 @@ func startController(ctx context.Context, lifelined, dir string) (*controllerPro
 	if err != nil {
 		return nil, err
 	}
+	// The dashboard's address is given: its default, the API's port + 2,
+	// may be taken.
+	dash, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
 	c.cmd = exec.Command(lifelined, "controller", "--data-dir", c.dataDir, "--api-addr", api, "--metrics-addr", metrics,
-		"--client-config", c.configPath, "--provider", "manual", "--log-level", "warn", "--pprof")
+		"--dashboard-addr", dash, "--client-config", c.configPath, "--provider", "manual", "--log-level", "warn", "--pprof")
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := c.cmd.Start(); err != nil {
@@ -410,4 +416,18 @@ func upload(ctx context.Context, op pb.OperatorServiceClient, dir string) (*pb.C
 		return nil, fmt.Errorf("upload %s: %w", dir, err)
 	}
 	return resp.Charm, nil
+}
+
+// timeStatus times ctl status --format json, of the whole model or of
+// what selectors select.
+func timeStatus(ctx context.Context, ctlPath, config string, selectors ...string) (float64, error) {
+	cmd := exec.CommandContext(ctx, ctlPath, append([]string{"status", "--format", "json"}, selectors...)...)
+	cmd.Env = append(os.Environ(), "LIFELINE_CONFIG="+config)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("ctl status: %w: %s", err, out.String())
+	}
+	return time.Since(start).Seconds(), nil
 }

@@ -51,6 +51,7 @@ type config struct {
 	timeline                 bool
 	scenario                 string
 	rolloutMaxParallel       string
+	dashboardProbe           int
 }
 
 func main() {
@@ -77,6 +78,7 @@ func main() {
 	flag.BoolVar(&c.timeline, "timeline", false, "print, for deploying and for destroying, the life changes of units and machines and the scope entries made and removed that the harness's watch saw in each quarter second, the transactions the controller retried after a conflict, and its garbage collector's CPU")
 	flag.StringVar(&c.scenario, "scenario", "deploy", "deploy (deploy, then destroy), operations (deploy; run a no-op action on every unit of the service, timed until every task ended; run a sleeping one and pause it all, timed until every task is paused; then destroy: operations.go) or rollout (deploy; change the service's configuration with -rollout-max-parallel, timed until every unit runs the new revision; then destroy: rollout.go) or claims (deploy units each claiming 3 files and a daemon; change the option one file's template reads, with -rollout-max-parallel, timed until every unit's host report has the new revision applied, counting the tasks run and pruned; then destroy: claims.go)")
 	flag.StringVar(&c.rolloutMaxParallel, "rollout-max-parallel", "10%", "the rollout and claims scenarios' max-parallel: N units or P% of them")
+	flag.IntVar(&c.dashboardProbe, "dashboard-probe", 0, "once every unit runs, log in to the dashboard as a browser does, open the model page's live stream and time this many changes (each a unit's status) from their commit to the event carrying them to the page (0: none; dashprobe.go)")
 	worker := flag.String("fleet-worker", "", "run as a process of the fleet, as this spec says (the harness starts these)")
 	flag.Parse()
 	if *worker != "" {
@@ -126,6 +128,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("-scenario %q: want deploy, operations, rollout or claims", c.scenario)
 	case (c.scenario == "rollout" || c.scenario == "claims") && rolloutPolicyError(c.rolloutMaxParallel) != nil:
 		return fmt.Errorf("-rollout-max-parallel: %v", rolloutPolicyError(c.rolloutMaxParallel))
+	case c.dashboardProbe < 0:
+		return errors.New("-dashboard-probe must be 0 or more")
 	case c.hooks != "process" && c.hooks != "sh" && c.hooks != "none":
 		return fmt.Errorf("-hooks %q: want process, sh or none", c.hooks)
 	}

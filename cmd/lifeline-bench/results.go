@@ -172,6 +172,8 @@ type results struct {
 	Operations *opsResults     `json:"operations,omitempty"`
 	Rollout    *rolloutResults `json:"rollout,omitempty"`
 	Claims     *claimsResults  `json:"claims,omitempty"`
+	// Dashboard is the dashboard probe's figures (-dashboard-probe).
+	Dashboard *dashResults `json:"dashboard,omitempty"`
 }
 
 // diskFigures are one kind of etcd's disk writes in a phase.
@@ -317,6 +319,9 @@ func (r *results) print(w io.Writer) {
 	}
 	if c := r.Claims; c != nil {
 		c.print(row)
+	}
+	if d := r.Dashboard; d != nil {
+		d.print(row)
 	}
 	t.Flush()
 }

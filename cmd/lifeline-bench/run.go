@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -326,6 +324,11 @@ func run(ctx context.Context, c config) (*results, error) {
 		return res, err
 	}
 	prof.heap(ctx, "running")
+	if c.dashboardProbe > 0 {
+		if res.Dashboard, err = probeDashboard(ctx, ctl, st, "bench", c.units, c.dashboardProbe); err != nil {
+			return res, err
+		}
+	}
 	if c.scenario != "deploy" {
 		env := opsEnv{ctl: ctl, st: st, clock: clock, fleetUsage: fleetUsage, raw: res.RawTxnPerSecond, units: c.units, machines: c.machines, prof: prof}
 		switch c.scenario {
@@ -781,18 +784,4 @@ func dbInUse(ctx context.Context, c *clientv3.Client, endpoint string) (int64, e
 		return 0, err
 	}
 	return s.DbSizeInUse, nil
-}
-
-// timeStatus times ctl status --format json, of the whole model or of
-// what selectors select.
-func timeStatus(ctx context.Context, ctlPath, config string, selectors ...string) (float64, error) {
-	cmd := exec.CommandContext(ctx, ctlPath, append([]string{"status", "--format", "json"}, selectors...)...)
-	cmd.Env = append(os.Environ(), "LIFELINE_CONFIG="+config)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	start := time.Now()
-	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("ctl status: %w: %s", err, out.String())
-	}
-	return time.Since(start).Seconds(), nil
 }
