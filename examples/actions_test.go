@@ -25,7 +25,8 @@ import (
 // action-get KEY, checkpoint/KEY holds the checkpoint.
 
 func TestCharmsActions(t *testing.T) {
-	want := map[string][]string{"kv": {"backup", "keys", "reindex"}, "app": nil, "logger": nil}
+	want := map[string][]string{"kv": {"backup", "keys", "reindex"}, "app": nil, "logger": nil,
+		"token-source": {"token"}, "token-sink": nil}
 	for name, actions := range want {
 		c, err := charm.ReadDir(filepath.Join("charms", name))
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -20,6 +21,9 @@ var charmHooks = map[string][]string{
 		"install", "start", "stop"},
 	"logger": {"config-changed", "host-relation-broken", "host-relation-changed", "host-relation-created",
 		"host-relation-departed", "host-relation-joined", "install", "remove", "start", "stop"},
+	"token-source": {"config-changed", "install", "leader-elected", "leader-settings-changed", "start", "stop",
+		"token-relation-changed", "token-relation-departed", "token-relation-joined", "upgrade-charm"},
+	"token-sink": {"install", "token-relation-broken", "token-relation-changed", "token-relation-departed"},
 }
 
 func TestCharmsRead(t *testing.T) {
@@ -33,7 +37,7 @@ func TestCharmsRead(t *testing.T) {
 			dirs = append(dirs, e.Name())
 		}
 	}
-	if want := []string{"app", "kv", "logger"}; !slices.Equal(dirs, want) {
+	if want := []string{"app", "kv", "logger", "token-sink", "token-source"}; !slices.Equal(dirs, want) {
 		t.Errorf("charms/ holds %q, want %q (update charmHooks and this test)", dirs, want)
 	}
 	for _, name := range dirs {
@@ -102,6 +106,8 @@ func TestCharmsMetadata(t *testing.T) {
 		{"kv", false, []endpoint{{"provides", "server", "kv", pb.Scope_SCOPE_GLOBAL}}, int64(7070), []string{"kv-server"}},
 		{"app", false, []endpoint{{"requires", "db", "kv", pb.Scope_SCOPE_GLOBAL}}, int64(8080), []string{"app-server"}},
 		{"logger", true, []endpoint{{"requires", "host", "lifeline-info", pb.Scope_SCOPE_CONTAINER}}, nil, nil},
+		{"token-source", false, []endpoint{{"provides", "token", "token", pb.Scope_SCOPE_GLOBAL}}, int64(8080), nil},
+		{"token-sink", false, []endpoint{{"requires", "token", "token", pb.Scope_SCOPE_GLOBAL}}, nil, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -164,9 +170,51 @@ func TestShellSyntax(t *testing.T) {
 		t.Fatalf("found only %d shell files: %q", len(files), files)
 	}
 	for _, f := range files {
-		out, err := exec.Command("sh", "-n", f).CombinedOutput()
+		// The Juju-style charms are bash, as Juju's shell charms are: their
+		// hooks say so on their #! line, their libraries in a shellcheck
+		// directive.
+		shell := "sh"
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first, _, _ := strings.Cut(string(data), "\n"); strings.Contains(first, "bash") {
+			shell = "bash"
+		}
+		out, err := exec.Command(shell, "-n", f).CombinedOutput()
 		if err != nil || len(out) > 0 {
-			t.Errorf("sh -n %s: %v\n%s", f, err, out)
+			t.Errorf("%s -n %s: %v\n%s", shell, f, err, out)
+		}
+	}
+}
+
+// TestJujuCharmsOnlyJuju checks that the charms written as for Juju
+// (token-source, token-sink) use nothing of Lifeline's own: no LIFELINE_
+// variable, no host claims, no Lifeline keys in actions.yaml, no hook
+// tool Juju lacks. What they show runs unchanged on Juju.
+func TestJujuCharmsOnlyJuju(t *testing.T) {
+	lifelineOnly := regexp.MustCompile(`LIFELINE_|(^|[\s;|&(])(log|checkpoint-get|checkpoint-set|action-log)\s|^\s*(host|safe|approvers|max-parallel|pause-grace|parallel|timeout):`)
+	for _, name := range []string{"token-source", "token-sink"} {
+		err := filepath.WalkDir(filepath.Join("charms", name), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for i, line := range strings.Split(string(data), "\n") {
+				if strings.HasPrefix(strings.TrimSpace(line), "#") {
+					continue
+				}
+				if lifelineOnly.MatchString(line) {
+					t.Errorf("%s:%d uses Lifeline's own %q: %s", path, i+1, lifelineOnly.FindString(line), line)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
 }
