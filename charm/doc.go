@@ -43,10 +43,11 @@
 //   - scope is global (the default) or container; limit is an integer of 0
 //     (the default: no limit) or more.
 //   - A principal (non-subordinate) charm has an implicit provider endpoint
-//     lifeline-info with interface lifeline-info and global scope, so that
-//     any subordinate can attach to it. A charm may declare it itself (to
-//     set a limit) but only as exactly that; the name is never a requirer
-//     or peer.
+//     juju-info with interface juju-info and global scope, as in Juju, so
+//     that any subordinate can attach to it. lifeline-info is a second name
+//     of the endpoint and of its interface. A charm may declare it itself,
+//     under one of its names (to set a limit), but only as a global provider
+//     of either interface; a principal never names a requirer or peer so.
 //   - At most 32 endpoints, counting the implicit one, and at most 8 peers
 //     (state's limits on adding a service).
 //   - A subordinate charm has at least one requires endpoint with scope

@@ -134,9 +134,9 @@ func checkEndpoints(t *testing.T, m *Metadata, eps []*pb.Endpoint) {
 		default:
 			t.Fatalf("Endpoints() holds role %v", e.Role)
 		}
-		if e.Name == InfoEndpoint {
+		if IsInfoName(e.Name) && !m.Subordinate {
 			info = true
-			if e.Role != pb.Role_ROLE_PROVIDER || e.Interface != InfoInterface || e.Scope != pb.Scope_SCOPE_GLOBAL {
+			if e.Role != pb.Role_ROLE_PROVIDER || !IsInfoName(e.Interface) || e.Scope != pb.Scope_SCOPE_GLOBAL {
 				t.Fatalf("Endpoints() holds %s", endpointsString([]*pb.Endpoint{e}))
 			}
 		}

@@ -12,17 +12,25 @@ import (
 // InfoEndpoint is the provider endpoint every principal charm has implicitly,
 // with interface InfoInterface and global scope, so that a subordinate can
 // attach to any principal through a container-scoped requirer of that
-// interface (Juju's juju-info).
+// interface, as in Juju. InfoAlias is a second name of both, which
+// Lifeline's own charms and records may hold: a requirer of either
+// interface relates to the endpoint, and either name names it (state
+// treats the two alike).
 const (
-	InfoEndpoint  = "lifeline-info"
-	InfoInterface = "lifeline-info"
+	InfoEndpoint  = "juju-info"
+	InfoInterface = "juju-info"
+	InfoAlias     = "lifeline-info"
 )
+
+// IsInfoName says whether name is the implicit endpoint's name, or its
+// interface's, under either of its names.
+func IsInfoName(name string) bool { return name == InfoEndpoint || name == InfoAlias }
 
 // Limits on a charm's endpoints. state enforces the same numbers when a
 // service is added.
 const (
 	// MaxEndpoints bounds a charm's endpoints, counting the implicit
-	// lifeline-info provider.
+	// juju-info provider.
 	MaxEndpoints = 32
 	// MaxPeers bounds a charm's peer endpoints.
 	MaxPeers = 8
@@ -38,7 +46,7 @@ type Metadata struct {
 	Subordinate bool
 	// Provides, Requires and Peers map endpoint names to relations; an
 	// endpoint name appears in at most one of them. The implicit
-	// lifeline-info provider is not listed (see Endpoints).
+	// juju-info provider is not listed (see Endpoints).
 	Provides map[string]Relation
 	Requires map[string]Relation
 	Peers    map[string]Relation
@@ -220,20 +228,35 @@ func parseRelation(f *yamlFile, field string, n *yaml.Node) (Relation, error) {
 
 // check applies the rules that span endpoints.
 func (m *Metadata) check(f *yamlFile) error {
-	if rel, ok := m.Provides[InfoEndpoint]; ok && (rel.Interface != InfoInterface || rel.Scope != pb.Scope_SCOPE_GLOBAL) {
-		return f.errorf(join("provides", InfoEndpoint), "is reserved: it must have interface %s and global scope", InfoInterface)
+	declared := 0
+	for _, name := range []string{InfoEndpoint, InfoAlias} {
+		rel, ok := m.Provides[name]
+		if !ok {
+			continue
+		}
+		declared++
+		if !IsInfoName(rel.Interface) || rel.Scope != pb.Scope_SCOPE_GLOBAL {
+			return f.errorf(join("provides", name), "is reserved: it must have interface %s (or %s) and global scope", InfoInterface, InfoAlias)
+		}
+		if declared > 1 {
+			return f.errorf(join("provides", name), "is the same endpoint as provides.%s: declare one of them", InfoEndpoint)
+		}
 	}
+	// A subordinate has no implicit provider, so its requirer may take the
+	// name, as Juju's subordinates' requirers of juju-info often do.
 	for _, section := range []string{"requires", "peers"} {
 		rels := m.Requires
 		if section == "peers" {
 			rels = m.Peers
 		}
-		if _, ok := rels[InfoEndpoint]; ok {
-			return f.errorf(join(section, InfoEndpoint), "is reserved for the provider endpoint every principal charm has")
+		for _, name := range []string{InfoEndpoint, InfoAlias} {
+			if _, ok := rels[name]; ok && !m.Subordinate {
+				return f.errorf(join(section, name), "is reserved for the provider endpoint every principal charm has")
+			}
 		}
 	}
 	total := len(m.Provides) + len(m.Requires) + len(m.Peers)
-	if _, ok := m.Provides[InfoEndpoint]; !ok && !m.Subordinate {
+	if declared == 0 && !m.Subordinate {
 		total++
 	}
 	if total > MaxEndpoints {
@@ -259,8 +282,8 @@ func (m *Metadata) check(f *yamlFile) error {
 }
 
 // Endpoints returns the charm's endpoints sorted by name, with the implicit
-// lifeline-info provider of a principal charm, ready for
-// state.AddServiceArgs.
+// juju-info provider of a principal charm that declares it under neither of
+// its names, ready for state.AddServiceArgs.
 func (m *Metadata) Endpoints() []*pb.Endpoint {
 	var eps []*pb.Endpoint
 	add := func(rels map[string]Relation, role pb.Role) {
@@ -277,7 +300,9 @@ func (m *Metadata) Endpoints() []*pb.Endpoint {
 	add(m.Provides, pb.Role_ROLE_PROVIDER)
 	add(m.Requires, pb.Role_ROLE_REQUIRER)
 	add(m.Peers, pb.Role_ROLE_PEER)
-	if _, ok := m.Provides[InfoEndpoint]; !ok && !m.Subordinate {
+	_, named := m.Provides[InfoEndpoint]
+	_, aliased := m.Provides[InfoAlias]
+	if !named && !aliased && !m.Subordinate {
 		eps = append(eps, &pb.Endpoint{
 			Name:      InfoEndpoint,
 			Interface: InfoInterface,

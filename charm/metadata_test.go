@@ -102,7 +102,23 @@ requires:
 			name: "declared lifeline-info with a limit",
 			yaml: "name: app\nprovides:\n  lifeline-info: {interface: lifeline-info, limit: 3}\n",
 			endpoints: []*pb.Endpoint{
+				ep(InfoAlias, InfoAlias, provider, global, 3),
+			},
+		},
+		{
+			name: "declared juju-info with a limit",
+			yaml: "name: app\nprovides:\n  juju-info: {interface: juju-info, limit: 3}\n",
+			endpoints: []*pb.Endpoint{
 				ep(InfoEndpoint, InfoInterface, provider, global, 3),
+			},
+		},
+		{
+			// As Juju's subordinates often name their requirer.
+			name:        "subordinate requires juju-info",
+			yaml:        "name: papertrail\nsubordinate: true\nrequires:\n  juju-info: {interface: juju-info, scope: container}\n",
+			subordinate: true,
+			endpoints: []*pb.Endpoint{
+				ep(InfoEndpoint, InfoInterface, requirer, container, 0),
 			},
 		},
 		{
@@ -197,11 +213,14 @@ func TestParseMetadataErrors(t *testing.T) {
 		{"limit a float", "name: kv\nrequires:\n  db: {interface: sql, limit: 1.5}\n", `metadata.yaml: requires.db.limit: want an integer, got "1.5"`},
 		{"duplicate endpoint", "name: kv\nprovides:\n  db: sql\nrequires:\n  db: sql\n", `metadata.yaml: requires.db: endpoint "db" is also declared in provides`},
 		{"duplicate endpoint in section", "name: kv\nprovides:\n  db: sql\n  db: pg\n", "metadata.yaml: provides.db: key appears twice"},
-		{"lifeline-info wrong interface", "name: kv\nprovides:\n  lifeline-info: http\n", "metadata.yaml: provides.lifeline-info: is reserved: it must have interface lifeline-info and global scope"},
-		{"lifeline-info container", "name: kv\nprovides:\n  lifeline-info: {interface: lifeline-info, scope: container}\n", "metadata.yaml: provides.lifeline-info: is reserved: it must have interface lifeline-info and global scope"},
+		{"lifeline-info wrong interface", "name: kv\nprovides:\n  lifeline-info: http\n", "metadata.yaml: provides.lifeline-info: is reserved: it must have interface juju-info (or lifeline-info) and global scope"},
+		{"lifeline-info container", "name: kv\nprovides:\n  lifeline-info: {interface: lifeline-info, scope: container}\n", "metadata.yaml: provides.lifeline-info: is reserved: it must have interface juju-info (or lifeline-info) and global scope"},
+		{"juju-info wrong interface", "name: kv\nprovides:\n  juju-info: http\n", "metadata.yaml: provides.juju-info: is reserved: it must have interface juju-info (or lifeline-info) and global scope"},
+		{"juju-info and lifeline-info", "name: kv\nprovides:\n  juju-info: juju-info\n  lifeline-info: lifeline-info\n", "metadata.yaml: provides.lifeline-info: is the same endpoint as provides.juju-info: declare one of them"},
+		{"juju-info required", "name: kv\nrequires:\n  juju-info: juju-info\n", "metadata.yaml: requires.juju-info: is reserved for the provider endpoint every principal charm has"},
 		{"lifeline-info required", "name: kv\nrequires:\n  lifeline-info: lifeline-info\n", "metadata.yaml: requires.lifeline-info: is reserved for the provider endpoint every principal charm has"},
 		{"lifeline-info peer", "name: kv\npeers:\n  lifeline-info: lifeline-info\n", "metadata.yaml: peers.lifeline-info: is reserved for the provider endpoint every principal charm has"},
-		{"too many endpoints", many("requires", 32), "metadata.yaml: 33 endpoints (counting the implicit lifeline-info): at most 32"},
+		{"too many endpoints", many("requires", 32), "metadata.yaml: 33 endpoints (counting the implicit juju-info): at most 32"},
 		{"far too many endpoints", many("provides", 1000), "metadata.yaml: more than 32 endpoints"},
 		{"too many peers", many("peers", 9), "metadata.yaml: peers: 9 endpoints: at most 8"},
 		{"subordinate without container requires", "name: lg\nsubordinate: true\nrequires:\n  host: lifeline-info\n", "metadata.yaml: subordinate: a subordinate charm needs a requires endpoint with scope: container"},

@@ -105,7 +105,7 @@ func TestCharmsMetadata(t *testing.T) {
 	}{
 		{"kv", false, []endpoint{{"provides", "server", "kv", pb.Scope_SCOPE_GLOBAL}}, int64(7070), []string{"kv-server"}},
 		{"app", false, []endpoint{{"requires", "db", "kv", pb.Scope_SCOPE_GLOBAL}}, int64(8080), []string{"app-server"}},
-		{"logger", true, []endpoint{{"requires", "host", "lifeline-info", pb.Scope_SCOPE_CONTAINER}}, nil, nil},
+		{"logger", true, []endpoint{{"requires", "host", "juju-info", pb.Scope_SCOPE_CONTAINER}}, nil, nil},
 		{"token-source", false, []endpoint{{"provides", "token", "token", pb.Scope_SCOPE_GLOBAL}}, int64(8080), nil},
 		{"token-sink", false, []endpoint{{"requires", "token", "token", pb.Scope_SCOPE_GLOBAL}}, nil, nil},
 	}

@@ -103,30 +103,39 @@ func endpointNamed(svc *pb.Service, name string) *pb.Endpoint {
 	return nil
 }
 
-// The implicit endpoint every principal provides (charm.InfoEndpoint),
-// and Juju's name of it and of its interface, which charms written for
-// Juju require: each name stands for the other.
+// The implicit endpoint every principal provides (charm.InfoEndpoint,
+// Juju's juju-info), and its second name (charm.InfoAlias), which services
+// may hold in their records: each name stands for the other, as an
+// endpoint's name and as an interface.
 const (
-	infoEndpoint     = "lifeline-info"
-	jujuInfoEndpoint = "juju-info"
+	infoEndpoint = "juju-info"
+	infoAlias    = "lifeline-info"
 )
 
+// infoName says whether name is either name of the implicit endpoint or
+// of its interface.
+func infoName(name string) bool { return name == infoEndpoint || name == infoAlias }
+
+// isInfo says whether ep is the implicit endpoint, under either name.
+func isInfo(ep *pb.Endpoint) bool {
+	return ep.Role == pb.Role_ROLE_PROVIDER && infoName(ep.Name) && infoName(ep.Interface)
+}
+
 // endpointIs says whether ep is the endpoint named name: by its name, or
-// the implicit info endpoint by Juju's.
+// the implicit endpoint by either of its names.
 func endpointIs(ep *pb.Endpoint, name string) bool {
-	return ep.Name == name || name == jujuInfoEndpoint && ep.Name == infoEndpoint && ep.Interface == infoEndpoint
+	return ep.Name == name || isInfo(ep) && infoName(name)
 }
 
 // sameInterface says whether endpoints of interfaces x and y may relate:
-// the same, or the info interface under Lifeline's and Juju's names.
+// the same, or the implicit endpoint's under its two names.
 func sameInterface(x, y string) bool {
-	info := func(i string) bool { return i == infoEndpoint || i == jujuInfoEndpoint }
-	return x == y || info(x) && info(y)
+	return x == y || infoName(x) && infoName(y)
 }
 
 // offers says what endpoints svc could relate through (those named name
-// when given), for a refusal: "ubuntu offers lifeline-info (lifeline-info,
-// alias juju-info)", "papertrail requires juju-info (juju-info,
+// when given), for a refusal: "ubuntu offers juju-info (juju-info, alias
+// lifeline-info)", "papertrail requires juju-info (juju-info,
 // container)".
 func offers(svc *pb.Service, name string) string {
 	var provides, requires []string
@@ -134,14 +143,15 @@ func offers(svc *pb.Service, name string) string {
 		if ep.Role == pb.Role_ROLE_PEER || name != "" && !endpointIs(ep, name) {
 			continue
 		}
-		what := ep.Interface
-		if ep.Name == infoEndpoint && ep.Interface == infoEndpoint {
-			what += ", alias " + jujuInfoEndpoint
+		name, what := ep.Name, ep.Interface
+		if isInfo(ep) {
+			// Either name names it: the refusal shows Juju's.
+			name, what = infoEndpoint, infoEndpoint+", alias "+infoAlias
 		}
 		if ep.Scope == pb.Scope_SCOPE_CONTAINER {
 			what += ", container"
 		}
-		desc := fmt.Sprintf("%s (%s)", ep.Name, what)
+		desc := fmt.Sprintf("%s (%s)", name, what)
 		if ep.Role == pb.Role_ROLE_PROVIDER {
 			provides = append(provides, desc)
 		} else {

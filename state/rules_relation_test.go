@@ -188,12 +188,20 @@ func TestAddRelationEndpoints(t *testing.T) {
 		{"app", "nope", state.ErrNotFound, "service nope not found", ""},
 		{"app", "logger", nil, "", "app:juju-info logger:host"},
 		{"kv", "logger", state.ErrInvalid, "no endpoints of kv and logger can be related: kv offers server (kv); logger requires host (juju-info, container)", ""},
-		// Juju's juju-info is Lifeline's implicit lifeline-info, by
-		// interface and by name.
+		// The implicit endpoint is juju-info, with lifeline-info a second
+		// name of it and of its interface: a service whose record holds
+		// either relates to requirers of either, named by either name.
 		{"ubuntu", "logger", nil, "", "logger:host ubuntu:lifeline-info"},
 		{"ubuntu:juju-info", "logger", nil, "", "logger:host ubuntu:lifeline-info"},
 		{"ubuntu", "oldlogger", nil, "", "oldlogger:host ubuntu:lifeline-info"},
-		{"ubuntu", "app", state.ErrInvalid, "no endpoints of ubuntu and app can be related: ubuntu offers lifeline-info (lifeline-info, alias juju-info); app offers website (http), juju-info (juju-info) and requires db (kv)", ""},
+		{"app:lifeline-info", "logger", nil, "", "app:juju-info logger:host"},
+		{"app", "oldlogger", nil, "", "app:juju-info oldlogger:host"},
+		{"ubuntu", "papertrail", nil, "", "papertrail:juju-info ubuntu:lifeline-info"},
+		{"app", "papertrail:juju-info", nil, "", "app:juju-info papertrail:juju-info"},
+		{"ubuntu", "app", state.ErrInvalid, "no endpoints of ubuntu and app can be related: ubuntu offers juju-info (juju-info, alias lifeline-info); app offers website (http), juju-info (juju-info, alias lifeline-info) and requires db (kv)", ""},
+		{"kv", "papertrail", state.ErrInvalid, "no endpoints of kv and papertrail can be related: kv offers server (kv); papertrail requires juju-info (juju-info, container)", ""},
+		{"logger", "papertrail", state.ErrInvalid, "no endpoints of logger and papertrail can be related: logger requires host (juju-info, container); papertrail requires juju-info (juju-info, container)", ""},
+		{"kv:lifeline-info", "papertrail", state.ErrNotFound, `service kv has no endpoint "lifeline-info"`, ""},
 		{"other", "kv", nil, "", "kv:server other:db"},
 		{"app", "two", state.ErrInvalid, "ambiguous relation: app two could be app:db two:a or app:db two:b", ""},
 	}
@@ -205,6 +213,7 @@ func TestAddRelationEndpoints(t *testing.T) {
 			addService(t, ctx, st, "other", plainEndpoints)
 			addService(t, ctx, st, "logger", loggerEndpoints)
 			addService(t, ctx, st, "ubuntu", []*pb.Endpoint{{Name: "lifeline-info", Interface: "lifeline-info", Role: pb.Role_ROLE_PROVIDER, Scope: pb.Scope_SCOPE_GLOBAL}})
+			addService(t, ctx, st, "papertrail", []*pb.Endpoint{{Name: "juju-info", Interface: "juju-info", Role: pb.Role_ROLE_REQUIRER, Scope: pb.Scope_SCOPE_CONTAINER}})
 			addService(t, ctx, st, "oldlogger", []*pb.Endpoint{{Name: "host", Interface: "lifeline-info", Role: pb.Role_ROLE_REQUIRER, Scope: pb.Scope_SCOPE_CONTAINER}})
 			addService(t, ctx, st, "two", []*pb.Endpoint{
 				{Name: "a", Interface: "kv", Role: pb.Role_ROLE_PROVIDER, Scope: pb.Scope_SCOPE_GLOBAL},

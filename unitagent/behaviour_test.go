@@ -170,7 +170,7 @@ func TestFailingHooks(t *testing.T) {
 // deployed beside itself; destroying the principal takes it along.
 func TestSubordinatesFollowTheirPrincipal(t *testing.T) {
 	w := newWorld(t)
-	w.deploy(appMeta, 1, "db", "lifeline-info")
+	w.deploy(appMeta, 1, "db", "juju-info")
 	w.deploy(loggerMeta, 0, "host")
 	rel := relate(t, w, "app", "logger")
 	w.start("app/0")
@@ -193,7 +193,7 @@ func TestSubordinatesFollowTheirPrincipal(t *testing.T) {
 		t.Errorf("logger/0 ran %v: want broken, then stop and remove", lg)
 	}
 	app := w.hooks("app/0")
-	if i, j := index(app, "stop"), index(app, "lifeline-info-relation-broken"); j < 0 || i < j {
+	if i, j := index(app, "stop"), index(app, "juju-info-relation-broken"); j < 0 || i < j {
 		t.Errorf("app/0 ran %v: want its relation with logger broken before stop", app)
 	}
 }
@@ -204,7 +204,7 @@ func TestSubordinatesFollowTheirPrincipal(t *testing.T) {
 // relation go, and the principal keeps running.
 func TestSubordinateServiceGoesWithoutItsPrincipal(t *testing.T) {
 	w := newWorld(t)
-	w.deploy(appMeta, 1, "db", "lifeline-info")
+	w.deploy(appMeta, 1, "db", "juju-info")
 	w.deploy(loggerMeta, 0, "host")
 	relate(t, w, "app", "logger")
 	w.start("app/0")

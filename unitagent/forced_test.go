@@ -51,7 +51,7 @@ func TestForcedOutOrDead(t *testing.T) {
 // destroyed, it has removed the subordinate.
 func TestPrincipalTellsItsSubordinates(t *testing.T) {
 	w := newWorld(t)
-	w.deploy(appMeta, 1, "db", "lifeline-info")
+	w.deploy(appMeta, 1, "db", "juju-info")
 	w.deploy(loggerMeta, 0, "host")
 	w.start("app/0")
 	told := func() [][]string {

@@ -107,7 +107,7 @@ func TestHooksReadUnitsThatLeft(t *testing.T) {
 // waits for it, removes it).
 func TestSubordinateReadsItsPrincipalThatLeft(t *testing.T) {
 	w := newWorld(t)
-	w.deploy(appMeta, 1, "db", "lifeline-info")
+	w.deploy(appMeta, 1, "db", "juju-info")
 	w.deploy(loggerMeta, 0, "host")
 	rel := relate(t, w, "app", "logger")
 	w.start("app/0")

@@ -240,7 +240,7 @@ func TestCommandsAgainstAController(t *testing.T) {
 			rel := r.(map[string]any)
 			scopes[rel["key"].(string)] = rel["scope"].(string)
 		}
-		if scopes["app:db kv:server"] != "global" || scopes["app:lifeline-info logger:host"] != "container" || len(scopes) != 3 {
+		if scopes["app:db kv:server"] != "global" || scopes["app:juju-info logger:host"] != "container" || len(scopes) != 3 {
 			t.Errorf("relations = %v, want app-kv (global), app-logger (container) and kv's peers", scopes)
 		}
 

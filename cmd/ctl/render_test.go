@@ -37,7 +37,7 @@ func sampleStatus() *pb.ModelStatus {
 			}},
 		},
 		Relations: []*pb.RelationStatus{
-			{Id: 2, Key: "app:lifeline-info logger:host", Life: "alive", Scope: "container", Units: []string{"app/0", "logger/0"}},
+			{Id: 2, Key: "app:juju-info logger:host", Life: "alive", Scope: "container", Units: []string{"app/0", "logger/0"}},
 			{Id: 0, Key: "kv:cluster", Life: "dying", Scope: "global", Units: []string{"kv/1"}, WaitingFor: []string{"unit kv/1 to depart"}},
 		},
 	}

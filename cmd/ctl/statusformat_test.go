@@ -80,7 +80,7 @@ func TestRenderJSONPath(t *testing.T) {
 		{"$.services.kv.units['kv/0'].message", "serving\n"},
 		{"{.services.kv.units['kv/0'].machine}", "0\n"},
 		{".machines['2'].waiting_for", `["unit kv/1"]` + "\n"},
-		{"$.relations[*].key", "kv:cluster\napp:lifeline-info logger:host\n"},
+		{"$.relations[*].key", "kv:cluster\napp:juju-info logger:host\n"},
 		{"$.schema_version", "1\n"},
 		// A wildcard over an object visits its keys in order: machines
 		// by number, units by name.
