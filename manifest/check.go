@@ -12,6 +12,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/lifelinehq/lifeline/charm"
+	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
 // Plugins runs the programs of a manifest's exec:PATH resources.
@@ -270,9 +271,11 @@ func (c *Checked) checkRelations(errs *Errors) {
 	}
 }
 
+// hasEndpoint says whether the charm m has endpoint ep; the implicit
+// endpoint answers to either of its names.
 func hasEndpoint(m *charm.Metadata, ep string) bool {
 	for _, e := range m.Endpoints() {
-		if e.Name == ep {
+		if e.Name == ep || e.Role == pb.Role_ROLE_PROVIDER && charm.IsInfoName(e.Name) && charm.IsInfoName(e.Interface) && charm.IsInfoName(ep) {
 			return true
 		}
 	}

@@ -424,10 +424,13 @@ func planRelation(rp *ResourcePlan, snap *Snapshot) {
 	rp.planned = map[string]any{"id": Unknown{}, "key": Unknown{}, "scope": Unknown{}, "endpoints": Unknown{}}
 }
 
-// endpointIs says whether "service" or "service:endpoint" names ep.
+// endpointIs says whether "service" or "service:endpoint" names ep; the
+// implicit endpoint answers to either of its names (juju-info,
+// lifeline-info), as the controller's relation rules have it.
 func endpointIs(spec string, ep *pb.RelationEndpointStatus) bool {
 	svc, name, named := strings.Cut(spec, ":")
-	return svc == ep.Service && (!named || name == ep.Endpoint)
+	info := ep.Role == "provider" && charm.IsInfoName(ep.Endpoint) && charm.IsInfoName(ep.Interface) && charm.IsInfoName(name)
+	return svc == ep.Service && (!named || name == ep.Endpoint || info)
 }
 
 // planMachines plans a machine resource: its machines are the alive ones

@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -125,6 +126,32 @@ func isInfo(ep *pb.Endpoint) bool {
 // the implicit endpoint by either of its names.
 func endpointIs(ep *pb.Endpoint, name string) bool {
 	return ep.Name == name || isInfo(ep) && infoName(name)
+}
+
+// keepInfoName returns eps, a service's new endpoints, with the implicit
+// endpoint under the name (and interface) it has in old, the service's
+// endpoints now: a service keeps its implicit endpoint's name for its life,
+// so that its relations and its units' hooks go on naming it so whichever
+// name a new charm's record gives it.
+func keepInfoName(old, eps []*pb.Endpoint) []*pb.Endpoint {
+	var was *pb.Endpoint
+	for _, ep := range old {
+		if isInfo(ep) {
+			was = ep
+		}
+	}
+	if was == nil {
+		return eps
+	}
+	i := slices.IndexFunc(eps, isInfo)
+	if i < 0 || eps[i].Name == was.Name && eps[i].Interface == was.Interface {
+		return eps
+	}
+	out := slices.Clone(eps)
+	out[i] = protoClone(eps[i])
+	out[i].Name, out[i].Interface = was.Name, was.Interface
+	slices.SortFunc(out, func(a, b *pb.Endpoint) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // sameInterface says whether endpoints of interfaces x and y may relate:

@@ -111,6 +111,7 @@ func (s *State) changeSpec(ctx context.Context, service string, sc SpecChange, c
 		}
 		endpoints := svc.v.Endpoints
 		if eps != nil {
+			eps = keepInfoName(svc.v.Endpoints, eps)
 			endpoints = eps
 		}
 		if err := (AddServiceArgs{Name: service, Charm: spec.Charm, Subordinate: svc.v.Subordinate, Endpoints: endpoints, Config: spec.Config}).validate(); err != nil {

@@ -217,6 +217,35 @@ func TestChangeSpecEndpoints(t *testing.T) {
 	}
 }
 
+// TestChangeSpecKeepsInfoName: a service whose implicit endpoint is
+// named lifeline-info, related through it, takes a charm whose record
+// names it juju-info: the service keeps lifeline-info, and its relation.
+func TestChangeSpecKeepsInfoName(t *testing.T) {
+	st, ctx := newState(t)
+	addService(t, ctx, st, "ubuntu", []*pb.Endpoint{{Name: "lifeline-info", Interface: "lifeline-info", Role: pb.Role_ROLE_PROVIDER, Scope: pb.Scope_SCOPE_GLOBAL}})
+	addService(t, ctx, st, "logger", loggerEndpoints)
+	relate(t, ctx, st, "ubuntu", "logger")
+	web := &pb.Endpoint{Name: "website", Interface: "http", Role: pb.Role_ROLE_PROVIDER, Scope: pb.Scope_SCOPE_GLOBAL}
+	_, err := st.ChangeSpec(ctx, "ubuntu", state.SpecChange{Reason: "refresh", Next: func(head *pb.Revision) (*pb.ServiceSpec, []*pb.Endpoint, error) {
+		return &pb.ServiceSpec{Charm: &pb.CharmRef{Name: "ubuntu", Revision: 2}}, []*pb.Endpoint{
+			{Name: "juju-info", Interface: "juju-info", Role: pb.Role_ROLE_PROVIDER, Scope: pb.Scope_SCOPE_GLOBAL, Limit: 5}, web,
+		}, nil
+	}})
+	must(t, "ChangeSpec", err)
+	svc, err := st.Service(ctx, "ubuntu")
+	must(t, "Service", err)
+	var got []string
+	for _, ep := range svc.Endpoints {
+		got = append(got, fmt.Sprintf("%s(%s %d)", ep.Name, ep.Interface, ep.Limit))
+	}
+	if want := []string{"lifeline-info(lifeline-info 5)", "website(http 0)"}; !slices.Equal(got, want) {
+		t.Errorf("ubuntu's endpoints after the refresh = %v, want %v", got, want)
+	}
+	if _, err := st.RelationByKey(ctx, "logger:host ubuntu:lifeline-info"); err != nil {
+		t.Errorf("the relation after the refresh: %v", err)
+	}
+}
+
 func TestRolloutVerbs(t *testing.T) {
 	st, ctx := newState(t)
 	addService(t, ctx, st, "kv", kvEndpoints)
