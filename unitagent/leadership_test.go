@@ -190,3 +190,56 @@ func TestKilledDuringLeaderElected(t *testing.T) {
 		t.Errorf("leader-elected ran %d times after a restart once it had run, want 1: %v", n, w.hooks("kv/0"))
 	}
 }
+
+// TestPeerServiceSettingsReachFollowers: in a peer relation, the leader's
+// relation-set --app runs relation-changed (no remote unit,
+// JUJU_REMOTE_APP its own service) on the other units, not on the leader,
+// as in Juju: the leader wrote them. Once it no longer leads, it runs it.
+func TestPeerServiceSettingsReachFollowers(t *testing.T) {
+	w := newWorld(t)
+	c := w.env.Upload(w.op, writeCharm(t, "name: kv\npeers:\n  ring: ring\n", "ring"))
+	if _, err := w.op.Deploy(w.env.Ctx, &pb.DeployRequest{Charm: c.Name, NumUnits: 2}); err != nil {
+		t.Fatal(err)
+	}
+	st := w.env.State
+	gone := map[string]func(){}
+	for _, u := range []string{"kv/0", "kv/1"} {
+		unit, err := st.Unit(w.env.Ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := st.Present(w.env.Ctx, names.MachineTag(unit.MachineId), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		gone[u] = p.Close
+	}
+	if err := st.ElectLeader(w.env.Ctx, "kv/0"); err != nil {
+		t.Fatal(err)
+	}
+	w.file("kv/0", "probe-ring-relation-joined", "relation-set --app mode=ring\n")
+	w.file("kv/1", "probe-ring-relation-changed", `[ -n "$JUJU_REMOTE_UNIT" ] || echo "$JUJU_REMOTE_APP $(relation-get --app mode)"`+"\n")
+	w.start("kv/0")
+	w.start("kv/1")
+	w.waitFor("kv/1 to run relation-changed for kv's settings", func() bool {
+		return slices.Contains(w.lines("kv/1", "probe.log"), "kv ring")
+	})
+	// kv/0 has joined kv/1 (which wrote the settings) and seen its
+	// settings; it would have run the service's relation-changed by now.
+	w.waitHook("kv/0", "ring-relation-changed ring:")
+	w.waitFor("kv/0 idle", func() bool { s := w.agentStatus("kv/0"); return s != nil && s.Agent == "idle" })
+	for _, h := range w.hooks("kv/0") {
+		if strings.HasPrefix(h, "ring-relation-changed ") && strings.HasSuffix(h, " -") {
+			t.Errorf("the leader kv/0 ran %q for its own service's settings: %v", h, w.hooks("kv/0"))
+		}
+	}
+
+	// kv/0 no longer leads: it runs relation-changed for the settings
+	// it had not been told of as a follower.
+	gone["kv/0"]()
+	if err := st.ElectLeader(w.env.Ctx, "kv/1"); err != nil {
+		t.Fatal(err)
+	}
+	w.waitHook("kv/0", "ring-relation-changed ring:0 -")
+}

@@ -367,7 +367,9 @@ func relationAction(l *localState, r *remote, self string, dying bool) (action, 
 			if kind, m, v, ok := nextMemberHook(rr, lr, self); ok {
 				return hook(relHook(lr, id, kind, m, v)), true
 			}
-			if svc, v, ok := appChanged(rr, lr, r.unit.Service); ok {
+			// A peer relation's leader wrote its own service's settings:
+			// as in Juju, only the other units hear of them.
+			if svc, v, ok := appChanged(rr, lr, r.unit.Service); ok && (svc != r.unit.Service || r.leader != self) {
 				return hook(&hookOp{Hook: lr.Endpoint + "-relation-changed", Relation: id, Endpoint: lr.Endpoint, RemoteService: svc, Version: v}), true
 			}
 			continue
@@ -390,10 +392,11 @@ func relationAction(l *localState, r *remote, self string, dying bool) (action, 
 	return action{}, false
 }
 
-// appChanged returns the remote service of relation rr (the unit's own,
+// appChanged returns the remote service of relation rr (the unit's own
 // service, in a peer relation) and the version of its settings there
 // (relation-set --app) when relation-changed has not run for that
 // version: Juju runs it, with no remote unit, after the member hooks due.
+// The caller skips it on a peer relation's leader.
 func appChanged(rr *remoteRelation, lr *localRelation, service string) (string, int64, bool) {
 	if rr.rel == nil || !rr.appsKnown {
 		return "", 0, false
