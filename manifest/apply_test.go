@@ -52,7 +52,7 @@ func (x *rpcExecutor) Do(ctx context.Context, c *Checked, rp *ResourcePlan) erro
 				settings[k] = fmt.Sprint(v)
 			}
 			if _, err = x.op.Deploy(ctx, &pb.DeployRequest{Charm: rec.Name, Revision: rec.Revision, Service: rp.Name,
-				NumUnits: int32(a.Count.(int64)), Config: settings}); err == nil {
+				NumUnits: int32(a.Count.(int64)), To: a.To, Config: settings}); err == nil {
 				err = claim("service", rp.Name)
 			}
 		case ActSetConfig:
