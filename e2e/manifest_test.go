@@ -58,9 +58,11 @@ resources:
 // plugin resource STALE → write → VALID with kv's address; a second plan
 // has no changes; a variable's change plans one action and applies as a
 // revision; saved plans whose inputs changed (one made against the empty
-// model, one whose manifest was edited) are refused; prune destroys only what the manifest owns; export
-// round-trips to no actions; a plugin whose state stays STALE halts
-// apply naming it.
+// model, one whose manifest was edited) are refused; a viewer's apply is
+// refused before any change; a failed apply prunes nothing; prune destroys
+// only what the manifest owns, a service's units before their machine;
+// export round-trips to no actions; a plugin whose state stays STALE
+// halts apply naming it.
 func TestManifestApply(t *testing.T) {
 	t.Parallel()
 	needCharms(t)
@@ -78,6 +80,14 @@ func TestManifestApply(t *testing.T) {
 	emptyPlan := filepath.Join(dir, "empty.plan")
 	s.OK(t, "plan", demo, "-o", emptyPlan)
 
+	t.Run("a viewer is refused before any change", func(t *testing.T) {
+		vic := newUser(t, s, "vic", "viewer")
+		oneLine(t, s.Ctl("--config", vic, "apply", demo), 1,
+			"ctl: user vic (viewer) may not apply a manifest: applying changes the model, which needs the operator role; nothing was changed")
+		if st := s.Status(t); len(st.Services) != 0 {
+			t.Errorf("after a viewer's apply the model has services %v, want none", st.Services)
+		}
+	})
 	t.Run("apply from empty", func(t *testing.T) {
 		out := s.OK(t, "apply", demo)
 		for _, want := range []string{
@@ -143,13 +153,30 @@ func TestManifestApply(t *testing.T) {
 		}
 		s.OK(t, "plan", changed, "--detailed-exitcode")
 	})
-	t.Run("prune destroys only what it owns", func(t *testing.T) {
-		s.OK(t, "deploy", charmPath(t, "logger"), "hand")
-		withCache := demoManifest(t, dir, plugins, 1011, "  cache:\n    type: service\n    config: {charm: "+charmPath(t, "kv")+", units: 0}\n")
+	// cache is a service of one unit on a machine of the manifest's own.
+	withCache := demoManifest(t, dir, plugins, 1011, "  box:\n    type: machine\n    config: {count: 1}\n"+
+		"  cache:\n    type: service\n    dependencies: {box: box}\n"+
+		"    config: {charm: "+charmPath(t, "kv")+", units: 1, to: \"{{ box.state.machines[0] }}\"}\n")
+	t.Run("no prune after a failure", func(t *testing.T) {
 		s.OK(t, "apply", withCache)
+		stuck := demoManifest(t, dir, plugins, 1011, "  stuck:\n    type: exec:"+plugins+"/stuck\n    config: {}\n")
+		r := s.Ctl("apply", stuck, "--prune", "--keep-going")
+		if r.Code != 1 || !strings.Contains(r.Stdout, "Prune skipped: the apply did not fully succeed, so nothing was destroyed.") ||
+			strings.Contains(r.Stdout, "prune: -") {
+			t.Errorf("%v\nwant exit status 1, the prune skipped and nothing destroyed", r)
+		}
+		if _, ok := s.Status(t).Services["cache"]; !ok {
+			t.Error("cache went: a failed apply pruned")
+		}
+	})
+	t.Run("prune destroys only what it owns, units before machines", func(t *testing.T) {
+		s.OK(t, "deploy", charmPath(t, "logger"), "hand")
+		s.OK(t, "apply", withCache)
+		st := s.Status(t)
+		box := st.Services["cache"].Units["cache/0"].Machine
 		without := demoManifest(t, dir, plugins, 1011, "")
 		out := s.OK(t, "plan", without, "--prune")
-		for _, want := range []string{"- destroy service cache\n", "Plan: 0 to create, 0 to change, 1 to destroy."} {
+		for _, want := range []string{"- destroy service cache\n", "- destroy machine " + box + "\n", "Plan: 0 to create, 0 to change, 2 to destroy."} {
 			if !strings.Contains(out, want) {
 				t.Errorf("ctl plan --prune:\n%s\nwant %q", out, want)
 			}
@@ -157,11 +184,16 @@ func TestManifestApply(t *testing.T) {
 		if strings.Contains(out, "hand") {
 			t.Errorf("ctl plan --prune:\n%s\nwant nothing of the service deployed by hand", out)
 		}
-		s.OK(t, "apply", without, "--prune")
-		s.WaitStatus(t, "cache gone", 2*time.Minute, func(d *e2etest.StatusDoc) bool {
+		out = s.OK(t, "apply", without, "--prune")
+		i, j := strings.Index(out, "prune: - destroy service cache"), strings.Index(out, "prune: - destroy machine "+box)
+		if i < 0 || j < i {
+			t.Errorf("ctl apply --prune:\n%s\nwant the service destroyed, then the machine", out)
+		}
+		s.WaitStatus(t, "cache and its machine gone", 2*time.Minute, func(d *e2etest.StatusDoc) bool {
 			_, cache := d.Services["cache"]
 			_, hand := d.Services["hand"]
-			return !cache && hand
+			_, m := d.Machines[box]
+			return !cache && hand && !m
 		})
 	})
 	t.Run("export round-trips", func(t *testing.T) {

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/lifelinehq/lifeline/charm"
 	"github.com/lifelinehq/lifeline/manifest"
@@ -53,6 +55,14 @@ One line a resource shows the progress.
 What apply creates (services, relations, machines) is recorded as owned by
 the manifest's name. --prune then destroys what the manifest owns and no
 longer names (ctl plan --prune shows it); nothing else is ever destroyed.
+It prunes only after a fully successful apply: when any resource failed
+(also with --keep-going) nothing is destroyed, and apply says so. The
+services and relations go first; their units leave through the life
+rules, apply waiting for them (at most --timeout, showing which are left),
+and only then are the machines destroyed.
+
+Applying changes the model: a user with the viewer role is refused before
+anything is done.
 
 A saved PLAN is refused when anything it read has changed since it was
 made: the manifest, its charms, the variables, the services, relations
@@ -173,6 +183,9 @@ func apply(ctx context.Context, e *env, path string, vars []map[string]any, f ap
 		return err
 	}
 	defer c.close()
+	if err := mayApply(ctx, c); err != nil {
+		return err
+	}
 	if saved != nil {
 		pctx, cancel := context.WithTimeout(ctx, planTimeout)
 		now, err := checked.Plan(pctx, c.op)
@@ -190,6 +203,9 @@ func apply(ctx context.Context, e *env, path string, vars []map[string]any, f ap
 	_, applyErr := checked.Apply(ctx, manifest.ApplyOptions{Model: c.op, Exec: x, Parallelism: f.parallelism,
 		KeepGoing: f.keepGoing, Progress: out.event})
 	if applyErr != nil {
+		if f.prune {
+			fmt.Fprintln(e.stdout, "Prune skipped: the apply did not fully succeed, so nothing was destroyed.")
+		}
 		var ae *manifest.ApplyError
 		if errors.As(applyErr, &ae) {
 			return fmt.Errorf("apply halted: %s", ae.Error())
@@ -203,14 +219,30 @@ func apply(ctx context.Context, e *env, path string, vars []map[string]any, f ap
 		if err != nil {
 			return c.check(err)
 		}
-		for _, a := range p {
-			fmt.Fprintf(e.stdout, "prune: %s %s\n", actionMark(a.Kind), a.Describe())
-			if err := x.destroy(ctx, a); err != nil {
-				return fmt.Errorf("prune: %s: %w", a.Describe(), c.check(err))
-			}
+		err = manifest.Prune(ctx, p, manifest.PruneOptions{Model: c.op, Destroy: x.destroy, Timeout: f.timeout,
+			Progress: func(line string) { fmt.Fprintln(e.stdout, line) }})
+		if err != nil {
+			return fmt.Errorf("prune: %w", c.check(err))
 		}
 	}
 	fmt.Fprintf(e.stdout, "Apply complete: %d resources VALID (%s).\n", len(checked.Order), seconds(time.Since(start)))
+	return nil
+}
+
+// mayApply refuses, before anything is done, a user whose role may not
+// change the model: a viewer's apply would otherwise fail at its first
+// change, with the resources before it done.
+func mayApply(ctx context.Context, c *client) error {
+	cctx, cancel := callContext(ctx)
+	defer cancel()
+	who, err := c.op.WhoAmI(cctx, &pb.WhoAmIRequest{})
+	if err != nil {
+		return c.check(err)
+	}
+	if u := who.GetUser(); u.GetRole() < pb.UserRole_USER_ROLE_OPERATOR {
+		return status.Errorf(codes.PermissionDenied, "user %s (%s) may not apply a manifest: applying changes the model, which needs the operator role; nothing was changed",
+			u.GetName(), roleName(u.GetRole()))
+	}
 	return nil
 }
 
