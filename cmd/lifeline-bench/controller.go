@@ -417,17 +417,3 @@ func upload(ctx context.Context, op pb.OperatorServiceClient, dir string) (*pb.C
 	}
 	return resp.Charm, nil
 }
-
-// timeStatus times ctl status --format json, of the whole model or of
-// what selectors select.
-func timeStatus(ctx context.Context, ctlPath, config string, selectors ...string) (float64, error) {
-	cmd := exec.CommandContext(ctx, ctlPath, append([]string{"status", "--format", "json"}, selectors...)...)
-	cmd.Env = append(os.Environ(), "LIFELINE_CONFIG="+config)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	start := time.Now()
-	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("ctl status: %w: %s", err, out.String())
-	}
-	return time.Since(start).Seconds(), nil
-}

@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -52,6 +53,7 @@ type config struct {
 	scenario                 string
 	rolloutMaxParallel       string
 	dashboardProbe           int
+	manifest                 manifestConfig
 }
 
 func main() {
@@ -76,9 +78,13 @@ func main() {
 	flag.IntVar(&c.fleetNice, "fleet-nice", 0, "run the fleet (its agents, their hooks, the related units' agents) at this nice value, the controller at 0: on one host the hooks' processes otherwise take the controller's CPU, which machines of their own would not (0: the same)")
 	flag.StringVar(&c.fleetGC, "fleet-gc", "agents", "how the fleet's processes collect garbage: agents (as seldom as its machines' agents would, each in a process of its own: heapfloor.go) or process (as any one Go process would, whenever its heap doubles)")
 	flag.BoolVar(&c.timeline, "timeline", false, "print, for deploying and for destroying, the life changes of units and machines and the scope entries made and removed that the harness's watch saw in each quarter second, the transactions the controller retried after a conflict, and its garbage collector's CPU")
-	flag.StringVar(&c.scenario, "scenario", "deploy", "deploy (deploy, then destroy), operations (deploy; run a no-op action on every unit of the service, timed until every task ended; run a sleeping one and pause it all, timed until every task is paused; then destroy: operations.go) or rollout (deploy; change the service's configuration with -rollout-max-parallel, timed until every unit runs the new revision; then destroy: rollout.go) or claims (deploy units each claiming 3 files and a daemon; change the option one file's template reads, with -rollout-max-parallel, timed until every unit's host report has the new revision applied, counting the tasks run and pruned; then destroy: claims.go)")
+	flag.StringVar(&c.scenario, "scenario", "deploy", "deploy (deploy, then destroy), operations (deploy; run a no-op action on every unit of the service, timed until every task ended; run a sleeping one and pause it all, timed until every task is paused; then destroy: operations.go) or rollout (deploy; change the service's configuration with -rollout-max-parallel, timed until every unit runs the new revision; then destroy: rollout.go), claims (deploy units each claiming 3 files and a daemon; change the option one file's template reads, with -rollout-max-parallel, timed until every unit's host report has the new revision applied, counting the tasks run and pruned; then destroy: claims.go) or manifest (generate a manifest of -manifest-services services, -manifest-relations relations and -manifest-units units, ctl apply it from empty, timed until it exits and until the whole manifest plans VALID with every unit settled; time ctl plan of the converged model; then destroy: manifest.go; -units and -related do not apply)")
 	flag.StringVar(&c.rolloutMaxParallel, "rollout-max-parallel", "10%", "the rollout and claims scenarios' max-parallel: N units or P% of them")
 	flag.IntVar(&c.dashboardProbe, "dashboard-probe", 0, "once every unit runs, log in to the dashboard as a browser does, open the model page's live stream and time this many changes (each a unit's status) from their commit to the event carrying them to the page (0: none; dashprobe.go)")
+	flag.IntVar(&c.manifest.services, "manifest-services", 200, "the manifest scenario's services")
+	flag.IntVar(&c.manifest.relations, "manifest-relations", 400, "the manifest scenario's relations")
+	flag.IntVar(&c.manifest.units, "manifest-units", 2000, "the manifest scenario's units, spread over its services (each service's on one machine of the fleet, in turn: -machines)")
+	flag.IntVar(&c.manifest.parallelism, "manifest-parallelism", 10, "the manifest scenario's ctl apply --parallelism")
 	worker := flag.String("fleet-worker", "", "run as a process of the fleet, as this spec says (the harness starts these)")
 	flag.Parse()
 	if *worker != "" {
@@ -124,14 +130,18 @@ func (c *config) validate() error {
 		return errors.New("-fleet-nice must be from 0 to 19")
 	case c.fleetGC != "agents" && c.fleetGC != "process":
 		return fmt.Errorf("-fleet-gc %q: want agents or process", c.fleetGC)
-	case c.scenario != "deploy" && c.scenario != "operations" && c.scenario != "rollout" && c.scenario != "claims":
-		return fmt.Errorf("-scenario %q: want deploy, operations, rollout or claims", c.scenario)
+	case !slices.Contains([]string{"deploy", "operations", "rollout", "claims", "manifest"}, c.scenario):
+		return fmt.Errorf("-scenario %q: want deploy, operations, rollout, claims or manifest", c.scenario)
 	case (c.scenario == "rollout" || c.scenario == "claims") && rolloutPolicyError(c.rolloutMaxParallel) != nil:
 		return fmt.Errorf("-rollout-max-parallel: %v", rolloutPolicyError(c.rolloutMaxParallel))
 	case c.dashboardProbe < 0:
 		return errors.New("-dashboard-probe must be 0 or more")
 	case c.hooks != "process" && c.hooks != "sh" && c.hooks != "none":
 		return fmt.Errorf("-hooks %q: want process, sh or none", c.hooks)
+	case c.scenario == "manifest":
+		if err := c.manifest.validate(); err != nil {
+			return err
+		}
 	}
 	if c.concurrency == 0 {
 		c.concurrency = min(c.machines, 256)

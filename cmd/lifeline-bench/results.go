@@ -174,6 +174,9 @@ type results struct {
 	Claims     *claimsResults  `json:"claims,omitempty"`
 	// Dashboard is the dashboard probe's figures (-dashboard-probe).
 	Dashboard *dashResults `json:"dashboard,omitempty"`
+	// Manifest is the manifest scenario's figures (manifest.go), which
+	// has no deploy of bench and leaves the deploy's figures zero.
+	Manifest *manifestResults `json:"manifest,omitempty"`
 }
 
 // diskFigures are one kind of etcd's disk writes in a phase.
@@ -257,6 +260,14 @@ func top(calls map[string]float64, n int, verb string) string {
 func (r *results) print(w io.Writer) {
 	t := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, format string, v ...any) { fmt.Fprintf(t, "%s\t"+format+"\n", append([]any{k}, v...)...) }
+	if m := r.Manifest; m != nil {
+		row("machines, hooks", "%d, %s", r.Machines, r.Hooks)
+		row("raw etcd txn/s", "%.0f", r.RawTxnPerSecond)
+		row("machine's speed", "%s before the run", r.SpeedBefore)
+		m.print(row)
+		t.Flush()
+		return
+	}
 	row("units, machines, related, hooks", "%d, %d, %d, %s", r.Units, r.Machines, r.Related, r.Hooks)
 	row("seconds to running", "%.1f (units added after %.1f; p50 %.1f, p99 %.1f per unit)", r.SecondsToRunning, r.SecondsToUnitsAdded, r.UnitStartP50, r.UnitStartP99)
 	row("seconds to removed", "%.1f (units gone after %.1f)", r.SecondsToRemoved, r.SecondsToUnitsRemoved)

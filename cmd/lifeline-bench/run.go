@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -205,6 +204,11 @@ func run(ctx context.Context, c config) (*results, error) {
 		return nil, err
 	}
 
+	if c.scenario == "manifest" {
+		res.Manifest, err = runManifest(ctx, manifestEnv{ctl: ctl, ctlPath: c.ctl, dir: dir, hooks: c.hooks, machines: fl.ids,
+			others: append([]string{idle.id}, relatedIDs...), model: model, etcd: etcd, timeout: c.timeout}, c.manifest)
+		return res, err
+	}
 	prof.heap(ctx, "before")
 	say("deploying %d units of bench on %d machines, related to %d of front", c.units, c.machines, c.related)
 	start := time.Now()
@@ -767,21 +771,4 @@ func (p *progress) due() bool {
 // say says how the wait goes, with the seconds since it began.
 func (p *progress) say(format string, args ...any) {
 	say("  "+format+" (%.0f s)", append(args, time.Since(p.start).Seconds())...)
-}
-
-func percentile(xs []float64, p float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	sort.Float64s(xs)
-	return xs[min(len(xs)-1, int(p*float64(len(xs))))]
-}
-
-// dbInUse is the bytes etcd's backend uses now.
-func dbInUse(ctx context.Context, c *clientv3.Client, endpoint string) (int64, error) {
-	s, err := c.Status(ctx, endpoint)
-	if err != nil {
-		return 0, err
-	}
-	return s.DbSizeInUse, nil
 }
