@@ -19,6 +19,9 @@ type Snapshot struct {
 	Revision int64
 	// Values maps keys (relative to the namespace) to values.
 	Values map[string][]byte
+	// Creates maps the keys to their create revisions, when known (a
+	// snapshot made of watch events has none).
+	Creates map[string]int64
 }
 
 // Snapshot reads the model's keys at one revision: every key of the
@@ -28,7 +31,7 @@ func (s *State) Snapshot(ctx context.Context) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	snap := &Snapshot{Revision: r.rev, Values: map[string][]byte{}}
+	snap := &Snapshot{Revision: r.rev, Values: map[string][]byte{}, Creates: map[string]int64{}}
 	for _, p := range modelPrefixes {
 		kvs, err := s.listRev(ctx, p, false, r.rev)
 		if err != nil {
@@ -36,6 +39,7 @@ func (s *State) Snapshot(ctx context.Context) (*Snapshot, error) {
 		}
 		for _, kv := range kvs {
 			snap.Values[string(kv.Key)] = kv.Value
+			snap.Creates[string(kv.Key)] = kv.CreateRevision
 		}
 	}
 	return snap, nil

@@ -312,7 +312,7 @@ func (s *State) destroyManualMachine(ctx context.Context, id string) error {
 	tag := names.MachineTag(id)
 	return s.apply(ctx, "destroy machine "+id, func(ctx context.Context) (*change, error) {
 		r, err := s.read(ctx, get(MachineKey(id)), getKeys(machineAlivePrefix(id), 4), getKeys(machineUnitsPrefix(id), 1),
-			getExists(StatusKey(StatusMachine, id)), getExists(presenceKey(tag)))
+			getExists(StatusKey(StatusMachine, id)), getExists(presenceKey(tag)), get(OwnerKey(OwnMachine, id)))
 		if err != nil {
 			return nil, err
 		}
@@ -338,6 +338,7 @@ func (s *State) destroyManualMachine(ctx context.Context, id string) error {
 		c.del(m.key)
 		c.del(credentialKey(tag))
 		c.del(MachineJoinKey(id)) // its join token, not used
+		removeOwnerOps(c, OwnMachine, id, r.one(5), true)
 		return c, nil
 	})
 }
@@ -391,10 +392,10 @@ func (s *State) RemoveMachine(ctx context.Context, id string) error {
 	return s.RemoveMachines(ctx, []string{id})[0]
 }
 
-// removalsPerTxn bounds RemoveMachines' batches: five operations a
+// removalsPerTxn bounds RemoveMachines' batches: seven operations a
 // machine (its record compared and deleted, its status, credential and
-// join token deleted).
-const removalsPerTxn = 12
+// join token deleted, its owner record and reference deleted).
+const removalsPerTxn = 9
 
 // RemoveMachines is RemoveMachine of each of ids, removalsPerTxn of them in
 // a transaction: the provisioner removes the machines set dead together
@@ -403,7 +404,7 @@ const removalsPerTxn = 12
 // transaction.
 func (s *State) RemoveMachines(ctx context.Context, ids []string) (errs []error) {
 	return s.machineBatches(ctx, "remove", ids, removalsPerTxn, func(id string) []getOp {
-		return []getOp{get(MachineKey(id))}
+		return []getOp{get(MachineKey(id)), get(OwnerKey(OwnMachine, id))}
 	}, func(c *change, r *reads, i int, id string) error {
 		m, err := machineFrom(r.one(i), id)
 		if err != nil {
@@ -419,6 +420,7 @@ func (s *State) RemoveMachines(ctx context.Context, ids []string) (errs []error)
 		}
 		c.del(credentialKey(names.MachineTag(id)))
 		c.del(MachineJoinKey(id))
+		removeOwnerOps(c, OwnMachine, id, r.one(i+1), false) // dead: no claim lands
 		return nil
 	})
 }

@@ -17,14 +17,20 @@ import (
 // Ownership: which manifest created an entity (ctl apply), so that pruning
 // destroys only what the manifest owns. An owner record lives apart from
 // its entity, at owners/<kind>/<id>, with a reference owned/<manifest>/
-// <kind>/<id> beside it (what a manifest owns is one prefix read). The
-// entity records, and the many writers that change and remove them, are
-// left alone: a record carries the create revision of the entity it was
-// written for, and applies only while that entity exists as that
-// incarnation. A record whose entity was removed (or replaced by a new one
-// of the same name) is stale: status shows no owner from it, the
-// invariants tolerate it, and ClaimOwnership sweeps the manifest's stale
-// records and overwrites a stale record of an entity it claims.
+// <kind>/<id> beside it (what a manifest owns is one prefix read); it
+// carries the create revision of the entity it was written for.
+//
+// A claim commits only while its entity is unchanged since the claim read
+// it alive (it compares the entity's mod revision), so no claim lands once
+// the entity is dying or dead. The transaction that removes an entity
+// reads its owner record with the entity and deletes it and its reference
+// (removeOwnerOps): a service's removal (S3, and DestroyService's at
+// once), a relation's, a machine's. An owner record thus names an entity
+// that exists as the incarnation it was written for (checkOwners). Status
+// shows an owner only from a record of the entity's own incarnation, and
+// ClaimOwnership sweeps a manifest's records whose entity is gone and
+// overwrites another incarnation's: cheap checks (the sweep is one read of
+// the manifest's references) that keep a record no removal took harmless.
 const (
 	ownersPrefix = "owners/"
 	ownedPrefix  = "owned/"
@@ -187,7 +193,9 @@ func (s *State) claimBatch(ctx context.Context, manifest, user string, batch []*
 			if !owned[ref] {
 				owned[ref] = true
 			}
-			c.ifSame(string(ent.Key), ent.CreateRevision)
+			// Unchanged since read alive: once it is dying, no claim
+			// commits, and its removal deletes every record it has.
+			c.ifMod(string(ent.Key), ent.ModRevision)
 			c.ifMod(OwnerKey(e.Kind, e.Id), modOf(rec))
 			c.put(OwnerKey(e.Kind, e.Id), &pb.Owner{Manifest: manifest, Resource: e.Resource, User: user,
 				CreatedUnixNano: now, EntityCreateRevision: ent.CreateRevision})
@@ -247,6 +255,25 @@ func (s *State) sweepOwned(ctx context.Context, manifest string) error {
 		}
 	}
 	return nil
+}
+
+// removeOwnerOps adds to the change that removes an entity the deletion of
+// its owner record rec (as read with the entity; nil when it has none) and
+// of the record's reference. With compare, the change also asserts the
+// record is as read: the removal of an alive entity (a claim may commit
+// between its read and its commit) needs it; that of a dying or dead one,
+// which no claim commits on, does not.
+func removeOwnerOps(c *change, kind, id string, rec *mvccpb.KeyValue, compare bool) {
+	if compare {
+		c.ifMod(OwnerKey(kind, id), modOf(rec))
+	}
+	if rec == nil {
+		return
+	}
+	c.del(string(rec.Key))
+	if o := decodeOwner(rec); o != nil {
+		c.del(ownedRef(o.Manifest, kind, id))
+	}
 }
 
 // ownerLive says whether the manifest's owner record of an entity applies
@@ -314,21 +341,28 @@ func liveOwners(kvs []*mvccpb.KeyValue, creates map[string]int64) map[string]*pb
 // checkOwners checks the owner records and their references: each record
 // decodes, names a valid manifest and resource, and has its reference;
 // each reference has its record naming its manifest; no manifest has more
-// than MaxOwnedPerManifest references. A record whose entity is gone is
-// allowed (stale: see above).
+// than MaxOwnedPerManifest references; each record's entity exists, as
+// the incarnation the record was written for when the snapshot has the
+// create revisions.
 func checkOwners(snap *Snapshot, bad func(string, ...any)) {
 	perManifest := map[string]int{}
 	for k, v := range snap.Values {
 		switch {
 		case strings.HasPrefix(k, ownersPrefix):
 			kind, id, _ := strings.Cut(strings.TrimPrefix(k, ownersPrefix), "/")
-			if _, err := ownedEntityKey(kind, id); err != nil {
+			ent, err := ownedEntityKey(kind, id)
+			if err != nil {
 				bad("owner record %s: %v", k, err)
 			}
 			o := &pb.Owner{}
 			if err := proto.Unmarshal(v, o); err != nil {
 				bad("%s: undecodable value: %v", k, err)
 				continue
+			}
+			if _, ok := snap.Values[ent]; err == nil && !ok {
+				bad("owner record %s: its %s is gone", k, kind)
+			} else if rev, ok := snap.Creates[ent]; ok && rev != o.EntityCreateRevision {
+				bad("owner record %s was written for the %s created at revision %d, not the one created at %d", k, kind, o.EntityCreateRevision, rev)
 			}
 			if !names.ValidService(o.Manifest) || !names.ValidService(o.Resource) {
 				bad("owner record %s names manifest %q, resource %q", k, o.Manifest, o.Resource)

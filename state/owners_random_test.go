@@ -19,17 +19,21 @@ import (
 const ownersRandomSteps = 300
 
 // TestOwnersRandomized adds and destroys services (reusing their names),
-// adds, destroys and removes machines, and claims them for two manifests,
+// their units (each removal may take its dying service) and their
+// relations with app (each removal may take a dying service too), adds,
+// destroys and removes machines, and claims them all for two manifests,
 // from several goroutines at once, while a monitor checks the invariants
-// at every committed revision. At every step the model's owners must name
-// only entities that exist, and a claim must never take an entity another
-// manifest owns. At the end a destroyed service's owner is gone from the
-// model, and a new service of the same name is not owned.
+// at every committed revision: among them, that every owner record names
+// an entity that exists (its removal took the record). At every step a
+// claim must never take an entity another manifest owns. At the end a
+// destroyed service's owner is gone from the model, and a new service of
+// the same name is not owned.
 func TestOwnersRandomized(t *testing.T) {
 	seed := randomSeed(t)
 	st, _ := newState(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	addService(t, ctx, st, "app", appEndpoints)
 	mon := statetest.Start(t, st)
 
 	var steps atomic.Int64
@@ -65,7 +69,7 @@ func TestOwnersRandomized(t *testing.T) {
 		}
 	}
 	t.Logf("seed %d; steps: %v", seed, total)
-	for _, want := range []string{"claim", "add service", "destroy service", "add machine"} {
+	for _, want := range []string{"claim", "add service", "destroy service", "add machine", "add relation", "destroy relation", "add unit", "remove unit", "remove machine"} {
 		if total[want] == 0 {
 			t.Errorf("steps %v: want some %q that succeeded", total, want)
 		}
@@ -101,19 +105,52 @@ func ownersStep(ctx context.Context, st *state.State, rng *rand.Rand) (string, e
 	}
 	manifest := []string{"shop", "other"}[rng.IntN(2)]
 	switch n := rng.IntN(100); {
-	case n < 20:
+	case n < 16:
 		_, err := st.AddService(ctx, state.AddServiceArgs{Name: svc, Charm: &pb.CharmRef{Name: "kv", Revision: 1}, Endpoints: kvEndpoints})
 		return "add service", err
-	case n < 35:
+	case n < 23:
 		return "destroy service", st.DestroyService(ctx, svc)
-	case n < 45:
+	case n < 30:
+		_, err := st.AddUnits(ctx, svc, 1, state.Placement{Unassigned: true})
+		return "add unit", err
+	case n < 35:
+		// As an agent does: the unit dead, then removed.
+		units, err := st.Units(ctx, svc)
+		if err != nil || len(units) == 0 {
+			return "remove unit", err
+		}
+		u := units[rng.IntN(len(units))].Name
+		if err := st.EnsureUnitDead(ctx, u); err != nil {
+			return "remove unit", err
+		}
+		return "remove unit", st.RemoveUnit(ctx, u)
+	case n < 42:
+		a, _ := state.ParseEndpointSpec("app:db")
+		b, _ := state.ParseEndpointSpec(svc + ":server")
+		_, err := st.AddRelation(ctx, a, b)
+		return "add relation", err
+	case n < 46:
+		id, err := randomRelation(ctx, st, rng)
+		if err != nil || id < 0 {
+			return "destroy relation", err
+		}
+		return "destroy relation", st.DestroyRelation(ctx, id)
+	case n < 52:
 		_, err := st.AddMachines(ctx, 1+rng.IntN(3))
 		return "add machine", err
-	case n < 55:
+	case n < 58:
 		return "destroy machine", st.DestroyMachine(ctx, strconv.Itoa(rng.IntN(10)), state.DestroyOptions{})
-	case n < 60:
-		return "remove machine", st.RemoveMachine(ctx, strconv.Itoa(rng.IntN(10)))
-	case n < 70:
+	case n < 62:
+		// Destroyed, then as the provisioner does: dead, then removed.
+		id := strconv.Itoa(rng.IntN(10))
+		if err := st.DestroyMachine(ctx, id, state.DestroyOptions{}); err != nil {
+			return "remove machine", err
+		}
+		if err := st.EnsureMachineDead(ctx, id); err != nil {
+			return "remove machine", err
+		}
+		return "remove machine", st.RemoveMachine(ctx, id)
+	case n < 68:
 		_, err := state.NewCleaner(st, 0).Pass(ctx)
 		return "clean", err
 	default:
@@ -121,9 +158,14 @@ func ownersStep(ctx context.Context, st *state.State, rng *rand.Rand) (string, e
 		seen := map[string]bool{}
 		for range 1 + rng.IntN(3) {
 			e := &pb.OwnedEntity{Kind: state.OwnService, Id: svc, Resource: svc}
-			if rng.IntN(2) == 0 {
+			switch rng.IntN(3) {
+			case 0:
 				id := strconv.Itoa(rng.IntN(10))
 				e = &pb.OwnedEntity{Kind: state.OwnMachine, Id: id, Resource: "machines"}
+			case 1:
+				if id, err := randomRelation(ctx, st, rng); err == nil && id >= 0 {
+					e = &pb.OwnedEntity{Kind: state.OwnRelation, Id: strconv.FormatInt(id, 10), Resource: "rel"}
+				}
 			}
 			if !seen[e.Kind+e.Id] {
 				seen[e.Kind+e.Id] = true
@@ -155,6 +197,25 @@ func ownersStep(ctx context.Context, st *state.State, rng *rand.Rand) (string, e
 		}
 		return "claim", err
 	}
+}
+
+// randomRelation is the id of one of the model's relations between two
+// services, -1 when it has none.
+func randomRelation(ctx context.Context, st *state.State, rng *rand.Rand) (int64, error) {
+	rels, err := st.Relations(ctx)
+	if err != nil {
+		return -1, err
+	}
+	var ids []int64
+	for _, r := range rels {
+		if len(r.Endpoints) == 2 {
+			ids = append(ids, r.Id)
+		}
+	}
+	if len(ids) == 0 {
+		return -1, nil
+	}
+	return ids[rng.IntN(len(ids))], nil
 }
 
 // removeService destroys a service and runs the cleaner until it is gone.

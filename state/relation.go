@@ -372,7 +372,7 @@ func (s *State) DestroyRelation(ctx context.Context, id int64) error {
 
 func (s *State) destroyRelation(ctx context.Context, id int64, peerToo bool) error {
 	return s.apply(ctx, fmt.Sprintf("destroy relation %d", id), func(ctx context.Context) (*change, error) {
-		r, err := s.read(ctx, get(RelationKey(id)), getKeys(ScopePrefix(id), 1))
+		r, err := s.read(ctx, get(RelationKey(id)), getKeys(ScopePrefix(id), 1), get(OwnerKey(OwnRelation, strconv.FormatInt(id, 10))))
 		if err != nil {
 			return nil, err
 		}
@@ -396,17 +396,20 @@ func (s *State) destroyRelation(ctx context.Context, id int64, peerToo bool) err
 			return c, nil
 		}
 		c.ifEmpty(ScopePrefix(id))
-		if err := s.removeRelationOps(ctx, c, rel.v); err != nil {
+		if err := s.removeRelationOps(ctx, c, rel.v, r.one(2), true); err != nil {
 			return nil, err
 		}
 		return c, nil
 	})
 }
 
-// removeRelationOps removes relation rel, whose scope is empty, and settles
-// its services (S3): a dying service it was the last thing holding goes too.
-func (s *State) removeRelationOps(ctx context.Context, c *change, rel *pb.Relation) error {
+// removeRelationOps removes relation rel, whose scope is empty, and its
+// owner record owner (as read with it; nil when none: removeOwnerOps, where
+// compare is said), and settles its services (S3): a dying service it was
+// the last thing holding goes too.
+func (s *State) removeRelationOps(ctx context.Context, c *change, rel *pb.Relation, owner *mvccpb.KeyValue, compare bool) error {
 	c.del(RelationKey(rel.Id))
+	removeOwnerOps(c, OwnRelation, strconv.FormatInt(rel.Id, 10), owner, compare)
 	c.del(relkeyKey(rel.Key))
 	c.delPrefix(SettingsPrefix(rel.Id))
 	c.delPrefix(AppSettingsPrefix(rel.Id))

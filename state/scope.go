@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strconv"
 
 	"google.golang.org/protobuf/proto"
 
@@ -132,7 +133,13 @@ func (s *State) leaveScope(ctx context.Context, id int64, unit string, extra ...
 			return c, nil
 		}
 		c.ifOnly(ScopePrefix(id), key)
-		if err := s.removeRelationOps(ctx, c, rel.v); err != nil {
+		// Dying: its owner record, which no claim changes now, is read
+		// only when it goes.
+		or, err := s.read(ctx, get(OwnerKey(OwnRelation, strconv.FormatInt(id, 10))))
+		if err != nil {
+			return nil, err
+		}
+		if err := s.removeRelationOps(ctx, c, rel.v, or.one(0), false); err != nil {
 			return nil, err
 		}
 		return c, nil

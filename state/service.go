@@ -207,7 +207,8 @@ func (s *State) DestroyService(ctx context.Context, name string) error {
 		if err := checkServiceName(name); err != nil {
 			return nil, err
 		}
-		r, err := s.read(ctx, get(ServiceKey(name)), getKeys(ServiceUnitsPrefix(name), 1), getKeys(serviceRelationsPrefix(name), 1))
+		r, err := s.read(ctx, get(ServiceKey(name)), getKeys(ServiceUnitsPrefix(name), 1), getKeys(serviceRelationsPrefix(name), 1),
+			get(OwnerKey(OwnService, name)))
 		if err != nil {
 			return nil, err
 		}
@@ -225,6 +226,7 @@ func (s *State) DestroyService(ctx context.Context, name string) error {
 			c.ifEmpty(ServiceUnitsPrefix(name))
 			c.ifEmpty(serviceRelationsPrefix(name))
 			removeServiceOps(c, name)
+			removeOwnerOps(c, OwnService, name, r.one(3), true)
 			return c, nil
 		}
 		// Something keeps the service: assert it still does, or whoever
@@ -265,6 +267,9 @@ type serviceView struct {
 	svc   *record[*pb.Service]
 	units []*mvccpb.KeyValue
 	rels  []*mvccpb.KeyValue
+	// owner is the service's owner record (nil: none), which its removal
+	// deletes.
+	owner *mvccpb.KeyValue
 	// siblings are the keys of the unit's neighbours by one, the
 	// witnesses to pass over when there are others (siblingKeys).
 	siblings []string
@@ -401,7 +406,7 @@ func neighbourKeys(unit string, key func(unit string) string, deltas []int64) []
 // of unit's neighbours probed first exists does it read more
 // (moreWitnesses), in a second round trip or more.
 func (s *State) readServiceView(ctx context.Context, name, unit string, extra ...getOp) (*serviceView, *reads, error) {
-	gets := append(extra, get(ServiceKey(name)), getKeys(serviceRelationsPrefix(name), 2))
+	gets := append(extra, get(ServiceKey(name)), getKeys(serviceRelationsPrefix(name), 2), get(OwnerKey(OwnService, name)))
 	var probes []string
 	var later []int64
 	if unit != "" {
@@ -420,7 +425,7 @@ func (s *State) readServiceView(ctx context.Context, name, unit string, extra ..
 	if err != nil {
 		return nil, r, err
 	}
-	v := &serviceView{name: name, svc: svc, rels: r.all(i + 1), units: s.witnessCandidates(r.existing(i+2, probes), unit)}
+	v := &serviceView{name: name, svc: svc, rels: r.all(i + 1), owner: r.one(i + 2), units: s.witnessCandidates(r.existing(i+3, probes), unit)}
 	if unit != "" {
 		v.siblings = siblingKeys(unit, UnitKey)
 	}
@@ -511,6 +516,7 @@ func (v *serviceView) settle(c *change, unitKey, relRef string) bool {
 	assertOnly(c, ServiceUnitsPrefix(v.name), unitKey)
 	assertOnly(c, serviceRelationsPrefix(v.name), relRef)
 	removeServiceOps(c, v.name)
+	removeOwnerOps(c, OwnService, v.name, v.owner, false) // dying: no claim lands
 	return true
 }
 
