@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lifelinehq/lifeline/charm"
+	"github.com/lifelinehq/lifeline/internal/pause"
 	"github.com/lifelinehq/lifeline/manifest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -496,10 +497,23 @@ func (x *ctlExecutor) settle(ctx context.Context, rp *manifest.ResourcePlan) err
 	}
 	quiet := *x.e
 	quiet.stdout, quiet.stderr, quiet.stderrTTY = io.Discard, io.Discard, false
-	if err := waitSettled(ctx, &quiet, x.c, waitOptions{timeout: x.timeout, sel: sel, tolerate: true}); err != nil {
-		return fmt.Errorf("waiting for its units to settle: %w", err)
+	// The wait only reads, so a controller answering Unavailable for a
+	// moment (etcd's "request timed out" under load) is waited out, as
+	// long as the timeout allows: one such answer halted a whole apply.
+	start := time.Now()
+	for pauseFor := time.Second; ; pauseFor = min(2*pauseFor, 5*time.Second) {
+		left, timeout := x.timeout-time.Since(start), time.Duration(0) // 0: none
+		if x.timeout > 0 {
+			timeout = max(left, time.Second)
+		}
+		err := waitSettled(ctx, &quiet, x.c, waitOptions{timeout: timeout, sel: sel, tolerate: true})
+		if err == nil {
+			return nil
+		}
+		if status.Code(err) != codes.Unavailable || x.timeout > 0 && left < pauseFor || !pause.For(ctx, pauseFor) {
+			return fmt.Errorf("waiting for its units to settle: %w", err)
+		}
 	}
-	return nil
 }
 
 // destroy carries out a prune's action.
