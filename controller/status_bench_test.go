@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/lifelinehq/lifeline/controllertest"
+	"github.com/lifelinehq/lifeline/internal/testing/cputime"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 )
@@ -31,7 +31,7 @@ func BenchmarkStatus(b *testing.B) {
 			b.ResetTimer()
 			// CPU time as well as wall time (etcd runs in this process):
 			// on a loaded machine the wall time counts waits for a core.
-			cpu0 := cpuTime()
+			cpu0 := cputime.Process()
 			for b.Loop() {
 				resp, err := op.Status(ce.Ctx, &pb.StatusRequest{})
 				if err != nil {
@@ -42,7 +42,7 @@ func BenchmarkStatus(b *testing.B) {
 					size += len(svc.Units)
 				}
 			}
-			b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64((cputime.Process()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
 			if size < n {
 				b.Fatalf("status has %d units, want %d at least", size, n)
 			}
@@ -140,13 +140,4 @@ func parallel(b *testing.B, n int, f func(i int) error) {
 	if first != nil {
 		b.Fatal(first)
 	}
-}
-
-// cpuTime is the CPU time the process has used, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -3,10 +3,9 @@ package dashboard
 import (
 	"fmt"
 	"io"
-	"syscall"
 	"testing"
-	"time"
 
+	"github.com/lifelinehq/lifeline/internal/testing/cputime"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -56,7 +55,7 @@ func BenchmarkRenderModel10k(b *testing.B) {
 	var size int
 	// CPU time as well as wall time: on a loaded machine the wall time
 	// counts the waits for a core.
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	for b.Loop() {
 		v := buildView(st, "")
 		v.CanAct = true
@@ -68,14 +67,5 @@ func BenchmarkRenderModel10k(b *testing.B) {
 		_, _ = io.Discard.Write(buf.Bytes())
 	}
 	b.ReportMetric(float64(size), "bytes/page")
-	b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
-}
-
-// cpuTime is the CPU time the process has used, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64((cputime.Process()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
 }

@@ -33,22 +33,7 @@ func TestLeadershipHooksAndTools(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := w.env.State
-	gone := map[string]func(){}
-	for _, u := range []string{"kv/0", "kv/1"} {
-		unit, err := st.Unit(w.env.Ctx, u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := st.Present(w.env.Ctx, names.MachineTag(unit.MachineId), 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Close)
-		gone[u] = p.Close
-	}
-	if err := st.ElectLeader(w.env.Ctx, "kv/0"); err != nil {
-		t.Fatal(err)
-	}
+	gone := presentAndElect(t, w, "kv/0", "kv/1")
 	w.file("kv/0", "probe-leader-elected", "is-leader\nleader-set from=kv0 gone=\n")
 	w.file("kv/1", "probe-leader-settings-changed", "is-leader\nleader-get from\nleader-set from=kv1\n")
 	w.start("kv/0")
@@ -202,22 +187,7 @@ func TestPeerServiceSettingsReachFollowers(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := w.env.State
-	gone := map[string]func(){}
-	for _, u := range []string{"kv/0", "kv/1"} {
-		unit, err := st.Unit(w.env.Ctx, u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := st.Present(w.env.Ctx, names.MachineTag(unit.MachineId), 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Close)
-		gone[u] = p.Close
-	}
-	if err := st.ElectLeader(w.env.Ctx, "kv/0"); err != nil {
-		t.Fatal(err)
-	}
+	gone := presentAndElect(t, w, "kv/0", "kv/1")
 	w.file("kv/0", "probe-ring-relation-joined", "relation-set --app mode=ring\n")
 	w.file("kv/1", "probe-ring-relation-changed", `[ -n "$JUJU_REMOTE_UNIT" ] || echo "$JUJU_REMOTE_APP $(relation-get --app mode)"`+"\n")
 	w.start("kv/0")
@@ -242,4 +212,29 @@ func TestPeerServiceSettingsReachFollowers(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.waitHook("kv/0", "ring-relation-changed ring:0 -")
+}
+
+// presentAndElect keeps the machines of units present, as their machine
+// agents would (the world runs none), and makes the first unit its
+// service's leader. It returns, by unit, what ends its machine's presence.
+func presentAndElect(t *testing.T, w *world, units ...string) map[string]func() {
+	t.Helper()
+	st := w.env.State
+	gone := map[string]func(){}
+	for _, u := range units {
+		unit, err := st.Unit(w.env.Ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := st.Present(w.env.Ctx, names.MachineTag(unit.MachineId), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		gone[u] = p.Close
+	}
+	if err := st.ElectLeader(w.env.Ctx, units[0]); err != nil {
+		t.Fatal(err)
+	}
+	return gone
 }

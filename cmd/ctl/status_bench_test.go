@@ -3,12 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
-	"syscall"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lifelinehq/lifeline/internal/testing/cputime"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -46,7 +45,7 @@ func BenchmarkStatusJSON(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(len(wire)), "wire-bytes")
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	for b.Loop() {
 		st := &pb.ModelStatus{}
 		if err := proto.Unmarshal(wire, st); err != nil {
@@ -56,14 +55,5 @@ func BenchmarkStatusJSON(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
-}
-
-// cpuTime is the CPU time the process has used, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64((cputime.Process()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
 }
