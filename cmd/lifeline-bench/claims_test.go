@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,29 +11,10 @@ import (
 // and agents: 20 units on 4 machines, each with 3 files and a daemon; the
 // change rewrites one file a unit, prunes the rest and restarts no daemon.
 func TestClaimsScenario(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds lifelined and ctl and runs a controller")
-	}
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator),
-		"github.com/lifelinehq/lifeline/cmd/lifelined", "github.com/lifelinehq/lifeline/cmd/ctl")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	c := config{
+	res := runScenario(t, config{
 		units: 20, machines: 4, related: 1, hooks: "process", scenario: "claims", rolloutMaxParallel: "50%",
-		lifelined: filepath.Join(bin, "lifelined"), ctl: filepath.Join(bin, "ctl"), dir: t.TempDir(),
 		rawTime: time.Second, addConcurrency: 4, fleetGC: "agents", allowMemoryFS: true,
-	}
-	if err := c.validate(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	res, err := run(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, 4*time.Minute)
 	r := res.Claims
 	if r == nil {
 		t.Fatal("no claims figures")

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"io"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -34,29 +31,10 @@ func TestSSEStream(t *testing.T) {
 // real controller and agents: the harness logs in, follows the model
 // page and times each change to it.
 func TestDashboardProbe(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds lifelined and ctl and runs a controller")
-	}
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator),
-		"github.com/lifelinehq/lifeline/cmd/lifelined", "github.com/lifelinehq/lifeline/cmd/ctl")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	c := config{
+	res := runScenario(t, config{
 		units: 6, machines: 2, related: 1, hooks: "none", scenario: "deploy", dashboardProbe: 3,
-		lifelined: filepath.Join(bin, "lifelined"), ctl: filepath.Join(bin, "ctl"), dir: t.TempDir(),
 		rawTime: time.Second, addConcurrency: 2, fleetGC: "agents", allowMemoryFS: true,
-	}
-	if err := c.validate(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	res, err := run(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, 3*time.Minute)
 	d := res.Dashboard
 	if d == nil {
 		t.Fatal("no dashboard figures")

@@ -1,12 +1,19 @@
 package main
 
 import (
+	"os"
 	"testing"
 
 	"github.com/lifelinehq/lifeline/etcdtest"
 )
 
-func TestMain(m *testing.M) { etcdtest.Main(m) }
+func TestMain(m *testing.M) {
+	code := etcdtest.Run(m, etcdtest.Options{})
+	if binaries.dir != "" {
+		os.RemoveAll(binaries.dir)
+	}
+	os.Exit(code)
+}
 
 // emptyAfter finds the revision at which the last entity key went, past
 // later changes to keys that are not the model's entities.

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -59,30 +56,11 @@ func TestBenchManifest(t *testing.T) {
 // and agents: 6 services, 9 relations and 12 units on 3 machines applied
 // by ctl apply from empty, planned VALID, planned again, destroyed.
 func TestManifestScenario(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds lifelined and ctl and runs a controller")
-	}
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator),
-		"github.com/lifelinehq/lifeline/cmd/lifelined", "github.com/lifelinehq/lifeline/cmd/ctl")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	c := config{
+	res := runScenario(t, config{
 		units: 1, machines: 3, related: 1, hooks: "process", scenario: "manifest",
-		lifelined: filepath.Join(bin, "lifelined"), ctl: filepath.Join(bin, "ctl"), dir: t.TempDir(),
 		rawTime: time.Second, addConcurrency: 4, fleetGC: "agents", allowMemoryFS: true, timeout: 3 * time.Minute,
 		manifest: manifestConfig{services: 6, relations: 9, units: 12, parallelism: 4},
-	}
-	if err := c.validate(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	res, err := run(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, 4*time.Minute)
 	r := res.Manifest
 	if r == nil {
 		t.Fatal("no manifest figures")
