@@ -13,7 +13,7 @@ import (
 // charmsDir holds the demo charms the tests' manifests name.
 const charmsDir = "../examples/charms"
 
-// demo is the issue's example without its plugin: kv, app with its port
+// demo is a shop of the demo charms without a plugin: kv, app with its port
 // templated, the relation and the logger.
 const demo = `
 name: shop
