@@ -15,7 +15,7 @@ import (
 )
 
 // Grouper is a Follower that can also follow subjects in a Group: a Mux,
-// or a Mux followed as another agent (As).
+// or a Mux followed as another agent (ForAgent).
 type Grouper interface {
 	Follower
 	NewGroup() *Group
@@ -70,7 +70,7 @@ type groupMember struct {
 func (m *Mux) NewGroup() *Group { return m.newGroup(nil, m.api) }
 
 // NewGroup returns a Group following as the agent f follows as.
-func (f muxAs) NewGroup() *Group { return f.m.newGroup(f.as, f.api) }
+func (f agentFollower) NewGroup() *Group { return f.m.newGroup(f.as, f.api) }
 
 func (m *Mux) newGroup(as Credential, api Watcher) *Group {
 	return &Group{m: m, as: as, api: api, wake: make(chan struct{}, 1)}

@@ -223,7 +223,7 @@ func TestGroupLateJoinersGetTheirListings(t *testing.T) {
 	poll.Until(t, "the first listing", func() bool { return len(first.changes()) == 2 })
 	for i := 1; i <= late; i++ {
 		cred := m.Credential(fmt.Sprintf("unit-kv/%d", i))
-		g := mux.As(cred, pb.NewAgentServiceClient(m.Dial(cred))).(Grouper).NewGroup()
+		g := mux.ForAgent(cred, pb.NewAgentServiceClient(m.Dial(cred))).(Grouper).NewGroup()
 		runGroup(t, g)
 		r, _ := record(t, inGroup(t, g, hclog.NewNullLogger()), config)
 		poll.Until(t, fmt.Sprintf("kv/%d's listing, joining late", i), func() bool { return len(r.changes()) == 2 })
@@ -241,7 +241,7 @@ func TestGroupRenewsARefusedCredential(t *testing.T) {
 	mux := runMux(t, NewMux(&countingAPI{AgentServiceClient: m.Agent("machine-0")}, nil))
 	old := m.Credential("unit-kv/0")
 	cred := &renewedCredential{cur: old, refused: make(chan pki.Credential, 16)}
-	g := mux.AsRenewable(cred, pb.NewAgentServiceClient(m.Dial(old))).(Grouper).NewGroup()
+	g := mux.ForRenewableAgent(cred, pb.NewAgentServiceClient(m.Dial(old))).(Grouper).NewGroup()
 	runGroup(t, g)
 	config, _ := record(t, inGroup(t, g, hclog.NewNullLogger()), &pb.WatchSubject{Subject: &pb.WatchSubject_ServiceConfig{ServiceConfig: "kv"}})
 	poll.Until(t, "the listing", func() bool { return len(config.changes()) == 2 })

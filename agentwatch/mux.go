@@ -30,7 +30,7 @@ type ManyWatcher interface {
 }
 
 // Follower follows watch subjects, each with the contract of the
-// package's Follow: a Mux, or a Mux followed as another agent (As).
+// package's Follow: a Mux, or a Mux followed as another agent (ForAgent).
 type Follower interface {
 	Follow(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse), logger hclog.Logger)
 }
@@ -39,7 +39,7 @@ type Follower interface {
 // controller holds one stream rather than one a subject. An agent makes
 // one, from its own AgentService client, and calls Follow for each of
 // its subjects. Other agents can share the stream: a machine agent hands
-// each unit agent it runs As, which follows subjects as that unit, whose
+// each unit agent it runs ForAgent, which follows subjects as that unit, whose
 // credential each of its subscriptions carries.
 //
 // Units of one service on the machine see their service, its
@@ -205,16 +205,16 @@ func (m *Mux) Follow(ctx context.Context, subject *pb.WatchSubject, apply func(*
 	m.follow(ctx, subject, nil, m.api, apply, logger)
 }
 
-// As returns a Follower whose subjects are followed on the Mux's stream
+// ForAgent returns a Follower whose subjects are followed on the Mux's stream
 // as the agent whose credential is cred: the controller authorizes and
 // serves them for that agent. api is that agent's own client (calls made
 // with cred), used only should the controller lack WatchMany.
-func (m *Mux) As(cred pki.Credential, api Watcher) Follower {
-	return m.AsRenewable(fixedCredential{cred}, api)
+func (m *Mux) ForAgent(cred pki.Credential, api Watcher) Follower {
+	return m.ForRenewableAgent(fixedCredential{cred}, api)
 }
 
 // Credential is the credential of an agent whose subjects a Mux follows
-// (AsRenewable), which its holder may replace while they are followed
+// (ForRenewableAgent), which its holder may replace while they are followed
 // (apiclient.Renewable's methods).
 type Credential interface {
 	// Current is the credential a subscription made now carries.
@@ -224,13 +224,13 @@ type Credential interface {
 	Refused(cred pki.Credential)
 }
 
-// AsRenewable is As with a credential that may be replaced: each
+// ForRenewableAgent is ForAgent with a credential that may be replaced: each
 // subscription carries the Current one as it is made, a subscription the
 // controller ends as Unauthenticated is reported to Refused with the
 // credential it carried, and is made again, after a pause, with the
 // credential current then.
-func (m *Mux) AsRenewable(cred Credential, api Watcher) Follower {
-	return muxAs{m: m, as: cred, api: api}
+func (m *Mux) ForRenewableAgent(cred Credential, api Watcher) Follower {
+	return agentFollower{m: m, as: cred, api: api}
 }
 
 // fixedCredential is a credential that is never replaced.
@@ -239,13 +239,13 @@ type fixedCredential struct{ c pki.Credential }
 func (f fixedCredential) Current() pki.Credential { return f.c }
 func (fixedCredential) Refused(pki.Credential)    {}
 
-type muxAs struct {
+type agentFollower struct {
 	m   *Mux
 	as  Credential
 	api Watcher
 }
 
-func (f muxAs) Follow(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse), logger hclog.Logger) {
+func (f agentFollower) Follow(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse), logger hclog.Logger) {
 	f.m.follow(ctx, subject, f.as, f.api, apply, logger)
 }
 

@@ -83,7 +83,7 @@ func (m *model) destroyUnit(name string) {
 // credential issued for it now (which revokes any issued before).
 func (m *model) asUnit(mux *Mux, unit string) func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
 	cred := m.Credential("unit-" + unit)
-	f := mux.As(cred, pb.NewAgentServiceClient(m.Dial(cred)))
+	f := mux.ForAgent(cred, pb.NewAgentServiceClient(m.Dial(cred)))
 	return func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
 		f.Follow(ctx, subject, apply, hclog.NewNullLogger())
 	}
@@ -503,7 +503,7 @@ func TestMuxFollowsAsAnotherAgentOnItsStream(t *testing.T) {
 			unit := &countingAPI{AgentServiceClient: pb.NewAgentServiceClient(m.Dial(cred))}
 			mux := runMux(t, NewMux(machine, nil))
 			subject := &pb.WatchSubject{Subject: &pb.WatchSubject_Unit{Unit: "kv/1"}}
-			as := mux.As(cred, unit)
+			as := mux.ForAgent(cred, unit)
 			r, _ := record(t, func(ctx context.Context, subject *pb.WatchSubject, apply func(*pb.WatchResponse)) {
 				as.Follow(ctx, subject, apply, hclog.NewNullLogger())
 			}, subject)

@@ -25,7 +25,7 @@ import (
 // Unauthenticated (Refused) has the machine agent ask for a new one, which
 // the unit agent goes on with at once: its calls carry it from then on
 // (apiclient.AsRenewable), its refused subscriptions are made again with
-// it (agentwatch.Mux.AsRenewable), and nothing else of it restarts: not
+// it (agentwatch.Mux.ForRenewableAgent), and nothing else of it restarts: not
 // its hook in flight, not its local state.
 //
 // Renewals of one unit are spaced by a pause that grows, from a second to

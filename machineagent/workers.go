@@ -86,7 +86,7 @@ func (a *Agent) startWorker(ctx context.Context, unit, owner string, issued *pki
 	hookTimeout, updateStatus := a.unitSettings(ctx)
 	ua, err := unitagent.New(unitagent.Config{
 		Unit: unit, MachineID: a.cfg.MachineID, Address: a.cfg.Address, DataDir: a.unitDir(unit), PrincipalDir: principalDir,
-		ToolsDir: a.toolsDir, API: api, Watches: a.mux.AsRenewable(cred, api), Logger: a.cfg.Logger, HookLock: a.hookLock,
+		ToolsDir: a.toolsDir, API: api, Watches: a.mux.ForRenewableAgent(cred, api), Logger: a.cfg.Logger, HookLock: a.hookLock,
 		HookTimeout: hookTimeout, UpdateStatusInterval: updateStatus, HookMetrics: a.cfg.HookMetrics, Retry: a.cfg.UnitRetry, Deployer: deployer{a: a, principal: unit}, Charms: a.charms,
 		Tools: a.tools, New: isNew, Beats: a.beats, Host: a.host, Gate: a.gate,
 	})
