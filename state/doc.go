@@ -42,6 +42,23 @@
 // snapshot, LifeChecker over a watch stream) that tests use to show the rules
 // hold.
 //
+// Reading the model: one method for each question.
+//
+//   - One entity: Machine, Service, Unit, Relation (RelationByKey by its
+//     endpoints), Charm, Operation, Task, User, Rollout.
+//   - Entities of a kind: Machines, Services, Units, Relations; by a
+//     relation to another: MachinePrincipals (a machine's principals),
+//     MachineUnitNames (with their subordinates), ServiceRelations,
+//     RelationsBetween, ScopeMembers, UnitScopes, Subordinates.
+//   - The whole model at one revision, as ctl status shows it: Model;
+//     a part of it, each selected name with what it needs: SelectModel;
+//     counts by life only: Census; statuses and presence only:
+//     StatusCensus.
+//   - Every key, for the invariant checkers and backups: Snapshot.
+//   - Raw keys for the watch hub and agents' watches: List, ListKey and
+//     ListMany (a Reset batch's listing), then Watch, WatchKey (one key
+//     exactly) and WatchChanges (resuming after a revision received).
+//
 // Nothing else in Lifeline writes to etcd. This package does not know about
 // gRPC, credentials, charms on disk or agents; callers authorize before they
 // call.
