@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -45,12 +44,7 @@ type statusLook struct {
 func renderStatusWith(w io.Writer, st *pb.ModelStatus, format string, look statusLook) error {
 	switch format {
 	case formatJSON:
-		data, err := json.MarshalIndent(statusDocument(st), "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(append(data, '\n'))
-		return err
+		return writeStatusJSON(w, statusDocument(st))
 	case formatYAML:
 		enc := yaml.NewEncoder(w)
 		enc.SetIndent(2)

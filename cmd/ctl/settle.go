@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -94,12 +96,12 @@ func settle(st *pb.ModelStatus, barrier int64, sel selection) settlement {
 			selectedServices[svc.Name] = true
 		}
 	}
-	for _, name := range sortedKeys(sel.services) {
+	for _, name := range slices.Sorted(maps.Keys(sel.services)) {
 		if services[name] == nil {
 			s.missing = append(s.missing, name)
 		}
 	}
-	for _, name := range sortedKeys(sel.units) {
+	for _, name := range slices.Sorted(maps.Keys(sel.units)) {
 		if unitsByName[name] == nil {
 			s.missing = append(s.missing, name)
 		}
@@ -113,7 +115,7 @@ func settle(st *pb.ModelStatus, barrier int64, sel selection) settlement {
 			s.unsettled = append(s.unsettled, fmt.Sprintf("machine %s (%s)", m.Id, m.Life))
 		}
 	}
-	for _, name := range sortedKeys(selectedServices) {
+	for _, name := range slices.Sorted(maps.Keys(selectedServices)) {
 		if svc := services[name]; svc.Life == "dying" && (sel.all() || sel.services[name]) {
 			s.unsettled = append(s.unsettled, fmt.Sprintf("service %s (dying)", name))
 		}
@@ -231,13 +233,4 @@ func relationOf(r *pb.RelationStatus, services map[string]bool) bool {
 		}
 	}
 	return false
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
