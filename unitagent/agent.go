@@ -330,13 +330,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		a.logger.Warn("hook interrupted by a restart: counted as a failed attempt", "hook", op.Hook, "attempt", op.Attempts+1)
 		a.hookFailed(op)
-		if err := a.save(); err != nil {
+		if err := a.record(stepClasses[actHook].failed); err != nil {
 			return err
 		}
 	}
 	if !fresh {
 		// Not new to the machine, the agent may have lost its mark of a
-		// scope it entered (saveLater): it asks.
+		// scope it entered (committed lazily): it asks.
 		if err := a.checkScopes(ctx); err != nil {
 			return err
 		}
@@ -488,10 +488,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 }
-
-// save makes the local state durable; a save with nothing new to record
-// costs nothing.
-func (a *Agent) save() error { return a.store.save(a.l) }
 
 // exitDead ends the agent of a dead unit, forced out or not. No status
 // says so: the unit's life does, and its statuses go with it when it is

@@ -244,7 +244,7 @@ func (ex *executor) checkClaims(ctx context.Context, op *hookOp, claims *hostcla
 	a.enterError(op)
 	a.failed, a.failedOp = a.failureStatus(op, nil), op
 	a.rep.set(a.failed)
-	return true, a.save()
+	return true, a.record(stepClasses[actHostJob].failed)
 }
 
 // sameClaims says whether a and b claim the same ports, files and
@@ -290,9 +290,11 @@ func applyHostSuccess(l *localState, op *hookOp, applied *hostclaims.Claims) {
 // claims in place and those the unit is to hold, runs them (none: done at
 // once, nothing reported), and records the claims applied. A task that
 // fails fails the operation, as a hook's failure does, the task named.
+// Each phase is recorded as actHostJob's row of stepClasses says.
 func (ex *executor) runHostJob(ctx context.Context) error {
 	a := ex.a
 	op := a.l.Op
+	c := stepClasses[actHostJob]
 	op.Conflict = false
 	tasks, applied, pruned, err := ex.hostTasks(ctx, op)
 	if err != nil {
@@ -308,7 +310,7 @@ func (ex *executor) runHostJob(ctx context.Context) error {
 			return ex.hostFailed(op, "this machine agent carries out no host claims")
 		}
 		op.Step = stepRunning
-		if err := a.save(); err != nil {
+		if err := a.record(c.prepared); err != nil {
 			return err
 		}
 		a.rep.progress(&pb.Status{Status: "executing", Message: fmt.Sprintf("running job: %d tasks, %d pruned", len(tasks), pruned),
@@ -355,12 +357,11 @@ func (ex *executor) runHostJob(ctx context.Context) error {
 	a.l.Op = nil
 	a.tellGate()
 	if len(tasks) == 0 && !told {
-		a.store.saveLater(a.l)
-		return nil
+		return a.record(c.idle)
 	}
-	// Saved at once when the gate was told other claims: the agent
+	// Recorded at once when the gate was told other claims: the agent
 	// tells its record again as it starts.
-	return a.save()
+	return a.record(c.done)
 }
 
 // hostFailed counts a failed run of the host job op, as hookFailed does a
@@ -372,7 +373,7 @@ func (ex *executor) hostFailed(op *hookOp, why string) error {
 	a.hookFailed(op)
 	a.failed, a.failedOp = a.failureStatus(op, nil), op
 	a.rep.set(a.failed)
-	return a.save()
+	return a.record(stepClasses[actHostJob].failed)
 }
 
 // hostTasks returns op's tasks for the host, the claims in place once

@@ -9,10 +9,13 @@
 //
 // It owns the unit's local state, which is authoritative: it is saved
 // between steps (a snapshot and a journal of what changed since, in the
-// unit's data directory: statestore.go; a step it can do again at no
-// cost, such as entering a scope, goes with the next record), and an
-// agent restarted after a crash resumes from it (a hook interrupted by the
-// crash counts as a failed attempt, never as a success). The local state
+// unit's data directory: statestore.go), and an agent restarted after a
+// crash resumes from it (a hook interrupted by the crash counts as a
+// failed attempt, never as a success). Every step goes prepare, execute,
+// commit, and how far each phase is recorded (synced, written, left in
+// memory for the next record as a step it can do again at no cost, such
+// as entering a scope, is; or nothing) is looked up by the step's kind in
+// one table (steps.go). The local state
 // keeps, with each member of a relation, the settings its last
 // relation-changed delivered, and the unit's own settings there, so that
 // the hooks read a unit that has left the relation's scope (whose

@@ -255,7 +255,7 @@ func TestDirectoryMadeOnFirstWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 		a.l.State = StateReady
-		if err := a.store.save(a.l); err != nil {
+		if err := a.store.commit(a.l, commitSynced); err != nil {
 			t.Fatalf("new %v: %v", isNew, err)
 		}
 		fi, err := os.Stat(dir)

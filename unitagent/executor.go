@@ -33,44 +33,10 @@ type executor struct {
 	pre *prefetch
 }
 
-// ready does what must come before the agent takes act (a hook sees to
-// its own, in runHook). A hook's end, saved unsynced, is made durable
-// before the agent acts on anything else (entering a scope does so
-// itself) or waits; what was left for the next save stays left as it
-// waits, unless it grew large (settle). The departures held for the death
-// call go first when the agent does anything else but leave or die, or
-// waits.
-func (ex *executor) ready(ctx context.Context, act action) error {
+// execute carries out a step other than a hook operation (do): what it
+// changes in the local state its class commits once it returns nil.
+func (ex *executor) execute(ctx context.Context, act action, c stepClass, r *remote) error {
 	a := ex.a
-	if act.kind != actHook && act.kind != actEnterScope {
-		flush := a.store.flush
-		if act.kind == actWait {
-			flush = a.store.settle
-		}
-		if err := flush(); err != nil {
-			return fmt.Errorf("sync the unit's state: %w", err)
-		}
-	}
-	switch act.kind {
-	case actHook, actLeaveScope, actEnsureDead, actExit:
-		return nil
-	}
-	if err := ex.leaveNow(ctx); err != nil {
-		return fmt.Errorf("leave a relation's scope: %w", err)
-	}
-	return nil
-}
-
-func (ex *executor) do(ctx context.Context, act action, r *remote) error {
-	a := ex.a
-	if act.kind == actHook {
-		if act.op != nil {
-			// Not saved yet: until it runs, a new hook records nothing
-			// the resolver would not decide again after a crash.
-			a.l.Op = act.op
-		}
-		return ex.runHook(ctx, r)
-	}
 	// A call's bound, made only for an action that calls: a hook the
 	// charm lacks (most of a charm without hooks' actions) needs no timer.
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -87,7 +53,6 @@ func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 		// ran for it, and reporting it twice does nothing.
 		a.l.Revision = a.l.Spec.Revision
 		a.logger.Info("revision applied", "revision", a.l.Revision)
-		a.store.saveLater(a.l)
 		return nil
 	case actReport:
 		_, err := a.cfg.API.SetUnitRevision(cctx, &pb.SetUnitRevisionRequest{Unit: a.cfg.Unit, Revision: a.l.Revision})
@@ -110,16 +75,13 @@ func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 		return ignoreCode(err, codes.NotFound)
 	case actEnterScope:
 		// Marked, so that whatever becomes of the call a unit that may
-		// be in the scope leaves it when the relation dies, but not
-		// saved on its own: the mark, and the answer, go with the next
-		// record, if any. Lost to a crash, the agent asks the controller
-		// which scopes its unit is in as it starts again (checkScopes).
-		// A hook's end saved unsynced before it is synced first (flush):
-		// the hook is not run again once the unit acted on it.
+		// be in the scope leaves it when the relation dies; the mark, and
+		// the answer, are committed lazily. Lost to a crash, the agent
+		// asks the controller which scopes its unit is in as it starts
+		// again (checkScopes).
 		lr := a.l.Relations[act.relation]
 		lr.Entering = true
-		a.store.saveLater(a.l)
-		if err := a.store.flush(); err != nil {
+		if err := a.record(c.prepared); err != nil {
 			return err
 		}
 		settings := map[string]string{"private-address": a.cfg.Address}
@@ -129,11 +91,8 @@ func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 		}
 		lr.InScope, lr.Entering = true, false
 		if lr.own == nil {
-			if err := a.keepOwn(act.relation, settings); err != nil {
-				return err
-			}
+			return a.keepOwn(act.relation, settings)
 		}
-		a.store.saveLater(a.l)
 		return nil
 	case actLeaveScope:
 		if err := ex.leaving(cctx, act.relation); err != nil {
@@ -152,7 +111,6 @@ func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 		// for later included.
 		lr := a.l.Relations[act.relation]
 		lr.InScope, lr.Entering, lr.Left = false, false, true
-		a.store.saveLater(a.l)
 		return nil
 	case actAddSub:
 		resp, err := a.cfg.API.AddSubordinate(cctx, &pb.AddSubordinateRequest{Principal: a.cfg.Unit, Service: act.unit})
@@ -160,7 +118,7 @@ func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 			// Refused by a rule (its host claims conflict with a unit's
 			// of the machine, say): asked for again a while on, the
 			// unit's other hooks running meanwhile, the refusal in its
-			// host report.
+			// host report. Committed as a success is.
 			a.logger.Warn("subordinate refused: asking again later", "service", act.unit, "in", subRefusedFor, "error", status.Convert(err).Message())
 			if a.l.SubordinatesRefused == nil {
 				a.l.SubordinatesRefused = map[int64]time.Time{}
@@ -170,7 +128,7 @@ func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 				a.l.Host = &hostState{}
 			}
 			a.l.Host.Conflicts = []string{status.Convert(err).Message()}
-			return a.save()
+			return nil
 		}
 		if err != nil {
 			return err
@@ -180,7 +138,7 @@ func (ex *executor) do(ctx context.Context, act action, r *remote) error {
 		if h := a.l.Host; h != nil && len(h.Conflicts) == 1 && strings.HasPrefix(h.Conflicts[0], "cannot place") {
 			h.Conflicts = nil // the refusal reported is over
 		}
-		return a.save()
+		return nil
 	case actRemoveSub:
 		if d := a.cfg.Deployer; d != nil {
 			if err := d.Recall(act.unit); err != nil {
@@ -241,21 +199,24 @@ func ignoreCode(err error, c codes.Code) error {
 	return err
 }
 
-// runHook takes the hook in progress through its steps: it is marked
-// running and saved before it starts, so that a crash during the hook
-// counts against it; on success its relation settings, if any, are saved
-// with it, then committed, then the state machine moves on (saved again).
-// Two saves a hook, three when it set relation settings, none of its own
-// when the charm has no such hook: a crash between the hook's end and the
-// next save counts as a crash during the hook, a failed attempt.
+// runHook takes the hook in progress through its phases, each recorded
+// as the hook's row of stepClasses says: prepared (marked running, synced,
+// before it starts, so that a crash during the hook counts against it);
+// executed, when it set relation settings (kept, synced, until
+// committed); done, once the settings are committed and the state machine
+// has moved on (written, synced before the agent acts outside its hooks);
+// idle when the charm has no such hook; failed. A crash between the hook's
+// end and the sync of its record counts as a crash during the hook, a
+// failed attempt.
 func (ex *executor) runHook(ctx context.Context, r *remote) error {
 	a := ex.a
 	op := a.l.Op
 	if isHostOp(op) {
 		return ex.runHostJob(ctx)
 	}
+	c := stepClasses[actHook]
 	if op.Step == stepDone {
-		return ex.commit(ctx, op, true)
+		return ex.commit(ctx, op, c.done)
 	}
 	seen, values, err := ex.deliver(ctx, op, r)
 	if err != nil {
@@ -264,13 +225,12 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 	pre := ex.prefetchFor(ctx, op, r)
 	if !a.hasHook(op.Hook) {
 		// Nothing to run (the charm has no such hook): done at once,
-		// without the machine's hook lock and without a status report,
-		// and saved with the next save (stateStore.saveLater).
+		// without the machine's hook lock and without a status report.
 		op.Step, op.Settings, op.Seen = stepDone, nil, seen
-		return ex.commit(ctx, op, false)
+		return ex.commit(ctx, op, c.idle)
 	}
 	// A hook runs: another unit may see what it does, so the departures
-	// left for the death call go first.
+	// left for the death call go first (departBeforeRun).
 	if err := ex.leaveNow(ctx); err != nil {
 		return err
 	}
@@ -290,7 +250,7 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 	}
 	defer func() { <-a.cfg.HookLock }()
 	op.Step = stepRunning
-	if err := a.save(); err != nil {
+	if err := a.record(c.prepared); err != nil {
 		return err
 	}
 	executing(fmt.Sprintf("running %s hook", op.Hook))
@@ -320,7 +280,7 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 		// it again (reportWaiting).
 		a.failed, a.failedOp = a.failureStatus(op, res.lastLines), op
 		a.rep.set(a.failed)
-		return a.save()
+		return a.record(c.failed)
 	}
 	// One line a run, for the operator (ctl debug-log).
 	a.logger.Info("hook ran", "hook", op.Hook, "duration", res.took, "status", res.why)
@@ -332,11 +292,11 @@ func (ex *executor) runHook(ctx context.Context, r *remote) error {
 	op.Step, op.Settings, op.Seen, op.Ports = stepDone, hc.buffered(), seen, hc.portsChange()
 	if len(op.Settings) > 0 {
 		// Kept until committed, even if the controller is away meanwhile.
-		if err := a.save(); err != nil {
+		if err := a.record(c.executed); err != nil {
 			return err
 		}
 	}
-	return ex.commit(ctx, op, true)
+	return ex.commit(ctx, op, c.done)
 }
 
 // hasHook reports whether the charm has a file for the hook. A missing one
@@ -371,9 +331,9 @@ func errString(err error, res hookResult) string {
 }
 
 // commit writes a successful hook's relation settings, all in one call,
-// then records the hook done: at once if it ran, with the next save if
-// the charm has no such hook.
-func (ex *executor) commit(ctx context.Context, op *hookOp, ran bool) error {
+// then records the hook done as d says: its class's done if it ran, idle
+// if the charm has no such hook.
+func (ex *executor) commit(ctx context.Context, op *hookOp, d durability) error {
 	a := ex.a
 	if len(op.Settings) > 0 {
 		req := &pb.UpdateSettingsRequest{Unit: a.cfg.Unit}
@@ -415,11 +375,7 @@ func (ex *executor) commit(ctx context.Context, op *hookOp, ran bool) error {
 		a.tellGate()
 	}
 	a.logger.Debug("hook done", "hook", op.Hook)
-	// Synced with the next save, or flushed before the agent acts on
-	// anything but a hook (stateStore.saveUnsynced).
-	if !ran {
-		a.store.saveLater(a.l)
-	} else if err := a.store.saveUnsynced(a.l); err != nil {
+	if err := a.record(d); err != nil {
 		return err
 	}
 	if strings.HasSuffix(op.Hook, "-relation-broken") {
@@ -443,7 +399,7 @@ func (ex *executor) settingsRefused(op *hookOp, refusal error) error {
 		"state":  a.l.State,
 		"output": "the controller refused the hook's relation settings: " + status.Convert(refusal).Message(),
 	}})
-	return a.save()
+	return a.record(stepClasses[actHook].failed)
 }
 
 // hookFailed counts a failed run of op: it is retried after a pause that
@@ -529,8 +485,8 @@ func applySuccess(l *localState, op *hookOp) {
 }
 
 // resolve acts on the operator's answer to the failed hook: run it again,
-// or count it done. The mark is cleared first, so that it cannot answer a
-// later failure.
+// or count it done (committed as actResolve's class says). The mark is
+// cleared first, so that it cannot answer a later failure.
 func (ex *executor) resolve(ctx context.Context, mode pb.ResolvedMode) error {
 	a := ex.a
 	if _, err := a.cfg.API.ClearResolved(ctx, &pb.ClearResolvedRequest{Unit: a.cfg.Unit}); err != nil {
@@ -548,7 +504,7 @@ func (ex *executor) resolve(ctx context.Context, mode pb.ResolvedMode) error {
 		a.l.State, a.l.Resume = a.l.Resume, ""
 	}
 	if op == nil {
-		return a.save()
+		return nil
 	}
 	if mode == pb.ResolvedMode_RESOLVED_MODE_NO_RETRY {
 		a.logger.Info("resolved: counting the failed hook as done", "hook", op.Hook)
@@ -558,7 +514,7 @@ func (ex *executor) resolve(ctx context.Context, mode pb.ResolvedMode) error {
 		a.logger.Info("resolved: running the failed hook again", "hook", op.Hook)
 		op.Attempts, op.NotBefore = 0, time.Time{}
 	}
-	return a.save()
+	return nil
 }
 
 // download fetches the service's charm and unpacks it as the unit's charm
@@ -645,10 +601,9 @@ func (ex *executor) download(ctx context.Context, ref *pb.CharmRef) error {
 	} else {
 		a.logger.Info("charm unpacked", "charm", a.l.Charm, "dir", dir)
 	}
-	// Written with the next record (the first hook's), if any: a crash
-	// before then loses only the record of the download, and the charm
-	// is downloaded again.
-	a.store.saveLater(a.l)
+	// Committed lazily (actDownload's class): written with the next
+	// record (the first hook's), if any, a crash before then loses only
+	// the record of the download, and the charm is downloaded again.
 	return nil
 }
 

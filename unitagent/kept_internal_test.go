@@ -58,7 +58,7 @@ func keptAgent(t *testing.T, api API) *Agent {
 	l.setMember(4, "kv/0", 7, json.RawMessage(`{"port":"7000"}`))
 	l.setMember(4, "kv/1", 8, json.RawMessage(`{"port":"7001"}`))
 	l.setMember(4, "kv/2", 0, nil)
-	if err := s.save(l); err != nil {
+	if err := s.commit(l, commitSynced); err != nil {
 		t.Fatal(err)
 	}
 	s = newStateStore(dir)
@@ -202,7 +202,7 @@ func TestChangedDeliversWhatItRead(t *testing.T) {
 			}
 			op.Seen = data
 			applySuccess(a.l, op)
-			if err := a.save(); err != nil {
+			if err := a.record(commitSynced); err != nil {
 				t.Fatal(err)
 			}
 			l, err := newStateStore(a.store.dir).load()
@@ -239,7 +239,7 @@ func TestOwnSettingsFollowTheHooks(t *testing.T) {
 	if err := ex.wrote([]settingsChange{{Relation: 4, Unset: []string{"private-address"}}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.save(); err != nil {
+	if err := a.record(commitSynced); err != nil {
 		t.Fatal(err)
 	}
 	l, err := newStateStore(a.store.dir).load()
@@ -290,7 +290,7 @@ func TestKeptSettingsStayOnDisk(t *testing.T) {
 			}
 		}
 	}
-	if err := s.save(l); err != nil {
+	if err := s.commit(l, commitSynced); err != nil {
 		t.Fatal(err)
 	}
 	check("in the journal", l)
@@ -302,7 +302,7 @@ func TestKeptSettingsStayOnDisk(t *testing.T) {
 	s.rewrite = true
 	l.setMember(3, "bench/0", 1000, json.RawMessage(`{"host":"again"}`))
 	want["bench/0"] = `{"host":"again"}`
-	if err := s.save(l); err != nil {
+	if err := s.commit(l, commitSynced); err != nil {
 		t.Fatal(err)
 	}
 	if s.journalBytes != 0 {
@@ -316,7 +316,7 @@ func TestKeptSettingsStayOnDisk(t *testing.T) {
 	check("loaded from the snapshot", loaded)
 	l.departMember(3, "bench/1")
 	delete(want, "bench/1")
-	if err := s.save(l); err != nil {
+	if err := s.commit(l, commitSynced); err != nil {
 		t.Fatal(err)
 	}
 	loaded, err = newStateStore(dir).load()

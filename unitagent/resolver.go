@@ -31,6 +31,10 @@ const (
 	actAddSub                       // add the subordinate of a container relation
 	actRemoveSub                    // remove a dead subordinate
 	actEnsureDead                   // set this unit dead
+	// actHostJob is never decided: a hook operation that is a host job
+	// (claims.go) is a kind of step of its own in the step protocol's
+	// table (stepClasses).
+	actHostJob
 )
 
 // action is the resolver's decision.

@@ -66,7 +66,7 @@ func TestReloadedRelationWithoutMembers(t *testing.T) {
 	l := newLocalState()
 	l.State, l.Started = StateRunning, true
 	l.Relations[1] = &localRelation{Endpoint: "host", Created: true, InScope: true, Members: map[string]int64{}}
-	if err := f.save(l); err != nil {
+	if err := f.commit(l, commitSynced); err != nil {
 		t.Fatal(err)
 	}
 	l, err := f.load()

@@ -93,13 +93,13 @@ func TestEnteringIsNotSavedOnItsOwn(t *testing.T) {
 	if a.store.seq != 0 || synced != 0 {
 		t.Errorf("entering and leaving wrote %d records, %d syncs; want none", a.store.seq, synced)
 	}
-	if err := a.store.settle(); err != nil {
+	if err := a.store.sync(barrierSettle); err != nil {
 		t.Fatal(err)
 	}
 	if lr := onDisk(); lr != nil || a.store.seq != 0 || synced != 0 {
 		t.Errorf("on disk once settled: %+v, %d records, %d syncs; want nothing", lr, a.store.seq, synced)
 	}
-	if err := a.save(); err != nil {
+	if err := a.record(commitSynced); err != nil {
 		t.Fatal(err)
 	}
 	if lr := onDisk(); lr == nil || lr.InScope || lr.Entering || !lr.Left {
@@ -155,7 +155,7 @@ func TestCheckScopes(t *testing.T) {
 	if a.store.seq != 0 {
 		t.Errorf("checking wrote %d records, want none", a.store.seq)
 	}
-	if err := a.save(); err != nil { // the next record
+	if err := a.record(commitSynced); err != nil { // the next record
 		t.Fatal(err)
 	}
 	l, err := newStateStore(a.store.dir).load()

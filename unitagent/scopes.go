@@ -57,7 +57,7 @@ func (a *Agent) checkScopes(ctx context.Context) error {
 		}
 	}
 	if changed {
-		a.store.saveLater(a.l)
+		return a.record(commitLazy)
 	}
 	return nil
 }

@@ -112,8 +112,8 @@ func (ex *executor) fetchSpec(ctx context.Context, n int64, adopt bool) error {
 		a.l.Revision = n
 	}
 	a.logger.Info("revision read", "revision", n, "charm", charmKey(ls.decoded().GetCharm()))
-	// Written with the next record: lost to a crash, it is read again.
-	a.store.saveLater(a.l)
+	// Committed lazily (actFetchSpec's class): lost to a crash, it is
+	// read again.
 	return nil
 }
 
@@ -149,5 +149,5 @@ func (ex *executor) dropMove(ctx context.Context, r *remote) error {
 		}
 		a.tellGate()
 	}
-	return a.save()
+	return nil
 }

@@ -95,7 +95,8 @@ type stateStore struct {
 	journalBytes int64
 	// journalSynced says that the journal's directory entry is known to
 	// be on disk: the directory was synced since the file was created.
-	// Until then each synced append, and flush, syncs the directory too.
+	// Until then each synced append, and syncWritten, syncs the directory
+	// too.
 	journalSynced bool
 	snapshotBytes int64
 	// head is the head as last saved: a save that would record the same
@@ -103,13 +104,13 @@ type stateStore struct {
 	head []byte
 	// rewrite makes the next save write a snapshot.
 	rewrite bool
-	// unsynced says a record saveUnsynced wrote is not synced yet: a
+	// unsynced says a record written commitWritten is not synced yet: a
 	// crash of the process keeps it, a crash of the machine may lose it.
 	// The next sync of the journal covers it. (A record settle wrote
 	// unsynced needs no sync, and does not set it.)
 	unsynced bool
-	// later is the state a change of which saveLater left for the next
-	// save, flush or settle to write.
+	// later is the state a change of which was left in memory
+	// (commitLazy) for the next record, syncWritten or settle to write.
 	later *localState
 	// empty says the directory is not there (or new: Config.New), so
 	// that the first load has no files to read.
@@ -126,7 +127,7 @@ type storeSettings struct {
 	// syncFile makes a file's content durable: (*os.File).Sync, but for
 	// tests that count the syncs.
 	syncFile func(*os.File) error
-	// settleChanges is how many members' changes saveLater may leave in
+	// settleChanges is how many members' changes commitLazy may leave in
 	// memory alone (defaultSettleChanges).
 	settleChanges int
 	// compactMinBytes is the size the journal may reach before it is
@@ -460,43 +461,60 @@ func normalize(l *localState) {
 	}
 }
 
-// save makes l durable: one journal record, or now and then a snapshot.
-// A save that would record nothing new is skipped.
-func (s *stateStore) save(l *localState) error { return s.saveSync(l, true) }
+// commit records l as d says (steps.go): with a journal record, synced
+// (commitSynced) or not (commitWritten), or now and then a snapshot; or
+// left in memory for the next record, or a barrier, to write
+// (commitLazy). A record that would hold nothing new is skipped.
+//
+// A record written unsynced survives a crash of the agent, and becomes
+// durable with the next synced record or barrier: the agent writes a
+// hook's end so, and syncs it before it acts on anything outside its
+// hooks or waits, so that a machine crash loses at most a hook's end,
+// which counts as a failed attempt and runs the hook again, as a crash
+// while it ran would. It spares one fsync a hook, and a new journal's
+// sync of its directory until the first synced record or barrier.
+//
+// A change left in memory is one that doing again after a crash costs
+// nothing that matters: a hook the charm does not have (done again, it
+// does nothing again), a charm's download (downloaded again), a scope
+// entered or left (the agent enters, or leaves, again: the controller does
+// nothing the second time; and an agent that starts over files it did not
+// make asks the controller which scopes its unit is in, checkScopes). A
+// crash of the agent before the next record loses it. A unit of a charm
+// without hooks in one relation so writes no record, and no journal at
+// all, on its way to running.
+func (s *stateStore) commit(l *localState, d durability) error {
+	switch d {
+	case commitLazy:
+		s.later = l
+	case commitWritten:
+		return s.write(l, false)
+	case commitSynced:
+		return s.write(l, true)
+	}
+	return nil
+}
 
-// saveUnsynced is save but for the sync of a journal record: the record
-// survives a crash of the agent, and becomes durable with the next save
-// or flush. The agent uses it for a hook's end, and flushes before it acts
-// on anything outside its hooks or waits: a machine crash then loses at
-// most a hook's end, which counts as a failed attempt and runs the hook
-// again, as a crash while it ran would. It spares one fsync a hook, and a
-// new journal's sync of its directory until the first synced save or
-// flush.
-func (s *stateStore) saveUnsynced(l *localState) error { return s.saveSync(l, false) }
+// sync makes durable what the barrier b says before a step acts (steps.go).
+func (s *stateStore) sync(b barrier) error {
+	switch b {
+	case barrierSync:
+		return s.syncWritten()
+	case barrierSettle:
+		return s.settle()
+	}
+	return nil
+}
 
-// saveLater is for a change of l that needs no record of its own, since
-// doing it again after a crash costs nothing that matters: the next save
-// writes it with its own, or flush with a hook's end. A crash of the agent
-// before then loses it. The agent uses it for a hook the charm does not
-// have (done again, it does nothing again), a charm's download (downloaded
-// again), and a scope entered or left (the agent enters, or leaves, again:
-// the controller does nothing the second time; and an agent that starts
-// over files it did not make asks the controller which scopes its unit is
-// in, checkScopes). A unit of a charm without hooks in one relation wrote
-// four records on the way to running, three of them synced; then two, one
-// synced (the mark of entering, before the call); then one, not synced, as
-// it went on to wait; now none, and no journal at all.
-func (s *stateStore) saveLater(l *localState) { s.later = l }
-
-// flush makes durable a record saveUnsynced wrote, if any (with what
-// saveLater left, in one synced record), and the journal's directory
-// entry if the journal is new. What saveLater left alone stays left.
-func (s *stateStore) flush() error {
+// syncWritten makes durable a record written unsynced, if any (with what
+// was left in memory, in one synced record), and the journal's directory
+// entry if the journal is new. What was left in memory alone stays left.
+func (s *stateStore) syncWritten() error {
 	if !s.unsynced {
 		return nil
 	}
 	if l := s.later; l != nil {
-		if err := s.save(l); err != nil {
+		if err := s.write(l, true); err != nil {
 			return err
 		}
 	}
@@ -518,24 +536,25 @@ func (s *stateStore) flush() error {
 	return nil
 }
 
-// defaultSettleChanges is how many members' changes saveLater may leave
-// in memory alone: beyond them, settle writes them.
+// defaultSettleChanges is how many members' changes may be left in memory
+// alone: beyond them, settle writes them.
 const defaultSettleChanges = 256
 
-// settle is flush for an agent about to wait. What saveLater left stays
-// left, unless it holds more than s.settleChanges members' changes: that is
-// written, unsynced (it survives the agent's crash, and a machine's crash
-// costs only its doing again), so that an agent whose charm has no hooks
-// does not keep every change of its relations' members since it started.
+// settle is syncWritten for an agent about to wait. What was left in
+// memory stays left, unless it holds more than s.settleChanges members'
+// changes: that is written, unsynced (it survives the agent's crash, and a
+// machine's crash costs only its doing again), so that an agent whose
+// charm has no hooks does not keep every change of its relations' members
+// since it started.
 func (s *stateStore) settle() error {
 	if s.unsynced {
-		return s.flush()
+		return s.syncWritten()
 	}
 	l := s.later
 	if l == nil || len(l.changes) <= s.settleChanges {
 		return nil
 	}
-	err := s.saveSync(l, false)
+	err := s.write(l, false)
 	s.unsynced = false // nothing in it needs syncing
 	return err
 }
@@ -552,7 +571,9 @@ func (s *stateStore) syncJournalEntry() error {
 	return nil
 }
 
-func (s *stateStore) saveSync(l *localState, sync bool) error {
+// write writes l as one journal record, synced or not, or now and then as
+// a snapshot; nothing when it would record nothing new.
+func (s *stateStore) write(l *localState, sync bool) error {
 	head, err := json.Marshal(l)
 	if err != nil {
 		return fmt.Errorf("encode unit state: %w", err)

@@ -18,7 +18,7 @@ import (
 
 // TestStateStoreSavesAndLoads saves a state after each of many steps, the
 // journal folded into snapshots now and then, every third save unsynced
-// (as a hook's end is), and loads each back whole: a record written
+// (commitWritten, as a hook's end is), and loads each back whole: a record written
 // unsynced is there for the agent restarted after a crash of its own.
 func TestStateStoreSavesAndLoads(t *testing.T) {
 	dir := t.TempDir()
@@ -33,11 +33,11 @@ func TestStateStoreSavesAndLoads(t *testing.T) {
 	for i := 1; i < len(want); i++ {
 		step(l, i)
 		before := s.snapshotBytes
-		save, unsynced := s.save, i%3 == 0
+		d, unsynced := commitSynced, i%3 == 0
 		if unsynced {
-			save = s.saveUnsynced
+			d = commitWritten
 		}
-		if err := save(l); err != nil {
+		if err := s.commit(l, d); err != nil {
 			t.Fatal(err)
 		}
 		if s.journalBytes == 0 && s.snapshotBytes != before {
@@ -46,8 +46,8 @@ func TestStateStoreSavesAndLoads(t *testing.T) {
 			t.Fatalf("step %d: after a save (unsynced %v) the journal is unsynced %v", i, unsynced, s.unsynced)
 		}
 		if i%9 == 0 {
-			if err := s.flush(); err != nil || s.unsynced {
-				t.Fatalf("step %d: flush = %v, still unsynced %v", i, err, s.unsynced)
+			if err := s.sync(barrierSync); err != nil || s.unsynced {
+				t.Fatalf("step %d: sync = %v, still unsynced %v", i, err, s.unsynced)
 			}
 		}
 		if got := canon(t, l, dir); got != want[i] {
@@ -62,12 +62,13 @@ func TestStateStoreSavesAndLoads(t *testing.T) {
 	}
 }
 
-// TestStateStoreSyncs counts the syncs of each kind of save, in turn on
-// one store: an unsynced save makes none, even the one that creates the
-// journal; the flush after it syncs the journal and, once, its directory;
-// a save syncs its record, and the directory of a journal it created; a
-// change left for later, its flush and its settle make none, but a
-// settle after an unsynced save syncs.
+// TestStateStoreSyncs counts the syncs of each kind of commit and barrier,
+// in turn on one store: an unsynced record (commitWritten) makes none, even
+// the one that creates the journal; the barrier after it (a "flush",
+// barrierSync) syncs the journal and, once, its directory; a synced record
+// syncs itself, and the directory of a journal it created; a change left
+// for later (commitLazy), its flush and its settle (barrierSettle) make
+// none, but a settle after an unsynced record syncs.
 func TestStateStoreSyncs(t *testing.T) {
 	var dir string
 	var synced []string
@@ -87,8 +88,9 @@ func TestStateStoreSyncs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		save, flush := func() error { return s.save(l) }, s.flush
-		unsynced := func() error { return s.saveUnsynced(l) }
+		save, flush := func() error { return s.commit(l, commitSynced) }, func() error { return s.sync(barrierSync) }
+		settle := func() error { return s.sync(barrierSettle) }
+		unsynced := func() error { return s.commit(l, commitWritten) }
 		type stage struct {
 			name string
 			do   func() error
@@ -106,12 +108,17 @@ func TestStateStoreSyncs(t *testing.T) {
 				{"flush", flush, "[state.log dir]"},
 			}
 		}
-		later := func() error { s.saveLater(l); return nil }
+		later := func() error { return s.commit(l, commitLazy) }
 		stages = append(stages, stage{"flush again", flush, "[]"}, stage{"save", save, "[state.log]"},
 			stage{"left for later", later, "[]"}, stage{"flush of what was left", flush, "[]"},
-			stage{"settle", s.settle, "[]"}, stage{"settle again", s.settle, "[]"},
+			stage{"settle", settle, "[]"}, stage{"settle again", settle, "[]"},
 			stage{"unsynced save", unsynced, "[]"},
-			stage{"settle of a hook's end", func() error { s.saveLater(l); return s.settle() }, "[state.log]"})
+			stage{"settle of a hook's end", func() error {
+				if err := later(); err != nil {
+					return err
+				}
+				return settle()
+			}, "[state.log]"})
 		for i, st := range stages {
 			step(l, i+1)
 			synced = nil
@@ -143,7 +150,7 @@ func TestStateStoreSaveCostsTheSameWhateverTheMembers(t *testing.T) {
 		l.setMember(7, fmt.Sprintf("bench/%d", i), int64(1000+i), nil)
 	}
 	s.rewrite = true // these in a snapshot, as after a restart
-	if err := s.save(l); err != nil {
+	if err := s.commit(l, commitSynced); err != nil {
 		t.Fatal(err)
 	}
 	for i := 5000; i < 5010; i++ {
@@ -151,7 +158,7 @@ func TestStateStoreSaveCostsTheSameWhateverTheMembers(t *testing.T) {
 		for _, st := range []string{stepRunning, stepDone} {
 			l.Op = &hookOp{Hook: "db-relation-joined", Relation: 7, Endpoint: "db", Remote: unit, Step: st}
 			before := s.journalBytes
-			if err := s.save(l); err != nil {
+			if err := s.commit(l, commitSynced); err != nil {
 				t.Fatal(err)
 			}
 			if n := s.journalBytes - before; n <= 0 || n > 400 {
@@ -160,13 +167,13 @@ func TestStateStoreSaveCostsTheSameWhateverTheMembers(t *testing.T) {
 		}
 		l.Op = nil
 		l.setMember(7, unit, 0, nil)
-		if err := s.save(l); err != nil {
+		if err := s.commit(l, commitSynced); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Nothing new: nothing written.
 	before := s.journalBytes
-	if err := s.save(l); err != nil {
+	if err := s.commit(l, commitSynced); err != nil {
 		t.Fatal(err)
 	}
 	if s.journalBytes != before {
@@ -192,7 +199,7 @@ func TestStateStoreTornRecord(t *testing.T) {
 	}
 	for i := 1; i <= 30; i++ {
 		step(l, i)
-		if err := s.save(l); err != nil {
+		if err := s.commit(l, commitSynced); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -224,7 +231,7 @@ func TestStateStoreTornRecord(t *testing.T) {
 			t.Fatalf("cut at %d: a torn journal does not make the next save start afresh", cut)
 		}
 		step(l2, 30)
-		if err := s2.save(l2); err != nil {
+		if err := s2.commit(l2, commitSynced); err != nil {
 			t.Fatal(err)
 		}
 		if got, _, _ := loadCanon(t, dir); got != want[30] {
@@ -268,7 +275,7 @@ func TestStateStoreCrashPoints(t *testing.T) {
 					}
 					return nil
 				}
-				err := s.save(l)
+				err := s.commit(l, commitSynced)
 				if err == nil {
 					continue
 				}
@@ -291,7 +298,7 @@ func TestStateStoreCrashPoints(t *testing.T) {
 				}
 				l, s = l2, s2
 				s.compactMinBytes = 1 << 10
-				if err := s.save(l); err != nil {
+				if err := s.commit(l, commitSynced); err != nil {
 					t.Fatal(err)
 				}
 				if got, _, _ := loadCanon(t, dir); got != want[i] {
@@ -335,13 +342,13 @@ func TestStateStoreWriteFailure(t *testing.T) {
 					}
 					return errors.New("no space left on device")
 				}
-				err := s.save(l)
+				err := s.commit(l, commitSynced)
 				if (err != nil) != (i == failAt) {
 					t.Fatalf("save %d: %v", i, err)
 				}
 				if err != nil {
 					// The agent tries the step again.
-					if err := s.save(l); err != nil {
+					if err := s.commit(l, commitSynced); err != nil {
 						t.Fatalf("save %d again: %v", i, err)
 					}
 				}
@@ -415,7 +422,7 @@ func TestStateStoreLoadsTheOldStateFile(t *testing.T) {
 	}
 	before := canon(t, l, dir)
 	// Nothing changed, but the first save writes the new format.
-	if err := s.save(l); err != nil {
+	if err := s.commit(l, commitSynced); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(filepath.Join(dir, snapshotName))
@@ -431,7 +438,7 @@ func TestStateStoreLoadsTheOldStateFile(t *testing.T) {
 		t.Errorf("after migrating, loaded\n%s\nwant\n%s", got, before)
 	}
 	l2.setMember(4, "bench/2", 0, nil)
-	if err := s2.save(l2); err != nil {
+	if err := s2.commit(l2, commitSynced); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Stat(filepath.Join(dir, journalName)); err != nil || fi.Size() == 0 {
@@ -457,7 +464,7 @@ func TestStateStoreDamage(t *testing.T) {
 		l, _ := s.load()
 		for i := 1; i <= 5; i++ {
 			step(l, i)
-			if err := s.save(l); err != nil {
+			if err := s.commit(l, commitSynced); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -599,7 +606,7 @@ func TestStateStoreWriterProcess(t *testing.T) {
 	w := bufio.NewWriter(os.Stdout)
 	for i := int(l.Revision) + 1; i <= writerSteps; i++ {
 		step(l, i)
-		if err := s.save(l); err != nil {
+		if err := s.commit(l, commitSynced); err != nil {
 			t.Fatal(err)
 		}
 		fmt.Fprintf(w, "saved %d\n", i)
@@ -607,11 +614,11 @@ func TestStateStoreWriterProcess(t *testing.T) {
 	}
 }
 
-// TestStateStoreSaveLater: a change left for later is not on disk until
-// the next save, or a flush of a hook's end, writes it, with one synced
-// record, or a settle once more than settleChanges members' changes are
-// left, with one unsynced record. A flush, or a settle, with fewer such
-// changes left writes nothing.
+// TestStateStoreSaveLater: a change left for later (commitLazy) is not on
+// disk until the next save, or a flush (barrierSync) of a hook's end,
+// writes it, with one synced record, or a settle (barrierSettle) once more
+// than settleChanges members' changes are left, with one unsynced record.
+// A flush, or a settle, with fewer such changes left writes nothing.
 func TestStateStoreSaveLater(t *testing.T) {
 	for _, then := range []string{"save", "flush", "settle"} {
 		t.Run(then, func(t *testing.T) {
@@ -622,16 +629,18 @@ func TestStateStoreSaveLater(t *testing.T) {
 				t.Fatal(err)
 			}
 			step(l, 1)
-			if err := s.save(l); err != nil {
+			if err := s.commit(l, commitSynced); err != nil {
 				t.Fatal(err)
 			}
 			saved := canon(t, l, dir)
 			records := s.seq
 			for i := 2; i < 5; i++ {
 				step(l, i)
-				s.saveLater(l)
+				if err := s.commit(l, commitLazy); err != nil {
+					t.Fatal(err)
+				}
 			}
-			if err := s.flush(); err != nil || s.seq != records {
+			if err := s.sync(barrierSync); err != nil || s.seq != records {
 				t.Fatalf("a flush of changes left for later alone wrote %d records (%v)", s.seq-records, err)
 			}
 			if got, _, _ := loadCanon(t, dir); got != saved {
@@ -640,24 +649,25 @@ func TestStateStoreSaveLater(t *testing.T) {
 			switch then {
 			case "save":
 				step(l, 5)
-				err = s.save(l)
+				err = s.commit(l, commitSynced)
 			case "flush":
 				step(l, 5)
-				if err = s.saveUnsynced(l); err == nil {
+				if err = s.commit(l, commitWritten); err == nil {
 					records++ // the hook's end is a record of its own
 					step(l, 6)
-					s.saveLater(l)
-					err = s.flush()
+					if err = s.commit(l, commitLazy); err == nil {
+						err = s.sync(barrierSync)
+					}
 				}
 			case "settle":
-				if err := s.settle(); err != nil || s.seq != records {
+				if err := s.sync(barrierSettle); err != nil || s.seq != records {
 					t.Fatalf("a settle of a few changes left for later wrote %d records (%v)", s.seq-records, err)
 				}
 				s.settleChanges = len(l.changes) + 2
 				for i := 0; i < 3; i++ {
 					l.setMember(1, fmt.Sprintf("many/%d", i), 1, nil)
 				}
-				err = s.settle()
+				err = s.sync(barrierSettle)
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -671,8 +681,8 @@ func TestStateStoreSaveLater(t *testing.T) {
 			if got, _, _ := loadCanon(t, dir); got != canon(t, l, dir) {
 				t.Errorf("loaded\n%s\nwant\n%s", got, canon(t, l, dir))
 			}
-			for _, f := range []func() error{s.flush, s.settle} {
-				if err := f(); err != nil || s.seq != records+1 {
+			for _, b := range []barrier{barrierSync, barrierSettle} {
+				if err := s.sync(b); err != nil || s.seq != records+1 {
 					t.Errorf("a flush or settle with nothing left wrote %d records (%v)", s.seq-records-1, err)
 				}
 			}
