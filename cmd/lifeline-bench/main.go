@@ -15,6 +15,13 @@
 //	controller (process) ── etcd (embedded, fsync on)
 //	     ▲ gRPC+TLS, one connection per machine
 //	lifeline-bench -fleet-worker: M × machineagent ─► unitagents ─► hooks (processes or none)
+//
+// run.go is the core's steps in order. The optional probes each do
+// nothing unless their flag asks: -pprof (profile.go), -timeline
+// (timeline.go), -dashboard-probe (dashprobe.go) and the scenarios beyond
+// deploy (operations.go, rollout.go, claims.go, manifest.go). The host's
+// own figures (filesystem, a directory's cost, the machine's speed) come
+// from internal/hostprobe.
 package main
 
 import (

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/lifelinehq/lifeline/cmd/lifeline-bench/internal/hostprobe"
 )
 
 // results are the harness's figures; the JSON names are stable, as
@@ -46,28 +48,28 @@ type results struct {
 	// when it could not be measured (a disk stall timed it out).
 	RawTxnPerSecondAfter float64 `json:"raw_etcd_txn_per_second_after"`
 	// FSMkdirMicroseconds is the CPU a directory took to make in the
-	// run's directory before the run (fsprobe.go).
+	// run's directory before the run (internal/hostprobe).
 	FSMkdirMicroseconds float64 `json:"fs_mkdir_microseconds"`
 	// Filesystem is the kind of filesystem the run's directory (etcd's
 	// data, the agents') is on: with tmpfs (-allow-memory-fs) etcd's
 	// fsyncs cost nothing, and the figures are not a disk's.
 	Filesystem string `json:"filesystem"`
 	// PreviousRunRemovedSecondsAgo is how long before this run the last
-	// run in the same parent directory removed its files (fsprobe.go); 0
+	// run in the same parent directory removed its files (internal/hostprobe); 0
 	// when no run left the time there.
 	PreviousRunRemovedSecondsAgo float64 `json:"previous_run_removed_seconds_ago,omitempty"`
 	// SpeedBefore and SpeedAfter are the machine's speed before the run
-	// and once everything is measured (speedprobe.go): runs whose figures
+	// and once everything is measured (internal/hostprobe): runs whose figures
 	// differ were made on a machine of a different speed.
-	SpeedBefore            speedProbe `json:"speed_before"`
-	SpeedAfter             speedProbe `json:"speed_after"`
-	FewestTxnsPerUnit      float64    `json:"fewest_txns_per_unit"`
-	CeilingUnitsPerSecond  float64    `json:"ceiling_units_per_second"`
-	RatioToCeiling         float64    `json:"ratio_to_ceiling"`
-	RatioToCeilingDestroy  float64    `json:"ratio_to_ceiling_destroy"`
-	ControllerRSSBytes     int64      `json:"controller_rss_bytes"`
-	ControllerBytesPerUnit float64    `json:"controller_bytes_per_unit"`
-	ControllerCPUSeconds   float64    `json:"controller_cpu_seconds"`
+	SpeedBefore            hostprobe.Speed `json:"speed_before"`
+	SpeedAfter             hostprobe.Speed `json:"speed_after"`
+	FewestTxnsPerUnit      float64         `json:"fewest_txns_per_unit"`
+	CeilingUnitsPerSecond  float64         `json:"ceiling_units_per_second"`
+	RatioToCeiling         float64         `json:"ratio_to_ceiling"`
+	RatioToCeilingDestroy  float64         `json:"ratio_to_ceiling_destroy"`
+	ControllerRSSBytes     int64           `json:"controller_rss_bytes"`
+	ControllerBytesPerUnit float64         `json:"controller_bytes_per_unit"`
+	ControllerCPUSeconds   float64         `json:"controller_cpu_seconds"`
 	// The controller's CPU in each phase, and the fraction of the
 	// machine's CPU time (all its cores) that was busy in each.
 	ControllerCPUSecondsDeploy  float64 `json:"controller_cpu_seconds_deploy"`

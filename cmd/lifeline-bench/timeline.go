@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,45 @@ import (
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 )
+
+// timelineProbe records each phase's timeline and prints it at the
+// phase's end (-timeline). A nil one does nothing.
+type timelineProbe struct {
+	model *follower
+	clock *revClock
+	read  func() ([]float64, error)
+	stop  func()
+}
+
+// newTimelineProbe returns the timeline probe of the model the follower
+// f keeps (follow with timeline), the controller ctl's counters sampled
+// beside it; nil unless on.
+func newTimelineProbe(on bool, f *follower, clock *revClock, ctl *controllerProc) *timelineProbe {
+	if !on {
+		return nil
+	}
+	names := sampledMetrics()
+	return &timelineProbe{model: f, clock: clock, read: func() ([]float64, error) { return ctl.metrics(names...) }}
+}
+
+// begin starts recording a phase that began at start.
+func (p *timelineProbe) begin(ctx context.Context, start time.Time) {
+	if p == nil {
+		return
+	}
+	p.model.timeline.begin(start)
+	p.stop = p.model.timeline.sample(ctx, p.read)
+}
+
+// end stops sampling and prints the phase's timeline, under title, to
+// standard output.
+func (p *timelineProbe) end(title string) {
+	if p == nil {
+		return
+	}
+	p.stop()
+	p.model.timeline.print(os.Stdout, title, p.clock)
+}
 
 // timeline keeps the life changes of units and machines the harness's
 // watch saw in a phase, and the scope entries made and removed, by their

@@ -1,4 +1,4 @@
-package main
+package hostprobe
 
 import (
 	"fmt"
@@ -6,10 +6,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// filesystemOf names the kind of filesystem dir is on, and says whether
+// Filesystem names the kind of filesystem dir is on, and says whether
 // it keeps its files in memory only, where fsync returns at once and
 // etcd's transactions cost no disk at all.
-func filesystemOf(dir string) (name string, inMemory bool, err error) {
+func Filesystem(dir string) (name string, inMemory bool, err error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
 		return "", false, err

@@ -1,4 +1,4 @@
-package main
+package hostprobe
 
 import (
 	"fmt"
@@ -18,13 +18,13 @@ import (
 // took 120–330 µs of CPU to make, against 40–50 µs on a settled disk. So
 // the harness measures it before it starts, as it measures raw etcd.
 
-// fsProbeDirs is how many directories mkdirCost makes.
+// fsProbeDirs is how many directories MkdirCost makes.
 const fsProbeDirs = 300
 
-// mkdirCost returns the CPU a directory takes to make under dir, over
+// MkdirCost returns the CPU a directory takes to make under dir, over
 // fsProbeDirs of them in 30 parents. The process must be otherwise idle:
 // the CPU is the whole process's.
-func mkdirCost(dir string) (time.Duration, error) {
+func MkdirCost(dir string) (time.Duration, error) {
 	base, err := os.MkdirTemp(dir, "fs-probe-")
 	if err != nil {
 		return 0, err
@@ -36,13 +36,13 @@ func mkdirCost(dir string) (time.Duration, error) {
 			return 0, err
 		}
 	}
-	start := currentUsage().cpu
+	start := processCPU()
 	for i := range fsProbeDirs {
 		if err := os.Mkdir(filepath.Join(base, fmt.Sprint(i%30), fmt.Sprint(i)), 0o700); err != nil {
 			return 0, err
 		}
 	}
-	return (currentUsage().cpu - start) / fsProbeDirs, nil
+	return (processCPU() - start) / fsProbeDirs, nil
 }
 
 // A run removes its tens of thousands of files at its end, and on ext4
@@ -58,19 +58,19 @@ func mkdirCost(dir string) (time.Duration, error) {
 // holds when the last run there removed its directory.
 const removedStampName = ".lifeline-bench-removed"
 
-// settleTime is how long after a removal the disk counts as settled.
-const settleTime = 6 * time.Minute
+// SettleTime is how long after a removal the disk counts as settled.
+const SettleTime = 6 * time.Minute
 
-// removeRunDir removes a run's directory and leaves the time beside it.
-func removeRunDir(dir string) {
+// RemoveRunDir removes a run's directory and leaves the time beside it.
+func RemoveRunDir(dir string) {
 	os.RemoveAll(dir)
 	stamp := filepath.Join(filepath.Dir(dir), removedStampName)
 	_ = os.WriteFile(stamp, []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644)
 }
 
-// sinceLastRemoval returns how long ago a run removed its directory from
+// SinceLastRemoval returns how long ago a run removed its directory from
 // parent, when the harness left the time there; false when it did not.
-func sinceLastRemoval(parent string) (time.Duration, bool) {
+func SinceLastRemoval(parent string) (time.Duration, bool) {
 	b, err := os.ReadFile(filepath.Join(parent, removedStampName))
 	if err != nil {
 		return 0, false

@@ -1,10 +1,11 @@
-package main
+package hostprobe
 
 import (
 	"crypto/sha256"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"syscall"
 	"time"
 )
 
@@ -18,8 +19,8 @@ import (
 // caches, what looking keys up in etcd's index and the controller's maps
 // is made of). Runs are comparable when these agree.
 
-// speedProbe is the machine's speed, by two fixed pieces of work.
-type speedProbe struct {
+// Speed is the machine's speed, by two fixed pieces of work.
+type Speed struct {
 	// HashNanosPerKiB is the CPU SHA-256 takes a KiB, in cache.
 	HashNanosPerKiB float64 `json:"hash_ns_per_kib"`
 	// ChaseNanosPerLoad is the CPU a load dependent on the one before
@@ -37,15 +38,15 @@ const (
 	speedProbeTries = 3
 )
 
-// measureSpeed runs both probes. The process must be otherwise idle: the
+// MeasureSpeed runs both probes. The process must be otherwise idle: the
 // CPU is the whole process's.
-func measureSpeed() speedProbe {
-	return measureSpeedOf(hashProbeRounds, chaseProbeSlots, chaseProbeLoads)
+func MeasureSpeed() Speed {
+	return MeasureSpeedOf(hashProbeRounds, chaseProbeSlots, chaseProbeLoads)
 }
 
-// measureSpeedOf hashes rounds blocks and makes loads dependent loads
+// MeasureSpeedOf hashes rounds blocks and makes loads dependent loads
 // among slots.
-func measureSpeedOf(rounds, slots, loads int) speedProbe {
+func MeasureSpeedOf(rounds, slots, loads int) Speed {
 	block := make([]byte, hashProbeBlock)
 	for i := range block {
 		block[i] = byte(i)
@@ -76,7 +77,7 @@ func measureSpeedOf(rounds, slots, loads int) speedProbe {
 	})
 	runtime.KeepAlive(p) // the chase's result is used
 
-	return speedProbe{
+	return Speed{
 		HashNanosPerKiB:   float64(hash.Nanoseconds()) / float64(rounds*hashProbeBlock/1024),
 		ChaseNanosPerLoad: float64(chase.Nanoseconds()) / float64(loads),
 	}
@@ -86,15 +87,24 @@ func measureSpeedOf(rounds, slots, loads int) speedProbe {
 func fastest(f func()) time.Duration {
 	var best time.Duration
 	for i := range speedProbeTries {
-		start := currentUsage().cpu
+		start := processCPU()
 		f()
-		if d := currentUsage().cpu - start; i == 0 || d < best {
+		if d := processCPU() - start; i == 0 || d < best {
 			best = d
 		}
 	}
 	return best
 }
 
-func (p speedProbe) String() string {
+func (p Speed) String() string {
 	return fmt.Sprintf("SHA-256 %.0f ns a KiB, a dependent load %.0f ns", p.HashNanosPerKiB, p.ChaseNanosPerLoad)
+}
+
+// processCPU is the user and system CPU this process has used so far.
+func processCPU() time.Duration {
+	var self syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &self) != nil {
+		return 0
+	}
+	return time.Duration(self.Utime.Nano() + self.Stime.Nano())
 }
