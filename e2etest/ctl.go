@@ -27,7 +27,8 @@ func (r Result) String() string {
 }
 
 // CtlCommand is ctl with args, in the sandbox's environment, reading the
-// client config at config (the sandbox's when empty).
+// client config at config (the sandbox's when empty). Started with
+// Sandbox.Start, it dies with the test binary.
 func (s *Sandbox) CtlCommand(ctx context.Context, config string, args ...string) *exec.Cmd {
 	if config == "" {
 		config = s.Config
@@ -53,7 +54,10 @@ func (s *Sandbox) CtlVia(config string, args ...string) Result {
 	cmd := s.CtlCommand(ctx, config, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	err := s.starter.start(cmd)
+	if err == nil {
+		err = cmd.Wait()
+	}
 	r := Result{Args: args, Stdout: stdout.String(), Stderr: stderr.String()}
 	var ee *exec.ExitError
 	switch {

@@ -53,6 +53,9 @@ type EtcdMember struct {
 	Dir  string
 	bin  string
 	args []string
+	// starter starts the member's process, so that it dies with the
+	// test binary (starter.go).
+	starter *starter
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -64,7 +67,7 @@ type EtcdMember struct {
 // and machines are stopped.
 func (s *Sandbox) StartEtcd(t testing.TB, cfg EtcdConfig) *EtcdCluster {
 	t.Helper()
-	c, err := startEtcd(t, filepath.Join(s.Dir, "etcd"), cfg)
+	c, err := startEtcd(t, filepath.Join(s.Dir, "etcd"), cfg, s.starter)
 	if c != nil {
 		s.OnStop(c.Stop)
 	}
@@ -74,7 +77,7 @@ func (s *Sandbox) StartEtcd(t testing.TB, cfg EtcdConfig) *EtcdCluster {
 	return c
 }
 
-func startEtcd(t testing.TB, dir string, cfg EtcdConfig) (*EtcdCluster, error) {
+func startEtcd(t testing.TB, dir string, cfg EtcdConfig, st *starter) (*EtcdCluster, error) {
 	if cfg.Members == 0 {
 		cfg.Members = 3
 	}
@@ -98,6 +101,7 @@ func startEtcd(t testing.TB, dir string, cfg EtcdConfig) (*EtcdCluster, error) {
 			PeerURL:   "https://127.0.0.1:" + strconv.Itoa(ports[2*i+1]),
 			Dir:       filepath.Join(dir, "m"+strconv.Itoa(i)),
 			bin:       cfg.Binary,
+			starter:   st,
 		}
 		c.Members = append(c.Members, m)
 		initial = append(initial, m.Name+"="+m.PeerURL)
@@ -256,7 +260,7 @@ func (m *EtcdMember) Start() error {
 	cmd.Dir = m.Dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	if err := m.starter.start(cmd); err != nil {
 		return fmt.Errorf("start etcd member %s: %w", m.Name, err)
 	}
 	done := make(chan struct{})

@@ -2,7 +2,6 @@ package e2etest
 
 import (
 	"fmt"
-	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"net"
 	"os"
 	"os/exec"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"github.com/lifelinehq/lifeline/pki"
 	"github.com/lifelinehq/lifeline/provisioner/provider"
 )
@@ -44,7 +44,8 @@ type Sandbox struct {
 	// all the same.
 	KeepOnFailure bool
 
-	reaper *exec.Cmd
+	reaper  *exec.Cmd
+	starter *starter // starts the sandbox's children: starter.go
 
 	mu           sync.Mutex
 	controllers  []*Controller
@@ -65,7 +66,10 @@ func NewSandbox(t testing.TB, bin Binaries) *Sandbox {
 		Port: FreePorts(t), Network: LocalNetwork(t),
 	}
 	s.startReaper(t)
-	t.Cleanup(s.teardown) // before the network's release, which Cleanup runs after it
+	// The teardown ends the starter, and runs before the network's
+	// release, which Cleanup runs after it.
+	s.starter = newStarter()
+	t.Cleanup(s.teardown)
 	return s
 }
 
@@ -263,7 +267,7 @@ func (c *Controller) Start(t testing.TB) {
 	cmd.Dir = c.DataDir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	if err := c.s.starter.start(cmd); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
@@ -343,7 +347,7 @@ func (c *Controller) Stop(t testing.TB) {
 // started one), their local machines and whatever their units started;
 // runs the OnStop functions; then, as a backstop, kills any process still
 // mentioning the sandbox, which it reports as a failure: nothing may
-// outlive the test.
+// outlive the test. Last it ends the starter's thread (starter.go).
 func (s *Sandbox) teardown() {
 	t := s.t
 	if t.Failed() {
@@ -381,6 +385,7 @@ func (s *Sandbox) teardown() {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	s.starter.stop()
 	if s.KeepOnFailure && t.Failed() {
 		t.Logf("teardown: kept %s", s.Dir)
 		return

@@ -31,9 +31,12 @@ import (
 // with the same command line, environment and working directory.
 type agentChaos struct {
 	machinesDir string
-	r           *run
-	sz          sizes
-	obs         *observer
+	// start starts a restarted agent's process so that it dies with the
+	// test binary (the sandbox's Start).
+	start func(*exec.Cmd) error
+	r     *run
+	sz    sizes
+	obs   *observer
 
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -48,9 +51,9 @@ type agentChaos struct {
 	kills   int
 }
 
-func startAgentChaos(machinesDir string, r *run, sz sizes, obs *observer) *agentChaos {
+func startAgentChaos(machinesDir string, start func(*exec.Cmd) error, r *run, sz sizes, obs *observer) *agentChaos {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &agentChaos{machinesDir: machinesDir, r: r, sz: sz, obs: obs, cancel: cancel, done: make(chan struct{}), pauses: make(chan pauseReq), down: map[string]bool{}, crashed: map[string]bool{}}
+	c := &agentChaos{machinesDir: machinesDir, start: start, r: r, sz: sz, obs: obs, cancel: cancel, done: make(chan struct{}), pauses: make(chan pauseReq), down: map[string]bool{}, crashed: map[string]bool{}}
 	go c.loop(ctx)
 	return c
 }
@@ -225,7 +228,7 @@ func (c *agentChaos) restart(id string, args, env []string, cwd string) error {
 	cmd.Env, cmd.Dir = env, cwd
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	if err := c.start(cmd); err != nil {
 		return err
 	}
 	go cmd.Wait() // reaped when the provisioner or the teardown stops it
