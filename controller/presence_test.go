@@ -4,75 +4,96 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/lifelinehq/lifeline/controllertest"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
+
+// presenceEnv is a controller whose agents' presence lapses after ttl,
+// with machine-0's agent.
+type presenceEnv struct {
+	t     *testing.T
+	ce    *controllertest.Env
+	agent pb.AgentServiceClient
+}
+
+func newPresenceEnv(t *testing.T, ttl time.Duration) *presenceEnv {
+	t.Helper()
+	ce := controllertest.New(t, controllertest.Options{Anonymous: true, PresenceTimeout: ttl})
+	if _, err := ce.State.AddMachines(ce.Ctx, 1); err != nil {
+		t.Fatalf("AddMachines: %v", err)
+	}
+	return &presenceEnv{t: t, ce: ce, agent: ce.Agent("machine-0")}
+}
+
+// present says whether the controller records machine-0 present.
+func (e *presenceEnv) present() bool {
+	e.t.Helper()
+	p, err := e.ce.State.Presences(e.ce.Ctx)
+	if err != nil {
+		e.t.Fatalf("Presences: %v", err)
+	}
+	return p["machine-0"]
+}
+
+// waitFor waits until machine-0 is present, or absent.
+func (e *presenceEnv) waitFor(what string, want bool) {
+	e.t.Helper()
+	poll.Until(e.t, "machine-0 "+what, func() bool { return e.present() == want })
+}
+
+// open opens a presence stream, pings once and reads the answer.
+func (e *presenceEnv) open() (grpc.BidiStreamingClient[pb.PresenceRequest, pb.PresenceResponse], *pb.PresenceResponse) {
+	e.t.Helper()
+	stream, err := e.agent.Presence(e.ce.Ctx)
+	if err != nil {
+		e.t.Fatalf("Presence: %v", err)
+	}
+	if err := stream.Send(&pb.PresenceRequest{}); err != nil {
+		e.t.Fatalf("first ping: %v", err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		e.t.Fatalf("first answer: %v", err)
+	}
+	return stream, resp
+}
 
 // TestPresenceLapsesWithoutPings checks the presence stream's rules: an
 // agent that pings stays present; one silent for the timeout is absent
 // then, though its stream is still open, and its next ping ends the
-// stream DeadlineExceeded, so that it reconnects; closing the stream takes
-// the presence away at once.
+// stream DeadlineExceeded, so that it reconnects.
 func TestPresenceLapsesWithoutPings(t *testing.T) {
 	const ttl = 1500 * time.Millisecond
-	ce := controllertest.New(t, controllertest.Options{Anonymous: true, PresenceTimeout: ttl})
-	ok := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	_, err := ce.State.AddMachines(ce.Ctx, 1)
-	ok("AddMachines", err)
-	agent := ce.Agent("machine-0")
-	present := func() bool {
-		t.Helper()
-		p, err := ce.State.Presences(ce.Ctx)
-		ok("Presences", err)
-		return p["machine-0"]
-	}
-	waitFor := func(what string, want bool) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for present() != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("machine-0 never became %s", what)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-
-	stream, err := agent.Presence(ce.Ctx)
-	ok("Presence", err)
-	ok("first ping", stream.Send(&pb.PresenceRequest{}))
-	resp, err := stream.Recv()
-	ok("first answer", err)
+	e := newPresenceEnv(t, ttl)
+	stream, resp := e.open()
 	if got, want := time.Duration(resp.PingIntervalMs)*time.Millisecond, ttl/3; got != want {
 		t.Fatalf("ping interval %s, want %s", got, want)
 	}
-	waitFor("present", true)
+	e.waitFor("present", true)
 
-	// Pinging at the interval for three timeouts keeps it present.
-	for end := time.Now().Add(3 * ttl); time.Now().Before(end); {
+	// Pinging at the interval, over three timeouts, keeps it present.
+	for range 9 {
 		time.Sleep(ttl / 3)
-		ok("ping", stream.Send(&pb.PresenceRequest{}))
+		if err := stream.Send(&pb.PresenceRequest{}); err != nil {
+			t.Fatalf("ping: %v", err)
+		}
 		if _, err := stream.Recv(); err != nil {
 			t.Fatalf("a pinging agent's stream ended: %v", err)
 		}
-		if !present() {
+		if !e.present() {
 			t.Fatal("a pinging agent went absent")
 		}
 	}
 
-	// Silent: absent within the timeout (and some slack), stream open.
-	silent := time.Now()
-	waitFor("absent", false)
-	if d := time.Since(silent); d < ttl/2 {
-		t.Fatalf("absent %s after its last ping, before the timeout of %s", d, ttl)
+	// Silent: absent, stream open; the next ping ends the stream.
+	e.waitFor("absent", false)
+	if err := stream.Send(&pb.PresenceRequest{}); err != nil {
+		t.Fatalf("ping after the timeout: %v", err)
 	}
-	ok("ping after the timeout", stream.Send(&pb.PresenceRequest{}))
 	for {
 		_, err := stream.Recv()
 		if err == nil {
@@ -81,21 +102,23 @@ func TestPresenceLapsesWithoutPings(t *testing.T) {
 		wantCode(t, "Recv after the timeout", err, codes.DeadlineExceeded, "no ping from")
 		break
 	}
-	if present() {
+	if e.present() {
 		t.Fatal("present again after the stream ended")
 	}
 
-	// A new stream makes it present; closing it makes it absent at once.
-	stream, err = agent.Presence(ce.Ctx)
-	ok("Presence again", err)
-	ok("ping", stream.Send(&pb.PresenceRequest{}))
-	_, err = stream.Recv()
-	ok("answer", err)
-	waitFor("present again", true)
-	ok("CloseSend", stream.CloseSend())
-	start := time.Now()
-	waitFor("absent once closed", false)
-	if d := time.Since(start); d >= ttl {
-		t.Fatalf("absent only %s after its stream closed (the timeout is %s)", d, ttl)
+	// A new stream makes it present again.
+	e.open()
+	e.waitFor("present again", true)
+}
+
+// TestPresenceEndsWithItsStream: closing the presence stream takes the
+// presence away at once, not when the timeout lapses (an hour here).
+func TestPresenceEndsWithItsStream(t *testing.T) {
+	e := newPresenceEnv(t, time.Hour)
+	stream, _ := e.open()
+	e.waitFor("present", true)
+	if err := stream.CloseSend(); err != nil {
+		t.Fatalf("CloseSend: %v", err)
 	}
+	e.waitFor("absent once its stream closed", false)
 }

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"github.com/lifelinehq/lifeline/leader"
 )
 
@@ -54,19 +55,39 @@ func (c *candidate) stop() {
 	<-c.done
 }
 
-func waitLeader(t *testing.T, within time.Duration, cs ...*candidate) *candidate {
+// waitLeader waits until one of cs leads, and returns it.
+func waitLeader(t *testing.T, cs ...*candidate) *candidate {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
+	var leading *candidate
+	poll.Until(t, fmt.Sprintf("a leader among %d candidates", len(cs)), func() bool {
 		for _, c := range cs {
 			if c.leading.Load() {
-				return c
+				leading = c
+				return true
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("no leader among %d candidates within %s", len(cs), within)
-	return nil
+		return false
+	})
+	return leading
+}
+
+// waitCandidacies waits until the election holds n candidacies, the
+// values of its keys, and returns them.
+func waitCandidacies(t *testing.T, c *clientv3.Client, election string, n int) []string {
+	t.Helper()
+	var ids []string
+	poll.UntilSays(t, fmt.Sprintf("%d candidacies in the election", n), func() (bool, string) {
+		resp, err := c.Get(etcdtest.Context(t), election+"/", clientv3.WithPrefix())
+		if err != nil {
+			return false, err.Error()
+		}
+		ids = ids[:0]
+		for _, kv := range resp.Kvs {
+			ids = append(ids, string(kv.Value))
+		}
+		return len(ids) == n, fmt.Sprintf("candidacies %q", ids)
+	})
+	return ids
 }
 
 func newClient(t *testing.T) *clientv3.Client {
@@ -87,7 +108,7 @@ func TestOneLeaderAndHandover(t *testing.T) {
 	for _, id := range []string{"a", "b", "c"} {
 		cs = append(cs, startCandidate(t, etcdtest.Client(t), election, id, &leading))
 	}
-	first := waitLeader(t, 10*time.Second, cs...)
+	first := waitLeader(t, cs...)
 	ctx := etcdtest.Context(t)
 	if id, err := leader.Leader(ctx, etcdtest.Client(t), election); err != nil || id != first.id {
 		t.Fatalf("Leader = %q, %v; want %q", id, err, first.id)
@@ -104,7 +125,7 @@ func TestOneLeaderAndHandover(t *testing.T) {
 	if id, err := leader.Leader(ctx, etcdtest.Client(t), election); err != nil || id == first.id || id == "" {
 		t.Errorf("Leader after %s stopped = %q, %v; want one of the others at once", first.id, id, err)
 	}
-	next := waitLeader(t, time.Minute, rest...)
+	next := waitLeader(t, rest...)
 	t.Logf("%s took over from %s", next.id, first.id)
 }
 
@@ -115,17 +136,20 @@ func TestTakeoverAfterCrash(t *testing.T) {
 	var leading atomic.Int32
 	crashing := newClient(t)
 	a := startCandidate(t, crashing, election, "a", &leading)
-	waitLeader(t, 10*time.Second, a)
+	waitLeader(t, a)
 	b := startCandidate(t, etcdtest.Client(t), election, "b", &leading)
-	time.Sleep(300 * time.Millisecond)
+	// b stands behind a: its candidacy is in the election, a leads.
+	waitCandidacies(t, etcdtest.Client(t), election, 2)
+	if id, err := leader.Leader(etcdtest.Context(t), etcdtest.Client(t), election); err != nil || id != "a" {
+		t.Fatalf("Leader with b's candidacy in = %q, %v; want a", id, err)
+	}
 	if b.leading.Load() {
 		t.Fatal("b leads while a does")
 	}
-	// The crash: a's connection to etcd goes, its lease is not revoked.
-	start := time.Now()
+	// The crash: a's connection to etcd goes, its lease is not revoked;
+	// b leads once it lapses.
 	crashing.Close()
-	waitLeader(t, 10*time.Second, b)
-	t.Logf("b took over %s after a's crash (TTL 2 s)", time.Since(start).Round(time.Millisecond))
+	waitLeader(t, b)
 }
 
 // A candidate started again under the ID of one that crashed (a controller
@@ -152,20 +176,28 @@ func TestRestartEndsTheCrashedRunsCandidacy(t *testing.T) {
 	mine := candidacy("a")
 	var leading atomic.Int32
 	a := startCandidate(t, c, election, "a", &leading)
-	time.Sleep(500 * time.Millisecond)
+	// a's crashed run's candidacy goes, its new one stands behind b's.
+	poll.UntilSays(t, "a's crashed run's lease revoked", func() (bool, string) {
+		ttl, err := c.TimeToLive(ctx, mine)
+		if err != nil {
+			return false, err.Error()
+		}
+		return ttl.TTL <= 0, fmt.Sprintf("TTL %d", ttl.TTL)
+	})
+	waitCandidacies(t, c, election, 2)
+	if id, err := leader.Leader(ctx, c, election); err != nil || id != "b" {
+		t.Fatalf("Leader with a's new candidacy in = %q, %v; want b", id, err)
+	}
 	if a.leading.Load() {
 		t.Fatal("a leads while b's older candidacy stands")
 	}
 	if ttl, err := c.TimeToLive(ctx, other); err != nil || ttl.TTL <= 0 {
 		t.Fatalf("b's lease: %v, %v; want it left alone", ttl, err)
 	}
-	if ttl, err := c.TimeToLive(ctx, mine); err != nil || ttl.TTL > 0 {
-		t.Fatalf("a's crashed run's lease: %v, %v; want it revoked", ttl, err)
-	}
 	if _, err := c.Revoke(ctx, other); err != nil {
 		t.Fatal(err)
 	}
-	waitLeader(t, 5*time.Second, a)
+	waitLeader(t, a)
 }
 
 // Candidates coming and going at random never lead two at a time.

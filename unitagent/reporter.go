@@ -72,8 +72,10 @@ type reporter struct {
 	wantProgress bool
 	sentAt       time.Time
 	sentTook     time.Duration
-	// sending is the status on its way to the controller, if any.
+	// sending is the status on its way to the controller, if any; held
+	// the progress report waiting for its pace (progressHold), if any.
 	sending *pb.Status
+	held    *pb.Status
 	pending chan struct{}
 	done    chan struct{}
 }
@@ -210,6 +212,14 @@ func (r *reporter) urgent() bool {
 	return len(r.keep) > 0 || worthKeeping(r.want)
 }
 
+// progressHold is how long a progress report waits yet, since after the
+// last report was acknowledged (or declined), which took took: it goes
+// every after that, or progressPace times took after it, whichever is
+// later.
+func progressHold(every, took, since time.Duration) time.Duration {
+	return max(every, progressPace*took) - since
+}
+
 func (r *reporter) run(ctx context.Context) {
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond), backoff.WithMaxInterval(10*time.Second), backoff.WithMaxElapsedTime(0))
 	for {
@@ -231,10 +241,15 @@ func (r *reporter) run(ctx context.Context) {
 			progress := !kept && r.isProgress()
 			var hold time.Duration
 			if progress {
-				hold = max(r.progressEvery, progressPace*r.sentTook) - time.Since(r.sentAt)
+				hold = progressHold(r.progressEvery, r.sentTook, time.Since(r.sentAt))
 			}
-			if !sent && st != nil && hold <= 0 {
-				r.sending = st
+			r.held = nil
+			if !sent && st != nil {
+				if hold <= 0 {
+					r.sending = st
+				} else {
+					r.held = st
+				}
 			}
 			r.mu.Unlock()
 			if sent || st == nil {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -57,9 +58,35 @@ func runReporter(t *testing.T, api API, every time.Duration) (*reporter, context
 	r := newReporter(api, "kv/0", hclog.NewNullLogger())
 	r.progressEvery = every
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go r.run(ctx)
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() { defer close(done); r.run(ctx) }()
 	return r, ctx
+}
+
+// waitHeld waits until the reporter holds back a progress report for its
+// pace, and returns its message.
+func waitHeld(t *testing.T, r *reporter) string {
+	t.Helper()
+	var held string
+	poll.Until(t, "a progress report held back", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.held == nil {
+			return false
+		}
+		held = r.held.Message
+		return true
+	})
+	return held
+}
+
+// pending says whether the reporter has a status the controller has not
+// acknowledged (nor declined).
+func pending(r *reporter) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.keep) > 0 || !r.settled(r.want)
 }
 
 func (s *statusRecorder) got() []string {
@@ -72,10 +99,7 @@ func (s *statusRecorder) got() []string {
 // output or an error is sent even when another follows at once.
 func TestReporterCoalescesButKeepsHistory(t *testing.T) {
 	api := &statusRecorder{}
-	r := newReporter(api, "kv/0", hclog.NewNullLogger())
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go r.run(ctx)
+	r, ctx := runReporter(t, api, progressEvery)
 
 	r.set(&pb.Status{Status: "executing", Message: "running install hook"})
 	r.set(&pb.Status{Status: "executing", Message: "running start hook"})
@@ -162,7 +186,9 @@ func TestReporterSpacesHookProgress(t *testing.T) {
 	r.flush(ctx)
 	r.progress(&pb.Status{Status: "executing", Message: "running config-changed hook"})
 	r.progress(&pb.Status{Status: "executing", Message: "running start hook"})
-	time.Sleep(3 * statusLinger)
+	if got, want := waitHeld(t, r), "running start hook"; got != want {
+		t.Fatalf("held back %q, want %q: the latest in place of the others", got, want)
+	}
 	if got, want := api.got(), []string{"executing:running install hook"}; !slices.Equal(got, want) {
 		t.Fatalf("sent %q, want %q: later progress held back", got, want)
 	}
@@ -180,24 +206,46 @@ func TestReporterSpacesHookProgress(t *testing.T) {
 // Progress reports are spaced by the controller's pace too: one that took
 // a while to be acknowledged holds the next back progressPace times as
 // long, when that is longer than progressEvery.
+func TestProgressHold(t *testing.T) {
+	for _, c := range []struct {
+		every, took, since, want time.Duration
+	}{
+		{every: time.Millisecond, took: 100 * time.Millisecond, since: 0, want: progressPace * 100 * time.Millisecond},
+		{every: time.Millisecond, took: 100 * time.Millisecond, since: 400 * time.Millisecond, want: progressPace*100*time.Millisecond - 400*time.Millisecond},
+		{every: 2 * time.Second, took: 10 * time.Millisecond, since: time.Second, want: time.Second},
+		{every: 2 * time.Second, took: time.Second, since: 11 * time.Second, want: -time.Second},
+	} {
+		if got := progressHold(c.every, c.took, c.since); got != c.want {
+			t.Errorf("progressHold(%v, %v, %v) = %v, want %v", c.every, c.took, c.since, got, c.want)
+		}
+	}
+}
+
+// A progress report after one the controller was slow to acknowledge is
+// held back by the controller's pace, though progressEvery has passed,
+// and goes once that is over.
 func TestReporterPacesHookProgressByTheController(t *testing.T) {
 	api := &statusRecorder{delay: 100 * time.Millisecond}
 	r, ctx := runReporter(t, api, time.Millisecond)
 
 	r.progress(&pb.Status{Status: "executing", Message: "running install hook"})
 	r.flush(ctx)
-	acked := time.Now()
+	r.mu.Lock()
+	took := r.sentTook
+	r.mu.Unlock()
+	if took < api.delay {
+		t.Fatalf("the reporter measured the controller's answer as %v, want %v at least", took, api.delay)
+	}
 	r.progress(&pb.Status{Status: "executing", Message: "running start hook"})
-	time.Sleep(5 * statusLinger / 2)
+	if got, want := waitHeld(t, r), "running start hook"; got != want {
+		t.Fatalf("held back %q, want %q", got, want)
+	}
 	if got, want := api.got(), []string{"executing:running install hook"}; !slices.Equal(got, want) {
-		t.Fatalf("sent %q, want %q: the next report held back %v", got, want, progressPace*api.delay)
+		t.Fatalf("sent %q, want %q: the next report held back", got, want)
 	}
 	r.flush(ctx)
 	if got := api.got(); len(got) != 2 || got[1] != "executing:running start hook" {
 		t.Fatalf("sent %q, want the start hook's report at last", got)
-	}
-	if d := time.Since(acked); d < progressPace*api.delay {
-		t.Errorf("the next report went after %v, want %v at least", d, progressPace*api.delay)
 	}
 }
 
@@ -215,10 +263,14 @@ func TestReporterDropsTheReportOfAHookEnded(t *testing.T) {
 	r.flush(ctx)
 	r.progress(&pb.Status{Status: "executing", Message: "running start hook"})
 	r.progressEnded()
-	time.Sleep(3 * statusLinger)
+	if pending(r) {
+		t.Fatal("the start hook's report still to send once the hook ended")
+	}
 	r.progress(&pb.Status{Status: "executing", Message: "running config-changed hook"})
 	r.progressEnded()
-	time.Sleep(3 * statusLinger)
+	if pending(r) {
+		t.Fatal("the config-changed hook's report still to send once the hook ended")
+	}
 	r.set(&pb.Status{Status: "idle", Message: "done"})
 	r.flush(ctx)
 	want := []string{"idle:", "executing:running install hook", "idle:done"}
@@ -240,12 +292,12 @@ func TestReporterLetsADeclinedProgressReportGo(t *testing.T) {
 	r.progress(&pb.Status{Status: "executing", Message: "running install hook"})
 	r.flush(ctx)
 	r.progress(&pb.Status{Status: "executing", Message: "running start hook"})
-	start := time.Now()
 	r.flush(ctx)
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("flush waited %v for a declined report", d)
+	// Declined, it settles the reports: flush waits for nothing more, and
+	// it is not sent again.
+	if pending(r) {
+		t.Error("the declined report is still to send")
 	}
-	time.Sleep(3 * statusLinger)
 	r.set(&pb.Status{Status: "idle", Message: "done"})
 	r.flush(ctx)
 	if got, want := api.got(), []string{"idle:", "executing:running install hook", "idle:done"}; !slices.Equal(got, want) {
@@ -265,16 +317,12 @@ func TestReporterShowsARunOfHooks(t *testing.T) {
 	r, ctx := runReporter(t, api, time.Hour)
 	r.set(&pb.Status{Status: "idle"})
 	r.flush(ctx)
-	began := time.Now()
 	r.progress(&pb.Status{Status: "executing", Message: "running install hook"})
 	r.progressEnded()
 	r.progress(&pb.Status{Status: "executing", Message: "running start hook"})
 	r.flush(ctx)
 	if got, want := api.got(), []string{"idle:", "executing:running start hook"}; !slices.Equal(got, want) {
 		t.Fatalf("sent %q, want %q: the run shown with the hook it runs", got, want)
-	}
-	if d := time.Since(began); d > 10*statusLinger {
-		t.Errorf("the run was shown after %v, want about %v", d, statusLinger)
 	}
 
 	// A quick run, over before the report settles, goes unreported.
@@ -283,8 +331,10 @@ func TestReporterShowsARunOfHooks(t *testing.T) {
 	r.progress(&pb.Status{Status: "executing", Message: "running config-changed hook"})
 	r.progressEnded()
 	r.set(&pb.Status{Status: "idle", Message: "again"})
+	if pending(r) {
+		t.Fatal("a report still to send, back where the controller's copy is")
+	}
 	r.flush(ctx)
-	time.Sleep(2 * statusLinger)
 	if got, want := api.got(), []string{"idle:", "executing:running start hook", "idle:again"}; !slices.Equal(got, want) {
 		t.Fatalf("sent %q, want %q", got, want)
 	}
