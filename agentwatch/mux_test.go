@@ -266,26 +266,18 @@ func TestMuxDeliversWhatWatchDelivers(t *testing.T) {
 	m.destroyUnit("kv/0")
 	m.destroyUnit("kv/1")
 	want := map[int]int{1: 2, 2: 1, 4: 2} // changes after the listing, by subject
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.UntilSays(t, "every change, the same from the Mux as from Follow", func() (bool, string) {
 		done := true
 		for i, n := range want {
 			done = done && len(singles[i].changes()) >= 2+n
 		}
-		for i := range subjects {
+		var b strings.Builder
+		for i, s := range subjects {
 			done = done && slices.Equal(muxed[i].changes(), singles[i].changes())
+			fmt.Fprintf(&b, "Mux.Follow(%v) delivered %v; Follow delivered %v\n", s, muxed[i].changes(), singles[i].changes())
 		}
-		if done {
-			break
-		}
-		if time.Now().After(deadline) {
-			for i, s := range subjects {
-				t.Errorf("Mux.Follow(%v) delivered %v; Follow delivered %v", s, muxed[i].changes(), singles[i].changes())
-			}
-			t.FailNow()
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return done, b.String()
+	})
 	if n := api.watchManys.Load(); n != 1 {
 		t.Errorf("the Mux opened %d WatchMany streams, want 1", n)
 	}
@@ -350,13 +342,10 @@ func TestMuxResumesAfterTheStreamBreaks(t *testing.T) {
 		})
 	}
 	m.destroyUnit("kv/0")
-	deadline := time.Now().Add(30 * time.Second)
-	for !(len(units.changes()) == 2+rounds && len(config.changes()) == 2+rounds && len(unit.changes()) == 3) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for every change: units %v, config %v, unit %v; %d streams", units.changes(), config.changes(), unit.changes(), api.watchManys.Load())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.UntilSays(t, "every change", func() (bool, string) {
+		return len(units.changes()) == 2+rounds && len(config.changes()) == 2+rounds && len(unit.changes()) == 3,
+			fmt.Sprintf("units %v, config %v, unit %v; %d streams", units.changes(), config.changes(), unit.changes(), api.watchManys.Load())
+	})
 	deliveredOnce(t, units, config, unit)
 	if n := api.watchManys.Load(); n < 5 {
 		t.Errorf("the Mux opened %d WatchMany streams, want at least 5 (each broke after 3 responses)", n)

@@ -2,12 +2,13 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"github.com/lifelinehq/lifeline/pki"
 	"github.com/lifelinehq/lifeline/state"
 	"github.com/lifelinehq/lifeline/watchhub"
@@ -42,17 +43,10 @@ func TestCredMirrorFollowsTheCredentials(t *testing.T) {
 	go func() { m.run(context.Background()); close(ran) }() // ends with the hub
 	waitFor := func(what string, ok func(hash string, found bool) bool) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		poll.UntilSays(t, "the mirror of admin to have "+what, func() (bool, string) {
 			h, found := m.lookup("admin")
-			if ok(h, found) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("mirror of admin = %q, %v after 5 s: want %s", h, found, what)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return ok(h, found), fmt.Sprintf("mirror of admin = %q, %v", h, found)
+		})
 	}
 	waitFor("the hash stored before it started", func(h string, found bool) bool { return found && h == before })
 

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/lifelinehq/lifeline/controller"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -40,18 +41,14 @@ func TestLeadershipElectionAndAgentCalls(t *testing.T) {
 	waitLeader := func(unit, want string) *pb.GetLeadershipResponse {
 		t.Helper()
 		var last *pb.GetLeadershipResponse
-		err := untilNil(func() error {
+		poll.UntilSays(t, fmt.Sprintf("GetLeadership(%s) to name %q", unit, want), func() (bool, string) {
 			resp, err := m.as("unit-"+unit).GetLeadership(m.ctx, &pb.GetLeadershipRequest{Unit: unit})
 			if err != nil {
-				return err
+				return false, err.Error()
 			}
 			last = resp
-			if resp.Leader != want {
-				return fmt.Errorf("leader %q, want %q", resp.Leader, want)
-			}
-			return nil
+			return resp.Leader == want, fmt.Sprintf("leader %q", resp.Leader)
 		})
-		m.ok("GetLeadership("+unit+")", err)
 		return last
 	}
 	if r := waitLeader("kv/1", "kv/0"); r.IsLeader {
@@ -100,19 +97,6 @@ func TestLeadershipElectionAndAgentCalls(t *testing.T) {
 	// No unit can lead: the leadership is vacated.
 	gone["1"]()
 	waitLeader("kv/0", "")
-}
-
-// untilNil calls f until it returns nil, for up to 10 s, and returns its
-// last error.
-func untilNil(f func() error) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := f()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // TestAgentWatchLeadershipAuthorization: a unit's agent watches its own

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -136,17 +137,11 @@ func TestSecondAgentInstanceIsFenced(t *testing.T) {
 	_, err = present("a2", "a")
 	must(t, "Presence of instance a2, after a", err)
 	must(t, "IssueUnitCredentials of instance a2", issue("a2"))
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.UntilSays(t, "the stream of the instance taken over to stop answering pings", func() (bool, string) {
 		must(t, "ping", first.Send(&pb.PresenceRequest{}))
-		if _, err = first.Recv(); err != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the stream of the instance taken over still answers pings")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		_, err = first.Recv()
+		return err != nil, "it still answers"
+	})
 	wantCode(t, "the ping of the instance taken over", err, codes.Unavailable, "changed since this stream took it")
 	_, err = present("a", "")
 	wantCode(t, "Presence of instance a again", err, codes.FailedPrecondition, `(instance "a2")`)

@@ -8,10 +8,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 )
@@ -81,17 +81,15 @@ func TestRevokedAdminCredential(t *testing.T) {
 	wantCode(t, "Status after revocation", err, codes.Unauthenticated, "credential of admin is not valid")
 }
 
-// eventually calls f until it fails, for up to 5 s, and returns its error.
+// eventually calls f until it fails, and returns its error.
 func eventually(t *testing.T, f func() error) error {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := f()
-		if err != nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var err error
+	poll.UntilSays(t, "the call to fail", func() (bool, string) {
+		err = f()
+		return err != nil, "it still succeeds"
+	})
+	return err
 }
 
 // A credential replaced by a new one works at once, though the

@@ -2,10 +2,10 @@ package controller_test
 
 import (
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -24,16 +24,11 @@ func TestAgentRelationCheckRemembered(t *testing.T) {
 	// issued one a moment after the commit (more under -race and load);
 	// until then every call reads it. Counting starts once a call reads
 	// nothing.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	poll.UntilSays(t, "a call of kv/1 that reads nothing", func() (bool, string) {
 		before := m.st.Stats().Reads
 		wantCode(t, "kv/1 leaving", leave(m.container), codes.PermissionDenied, "")
-		if m.st.Stats().Reads == before {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("every call of kv/1 still reads etcd after 10 s")
-		}
-	}
+		return m.st.Stats().Reads == before, "every call of kv/1 still reads etcd"
+	})
 	// The calls again read no more than calls refused before any read
 	// (the controller's own workers may read meanwhile, now and then:
 	// the fewest of three rounds of 20 calls is counted, since a worker's

@@ -16,6 +16,7 @@ import (
 	"github.com/lifelinehq/lifeline/controller"
 	"github.com/lifelinehq/lifeline/controller/gate"
 	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
@@ -138,15 +139,14 @@ func (e *rolloutEnv) workerWith(cfg controller.RolloutWorkerConfig) (stop func()
 // waitFor polls cond until it holds, failing the test after a while.
 func (e *rolloutEnv) waitFor(what string, cond func() bool) {
 	e.t.Helper()
-	deadline := time.Now().Add(e.patience)
-	for !cond() {
-		if time.Now().After(deadline) {
-			ro, _ := e.st.Rollout(e.ctx, "kv")
-			urs, _ := e.st.UnitRevisions(e.ctx, "kv")
-			e.t.Fatalf("timed out waiting for %s; rollout %v; units %v", what, ro, urs)
+	poll.Within(e.t, what, e.patience, func() (bool, string) {
+		if cond() {
+			return true, ""
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		ro, _ := e.st.Rollout(e.ctx, "kv")
+		urs, _ := e.st.UnitRevisions(e.ctx, "kv")
+		return false, fmt.Sprintf("rollout %v; units %v", ro, urs)
+	})
 }
 
 func (e *rolloutEnv) rollout() *pb.Rollout {

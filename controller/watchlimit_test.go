@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/lifelinehq/lifeline/controller"
 	"github.com/lifelinehq/lifeline/controllertest"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
@@ -145,13 +147,10 @@ func TestSlowWatchStreamsOfOneCredentialAreCut(t *testing.T) {
 	if st := e.Hub().Stats(); st.CutsStream+st.CutsParent != maxStreams || st.MostHeld > credentialBytes+subscriptions*(61<<10) {
 		t.Errorf("hub Stats() = %+v, want %d cuts, no stream past the credential's budget by more than a revision", st, maxStreams)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for e.Hub().Stats().Held != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the hub holds %d bytes 30 s after the streams ended, want none", e.Hub().Stats().Held)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.UntilSays(t, "the hub to hold nothing once the streams ended", func() (bool, string) {
+		held := e.Hub().Stats().Held
+		return held == 0, fmt.Sprintf("it holds %d bytes", held)
+	})
 	// The credential opens streams again, within its limit.
 	s, err := machine.WatchMany(ctx)
 	if err != nil {

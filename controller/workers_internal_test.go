@@ -3,10 +3,13 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 )
 
 // Calls run each once, on at most max workers at a time or on their own
@@ -28,11 +31,10 @@ func TestHandlerWorkers(t *testing.T) {
 			})
 		}()
 	}
-	for deadline := time.Now().Add(10 * time.Second); inside.Load() < 16; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of 16 calls running at once: the workers queued them", inside.Load())
-		}
-	}
+	poll.UntilSays(t, "16 calls running at once", func() (bool, string) {
+		in := inside.Load()
+		return in >= 16, fmt.Sprintf("%d are: the workers queued them", in)
+	})
 	close(release)
 	wg.Wait()
 	if ran.Load() != 16 {
@@ -47,17 +49,12 @@ func TestHandlerWorkers(t *testing.T) {
 	for range 100 {
 		w.run(func() { ran.Add(1) })
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	poll.UntilSays(t, "no worker left once they idled", func() (bool, string) {
 		w.mu.Lock()
 		n = w.n
 		w.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d workers left after they idled", n)
-		}
-	}
+		return n == 0, fmt.Sprintf("%d workers left", n)
+	})
 }
 
 // sideBySide runs every item once, all of them at the same time (none
@@ -77,11 +74,10 @@ func TestHandlerWorkersSideBySide(t *testing.T) {
 			ran[i].Add(1)
 		})
 	}()
-	for deadline := time.Now().Add(10 * time.Second); inside.Load() < n; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d items running at once", inside.Load(), n)
-		}
-	}
+	poll.UntilSays(t, fmt.Sprintf("%d items running at once", n), func() (bool, string) {
+		in := inside.Load()
+		return in >= int64(n), fmt.Sprintf("%d are", in)
+	})
 	select {
 	case <-done:
 		t.Fatal("sideBySide returned before its items did")
@@ -115,11 +111,10 @@ func TestHandlerWorkersCallWaits(t *testing.T) {
 			}
 		}()
 	}
-	for deadline := time.Now().Add(10 * time.Second); inside.Load() < 2; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of 2 calls on the workers", inside.Load())
-		}
-	}
+	poll.UntilSays(t, "2 calls on the workers", func() (bool, string) {
+		in := inside.Load()
+		return in >= 2, fmt.Sprintf("%d are", in)
+	})
 
 	// An operator's call goes ahead, on its own goroutine.
 	if err := w.call(ctx, true, func() {}); err != nil {
@@ -193,17 +188,11 @@ func TestHandlerWorkersStop(t *testing.T) {
 	w := newHandlerWorkers(2, time.Hour)
 	counted := func(what string, ok func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		poll.Until(t, what, func() bool {
 			w.mu.Lock()
-			done := ok()
-			w.mu.Unlock()
-			if done {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s after 10 s", what)
-			}
-		}
+			defer w.mu.Unlock()
+			return ok()
+		})
 	}
 	// Two workers, both busy until release.
 	release := make(chan struct{})

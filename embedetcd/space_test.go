@@ -3,6 +3,7 @@ package embedetcd_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lifelinehq/lifeline/embedetcd"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 )
 
 // smallQuota is the members' quota here: a few hundred rewrites of a large
@@ -71,17 +73,12 @@ func keep(t *testing.T, s *embedetcd.Server, cfg embedetcd.SpaceConfig) {
 // waitSpace polls the member's space until cond holds.
 func waitSpace(t *testing.T, s *embedetcd.Server, what string, cond func(embedetcd.Space) bool) embedetcd.Space {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		sp := s.Space()
-		if cond(sp) {
-			return sp
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s: space %+v", what, sp)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var sp embedetcd.Space
+	poll.UntilSays(t, what, func() (bool, string) {
+		sp = s.Space()
+		return cond(sp), fmt.Sprintf("space %+v", sp)
+	})
+	return sp
 }
 
 // TestKeepCompactsAndDefragments has a writer rewrite one key with large
@@ -155,17 +152,10 @@ func TestKeepLeavesTheFloor(t *testing.T) {
 	keep(t, s, embedetcd.SpaceConfig{Floor: func() int64 { return floor }, History: 1, Interval: 10 * time.Millisecond})
 	// Compacted to floor−1 and no further: a read at floor works, one
 	// at floor−2 does not.
-	deadline := time.Now().Add(time.Minute)
-	for {
+	poll.UntilSays(t, "the history before the floor compacted", func() (bool, string) {
 		_, err := c.Get(ctx, "k", clientv3.WithRev(floor-2))
-		if errors.Is(err, rpctypes.ErrCompacted) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("history before the floor was not compacted: a read at %d = %v", floor-2, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return errors.Is(err, rpctypes.ErrCompacted), fmt.Sprintf("a read at %d = %v", floor-2, err)
+	})
 	time.Sleep(100 * time.Millisecond) // several more looks
 	if _, err := c.Get(ctx, "k", clientv3.WithRev(floor)); err != nil {
 		t.Errorf("a read at the floor %d = %v, want it answered: compaction passed the floor", floor, err)

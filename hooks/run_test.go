@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/lifelinehq/lifeline/hooks"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 )
 
 // charmWithHook makes a charm dir holding hooks/<name> with script as its
@@ -247,18 +248,11 @@ func groupMembers(t *testing.T, pgid int) []int {
 // waitGroupGone polls until process group pgid has no live process.
 func waitGroupGone(t *testing.T, pgid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL) }) // should it fail
+	poll.UntilSays(t, fmt.Sprintf("process group %d gone", pgid), func() (bool, string) {
 		pids := groupMembers(t, pgid)
-		if len(pids) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			syscall.Kill(-pgid, syscall.SIGKILL)
-			t.Fatalf("process group %d still has processes %v", pgid, pids)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return len(pids) == 0, fmt.Sprintf("it still has processes %v", pids)
+	})
 }
 
 // pidIn returns the pid a hook wrote into path, if it has.
@@ -274,16 +268,13 @@ func pidIn(path string) (int, bool) {
 // readPid waits for a hook to have written a pid into path.
 func readPid(t *testing.T, path string) int {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if pid, ok := pidIn(path); ok {
-			return pid
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no pid in %s", path)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	var pid int
+	poll.Until(t, "a pid in "+path, func() bool {
+		p, ok := pidIn(path)
+		pid = p
+		return ok
+	})
+	return pid
 }
 
 // TestRunKillsTheProcessGroup runs hooks that start a background child

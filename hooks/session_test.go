@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lifelinehq/lifeline/hooks"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 )
 
 // spawner is a start hook that leaves processes behind the ways a charm
@@ -170,17 +171,10 @@ func TestStopSessionSparesOthersGroups(t *testing.T) {
 	// A background child is the shell's fork until it execs sleep, and
 	// only sleep's environment holds the mark.
 	for _, f := range []string{"a.pid", "b.pid"} {
-		deadline := time.Now().Add(time.Minute)
-		for {
+		poll.UntilSays(t, fmt.Sprintf("%s: process %d to run sleep", f, pids[f]), func() (bool, string) {
 			cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pids[f]), "cmdline"))
-			if strings.HasPrefix(string(cmdline), "sleep\x00") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: process %d has not run sleep within a minute: %q", f, pids[f], cmdline)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return strings.HasPrefix(string(cmdline), "sleep\x00"), fmt.Sprintf("%q", cmdline)
+		})
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

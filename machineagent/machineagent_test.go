@@ -169,15 +169,10 @@ func TestMachineAgentLifecycle(t *testing.T) {
 	}
 	// The controller drops the agent's presence once it has seen the
 	// stream end, which may come a moment after Run returned.
-	agent := ""
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if agent = status().Machines[0].Agent; agent == "down" {
-			break
-		}
-	}
-	if agent != "down" {
-		t.Errorf("machine agent = %s, want down", agent)
-	}
+	poll.UntilSays(t, "the machine agent down", func() (bool, string) {
+		agent := status().Machines[0].Agent
+		return agent == "down", "machine agent = " + agent
+	})
 }
 
 // dialUnits connects unit agents to env's controller, each with its own

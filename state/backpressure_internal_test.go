@@ -2,12 +2,14 @@ package state
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -138,11 +140,10 @@ func TestWritesInFlightAreBounded(t *testing.T) {
 	}
 	waitHeld := func(n int) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); held() < n; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d requests reached etcd, want %d", held(), n)
-			}
-		}
+		poll.UntilSays(t, fmt.Sprintf("%d requests to reach etcd", n), func() (bool, string) {
+			h := held()
+			return h >= n, fmt.Sprintf("%d did", h)
+		})
 	}
 	for i := 0; i < 10; i++ {
 		send(clientv3.OpPut("k", "v"))
@@ -346,11 +347,9 @@ func TestBusyWhileWritesQueue(t *testing.T) {
 	for _, m := range ms {
 		go func() { done <- st.SetMachineInstance(ctx, m.Id, "i-"+m.Id, "10.0.0.1") }()
 	}
-	for deadline := time.Now().Add(10 * time.Second); !st.Busy(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not busy with %d writers waiting for 2 slots", st.gate.waiting.Load())
-		}
-	}
+	poll.UntilSays(t, "busy, writers waiting for 2 slots", func() (bool, string) {
+		return st.Busy(), fmt.Sprintf("not busy with %d writers waiting", st.gate.waiting.Load())
+	})
 	for _, release := range releases {
 		release()
 	}
@@ -375,11 +374,7 @@ func holdTheOnlySlot(t *testing.T, ctx context.Context, st *State, machine strin
 	}
 	queued := make(chan error, 1)
 	go func() { queued <- st.SetMachineInstance(ctx, machine, "i-1", "10.0.0.1") }()
-	for deadline := time.Now().Add(10 * time.Second); st.gate.waiting.Load() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the write never queued")
-		}
-	}
+	poll.Until(t, "the write queued", func() bool { return st.gate.waiting.Load() != 0 })
 	stillQueued = func() {
 		t.Helper()
 		select {

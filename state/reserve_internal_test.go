@@ -6,9 +6,9 @@ import (
 	"sort"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -37,17 +37,12 @@ func TestAddUnitsShareReservation(t *testing.T) {
 			got[i] = us
 		}()
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+	poll.UntilSays(t, fmt.Sprintf("%d calls queued for a reservation", len(ms)), func() (bool, string) {
 		s.resv.mu.Lock()
 		n := len(s.resv.m[seqUnitKey("app")])
 		s.resv.mu.Unlock()
-		if n == len(ms) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d calls queued for a reservation, want %d", n, len(ms))
-		}
-	}
+		return n == len(ms), fmt.Sprintf("%d queued", n)
+	})
 	before := s.Stats().Txns
 	unlock()
 	wg.Wait()

@@ -2,6 +2,7 @@ package unitagent
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -119,17 +121,11 @@ func TestHostReportShowsStandingConflicts(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	last := func(what string, cond func(*pb.HostReport) bool) {
 		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for {
+		poll.UntilSays(t, "a report "+what, func() (bool, string) {
 			reports, _ := api.sent()
-			if n := len(reports); n > 0 && cond(reports[n-1]) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no report %s: %v", what, reports)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			n := len(reports)
+			return n > 0 && cond(reports[n-1]), fmt.Sprint(reports)
+		})
 	}
 	r.set(&pb.HostReport{AppliedRevision: 3})
 	last("without conflicts", func(h *pb.HostReport) bool { return h.AppliedRevision == 3 && len(h.Conflicts) == 0 })

@@ -2,12 +2,13 @@ package unitagent
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -33,19 +34,14 @@ func (f *subjectsFollower) Follow(ctx context.Context, subject *pb.WatchSubject,
 
 func (f *subjectsFollower) apply(t *testing.T, subject *pb.WatchSubject) func(*pb.WatchResponse) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var apply func(*pb.WatchResponse)
+	poll.Until(t, fmt.Sprintf("%v followed", subject), func() bool {
 		f.mu.Lock()
-		apply := f.running[subject.String()]
-		f.mu.Unlock()
-		if apply != nil {
-			return apply
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%v is not followed", subject)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer f.mu.Unlock()
+		apply = f.running[subject.String()]
+		return apply != nil
+	})
+	return apply
 }
 
 // TestResolvedMarkWatchedOnlyInError: the agent follows its unit's

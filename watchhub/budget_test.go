@@ -3,6 +3,7 @@ package watchhub_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"github.com/lifelinehq/lifeline/watchhub"
 )
 
@@ -20,21 +22,18 @@ func value(n int) string { return strings.Repeat("v", n) }
 // ErrCut, and returns the cut.
 func waitCut(t *testing.T, s *watchhub.Stream) *watchhub.CutError {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var cut *watchhub.CutError
+	poll.Until(t, "the stream cut", func() bool {
 		_, _, err := s.TryNext(context.Background())
-		if err != nil {
-			var cut *watchhub.CutError
-			if !errors.As(err, &cut) || !errors.Is(err, watchhub.ErrCut) {
-				t.Fatalf("TryNext = %v, want a *CutError", err)
-			}
-			return cut
+		if err == nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the stream was not cut within 10 s")
+		if !errors.As(err, &cut) || !errors.Is(err, watchhub.ErrCut) {
+			t.Fatalf("TryNext = %v, want a *CutError", err)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return true
+	})
+	return cut
 }
 
 // TestBudgetCutsAStreamThatFallsBehind: streams nobody reads hold the
@@ -196,13 +195,10 @@ func TestStreamCatchingUpPastItsBudgetListsAfresh(t *testing.T) {
 	}
 	// Not read yet: what etcd sends is read ahead, a batch whatever its
 	// size while the budget holds nothing, and no further.
-	deadline := time.Now().Add(30 * time.Second)
-	for f.hub.Stats().Afresh == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("hub Stats() = %+v after 30 s, want the stream's read-ahead stopped (Afresh 1)", f.hub.Stats())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.UntilSays(t, "the stream's read-ahead stopped (Afresh 1)", func() (bool, string) {
+		st := f.hub.Stats()
+		return st.Afresh != 0, fmt.Sprintf("hub Stats() = %+v", st)
+	})
 	if now, peak := b.Used(); peak > 1200<<10 || now > 1200<<10 {
 		t.Errorf("read ahead: Used() = %d now, %d at most; want no more than etcd's first batch, about 1 MiB", now, peak)
 	}

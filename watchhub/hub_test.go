@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/etcd/client/v3/namespace"
 
 	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"github.com/lifelinehq/lifeline/state"
 	"github.com/lifelinehq/lifeline/watchhub"
 )
@@ -92,13 +93,10 @@ func (f *fixture) del(key string, opts ...clientv3.OpOption) int64 {
 // caughtUp waits until the hub has handed out every change up to rev.
 func (f *fixture) caughtUp(rev int64) {
 	f.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for f.hub.Stats().Revision < rev {
-		if time.Now().After(deadline) {
-			f.t.Fatalf("hub at revision %d after 10 s, want %d", f.hub.Stats().Revision, rev)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.UntilSays(f.t, fmt.Sprintf("the hub at revision %d", rev), func() (bool, string) {
+		at := f.hub.Stats().Revision
+		return at >= rev, fmt.Sprintf("at %d", at)
+	})
 }
 
 func (f *fixture) watch(key string, prefix bool, after int64) *watchhub.Stream {

@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/lifelinehq/lifeline/e2etest"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"github.com/lifelinehq/lifeline/names"
 	"github.com/lifelinehq/lifeline/pki"
 )
@@ -333,17 +334,11 @@ func TestCommandsAgainstAController(t *testing.T) {
 			t.Errorf("%v\nwant one line per failure", r)
 		}
 		s.ok(t, "destroy-unit", "--force", "--no-wait", "app/0")
-		deadline := time.Now().Add(20 * time.Second)
-		for {
+		poll.UntilSays(t, "app/0 gone after destroy-unit --force --no-wait", func() (bool, string) {
 			units := object(t, s.statusJSON(t), "services", "app", "units")
-			if _, ok := units["app/0"]; !ok {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("app/0 still there after destroy-unit --force --no-wait: %v", units["app/0"])
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			u, ok := units["app/0"]
+			return !ok, fmt.Sprint(u)
+		})
 	})
 	t.Run("destroy-service", func(t *testing.T) {
 		r := s.fails(t, 1, []string{"ctl: service nope not found"}, "destroy-service", "logger", "nope")

@@ -20,6 +20,7 @@ import (
 	"github.com/lifelinehq/lifeline/apiclient"
 	"github.com/lifelinehq/lifeline/e2etest"
 	"github.com/lifelinehq/lifeline/embedetcd"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/syncbuf"
@@ -173,17 +174,12 @@ func startStoppable(t *testing.T, dir string, nofile int, extra ...string) (metr
 			t.Logf("controller log:\n%s", logs.String())
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.UntilSays(t, "the client config", func() (bool, string) {
 		var err error
-		if cfg, err = pki.ReadClientConfig(cfgPath); err == nil {
-			return metricsAddr, cfg, stop
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no client config: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		cfg, err = pki.ReadClientConfig(cfgPath)
+		return err == nil, fmt.Sprint(err)
+	})
+	return metricsAddr, cfg, stop
 }
 
 // getMetrics returns the text of /metrics at addr.

@@ -47,17 +47,13 @@ func startHAController(t *testing.T, dir, name, endpoint string, extra ...string
 
 func (c *haController) clientConfig(t *testing.T) pki.ClientConfig {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		cfg, err := pki.ReadClientConfig(c.config)
-		if err == nil {
-			return cfg
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("controller %s wrote no client config: %v", c.name, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var cfg pki.ClientConfig
+	poll.UntilSays(t, "controller "+c.name+"'s client config", func() (bool, string) {
+		var err error
+		cfg, err = pki.ReadClientConfig(c.config)
+		return err == nil, fmt.Sprint(err)
+	})
+	return cfg
 }
 
 // dialOnly dials the one controller at addr with cfg's CA and credential.

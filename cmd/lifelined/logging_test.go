@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 )
 
 // --log-format json writes one JSON object a line, with the level, the
@@ -66,7 +68,7 @@ func TestLogFileRotates(t *testing.T) {
 	}
 	// lumberjack prunes the old files in the background: poll.
 	var names []string
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	poll.UntilSays(t, "the log and 2 rotated files", func() (bool, string) {
 		ents, err := os.ReadDir(dir)
 		if err != nil {
 			t.Fatal(err)
@@ -82,13 +84,8 @@ func TestLogFileRotates(t *testing.T) {
 				t.Fatalf("%s holds %d bytes, want at most 1 MiB", e.Name(), info.Size())
 			}
 		}
-		if len(names) == 3 || time.Now().After(deadline) {
-			break
-		}
-	}
-	if len(names) != 3 {
-		t.Errorf("log directory = %v, want the log and 2 rotated files", names)
-	}
+		return len(names) == 3, fmt.Sprintf("log directory = %v", names)
+	})
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)

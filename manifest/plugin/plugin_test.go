@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 )
 
 // script writes a POSIX shell plugin into dir and returns its path.
@@ -282,13 +285,9 @@ func alive(pid int) bool {
 
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d still runs: left as an orphan", pid)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.UntilSays(t, fmt.Sprintf("process %d gone", pid), func() (bool, string) {
+		return !alive(pid), "it still runs: left as an orphan"
+	})
 }
 
 func readPid(t *testing.T, path string) int {
