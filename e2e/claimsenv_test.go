@@ -191,7 +191,7 @@ func restartAgent(t *testing.T, s *e2etest.Sandbox, m string, args []string) {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	if err := s.Start(cmd); err != nil {
 		t.Fatal(err)
 	}
 	s.OnStop(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })

@@ -504,7 +504,7 @@ func runInterrupted(t *testing.T, s *e2etest.Sandbox, dir string, ex docExample,
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
+	if err := s.Start(cmd); err != nil {
 		t.Fatal(err)
 	}
 	out := bufio.NewReader(stdout)

@@ -152,7 +152,7 @@ func addManual(t *testing.T, s *e2etest.Sandbox) (id, token, addr string) {
 func startAgent(t *testing.T, s *e2etest.Sandbox, dir, stdin string, args ...string) (*exec.Cmd, *syncbuf.Buffer) {
 	t.Helper()
 	cmd, logs := agentCommand(t, s, dir, stdin, args...)
-	if err := cmd.Start(); err != nil {
+	if err := s.Start(cmd); err != nil {
 		t.Fatal(err)
 	}
 	s.OnStop(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
@@ -163,7 +163,7 @@ func startAgent(t *testing.T, s *e2etest.Sandbox, dir, stdin string, args ...str
 func refused(t *testing.T, s *e2etest.Sandbox, dir, stdin string, code int, msg string, args ...string) {
 	t.Helper()
 	cmd, logs := agentCommand(t, s, dir, stdin, args...)
-	if err := cmd.Start(); err != nil {
+	if err := s.Start(cmd); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)

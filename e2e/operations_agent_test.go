@@ -301,7 +301,7 @@ func TestOperationsSurviveAgentAndControllerDeath(t *testing.T) {
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
+	if err := s.Start(cmd); err != nil {
 		t.Fatal(err)
 	}
 	go cmd.Wait()

@@ -33,7 +33,7 @@ func TestControllerRestartMidDeploy(t *testing.T) {
 	deploy := s.CtlCommand(ctx, "", "deploy", kv, "-n", "5")
 	var stdout, stderr bytes.Buffer
 	deploy.Stdout, deploy.Stderr = &stdout, &stderr
-	if err := deploy.Start(); err != nil {
+	if err := s.Start(deploy); err != nil {
 		t.Fatal(err)
 	}
 	deployDone := make(chan error, 1)

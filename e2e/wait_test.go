@@ -34,7 +34,7 @@ func startCtl(t *testing.T, s *e2etest.Sandbox, args ...string) *background {
 	b := &background{args: args, done: make(chan struct{})}
 	cmd := s.CtlCommand(ctx, "", args...)
 	cmd.Stdout, cmd.Stderr = &b.stdout, &b.stderr
-	if err := cmd.Start(); err != nil {
+	if err := s.Start(cmd); err != nil {
 		cancel()
 		t.Fatalf("ctl %s: %v", strings.Join(args, " "), err)
 	}
