@@ -13,6 +13,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 )
@@ -84,16 +85,7 @@ func value[T any](t *testing.T, ctx context.Context, what string, a chromedp.Act
 // deadline.
 func waitTrue(t *testing.T, ctx context.Context, what, expr string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if value(t, ctx, what, chromedp.Evaluate[bool](expr)) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10 s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	poll.Until(t, what, func() bool { return value(t, ctx, what, chromedp.Evaluate[bool](expr)) })
 }
 
 // shot saves a screenshot of the page as name.png.

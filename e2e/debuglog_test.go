@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 )
 
 // ctl debug-log shows the agents' lines through the controller: the
@@ -20,15 +22,10 @@ func TestDebugLogFollowsHooks(t *testing.T) {
 
 	// The lines ship as they are logged: poll until both installs' are in.
 	var out string
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	poll.UntilSays(t, "ctl debug-log --replay --include kv to show both units' install hooks", func() (bool, string) {
 		out = s.OK(t, "debug-log", "--replay", "--include", "kv")
-		if strings.Contains(out, "kv/0: ") && strings.Contains(out, "kv/1: ") && strings.Contains(out, "hook ran hook=install") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ctl debug-log --replay --include kv = %q, want both units' install hooks", out)
-		}
-	}
+		return strings.Contains(out, "kv/0: ") && strings.Contains(out, "kv/1: ") && strings.Contains(out, "hook ran hook=install"), out
+	})
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 		if !strings.HasPrefix(l, "kv/") && !strings.HasPrefix(l, "...") {
 			t.Errorf("ctl debug-log --include kv printed %q, want only kv's units' lines", l)

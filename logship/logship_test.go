@@ -2,6 +2,7 @@ package logship
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -69,11 +71,7 @@ func TestShipperNeverBlocks(t *testing.T) {
 	done := make(chan struct{})
 	go func() { NewShipper(b, api).Run(ctx); close(done) }()
 	l.Info("first")
-	for deadline := time.Now().Add(10 * time.Second); api.calls.Load() == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the shipper made no call")
-		}
-	}
+	poll.Until(t, "the shipper's first call", func() bool { return api.calls.Load() != 0 })
 	// While the call hangs, the logger goes on at full speed.
 	for i := range 100000 {
 		l.Info("line", "i", i)
@@ -120,9 +118,8 @@ func TestShipperShips(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no line shipped")
 	}
-	for deadline := time.Now().Add(10 * time.Second); b.shippedTotal.Load() != 1; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("lifeline_log_lines_shipped_total = %d, want 1", b.shippedTotal.Load())
-		}
-	}
+	poll.UntilSays(t, "lifeline_log_lines_shipped_total 1", func() (bool, string) {
+		n := b.shippedTotal.Load()
+		return n == 1, fmt.Sprintf("it is %d", n)
+	})
 }
