@@ -411,7 +411,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				delete(a.l.SubordinatesRefused, id) // asked for again
 			}
 		}
-		act := next(a.l, r, a.cfg.Unit, now)
+		act := decide(a.l, r, a.cfg.Unit, now)
 		updates.decided(act, now)
 		if err := ex.ready(ctx, act); err != nil {
 			if ctx.Err() != nil {
@@ -574,7 +574,7 @@ func (a *Agent) failureStatus(op *hookOp, output []string) *pb.Status {
 // deploySubordinates tells the deployer this principal's subordinates,
 // when they changed (a subordinate has none to tell), and has it run the
 // agents of the living ones.
-func (a *Agent) deploySubordinates(r *remote) {
+func (a *Agent) deploySubordinates(r *modelView) {
 	if a.cfg.Deployer == nil {
 		return
 	}

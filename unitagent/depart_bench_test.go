@@ -14,10 +14,10 @@ import (
 func benchDying(n int) (*watcher, *localState) {
 	rel := &pb.Relation{Id: 1, Life: pb.Life_LIFE_DYING, Endpoints: []*pb.RelationEndpoint{
 		{Service: "front", Endpoint: &pb.Endpoint{Name: "db"}}, {Service: "bench", Endpoint: &pb.Endpoint{Name: "db"}}}}
-	rr := &remoteRelation{rel: rel, known: true, scoped: true, members: map[string]int64{}, changed: map[string]struct{}{}}
-	w := &watcher{logger: hclog.NewNullLogger(), views: map[int64]*memberView{}, r: &remote{
+	rr := &relationView{rel: rel, known: true, scoped: true, members: map[string]int64{}, changed: map[string]struct{}{}}
+	w := &watcher{logger: hclog.NewNullLogger(), views: map[int64]*memberView{}, r: &modelView{
 		unit: &pb.Unit{Name: "front/0", Service: "front", Life: pb.Life_LIFE_DYING}, unitKnown: true,
-		relationIDs: map[int64]bool{1: true}, relsKnown: true, relations: map[int64]*remoteRelation{1: rr},
+		relationIDs: map[int64]bool{1: true}, relsKnown: true, relations: map[int64]*relationView{1: rr},
 	}}
 	l := newLocalState()
 	l.State, l.Started = StateRunning, true

@@ -35,7 +35,7 @@ type executor struct {
 
 // execute carries out a step other than a hook operation (do): what it
 // changes in the local state its class commits once it returns nil.
-func (ex *executor) execute(ctx context.Context, act action, c stepClass, r *remote) error {
+func (ex *executor) execute(ctx context.Context, act action, c stepClass, r *modelView) error {
 	a := ex.a
 	// A call's bound, made only for an action that calls: a hook the
 	// charm lacks (most of a charm without hooks' actions) needs no timer.
@@ -208,7 +208,7 @@ func ignoreCode(err error, c codes.Code) error {
 // idle when the charm has no such hook; failed. A crash between the hook's
 // end and the sync of its record counts as a crash during the hook, a
 // failed attempt.
-func (ex *executor) runHook(ctx context.Context, r *remote) error {
+func (ex *executor) runHook(ctx context.Context, r *modelView) error {
 	a := ex.a
 	op := a.l.Op
 	if isHostOp(op) {

@@ -123,7 +123,7 @@ func (cr *ctxRelation) inScope(unit string, self bool) bool {
 	return ok
 }
 
-func newHookContext(a *Agent, op *hookOp, r *remote) *hookContext {
+func newHookContext(a *Agent, op *hookOp, r *modelView) *hookContext {
 	hc := &hookContext{a: a, op: op, relations: map[int64]*ctxRelation{}, config: a.l.config(),
 		set: map[int64]*settingsChange{}, appSet: map[int64]*settingsChange{}, seen: map[settingsOf]map[string]string{}, opened: a.l.openedPorts()}
 	hc.machine = a.cfg.MachineID

@@ -84,7 +84,7 @@ func TestHookReadsOneView(t *testing.T) {
 	a := keptAgent(t, api)
 	// kv/1 is departing: it, and kv/2, have left the scope; the agent
 	// has not heard kv/2 go.
-	r := &remote{relations: map[int64]*remoteRelation{4: {scoped: true, members: map[string]int64{"kv/0": 7, "kv/2": 3}}}}
+	r := &modelView{relations: map[int64]*relationView{4: {scoped: true, members: map[string]int64{"kv/0": 7, "kv/2": 3}}}}
 	op := &hookOp{Hook: "db-relation-departed", Relation: 4, Endpoint: "db", Remote: "kv/1", Departing: "kv/1"}
 	hc := newHookContext(a, op, r)
 	get := func(unit string) string {
@@ -118,7 +118,7 @@ func TestHookReadsOneView(t *testing.T) {
 	// answers: the units relation-list names are read at the controller,
 	// as kept only when it finds them gone.
 	op = &hookOp{Hook: "db-relation-changed", Relation: 4, Endpoint: "db", Remote: "kv/2"}
-	for _, r := range []*remote{{relations: map[int64]*remoteRelation{4: {members: map[string]int64{}}}}, {}} {
+	for _, r := range []*modelView{{relations: map[int64]*relationView{4: {members: map[string]int64{}}}}, {}} {
 		hc = newHookContext(a, op, r)
 		for _, c := range []struct{ unit, want string }{
 			{"kv/0", "map[port:7100]"}, // in the scope
@@ -135,7 +135,7 @@ func TestHookReadsOneView(t *testing.T) {
 	// Left the scope (relation-broken): its own settings as kept.
 	a.l.Relations[4].InScope, a.l.Relations[4].Left = false, true
 	op = &hookOp{Hook: "db-relation-broken", Relation: 4, Endpoint: "db"}
-	hc = newHookContext(a, op, &remote{relations: map[int64]*remoteRelation{}})
+	hc = newHookContext(a, op, &modelView{relations: map[int64]*relationView{}})
 	if err := hc.RelationSet(context.Background(), "db:4", map[string]string{"x": "1"}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestHookReadsOneView(t *testing.T) {
 
 	// Not entered yet (relation-created): empty, but for its own calls.
 	op = &hookOp{Hook: "db-relation-created", Relation: 5, Endpoint: "db"}
-	hc = newHookContext(a, op, &remote{relations: map[int64]*remoteRelation{}})
+	hc = newHookContext(a, op, &modelView{relations: map[int64]*relationView{}})
 	if got, err := hc.RelationGet(context.Background(), "db:5", "app/0"); err != nil || len(got) != 0 || len(api.reads) > 0 {
 		t.Errorf("relation-get of its own before entering = %v, %v reading %v; want empty, no read", got, err, api.reads)
 	}
@@ -184,7 +184,7 @@ func TestChangedDeliversWhatItRead(t *testing.T) {
 			if c.noHooks {
 				a.hookNames = map[string]bool{}
 			}
-			r := &remote{relations: map[int64]*remoteRelation{4: {scoped: !c.unheard, members: map[string]int64{"kv/0": 7}}}}
+			r := &modelView{relations: map[int64]*relationView{4: {scoped: !c.unheard, members: map[string]int64{"kv/0": 7}}}}
 			if c.inScope {
 				r.relations[4].members["kv/1"] = 9
 			}
@@ -345,7 +345,7 @@ func TestJoinedReadsForChanged(t *testing.T) {
 			a := keptAgent(t, api)
 			ex := &executor{a: a}
 			defer ex.endPrefetch()
-			r := &remote{relations: map[int64]*remoteRelation{4: {scoped: true, members: map[string]int64{"kv/3": c.delivered}}}}
+			r := &modelView{relations: map[int64]*relationView{4: {scoped: true, members: map[string]int64{"kv/3": c.delivered}}}}
 			joined := &hookOp{Hook: "db-relation-joined", Relation: 4, Endpoint: "db", Remote: "kv/3"}
 			pre := ex.prefetchFor(context.Background(), joined, r)
 			if pre == nil {

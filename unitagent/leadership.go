@@ -12,7 +12,7 @@ package unitagent
 
 // leadershipAction returns the leadership hook due, if any. It waits for
 // the leadership's watches to have answered.
-func leadershipAction(l *localState, r *remote, self string) (action, bool) {
+func leadershipAction(l *localState, r *modelView, self string) (action, bool) {
 	if !r.leaderKnown || !r.leaderSettingsKnown {
 		return action{kind: actWait, why: "the service's leadership", catchUp: true}, true
 	}

@@ -16,22 +16,22 @@ import (
 func TestLeadershipHooks(t *testing.T) {
 	now := time.Now()
 	v1 := &pb.ServiceSpec{Charm: &pb.CharmRef{Name: "kv", Revision: 1}}
-	newUnit := func() (*localState, *remote) {
+	newUnit := func() (*localState, *modelView) {
 		l := &localState{State: StateReady, Charm: "kv/1", Spec: specOf(t, 1, v1), Relations: map[int64]*localRelation{}}
-		r := &remote{
+		r := &modelView{
 			unit: &pb.Unit{Name: "kv/0", Service: "kv", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
 			service: &pb.Service{Name: "kv", Life: pb.Life_LIFE_ALIVE}, serviceSeen: true,
-			relationIDs: map[int64]bool{}, relsKnown: true, relations: map[int64]*remoteRelation{},
+			relationIDs: map[int64]bool{}, relsKnown: true, relations: map[int64]*relationView{},
 			revSeen: true, unitRev: &pb.UnitRevision{Current: 1, Target: 1},
 		}
 		return l, r
 	}
-	// run applies the hooks next decides until it waits, and returns them.
-	run := func(l *localState, r *remote) []string {
+	// run applies the hooks decide decides until it waits, and returns them.
+	run := func(l *localState, r *modelView) []string {
 		t.Helper()
 		var ran []string
 		for range 10 {
-			act := next(l, r, "kv/0", now)
+			act := decide(l, r, "kv/0", now)
 			switch act.kind {
 			case actHook:
 				ran = append(ran, act.op.Hook)
@@ -60,7 +60,7 @@ func TestLeadershipHooks(t *testing.T) {
 	}
 
 	l, r := newUnit()
-	if act := next(l, r, "kv/0", now); act.kind != actWait || act.why != "the service's leadership" {
+	if act := decide(l, r, "kv/0", now); act.kind != actWait || act.why != "the service's leadership" {
 		t.Fatalf("next before the leadership is known = %v, want a wait for it", act)
 	}
 	r.leaderKnown, r.leaderSettingsKnown = true, true
@@ -87,15 +87,15 @@ func TestLeadershipHooks(t *testing.T) {
 	// it again (the state saved is the one before); once saved, never.
 	l, r = newUnit()
 	r.leaderKnown, r.leaderSettingsKnown, r.leader = true, true, "kv/0"
-	act := next(l, r, "kv/0", now)
+	act := decide(l, r, "kv/0", now)
 	if act.kind != actHook || act.op.Hook != "leader-elected" {
 		t.Fatalf("next = %v, want leader-elected", act)
 	}
-	if again := next(l, r, "kv/0", now); again.kind != actHook || again.op.Hook != "leader-elected" {
+	if again := decide(l, r, "kv/0", now); again.kind != actHook || again.op.Hook != "leader-elected" {
 		t.Fatalf("next without the success saved = %v, want leader-elected again", again)
 	}
 	applySuccess(l, act.op)
-	if again := next(l, r, "kv/0", now); again.kind == actHook && again.op.Hook == "leader-elected" {
+	if again := decide(l, r, "kv/0", now); again.kind == actHook && again.op.Hook == "leader-elected" {
 		t.Fatalf("next after leader-elected's success = %v, want not leader-elected again", again)
 	}
 }

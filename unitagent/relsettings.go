@@ -26,7 +26,7 @@ import (
 // unit that has left the scope is not read: the hook sees it as kept.
 // The read made while relation-joined ran (prefetch) is used when it is
 // of the version delivered or later.
-func (ex *executor) deliver(ctx context.Context, op *hookOp, r *remote) (json.RawMessage, map[string]string, error) {
+func (ex *executor) deliver(ctx context.Context, op *hookOp, r *modelView) (json.RawMessage, map[string]string, error) {
 	a := ex.a
 	if !strings.HasSuffix(op.Hook, "-relation-changed") || op.Remote == "" || !a.hasHooks() || !inPicture(r, op) {
 		return nil, nil, nil
@@ -65,7 +65,7 @@ func (ex *executor) deliver(ctx context.Context, op *hookOp, r *remote) (json.Ra
 // scope: the scope's watch lists it, or has not answered yet (a hook in
 // progress runs again after a restart before it answers; the controller
 // then tells).
-func inPicture(r *remote, op *hookOp) bool {
+func inPicture(r *modelView, op *hookOp) bool {
 	rr := r.relations[op.Relation]
 	if rr == nil || !rr.scoped {
 		return true
@@ -101,7 +101,7 @@ func (p *prefetch) wait(ctx context.Context) {
 // prefetchFor starts, for op, a relation-joined of a charm with hooks, a
 // read of the joining unit's settings; it ends the one started before,
 // if any (a hook run again reads afresh). Only one runs at a time.
-func (ex *executor) prefetchFor(ctx context.Context, op *hookOp, r *remote) *prefetch {
+func (ex *executor) prefetchFor(ctx context.Context, op *hookOp, r *modelView) *prefetch {
 	a := ex.a
 	if !strings.HasSuffix(op.Hook, "-relation-joined") || op.Remote == "" || !a.hasHooks() || !inPicture(r, op) {
 		return nil

@@ -73,11 +73,11 @@ func (a action) String() string {
 // runs (no controller leads) for that long.
 const cleanerGrace = 30 * time.Second
 
-// next decides what to do next from the local state and the remote
-// picture. It is a pure function: the agent acts on its decision, records
+// decide decides what to do next from the local state and the model
+// view. It is a pure function: the agent acts on its decision, records
 // the result, and asks again. The order of its checks is the hook order
 // charm authors rely on (docs/DESIGN.md, The unit agent).
-func next(l *localState, r *remote, self string, now time.Time) action {
+func decide(l *localState, r *modelView, self string, now time.Time) action {
 	if r.unitKnown && r.unit == nil {
 		return action{kind: actExit} // removed
 	}
@@ -220,7 +220,7 @@ func next(l *localState, r *remote, self string, now time.Time) action {
 
 // removeDeadSub removes the first dead subordinate, in name order, once
 // the principal knows its subordinates.
-func removeDeadSub(r *remote) (action, bool) {
+func removeDeadSub(r *modelView) (action, bool) {
 	if !r.subsKnown {
 		return action{}, false
 	}
@@ -234,7 +234,7 @@ func removeDeadSub(r *remote) (action, bool) {
 
 // fetchAction reads the spec of the unit's target when it is not the
 // one the agent holds.
-func fetchAction(l *localState, r *remote) (action, bool) {
+func fetchAction(l *localState, r *modelView) (action, bool) {
 	if !r.revSeen || r.unitRev == nil {
 		return action{kind: actWait, why: "the unit's revision", catchUp: true}, true
 	}
@@ -246,7 +246,7 @@ func fetchAction(l *localState, r *remote) (action, bool) {
 
 // relationsKnown says whether the watches of every relation the service
 // is in, and of its scope, have answered.
-func relationsKnown(r *remote) bool {
+func relationsKnown(r *modelView) bool {
 	for id := range r.relationIDs {
 		if rr := r.relations[id]; rr == nil || !rr.known || !rr.scoped {
 			return false
@@ -262,7 +262,7 @@ func hook(op *hookOp) action {
 
 func charmKey(c *pb.CharmRef) string { return fmt.Sprintf("%s/%d", c.GetName(), c.GetRevision()) }
 
-func sortedSubs(r *remote) []string {
+func sortedSubs(r *modelView) []string {
 	names := make([]string, 0, len(r.subs))
 	for n := range r.subs {
 		names = append(names, n)
@@ -273,7 +273,7 @@ func sortedSubs(r *remote) []string {
 
 // dyingEnd is the dying unit's way out once it has left every relation:
 // its subordinates gone, then stop, remove, and dead.
-func dyingEnd(l *localState, r *remote) action {
+func dyingEnd(l *localState, r *modelView) action {
 	if len(l.Relations) > 0 {
 		return action{kind: actWait, why: "its relations to be departed"}
 	}
@@ -304,7 +304,7 @@ func dyingEnd(l *localState, r *remote) action {
 // relation-created and entering the scope of new relations, the member
 // hooks of relations it is in, and departing, leaving and breaking those
 // that are dying (all of them when the unit is).
-func relationAction(l *localState, r *remote, self string, dying bool) (action, bool) {
+func relationAction(l *localState, r *modelView, self string, dying bool) (action, bool) {
 	ids := map[int64]bool{}
 	for id := range l.Relations {
 		ids[id] = true
@@ -401,7 +401,7 @@ func relationAction(l *localState, r *remote, self string, dying bool) (action, 
 // (relation-set --app) when relation-changed has not run for that
 // version: Juju runs it, with no remote unit, after the member hooks due.
 // The caller skips it on a peer relation's leader.
-func appChanged(rr *remoteRelation, lr *localRelation, service string) (string, int64, bool) {
+func appChanged(rr *relationView, lr *localRelation, service string) (string, int64, bool) {
 	if rr.rel == nil || !rr.appsKnown {
 		return "", 0, false
 	}
@@ -427,7 +427,7 @@ func relHook(lr *localRelation, id int64, kind, unit string, version int64) *hoo
 // (memberView.pending), seeded with every member of both sides when lr is
 // a record of the relation it has not seen (the agent's first look, or a
 // relation created anew).
-func pendingOf(rr *remoteRelation, lr *localRelation) map[string]struct{} {
+func pendingOf(rr *relationView, lr *localRelation) map[string]struct{} {
 	v := rr.view
 	if v == nil { // a picture not made by snapshot
 		v = &memberView{members: rr.members}
@@ -454,7 +454,7 @@ func pendingOf(rr *remoteRelation, lr *localRelation) map[string]struct{} {
 // as it did, passed over every member of a dying relation at each of its
 // departures, which nothing else looks at there (3.6 s of CPU for a unit
 // departing 10,000).
-func firstJoinedUnchanged(rr *remoteRelation, lr *localRelation) (string, int64, bool) {
+func firstJoinedUnchanged(rr *relationView, lr *localRelation) (string, int64, bool) {
 	var best string
 	var bestV int64
 	found := false
@@ -470,7 +470,7 @@ func firstJoinedUnchanged(rr *remoteRelation, lr *localRelation) (string, int64,
 // the unit is in, in the order charm authors rely on: departures first,
 // then joins, then changes, each by member name. It looks only at the
 // pending members, dropping those found up to date.
-func nextMemberHook(rr *remoteRelation, lr *localRelation, self string) (kind, unit string, version int64, ok bool) {
+func nextMemberHook(rr *relationView, lr *localRelation, self string) (kind, unit string, version int64, ok bool) {
 	own := names.UnitService(self)
 	peer := rr.rel != nil && len(rr.rel.Endpoints) == 1
 	const (
@@ -543,7 +543,7 @@ func ownEndpoint(rel *pb.Relation, service string) string {
 // lostPrincipal says whether subordinate u is in no alive container-scoped
 // relation with its principal's service any more, as far as every one of
 // its relations' watches has told.
-func lostPrincipal(r *remote, u *pb.Unit) bool {
+func lostPrincipal(r *modelView, u *pb.Unit) bool {
 	if !r.relsKnown {
 		return false
 	}

@@ -36,10 +36,10 @@ func checkMemberIndex(t *testing.T, rnd *rand.Rand, peer bool) {
 		rel.Endpoints = rel.Endpoints[:1]
 		units = []string{"front/0", "front/1", "front/2", "front/3", "front/10", "front/11"}
 	}
-	w := &watcher{logger: hclog.NewNullLogger(), views: map[int64]*memberView{}, r: &remote{
+	w := &watcher{logger: hclog.NewNullLogger(), views: map[int64]*memberView{}, r: &modelView{
 		unit: &pb.Unit{Name: self, Service: names.UnitService(self), Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
 		relationIDs: map[int64]bool{1: true}, relsKnown: true,
-		relations: map[int64]*remoteRelation{1: {rel: rel, known: true, members: map[string]int64{}, changed: map[string]struct{}{}}},
+		relations: map[int64]*relationView{1: {rel: rel, known: true, members: map[string]int64{}, changed: map[string]struct{}{}}},
 	}}
 	l := newLocalState()
 	l.State, l.Started = StateRunning, true
@@ -104,9 +104,9 @@ func describe(a action) string {
 }
 
 // copyPicture copies r's relations and their members.
-func copyPicture(r *remote) *remote {
+func copyPicture(r *modelView) *modelView {
 	c := *r
-	c.relations = map[int64]*remoteRelation{}
+	c.relations = map[int64]*relationView{}
 	for id, rr := range r.relations {
 		cr := *rr
 		cr.members = map[string]int64{}
@@ -121,7 +121,7 @@ func copyPicture(r *remote) *remote {
 
 // plainRelationAction is relationAction as it was before the member
 // index: every decision sorts every member.
-func plainRelationAction(l *localState, r *remote, self string, dying bool) (action, bool) {
+func plainRelationAction(l *localState, r *modelView, self string, dying bool) (action, bool) {
 	ids := map[int64]bool{}
 	for id := range l.Relations {
 		ids[id] = true
@@ -218,7 +218,7 @@ func plainRelationAction(l *localState, r *remote, self string, dying bool) (act
 	return action{}, false
 }
 
-func (rr *remoteRelation) plainMemberVersion(unit string) (int64, bool) {
+func (rr *relationView) plainMemberVersion(unit string) (int64, bool) {
 	if rr == nil {
 		return 0, false
 	}
@@ -229,7 +229,7 @@ func (rr *remoteRelation) plainMemberVersion(unit string) (int64, bool) {
 // remoteMembers are the units in the relation's scope on its other side:
 // the other service's units, or in a peer relation the other units of the
 // unit's own service.
-func plainRemoteMembers(rr *remoteRelation, self string) map[string]int64 {
+func plainRemoteMembers(rr *relationView, self string) map[string]int64 {
 	own := names.UnitService(self)
 	peer := rr.rel != nil && len(rr.rel.Endpoints) == 1
 	out := map[string]int64{}
@@ -258,21 +258,21 @@ func BenchmarkDecision(b *testing.B) {
 		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) { benchmarkDecision(b, n, relationAction) })
 		b.Run(fmt.Sprintf("members=%d/full-scan", n), func(b *testing.B) {
 			// as before the index: the whole picture copied, every member sorted
-			benchmarkDecision(b, n, func(l *localState, r *remote, self string, dying bool) (action, bool) {
+			benchmarkDecision(b, n, func(l *localState, r *modelView, self string, dying bool) (action, bool) {
 				return plainRelationAction(l, copyPicture(r), self, dying)
 			})
 		})
 	}
 }
 
-func benchmarkDecision(b *testing.B, n int, decide func(*localState, *remote, string, bool) (action, bool)) {
+func benchmarkDecision(b *testing.B, n int, decide func(*localState, *modelView, string, bool) (action, bool)) {
 	const self = "front/0"
 	rel := &pb.Relation{Id: 1, Life: pb.Life_LIFE_ALIVE, Endpoints: []*pb.RelationEndpoint{
 		{Service: "front", Endpoint: &pb.Endpoint{Name: "db"}}, {Service: "bench", Endpoint: &pb.Endpoint{Name: "db"}}}}
-	rr := &remoteRelation{rel: rel, known: true, members: map[string]int64{}, changed: map[string]struct{}{}}
-	w := &watcher{logger: hclog.NewNullLogger(), views: map[int64]*memberView{}, r: &remote{
+	rr := &relationView{rel: rel, known: true, members: map[string]int64{}, changed: map[string]struct{}{}}
+	w := &watcher{logger: hclog.NewNullLogger(), views: map[int64]*memberView{}, r: &modelView{
 		unit: &pb.Unit{Name: self, Service: "front", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
-		relationIDs: map[int64]bool{1: true}, relsKnown: true, relations: map[int64]*remoteRelation{1: rr},
+		relationIDs: map[int64]bool{1: true}, relsKnown: true, relations: map[int64]*relationView{1: rr},
 	}}
 	l := newLocalState()
 	l.State, l.Started = StateRunning, true

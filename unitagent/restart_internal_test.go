@@ -18,10 +18,10 @@ func TestNoDepartureBeforeTheScopeIsKnown(t *testing.T) {
 	rel := &pb.Relation{Id: 4, Life: pb.Life_LIFE_ALIVE, Endpoints: []*pb.RelationEndpoint{
 		{Service: "app", Endpoint: &pb.Endpoint{Name: "db"}}, {Service: "kv", Endpoint: &pb.Endpoint{Name: "server"}},
 	}}
-	r := &remote{
+	r := &modelView{
 		unit: &pb.Unit{Name: "app/0", Service: "app", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
 		relationIDs: map[int64]bool{4: true}, relsKnown: true,
-		relations: map[int64]*remoteRelation{4: {rel: rel, known: true, members: map[string]int64{}}},
+		relations: map[int64]*relationView{4: {rel: rel, known: true, members: map[string]int64{}}},
 	}
 	if act, ok := relationAction(l, r, "app/0", false); ok && act.kind == actHook {
 		t.Fatalf("relationAction before the scope is known = %v, want no hook", act)
@@ -40,20 +40,20 @@ func TestNoDepartureBeforeTheScopeIsKnown(t *testing.T) {
 func TestNoHookBeforeTheSpecIsKnown(t *testing.T) {
 	l := &localState{State: StateRunning, Started: true, Charm: "app/1",
 		Op: &hookOp{Hook: "config-changed", Version: 2, Step: stepQueued}}
-	r := &remote{
+	r := &modelView{
 		unit: &pb.Unit{Name: "app/0", Service: "app", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
 		service: &pb.Service{Name: "app", Life: pb.Life_LIFE_ALIVE}, serviceSeen: true,
-		relationIDs: map[int64]bool{}, relsKnown: true, relations: map[int64]*remoteRelation{},
+		relationIDs: map[int64]bool{}, relsKnown: true, relations: map[int64]*relationView{},
 	}
-	if act := next(l, r, "app/0", time.Now()); act.kind != actWait {
+	if act := decide(l, r, "app/0", time.Now()); act.kind != actWait {
 		t.Fatalf("next before the unit's revision is known = %v, want a wait", act)
 	}
 	r.revSeen, r.unitRev = true, &pb.UnitRevision{Current: 2, Target: 3}
-	if act := next(l, r, "app/0", time.Now()); act.kind != actFetchSpec || act.revision != 2 || !act.adopt {
+	if act := decide(l, r, "app/0", time.Now()); act.kind != actFetchSpec || act.revision != 2 || !act.adopt {
 		t.Fatalf("next once the unit's revision is known = %v, want revision 2 read and adopted", act)
 	}
 	l.Spec, l.Revision = testSpec(2), 2
-	if act := next(l, r, "app/0", time.Now()); act.kind != actHook || act.op != nil {
+	if act := decide(l, r, "app/0", time.Now()); act.kind != actHook || act.op != nil {
 		t.Fatalf("next once the spec is held = %v, want the hook in progress", act)
 	}
 }
@@ -85,20 +85,20 @@ func TestReloadedRelationWithoutMembers(t *testing.T) {
 func TestDyingServiceLeftToTheCleaner(t *testing.T) {
 	l := &localState{State: StateRunning, Started: true, Charm: "app/1", Spec: testSpec(1), Revision: 1, ConfigRan: configDigest(nil)}
 	seen := time.Now()
-	r := &remote{
+	r := &modelView{
 		unit: &pb.Unit{Name: "app/0", Service: "app", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
 		service: &pb.Service{Name: "app", Life: pb.Life_LIFE_DYING}, serviceSeen: true, serviceDyingSince: seen,
 		revSeen: true, unitRev: &pb.UnitRevision{Current: 1, Target: 1},
-		relationIDs: map[int64]bool{}, relsKnown: true, relations: map[int64]*remoteRelation{},
+		relationIDs: map[int64]bool{}, relsKnown: true, relations: map[int64]*relationView{},
 	}
-	if act := next(l, r, "app/0", seen.Add(time.Second)); act.kind != actWait || !act.until.Equal(seen.Add(cleanerGrace)) {
+	if act := decide(l, r, "app/0", seen.Add(time.Second)); act.kind != actWait || !act.until.Equal(seen.Add(cleanerGrace)) {
 		t.Fatalf("next a second after the service was seen dying = %v (until %v), want a wait until %v", act, act.until, seen.Add(cleanerGrace))
 	}
-	if act := next(l, r, "app/0", seen.Add(cleanerGrace)); act.kind != actSetDying {
+	if act := decide(l, r, "app/0", seen.Add(cleanerGrace)); act.kind != actSetDying {
 		t.Fatalf("next once the grace is over = %v, want the unit set dying by its agent", act)
 	}
 	r.unit.Life = pb.Life_LIFE_DYING // the cleaner did it
-	if act := next(l, r, "app/0", seen.Add(time.Second)); act.kind == actSetDying || act.kind == actWait && act.until.Equal(seen.Add(cleanerGrace)) {
+	if act := decide(l, r, "app/0", seen.Add(time.Second)); act.kind == actSetDying || act.kind == actWait && act.until.Equal(seen.Add(cleanerGrace)) {
 		t.Fatalf("next once the unit is dying = %v, want it on its way out", act)
 	}
 }
@@ -112,22 +112,22 @@ func TestRelationCreatedBeforeConfigChanged(t *testing.T) {
 	rel := &pb.Relation{Id: 4, Life: pb.Life_LIFE_ALIVE, Endpoints: []*pb.RelationEndpoint{
 		{Service: "app", Endpoint: &pb.Endpoint{Name: "db"}}, {Service: "kv", Endpoint: &pb.Endpoint{Name: "server"}},
 	}}
-	r := &remote{
+	r := &modelView{
 		unit: &pb.Unit{Name: "app/0", Service: "app", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
 		service: &pb.Service{Name: "app", Life: pb.Life_LIFE_ALIVE}, serviceSeen: true,
 		revSeen: true, unitRev: &pb.UnitRevision{Current: 1, Target: 1},
 		relationIDs: map[int64]bool{4: true}, relsKnown: true,
-		relations: map[int64]*remoteRelation{4: {members: map[string]int64{}}},
+		relations: map[int64]*relationView{4: {members: map[string]int64{}}},
 	}
-	if act := next(l, r, "app/0", time.Now()); act.kind != actWait {
+	if act := decide(l, r, "app/0", time.Now()); act.kind != actWait {
 		t.Fatalf("next before the relation's watch answered = %v, want a wait", act)
 	}
 	r.relations[4].rel, r.relations[4].known = rel, true
-	if act := next(l, r, "app/0", time.Now()); act.kind != actWait {
+	if act := decide(l, r, "app/0", time.Now()); act.kind != actWait {
 		t.Fatalf("next before the scope's watch answered = %v, want a wait", act)
 	}
 	r.relations[4].scoped = true
-	if act := next(l, r, "app/0", time.Now()); act.kind != actHook || act.op.Hook != "db-relation-created" {
+	if act := decide(l, r, "app/0", time.Now()); act.kind != actHook || act.op.Hook != "db-relation-created" {
 		t.Fatalf("next once the relation is known = %v, want db-relation-created", act)
 	}
 }
@@ -150,10 +150,10 @@ func TestRefusedSubordinateHoldsNothingBack(t *testing.T) {
 	logs := &pb.Relation{Id: 3, Life: pb.Life_LIFE_ALIVE, Scope: pb.Scope_SCOPE_CONTAINER, Endpoints: []*pb.RelationEndpoint{
 		{Service: "app", Endpoint: &pb.Endpoint{Name: "logs"}}, {Service: "side", Subordinate: true, Endpoint: &pb.Endpoint{Name: "logs"}},
 	}}
-	r := &remote{
+	r := &modelView{
 		unit: &pb.Unit{Name: "app/0", Service: "app", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
 		relationIDs: map[int64]bool{3: true, 4: true}, relsKnown: true,
-		relations: map[int64]*remoteRelation{
+		relations: map[int64]*relationView{
 			4: {rel: db, known: true, scoped: true, members: map[string]int64{"kv/0": 1}},
 			3: {rel: logs, known: true, scoped: true, members: map[string]int64{}},
 		},

@@ -71,20 +71,20 @@ func TestEnteringIsNotSavedOnItsOwn(t *testing.T) {
 		}
 		return refused
 	}
-	if err := ex.do(context.Background(), enter, &remote{}); !errors.Is(err, refused) {
+	if err := ex.do(context.Background(), enter, &modelView{}); !errors.Is(err, refused) {
 		t.Fatalf("enter = %v, want the controller's refusal", err)
 	}
 	if lr := a.l.Relations[4]; !lr.Entering || lr.InScope {
 		t.Errorf("refused: %+v, want entering", lr)
 	}
 	api.onEnter = func() error { return nil }
-	if err := ex.do(context.Background(), enter, &remote{}); err != nil {
+	if err := ex.do(context.Background(), enter, &modelView{}); err != nil {
 		t.Fatal(err)
 	}
 	if lr := a.l.Relations[4]; !lr.InScope || lr.Entering {
 		t.Errorf("entered: %+v, want in scope", lr)
 	}
-	if err := ex.do(context.Background(), action{kind: actLeaveScope, relation: 4}, &remote{}); err != nil {
+	if err := ex.do(context.Background(), action{kind: actLeaveScope, relation: 4}, &modelView{}); err != nil {
 		t.Fatal(err)
 	}
 	if lr := a.l.Relations[4]; lr.InScope || lr.Entering || !lr.Left {
@@ -178,10 +178,10 @@ func TestCheckScopes(t *testing.T) {
 	rel := &pb.Relation{Id: 7, Life: pb.Life_LIFE_DYING, Endpoints: []*pb.RelationEndpoint{
 		{Service: "app", Endpoint: &pb.Endpoint{Name: "juju-info"}}, {Service: "logger", Endpoint: &pb.Endpoint{Name: "host"}},
 	}}
-	r := &remote{
+	r := &modelView{
 		unit: &pb.Unit{Name: "app/0", Service: "app", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
 		relationIDs: map[int64]bool{7: true}, relsKnown: true,
-		relations: map[int64]*remoteRelation{7: {rel: rel, known: true, scoped: true, members: map[string]int64{}}},
+		relations: map[int64]*relationView{7: {rel: rel, known: true, scoped: true, members: map[string]int64{}}},
 	}
 	delete(a.l.Relations, 4)
 	delete(a.l.Relations, 5)
@@ -204,10 +204,10 @@ func TestEnteringMarkLeavesTheScope(t *testing.T) {
 	rel := &pb.Relation{Id: 4, Life: pb.Life_LIFE_DYING, Endpoints: []*pb.RelationEndpoint{
 		{Service: "app", Endpoint: &pb.Endpoint{Name: "db"}}, {Service: "kv", Endpoint: &pb.Endpoint{Name: "server"}},
 	}}
-	r := &remote{
+	r := &modelView{
 		unit: &pb.Unit{Name: "app/0", Service: "app", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
 		relationIDs: map[int64]bool{4: true}, relsKnown: true,
-		relations: map[int64]*remoteRelation{4: {rel: rel, known: true, scoped: true, members: map[string]int64{}}},
+		relations: map[int64]*relationView{4: {rel: rel, known: true, scoped: true, members: map[string]int64{}}},
 	}
 	for _, entering := range []bool{true, false} {
 		l := &localState{State: StateRunning, Started: true, Charm: "app/1", Spec: testSpec(1), Revision: 1, ConfigRan: configDigest(nil),
@@ -265,7 +265,7 @@ func TestCarriedDepartures(t *testing.T) {
 	}
 	ex := &executor{a: a}
 	ctx := context.Background()
-	dying := &remote{unit: &pb.Unit{Name: "app/0", Life: pb.Life_LIFE_DYING}}
+	dying := &modelView{unit: &pb.Unit{Name: "app/0", Life: pb.Life_LIFE_DYING}}
 	for _, id := range []int64{4, 5} {
 		if err := ex.do(ctx, action{kind: actLeaveScope, relation: id}, dying); err != nil {
 			t.Fatal(err)
@@ -296,7 +296,7 @@ func TestCarriedDepartures(t *testing.T) {
 
 	api.leaves = nil
 	a.l.Relations[6] = &localRelation{Endpoint: "db", Created: true, InScope: true, Members: map[string]int64{}}
-	alive := &remote{unit: &pb.Unit{Name: "app/0", Life: pb.Life_LIFE_ALIVE}}
+	alive := &modelView{unit: &pb.Unit{Name: "app/0", Life: pb.Life_LIFE_ALIVE}}
 	if err := ex.do(ctx, action{kind: actLeaveScope, relation: 6}, alive); err != nil {
 		t.Fatal(err)
 	}

@@ -123,7 +123,7 @@ func (ex *executor) fetchSpec(ctx context.Context, n int64, adopt bool) error {
 // even if its configuration is the one config-changed last succeeded
 // with. Its resolved mark, if any,
 // answered the failure given up, and goes first.
-func (ex *executor) dropMove(ctx context.Context, r *remote) error {
+func (ex *executor) dropMove(ctx context.Context, r *modelView) error {
 	a := ex.a
 	op := a.l.Op
 	if _, err := a.cfg.API.ClearResolved(ctx, &pb.ClearResolvedRequest{Unit: a.cfg.Unit}); err != nil {

@@ -42,16 +42,16 @@ func TestMoveSteps(t *testing.T) {
 	v2 := &pb.ServiceSpec{Charm: &pb.CharmRef{Name: "app", Revision: 2}, Config: map[string]*pb.ConfigValue{"x": strValue("b")}}
 	l := &localState{State: StateRunning, Started: true, Charm: "app/1", Spec: specOf(t, 1, v1), Revision: 1,
 		ConfigRan: configDigest(v1.Config), Relations: map[int64]*localRelation{}, LeaderSeen: true}
-	r := &remote{
+	r := &modelView{
 		unit: &pb.Unit{Name: "app/0", Service: "app", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
 		service: &pb.Service{Name: "app", Life: pb.Life_LIFE_ALIVE}, serviceSeen: true,
-		relationIDs: map[int64]bool{}, relsKnown: true, relations: map[int64]*remoteRelation{},
+		relationIDs: map[int64]bool{}, relsKnown: true, relations: map[int64]*relationView{},
 		revSeen: true, unitRev: &pb.UnitRevision{Current: 1, Target: 1},
 		leaderKnown: true, leaderSettingsKnown: true,
 	}
 	want := func(step string, kind actionKind, hookName string) {
 		t.Helper()
-		act := next(l, r, "app/0", now)
+		act := decide(l, r, "app/0", now)
 		if act.kind != kind || hookName != "" && (act.op == nil || act.op.Hook != hookName) {
 			t.Fatalf("%s: next = %v, want %d %s", step, act, kind, hookName)
 		}
@@ -64,7 +64,7 @@ func TestMoveSteps(t *testing.T) {
 	l.Charm, l.Upgrade, l.ConfigRan = "app/2", true, ""
 	want("charm unpacked", actHook, "upgrade-charm")
 	applySuccess(l, &hookOp{Hook: "upgrade-charm", Version: 2})
-	act := next(l, r, "app/0", now)
+	act := decide(l, r, "app/0", now)
 	if act.kind != actHook || act.op.Hook != "config-changed" || act.op.Version != 2 {
 		t.Fatalf("upgraded: next = %v, want config-changed for revision 2", act)
 	}
@@ -92,28 +92,28 @@ func TestMoveSteps(t *testing.T) {
 // given up.
 func TestFailedMoveGivesWay(t *testing.T) {
 	now := time.Now()
-	r := &remote{
+	r := &modelView{
 		unit: &pb.Unit{Name: "app/0", Service: "app", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
 		service: &pb.Service{Name: "app", Life: pb.Life_LIFE_ALIVE}, serviceSeen: true,
-		relationIDs: map[int64]bool{}, relsKnown: true, relations: map[int64]*remoteRelation{},
+		relationIDs: map[int64]bool{}, relsKnown: true, relations: map[int64]*relationView{},
 		revSeen: true, unitRev: &pb.UnitRevision{Current: 1, Target: 2},
 	}
 	l := &localState{State: StateHookError, Resume: StateRunning, Started: true, Charm: "app/1", Spec: testSpec(2), Revision: 1,
 		Op: &hookOp{Hook: "config-changed", Version: 2, Step: stepQueued, Attempts: 5}, Relations: map[int64]*localRelation{}}
-	if act := next(l, r, "app/0", now); act.kind != actWait || act.why != "resolved" {
+	if act := decide(l, r, "app/0", now); act.kind != actWait || act.why != "resolved" {
 		t.Fatalf("in error, target unchanged: next = %v, want a wait for resolved", act)
 	}
 	r.unitRev = &pb.UnitRevision{Current: 1, Target: 3}
-	if act := next(l, r, "app/0", now); act.kind != actDropMove {
+	if act := decide(l, r, "app/0", now); act.kind != actDropMove {
 		t.Fatalf("in error, target moved on: next = %v, want the move given up", act)
 	}
 	l.State, l.Resume = StateRunning, ""
 	l.Op.Attempts, l.Op.NotBefore = 2, now.Add(time.Minute)
-	if act := next(l, r, "app/0", now); act.kind != actDropMove {
+	if act := decide(l, r, "app/0", now); act.kind != actDropMove {
 		t.Fatalf("retrying, target moved on: next = %v, want the move given up", act)
 	}
 	l.Op = &hookOp{Hook: "db-relation-changed", Relation: 1, Endpoint: "db", Step: stepQueued, Attempts: 2, NotBefore: now.Add(time.Minute)}
-	if act := next(l, r, "app/0", now); act.kind != actWait {
+	if act := decide(l, r, "app/0", now); act.kind != actWait {
 		t.Fatalf("a relation hook retrying: next = %v, want its retry waited for", act)
 	}
 }

@@ -166,7 +166,7 @@ func (ex *executor) ready(ctx context.Context, act action) error {
 // marking itself prepared if it has a mark, and once it succeeds its
 // result is committed as its class says. A step that fails commits
 // nothing: the resolver decides again.
-func (ex *executor) do(ctx context.Context, act action, r *remote) error {
+func (ex *executor) do(ctx context.Context, act action, r *modelView) error {
 	a := ex.a
 	if act.kind == actHook {
 		if act.op != nil {

@@ -141,7 +141,7 @@ func (tr *taskRunner) beat(ctx context.Context) {
 // sync acts on the tasks' watch as the agent's loop last saw it: starts
 // the pending tasks, ends those pausing or stopping, and, the unit dying,
 // stops them all. The charm must be there.
-func (tr *taskRunner) sync(r *remote) {
+func (tr *taskRunner) sync(r *modelView) {
 	if !r.tasksKnown {
 		return
 	}
@@ -209,7 +209,7 @@ func (tr *taskRunner) stopIdle() {
 // reportLeftovers, at the first look, reports lost every task that runs
 // by the controller's word but not here (the agent's previous run's),
 // having ended the process group its record names; call with mu held.
-func (tr *taskRunner) reportLeftovers(r *remote) {
+func (tr *taskRunner) reportLeftovers(r *modelView) {
 	recs := tr.load()
 	for id, v := range r.tasks {
 		if v != "running" && v != "pausing" && v != "stopping" {

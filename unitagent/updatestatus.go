@@ -38,7 +38,7 @@ func (u *updateStatus) decided(act action, now time.Time) {
 
 // updateStatusAction is what a started unit with nothing else to do
 // does: update-status when due, else wait for changes or for it.
-func updateStatusAction(r *remote, now time.Time) action {
+func updateStatusAction(r *modelView, now time.Time) action {
 	if r.updateStatusAt.IsZero() {
 		return action{kind: actWait, why: "changes"}
 	}

@@ -17,28 +17,28 @@ func TestUpdateStatusSchedule(t *testing.T) {
 	v1 := &pb.ServiceSpec{Charm: &pb.CharmRef{Name: "kv", Revision: 1}}
 	l := &localState{State: StateRunning, Started: true, Charm: "kv/1", Spec: specOf(t, 1, v1), Revision: 1,
 		ConfigRan: configDigest(v1.Config), Relations: map[int64]*localRelation{}, LeaderSeen: true}
-	r := &remote{
+	r := &modelView{
 		unit: &pb.Unit{Name: "kv/0", Service: "kv", Life: pb.Life_LIFE_ALIVE}, unitKnown: true,
 		service: &pb.Service{Name: "kv", Life: pb.Life_LIFE_ALIVE}, serviceSeen: true,
-		relationIDs: map[int64]bool{}, relsKnown: true, relations: map[int64]*remoteRelation{},
+		relationIDs: map[int64]bool{}, relsKnown: true, relations: map[int64]*relationView{},
 		revSeen: true, unitRev: &pb.UnitRevision{Current: 1, Target: 1},
 		leaderKnown: true, leaderSettingsKnown: true,
 	}
-	if act := next(l, r, "kv/0", now); act.kind != actWait || !act.until.IsZero() {
+	if act := decide(l, r, "kv/0", now); act.kind != actWait || !act.until.IsZero() {
 		t.Fatalf("next without a schedule = %v (until %v), want a plain wait", act, act.until)
 	}
 	r.updateStatusAt = now.Add(time.Minute)
-	if act := next(l, r, "kv/0", now); act.kind != actWait || !act.until.Equal(r.updateStatusAt) {
+	if act := decide(l, r, "kv/0", now); act.kind != actWait || !act.until.Equal(r.updateStatusAt) {
 		t.Fatalf("next before it is due = %v (until %v), want a wait until %v", act, act.until, r.updateStatusAt)
 	}
 	r.updateStatusAt = now
-	act := next(l, r, "kv/0", now)
+	act := decide(l, r, "kv/0", now)
 	if act.kind != actHook || act.op.Hook != "update-status" {
 		t.Fatalf("next when due = %v, want update-status", act)
 	}
 	// Another hook due goes first.
 	r.leaderVersion = 9
-	if act := next(l, r, "kv/0", now); act.kind != actHook || act.op.Hook != "leader-settings-changed" {
+	if act := decide(l, r, "kv/0", now); act.kind != actHook || act.op.Hook != "leader-settings-changed" {
 		t.Fatalf("next when due with a hook queued = %v, want leader-settings-changed first", act)
 	}
 

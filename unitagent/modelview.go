@@ -13,10 +13,10 @@ import (
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
-// remote is the agent's picture of the model, kept current by watches. It
+// modelView is the agent's picture of the model, kept current by watches. It
 // may lag, and its parts may be of different moments: every decision taken
 // from it is checked again by the controller's rules when acted on.
-type remote struct {
+type modelView struct {
 	unit        *pb.Unit // nil until known, or once removed
 	unitKnown   bool
 	service     *pb.Service
@@ -33,7 +33,7 @@ type remote struct {
 	revSeen     bool
 	relationIDs map[int64]bool
 	relsKnown   bool
-	relations   map[int64]*remoteRelation
+	relations   map[int64]*relationView
 	resolved    pb.ResolvedMode
 	subs        map[string]*pb.Unit // nil value: name known, unit not yet seen
 	subsKnown   bool
@@ -57,7 +57,7 @@ type remote struct {
 	leaderSettingsKnown bool
 }
 
-type remoteRelation struct {
+type relationView struct {
 	rel     *pb.Relation // nil when removed (or not yet seen)
 	known   bool         // the relation's watch has answered
 	members map[string]int64
@@ -100,7 +100,7 @@ type memberView struct {
 // call with the lock held. The relations' members are the agent's own
 // views (shared with the previous snapshot's, which must not be used any
 // more), brought up to date with the changes since.
-func (w *watcher) snapshotLocked() *remote {
+func (w *watcher) snapshotLocked() *modelView {
 	r := w.r
 	c := *r
 	c.relationIDs = make(map[int64]bool, len(r.relationIDs))
@@ -111,7 +111,7 @@ func (w *watcher) snapshotLocked() *remote {
 	for k, v := range r.tasks {
 		c.tasks[k] = v
 	}
-	c.relations = make(map[int64]*remoteRelation, len(r.relations))
+	c.relations = make(map[int64]*relationView, len(r.relations))
 	for id, rr := range r.relations {
 		v := w.views[id]
 		if v == nil || rr.relisted {
@@ -140,7 +140,7 @@ func (w *watcher) snapshotLocked() *remote {
 			clear(rr.changed)
 		}
 		rr.relisted = false
-		cr := &remoteRelation{rel: rr.rel, known: rr.known, scoped: rr.scoped, members: v.members, view: v,
+		cr := &relationView{rel: rr.rel, known: rr.known, scoped: rr.scoped, members: v.members, view: v,
 			apps: maps.Clone(rr.apps), appsKnown: rr.appsKnown}
 		c.relations[id] = cr
 	}
@@ -170,7 +170,7 @@ func (w *watcher) syncedLocked() int64 {
 	return max(low, 0)
 }
 
-// watcher keeps the remote picture current: a watch per subject, each
+// watcher keeps the model view current: a watch per subject, each
 // resuming from the last revision it saw after a lost connection, all on
 // the agent's one watch stream (its Mux, or its machine agent's), and all
 // applied in one goroutine (agentwatch.Group) when the Follower allows.
@@ -181,7 +181,7 @@ type watcher struct {
 	logger hclog.Logger
 
 	mu      sync.Mutex
-	r       *remote
+	r       *modelView
 	views   map[int64]*memberView // the agent's copies of the scopes
 	changed chan struct{}         // signalled, without blocking, on every change
 	subject map[string]context.CancelFunc
@@ -196,7 +196,7 @@ type watcher struct {
 func newWatcher(ctx context.Context, follow agentwatch.Follower, unit string, logger hclog.Logger) *watcher {
 	w := &watcher{
 		follow: follow, unit: unit, logger: logger, ctx: ctx,
-		r:       &remote{relationIDs: map[int64]bool{}, relations: map[int64]*remoteRelation{}, subs: map[string]*pb.Unit{}, tasks: map[int64]string{}},
+		r:       &modelView{relationIDs: map[int64]bool{}, relations: map[int64]*relationView{}, subs: map[string]*pb.Unit{}, tasks: map[int64]string{}},
 		changed: make(chan struct{}, 1), subject: map[string]context.CancelFunc{},
 		views: map[int64]*memberView{}, revs: map[string]int64{},
 	}
@@ -219,7 +219,7 @@ func newWatcher(ctx context.Context, follow agentwatch.Follower, unit string, lo
 // snapshot returns a copy of the picture for the agent's goroutine, the
 // only one that may call it: the relations' members in it are valid until
 // the next call.
-func (w *watcher) snapshot() *remote {
+func (w *watcher) snapshot() *modelView {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.snapshotLocked()
@@ -457,7 +457,7 @@ func (w *watcher) onRelations(resp *pb.WatchResponse) {
 // with the lock held. They run until the agent forgets the relation.
 func (w *watcher) watchRelation(id int64) {
 	if _, ok := w.r.relations[id]; !ok {
-		w.r.relations[id] = &remoteRelation{members: map[string]int64{}, changed: map[string]struct{}{}}
+		w.r.relations[id] = &relationView{members: map[string]int64{}, changed: map[string]struct{}{}}
 	}
 	key := strconv.FormatInt(id, 10)
 	rr := w.r.relations[id]
@@ -480,7 +480,7 @@ func (w *watcher) watchRelation(id int64) {
 
 // applyApps applies a response of the watch of the relation's services'
 // settings.
-func (rr *remoteRelation) applyApps(resp *pb.WatchResponse) {
+func (rr *relationView) applyApps(resp *pb.WatchResponse) {
 	if resp.Relisted || rr.apps == nil {
 		rr.apps = map[string]int64{}
 	}
@@ -495,7 +495,7 @@ func (rr *remoteRelation) applyApps(resp *pb.WatchResponse) {
 }
 
 // applyScope applies a response of the relation scope's watch.
-func (rr *remoteRelation) applyScope(resp *pb.WatchResponse) {
+func (rr *relationView) applyScope(resp *pb.WatchResponse) {
 	if resp.Relisted {
 		rr.members = map[string]int64{}
 		rr.relisted = true
@@ -516,7 +516,7 @@ func (rr *remoteRelation) applyScope(resp *pb.WatchResponse) {
 // is left to do in them, and a watch of a relation removed would be
 // refused once its stream breaks, and never bring the picture to the
 // next barrier.
-func (w *watcher) forgetRelations(r *remote, l *localState) {
+func (w *watcher) forgetRelations(r *modelView, l *localState) {
 	if !r.relsKnown {
 		return
 	}
