@@ -149,7 +149,7 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 				AwaitingPromote: ro.State == pb.RolloutState_ROLLOUT_STATE_CANARY && ro.CanaryGranted >= ro.Canary && ro.Permits == 0,
 			}
 		}
-		ss.Status, ss.Message = serviceWorkload(ss.Units)
+		ss.Status, ss.Message = ServiceWorkload(ss.Units)
 		if st := m.Status(state.StatusService, svc.Name); st.GetStatus() != "" {
 			// Set by the charm (status-set --application): it speaks for
 			// the service, as in Juju.
@@ -211,7 +211,10 @@ func unitStatus(m *state.Model, u *pb.Unit, mach *pb.Machine) *pb.UnitStatus {
 // need of attention; a service shows its worst unit's.
 var workloadRank = map[string]int{"error": 0, "blocked": 1, "maintenance": 2, "waiting": 3, "active": 4, "unknown": 5, "terminated": 6}
 
-func serviceWorkload(units []*pb.UnitStatus) (string, string) {
+// ServiceWorkload is the status a service shows when its charm set none
+// (status-set --application): its worst unit's, the agent's error first.
+// The dashboard derives it again when it patches a service's units.
+func ServiceWorkload(units []*pb.UnitStatus) (string, string) {
 	if len(units) == 0 {
 		return "unknown", ""
 	}

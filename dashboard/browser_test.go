@@ -160,6 +160,32 @@ func TestDashboardInChromium(t *testing.T) {
 		value(t, op, "clear the filter", chromedp.Evaluate[int](`(() => { const f = document.getElementById("filter"); f.value = ""; f.dispatchEvent(new Event("input")); return 0 })()`))
 	})
 
+	t.Run("a push patches the row alone", func(t *testing.T) {
+		// Mark every row, filter, then put kv/1 in error: its row is
+		// replaced (unmarked) and moves up among those in error, the
+		// others stay the same elements, and the filter still holds.
+		value(t, op, "mark the rows", chromedp.Evaluate[int](`(() => { document.querySelectorAll('#model tr[data-key]').forEach(tr => { tr.dataset.mark = "1" }); return 0 })()`))
+		run(t, op, "filter", chromedp.SendKeys(chromedp.CSS(`#filter`), "kv/"))
+		f.failHook("kv/1")
+		waitTrue(t, op, "kv/1 in error", `!!document.querySelector('tr.error[data-unit="kv/1"]')`)
+		got := value(t, op, "read the rows", chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#units tbody tr[data-unit]')).map(tr => tr.dataset.unit + (tr.dataset.mark ? "" : " new") + (tr.hidden ? " hidden" : ""))`))
+		want := []string{"app/1 hidden", "kv/1 new", "app/0 hidden", "kv/0", "kv/2"}
+		if strings.Join(got, ", ") != strings.Join(want, ", ") {
+			t.Errorf("unit rows after kv/1's failure = %q, want %q", got, want)
+		}
+		if v := value(t, op, "read the filter", chromedp.Evaluate[string](`document.getElementById("filter").value`)); v != "kv/" {
+			t.Errorf("filter after the push = %q, want kv/", v)
+		}
+		if unmarked := value(t, op, "count the other rows replaced", chromedp.Evaluate[int](`document.querySelectorAll('#model tr[data-key]:not([data-mark])').length`)); unmarked != 2 {
+			t.Errorf("rows replaced by the push = %d, want 2 (kv/1's and its service's)", unmarked)
+		}
+		value(t, op, "clear the filter", chromedp.Evaluate[int](`(() => { const f = document.getElementById("filter"); f.value = ""; f.dispatchEvent(new Event("input")); return 0 })()`))
+		if err := f.State.SetStatus(f.Ctx, state.StatusUnitAgent, "kv/1", &pb.Status{Status: "idle"}); err != nil {
+			t.Fatal(err)
+		}
+		waitTrue(t, op, "kv/1 out of error", `!document.querySelector('tr.error[data-unit="kv/1"]')`)
+	})
+
 	t.Run("viewer", func(t *testing.T) {
 		f.failHook("kv/0")
 		b := newBrowser(t, exe, 1280, 900)

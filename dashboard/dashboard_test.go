@@ -8,6 +8,7 @@ import (
 	"time"
 
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/state"
 )
 
 // TestDashboardOverHTTP logs in with links, checks what a viewer and an
@@ -108,9 +109,28 @@ func TestDashboardOverHTTP(t *testing.T) {
 		next(t, ch, 5*time.Second, func(name, data string) bool { return strings.Contains(data, "app/0") })
 		t.Logf("a deploy reached the open page's stream in %s", time.Since(start))
 		f.failHook("app/0")
+		// After the whole page, a change sends only the rows it changed.
 		next(t, ch, 5*time.Second, func(name, data string) bool {
-			return strings.Contains(data, `class="error life-alive" data-unit="app/0"`)
+			return name == "rows" && strings.Contains(data, `class="error life-alive" data-unit="app/0"`) && !strings.Contains(data, `data-unit="kv/0"`) &&
+				strings.Contains(data, `data-key="service:app"`) && strings.Contains(data, "error: app/0: hook failed")
 		})
+		// A status the charm set for its service speaks for it, through
+		// its units' changes.
+		if err := f.State.SetStatus(f.Ctx, state.StatusService, "app", &pb.Status{Status: "active", Message: "set by the charm"}); err != nil {
+			t.Fatal(err)
+		}
+		next(t, ch, 5*time.Second, func(name, data string) bool {
+			return name == "rows" && strings.Contains(data, "active: set by the charm")
+		})
+		if err := f.State.SetStatus(f.Ctx, state.StatusUnit, "app/0", &pb.Status{Status: "blocked", Message: "needs a database"}); err != nil {
+			t.Fatal(err)
+		}
+		_, data := next(t, ch, 5*time.Second, func(name, data string) bool {
+			return name == "rows" && strings.Contains(data, `<td class="workload">blocked</td>`)
+		})
+		if strings.Contains(data, `data-key="service:app"`) {
+			t.Errorf("a unit's status changed the row of a service whose charm set its status:\n%s", data)
+		}
 	})
 
 	t.Run("removed user", func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"html/template"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -43,7 +44,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, se session) {
 		httpError(w, err)
 		return
 	}
-	prefixes, page := lp.prefixes, lp.template
+	prefixes := lp.prefixes
 
 	wake := make(chan struct{}, 1)
 	poke := func() {
@@ -53,6 +54,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, se session) {
 		}
 	}
 	after := s.cfg.Hub.Revision()
+	if lp.model != nil {
+		lp.model.need = after
+	}
 	var subs []*watchhub.Stream
 	defer func() {
 		for _, st := range subs {
@@ -89,21 +93,17 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, se session) {
 
 	send := func() error {
 		start := time.Now()
-		data, rev, err := lp.view(ctx)
+		name, data, rev, err := lp.push(ctx, s.pages)
 		if err != nil {
 			return err
 		}
-		var b bytes.Buffer
-		if err := s.pages.ExecuteTemplate(&b, page, data); err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "event: model\nid: %d\n", rev)
-		for _, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
+		fmt.Fprintf(w, "event: %s\nid: %d\n", name, rev)
+		for _, line := range bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n")) {
 			fmt.Fprintf(w, "data: %s\n", line)
 		}
 		fmt.Fprint(w, "\n")
 		fl.Flush()
-		s.logger.Trace("page pushed", "user", se.user, "page", page, "revision", rev, "took", time.Since(start))
+		s.logger.Trace("page pushed", "user", se.user, "page", lp.template, "event", name, "bytes", len(data), "revision", rev, "took", time.Since(start))
 		return nil
 	}
 	if err := send(); err != nil {
@@ -154,6 +154,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, se session) {
 				}
 				if len(b.Events) > 0 || b.Reset {
 					changed = true
+					if lp.model != nil {
+						lp.model.note(b)
+					}
 				}
 			}
 		}
@@ -169,11 +172,29 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, se session) {
 
 // livePage is what a page's stream follows and sends: the prefixes
 // whose changes re-render it, the template of its live part, and its
-// view, read as the session's user, with the revision it is of.
+// view, read as the session's user, with the revision it is of; or, for
+// the model page, model, which sends only what changed.
 type livePage struct {
 	prefixes []string
 	template string
 	view     func(ctx context.Context) (any, int64, error)
+	model    *modelStream
+}
+
+// push returns the page's next event: its name, data and revision.
+func (lp livePage) push(ctx context.Context, pages *template.Template) (string, []byte, int64, error) {
+	if lp.model != nil {
+		return lp.model.push(ctx)
+	}
+	data, rev, err := lp.view(ctx)
+	if err != nil {
+		return "", nil, 0, err
+	}
+	var b bytes.Buffer
+	if err := pages.ExecuteTemplate(&b, lp.template, data); err != nil {
+		return "", nil, 0, err
+	}
+	return "model", b.Bytes(), rev, nil
 }
 
 // livePageOf is the page a stream's query names: page=service&name=kv,
@@ -185,33 +206,26 @@ func (s *Server) livePageOf(q url.Values, se session) (livePage, error) {
 	switch page := q.Get("page"); {
 	case q.Get("unit") != "":
 		unit := q.Get("unit")
-		return livePage{unitPrefixes, "unit-body", func(ctx context.Context) (any, int64, error) { return hubRev(s.unitView(ctx, se, unit)) }}, nil
+		return livePage{unitPrefixes, "unit-body", func(ctx context.Context) (any, int64, error) { return hubRev(s.unitView(ctx, se, unit)) }, nil}, nil
 	case page == "service":
 		name := q.Get("name")
-		return livePage{servicePrefixes, "service-body", func(ctx context.Context) (any, int64, error) { return hubRev(s.serviceView(ctx, se, name)) }}, nil
+		return livePage{servicePrefixes, "service-body", func(ctx context.Context) (any, int64, error) { return hubRev(s.serviceView(ctx, se, name)) }, nil}, nil
 	case page == "operations":
 		st := q.Get("state")
 		before, _ := strconv.ParseInt(q.Get("before"), 10, 64)
-		return livePage{operationPrefixes, "operations-body", func(ctx context.Context) (any, int64, error) { return hubRev(s.opsView(ctx, se, st, before)) }}, nil
+		return livePage{operationPrefixes, "operations-body", func(ctx context.Context) (any, int64, error) { return hubRev(s.opsView(ctx, se, st, before)) }, nil}, nil
 	case page == "operation":
 		id, err := strconv.ParseInt(q.Get("id"), 10, 64)
 		if err != nil || id <= 0 {
 			return livePage{}, invalidf("operation %q: want a number", q.Get("id"))
 		}
-		return livePage{operationPrefixes, "operation-body", func(ctx context.Context) (any, int64, error) { return hubRev(s.opView(ctx, se, id)) }}, nil
+		return livePage{operationPrefixes, "operation-body", func(ctx context.Context) (any, int64, error) { return hubRev(s.opView(ctx, se, id)) }, nil}, nil
 	case page == "audit":
-		return livePage{auditPrefixes, "audit-body", func(ctx context.Context) (any, int64, error) { return hubRev(s.auditView(ctx, se, q)) }}, nil
+		return livePage{auditPrefixes, "audit-body", func(ctx context.Context) (any, int64, error) { return hubRev(s.auditView(ctx, se, q)) }, nil}, nil
 	case page == "controllers":
-		return livePage{controllerPrefixes, "controllers-body", func(ctx context.Context) (any, int64, error) { return hubRev(s.controllersView(ctx, se)) }}, nil
+		return livePage{controllerPrefixes, "controllers-body", func(ctx context.Context) (any, int64, error) { return hubRev(s.controllersView(ctx, se)) }, nil}, nil
 	case page == "" || page == "model":
-		filter := q.Get("q")
-		return livePage{modelPrefixes, "model-body", func(ctx context.Context) (any, int64, error) {
-			v, err := s.view(ctx, se, filter)
-			if err != nil {
-				return nil, 0, err
-			}
-			return v, v.Revision, nil
-		}}, nil
+		return livePage{prefixes: modelPrefixes, template: "model-body", model: s.newModelStream(se, q.Get("q"))}, nil
 	default:
 		return livePage{}, notFoundf("no live page %q", page)
 	}

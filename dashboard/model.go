@@ -72,6 +72,17 @@ type modelView struct {
 	Machines []*pb.MachineStatus
 	Rels     []*pb.RelationStatus
 	Errors   int
+	// Rows are the page's rows, rendered (rowRenderer).
+	Rows *modelRows
+}
+
+// setCanAct says whether the page shows the buttons, on it and its
+// units' rows.
+func (v *modelView) setCanAct(can bool) {
+	v.CanAct = can
+	for i := range v.Units {
+		v.Units[i].CanAct = can
+	}
 }
 
 // unitRow is a unit as its row shows it: plain fields, so that the
@@ -80,6 +91,8 @@ type modelView struct {
 type unitRow struct {
 	Name, Service, Life, Machine, Agent, State, Workload, Message, AgentMessage, WaitingFor string
 	Error                                                                                   bool
+	// CanAct says whether the row shows its Resolved button.
+	CanAct bool
 	// Search is what the text filter matches against.
 	Search string
 }
@@ -154,11 +167,16 @@ func unitLess(a, b string) bool {
 	return an < bn
 }
 
-// renderModel renders the model's tables (the part the live stream
-// replaces) into a buffer.
-func (s *Server) renderModel(v *modelView) (*bytes.Buffer, error) {
+// renderModel renders the model's tables (the page's live part) into a
+// buffer, their rows by r, and sets v.Rows.
+func (s *Server) renderModel(r *rowRenderer, v *modelView) (*bytes.Buffer, error) {
+	rows, err := r.render(v)
+	if err != nil {
+		return nil, err
+	}
+	v.Rows = rows
 	var b bytes.Buffer
-	err := s.pages.ExecuteTemplate(&b, "model-body", v)
+	err = s.pages.ExecuteTemplate(&b, "model-body", v)
 	return &b, err
 }
 
@@ -197,7 +215,7 @@ func (s *Server) view(ctx context.Context, se session, filter string) (*modelVie
 	v.Role = roleName(role)
 	// The buttons show when the call would be allowed; it is authorized
 	// anyway when made.
-	v.CanAct = controller.Allows("Resolved", role)
+	v.setCanAct(controller.Allows("Resolved", role))
 	return v, nil
 }
 
@@ -205,6 +223,10 @@ func (s *Server) modelPage(w http.ResponseWriter, r *http.Request, se session) {
 	start := time.Now()
 	v, err := s.view(r.Context(), se, r.URL.Query().Get("q"))
 	if err != nil {
+		httpError(w, err)
+		return
+	}
+	if v.Rows, err = (&rowRenderer{pages: s.pages}).render(v); err != nil {
 		httpError(w, err)
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"testing"
 
+	"github.com/lifelinehq/lifeline/controller"
 	"github.com/lifelinehq/lifeline/internal/testing/cputime"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -43,7 +44,8 @@ func syntheticStatus(units int) *pb.ModelStatus {
 
 // BenchmarkRenderModel10k renders the model page's tables for 10,000
 // units, from the status as Status returns it: the server's part of a
-// page's first load and of every push to an open page.
+// page's first load, and of a push of the whole page to an open one
+// (its first, and after its watch started again).
 func BenchmarkRenderModel10k(b *testing.B) {
 	pages, err := parsePages()
 	if err != nil {
@@ -58,8 +60,8 @@ func BenchmarkRenderModel10k(b *testing.B) {
 	cpu0 := cputime.Process()
 	for b.Loop() {
 		v := buildView(st, "")
-		v.CanAct = true
-		buf, err := s.renderModel(v)
+		v.setCanAct(true)
+		buf, err := s.renderModel(&rowRenderer{pages: pages}, v)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -67,5 +69,54 @@ func BenchmarkRenderModel10k(b *testing.B) {
 		_, _ = io.Discard.Write(buf.Bytes())
 	}
 	b.ReportMetric(float64(size), "bytes/page")
+	b.ReportMetric(float64((cputime.Process()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
+}
+
+// BenchmarkPushModel10k is an open model page's push of one unit's
+// change at 10,000 units, once the unit is read: the unit patched into
+// the model the stream holds, its service's status derived again, the
+// view built, the rows that changed rendered and the patch written. The
+// read itself is a Status call selecting the unit, which grows with what
+// it selects and not with the model.
+func BenchmarkPushModel10k(b *testing.B) {
+	pages, err := parsePages()
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := &Server{pages: pages}
+	m := s.newModelStream(session{user: "olga", secret: "s"}, "")
+	m.hold(syntheticStatus(10000), false)
+	role := pb.UserRole_USER_ROLE_OPERATOR
+	if _, _, _, err := m.event(role, true); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	var size, i int
+	cpu0 := cputime.Process()
+	for b.Loop() {
+		i++
+		svc := fmt.Sprintf("svc%d", i%20)
+		name := fmt.Sprintf("%s/%d", svc, (i*7919)%500)
+		u := &pb.UnitStatus{Name: name, Life: "alive", Machine: "0", Agent: "idle", Workload: "active", Message: fmt.Sprintf("probe %d.", i)}
+		if i%2 == 0 {
+			u.Agent, u.State = "error", "install-error"
+		}
+		m.units = map[string]bool{name: true}
+		part := &pb.ModelStatus{Revision: 123456 + int64(i), Services: []*pb.ServiceStatus{{Name: svc, Units: []*pb.UnitStatus{u}}}}
+		touched, ok := m.patch(part, []string{name})
+		if !ok {
+			b.Fatalf("patch %s: not held", name)
+		}
+		for _, t := range touched {
+			held := m.st.Services[t]
+			held.Status, held.Message = controller.ServiceWorkload(held.Units)
+		}
+		ev, data, _, err := m.event(role, false)
+		if err != nil || ev != "rows" {
+			b.Fatalf("push = %s, %v; want rows", ev, err)
+		}
+		size = len(data)
+	}
+	b.ReportMetric(float64(size), "bytes/push")
 	b.ReportMetric(float64((cputime.Process()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
 }

@@ -94,7 +94,9 @@ type Server struct {
 	pages  *template.Template
 	// limits rate-limit requests by session and by address; streams
 	// counts the live pages open, by user.
-	limits  limiters
+	limits limiters
+	// reads shares the model page streams' Status reads.
+	reads   statusReads
 	mu      sync.Mutex
 	streams map[string]int
 	total   int

@@ -29,8 +29,9 @@ import (
 // own, written as its agent's report would be. Each is timed from the
 // write's return (its commit) to the end of the first event of the
 // stream that carries it: an event whose id, the revision the page was
-// rendered at, is past the revision before the write, and whose page
-// shows the message.
+// rendered at, is past the revision before the write, and which shows
+// the message (the whole page, "model", or the rows that changed,
+// "rows").
 
 // dashResults are the dashboard probe's figures.
 type dashResults struct {
@@ -107,7 +108,7 @@ func probeDashboard(ctx context.Context, ctl *controllerProc, st *state.State, s
 			if ev.name == "end" {
 				return nil, fmt.Errorf("the model page's stream ended: %s", ev.data)
 			}
-			if ev.name == "model" && ev.id > before && bytes.Contains(ev.data, []byte(msg)) {
+			if (ev.name == "model" || ev.name == "rows") && ev.id > before && bytes.Contains(ev.data, []byte(msg)) {
 				took = append(took, ev.at.Sub(committed).Seconds())
 				break
 			}

@@ -1,5 +1,6 @@
 // The dashboard's pages, live: the server sends the page's live part as
-// a server-sent event whenever what it shows changes; the filter hides
+// a server-sent event whenever what it shows changes (the model page's,
+// after the first, only its rows that changed); the filter hides
 // the rows that do not mention its text; "Resolved" and the action forms
 // (approve, pause, run, ...) post with the session's CSRF token and say
 // what the server answered.
@@ -42,6 +43,38 @@
     Object.keys(typed).forEach(function (id) { var i = document.getElementById(id); if (i) { i.value = typed[id]; } });
     if (focused && document.getElementById(focused)) { document.getElementById(focused).focus(); }
     applyFilter();
+    live.textContent = "live · revision " + e.lastEventId;
+    document.body.dataset.revision = e.lastEventId;
+  });
+  // The model page's stream sends, after the whole page, only the rows
+  // that changed: <template> elements (the summary; a row gone; a row
+  // new or changed, with the key of the row it goes before), applied in
+  // order, in place, so that the filter, the focus and the scroll hold.
+  es.addEventListener("rows", function (e) {
+    var patch = document.createElement("template");
+    patch.innerHTML = e.data;
+    var f = filter ? filter.value.trim().toLowerCase() : "";
+    var byKey = function (body, key) { return key ? body.querySelector('tr[data-key="' + CSS.escape(key) + '"]') : null; };
+    Array.prototype.forEach.call(patch.content.children, function (t) {
+      if (t.hasAttribute("data-summary")) {
+        var summary = model.querySelector("p.summary");
+        if (summary) { summary.replaceWith(t.content.cloneNode(true)); }
+        return;
+      }
+      var body = document.getElementById(t.dataset.table);
+      if (!body) { return; }
+      var old = byKey(body, t.dataset.key);
+      var focused = old && old.contains(document.activeElement) ? document.activeElement.className : "";
+      if (old) { old.remove(); }
+      if (t.hasAttribute("data-gone")) { return; }
+      var tr = t.content.firstElementChild;
+      tr.hidden = f !== "" && tr.dataset.search.indexOf(f) < 0;
+      body.insertBefore(tr, byKey(body, t.dataset.before));
+      if (focused) {
+        var again = tr.getElementsByClassName(focused)[0];
+        if (again) { again.focus(); }
+      }
+    });
     live.textContent = "live · revision " + e.lastEventId;
     document.body.dataset.revision = e.lastEventId;
   });
