@@ -10,7 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/lifelinehq/lifeline/controller"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -37,6 +37,7 @@ type modelStream struct {
 
 	st   *pb.ModelStatus   // the model as last read, with units patched in since
 	at   map[string][2]int // a unit's place in st: its service's index and its own
+	own  map[int]bool      // the services of st that are copies of the stream's own
 	rows *modelRows        // the rows the page shows
 	r    rowRenderer
 	buf  bytes.Buffer
@@ -54,19 +55,16 @@ type modelStream struct {
 
 // sharedStatus reads what req selects of the model as user, through the
 // Status call, sharing the read under it with other streams' calls of
-// the same (key) at revision need or past (statusReads). shared says
-// whether they hold the answer too.
-func (s *Server) sharedStatus(ctx context.Context, user string, req *pb.StatusRequest, key string, need int64) (*pb.StatusResponse, bool, error) {
-	var shared bool
+// the same (key) at revision need or past (statusReads): the answer
+// must not be changed.
+func (s *Server) sharedStatus(ctx context.Context, user string, req *pb.StatusRequest, key string, need int64) (*pb.StatusResponse, error) {
 	resp, err := s.cfg.API.CallAs(ctx, user, "Status", req, func(ctx context.Context) (any, error) {
-		r, sh, err := s.reads.do(ctx, key, need, func(ctx context.Context) (*pb.StatusResponse, error) { return s.cfg.API.Status(ctx, req) })
-		shared = sh
-		return r, err
+		return s.reads.do(ctx, key, need, func(ctx context.Context) (*pb.StatusResponse, error) { return s.cfg.API.Status(ctx, req) })
 	})
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	return resp.(*pb.StatusResponse), shared, nil
+	return resp.(*pb.StatusResponse), nil
 }
 
 func (s *Server) newModelStream(se session, filter string) *modelStream {
@@ -118,11 +116,11 @@ func (m *modelStream) push(ctx context.Context) (string, []byte, int64, error) {
 		whole = !ok
 	}
 	if whole {
-		resp, shared, err := m.s.sharedStatus(ctx, m.se.user, &pb.StatusRequest{}, "", m.need)
+		resp, err := m.s.sharedStatus(ctx, m.se.user, &pb.StatusRequest{}, "", m.need)
 		if err != nil {
 			return "", nil, 0, err
 		}
-		m.hold(resp.Status, shared)
+		m.hold(resp.Status)
 	}
 	full := m.rows == nil || m.reset
 	m.units, m.whole, m.reset = map[string]bool{}, false, false
@@ -153,19 +151,37 @@ func (m *modelStream) event(role pb.UserRole, full bool) (string, []byte, int64,
 	return "model", m.buf.Bytes(), v.Revision, nil
 }
 
-// hold keeps st as the model the page shows; a copy of it when other
-// streams hold it too, as patch changes services in place.
-func (m *modelStream) hold(st *pb.ModelStatus, shared bool) {
-	if shared {
-		st = proto.Clone(st).(*pb.ModelStatus)
-	}
-	m.st = st
+// hold keeps st, a Status answer other streams may hold too, as the
+// model the page shows. It is not changed: the services patch changes
+// are copies of their own (own), in a list of services of its own.
+func (m *modelStream) hold(st *pb.ModelStatus) {
+	m.st = &pb.ModelStatus{Revision: st.GetRevision(), Services: slices.Clone(st.GetServices()), Machines: st.GetMachines(), Relations: st.GetRelations()}
+	m.own = map[int]bool{}
 	m.at = make(map[string][2]int, len(m.at))
-	for i, svc := range st.GetServices() {
+	for i, svc := range m.st.Services {
 		for j, u := range svc.Units {
 			m.at[u.Name] = [2]int{i, j}
 		}
 	}
+}
+
+// ownService makes the held model's service i a copy of its own, with a
+// list of units of its own, which patch may change; its other fields
+// stay shared, unchanged.
+func (m *modelStream) ownService(i int) *pb.ServiceStatus {
+	if !m.own[i] {
+		src := m.st.Services[i]
+		c := &pb.ServiceStatus{}
+		dst := c.ProtoReflect()
+		src.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			dst.Set(fd, v)
+			return true
+		})
+		c.Units = slices.Clone(src.Units)
+		m.st.Services[i] = c
+		m.own[i] = true
+	}
+	return m.st.Services[i]
 }
 
 // readUnits reads the units whose status changed and patches them into
@@ -184,7 +200,7 @@ func (m *modelStream) readUnits(ctx context.Context) (bool, error) {
 		names = append(names, u)
 	}
 	sort.Strings(names)
-	part, _, err := m.s.sharedStatus(ctx, m.se.user, &pb.StatusRequest{Units: names}, strings.Join(names, " "), m.need)
+	part, err := m.s.sharedStatus(ctx, m.se.user, &pb.StatusRequest{Units: names}, strings.Join(names, " "), m.need)
 	if status.Code(err) == codes.NotFound {
 		return false, nil // a unit removed: its removal is among the changes
 	}
@@ -226,7 +242,7 @@ func (m *modelStream) patch(part *pb.ModelStatus, names []string) ([]int, bool) 
 				continue // a subordinate the selection brought along
 			}
 			at := m.at[u.Name]
-			m.st.Services[at[0]].Units[at[1]] = u
+			m.ownService(at[0]).Units[at[1]] = u
 			if !slices.Contains(touched, at[0]) {
 				touched = append(touched, at[0])
 			}

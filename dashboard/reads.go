@@ -23,15 +23,15 @@ type statusReads struct {
 // statusRead is a read under way, and its answer once done is closed.
 type statusRead struct {
 	done   chan struct{}
-	joined int // how many callers wait for it besides its own
+	joined int // how many callers joined it besides its own
 	resp   *pb.StatusResponse
 	err    error
 }
 
 // do returns read's answer, or that of the same read (key) under way
-// when it is at revision need or past. shared says whether other
-// callers hold the answer too: its holder must not change it.
-func (r *statusReads) do(ctx context.Context, key string, need int64, read func(context.Context) (*pb.StatusResponse, error)) (resp *pb.StatusResponse, shared bool, err error) {
+// when it is at revision need or past. Other callers may hold the same
+// answer: its holders must not change it.
+func (r *statusReads) do(ctx context.Context, key string, need int64, read func(context.Context) (*pb.StatusResponse, error)) (*pb.StatusResponse, error) {
 	r.mu.Lock()
 	if f, ok := r.flights[key]; ok {
 		f.joined++
@@ -39,15 +39,14 @@ func (r *statusReads) do(ctx context.Context, key string, need int64, read func(
 		select {
 		case <-f.done:
 		case <-ctx.Done():
-			return nil, false, ctx.Err()
+			return nil, ctx.Err()
 		}
 		if f.err == nil && f.resp.GetStatus().GetRevision() >= need {
-			return f.resp, true, nil
+			return f.resp, nil
 		}
 		// Too old for this caller's change, or failed (its caller's
 		// page closed, say): read alone.
-		resp, err := read(ctx)
-		return resp, false, err
+		return read(ctx)
 	}
 	if r.flights == nil {
 		r.flights = map[string]*statusRead{}
@@ -59,8 +58,7 @@ func (r *statusReads) do(ctx context.Context, key string, need int64, read func(
 	f.resp, f.err = read(ctx)
 	r.mu.Lock()
 	delete(r.flights, key)
-	shared = f.joined > 0
 	r.mu.Unlock()
 	close(f.done)
-	return f.resp, shared, f.err
+	return f.resp, f.err
 }

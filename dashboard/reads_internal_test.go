@@ -26,18 +26,14 @@ func TestStatusReadsShared(t *testing.T) {
 			return &pb.StatusResponse{Status: &pb.ModelStatus{Revision: rev}}, nil
 		}
 	}
-	type answer struct {
-		rev    int64
-		shared bool
-	}
-	var got [3]answer
+	var got [3]int64
 	call := func(i int, need, rev int64) {
-		resp, shared, err := r.do(ctx, "", need, read(rev))
+		resp, err := r.do(ctx, "", need, read(rev))
 		if err != nil {
 			t.Errorf("read %d: %v", i, err)
 			return
 		}
-		got[i] = answer{resp.GetStatus().GetRevision(), shared}
+		got[i] = resp.GetStatus().GetRevision()
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { call(0, 0, 10) })
@@ -57,7 +53,7 @@ func TestStatusReadsShared(t *testing.T) {
 	}
 	close(release)
 	wg.Wait()
-	want := [3]answer{{10, true}, {10, true}, {30, false}}
+	want := [3]int64{10, 10, 30}
 	if got != want || reads.Load() != 2 {
 		t.Errorf("answers = %v after %d reads, want %v after 2", got, reads.Load(), want)
 	}

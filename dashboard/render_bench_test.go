@@ -85,7 +85,7 @@ func BenchmarkPushModel10k(b *testing.B) {
 	}
 	s := &Server{pages: pages}
 	m := s.newModelStream(session{user: "olga", secret: "s"}, "")
-	m.hold(syntheticStatus(10000), false)
+	m.hold(syntheticStatus(10000))
 	role := pb.UserRole_USER_ROLE_OPERATOR
 	if _, _, _, err := m.event(role, true); err != nil {
 		b.Fatal(err)

@@ -37,9 +37,9 @@ func (m *modelRows) tables() [4][]row {
 // rowRenderer renders the model page's rows. It keeps each unit's last
 // row, so that a unit whose row did not change is not rendered again,
 // and each machine's and relation's by the status it was rendered from:
-// a stream's held model (modelStream) replaces units and changes
-// services in place, never its machines or relations, and a read of the
-// whole model brings new ones. One renderer a stream, for its pushes.
+// a stream's held model (modelStream) replaces units and services, never
+// its machines or relations, and a read of the whole model brings new
+// ones. One renderer a stream, for its pushes.
 type rowRenderer struct {
 	pages     *template.Template
 	units     map[string]renderedUnit
