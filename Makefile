@@ -42,11 +42,14 @@ man: build
 	$(BIN)/lifelined gen-man $(CURDIR)/man
 
 ## test: vet, staticcheck, gofmt, buf lint, generated-code freshness, what ctl links, then every test with
-## the race detector (end-to-end tests included) and the race tests 20 times. A package
-## may take TEST_TIMEOUT (the end-to-end one runs several minutes on 2 cores).
+## the race detector (end-to-end tests included), package state's again with a plain
+## clientv3 client over etcd's socket instead of the member's in-process one (etcdtest),
+## and the race tests 20 times. A package may take TEST_TIMEOUT (the end-to-end one runs
+## several minutes on 2 cores).
 TEST_TIMEOUT ?= 30m
 test: lint proto-check
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -race -timeout $(TEST_TIMEOUT) ./state/ -args -etcdtest.backend=client
 	$(GO) test -race -count=20 -run '^TestRace' ./state/
 
 ## test-faults: the fault suite (faults/, docs/RELIABILITY.md) at full

@@ -2,5 +2,11 @@
 // (unix socket, 10 ms tick, no fsync unless MainWith asks for it, data in a
 // temporary directory) and each test its own key namespace on it.
 //
+// Its client is the member's in-process one (embedetcd.Server.Client),
+// unless the test binary runs with -etcdtest.backend=client: then a plain
+// clientv3 client over the member's socket (embedetcd.NewClient), the
+// client a controller of an external cluster has. Package state's tests
+// run with both (make test).
+//
 // Only tests import it; production code never does.
 package etcdtest

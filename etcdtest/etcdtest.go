@@ -2,6 +2,7 @@ package etcdtest
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,6 +17,25 @@ import (
 
 	"github.com/lifelinehq/lifeline/embedetcd"
 )
+
+// backendFlag picks the client Client hands out. A test binary that
+// imports etcdtest takes it as -etcdtest.backend; the Makefile runs
+// package state's tests a second time with "client".
+var backendFlag = flag.String("etcdtest.backend", Inprocess,
+	`the client tests get: "inprocess", the member's in-process client (embedetcd.Server.Client), as a controller with its own member uses; or "client", a plain clientv3 client over the member's socket (embedetcd.NewClient), as a controller of an external cluster uses`)
+
+// The backends -etcdtest.backend names.
+const (
+	// Inprocess is embedetcd's in-process client: reads served from the
+	// member's store, writes handed to its request handler.
+	Inprocess = "inprocess"
+	// Plain is a plain clientv3 client over the member's unix socket.
+	Plain = "client"
+)
+
+// Backend returns the backend the test binary runs with
+// (-etcdtest.backend).
+func Backend() string { return *backendFlag }
 
 // The one server of this test binary, started by Main or MainWith.
 var (
@@ -57,6 +77,10 @@ func MainWith(m *testing.M, opts Options) {
 func Run(m *testing.M, opts Options) int { return run(m, opts) }
 
 func run(m *testing.M, opts Options) int {
+	// The backend is a flag; TestMain runs before m.Run parses them.
+	if !flag.Parsed() {
+		flag.Parse()
+	}
 	dir, err := os.MkdirTemp("", "lifeline-etcd-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "etcdtest:", err)
@@ -77,7 +101,15 @@ func run(m *testing.M, opts Options) int {
 		return 1
 	}
 	defer s.Close()
-	c, err := s.Client()
+	var c *clientv3.Client
+	switch b := Backend(); b {
+	case Inprocess:
+		c, err = s.Client()
+	case Plain:
+		c, err = embedetcd.NewClient(clientv3.Config{Endpoints: []string{s.Endpoint()}})
+	default:
+		err = fmt.Errorf("-etcdtest.backend %q: want %q or %q", b, Inprocess, Plain)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "etcdtest:", err)
 		return 1
@@ -89,8 +121,10 @@ func run(m *testing.M, opts Options) int {
 	return m.Run()
 }
 
-// Client returns the package server's shared client. Tests must confine
-// themselves to their own Namespace.
+// Client returns the package server's shared client: the member's
+// in-process client, or a plain one over its socket when the test binary
+// runs with -etcdtest.backend=client. Tests must confine themselves to
+// their own Namespace.
 func Client(tb testing.TB) *clientv3.Client {
 	tb.Helper()
 	mu.Lock()
