@@ -333,13 +333,13 @@ func (s *State) ScanAudit(ctx context.Context, q AuditQuery, limit, budget int) 
 	end := prefixEnd(auditPrefix)
 	looked := 0
 	for {
-		g := getOp{key: start, end: end, limit: auditPage, newestFirst: true, rev: rev}
+		g := getOp{Key: start, End: end, Limit: auditPage, NewestFirst: true, Rev: rev}
 		resp, err := s.readRange(ctx, g)
 		if err != nil {
 			return nil, false, 0, err
 		}
 		if rev == 0 {
-			rev = resp.Header.Revision
+			rev = resp.Rev
 		}
 		for _, kv := range resp.Kvs {
 			e, err := decode[pb.AuditEntry](kv)
@@ -386,7 +386,7 @@ func (s *State) AuditSeq(ctx context.Context) (int64, error) {
 // AuditAfter returns up to limit entries after seq, oldest first, and
 // the revision it read them at.
 func (s *State) AuditAfter(ctx context.Context, seq int64, limit int) ([]*pb.AuditEntry, int64, error) {
-	resp, err := s.readRange(ctx, getOp{key: AuditKey(seq + 1), end: prefixEnd(auditPrefix), limit: int64(limit)})
+	resp, err := s.readRange(ctx, getOp{Key: AuditKey(seq + 1), End: prefixEnd(auditPrefix), Limit: int64(limit)})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -398,7 +398,7 @@ func (s *State) AuditAfter(ctx context.Context, seq int64, limit int) ([]*pb.Aud
 		}
 		out = append(out, e.v)
 	}
-	return out, resp.Header.Revision, nil
+	return out, resp.Rev, nil
 }
 
 // DecodeAuditEntry decodes an entry as a watch of AuditPrefix delivers it.

@@ -32,7 +32,7 @@ func TestAuditedCallCrashingAnywhereLeavesNoChangeWithoutItsEntry(t *testing.T) 
 		}
 		budget := new(atomic.Int64)
 		budget.Store(writes)
-		st.remote = crashingRemote{KVClient: st.remote, budget: budget}
+		st.etcd.Remote = crashingRemote{KVClient: st.etcd.Remote, budget: budget}
 		a := NewAudit(&pb.AuditEntry{User: "alice", Rpc: "AddUnits"})
 		_, err = st.AddUnits(WithAudit(ctx, a), "app", 30, Placement{})
 		if err != nil && !errors.Is(err, errCrash) {

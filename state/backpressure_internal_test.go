@@ -6,208 +6,16 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"time"
 
 	"github.com/lifelinehq/lifeline/etcdtest"
-	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 )
-
-// busyKV stands in for etcd at the one seam gatedKV has: it refuses the
-// first refusals requests as too many, and counts the requests it holds
-// at once (each held until release closes, when set).
-type busyKV struct {
-	clientv3.KV
-	refusals          atomic.Int64
-	requests          atomic.Int64
-	mu                sync.Mutex
-	inFlight, maxSeen int
-	release           chan struct{}
-}
-
-func (k *busyKV) serve() error {
-	k.requests.Add(1)
-	k.mu.Lock()
-	k.inFlight++
-	k.maxSeen = max(k.maxSeen, k.inFlight)
-	k.mu.Unlock()
-	if k.release != nil {
-		<-k.release
-	}
-	k.mu.Lock()
-	k.inFlight--
-	k.mu.Unlock()
-	if k.refusals.Add(-1) >= 0 {
-		return rpctypes.ErrGRPCRequestTooManyRequests
-	}
-	return nil
-}
-
-func (k *busyKV) Put(ctx context.Context, key, val string, opts ...clientv3.OpOption) (*clientv3.PutResponse, error) {
-	if err := k.serve(); err != nil {
-		return nil, err
-	}
-	return &clientv3.PutResponse{}, nil
-}
-
-func (k *busyKV) Txn(ctx context.Context) clientv3.Txn { return &busyTxn{k: k} }
-
-type busyTxn struct{ k *busyKV }
-
-func (t *busyTxn) If(...clientv3.Cmp) clientv3.Txn  { return t }
-func (t *busyTxn) Then(...clientv3.Op) clientv3.Txn { return t }
-func (t *busyTxn) Else(...clientv3.Op) clientv3.Txn { return t }
-func (t *busyTxn) Commit() (*clientv3.TxnResponse, error) {
-	if err := t.k.serve(); err != nil {
-		return nil, err
-	}
-	return &clientv3.TxnResponse{Succeeded: true}, nil
-}
-
-func TestWritesRefusedAsTooManyAreSentAgain(t *testing.T) {
-	fake := &busyKV{}
-	var busy atomic.Int64
-	kv := newGatedKV(fake, 10, &busy)
-	ctx := context.Background()
-
-	fake.refusals.Store(3)
-	resp, err := kv.Txn(ctx).If(clientv3.Compare(clientv3.Version("a"), "=", 0)).Then(clientv3.OpPut("a", "1")).Commit()
-	if err != nil || !resp.Succeeded {
-		t.Fatalf("commit = %v, %v; want success after the refusals", resp, err)
-	}
-	if got := fake.requests.Load(); got != 4 {
-		t.Errorf("etcd saw %d requests, want 4 (three refused, then the write)", got)
-	}
-	if got := busy.Load(); got != 3 {
-		t.Errorf("busy = %d, want 3", got)
-	}
-
-	fake.refusals.Store(1)
-	if _, err := kv.Put(ctx, "b", "1"); err != nil {
-		t.Fatalf("put: %v", err)
-	}
-
-	// A read is never refused for being behind: its error comes back as is.
-	fake.refusals.Store(1)
-	before := fake.requests.Load()
-	if _, err := kv.Txn(ctx).Then(clientv3.OpGet("a")).Commit(); !tooManyRequests(err) {
-		t.Errorf("read: %v, want etcd's own error", err)
-	}
-	if got := fake.requests.Load() - before; got != 1 {
-		t.Errorf("read sent %d times, want once", got)
-	}
-}
-
-func TestWriteRefusedUntilTheCallerGivesUp(t *testing.T) {
-	fake := &busyKV{}
-	fake.refusals.Store(1 << 30)
-	var busy atomic.Int64
-	kv := newGatedKV(fake, 10, &busy)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	_, err := kv.Txn(ctx).Then(clientv3.OpDelete("a")).Commit()
-	if !tooManyRequests(err) {
-		t.Fatalf("commit = %v, want etcd's refusal once the context ended", err)
-	}
-	if busy.Load() < 2 {
-		t.Errorf("busy = %d, want the write sent again meanwhile", busy.Load())
-	}
-}
-
-func TestWritesInFlightAreBounded(t *testing.T) {
-	fake := &busyKV{release: make(chan struct{})}
-	var busy atomic.Int64
-	kv := newGatedKV(fake, 3, &busy)
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	errs := make(chan error, 11)
-	send := func(op clientv3.Op) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := kv.Txn(ctx).Then(op).Commit()
-			errs <- err
-		}()
-	}
-	held := func() int {
-		fake.mu.Lock()
-		defer fake.mu.Unlock()
-		return fake.inFlight
-	}
-	waitHeld := func(n int) {
-		t.Helper()
-		poll.UntilSays(t, fmt.Sprintf("%d requests to reach etcd", n), func() (bool, string) {
-			h := held()
-			return h >= n, fmt.Sprintf("%d did", h)
-		})
-	}
-	for i := 0; i < 10; i++ {
-		send(clientv3.OpPut("k", "v"))
-	}
-	waitHeld(3)
-	// A read is not held back by the writes waiting for a slot.
-	send(clientv3.OpGet("k"))
-	waitHeld(4)
-	time.Sleep(20 * time.Millisecond) // room for a write to slip past its slot
-	if got := held(); got != 4 {
-		t.Errorf("%d requests in etcd, want 3 writes and the read", got)
-	}
-	close(fake.release)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got := fake.requests.Load(); got != 11 {
-		t.Errorf("etcd saw %d requests, want 11", got)
-	}
-}
-
-// An operation holding a slot writes as often as it retries without
-// queueing again, and an operation within it takes no second slot.
-func TestHeldSlotServesEveryWriteOfItsHolder(t *testing.T) {
-	fake := &busyKV{}
-	var busy atomic.Int64
-	kv := newGatedKV(fake, 1, &busy)
-	ctx, release, err := kv.hold(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	inner, releaseInner, err := kv.hold(ctx) // nested: nothing more to take
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 3; i++ {
-		if _, err := kv.Txn(inner).Then(clientv3.OpPut("k", "v")).Commit(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	releaseInner()
-	// The one slot is still held: a write of another waits for it.
-	other := make(chan error, 1)
-	go func() {
-		_, err := kv.Txn(context.Background()).Then(clientv3.OpPut("k", "w")).Commit()
-		other <- err
-	}()
-	select {
-	case err := <-other:
-		t.Fatalf("a write got through while the only slot was held: %v", err)
-	case <-time.After(50 * time.Millisecond):
-	}
-	release()
-	if err := <-other; err != nil {
-		t.Fatal(err)
-	}
-	if got := fake.requests.Load(); got != 4 {
-		t.Errorf("etcd saw %d writes, want 4", got)
-	}
-}
 
 // gaugedRemote passes requests to etcd, refusing the first refusals
 // writes as too many, and counts the writes it holds at once.
@@ -261,9 +69,9 @@ func gatedState(t *testing.T, ns string, slots, machines int) (*State, []*pb.Mac
 // allows, and those etcd refuses as too many are sent again.
 func TestOperationsWriteThroughTheGate(t *testing.T) {
 	st, ms, ctx := gatedState(t, "", 2, 20)
-	g := &gaugedRemote{KVClient: st.remote}
+	g := &gaugedRemote{KVClient: st.etcd.Remote}
 	g.refusals.Store(3)
-	st.remote = g
+	st.etcd.Remote = g
 	var wg sync.WaitGroup
 	for _, m := range ms {
 		wg.Add(1)
@@ -299,7 +107,7 @@ func TestOperationReadsInItsSlot(t *testing.T) {
 	ns := etcdtest.Namespace(t)
 	st, ms, ctx := gatedState(t, ns, 1, 1)
 	id := ms[0].Id
-	_, release, err := st.gate.hold(ctx) // the only slot
+	_, release, err := st.hold(ctx) // the only slot
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +142,7 @@ func TestBusyWhileWritesQueue(t *testing.T) {
 	st, ms, ctx := gatedState(t, "", 2, 2)
 	var releases []func()
 	for range 2 {
-		_, release, err := st.gate.hold(ctx)
+		_, release, err := st.hold(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -348,7 +156,7 @@ func TestBusyWhileWritesQueue(t *testing.T) {
 		go func() { done <- st.SetMachineInstance(ctx, m.Id, "i-"+m.Id, "10.0.0.1") }()
 	}
 	poll.UntilSays(t, "busy, writers waiting for 2 slots", func() (bool, string) {
-		return st.Busy(), fmt.Sprintf("not busy with %d writers waiting", st.gate.waiting.Load())
+		return st.Busy(), fmt.Sprintf("not busy with %d writers waiting", st.gate.Waiting())
 	})
 	for _, release := range releases {
 		release()
@@ -358,8 +166,8 @@ func TestBusyWhileWritesQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if st.Busy() || st.gate.waiting.Load() != 0 {
-		t.Errorf("busy %v with %d waiting once every writer is done", st.Busy(), st.gate.waiting.Load())
+	if st.Busy() || st.gate.Waiting() != 0 {
+		t.Errorf("busy %v with %d waiting once every writer is done", st.Busy(), st.gate.Waiting())
 	}
 }
 
@@ -368,13 +176,13 @@ func TestBusyWhileWritesQueue(t *testing.T) {
 // that write went through; release frees the slot and waits for it.
 func holdTheOnlySlot(t *testing.T, ctx context.Context, st *State, machine string) (stillQueued, release func()) {
 	t.Helper()
-	_, free, err := st.gate.hold(ctx)
+	_, free, err := st.hold(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	queued := make(chan error, 1)
 	go func() { queued <- st.SetMachineInstance(ctx, machine, "i-1", "10.0.0.1") }()
-	poll.Until(t, "the write queued", func() bool { return st.gate.waiting.Load() != 0 })
+	poll.Until(t, "the write queued", func() bool { return st.gate.Waiting() != 0 })
 	stillQueued = func() {
 		t.Helper()
 		select {

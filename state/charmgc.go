@@ -212,7 +212,7 @@ func (s *State) removeArchive(ctx context.Context, sha string, rev int64) (bool,
 // fail was decided on a read something has since changed, and is left
 // for the next pass to decide again. It says whether c was committed.
 func (s *State) commitOnce(ctx context.Context, what string, c *change) (bool, error) {
-	ctx, release, err := s.gate.hold(ctx)
+	ctx, release, err := s.hold(ctx)
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", what, err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lifelinehq/lifeline/etcdtest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
+	"github.com/lifelinehq/lifeline/state/internal/etcdkv"
 )
 
 // TestCharmCollector stores revisions of charms, some used by services,
@@ -182,7 +183,7 @@ func TestFailedUploadLeavesNoArchive(t *testing.T) {
 	archive := []byte(strings.Repeat("f", 5<<20))
 	sum := sha256.Sum256(archive)
 	sha := hex.EncodeToString(sum[:])
-	st.gate.KV = failingPuts{KV: st.gate.KV, key: charmChunkKey(sha, 2)}
+	st.kv.(*etcdkv.GatedKV).KV = failingPuts{KV: st.kv.(*etcdkv.GatedKV).KV, key: charmChunkKey(sha, 2)}
 	if _, err := st.AddCharm(ctx, &pb.Charm{Name: "x"}, archive); err == nil || !strings.Contains(err.Error(), "injected") {
 		t.Fatalf("AddCharm with its third chunk failing = %v, want the failure", err)
 	}

@@ -93,7 +93,7 @@ func TestCleanerSurvivesACrashBetweenAnyTwoSteps(t *testing.T) {
 		}
 		budget := new(atomic.Int64)
 		budget.Store(1)
-		st.remote = crashingRemote{KVClient: st.remote, budget: budget}
+		st.etcd.Remote = crashingRemote{KVClient: st.etcd.Remote, budget: budget}
 		_, err = NewCleaner(st, time.Second).Pass(ctx)
 		snap, serr := base.Snapshot(ctx)
 		if serr != nil {

@@ -30,8 +30,8 @@ type deletions struct {
 func (d *deletions) add(c *change) []string {
 	var keys []string
 	for _, w := range c.ops {
-		if w.del && w.end == "" {
-			keys = append(keys, w.key)
+		if w.Del && w.End == "" {
+			keys = append(keys, w.Key)
 		}
 	}
 	if len(keys) == 0 {

@@ -99,8 +99,8 @@ func TestWitnessNotBeingDeleted(t *testing.T) {
 	_, err := st.AddUnits(ctx, "app", 30, Placement{})
 	step("AddUnits", err)
 	step("DestroyService", st.DestroyService(ctx, "app"))
-	rec := &txnRecorder{KVClient: st.remote}
-	st.remote = rec
+	rec := &txnRecorder{KVClient: st.etcd.Remote}
+	st.etcd.Remote = rec
 	for _, tt := range []struct {
 		unit      string
 		inFlight  []string

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/lifelinehq/lifeline/names"
+	"github.com/lifelinehq/lifeline/state/internal/etcdkv"
 )
 
 // The keyspace, relative to the configured namespace. Every entity has one
@@ -118,16 +119,7 @@ const (
 func seqUnitKey(service string) string { return seqPrefix + "unit/" + service }
 
 // prefixEnd is the first key after every key with the prefix.
-func prefixEnd(prefix string) string {
-	b := []byte(prefix)
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] < 0xff {
-			b[i]++
-			return string(b[:i+1])
-		}
-	}
-	return "\x00"
-}
+func prefixEnd(prefix string) string { return etcdkv.PrefixEnd(prefix) }
 
 // lastSegment returns what follows the last "/" of key.
 func lastSegment(key string) string { return key[strings.LastIndexByte(key, '/')+1:] }

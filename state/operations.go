@@ -216,7 +216,7 @@ func (s *State) CreateOperation(ctx context.Context, n NewOperation) (*pb.Operat
 	}
 	err = s.apply(ctx, fmt.Sprintf("create operation %s on %s", n.Action, n.Service), func(ctx context.Context) (*change, error) {
 		r, err := s.read(ctx, get(ServiceKey(op.Service)), get(seqOperation),
-			getOp{key: opRefOpen, end: prefixEnd(opRefOpen), countOnly: true})
+			getCount(opRefOpen))
 		if err != nil {
 			return nil, err
 		}
@@ -273,7 +273,7 @@ func (s *State) checkTargets(ctx context.Context, units []string) error {
 		gets := make([]getOp, 0, 2*len(batch))
 		for _, u := range batch {
 			p := UnitTasksPrefix(u)
-			gets = append(gets, getExists(UnitKey(u)), getOp{key: p, end: prefixEnd(p), countOnly: true})
+			gets = append(gets, getExists(UnitKey(u)), getCount(p))
 		}
 		r, err := s.read(ctx, gets...)
 		if err != nil {

@@ -39,7 +39,7 @@ func (s *State) RecentOperations(ctx context.Context, st pb.OperationState, serv
 	}
 	var out []*pb.Operation
 	for len(out) < limit {
-		resp, err := s.readRange(ctx, getOp{key: operationsPrefix, end: end, limit: operationsPage, newestFirst: true})
+		resp, err := s.readRange(ctx, getOp{Key: operationsPrefix, End: end, Limit: operationsPage, NewestFirst: true})
 		if err != nil {
 			return nil, err
 		}

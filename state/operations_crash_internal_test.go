@@ -52,7 +52,7 @@ func materializeThroughCrashes(t *testing.T, maxParallel int) {
 		}
 		b := new(atomic.Int64)
 		b.Store(budget)
-		st.remote = crashingRemote{KVClient: st.remote, budget: b}
+		st.etcd.Remote = crashingRemote{KVClient: st.etcd.Remote, budget: b}
 		return st
 	}
 	check := func(when string) {

@@ -46,7 +46,7 @@ func (s *State) Operations(ctx context.Context, f OperationsFilter) ([]*pb.Opera
 	}
 	var out []*pb.Operation
 	for len(out) < limit {
-		resp, err := s.readRange(ctx, getOp{key: start, end: prefixEnd(operationsPrefix), limit: operationsPage})
+		resp, err := s.readRange(ctx, getOp{Key: start, End: prefixEnd(operationsPrefix), Limit: operationsPage})
 		if err != nil {
 			return nil, err
 		}
@@ -97,7 +97,7 @@ func (s *State) Tasks(ctx context.Context, id int64, after string, limit int) ([
 	if after != "" {
 		start = TaskKey(id, after) + "\x00"
 	}
-	resp, err := s.readRange(ctx, getOp{key: start, end: prefixEnd(TasksPrefix(id)), limit: int64(limit)})
+	resp, err := s.readRange(ctx, getOp{Key: start, End: prefixEnd(TasksPrefix(id)), Limit: int64(limit)})
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +117,7 @@ func (s *State) Tasks(ctx context.Context, id int64, after string, limit int) ([
 // (pending counts the admitted and the queued), the failed and stopped
 // by theirs, and the done as the rest of the tasks' keys.
 func (s *State) TaskCounts(ctx context.Context, id int64) (map[pb.TaskState]int64, error) {
-	count := func(p string) getOp { return getOp{key: p, end: prefixEnd(p), countOnly: true} }
+	count := getCount
 	r, err := s.read(ctx, count(TasksPrefix(id)), count(opFailedPrefix(id)), count(opStoppedPrefix(id)))
 	if err != nil {
 		return nil, err
@@ -172,7 +172,7 @@ type OperationsSummary struct {
 // tasks, from their references.
 func (s *State) OperationsSummary(ctx context.Context) (OperationsSummary, error) {
 	var sum OperationsSummary
-	r, err := s.read(ctx, getPrefix(opRefOpen, MaxOpenOperations+1), getOp{key: refLostTasks, end: prefixEnd(refLostTasks), countOnly: true})
+	r, err := s.read(ctx, getPrefix(opRefOpen, MaxOpenOperations+1), getCount(refLostTasks))
 	if err != nil {
 		return sum, err
 	}

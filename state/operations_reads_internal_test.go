@@ -47,7 +47,7 @@ func TestTaskChangesReadBoundedRanges(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var ranges []*etcdserverpb.RangeRequest
-	st.remote = recordingRemote{KVClient: st.remote, mu: &mu, ranges: &ranges}
+	st.etcd.Remote = recordingRemote{KVClient: st.etcd.Remote, mu: &mu, ranges: &ranges}
 	if _, err := st.AddService(ctx, AddServiceArgs{Name: "kv", Charm: &pb.CharmRef{Name: "kv", Revision: 1}}); err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,7 @@ func (s *State) changeSpec(ctx context.Context, service string, sc SpecChange, c
 	var out *pb.Revision
 	err := s.apply(ctx, "change the spec of service "+service, func(ctx context.Context) (*change, error) {
 		newest := getPrefix(RevisionsPrefix(service), 1)
-		newest.newestFirst = true
+		newest.NewestFirst = true
 		r, err := s.read(ctx, get(ServiceKey(service)), get(RolloutKey(service)), get(RolloutPolicyKey(service)),
 			newest, getKeys(RevisionsPrefix(service), 1), getPrefix(serviceRelationsPrefix(service), 0))
 		if err != nil {

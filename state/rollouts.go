@@ -258,7 +258,7 @@ func (s *State) GrantPermits(ctx context.Context, service string, target int64, 
 	var granted []string
 	err := s.apply(ctx, "grant permits of service "+service, func(ctx context.Context) (*change, error) {
 		gets := []getOp{get(RolloutKey(service)), get(RolloutPolicyKey(service)),
-			{key: ServiceUnitsPrefix(service), end: prefixEnd(ServiceUnitsPrefix(service)), countOnly: true}}
+			getCount(ServiceUnitsPrefix(service))}
 		for _, u := range units {
 			gets = append(gets, get(UnitRevisionKey(u)), get(PermitKey(u)), get(StatusKey(StatusUnit, u)))
 		}

@@ -113,7 +113,7 @@ func (r *selectRead) gets(gets []getOp, f func(i int, kvs []*mvccpb.KeyValue) er
 	for start := 0; start < len(gets); start += selectBatch {
 		batch := gets[start:min(start+selectBatch, len(gets))]
 		for i := range batch {
-			batch[i].rev = r.rev
+			batch[i].Rev = r.rev
 		}
 		rd, err := r.s.read(r.ctx, batch...)
 		if err != nil {

@@ -46,7 +46,7 @@ func TestSelectModelReadsWhatItSelects(t *testing.T) {
 		t.Fatal(err)
 	}
 	var keys atomic.Int64
-	st.remote = countingRemote{KVClient: st.remote, keys: &keys}
+	st.etcd.Remote = countingRemote{KVClient: st.etcd.Remote, keys: &keys}
 	for _, svc := range []string{"kv", "big"} {
 		if _, err := st.AddService(ctx, AddServiceArgs{Name: svc, Charm: &pb.CharmRef{Name: svc, Revision: 1}}); err != nil {
 			t.Fatal(err)

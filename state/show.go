@@ -18,7 +18,7 @@ func (s *State) ScopeUnitsOf(ctx context.Context, id int64, service string, limi
 	}
 	prefix := ScopePrefix(id) + service + "/"
 	count := getKeys(prefix, 0)
-	count.countOnly = true
+	count.CountOnly = true
 	r, err := s.read(ctx, getKeys(prefix, int64(limit)), count)
 	if err != nil {
 		return nil, 0, err

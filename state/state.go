@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/namespace"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/lifelinehq/lifeline/state/internal/etcdkv"
 )
 
 // MaxTxnOps is the most operations (comparisons plus writes) any transaction
@@ -47,7 +48,7 @@ type Config struct {
 	// DefaultCharmStoreLimit when zero, none when negative.
 	CharmStoreLimit int64
 	// AtLeast, when not nil, returns a revision every read must be at or
-	// past: one read at an earlier revision is read again (reads.go). A
+	// past: one read at an earlier revision is read again (etcdkv). A
 	// controller passes its watch hub's: an agent acting on a change the
 	// hub handed it must find the change when it calls.
 	AtLeast func() int64
@@ -70,10 +71,10 @@ type State struct {
 	// transaction: leases, credentials, charms' chunks, the CA.
 	kv clientv3.KV
 	// gate bounds the writes in etcd, kv's and the operations'.
-	gate *gatedKV
-	// remote is where the operations' reads and transactions go, as
-	// requests the State builds (reads.go, writes.go).
-	remote  etcdserverpb.KVClient
+	gate *etcdkv.Gate
+	// etcd sends the operations' reads and transactions (reads.go,
+	// writes.go).
+	etcd    *etcdkv.KV
 	watcher clientv3.Watcher
 	lease   clientv3.Lease
 	cfg     Config
@@ -117,14 +118,15 @@ func New(c *clientv3.Client, cfg Config) (*State, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	s := &State{kv: c.KV, remote: remoteOf(c), watcher: c.Watcher, lease: c.Lease, cfg: cfg}
+	s := &State{kv: c.KV, watcher: c.Watcher, lease: c.Lease, cfg: cfg}
 	if cfg.Namespace != "" {
 		s.kv = namespace.NewKV(c.KV, cfg.Namespace)
 		s.watcher = namespace.NewWatcher(c.Watcher, cfg.Namespace)
 		s.lease = namespace.NewLease(c.Lease, cfg.Namespace)
 	}
-	s.gate = newGatedKV(s.kv, cfg.MaxWritesInFlight, &s.stats.busy)
-	s.kv = s.gate
+	s.gate = etcdkv.NewGate(cfg.MaxWritesInFlight)
+	s.kv = etcdkv.NewGatedKV(s.kv, s.gate, metered)
+	s.etcd = etcdkv.New(c, s.gate, etcdkv.Config{Namespace: cfg.Namespace, AtLeast: cfg.AtLeast})
 	return s, nil
 }
 
@@ -154,7 +156,7 @@ type Stats struct {
 }
 
 type stats struct {
-	txns, conflicts, aborted, reads, readsAgain, maxOps, busy atomic.Int64
+	txns, conflicts, aborted, maxOps atomic.Int64
 	// byOp maps a method's name to its *atomic.Int64 of conflicts.
 	byOp sync.Map
 }
@@ -193,16 +195,17 @@ func methodName(full string) string {
 
 // Stats returns the counts so far.
 func (s *State) Stats() Stats {
+	reads, again := s.etcd.Reads()
 	return Stats{
 		Txns:       s.stats.txns.Load(),
 		Conflicts:  s.stats.conflicts.Load(),
 		Aborted:    s.stats.aborted.Load(),
-		Reads:      s.stats.reads.Load(),
-		ReadsAgain: s.stats.readsAgain.Load(),
+		Reads:      reads,
+		ReadsAgain: again,
 		MaxOps:     s.stats.maxOps.Load(),
-		Busy:       s.stats.busy.Load(),
-		Holding:    int64(len(s.gate.slots) + len(s.gate.lead)),
-		Waiting:    s.gate.waiting.Load(),
+		Busy:       s.gate.Refused(),
+		Holding:    s.gate.Holding(),
+		Waiting:    s.gate.Waiting(),
 	}
 }
 
@@ -237,7 +240,7 @@ func (s *State) apply(ctx context.Context, what string, attempt func(ctx context
 	// reads, and keeps it for all its attempts: what it reads is not
 	// left to age while it queues for the slot, and a retry does not
 	// queue again (backpressure.go).
-	ctx, release, err := s.gate.hold(ctx)
+	ctx, release, err := s.hold(ctx)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -339,12 +342,7 @@ const listPage = 1000
 
 // rangeStart is the first key of a read of key, or of the keys under it
 // with prefix: the key itself, but for the empty prefix.
-func rangeStart(key string, prefix bool) string {
-	if prefix && key == "" {
-		return "\x00"
-	}
-	return key
-}
+func rangeStart(key string, prefix bool) string { return etcdkv.RangeStart(key, prefix) }
 
 // listRange is listRevAt of the keys from start to end, in one read. etcd
 // answers a read with a limit by visiting every key of its range in its
@@ -354,12 +352,12 @@ func rangeStart(key string, prefix bool) string {
 // minute of etcd's CPU. One read visits each key once; the caller holds
 // the whole listing either way.
 func (s *State) listRange(ctx context.Context, start, end string, keysOnly bool, rev int64) ([]*mvccpb.KeyValue, int64, error) {
-	resp, err := s.readRange(ctx, getOp{key: start, end: end, keysOnly: keysOnly, rev: rev})
+	resp, err := s.readRange(ctx, getOp{Key: start, End: end, KeysOnly: keysOnly, Rev: rev})
 	if err != nil {
 		return nil, 0, err
 	}
 	if rev == 0 {
-		rev = resp.Header.Revision
+		rev = resp.Rev
 	}
 	return resp.Kvs, rev, nil
 }

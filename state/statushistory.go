@@ -191,7 +191,7 @@ func (s *State) StatusHistory(ctx context.Context, unit string, limit int) ([]St
 	}
 	r, err := s.read(ctx,
 		getKeyOnly(UnitKey(unit)),
-		getOp{key: StatusHistoryPrefix(unit), end: prefixEnd(StatusHistoryPrefix(unit)), limit: int64(limit), newestFirst: true},
+		getOp{Key: StatusHistoryPrefix(unit), End: prefixEnd(StatusHistoryPrefix(unit)), Limit: int64(limit), NewestFirst: true},
 	)
 	if err != nil {
 		return nil, err

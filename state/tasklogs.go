@@ -78,7 +78,7 @@ func (s *State) AppendTaskLog(ctx context.Context, id int64, unit string, attemp
 	var end int64
 	err := s.apply(ctx, "append to the log of "+taskName(id, unit), func(ctx context.Context) (*change, error) {
 		last := getPrefix(prefix, 1)
-		last.newestFirst = true
+		last.NewestFirst = true
 		r, err := s.read(ctx, get(TaskKey(id, unit)), last)
 		if err != nil {
 			return nil, err
@@ -148,9 +148,9 @@ func (s *State) TaskLog(ctx context.Context, id int64, unit string, from int64) 
 	prefix := TaskLogPrefix(id, unit)
 	first := getKeys(prefix, 1)
 	lastG := getKeys(prefix, 1)
-	lastG.newestFirst = true
+	lastG.NewestFirst = true
 	// The last chunk's value too, for its length.
-	lastG.keysOnly = false
+	lastG.KeysOnly = false
 	r, err := s.read(ctx, first, lastG)
 	if err != nil {
 		return nil, err
@@ -180,7 +180,7 @@ func (s *State) TaskLog(ctx context.Context, id int64, unit string, from int64) 
 		return out, nil
 	}
 	// The chunk holding from starts at most a chunk's size before it.
-	g := getOp{key: taskLogKey(id, unit, max(from-MaxTaskLogChunkBytes+1, 0)), end: prefixEnd(prefix), limit: taskLogPage, rev: r.rev}
+	g := getOp{Key: taskLogKey(id, unit, max(from-MaxTaskLogChunkBytes+1, 0)), End: prefixEnd(prefix), Limit: taskLogPage, Rev: r.rev}
 	resp, err := s.readRange(ctx, g)
 	if err != nil {
 		return nil, err

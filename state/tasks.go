@@ -63,11 +63,11 @@ func (s *State) ledgerGets(id int64, k int) []getOp {
 	from := s.witnessStart(id, k+2)
 	return []getOp{
 		s.getOperation(id),
-		{key: opSlotsPrefix(id), end: prefixEnd(opSlotsPrefix(id)), countOnly: true},
+		getCount(opSlotsPrefix(id)),
 		getKeyOnly(opFreedRef(id)),
 		getKeys(opQueuePrefix(id), int64(2*k+2)),
-		{key: from, end: prefixEnd(p), limit: int64(k + 2), keysOnly: true},
-		{key: p, end: from, limit: int64(k + 2), keysOnly: true},
+		{Key: from, End: prefixEnd(p), Limit: int64(k + 2), KeysOnly: true},
+		{Key: p, End: from, Limit: int64(k + 2), KeysOnly: true},
 		getKeys(opFailedPrefix(id), 1),
 		getKeys(opStoppedPrefix(id), 1),
 	}
@@ -492,7 +492,7 @@ func (s *State) materializeBatch(ctx context.Context, id int64, p, start int) (*
 		batch = op.Units[min(start, hi):min(start+tasksPerBatch, hi)]
 		for _, u := range batch {
 			p := UnitTasksPrefix(u)
-			gets = append(gets, get(UnitKey(u)), getOp{key: p, end: prefixEnd(p), countOnly: true})
+			gets = append(gets, get(UnitKey(u)), getCount(p))
 		}
 	}
 	r, err := s.read(ctx, gets...)

@@ -270,7 +270,7 @@ func (s *State) PruneOperations(ctx context.Context, retention time.Duration, ma
 	cutoff := s.now().Add(-retention).UnixNano()
 	start, seen := operationsPrefix, 0
 	for pruned < max && seen < pruneScan {
-		resp, err := s.readRange(ctx, getOp{key: start, end: prefixEnd(operationsPrefix), limit: operationsPage})
+		resp, err := s.readRange(ctx, getOp{Key: start, End: prefixEnd(operationsPrefix), Limit: operationsPage})
 		if err != nil {
 			return expired, pruned, err
 		}

@@ -601,7 +601,7 @@ func (s *State) verbTxn(ctx context.Context, id int64, units []string, v verb, r
 		gets := s.ledgerGets(id, len(units))
 		for _, u := range units {
 			p := UnitTasksPrefix(u)
-			gets = append(gets, get(TaskKey(id, u)), get(opOpenRef(id, u)), get(UnitKey(u)), getOp{key: p, end: prefixEnd(p), countOnly: true})
+			gets = append(gets, get(TaskKey(id, u)), get(opOpenRef(id, u)), get(UnitKey(u)), getCount(p))
 		}
 		r, err := s.read(ctx, gets...)
 		if err != nil {

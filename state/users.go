@@ -96,7 +96,7 @@ func (s *State) AddUser(ctx context.Context, nu NewUser) (*pb.User, error) {
 	}
 	u := &pb.User{Name: nu.Name, Role: nu.Role, CreatedBy: nu.CreatedBy, CreatedUnixNano: now.UnixNano()}
 	err := s.apply(ctx, "add user "+nu.Name, func(ctx context.Context) (*change, error) {
-		r, err := s.read(ctx, getExists(UserKey(nu.Name)), getOp{key: usersPrefix, end: prefixEnd(usersPrefix), countOnly: true})
+		r, err := s.read(ctx, getExists(UserKey(nu.Name)), getCount(usersPrefix))
 		if err != nil {
 			return nil, err
 		}

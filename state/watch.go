@@ -130,7 +130,7 @@ func (s *State) ListMany(ctx context.Context, specs []ListSpec) ([][]Event, int6
 			if sp.Prefix {
 				gets[i] = getPrefix(sp.Key, listPage)
 			}
-			gets[i].rev = rev
+			gets[i].Rev = rev
 		}
 		r, err := s.read(ctx, gets...)
 		if err != nil {
