@@ -9,5 +9,8 @@
 // logger into hclog, and the member's database space (Server.Keep and
 // Space: compaction to a bounded history, defragmentation, and recovery
 // from the NOSPACE alarm, within the member's quota). It decides no key to
-// read or write: that is package state's job.
+// read or write: that is package state's job. State's etcd seam
+// (state/internal/etcdkv) builds its requests itself and finds the member's
+// handler through the in-process client's KV (its Remote method), without
+// importing this package.
 package embedetcd

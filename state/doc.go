@@ -19,12 +19,19 @@
 // batches, an operator's command) takes one of a few slots of its own
 // first, rather than queue behind the others. A write etcd refuses as too
 // many (it is behind applying) is sent again after a pause
-// (backpressure.go). Its reads and
-// transactions go to etcd as requests it builds itself, in its namespace
-// (reads.go, writes.go). Given Config.AtLeast (a controller passes its
-// watch hub's revision), a read at an earlier revision is made again: etcd
-// sends a change to its watchers a moment before reads can see it, and an
-// agent acting on a change it was sent must find it.
+// (backpressure.go). Given Config.AtLeast (a controller passes its watch
+// hub's revision), a read at an earlier revision is made again: etcd sends
+// a change to its watchers a moment before reads can see it, and an agent
+// acting on a change it was sent must find it.
+//
+// All of that is package state/internal/etcdkv, the etcd seam: the only
+// code of state that knows etcd's wire types and the fast way to the
+// member. The rules here speak its small API: a read is a list of gets
+// (reads.go), a change a list of comparisons and writes (writes.go), and a
+// record read is an mvccpb.KeyValue. etcdkv builds the requests in the
+// State's namespace and sends them to the member's own handler when the
+// client offers it (embedetcd's in-process client), else over clientv3's
+// connection; the package's tests run on both (-etcdtest.backend).
 //
 // Every record it writes has a size limit of its own (limits.go), checked
 // before etcd and refused as ErrInvalid naming it. A caller that budgets
