@@ -6,11 +6,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-
-	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"time"
 
 	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"

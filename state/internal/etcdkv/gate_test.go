@@ -6,12 +6,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-
-	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 )
 
 // busyKV stands in for etcd at the one seam GatedKV has: it refuses the
