@@ -49,7 +49,7 @@ man: build
 TEST_TIMEOUT ?= 30m
 test: lint proto-check
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
-	$(GO) test -race -timeout $(TEST_TIMEOUT) ./state/ -args -etcdtest.backend=client
+	$(GO) test -race -timeout $(TEST_TIMEOUT) ./state/... -args -etcdtest.backend=client
 	$(GO) test -race -count=20 -run '^TestRace' ./state/
 
 ## test-faults: the fault suite (faults/, docs/RELIABILITY.md) at full
