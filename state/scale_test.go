@@ -17,7 +17,14 @@ import (
 // transaction on the way, the destroy included, holds more than 64
 // operations: nothing grows with the model.
 func TestTxnOpsBoundedDestroyingTenThousandUnits(t *testing.T) {
-	const units, machines, relations = 10_000, 100, 50
+	const machines, relations = 100, 50
+	units := 10_000
+	if etcdtest.Backend() == etcdtest.Plain {
+		// The bound is the code's, whichever client carries the
+		// transactions; over the socket a fifth of the model shows it in a
+		// fifth of the time (the cleaner's batches still fill up).
+		units = 2_000
+	}
 	ns := etcdtest.Namespace(t)
 	setup, err := state.New(etcdtest.Client(t), state.Config{Namespace: ns})
 	must(t, "New", err)
