@@ -3,7 +3,7 @@ package controller
 import (
 	"context"
 
-	"github.com/lifelinehq/lifeline/names"
+	"github.com/lifelinehq/lifeline/internal/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

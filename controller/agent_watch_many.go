@@ -9,9 +9,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/internal/pki"
+	"github.com/lifelinehq/lifeline/internal/watchhub"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
-	"github.com/lifelinehq/lifeline/watchhub"
 )
 
 const (

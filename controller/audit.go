@@ -13,10 +13,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/lifelinehq/lifeline/names"
+	"github.com/lifelinehq/lifeline/internal/names"
+	"github.com/lifelinehq/lifeline/internal/watchhub"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
-	"github.com/lifelinehq/lifeline/watchhub"
 )
 
 // The audit of users' calls (docs/ARCHITECTURE.md, Users and the audit

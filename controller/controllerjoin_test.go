@@ -9,8 +9,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/lifelinehq/lifeline/controllertest"
-	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/internal/pki"
+	"github.com/lifelinehq/lifeline/internal/testing/controllertest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 )

@@ -10,8 +10,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/lifelinehq/lifeline/internal/pause"
+	"github.com/lifelinehq/lifeline/internal/watchhub"
 	"github.com/lifelinehq/lifeline/state"
-	"github.com/lifelinehq/lifeline/watchhub"
 )
 
 // credMirror is the controller's copy of every stored credential hash,

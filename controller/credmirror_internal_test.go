@@ -7,11 +7,11 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/internal/pki"
+	"github.com/lifelinehq/lifeline/internal/testing/etcdtest"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
-	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/internal/watchhub"
 	"github.com/lifelinehq/lifeline/state"
-	"github.com/lifelinehq/lifeline/watchhub"
 )
 
 // The mirror holds every stored credential's hash, follows changes, and

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lifelinehq/lifeline/controller"
-	"github.com/lifelinehq/lifeline/controllertest"
+	"github.com/lifelinehq/lifeline/internal/testing/controllertest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 )

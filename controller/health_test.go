@@ -10,8 +10,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/lifelinehq/lifeline/apiclient"
-	"github.com/lifelinehq/lifeline/controllertest"
+	"github.com/lifelinehq/lifeline/internal/apiclient"
+	"github.com/lifelinehq/lifeline/internal/testing/controllertest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

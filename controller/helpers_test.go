@@ -3,7 +3,7 @@ package controller_test
 import (
 	"strings"
 
-	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/internal/pki"
 )
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -4,7 +4,7 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/lifelinehq/lifeline/logship"
+	"github.com/lifelinehq/lifeline/internal/logship"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

@@ -9,9 +9,9 @@ import (
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lifelinehq/lifeline/internal/watchhub"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
-	"github.com/lifelinehq/lifeline/watchhub"
 )
 
 // metrics are the API's Prometheus metrics: calls by method and code

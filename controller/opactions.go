@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/lifelinehq/lifeline/charm"
+	"github.com/lifelinehq/lifeline/internal/charm"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/lifelinehq/lifeline/names"
+	"github.com/lifelinehq/lifeline/internal/names"
 )
 
 // What an operation's calls show in the audit log (describe): the entry

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/lifelinehq/lifeline/controllertest"
+	"github.com/lifelinehq/lifeline/internal/testing/controllertest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

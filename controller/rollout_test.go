@@ -15,9 +15,9 @@ import (
 
 	"github.com/lifelinehq/lifeline/controller"
 	"github.com/lifelinehq/lifeline/controller/gate"
-	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/internal/names"
+	"github.com/lifelinehq/lifeline/internal/testing/etcdtest"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
-	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 )

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/lifelinehq/lifeline/watchhub"
+	"github.com/lifelinehq/lifeline/internal/watchhub"
 )
 
 // WatchLimits bound what the agents' watch streams may make the

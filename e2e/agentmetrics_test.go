@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
-	"github.com/lifelinehq/lifeline/e2etest"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
 )
 

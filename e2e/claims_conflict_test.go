@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/e2etest"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 )
 
 // writeClaimsCharm writes a charm of metadata.yaml meta (and config.yaml

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/e2etest"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 )
 
 // deployDemo deploys the demo: kv (one unit), app (two) related to kv, and

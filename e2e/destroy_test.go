@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/e2etest"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 
-	"github.com/lifelinehq/lifeline/embedetcd"
+	"github.com/lifelinehq/lifeline/internal/embedetcd"
+	"github.com/lifelinehq/lifeline/internal/testing/statetest"
 	"github.com/lifelinehq/lifeline/state"
-	"github.com/lifelinehq/lifeline/statetest"
 )
 
 // TestDestroyMachineRefusedWhileUnitsAssigned: destroy-machine is refused

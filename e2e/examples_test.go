@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/e2etest"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 )
 
 // The documentation's examples, run as shown: every command of the

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/e2etest"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 )
 
 // spawnerCharm writes a subordinate charm whose start hook leaves two

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/e2etest"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/e2etest"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 )
 
 // leaderCharm's hooks say in the workload status which leadership hook

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/lifelinehq/lifeline/e2etest"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 )
 
 // What TestMain builds once for the package: the tests run these as an

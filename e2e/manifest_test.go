@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/e2etest"
-	"github.com/lifelinehq/lifeline/manifest/plugin/plugintest"
+	"github.com/lifelinehq/lifeline/internal/manifest/plugin/plugintest"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 )
 
 // demoManifest is the demo as a manifest: kv, app with its port templated

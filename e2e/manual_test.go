@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/e2etest"
-	"github.com/lifelinehq/lifeline/pki"
-	"github.com/lifelinehq/lifeline/syncbuf"
+	"github.com/lifelinehq/lifeline/internal/pki"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
+	"github.com/lifelinehq/lifeline/internal/testing/syncbuf"
 )
 
 // TestManualMachineJoins brings hosts the manual way: ctl add-machine

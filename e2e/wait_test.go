@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/e2etest"
-	"github.com/lifelinehq/lifeline/embedetcd"
-	"github.com/lifelinehq/lifeline/syncbuf"
+	"github.com/lifelinehq/lifeline/internal/embedetcd"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
+	"github.com/lifelinehq/lifeline/internal/testing/syncbuf"
 )
 
 // background is a ctl run the test does not wait for at once.

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/charm"
+	"github.com/lifelinehq/lifeline/internal/charm"
 )
 
 // The example charms' actions run here as their unit agent would run

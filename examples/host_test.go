@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lifelinehq/lifeline/charm"
-	"github.com/lifelinehq/lifeline/hostclaims"
-	"github.com/lifelinehq/lifeline/hostexec"
+	"github.com/lifelinehq/lifeline/internal/charm"
+	"github.com/lifelinehq/lifeline/internal/hostclaims"
+	"github.com/lifelinehq/lifeline/internal/hostexec"
 )
 
 // The charms' servers are host daemons (metadata.yaml's host section): the

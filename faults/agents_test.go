@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/e2etest"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 )
 
 // TestMachineAgentsKilled kills a random machine agent with SIGKILL every

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/e2etest"
 	"github.com/lifelinehq/lifeline/internal/pause"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 )
 
 // TestEtcdLeaderLoss, under two controllers of the model, kills the etcd

@@ -23,9 +23,9 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/lifelinehq/lifeline/apiclient"
-	"github.com/lifelinehq/lifeline/charm"
-	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/internal/apiclient"
+	"github.com/lifelinehq/lifeline/internal/charm"
+	"github.com/lifelinehq/lifeline/internal/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

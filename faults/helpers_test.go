@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lifelinehq/lifeline/e2etest"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 )
 
 // count counts the units of service (every service when empty) for which

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/e2etest"
 	"github.com/lifelinehq/lifeline/hooks"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 )
 
 // TestTeardownSoak deploys random topologies of the demo charms and

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/lifelinehq/lifeline/charm"
+	"github.com/lifelinehq/lifeline/internal/charm"
 )
 
 // PortContext is the Context of a hook whose unit may open and close

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lifelinehq/lifeline/charm"
 	"github.com/lifelinehq/lifeline/hooks"
+	"github.com/lifelinehq/lifeline/internal/charm"
 )
 
 // fakePorts is a hook's Context with ports: opened ports kept as the unit

@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/lifelinehq/lifeline/charm"
-	"github.com/lifelinehq/lifeline/names"
+	"github.com/lifelinehq/lifeline/internal/charm"
+	"github.com/lifelinehq/lifeline/internal/names"
 )
 
 // A tool is one hook tool: its help and what it does. The server parses

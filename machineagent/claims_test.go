@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/lifelinehq/lifeline/controllertest"
+	"github.com/lifelinehq/lifeline/internal/testing/controllertest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

@@ -16,8 +16,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/lifelinehq/lifeline/hostclaims"
-	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/internal/hostclaims"
+	"github.com/lifelinehq/lifeline/internal/pki"
 )
 
 // The machine's check of its units' host claims against one another

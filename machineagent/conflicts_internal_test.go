@@ -11,8 +11,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/lifelinehq/lifeline/charm"
-	"github.com/lifelinehq/lifeline/hostclaims"
+	"github.com/lifelinehq/lifeline/internal/charm"
+	"github.com/lifelinehq/lifeline/internal/hostclaims"
 )
 
 // ports returns claims of the given TCP ports.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/lifelinehq/lifeline/controllertest"
+	"github.com/lifelinehq/lifeline/internal/testing/controllertest"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"github.com/lifelinehq/lifeline/machineagent"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"

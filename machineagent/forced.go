@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/lifelinehq/lifeline/hooks"
-	"github.com/lifelinehq/lifeline/names"
+	"github.com/lifelinehq/lifeline/internal/names"
 	"github.com/lifelinehq/lifeline/unitagent"
 )
 

@@ -10,9 +10,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 
-	"github.com/lifelinehq/lifeline/controllertest"
+	"github.com/lifelinehq/lifeline/internal/logship"
+	"github.com/lifelinehq/lifeline/internal/testing/controllertest"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
-	"github.com/lifelinehq/lifeline/logship"
 	"github.com/lifelinehq/lifeline/machineagent"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/unitagent"

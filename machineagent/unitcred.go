@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lifelinehq/lifeline/internal/pause"
-	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/internal/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

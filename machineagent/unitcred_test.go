@@ -14,10 +14,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/lifelinehq/lifeline/controllertest"
+	"github.com/lifelinehq/lifeline/internal/testing/controllertest"
+	"github.com/lifelinehq/lifeline/internal/testing/statetest"
 	"github.com/lifelinehq/lifeline/machineagent"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
-	"github.com/lifelinehq/lifeline/statetest"
 )
 
 // TestReplacedUnitCredential: a running unit's credential is issued again

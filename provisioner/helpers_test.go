@@ -3,7 +3,7 @@ package provisioner_test
 import (
 	"time"
 
-	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/internal/pki"
 )
 
 func agentConfig() pki.ClientConfig {

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lifelinehq/lifeline/internal/testing/statetest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
-	"github.com/lifelinehq/lifeline/statetest"
 )
 
 // auditCalls is how many operators' calls TestAuditRandomized makes.

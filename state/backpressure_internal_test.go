@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/internal/testing/etcdtest"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/internal/testing/etcdtest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"

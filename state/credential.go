@@ -6,7 +6,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/lifelinehq/lifeline/names"
+	"github.com/lifelinehq/lifeline/internal/names"
 )
 
 // Credentials are stored as the hash of each holder's secret, at

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lifelinehq/lifeline/internal/testing/statetest"
 	"github.com/lifelinehq/lifeline/state"
-	"github.com/lifelinehq/lifeline/statetest"
 )
 
 // dashHash is the hash state keeps of a dashboard secret.

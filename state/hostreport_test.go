@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/internal/testing/etcdtest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 )

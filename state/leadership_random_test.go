@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/names"
+	"github.com/lifelinehq/lifeline/internal/names"
+	"github.com/lifelinehq/lifeline/internal/testing/statetest"
 	"github.com/lifelinehq/lifeline/state"
-	"github.com/lifelinehq/lifeline/statetest"
 )
 
 // leaderRandomSteps is how many steps TestLeadershipRandomized takes,

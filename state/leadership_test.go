@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/names"
+	"github.com/lifelinehq/lifeline/internal/names"
 	"github.com/lifelinehq/lifeline/state"
 )
 

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/internal/testing/etcdtest"
 )
 
 // TestTransactionOverLimitIsInvalid commits a change whose writes are over

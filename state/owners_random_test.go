@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lifelinehq/lifeline/internal/testing/statetest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
-	"github.com/lifelinehq/lifeline/statetest"
 )
 
 const ownersRandomSteps = 300

@@ -9,7 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/lifelinehq/lifeline/names"
+	"github.com/lifelinehq/lifeline/internal/names"
 )
 
 // presence/<tag> exists while the agent with that tag is connected: the

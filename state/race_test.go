@@ -6,9 +6,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/lifelinehq/lifeline/internal/testing/statetest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
-	"github.com/lifelinehq/lifeline/statetest"
 )
 
 // The race tests run operators' and agents' conflicting changes at the same

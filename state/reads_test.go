@@ -8,8 +8,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/lifelinehq/lifeline/embedetcd"
-	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/internal/embedetcd"
+	"github.com/lifelinehq/lifeline/internal/testing/etcdtest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 	clientv3 "go.etcd.io/etcd/client/v3"

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/internal/testing/etcdtest"
 	"github.com/lifelinehq/lifeline/state"
 )
 

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lifelinehq/lifeline/internal/testing/statetest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
-	"github.com/lifelinehq/lifeline/statetest"
 )
 
 // historyUnit returns a State holding service kv with one unit, kv/0.

@@ -13,7 +13,7 @@ import (
 	"go.etcd.io/etcd/client/v3/namespace"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/internal/testing/etcdtest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 )

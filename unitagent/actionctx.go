@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lifelinehq/lifeline/charm"
+	"github.com/lifelinehq/lifeline/internal/charm"
 	"github.com/lifelinehq/lifeline/internal/pause"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )

@@ -13,10 +13,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lifelinehq/lifeline/charm"
-	"github.com/lifelinehq/lifeline/hostclaims"
-	"github.com/lifelinehq/lifeline/hostexec"
-	"github.com/lifelinehq/lifeline/names"
+	"github.com/lifelinehq/lifeline/internal/charm"
+	"github.com/lifelinehq/lifeline/internal/hostclaims"
+	"github.com/lifelinehq/lifeline/internal/hostexec"
+	"github.com/lifelinehq/lifeline/internal/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

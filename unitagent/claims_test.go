@@ -10,7 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/lifelinehq/lifeline/hostexec"
+	"github.com/lifelinehq/lifeline/internal/hostexec"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/pki"
-	"github.com/lifelinehq/lifeline/syncbuf"
+	"github.com/lifelinehq/lifeline/internal/pki"
+	"github.com/lifelinehq/lifeline/internal/testing/syncbuf"
 	"github.com/lifelinehq/lifeline/unitagent"
 )
 

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/lifelinehq/lifeline/charm"
 	"github.com/lifelinehq/lifeline/hooks"
+	"github.com/lifelinehq/lifeline/internal/charm"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

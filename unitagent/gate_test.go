@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/lifelinehq/lifeline/hostclaims"
+	"github.com/lifelinehq/lifeline/internal/hostclaims"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/lifelinehq/lifeline/charm"
 	"github.com/lifelinehq/lifeline/hooks"
+	"github.com/lifelinehq/lifeline/internal/charm"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

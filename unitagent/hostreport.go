@@ -19,8 +19,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/lifelinehq/lifeline/hostclaims"
-	"github.com/lifelinehq/lifeline/hostexec"
+	"github.com/lifelinehq/lifeline/internal/hostclaims"
+	"github.com/lifelinehq/lifeline/internal/hostexec"
 	"github.com/lifelinehq/lifeline/internal/pause"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )

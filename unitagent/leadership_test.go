@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/names"
+	"github.com/lifelinehq/lifeline/internal/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

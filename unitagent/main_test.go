@@ -17,10 +17,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 
-	"github.com/lifelinehq/lifeline/controllertest"
-	"github.com/lifelinehq/lifeline/etcdtest"
 	"github.com/lifelinehq/lifeline/hooks"
-	"github.com/lifelinehq/lifeline/hostexec"
+	"github.com/lifelinehq/lifeline/internal/hostexec"
+	"github.com/lifelinehq/lifeline/internal/testing/controllertest"
+	"github.com/lifelinehq/lifeline/internal/testing/etcdtest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/unitagent"
 )

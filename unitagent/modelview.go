@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/lifelinehq/lifeline/agentwatch"
+	"github.com/lifelinehq/lifeline/internal/agentwatch"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

@@ -4,9 +4,9 @@ import (
 	"context"
 	"slices"
 
-	"github.com/lifelinehq/lifeline/charm"
 	"github.com/lifelinehq/lifeline/hooks"
-	"github.com/lifelinehq/lifeline/hostclaims"
+	"github.com/lifelinehq/lifeline/internal/charm"
+	"github.com/lifelinehq/lifeline/internal/hostclaims"
 )
 
 // The unit's opened ports (open-port, close-port, opened-ports) are its

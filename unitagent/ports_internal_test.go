@@ -4,8 +4,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/lifelinehq/lifeline/charm"
-	"github.com/lifelinehq/lifeline/hostclaims"
+	"github.com/lifelinehq/lifeline/internal/charm"
+	"github.com/lifelinehq/lifeline/internal/hostclaims"
 )
 
 // TestPortClaims: a unit's port claims are its charm's and those its

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lifelinehq/lifeline/internal/testing/statetest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
-	"github.com/lifelinehq/lifeline/statetest"
 )
 
 // unitRevision returns the unit's revisions as the controller has them.

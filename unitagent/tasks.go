@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lifelinehq/lifeline/hooks"
+	"github.com/lifelinehq/lifeline/internal/names"
 	"github.com/lifelinehq/lifeline/internal/pause"
-	"github.com/lifelinehq/lifeline/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

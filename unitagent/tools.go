@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/lifelinehq/lifeline/hooks"
-	"github.com/lifelinehq/lifeline/names"
+	"github.com/lifelinehq/lifeline/internal/names"
 )
 
 // toolServer runs hooks, and serves their hook tools over the unit's

@@ -21,9 +21,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/lifelinehq/lifeline/charm"
+	"github.com/lifelinehq/lifeline/internal/charm"
+	"github.com/lifelinehq/lifeline/internal/manifest"
 	"github.com/lifelinehq/lifeline/internal/pause"
-	"github.com/lifelinehq/lifeline/manifest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

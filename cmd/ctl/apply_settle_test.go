@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/lifelinehq/lifeline/manifest"
+	"github.com/lifelinehq/lifeline/internal/manifest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

@@ -13,10 +13,10 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/lifelinehq/lifeline/e2etest"
+	"github.com/lifelinehq/lifeline/internal/names"
+	"github.com/lifelinehq/lifeline/internal/pki"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
-	"github.com/lifelinehq/lifeline/names"
-	"github.com/lifelinehq/lifeline/pki"
 )
 
 // writeConfig writes a valid client config for a controller at addr.

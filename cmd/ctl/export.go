@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lifelinehq/lifeline/manifest"
+	"github.com/lifelinehq/lifeline/internal/manifest"
 )
 
 func exportCommand(e *env) *cobra.Command {

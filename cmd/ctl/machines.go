@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/internal/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

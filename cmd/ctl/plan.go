@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lifelinehq/lifeline/manifest"
+	"github.com/lifelinehq/lifeline/internal/manifest"
 )
 
 // planTimeout bounds reading the model for a plan: its status and each of

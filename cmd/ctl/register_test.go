@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/lifelinehq/lifeline/apiclient"
-	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/internal/apiclient"
+	"github.com/lifelinehq/lifeline/internal/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

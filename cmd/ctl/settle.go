@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/lifelinehq/lifeline/names"
+	"github.com/lifelinehq/lifeline/internal/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

@@ -12,8 +12,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/lifelinehq/lifeline/names"
-	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/internal/names"
+	"github.com/lifelinehq/lifeline/internal/pki"
 )
 
 // The client store: the controllers ctl knows, by name, under the user's

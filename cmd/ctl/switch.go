@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lifelinehq/lifeline/names"
-	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/internal/names"
+	"github.com/lifelinehq/lifeline/internal/pki"
 )
 
 // knownControllerDoc is one controller as ctl controllers lists it.

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/internal/pki"
 )
 
 // TestNamedControllers: bootstrap --name keeps each controller's client

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lifelinehq/lifeline/e2etest"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 )
 
 // stampedLine is what --version and ctl version say of a binary TestMain

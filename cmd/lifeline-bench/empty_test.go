@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/internal/testing/etcdtest"
 )
 
 func TestMain(m *testing.M) {

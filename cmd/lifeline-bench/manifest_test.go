@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/manifest"
+	"github.com/lifelinehq/lifeline/internal/manifest"
 )
 
 // The generated manifest parses, has the services and relations asked

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/lifelinehq/lifeline/cmd/lifeline-bench/internal/hostprobe"
-	"github.com/lifelinehq/lifeline/embedetcd"
+	"github.com/lifelinehq/lifeline/internal/embedetcd"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 	clientv3 "go.etcd.io/etcd/client/v3"

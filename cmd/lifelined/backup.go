@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lifelinehq/lifeline/embedetcd"
+	"github.com/lifelinehq/lifeline/internal/embedetcd"
 )
 
 // backupCommand copies the model of a running controller's embedded etcd

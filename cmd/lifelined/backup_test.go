@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/apiclient"
+	"github.com/lifelinehq/lifeline/internal/apiclient"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

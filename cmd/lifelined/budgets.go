@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/lifelinehq/lifeline/controller"
-	"github.com/lifelinehq/lifeline/embedetcd"
+	"github.com/lifelinehq/lifeline/internal/embedetcd"
 	"github.com/lifelinehq/lifeline/state"
 )
 

@@ -13,10 +13,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/lifelinehq/lifeline/embedetcd"
-	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/internal/embedetcd"
+	"github.com/lifelinehq/lifeline/internal/pki"
+	"github.com/lifelinehq/lifeline/internal/testing/syncbuf"
 	"github.com/lifelinehq/lifeline/state"
-	"github.com/lifelinehq/lifeline/syncbuf"
 )
 
 // newCAState starts an etcd of the test's own and returns a State of a

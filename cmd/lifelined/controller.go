@@ -31,17 +31,17 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/lifelinehq/lifeline/apiclient"
 	"github.com/lifelinehq/lifeline/controller"
-	"github.com/lifelinehq/lifeline/embedetcd"
+	"github.com/lifelinehq/lifeline/internal/apiclient"
+	"github.com/lifelinehq/lifeline/internal/embedetcd"
+	"github.com/lifelinehq/lifeline/internal/leader"
+	"github.com/lifelinehq/lifeline/internal/names"
+	"github.com/lifelinehq/lifeline/internal/pki"
 	"github.com/lifelinehq/lifeline/internal/version"
-	"github.com/lifelinehq/lifeline/leader"
-	"github.com/lifelinehq/lifeline/names"
-	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/internal/watchhub"
 	"github.com/lifelinehq/lifeline/provisioner"
 	"github.com/lifelinehq/lifeline/provisioner/provider"
 	"github.com/lifelinehq/lifeline/state"
-	"github.com/lifelinehq/lifeline/watchhub"
 )
 
 // controllerFlags are the controller's flags, as given.

@@ -17,13 +17,13 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/lifelinehq/lifeline/apiclient"
-	"github.com/lifelinehq/lifeline/e2etest"
-	"github.com/lifelinehq/lifeline/embedetcd"
+	"github.com/lifelinehq/lifeline/internal/apiclient"
+	"github.com/lifelinehq/lifeline/internal/embedetcd"
+	"github.com/lifelinehq/lifeline/internal/pki"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
-	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/internal/testing/syncbuf"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
-	"github.com/lifelinehq/lifeline/syncbuf"
 )
 
 var lifelined string

@@ -14,10 +14,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/lifelinehq/lifeline/controller"
-	"github.com/lifelinehq/lifeline/dashboard"
-	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/internal/dashboard"
+	"github.com/lifelinehq/lifeline/internal/pki"
+	"github.com/lifelinehq/lifeline/internal/watchhub"
 	"github.com/lifelinehq/lifeline/state"
-	"github.com/lifelinehq/lifeline/watchhub"
 )
 
 // dashboardFlags are the dashboard's flags.

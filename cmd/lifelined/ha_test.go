@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/apiclient"
-	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/internal/apiclient"
+	"github.com/lifelinehq/lifeline/internal/pki"
+	"github.com/lifelinehq/lifeline/internal/testing/syncbuf"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
-	"github.com/lifelinehq/lifeline/syncbuf"
 )
 
 // haController is a controller process of a test.

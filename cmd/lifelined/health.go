@@ -15,9 +15,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/lifelinehq/lifeline/controller"
+	"github.com/lifelinehq/lifeline/internal/leader"
 	"github.com/lifelinehq/lifeline/internal/sdnotify"
 	"github.com/lifelinehq/lifeline/internal/version"
-	"github.com/lifelinehq/lifeline/leader"
 )
 
 // How often the controller checks that it is ready, and how long etcd

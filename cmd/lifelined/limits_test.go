@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/apiclient"
-	"github.com/lifelinehq/lifeline/e2etest"
+	"github.com/lifelinehq/lifeline/internal/apiclient"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 

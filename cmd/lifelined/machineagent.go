@@ -21,13 +21,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
-	"github.com/lifelinehq/lifeline/apiclient"
-	"github.com/lifelinehq/lifeline/hostexec"
+	"github.com/lifelinehq/lifeline/internal/apiclient"
+	"github.com/lifelinehq/lifeline/internal/hostexec"
+	"github.com/lifelinehq/lifeline/internal/logship"
+	"github.com/lifelinehq/lifeline/internal/names"
+	"github.com/lifelinehq/lifeline/internal/pki"
 	"github.com/lifelinehq/lifeline/internal/version"
-	"github.com/lifelinehq/lifeline/logship"
 	"github.com/lifelinehq/lifeline/machineagent"
-	"github.com/lifelinehq/lifeline/names"
-	"github.com/lifelinehq/lifeline/pki"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/unitagent"
 )

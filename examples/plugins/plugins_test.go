@@ -10,8 +10,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/lifelinehq/lifeline/manifest/plugin"
-	"github.com/lifelinehq/lifeline/manifest/plugin/plugintest"
+	"github.com/lifelinehq/lifeline/internal/manifest/plugin"
+	"github.com/lifelinehq/lifeline/internal/manifest/plugin/plugintest"
 )
 
 // bin holds the example plugins, built once.

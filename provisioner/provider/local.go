@@ -16,8 +16,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/lifelinehq/lifeline/hostexec"
-	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/internal/hostexec"
+	"github.com/lifelinehq/lifeline/internal/pki"
 )
 
 // Local is the local provider: each machine is a machine agent process on

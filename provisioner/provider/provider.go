@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/lifelinehq/lifeline/pki"
+	"github.com/lifelinehq/lifeline/internal/pki"
 )
 
 // Provider starts and stops instances.

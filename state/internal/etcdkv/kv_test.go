@@ -3,7 +3,7 @@ package etcdkv
 import (
 	"testing"
 
-	"github.com/lifelinehq/lifeline/etcdtest"
+	"github.com/lifelinehq/lifeline/internal/testing/etcdtest"
 )
 
 func TestMain(m *testing.M) { etcdtest.Main(m) }
