@@ -72,7 +72,7 @@ func BuildBinaries(dir string) (Binaries, error) {
 	if err != nil {
 		return Binaries{}, err
 	}
-	if err := goBuild(root, nil, StampFlag(), "-o", dir+string(filepath.Separator), "./cmd/ctl", "./cmd/lifelined", "./e2etest/reaper", "./hostexec/internal/fakepkg"); err != nil {
+	if err := goBuild(root, nil, StampFlag(), "-o", dir+string(filepath.Separator), "./cmd/ctl", "./cmd/lifelined", "./internal/testing/e2etest/reaper", "./internal/hostexec/internal/fakepkg"); err != nil {
 		return Binaries{}, err
 	}
 	return Binaries{Ctl: filepath.Join(dir, "ctl"), Lifelined: filepath.Join(dir, "lifelined"), Reaper: filepath.Join(dir, "reaper"),

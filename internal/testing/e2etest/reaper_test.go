@@ -23,7 +23,7 @@ func TestReaperEndsSandboxWhenParentDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := t.TempDir()
-	if err := goBuild(root, nil, "-o", bin+string(filepath.Separator), "./e2etest/reaper"); err != nil {
+	if err := goBuild(root, nil, "-o", bin+string(filepath.Separator), "./internal/testing/e2etest/reaper"); err != nil {
 		t.Fatal(err)
 	}
 	sandbox := t.TempDir()
