@@ -150,11 +150,20 @@ func sandboxChild(t *testing.T, spec string) {
 	if err := <-started; err != nil {
 		t.Fatal(err)
 	}
+	// The runtime ends a locked thread whose goroutine returns, but not
+	// the process's main thread, which the goroutine may have run on: then
+	// the thread stays, and the sleep dies with it like the others.
 	task := fmt.Sprintf("/proc/self/task/%d", <-tid)
-	poll.Until(t, "the thread that asked for the sleep to exit", func() bool {
+	gone := func() bool {
 		_, err := os.Stat(task)
 		return os.IsNotExist(err)
-	})
+	}
+	for end := time.Now().Add(10 * time.Second); !gone() && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !gone() {
+		t.Logf("the thread that started the sleep still runs (the main thread is never ended)")
+	}
 	os.Stdout.WriteString("SANDBOX " + s.Dir + "\n")
 	time.Sleep(10 * time.Minute) // until killed
 }
