@@ -145,8 +145,9 @@ type keeper struct {
 	cfg SpaceConfig
 	// was is the space the last step ended with, for logging changes.
 	was Space
-	// stuck counts the steps in a row that found the alarm raised and
-	// could free nothing; at stuckSteps it is logged, once.
+	// stuck counts the steps in a row that found the alarm raised or the
+	// space tight and could free nothing; at stuckSteps it defragments
+	// and, under the alarm, logs that the model fills the quota, once.
 	stuck int
 }
 
@@ -163,17 +164,20 @@ func (k *keeper) step(ctx context.Context) {
 	sp = k.s.look()
 	free := sp.Size - sp.InUse
 	defrag := free >= sp.Quota/8 || (sp.Size >= sp.Quota/2 && free >= sp.Size/4)
-	if sp.NoSpace && !compacted && !defrag && err == nil {
+	full := sp.NoSpace || sp.Tight
+	if full && !compacted && !defrag && err == nil {
 		k.stuck++
 	} else {
 		k.stuck = 0
 	}
 	// etcd counts the pages a compaction freed as free only from a later
-	// write, which the alarm refuses (whether the compaction's own commit
-	// counts them races with its readers): under the alarm a compaction
-	// is followed by a defragmentation, which counts afresh, and so is the
-	// stuckSteps-th look in a row that found nothing to do.
-	if sp.NoSpace && (compacted || k.stuck == stuckSteps) {
+	// write, which the alarm refuses, and which the controller holds back
+	// while the space is tight (whether the compaction's own commit counts
+	// them races with its readers): with the alarm raised or the space
+	// tight, a compaction is followed by a defragmentation, which counts
+	// afresh, and so is the stuckSteps-th look in a row that found nothing
+	// to do.
+	if full && (compacted || k.stuck == stuckSteps) {
 		defrag = true
 	}
 	if defrag {
