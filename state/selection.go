@@ -392,8 +392,9 @@ func (r *selectRead) readRelations() error {
 	})
 }
 
-// readRecords reads what status shows beside the entities: statuses,
-// presence, revisions, rollouts and forced removals. A service held whole
+// readRecords reads what status shows beside the entities: statuses (a
+// service's own, which its charm sets, included), presence, revisions,
+// rollouts and forced removals. A service held whole
 // has its units' read as ranges; other units', key by key.
 func (r *selectRead) readRecords() error {
 	r.statuses, r.present = map[string]*pb.Status{}, map[string]bool{}
@@ -436,7 +437,8 @@ func (r *selectRead) readRecords() error {
 			get(cleanupKey(cleanupForceMachine, id)))
 	}
 	for n := range r.services {
-		gets = append(gets, get(rolloutsPrefix+n), getKeys(LeadershipServicePrefix(n), 1))
+		gets = append(gets, get(StatusKey(StatusService, n)), get(StatusKey(StatusServiceVersion, n)),
+			get(rolloutsPrefix+n), getKeys(LeadershipServicePrefix(n), 1))
 	}
 	return r.gets(gets, func(_ int, kvs []*mvccpb.KeyValue) error {
 		for _, kv := range kvs {

@@ -25,6 +25,12 @@ func selectionModel(t *testing.T) (*state.State, *state.Model) {
 	for _, m := range []string{"0", "1", "2"} {
 		must(t, "SetStatus", st.SetStatus(ctx, state.StatusMachine, m, &pb.Status{Status: "started"}))
 	}
+	// What the charms say of their services (status-set --application,
+	// application-version-set): a selected status shows them as the
+	// whole model's does.
+	must(t, "SetStatus", st.SetStatus(ctx, state.StatusService, "app", &pb.Status{Status: "blocked", Message: "set by the charm"}))
+	must(t, "SetStatus", st.SetStatus(ctx, state.StatusServiceVersion, "app", &pb.Status{Status: "1.2.3"}))
+	must(t, "SetStatus", st.SetStatus(ctx, state.StatusServiceVersion, "logger", &pb.Status{Status: "0.9"}))
 	p, err := st.Present(ctx, "machine-1", time.Minute)
 	must(t, "Present", err)
 	t.Cleanup(func() { p.Close() })
@@ -106,8 +112,9 @@ func TestSelectModel(t *testing.T) {
 }
 
 // sameRecords checks that every record a selected model holds is the
-// full model's, and that it holds every status, presence and revision of
-// its entities that the full model does.
+// full model's, and that it holds every status (its services' own
+// included), presence and revision of its entities that the full model
+// does.
 func sameRecords(t *testing.T, full, m *state.Model) {
 	t.Helper()
 	byKey := func(list []proto.Message, key func(proto.Message) string) map[string]proto.Message {
@@ -155,6 +162,13 @@ func sameRecords(t *testing.T, full, m *state.Model) {
 	var keys []string
 	for _, u := range m.Units {
 		keys = append(keys, state.StatusKey(state.StatusUnit, u.Name), state.StatusKey(state.StatusUnitAgent, u.Name))
+	}
+	for _, svc := range m.Services {
+		for _, kind := range []state.StatusKind{state.StatusService, state.StatusServiceVersion} {
+			if k := state.StatusKey(kind, svc.Name); full.Statuses[k] != nil {
+				keys = append(keys, k)
+			}
+		}
 	}
 	for _, x := range m.Machines {
 		keys = append(keys, state.StatusKey(state.StatusMachine, x.Id))

@@ -217,8 +217,8 @@ func (m *modelStream) readUnits(ctx context.Context) (bool, error) {
 		// (status-set --application): the one held stays, as a change
 		// of it reads the whole model. Without one the service shows
 		// its worst unit's, of all its units. The answer does not say
-		// which (a service held for some units' sake shows neither):
-		// the status key does.
+		// which (for a service held for some units' sake it shows the
+		// charm's, or the worst of those units'): the status key does.
 		set, err := m.s.cfg.State.Status(ctx, state.StatusService, svc.Name)
 		if err != nil {
 			return false, fmt.Errorf("read %s's status: %w", svc.Name, err)
