@@ -28,8 +28,8 @@ import (
 // code and message) is filled in once it ends. A call refused before it
 // changed anything gets a whole entry after the refusal. Every audited
 // change compares seq/audit, so two operators' changes committing at once
-// conflict and one is tried again: at operators' rates, a retry now and
-// then, within apply's bound.
+// conflict and one is tried again; within one controller they queue for
+// the seq instead (commitAudited).
 const (
 	auditPrefix = "audit/"
 	seqAudit    = seqPrefix + "audit"
@@ -197,6 +197,27 @@ func cutText(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + mark
+}
+
+// commitAudited commits c, the first change of a's call, with a's entry
+// pending under the next seq. It holds this process's lock of seq/audit
+// from reading the seq to the commit: every audited change compares
+// seq/audit, and the controller's concurrent operator calls (a script
+// adding units to a thousand machines, sixteen at a time) would otherwise
+// collide on it in etcd, each collision a failed transaction through
+// raft and the call's reads made again; queued, each takes the next seq
+// in turn (keyLocks). Writers elsewhere (another controller, a refused
+// call's entry) are still caught by the comparison.
+func (s *State) commitAudited(ctx context.Context, c *change, a *Audit) (bool, int64, error) {
+	unlock, err := s.hot.lock(ctx, seqAudit)
+	if err != nil {
+		return false, 0, err
+	}
+	defer unlock()
+	if err := s.attachAudit(ctx, c, a); err != nil {
+		return false, 0, err
+	}
+	return s.commitRev(ctx, c)
 }
 
 // attachAudit adds a's entry, pending, to c, the change about to be

@@ -109,6 +109,46 @@ func TestAuditEntryCommitsWithTheCallsFirstChange(t *testing.T) {
 	}
 }
 
+// Operators' calls made at once through one controller, as a script
+// adding units to many machines sixteen at a time makes them, each take
+// the next seq in turn: none of their transactions fails its comparisons
+// on the audit log's seq (and so none is made again), and the log holds
+// one entry a call, without gaps.
+func TestConcurrentAuditedCallsQueueForTheSeq(t *testing.T) {
+	st, ctx := newState(t)
+	addService(t, ctx, st, "app", appEndpoints)
+	const calls = 64
+	ms, err := st.AddMachines(ctx, calls)
+	must(t, "AddMachines", err)
+	before := st.Stats().Conflicts
+	errs := make(chan error, calls)
+	sem := make(chan struct{}, 16)
+	for _, m := range ms {
+		go func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			actx, _ := audited(ctx, "alice", "AddUnits")
+			_, err := st.AddUnits(actx, "app", 1, state.Placement{Machine: m.Id})
+			errs <- err
+		}()
+	}
+	for range calls {
+		must(t, "AddUnits", <-errs)
+	}
+	if n := st.Stats().Conflicts - before; n != 0 {
+		t.Errorf("%d audited calls at once: %d transactions failed their comparisons (%v), want none", calls, n, st.ConflictsByOp())
+	}
+	log, _ := auditLog(t, ctx, st)
+	for i, e := range log {
+		if e.Seq != int64(i+1) || e.Rpc != "AddUnits" {
+			t.Fatalf("entry %d = %v, want seq %d of an AddUnits", i, e, i+1)
+		}
+	}
+	if len(log) != calls {
+		t.Errorf("audit log holds %d entries, want %d", len(log), calls)
+	}
+}
+
 // Entries are cut to their bounds.
 func TestAuditEntriesAreBounded(t *testing.T) {
 	st, ctx := newState(t)

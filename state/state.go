@@ -79,7 +79,8 @@ type State struct {
 	lease   clientv3.Lease
 	cfg     Config
 	stats   stats
-	// hot queues this process's writers of the id sequences.
+	// hot queues this process's writers of the id sequences and of the
+	// audit log's seq.
 	hot keyLocks
 	// resv coalesces the reservations of numbers from the id sequences.
 	resv reservations
@@ -261,12 +262,13 @@ func (s *State) apply(ctx context.Context, what string, attempt func(ctx context
 		if err != nil {
 			return err
 		}
+		var ok bool
+		var rev int64
 		if a != nil && a.seq == 0 && !c.empty() {
-			if err := s.attachAudit(ctx, c, a); err != nil {
-				return fmt.Errorf("%s: %w", what, err)
-			}
+			ok, rev, err = s.commitAudited(ctx, c, a)
+		} else {
+			ok, rev, err = s.commitRev(ctx, c)
 		}
-		ok, rev, err := s.commitRev(ctx, c)
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}

@@ -150,10 +150,7 @@ func (s *State) commitAt(ctx context.Context, c *change) (bool, int64, error) {
 	}
 	for i := 0; i < s.cfg.MaxAttempts; i++ {
 		audited := c.clone()
-		if err := s.attachAudit(ctx, audited, a); err != nil {
-			return false, 0, err
-		}
-		ok, rev, err := s.commitRev(ctx, audited)
+		ok, rev, err := s.commitAudited(ctx, audited, a)
 		if err != nil {
 			return false, 0, err
 		}
