@@ -44,7 +44,7 @@ import (
 // again (after every change of the record).
 //
 // The gate keeps, in claims.json in the agent's data directory (written
-// whole, atomically, at each change), each unit's order, the claims the
+// whole, atomically, at each change of a unit's claims), each unit's order, the claims the
 // host holds for it as its agent last told (unitagent.ClaimsGate.Holds)
 // and those approved for its job in progress: a unit agent with a record
 // of its host state tells it as it starts, but a unit that asks before
@@ -198,16 +198,21 @@ func readGateRecord(path string) (gateRecord, error) {
 // failure is logged: the units tell their claims again as their agents
 // start.
 func (g *claimsGate) save() {
-	if g.changed != nil {
-		close(g.changed)
-		g.changed = nil
-	}
+	g.notify()
 	b, err := json.Marshal(g.rec)
 	if err == nil {
 		err = pki.WriteFileAtomic(g.path, b, 0o600)
 	}
 	if err != nil {
 		g.logger.Warn("cannot record the units' claims", "error", err)
+	}
+}
+
+// notify tells Changed's callers that the record changed, under mu.
+func (g *claimsGate) notify() {
+	if g.changed != nil {
+		close(g.changed)
+		g.changed = nil
 	}
 }
 
@@ -224,29 +229,42 @@ func (g *claimsGate) unit(name string) (u *gateUnit, made bool) {
 }
 
 // see gives the unit its place in the order, if it has none: the machine
-// agent calls it as it first starts the unit's agent.
+// agent calls it as it first starts the unit's agent. The place is
+// written with the record's next change: a unit claims nothing until its
+// agent tells the gate otherwise (Holds, Check), which writes the record,
+// so that starting units that claim nothing writes nothing (a synced
+// write a unit, ten thousand at a deploy of as many units). A place lost
+// to a crash before then is made again as the agents start again, as for
+// any unit the record lacks; it weighs only against units that claimed
+// nothing either.
 func (g *claimsGate) see(unit string) {
 	if g == nil {
 		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if _, made := g.unit(unit); made {
-		g.save()
-	}
+	g.unit(unit)
 }
 
-// forget drops the unit: its claims are gone from the host.
+// forget drops the unit: its claims are gone from the host. The record is
+// written again only when it held claims of the unit's: an entry left in
+// the file claims nothing, and goes with the record's next change.
 func (g *claimsGate) forget(unit string) {
 	if g == nil {
 		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if _, ok := g.rec.Units[unit]; ok {
-		delete(g.rec.Units, unit)
-		g.save()
+	u, ok := g.rec.Units[unit]
+	if !ok {
+		return
 	}
+	delete(g.rec.Units, unit)
+	if u.Held == nil && u.Approved == nil {
+		g.notify()
+		return
+	}
+	g.save()
 }
 
 // Holds records the claims the host holds for the unit; any approved for

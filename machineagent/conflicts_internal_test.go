@@ -2,6 +2,8 @@ package machineagent
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -135,6 +137,27 @@ func TestGateRecordSurvivesARestart(t *testing.T) {
 	}
 }
 
+// TestGateWritesNothingForUnitsClaimingNothing: units started, telling
+// the gate they hold no claims, and removed leave no record to write;
+// the first unit to hold claims writes every unit's place.
+func TestGateWritesNothingForUnitsClaimingNothing(t *testing.T) {
+	dir := t.TempDir()
+	g := openGate(dir, time.Millisecond, hclog.NewNullLogger())
+	for _, u := range []string{"z/0", "a/0", "gone/0"} {
+		g.see(u)
+		g.Holds(u, nil)
+	}
+	g.forget("gone/0")
+	if _, err := os.Stat(filepath.Join(dir, ClaimsFile)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the record after units claiming nothing came and went: %v, want none written", err)
+	}
+	g.Holds("a/0", ports(8080))
+	g2 := openGate(dir, time.Millisecond, hclog.NewNullLogger())
+	if z, a := g2.rec.Units["z/0"], g2.rec.Units["a/0"]; z == nil || a == nil || z.Order >= a.Order || g2.rec.Units["gone/0"] != nil {
+		t.Fatalf("units read again: %+v, want z/0 before a/0, and gone/0 gone", g2.rec.Units)
+	}
+}
+
 // TestGateHoldsTheLaterUnchangedUnit: two units holding the same port
 // (placed before the check, say) are unchanged in a pass: the later one in
 // the gate's order is held, whatever their names.
@@ -217,8 +240,11 @@ func TestGateRandomized(t *testing.T) {
 			held := g.rec.Units[u].Held
 			g.mu.Unlock()
 			g.Holds(u, held)
-		case 3: // the machine agent starts again
+		case 3: // the machine agent starts again, and the units' agents
 			g = openGate(dir, time.Nanosecond, hclog.NewNullLogger())
+			for _, u := range units {
+				g.see(u)
+			}
 		}
 		g.mu.Lock()
 		for a, x := range g.rec.Units {
