@@ -20,6 +20,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lifelinehq/lifeline/internal/procfs"
 	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
@@ -189,7 +190,7 @@ func (c *agentChaos) killOne() {
 	c.obs.expectPresence(id, killed)
 	// The agent leads its session: what is left there (a hook) goes as
 	// systemd stops a unit whose main process died.
-	for _, p := range e2etest.SessionPIDs(agent) {
+	for _, p := range procfs.SessionPIDs(agent) {
 		_ = syscall.Kill(p, syscall.SIGKILL)
 	}
 	downFor := c.sz.chaosDownMin + rand.N(c.sz.chaosDownMax-c.sz.chaosDownMin+1)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/lifelinehq/lifeline/internal/hostexec"
 	"github.com/lifelinehq/lifeline/internal/pki"
+	"github.com/lifelinehq/lifeline/internal/procfs"
 )
 
 // Local is the local provider: each machine is a machine agent process on
@@ -303,7 +304,7 @@ func (l *Local) daemonSessions(id string) []int {
 		if err != nil || !(bytes.HasPrefix(env, mark) || bytes.Contains(env, append([]byte{0}, mark...))) {
 			continue
 		}
-		if slices.Contains(sessionPids(pid), pid) {
+		if slices.Contains(procfs.SessionPIDs(pid), pid) {
 			out = append(out, pid)
 		}
 	}
@@ -315,7 +316,7 @@ func (l *Local) daemonSessions(id string) []int {
 func killSession(sid int, grace time.Duration) {
 	signal := func(sig syscall.Signal) int {
 		n := 0
-		for _, pid := range sessionPids(sid) {
+		for _, pid := range procfs.SessionPIDs(sid) {
 			if syscall.Kill(pid, sig) == nil {
 				n++
 			}
@@ -327,46 +328,12 @@ func killSession(sid int, grace time.Duration) {
 	}
 	deadline := time.Now().Add(grace)
 	for time.Now().Before(deadline) {
-		if len(sessionPids(sid)) == 0 {
+		if len(procfs.SessionPIDs(sid)) == 0 {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	signal(syscall.SIGKILL)
-}
-
-// sessionPids lists the live processes of session sid.
-func sessionPids(sid int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// Fields after the command (which may hold spaces) in parentheses:
-		// state ppid pgrp session ...
-		s := string(data)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 4 || f[0] == "Z" {
-			continue
-		}
-		if sess, _ := strconv.Atoi(f[3]); sess == sid {
-			out = append(out, pid)
-		}
-	}
-	return out
 }
 
 // Manual is the manual provider: it starts nothing; hosts join with a
@@ -393,7 +360,7 @@ func (l *Local) StopAll() int {
 		}
 		sids := append([]int{l.session(e.Name()), l.findAgent(e.Name())}, l.daemonSessions(e.Name())...)
 		for _, sid := range sids {
-			if sid > 0 && len(sessionPids(sid)) > 0 {
+			if sid > 0 && len(procfs.SessionPIDs(sid)) > 0 {
 				killSession(sid, 10*time.Second)
 				n++
 			}

@@ -100,39 +100,6 @@ func MachineProcs(machinesDir, id string) []Proc {
 	})
 }
 
-// SessionPIDs lists the live processes of session sid.
-func SessionPIDs(sid int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// After the command in parentheses: state ppid pgrp session ...
-		s := string(data)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 4 || f[0] == "Z" || f[0] == "X" {
-			continue
-		}
-		if sess, _ := strconv.Atoi(f[3]); sess == sid {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
 // PIDAlive says whether pid is a process that has not exited (a zombie has).
 func PIDAlive(pid int) bool {
 	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
