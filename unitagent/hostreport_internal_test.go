@@ -17,23 +17,41 @@ import (
 )
 
 // reportAPI records the host reports sent, refusing the first refuse of
-// them as a controller away would.
+// them as a controller away would. With calls set, each call waits
+// there until the test closes the channel it hands over: the report it
+// carries is in flight until then.
 type reportAPI struct {
 	API
+	calls chan chan struct{}
+
 	mu      sync.Mutex
 	refuse  int
 	reports []*pb.HostReport
 	at      []time.Time
 }
 
-func (a *reportAPI) SetHostReport(_ context.Context, in *pb.SetHostReportRequest, _ ...grpc.CallOption) (*pb.SetHostReportResponse, error) {
+func (a *reportAPI) SetHostReport(ctx context.Context, in *pb.SetHostReportRequest, _ ...grpc.CallOption) (*pb.SetHostReportResponse, error) {
+	arrived := time.Now()
+	if a.calls != nil {
+		release := make(chan struct{})
+		select {
+		case a.calls <- release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.refuse > 0 {
 		a.refuse--
 		return nil, status.Error(codes.Unavailable, "away")
 	}
-	a.reports, a.at = append(a.reports, in.Report), append(a.at, time.Now())
+	a.reports, a.at = append(a.reports, in.Report), append(a.at, arrived)
 	return &pb.SetHostReportResponse{}, nil
 }
 
@@ -43,38 +61,71 @@ func (a *reportAPI) sent() ([]*pb.HostReport, []time.Time) {
 	return append([]*pb.HostReport(nil), a.reports...), append([]time.Time(nil), a.at...)
 }
 
-// TestHostReportsAreSpaced: a burst of changes makes few reports, spaced
-// by the reporter's interval, the last change always among them; a report
-// the controller refuses is sent again.
+// next waits for the reporter's next call and returns the channel that
+// lets it through.
+func (a *reportAPI) next(t *testing.T, what string) chan struct{} {
+	t.Helper()
+	var release chan struct{}
+	poll.Until(t, what, func() bool {
+		select {
+		case release = <-a.calls:
+			return true
+		default:
+			return false
+		}
+	})
+	return release
+}
+
+// accepted waits until n reports are recorded, and returns those sent
+// (failing the test when there are more).
+func (a *reportAPI) accepted(t *testing.T, n int) ([]*pb.HostReport, []time.Time) {
+	t.Helper()
+	poll.UntilSays(t, fmt.Sprintf("%d reports", n), func() (bool, string) {
+		reports, _ := a.sent()
+		return len(reports) >= n, fmt.Sprint(reports)
+	})
+	reports, at := a.sent()
+	if len(reports) != n {
+		t.Fatalf("reported %v, want %d reports", reports, n)
+	}
+	return reports, at
+}
+
+// TestHostReportsAreSpaced: the changes made while a report is in flight
+// make one report, of the last change; a report the controller refuses is
+// sent again, with the changes made meanwhile; and the report after one
+// sent waits out the reporter's interval from it.
 func TestHostReportsAreSpaced(t *testing.T) {
-	api := &reportAPI{refuse: 1}
+	api := &reportAPI{refuse: 1, calls: make(chan chan struct{})}
 	r := &hostReporter{api: api, unit: "kv/0", logger: hclog.NewNullLogger(), every: 300 * time.Millisecond, kick: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); r.run(ctx) }()
 	defer func() { cancel(); <-done }()
-	for i := int64(1); i <= 30; i++ {
+
+	r.set(&pb.HostReport{AppliedRevision: 1})
+	first := api.next(t, "the first report")
+	for i := int64(2); i <= 30; i++ {
 		r.set(&pb.HostReport{AppliedRevision: i})
-		time.Sleep(20 * time.Millisecond)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		reports, at := api.sent()
-		if n := len(reports); n > 0 && reports[n-1].AppliedRevision == 30 {
-			if n > 4 {
-				t.Errorf("%d reports for 30 changes in 0.6 s, want at most 4", n)
-			}
-			for i := 1; i < n; i++ {
-				if gap := at[i].Sub(at[i-1]); gap < 250*time.Millisecond {
-					t.Errorf("reports %d and %d %s apart, want at least the interval", i-1, i, gap)
-				}
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the last change was never reported: %v", reports)
-		}
-		time.Sleep(20 * time.Millisecond)
+	close(first) // refused: the controller is away
+	close(api.next(t, "the refused report sent again"))
+	reports, _ := api.accepted(t, 1)
+	if reports[0].AppliedRevision != 30 {
+		t.Fatalf("reported %v after 30 changes, the first refused; want one report, of the 30th", reports)
+	}
+
+	r.set(&pb.HostReport{AppliedRevision: 31})
+	close(api.next(t, "the report of a change after it"))
+	reports, at := api.accepted(t, 2)
+	if reports[0].AppliedRevision != 30 || reports[1].AppliedRevision != 31 {
+		t.Fatalf("reported %v, want the 30th change then the 31st", reports)
+	}
+	// A lower bound, the reporter's promise: a slow machine only spaces
+	// the reports further.
+	if gap := at[1].Sub(at[0]); gap < r.every {
+		t.Errorf("reports %s apart, want at least the interval %s", gap, r.every)
 	}
 }
 
