@@ -35,7 +35,7 @@ func (w *world) spawn(unit string) *process {
 			w.t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(lifelined, "unit-agent", "--unit", unit, "--data-dir", dir, "--agent-config", cfgPath,
+	cmd := exec.Command(lifelined(w.t), "unit-agent", "--unit", unit, "--data-dir", dir, "--agent-config", cfgPath,
 		"--retry-delay", "50ms", "--hook-attempts", "1000", "--log-level", "debug")
 	p := &process{cmd: cmd, log: &syncbuf.Buffer{}}
 	cmd.Stdout, cmd.Stderr = p.log, p.log

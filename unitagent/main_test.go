@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -20,36 +18,71 @@ import (
 	"github.com/lifelinehq/lifeline/hooks"
 	"github.com/lifelinehq/lifeline/internal/hostexec"
 	"github.com/lifelinehq/lifeline/internal/testing/controllertest"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 	"github.com/lifelinehq/lifeline/internal/testing/etcdtest"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/unitagent"
 )
 
-// lifelined is the daemon built for the hook tools; toolsDir holds their
-// symlinks.
-var lifelined, toolsDir string
+// toolsDir holds the hook tools: symlinks to this test binary, which runs
+// as the tool its name says (hooks.RunTool), as lifelined does.
+var toolsDir string
+
+// daemon is lifelined, built once for the tests that run a unit agent in
+// a process of its own (crash_test.go): the rest of the package does
+// without it.
+var daemon struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+// lifelined returns the path of lifelined, built on the first call.
+func lifelined(t *testing.T) string {
+	t.Helper()
+	daemon.once.Do(func() {
+		daemon.dir, daemon.err = os.MkdirTemp("", "ll-ua-bin-")
+		if daemon.err == nil {
+			daemon.path, daemon.err = e2etest.BuildLifelined(daemon.dir)
+		}
+	})
+	if daemon.err != nil {
+		t.Fatalf("build lifelined: %v", daemon.err)
+	}
+	return daemon.path
+}
 
 func TestMain(m *testing.M) {
+	if tool := filepath.Base(os.Args[0]); hooks.IsTool(tool) {
+		// A hook of a test charm runs a tool: toolsDir's symlink to us.
+		os.Exit(hooks.RunTool(os.Args, os.Getenv, os.Stdin, os.Stdout, os.Stderr))
+	}
 	if os.Getenv("LL_STATE_WRITER_DIR") != "" {
-		// TestStateStoreKilled's writer process: no controller, no binaries.
+		// TestStateStoreKilled's writer process: no controller, no tools.
 		os.Exit(m.Run())
 	}
-	dir, err := os.MkdirTemp("", "ll-ua-bin-")
+	self, err := os.Executable()
 	if err != nil {
-		panic(err)
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	lifelined = filepath.Join(dir, "lifelined")
-	if out, err := exec.Command("go", "build", "-o", lifelined, "../cmd/lifelined").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build lifelined: %v\n%s", err, out)
+	dir, err := os.MkdirTemp("", "ll-ua-tools-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	toolsDir = filepath.Join(dir, "tools")
-	if err := hooks.InstallTools(toolsDir, lifelined); err != nil {
+	if err := hooks.InstallTools(toolsDir, self); err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
 		os.Exit(1)
 	}
 	code := etcdtest.Run(m, etcdtest.Options{})
 	os.RemoveAll(dir)
+	if daemon.dir != "" {
+		os.RemoveAll(daemon.dir)
+	}
 	os.Exit(code)
 }
 

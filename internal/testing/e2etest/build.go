@@ -79,6 +79,21 @@ func BuildBinaries(dir string) (Binaries, error) {
 		Fakepkg: filepath.Join(dir, "fakepkg")}, nil
 }
 
+// BuildLifelined builds lifelined alone into dir, stamped (StampFlag),
+// and returns its path: for a test package that runs the daemon itself,
+// without a sandbox.
+func BuildLifelined(dir string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "lifelined")
+	if err := goBuild(root, nil, StampFlag(), "-o", out, "./cmd/lifelined"); err != nil {
+		return "", err
+	}
+	return out, nil
+}
+
 // BuildEtcd builds the etcd server of tools/etcd (a module of its own, at
 // the main module's etcd version) into dir and returns its path. The
 // first build fetches its modules from the module proxy.
