@@ -505,7 +505,15 @@ esac`)
 		}
 		return true
 	})
-	time.Sleep(300 * time.Millisecond) // asked again after the back-off: still denied
+	e.waitFor("a unit of machine 1 asked again after the back-off", func() bool {
+		n := 0
+		for _, d := range e.decisions() {
+			if d.Decision == pb.GateVerdict_GATE_VERDICT_DENY && d.Machine == e.machines[1] {
+				n++
+			}
+		}
+		return n > 3
+	})
 	for u, ur := range e.unitRevisions() {
 		if onOne(u) && (ur.Current != 1 || ur.Target != 1 || ur.Note != `gate "orly" denied: machine 1 is frozen`) {
 			t.Errorf("unit %s: %v, want it on revision 1 with the denial as its note", u, ur)

@@ -19,6 +19,21 @@ func (w *world) barrier() int64 {
 	return resp.Revision
 }
 
+// settled waits until each unit's agent is idle, synced to a barrier
+// asked now: it has acted on every change so far, so that what it has
+// not done by then it will not do for them (the positive sign a test
+// asserting that something does not happen waits for).
+func (w *world) settled(units ...string) {
+	w.t.Helper()
+	rev := w.barrier()
+	for _, u := range units {
+		w.waitFor(u+" idle, synced to the barrier", func() bool {
+			s := w.agentStatus(u)
+			return s.Agent == "idle" && s.SyncedRevision >= rev
+		})
+	}
+}
+
 // count is how many of lines start with prefix.
 func count(lines []string, prefix string) int {
 	n := 0

@@ -170,7 +170,7 @@ func TestKilledDuringLeaderElected(t *testing.T) {
 	agent.kill()
 	w.spawn("kv/0")
 	w.waitState("kv/0", "running")
-	time.Sleep(500 * time.Millisecond) // for what must not happen
+	w.settled("kv/0")
 	if n := count(w.hooks("kv/0"), "leader-elected"); n != 1 {
 		t.Errorf("leader-elected ran %d times after a restart once it had run, want 1: %v", n, w.hooks("kv/0"))
 	}

@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/lifelinehq/lifeline/internal/testing/statetest"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -78,7 +77,7 @@ func TestConfigMovesWithThePermit(t *testing.T) {
 	if target != 2 {
 		t.Fatalf("target after the change = %d, want 2", target)
 	}
-	time.Sleep(500 * time.Millisecond)
+	w.settled("kv/0", "kv/1")
 	for _, u := range []string{"kv/0", "kv/1"} {
 		if n := count(w.hooks(u), "config-changed"); n != 1 {
 			t.Fatalf("%s ran config-changed %d times before any permit, want once (at install)", u, n)
