@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/lifelinehq/lifeline/internal/pki"
 	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
+	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"github.com/lifelinehq/lifeline/internal/testing/syncbuf"
 )
 
@@ -38,7 +40,7 @@ func TestManualMachineJoins(t *testing.T) {
 		t.Fatal(err)
 	}
 	host := filepath.Join(s.Dir, "host")
-	agent, _ := startAgent(t, s, host, "", "--join-file", tokenFile, "--controller", addr)
+	agent := startAgent(t, s, host, "", "--join-file", tokenFile, "--controller", addr)
 	s.WaitStatus(t, "the manual machine's agent to connect", time.Minute, func(d *e2etest.StatusDoc) bool {
 		return d.Machines[id].Agent == "started"
 	})
@@ -77,19 +79,19 @@ func TestManualMachineJoins(t *testing.T) {
 	}
 
 	// Restarted, it needs only its data directory: the credential stayed.
-	_ = syscall.Kill(-agent.Process.Pid, syscall.SIGTERM)
-	_ = agent.Wait()
+	_ = syscall.Kill(-agent.cmd.Process.Pid, syscall.SIGTERM)
+	agent.wait(t)
 	s.WaitStatus(t, "the agent to be gone", time.Minute, func(d *e2etest.StatusDoc) bool { return d.Machines[id].Agent == "lost" })
-	agent, _ = startAgent(t, s, host, "")
+	agent = startAgent(t, s, host, "")
 	s.WaitStatus(t, "the agent to be back", time.Minute, func(d *e2etest.StatusDoc) bool { return d.Machines[id].Agent == "started" })
 	// Killed and started again at once, it takes its machine back from
 	// its previous run, whose presence the controller may still hold.
-	_ = agent.Process.Signal(syscall.SIGKILL)
-	_ = agent.Wait()
-	agent, logs := startAgent(t, s, host, "")
+	_ = agent.cmd.Process.Signal(syscall.SIGKILL)
+	agent.wait(t)
+	agent = startAgent(t, s, host, "")
 	s.WaitStatus(t, "the agent to be back after a kill", time.Minute, func(d *e2etest.StatusDoc) bool { return d.Machines[id].Agent == "started" })
-	if strings.Contains(logs.String(), "another agent") {
-		t.Errorf("the agent started again after a kill was fenced out by its previous run:\n%s", logs)
+	if strings.Contains(agent.logs.String(), "another agent") {
+		t.Errorf("the agent started again after a kill was fenced out by its previous run:\n%s", agent.logs)
 	}
 
 	// A token on stdin joins; a token expired, or on the command line,
@@ -116,15 +118,8 @@ func TestManualMachineJoins(t *testing.T) {
 
 	s.OK(t, "destroy-unit", "kv/0")
 	s.OK(t, "destroy-machine", id)
-	done := make(chan error, 1)
-	go func() { done <- agent.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("the manual machine's agent exited with %v, want 0 once its machine is dead", err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("the manual machine's agent did not stop once its machine was destroyed")
+	if err := agent.wait(t); err != nil {
+		t.Errorf("the manual machine's agent exited with %v, want 0 once its machine is dead", err)
 	}
 	s.WaitStatus(t, "the machine to be removed", time.Minute, func(d *e2etest.StatusDoc) bool {
 		_, ok := d.Machines[id]
@@ -147,38 +142,59 @@ func addManual(t *testing.T, s *e2etest.Sandbox) (id, token, addr string) {
 	return m[1], m[2], m[3]
 }
 
+// agentProc is a machine agent the test started. A goroutine reaps it;
+// the sandbox's stop kills what is left of it and waits for that.
+type agentProc struct {
+	cmd  *exec.Cmd
+	logs *syncbuf.Buffer
+	done chan struct{} // closed once it has exited and been reaped
+	err  error         // its exit, once done is closed
+}
+
 // startAgent starts a machine agent with data directory dir (its log in
 // dir's name with .log) and stdin, stopped with the sandbox.
-func startAgent(t *testing.T, s *e2etest.Sandbox, dir, stdin string, args ...string) (*exec.Cmd, *syncbuf.Buffer) {
+func startAgent(t *testing.T, s *e2etest.Sandbox, dir, stdin string, args ...string) *agentProc {
 	t.Helper()
 	cmd, logs := agentCommand(t, s, dir, stdin, args...)
 	if err := s.Start(cmd); err != nil {
 		t.Fatal(err)
 	}
-	s.OnStop(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
-	return cmd, logs
+	a := &agentProc{cmd: cmd, logs: logs, done: make(chan struct{})}
+	go func() { a.err = cmd.Wait(); close(a.done) }()
+	s.OnStop(func() {
+		select {
+		case <-a.done:
+		default:
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-a.done
+		}
+	})
+	return a
+}
+
+// wait waits until the agent has exited, failing the test if it still
+// runs after poll's bound, and returns how it exited.
+func (a *agentProc) wait(t *testing.T) error {
+	t.Helper()
+	poll.Until(t, fmt.Sprintf("machine-agent %v to exit", a.cmd.Args[1:]), func() bool {
+		select {
+		case <-a.done:
+			return true
+		default:
+			return false
+		}
+	})
+	return a.err
 }
 
 // refused runs a machine agent that must exit with code, saying msg.
 func refused(t *testing.T, s *e2etest.Sandbox, dir, stdin string, code int, msg string, args ...string) {
 	t.Helper()
-	cmd, logs := agentCommand(t, s, dir, stdin, args...)
-	if err := s.Start(cmd); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(time.Minute):
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-		t.Fatalf("machine-agent %v still runs after a minute, want exit status %d:\n%s", args, code, logs)
-	}
+	a := startAgent(t, s, dir, stdin, args...)
+	err := a.wait(t)
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != code || !strings.Contains(logs.String(), msg) {
-		t.Errorf("machine-agent %v = %v:\n%s\nwant exit status %d saying %q", args, err, logs, code, msg)
+	if !errors.As(err, &ee) || ee.ExitCode() != code || !strings.Contains(a.logs.String(), msg) {
+		t.Errorf("machine-agent %v = %v:\n%s\nwant exit status %d saying %q", args, err, a.logs, code, msg)
 	}
 }
 

@@ -36,8 +36,9 @@ func TestControllerRestartMidDeploy(t *testing.T) {
 	if err := s.Start(deploy); err != nil {
 		t.Fatal(err)
 	}
-	deployDone := make(chan error, 1)
-	go func() { deployDone <- deploy.Wait() }()
+	deployDone, waited := make(chan error, 1), make(chan struct{})
+	go func() { defer close(waited); deployDone <- deploy.Wait() }()
+	t.Cleanup(func() { cancel(); <-waited }) // ctl killed with ctx, if still running
 
 	// Kill the controller the moment it has started the first machine's
 	// agent (the local provider writes the agent's pid file right after

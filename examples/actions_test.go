@@ -282,6 +282,7 @@ func TestKVReindexPauseAndResume(t *testing.T) {
 			t.Fatalf("reindex ended before it was paused: %v\n%s", err, out.String())
 		case <-ctx.Done():
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
 			t.Fatalf("reindex made no checkpoint past step 11 within a minute\n%s", out.String())
 		case <-time.After(10 * time.Millisecond):
 		}
@@ -294,6 +295,7 @@ func TestKVReindexPauseAndResume(t *testing.T) {
 	case err = <-done:
 	case <-ctx.Done():
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
 		t.Fatalf("reindex did not end on SIGTERM\n%s", out.String())
 	}
 	var exit *exec.ExitError

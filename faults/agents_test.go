@@ -40,7 +40,7 @@ func runMachineAgentsKilled(t *testing.T, sz sizes) {
 
 	start := time.Now()
 	f.OK(t, "deploy", testCharm("fsrv"), "-n", strconv.Itoa(srv))
-	chaos := startAgentChaos(c.MachinesDir(), f.Start, r, sz, obs)
+	chaos := startAgentChaos(f.Sandbox, c.MachinesDir(), r, sz, obs)
 	f.abort = chaos.err
 	stopped := false
 	defer func() {

@@ -35,28 +35,51 @@ type agentChaos struct {
 	// start starts a restarted agent's process so that it dies with the
 	// test binary (the sandbox's Start).
 	start func(*exec.Cmd) error
-	r     *run
-	sz    sizes
-	obs   *observer
+	// reaped waits for the restarted agents' processes, each of which a
+	// goroutine reaps when it ends (the provisioner, a kill, or the
+	// sandbox's teardown stops it); the sandbox waits for them as it
+	// stops (waitAgents).
+	reaped sync.WaitGroup
+	r      *run
+	sz     sizes
+	obs    *observer
 
 	cancel  context.CancelFunc
 	done    chan struct{}
 	pending sync.WaitGroup // restarts to come
 	pauses  chan pauseReq
 
-	mu      sync.Mutex
-	down    map[string]bool // machines whose agent is down
-	crashed map[string]bool // machines whose agent went on its own
-	suspect map[string]bool // machines seen without an agent at the last look
-	errs    []string
-	kills   int
+	mu        sync.Mutex
+	restarted []*os.Process   // the agents' processes started here
+	down      map[string]bool // machines whose agent is down
+	crashed   map[string]bool // machines whose agent went on its own
+	suspect   map[string]bool // machines seen without an agent at the last look
+	errs      []string
+	kills     int
 }
 
-func startAgentChaos(machinesDir string, start func(*exec.Cmd) error, r *run, sz sizes, obs *observer) *agentChaos {
+// startAgentChaos starts killing the agents of the local machines under
+// machinesDir, which sandbox s runs; the agents it starts again are s's
+// children, waited for as s stops.
+func startAgentChaos(s *e2etest.Sandbox, machinesDir string, r *run, sz sizes, obs *observer) *agentChaos {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &agentChaos{machinesDir: machinesDir, start: start, r: r, sz: sz, obs: obs, cancel: cancel, done: make(chan struct{}), pauses: make(chan pauseReq), down: map[string]bool{}, crashed: map[string]bool{}}
+	c := &agentChaos{machinesDir: machinesDir, start: s.Start, r: r, sz: sz, obs: obs, cancel: cancel, done: make(chan struct{}), pauses: make(chan pauseReq), down: map[string]bool{}, crashed: map[string]bool{}}
+	s.OnStop(c.waitAgents)
 	go c.loop(ctx)
 	return c
+}
+
+// waitAgents kills the agents' processes started here that still run
+// (the sandbox has stopped their machines: none should) and waits until
+// each is reaped.
+func (c *agentChaos) waitAgents() {
+	c.mu.Lock()
+	procs := c.restarted
+	c.mu.Unlock()
+	for _, p := range procs {
+		_ = p.Kill() // an error once it has been reaped
+	}
+	c.reaped.Wait()
 }
 
 func (c *agentChaos) loop(ctx context.Context) {
@@ -232,7 +255,10 @@ func (c *agentChaos) restart(id string, args, env []string, cwd string) error {
 	if err := c.start(cmd); err != nil {
 		return err
 	}
-	go cmd.Wait() // reaped when the provisioner or the teardown stops it
+	c.mu.Lock()
+	c.restarted = append(c.restarted, cmd.Process)
+	c.mu.Unlock()
+	c.reaped.Go(func() { _ = cmd.Wait() })
 	c.obs.restarted(id, time.Now())
 	tmp := filepath.Join(dir, "pid.tmp")
 	if err := os.WriteFile(tmp, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o600); err != nil {

@@ -299,10 +299,7 @@ func TestUnitProcs(t *testing.T) {
 	}
 	start := func(cmd *exec.Cmd) int {
 		t.Helper()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		e2etest.StartChild(t, cmd)
 		return cmd.Process.Pid
 	}
 	sleep := func(env string, dir string, args ...string) *exec.Cmd {

@@ -25,14 +25,17 @@ import (
 
 // cutProxy forwards TCP connections to a unix socket (the test's etcd)
 // until cut: then it closes what it carries and every connection it
-// accepts, as a partition from etcd would, until restored.
+// accepts, as a partition from etcd would, until restored. The test's
+// cleanup cuts it for good and waits for the goroutines carrying its
+// connections (conns).
 type cutProxy struct {
 	lis    net.Listener
 	target string
+	conns  sync.WaitGroup
 
-	mu    sync.Mutex
-	cut   bool
-	conns map[net.Conn]struct{}
+	mu      sync.Mutex
+	cut     bool
+	carried map[net.Conn]struct{}
 }
 
 func newCutProxy(t *testing.T, unixPath string) *cutProxy {
@@ -41,7 +44,7 @@ func newCutProxy(t *testing.T, unixPath string) *cutProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{lis: lis, target: unixPath, conns: map[net.Conn]struct{}{}}
+	p := &cutProxy{lis: lis, target: unixPath, carried: map[net.Conn]struct{}{}}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -50,13 +53,14 @@ func newCutProxy(t *testing.T, unixPath string) *cutProxy {
 			if err != nil {
 				return
 			}
-			go p.serve(c)
+			p.conns.Go(func() { p.serve(c) })
 		}
 	}()
 	t.Cleanup(func() {
 		lis.Close()
 		<-done
 		p.setCut(true)
+		p.conns.Wait()
 	})
 	return p
 }
@@ -70,7 +74,7 @@ func (p *cutProxy) track(c net.Conn) bool {
 	if p.cut {
 		return false
 	}
-	p.conns[c] = struct{}{}
+	p.carried[c] = struct{}{}
 	return true
 }
 
@@ -85,7 +89,7 @@ func (p *cutProxy) serve(c net.Conn) {
 		up.Close()
 		return
 	}
-	go func() { io.Copy(up, c); up.Close() }()
+	p.conns.Go(func() { io.Copy(up, c); up.Close() })
 	io.Copy(c, up)
 	c.Close()
 }
@@ -95,10 +99,10 @@ func (p *cutProxy) setCut(cut bool) {
 	defer p.mu.Unlock()
 	p.cut = cut
 	if cut {
-		for c := range p.conns {
+		for c := range p.carried {
 			c.Close()
 		}
-		clear(p.conns)
+		clear(p.carried)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"runtime"
 	"syscall"
+	"testing"
 )
 
 // starter starts a sandbox's child processes so that they die with the
@@ -90,3 +91,25 @@ func (st *starter) stop() {
 // starts itself in the sandbox; the sandbox's own controllers, etcd
 // members and ctl runs are started so already.
 func (s *Sandbox) Start(cmd *exec.Cmd) error { return s.starter.start(cmd) }
+
+// StartChild starts cmd, outside any sandbox, as a child of the test
+// binary that dies with it as a sandbox's do (SIGKILL when the test
+// binary dies, on Linux), in a process group of its own; the test's
+// cleanup kills the group and waits for cmd.
+func StartChild(t testing.TB, cmd *exec.Cmd) {
+	t.Helper()
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	st := newStarter()
+	if err := st.start(cmd); err != nil {
+		st.stop()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		st.stop()
+	})
+}
