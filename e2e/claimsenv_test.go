@@ -180,8 +180,9 @@ func unitOn(t *testing.T, s *e2etest.Sandbox, unit string) string {
 
 // restartAgent starts machine m's agent again with args (its command
 // line when it ran), as its provider started it: in a session of its
-// own, logging to its agent.log; the sandbox's teardown ends it.
-func restartAgent(t *testing.T, s *e2etest.Sandbox, m string, args []string) {
+// own, logging to its agent.log; the sandbox's teardown ends it and
+// waits for it.
+func restartAgent(t *testing.T, s *e2etest.Sandbox, m string, args []string) *exec.Cmd {
 	t.Helper()
 	logf, err := os.OpenFile(filepath.Join(s.MachinesDir(), m, "agent.log"), os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -195,6 +196,7 @@ func restartAgent(t *testing.T, s *e2etest.Sandbox, m string, args []string) {
 		t.Fatal(err)
 	}
 	s.OnStop(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	return cmd
 }
 
 // agentArgs is the command line of process pid.

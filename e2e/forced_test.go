@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -237,18 +236,7 @@ func TestForcedUnitEndsAfterItsAgentRestarts(t *testing.T) {
 
 	// The agent started again as its provider started it, in a session
 	// of its own (the teardown stops it by its command line).
-	logf, err := os.OpenFile(filepath.Join(s.MachinesDir(), m, "agent.log"), os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := s.Start(cmd); err != nil {
-		t.Fatal(err)
-	}
-	s.OnStop(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	cmd := restartAgent(t, s, m, args)
 	checkForcedOut(t, s, f)
 	if !e2etest.PIDAlive(cmd.Process.Pid) {
 		t.Errorf("machine %s's agent started again (pid %d) stopped, want it running", m, cmd.Process.Pid)

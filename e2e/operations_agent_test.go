@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -293,19 +292,7 @@ func TestOperationsSurviveAgentAndControllerDeath(t *testing.T) {
 	t.Logf("kv/0's task lost %v after its machine agent was killed (--task-lost-after %v)", time.Since(killed).Round(100*time.Millisecond), taskLostAfter)
 
 	// The machine agent, started again as its provider started it.
-	cmd := exec.Command(args[0], args[1:]...)
-	logf, err := os.OpenFile(filepath.Join(s.Dir, "agent-again.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := s.Start(cmd); err != nil {
-		t.Fatal(err)
-	}
-	go cmd.Wait()
-	s.OnStop(func() { cmd.Process.Kill() })
+	restartAgent(t, s, u.Machine, args)
 	s.OK(t, "resume", id, "kv/0")
 	if doc := waitOpEnd(t, s, id, 5*time.Minute); doc.State != "done" {
 		t.Fatalf("the resumed task ended %+v, want done", doc)
