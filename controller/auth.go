@@ -174,7 +174,7 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 		if ahead {
 			// The operator waits on the answer; the agents' writes
 			// queued for etcd can wait a moment longer.
-			ctx = state.Ahead(ctx)
+			ctx = state.WithPriority(ctx)
 		}
 		if werr := s.workers.call(ctx, ahead, func() { resp, err = handler(ctx, req) }); werr != nil {
 			err = werr

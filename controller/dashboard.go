@@ -110,7 +110,7 @@ func (s *Server) CallAs(ctx context.Context, user, method string, req any, handl
 		err = denied("%s (%s) may not call %s: it needs the %s role", c, roleName(c.role), method, roleName(acc.role))
 	} else if err = s.admitStorage(c, kindOf("/lifeline.v1.OperatorService/"+method)); err == nil {
 		var resp any
-		resp, err = handler(state.Ahead(state.WithAudit(ctx, a)))
+		resp, err = handler(state.WithPriority(state.WithAudit(ctx, a)))
 		err = toStatus(err)
 		s.finishAudit(ctx, c, a, err)
 		return resp, err

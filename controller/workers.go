@@ -18,7 +18,7 @@ import (
 // fewer than max, or else waits for one: on its own goroutine it would
 // grow a stack as before (still 4–6% of the controller's CPU
 // destroying), where waiting costs only the small stack it has. An
-// operator's call, which goes ahead of the agents' (state.Ahead), runs
+// operator's call, which goes ahead of the agents' (state.WithPriority), runs
 // on its own goroutine rather than wait. The items of a call
 // (sideBySide) never wait: the call they belong to holds a worker. A
 // worker idle for a while ends, unless a call waits. Once stopped (its

@@ -7,7 +7,7 @@
 // It follows the machines through one watch, keeping them in memory, and
 // looks at them all after each change; dead machines are removed a few at
 // once, beside the passes, which do not wait for them. Its writes go ahead
-// of the agents' queued ones (state.Ahead). The watch can be behind the
+// of the agents' queued ones (state.WithPriority). The watch can be behind the
 // provisioner's own writes, so before it starts, takes back or stops an
 // instance it reads that machine from etcd and acts on what etcd says.
 //

@@ -179,7 +179,7 @@ func (p *Provisioner) pass(ctx context.Context, machines []*pb.Machine, all bool
 	// are few (a machine started, a dead one removed), and each is what an
 	// operator, or a machine's agent, waits on. Queued, the removals of
 	// 1,000 dead machines would wait for the last of 10,000 units to go.
-	ctx = state.Ahead(ctx)
+	ctx = state.WithPriority(ctx)
 	st := p.cfg.State
 	insts, err := p.cfg.Provider.Instances(ctx)
 	if err != nil {
@@ -329,7 +329,7 @@ func (r *remover) removeBatch(ctx context.Context, batch []*pb.Machine) (failed 
 		return nil
 	}
 	defer func() { <-r.turns }()
-	ctx = state.Ahead(ctx) // as a pass's writes go (pass)
+	ctx = state.WithPriority(ctx) // as a pass's writes go (pass)
 	// The instances are stopped side by side (a provider's stop may take
 	// its time), then the machines removed together. A manual machine has
 	// none to stop.
@@ -430,7 +430,7 @@ func (r *remover) wait() error {
 // removeDead stops dead machine m's instance and removes the machine (or
 // finds it gone).
 func (p *Provisioner) removeDead(ctx context.Context, m *pb.Machine) error {
-	ctx = state.Ahead(ctx) // as a pass's writes go (pass)
+	ctx = state.WithPriority(ctx) // as a pass's writes go (pass)
 	if err := p.stopInstance(ctx, m); err != nil {
 		return err
 	}

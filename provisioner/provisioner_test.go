@@ -33,14 +33,14 @@ type fakeProvider struct {
 	stopping chan struct{}
 	inStop   int
 	// queued counts the calls whose context's writes would queue behind
-	// the agents' (not state.Ahead).
+	// the agents' (not state.WithPriority).
 	queued int
 }
 
 func (f *fakeProvider) Start(ctx context.Context, spec provider.MachineSpec) (provider.Instance, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !state.IsAhead(ctx) {
+	if !state.HasPriority(ctx) {
 		f.queued++
 	}
 	if spec.Agent.Tag != "machine-"+spec.ID || spec.Agent.Secret == "" || len(spec.Agent.Controllers) == 0 {
@@ -54,7 +54,7 @@ func (f *fakeProvider) Start(ctx context.Context, spec provider.MachineSpec) (pr
 
 func (f *fakeProvider) Stop(ctx context.Context, id string) error {
 	f.mu.Lock()
-	if !state.IsAhead(ctx) {
+	if !state.HasPriority(ctx) {
 		f.queued++
 	}
 	if f.stopping != nil {
@@ -174,7 +174,7 @@ func TestProvisionerStartsAndRemoves(t *testing.T) {
 	}
 	// Its work goes ahead of the agents' writes queued for etcd.
 	if fp.queued != 0 {
-		t.Errorf("%d provider calls made with a context whose writes queue, want 0 (state.Ahead)", fp.queued)
+		t.Errorf("%d provider calls made with a context whose writes queue, want 0 (state.WithPriority)", fp.queued)
 	}
 }
 

@@ -21,15 +21,16 @@ import (
 // the harness's bursts.
 const DefaultMaxWritesInFlight = 256
 
-// Ahead returns ctx with its writes marked to go ahead of the writes
-// queued for the State's slots: they take one of the lead slots while any
-// is free, and queue only when none is. It is for the few writes that
+// WithPriority returns ctx with its writes marked to go ahead of the
+// writes queued for the State's slots: they take one of the lead slots
+// while any is free, and queue only when none is. It is for the few writes that
 // others wait on: a cascade's batches, the provisioner's, an operator's
 // command, while thousands of agents' writes queue; never for an agent's.
-func Ahead(ctx context.Context) context.Context { return etcdkv.Ahead(ctx) }
+func WithPriority(ctx context.Context) context.Context { return etcdkv.WithPriority(ctx) }
 
-// IsAhead reports whether ctx's writes go ahead of the queue (Ahead).
-func IsAhead(ctx context.Context) bool { return etcdkv.IsAhead(ctx) }
+// HasPriority reports whether ctx's writes go ahead of the queue
+// (WithPriority).
+func HasPriority(ctx context.Context) bool { return etcdkv.HasPriority(ctx) }
 
 // hold takes a slot for all the writes made with the returned context,
 // until release is called; with a context that holds one already, it

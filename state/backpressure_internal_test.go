@@ -235,19 +235,19 @@ func TestCascadeGoesAheadOfTheQueue(t *testing.T) {
 	release()
 }
 
-// A write whose context is marked Ahead (an operator's) goes through while
+// A write whose context has priority (WithPriority: an operator's) goes through while
 // every slot is held and others queue for one; the queued write still
 // waits its turn.
-func TestAheadGoesAheadOfTheQueue(t *testing.T) {
+func TestPriorityGoesAheadOfTheQueue(t *testing.T) {
 	st, ms, ctx := gatedState(t, "", 1, 2)
 	stillQueued, release := holdTheOnlySlot(t, ctx, st, ms[1].Id)
-	if IsAhead(ctx) {
-		t.Fatal("IsAhead(a plain context) = true")
+	if HasPriority(ctx) {
+		t.Fatal("HasPriority(a plain context) = true")
 	}
-	actx, cancel := context.WithTimeout(Ahead(ctx), 10*time.Second)
+	actx, cancel := context.WithTimeout(WithPriority(ctx), 10*time.Second)
 	defer cancel()
-	if !IsAhead(actx) {
-		t.Fatal("IsAhead(Ahead(ctx)) = false")
+	if !HasPriority(actx) {
+		t.Fatal("HasPriority(WithPriority(ctx)) = false")
 	}
 	if err := st.DestroyMachine(actx, ms[0].Id, DestroyOptions{}); err != nil {
 		t.Fatalf("DestroyMachine ahead, with the only slot held: %v", err)

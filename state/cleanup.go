@@ -70,7 +70,7 @@ const dyingInFlight = 8
 // State's slots (which soon are those units' own departures). An
 // unassigned principal, which no agent will ever run, is removed instead.
 func (s *State) setUnitsDying(ctx context.Context, units []string) error {
-	ctx = Ahead(ctx)
+	ctx = WithPriority(ctx)
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex

@@ -15,9 +15,9 @@
 //
 // A State has at most Config.MaxWritesInFlight writes in etcd at once; an
 // operation takes its slot before its first read and holds it for all its
-// attempts; an operation whose context is marked Ahead (a cascade's
-// batches, an operator's command) takes one of a few slots of its own
-// first, rather than queue behind the others. A write etcd refuses as too
+// attempts; an operation whose context has priority (WithPriority: a
+// cascade's batches, an operator's command) takes one of a few slots of
+// its own first, rather than queue behind the others. A write etcd refuses as too
 // many (it is behind applying) is sent again after a pause
 // (backpressure.go). Given Config.AtLeast (a controller passes its watch
 // hub's revision), a read at an earlier revision is made again: etcd sends

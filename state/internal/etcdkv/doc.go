@@ -12,8 +12,9 @@
 //   - the namespace: every key is prefixed on the way out and unprefixed
 //     on the way back;
 //   - the gate: a bounded number of writes in etcd at once, the slots of
-//     the writes that go Ahead, and the pacing of a write sent again after
-//     etcd refused it as too many requests (Gate, GatedKV).
+//     the writes that go ahead (WithPriority), and the pacing of a write
+//     sent again after etcd refused it as too many requests (Gate,
+//     GatedKV).
 //
 // Requests go to the member's own handler when the client's KV offers one
 // (Remote, as the in-process client of package embedetcd does: reads

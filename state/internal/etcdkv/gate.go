@@ -21,7 +21,7 @@ import (
 // or leases expire in a heap), sends it again after a short pause, until
 // the caller's context ends.
 
-// leadSlots is how many writes that go ahead of the queue (Ahead) may
+// leadSlots is how many writes that go ahead of the queue (WithPriority) may
 // have in etcd beyond the gate's slots. Queued behind the work they
 // release (the departures of the units set dying before them), a
 // cascade's batches set the pace of the start of a destroy: 10,000 units
@@ -58,16 +58,19 @@ func NewGate(slots int) *Gate {
 // heldSlot marks a context whose writes use a slot already held (Hold).
 type heldSlot struct{}
 
-// leading marks a context whose writes others' work waits on (Ahead).
+// leading marks a context whose writes others' work waits on (WithPriority).
 type leading struct{}
 
-// Ahead returns ctx with its writes marked to go ahead of the writes
-// queued for the gate's slots: they take one of the lead slots while any
-// is free, and queue only when none is.
-func Ahead(ctx context.Context) context.Context { return context.WithValue(ctx, leading{}, true) }
+// WithPriority returns ctx with its writes marked to go ahead of the
+// writes queued for the gate's slots: they take one of the lead slots
+// while any is free, and queue only when none is.
+func WithPriority(ctx context.Context) context.Context {
+	return context.WithValue(ctx, leading{}, true)
+}
 
-// IsAhead reports whether ctx's writes go ahead of the queue (Ahead).
-func IsAhead(ctx context.Context) bool { return ctx.Value(leading{}) != nil }
+// HasPriority reports whether ctx's writes go ahead of the queue
+// (WithPriority).
+func HasPriority(ctx context.Context) bool { return ctx.Value(leading{}) != nil }
 
 // Hold takes a slot for all the writes made with the returned context,
 // until release is called; with a context that holds one already, it
@@ -76,7 +79,7 @@ func (g *Gate) Hold(ctx context.Context) (held context.Context, release func(), 
 	if ctx.Value(heldSlot{}) != nil {
 		return ctx, func() {}, nil
 	}
-	if IsAhead(ctx) {
+	if HasPriority(ctx) {
 		select {
 		case g.lead <- struct{}{}:
 			return context.WithValue(ctx, heldSlot{}, true), func() { <-g.lead }, nil

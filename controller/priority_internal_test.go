@@ -15,7 +15,7 @@ import (
 )
 
 // The operator's calls write ahead of the agents' queued writes
-// (state.Ahead); an agent's calls queue as before.
+// (state.WithPriority); an agent's calls queue as before.
 func TestOperatorCallsGoAhead(t *testing.T) {
 	st, err := state.New(etcdtest.Client(t), state.Config{Namespace: etcdtest.Namespace(t)})
 	if err != nil {
@@ -61,14 +61,14 @@ func TestOperatorCallsGoAhead(t *testing.T) {
 			cctx := metadata.NewIncomingContext(ctx, metadata.New(kv))
 			var ahead bool
 			_, err = s.unaryInterceptor(cctx, nil, &grpc.UnaryServerInfo{FullMethod: tc.method}, func(ctx context.Context, _ any) (any, error) {
-				ahead = state.IsAhead(ctx)
+				ahead = state.HasPriority(ctx)
 				return nil, nil
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if ahead != tc.ahead {
-				t.Errorf("%s calling %s: state.IsAhead = %v, want %v", tc.tag, tc.method, ahead, tc.ahead)
+				t.Errorf("%s calling %s: state.HasPriority = %v, want %v", tc.tag, tc.method, ahead, tc.ahead)
 			}
 		})
 	}
