@@ -17,8 +17,8 @@
 // operation takes its slot before its first read and holds it for all its
 // attempts; an operation whose context has priority (WithPriority: a
 // cascade's batches, an operator's command) takes one of a few slots of
-// its own first, rather than queue behind the others. A write etcd refuses as too
-// many (it is behind applying) is sent again after a pause
+// its own first, rather than queue behind the others. A write etcd
+// refuses as too many (it is behind applying) is sent again after a pause
 // (backpressure.go). Given Config.AtLeast (a controller passes its watch
 // hub's revision), a read at an earlier revision is made again: etcd sends
 // a change to its watchers a moment before reads can see it, and an agent
@@ -61,7 +61,8 @@
 //     a part of it, each selected name with what it needs: SelectModel;
 //     counts by life only: Census; statuses and presence only:
 //     StatusCensus.
-//   - Every key, for the invariant checkers and backups: Snapshot.
+//   - Every key, raw, for the invariant checkers: Snapshot (backups copy
+//     etcd's database file: internal/embedetcd).
 //   - Raw keys for the watch hub and agents' watches: List, ListKey and
 //     ListMany (a Reset batch's listing), then Watch, WatchKey (one key
 //     exactly) and WatchChanges (resuming after a revision received).

@@ -25,7 +25,9 @@ type Snapshot struct {
 }
 
 // Snapshot reads the model's keys at one revision: every key of the
-// namespace but the charm archives' chunks.
+// namespace but the charm archives' chunks, raw, for the invariant
+// checkers (CheckInvariants). A caller that shows or acts on the model
+// reads it decoded with Model.
 func (s *State) Snapshot(ctx context.Context) (*Snapshot, error) {
 	r, err := s.read(ctx, getKeys(machinesPrefix, 1))
 	if err != nil {

@@ -52,7 +52,10 @@ type Model struct {
 	Owners map[string]*pb.Owner
 }
 
-// Model reads the whole model at one revision.
+// Model reads the whole model at one revision, decoded, as ctl status
+// shows it: entities with their statuses, scopes and presence. For a part
+// of it use SelectModel; for counts by life alone, Census; for the raw
+// keys, Snapshot.
 func (s *State) Model(ctx context.Context) (*Model, error) {
 	r, err := s.read(ctx, getKeys(machinesPrefix, 1))
 	if err != nil {
@@ -249,7 +252,8 @@ type Census struct {
 }
 
 // Census counts the model's machines, services, units and relations by
-// life, at one revision. It reads their records alone, not their
+// life, at one revision: for a caller that needs the counts, not the
+// entities (Model). It reads their records alone, not their
 // statuses, scopes or presence: at 10,000 units on 1,000 machines,
 // 11,000 keys where Model reads 33,000 or more.
 func (s *State) Census(ctx context.Context) (*Census, error) {

@@ -50,7 +50,9 @@ type WatchBatch struct {
 // itself) after revision after, or, when after is zero, a Reset listing
 // then the changes. It survives leader changes and lost connections by
 // resuming from the last revision it delivered, and compaction by
-// re-listing. The channel closes when ctx ends.
+// re-listing. The channel closes when ctx ends. It is for a watcher that
+// keeps a copy of what it watches (the listing rebuilds the copy);
+// WatchKey watches one key, WatchChanges keeps no copy.
 func (s *State) Watch(ctx context.Context, prefix string, after int64) <-chan WatchBatch {
 	out := make(chan WatchBatch)
 	go s.watch(ctx, prefix, true, after, out)
