@@ -133,8 +133,9 @@ func TestReporterOrdersReports(t *testing.T) {
 	api := &statusRecorder{}
 	r := newReporter(api, "kv/0", hclog.NewNullLogger())
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go r.run(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); r.run(ctx) }()
+	defer func() { cancel(); <-done }()
 
 	for _, st := range []string{"executing", "error", "idle", "idle", "error", "idle"} {
 		r.set(&pb.Status{Status: st})
@@ -158,15 +159,25 @@ func TestReporterSendsAKeptStatusOnce(t *testing.T) {
 	api := &statusRecorder{calls: make(chan string), release: make(chan struct{})}
 	r := newReporter(api, "kv/0", hclog.NewNullLogger())
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go r.run(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); r.run(ctx) }()
+	// The calls after the first go on at once: a goroutine takes them
+	// until the reporter has stopped.
+	stopDrain, drained := make(chan struct{}), make(chan struct{})
+	defer func() { cancel(); <-done; close(stopDrain); <-drained }()
 
 	r.set(&pb.Status{Status: "error", Message: "hook failed"})
 	<-api.calls // on its way
 	r.set(&pb.Status{Status: "idle"})
 	close(api.release)
 	go func() {
-		for range api.calls {
+		defer close(drained)
+		for {
+			select {
+			case <-api.calls:
+			case <-stopDrain:
+				return
+			}
 		}
 	}()
 	r.flush(ctx)
