@@ -4,12 +4,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 )
 
 // lifelined is the real lifelined binary, built once for the package: the
@@ -21,10 +22,8 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	lifelined = filepath.Join(dir, "lifelined")
-	build := exec.Command("go", "build", "-o", lifelined, "github.com/lifelinehq/lifeline/cmd/lifelined")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build lifelined: %v\n%s", err, out)
+	if lifelined, err = e2etest.BuildLifelined(dir); err != nil {
+		fmt.Fprintf(os.Stderr, "build lifelined: %v\n", err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}

@@ -7,7 +7,6 @@ import (
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -23,6 +22,7 @@ import (
 	"github.com/lifelinehq/lifeline/internal/apiclient"
 	"github.com/lifelinehq/lifeline/internal/pki"
 	"github.com/lifelinehq/lifeline/internal/testing/controllertest"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 	"github.com/lifelinehq/lifeline/internal/testing/etcdtest"
 	"github.com/lifelinehq/lifeline/machineagent"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -37,9 +37,8 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	lifelined = filepath.Join(dir, "lifelined")
-	if out, err := exec.Command("go", "build", "-o", lifelined, "../cmd/lifelined").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build lifelined: %v\n%s", err, out)
+	if lifelined, err = e2etest.BuildLifelined(dir); err != nil {
+		fmt.Fprintf(os.Stderr, "build lifelined: %v\n", err)
 		os.Exit(1)
 	}
 	code := etcdtest.Run(m, etcdtest.Options{})

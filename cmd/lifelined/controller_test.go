@@ -33,9 +33,8 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	lifelined = filepath.Join(dir, "lifelined")
-	if out, err := exec.Command("go", "build", e2etest.StampFlag(), "-o", lifelined, ".").CombinedOutput(); err != nil {
-		os.Stderr.Write(out)
+	if lifelined, err = e2etest.BuildLifelined(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()

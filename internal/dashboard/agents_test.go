@@ -4,8 +4,6 @@ import (
 	"context"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 
@@ -13,6 +11,7 @@ import (
 
 	"github.com/lifelinehq/lifeline/internal/apiclient"
 	"github.com/lifelinehq/lifeline/internal/pki"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 	"github.com/lifelinehq/lifeline/machineagent"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/unitagent"
@@ -37,25 +36,13 @@ func lifelined(t *testing.T) string {
 			lifelinedOnce.err = err
 			return
 		}
-		p := filepath.Join(dir, "lifelined")
-		if out, err := exec.Command("go", "build", "-o", p, "../../cmd/lifelined").CombinedOutput(); err != nil {
-			lifelinedOnce.err = &buildError{err, string(out)}
-			return
-		}
-		lifelinedOnce.path = p
+		lifelinedOnce.path, lifelinedOnce.err = e2etest.BuildLifelined(dir)
 	})
 	if lifelinedOnce.err != nil {
 		t.Fatalf("build lifelined: %v", lifelinedOnce.err)
 	}
 	return lifelinedOnce.path
 }
-
-type buildError struct {
-	err error
-	out string
-}
-
-func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
 
 // runMachine adds a machine and runs its agent in this process until the
 // test ends; it returns the machine's id.
