@@ -57,10 +57,11 @@
 //     relation to another: MachinePrincipals (a machine's principals),
 //     MachineUnitNames (with their subordinates), ServiceRelations,
 //     RelationsBetween, ScopeMembers, UnitScopes, Subordinates.
-//   - The whole model at one revision, as ctl status shows it: Model;
-//     a part of it, each selected name with what it needs: SelectModel;
-//     counts by life only: Census; statuses and presence only:
-//     StatusCensus.
+//   - The whole model at one revision, as ctl status shows it: Model,
+//     decoded by a ModelBuilder, which a controller keeping the model in
+//     memory feeds the changes of ModelPrefixes too; a part of it,
+//     each selected name with what it needs: SelectModel; counts by
+//     life only: Census; statuses and presence only: StatusCensus.
 //   - Every key, raw, for the invariant checkers: Snapshot (backups copy
 //     etcd's database file: internal/embedetcd).
 //   - Raw keys for the watch hub and agents' watches: List, ListKey and

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -13,7 +11,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/lifelinehq/lifeline/internal/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -53,126 +50,31 @@ type Model struct {
 }
 
 // Model reads the whole model at one revision, decoded, as ctl status
-// shows it: entities with their statuses, scopes and presence. For a part
-// of it use SelectModel; for counts by life alone, Census; for the raw
-// keys, Snapshot.
+// shows it: every key under ModelPrefixes, decoded by a ModelBuilder. For
+// a part of it use SelectModel; for counts by life alone, Census; for the
+// raw keys, Snapshot.
 func (s *State) Model(ctx context.Context) (*Model, error) {
 	r, err := s.read(ctx, getKeys(machinesPrefix, 1))
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{Revision: r.rev, Scopes: map[int64][]string{}, Statuses: map[string]*pb.Status{}, Present: map[string]bool{},
-		UnitRevisions: map[string]*pb.UnitRevision{}, Rollouts: map[string]*pb.Rollout{}, Ports: map[string][]string{}, Leaders: map[string]string{}}
-	// creates are the entities' create revisions, by key: an owner
-	// record applies only to the incarnation it was written for.
-	creates := map[string]int64{}
-	var createsMu sync.Mutex
-	created := func(f func(kv *mvccpb.KeyValue) error) func(kv *mvccpb.KeyValue) error {
-		return func(kv *mvccpb.KeyValue) error {
-			createsMu.Lock()
-			creates[string(kv.Key)] = kv.CreateRevision
-			createsMu.Unlock()
-			return f(kv)
-		}
-	}
-	each := func(prefix string, keysOnly bool, f func(kv *mvccpb.KeyValue) error) error {
-		kvs, err := s.listRev(ctx, prefix, keysOnly, r.rev)
-		if err != nil {
-			return err
-		}
-		for _, kv := range kvs {
-			if err := f(kv); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	steps := []struct {
-		prefix   string
-		keysOnly bool
-		f        func(kv *mvccpb.KeyValue) error
-	}{
-		{machinesPrefix, false, created(collect(&m.Machines))},
-		{servicesPrefix, false, created(collect(&m.Services))},
-		{unitsPrefix, false, collect(&m.Units)},
-		{relationsPrefix, false, created(collect(&m.Relations))},
-		{cleanupsPrefix, false, collect(&m.Cleanups)},
-		{scopesPrefix, true, func(kv *mvccpb.KeyValue) error {
-			rel, unit, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), scopesPrefix), "/")
-			id, err := strconv.ParseInt(rel, 10, 64)
-			if err != nil {
-				return invalidf("corrupt scope key %s", kv.Key)
-			}
-			m.Scopes[id] = append(m.Scopes[id], unit)
-			return nil
-		}},
-		{presencePrefix, true, func(kv *mvccpb.KeyValue) error {
-			m.Present[strings.TrimPrefix(string(kv.Key), presencePrefix)] = true
-			return nil
-		}},
-		{statusPrefix, false, func(kv *mvccpb.KeyValue) error {
-			st := &pb.Status{}
-			if err := proto.Unmarshal(kv.Value, st); err != nil {
-				return invalidf("corrupt status %s: %v", kv.Key, err)
-			}
-			m.Statuses[string(kv.Key)] = st
-			return nil
-		}},
-		{unitRevisionsPrefix, false, func(kv *mvccpb.KeyValue) error {
-			ur := &pb.UnitRevision{}
-			if err := proto.Unmarshal(kv.Value, ur); err != nil {
-				return invalidf("corrupt unit revision %s: %v", kv.Key, err)
-			}
-			m.UnitRevisions[strings.TrimPrefix(string(kv.Key), unitRevisionsPrefix)] = ur
-			return nil
-		}},
-		{rolloutsPrefix, false, func(kv *mvccpb.KeyValue) error {
-			ro := &pb.Rollout{}
-			if err := proto.Unmarshal(kv.Value, ro); err != nil {
-				return invalidf("corrupt rollout %s: %v", kv.Key, err)
-			}
-			m.Rollouts[strings.TrimPrefix(string(kv.Key), rolloutsPrefix)] = ro
-			return nil
-		}},
-		{leadershipPrefix, true, func(kv *mvccpb.KeyValue) error {
-			if u := LeaderOfKey(string(kv.Key)); u != "" {
-				m.Leaders[names.UnitService(u)] = u
-			}
-			return nil
-		}},
-		{hostPortsPrefix, false, func(kv *mvccpb.KeyValue) error {
-			hp := &pb.HostPorts{}
-			if err := proto.Unmarshal(kv.Value, hp); err != nil {
-				return invalidf("corrupt ports %s: %v", kv.Key, err)
-			}
-			m.Ports[strings.TrimPrefix(string(kv.Key), hostPortsPrefix)] = hp.Ports
-			return nil
-		}},
-	}
-	// The steps read at one revision and fill parts of the model of
-	// their own (creates is locked): on a large model each read and
-	// decoding takes a core for a while, so they run on every core.
-	var owners []*mvccpb.KeyValue
-	steps = append(steps, struct {
-		prefix   string
-		keysOnly bool
-		f        func(kv *mvccpb.KeyValue) error
-	}{ownersPrefix, false, func(kv *mvccpb.KeyValue) error { owners = append(owners, kv); return nil }})
-	errs := make([]error, len(steps))
-	next := make(chan int, len(steps))
-	for i := range steps {
-		next <- i
+	b := NewModelBuilder()
+	// The parts are read at one revision and each fills its own part of
+	// the builder: on a large model each read and decoding takes a core
+	// for a while, so they run on every core.
+	errs := make([]error, numModelParts)
+	next := make(chan modelPart, numModelParts)
+	for p := range numModelParts {
+		next <- p
 	}
 	close(next)
 	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(steps)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				errs[i] = each(steps[i].prefix, steps[i].keysOnly, steps[i].f)
+	for range min(runtime.GOMAXPROCS(0), int(numModelParts)) {
+		wg.Go(func() {
+			for p := range next {
+				errs[p] = s.readPart(ctx, b, p, r.rev)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -180,33 +82,25 @@ func (s *State) Model(ctx context.Context) (*Model, error) {
 			return nil, err
 		}
 	}
-	m.Owners = liveOwners(owners, creates)
-	sort.Slice(m.Machines, func(i, j int) bool { return numLess(m.Machines[i].Id, m.Machines[j].Id) })
-	sort.Slice(m.Units, func(i, j int) bool { return unitLess(m.Units[i].Name, m.Units[j].Name) })
-	sort.Slice(m.Relations, func(i, j int) bool { return m.Relations[i].Id < m.Relations[j].Id })
-	for _, units := range m.Scopes {
-		sort.Slice(units, func(i, j int) bool { return unitLess(units[i], units[j]) })
+	return b.model(r.rev, true), nil
+}
+
+// readPart reads part p of the model at rev into b.
+func (s *State) readPart(ctx context.Context, b *ModelBuilder, p modelPart, rev int64) error {
+	kvs, err := s.listRev(ctx, modelParts[p].prefix, modelParts[p].keysOnly, rev)
+	if err != nil {
+		return err
 	}
-	return m, nil
+	for _, kv := range kvs {
+		if err := b.put(p, string(kv.Key), kv.Value, kv.CreateRevision); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Status returns the model's status of an entity, or nil.
 func (m *Model) Status(kind StatusKind, id string) *pb.Status { return m.Statuses[StatusKey(kind, id)] }
-
-// collect returns a function that decodes a value into a new element of *out.
-func collect[T any, P interface {
-	*T
-	proto.Message
-}](out *[]P) func(kv *mvccpb.KeyValue) error {
-	return func(kv *mvccpb.KeyValue) error {
-		rec, err := decode[T, P](kv)
-		if err != nil {
-			return err
-		}
-		*out = append(*out, rec.v)
-		return nil
-	}
-}
 
 // numLess orders decimal ids numerically.
 func numLess(a, b string) bool {

@@ -315,29 +315,6 @@ func decodeOwner(rec *mvccpb.KeyValue) *pb.Owner {
 	return o
 }
 
-// liveOwners decodes the owner records among kvs whose entities exist as
-// the incarnations they were written for (creates: an entity's key → its
-// create revision), by "<kind>/<id>".
-func liveOwners(kvs []*mvccpb.KeyValue, creates map[string]int64) map[string]*pb.Owner {
-	out := map[string]*pb.Owner{}
-	for _, kv := range kvs {
-		kindID := strings.TrimPrefix(string(kv.Key), ownersPrefix)
-		kind, id, _ := strings.Cut(kindID, "/")
-		key, err := ownedEntityKey(kind, id)
-		if err != nil {
-			continue
-		}
-		o := &pb.Owner{}
-		if proto.Unmarshal(kv.Value, o) != nil {
-			continue
-		}
-		if rev, ok := creates[key]; ok && rev == o.EntityCreateRevision {
-			out[kindID] = o
-		}
-	}
-	return out
-}
-
 // checkOwners checks the owner records and their references: each record
 // decodes, names a valid manifest and resource, and has its reference;
 // each reference has its record naming its manifest; no manifest has more
