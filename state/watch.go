@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -78,6 +79,21 @@ func (s *State) WatchChanges(ctx context.Context, prefix string, after int64) <-
 	out := make(chan WatchBatch)
 	go s.watchFrom(ctx, prefix, true, after, false, out)
 	return out
+}
+
+// RequestProgress asks etcd to tell the watches of WatchChanges the
+// store's current revision once they have sent every change up to it:
+// each then delivers a progress batch (no events) at that revision. A
+// watcher waiting for a revision that brought no change under its prefix
+// (a write outside the State's namespace, in an etcd shared with others)
+// gets there so. It reaches the watches' own stream, which is keyed by
+// its metadata (watchFrom): the caller's outgoing metadata is not sent.
+func (s *State) RequestProgress(ctx context.Context) error {
+	ctx = metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(metadata.NewOutgoingContext(ctx, metadata.MD{})), "lifeline-watch", "changes")
+	if err := s.watcher.RequestProgress(ctx); err != nil {
+		return fmt.Errorf("request the watches' progress: %w", err)
+	}
+	return nil
 }
 
 // List returns every key under prefix at one revision, which it returns
