@@ -24,6 +24,8 @@
 // only run calls' handlers, and end when idle or when Run ends. Run keeps its copies of the
 // credentials (credmirror.go) and of the presence keys' changes
 // (presence.go), each following one stream of the watch hub until Run's
-// context ends or the hub stops; without them (before their first
-// listing, or with Run not running) calls read etcd instead.
+// context ends or the hub stops, and, while whole-model statuses are
+// asked for, the decoded model they are built from (package modelcache);
+// without them (before their first listing, or with Run not running)
+// calls read etcd instead.
 package controller

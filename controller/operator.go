@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lifelinehq/lifeline/controller/modelcache"
 	"github.com/lifelinehq/lifeline/internal/charm"
 	"github.com/lifelinehq/lifeline/internal/names"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -532,7 +533,7 @@ func (s *Server) modelStatus(ctx context.Context, sel state.Selection) (*pb.Mode
 	var m *state.Model
 	var err error
 	if sel.Len() == 0 {
-		m, err = s.st.Model(ctx)
+		m, err = s.wholeModel(ctx)
 	} else {
 		m, err = s.st.SelectModel(ctx, sel)
 	}
@@ -545,6 +546,31 @@ func (s *Server) modelStatus(ctx context.Context, sel state.Selection) (*pb.Mode
 	}
 	return st, nil
 }
+
+// wholeModel returns the whole model at the current revision or later:
+// from the decoded model the controller keeps (modelcache) once it has
+// applied every change up to the revision read when the call came, so
+// that a status shows what its caller wrote before; else, while the cache
+// starts or when it does not get there in time, read from etcd.
+func (s *Server) wholeModel(ctx context.Context) (*state.Model, error) {
+	rev, err := s.st.Revision(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.models.Model(ctx, rev)
+	if err == nil {
+		return m, nil
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	s.logger.Debug("whole-model status read from etcd", "revision", rev, "reason", err)
+	return s.st.Model(ctx)
+}
+
+// ModelCacheStats returns the state and counts of the decoded model the
+// controller keeps for the whole-model status, for tests and benchmarks.
+func (s *Server) ModelCacheStats() modelcache.Stats { return s.models.Stats() }
 
 // controllersStatus is a status of the live controllers, the alarms and
 // the operations' counts alone, at the model's revision: reads of a few

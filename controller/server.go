@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/lifelinehq/lifeline/controller/modelcache"
 	"github.com/lifelinehq/lifeline/internal/pki"
 	"github.com/lifelinehq/lifeline/internal/version"
 	"github.com/lifelinehq/lifeline/internal/watchhub"
@@ -104,6 +105,12 @@ type Config struct {
 	// ("https://host:port"), which DashboardLogin's links point to; ""
 	// when it serves none.
 	DashboardURL string
+	// ModelCacheIdle is how long the decoded model kept for the
+	// whole-model status (modelcache) is kept after the last such call,
+	// and ModelCacheWait how long a call waits for it to reach the
+	// model's current revision before reading etcd instead; modelcache's
+	// defaults (5 minutes, 2 s) when zero.
+	ModelCacheIdle, ModelCacheWait time.Duration
 }
 
 // Validate reports a configuration New cannot use.
@@ -132,6 +139,9 @@ type Server struct {
 	// holders is the copy of the presence keys' last changes that ends
 	// presence streams taken over.
 	holders *presenceHolders
+	// models keeps the decoded model for the whole-model status while
+	// it is asked for.
+	models *modelcache.Cache
 	// rels keeps what authorization needs of the relations it read.
 	rels relationCache
 	// workers run the unary calls' handlers.
@@ -215,6 +225,12 @@ func New(cfg Config) (*Server, error) {
 	s.watchers = newWatchers(cfg.Watches, cfg.Watch, cfg.Metrics, s.logger)
 	s.creds = newCredMirror(cfg.Watches, s.logger)
 	s.holders = newPresenceHolders(cfg.Watches, s.logger)
+	models, err := modelcache.New(modelcache.Config{Hub: cfg.Watches, Logger: s.logger.Named("model-cache"),
+		Progress: cfg.State.RequestProgress, Idle: cfg.ModelCacheIdle, Wait: cfg.ModelCacheWait})
+	if err != nil {
+		return nil, err
+	}
+	s.models = models
 	s.registrations = rate.NewLimiter(registrationRate, registrationBurst)
 	s.health = newHealthGate()
 	s.workers = newHandlerWorkers(maxHandlerWorkers, workerIdle)
@@ -256,15 +272,17 @@ const (
 )
 
 // Run keeps the server's copies of the credentials and of the presence
-// keys' changes current, from the watch hub, until ctx ends (or the hub
-// stops, after which calls read etcd). Calls answer without them, reading
-// etcd, until their first listing. When ctx ends it stops the handler
-// workers too, and returns once both copies and every worker have ended
-// (a worker after the call it runs).
+// keys' changes current, from the watch hub, and the decoded model while
+// the whole-model status is asked for (modelcache), until ctx ends (or
+// the hub stops, after which calls read etcd). Calls answer without them,
+// reading etcd, until their first listing. When ctx ends it stops the
+// handler workers too, and returns once the copies and every worker have
+// ended (a worker after the call it runs).
 func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.creds.run(ctx) })
 	wg.Go(func() { s.holders.run(ctx) })
+	wg.Go(func() { s.models.Run(ctx) })
 	wg.Wait()
 	<-ctx.Done()
 	s.workers.stop()
