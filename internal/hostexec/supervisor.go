@@ -391,6 +391,9 @@ func (s *Supervisor) StopAll(unit string) error {
 		}
 	}
 	s.mu.Unlock()
+	if len(names) == 0 {
+		return nil // nothing of the unit's to stop or to record
+	}
 	errs := make([]error, len(names))
 	var wg sync.WaitGroup
 	for i, n := range names {

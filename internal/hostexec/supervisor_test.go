@@ -288,3 +288,21 @@ func TestSupervisorLogBounded(t *testing.T) {
 		t.Errorf("the log: %v, %v; want it bounded", st.Size(), err)
 	}
 }
+
+// TestStopAllOfAUnitWithoutDaemonsWritesNothing: the machine agent stops
+// the daemons of every unit it removes; a unit that had none (most) costs
+// no write of the record.
+func TestStopAllOfAUnitWithoutDaemonsWritesNothing(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	s, _ := startSupervisor(t, cfg)
+	// The supervisor writes its record as it starts: set that aside.
+	if err := os.Remove(cfg.StateFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StopAll("kv/0"); err != nil {
+		t.Fatalf("StopAll(kv/0) = %v", err)
+	}
+	if _, err := os.Stat(cfg.StateFile); !os.IsNotExist(err) {
+		t.Errorf("the record after stopping a unit without daemons: %v, want none written", err)
+	}
+}
