@@ -9,6 +9,8 @@ import (
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lifelinehq/lifeline/controller/modelcache"
+
 	"github.com/lifelinehq/lifeline/internal/watchhub"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
@@ -26,6 +28,45 @@ type metrics struct {
 	grpc *grpcprom.ServerMetrics
 	// watchRPCs counts the open Watch and WatchMany streams.
 	watchRPCs atomic.Int64
+}
+
+// registerModelCacheMetrics exports the state and counts of the decoded
+// model the controller keeps for the whole-model status.
+func registerModelCacheMetrics(reg prometheus.Registerer, c *modelcache.Cache) {
+	if reg == nil {
+		return
+	}
+	stat := func(f func(modelcache.Stats) float64) func() float64 {
+		return func() float64 { return f(c.Stats()) }
+	}
+	count := func(n int64) float64 { return float64(n) }
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "lifeline", Name: "model_cache_ready",
+			Help: "1 while the controller holds the decoded model the whole-model status is answered from, 0 while it starts or is not kept (no such call for a while).",
+		}, stat(func(s modelcache.Stats) float64 {
+			if s.Ready {
+				return 1
+			}
+			return 0
+		})),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "lifeline", Name: "model_cache_served_total",
+			Help: "Whole-model statuses answered from the decoded model.",
+		}, stat(func(s modelcache.Stats) float64 { return count(s.Served) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "lifeline", Name: "model_cache_behind_total",
+			Help: "Whole-model statuses read from etcd because the decoded model did not reach the call's revision in time.",
+		}, stat(func(s modelcache.Stats) float64 { return count(s.Behind) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "lifeline", Name: "model_cache_starts_total",
+			Help: "Times the controller started keeping the decoded model (each a listing of the whole model).",
+		}, stat(func(s modelcache.Stats) float64 { return count(s.Starts) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "lifeline", Name: "model_cache_failures_total",
+			Help: "Times keeping the decoded model ended on an error (a watch budget cut, a failed read, a value that does not decode); the next call starts it again.",
+		}, stat(func(s modelcache.Stats) float64 { return count(s.Failures) })),
+	)
 }
 
 func newMetrics(reg prometheus.Registerer, st *state.State, hub *watchhub.Hub) *metrics {

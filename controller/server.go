@@ -231,6 +231,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.models = models
+	registerModelCacheMetrics(cfg.Metrics, models)
 	s.registrations = rate.NewLimiter(registrationRate, registrationBurst)
 	s.health = newHealthGate()
 	s.workers = newHandlerWorkers(maxHandlerWorkers, workerIdle)

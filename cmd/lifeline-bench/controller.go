@@ -155,6 +155,30 @@ func (c *controllerProc) scrape(line func(string) (done bool, err error)) error 
 	return sc.Err()
 }
 
+// waitModelCache waits, a minute at most, until the controller holds the
+// decoded model its whole-model status is answered from, which the first
+// such call starts it keeping.
+func (c *controllerProc) waitModelCache(ctx context.Context) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		v, err := c.metric("lifeline_model_cache_ready")
+		if err != nil {
+			return err
+		}
+		if v == 1 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the controller's decoded model not ready a minute after the first status")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // metric returns the value of a metric line from the controller's
 // /metrics, such as "lifeline_etcd_txns_total".
 func (c *controllerProc) metric(name string) (float64, error) {

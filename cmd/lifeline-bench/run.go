@@ -267,6 +267,12 @@ func run(ctx context.Context, c config) (*results, error) {
 	if err != nil {
 		return res, err
 	}
+	if err := ctl.waitModelCache(ctx); err != nil {
+		return res, err
+	}
+	if res.StatusJSONAgainSeconds, err = timeStatus(ctx, c.ctl, ctl.configPath); err != nil {
+		return res, err
+	}
 	// Selectors answer in time proportional to what they select: one
 	// unit, one machine.
 	if res.StatusUnitSeconds, err = timeStatus(ctx, c.ctl, ctl.configPath, "bench/0"); err != nil {
