@@ -10,55 +10,11 @@ import (
 
 	"github.com/lifelinehq/lifeline/internal/testing/etcdtest"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
+	"github.com/lifelinehq/lifeline/internal/testing/statetest"
 	"github.com/lifelinehq/lifeline/internal/watchhub"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 )
-
-// heldSource is a watch hub's source whose changes are held back while
-// held: the controller's model cache then cannot catch up.
-type heldSource struct {
-	*state.State
-	mu   sync.Mutex
-	open chan struct{} // closed while the changes flow
-}
-
-func (h *heldSource) hold(on bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if on {
-		h.open = make(chan struct{})
-	} else {
-		close(h.open)
-	}
-}
-
-func (h *heldSource) opened() <-chan struct{} {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.open
-}
-
-func (h *heldSource) WatchChanges(ctx context.Context, prefix string, after int64) <-chan state.WatchBatch {
-	in := h.State.WatchChanges(ctx, prefix, after)
-	out := make(chan state.WatchBatch)
-	go func() {
-		defer close(out)
-		for b := range in {
-			select {
-			case <-h.opened():
-			case <-ctx.Done():
-				return
-			}
-			select {
-			case out <- b:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out
-}
 
 // A whole-model status whose model cache cannot catch up reads etcd
 // after its wait, and shows what was written all the same.
@@ -69,8 +25,7 @@ func TestStatusFallsBackWhenTheCacheIsBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := &heldSource{State: st, open: make(chan struct{})}
-	close(src.open)
+	src := statetest.NewHeldChanges(st)
 	if hub, err = watchhub.New(watchhub.Config{Source: src, MarkKey: state.BarrierKey}); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +51,7 @@ func TestStatusFallsBackWhenTheCacheIsBehind(t *testing.T) {
 		status()
 		return s.ModelCacheStats().Ready
 	})
-	src.hold(true)
+	src.Hold(true)
 	ms, err := st.AddMachines(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +63,7 @@ func TestStatusFallsBackWhenTheCacheIsBehind(t *testing.T) {
 	if stats := s.ModelCacheStats(); stats.Behind == 0 {
 		t.Errorf("ModelCacheStats() = %+v: want a call that found the cache behind", stats)
 	}
-	src.hold(false)
+	src.Hold(false)
 	served := s.ModelCacheStats().Served
 	if got := status(); !slices.ContainsFunc(got.Machines, func(m *pb.MachineStatus) bool { return m.Id == ms[0].Id }) {
 		t.Fatalf("status with the changes let through = %d machines, not machine %s", len(got.Machines), ms[0].Id)

@@ -3,6 +3,7 @@ package state
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -391,7 +392,7 @@ func (b *ModelBuilder) model(rev int64, own bool) *Model {
 		return out
 	})
 	m.Cleanups = pick(ch[partCleanups], prev.Cleanups, func() []*pb.Cleanup {
-		keys := sortedKeys(b.cleanups)
+		keys := slices.Sorted(maps.Keys(b.cleanups))
 		var out []*pb.Cleanup
 		for _, k := range keys {
 			out = append(out, b.cleanups[k])
@@ -424,7 +425,7 @@ func (b *ModelBuilder) model(rev int64, own bool) *Model {
 		// A service has one leadership key; were there two, the last
 		// in key order would name the leader, as a listing reads them.
 		out := map[string]string{}
-		for _, k := range sortedKeys(b.leaders) {
+		for _, k := range slices.Sorted(maps.Keys(b.leaders)) {
 			u := b.leaders[k]
 			out[names.UnitService(u)] = u
 		}
@@ -504,17 +505,8 @@ func values[P any](m map[string]created[P]) []P {
 // byKey returns the records of m in key order.
 func byKey[P any](m map[string]created[P]) []P {
 	var out []P
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		out = append(out, m[k].v)
 	}
 	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

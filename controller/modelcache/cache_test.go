@@ -16,6 +16,7 @@ import (
 	"github.com/lifelinehq/lifeline/controller/modelcache"
 	"github.com/lifelinehq/lifeline/internal/testing/etcdtest"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
+	"github.com/lifelinehq/lifeline/internal/testing/statetest"
 	"github.com/lifelinehq/lifeline/internal/watchhub"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
@@ -35,7 +36,7 @@ type fixture struct {
 	t     *testing.T
 	ctx   context.Context
 	st    *state.State
-	gate  *gate
+	gate  *statetest.HeldChanges
 	hub   *watchhub.Hub
 	cache *modelcache.Cache
 }
@@ -56,8 +57,7 @@ func newFixture(t *testing.T, hcfg watchhub.Config, cfg modelcache.Config) *fixt
 	if err := f.st.BootstrapAdmin(f.ctx, ""); err != nil {
 		t.Fatal(err)
 	}
-	f.gate = &gate{State: f.st, opened: make(chan struct{})}
-	close(f.gate.opened)
+	f.gate = statetest.NewHeldChanges(f.st)
 	hcfg.Source, hcfg.MarkKey = f.gate, state.BarrierKey
 	hub, err := watchhub.New(hcfg)
 	if err != nil {
@@ -74,52 +74,6 @@ func newFixture(t *testing.T, hcfg watchhub.Config, cfg modelcache.Config) *fixt
 	wg.Go(func() { f.cache.Run(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	return f
-}
-
-// gate is a watch hub's source whose changes are held back while shut.
-type gate struct {
-	*state.State
-	mu     sync.Mutex
-	opened chan struct{} // closed while open
-}
-
-func (g *gate) shut() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.opened = make(chan struct{})
-}
-
-func (g *gate) open() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	close(g.opened)
-}
-
-func (g *gate) wait() <-chan struct{} {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.opened
-}
-
-func (g *gate) WatchChanges(ctx context.Context, prefix string, after int64) <-chan state.WatchBatch {
-	in := g.State.WatchChanges(ctx, prefix, after)
-	out := make(chan state.WatchBatch)
-	go func() {
-		defer close(out)
-		for b := range in {
-			select {
-			case <-g.wait():
-			case <-ctx.Done():
-				return
-			}
-			select {
-			case out <- b:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out
 }
 
 // cached returns the cache's model at rev or later, starting the cache if
@@ -456,7 +410,7 @@ func TestStartAfterAWriteElsewhere(t *testing.T) {
 func TestBehind(t *testing.T) {
 	f := newFixture(t, watchhub.Config{}, modelcache.Config{Wait: 100 * time.Millisecond})
 	f.same("empty")
-	f.gate.shut()
+	f.gate.Hold(true)
 	if _, err := f.st.AddMachines(f.ctx, 2); err != nil {
 		t.Fatal(err)
 	}
@@ -467,7 +421,7 @@ func TestBehind(t *testing.T) {
 	if _, err := f.cache.Model(f.ctx, rev); !errors.Is(err, modelcache.ErrBehind) {
 		t.Fatalf("Model(%d) with the changes held back = %v, want ErrBehind", rev, err)
 	}
-	f.gate.open()
+	f.gate.Hold(false)
 	if m := f.same("changes let through"); len(m.Machines) != 2 {
 		t.Fatalf("the model has %d machines, want 2", len(m.Machines))
 	}
@@ -510,7 +464,7 @@ func TestIdleStopAndRestart(t *testing.T) {
 
 // Without Run, the cache answers nothing.
 func TestNotRunning(t *testing.T) {
-	hub, err := watchhub.New(watchhub.Config{Source: &gate{}})
+	hub, err := watchhub.New(watchhub.Config{Source: statetest.NewHeldChanges(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
