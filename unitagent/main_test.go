@@ -25,64 +25,47 @@ import (
 	"github.com/lifelinehq/lifeline/unitagent"
 )
 
-// toolsDir holds the hook tools: symlinks to this test binary, which runs
-// as the tool its name says (hooks.RunTool), as lifelined does.
+// toolsDir holds the hook tools: symlinks to lifelined, which runs as the
+// tool its name says (hooks.RunTool). A tool is its own process, run by
+// every hook that calls it: it is lifelined, built without the race
+// detector, rather than this test binary, whose race runtime waits a
+// second at exit while other threads run (a second a call of
+// checkpoint-set in a loop, the test's minutes).
 var toolsDir string
 
-// daemon is lifelined, built once for the tests that run a unit agent in
-// a process of its own (crash_test.go): the rest of the package does
-// without it.
-var daemon struct {
-	once      sync.Once
-	dir, path string
-	err       error
-}
+// daemonPath is lifelined, built once by TestMain: the tools, and the
+// tests that run a unit agent in a process of its own (crash_test.go).
+var daemonPath string
 
-// lifelined returns the path of lifelined, built on the first call.
+// lifelined returns the path of lifelined.
 func lifelined(t *testing.T) string {
 	t.Helper()
-	daemon.once.Do(func() {
-		daemon.dir, daemon.err = os.MkdirTemp("", "ll-ua-bin-")
-		if daemon.err == nil {
-			daemon.path, daemon.err = e2etest.BuildLifelined(daemon.dir)
-		}
-	})
-	if daemon.err != nil {
-		t.Fatalf("build lifelined: %v", daemon.err)
-	}
-	return daemon.path
+	return daemonPath
 }
 
 func TestMain(m *testing.M) {
-	if tool := filepath.Base(os.Args[0]); hooks.IsTool(tool) {
-		// A hook of a test charm runs a tool: toolsDir's symlink to us.
-		os.Exit(hooks.RunTool(os.Args, os.Getenv, os.Stdin, os.Stdout, os.Stderr))
-	}
 	if os.Getenv("LL_STATE_WRITER_DIR") != "" {
 		// TestStateStoreKilled's writer process: no controller, no tools.
 		os.Exit(m.Run())
-	}
-	self, err := os.Executable()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
 	}
 	dir, err := os.MkdirTemp("", "ll-ua-tools-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	if daemonPath, err = e2etest.BuildLifelined(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "build lifelined:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
 	toolsDir = filepath.Join(dir, "tools")
-	if err := hooks.InstallTools(toolsDir, self); err != nil {
+	if err := hooks.InstallTools(toolsDir, daemonPath); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
 	code := etcdtest.Run(m, etcdtest.Options{})
 	os.RemoveAll(dir)
-	if daemon.dir != "" {
-		os.RemoveAll(daemon.dir)
-	}
 	os.Exit(code)
 }
 
