@@ -44,8 +44,10 @@
 // unitagent.ClaimsGate), which weighs the units asking together in one
 // pass against the machine's other units (hostclaims.Resolve): the changed
 // unit with the most conflicts is rolled back; of unchanged units in
-// conflict, the one whose agent it first started later is held (logged). The gate's record, claims.json in the data directory,
-// keeps each unit's order and the claims it holds or was approved.
+// conflict, the one whose agent it first started later is held (logged).
+// The gate's record, claims.json in the data directory, keeps each unit's
+// order and the claims it holds or was approved; it is written when a
+// unit's claims change, so that units claiming nothing cost no write.
 //
 // Run owns every goroutine the agent keeps: its presence, its heartbeat,
 // the daemon supervisor, the ender of forced units, the two batchers'
