@@ -1,6 +1,3 @@
-// Package procfs reads Linux's process table (/proc) for what more than
-// one package asks of it: the live processes of a POSIX session. Where
-// there is no /proc, it finds none.
 package procfs
 
 import (
