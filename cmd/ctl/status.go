@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -121,15 +122,17 @@ Example:
 				return c.check(err)
 			}
 			e.learnControllers(resp.Status)
-			var buf bytes.Buffer
+			// Written as it is rendered, in pieces: a 100,000-unit
+			// model is tens of MB of JSON, which a buffer of the whole
+			// would grow, clear and fault in page by page.
+			w := bufio.NewWriterSize(e.stdout, 64<<10)
 			if out.format == formatTabular {
-				buf.WriteString(statusHeader(resp.Controller, resp.Version, resp.TimeUnixNano, resp.Status, resp.User))
+				w.WriteString(statusHeader(resp.Controller, resp.Version, resp.TimeUnixNano, resp.Status, resp.User))
 			}
-			if err := out.render(&buf, resp.Status); err != nil {
+			if err := out.render(w, resp.Status); err != nil {
 				return err
 			}
-			_, err = e.stdout.Write(buf.Bytes())
-			return err
+			return w.Flush()
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", formatTabular, "tabular, json, yaml or line")
