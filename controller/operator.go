@@ -530,17 +530,20 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 // modelStatus reads the model, or of it what sel selects (all of it when
 // sel is empty), and the live controllers.
 func (s *Server) modelStatus(ctx context.Context, sel state.Selection) (*pb.ModelStatus, error) {
-	var m *state.Model
-	var err error
+	var st *pb.ModelStatus
 	if sel.Len() == 0 {
-		m, err = s.wholeModel(ctx)
+		m, err := s.wholeModel(ctx)
+		if err != nil {
+			return nil, err
+		}
+		st = s.wholeStatus(m, time.Now())
 	} else {
-		m, err = s.st.SelectModel(ctx, sel)
+		m, err := s.st.SelectModel(ctx, sel)
+		if err != nil {
+			return nil, err
+		}
+		st = buildStatus(m, time.Now())
 	}
-	if err != nil {
-		return nil, err
-	}
-	st := buildStatus(m, time.Now())
 	if err := s.addControllers(ctx, st); err != nil {
 		return nil, err
 	}
@@ -566,6 +569,23 @@ func (s *Server) wholeModel(ctx context.Context) (*state.Model, error) {
 	}
 	s.logger.Debug("whole-model status read from etcd", "revision", rev, "reason", err)
 	return s.st.Model(ctx)
+}
+
+// wholeStatus returns the status of the whole model m, built once for as
+// long as the model cache's model does not change (kept beside it there;
+// the revision is m's), unless it says how long until a forced removal,
+// which changes with the time. What it returns is the caller's to add the
+// controllers to; the machines, services and relations are shared: read
+// them only.
+func (s *Server) wholeStatus(m *state.Model, now time.Time) *pb.ModelStatus {
+	st, ok := s.models.Kept(m).(*pb.ModelStatus)
+	if !ok {
+		st = buildStatus(m, now)
+		if !forcingPending(m, now) {
+			s.models.Keep(m, st)
+		}
+	}
+	return &pb.ModelStatus{Revision: m.Revision, Machines: st.Machines, Services: st.Services, Relations: st.Relations}
 }
 
 // ModelCacheStats returns the state and counts of the decoded model the

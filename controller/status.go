@@ -2,7 +2,6 @@ package controller
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -64,6 +63,7 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 		return "forced removal by the cleaner"
 	}
 
+	machineAgents := make(map[string]string, len(m.Machines))
 	for _, mach := range m.Machines {
 		ms := &pb.MachineStatus{
 			Id: mach.Id, Life: state.LifeName(mach.Life), Instance: mach.InstanceId, Address: mach.Address,
@@ -71,6 +71,7 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 			Owner: m.Owners["machine/"+mach.Id],
 		}
 		ms.Agent, ms.Message = machineAgent(m, mach.Id, mach.Life)
+		machineAgents[mach.Id] = ms.Agent
 		ms.Since = m.Status(state.StatusMachine, mach.Id).GetSinceUnixNano()
 		switch mach.Life {
 		case pb.Life_LIFE_DYING:
@@ -111,7 +112,11 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 					updated++
 				}
 			}
-			if agent, _ := machineAgent(m, u.MachineId, machines[u.MachineId].GetLife()); agent == "lost" && us.Agent != "allocating" {
+			agent, ok := machineAgents[u.MachineId]
+			if !ok {
+				agent, _ = machineAgent(m, u.MachineId, pb.Life_LIFE_UNSPECIFIED)
+			}
+			if agent == "lost" && us.Agent != "allocating" {
 				us.Agent = "lost" // its agent runs inside its machine's
 			}
 			us.Subordinates = subordinates[u.Name]
@@ -183,6 +188,20 @@ func buildStatus(m *state.Model, now time.Time) *pb.ModelStatus {
 	return out
 }
 
+// forcingPending says whether a forced removal of m is still to start
+// at now: its status then counts down to it.
+func forcingPending(m *state.Model, now time.Time) bool {
+	for _, c := range m.Cleanups {
+		switch c.Kind {
+		case pb.CleanupKind_CLEANUP_KIND_FORCE_UNIT, pb.CleanupKind_CLEANUP_KIND_FORCE_MACHINE:
+			if time.Unix(0, c.NotBeforeUnixNano).After(now) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func unitStatus(m *state.Model, u *pb.Unit, mach *pb.Machine) *pb.UnitStatus {
 	us := &pb.UnitStatus{
 		Name: u.Name, Life: state.LifeName(u.Life), Machine: u.MachineId, Principal: u.Principal,
@@ -218,8 +237,6 @@ func ServiceWorkload(units []*pb.UnitStatus) (string, string) {
 	if len(units) == 0 {
 		return "unknown", ""
 	}
-	worst := make([]*pb.UnitStatus, len(units))
-	copy(worst, units)
 	rank := func(u *pb.UnitStatus) int {
 		if u.Agent == "error" {
 			return -1
@@ -229,11 +246,20 @@ func ServiceWorkload(units []*pb.UnitStatus) (string, string) {
 		}
 		return len(workloadRank)
 	}
-	sort.SliceStable(worst, func(i, j int) bool { return rank(worst[i]) < rank(worst[j]) })
-	if worst[0].Agent == "error" {
-		return "error", worst[0].Name + ": " + worst[0].Message
+	// The first of the worst, in the units' order.
+	worst, worstRank := units[0], rank(units[0])
+	for _, u := range units[1:] {
+		if worstRank < 0 {
+			break
+		}
+		if r := rank(u); r < worstRank {
+			worst, worstRank = u, r
+		}
 	}
-	return worst[0].Workload, worst[0].Message
+	if worstRank < 0 {
+		return "error", worst.Name + ": " + worst.Message
+	}
+	return worst.Workload, worst.Message
 }
 
 func plural(n int, noun string) string {

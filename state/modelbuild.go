@@ -349,6 +349,13 @@ func scopeOfKey(key string) (int64, string, error) {
 	return id, unit, nil
 }
 
+// Changed says whether the builder took a change since the last Model it
+// made (always before its first): if not, the next Model is the last one
+// at another revision.
+func (b *ModelBuilder) Changed() bool {
+	return b.last == nil || slices.Contains(b.changed[:], true)
+}
+
 // Model returns the model the builder holds, at revision rev (the
 // revision it holds every change up to). It shares with the Model made
 // before it every part that did not change since.

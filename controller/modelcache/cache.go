@@ -93,6 +93,9 @@ type Cache struct {
 	b    *state.ModelBuilder
 	rev  int64
 	snap *state.Model
+	// kept is what a caller made of snap (Keep), dropped when snap
+	// changes.
+	kept any
 	// waitFor is the latest revision a caller waited for; moved is closed
 	// (and replaced) whenever rev moves or the keeper stops.
 	waitFor int64
@@ -182,7 +185,7 @@ func (c *Cache) stop(err error) {
 	case err != nil && !errors.Is(err, context.Canceled):
 		c.stats.Failures++
 	}
-	c.keeping, c.b, c.snap, c.rev, c.waitFor = false, nil, nil, 0, 0
+	c.keeping, c.b, c.snap, c.kept, c.rev, c.waitFor = false, nil, nil, nil, 0, 0
 	close(c.moved)
 	c.moved = make(chan struct{})
 }
@@ -243,10 +246,39 @@ func (c *Cache) Model(ctx context.Context, rev int64) (*state.Model, error) {
 		}
 	}
 	if c.snap == nil || c.snap.Revision != c.rev {
+		if c.b.Changed() {
+			c.kept = nil
+		}
 		c.snap = c.b.Model(c.rev)
 	}
 	c.stats.Served++
 	return c.snap, nil
+}
+
+// Keep keeps v beside m while m is the model the cache hands out, for
+// Kept: what a caller makes of a model (the controller's status of it)
+// is made once while the model does not change, and dropped with it. A
+// model the cache hands out at a later revision with nothing changed
+// (the revision moved by writes elsewhere) keeps it: v must not depend
+// on the model's revision. A model the cache no longer hands out (or
+// never did) keeps nothing.
+func (c *Cache) Keep(m *state.Model, v any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m != nil && m == c.snap {
+		c.kept = v
+	}
+}
+
+// Kept returns what Keep kept beside m, while m is the model the cache
+// hands out; nil otherwise.
+func (c *Cache) Kept(m *state.Model) any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m == nil || m != c.snap {
+		return nil
+	}
+	return c.kept
 }
 
 // wake wakes the keeper. The hub calls it with its lock held: it returns

@@ -476,3 +476,47 @@ func TestNotRunning(t *testing.T) {
 		t.Fatalf("Model without Run = %v, want ErrNotRunning", err)
 	}
 }
+
+// What a caller keeps beside the cache's model is there while the model
+// is the cache's, and gone once the model changes or the cache stops.
+func TestKeepIsDroppedWithTheModel(t *testing.T) {
+	f := newFixture(t, watchhub.Config{}, modelcache.Config{Idle: 500 * time.Millisecond})
+	m := f.same("empty")
+	m = f.cached(m.Revision)
+	f.cache.Keep(m, "built")
+	if got := f.cache.Kept(m); got != "built" {
+		t.Fatalf("Kept of the model kept beside = %v, want built", got)
+	}
+	if got := f.cache.Kept(&state.Model{Revision: m.Revision}); got != nil {
+		t.Fatalf("Kept of another model = %v, want nil", got)
+	}
+	// A write outside the model moves the revision, not the model.
+	if _, err := etcdtest.Client(t).Put(f.ctx, "elsewhere/"+t.Name(), "x"); err != nil {
+		t.Fatal(err)
+	}
+	later := f.same("after a write elsewhere")
+	if later = f.cached(later.Revision); later == m || f.cache.Kept(later) != "built" {
+		t.Fatalf("Kept of the model at a later revision, unchanged = %v, want built", f.cache.Kept(later))
+	}
+	m = later
+	if _, err := f.st.AddMachines(f.ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	next := f.same("one machine")
+	next = f.cached(next.Revision)
+	if got := f.cache.Kept(next); got != nil {
+		t.Fatalf("Kept of the changed model = %v, want nil", got)
+	}
+	f.cache.Keep(m, "stale")
+	if got := f.cache.Kept(next); got != nil {
+		t.Fatalf("Kept after keeping beside a model gone = %v, want nil", got)
+	}
+	f.cache.Keep(next, "built again")
+	poll.UntilSays(t, "the cache stops, idle", func() (bool, string) {
+		s := f.cache.Stats()
+		return !s.Keeping, fmt.Sprintf("%+v", s)
+	})
+	if got := f.cache.Kept(next); got != nil {
+		t.Fatalf("Kept after the cache stopped = %v, want nil", got)
+	}
+}
