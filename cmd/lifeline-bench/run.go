@@ -8,6 +8,7 @@ import (
 
 	"github.com/lifelinehq/lifeline/cmd/lifeline-bench/internal/hostprobe"
 	"github.com/lifelinehq/lifeline/internal/embedetcd"
+	"github.com/lifelinehq/lifeline/internal/pause"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 	"github.com/lifelinehq/lifeline/state"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -270,7 +271,21 @@ func run(ctx context.Context, c config) (*results, error) {
 	if err := ctl.waitModelCache(ctx); err != nil {
 		return res, err
 	}
+	// With -pprof, the controller's CPU profile covers this call alone
+	// ("status": the fleet is idle).
+	if prof != nil {
+		if err := prof.wait(); err != nil {
+			return res, err
+		}
+		prof.cpu(ctx, "status")
+		if !pause.For(ctx, 300*time.Millisecond) {
+			return res, ctx.Err()
+		}
+	}
 	if res.StatusJSONAgainSeconds, err = timeStatus(ctx, c.ctl, ctl.configPath); err != nil {
+		return res, err
+	}
+	if err := prof.wait(); err != nil {
 		return res, err
 	}
 	// Selectors answer in time proportional to what they select: one
