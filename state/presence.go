@@ -1,13 +1,18 @@
 package state
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/lifelinehq/lifeline/internal/names"
 )
@@ -130,14 +135,35 @@ func (s *State) PresentAs(ctx context.Context, tag string, claim PresenceClaim, 
 	var once sync.Once
 	return &Presence{lost: l.done, rev: rev, close: func() {
 		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			// The key as this put it: the agent may be present through
-			// another controller since, which put it again.
-			s.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
+			s.deletePresence(key, rev, ttl)
 			s.presences.release(l)
 		})
 	}}, nil
+}
+
+// presenceDeleteTimeout bounds each try of deletePresence (a test's
+// State may take less: State.presenceDeleteTimeout).
+const presenceDeleteTimeout = 5 * time.Second
+
+// deletePresence deletes the presence key as a presence put it, at rev
+// (the agent may be present through another controller since, which put
+// it again). A delete that fails (etcd out of reach) is tried again, for
+// up to ttl: the lease is shared with this controller's other presences,
+// which keep it alive, so a key left behind would say the agent is
+// present for as long as any other agent is. It gives up at once when the
+// client is closed.
+func (s *State) deletePresence(key string, rev int64, ttl time.Duration) {
+	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(time.Second), backoff.WithMaxElapsedTime(ttl))
+	backoff.Retry(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(s.presenceDeleteTimeout, presenceDeleteTimeout))
+		defer cancel()
+		_, err := s.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
+		if err != nil && (errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, bo)
 }
 
 // presenceLeases are the leases a State holds its agents' presence keys

@@ -79,6 +79,9 @@ type State struct {
 	lease   clientv3.Lease
 	cfg     Config
 	stats   stats
+	// presenceDeleteTimeout, when set (by a test), bounds each try of
+	// deleting a presence key in its place (presence.go).
+	presenceDeleteTimeout time.Duration
 	// hot queues this process's writers of the id sequences and of the
 	// audit log's seq.
 	hot keyLocks
