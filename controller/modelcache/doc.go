@@ -25,6 +25,8 @@
 // (Config.Idle), dropping the model, so that an idle controller holds
 // nothing and reads nothing. Model waits, bounded (Config.Wait), for the
 // cache to reach the revision asked for, and otherwise says why it cannot
-// answer: the caller reads etcd instead. The cache writes nothing and
-// knows nothing of what the status shows.
+// answer: the caller reads etcd instead. What a caller makes of the model
+// (the controller's status) can be kept beside it (Keep, Kept) and is
+// dropped when the model changes or the keeper stops. The cache writes
+// nothing and knows nothing of what the status shows.
 package modelcache
