@@ -156,9 +156,7 @@ func startStoppable(t *testing.T, dir string, nofile int, extra ...string) (metr
 	}
 	var logs syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	e2etest.StartChild(t, cmd)
 	var once sync.Once
 	stop = func() string {
 		once.Do(func() {

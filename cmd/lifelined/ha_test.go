@@ -15,6 +15,7 @@ import (
 
 	"github.com/lifelinehq/lifeline/internal/apiclient"
 	"github.com/lifelinehq/lifeline/internal/pki"
+	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"github.com/lifelinehq/lifeline/internal/testing/syncbuf"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
@@ -34,9 +35,7 @@ func startHAController(t *testing.T, dir, name, endpoint string, extra ...string
 		"--metrics-addr", "", "--client-config", c.config, "--etcd-endpoints", endpoint, "--namespace", "/ha/",
 		"--provider", "manual", "--presence-timeout", "3s"}, extra...)...)
 	c.cmd.Stdout, c.cmd.Stderr = c.logs, c.logs
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	e2etest.StartChild(t, c.cmd)
 	t.Cleanup(func() {
 		c.cmd.Process.Signal(os.Interrupt)
 		c.cmd.Wait()
@@ -155,12 +154,8 @@ func TestTwoControllersShareOneModel(t *testing.T) {
 	agent.Stdin = strings.NewReader(added.JoinTokens[0] + "\n")
 	agentLogs := &syncbuf.Buffer{}
 	agent.Stdout, agent.Stderr = agentLogs, agentLogs
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
+	e2etest.StartChild(t, agent)
 	t.Cleanup(func() {
-		agent.Process.Kill()
-		agent.Wait()
 		if t.Failed() {
 			t.Logf("machine agent log:\n%s", agentLogs.String())
 		}
