@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,92 +18,10 @@ import (
 
 	"github.com/lifelinehq/lifeline/internal/apiclient"
 	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
+	"github.com/lifelinehq/lifeline/internal/testing/etcdtest"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
-
-// cutProxy forwards TCP connections to a unix socket (the test's etcd)
-// until cut: then it closes what it carries and every connection it
-// accepts, as a partition from etcd would, until restored. The test's
-// cleanup cuts it for good and waits for the goroutines carrying its
-// connections (conns).
-type cutProxy struct {
-	lis    net.Listener
-	target string
-	conns  sync.WaitGroup
-
-	mu      sync.Mutex
-	cut     bool
-	carried map[net.Conn]struct{}
-}
-
-func newCutProxy(t *testing.T, unixPath string) *cutProxy {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{lis: lis, target: unixPath, carried: map[net.Conn]struct{}{}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			p.conns.Go(func() { p.serve(c) })
-		}
-	}()
-	t.Cleanup(func() {
-		lis.Close()
-		<-done
-		p.setCut(true)
-		p.conns.Wait()
-	})
-	return p
-}
-
-func (p *cutProxy) endpoint() string { return "http://" + p.lis.Addr().String() }
-
-// track adds c to the connections carried, or says the proxy is cut.
-func (p *cutProxy) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cut {
-		return false
-	}
-	p.carried[c] = struct{}{}
-	return true
-}
-
-func (p *cutProxy) serve(c net.Conn) {
-	up, err := net.Dial("unix", p.target)
-	if err != nil {
-		c.Close()
-		return
-	}
-	if !p.track(c) || !p.track(up) {
-		c.Close()
-		up.Close()
-		return
-	}
-	p.conns.Go(func() { io.Copy(up, c); up.Close() })
-	io.Copy(c, up)
-	c.Close()
-}
-
-func (p *cutProxy) setCut(cut bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = cut
-	if cut {
-		for c := range p.carried {
-			c.Close()
-		}
-		clear(p.carried)
-	}
-}
 
 // get returns the status and body of an HTTP GET.
 func get(url string) (int, string, error) {
@@ -123,8 +40,8 @@ func get(url string) (int, string, error) {
 // build in lifeline_build_info and in Version.
 func TestHealthAndReadiness(t *testing.T) {
 	dir, etcd := testEtcd(t, "ll-health-")
-	proxy := newCutProxy(t, strings.TrimPrefix(etcd.Endpoint(), "unix://"))
-	metricsAddr, cfg := startController(t, dir, "--etcd-endpoints", proxy.endpoint(), "--namespace", "/health/")
+	proxy := etcdtest.NewCutProxy(t, etcd.Endpoint())
+	metricsAddr, cfg := startController(t, dir, "--etcd-endpoints", proxy.Endpoint(), "--namespace", "/health/")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
@@ -175,13 +92,13 @@ func TestHealthAndReadiness(t *testing.T) {
 	}
 
 	// etcd unreachable: not ready, saying why; the process still serves.
-	proxy.setCut(true)
+	proxy.Cut(true)
 	poll.UntilSays(t, "/readyz to answer 503 while etcd is unreachable", readyz(http.StatusServiceUnavailable, "not ready: etcd did not answer a read within 2s"))
 	poll.UntilSays(t, "the health service to say NOT_SERVING", serving(healthpb.HealthCheckResponse_NOT_SERVING))
 	if code, _, err := get("http://" + metricsAddr + "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz with etcd unreachable = %d, %v; want 200", code, err)
 	}
-	proxy.setCut(false)
+	proxy.Cut(false)
 	poll.UntilSays(t, "/readyz to answer 200 once etcd is back", readyz(http.StatusOK, "ok\n"))
 	poll.UntilSays(t, "the health service to say SERVING again", serving(healthpb.HealthCheckResponse_SERVING))
 }

@@ -8,5 +8,8 @@
 // client a controller of an external cluster has. Package state's tests
 // run with both (make test).
 //
+// CutProxy stands between a client and a member, and cuts them apart on
+// demand: etcd out of reach, as a partition would have it.
+//
 // Only tests import it; production code never does.
 package etcdtest
