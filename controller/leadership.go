@@ -331,6 +331,14 @@ func (e *LeadershipElector) pass(ctx context.Context, p *electorPicture) {
 
 // settle elects a leader for j's service, or vacates its leadership when
 // no candidate can lead, and reports whether the service is settled.
+//
+// The copy j comes from is etcd's watches', which etcd hands a change a
+// moment before its reads show it: the transactions can find the model as
+// it was just before (the leader's agent still present). A service whose
+// leader holds by etcd's reading while the copy says it does not is not
+// settled, and the next pass looks again (take passes it by once the copy
+// agrees). Were it taken as settled, nothing would mark it again, and the
+// unit of a gone agent would lead for good.
 func (e *LeadershipElector) settle(ctx context.Context, j electorJob) bool {
 	log := e.cfg.Logger.With("service", j.service)
 	for i, u := range j.candidates {
@@ -345,8 +353,9 @@ func (e *LeadershipElector) settle(ctx context.Context, j electorJob) bool {
 			}
 			return true
 		case errors.Is(err, state.ErrRefused) && state.RuleOf(err) == "L1":
-			// Someone holds it: the copy was behind.
-			return true
+			// Someone holds it by etcd's reading, not by the copy's: one
+			// of them is behind. The next pass looks again.
+			return false
 		case errors.Is(err, state.ErrRefused), errors.Is(err, state.ErrNotFound):
 			continue
 		default:
@@ -365,8 +374,11 @@ func (e *LeadershipElector) settle(ctx context.Context, j electorJob) bool {
 		}
 		return true
 	}
-	if vacated {
-		log.Info("no unit can lead: leadership vacated", "previous", j.leader)
+	if !vacated {
+		// The leader holds by etcd's reading, or there is none, not by
+		// the copy's: one of them is behind. The next pass looks again.
+		return false
 	}
+	log.Info("no unit can lead: leadership vacated", "previous", j.leader)
 	return true
 }
