@@ -220,6 +220,7 @@ func TestControllerUsageErrors(t *testing.T) {
 		{"controller", "--data-dir", "/tmp/x", "--rollout-gate", "orly=http://gate.example"},
 		{"controller", "--data-dir", "/tmp/x", "--rollout-gate", "orly=/bin/true", "--rollout-gate", "orly=/bin/false"},
 		{"controller", "--data-dir", "/tmp/x", "--revision-history", "0"},
+		{"controller", "--data-dir", "/tmp/x", "--status-cache-idle", "0s"},
 		{"controller", "--no-such-flag"},
 	} {
 		out, err := exec.Command(lifelined, args...).CombinedOutput()
