@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/lifelinehq/lifeline/hooks"
+	"github.com/lifelinehq/lifeline/internal/procfs"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
 )
 
@@ -222,23 +223,10 @@ func TestRunRefusesBadSpecs(t *testing.T) {
 // pgid.
 func groupMembers(t *testing.T, pgid int) []int {
 	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue // gone meanwhile
-		}
-		// pid (comm) state ppid pgrp ...; comm may hold spaces and parens.
-		fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		if len(fields) >= 3 && fields[0] != "Z" && fields[2] == strconv.Itoa(pgid) {
+	for _, pid := range procfs.PIDs() {
+		// Gone meanwhile, or not of the group.
+		if st, ok, err := procfs.ReadStat(pid); err == nil && ok && st.State != 'Z' && st.PGID == pgid {
 			pids = append(pids, pid)
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lifelinehq/lifeline/internal/procfs"
 )
 
 const (
@@ -110,14 +112,9 @@ type procInfo struct {
 
 // members lists the live processes of the sessions, sorted.
 func (sc *sessionScan) members() []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
 	procs := map[int]procInfo{}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == sc.self {
+	for _, pid := range procfs.PIDs() {
+		if pid == sc.self {
 			continue
 		}
 		if p, ok := sc.read(pid); ok {
@@ -157,19 +154,11 @@ func (sc *sessionScan) read(pid int) (procInfo, bool) {
 	if err != nil {
 		return procInfo{}, false
 	}
-	// After the command, in parentheses and possibly holding spaces:
-	// state ppid pgrp session ...
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
+	st, err := procfs.ParseStat(stat)
+	if err != nil || st.Gone() {
 		return procInfo{}, false
 	}
-	f := bytes.Fields(stat[i+1:])
-	if len(f) < 4 || string(f[0]) == "Z" || string(f[0]) == "X" {
-		return procInfo{}, false
-	}
-	p := procInfo{pid: pid}
-	p.pgid, _ = strconv.Atoi(string(f[2]))
-	p.sid, _ = strconv.Atoi(string(f[3]))
+	p := procInfo{pid: pid, pgid: st.PGID, sid: st.Session}
 	env, err := sc.readFile(dir + "/environ")
 	if err != nil {
 		return p, true // another user's, say

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/lifelinehq/lifeline/internal/procfs"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	"github.com/lifelinehq/lifeline/internal/testing/syncbuf"
 )
@@ -66,18 +67,13 @@ func runChildJob(dir string) error {
 func daemonsOf(t *testing.T, dir string) []int {
 	t.Helper()
 	want := []byte("JOBTEST=" + dir + "\x00")
-	ents, _ := os.ReadDir("/proc")
 	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+	for _, pid := range procfs.PIDs() {
+		env, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
 		if err != nil || !bytes.Contains(env, want) {
 			continue
 		}
-		if st, ok, _ := readProcStat(pid); ok && st.session == pid && st.state != 'Z' {
+		if st, ok, _ := procfs.ReadStat(pid); ok && st.Session == pid && st.State != 'Z' {
 			pids = append(pids, pid)
 		}
 	}

@@ -3,75 +3,28 @@ package hostexec
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/lifelinehq/lifeline/internal/pause"
+	"github.com/lifelinehq/lifeline/internal/procfs"
 	"golang.org/x/sys/unix"
 )
-
-// procStat is what /proc/<pid>/stat says of a process that matters here.
-type procStat struct {
-	state     byte   // R, S, D, Z (zombie), ...
-	session   int    // field 6
-	startTime uint64 // field 22, clock ticks after boot: with the pid, names a process
-}
-
-// readProcStat reads /proc/<pid>/stat; ok is false when there is no
-// such process.
-func readProcStat(pid int) (st procStat, ok bool, err error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
-		return st, false, nil
-	}
-	if err != nil {
-		return st, false, err
-	}
-	st, err = parseProcStat(data)
-	if err != nil {
-		return st, false, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-	}
-	return st, true, nil
-}
-
-// parseProcStat parses the content of a /proc/<pid>/stat.
-func parseProcStat(data []byte) (st procStat, err error) {
-	// The command name (field 2) is in parentheses and may hold spaces
-	// and parentheses itself: the fields that follow start after the last ')'.
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return st, errors.New("no command name")
-	}
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 20 {
-		return st, fmt.Errorf("%d fields, want at least 22", len(f)+2)
-	}
-	st.state = f[0][0]
-	if st.session, err = strconv.Atoi(f[3]); err != nil {
-		return st, fmt.Errorf("session: %w", err)
-	}
-	if st.startTime, err = strconv.ParseUint(f[19], 10, 64); err != nil {
-		return st, fmt.Errorf("start time: %w", err)
-	}
-	return st, nil
-}
 
 // processAlive reports whether the process pid started at startTime
 // still runs: a zombie has ended, and a pid now naming another process
 // (its start time differs) means it ended too.
 func processAlive(pid int, startTime uint64) (alive, zombie bool) {
-	st, ok, err := readProcStat(pid)
-	if err != nil || !ok || st.startTime != startTime {
+	st, ok, err := procfs.ReadStat(pid)
+	if err != nil || !ok || st.StartTime != startTime {
 		return false, false
 	}
-	if st.state == 'Z' || st.state == 'X' {
+	if st.Gone() {
 		return false, true
 	}
 	return true, false
@@ -169,16 +122,8 @@ const MarkEnv = "LIFELINE_DAEMON_MARK"
 // environment holds mark, if one runs.
 func findMarked(mark string) (int, uint64, bool) {
 	want := []byte(MarkEnv + "=" + mark + "\x00")
-	dirs, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, 0, false
-	}
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		f, err := os.Open(filepath.Join("/proc", d.Name(), "environ"))
+	for _, pid := range procfs.PIDs() {
+		f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
 		if err != nil {
 			continue
 		}
@@ -187,9 +132,9 @@ func findMarked(mark string) (int, uint64, bool) {
 		if !bytes.HasPrefix(env, want) && !bytes.Contains(env, append([]byte{0}, want...)) {
 			continue
 		}
-		st, ok, err := readProcStat(pid)
-		if err == nil && ok && st.session == pid && st.state != 'Z' {
-			return pid, st.startTime, true
+		st, ok, err := procfs.ReadStat(pid)
+		if err == nil && ok && st.Session == pid && st.State != 'Z' {
+			return pid, st.StartTime, true
 		}
 	}
 	return 0, 0, false

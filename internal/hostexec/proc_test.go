@@ -7,31 +7,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lifelinehq/lifeline/internal/procfs"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
 )
 
-func TestParseProcStat(t *testing.T) {
-	// A command name with spaces and parentheses, as a process may name itself.
-	line := "4242 (my (odd) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 0\n"
-	st, err := parseProcStat([]byte(line))
-	if err != nil || st.state != 'S' || st.session != 4242 || st.startTime != 987654 {
-		t.Errorf("parseProcStat(%q) = %+v, %v; want S, session 4242, start 987654", line, st, err)
-	}
-	if _, err := parseProcStat([]byte("4242 (x) S 1 2")); err == nil {
-		t.Errorf("parseProcStat of a short line = nil error")
-	}
-}
-
 func TestProcessAlive(t *testing.T) {
-	st, ok, err := readProcStat(os.Getpid())
+	st, ok, err := procfs.ReadStat(os.Getpid())
 	if err != nil || !ok {
-		t.Fatalf("readProcStat(self) = %v, %v", ok, err)
+		t.Fatalf("procfs.ReadStat(self) = %v, %v", ok, err)
 	}
-	if a, _ := processAlive(os.Getpid(), st.startTime); !a {
+	if a, _ := processAlive(os.Getpid(), st.StartTime); !a {
 		t.Errorf("processAlive(self) = false")
 	}
 	// The same pid with another start time is another process.
-	if a, _ := processAlive(os.Getpid(), st.startTime+1); a {
+	if a, _ := processAlive(os.Getpid(), st.StartTime+1); a {
 		t.Errorf("processAlive(self, another start time) = true")
 	}
 }
@@ -49,8 +38,8 @@ func TestSupervisorFinishesStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	st, _, _ := readProcStat(cmd.Process.Pid)
-	rec := supervisorRecord{Daemons: []daemonRecord{{Unit: unit, Spec: d, Pid: cmd.Process.Pid, StartTime: st.startTime, Stopped: true}}}
+	st, _, _ := procfs.ReadStat(cmd.Process.Pid)
+	rec := supervisorRecord{Daemons: []daemonRecord{{Unit: unit, Spec: d, Pid: cmd.Process.Pid, StartTime: st.StartTime, Stopped: true}}}
 	if err := writeRecord(cfg.StateFile, rec); err != nil {
 		t.Fatal(err)
 	}
@@ -143,9 +132,9 @@ func TestChildRunning(t *testing.T) {
 // mustStartTime reads pid's start time from /proc.
 func mustStartTime(t *testing.T, pid int) uint64 {
 	t.Helper()
-	st, ok, err := readProcStat(pid)
+	st, ok, err := procfs.ReadStat(pid)
 	if err != nil || !ok {
-		t.Fatalf("readProcStat(%d) = %v, %v", pid, ok, err)
+		t.Fatalf("procfs.ReadStat(%d) = %v, %v", pid, ok, err)
 	}
-	return st.startTime
+	return st.StartTime
 }

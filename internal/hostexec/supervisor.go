@@ -15,6 +15,8 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/lifelinehq/lifeline/internal/procfs"
 )
 
 // SupervisorConfig configures a Supervisor.
@@ -272,14 +274,14 @@ func (s *Supervisor) start(d *daemon) error {
 	// The supervisor collects the process itself (wait4 on the pid, as
 	// for an adopted one it cannot wait for), not through os/exec.
 	cmd.Process.Release()
-	st, ok, err := readProcStat(pid)
+	st, ok, err := procfs.ReadStat(pid)
 	if err != nil || !ok {
 		// Ended already, or /proc could not say: a start time of 0 makes
 		// the next poll see it ended.
-		st.startTime = 0
+		st.StartTime = 0
 	}
 	now := time.Now()
-	d.pid, d.startTime, d.mark, d.state, d.started, d.since, d.child = pid, st.startTime, "", Running, now, now, true
+	d.pid, d.startTime, d.mark, d.state, d.started, d.since, d.child = pid, st.StartTime, "", Running, now, now, true
 	s.log.Info("started a daemon", "unit", d.unit, "daemon", d.spec.Name, "pid", pid)
 	return s.save()
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lifelinehq/lifeline/internal/procfs"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
 )
 
@@ -69,25 +70,9 @@ func state(t *testing.T, s *Supervisor, unit, name string) DaemonState {
 	return DaemonState{Name: name}
 }
 
-// sessionMembers returns the pids of the processes in session sid.
-func sessionMembers(sid int) []int {
-	dirs, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, d := range dirs {
-		var pid int
-		if _, err := fmt.Sscan(d.Name(), &pid); err != nil {
-			continue
-		}
-		if st, ok, err := readProcStat(pid); err == nil && ok && st.session == sid && st.state != 'Z' {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
 func alive(pid int) bool {
-	st, ok, err := readProcStat(pid)
-	return err == nil && ok && st.state != 'Z'
+	st, ok, err := procfs.ReadStat(pid)
+	return err == nil && ok && st.State != 'Z'
 }
 
 func TestSupervisorEnsure(t *testing.T) {
@@ -102,8 +87,8 @@ func TestSupervisorEnsure(t *testing.T) {
 		t.Fatalf("srv = %+v, want running", st)
 	}
 	pid := st.Pid
-	if ps, _, _ := readProcStat(pid); ps.session != pid {
-		t.Errorf("srv's session = %d, want its own (%d)", ps.session, pid)
+	if ps, _, _ := procfs.ReadStat(pid); ps.Session != pid {
+		t.Errorf("srv's session = %d, want its own (%d)", ps.Session, pid)
 	}
 	poll.Until(t, "srv's log", func() bool {
 		b, _ := os.ReadFile(st.Log)
@@ -191,7 +176,7 @@ func TestSupervisorStopEscalates(t *testing.T) {
 		b, _ := os.ReadFile(st.Log)
 		return strings.Contains(string(b), "ready")
 	})
-	if n := len(sessionMembers(st.Pid)); n < 2 {
+	if n := len(procfs.SessionPIDs(st.Pid)); n < 2 {
 		t.Fatalf("the daemon's session holds %d processes, want its shell and sleep", n)
 	}
 	begin := time.Now()
@@ -204,7 +189,7 @@ func TestSupervisorStopEscalates(t *testing.T) {
 	if got := state(t, s, unit, "stubborn"); got.State != Stopped || got.LastExit != "killed by killed" {
 		t.Errorf("after Stop, %+v; want stopped, killed by killed", got)
 	}
-	poll.Until(t, "the daemon's process group gone", func() bool { return len(sessionMembers(st.Pid)) == 0 })
+	poll.Until(t, "the daemon's process group gone", func() bool { return len(procfs.SessionPIDs(st.Pid)) == 0 })
 }
 
 // TestSupervisorAdopt: a new supervisor adopts a daemon still running,

@@ -34,3 +34,15 @@ func TestSessionPIDs(t *testing.T) {
 		return len(pids) == 0, fmt.Sprint(pids)
 	})
 }
+
+func TestParseStat(t *testing.T) {
+	// A command name with spaces and parentheses, as a process may name itself.
+	line := "4242 (my (odd) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 0\n"
+	st, err := procfs.ParseStat([]byte(line))
+	if err != nil || st.State != 'S' || st.Session != 4242 || st.StartTime != 987654 {
+		t.Errorf("ParseStat(%q) = %+v, %v; want S, session 4242, start 987654", line, st, err)
+	}
+	if _, err := procfs.ParseStat([]byte("4242 (x) S 1 2")); err == nil {
+		t.Errorf("ParseStat of a short line = nil error")
+	}
+}

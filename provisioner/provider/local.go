@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -223,12 +222,8 @@ func (l *Local) isAgent(pid int, id string) bool {
 
 // findAgent looks for machine id's agent among all processes.
 func (l *Local) findAgent(id string) int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0
-	}
-	for _, e := range entries {
-		if pid, err := strconv.Atoi(e.Name()); err == nil && l.isAgent(pid, id) {
+	for _, pid := range procfs.PIDs() {
+		if l.isAgent(pid, id) {
 			return pid
 		}
 	}
@@ -284,27 +279,22 @@ func (l *Local) Stop(ctx context.Context, instanceID string) error {
 // its environment. They outlive the agent on purpose (it adopts them as
 // it starts again), so the agent's session alone is not the machine.
 func (l *Local) daemonSessions(id string) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
 	prefix := l.machineDir(id) + "/"
 	mark := []byte(hostexec.MarkEnv + "=")
 	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd")
+	for _, pid := range procfs.PIDs() {
+		dir := "/proc/" + strconv.Itoa(pid)
+		cwd, err := os.Readlink(dir + "/cwd")
 		if err != nil || !strings.HasPrefix(cwd, prefix) {
 			continue
 		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		env, err := os.ReadFile(dir + "/environ")
 		if err != nil || !(bytes.HasPrefix(env, mark) || bytes.Contains(env, append([]byte{0}, mark...))) {
 			continue
 		}
-		if slices.Contains(procfs.SessionPIDs(pid), pid) {
+		// A live leader of its own session (one read of its stat, not a
+		// scan of the session).
+		if st, ok, err := procfs.ReadStat(pid); err == nil && ok && !st.Gone() && st.Session == pid {
 			out = append(out, pid)
 		}
 	}

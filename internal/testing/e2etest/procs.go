@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lifelinehq/lifeline/internal/procfs"
 )
 
 // Proc is a live process.
@@ -40,22 +42,18 @@ func ProcList(ps []Proc) string {
 // Procs lists the live processes (zombies are not) that match, but not
 // this one.
 func Procs(match func(Proc) bool) []Proc {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
 	var out []Proc
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
+	for _, pid := range procfs.PIDs() {
+		if pid == os.Getpid() {
 			continue
 		}
-		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		dir := filepath.Join("/proc", strconv.Itoa(pid))
+		raw, err := os.ReadFile(filepath.Join(dir, "cmdline"))
 		if err != nil || len(raw) == 0 || !PIDAlive(pid) {
 			continue
 		}
 		p := Proc{PID: pid, Args: strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")}
-		p.Cwd, _ = os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		p.Cwd, _ = os.Readlink(filepath.Join(dir, "cwd"))
 		if match(p) {
 			out = append(out, p)
 		}
