@@ -36,37 +36,31 @@ func registerModelCacheMetrics(reg prometheus.Registerer, c *modelcache.Cache) {
 	if reg == nil {
 		return
 	}
-	stat := func(f func(modelcache.Stats) float64) func() float64 {
-		return func() float64 { return f(c.Stats()) }
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "lifeline", Name: "model_cache_ready",
+		Help: "1 while the controller holds the decoded model the whole-model status is answered from, 0 while it starts or is not kept (no such call for a while).",
+	}, func() float64 {
+		if c.Stats().Ready {
+			return 1
+		}
+		return 0
+	}))
+	for _, m := range []struct {
+		name, help string
+		count      func(modelcache.Stats) int64
+	}{
+		{"model_cache_served_total", "Whole-model statuses answered from the decoded model.",
+			func(s modelcache.Stats) int64 { return s.Served }},
+		{"model_cache_behind_total", "Whole-model statuses read from etcd because the decoded model did not reach the call's revision in time.",
+			func(s modelcache.Stats) int64 { return s.Behind }},
+		{"model_cache_starts_total", "Times the controller started keeping the decoded model (each a listing of the whole model).",
+			func(s modelcache.Stats) int64 { return s.Starts }},
+		{"model_cache_failures_total", "Times keeping the decoded model ended on an error (a watch budget cut, a failed read, a value that does not decode); the next call starts it again.",
+			func(s modelcache.Stats) int64 { return s.Failures }},
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "lifeline", Name: m.name, Help: m.help},
+			func() float64 { return float64(m.count(c.Stats())) }))
 	}
-	count := func(n int64) float64 { return float64(n) }
-	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: "lifeline", Name: "model_cache_ready",
-			Help: "1 while the controller holds the decoded model the whole-model status is answered from, 0 while it starts or is not kept (no such call for a while).",
-		}, stat(func(s modelcache.Stats) float64 {
-			if s.Ready {
-				return 1
-			}
-			return 0
-		})),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "lifeline", Name: "model_cache_served_total",
-			Help: "Whole-model statuses answered from the decoded model.",
-		}, stat(func(s modelcache.Stats) float64 { return count(s.Served) })),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "lifeline", Name: "model_cache_behind_total",
-			Help: "Whole-model statuses read from etcd because the decoded model did not reach the call's revision in time.",
-		}, stat(func(s modelcache.Stats) float64 { return count(s.Behind) })),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "lifeline", Name: "model_cache_starts_total",
-			Help: "Times the controller started keeping the decoded model (each a listing of the whole model).",
-		}, stat(func(s modelcache.Stats) float64 { return count(s.Starts) })),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "lifeline", Name: "model_cache_failures_total",
-			Help: "Times keeping the decoded model ended on an error (a watch budget cut, a failed read, a value that does not decode); the next call starts it again.",
-		}, stat(func(s modelcache.Stats) float64 { return count(s.Failures) })),
-	)
 }
 
 func newMetrics(reg prometheus.Registerer, st *state.State, hub *watchhub.Hub) *metrics {

@@ -36,7 +36,7 @@ func TestAlertRulesNameLifelinesMetrics(t *testing.T) {
 	// of a method not called).
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := operator(t, dir).Status(ctx, &pb.StatusRequest{}, waitForReady()...); err != nil {
+	if _, err := operatorOf(t, dir).Status(ctx, &pb.StatusRequest{}, waitForReady()...); err != nil {
 		t.Fatal(err)
 	}
 	body := getMetrics(t, metricsAddr)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/internal/apiclient"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
 
@@ -25,12 +24,7 @@ func TestBackupAndRestore(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		conn, err := apiclient.Dial(apiclient.FromClientConfig(cfg))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		op := pb.NewOperatorServiceClient(conn)
+		op := operator(t, cfg)
 		if want < 0 {
 			if _, err := op.AddMachines(ctx, &pb.AddMachinesRequest{NumMachines: 1}, waitForReady()...); err != nil {
 				t.Fatalf("AddMachines: %v", err)

@@ -17,7 +17,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/lifelinehq/lifeline/internal/apiclient"
 	"github.com/lifelinehq/lifeline/internal/embedetcd"
 	"github.com/lifelinehq/lifeline/internal/pki"
 	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
@@ -59,12 +58,7 @@ func TestControllerOnExternalEtcd(t *testing.T) {
 	metricsAddr, cfg := startController(t, dir, "--etcd-endpoints", etcd.Endpoint(), "--namespace", "/ext/")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := apiclient.Dial(apiclient.FromClientConfig(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	op := pb.NewOperatorServiceClient(conn)
+	op := operator(t, cfg)
 	if _, err := op.AddMachines(ctx, &pb.AddMachinesRequest{NumMachines: 1}, waitForReady()...); err != nil {
 		t.Fatalf("AddMachines: %v", err)
 	}

@@ -60,9 +60,15 @@ func (c *haController) clientConfig(t *testing.T) pki.ClientConfig {
 // dialOnly dials the one controller at addr with cfg's CA and credential.
 func dialOnly(t *testing.T, cfg pki.ClientConfig, addr string) pb.OperatorServiceClient {
 	t.Helper()
-	dial := apiclient.FromClientConfig(cfg)
-	dial.Addresses = []string{addr}
-	conn, err := apiclient.Dial(dial)
+	cfg.Controllers = []string{addr}
+	return operator(t, cfg)
+}
+
+// operator dials cfg's controllers as cfg's user; the connection closes
+// when the test ends.
+func operator(t *testing.T, cfg pki.ClientConfig) pb.OperatorServiceClient {
+	t.Helper()
+	conn, err := apiclient.Dial(apiclient.FromClientConfig(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,12 +54,7 @@ func TestConnectionFloodIsRefused(t *testing.T) {
 	metricsAddr, cfg := startControllerLimited(t, dir, nofile)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	conn, err := apiclient.Dial(apiclient.FromClientConfig(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	op := pb.NewOperatorServiceClient(conn)
+	op := operator(t, cfg)
 	added, err := op.AddMachines(ctx, &pb.AddMachinesRequest{NumMachines: 1, Manual: true}, waitForReady()...)
 	if err != nil {
 		t.Fatalf("AddMachines: %v", err)

@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/lifelinehq/lifeline/internal/apiclient"
 	"github.com/lifelinehq/lifeline/internal/embedetcd"
 	"github.com/lifelinehq/lifeline/internal/pki"
 	"github.com/lifelinehq/lifeline/internal/testing/e2etest"
@@ -159,7 +158,7 @@ func TestCompactionKeepsUpWithoutBudgets(t *testing.T) {
 // destroyAttacker has the operator destroy the attacking unit.
 func destroyAttacker(t *testing.T, dir string, m *e2etest.ManualUnits) {
 	t.Helper()
-	op := operator(t, dir)
+	op := operatorOf(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := op.DestroyUnit(ctx, &pb.DestroyUnitRequest{Unit: m.Units[0], Force: true}); err != nil {
@@ -167,20 +166,15 @@ func destroyAttacker(t *testing.T, dir string, m *e2etest.ManualUnits) {
 	}
 }
 
-// operator dials the controller of dir's client config as the operator;
-// the connection closes when the test ends.
-func operator(t *testing.T, dir string) pb.OperatorServiceClient {
+// operatorOf dials the controller of dir's client config as the
+// operator; the connection closes when the test ends.
+func operatorOf(t *testing.T, dir string) pb.OperatorServiceClient {
 	t.Helper()
 	cfg, err := pki.ReadClientConfig(filepath.Join(dir, "client.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := apiclient.Dial(apiclient.FromClientConfig(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return pb.NewOperatorServiceClient(conn)
+	return operator(t, cfg)
 }
 
 // fillMember starts the controller's embedded member on its own, the
@@ -248,7 +242,7 @@ func modelStatus(t *testing.T, dir string) *pb.ModelStatus {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	resp, err := operator(t, dir).Status(ctx, &pb.StatusRequest{}, waitForReady()...)
+	resp, err := operatorOf(t, dir).Status(ctx, &pb.StatusRequest{}, waitForReady()...)
 	if err != nil {
 		t.Fatalf("Status of the controller on a full member: %v", err)
 	}
@@ -282,7 +276,7 @@ func TestControllerStartsOnAFullMember(t *testing.T) {
 		destroyAttacker(t, dir, m)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := operator(t, dir).AddUnits(ctx, &pb.AddUnitsRequest{Service: "qcli", NumUnits: 1, To: m.Machine}); err != nil {
+		if _, err := operatorOf(t, dir).AddUnits(ctx, &pb.AddUnitsRequest{Service: "qcli", NumUnits: 1, To: m.Machine}); err != nil {
 			t.Errorf("AddUnits once the space is back = %v, want it done", err)
 		}
 		log := stop()
@@ -309,12 +303,12 @@ func TestControllerStartsOnAFullMember(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_, err := operator(t, dir).AddUnits(ctx, &pb.AddUnitsRequest{Service: "qcli", NumUnits: 1, To: m.Machine})
+		_, err := operatorOf(t, dir).AddUnits(ctx, &pb.AddUnitsRequest{Service: "qcli", NumUnits: 1, To: m.Machine})
 		if s, _ := status.FromError(err); s.Code() != codes.ResourceExhausted || !strings.Contains(s.Message(), "etcd's database is full") {
 			t.Errorf("AddUnits on a full member = %v, want ResourceExhausted saying the database is full", err)
 		}
 		// etcd refuses the destroy's puts, and says so.
-		_, err = operator(t, dir).DestroyUnit(ctx, &pb.DestroyUnitRequest{Unit: m.Units[0]})
+		_, err = operatorOf(t, dir).DestroyUnit(ctx, &pb.DestroyUnitRequest{Unit: m.Units[0]})
 		if s, _ := status.FromError(err); s.Code() != codes.ResourceExhausted || !strings.Contains(s.Message(), "database space exceeded") {
 			t.Errorf("DestroyUnit on a member the model fills = %v, want ResourceExhausted saying etcd's database is full", err)
 		}

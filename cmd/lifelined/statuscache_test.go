@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lifelinehq/lifeline/internal/apiclient"
 	"github.com/lifelinehq/lifeline/internal/testing/poll"
 	pb "github.com/lifelinehq/lifeline/proto/lifeline/v1"
 )
@@ -18,12 +17,7 @@ func TestStatusCacheIdle(t *testing.T) {
 	metricsAddr, cfg := startController(t, t.TempDir(), "--status-cache-idle", "1s")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, err := apiclient.Dial(apiclient.FromClientConfig(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	op := pb.NewOperatorServiceClient(conn)
+	op := operator(t, cfg)
 	ready := func() float64 { return metricValue(t, metricsAddr, "lifeline_model_cache_ready") }
 	poll.UntilSays(t, "the decoded model kept while statuses come", func() (bool, string) {
 		if _, err := op.Status(ctx, &pb.StatusRequest{}, waitForReady()...); err != nil {
